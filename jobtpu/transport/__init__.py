@@ -1,0 +1,1 @@
+"""How jobtpu reaches a machine: the local one through subprocess, remote ones through SSH."""
