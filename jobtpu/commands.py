@@ -1,0 +1,366 @@
+"""What each command does, between the parsed arguments and the files, fleet and screen.
+Read-only commands (status, tail, --help) import neither paramiko nor google-cloud."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import model
+from .errors import JobtpuError, NotFoundError
+from .fleet import Fleet, load_fleet
+from .home import Home, find_home
+from .inputs import config_overrides, parse_duration, parse_env, resolve_user
+from .model import Job, Status
+from .requests import parse_request, why_not
+from .store import Store, append_line
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    home = find_home(args.home)
+    handler = globals()[f"cmd_{args.command}"]
+    return int(handler(home, args) or 0)
+
+
+def emit_json(document: object) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+
+
+def note(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+# ---- submit / run ---------------------------------------------------------------------------------
+
+def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
+    """Check everything the user typed, then snapshot; raises before anything is written."""
+    user = resolve_user(args.user)
+    if not args.cmd.strip():
+        raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
+    request = parse_request(args.req)
+    if args.machine is not None and fleet.get(args.machine) is None:
+        raise NotFoundError(f"unknown machine {args.machine!r}",
+                            hint=f"machines in {home.machines_file}: {', '.join(fleet.machines)}")
+    reasons = {m.name: why_not(m, request, args.machine) for m in fleet.machines.values()}
+    if all(r is not None for r in reasons.values()):
+        listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+        raise JobtpuError(f"no machine in the fleet could ever run this request ({listing})",
+                          hint=f"change --req/--machine, or add a machine to {home.machines_file}")
+    if args.max_recoveries < 0:
+        raise JobtpuError("--max-recoveries must be 0 or more")
+    timeout = parse_duration(args.timeout, "--timeout") if args.timeout else None
+    stall = parse_duration(args.stall, "--stall") if args.stall else None
+    env = parse_env(args.env)
+    overrides = config_overrides(args.overrides, fleet.config_aliases)
+    for tag in args.tag:
+        if not tag.strip():
+            raise JobtpuError("--tag must not be empty")
+    src = Path(args.dir).expanduser()
+    from .archive import snapshot  # imported late: rich's progress bar is only needed here
+
+    snap = snapshot(src, home.archives, args.include, args.exclude)
+    return Job(id=0, user=user, cmd=args.cmd, archive=snap.name, created=time.time(), name=args.name,
+               req=list(args.req), pin=args.machine, tags=list(args.tag), rule=args.rule, env=env,
+               overrides=overrides, log_stage=args.log_stage, max_recoveries=args.max_recoveries,
+               timeout=timeout, stall=stall, dir=str(src.resolve()))
+
+
+def submit(home: Home, args: argparse.Namespace) -> Job:
+    fleet = load_fleet(home)
+    Store(home).load()  # a broken state.json is reported before the snapshot, not after
+    job = build_job(home, fleet, args)
+    with Store(home).transaction() as state:
+        job.id = state.next_id
+        state.next_id += 1
+        state.jobs.append(job)
+    return job
+
+
+def cmd_submit(home: Home, args: argparse.Namespace) -> int:
+    job = submit(home, args)
+    if args.json:
+        emit_json({"id": job.id, "archive": job.archive})
+    else:
+        print(job.id)
+    return 0
+
+
+def cmd_run(home: Home, args: argparse.Namespace) -> int:
+    from .manage import run_pass
+
+    job = submit(home, args)
+    if args.json:
+        emit_json({"id": job.id, "archive": job.archive})
+    else:
+        print(job.id, flush=True)
+    if not args.follow:
+        run_pass(home, wait=30.0)
+        return 0
+    return follow(home, job.id)
+
+
+def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
+    """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one)."""
+    from .manage import run_pass
+
+    printed: dict[int, int] = {}
+    while True:
+        run_pass(home, wait=30.0)
+        job = Store(home).load().job(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} is no longer in state.json")
+        for attempt in sorted({a.n for a in job.attempts}):
+            path = home.log_file(job_id, attempt, 0)
+            if path.exists():
+                with open(path, "rb") as f:
+                    f.seek(printed.get(attempt, 0))
+                    data = f.read()
+                printed[attempt] = printed.get(attempt, 0) + len(data)
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+        if job.ended:
+            note(f"job {job_id}: {job.status}" + (f" ({job.reason})" if job.reason else ""))
+            return job.exit_code if job.exit_code is not None else 1
+        time.sleep(interval)
+
+
+# ---- manage ---------------------------------------------------------------------------------------
+
+def cmd_manage(home: Home, args: argparse.Namespace) -> int:
+    from .manage import run_pass
+
+    while True:
+        report = run_pass(home, dry_run=args.dry_run, on_note=None if args.dry_run else note)
+        if args.dry_run:
+            for line in report.notes or ["nothing to do"]:
+                print(line)
+        elif report.skipped:
+            note("jobtpu: another manage pass is running; skipped")
+        if args.loop is None:
+            return 0
+        time.sleep(max(0.0, args.loop))
+
+
+# ---- status ---------------------------------------------------------------------------------------
+
+def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
+    state = Store(home).load()
+    jobs = [j.to_json() for j in state.jobs]
+    if ids:
+        known = {j["id"] for j in jobs}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise NotFoundError(f"no job {missing[0]} in {home.state_file}",
+                                hint="`jobtpu status --all-users` lists every job")
+        return [j for j in jobs if j["id"] in ids]
+    if all_users:
+        return jobs
+    who = resolve_user(user)
+    return [j for j in jobs if j["user"] == who]
+
+
+def cmd_status(home: Home, args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json({"jobs": select_jobs(home, args.ids, args.user, args.all_users)})
+        return 0
+    from rich.console import Console
+
+    from .display import jobs_table
+
+    console = Console()
+    if args.watch is None:
+        console.print(jobs_table(select_jobs(home, args.ids, args.user, args.all_users)))
+        return 0
+    from rich.live import Live
+
+    with Live(jobs_table([]), console=console, screen=False, auto_refresh=False) as live:
+        while True:
+            live.update(jobs_table(select_jobs(home, args.ids, args.user, args.all_users)), refresh=True)
+            time.sleep(max(0.2, args.watch))
+
+
+# ---- tail -----------------------------------------------------------------------------------------
+
+def find_job(home: Home, job_id: int) -> Job:
+    job = Store(home).load().job(job_id)
+    if job is None:
+        raise NotFoundError(f"no job {job_id} in {home.state_file}",
+                            hint="`jobtpu status --all-users` lists every job")
+    return job
+
+
+def cmd_tail(home: Home, args: argparse.Namespace) -> int:
+    job = find_job(home, args.id)
+    attempt = job.attempt if args.attempt is None else args.attempt
+    if args.attempt is not None and all(a.n != attempt for a in job.attempts):
+        raise NotFoundError(f"job {job.id} has no attempt {attempt}",
+                            hint=f"its attempts: {', '.join(str(a.n) for a in job.attempts) or 'none yet'}")
+    path = home.log_file(job.id, attempt, args.worker)
+    if not path.exists() and not args.follow:
+        if job.status is Status.QUEUED or not job.attempts:
+            raise NotFoundError(f"job {job.id} has not started yet", hint="run `jobtpu manage`")
+        raise NotFoundError(f"no log of job {job.id} attempt {attempt} worker {args.worker} yet",
+                            hint="logs are pulled by `jobtpu manage`")
+    offset = _print_last_lines(path, args.lines)
+    while args.follow:
+        from .operations import pull_logs
+
+        pull_logs(home, job.id)
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            offset += len(data)
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        current = Store(home).load().job(job.id)
+        if current is None or current.ended or current.attempt != attempt:
+            return 0
+        time.sleep(1.0)
+    return 0
+
+
+def _print_last_lines(path: Path, n: int) -> int:
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    sys.stdout.buffer.write(b"".join(lines[-n:] if n > 0 else []))
+    sys.stdout.flush()
+    return len(data)
+
+
+# ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
+
+def cmd_kill(home: Home, args: argparse.Namespace) -> int:
+    from .manage import fleet_session, kill_jobs
+
+    with fleet_session(home) as p:
+        jobs = []
+        for job_id in args.ids:
+            job = p.state.job(job_id)
+            if job is None:
+                raise NotFoundError(f"no job {job_id} in {home.state_file}", hint="nothing was killed")
+            jobs.append(job)
+        for job in jobs:
+            if job.ended:
+                note(f"job {job.id} already {job.status}")
+        kill_jobs(p, [j for j in jobs if not j.ended], time.time())
+    for job in jobs:
+        if job.status is Status.KILLING:
+            note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
+    return 0
+
+
+def cmd_resume(home: Home, args: argparse.Namespace, resume: bool = True) -> int:
+    from .decide import requeue
+    from .manage import fleet_session
+
+    with fleet_session(home) as p:
+        job = p.state.job(args.id)
+        if job is None:
+            raise NotFoundError(f"no job {args.id} in {home.state_file}")
+        if not job.ended:
+            raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
+                              hint=f"`jobtpu kill {job.id}` first")
+        if args.machine is not None and p.fleet.get(args.machine) is None:
+            raise NotFoundError(f"unknown machine {args.machine!r}", hint=f"machines: {', '.join(p.fleet.machines)}")
+        requeue(job, resume=resume, reason=None, machine=args.machine)
+    print(job.id)
+    return 0
+
+
+def cmd_rerun(home: Home, args: argparse.Namespace) -> int:
+    return cmd_resume(home, args, resume=False)
+
+
+def cmd_clean(home: Home, args: argparse.Namespace) -> int:
+    from .manage import fleet_session
+    from .operations import clean_remote
+
+    who = None if args.all_users else resolve_user(args.user)
+    with fleet_session(home) as p:
+        gone = [j for j in p.state.jobs if j.ended and (who is None or j.user == who)]
+        if args.remote:
+            clean_remote(p, gone)
+        for job in gone:
+            append_line(home.history_file, json.dumps(job.to_json(), ensure_ascii=False))
+        p.state.jobs = [j for j in p.state.jobs if j not in gone]
+        p.base = {k: v for k, v in p.base.items() if k not in {j.id for j in gone}}
+        with Store(home).transaction() as disk:
+            disk.jobs = [j for j in disk.jobs if j.id not in {g.id for g in gone}]
+    note(f"moved {len(gone)} ended job(s) to {home.history_file.name}")
+    return 0
+
+
+def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
+    from .operations import fetch
+
+    job = find_job(home, args.id)
+    if not job.attempts:
+        raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
+    if Path(args.path).is_absolute() or ".." in Path(args.path).parts:
+        raise JobtpuError(f"PATH {args.path!r} must be relative to the job's folder, without '..'")
+    target = Path(args.to).expanduser() if args.to else home.results(job.id)
+    fetch(home, load_fleet(home), job, args.path, target)
+    note(f"fetched into {target}")
+    return 0
+
+
+# ---- machines -------------------------------------------------------------------------------------
+
+def machine_rows(home: Home) -> list[dict[str, Any]]:
+    from .decide import used_resources
+
+    fleet = load_fleet(home)
+    state = Store(home).load()
+    used = used_resources(state.jobs)
+    rows = []
+    for m in fleet.machines.values():
+        known = state.machines.get(m.name, {})
+        taken = used.get(m.name, {})
+        rows.append({
+            "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
+            "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
+            "state": known.get("state", "up" if m.kind == "local" else "unknown"),
+            "health": known.get("health"), "detail": known.get("detail"),
+            "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
+            "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
+        })
+    return rows
+
+
+def cmd_machines(home: Home, args: argparse.Namespace) -> int:
+    rows = machine_rows(home)
+    if args.json:
+        emit_json({"machines": rows})
+        return 0
+    from rich.console import Console
+
+    from .display import machines_table
+
+    Console().print(machines_table(rows))
+    return 0
+
+
+def cmd_tpu(home: Home, args: argparse.Namespace) -> int:
+    raise JobtpuError("TPU node operations are not available in this version of jobtpu")
+
+
+def cmd_doctor(home: Home, args: argparse.Namespace) -> int:
+    from .doctor import doctor
+
+    fleet = load_fleet(home)
+    machine = fleet.get(args.name)
+    if machine is None:
+        raise NotFoundError(f"unknown machine {args.name!r}", hint=f"machines: {', '.join(fleet.machines)}")
+    problems = doctor(home, fleet, machine, fix=args.fix, report=note)
+    return 1 if problems else 0
+
+
+_ = (os, model)

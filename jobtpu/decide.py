@@ -1,0 +1,245 @@
+"""The pure heart of a pass: given the jobs, the fleet and what was observed, change the jobs and
+return the actions to carry out. No I/O here, so every branch is tested directly and --dry-run is free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import model, rules
+from .fleet import Fleet, Machine
+from .model import Attempt, Ending, Job, Status
+from .requests import allocate, parse_request, why_not
+from .scripts import WorkerRef, WorkerState
+
+
+@dataclass
+class MachineView:
+    """What one pass learnt about one machine."""
+
+    reachable: bool | None = None  # None: not asked this pass
+    error: str | None = None
+    workers: dict[WorkerRef, WorkerState] = field(default_factory=dict)
+    n_workers: int = 1
+    ready: bool = True  # may take new jobs now
+    preempted: bool = False  # the TPU API says its node is gone or preempted
+
+
+@dataclass
+class Observation:
+    now: float
+    machines: dict[str, MachineView] = field(default_factory=dict)
+    log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
+    last_lines: dict[int, str] = field(default_factory=dict)
+
+    def view(self, name: str) -> MachineView:
+        return self.machines.setdefault(name, MachineView())
+
+
+@dataclass(frozen=True)
+class Launch:
+    job: int
+    machine: str
+    attempt: int
+    workers: int
+
+
+@dataclass(frozen=True)
+class Kill:
+    job: int
+    machine: str
+    refs: tuple[WorkerRef, ...]
+
+
+@dataclass(frozen=True)
+class Recreate:
+    machine: str
+
+
+Action = Launch | Kill | Recreate
+
+
+@dataclass
+class Plan:
+    actions: list[Action] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one human line per decision, for --dry-run and logs
+
+
+def refs_of(job: Job) -> tuple[WorkerRef, ...]:
+    workers = job.current.workers if job.current else 1
+    return tuple(WorkerRef(job.id, job.attempt, w) for w in range(workers))
+
+
+def rule_of(job: Job, machine: Machine | None) -> str:
+    return job.rule or (machine.default_rule() if machine else "pass")
+
+
+def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
+    plan = Plan()
+    for job in sorted(jobs, key=lambda j: j.id):
+        machine = fleet.get(job.machine) if job.machine else None
+        if job.active and job.id in seen.last_lines:
+            job.last_line = seen.last_lines[job.id]
+        if job.status is Status.LAUNCHING:
+            _launching(job, machine, seen, plan)
+        elif job.status is Status.RUNNING:
+            _running(job, machine, fleet, seen, plan)
+        elif job.status is Status.KILLING:
+            _killing(job, machine, seen, plan)
+    _dispatch(jobs, fleet, seen, plan)
+    return plan
+
+
+def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
+    if machine is None:
+        _end(job, Ending(Status.FAILED, model.LAUNCH_FAILED), seen.now, plan, f"machine {job.machine} is gone")
+        return
+    view = seen.view(machine.name)
+    if view.preempted:
+        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
+    elif view.reachable is not False:
+        # Launching is idempotent on the machine: it starts what has not started, reports the rest.
+        plan.actions.append(Launch(job.id, machine.name, job.attempt, job.current.workers if job.current else 1))
+
+
+def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
+    if machine is None:
+        job.reason = model.UNREACHABLE
+        plan.notes.append(f"job {job.id}: machine {job.machine} is no longer in machines.json")
+        return
+    view = seen.view(machine.name)
+    if view.preempted:
+        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
+        return
+    if not view.reachable:
+        if job.reason != model.UNREACHABLE:
+            plan.notes.append(f"job {job.id}: {machine.name} does not answer ({view.error or 'no reply'})")
+        job.reason = model.UNREACHABLE
+        return
+    refs = refs_of(job)
+    states = [view.workers.get(ref) for ref in refs]
+    failed = [s for s in states if s is not None and s.exit_code not in (None, 0)]
+    if failed:
+        first = min(failed, key=lambda s: s.ref.worker)
+        reason = rules.classify(first.exit_code or 0, seen.log_tails.get(first.ref, ""), fleet.error_patterns)
+        _ended_attempt(job, machine, reason, first.exit_code, seen, plan, stop=_alive(refs, view))
+        return
+    if all(s is not None and s.exit_code == 0 for s in states):
+        _end(job, Ending(Status.FINISHED, None, 0), seen.now, plan, "every worker exited 0")
+        return
+    if any(s is None or (not s.alive and s.exit_code is None) for s in states):
+        _ended_attempt(job, machine, model.LOST, None, seen, plan, stop=_alive(refs, view))
+        return
+    # Still running: track log growth for --stall, the wall clock for --timeout.
+    size = sum(s.log_size for s in states if s is not None)
+    if size != job.log_size or job.log_grew is None:
+        job.log_size, job.log_grew = size, seen.now
+    job.reason = None
+    started = job.current.started if job.current and job.current.started else seen.now
+    if job.timeout is not None and seen.now - started > job.timeout:
+        _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
+    elif job.stall is not None and seen.now - job.log_grew > job.stall:
+        _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
+
+
+def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
+    ending = job.ending or Ending(Status.KILLED, model.KILLED)
+    view = seen.view(machine.name) if machine else None
+    if machine is None or (view is not None and view.preempted):
+        _end(job, ending, seen.now, plan, "its machine is gone")
+    elif view is not None and view.reachable is not False:
+        plan.actions.append(Kill(job.id, machine.name, refs_of(job)))
+
+
+def _alive(refs: tuple[WorkerRef, ...], view: MachineView) -> tuple[WorkerRef, ...]:
+    return tuple(r for r in refs if (s := view.workers.get(r)) is not None and s.alive)
+
+
+def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | None, seen: Observation,
+                   plan: Plan, stop: tuple[WorkerRef, ...] = ()) -> None:
+    """An attempt ended badly: pick the rule's answer, stopping surviving workers first if any."""
+    recover = rules.recovery(rule_of(job, machine), reason, job.recoveries, job.max_recoveries)
+    why = reason if recover is None else f"{reason}, rule {rule_of(job, machine)}: {recover}"
+    if recover is None and reason in rules.RETRIABLE | {model.PREEMPTED} and job.recoveries >= job.max_recoveries:
+        why += f" (max recoveries {job.max_recoveries} reached)"
+    ending = Ending(Status.FAILED, reason, exit_code, recover)
+    if stop:
+        _stop(job, machine, ending, stop, plan, why)
+    else:
+        _end(job, ending, seen.now, plan, why)
+
+
+def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...], plan: Plan, why: str) -> None:
+    job.move(Status.KILLING, job.reason)
+    job.ending = ending
+    plan.actions.append(Kill(job.id, machine.name, refs))
+    plan.notes.append(f"job {job.id}: stopping on {machine.name}: {why}")
+
+
+def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
+    plan.notes.append(f"job {job.id}: {why}")
+    apply_ending(job, ending, now)
+    if ending.recover in (rules.RECREATE_RESUME, rules.RECREATE_RERUN) and job.attempts:
+        plan.actions.append(Recreate(job.attempts[-1].machine))
+
+
+def apply_ending(job: Job, ending: Ending, now: float) -> None:
+    """Close the current attempt with its outcome; then queue the job again or end it."""
+    attempt = job.current
+    outcome = model.FINISHED if ending.status is Status.FINISHED else ending.reason
+    if attempt is not None and attempt.ended is None:
+        attempt.outcome, attempt.exit_code, attempt.ended = outcome, ending.exit_code, now
+    job.ending = None
+    job.alloc = {}
+    if ending.recover:
+        job.recoveries += 1
+        requeue(job, resume=ending.recover in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
+        return
+    job.exit_code = ending.exit_code
+    job.move(ending.status, ending.reason)
+
+
+def requeue(job: Job, resume: bool, reason: str | None, machine: str | None = None) -> None:
+    """Queue the job for its next attempt (same snapshot). `machine` pins it when given."""
+    job.move(Status.QUEUED, reason)
+    job.attempt = (job.attempts[-1].n + 1) if job.attempts else job.attempt
+    job.resume = resume
+    job.exit_code = None
+    job.machine = None
+    job.alloc = {}
+    job.log_size, job.log_grew = 0, None
+    if machine is not None:
+        job.pin = machine
+
+
+def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
+    used: dict[str, dict[str, set[int]]] = {}
+    for job in jobs:
+        if job.active and job.machine:
+            for resource, indices in job.alloc.items():
+                used.setdefault(job.machine, {}).setdefault(resource, set()).update(indices)
+    return used
+
+
+def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
+    used = used_resources(jobs)
+    for job in sorted((j for j in jobs if j.status is Status.QUEUED), key=lambda j: j.id):
+        request = parse_request(job.req)
+        for machine in fleet.machines.values():
+            view = seen.view(machine.name)
+            if not view.ready or view.reachable is False or view.preempted:
+                continue
+            if why_not(machine, request, job.pin) is not None:
+                continue
+            alloc = allocate(machine.capacity, used.get(machine.name, {}), request.needs())
+            if alloc is None:
+                continue
+            for resource, indices in alloc.items():
+                used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
+            job.machine, job.alloc = machine.name, alloc
+            job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=seen.now,
+                                        resume=job.resume, workers=view.n_workers))
+            job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
+            job.log_size, job.log_grew, job.last_line = 0, seen.now, ""
+            plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
+            plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
+            break

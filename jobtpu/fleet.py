@@ -1,0 +1,221 @@
+"""machines.json → frozen Machine specs and team settings, validated key by key (SPEC §3)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .home import Home
+from .store import parse_json_file
+
+KINDS = ("local", "ssh", "tpu")
+HOST_KEY_POLICIES = ("strict", "accept-new", "off")
+ERROR_CLASSES = ("grpc", "oom")
+DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
+    "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
+             "UNAVAILABLE: ", "StatusCode.UNAVAILABLE"),
+    "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OutOfMemoryError",
+            "CUDA out of memory", "Ran out of memory in memory space"),
+}
+
+_TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
+_CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
+_MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
+                 "runtime_version", "setup", "use_external_ip", "labels", *_CONNECTION_KEYS)
+_GCP_KEYS = ("project", "api_endpoint", "credentials")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+BUILTIN_DEFAULTS: dict[str, Any] = {"user": None, "port": 22, "identity_file": None, "root": "jobtpu",
+                                    "host_key_policy": "accept-new", "connect_timeout": 10}
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    kind: str
+    hosts: tuple[str, ...] = ()
+    resources: dict[str, int] = field(default_factory=dict)
+    accelerator: str | None = None
+    preemptible: bool = False
+    node: str | None = None
+    zone: str | None = None
+    runtime_version: str | None = None
+    setup: tuple[str, ...] = ()
+    use_external_ip: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    root: str = "jobtpu"
+    host_key_policy: str = "accept-new"
+    connect_timeout: float = 10.0
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """Counts offered, always including `slot` (1 unless declared)."""
+        return {"slot": 1, **self.resources}
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.kind == "tpu"
+
+    def default_rule(self) -> str:
+        return "pre" if self.is_tpu and self.preemptible else "pass"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    machines: dict[str, Machine]
+    gcp: dict[str, Any] = field(default_factory=dict)
+    config_aliases: dict[str, str] = field(default_factory=dict)
+    error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+
+    def get(self, name: str) -> Machine | None:
+        return self.machines.get(name)
+
+
+def load_fleet(home: Home) -> Fleet:
+    path = home.machines_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return fleet_from_json({}, path, home)
+    return fleet_from_json(parse_json_file(path, text), path, home)
+
+
+def fleet_from_json(data: Any, path: Path, home: Home) -> Fleet:
+    where = path.name
+    hint = f"fix {path}; nothing was changed"
+
+    def fail(message: str) -> ConfigError:
+        return ConfigError(f"{where}: {message}", hint)
+
+    def check_keys(obj: Any, valid: tuple[str, ...], label: str) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise fail(f"{label} must be an object")
+        for key in obj:
+            if key not in valid:
+                raise fail(f"unknown key {key!r} in {label} (valid: {', '.join(valid)})")
+        return obj
+
+    top = check_keys(data, _TOP_KEYS, "the top level")
+    defaults = dict(BUILTIN_DEFAULTS)
+    defaults.update(check_keys(top.get("defaults", {}), _CONNECTION_KEYS, "defaults"))
+    gcp = check_keys(top.get("gcp", {}), _GCP_KEYS, "gcp")
+    for key in _GCP_KEYS:
+        if gcp.get(key) is not None and not isinstance(gcp[key], str):
+            raise fail(f"gcp.{key} must be a string")
+
+    raw_machines = top.get("machines", {"local": {"kind": "local"}})
+    if not isinstance(raw_machines, dict) or not raw_machines:
+        raise fail("'machines' must be a non-empty object of name → machine")
+    machines: dict[str, Machine] = {}
+    for name, spec in raw_machines.items():
+        if not _NAME.match(name):
+            raise fail(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
+        check_keys(spec, _MACHINE_KEYS, f"machine {name!r}")
+        machines[name] = _machine(name, spec, defaults, home, fail)
+
+    aliases = top.get("config_aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                for k, v in aliases.items()):
+        raise fail("config_aliases must map short names to config keys (strings)")
+    patterns = dict(DEFAULT_ERROR_PATTERNS)
+    raw_patterns = check_keys(top.get("error_patterns", {}), ERROR_CLASSES, "error_patterns")
+    for key, value in raw_patterns.items():
+        if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+            raise fail(f"error_patterns.{key} must be a list of non-empty strings")
+        patterns[key] = tuple(value)
+    return Fleet(machines=machines, gcp=gcp, config_aliases=aliases, error_patterns=patterns)
+
+
+def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Home, fail: Any) -> Machine:
+    label = f"machine {name!r}"
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise fail(f"{label}: 'kind' must be one of {', '.join(KINDS)} (got {kind!r})")
+    merged = {**defaults, **spec}
+
+    def typed(key: str, types: type | tuple[type, ...], what: str) -> Any:
+        value = merged.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool) and bool not in (
+                types if isinstance(types, tuple) else (types,))):
+            raise fail(f"{label}: '{key}' must be {what}")
+        return value
+
+    hosts = spec.get("hosts", [])
+    if kind == "ssh":
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+            raise fail(f"{label}: an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
+        for host in hosts:
+            _split_host(host, 22, lambda m: fail(f"{label}: {m}"))
+    elif "hosts" in spec:
+        raise fail(f"{label}: 'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
+    if kind == "tpu":
+        for key in ("node", "zone", "accelerator"):
+            if not isinstance(spec.get(key), str) or not spec[key]:
+                raise fail(f"{label}: a tpu machine needs '{key}'")
+    resources = spec.get("resources", {})
+    if not isinstance(resources, dict):
+        raise fail(f"{label}: 'resources' must map resource names to counts")
+    for res, count in resources.items():
+        if not _RESOURCE.match(res) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise fail(f"{label}: resource {res!r} must be a lowercase name with a count ≥ 0")
+    setup = spec.get("setup", [])
+    if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
+        raise fail(f"{label}: 'setup' must be a list of shell commands")
+    labels = spec.get("labels", {})
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise fail(f"{label}: 'labels' must map strings to strings")
+    policy = merged.get("host_key_policy")
+    if policy not in HOST_KEY_POLICIES:
+        raise fail(f"{label}: host_key_policy must be one of {', '.join(HOST_KEY_POLICIES)}")
+    port = typed("port", int, "an integer port")
+    if not 0 < port < 65536:
+        raise fail(f"{label}: port {port} is out of range")
+    timeout = typed("connect_timeout", (int, float), "a number of seconds")
+    if timeout <= 0:
+        raise fail(f"{label}: connect_timeout must be positive")
+    for key in ("user", "identity_file", "root", "accelerator", "runtime_version"):
+        typed(key, str, "a string")
+    for key in ("preemptible", "use_external_ip"):
+        if not isinstance(spec.get(key, False), bool):
+            raise fail(f"{label}: '{key}' must be true or false")
+    root = merged["root"] or "jobtpu"
+    if kind == "local":
+        # The local machine's folder lives in the home unless machines.json says otherwise.
+        root = str(Path(home.local_run_root if "root" not in spec else Path(home.root, spec["root"])))
+    return Machine(
+        name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
+        accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False),
+        node=spec.get("node"), zone=spec.get("zone"), runtime_version=spec.get("runtime_version"),
+        setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
+        user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
+        host_key_policy=policy, connect_timeout=float(timeout),
+    )
+
+
+def split_host(host: str, default_port: int) -> tuple[str, int]:
+    """"addr" or "addr:port" (IPv6 as "[addr]:port") → (addr, port)."""
+    def fail(message: str) -> ConfigError:
+        return ConfigError(message)
+    return _split_host(host, default_port, fail)
+
+
+def _split_host(host: str, default_port: int, fail: Any) -> tuple[str, int]:
+    if host.startswith("["):
+        addr, _, rest = host[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif host.count(":") == 1:
+        addr, _, port_text = host.partition(":")
+    else:
+        addr, port_text = host, ""
+    if not port_text:
+        return addr, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise fail(f"host {host!r} has a bad port")
+    return addr, int(port_text)

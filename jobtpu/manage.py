@@ -1,0 +1,354 @@
+"""One manage pass: observe the fleet (parallel I/O), decide (pure), record intents, act, save.
+
+The pass holds the pass lock throughout, so two passes never both act; it holds the state lock only
+to read and to merge its result, so `submit` never waits for its network work."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import model
+from .connect import endpoints, transport
+from .decide import Kill, Launch, MachineView, Observation, Plan, Recreate, apply_ending, decide, refs_of
+from .errors import BusyError, RemoteError
+from .fleet import Fleet, Machine, load_fleet
+from .home import Home
+from .model import Ending, Job, Status
+from .scripts import (
+    LaunchSpec,
+    WorkerRef,
+    archive_path,
+    kill_script,
+    launch_script,
+    parse_kill,
+    parse_launch,
+    parse_probe,
+    probe_script,
+)
+from .store import State, Store, hold_lock, try_lock
+from .transport.base import Endpoint
+
+MAX_PARALLEL = 32
+TAIL_BYTES = 64 * 1024
+
+
+@dataclass
+class PassReport:
+    notes: list[str] = field(default_factory=list)
+    skipped: bool = False  # another pass was running
+
+
+class Pass:
+    """Everything one pass knows: the home, the fleet, the state it read, and live connections."""
+
+    def __init__(self, home: Home, fleet: Fleet, state: State) -> None:
+        self.home, self.fleet, self.state = home, fleet, state
+        self.store = Store(home)
+        self.base = {j.id: j.to_json() for j in state.jobs}
+        self.base_machines = dict(state.machines)
+        self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def endpoints(self, machine: Machine) -> list[Endpoint]:
+        return endpoints(machine, self.addresses.get(machine.name))
+
+    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
+        """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
+        t = transport(machine, endpoint, self.home)
+        try:
+            result = t.run(script, timeout=timeout)
+        finally:
+            t.close()
+        if result.exit_code != 0 and not result.stdout:
+            raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
+                              f"{result.stderr.strip()[-300:]}")
+        return result.stdout
+
+    def commit(self) -> None:
+        """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs
+        submitted or hand-edited meanwhile are kept, jobs deleted by hand stay deleted."""
+        with self.store.transaction() as disk:
+            mine = {j.id: j for j in self.state.jobs}
+            merged: list[Job] = []
+            for job in disk.jobs:
+                ours = mine.get(job.id)
+                changed = ours is not None and ours.to_json() != self.base.get(job.id)
+                merged.append(ours if changed and ours is not None else job)
+            disk.jobs = merged
+            disk.machines = self.state.machines
+            self.state.next_id = disk.next_id
+        # What is on disk now is the base of the next commit.
+        self.base = {j.id: j.to_json() for j in self.state.jobs}
+
+
+@contextlib.contextmanager
+def pass_lock(home: Home, wait: float) -> Iterator[bool]:
+    home.ensure()
+    fd = os.open(home.pass_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        yield try_lock(fd, wait)
+    finally:
+        os.close(fd)
+
+
+def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
+             on_note: Callable[[str], None] | None = None) -> PassReport:
+    report = PassReport()
+    with pass_lock(home, wait) as got:
+        if not got:
+            report.skipped = True
+            report.notes.append("another pass is running; this one did nothing")
+            return report
+        fleet = load_fleet(home)
+        state = Store(home).load()
+        p = Pass(home, fleet, state)
+        seen = observe(p)
+        plan = decide(state.jobs, fleet, seen)
+        report.notes.extend(plan.notes)
+        if on_note:
+            for note in plan.notes:
+                on_note(note)
+        if dry_run:
+            for action in plan.actions:
+                report.notes.append(f"would {describe(action)}")
+            return report
+        p.commit()  # intents (launching, killing) are on disk before anything is started or stopped
+        act(p, plan, seen)
+        p.commit()
+    return report
+
+
+def describe(action: Launch | Kill | Recreate) -> str:
+    if isinstance(action, Launch):
+        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
+    if isinstance(action, Kill):
+        return f"stop job {action.job} on {action.machine}"
+    return f"recreate {action.machine}"
+
+
+# ---- observe ------------------------------------------------------------------------------------
+
+def observe(p: Pass) -> Observation:
+    seen = Observation(now=time.time())
+    probes: list[tuple[Machine, Endpoint, list[tuple[WorkerRef, int]]]] = []
+    for machine in p.fleet.machines.values():
+        view = seen.view(machine.name)
+        eps = p.endpoints(machine)
+        view.n_workers = len(eps)
+        if machine.kind == "tpu":
+            view.ready = False  # TPU machines are brought up by the TPU support
+        jobs = [j for j in p.state.jobs if j.machine == machine.name and j.status is Status.RUNNING]
+        if not jobs:
+            continue
+        for ep in eps:
+            refs = [r for j in jobs for r in refs_of(j) if r.worker == ep.index]
+            probes.append((machine, ep, [(r, _local_size(p.home, r)) for r in refs]))
+
+    def probe(item: tuple[Machine, Endpoint, list[tuple[WorkerRef, int]]]) -> tuple[str, Any]:
+        machine, ep, refs = item
+        try:
+            out = p.run_on(machine, ep, probe_script(machine.root, refs), timeout=machine.connect_timeout + 30)
+            return machine.name, parse_probe(out)
+        except RemoteError as e:
+            return machine.name, e
+
+    for name, outcome in parallel(probe, probes):
+        view = seen.view(name)
+        if isinstance(outcome, RemoteError):
+            view.reachable, view.error = False, outcome.message
+        else:
+            view.reachable = view.reachable is not False
+            view.workers.update(outcome)
+    _pull_logs(p, seen)
+    return seen
+
+
+def _local_size(home: Home, ref: WorkerRef) -> int:
+    try:
+        return home.log_file(ref.job, ref.attempt, ref.worker).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _pull_logs(p: Pass, seen: Observation) -> None:
+    """Append the new log bytes the probes brought back; remember tails of failed workers."""
+    for view in seen.machines.values():
+        for ref, ws in view.workers.items():
+            path = p.home.log_file(ref.job, ref.attempt, ref.worker)
+            append_log(path, ws.log_offset, ws.log_bytes)
+            if ws.exit_code not in (None, 0):
+                seen.log_tails[ref] = _tail(path)
+            if ref.worker == 0:
+                line = last_line(path)
+                if line is not None:
+                    seen.last_lines[ref.job] = line
+
+
+def append_log(path: Path, offset: int, data: bytes) -> None:
+    """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
+    if not data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a pass and a `tail -f` may pull at once
+        if os.fstat(f.fileno()).st_size == offset:
+            f.write(data)
+
+
+def _tail(path: Any, size: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def last_line(path: Any) -> str | None:
+    text = _tail(path, 4096)
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    return lines[-1][-200:] if lines else None
+
+
+# ---- act ----------------------------------------------------------------------------------------
+
+def act(p: Pass, plan: Plan, seen: Observation) -> None:
+    launches = [a for a in plan.actions if isinstance(a, Launch)]
+    kills = [a for a in plan.actions if isinstance(a, Kill)]
+    for _ in parallel(lambda a: _kill(p, a, seen.now), kills):
+        pass
+    for _ in parallel(lambda a: _launch(p, a, seen.now), launches):
+        pass
+
+
+def job_env(job: Job, machine: Machine, worker: int, workers: int) -> dict[str, str]:
+    env = dict(job.env)
+    env.update({
+        "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
+        "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
+        "JOBTPU_NUM_WORKERS": str(workers), "JOBTPU_MACHINE": machine.name,
+    })
+    for resource, indices in job.alloc.items():
+        if resource != "slot":
+            env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
+    if "gpu" in job.alloc:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    return env
+
+
+def _launch(p: Pass, action: Launch, now: float) -> None:
+    job = p.state.job(action.job)
+    machine = p.fleet.get(action.machine)
+    if job is None or machine is None or job.status is not Status.LAUNCHING:
+        return
+    eps = p.endpoints(machine)[: action.workers]
+
+    def one(ep: Endpoint) -> tuple[int, Any]:
+        spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
+                          job.full_command(), job_env(job, machine, ep.index, action.workers))
+        try:
+            result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
+            if (r := result.get(spec.ref)) is not None and r.outcome == "need-archive":
+                t = transport(machine, ep, p.home)
+                try:
+                    t.push(p.home.archive(job.archive), archive_path(machine.root, job.archive))
+                finally:
+                    t.close()
+                result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
+            return ep.index, result.get(spec.ref)
+        except (RemoteError, OSError) as e:
+            return ep.index, e
+
+    outcomes = dict(parallel(one, eps))
+    failures = {i: o for i, o in outcomes.items() if o is not None and not isinstance(o, Exception)
+                and o.outcome == "fail"}
+    if failures:
+        first = min(failures)
+        job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
+        ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+        started = tuple(WorkerRef(job.id, job.attempt, i) for i, o in outcomes.items()
+                        if o is not None and not isinstance(o, Exception) and o.outcome == "ok")
+        if started:
+            job.move(Status.KILLING, None)
+            job.ending = ending
+            _kill(p, Kill(job.id, machine.name, started), now)
+        else:
+            apply_ending(job, ending, now)
+        return
+    if all(o is not None and not isinstance(o, Exception) and o.outcome == "ok" for o in outcomes.values()):
+        job.move(Status.RUNNING, None)
+        if job.current is not None:
+            job.current.started = now
+        return
+    errors = [str(o) for o in outcomes.values() if isinstance(o, Exception)]
+    if errors:
+        job.last_line = errors[0][-200:]
+
+
+def _kill(p: Pass, action: Kill, now: float) -> None:
+    job = p.state.job(action.job)
+    machine = p.fleet.get(action.machine)
+    if job is None or machine is None:
+        return
+    by_worker = {ep.index: ep for ep in p.endpoints(machine)}
+
+    def one(ref: WorkerRef) -> bool:
+        ep = by_worker.get(ref.worker)
+        if ep is None:
+            return True  # that worker no longer exists
+        try:
+            return parse_kill(p.run_on(machine, ep, kill_script(machine.root, [ref]))).get(ref, False)
+        except RemoteError:
+            return False
+
+    gone = all(parallel(one, action.refs))
+    if gone and job.status is Status.KILLING:
+        apply_ending(job, job.ending or Ending(Status.KILLED, model.KILLED), now)
+
+
+def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Run fn over items on a bounded thread pool; results in item order."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+# ---- commands that act on the fleet outside a pass ------------------------------------------------
+
+@contextlib.contextmanager
+def fleet_session(home: Home, wait: float = 60.0) -> Iterator[Pass]:
+    """For kill/resume/rerun/clean: hold the pass lock (no pass runs meanwhile), commit at the end."""
+    with pass_lock(home, wait) as got:
+        if not got:
+            raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
+                            hint="wait for it to finish, or look for a stuck `jobtpu manage`")
+        fleet = load_fleet(home)
+        p = Pass(home, fleet, Store(home).load())
+        yield p
+        p.commit()
+
+
+def kill_jobs(p: Pass, jobs: list[Job], now: float) -> None:
+    """Mark the jobs killing (saved first), stop them everywhere, mark them killed."""
+    for job in jobs:
+        if job.status is Status.QUEUED:
+            job.move(Status.KILLED, model.KILLED)
+        elif job.active:
+            job.move(Status.KILLING, job.reason)
+            job.ending = Ending(Status.KILLED, model.KILLED)
+    p.commit()
+    kills = [Kill(j.id, j.machine, refs_of(j)) for j in jobs if j.status is Status.KILLING and j.machine]
+    parallel(lambda a: _kill(p, a, now), kills)
+
+
+__all__ = ["run_pass", "fleet_session", "kill_jobs", "PassReport", "MachineView", "hold_lock"]

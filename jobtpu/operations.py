@@ -1,0 +1,84 @@
+"""Fleet work outside a pass: pulling one job's logs (tail -f), fetching results, remote clean-up."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from .connect import transport
+from .errors import JobtpuError, RemoteError
+from .fleet import Fleet, Machine, load_fleet
+from .home import Home
+from .manage import Pass, _local_size, append_log, parallel
+from .model import Job, Status
+from .scripts import job_folder, parse_probe, probe_script, remove_job_script
+from .store import Store
+from .transport.base import Endpoint
+
+
+def pull_logs(home: Home, job_id: int) -> None:
+    """Bring a running job's new log bytes home now (used by `tail -f` between passes)."""
+    fleet = load_fleet(home)
+    state = Store(home).load()
+    job = state.job(job_id)
+    if job is None or job.status is not Status.RUNNING or not job.machine:
+        return
+    machine = fleet.get(job.machine)
+    if machine is None:
+        return
+    p = Pass(home, fleet, state)
+    p.addresses.update({name: info.get("addresses", []) for name, info in state.machines.items()
+                        if isinstance(info.get("addresses"), list)})
+    from .decide import refs_of
+
+    def one(ep: Endpoint) -> None:
+        refs = [r for r in refs_of(job) if r.worker == ep.index]
+        if not refs:
+            return
+        script = probe_script(machine.root, [(r, _local_size(home, r)) for r in refs])
+        try:
+            out = p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30)
+        except RemoteError:
+            return
+        for ref, ws in parse_probe(out).items():
+            append_log(home.log_file(ref.job, ref.attempt, ref.worker), ws.log_offset, ws.log_bytes)
+
+    parallel(one, p.endpoints(machine))
+
+
+def fetch(home: Home, fleet: Fleet, job: Job, path: str, target: Path) -> None:
+    """Copy the job's remote folder (or `path` inside it) from worker 0 into `target`."""
+    machine = fleet.get(job.attempts[-1].machine)
+    if machine is None:
+        raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
+    state = Store(home).load()
+    p = Pass(home, fleet, state)
+    p.addresses.update({name: info.get("addresses", []) for name, info in state.machines.items()
+                        if isinstance(info.get("addresses"), list)})
+    eps = p.endpoints(machine)
+    if not eps:
+        raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
+    remote = job_folder(machine.root, job.id) + (f"/{path.strip('/')}" if path.strip("/") else "")
+    t = transport(machine, eps[0], home)
+    try:
+        t.pull(remote, target)
+    finally:
+        t.close()
+
+
+def clean_remote(p: Pass, jobs: list[Job]) -> None:
+    """Delete the ended jobs' folders on their machines, and archives no remaining job uses."""
+    keep = sorted({j.archive for j in p.state.jobs if j not in jobs})
+    for machine in p.fleet.machines.values():
+        ids = [j.id for j in jobs if any(a.machine == machine.name for a in j.attempts)]
+        script = remove_job_script(machine.root, ids, keep_archives=keep)
+
+        def one(ep: Endpoint, machine: Machine = machine, script: str = script) -> None:
+            # An unreachable machine keeps its files; a later clean removes them.
+            with contextlib.suppress(RemoteError):
+                p.run_on(machine, ep, script)
+
+        parallel(one, p.endpoints(machine))
+    for archive in p.home.archives.glob("*.tar.gz"):
+        if archive.name not in keep:
+            archive.unlink(missing_ok=True)

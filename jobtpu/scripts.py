@@ -1,0 +1,254 @@
+"""Every shell text jobtpu runs on a machine, built by pure functions, and the parsers of their output.
+
+Nothing else builds shell text: every value a user typed goes through shlex.quote here.
+Remote layout under a machine's root R (workers of one machine may share it, e.g. over NFS, so
+every per-worker file is named by attempt and worker index):
+    R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
+    R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
+    R/meta/<id>/<a>.<w>.pid      "pid starttime" of worker w's process-group leader, attempt a
+    R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
+    R/meta/<id>/<a>.<w>.log      its stdout and stderr
+    R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
+RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
+LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
+CLAIM_STALE_MINUTES = 1  # a claim with no pid after this long means the start never happened
+
+
+@dataclass(frozen=True)
+class WorkerRef:
+    """One worker of one attempt of one job."""
+
+    job: int
+    attempt: int
+    worker: int
+
+    @property
+    def stem(self) -> str:
+        return f"{self.job} {self.attempt} {self.worker}"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    ref: WorkerRef
+    root: str
+    archive: str
+    command: str  # the job's full command, run by bash -c
+    env: dict[str, str]
+
+
+def q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _root(root: str) -> str:
+    # A relative root is relative to the login folder, which is where every script starts.
+    return q(root)
+
+
+# ---- launch ---------------------------------------------------------------------------------------
+
+def wrapper(command: str, env: dict[str, str]) -> str:
+    """What runs as the process-group leader: record pid, run the command, record its exit code.
+    $1 is the absolute path stem of the worker's meta files."""
+    exports = "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+    return (
+        'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"\n'
+        f"{exports}"
+        f"bash -c {q(command)}\n"
+        'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
+    )
+
+
+def launch_script(specs: Iterable[LaunchSpec]) -> str:
+    """Start every given worker detached, idempotently. One line per worker:
+    `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... fail WHY`."""
+    parts = ["set -u"]
+    for spec in specs:
+        r = spec.ref
+        parts.append(f"""(
+r={_root(spec.root)}; out="LAUNCH {r.stem}"
+mkdir -p "$r/meta/{r.job}" "$r/jobs" || {{ echo "$out fail cannot create $r"; exit; }}
+m=$(cd "$r/meta/{r.job}" && pwd -P) || exit; b="$m/{r.attempt}.{r.worker}"
+if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
+if ! mkdir "$b.claim" 2>/dev/null; then
+  if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
+  rmdir "$b.claim" 2>/dev/null; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
+fi
+j="$r/jobs/{r.job}"
+if [ ! -d "$j" ]; then
+  a="$r/archives/"{q(spec.archive)}
+  [ -f "$a" ] || {{ rmdir "$b.claim"; echo "$out need-archive"; exit; }}
+  t=$(mktemp -d "$r/jobs/.unpack.{r.job}.{r.worker}.XXXXXX") || {{ rmdir "$b.claim"; echo "$out fail mktemp"; exit; }}
+  if tar -xzf "$a" -C "$t" 2>"$b.claim/err"; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
+  [ -d "$j" ] || {{ e=$(head -c 200 "$b.claim/err" | tr '\\n' ' '); rm -rf "$b.claim"; echo "$out fail unpack: $e"; exit; }}
+fi
+cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
+setsid nohup bash -c {q(wrapper(spec.command, spec.env))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
+for i in $(seq 200); do [ -s "$b.pid" ] && break; sleep 0.02; done
+if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$out pending"; fi
+)""")
+    return "\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    ref: WorkerRef
+    outcome: str  # ok | pending | need-archive | fail
+    pid: int | None = None
+    detail: str = ""
+
+
+def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
+    results: dict[WorkerRef, LaunchResult] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ", 5)
+        if len(words) < 5 or words[0] != "LAUNCH":
+            continue
+        ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+        rest = words[5] if len(words) > 5 else ""
+        pid = int(rest) if words[4] == "ok" and rest.isdigit() else None
+        results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] == "fail" else "")
+    return results
+
+
+# ---- probe ----------------------------------------------------------------------------------------
+
+def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
+    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed`
+    line, then `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+    lines = [
+        "set -u",
+        f"r={_root(root)}",
+        "p() {",
+        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- size=0 claim=0 st=- s',
+        '  if [ -s "$b.pid" ]; then read -r pid st < "$b.pid"',
+        '    if [ -r "/proc/$pid/stat" ] && read -r -a s < "/proc/$pid/stat" 2>/dev/null; then',
+        '      [ "${s[2]}" != Z ] && [ "${s[21]}" = "$st" ] && alive=1; fi; fi',
+        '  [ -s "$b.exit" ] && read -r ex < "$b.exit"',
+        '  [ -e "$b.claim" ] && claim=1',
+        '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
+        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim"',
+        '  if [ "$size" -gt "$4" ]; then',
+        f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
+        "}",
+        'echo "H $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo -) $(date +%s)"',
+    ]
+    lines += [f"p {w.job} {w.attempt} {w.worker} {int(offset)}" for w, offset in workers]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    ref: WorkerRef
+    pid: int | None
+    alive: bool
+    exit_code: int | None
+    log_size: int
+    claimed: bool
+    log_offset: int = 0
+    log_bytes: bytes = b""
+
+    @property
+    def started(self) -> bool:
+        return self.pid is not None or self.exit_code is not None
+
+
+def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
+    states: dict[WorkerRef, WorkerState] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ")
+        if words[0] == "W" and len(words) == 9:
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            states[ref] = WorkerState(
+                ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
+                exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
+                log_size=int(words[7]), claimed=words[8] == "1")
+        elif words[0] == "L" and len(words) in (5, 6):
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            if ref in states:
+                data = base64.b64decode(words[5]) if len(words) == 6 else b""
+                old = states[ref]
+                states[ref] = WorkerState(old.ref, old.pid, old.alive, old.exit_code, old.log_size,
+                                          old.claimed, int(words[4]), data)
+    return states
+
+
+# ---- kill -----------------------------------------------------------------------------------------
+
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0) -> str:
+    """TERM each worker's whole process group, KILL what is left after `grace` seconds.
+    One `K job attempt worker gone|stuck` line per worker."""
+    refs = list(refs)
+    lines = [
+        "set -u",
+        f"r={_root(root)}",
+        "pg() { local b=\"$r/meta/$1/$2.$3\" p x; [ -s \"$b.pid\" ] && read -r p x < \"$b.pid\" && echo \"$p\"; }",
+        # A group is alive while it has a member that is not a zombie.
+        "alive() { ps -eo pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f=1} END {exit !f}'; }",
+        "groups=()",
+    ]
+    for ref in refs:
+        lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}) && {{ groups+=(\"$g\"); "
+                     f"kill -TERM -- -\"$g\" 2>/dev/null; }}")
+    steps = max(1, int(grace / 0.1))
+    lines += [
+        f"for i in $(seq {steps}); do",
+        "  left=0; for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && left=1; done",
+        "  [ $left = 0 ] && break; sleep 0.1",
+        "done",
+        "for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
+        "sleep 0.1",
+    ]
+    for ref in refs:
+        lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}); "
+                     f"if [ -n \"$g\" ] && alive \"$g\"; then echo \"K {ref.stem} stuck\"; "
+                     f"else echo \"K {ref.stem} gone\"; fi")
+    return "\n".join(lines) + "\n"
+
+
+def parse_kill(stdout: str) -> dict[WorkerRef, bool]:
+    """worker → True when its processes are gone."""
+    done: dict[WorkerRef, bool] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 5 and words[0] == "K":
+            done[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = words[4] == "gone"
+    return done
+
+
+# ---- housekeeping ---------------------------------------------------------------------------------
+
+def remove_job_script(root: str, job_ids: Iterable[int], keep_archives: Iterable[str] | None = None) -> str:
+    """Delete jobs' remote folders; with keep_archives, also every archive not in that list."""
+    lines = ["set -u", f"r={_root(root)}"]
+    for job in job_ids:
+        lines.append(f'rm -rf -- "$r/jobs/{int(job)}" "$r/meta/{int(job)}"')
+    if keep_archives is not None:
+        keep = " ".join(q(a) for a in keep_archives)
+        lines += [f"keep=({keep})",
+                  'for f in "$r"/archives/*.tar.gz; do [ -e "$f" ] || continue; n=${f##*/}; k=0',
+                  '  for x in ${keep[@]+"${keep[@]}"}; do [ "$x" = "$n" ] && k=1; done',
+                  '  [ $k = 0 ] && rm -f -- "$f"; done']
+    return "\n".join(lines) + "\n"
+
+
+def job_folder(root: str, job_id: int) -> str:
+    return f"{root.rstrip('/')}/jobs/{job_id}"
+
+
+def archive_path(root: str, archive: str) -> str:
+    return f"{root.rstrip('/')}/archives/{archive}"
+
+
+def prepare_archive_dir_script(root: str) -> str:
+    return f"mkdir -p {_root(root)}/archives\n"

@@ -1,0 +1,176 @@
+"""state.json: the lock, load with validation, atomic save with a .bak of the last good copy.
+
+Readers take no lock (a save is an atomic rename, so they see a whole file); every
+read-modify-write happens inside `Store.transaction`, which holds the state lock only for as long
+as the caller's in-memory edit takes — never across network work."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BusyError, ConfigError
+from .home import Home
+from .model import Job
+
+VERSION = 1
+_TOP_KEYS = {"version", "next_id", "jobs", "machines"}
+
+
+@dataclass
+class State:
+    next_id: int = 1
+    jobs: list[Job] = field(default_factory=list)
+    machines: dict[str, dict[str, Any]] = field(default_factory=dict)  # what is known of each machine
+
+    def job(self, job_id: int) -> Job | None:
+        return next((j for j in self.jobs if j.id == job_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": VERSION, "next_id": self.next_id,
+                "jobs": [j.to_json() for j in self.jobs], "machines": self.machines}
+
+
+def parse_json_file(path: Path, text: str) -> Any:
+    """json.loads that reports `file:line:col: message` for a syntax error."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path.name}:{e.lineno}:{e.colno}: {e.msg}",
+                          hint=f"fix {path} by hand; jobtpu has not changed it") from None
+
+
+def state_from_json(data: Any, path: Path) -> State:
+    where = path.name
+    hint = f"fix {path} by hand (the last good copy is {path.name}.bak); nothing was changed"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the top level must be an object", hint)
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(sorted(_TOP_KEYS))})", hint)
+    version = data.get("version", VERSION)
+    if version != VERSION:
+        raise ConfigError(f"{where}: version {version!r} is not one this jobtpu reads ({VERSION})", hint)
+    jobs: list[Job] = []
+    seen: set[int] = set()
+    raw_jobs = data.get("jobs", [])
+    if not isinstance(raw_jobs, list):
+        raise ConfigError(f"{where}: 'jobs' must be a list", hint)
+    for index, record in enumerate(raw_jobs):
+        label = f"job {record.get('id', '#' + str(index))}" if isinstance(record, dict) else f"jobs[{index}]"
+        try:
+            if not isinstance(record, dict):
+                raise TypeError("must be an object")
+            job = Job.from_json(record)
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConfigError(f"{where}: {label}: {e}", hint) from None
+        if job.id in seen:
+            raise ConfigError(f"{where}: job id {job.id} appears twice", hint)
+        seen.add(job.id)
+        jobs.append(job)
+    next_id = data.get("next_id", 1)
+    if not isinstance(next_id, int) or isinstance(next_id, bool):
+        raise ConfigError(f"{where}: 'next_id' must be an integer", hint)
+    machines = data.get("machines", {})
+    if not isinstance(machines, dict) or not all(isinstance(v, dict) for v in machines.values()):
+        raise ConfigError(f"{where}: 'machines' must map names to objects", hint)
+    # Ids are never reused, even if a user deleted the newest job or lowered next_id by hand.
+    next_id = max([next_id, *(j.id + 1 for j in jobs)])
+    return State(next_id=next_id, jobs=jobs, machines=machines)
+
+
+class Store:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.path = home.state_file
+
+    def read_text(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def load(self) -> State:
+        text = self.read_text()
+        if text is None or not text.strip():
+            return State()
+        return state_from_json(parse_json_file(self.path, text), self.path)
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 30.0) -> Iterator[None]:
+        self.home.ensure()
+        with hold_lock(self.home.state_lock, timeout, what="state.json"):
+            yield
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[State]:
+        """Lock, load, let the caller edit, save if anything changed. An exception saves nothing."""
+        with self.lock():
+            before = self.read_text()
+            state = State() if before is None or not before.strip() else \
+                state_from_json(parse_json_file(self.path, before), self.path)
+            original = json.dumps(state.to_json(), sort_keys=True)
+            yield state
+            if json.dumps(state.to_json(), sort_keys=True) != original:
+                self._save(state, before)
+
+    def _save(self, state: State, previous_text: str | None) -> None:
+        text = json.dumps(state.to_json(), indent=1, ensure_ascii=False) + "\n"
+        if previous_text is not None:
+            # previous_text parsed and validated, so it is a good copy.
+            _atomic_write(self.home.state_backup, previous_text)
+        _atomic_write(self.path, text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def append_line(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def hold_lock(path: Path, timeout: float, what: str) -> Iterator[None]:
+    """An exclusive flock on `path`, waiting at most `timeout` seconds. Released by the kernel on a crash."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not try_lock(fd, timeout):
+            raise BusyError(f"{what} is locked by another jobtpu command for over {timeout:.0f}s",
+                            hint=f"check for a stuck jobtpu process holding {path}")
+        yield
+    finally:
+        os.close(fd)
+
+
+def try_lock(fd: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)

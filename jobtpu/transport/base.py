@@ -1,0 +1,49 @@
+"""The one small interface every way of reaching a worker implements, and its result value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a script did on a worker: its exit code and its output, as values (like invoke's Result)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One worker's address: the host it is on and how to log in there."""
+
+    machine: str
+    index: int
+    addr: str | None  # None for the local machine
+    port: int = 22
+
+
+class Transport(Protocol):
+    endpoint: Endpoint
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        """Run a bash script (read whole before it runs). Raises RemoteError when the host cannot be
+        reached or refuses us; a script that runs and fails is a Result, not an exception."""
+        ...
+
+    def push(self, local: Path, remote: str) -> None:
+        """Copy one local file to a path on the worker (relative to its login folder unless absolute)."""
+        ...
+
+    def pull(self, remote: str, local: Path) -> None:
+        """Copy a remote file or folder (its contents) into a local folder, recursively."""
+        ...
+
+    def close(self) -> None: ...

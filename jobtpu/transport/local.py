@@ -1,0 +1,45 @@
+"""The built-in local machine: scripts run through a local bash, files are copied in place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import RemoteError
+from ..scripts import RUN_SCRIPT
+from .base import Endpoint, Result
+
+
+class LocalTransport:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        try:
+            done = subprocess.run(RUN_SCRIPT, shell=True, input=script.encode(), capture_output=True,
+                                  timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"{self.endpoint.machine}: a local script took over {timeout:.0f}s") from None
+        return Result(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+
+    def push(self, local: Path, remote: str) -> None:
+        target = Path(remote).expanduser()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, target)
+
+    def pull(self, remote: str, local: Path) -> None:
+        source = Path(remote).expanduser()
+        if not source.exists():
+            raise RemoteError(f"{self.endpoint.machine}: {remote} does not exist")
+        local.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, local, dirs_exist_ok=True, symlinks=True)
+        else:
+            shutil.copy2(source, local / source.name)
+
+    def close(self) -> None:
+        pass
