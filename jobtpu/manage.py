@@ -194,12 +194,10 @@ def _pull_logs(p: Pass, seen: Observation) -> None:
 
 def append_log(path: Path, offset: int, data: bytes) -> None:
     """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    if not data:
-        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a pass and a `tail -f` may pull at once
-        if os.fstat(f.fileno()).st_size == offset:
+        if data and os.fstat(f.fileno()).st_size == offset:
             f.write(data)
 
 

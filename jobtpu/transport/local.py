@@ -17,8 +17,10 @@ class LocalTransport:
         self.endpoint = endpoint
 
     def run(self, script: str, timeout: float | None = None) -> Result:
+        # jobtpu's own settings (JOBTPU_HOME, JOBTPU_USER) belong to the manager, not to its jobs.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTPU_")}
         try:
-            done = subprocess.run(RUN_SCRIPT, shell=True, input=script.encode(), capture_output=True,
+            done = subprocess.run(RUN_SCRIPT, shell=True, input=script.encode(), capture_output=True, env=env,
                                   timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{self.endpoint.machine}: a local script took over {timeout:.0f}s") from None

@@ -1,0 +1,413 @@
+"""A fake Cloud TPU v2 REST API on 127.0.0.1, driven by the real ``tpu_v2.TpuClient`` (REST transport).
+
+Standard library only. State changes are lazy: every request (and every Python-side query) first
+advances pending transitions whose time has come, so there are no timer threads. Node names given
+to hooks and to the Python API are the short node ids; nodes are keyed by ``(zone, name)``.
+
+Synthetic worker addresses (10.x / 34.x) are only data in JSON: never connect to them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
+EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
+METADATA_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+# google.rpc.Code numbers, and the HTTP status each maps to.
+RPC_CODES: dict[str, tuple[int, int]] = {
+    "CANCELLED": (1, 499), "UNKNOWN": (2, 500), "INVALID_ARGUMENT": (3, 400),
+    "DEADLINE_EXCEEDED": (4, 504), "NOT_FOUND": (5, 404), "ALREADY_EXISTS": (6, 409),
+    "PERMISSION_DENIED": (7, 403), "RESOURCE_EXHAUSTED": (8, 429), "FAILED_PRECONDITION": (9, 400),
+    "ABORTED": (10, 409), "OUT_OF_RANGE": (11, 400), "UNIMPLEMENTED": (12, 501), "INTERNAL": (13, 500),
+    "UNAVAILABLE": (14, 503), "UNAUTHENTICATED": (16, 401),
+}
+_OUTPUT_ONLY = ("name", "state", "health", "healthDescription", "networkEndpoints", "createTime", "id")
+
+
+class WorkerHooks(Protocol):
+    def workers_for(self, node_name: str, accelerator_type: str) -> list[tuple[str, str]]: ...
+    def on_preempt(self, node_name: str) -> None: ...
+    def on_create_ready(self, node_name: str) -> None: ...
+    def on_delete(self, node_name: str) -> None: ...
+    def host_keys(self, node_name: str) -> list[str]: ...
+
+
+class ApiError(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass
+class _Pending:
+    """A transition in flight: at ``due`` the node goes to ``target`` (None: it disappears)."""
+
+    kind: str  # create | delete | stop | start
+    target: str | None
+    due: float
+    op: str
+    error: tuple[str, str] | None = None  # (code name, message) for a failing create
+    busy: bool = False  # a thread is running its hook
+
+
+@dataclass
+class _Op:
+    name: str
+    kind: str
+    target: str  # full node name
+    created: str
+    done: bool = False
+    response: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def _now_str() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def synthetic_workers(accelerator_type: str, seed: int = 0) -> list[tuple[str, str]]:
+    """One (internal, external) pair per host: N//8 hosts for an ``vX-N`` type (at least one)."""
+    try:
+        hosts = max(1, int(accelerator_type.rsplit("-", 1)[1]) // 8)
+    except (IndexError, ValueError):
+        hosts = 1
+    return [(f"10.{seed % 250}.{i // 250}.{i % 250 + 2}", f"34.{seed % 250}.{i // 250}.{i % 250 + 2}")
+            for i in range(hosts)]
+
+
+class FakeTpuApi:
+    """The fake API server. ``requests`` logs (method, path without query) of every request served."""
+
+    def __init__(self, *, ready_after: float = 0.5, page_size: int = 50,
+                 worker_hooks: WorkerHooks | None = None, delete_after: float = 0.0) -> None:
+        self.ready_after = ready_after  # seconds CREATING/STOPPING/STARTING last (0: done at next request)
+        self.page_size = page_size  # list page size when the client sends no pageSize
+        self.worker_hooks = worker_hooks
+        self.delete_after = delete_after  # seconds a node stays DELETING
+        self.requests: list[tuple[str, str]] = []
+        self.url = ""
+        self._lock = threading.RLock()
+        self._nodes: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._ops: dict[str, _Op] = {}
+        self._held: set[tuple[str, str]] = set()
+        self._host_keys: dict[tuple[str, str], list[str]] = {}
+        self._fail_creates: list[str] = []
+        self._injected: list[list[Any]] = []  # [method, path_contains, code, left]
+        self._seq = 0
+        self._server: ThreadingHTTPServer | None = None
+
+    # ----- lifecycle -----
+    def start(self) -> FakeTpuApi:
+        api = self
+
+        class Handler(_Handler):
+            fake = api
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-tpu", daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeTpuApi:
+        return self.start() if self._server is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- test controls -----
+    def add_node(self, project: str, zone: str, name: str, *, accelerator_type: str = "v3-8",
+                 state: str = "READY", preemptible: bool = False, spot: bool = False,
+                 workers: Sequence[tuple[str, str]] | None = None,
+                 runtime_version: str = "tpu-ubuntu2204-base",
+                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"acceleratorType": accelerator_type, "runtimeVersion": runtime_version,
+                "schedulingConfig": {"preemptible": preemptible, "spot": spot}, "labels": dict(labels or {})}
+        with self._lock:
+            node = self._new_node(project, zone, name, body, state, workers)
+            self._nodes[(zone, name)] = node
+            return json.loads(json.dumps(node))
+
+    def preempt(self, zone: str, name: str) -> None:
+        self.set_state(zone, name, "PREEMPTED")
+        if self.worker_hooks is not None:
+            self.worker_hooks.on_preempt(name)
+
+    def set_state(self, zone: str, name: str, state: str, *, health: str | None = None,
+                  health_description: str | None = None) -> None:
+        with self._lock:
+            node = self._nodes[(zone, name)]
+            self._abort((zone, name), f"node went {state}")
+            node["state"] = state
+            if health is not None:
+                node["health"] = health
+            if health_description is not None:
+                node["healthDescription"] = health_description
+
+    def fail_next_creates(self, n: int, code: str = "RESOURCE_EXHAUSTED") -> None:
+        with self._lock:
+            self._fail_creates.extend([code] * n)
+
+    def hold_creating(self, zone: str, name: str, hold: bool = True) -> None:
+        """Keep the node (existing or future) in CREATING until released."""
+        with self._lock:
+            (self._held.add if hold else self._held.discard)((zone, name))
+
+    def set_host_keys(self, zone: str, name: str, keys: list[str]) -> None:
+        """Guest-attribute host keys ("ssh-ed25519 AAAA...", one per worker) when there are no hooks."""
+        with self._lock:
+            self._host_keys[(zone, name)] = list(keys)
+
+    def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1) -> None:
+        """The next n matching requests answer with that error instead of being served."""
+        with self._lock:
+            self._injected.append([method, path_contains, code, n])
+
+    def node(self, zone: str, name: str) -> dict[str, Any] | None:
+        self._advance()
+        with self._lock:
+            node = self._nodes.get((zone, name))
+            return None if node is None else json.loads(json.dumps(node))
+
+    def count(self, method: str, path_contains: str) -> int:
+        with self._lock:
+            return sum(1 for m, p in self.requests if m == method and path_contains in p)
+
+    def list_calls(self, zone: str | None = None) -> int:
+        """Number of list-nodes requests (optionally for one zone)."""
+        with self._lock:
+            return sum(1 for m, p in self.requests if m == "GET" and p.endswith("/nodes")
+                       and (zone is None or f"/locations/{zone}/" in p))
+
+    # ----- internals -----
+    def _new_node(self, project: str, zone: str, name: str, body: dict[str, Any], state: str,
+                  workers: Sequence[tuple[str, str]] | None) -> dict[str, Any]:
+        accel = str(body.get("acceleratorType") or "v3-8")
+        if not workers:
+            if self.worker_hooks is not None:
+                workers = self.worker_hooks.workers_for(name, accel)
+            else:
+                self._seq += 1
+                workers = synthetic_workers(accel, self._seq)
+        node = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
+        node["schedulingConfig"] = {"preemptible": False, "spot": False, **node.get("schedulingConfig", {})}
+        node.setdefault("labels", {})
+        node.update({
+            "name": f"projects/{project}/locations/{zone}/nodes/{name}", "acceleratorType": accel,
+            "state": state, "health": "HEALTHY", "healthDescription": "", "createTime": _now_str(),
+            "networkEndpoints": [{"ipAddress": i, "port": 8470, "accessConfig": {"externalIp": e}}
+                                 for i, e in workers],
+        })
+        return node
+
+    def _new_op(self, kind: str, node_name: str) -> _Op:
+        self._seq += 1
+        parent = node_name.split("/nodes/")[0]
+        op = _Op(f"{parent}/operations/operation-{self._seq}-{time.time_ns():x}", kind, node_name, _now_str())
+        self._ops[op.name] = op
+        return op
+
+    def _advance(self) -> None:
+        """Apply every transition that is due; hooks run outside the lock, before the state is visible."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                due = [(k, p) for k, p in self._pending.items() if not p.busy and now >= p.due
+                       and not (p.kind == "create" and k in self._held)]
+                if not due:
+                    return
+                key, pend = due[0]
+                pend.busy = True
+            hook: Callable[[str], None] | None = None
+            if self.worker_hooks is not None and pend.error is None:
+                hook = {"create": self.worker_hooks.on_create_ready,
+                        "delete": self.worker_hooks.on_delete}.get(pend.kind)
+            try:
+                if hook is not None:
+                    hook(key[1])
+            finally:
+                with self._lock:
+                    self._finish(key, pend)
+
+    def _finish(self, key: tuple[str, str], pend: _Pending) -> None:
+        if self._pending.get(key) is not pend:
+            return  # overridden meanwhile (set_state, preempt)
+        del self._pending[key]
+        op = self._ops[pend.op]
+        op.done = True
+        if pend.error is not None:
+            self._nodes.pop(key, None)
+            code, message = pend.error
+            op.error = {"code": RPC_CODES.get(code, (2, 500))[0], "message": message}
+        elif pend.target is None:
+            self._nodes.pop(key, None)
+            op.response = {"@type": EMPTY_TYPE}
+        else:
+            node = self._nodes[key]
+            node["state"] = pend.target
+            op.response = {"@type": NODE_TYPE, **json.loads(json.dumps(node))}
+
+    def _abort(self, key: tuple[str, str], why: str) -> None:
+        """An operation in flight on this node ends in error ABORTED."""
+        pend = self._pending.pop(key, None)
+        if pend is not None:
+            op = self._ops[pend.op]
+            op.done, op.error = True, {"code": 10, "message": f"ABORTED: {why}"}
+
+    def _start_transition(self, kind: str, key: tuple[str, str], during: str, target: str | None,
+                          delay: float, error: tuple[str, str] | None = None) -> dict[str, Any]:
+        node = self._nodes[key]
+        self._abort(key, f"superseded by {kind}")
+        node["state"] = during
+        op = self._new_op(kind, node["name"])
+        self._pending[key] = _Pending(kind, target, time.monotonic() + delay, op.name, error)
+        return self._op_json(op)
+
+    def _op_json(self, op: _Op) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": op.name, "done": op.done, "metadata": {
+            "@type": METADATA_TYPE, "createTime": op.created, "target": op.target, "verb": op.kind,
+            "apiVersion": "v2"}}
+        if op.error is not None:
+            out["error"] = op.error
+        elif op.response is not None:
+            out["response"] = op.response
+        return out
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        """Serve one request; raise ApiError for an error answer."""
+        with self._lock:
+            self.requests.append((method, path))
+            for inj in self._injected:
+                if inj[3] > 0 and inj[0] == method and inj[1] in path:
+                    inj[3] -= 1
+                    raise ApiError(inj[2], f"injected {inj[2]}")
+        self._advance()
+        with self._lock:  # answer a copy, serialised outside the lock
+            return json.loads(json.dumps(self._route(method, path, query, body)))
+
+    def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        parts = path.strip("/").split("/")
+        if len(parts) < 6 or parts[:2] != ["v2", "projects"] or parts[3] != "locations":
+            raise ApiError("NOT_FOUND", f"no route for {method} {path}")
+        project, zone, rest = parts[2], parts[4], parts[5:]
+        if rest[0] == "operations" and len(rest) == 2 and method == "GET":
+            op = self._ops.get("/".join(parts[1:]))
+            if op is None:
+                raise ApiError("NOT_FOUND", f"operation {'/'.join(parts[1:])} not found")
+            return self._op_json(op)
+        if rest == ["nodes"] and method == "GET":
+            return self._list(project, zone, query)
+        if rest == ["nodes"] and method == "POST":
+            return self._create(project, zone, query.get("nodeId", ""), body)
+        if rest[0] != "nodes" or len(rest) != 2:
+            raise ApiError("NOT_FOUND", f"no route for {method} {path}")
+        name, _, verb = rest[1].partition(":")
+        key = (zone, name)
+        node = self._nodes.get(key)
+        if node is None or not node["name"].startswith(f"projects/{project}/"):
+            raise ApiError("NOT_FOUND", f"node projects/{project}/locations/{zone}/nodes/{name} not found")
+        if method == "GET" and not verb:
+            return node
+        if method == "DELETE" and not verb:
+            return self._start_transition("delete", key, "DELETING", None, self.delete_after)
+        if method == "POST" and verb == "getGuestAttributes":
+            return self._guest_attributes(key, node, body)
+        if method == "POST" and verb == "stop":
+            return self._start_transition("stop", key, "STOPPING", "STOPPED", self.ready_after)
+        if method == "POST" and verb == "start":
+            return self._start_transition("start", key, "STARTING", "READY", self.ready_after)
+        raise ApiError("NOT_FOUND", f"no route for {method} {path}")
+
+    def _list(self, project: str, zone: str, query: dict[str, str]) -> dict[str, Any]:
+        prefix = f"projects/{project}/locations/{zone}/nodes/"
+        nodes = sorted((n for n in self._nodes.values() if n["name"].startswith(prefix)),
+                       key=lambda n: n["name"])
+        size = int(query.get("pageSize") or 0) or self.page_size
+        try:
+            start = int(query.get("pageToken") or 0)
+        except ValueError:
+            raise ApiError("INVALID_ARGUMENT", "bad pageToken") from None
+        out: dict[str, Any] = {"nodes": nodes[start:start + size]}
+        if start + size < len(nodes):
+            out["nextPageToken"] = str(start + size)
+        return out
+
+    def _create(self, project: str, zone: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not name:
+            raise ApiError("INVALID_ARGUMENT", "nodeId is required")
+        if (zone, name) in self._nodes:
+            raise ApiError("ALREADY_EXISTS", f"node projects/{project}/locations/{zone}/nodes/{name} already exists")
+        self._nodes[(zone, name)] = self._new_node(project, zone, name, body, "CREATING", None)
+        error = None
+        if self._fail_creates:
+            code = self._fail_creates.pop(0)
+            error = (code, f"{code}: There is no more capacity in the zone \"{zone}\"; "
+                           "you can try in another zone where Cloud TPU Nodes are offered")
+        return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
+
+    def _guest_attributes(self, key: tuple[str, str], node: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        n = len(node["networkEndpoints"])
+        keys = self.worker_hooks.host_keys(key[1]) if self.worker_hooks else self._host_keys.get(key, [])
+        query_path = str(body.get("queryPath") or "")
+        wanted = [int(w) for w in body.get("workerIds") or []] or list(range(n))
+        out = []
+        for w in wanted:
+            if not 0 <= w < n:
+                raise ApiError("INVALID_ARGUMENT", f"worker {w} out of range")
+            items = []
+            ktype, _, value = (keys[w] if w < len(keys) else "").strip().partition(" ")
+            if ktype and (query_path.rstrip("/") in ("", "hostkeys") or query_path == f"hostkeys/{ktype}"):
+                items.append({"namespace": "hostkeys", "key": ktype, "value": value.split(" ")[0]})
+            out.append({"queryPath": query_path or "hostkeys/", "queryValue": {"items": items},
+                        "workerId": str(w)})
+        return {"guestAttributes": out}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else keep-alive answers wait ~40 ms on delayed ACKs
+    fake: FakeTpuApi
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        try:
+            try:
+                body = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                raise ApiError("INVALID_ARGUMENT", "request body is not JSON") from None
+            status, payload = 200, self.fake.handle(self.command, url.path, query, body)
+        except ApiError as e:
+            status = RPC_CODES.get(e.status, (2, 500))[1]
+            payload = {"error": {"code": status, "message": e.message, "status": e.status}}
+        except Exception as e:  # a bug or a failing hook: answer 500 rather than drop the connection
+            status, payload = 500, {"error": {"code": 500, "message": repr(e), "status": "INTERNAL"}}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve

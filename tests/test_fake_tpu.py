@@ -1,0 +1,238 @@
+"""The fake TPU API, driven only through the real google-cloud-tpu REST client."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from google.api_core import exceptions as gexc
+from google.api_core.client_options import ClientOptions
+from google.api_core.future.polling import DEFAULT_POLLING
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tpu_v2
+
+from tests.fake_tpu import FakeTpuApi
+
+P, Z = "proj", "europe-west4-a"
+PARENT = f"projects/{P}/locations/{Z}"
+FAST = DEFAULT_POLLING.with_delay(initial=0.02, maximum=0.05)
+State = tpu_v2.Node.State
+
+
+class RecordingHooks:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def _rec(self, what: str, name: str) -> None:
+        with self.lock:
+            self.calls.append((what, name))
+
+    def workers_for(self, node_name: str, accelerator_type: str) -> list[tuple[str, str]]:
+        self._rec("workers_for", node_name)
+        return [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
+
+    def on_preempt(self, node_name: str) -> None:
+        self._rec("on_preempt", node_name)
+
+    def on_create_ready(self, node_name: str) -> None:
+        time.sleep(0.05)  # READY must not be visible before this returns
+        self._rec("on_create_ready", node_name)
+
+    def on_delete(self, node_name: str) -> None:
+        self._rec("on_delete", node_name)
+
+    def host_keys(self, node_name: str) -> list[str]:
+        return ["ssh-ed25519 AAAAC3NzaW0 root@w0", "ssh-ed25519 AAAAC3NzaW1 root@w1"]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeTpuApi]:
+    with FakeTpuApi(ready_after=0.2, page_size=3) as fake:
+        yield fake
+
+
+def client_for(fake: FakeTpuApi) -> tpu_v2.TpuClient:
+    return tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(),
+                            client_options=ClientOptions(api_endpoint=fake.url))
+
+
+@pytest.fixture
+def client(api: FakeTpuApi) -> tpu_v2.TpuClient:
+    return client_for(api)
+
+
+def new_node(accel: str = "v3-32") -> tpu_v2.Node:
+    return tpu_v2.Node(accelerator_type=accel, runtime_version="tpu-ubuntu2204-base", labels={"owner": "kmh"},
+                       scheduling_config=tpu_v2.SchedulingConfig(preemptible=True))
+
+
+def test_get_node_fields(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.add_node(P, Z, "n1", accelerator_type="v3-16", preemptible=True, labels={"a": "b"},
+                 workers=[("10.0.0.2", "34.0.0.2"), ("10.0.0.3", "34.0.0.3")])
+    node = client.get_node(name=f"{PARENT}/nodes/n1")
+    assert node.name == f"{PARENT}/nodes/n1"
+    assert (node.accelerator_type, node.runtime_version) == ("v3-16", "tpu-ubuntu2204-base")
+    assert node.state == State.READY and node.health == tpu_v2.Node.Health.HEALTHY
+    assert node.scheduling_config.preemptible and not node.scheduling_config.spot
+    assert dict(node.labels) == {"a": "b"}
+    assert [(e.ip_address, e.port, e.access_config.external_ip) for e in node.network_endpoints] == [
+        ("10.0.0.2", 8470, "34.0.0.2"), ("10.0.0.3", 8470, "34.0.0.3")]
+    assert node.create_time.year >= 2024
+
+
+def test_missing_node_is_not_found(client: tpu_v2.TpuClient) -> None:
+    with pytest.raises(gexc.NotFound) as info:
+        client.get_node(name=f"{PARENT}/nodes/nope")
+    assert info.value.code == 404 and "not found" in info.value.message
+
+
+def test_list_pages(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    for i in range(7):
+        api.add_node(P, Z, f"n{i}")
+    api.add_node(P, "us-central1-a", "other")
+    api.add_node("proj2", Z, "foreign")
+    names = [n.name.rsplit("/", 1)[1] for n in client.list_nodes(parent=PARENT)]
+    assert names == [f"n{i}" for i in range(7)]
+    assert api.list_calls(Z) == 3 and api.list_calls() == 3  # pages of 3, 3, 1
+    request = tpu_v2.ListNodesRequest(parent=PARENT, page_size=5)
+    assert len(list(client.list_nodes(request=request))) == 7
+    assert api.list_calls(Z) == 5
+    assert [n.name for n in client.list_nodes(parent="projects/proj/locations/us-central1-a")] == [
+        "projects/proj/locations/us-central1-a/nodes/other"]
+
+
+def test_create_then_ready_via_result(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    op = client.create_node(parent=PARENT, node_id="c1", node=new_node())
+    assert client.get_node(name=f"{PARENT}/nodes/c1").state == State.CREATING
+    node = op.result(timeout=5, polling=FAST)
+    assert isinstance(node, tpu_v2.Node) and node.state == State.READY
+    assert dict(node.labels) == {"owner": "kmh"} and node.scheduling_config.preemptible
+    assert len(node.network_endpoints) == 4  # synthetic workers, v3-32 -> 4 hosts
+    assert op.metadata.verb == "create" and op.metadata.target == f"{PARENT}/nodes/c1"
+    assert api.count("POST", f"{PARENT}/nodes") == 1
+    with pytest.raises(gexc.Conflict):  # 409 maps to Conflict (AlreadyExists is its subclass)
+        client.create_node(parent=PARENT, node_id="c1", node=new_node())
+
+
+def test_create_then_ready_via_get_operation(client: tpu_v2.TpuClient) -> None:
+    op = client.create_node(parent=PARENT, node_id="c2", node=new_node("v3-8"))
+    deadline = time.monotonic() + 5
+    raw = client.get_operation(request={"name": op.operation.name})
+    while not raw.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+        raw = client.get_operation(request={"name": op.operation.name})
+    assert raw.done and raw.WhichOneof("result") == "response"
+    assert raw.response.type_url == "type.googleapis.com/google.cloud.tpu.v2.Node"
+    node = tpu_v2.Node.deserialize(raw.response.value)
+    assert node.state == State.READY and node.name == f"{PARENT}/nodes/c2"
+
+
+def test_resource_exhausted_twice_then_ok(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.ready_after = 0.05
+    api.fail_next_creates(2)
+    for _ in range(2):
+        op = client.create_node(parent=PARENT, node_id="c3", node=new_node())
+        with pytest.raises(gexc.ResourceExhausted) as info:
+            op.result(timeout=5, polling=FAST)
+        assert info.value.grpc_status_code.name == "RESOURCE_EXHAUSTED"
+        assert "RESOURCE_EXHAUSTED" in info.value.message and info.value.code == 429
+        raw = client.get_operation(request={"name": op.operation.name})  # no exception here
+        assert raw.done and raw.error.code == 8 and "RESOURCE_EXHAUSTED" in raw.error.message
+        assert api.node(Z, "c3") is None
+    node = client.create_node(parent=PARENT, node_id="c3", node=new_node()).result(timeout=5, polling=FAST)
+    assert node.state == State.READY
+
+
+def test_delete(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.add_node(P, Z, "d1")
+    client.delete_node(name=f"{PARENT}/nodes/d1").result(timeout=5, polling=FAST)
+    with pytest.raises(gexc.NotFound):
+        client.get_node(name=f"{PARENT}/nodes/d1")
+    api.delete_after = 0.2
+    api.add_node(P, Z, "d2")
+    op = client.delete_node(name=f"{PARENT}/nodes/d2")
+    assert client.get_node(name=f"{PARENT}/nodes/d2").state == State.DELETING
+    op.result(timeout=5, polling=FAST)
+    assert api.node(Z, "d2") is None and api.count("DELETE", "/nodes/d") == 2
+
+
+def test_preempt_and_set_state(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    hooks = RecordingHooks()
+    api.worker_hooks = hooks
+    api.add_node(P, Z, "p1", preemptible=True)
+    api.preempt(Z, "p1")
+    assert client.get_node(name=f"{PARENT}/nodes/p1").state == State.PREEMPTED
+    assert [n.state for n in client.list_nodes(parent=PARENT)] == [State.PREEMPTED]
+    assert ("on_preempt", "p1") in hooks.calls
+    api.set_state(Z, "p1", "TERMINATED")
+    assert client.get_node(name=f"{PARENT}/nodes/p1").state == State.TERMINATED
+
+
+def test_hold_creating(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.ready_after = 0.05
+    api.hold_creating(Z, "h1")
+    op = client.create_node(parent=PARENT, node_id="h1", node=new_node())
+    time.sleep(0.2)
+    assert client.get_node(name=f"{PARENT}/nodes/h1").state == State.CREATING
+    assert not client.get_operation(request={"name": op.operation.name}).done
+    api.hold_creating(Z, "h1", False)
+    assert op.result(timeout=5, polling=FAST).state == State.READY
+
+
+def test_state_change_aborts_operation(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.hold_creating(Z, "a1")
+    op = client.create_node(parent=PARENT, node_id="a1", node=new_node())
+    api.preempt(Z, "a1")
+    with pytest.raises(gexc.Aborted):
+        op.result(timeout=5, polling=FAST)
+    assert api.node(Z, "a1")["state"] == "PREEMPTED"  # type: ignore[index]
+    api.hold_creating(Z, "a2")
+    op = client.create_node(parent=PARENT, node_id="a2", node=new_node())
+    client.delete_node(name=f"{PARENT}/nodes/a2").result(timeout=5, polling=FAST)
+    with pytest.raises(gexc.Aborted):
+        op.result(timeout=5, polling=FAST)
+    assert api.node(Z, "a2") is None
+
+
+def test_hooks_and_guest_attributes(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    hooks = RecordingHooks()
+    api.worker_hooks = hooks
+    op = client.create_node(parent=PARENT, node_id="k1", node=new_node("v3-16"))
+    node = op.result(timeout=5, polling=FAST)
+    assert hooks.calls == [("workers_for", "k1"), ("on_create_ready", "k1")]
+    assert [e.ip_address for e in node.network_endpoints] == ["127.0.0.2", "127.0.0.3"]
+    attrs = client.get_guest_attributes(request={"name": f"{PARENT}/nodes/k1"}).guest_attributes
+    assert [(a.query_path, [(i.namespace, i.key, i.value) for i in a.query_value.items]) for a in attrs] == [
+        ("hostkeys/", [("hostkeys", "ssh-ed25519", "AAAAC3NzaW0")]),
+        ("hostkeys/", [("hostkeys", "ssh-ed25519", "AAAAC3NzaW1")])]
+    one = client.get_guest_attributes(request={"name": f"{PARENT}/nodes/k1", "worker_ids": ["1"]})
+    assert [i.value for a in one.guest_attributes for i in a.query_value.items] == ["AAAAC3NzaW1"]
+    client.delete_node(name=f"{PARENT}/nodes/k1").result(timeout=5, polling=FAST)
+    assert hooks.calls[-1] == ("on_delete", "k1")
+
+
+def test_stop_start(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.ready_after = 0.05
+    api.add_node(P, Z, "s1")
+    op = client.stop_node(request={"name": f"{PARENT}/nodes/s1"})
+    assert client.get_node(name=f"{PARENT}/nodes/s1").state in (State.STOPPING, State.STOPPED)
+    assert op.result(timeout=5, polling=FAST).state == State.STOPPED
+    assert client.start_node(request={"name": f"{PARENT}/nodes/s1"}).result(timeout=5, polling=FAST).state == State.READY
+
+
+def test_unknown_route_and_injected_error(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    req = urllib.request.Request(f"{api.url}/v1/whatever", data=b'{"x": 1}', method="POST")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=5)
+    assert info.value.code == 404
+    assert json.loads(info.value.read())["error"]["status"] == "NOT_FOUND"
+    api.inject_error("GET", "/nodes", "UNAVAILABLE")
+    with pytest.raises(gexc.ServiceUnavailable):
+        list(client.list_nodes(request=tpu_v2.ListNodesRequest(parent=PARENT), retry=None))
+    assert list(client.list_nodes(parent=PARENT)) == []

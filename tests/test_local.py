@@ -1,0 +1,163 @@
+"""End to end on the built-in local machine, through the real CLI and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tarfile
+from pathlib import Path
+
+from tests.helpers import jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
+
+
+def _src(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
+    src = tmp_path / "src"
+    for name, content in files.items():
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return src
+
+
+def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 2, "gpu": 4}}})
+    src = _src(tmp_path, {
+        "job.py": "import json, os\njson.dump({'cwd': os.getcwd(), 'files': sorted(os.listdir('.')),"
+                  " 'env': {k: v for k, v in os.environ.items() if k.startswith(('JOBTPU_', 'CUDA_', 'MY_'))}},"
+                  " open('out.json', 'w'))\n",
+        ".gitignore": "big.bin\n",
+        "big.bin": os.urandom(5 * 1024 * 1024),
+    })
+    job_id = submit(home, src, "python3 job.py", "--req", "gpu=2", "--env", "MY_VAR=x y")
+    jobs = manage_until(home, [job_id], {"finished"})
+    assert jobs[job_id]["reason"] is None and jobs[job_id]["exit_code"] == 0
+    folder = home / "run" / "jobs" / str(job_id)
+    out = json.loads((folder / "out.json").read_text())
+    assert Path(out["cwd"]).resolve() == folder.resolve()
+    assert "big.bin" not in out["files"] and "job.py" in out["files"]
+    assert out["env"] == {"JOBTPU_JOB_ID": str(job_id), "JOBTPU_ATTEMPT": "0", "JOBTPU_RESUME": "0",
+                          "JOBTPU_WORKER": "0", "JOBTPU_NUM_WORKERS": "1", "JOBTPU_MACHINE": "local",
+                          "JOBTPU_GPU": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "MY_VAR": "x y"}
+    archive = home / "archives" / jobs[job_id]["archive"]
+    with tarfile.open(archive) as tar:
+        names = {m.name.removeprefix("./") for m in tar.getmembers()}
+    assert "big.bin" not in names and "job.py" in names
+
+
+def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"fail.sh": "echo about to fail\nexit 3\n"})
+    job_id = submit(home, src, "bash fail.sh")
+    job = manage_until(home, [job_id], {"failed"})[job_id]
+    assert (job["status"], job["reason"], job["exit_code"]) == ("failed", "exit 3", 3)
+    assert job["attempts"][0]["outcome"] == "exit 3"
+    assert job["last_line"] == "about to fail"
+    assert jobtpu(home, "tail", str(job_id)).stdout == "about to fail\n"
+
+
+def test_kill_ends_the_whole_process_group(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    # The job starts a child that ignores nothing and a grandchild in the background.
+    src = _src(tmp_path, {"tree.sh": "sleep 300 & echo $! > child.pid\nbash -c 'sleep 300' &\n"
+                                     "echo $! > grandchild.pid\nwait\n"})
+    job_id = submit(home, src, "bash tree.sh")
+    manage_until(home, [job_id], {"running"})
+    folder = home / "run" / "jobs" / str(job_id)
+    wait_for(lambda: (folder / "grandchild.pid").exists(), what="the job's children")
+    pids = [int((folder / f).read_text()) for f in ("child.pid", "grandchild.pid")]
+    leader = int((home / "run" / "meta" / str(job_id) / "0.0.pid").read_text().split()[0])
+    assert all(pid_alive(p) for p in [leader, *pids])
+    jobtpu(home, "kill", str(job_id))
+    assert status(home)[job_id]["status"] == "killed" and status(home)[job_id]["reason"] == "killed"
+    wait_for(lambda: not any(pid_alive(p) for p in [leader, *pids]), timeout=10, what="the group to die")
+    # A later pass does not bring it back or change it.
+    jobtpu(home, "manage")
+    assert status(home)[job_id]["status"] == "killed"
+
+
+def test_run_follow_exits_with_the_job_exit_code(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"go.sh": "for i in 1 2 3; do echo line $i; sleep 0.2; done\nexit 7\n"})
+    done = jobtpu(home, "run", "--follow", "--dir", str(src), "--cmd", "bash go.sh", check=False)
+    assert done.returncode == 7, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].isdigit() and lines[1:] == ["line 1", "line 2", "line 3"]
+    ok = jobtpu(home, "run", "--follow", "--dir", str(src), "--cmd", "echo fine", check=False)
+    assert ok.returncode == 0 and ok.stdout.splitlines()[1:] == ["fine"]
+
+
+def test_timeout_and_stall(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"chatty.sh": "while true; do echo tick; sleep 0.2; done\n",
+                          "quiet.sh": "echo once; sleep 300\n"})
+    slow = submit(home, src, "bash chatty.sh", "--timeout", "2s")
+    stuck = submit(home, src, "bash quiet.sh", "--stall", "2s")
+    steady = submit(home, src, "bash chatty.sh", "--stall", "2s")
+    jobs = manage_until(home, [slow, stuck], {"failed"}, timeout=40)
+    assert (jobs[slow]["status"], jobs[slow]["reason"]) == ("failed", "timeout")
+    assert (jobs[stuck]["status"], jobs[stuck]["reason"]) == ("failed", "hang")
+    # A job whose log keeps growing is not a stall.
+    assert jobs[steady]["status"] == "running"
+    jobtpu(home, "kill", str(steady))
+    for job_id in (slow, stuck, steady):
+        leader = int((home / "run" / "meta" / str(job_id) / "0.0.pid").read_text().split()[0])
+        assert not pid_alive(leader)
+
+
+def test_resume_and_rerun_queue_a_new_attempt(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"env.sh": 'echo "$JOBTPU_ATTEMPT $JOBTPU_RESUME" >> seen.txt\nexit 1\n'})
+    job_id = submit(home, src, "bash env.sh")
+    manage_until(home, [job_id], {"failed"})
+    jobtpu(home, "resume", str(job_id))
+    assert status(home)[job_id]["status"] == "queued"
+    manage_until(home, [job_id], {"failed"})
+    jobtpu(home, "rerun", str(job_id))
+    job = manage_until(home, [job_id], {"failed"})[job_id]
+    assert [a["n"] for a in job["attempts"]] == [0, 1, 2] and job["attempt"] == 2
+    seen = (home / "run" / "jobs" / str(job_id) / "seen.txt").read_text().split("\n")
+    assert seen[:3] == ["0 0", "1 1", "2 0"]
+    assert jobtpu(home, "tail", str(job_id), "--attempt", "1", check=False).returncode == 0
+
+
+def test_resources_are_counted(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 8, "gpu": 2}}})
+    src = _src(tmp_path, {"hold.sh": 'echo "$CUDA_VISIBLE_DEVICES" > "gpus.$JOBTPU_JOB_ID"; sleep 300\n'})
+    ids = [submit(home, src, "bash hold.sh", "--req", "gpu=1") for _ in range(3)]
+    jobtpu(home, "manage")
+    jobs = status(home)
+    assert [jobs[i]["status"] for i in ids] == ["launching", "launching", "queued"] or \
+        [jobs[i]["status"] for i in ids] == ["running", "running", "queued"]
+    assert sorted(tuple(jobs[i]["alloc"]["gpu"]) for i in ids[:2]) == [(0,), (1,)]
+    jobtpu(home, "kill", str(ids[0]))
+    jobs = manage_until(home, [ids[2]], {"running"})
+    assert jobs[ids[2]]["alloc"]["gpu"] == jobs[ids[0]]["alloc"].get("gpu", [0]) or jobs[ids[2]]["alloc"]["gpu"] == [0]
+    jobtpu(home, "kill", *map(str, ids[1:]))
+
+
+def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "true\n"})
+    done_id = submit(home, src, "bash a.sh")
+    manage_until(home, [done_id], {"finished"})
+    queued_id = submit(home, src, "bash a.sh", "--machine", "local")
+    jobtpu(home, "clean", "--remote")
+    assert list(status(home)) == [queued_id]
+    history = [json.loads(line) for line in (home / "history.jsonl").read_text().splitlines()]
+    assert [h["id"] for h in history] == [done_id]
+    assert not (home / "run" / "jobs" / str(done_id)).exists()
+
+
+def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    import fcntl
+
+    with open(home / "manage.lock", "w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        src = _src(tmp_path, {"a.sh": "true\n"})
+        job_id = submit(home, src, "bash a.sh")  # submit does not wait for the pass
+        done = jobtpu(home, "manage")
+        assert "another manage pass is running" in done.stderr
+        assert status(home)[job_id]["status"] == "queued"
+    _ = signal
