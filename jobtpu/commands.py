@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import model
 from .errors import JobtpuError, NotFoundError
-from .fleet import Fleet, load_fleet
 from .home import Home, find_home
-from .inputs import config_overrides, parse_duration, parse_env, resolve_user
+from .inputs import resolve_user
 from .model import Job, Status
-from .requests import parse_request, why_not
 from .store import Store, append_line
+
+if TYPE_CHECKING:
+    from .fleet import Fleet
+
+# Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
+# so every module they load is start-up time paid on every call.
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -28,7 +30,10 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def emit_json(document: object) -> None:
-    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    import orjson
+
+    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE))
+    sys.stdout.flush()
 
 
 def note(text: str) -> None:
@@ -39,6 +44,9 @@ def note(text: str) -> None:
 
 def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
+    from .inputs import config_overrides, parse_duration, parse_env
+    from .requests import parse_request, why_not
+
     user = resolve_user(args.user)
     if not args.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
@@ -71,6 +79,8 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
 
 
 def submit(home: Home, args: argparse.Namespace) -> Job:
+    from .fleet import load_fleet
+
     fleet = load_fleet(home)
     Store(home).load()  # a broken state.json is reported before the snapshot, not after
     job = build_job(home, fleet, args)
@@ -149,8 +159,7 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
 # ---- status ---------------------------------------------------------------------------------------
 
 def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
-    state = Store(home).load()
-    jobs = [j.to_json() for j in state.jobs]
+    jobs = Store(home).load_records()
     if ids:
         known = {j["id"] for j in jobs}
         missing = [i for i in ids if i not in known]
@@ -299,6 +308,7 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
+    from .fleet import load_fleet
     from .operations import fetch
 
     job = find_job(home, args.id)
@@ -316,6 +326,7 @@ def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
 
 def machine_rows(home: Home) -> list[dict[str, Any]]:
     from .decide import used_resources
+    from .fleet import load_fleet
 
     fleet = load_fleet(home)
     state = Store(home).load()
@@ -354,6 +365,7 @@ def cmd_tpu(home: Home, args: argparse.Namespace) -> int:
 
 def cmd_doctor(home: Home, args: argparse.Namespace) -> int:
     from .doctor import doctor
+    from .fleet import load_fleet
 
     fleet = load_fleet(home)
     machine = fleet.get(args.name)
@@ -362,5 +374,3 @@ def cmd_doctor(home: Home, args: argparse.Namespace) -> int:
     problems = doctor(home, fleet, machine, fix=args.fix, report=note)
     return 1 if problems else 0
 
-
-_ = (os, model)

@@ -175,10 +175,10 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
     if policy not in HOST_KEY_POLICIES:
         raise fail(f"{label}: host_key_policy must be one of {', '.join(HOST_KEY_POLICIES)}")
     port = typed("port", int, "an integer port")
-    if not 0 < port < 65536:
+    if port is None or not 0 < port < 65536:
         raise fail(f"{label}: port {port} is out of range")
     timeout = typed("connect_timeout", (int, float), "a number of seconds")
-    if timeout <= 0:
+    if timeout is None or timeout <= 0:
         raise fail(f"{label}: connect_timeout must be positive")
     for key in ("user", "identity_file", "root", "accelerator", "runtime_version"):
         typed(key, str, "a string")

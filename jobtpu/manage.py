@@ -34,6 +34,7 @@ from .scripts import (
     probe_script,
 )
 from .store import State, Store, hold_lock, try_lock
+from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint
 
 MAX_PARALLEL = 32
@@ -55,6 +56,18 @@ class Pass:
         self.base = {j.id: j.to_json() for j in state.jobs}
         self.base_machines = dict(state.machines)
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
+        self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this pass
+        self._tpu: Any = None
+        # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
+        for name, record in state.machines.items():
+            if isinstance(record.get("addresses"), list):
+                self.addresses[name] = list(record["addresses"])
+
+    def tpu_api(self) -> Any:
+        if self._tpu is None:
+            from .tpu import TpuApi  # google-cloud is loaded only when a TPU machine is in play
+            self._tpu = TpuApi(self.fleet.gcp)
+        return self._tpu
 
     # ---- helpers ----------------------------------------------------------------------------
     def endpoints(self, machine: Machine) -> list[Endpoint]:
@@ -138,15 +151,14 @@ def describe(action: Launch | Kill | Recreate) -> str:
 
 def observe(p: Pass) -> Observation:
     seen = Observation(now=time.time())
+    observe_tpus(p, seen)  # TPU node states first: they say where the workers are
     probes: list[tuple[Machine, Endpoint, list[tuple[WorkerRef, int]]]] = []
     for machine in p.fleet.machines.values():
         view = seen.view(machine.name)
         eps = p.endpoints(machine)
         view.n_workers = len(eps)
-        if machine.kind == "tpu":
-            view.ready = False  # TPU machines are brought up by the TPU support
         jobs = [j for j in p.state.jobs if j.machine == machine.name and j.status is Status.RUNNING]
-        if not jobs:
+        if not jobs or view.preempted or (machine.is_tpu and view.reachable is False):
             continue
         for ep in eps:
             refs = [r for j in jobs for r in refs_of(j) if r.worker == ep.index]
@@ -223,6 +235,10 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
     kills = [a for a in plan.actions if isinstance(a, Kill)]
     for _ in parallel(lambda a: _kill(p, a, seen.now), kills):
         pass
+    for machine_name in sorted({a.machine for a in plan.actions if isinstance(a, Recreate)}):
+        machine = p.fleet.get(machine_name)
+        if machine is not None and machine.is_tpu:
+            request_recreate(p, machine, seen.now)
     for _ in parallel(lambda a: _launch(p, a, seen.now), launches):
         pass
 
@@ -251,7 +267,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
 
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
-                          job.full_command(), job_env(job, machine, ep.index, action.workers))
+                          job.full_command(), job_env(job, machine, ep.index, action.workers),
+                          tpu_cleanup=machine.is_tpu)
         try:
             result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
             if (r := result.get(spec.ref)) is not None and r.outcome == "need-archive":
@@ -275,7 +292,7 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         started = tuple(WorkerRef(job.id, job.attempt, i) for i, o in outcomes.items()
                         if o is not None and not isinstance(o, Exception) and o.outcome == "ok")
         if started:
-            job.move(Status.KILLING, None)
+            job.move(Status.KILLING, ending.reason)
             job.ending = ending
             _kill(p, Kill(job.id, machine.name, started), now)
         else:
@@ -342,7 +359,7 @@ def kill_jobs(p: Pass, jobs: list[Job], now: float) -> None:
         if job.status is Status.QUEUED:
             job.move(Status.KILLED, model.KILLED)
         elif job.active:
-            job.move(Status.KILLING, job.reason)
+            job.move(Status.KILLING, model.KILLED)
             job.ending = Ending(Status.KILLED, model.KILLED)
     p.commit()
     kills = [Kill(j.id, j.machine, refs_of(j)) for j in jobs if j.status is Status.KILLING and j.machine]

@@ -44,6 +44,7 @@ class LaunchSpec:
     archive: str
     command: str  # the job's full command, run by bash -c
     env: dict[str, str]
+    tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
 
 
 def q(value: str) -> str:
@@ -92,6 +93,7 @@ if [ ! -d "$j" ]; then
   if tar -xzf "$a" -C "$t" 2>"$b.claim/err"; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
   [ -d "$j" ] || {{ e=$(head -c 200 "$b.claim/err" | tr '\\n' ' '); rm -rf "$b.claim"; echo "$out fail unpack: $e"; exit; }}
 fi
+{TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
 setsid nohup bash -c {q(wrapper(spec.command, spec.env))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
 for i in $(seq 200); do [ -s "$b.pid" ] && break; sleep 0.02; done
@@ -252,3 +254,79 @@ def archive_path(root: str, archive: str) -> str:
 
 def prepare_archive_dir_script(root: str) -> str:
     return f"mkdir -p {_root(root)}/archives\n"
+
+
+def make_dirs_script(paths: Iterable[str]) -> str:
+    """mkdir -p each path (relative to the login folder unless absolute)."""
+    return "mkdir -p -- " + " ".join(q(p) for p in paths) + "\n"
+
+
+def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar")) -> str:
+    """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines."""
+    return "\n".join([
+        f"r={_root(root)}; d=$r",
+        'while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
+        'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
+        'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
+        *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
+    ]) + "\n"
+
+
+def parse_doctor(stdout: str) -> dict[str, str]:
+    """{"root": "yes", "disk_kib": "123", "tool:python3": "/usr/bin/python3" or "-"}."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[0] == "ROOT" and len(words) == 2:
+            out["root"] = words[1]
+        elif words[0] == "DISK" and len(words) == 2:
+            out["disk_kib"] = words[1]
+        elif words[0] == "TOOL" and len(words) == 3:
+            out[f"tool:{words[1]}"] = words[2]
+    return out
+
+
+# ---- machine setup (TPU incarnations) ---------------------------------------------------------------
+
+def setup_tag(incarnation: str) -> str:
+    """A file-name-safe name for one incarnation of a machine."""
+    return "".join(c if c.isalnum() else "-" for c in incarnation)[:64] or "static"
+
+
+def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retry: bool = False) -> str:
+    """Run the setup commands detached, once per incarnation and worker; report one line:
+    `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
+    chain = " && ".join(f"bash -c {q(c)}" for c in commands) or "true"
+    body = (f'echo $$ > "$1.pid"; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"')
+    return f"""set -u
+r={_root(root)}; mkdir -p "$r/setup" || {{ echo "SETUP failed 1: cannot create $r/setup"; exit 0; }}
+b="$(cd "$r/setup" && pwd -P)/{tag}.{int(worker)}"
+if [ -s "$b.exit" ]; then
+  read -r c < "$b.exit"
+  if [ "$c" = 0 ]; then echo "SETUP done"; exit 0; fi
+  if [ {int(retry)} = 0 ]; then echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"; exit 0; fi
+  rm -f "$b.exit" "$b.pid"
+fi
+if [ -s "$b.pid" ] && kill -0 "$(cat "$b.pid")" 2>/dev/null; then echo "SETUP running"; exit 0; fi
+cd ~ && setsid nohup bash -c {q(body)} jobtpu-setup "$b" > "$b.log" 2>&1 < /dev/null &
+for i in $(seq 50); do [ -s "$b.exit" ] && break; sleep 0.02; done
+if [ -s "$b.exit" ]; then read -r c < "$b.exit"; [ "$c" = 0 ] && echo "SETUP done" || echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"
+else echo "SETUP running"; fi
+"""
+
+
+TPU_CLEANUP = r"""
+# Before a launch on a TPU: stop stale holders of the TPU device that are not a live job of ours,
+# then remove the libtpu lock file (in that order: the holder would recreate it).
+ours=" "
+for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r p x < "$f"
+  [ -r "/proc/$p/stat" ] && ours="$ours$p "; done
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}; [ "$p" = $$ ] && continue
+  if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
+    g=$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' ')
+    case "$ours" in *" $g "*) ;; *) kill -TERM "$p" 2>/dev/null; sleep 0.5; kill -KILL "$p" 2>/dev/null;; esac
+  fi
+done
+rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null
+"""

@@ -227,7 +227,8 @@ class SshFleet:
 
     # --- machines ---------------------------------------------------------------------------------
 
-    def add_machine(self, name: str, n_hosts: int = 1) -> FleetMachine:
+    def add_machine(self, name: str, n_hosts: int = 1, same_port: bool = False) -> FleetMachine:
+        """same_port: every host listens on one port (each on its own address), as a TPU's workers do."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("SshFleet is closed")
@@ -246,7 +247,7 @@ class SshFleet:
                 host = Host(_next_addr(), 0, user, hdir / "sshd.log", hdir / "ssh_host_ed25519_key")
                 _write_keypair(host.host_key, f"{name}-{i}")
                 self._confs[host.addr] = hdir / "sshd_config"
-                host.port = _free_port(host.addr)
+                host.port = machine.hosts[0].port if same_port and machine.hosts else _free_port(host.addr)
                 machine.hosts.append(host)
                 self._spawn(host)
             for host in machine.hosts:

@@ -1,0 +1,242 @@
+"""Bringing TPU machines up and back: node state from one listing per zone, recreation as a
+delete-then-create that spans passes (recorded in state.json, never waited on), and the machine's
+setup commands on every worker of each new incarnation before anything is launched there."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import scripts
+from .errors import RemoteError
+from .fleet import Machine
+
+if TYPE_CHECKING:
+    from .decide import Observation
+    from .manage import Pass
+    from .tpu import NodeInfo, OpInfo, TpuApi
+
+BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
+SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
+SETUP_RETRIES = 3
+
+
+def backoff(failures: int) -> float:
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** max(0, failures - 1))
+
+
+@dataclass
+class Step:
+    """One thing to do for a machine, decided from its record and what the API said."""
+
+    kind: str  # delete | create | setup | forget-keys
+    detail: str = ""
+
+
+@dataclass
+class MachinePlan:
+    steps: list[Step] = field(default_factory=list)
+    state: str = "unknown"  # what `machines` shows
+    detail: str = ""
+
+
+def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float) -> MachinePlan:
+    """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry)."""
+    from .tpu import DOWN, PREEMPTED, UP, health_of
+
+    plan = MachinePlan()
+    health, why = health_of(node.state if node else None)
+    record.update(tpu_state=node.state if node else None, health=node.health if node else None,
+                  health_description=node.health_description if node else None)
+    pending = record.get("operation")
+    if pending and op is not None:
+        if not op.done:
+            plan.state, plan.detail = "recreating", f"{pending['kind']} in progress"
+            return plan
+        record.pop("operation")
+        if pending["kind"] == "create":
+            if op.error_code:
+                record["failures"] = record.get("failures", 0) + 1
+                record["next_try"] = now + backoff(record["failures"])
+                record["last_error"] = op.error_message[:300]
+            else:
+                record.update(failures=0, next_try=None, last_error=None, want_recreate=False)
+    if record.get("want_recreate") and not record.get("operation"):
+        if (record.get("next_try") or 0) > now:
+            wait = int(record["next_try"] - now)
+            plan.state = "backoff"
+            plan.detail = f"create failed ({record.get('last_error') or 'error'}); retry in {wait}s"
+            return plan
+        if node is not None and node.state not in ("CREATING", "DELETING"):
+            plan.steps.append(Step("delete"))
+            plan.state, plan.detail = "recreating", "deleting the old node"
+            return plan
+        if node is None:
+            plan.steps.append(Step("create"))
+            plan.state, plan.detail = "recreating", "creating the node"
+            return plan
+    if health != UP:
+        plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
+        plan.detail = why
+        return plan
+    incarnation = node.create_time if node else ""
+    if record.get("incarnation") != incarnation:
+        if record.get("incarnation") is not None:
+            plan.steps.append(Step("forget-keys"))
+        record["incarnation"] = incarnation
+        record["setup"] = None
+    setup = record.get("setup") or {}
+    if setup.get("status") == "done":
+        plan.state, plan.detail = "up", why
+    elif setup.get("status") == "failed" and setup.get("tries", 0) >= SETUP_RETRIES:
+        plan.state, plan.detail = "setup failed", setup.get("error", "")
+    else:
+        plan.steps.append(Step("setup"))
+        plan.state, plan.detail = "setting up", "running setup commands"
+    return plan
+
+
+# ---- the I/O around it ---------------------------------------------------------------------------
+
+def observe_tpus(p: Pass, seen: Observation) -> None:
+    """One listing per zone, one call per operation in flight, then each machine's plan carried out
+    (deletes/creates started, setups run). Fills the machines' views and worker addresses."""
+    from .manage import parallel
+    from .tpu import PREEMPTED, TpuApi, health_of
+
+    tpus = [m for m in p.fleet.machines.values() if m.is_tpu]
+    if not tpus:
+        return
+    api = p.tpu_api()
+    zones = sorted({str(m.zone) for m in tpus})
+
+    def listing(zone: str) -> tuple[str, Any]:
+        try:
+            return zone, api.list_nodes(zone)
+        except RemoteError as e:
+            return zone, e
+
+    nodes_by_zone = dict(parallel(listing, zones))
+    for machine in tpus:
+        view = seen.view(machine.name)
+        record = p.state.machines.setdefault(machine.name, {})
+        listed = nodes_by_zone[str(machine.zone)]
+        if isinstance(listed, RemoteError):
+            view.ready, view.reachable, view.error = False, False, listed.message
+            record.update(state="unknown", detail=listed.message)
+            view.n_workers = len(record.get("addresses") or [])
+            p.addresses[machine.name] = list(record.get("addresses") or [])
+            continue
+        node = listed.get(str(machine.node))
+        p.nodes[machine.name] = node
+        op = None
+        if record.get("operation"):
+            try:
+                op = api.operation(record["operation"]["name"])
+            except RemoteError:
+                op = None
+        plan = plan_machine(record, node, op, seen.now)
+        addresses = node.addresses(machine.use_external_ip) if node else []
+        record["addresses"], record["workers"] = addresses, len(addresses)
+        p.addresses[machine.name] = addresses
+        view.n_workers = len(addresses)
+        view.preempted = health_of(node.state if node else None)[0] == PREEMPTED
+        _carry_out(p, api, machine, record, plan, seen.now)
+        record["state"], record["detail"] = plan.state, plan.detail
+        view.ready = plan.state == "up"
+        if plan.state != "up":
+            view.reachable = False if not view.preempted else None
+            view.error = plan.detail
+    _ = TpuApi
+
+
+def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
+               now: float) -> None:
+    for step in plan.steps:
+        try:
+            if step.kind == "delete":
+                name = api.delete_node(machine)
+                if name is not None:
+                    record["operation"] = {"kind": "delete", "name": name, "since": now}
+                else:
+                    step.kind = "create"
+            if step.kind == "create":
+                record["operation"] = {"kind": "create", "name": api.create_node(machine), "since": now}
+                record["recreations"] = record.get("recreations", 0) + 1
+            elif step.kind == "forget-keys":
+                forget_keys(p, machine, record.get("addresses") or [])
+            elif step.kind == "setup":
+                run_setup(p, machine, record, plan)
+        except RemoteError as e:
+            record["last_error"] = e.message
+            if step.kind == "create":
+                record["failures"] = record.get("failures", 0) + 1
+                record["next_try"] = now + backoff(record["failures"])
+                plan.state, plan.detail = "backoff", f"create failed: {e.message}"
+            else:
+                plan.state, plan.detail = plan.state, e.message
+
+
+def forget_keys(p: Pass, machine: Machine, addresses: list[str]) -> None:
+    """A recreated node has new host keys: forget the old ones rather than trust or refuse them."""
+    if machine.host_key_policy == "off" or not p.home.known_hosts.exists():
+        return
+    from .transport.ssh import forget_host
+
+    for addr in addresses:
+        forget_host(p.home, addr, machine.port)
+
+
+def run_setup(p: Pass, machine: Machine, record: dict[str, Any], plan: MachinePlan) -> None:
+    """Start the setup commands detached on every worker (once per incarnation), wait a little."""
+    from .manage import parallel
+
+    incarnation = str(record.get("incarnation") or "")
+    setup = record.get("setup") or {"status": "running", "tries": 0}
+    if not machine.setup:
+        record["setup"] = {"status": "done", "incarnation": incarnation}
+        plan.state, plan.detail = "up", "ready (no setup commands)"
+        return
+    retry = setup.get("status") == "failed"
+    if retry:
+        setup = {"status": "running", "tries": setup.get("tries", 0)}
+    tag = scripts.setup_tag(incarnation)
+    eps = p.endpoints(machine)
+    deadline = time.monotonic() + SETUP_WAIT
+
+    def one(ep: Any) -> str:
+        try:
+            out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup, retry))
+            while "SETUP running" in out and time.monotonic() < deadline:
+                time.sleep(0.5)
+                out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup))
+            return out
+        except RemoteError as e:
+            return f"SETUP error {e.message}"
+
+    results = parallel(one, eps)
+    words = [r.split()[1] if r.startswith("SETUP ") and len(r.split()) > 1 else "error" for r in
+             (line.strip().splitlines()[-1] if line.strip() else "" for line in results)]
+    if all(w == "done" for w in words):
+        record["setup"] = {"status": "done", "incarnation": incarnation}
+        plan.state, plan.detail = "up", "ready"
+    elif any(w in ("failed", "error") for w in words):
+        bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
+        setup.update(status="failed", tries=setup.get("tries", 0) + 1, error=results[bad].strip()[-300:])
+        record["setup"] = setup
+        plan.state, plan.detail = "setup failed", f"worker {bad}: {results[bad].strip()[-200:]}"
+    else:
+        record["setup"] = setup
+        plan.state, plan.detail = "setting up", "setup commands running"
+
+
+def request_recreate(p: Pass, machine: Machine, now: float) -> None:
+    """A job wants this TPU back: start deleting (or creating) it now; later passes go on from there."""
+    record = p.state.machines.setdefault(machine.name, {})
+    if record.get("want_recreate") or record.get("operation"):
+        return
+    record["want_recreate"] = True
+    plan = plan_machine(record, p.nodes.get(machine.name), None, now)
+    _carry_out(p, p.tpu_api(), machine, record, plan, now)
+    record["state"], record["detail"] = plan.state, plan.detail

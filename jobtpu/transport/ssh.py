@@ -1,0 +1,448 @@
+"""Remote workers over SSH: scripts through plain paramiko (one connection, one exec session per run),
+files through rsync over the OpenSSH client, host keys checked against the home's own known_hosts.
+
+The only module that imports paramiko; connect.py imports it lazily, so status/tail/--help never do."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import getpass
+import hashlib
+import math
+import os
+import re
+import select
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import RemoteError
+from ..fleet import Machine
+from ..home import Home
+from ..scripts import RUN_SCRIPT, make_dirs_script
+from .base import Endpoint, Result
+
+# paramiko imports invoke (when installed) only for ssh_config's `Match exec`, which jobtpu never uses;
+# hiding it while paramiko loads saves ~115 ms of every cold start (a cron `jobtpu manage`).
+_hide_invoke = "invoke" not in sys.modules
+if _hide_invoke:
+    sys.modules["invoke"] = None  # type: ignore[assignment]
+try:
+    import paramiko
+finally:
+    if _hide_invoke:
+        del sys.modules["invoke"]
+
+
+_known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
+_keys_lock = threading.Lock()
+_key_cache: dict[str, tuple[tuple[int, int], paramiko.PKey]] = {}
+_hosts_cache: dict[str, tuple[tuple[int, int, int], list[tuple[list[str], paramiko.PKey]]]] = {}
+_rsync_mkpath: bool | None = None
+
+
+class _HostKeyRefused(Exception):
+    """Raised from inside the handshake; carries the RemoteError text."""
+
+
+# ---- known_hosts: the home's own file (never ~/.ssh/known_hosts) ----------------------------------
+
+def host_pattern(addr: str, port: int) -> str:
+    """How OpenSSH names a host in known_hosts: `addr` on port 22, else `[addr]:port`."""
+    return addr if port == 22 else f"[{addr}]:{port}"
+
+
+def forget_command(home: Home, addr: str, port: int) -> str:
+    return f"ssh-keygen -R {shlex.quote(host_pattern(addr, port))} -f {shlex.quote(str(home.known_hosts))}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
+
+
+def _parse(lines: list[str]) -> list[tuple[list[str], paramiko.PKey]]:
+    """(host names, key) of every usable line; comments, markers and lines we cannot read are skipped."""
+    out = []
+    for line in lines:
+        text = line.strip()
+        if not text or text.startswith(("#", "@")):
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(text)
+        except (paramiko.SSHException, paramiko.UnknownKeyType, paramiko.hostkeys.InvalidHostKey, ValueError):
+            continue
+        if entry is not None and entry.key is not None:
+            out.append((entry.hostnames, entry.key))
+    return out
+
+
+def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
+    """The parsed file, cached while it does not change (a pass connects to many hosts at once)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return []
+    sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+    with _keys_lock:
+        hit = _hosts_cache.get(str(path))
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+    entries = _parse(path.read_text(errors="replace").splitlines())
+    with _keys_lock:
+        _hosts_cache[str(path)] = (sig, entries)
+    return entries
+
+
+def _keys_for(entries: list[tuple[list[str], paramiko.PKey]], pattern: str) -> dict[str, paramiko.PKey]:
+    return {key.get_name(): key for names, key in entries if _matches(names, pattern)}
+
+
+def known_keys(home: Home, addr: str, port: int) -> dict[str, paramiko.PKey]:
+    """key type → key recorded for that host (hashed entries included)."""
+    return _keys_for(_entries(home.known_hosts), host_pattern(addr, port))
+
+
+@contextlib.contextmanager
+def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
+    """Hold the known_hosts lock; yield its lines; write them back atomically if the list changed."""
+    home.ensure()
+    with _known_lock:
+        fd = os.open(home.root / "known_hosts.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                lines = home.known_hosts.read_text().splitlines()
+            except FileNotFoundError:
+                lines = []
+            before = list(lines)
+            yield lines
+            if lines != before:
+                tmp = home.known_hosts.with_name(f".known_hosts.{os.getpid()}.{threading.get_ident()}.tmp")
+                with open(tmp, "w") as f:
+                    f.write("".join(line + "\n" for line in lines))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, home.known_hosts)
+        finally:
+            os.close(fd)
+
+
+def remember_host_key(home: Home, addr: str, port: int, key: paramiko.PKey) -> None:
+    """Trust `key` for the host (accept-new's first contact, or a TPU's published key).
+    Raises _HostKeyRefused when another key is already recorded for it (checked under the lock)."""
+    pattern = host_pattern(addr, port)
+    with _locked_known_hosts(home) as lines:
+        found = _keys_for(_parse(lines), pattern)
+        if found:
+            if found.get(key.get_name()) == key:
+                return
+            raise _HostKeyRefused("changed")
+        lines.append(f"{pattern} {key.get_name()} {key.get_base64()}")
+
+
+def forget_host(home: Home, addr: str, port: int) -> int:
+    """Drop every key recorded for the host (a TPU jobtpu recreated); how many lines went."""
+    pattern = host_pattern(addr, port)
+    with _locked_known_hosts(home) as lines:
+        keep = [line for line in lines if not any(_matches(names, pattern) for names, _ in _parse([line]))]
+        gone = len(lines) - len(keep)
+        lines[:] = keep
+    return gone
+
+
+def _matches(names: list[str], pattern: str) -> bool:
+    for name in names:
+        if name.startswith("|1|"):
+            salt = name.split("|")[2]
+            if paramiko.HostKeys.hash_host(pattern, salt) == name:
+                return True
+        elif name == pattern:
+            return True
+    return False
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    """Called for a host with no recorded key of the type it offered (a recorded key of that type
+    that differs never gets here: paramiko raises BadHostKeyException)."""
+
+    def __init__(self, transport: SshTransport) -> None:
+        self.t = transport
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        t = self.t
+        policy = t.machine.host_key_policy
+        if policy == "off":
+            return
+        if policy == "accept-new" or f"{key.get_name()} {key.get_base64()}" in t.trusted_keys:
+            remember_host_key(t.home, t.addr, t.port, key)
+            return
+        raise _HostKeyRefused("unknown")
+
+
+# ---- the transport ---------------------------------------------------------------------------------
+
+def _load_key(path: str) -> paramiko.PKey:
+    st = os.stat(path)
+    sig = (st.st_mtime_ns, st.st_size)
+    with _keys_lock:
+        hit = _key_cache.get(path)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+    key = paramiko.PKey.from_path(path)
+    with _keys_lock:
+        _key_cache[path] = (sig, key)
+    return key
+
+
+class SshTransport:
+    """One worker reached over SSH. Connects lazily on the first run(); push/pull use rsync."""
+
+    def __init__(self, endpoint: Endpoint, machine: Machine, home: Home) -> None:
+        if endpoint.addr is None:
+            raise ValueError("an SSH endpoint needs an address")
+        self.endpoint, self.machine, self.home = endpoint, machine, home
+        self.addr, self.port = endpoint.addr, endpoint.port
+        self.user = machine.user or getpass.getuser()
+        self.identity = os.path.expanduser(machine.identity_file) if machine.identity_file else None
+        # Hook for TPU machines: "type base64" host keys the node publishes through the TPU API
+        # (guest attributes). Under `strict` such a key is trusted and recorded on first contact.
+        self.trusted_keys: set[str] = set()
+        self._client: paramiko.SSHClient | None = None
+
+    @property
+    def label(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"{self.endpoint.machine}[{self.endpoint.index}] {host}:{self.port}"
+
+    def _fail(self, what: str) -> RemoteError:
+        return RemoteError(f"{self.label}: {what}")
+
+    # ---- connecting ------------------------------------------------------------------------------
+    def connect(self) -> paramiko.SSHClient:
+        """TCP connect, banner, key exchange, host key check and authentication, all within
+        connect_timeout; every failure is a one-line RemoteError naming the worker."""
+        if self._client is not None:
+            return self._client
+        limit = self.machine.connect_timeout
+        deadline = time.monotonic() + limit
+        try:
+            sock = socket.create_connection((self.addr, self.port), timeout=limit)
+        except TimeoutError:
+            raise self._fail(f"no answer within {limit:g}s (connect_timeout)") from None
+        except ConnectionRefusedError:
+            raise self._fail("connection refused") from None
+        except OSError as e:
+            raise self._fail((e.strerror or str(e)).lower()) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(_Policy(self))
+        if self.machine.host_key_policy != "off":
+            for ktype, key in known_keys(self.home, self.addr, self.port).items():
+                client.get_host_keys().add(host_pattern(self.addr, self.port), ktype, key)
+        # paramiko's timeouts are per stage; the watchdog makes them one budget for the whole handshake.
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+        watchdog.daemon = True
+        watchdog.start()
+        left = max(0.1, deadline - time.monotonic())
+        auth: dict[str, object] = {"look_for_keys": True, "allow_agent": True}
+        try:
+            if self.identity is not None:
+                try:
+                    auth = {"pkey": _load_key(self.identity), "look_for_keys": False, "allow_agent": False}
+                except paramiko.PasswordRequiredException:
+                    auth = {"key_filename": self.identity, "look_for_keys": False, "allow_agent": True}
+                except (OSError, paramiko.SSHException) as e:
+                    raise self._fail(f"cannot use identity_file {self.identity}: {e}") from None
+            client.connect(self.addr, self.port, self.user, sock=sock, timeout=left, banner_timeout=left,
+                           auth_timeout=left, channel_timeout=left, **auth)  # type: ignore[arg-type]
+        except RemoteError:
+            client.close()
+            raise
+        except _HostKeyRefused as e:
+            client.close()
+            raise self._host_key_error(str(e), client) from None
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise self._fail(f"host key changed: it offers {fingerprint(e.key)}, known_hosts has "
+                             f"{fingerprint(e.expected_key)}; refusing (possible impostor). If the host was "
+                             f"rebuilt, forget the old key: {forget_command(self.home, self.addr, self.port)}"
+                             ) from None
+        except paramiko.AuthenticationException:
+            client.close()
+            how = f"key {self.identity}" if self.identity else "ssh-agent and ~/.ssh keys"
+            raise self._fail(f"authentication failed as {self.user} ({how}); check 'user' and "
+                             "'identity_file' in machines.json") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            client.close()
+            if expired.is_set():
+                raise self._fail(f"SSH handshake did not finish within {limit:g}s (connect_timeout)") from None
+            raise self._fail(f"SSH handshake failed: {e or type(e).__name__}") from None
+        finally:
+            watchdog.cancel()
+        self._client = client
+        return client
+
+    def _host_key_error(self, kind: str, client: paramiko.SSHClient) -> RemoteError:
+        if kind == "changed":  # another thread recorded a different key meanwhile
+            return self._fail("host key changed while connecting; refusing. If the host was rebuilt, "
+                              f"forget the old key: {forget_command(self.home, self.addr, self.port)}")
+        scan = f"ssh-keyscan -p {self.port} {self.addr}"
+        return self._fail(f"unknown host key and host_key_policy is strict; after checking it, add it "
+                          f"with `{scan} >> {shlex.quote(str(self.home.known_hosts))}`, or use accept-new")
+
+    # ---- running scripts -------------------------------------------------------------------------
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        client = self.connect()
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            self._client = None
+            raise self._fail("the SSH connection dropped")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            chan = transport.open_session(timeout=self.machine.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"cannot open an SSH session: {e or type(e).__name__}") from None
+        try:
+            chan.exec_command(RUN_SCRIPT)
+            with contextlib.suppress(OSError):  # a shell that died early: its output says why
+                chan.sendall(script.encode())
+                chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                if chan.eof_received or chan.closed:
+                    if chan.recv_ready() or chan.recv_stderr_ready():
+                        continue
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._fail(f"the script did not finish within {timeout:g}s")
+                select.select([chan], [], [], 1.0 if left is None else min(left, 1.0))
+                if not transport.is_active():
+                    raise self._fail("the SSH connection dropped while the script ran")
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not chan.status_event.wait(left):
+                raise self._fail(f"the script did not finish within {timeout:g}s")
+            code = chan.recv_exit_status()
+            if code == -1:
+                raise self._fail("the script ended without an exit status (connection lost?)")
+            return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"the SSH session failed: {e or type(e).__name__}") from None
+        finally:
+            chan.close()
+
+    # ---- files: rsync over the OpenSSH client, with the same key, port and known_hosts ---------------
+    def ssh_command(self) -> list[str]:
+        def opt(name: str, path: str) -> str:  # ssh config values: % is a token, spaces split lists
+            return f'{name}="' + path.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        args = ["ssh", "-F", "/dev/null", "-p", str(self.port), "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={max(1, math.ceil(self.machine.connect_timeout))}",
+                "-o", "ConnectionAttempts=1", "-o", "LogLevel=ERROR", "-o", "UpdateHostKeys=no",
+                "-o", "GlobalKnownHostsFile=/dev/null"]
+        if self.identity is not None:
+            args += ["-o", opt("IdentityFile", self.identity), "-o", "IdentitiesOnly=yes"]
+        if self.machine.host_key_policy == "off":
+            args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+        else:  # accept-new is settled by paramiko first (_ensure_known), so ssh never writes the file
+            args += ["-o", "StrictHostKeyChecking=yes", "-o", opt("UserKnownHostsFile", str(self.home.known_hosts))]
+        return args
+
+    def _ensure_known(self) -> None:
+        if self.machine.host_key_policy != "off" and not known_keys(self.home, self.addr, self.port):
+            self.connect()  # checks (and under accept-new records) the host key, under our lock
+
+    def _remote(self, path: str, source: bool) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        # Relative paths are relative to the login folder; rsync with -s does not expand "~".
+        if path == "~":
+            path = "."
+        elif path.startswith("~/"):
+            path = path[2:]
+        if source:  # a sending rsync expands wildcards in its names (even with -s): a name is itself
+            path = re.sub(r"([][*?\\])", r"\\\1", path)
+        return f"{self.user}@{host}:{path}"
+
+    def _rsync(self, args: list[str], what: str) -> subprocess.CompletedProcess[str]:
+        self._ensure_known()
+        timeout = int(max(60, 6 * self.machine.connect_timeout))
+        cmd = ["rsync", "-s", f"--timeout={timeout}", "-e", shlex.join(self.ssh_command()), *args]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise self._fail(f"rsync is not installed here; it is needed to {what}") from None
+
+    def _rsync_error(self, what: str, done: subprocess.CompletedProcess[str]) -> RemoteError:
+        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+        # rsync ends with generic lines ("rsync error: ... (code N)", a broken pipe, "connection
+        # unexpectedly closed"); the cause is the last line before them.
+        generic = ("rsync error:", "Broken pipe", "connection unexpectedly closed")
+        cause = [ln for ln in lines if not any(g in ln for g in generic)] or lines
+        return self._fail(f"rsync {what} failed ({done.returncode}): {cause[-1] if cause else 'no message'}")
+
+    def push(self, local: Path, remote: str) -> None:
+        """rsync writes a temporary file next to the target and renames it: atomic on the worker."""
+        mkpath = _rsync_has_mkpath()
+        args = ["-t", "--chmod=F644", *(["--mkpath"] if mkpath else []), str(local), self._remote(remote, source=False)]
+        if not mkpath:
+            self._mkdirs(remote)
+        done = self._rsync(args, "push")
+        if done.returncode != 0 and mkpath and "mkpath" in done.stderr:  # an rsync older than 3.2.3 there
+            self._mkdirs(remote)
+            done = self._rsync([a for a in args if a != "--mkpath"], "push")
+        if done.returncode != 0:
+            raise self._rsync_error(f"push of {local.name}", done)
+
+    def _mkdirs(self, remote: str) -> None:
+        parent = os.path.dirname(remote.rstrip("/"))
+        if parent:
+            result = self.run(make_dirs_script([parent]), timeout=60)
+            if not result.ok:
+                raise self._fail(f"cannot create {parent}: {result.stderr.strip()[-200:]}")
+
+    def pull(self, remote: str, local: Path) -> None:
+        """A folder's contents, or a single file, into `local` (no owners: results belong to us)."""
+        local.mkdir(parents=True, exist_ok=True)
+        base = ["-rlpt", "--chmod=u+rwX"]
+        done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), f"{local}/"], "pull")
+        if done.returncode == 23:  # not a folder (or missing): try it as one file; its error is the one to show
+            done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), f"{local}/"], "pull")
+        if done.returncode != 0:
+            raise self._rsync_error(f"pull of {remote}", done)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _rsync_has_mkpath() -> bool:
+    global _rsync_mkpath
+    if _rsync_mkpath is None:
+        try:
+            out = subprocess.run(["rsync", "--version"], capture_output=True, text=True).stdout
+        except FileNotFoundError:
+            out = ""
+        m = re.search(r"version\s+(\d+)\.(\d+)\.(\d+)", out)
+        _rsync_mkpath = bool(m) and tuple(int(x) for x in m.groups()) >= (3, 2, 3)  # type: ignore[union-attr]
+    return _rsync_mkpath

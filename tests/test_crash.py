@@ -1,0 +1,51 @@
+"""Crash safety: manage SIGKILLed at random moments, with submits running concurrently from several
+processes, never loses a job and never starts one twice."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.helpers import JOBTPU, manage_until, status
+
+
+def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
+    from tests.helpers import make_home
+
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 6}}})
+    ledger = tmp_path / "ledger.txt"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "job.sh").write_text(f'echo "$JOBTPU_JOB_ID" >> {ledger}\nsleep 0.$((RANDOM % 5))\n')
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    base = [*JOBTPU, "--home", str(home)]
+
+    # Three processes submitting 6 jobs each, concurrently with the manager being shot.
+    submitters = [subprocess.Popen(["bash", "-c", " ; ".join(
+        f"{' '.join(base)} submit --dir {src} --cmd 'bash job.sh' --name s{k}-{i} > /dev/null" for i in range(6))],
+        env=env) for k in range(3)]
+    rng = random.Random(1234)
+    kills = 0
+    deadline = time.monotonic() + 90
+    while any(p.poll() is None for p in submitters) or kills < 15:
+        assert time.monotonic() < deadline, "the crash loop took too long"
+        manager = subprocess.Popen([*base, "manage"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, 0.6))
+        if manager.poll() is None:
+            manager.send_signal(signal.SIGKILL)
+            kills += 1
+        manager.wait()
+    assert all(p.wait() == 0 for p in submitters)
+
+    jobs = status(home)
+    assert len(jobs) == 18, "a submitted job was lost"
+    final = manage_until(home, list(jobs), {"finished", "failed", "killed"}, timeout=120)
+    assert {j["status"] for j in final.values()} == {"finished"}, {i: (j["status"], j["reason"]) for i, j in final.items()}
+    runs = Counter(int(line) for line in ledger.read_text().split())
+    assert runs == Counter({job_id: 1 for job_id in jobs}), f"jobs that ran other than once: {runs}"
+    assert kills >= 15

@@ -1,0 +1,98 @@
+"""TPU machines end to end: the real google-cloud-tpu client against the fake TPU API, whose nodes'
+workers are real sshd hosts; preemptions really kill the job and wipe the disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_tpu import FakeTpuApi
+from tests.helpers import jobtpu, status, wait_for
+from tests.sshfleet import SshFleet
+from tests.tpufleet import ZONE, TpuFleet
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train"
+
+
+@pytest.fixture
+def tpus(ssh_fleet: SshFleet) -> Iterator[TpuFleet]:
+    api = FakeTpuApi(ready_after=0.3)
+    fleet = TpuFleet(ssh_fleet, api)
+    api.worker_hooks = fleet
+    api.start()
+    try:
+        yield fleet
+    finally:
+        api.close()
+
+
+def write_machines(home: Path, tpus: TpuFleet, machines: dict[str, Any]) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    doc = {**tpus.machines_json(home), "machines": machines}
+    (home / "machines.json").write_text(json.dumps(doc, indent=1))
+
+
+def manage(home: Path) -> dict[int, dict[str, Any]]:
+    jobtpu(home, "manage", timeout=90)
+    return status(home)
+
+
+def log_text(home: Path, job_id: int, attempt: int, worker: int = 0) -> str:
+    path = home / "logs" / str(job_id) / f"{attempt}.{worker}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_example_survives_two_preemptions(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = tmp_path / "home"
+    node = tpus.add_node("tpu-a", workers=2, accelerator="v3-16", preemptible=True)
+    write_machines(home, tpus, {"v3-16-p1": tpus.machine_spec(
+        "tpu-a", runtime_version="tpu-ubuntu2204-base", setup=["echo ran >> ~/setup.log"])})
+    # Checkpoints live outside the TPU's disk, like a GCS bucket; the workers' user must reach it.
+    bucket = Path(tempfile.mkdtemp(prefix="jobtpu-bucket-"))
+    bucket.chmod(0o777)
+    args = "--steps 300 --step-seconds 0.05 --ckpt-every 10"
+    job_id = int(jobtpu(home, "submit", "--dir", str(EXAMPLE), "--req", "v3-16",
+                        "--cmd", f"bash run_remote.sh {args} --ckpt-dir {bucket}").stdout)
+
+    for preemption in range(2):
+        # Run until the attempt has checkpointed past its start, then preempt the node.
+        def checkpointed() -> bool:
+            jobs = manage(home)
+            text = log_text(home, job_id, preemption)
+            assert jobs[job_id]["status"] in ("queued", "launching", "running"), jobs[job_id]
+            return jobs[job_id]["status"] == "running" and text.count("(checkpoint)") >= 2
+        wait_for(checkpointed, timeout=90, interval=0.3, what=f"attempt {preemption} to checkpoint")
+        tpus.api.preempt(ZONE, "tpu-a")
+
+    job = wait_for(lambda: (j := manage(home)[job_id])["status"] in ("finished", "failed") and j,
+                   timeout=120, interval=0.3, what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 2), job
+    assert [a["outcome"] for a in job["attempts"]] == ["preempted", "preempted", "finished"]
+    assert tpus.api.count("DELETE", "/nodes/tpu-a") == 2
+    assert tpus.api.count("POST", "/nodes") >= 2
+    # Setup ran on both workers of the newest incarnation (the disk was wiped at recreation).
+    assert (node.home / "setup.log").read_text().split() == ["ran", "ran"]
+    # Every attempt's log is readable; resumed attempts saw JOBTPU_RESUME=1 and their checkpoint.
+    for attempt in (0, 1, 2):
+        out = jobtpu(home, "tail", str(job_id), "--attempt", str(attempt), "-n", "1000").stdout
+        assert f"attempt {attempt} worker 0/2" in out
+        assert ("resume=1" in out and "resumed from step" in out) == (attempt > 0)
+    # Same result as an uninterrupted run.
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), *args.split(), "--step-seconds", "0",
+                    "--ckpt-dir", str(clean / "ckpt")], cwd=clean, check=True, capture_output=True,
+                   env={**os.environ, "JOBTPU_RESUME": "0"})
+    jobtpu(home, "fetch", str(job_id), "result.json", "--to", str(tmp_path / "fetched"))
+    shutil.rmtree(bucket)
+    assert json.loads((tmp_path / "fetched" / "result.json").read_text()) == \
+        json.loads((clean / "result.json").read_text())

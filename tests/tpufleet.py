@@ -1,0 +1,80 @@
+"""TPU nodes for tests: the fake TPU API's nodes, whose workers are real sshd hosts of an SshFleet.
+
+Preempting a node stops its workers' sshd and kills their processes; a node created again comes up
+with a wiped disk and new host keys, exactly what a recreated TPU VM looks like from outside."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.fake_tpu import FakeTpuApi
+from tests.sshfleet import FleetMachine, SshFleet
+
+PROJECT, ZONE = "test-project", "europe-west4-a"
+
+
+class TpuFleet:
+    """WorkerHooks for FakeTpuApi, backed by an SshFleet; one fleet machine per node."""
+
+    def __init__(self, ssh: SshFleet, api: FakeTpuApi) -> None:
+        self.ssh, self.api = ssh, api
+        self.nodes: dict[str, FleetMachine] = {}
+        self.events: list[tuple[str, str]] = []  # (event, node) in order, for assertions
+        self._lock = threading.Lock()
+
+    def add_node(self, name: str, workers: int = 2, accelerator: str = "v3-16", preemptible: bool = True,
+                 zone: str = ZONE) -> FleetMachine:
+        machine = self.ssh.add_machine(name, workers, same_port=True)
+        self.nodes[name] = machine
+        self.api.add_node(PROJECT, zone, name, accelerator_type=accelerator, preemptible=preemptible,
+                          workers=[(h.addr, h.addr) for h in machine.hosts])
+        return machine
+
+    def port(self, name: str) -> int:
+        return self.nodes[name].hosts[0].port
+
+    def machine_spec(self, name: str, **extra: Any) -> dict[str, Any]:
+        """The machines.json entry for a node."""
+        node = self.api.node(ZONE, name) or {}
+        return {"kind": "tpu", "node": name, "zone": ZONE, "accelerator": node.get("acceleratorType", "v3-16"),
+                "preemptible": node.get("schedulingConfig", {}).get("preemptible", False),
+                "user": self.nodes[name].user, "port": self.port(name), **extra}
+
+    def machines_json(self, home: Path) -> dict[str, Any]:
+        return {"defaults": {"identity_file": str(self.ssh.identity), "connect_timeout": 5},
+                "gcp": {"project": PROJECT, "api_endpoint": self.api.url, "credentials": "anonymous"}}
+
+    # ---- WorkerHooks ----------------------------------------------------------------------------
+    def workers_for(self, node_name: str, accelerator_type: str) -> list[tuple[str, str]]:
+        return [(h.addr, h.addr) for h in self.nodes[node_name].hosts]
+
+    def on_preempt(self, node_name: str) -> None:
+        self._record("preempt", node_name)
+        machine = self.nodes[node_name]
+        for host in machine.hosts:
+            self.ssh.stop_host(host)
+        self.ssh.kill_user_processes(machine)
+
+    def on_delete(self, node_name: str) -> None:
+        self._record("delete", node_name)
+        machine = self.nodes[node_name]
+        for host in machine.hosts:
+            self.ssh.stop_host(host)
+        self.ssh.kill_user_processes(machine)
+
+    def on_create_ready(self, node_name: str) -> None:
+        self._record("create", node_name)
+        machine = self.nodes[node_name]
+        self.ssh.wipe_disk(machine)
+        for host in machine.hosts:
+            self.ssh.new_host_key(host)
+            self.ssh.start_host(host)
+
+    def host_keys(self, node_name: str) -> list[str]:
+        return [h.public_key_line() for h in self.nodes[node_name].hosts]
+
+    def _record(self, event: str, node: str) -> None:
+        with self._lock:
+            self.events.append((event, node))
