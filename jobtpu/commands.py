@@ -360,7 +360,19 @@ def cmd_machines(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_tpu(home: Home, args: argparse.Namespace) -> int:
-    raise JobtpuError("TPU node operations are not available in this version of jobtpu")
+    from .tpucmd import tpu_command
+
+    info = tpu_command(home, args.op, args.name)
+    if args.json:
+        emit_json(info)
+    elif args.op == "status":
+        print(f"{info['machine']}: {info['tpu_state'] or 'no node'} ({info['jobtpu_state'] or 'unknown'})"
+              + (f" — {info['detail']}" if info.get("detail") else ""))
+    else:
+        width = max(map(len, info))
+        for key, value in info.items():
+            print(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}")
+    return 0
 
 
 def cmd_doctor(home: Home, args: argparse.Namespace) -> int:

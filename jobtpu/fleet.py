@@ -25,7 +25,7 @@ _TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
 _CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
 _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
                  "runtime_version", "setup", "use_external_ip", "labels", *_CONNECTION_KEYS)
-_GCP_KEYS = ("project", "api_endpoint", "credentials")
+_GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -106,9 +106,12 @@ def fleet_from_json(data: Any, path: Path, home: Home) -> Fleet:
     defaults = dict(BUILTIN_DEFAULTS)
     defaults.update(check_keys(top.get("defaults", {}), _CONNECTION_KEYS, "defaults"))
     gcp = check_keys(top.get("gcp", {}), _GCP_KEYS, "gcp")
-    for key in _GCP_KEYS:
+    for key in ("project", "api_endpoint", "credentials"):
         if gcp.get(key) is not None and not isinstance(gcp[key], str):
             raise fail(f"gcp.{key} must be a string")
+    backoff = gcp.get("recreate_backoff", 30)
+    if not isinstance(backoff, int | float) or isinstance(backoff, bool) or backoff < 0:
+        raise fail("gcp.recreate_backoff must be a number of seconds (the first retry's wait; it doubles)")
 
     raw_machines = top.get("machines", {"local": {"kind": "local"}})
     if not isinstance(raw_machines, dict) or not raw_machines:

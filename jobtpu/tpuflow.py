@@ -22,8 +22,9 @@ SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one 
 SETUP_RETRIES = 3
 
 
-def backoff(failures: int) -> float:
-    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** max(0, failures - 1))
+def backoff(failures: int, first: float = BACKOFF_FIRST) -> float:
+    """Seconds to wait before the next create after `failures` failed ones: doubling, capped."""
+    return min(BACKOFF_MAX, first * 2 ** max(0, failures - 1))
 
 
 @dataclass
@@ -41,7 +42,8 @@ class MachinePlan:
     detail: str = ""
 
 
-def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float) -> MachinePlan:
+def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
+                 first_backoff: float = BACKOFF_FIRST) -> MachinePlan:
     """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry)."""
     from .tpu import DOWN, PREEMPTED, UP, health_of
 
@@ -58,7 +60,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
         if pending["kind"] == "create":
             if op.error_code:
                 record["failures"] = record.get("failures", 0) + 1
-                record["next_try"] = now + backoff(record["failures"])
+                record["next_try"] = now + backoff(record["failures"], first_backoff)
                 record["last_error"] = op.error_message[:300]
             else:
                 record.update(failures=0, next_try=None, last_error=None, want_recreate=False)
@@ -136,7 +138,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
                 op = api.operation(record["operation"]["name"])
             except RemoteError:
                 op = None
-        plan = plan_machine(record, node, op, seen.now)
+        plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
         addresses = node.addresses(machine.use_external_ip) if node else []
         record["addresses"], record["workers"] = addresses, len(addresses)
         p.addresses[machine.name] = addresses
@@ -172,7 +174,7 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
             record["last_error"] = e.message
             if step.kind == "create":
                 record["failures"] = record.get("failures", 0) + 1
-                record["next_try"] = now + backoff(record["failures"])
+                record["next_try"] = now + backoff(record["failures"], p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
                 plan.state, plan.detail = "backoff", f"create failed: {e.message}"
             else:
                 plan.state, plan.detail = plan.state, e.message

@@ -41,6 +41,12 @@ def status(home: Path) -> dict[int, dict[str, Any]]:
     return {j["id"]: j for j in doc["jobs"]}
 
 
+def manage(home: Path) -> dict[int, dict[str, Any]]:
+    """One pass; then every job's record."""
+    jobtpu(home, "manage", timeout=90)
+    return status(home)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -5,45 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests.fake_tpu import FakeTpuApi
-from tests.helpers import jobtpu, status, wait_for
-from tests.sshfleet import SshFleet
-from tests.tpufleet import ZONE, TpuFleet
+from tests.helpers import jobtpu, manage, wait_for
+from tests.tpufleet import ZONE, TpuFleet, write_machines
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train"
-
-
-@pytest.fixture
-def tpus(ssh_fleet: SshFleet) -> Iterator[TpuFleet]:
-    api = FakeTpuApi(ready_after=0.3)
-    fleet = TpuFleet(ssh_fleet, api)
-    api.worker_hooks = fleet
-    api.start()
-    try:
-        yield fleet
-    finally:
-        api.close()
-
-
-def write_machines(home: Path, tpus: TpuFleet, machines: dict[str, Any]) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    doc = {**tpus.machines_json(home), "machines": machines}
-    (home / "machines.json").write_text(json.dumps(doc, indent=1))
-
-
-def manage(home: Path) -> dict[int, dict[str, Any]]:
-    jobtpu(home, "manage", timeout=90)
-    return status(home)
 
 
 def log_text(home: Path, job_id: int, attempt: int, worker: int = 0) -> str:
@@ -65,7 +36,7 @@ def test_example_survives_two_preemptions(tmp_path: Path, tpus: TpuFleet) -> Non
 
     for preemption in range(2):
         # Run until the attempt has checkpointed past its start, then preempt the node.
-        def checkpointed() -> bool:
+        def checkpointed(preemption: int = preemption) -> bool:
             jobs = manage(home)
             text = log_text(home, job_id, preemption)
             assert jobs[job_id]["status"] in ("queued", "launching", "running"), jobs[job_id]

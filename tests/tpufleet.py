@@ -5,6 +5,7 @@ with a wiped disk and new host keys, exactly what a recreated TPU VM looks like 
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -78,3 +79,10 @@ class TpuFleet:
     def _record(self, event: str, node: str) -> None:
         with self._lock:
             self.events.append((event, node))
+
+
+def write_machines(home: Path, tpus: TpuFleet, machines: dict[str, Any]) -> None:
+    """A machines.json pointing at the fake API and the fleet's key, with these machines."""
+    home.mkdir(parents=True, exist_ok=True)
+    doc = {**tpus.machines_json(home), "machines": machines}
+    (home / "machines.json").write_text(json.dumps(doc, indent=1))

@@ -1,0 +1,59 @@
+"""`jobtpu tpu describe|status|apply|reapply|delete NAME`: TPU node operations through the TPU API.
+Operations are started, recorded in state.json and followed by later passes; nothing here waits."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .errors import JobtpuError, NotFoundError
+from .home import Home
+
+
+def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
+    """Run one operation; what to show (also the --json document)."""
+    from .manage import fleet_session
+    from .tpuflow import plan_machine, request_recreate
+
+    with fleet_session(home) as p:
+        machine = p.fleet.get(name)
+        if machine is None:
+            raise NotFoundError(f"unknown machine {name!r}", hint=f"machines: {', '.join(p.fleet.machines)}")
+        if not machine.is_tpu:
+            raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
+        api = p.tpu_api()
+        node = api.get_node(str(machine.zone), str(machine.node))
+        p.nodes[name] = node
+        record = p.state.machines.setdefault(name, {})
+        busy = [j.id for j in p.state.jobs if j.machine == name and j.active]
+        if op in ("reapply", "delete") and busy:
+            raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",
+                              hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")
+        now = time.time()
+        if op == "apply":
+            if node is not None:
+                raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
+                                  hint=f"`jobtpu tpu reapply {name}` deletes and recreates it")
+            request_recreate(p, machine, now)
+        elif op == "reapply":
+            record.pop("next_try", None)
+            request_recreate(p, machine, now)
+        elif op == "delete":
+            if node is None:
+                raise JobtpuError(f"{name}: node {machine.node} does not exist")
+            record["want_recreate"] = False
+            record["operation"] = {"kind": "delete", "name": api.delete_node(machine), "since": now}
+            record["state"], record["detail"] = "deleting", "deleted by `jobtpu tpu delete`"
+        else:  # describe / status: read only, but refresh what state.json knows
+            plan_machine(dict(record), node, None, now)
+        return {
+            "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
+            "preemptible": machine.preemptible, "exists": node is not None,
+            "tpu_state": node.state if node else None, "health": node.health if node else None,
+            "health_description": node.health_description if node else None,
+            "addresses": node.addresses(machine.use_external_ip) if node else [],
+            "runtime_version": machine.runtime_version, "created": node.create_time if node else None,
+            "jobtpu_state": record.get("state"), "detail": record.get("detail"),
+            "operation": record.get("operation"), "recreations": record.get("recreations", 0),
+            "failures": record.get("failures", 0), "running_jobs": busy,
+        }

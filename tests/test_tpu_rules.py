@@ -1,0 +1,121 @@
+"""TPU failure classes and rules end to end: capacity back-off, GRPC resume in place, oom, the
+recovery bound, rule pass, and a node stuck CREATING that never makes a pass wait."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import jobtpu, manage, status, wait_for
+from tests.tpufleet import ZONE, TpuFleet, write_machines
+
+FLAKY = 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then {first}; fi; echo "attempt $JOBTPU_ATTEMPT resume=$JOBTPU_RESUME"'
+
+
+def setup_home(tmp_path: Path, tpus: TpuFleet, **spec: Any) -> Path:
+    home = tmp_path / "home"
+    tpus.add_node("tpu-r", workers=2, accelerator="v2-16", preemptible=True)
+    write_machines(home, tpus, {"v2-16-p": tpus.machine_spec("tpu-r", **spec)})
+    doc = json.loads((home / "machines.json").read_text())
+    doc["gcp"]["recreate_backoff"] = 0.5
+    (home / "machines.json").write_text(json.dumps(doc))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "noop.txt").write_text("x")
+    return home
+
+
+def submit(home: Path, tmp_path: Path, cmd: str, *extra: str) -> int:
+    return int(jobtpu(home, "submit", "--dir", str(tmp_path / "src"), "--cmd", cmd, *extra).stdout)
+
+
+def until(home: Path, job_id: int, predicate: Any, timeout: float = 90, what: str = "") -> dict[str, Any]:
+    """Run passes until predicate(job record) holds; that record."""
+    def check() -> dict[str, Any] | None:
+        job = manage(home)[job_id]
+        return job if predicate(job) else None
+    return wait_for(check, timeout=timeout, interval=0.3, what=what or "the job")
+
+
+def running_then_preempt(home: Path, tpus: TpuFleet, job_id: int) -> None:
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    tpus.api.preempt(ZONE, "tpu-r")
+
+
+def test_capacity_errors_back_off_then_recreate_and_resume(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"))
+    running_then_preempt(home, tpus, job_id)
+    tpus.api.fail_next_creates(2)
+    seen_backoff = []
+
+    def watch(job: dict[str, Any]) -> bool:
+        machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
+        seen_backoff.append(machine["state"] == "backoff" and "RESOURCE_EXHAUSTED" in (machine["detail"] or ""))
+        return job["status"] in ("finished", "failed")
+
+    job = until(home, job_id, watch, timeout=120, what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 1), job
+    assert any(seen_backoff), "the capacity back-off was never visible in `jobtpu machines`"
+    assert tpus.api.count("POST", "/nodes") == 3  # two refused creates, then one that worked
+    log = jobtpu(home, "tail", str(job_id)).stdout
+    assert "attempt 1 resume=1" in log
+
+
+def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, FLAKY.format(first='echo "jax: GRPC error: Socket closed" >&2; exit 1'))
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 1), job
+    assert [a["outcome"] for a in job["attempts"]] == ["grpc", "finished"]
+    assert tpus.api.count("DELETE", "/nodes") == 0 and tpus.api.count("POST", "/nodes") == 0
+
+
+def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, 'echo "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"; exit 1')
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
+    assert (job["status"], job["reason"], job["exit_code"], job["attempt"]) == ("failed", "oom", 1, 0)
+    manage(home)
+    assert status(home)[job_id]["attempt"] == 0
+
+
+def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, "sleep 300", "--max-recoveries", "1")
+    running_then_preempt(home, tpus, job_id)
+    until(home, job_id, lambda j: j["status"] == "running" and j["attempt"] == 1, timeout=120,
+          what="the first recovery")
+    tpus.api.preempt(ZONE, "tpu-r")
+    job = until(home, job_id, lambda j: j["status"] == "failed", what="the job to fail")
+    assert (job["reason"], job["attempt"], job["recoveries"]) == ("preempted", 1, 1)
+
+
+def test_rule_pass_marks_a_preempted_job_failed(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, "sleep 300", "--rule", "pass")
+    running_then_preempt(home, tpus, job_id)
+    job = until(home, job_id, lambda j: j["status"] == "failed", what="the job to fail")
+    assert (job["reason"], job["attempt"]) == ("preempted", 0)
+    assert tpus.api.count("DELETE", "/nodes") == 0  # nobody asked for the node back
+
+
+def test_a_node_stuck_creating_never_makes_a_pass_wait(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, "sleep 300")
+    running_then_preempt(home, tpus, job_id)
+    tpus.api.hold_creating(ZONE, "tpu-r")
+    until(home, job_id, lambda j: j["status"] == "queued", what="the job to be queued again")
+    def creating() -> bool:
+        manage(home)
+        return (tpus.api.node(ZONE, "tpu-r") or {}).get("state") == "CREATING"
+    wait_for(creating, timeout=30, what="the node to be CREATING")
+    for _ in range(5):
+        start = time.monotonic()
+        jobtpu(home, "manage")
+        assert time.monotonic() - start < 5
+    assert status(home)[job_id]["status"] == "queued"
+    machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
+    assert machine["state"] == "recreating"
