@@ -207,25 +207,23 @@ def _json_defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-# state.json stores a record without the fields that hold their default value (a 10k-job file
-# stays small and quick to parse); listings put them back, so --json output always has every field.
+# state.json stores a record without the optional fields that hold their default value (a 10k-job
+# file stays small and quick to parse). The fields every listing promises are always written, so
+# `status --json` prints records as they are stored; loading fills the rest from the defaults.
 JOB_DEFAULTS = _json_defaults(Job)
 ATTEMPT_DEFAULTS = _json_defaults(Attempt)
+LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "reason", "exit_code", "attempt",
+                    "attempts", "created", "tags", "rule"})
+ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})
 _ABSENT = object()
-_KEEP = frozenset({"status", "attempt", "attempts", "machine", "reason", "exit_code"})
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in record.items() if k in _KEEP or JOB_DEFAULTS.get(k, _ABSENT) != v}
-    out["attempts"] = [{k: v for k, v in a.items() if k in ("n", "machine", "outcome") or ATTEMPT_DEFAULTS.get(k, _ABSENT) != v}
+    out = {k: v for k, v in record.items() if k in LISTED or JOB_DEFAULTS.get(k, _ABSENT) != v}
+    out["attempts"] = [{k: v for k, v in a.items() if k in ATTEMPT_LISTED or ATTEMPT_DEFAULTS.get(k, _ABSENT) != v}
                        for a in record.get("attempts", [])]
     return out
 
-
-def expand(record: dict[str, Any]) -> dict[str, Any]:
-    out = {**JOB_DEFAULTS, **record}
-    out["attempts"] = [{**ATTEMPT_DEFAULTS, **a} for a in record.get("attempts", [])]
-    return out
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -272,5 +270,12 @@ def _check_types(job: Job) -> None:
 
     if job.rule is not None and job.rule not in RULES:
         raise ValueError(f"field 'rule' must be one of {', '.join(RULES)} or null (got {job.rule!r})")
+    from .errors import JobtpuError
+    from .requests import parse_request  # here: requests → fleet → store imports this module
+
+    try:  # a bad token found only at dispatch would stop every pass, for every job
+        parse_request(job.req)
+    except JobtpuError as e:
+        raise ValueError(f"field 'req': {e.message}") from None
     if job.active and not job.machine:
         raise ValueError(f"a {job.status} job needs a 'machine'")

@@ -20,7 +20,7 @@ import orjson
 
 from .errors import BusyError, ConfigError
 from .home import Home
-from .model import Job, Status, compact, expand
+from .model import LISTED, Job, Status, compact
 
 VERSION = 1
 _TOP_KEYS = {"version", "next_id", "jobs", "machines"}
@@ -112,19 +112,23 @@ class Store:
         return state_from_json(parse_json_file(self.path, text), self.path)
 
     def load_records(self) -> list[dict[str, Any]]:
-        """The job records as plain dicts, checked only for what a listing relies on. For read-only
+        """The job records as stored, each with at least the fields a listing promises. For read-only
         listings of many jobs: building and fully validating 10k Job objects costs more than the
         listing itself. Every command that changes state validates fully through load()."""
-        text = self.read_text()
-        if text is None or not text.strip():
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return []
-        data = parse_json_file(self.path, text)
+        if not raw.strip():
+            return []
+        data = parse_json_file(self.path, raw)
         jobs = data.get("jobs") if isinstance(data, dict) else None
-        if not isinstance(jobs, list) or not all(
+        if isinstance(jobs, list) and all(
                 isinstance(j, dict) and type(j.get("id")) is int and isinstance(j.get("user"), str)
-                and j.get("status") in _STATUSES for j in jobs):
-            return [j.to_json() for j in state_from_json(data, self.path).jobs]  # the precise error
-        return [expand(j) for j in jobs]
+                and j.get("status") in _STATUSES and j.keys() >= LISTED for j in jobs):
+            return jobs
+        # A hand-written or older record: validate it fully (a precise error if it is wrong).
+        return [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[None]:

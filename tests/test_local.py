@@ -130,9 +130,13 @@ def test_resources_are_counted(tmp_path: Path) -> None:
     assert [jobs[i]["status"] for i in ids] == ["launching", "launching", "queued"] or \
         [jobs[i]["status"] for i in ids] == ["running", "running", "queued"]
     assert sorted(tuple(jobs[i]["alloc"]["gpu"]) for i in ids[:2]) == [(0,), (1,)]
+    freed = jobs[ids[0]]["alloc"]["gpu"]
     jobtpu(home, "kill", str(ids[0]))
     jobs = manage_until(home, [ids[2]], {"running"})
-    assert jobs[ids[2]]["alloc"]["gpu"] == jobs[ids[0]]["alloc"].get("gpu", [0]) or jobs[ids[2]]["alloc"]["gpu"] == [0]
+    assert jobs[ids[2]]["alloc"]["gpu"] == freed  # the third job gets the device the killed one held
+    folder = home / "run" / "jobs"
+    devices = {(folder / str(i) / f"gpus.{i}").read_text().strip() for i in ids[1:]}
+    assert devices == {"0", "1"}
     jobtpu(home, "kill", *map(str, ids[1:]))
 
 
