@@ -1,0 +1,657 @@
+"""The pure heart of a pass, with jobs and observations built by hand: decide, endings, rules,
+requests and the transition table. No I/O."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobtpu import model, rules
+from jobtpu.decide import (
+    Kill,
+    Launch,
+    MachineView,
+    Observation,
+    Recreate,
+    apply_ending,
+    decide,
+    requeue,
+    used_resources,
+)
+from jobtpu.errors import JobtpuError
+from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
+from jobtpu.model import ACTIVE, ENDED, TRANSITIONS, Attempt, Ending, IllegalTransition, Job, Status
+from jobtpu.requests import allocate, parse_request, why_not
+from jobtpu.scripts import WorkerRef, WorkerState
+
+T0 = 1_000_000.0
+NOW = T0 + 100.0
+
+
+# ---- builders ---------------------------------------------------------------------------------------
+
+def local(name: str = "local", **resources: int) -> Machine:
+    return Machine(name=name, kind="local", resources=dict(resources))
+
+
+def gpu_box(name: str = "box", gpus: int = 4, hosts: int = 1) -> Machine:
+    return Machine(name=name, kind="ssh", hosts=tuple(f"10.0.0.{i}" for i in range(hosts)), resources={"gpu": gpus})
+
+
+def tpu(name: str = "tpu", accelerator: str = "v3-32", preemptible: bool = True) -> Machine:
+    return Machine(name=name, kind="tpu", node=f"node-{name}", zone="europe-west4-a", accelerator=accelerator,
+                   preemptible=preemptible)
+
+
+def fleet(*machines: Machine, patterns: dict[str, tuple[str, ...]] | None = None) -> Fleet:
+    return Fleet(machines={m.name: m for m in machines},
+                 error_patterns=dict(DEFAULT_ERROR_PATTERNS) if patterns is None else patterns)
+
+
+def queued(job_id: int = 1, **kw: Any) -> Job:
+    return Job(id=job_id, user="u", cmd="python train.py", archive="a.tar.gz", created=T0, **kw)
+
+
+def active(job_id: int = 1, status: Status = Status.RUNNING, machine: str = "m", workers: int = 1,
+           attempt: int = 0, alloc: dict[str, list[int]] | None = None, **kw: Any) -> Job:
+    """A job on `machine` in `status`, with its attempts 0..attempt (earlier ones ended)."""
+    attempts = [Attempt(n=n, machine=machine, outcome=model.LOST, started=T0 - 50, ended=T0 - 40)
+                for n in range(attempt)]
+    attempts.append(Attempt(n=attempt, machine=machine, started=T0, workers=workers))
+    job = queued(job_id, **kw)
+    job.status, job.machine, job.attempt, job.attempts = status, machine, attempt, attempts
+    job.alloc = {"slot": [0]} if alloc is None else alloc
+    job.log_grew = job.log_grew if job.log_grew is not None else T0
+    return job
+
+
+def ws(job: Job, worker: int, alive: bool = True, exit_code: int | None = None, log: int = 0) -> WorkerState:
+    return WorkerState(WorkerRef(job.id, job.attempt, worker), pid=100 + worker, alive=alive, exit_code=exit_code,
+                       log_size=log, claimed=True)
+
+
+def seen(machine: str = "m", *states: WorkerState, now: float = NOW, tails: dict[WorkerRef, str] | None = None,
+         **view: Any) -> Observation:
+    v = MachineView(reachable=True, workers={s.ref: s for s in states}, **view)
+    return Observation(now=now, machines={machine: v}, log_tails=tails or {})
+
+
+def ref(job: Job, worker: int) -> WorkerRef:
+    return WorkerRef(job.id, job.attempt, worker)
+
+
+def kills(plan: Any) -> list[Kill]:
+    return [a for a in plan.actions if isinstance(a, Kill)]
+
+
+def launches(plan: Any) -> list[Launch]:
+    return [a for a in plan.actions if isinstance(a, Launch)]
+
+
+def recreates(plan: Any) -> list[Recreate]:
+    return [a for a in plan.actions if isinstance(a, Recreate)]
+
+
+# ---- launching ----------------------------------------------------------------------------------------
+
+def test_launching_job_is_launched_again_idempotently() -> None:
+    job = active(status=Status.LAUNCHING, workers=3)
+    plan = decide([job], fleet(gpu_box("m", hosts=3)), seen("m"))
+    assert plan.actions == [Launch(job.id, "m", 0, 3)]
+    assert job.status is Status.LAUNCHING
+
+
+def test_launching_on_an_unreachable_machine_waits() -> None:
+    job = active(status=Status.LAUNCHING)
+    plan = decide([job], fleet(gpu_box("m")), Observation(NOW, {"m": MachineView(reachable=False)}))
+    assert plan.actions == [] and job.status is Status.LAUNCHING
+
+
+def test_launching_on_a_machine_removed_from_machines_json_fails() -> None:
+    job = active(status=Status.LAUNCHING, machine="gone")
+    plan = decide([job], fleet(local()), Observation(NOW))
+    assert (job.status, job.reason, job.alloc) == (Status.FAILED, model.LAUNCH_FAILED, {})
+    assert job.attempts[-1].outcome == model.LAUNCH_FAILED and job.attempts[-1].ended == NOW
+    assert plan.actions == []
+
+
+def test_launching_on_a_preempted_tpu_recovers_under_pre() -> None:
+    job = active(status=Status.LAUNCHING, machine="tpu", workers=4)
+    plan = decide([job], fleet(tpu()), seen("tpu", preempted=True, ready=False))
+    assert (job.status, job.reason, job.attempt, job.resume) == (Status.QUEUED, model.RECOVERING, 1, True)
+    assert recreates(plan) == [Recreate("tpu")]
+
+
+# ---- running: exits -------------------------------------------------------------------------------------
+
+def test_all_workers_exit_zero_is_finished() -> None:
+    job = active(workers=3)
+    plan = decide([job], fleet(gpu_box("m", hosts=3)), seen("m", *(ws(job, w, False, 0) for w in range(3))))
+    assert (job.status, job.reason, job.exit_code) == (Status.FINISHED, None, 0)
+    a = job.attempts[-1]
+    assert (a.outcome, a.exit_code, a.ended) == (model.FINISHED, 0, NOW)
+    assert job.alloc == {} and plan.actions == []
+
+
+def test_some_workers_finished_others_running_keeps_running() -> None:
+    job = active(workers=2)
+    decide([job], fleet(gpu_box("m", hosts=2)), seen("m", ws(job, 0, False, 0), ws(job, 1, True)))
+    assert job.status is Status.RUNNING and job.reason is None
+
+
+def test_one_worker_fails_the_others_are_stopped_at_once() -> None:
+    job = active(workers=4)
+    states = [ws(job, 0), ws(job, 1, False, 3), ws(job, 2), ws(job, 3, False, 0)]
+    plan = decide([job], fleet(gpu_box("m", hosts=4)), seen("m", *states))
+    assert (job.status, job.reason) == (Status.KILLING, "exit 3")
+    assert kills(plan) == [Kill(job.id, "m", (ref(job, 0), ref(job, 2)))]
+    assert job.ending == Ending(Status.FAILED, "exit 3", 3, None)
+    # The next pass keeps stopping every worker (idempotent) and does not re-classify.
+    plan = decide([job], fleet(gpu_box("m", hosts=4)), seen("m", ws(job, 0, False, 143), ws(job, 2, True)))
+    assert kills(plan) == [Kill(job.id, "m", tuple(ref(job, w) for w in range(4)))]
+    assert job.ending == Ending(Status.FAILED, "exit 3", 3, None)
+    # Once they are gone, the job ends with the first failure's exit code, not the stopped workers'.
+    apply_ending(job, job.ending, NOW + 5)
+    assert (job.status, job.reason, job.exit_code) == (Status.FAILED, "exit 3", 3)
+    assert (job.attempts[-1].outcome, job.attempts[-1].exit_code) == ("exit 3", 3)
+
+
+def test_lowest_failed_worker_wins_a_tie() -> None:
+    job = active(workers=4)
+    states = [ws(job, 0), ws(job, 3, False, 9), ws(job, 2, False, 4), ws(job, 1)]
+    plan = decide([job], fleet(gpu_box("m", hosts=4)), seen("m", *states))
+    assert job.ending is not None and (job.ending.reason, job.ending.exit_code) == ("exit 4", 4)
+    assert kills(plan) == [Kill(job.id, "m", (ref(job, 0), ref(job, 1)))]
+
+
+def test_failure_with_nothing_left_alive_ends_at_once() -> None:
+    job = active(workers=2)
+    plan = decide([job], fleet(gpu_box("m", hosts=2)), seen("m", ws(job, 0, False, 0), ws(job, 1, False, 2)))
+    assert (job.status, job.reason, job.exit_code) == (Status.FAILED, "exit 2", 2)
+    assert plan.actions == []
+
+
+@pytest.mark.parametrize(("tail", "reason"), [
+    ("step 10\nE0101 GRPC error: peer went away\n", model.GRPC),
+    ("DEADLINE_EXCEEDED: barrier timed out", model.GRPC),
+    ("jax.errors: RESOURCE_EXHAUSTED: Out of memory while allocating", model.OOM),
+    ("CUDA out of memory. Then: Socket closed", model.OOM),  # oom first: RPC errors follow an OOM
+    ("Traceback ... ValueError: bad shape", "exit 1"),
+])
+def test_failure_is_classified_from_the_log_tail(tail: str, reason: str) -> None:
+    job = active(workers=1, rule="pass")
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, False, 1), tails={ref(job, 0): tail}))
+    assert (job.status, job.reason, job.exit_code) == (Status.FAILED, reason, 1)
+
+
+def test_user_error_patterns_replace_the_defaults() -> None:
+    patterns = {"grpc": ("coordination service lost",), "oom": ("HBM full",)}
+    job1, job2, job3 = active(1, rule="pass"), active(2, rule="pass"), active(3, rule="pass")
+    obs = seen("m", ws(job1, 0, False, 1), ws(job2, 0, False, 1), ws(job3, 0, False, 1),
+               tails={ref(job1, 0): "x: coordination service lost", ref(job2, 0): "HBM full",
+                      ref(job3, 0): "GRPC error"})
+    decide([job1, job2, job3], fleet(gpu_box("m", gpus=8), patterns=patterns), obs)
+    assert [j.reason for j in (job1, job2, job3)] == [model.GRPC, model.OOM, "exit 1"]
+
+
+def test_grpc_failure_under_resume_is_resumed_but_oom_never_is() -> None:
+    grpc = active(1, rule="resume")
+    oom = active(2, rule="resume")
+    obs = seen("m", ws(grpc, 0, False, 1), ws(oom, 0, False, 1),
+               tails={ref(grpc, 0): "GRPC error", ref(oom, 0): "RESOURCE_EXHAUSTED"}, ready=False)
+    decide([grpc, oom], fleet(gpu_box("m", gpus=8)), obs)
+    assert (grpc.status, grpc.reason, grpc.attempt, grpc.resume) == (Status.QUEUED, model.RECOVERING, 1, True)
+    assert grpc.attempts[0].outcome == model.GRPC and grpc.recoveries == 1
+    assert (oom.status, oom.reason, oom.exit_code) == (Status.FAILED, model.OOM, 1)
+
+
+# ---- running: lost, unreachable, timeout, stall -------------------------------------------------------
+
+@pytest.mark.parametrize(("rule", "status", "resume", "recreate"), [
+    ("pass", Status.FAILED, False, False),
+    ("resume", Status.QUEUED, True, False),
+    ("pre", Status.QUEUED, True, False),
+    ("rerun", Status.QUEUED, False, False),
+    ("reapply", Status.QUEUED, True, True),
+])
+def test_lost_worker_goes_through_the_rule(rule: str, status: Status, resume: bool, recreate: bool) -> None:
+    job = active(rule=rule, attempt=2, alloc={"gpu": [1]}, machine="m")
+    plan = decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, alive=False, exit_code=None), ready=False))
+    assert job.status is status and job.attempts[-1].outcome == model.LOST
+    if status is Status.FAILED:
+        assert (job.reason, job.exit_code, job.attempt) == (model.LOST, None, 2)
+    else:
+        assert (job.reason, job.attempt, job.resume, job.machine) == (model.RECOVERING, 3, resume, None)
+        assert job.recoveries == 1
+    assert job.alloc == {}
+    assert recreates(plan) == ([Recreate("m")] if recreate else [])
+
+
+def test_a_worker_missing_from_the_probe_is_lost_and_the_others_stopped() -> None:
+    job = active(workers=2, rule="resume")
+    plan = decide([job], fleet(gpu_box("m", hosts=2)), seen("m", ws(job, 0)))
+    assert (job.status, job.reason) == (Status.KILLING, model.LOST)
+    assert job.ending == Ending(Status.FAILED, model.LOST, None, rules.RESUME)
+    assert kills(plan) == [Kill(job.id, "m", (ref(job, 0),))]
+    apply_ending(job, job.ending, NOW)
+    assert (job.status, job.reason, job.attempt, job.resume) == (Status.QUEUED, model.RECOVERING, 1, True)
+
+
+def test_unreachable_machine_marks_running_jobs_and_changes_nothing_else() -> None:
+    job = active()
+    plan = decide([job], fleet(gpu_box("m")), Observation(NOW, {"m": MachineView(reachable=False, error="timed out")}))
+    assert (job.status, job.reason) == (Status.RUNNING, model.UNREACHABLE)
+    assert plan.actions == [] and any("timed out" in n for n in plan.notes)
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0)))
+    assert (job.status, job.reason) == (Status.RUNNING, None)
+
+
+def test_running_on_a_machine_removed_from_machines_json_is_unreachable() -> None:
+    job = active(machine="gone")
+    plan = decide([job], fleet(local()), Observation(NOW))
+    assert (job.status, job.reason) == (Status.RUNNING, model.UNREACHABLE) and plan.actions == []
+
+
+def test_timeout_stops_the_job_and_is_never_retried() -> None:
+    job = active(workers=2, timeout=60.0, rule="resume")
+    plan = decide([job], fleet(gpu_box("m", hosts=2)), seen("m", ws(job, 0, log=5), ws(job, 1, log=5)))
+    assert (job.status, job.reason) == (Status.KILLING, model.TIMEOUT)
+    assert job.ending == Ending(Status.FAILED, model.TIMEOUT, None, None)
+    assert kills(plan) == [Kill(job.id, "m", (ref(job, 0), ref(job, 1)))]
+    apply_ending(job, job.ending, NOW)
+    assert (job.status, job.reason, job.attempts[-1].outcome) == (Status.FAILED, model.TIMEOUT, model.TIMEOUT)
+
+
+def test_no_timeout_before_the_limit() -> None:
+    job = active(timeout=200.0)
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0)))
+    assert job.status is Status.RUNNING
+
+
+def test_stall_stops_the_job_as_hang_and_its_rule_applies() -> None:
+    job = active(stall=30.0, rule="resume")
+    job.log_size, job.log_grew = 10, NOW - 31
+    plan = decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, log=10)))
+    assert (job.status, job.reason) == (Status.KILLING, model.HANG)
+    assert job.ending == Ending(Status.FAILED, model.HANG, None, rules.RESUME)
+    assert kills(plan) == [Kill(job.id, "m", (ref(job, 0),))]
+    apply_ending(job, job.ending, NOW)
+    assert (job.status, job.reason, job.resume, job.attempt) == (Status.QUEUED, model.RECOVERING, True, 1)
+
+
+def test_a_growing_log_is_not_a_stall() -> None:
+    job = active(stall=30.0)
+    job.log_size, job.log_grew = 10, NOW - 31
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, log=11)))
+    assert job.status is Status.RUNNING and (job.log_size, job.log_grew) == (11, NOW)
+
+
+# ---- preemption --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("rule", "status", "resume", "recreate"), [
+    (None, Status.QUEUED, True, True),  # a preemptible TPU's default rule is pre
+    ("pre", Status.QUEUED, True, True),
+    ("reapply", Status.QUEUED, True, True),
+    ("rerun", Status.QUEUED, False, True),
+    ("pass", Status.FAILED, False, False),
+    ("resume", Status.FAILED, False, False),
+])
+def test_preemption_goes_through_the_rule(rule: str | None, status: Status, resume: bool, recreate: bool) -> None:
+    job = active(machine="tpu", workers=4, rule=rule)
+    plan = decide([job], fleet(tpu()), seen("tpu", preempted=True, ready=False))
+    assert job.status is status and job.attempts[-1].outcome == model.PREEMPTED
+    if status is Status.QUEUED:
+        assert (job.reason, job.resume, job.attempt, job.recoveries) == (model.RECOVERING, resume, 1, 1)
+    else:
+        assert (job.reason, job.exit_code, job.recoveries) == (model.PREEMPTED, None, 0)
+    assert recreates(plan) == ([Recreate("tpu")] if recreate else [])
+    assert kills(plan) == [] and launches(plan) == []  # a preempted TPU takes no launch this pass
+
+
+def test_default_rules() -> None:
+    assert tpu(preemptible=True).default_rule() == "pre"
+    assert tpu(preemptible=False).default_rule() == "pass"
+    assert gpu_box().default_rule() == "pass" and local().default_rule() == "pass"
+    job = active(machine="m")  # rule None on an ssh box: pass
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, alive=False)))
+    assert (job.status, job.reason) == (Status.FAILED, model.LOST)
+
+
+def test_killing_job_on_a_preempted_tpu_ends_without_a_kill() -> None:
+    job = active(status=Status.KILLING, machine="tpu")
+    job.ending = Ending(Status.KILLED, model.KILLED)
+    plan = decide([job], fleet(tpu()), seen("tpu", preempted=True))
+    assert (job.status, job.reason) == (Status.KILLED, model.KILLED) and plan.actions == []
+
+
+def test_killing_job_waits_for_an_unreachable_machine() -> None:
+    job = active(status=Status.KILLING)
+    job.ending = Ending(Status.KILLED, model.KILLED)
+    plan = decide([job], fleet(gpu_box("m")), Observation(NOW, {"m": MachineView(reachable=False)}))
+    assert job.status is Status.KILLING and plan.actions == []
+
+
+def test_killing_job_without_an_ending_ends_killed() -> None:
+    job = active(status=Status.KILLING, machine="gone")
+    decide([job], fleet(gpu_box("m")), Observation(NOW))
+    assert (job.status, job.reason) == (Status.KILLED, model.KILLED)
+
+
+# ---- max recoveries ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("machine", "view", "reason"), [
+    (tpu("m"), {"preempted": True}, model.PREEMPTED),
+    (gpu_box("m"), {}, model.LOST),
+])
+def test_max_recoveries_reached_marks_failed_with_the_reason(machine: Machine, view: dict[str, Any],
+                                                              reason: str) -> None:
+    job = active(rule="reapply", max_recoveries=3, recoveries=3, attempt=3)
+    states = () if view else (ws(job, 0, alive=False),)
+    plan = decide([job], fleet(machine), seen("m", *states, **view))
+    assert (job.status, job.reason, job.recoveries, job.attempt) == (Status.FAILED, reason, 3, 3)
+    assert recreates(plan) == [] and any("max recoveries 3" in n for n in plan.notes)
+
+
+def test_recoveries_count_up_to_the_limit() -> None:
+    job = active(rule="resume", max_recoveries=2)
+    for n in (1, 2):
+        decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, alive=False)))
+        # queued again and, in the same pass, dispatched again to m
+        assert (job.status, job.attempt, job.recoveries, job.reason) == (Status.LAUNCHING, n, n, model.RECOVERING)
+        assert job.attempts[-1].resume
+        job.move(Status.RUNNING)
+    decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, alive=False)))
+    assert (job.status, job.reason, job.recoveries, job.attempt) == (Status.FAILED, model.LOST, 2, 2)
+    assert [a.outcome for a in job.attempts] == [model.LOST] * 3
+
+
+def test_rules_recovery_table() -> None:
+    table = {
+        ("pre", model.PREEMPTED): rules.RECREATE_RESUME, ("pass", model.PREEMPTED): None,
+        ("reapply", model.PREEMPTED): rules.RECREATE_RESUME, ("rerun", model.PREEMPTED): rules.RECREATE_RERUN,
+        ("resume", model.PREEMPTED): None,
+    }
+    for retriable in (model.GRPC, model.LOST, model.HANG):
+        table.update({("pre", retriable): rules.RESUME, ("pass", retriable): None,
+                      ("reapply", retriable): rules.RECREATE_RESUME, ("rerun", retriable): rules.RERUN,
+                      ("resume", retriable): rules.RESUME})
+    for never in ("exit 1", "exit 137", model.OOM, model.TIMEOUT, model.LAUNCH_FAILED, model.KILLED):
+        table.update({(rule, never): None for rule in rules.RULES})
+    for (rule, reason), expected in table.items():
+        assert rules.recovery(rule, reason, 0, 20) == expected, (rule, reason)
+        assert rules.recovery(rule, reason, 20, 20) is None
+
+
+def test_classify() -> None:
+    p = DEFAULT_ERROR_PATTERNS
+    assert rules.classify(3, "", p) == "exit 3"
+    assert rules.classify(137, "killed by the kernel", p) == "exit 137"
+    assert rules.classify(1, "StatusCode.UNAVAILABLE", p) == model.GRPC
+    assert rules.classify(1, "Ran out of memory in memory space hbm", p) == model.OOM
+    assert rules.classify(1, "GRPC error", {"grpc": (), "oom": ()}) == "exit 1"
+
+
+# ---- endings and requeue -------------------------------------------------------------------------------------
+
+def test_resume_sets_the_flag_and_next_attempt_rerun_clears_it() -> None:
+    job = active(rule="resume", attempt=1, alloc={"gpu": [0, 1]})
+    job.exit_code = None
+    apply_ending(job, Ending(Status.FAILED, model.GRPC, 1, rules.RESUME), NOW)
+    assert (job.status, job.reason, job.attempt, job.resume, job.machine, job.alloc, job.exit_code) == \
+        (Status.QUEUED, model.RECOVERING, 2, True, None, {}, None)
+    assert (job.attempts[1].outcome, job.attempts[1].exit_code, job.attempts[1].ended) == (model.GRPC, 1, NOW)
+    # the user reruns a failed job: a fresh start, one attempt on, pinned where asked
+    job.status, job.machine = Status.FAILED, None
+    requeue(job, resume=False, reason=None, machine="other")
+    assert (job.status, job.reason, job.attempt, job.resume, job.pin) == (Status.QUEUED, None, 2, False, "other")
+
+
+def test_apply_ending_does_not_rewrite_an_attempt_that_already_ended() -> None:
+    job = active()
+    job.attempts[-1].ended, job.attempts[-1].outcome = T0 + 1, model.LOST
+    apply_ending(job, Ending(Status.KILLED, model.KILLED), NOW)
+    assert (job.attempts[-1].outcome, job.attempts[-1].ended) == (model.LOST, T0 + 1)
+    assert (job.status, job.reason) == (Status.KILLED, model.KILLED)
+
+
+def test_requeue_of_a_queued_job_is_illegal() -> None:
+    with pytest.raises(IllegalTransition):
+        requeue(queued(), resume=True, reason=None)
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------
+
+def test_dispatch_in_submission_order() -> None:
+    jobs = [queued(3), queued(1), queued(2)]
+    plan = decide(jobs, fleet(local()), Observation(NOW))
+    assert [a.job for a in launches(plan)] == [1]
+    by_id = {j.id: j for j in jobs}
+    assert by_id[1].status is Status.LAUNCHING and by_id[1].alloc == {"slot": [0]}
+    assert by_id[2].status is Status.QUEUED and by_id[3].status is Status.QUEUED
+    a = by_id[1].attempts[-1]
+    assert (a.n, a.machine, a.started, a.workers, a.outcome) == (0, "local", NOW, 1, None)
+
+
+def test_dispatch_respects_a_pin() -> None:
+    job = queued(pin="b")
+    plan = decide([job], fleet(local("a"), local("b")), Observation(NOW))
+    assert launches(plan) == [Launch(1, "b", 0, 1)] and job.machine == "b"
+
+
+def test_pinned_to_an_unknown_machine_stays_queued() -> None:
+    job = queued(pin="nope")
+    assert decide([job], fleet(local()), Observation(NOW)).actions == [] and job.status is Status.QUEUED
+
+
+def test_four_gpus_five_jobs_four_launches_lowest_indices() -> None:
+    jobs = [queued(i, req=["gpu=1"]) for i in range(1, 6)]
+    plan = decide(jobs, fleet(gpu_box("m", gpus=4)), Observation(NOW))
+    assert [a.job for a in launches(plan)] == [1, 2, 3, 4]
+    assert [j.alloc for j in jobs[:4]] == [{"gpu": [0]}, {"gpu": [1]}, {"gpu": [2]}, {"gpu": [3]}]
+    assert jobs[4].status is Status.QUEUED and jobs[4].alloc == {}
+    # job 2 finishes: its gpu is the one job 5 gets, in the same pass
+    obs = Observation(NOW + 1, {"m": MachineView(reachable=True, workers={ref(jobs[1], 0): ws(jobs[1], 0, False, 0)})})
+    for j in jobs[:4]:
+        j.move(Status.RUNNING)
+    obs.machines["m"].workers.update({ref(j, 0): ws(j, 0) for j in (jobs[0], jobs[2], jobs[3])})
+    plan = decide(jobs, fleet(gpu_box("m", gpus=4)), obs)
+    assert jobs[1].status is Status.FINISHED and jobs[4].alloc == {"gpu": [1]}
+
+
+def test_allocation_takes_the_lowest_free_indices() -> None:
+    holder = active(1, machine="m", alloc={"gpu": [0, 2]})
+    job = queued(2, req=["gpu=2"])
+    decide([holder, job], fleet(gpu_box("m", gpus=4)), seen("m", ws(holder, 0)))
+    assert job.alloc == {"gpu": [1, 3]}
+    assert allocate({"gpu": 4}, {"gpu": {1}}, {"gpu": 3}) == {"gpu": [0, 2, 3]}
+    assert allocate({"gpu": 4}, {"gpu": {1}}, {"gpu": 4}) is None
+
+
+def test_slots_count_jobs_that_ask_nothing_and_resource_jobs_take_no_slot() -> None:
+    jobs = [queued(1), queued(2), queued(3, req=["gpu=1"]), queued(4)]
+    plan = decide(jobs, fleet(local("m", slot=2, gpu=1)), Observation(NOW))
+    assert [a.job for a in launches(plan)] == [1, 2, 3]
+    assert [j.alloc for j in jobs] == [{"slot": [0]}, {"slot": [1]}, {"gpu": [0]}, {}]
+    used = used_resources(jobs)
+    assert used == {"m": {"slot": {0, 1}, "gpu": {0}}}
+
+
+def test_dispatch_skips_machines_not_ready_unreachable_or_preempted() -> None:
+    machines = [local("a"), local("b"), local("c"), local("d")]
+    obs = Observation(NOW, {"a": MachineView(ready=False), "b": MachineView(reachable=False),
+                            "c": MachineView(preempted=True)})
+    job = queued()
+    decide([job], fleet(*machines), obs)
+    assert job.machine == "d"
+
+
+def test_dispatch_uses_the_machines_worker_count_and_keeps_recovering() -> None:
+    job = active(machine="tpu", rule="pre")
+    decide([job], fleet(tpu()), seen("tpu", preempted=True))
+    assert (job.status, job.reason) == (Status.QUEUED, model.RECOVERING)
+    plan = decide([job], fleet(tpu()), seen("tpu", n_workers=4))  # recreated, ready again
+    assert launches(plan) == [Launch(job.id, "tpu", 1, 4)]
+    assert (job.status, job.reason, job.attempts[-1].resume, job.attempts[-1].workers) == \
+        (Status.LAUNCHING, model.RECOVERING, True, 4)
+
+
+def test_dispatch_honours_accelerator_requests() -> None:
+    f = fleet(tpu("a", "v2-32"), tpu("b", "v3-8", preemptible=False), tpu("c", "v3-32"), tpu("d", "v4-8"))
+    obs = Observation(NOW)
+    jobs = [queued(1, req=["v3-32"]), queued(2, req=["v3", "on-demand"]), queued(3, req=["v4+"]),
+            queued(4, req=["v2-32,v3-32"])]
+    decide(jobs, f, obs)
+    assert [j.machine for j in jobs] == ["c", "b", "d", "a"]
+
+
+# ---- requests ---------------------------------------------------------------------------------------------
+
+ACCELS = ["v2-8", "v2-32", "v3-8", "v3-32", "v4-8", "v5litepod-8", None]
+
+
+@pytest.mark.parametrize(("tokens", "fits"), [
+    (["v3-32"], {"v3-32"}),
+    (["v3"], {"v3-8", "v3-32"}),
+    (["v2-32,v3-32"], {"v2-32", "v3-32"}),
+    (["v3+"], {"v3-8", "v3-32", "v4-8", "v5litepod-8"}),
+    (["v2+", "v3"], {"v3-8", "v3-32"}),  # every token must match
+    ([], set(ACCELS)),
+])
+def test_accelerator_patterns(tokens: list[str], fits: set[str | None]) -> None:
+    request = parse_request(tokens)
+    for accel in ACCELS:
+        m = tpu(f"m-{accel}", accel) if accel else local("plain")
+        assert (why_not(m, request) is None) == (accel in fits), (tokens, accel, why_not(m, request))
+
+
+def test_preemptible_and_on_demand() -> None:
+    pre, ondemand, box = tpu("p", preemptible=True), tpu("o", preemptible=False), gpu_box("g")
+    assert why_not(pre, parse_request(["preemptible"])) is None
+    assert why_not(ondemand, parse_request(["preemptible"])) == "is on-demand"
+    assert why_not(box, parse_request(["preemptible"])) == "is on-demand"
+    assert why_not(ondemand, parse_request(["on-demand"])) is None
+    assert why_not(pre, parse_request(["on-demand"])) == "is preemptible"
+    assert why_not(pre, parse_request(["v3-32", "preemptible"])) is None
+
+
+def test_why_not_says_why() -> None:
+    assert why_not(gpu_box("g", gpus=8), parse_request(["gpu=99"])) == "offers gpu=8, the job asks 99"
+    assert why_not(local(), parse_request(["gpu=1"])) == "offers gpu=0, the job asks 1"
+    assert why_not(local(), parse_request(["v3-32"])) == "has no accelerator, the job asks v3-32"
+    assert why_not(tpu("t", "v2-8"), parse_request(["v3-32,v4-8"])) == "has v2-8, the job asks v3-32,v4-8"
+    assert why_not(local("a"), parse_request([]), pin="b") == "the job is pinned to b"
+    assert why_not(local(slot=0), parse_request([])) == "offers slot=0, the job asks 1"
+    assert parse_request(["gpu=0"]).needs() == {"slot": 1}
+    assert parse_request(["gpu=1", "gpu=2", "tpu_chip=4"]).needs() == {"gpu": 3, "tpu_chip": 4}
+
+
+@pytest.mark.parametrize("token", ["gpu=x", "GPU=1", "gpu=-1", "v3-32+", "x3", "v", "v3-", "3", "gpu=1=2"])
+def test_bad_request_tokens_are_refused(token: str) -> None:
+    with pytest.raises(JobtpuError, match="--req"):
+        parse_request([token])
+
+
+# ---- the transition table -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("frm", "to"), list(itertools.product(Status, Status)))
+def test_transition_table_is_enforced(frm: Status, to: Status) -> None:
+    job = queued()
+    job.status = frm
+    if to in TRANSITIONS[frm]:
+        job.move(to, "recovering")
+        assert (job.status, job.reason) == (to, "recovering")
+    else:
+        with pytest.raises(IllegalTransition):
+            job.move(to)
+        assert job.status is frm
+
+
+def test_key_illegal_moves() -> None:
+    for frm, to in [(Status.QUEUED, Status.RUNNING), (Status.QUEUED, Status.FINISHED), (Status.QUEUED, Status.QUEUED),
+                    (Status.FINISHED, Status.RUNNING), (Status.KILLED, Status.FINISHED),
+                    (Status.FAILED, Status.KILLED), (Status.LAUNCHING, Status.LAUNCHING)]:
+        assert to not in TRANSITIONS[frm]
+    assert all(TRANSITIONS[s] == {Status.QUEUED} for s in ENDED)
+
+
+# ---- a property: whatever a pass observes, decide keeps the books straight --------------------------------
+
+MACHINES = (local("loc", slot=2), gpu_box("box", gpus=3, hosts=2), tpu("tp", "v3-32"))
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[list[Job], Observation]:
+    f = fleet(*MACHINES)
+    jobs: list[Job] = []
+    obs = Observation(NOW)
+    for name in f.machines:
+        obs.machines[name] = MachineView(reachable=draw(st.sampled_from([True, False, None])),
+                                         preempted=draw(st.booleans()) if name == "tp" else False,
+                                         n_workers=2 if name == "box" else 1)
+    submitted = [queued(i, req=draw(st.sampled_from([[], ["gpu=1"], ["gpu=2"], ["v3"]])),
+                        rule=draw(st.sampled_from([None, *rules.RULES])),
+                        stall=draw(st.sampled_from([None, 10.0])), timeout=draw(st.sampled_from([None, 50.0])),
+                        max_recoveries=draw(st.integers(0, 2)))
+                 for i in range(1, draw(st.integers(1, 7)) + 1)]
+    # A real earlier dispatch places them, so allocations start disjoint; then the world moves on.
+    decide(submitted, f, Observation(T0))
+    for job in submitted:
+        if job.status is Status.LAUNCHING:
+            job.status = draw(st.sampled_from([Status.LAUNCHING, Status.RUNNING, Status.KILLING]))
+            if job.status is Status.KILLING:
+                job.ending = draw(st.sampled_from([None, Ending(Status.KILLED, model.KILLED),
+                                                   Ending(Status.FAILED, model.LOST, None, rules.RESUME)]))
+            view = obs.machines[job.machine or ""]
+            for w in range(job.attempts[-1].workers):
+                if draw(st.booleans()):
+                    alive = draw(st.booleans())
+                    code = None if alive else draw(st.sampled_from([None, 0, 1, 3]))
+                    r = WorkerRef(job.id, job.attempt, w)
+                    view.workers[r] = WorkerState(r, 1, alive, code, draw(st.integers(0, 3)), True)
+                    if code:
+                        obs.log_tails[r] = draw(st.sampled_from(["", "GRPC error", "out of memory"]))
+        jobs.append(job)
+    return jobs, obs
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario())
+def test_decide_keeps_the_books_straight(case: tuple[list[Job], Observation]) -> None:
+    jobs, obs = case
+    f = fleet(*MACHINES)
+    before = {j.id: j.status for j in jobs}
+    plan = decide(jobs, f, obs)  # never an IllegalTransition, whatever was observed
+    by_id = {j.id: j for j in jobs}
+    for job in jobs:
+        if job.status in ACTIVE:
+            assert job.machine in f.machines and job.current is not None and job.alloc
+        else:
+            assert job.alloc == {}
+        if job.status is Status.QUEUED:
+            assert job.machine is None
+        if job.status in ENDED:
+            assert job.current is None or job.current.ended is not None
+            assert job.reason is None if job.status is Status.FINISHED else job.reason is not None
+        if job.status is Status.KILLING:
+            assert job.ending is not None or before[job.id] is Status.KILLING
+        assert model.is_valid_reason(job.reason)
+    for action in plan.actions:
+        if isinstance(action, Launch):
+            assert by_id[action.job].status is Status.LAUNCHING and by_id[action.job].machine == action.machine
+        elif isinstance(action, Kill):
+            assert by_id[action.job].status is Status.KILLING
+            assert all(r.job == action.job and r.attempt == by_id[action.job].attempt for r in action.refs)
+    # no resource index is held twice on a machine, none beyond capacity
+    for name, m in f.machines.items():
+        for resource, count in m.capacity.items():
+            held = [i for j in jobs if j.active and j.machine == name for i in j.alloc.get(resource, [])]
+            assert len(held) == len(set(held)) and all(0 <= i < count for i in held)
+    # every killing job's ending can be applied (what the pass does once its workers are gone)
+    for job in jobs:
+        if job.status is Status.KILLING:
+            apply_ending(job, job.ending or Ending(Status.KILLED, model.KILLED), NOW + 1)
+            assert job.status in ENDED or job.status is Status.QUEUED

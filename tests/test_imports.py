@@ -1,0 +1,82 @@
+"""Cold start: read-only commands (--help, status, tail) never load the SSH or Google Cloud stacks
+(DESIGN: `transport` and `tpu` are the only modules that touch them; status runs from watch and scripts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobtpu.home import Home
+from jobtpu.model import Attempt, Job, Status
+from jobtpu.store import Store
+
+HEAVY = ("paramiko", "google.cloud", "fabric")
+
+# Runs the real main() and records every module loaded by the time the command is done.
+RUNNER = """
+import json, sys
+from jobtpu.cli import main
+record, argv = sys.argv[1], sys.argv[2:]
+try:
+    code = main(argv)
+except SystemExit as e:
+    code = e.code
+finally:
+    with open(record, "w") as f:
+        json.dump(sorted(sys.modules), f)
+sys.exit(code)
+"""
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home whose fleet has every kind of machine, with a finished job that has a log."""
+    root = tmp_path_factory.mktemp("imports")
+    (root / "machines.json").write_text(json.dumps({
+        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": "anonymous"},
+        "machines": {"local": {"kind": "local"},
+                     "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"gpu": 2}},
+                     "v3": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v3-8", "preemptible": True}}}))
+    job = Job(id=1, user="tester", cmd="echo hi", archive="a.tar.gz", created=1.0, machine="box",
+              status=Status.FINISHED, exit_code=0, attempts=[Attempt(0, "box", "finished", 0, 1.0, 2.0)])
+    with Store(Home(root)).transaction() as state:
+        state.jobs.append(job)
+        state.next_id = 2
+    log = Home(root).log_file(1, 0, 0)
+    log.parent.mkdir(parents=True)
+    log.write_text("hi\n")
+    return root
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["status", "--help"], ["tail", "--help"],
+    ["status"], ["status", "--all-users"], ["status", "--json"], ["status", "--json", "1"],
+    ["tail", "1"], ["tail", "1", "-n", "5", "--attempt", "0"], ["tail", "-f", "1"], ["tail", "999"],
+])
+def test_read_only_commands_do_not_load_ssh_or_cloud_modules(home: Path, tmp_path: Path, args: list[str]) -> None:
+    record = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(record), "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "JOBTPU_USER": "tester", "COLUMNS": "200"})
+    assert done.returncode == (1 if "999" in args else 0), done.stderr
+    assert "Traceback" not in done.stderr
+    if args[0] == "tail" and "--help" not in args and "999" not in args:
+        assert done.stdout == "hi\n"
+    modules = json.loads(record.read_text())
+    assert "jobtpu.cli" in modules  # the record is real
+    heavy = [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert heavy == [], f"`jobtpu {' '.join(args)}` loaded {heavy[:5]}"
+
+
+def test_the_check_would_see_a_heavy_import(home: Path, tmp_path: Path) -> None:
+    """The runner is not blind: a command that does reach for SSH shows up in the record."""
+    record = tmp_path / "modules.json"
+    runner = RUNNER.replace("from jobtpu.cli import main", "from jobtpu.cli import main\nimport paramiko")
+    subprocess.run([sys.executable, "-c", runner, str(record), "--home", str(home), "status"],
+                   capture_output=True, text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"})
+    assert "paramiko" in json.loads(record.read_text())

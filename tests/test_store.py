@@ -1,0 +1,284 @@
+"""state.json (SPEC §4): atomic saves with a .bak, precise refusal of bad edits, hand edits honoured,
+ids never reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobtpu import store as store_module
+from jobtpu.errors import BusyError, ConfigError
+from jobtpu.home import Home
+from jobtpu.model import Attempt, Ending, Job, Status
+from jobtpu.store import State, Store, hold_lock
+from tests.helpers import jobtpu, make_home, manage_until, status, submit
+
+
+def new_job(job_id: int = 0, **kw: Any) -> Job:
+    return Job(id=job_id, user="u", cmd="echo hi", archive="a.tar.gz", created=1.0, **kw)
+
+
+def add(store: Store, **kw: Any) -> int:
+    with store.transaction() as state:
+        job = new_job(state.next_id, **kw)
+        state.next_id += 1
+        state.jobs.append(job)
+    return job.id
+
+
+def record(**kw: Any) -> dict[str, Any]:
+    return {**new_job(1).to_json(), **kw}
+
+
+def write_state(home: Home, jobs: list[dict[str, Any]], **top: Any) -> str:
+    text = json.dumps({"version": 1, "next_id": 10, "jobs": jobs, "machines": {}, **top}, indent=1)
+    home.state_file.write_text(text)
+    return text
+
+
+def refused(home: Home) -> str:
+    before = home.state_file.read_bytes()
+    with pytest.raises(ConfigError) as info:
+        Store(home).load()
+    with pytest.raises(ConfigError), Store(home).transaction() as state:
+        state.next_id += 1  # never reached
+    assert home.state_file.read_bytes() == before
+    assert "\n" not in info.value.message and str(home.state_file) in (info.value.hint or "")
+    return info.value.message
+
+
+# ---- saving ---------------------------------------------------------------------------------------
+
+def test_save_is_atomic_and_bak_holds_the_previous_good_copy(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    store = Store(home)
+    assert store.load().jobs == [] and not home.state_file.exists()
+    add(store)
+    first = home.state_file.read_text()
+    assert not home.state_backup.exists()  # there was no previous copy
+    add(store)
+    second = home.state_file.read_text()
+    assert home.state_backup.read_text() == first
+    add(store, name="three")
+    assert home.state_backup.read_text() == second
+    doc = json.loads(home.state_file.read_text())
+    assert doc["version"] == 1 and doc["next_id"] == 4 and [j["id"] for j in doc["jobs"]] == [1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.bak", "state.json.lock"]
+
+
+def test_unchanged_transaction_writes_nothing_and_an_exception_saves_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    store = Store(home)
+    add(store)
+    add(store)
+    before, bak, mtime = home.state_file.read_bytes(), home.state_backup.read_bytes(), home.state_file.stat().st_mtime_ns
+    with store.transaction() as state:
+        assert len(state.jobs) == 2
+    with pytest.raises(RuntimeError), store.transaction() as state:
+        state.jobs.clear()
+        raise RuntimeError("boom")
+    assert home.state_file.read_bytes() == before and home.state_backup.read_bytes() == bak
+    assert home.state_file.stat().st_mtime_ns == mtime
+
+
+def test_data_is_fsynced_before_the_rename_and_a_failed_rename_keeps_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Home(tmp_path)
+    store = Store(home)
+    add(store)
+    good = home.state_file.read_bytes()
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        calls.append(f"replace {Path(dst).name}")
+        if Path(dst).name == "state.json":
+            raise OSError("disk on fire")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    monkeypatch.setattr(store_module.os, "replace", replace)
+    with pytest.raises(OSError, match="disk on fire"):
+        add(store)
+    assert calls.index("replace state.json") > calls.index("replace state.json.bak") > 0
+    assert calls[calls.index("replace state.json") - 1] == "fsync"
+    assert home.state_file.read_bytes() == good  # the crash left the last good file in place
+    assert [j.id for j in store.load().jobs] == [1]
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    store = Store(Home(tmp_path))
+    threads = [threading.Thread(target=lambda: [add(Store(Home(tmp_path))) for _ in range(15)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    state = store.load()
+    assert sorted(j.id for j in state.jobs) == list(range(1, 61)) and state.next_id == 61
+
+
+def test_a_held_lock_times_out_with_a_busy_error(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    with Store(home).lock(), pytest.raises(BusyError, match="state.json is locked"), \
+            hold_lock(home.state_lock, 0.1, what="state.json"):
+        pass
+
+
+# ---- round trip ----------------------------------------------------------------------------------
+
+HOSTILE = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cmd=HOSTILE.filter(str.strip), name=HOSTILE, tags=st.lists(HOSTILE, max_size=3),
+       env=st.dictionaries(HOSTILE, HOSTILE, max_size=3), reason=st.sampled_from([None, "exit 3", "lost"]))
+def test_every_field_survives_a_save_and_load(tmp_path_factory: pytest.TempPathFactory, cmd: str, name: str,
+                                              tags: list[str], env: dict[str, str], reason: str | None) -> None:
+    home = Home(tmp_path_factory.mktemp("rt"))
+    job = Job(id=7, user="u", cmd=cmd, archive="x.tar.gz", created=12.5, name=name, req=["gpu=2", "v3+"], pin="m",
+              machine="m", status=Status.KILLING, reason=reason, exit_code=3, attempt=1, tags=tags, rule="resume",
+              env=env, overrides=["'--a=b c'"], log_stage=True, max_recoveries=4, recoveries=1, timeout=60.0,
+              stall=5, resume=True, alloc={"gpu": [1, 3]}, log_size=9, log_grew=11.0, last_line=name, dir=name,
+              attempts=[Attempt(0, "m", "lost", None, 1.0, 2.0), Attempt(1, "m", None, None, 3.0, None, True, 2)],
+              ending=Ending(Status.FAILED, "exit 3", 3, None))
+    with Store(home).transaction() as state:
+        state.jobs.append(job)
+        state.next_id = 8
+    loaded = Store(home).load()
+    assert loaded.jobs == [job] and loaded.next_id == 8
+
+
+# ---- syntax errors and invalid edits -----------------------------------------------------------------
+
+def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    add(Store(home))
+    good = home.state_file.read_text()
+    broken = good.replace('"cmd": "echo hi",', '"cmd": "echo hi"', 1)
+    line = next(i for i, text in enumerate(broken.splitlines(), 1) if '"cmd"' in text) + 1
+    home.state_file.write_text(broken)
+    message = refused(home)
+    assert message.startswith(f"state.json:{line}:") and message.endswith(": Expecting ',' delimiter")
+    home.state_file.write_text('{"version": 1,\n "jobs": [}\n')
+    assert refused(home) == "state.json:2:11: Expecting value"
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"colour": "red"}, "job 1: unknown field 'colour' (valid: "),
+    ({"cmd": 5}, "job 1: field 'cmd' has the wrong type (int)"),
+    ({"attempt": "0"}, "job 1: field 'attempt' has the wrong type (str)"),
+    ({"log_stage": 1}, "job 1: field 'log_stage' has the wrong type (int)"),
+    ({"created": True}, "job 1: field 'created' has the wrong type (bool)"),
+    ({"tags": "a,b"}, "job 1: field 'tags' has the wrong type (str)"),
+    ({"tags": [1]}, "job 1: fields 'req', 'tags' and 'overrides' hold strings only"),
+    ({"env": {"A": 1}}, "job 1: field 'env' maps strings to strings"),
+    ({"status": "done"}, "job 1: field 'status' must be one of queued, launching, running, killing, finished, "
+                         "failed, killed (got 'done')"),
+    ({"reason": "bored"}, "job 1: field 'reason' is not a known reason: 'bored'"),
+    ({"rule": "retry"}, "job 1: field 'rule' must be one of pre, pass, reapply, rerun, resume or null (got 'retry')"),
+    ({"cmd": "  "}, "job 1: field 'cmd' is empty"),
+    ({"id": 0}, "job 0: field 'id' must be a positive integer"),
+    ({"status": "running", "machine": None}, "job 1: a running job needs a 'machine'"),
+    ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: attempts: field 'n' has the wrong type (str)"),
+    ({"attempts": [{"n": 0, "machine": "m", "colour": 1}]}, "colour"),
+    ({"alloc": {"gpu": 1}}, "job 1: field 'alloc' maps resource names to lists of indices"),
+    ({"req": ["gpu=x"]}, "job 1: field 'req': --req 'gpu=x': a resource request is NAME=COUNT"),
+])
+def test_invalid_job_edits_are_refused_precisely(tmp_path: Path, edit: dict[str, Any], needle: str) -> None:
+    home = Home(tmp_path)
+    write_state(home, [record(**edit)])
+    message = refused(home)
+    assert message.startswith("state.json: ") and needle in message, message
+
+
+@pytest.mark.parametrize(("doc", "needle"), [
+    ([], "state.json: the top level must be an object"),
+    ({"jobs": [], "queue": []}, "state.json: unknown key 'queue' (valid: jobs, machines, next_id, version)"),
+    ({"version": 2}, "state.json: version 2 is not one this jobtpu reads (1)"),
+    ({"jobs": {}}, "state.json: 'jobs' must be a list"),
+    ({"jobs": [5]}, "state.json: jobs[0]: must be an object"),
+    ({"next_id": "3"}, "state.json: 'next_id' must be an integer"),
+    ({"machines": {"m": 1}}, "state.json: 'machines' must map names to objects"),
+    ({"jobs": [record(), record(cmd="other")]}, "state.json: job id 1 appears twice"),
+])
+def test_invalid_top_level_edits_are_refused_precisely(tmp_path: Path, doc: Any, needle: str) -> None:
+    home = Home(tmp_path)
+    home.state_file.write_text(json.dumps(doc))
+    assert refused(home) == needle
+
+
+def test_ids_are_never_reused(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    store = Store(home)
+    for _ in range(3):
+        add(store)
+    doc = json.loads(home.state_file.read_text())
+    doc["jobs"] = [j for j in doc["jobs"] if j["id"] != 3]  # the newest, deleted by hand
+    home.state_file.write_text(json.dumps(doc))
+    assert add(store) == 4
+    doc = json.loads(home.state_file.read_text())
+    doc["next_id"] = 1  # lowered by hand: still no id a present job holds
+    home.state_file.write_text(json.dumps(doc))
+    assert add(store) == 5
+
+
+def test_empty_state_file_is_an_empty_queue(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    home.state_file.write_text("\n")
+    assert Store(home).load() == State()
+
+
+# ---- hand edits through the CLI --------------------------------------------------------------------------
+
+def test_hand_edits_are_honoured_by_status_and_the_next_pass(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("x")
+    first, second, third = (submit(home, src, f"echo job {i} > out.txt") for i in (1, 2, 3))
+    doc = json.loads((home / "state.json").read_text())
+    doc["jobs"][0]["cmd"] = "echo 'edited by hand' > out.txt"
+    doc["jobs"] = [j for j in doc["jobs"] if j["id"] != second]
+    (home / "state.json").write_text(json.dumps(doc, indent=2))
+    jobs = status(home)
+    assert list(jobs) == [first, third] and jobs[first]["cmd"] == "echo 'edited by hand' > out.txt"
+    manage_until(home, [first, third], {"finished"})
+    assert (home / "run" / "jobs" / str(first) / "out.txt").read_text() == "edited by hand\n"
+    assert not (home / "run" / "jobs" / str(second)).exists()
+    # the newest job deleted by hand: its id is not given out again
+    doc = json.loads((home / "state.json").read_text())
+    doc["jobs"] = [j for j in doc["jobs"] if j["id"] != third]
+    (home / "state.json").write_text(json.dumps(doc))
+    assert submit(home, src, "true") == third + 1
+
+
+def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    job_id = submit(home, src, "true")
+    doc = json.loads((home / "state.json").read_text())
+    doc["jobs"].append({**doc["jobs"][0]})  # a duplicate id
+    text = json.dumps(doc, indent=1)
+    (home / "state.json").write_text(text)
+    machines = (home / "machines.json").read_bytes()
+    # (`status` lists through a fast path that checks only what a listing needs; every command that
+    # changes state validates the whole file)
+    for args in (("submit", "--dir", str(src), "--cmd", "true"), ("manage",), ("kill", str(job_id)),
+                 ("resume", str(job_id)), ("clean",)):
+        done = jobtpu(home, *args, check=False)
+        assert done.returncode == 1 and done.stdout == "", args
+        assert done.stderr.splitlines()[0] == f"jobtpu: error: state.json: job id {job_id} appears twice", args
+        assert len(done.stderr.splitlines()) <= 2 and "Traceback" not in done.stderr
+        assert (home / "state.json").read_text() == text and (home / "machines.json").read_bytes() == machines
