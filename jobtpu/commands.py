@@ -61,8 +61,8 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
     if args.max_recoveries < 0:
         raise JobtpuError("--max-recoveries must be 0 or more")
-    timeout = parse_duration(args.timeout, "--timeout") if args.timeout else None
-    stall = parse_duration(args.stall, "--stall") if args.stall else None
+    timeout = parse_duration(args.timeout, "--timeout") if args.timeout is not None else None
+    stall = parse_duration(args.stall, "--stall") if args.stall is not None else None
     env = parse_env(args.env)
     overrides = config_overrides(args.overrides, fleet.config_aliases)
     for tag in args.tag:
@@ -85,10 +85,22 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
     Store(home).load()  # a broken state.json is reported before the snapshot, not after
     job = build_job(home, fleet, args)
     with Store(home).transaction() as state:
-        job.id = state.next_id
-        state.next_id += 1
+        job.id = max(state.next_id, highest_used_id(home) + 1)
+        state.next_id = job.id + 1
         state.jobs.append(job)
     return job
+
+
+def highest_used_id(home: Home) -> int:
+    """The highest id any job of this home ever had, even if state.json lost it (hand edits, a
+    deleted file): ids are never reused, since logs and remote folders are named by them."""
+    import re
+
+    used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
+    if home.history_file.exists():
+        with open(home.history_file, "rb") as f:
+            used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
+    return max(used, default=0)
 
 
 def cmd_submit(home: Home, args: argparse.Namespace) -> int:
@@ -280,6 +292,7 @@ def cmd_resume(home: Home, args: argparse.Namespace, resume: bool = True) -> int
         if args.machine is not None and p.fleet.get(args.machine) is None:
             raise NotFoundError(f"unknown machine {args.machine!r}", hint=f"machines: {', '.join(p.fleet.machines)}")
         requeue(job, resume=resume, reason=None, machine=args.machine)
+        job.recoveries = 0  # a person asked for it: the automatic recoveries count afresh
     print(job.id)
     return 0
 

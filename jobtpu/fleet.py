@@ -189,6 +189,8 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         if not isinstance(spec.get(key, False), bool):
             raise fail(f"{label}: '{key}' must be true or false")
     root = merged["root"] or "jobtpu"
+    if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
+        root = root[2:] or "."
     if kind == "local":
         # The local machine's folder lives in the home unless machines.json says otherwise.
         root = str(Path(home.local_run_root if "root" not in spec else Path(home.root, spec["root"])))

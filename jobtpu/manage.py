@@ -358,7 +358,7 @@ def kill_jobs(p: Pass, jobs: list[Job], now: float) -> None:
     for job in jobs:
         if job.status is Status.QUEUED:
             job.move(Status.KILLED, model.KILLED)
-        elif job.active:
+        elif job.status is not Status.KILLING:  # one already stopping keeps the ending it has (exit N)
             job.move(Status.KILLING, model.KILLED)
             job.ending = Ending(Status.KILLED, model.KILLED)
     p.commit()

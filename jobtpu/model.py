@@ -194,7 +194,7 @@ class Job:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
-_FIELD_SET = frozenset(_FIELDS)
+_FIELD_SET = FIELDS = frozenset(_FIELDS)
 
 
 def _json_defaults(cls: type) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import orjson
 
 from .errors import BusyError, ConfigError
 from .home import Home
-from .model import LISTED, Job, Status, compact
+from .model import FIELDS, LISTED, Job, Status, compact
 
 VERSION = 1
 _TOP_KEYS = {"version", "next_id", "jobs", "machines"}
@@ -52,7 +52,8 @@ def parse_json_file(path: Path, text: str | bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path.name}:{e.lineno}:{e.colno}: {e.msg}",
-                          hint=f"fix {path} by hand; jobtpu has not changed it") from None
+                          hint=f"fix {path} by hand; jobtpu has not changed it"
+                          + (f" (its last good copy is {path.name}.bak)" if path.name == "state.json" else "")) from None
 
 
 def state_from_json(data: Any, path: Path) -> State:
@@ -125,7 +126,8 @@ class Store:
         jobs = data.get("jobs") if isinstance(data, dict) else None
         if isinstance(jobs, list) and all(
                 isinstance(j, dict) and type(j.get("id")) is int and isinstance(j.get("user"), str)
-                and j.get("status") in _STATUSES and j.keys() >= LISTED for j in jobs):
+                and j.get("status") in _STATUSES and LISTED <= j.keys() <= FIELDS for j in jobs) \
+                and len({j["id"] for j in jobs}) == len(jobs) and set(data) <= _TOP_KEYS:
             return jobs
         # A hand-written or older record: validate it fully (a precise error if it is wrong).
         return [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]

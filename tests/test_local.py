@@ -165,3 +165,20 @@ def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
         assert "another manage pass is running" in done.stderr
         assert status(home)[job_id]["status"] == "queued"
     _ = signal
+
+
+def test_ids_are_never_reused_even_when_state_json_forgets_them(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "echo hi\n"})
+    first = submit(home, src, "bash a.sh")
+    manage_until(home, [first], {"finished"})
+    second = submit(home, src, "bash a.sh")
+    manage_until(home, [second], {"finished"})
+    jobtpu(home, "clean")  # both move to history.jsonl
+    (home / "state.json").unlink()  # and state.json, with its next_id, is gone
+    third = submit(home, src, "bash a.sh")
+    assert third == second + 1
+    manage_until(home, [third], {"finished"})
+    (home / "history.jsonl").unlink()
+    (home / "state.json").unlink()
+    assert submit(home, src, "bash a.sh") == third + 1  # the logs still name the ids used

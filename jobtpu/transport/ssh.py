@@ -1,15 +1,13 @@
 """Remote workers over SSH: scripts through plain paramiko (one connection, one exec session per run),
 files through rsync over the OpenSSH client, host keys checked against the home's own known_hosts.
 
-The only module that imports paramiko; connect.py imports it lazily, so status/tail/--help never do."""
+With hostkeys.py and _paramiko.py, the only code that imports paramiko; connect.py imports it lazily,
+so status/tail/--help never do."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
 import getpass
-import hashlib
 import math
 import os
 import re
@@ -17,157 +15,31 @@ import select
 import shlex
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import RemoteError
 from ..fleet import Machine
 from ..home import Home
 from ..scripts import RUN_SCRIPT, make_dirs_script
+from ._paramiko import paramiko
 from .base import Endpoint, Result
+from .hostkeys import (
+    HostKeyRefused,
+    fingerprint,
+    forget_command,
+    forget_host,
+    host_pattern,
+    known_keys,
+    remember_host_key,
+)
 
-# paramiko imports invoke (when installed) only for ssh_config's `Match exec`, which jobtpu never uses;
-# hiding it while paramiko loads saves ~115 ms of every cold start (a cron `jobtpu manage`).
-_hide_invoke = "invoke" not in sys.modules
-if _hide_invoke:
-    sys.modules["invoke"] = None  # type: ignore[assignment]
-try:
-    import paramiko
-finally:
-    if _hide_invoke:
-        del sys.modules["invoke"]
+__all__ = ["SshTransport", "forget_host", "remember_host_key", "known_keys", "forget_command"]
 
-
-_known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
 _keys_lock = threading.Lock()
 _key_cache: dict[str, tuple[tuple[int, int], paramiko.PKey]] = {}
-_hosts_cache: dict[str, tuple[tuple[int, int, int], list[tuple[list[str], paramiko.PKey]]]] = {}
 _rsync_mkpath: bool | None = None
-
-
-class _HostKeyRefused(Exception):
-    """Raised from inside the handshake; carries the RemoteError text."""
-
-
-# ---- known_hosts: the home's own file (never ~/.ssh/known_hosts) ----------------------------------
-
-def host_pattern(addr: str, port: int) -> str:
-    """How OpenSSH names a host in known_hosts: `addr` on port 22, else `[addr]:port`."""
-    return addr if port == 22 else f"[{addr}]:{port}"
-
-
-def forget_command(home: Home, addr: str, port: int) -> str:
-    return f"ssh-keygen -R {shlex.quote(host_pattern(addr, port))} -f {shlex.quote(str(home.known_hosts))}"
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"{key.get_name()} SHA256:{digest}"
-
-
-def _parse(lines: list[str]) -> list[tuple[list[str], paramiko.PKey]]:
-    """(host names, key) of every usable line; comments, markers and lines we cannot read are skipped."""
-    out = []
-    for line in lines:
-        text = line.strip()
-        if not text or text.startswith(("#", "@")):
-            continue
-        try:
-            entry = paramiko.hostkeys.HostKeyEntry.from_line(text)
-        except (paramiko.SSHException, paramiko.UnknownKeyType, paramiko.hostkeys.InvalidHostKey, ValueError):
-            continue
-        if entry is not None and entry.key is not None:
-            out.append((entry.hostnames, entry.key))
-    return out
-
-
-def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
-    """The parsed file, cached while it does not change (a pass connects to many hosts at once)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return []
-    sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-    with _keys_lock:
-        hit = _hosts_cache.get(str(path))
-        if hit is not None and hit[0] == sig:
-            return hit[1]
-    entries = _parse(path.read_text(errors="replace").splitlines())
-    with _keys_lock:
-        _hosts_cache[str(path)] = (sig, entries)
-    return entries
-
-
-def _keys_for(entries: list[tuple[list[str], paramiko.PKey]], pattern: str) -> dict[str, paramiko.PKey]:
-    return {key.get_name(): key for names, key in entries if _matches(names, pattern)}
-
-
-def known_keys(home: Home, addr: str, port: int) -> dict[str, paramiko.PKey]:
-    """key type → key recorded for that host (hashed entries included)."""
-    return _keys_for(_entries(home.known_hosts), host_pattern(addr, port))
-
-
-@contextlib.contextmanager
-def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
-    """Hold the known_hosts lock; yield its lines; write them back atomically if the list changed."""
-    home.ensure()
-    with _known_lock:
-        fd = os.open(home.root / "known_hosts.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                lines = home.known_hosts.read_text().splitlines()
-            except FileNotFoundError:
-                lines = []
-            before = list(lines)
-            yield lines
-            if lines != before:
-                tmp = home.known_hosts.with_name(f".known_hosts.{os.getpid()}.{threading.get_ident()}.tmp")
-                with open(tmp, "w") as f:
-                    f.write("".join(line + "\n" for line in lines))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, home.known_hosts)
-        finally:
-            os.close(fd)
-
-
-def remember_host_key(home: Home, addr: str, port: int, key: paramiko.PKey) -> None:
-    """Trust `key` for the host (accept-new's first contact, or a TPU's published key).
-    Raises _HostKeyRefused when another key is already recorded for it (checked under the lock)."""
-    pattern = host_pattern(addr, port)
-    with _locked_known_hosts(home) as lines:
-        found = _keys_for(_parse(lines), pattern)
-        if found:
-            if found.get(key.get_name()) == key:
-                return
-            raise _HostKeyRefused("changed")
-        lines.append(f"{pattern} {key.get_name()} {key.get_base64()}")
-
-
-def forget_host(home: Home, addr: str, port: int) -> int:
-    """Drop every key recorded for the host (a TPU jobtpu recreated); how many lines went."""
-    pattern = host_pattern(addr, port)
-    with _locked_known_hosts(home) as lines:
-        keep = [line for line in lines if not any(_matches(names, pattern) for names, _ in _parse([line]))]
-        gone = len(lines) - len(keep)
-        lines[:] = keep
-    return gone
-
-
-def _matches(names: list[str], pattern: str) -> bool:
-    for name in names:
-        if name.startswith("|1|"):
-            salt = name.split("|")[2]
-            if paramiko.HostKeys.hash_host(pattern, salt) == name:
-                return True
-        elif name == pattern:
-            return True
-    return False
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
@@ -185,7 +57,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         if policy == "accept-new" or f"{key.get_name()} {key.get_base64()}" in t.trusted_keys:
             remember_host_key(t.home, t.addr, t.port, key)
             return
-        raise _HostKeyRefused("unknown")
+        raise HostKeyRefused("unknown")
 
 
 # ---- the transport ---------------------------------------------------------------------------------
@@ -249,13 +121,16 @@ class SshTransport:
             for ktype, key in known_keys(self.home, self.addr, self.port).items():
                 client.get_host_keys().add(host_pattern(self.addr, self.port), ktype, key)
         # paramiko's timeouts are per stage; the watchdog makes them one budget for the whole handshake.
-        expired = threading.Event()
+        expired, settled = threading.Event(), threading.Lock()
 
         def expire() -> None:
-            expired.set()
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            with settled:
+                if not done:
+                    expired.set()
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
 
+        done = ok = False
         watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         watchdog.daemon = True
         watchdog.start()
@@ -271,34 +146,33 @@ class SshTransport:
                     raise self._fail(f"cannot use identity_file {self.identity}: {e}") from None
             client.connect(self.addr, self.port, self.user, sock=sock, timeout=left, banner_timeout=left,
                            auth_timeout=left, channel_timeout=left, **auth)  # type: ignore[arg-type]
-        except RemoteError:
-            client.close()
-            raise
-        except _HostKeyRefused as e:
-            client.close()
-            raise self._host_key_error(str(e), client) from None
+            ok = True
+        except HostKeyRefused as e:
+            raise self._host_key_error(str(e)) from None
         except paramiko.BadHostKeyException as e:
-            client.close()
             raise self._fail(f"host key changed: it offers {fingerprint(e.key)}, known_hosts has "
                              f"{fingerprint(e.expected_key)}; refusing (possible impostor). If the host was "
                              f"rebuilt, forget the old key: {forget_command(self.home, self.addr, self.port)}"
                              ) from None
         except paramiko.AuthenticationException:
-            client.close()
             how = f"key {self.identity}" if self.identity else "ssh-agent and ~/.ssh keys"
             raise self._fail(f"authentication failed as {self.user} ({how}); check 'user' and "
                              "'identity_file' in machines.json") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            client.close()
             if expired.is_set():
                 raise self._fail(f"SSH handshake did not finish within {limit:g}s (connect_timeout)") from None
             raise self._fail(f"SSH handshake failed: {e or type(e).__name__}") from None
         finally:
+            with settled:  # a handshake that made it in time is never cut by a late watchdog
+                done = True
             watchdog.cancel()
+            if not ok:
+                client.close()
+                sock.close()
         self._client = client
         return client
 
-    def _host_key_error(self, kind: str, client: paramiko.SSHClient) -> RemoteError:
+    def _host_key_error(self, kind: str) -> RemoteError:
         if kind == "changed":  # another thread recorded a different key meanwhile
             return self._fail("host key changed while connecting; refusing. If the host was rebuilt, "
                               f"forget the old key: {forget_command(self.home, self.addr, self.port)}")
@@ -353,7 +227,7 @@ class SshTransport:
 
     # ---- files: rsync over the OpenSSH client, with the same key, port and known_hosts ---------------
     def ssh_command(self) -> list[str]:
-        def opt(name: str, path: str) -> str:  # ssh config values: % is a token, spaces split lists
+        def opt(name: str, path: str) -> str:  # a config value: quoted (spaces split lists), % is a token
             return f'{name}="' + path.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"') + '"'
 
         args = ["ssh", "-F", "/dev/null", "-p", str(self.port), "-o", "BatchMode=yes",
@@ -361,7 +235,7 @@ class SshTransport:
                 "-o", "ConnectionAttempts=1", "-o", "LogLevel=ERROR", "-o", "UpdateHostKeys=no",
                 "-o", "GlobalKnownHostsFile=/dev/null"]
         if self.identity is not None:
-            args += ["-o", opt("IdentityFile", self.identity), "-o", "IdentitiesOnly=yes"]
+            args += ["-i", self.identity.replace("%", "%%"), "-o", "IdentitiesOnly=yes"]
         if self.machine.host_key_policy == "off":
             args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
         else:  # accept-new is settled by paramiko first (_ensure_known), so ssh never writes the file
