@@ -1,0 +1,373 @@
+"""Jobs on remote machines, end to end through the CLI, against real sshd servers (tests/sshfleet.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu import manage as manage_module
+from jobtpu.cli import main
+from tests.sshfleet import FleetMachine, Host, SshFleet
+
+DEADLINE = 30.0
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def jt(home: Path, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; (exit code, stdout, stderr)."""
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--home", str(home), *args])
+    out.flush()
+    return code, out.buffer.getvalue().decode(), err.getvalue()  # type: ignore[attr-defined]
+
+
+def write_fleet(home: Path, fleet: SshFleet, machines: dict[str, tuple[FleetMachine, dict[str, Any]]],
+                **top: Any) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    specs = {name: {"kind": "ssh", "hosts": [h.address() for h in fm.hosts], "user": fm.user,
+                    "identity_file": str(fleet.identity), "connect_timeout": 3, **extra}
+             for name, (fm, extra) in machines.items()}
+    (home / "machines.json").write_text(json.dumps({"machines": specs, **top}, indent=1))
+
+
+def code_dir(tmp_path: Path, name: str = "code") -> Path:
+    src = tmp_path / name
+    src.mkdir()
+    (src / "train.py").write_text("print('hello')\n")
+    return src
+
+
+def submit(home: Path, src: Path, cmd: str, *extra: str) -> int:
+    code, out, err = jt(home, "submit", "--dir", str(src), "--cmd", cmd, *extra)
+    assert code == 0, err
+    return int(out.strip())
+
+
+def manage(home: Path) -> str:
+    code, _, err = jt(home, "manage")
+    assert code == 0, err
+    return err
+
+
+def jobs(home: Path) -> dict[int, dict[str, Any]]:
+    code, out, err = jt(home, "status", "--json", "--all-users")
+    assert code == 0, err
+    return {j["id"]: j for j in json.loads(out)["jobs"]}
+
+
+def manage_until(home: Path, done: Callable[[dict[int, dict[str, Any]]], bool], what: str,
+                 each: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> dict[int, dict[str, Any]]:
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        manage(home)
+        state = jobs(home)
+        if each is not None:
+            each(state)
+        if done(state):
+            return state
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {state}"
+        time.sleep(0.2)
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def meta(fm: FleetMachine, job: int, attempt: int = 0, worker: int = 0, ext: str = "pid") -> Path:
+    return fm.home / "jobtpu" / "meta" / str(job) / f"{attempt}.{worker}.{ext}"
+
+
+def group_alive(pgid: int) -> bool:
+    """A process group is alive while one of its members is not a zombie (checked as root via ps)."""
+    out = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout
+    return any(w[0] == str(pgid) and not w[1].startswith("Z") for w in (ln.split() for ln in out.splitlines()))
+
+
+def live_args(user: str) -> list[str]:
+    out = subprocess.run(["ps", "-u", user, "-o", "stat=,args="], capture_output=True, text=True).stdout
+    return [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip() and not ln.lstrip().startswith("Z")]
+
+
+def log(home: Path, job: int, attempt: int = 0, worker: int = 0) -> str:
+    path = home / "logs" / str(job) / f"{attempt}.{worker}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def counts(host: Host) -> tuple[int, int]:
+    """(authenticated connections, exec sessions) sshd logged for this host so far."""
+    text = host.sshd_log.read_text(errors="replace")
+    return text.count("Accepted publickey for "), text.count("Starting session: ")
+
+
+WAIT_RELEASE = 'while [ ! -e "$HOME/release-$JOBTPU_JOB_ID" ]; do sleep 0.1; done'
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+
+def test_gpu_box_runs_four_jobs_at_once_on_distinct_devices(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("gpu")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"gpu": (fm, {"resources": {"gpu": 4}})})
+    src = code_dir(tmp_path)
+    cmd = f'echo "dev=$CUDA_VISIBLE_DEVICES gpu=$JOBTPU_GPU"; {WAIT_RELEASE}; echo bye'
+    ids = [submit(home, src, cmd, "--req", "gpu=1") for _ in range(5)]
+
+    def at_most_four(state: dict[int, dict[str, Any]]) -> None:
+        assert sum(state[i]["status"] in ("launching", "running", "killing") for i in ids) <= 4
+        started = [i for i in ids if meta(fm, i).exists()]
+        assert sum(group_alive(int(meta(fm, i).read_text().split()[0])) for i in started) <= 4
+
+    state = manage_until(home, lambda s: all("dev=" in log(home, i) for i in ids[:4]), "four logs",
+                         each=at_most_four)
+    assert [state[i]["status"] for i in ids] == ["running"] * 4 + ["queued"]
+    devices = {i: log(home, i).split()[0] for i in ids[:4]}
+    assert sorted(devices.values()) == ["dev=0", "dev=1", "dev=2", "dev=3"]
+    assert all(f"gpu={d[4:]}" in log(home, i) for i, d in devices.items())
+
+    freed = ids[2]
+    (fm.home / f"release-{freed}").touch()
+    state = manage_until(home, lambda s: s[freed]["status"] == "finished" and "dev=" in log(home, ids[4]),
+                         "the fifth job to start", each=at_most_four)
+    assert state[ids[4]]["status"] == "running"
+    assert log(home, ids[4]).split()[0] == devices[freed]
+    assert log(home, freed).endswith("bye\n")
+
+
+def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("pod", n_hosts=3)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"pod": (fm, {})})
+    cmd = ('set -- $SSH_CONNECTION; echo "w=$JOBTPU_WORKER n=$JOBTPU_NUM_WORKERS host=$3"\n'
+           'if [ "$JOBTPU_WORKER" = 1 ]; then sleep 1; exit 7; fi; sleep 600 & sleep 600; wait')
+    job = submit(home, code_dir(tmp_path), cmd)
+    manage(home)
+    assert jobs(home)[job]["status"] == "running"
+    assert all(meta(fm, job, 0, w).exists() for w in range(3))  # per-worker files on the shared home
+    wait_for(lambda: meta(fm, job, 0, 1, "exit").exists(), "worker 1 to exit")
+    for _ in range(2):
+        manage(home)
+        if jobs(home)[job]["status"] == "failed":
+            break
+    j = jobs(home)[job]
+    assert (j["status"], j["reason"], j["exit_code"]) == ("failed", "exit 7", 7), j
+    assert j["attempts"][-1]["outcome"] == "exit 7"
+    assert not [a for a in live_args(fm.user) if "sleep 600" in a or f"jobtpu-{job}" in a]
+    assert meta(fm, job, 0, 0, "exit").exists() is False  # stopped by jobtpu, not ended on their own
+
+    for w, host in enumerate(fm.hosts):
+        assert log(home, job, 0, w).startswith(f"w={w} n=3 host={host.addr}\n")
+        ssh_fleet.stop_host(host)
+    code, out, err = jt(home, "tail", str(job), "--worker", "2", "--attempt", "0")
+    assert code == 0, err
+    assert out == f"w=2 n=3 host={fm.hosts[2].addr}\n"
+
+
+def test_quiet_pass_is_one_session_per_host_and_kill_stops_every_worker(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("pod", n_hosts=3)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"pod": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "sleep 600 & sleep 600 & wait")
+    manage(home)
+    assert jobs(home)[job]["status"] == "running"
+    before = [counts(h) for h in fm.hosts]
+    manage(home)
+    wait_for(lambda: all(counts(h)[1] == b[1] + 1 for h, b in zip(fm.hosts, before, strict=True)), "sessions")
+    time.sleep(0.2)  # anything extra would show up now
+    assert [counts(h) for h in fm.hosts] == [(c + 1, s + 1) for c, s in before]
+    groups = [int(meta(fm, job, 0, w).read_text().split()[0]) for w in range(3)]
+    assert all(group_alive(g) for g in groups)
+    assert sum(a.startswith("sleep 600") for a in live_args(fm.user)) == 6
+
+    code, _, err = jt(home, "kill", str(job))
+    assert code == 0, err
+    j = jobs(home)[job]
+    assert (j["status"], j["reason"]) == ("killed", "killed")
+    assert not any(group_alive(g) for g in groups)
+    assert not [a for a in live_args(fm.user) if "sleep 600" in a]
+
+
+def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    h = fm.hosts[0]
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"resources": {"slot": 2}, "connect_timeout": 2})})
+    src = code_dir(tmp_path)
+    a = submit(home, src, f"{WAIT_RELEASE}; echo done")
+    b = submit(home, src, f"{WAIT_RELEASE}; echo done")
+    manage(home)
+    assert [jobs(home)[i]["status"] for i in (a, b)] == ["running", "running"]
+
+    ssh_fleet.stop_host(h)
+    os.killpg(int(meta(fm, b).read_text().split()[0]), signal.SIGKILL)  # b dies with no exit record
+    start = time.monotonic()
+    err = manage(home)
+    assert time.monotonic() - start < 3
+    assert "does not answer" in err and "connection refused" in err
+    with socket.socket() as silent:  # now a host that accepts TCP and never answers
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((h.addr, h.port))
+        silent.listen(8)
+        start = time.monotonic()
+        manage(home)
+        assert 1.9 < time.monotonic() - start < 2 + 3
+        state = jobs(home)
+    assert [(state[i]["status"], state[i]["reason"]) for i in (a, b)] == [("running", "unreachable")] * 2
+
+    ssh_fleet.start_host(h)
+    (fm.home / f"release-{a}").touch()
+    state = manage_until(home, lambda s: s[a]["status"] == "finished" and s[b]["status"] == "failed", "the end")
+    assert state[a]["reason"] is None and log(home, a).endswith("done\n")
+    assert state[b]["reason"] == "lost" and state[b]["attempts"][-1]["outcome"] == "lost"
+
+
+def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"root": "~/my runs"})})  # "~/" is the login folder
+    job = submit(home, code_dir(tmp_path), 'echo "result of $JOBTPU_JOB_ID" > result.txt; '
+                                           'mkdir -p "out dir"; echo deep > "out dir/deep.txt"')
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    code, _, err = jt(home, "fetch", str(job), "result.txt")
+    assert code == 0, err
+    assert (home / "results" / str(job) / "result.txt").read_text() == f"result of {job}\n"
+    assert (fm.home / "my runs" / "jobs" / str(job) / "result.txt").exists()
+    to = tmp_path / "all of it"
+    code, _, err = jt(home, "fetch", str(job), "--to", str(to))
+    assert code == 0, err
+    assert sorted(str(p.relative_to(to)) for p in to.rglob("*")) == [
+        "out dir", "out dir/deep.txt", "result.txt", "train.py"]
+    ssh_fleet.stop_host(fm.hosts[0])
+    code, _, err = jt(home, "fetch", str(job), "result.txt")
+    assert code == 1 and err.startswith(f"jobtpu: error: box[0] {fm.hosts[0].address()}: rsync pull")
+    assert "Traceback" not in err and "Connection refused" in err
+
+
+def test_hostile_strings_arrive_byte_exact_over_ssh(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})}, config_aliases={"lr": "config.training.learning_rate"})
+    src = tmp_path / "my code 'dir' \"x\" $HOME `id`"
+    src.mkdir()
+    (src / "show.py").write_text(
+        "import json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'env': os.environ['HOSTILE'], 'cwd': os.getcwd()},"
+        " open('received.json', 'w'))\n")
+    hostile = "$(touch pwned1) `touch pwned2` 'single' \"double\" back\\slash; * ?\nsecond line $HOME"
+    arg = "a \"b\" $c `d` \\e 'f' ${HOME}"
+    cmd = f"echo 'first line $HOME `x` \"q\"' > line1.txt\npython3 show.py {shlex.quote(arg)} \"$HOSTILE\""
+    override = "x y $(touch pwned3) `touch pwned4` 'q' \"dq\"\nnl"
+    job = submit(home, src, cmd, "--env", f"HOSTILE={hostile}", "lr=0.1", f"name={override}")
+    state = manage_until(home, lambda s: s[job]["status"] in ("finished", "failed"), "the job to end")
+    assert state[job]["status"] == "finished", log(home, job)
+    code, _, err = jt(home, "fetch", str(job), "received.json")
+    assert code == 0, err
+    got = json.loads((home / "results" / str(job) / "received.json").read_text())
+    assert got["argv"] == [arg, hostile, "--config.training.learning_rate=0.1", f"--name={override}"]
+    assert got["env"] == hostile
+    folder = fm.home / "jobtpu" / "jobs" / str(job)
+    assert got["cwd"] == str(folder)
+    assert (folder / "line1.txt").read_text() == "first line $HOME `x` \"q\"\n"
+    assert not list(fm.home.rglob("pwned*"))
+
+
+def test_a_crash_between_launch_and_save_never_launches_twice(ssh_fleet: SshFleet, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), 'echo started >> "$HOME/side-$JOBTPU_JOB_ID.txt"; exec sleep 600')
+    saved: list[bytes] = []
+    real_act = manage_module.act
+
+    def act_after_snapshot(*args: Any) -> None:
+        saved.append((home / "state.json").read_bytes())  # the intent is on disk; nothing launched yet
+        real_act(*args)
+
+    monkeypatch.setattr(manage_module, "act", act_after_snapshot)
+    manage(home)
+    monkeypatch.setattr(manage_module, "act", real_act)
+    assert jobs(home)[job]["status"] == "running"
+    side = fm.home / f"side-{job}.txt"
+    wait_for(side.exists, "the job to start")
+    pid = meta(fm, job).read_text()
+
+    (home / "state.json").write_bytes(saved[0])  # as if killed -9 after the launch, before the save
+    assert jobs(home)[job]["status"] == "launching"
+    manage(home)
+    assert jobs(home)[job]["status"] == "running"
+    manage(home)
+    time.sleep(0.3)
+    assert side.read_text() == "started\n" and meta(fm, job).read_text() == pid
+    assert sum(a.startswith("sleep 600") for a in live_args(fm.user)) == 1
+
+
+def test_changed_host_key_is_refused_with_the_command_that_forgets_it(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    h = fm.hosts[0]
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"strict": (fm, {"host_key_policy": "strict"}),
+                                  "acc": (fm, {"host_key_policy": "accept-new"}),
+                                  "off": (fm, {"host_key_policy": "off"})})
+    code, _, err = jt(home, "doctor", "strict")
+    assert code == 1 and "unknown host key and host_key_policy is strict" in err
+    job = submit(home, code_dir(tmp_path), WAIT_RELEASE, "--machine", "acc")
+    manage(home)
+    assert jobs(home)[job]["status"] == "running"
+    assert (home / "known_hosts").read_text() == h.known_hosts_line() + "\n"
+    assert jt(home, "doctor", "strict")[0] == 0
+
+    ssh_fleet.new_host_key(h)
+    forget = f"ssh-keygen -R '[{h.addr}]:{h.port}' -f {shlex.quote(str(home / 'known_hosts'))}"
+    for name in ("strict", "acc"):
+        code, _, err = jt(home, "doctor", name)
+        assert code == 1, err
+        assert f"{name}[0] {h.addr}:{h.port}: problem: host key changed" in err and forget in err
+    err = manage(home)
+    assert "host key changed" in err and forget in err
+    assert jobs(home)[job]["reason"] == "unreachable"
+    assert jt(home, "doctor", "off")[0] == 0
+
+    subprocess.run(shlex.split(forget), check=True, capture_output=True)
+    (fm.home / f"release-{job}").touch()
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    assert (home / "known_hosts").read_text() == h.known_hosts_line() + "\n"
+
+
+def test_doctor_checks_each_worker_and_fixes_the_root(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("pod", n_hosts=2)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"pod": (fm, {"root": "runs/jobtpu"})})
+    code, _, err = jt(home, "doctor", "pod")
+    assert code == 0, err
+    for w, h in enumerate(fm.hosts):
+        label = f"pod[{w}] {h.address()}: ok:"
+        assert f"{label} reachable, logged in as {fm.user}" in err
+        assert f"{label} root runs/jobtpu does not exist yet" in err
+        assert f"{label} python3: " in err and f"{label} rsync: " in err and f"{label} tar: " in err
+        assert f"{label} " in err and " GB free in runs/jobtpu" in err
+    assert jt(home, "doctor", "pod", "--fix")[0] == 0
+    assert (fm.home / "runs" / "jobtpu").is_dir()
+    ssh_fleet.stop_host(fm.hosts[1])
+    code, _, err = jt(home, "doctor", "pod")
+    assert code == 1
+    assert f"pod[1] {fm.hosts[1].address()}: problem: not reachable: connection refused; check" in err
+    assert f"pod[0] {fm.hosts[0].address()}: ok: root runs/jobtpu exists" in err
+    code, _, err = jt(tmp_path / "plain home", "doctor", "local")  # the built-in local machine
+    assert code == 0 and "local[0] (this machine): ok: python3: " in err, err
