@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from .fleet import Machine, split_host
 from .home import Home
 from .transport.base import Endpoint, Transport
@@ -20,10 +23,19 @@ def endpoints(machine: Machine, tpu_addresses: list[str] | None = None) -> list[
     return out
 
 
-def transport(machine: Machine, endpoint: Endpoint, home: Home) -> Transport:
+def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+    """`trusted`: "type base64" host keys the TPU API publishes for this worker (strict policy)."""
     if endpoint.addr is None:
         from .transport.local import LocalTransport
         return LocalTransport(endpoint)
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from .transport.ssh import SshTransport
-    return SshTransport(endpoint, machine, home)
+    t = SshTransport(endpoint, machine, home)
+    t.trusted_keys = set(trusted)
+    return t
+
+
+def published_keys(record: dict[str, Any], worker: int) -> list[str]:
+    """The host keys a TPU node published for one worker, as the last pass recorded them."""
+    keys = record.get("host_keys") or []
+    return list(keys[worker]) if worker < len(keys) and isinstance(keys[worker], list) else []

@@ -7,12 +7,12 @@ import getpass
 import shutil
 from collections.abc import Callable
 
-from .connect import endpoints, transport
+from .connect import endpoints, published_keys, transport
 from .errors import RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
 from .manage import parallel
-from .scripts import doctor_script, make_dirs_script, parse_doctor
+from .scripts import doctor_script, make_dirs_script, parse_doctor, tpu_doctor_script
 from .store import Store
 from .transport.base import Endpoint
 
@@ -32,6 +32,11 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     known = Store(home).load().machines.get(machine.name, {})
     addresses = known.get("addresses") if isinstance(known.get("addresses"), list) else None
+    node_lines: list[Line] = []
+    if machine.is_tpu:  # the API says where the workers are now
+        node_lines, live = _node_check(home, fleet, machine)
+        addresses = live if live is not None else addresses
+    lines.extend(node_lines)
     eps = endpoints(machine, addresses)
     if not eps:
         lines.append((f"{machine.name}: problem: no worker address is known yet; run `jobtpu manage` "
@@ -101,7 +106,56 @@ def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool) -> list
         t.close()
 
 
+def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
+    """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
+    from .tpu import TpuApi, health_of
+
+    try:
+        node = TpuApi(dict(fleet.gcp)).get_node(str(machine.zone), str(machine.node))
+    except RemoteError as e:
+        return [(f"{machine.name}: problem: {e.message}; check gcp settings and credentials", True)], None
+    if node is None:
+        return [(f"{machine.name}: problem: node {machine.node} does not exist in {machine.zone}; "
+                 f"`jobtpu tpu apply {machine.name}` creates it", True)], []
+    health, why = health_of(node.state)
+    out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
+           if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
+    record = Store(home).load().machines.get(machine.name, {})
+    setup = record.get("setup") or {}
+    if machine.setup and (setup.get("status") != "done" or record.get("incarnation") != node.create_time):
+        out.append((f"{machine.name}: problem: setup has not completed on this node "
+                    f"({setup.get('error') or setup.get('status') or 'not run'}); `jobtpu manage` runs it", True))
+    return out, node.addresses(machine.use_external_ip)
+
+
 def _tpu_checks(home: Home, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
-    """TPU checks come with the TPU support: the node's state from the API, the TPU device free
-    (no stale holder of /dev/accel*), and no stale /tmp/libtpu_lockfile (removed by --fix)."""
-    return []
+    """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
+    (--fix stops the holders and removes the file)."""
+    if not machine.is_tpu:
+        return []
+    return [line for worker in parallel(lambda ep: _tpu_worker(home, machine, ep, fix), eps) for line in worker]
+
+
+def _tpu_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+    label = _label(machine, ep)
+    t = transport(machine, ep, home, published_keys(Store(home).load().machines.get(machine.name, {}), ep.index))
+    try:
+        result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
+    except RemoteError as e:
+        return [(f"{label}: problem: TPU checks could not run: {e.message}", True)]
+    finally:
+        t.close()
+    out: list[Line] = []
+    for line in result.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["HOLDER"] and len(words) >= 4 and words[-1] == "stale":
+            out.append((f"{label}: problem: process {words[1]} ({' '.join(words[2:-1])}) holds the TPU device "
+                        f"and is no job of jobtpu's; `jobtpu doctor {machine.name} --fix` stops it", True))
+        elif words == ["LOCK", "yes"]:
+            out.append((f"{label}: problem: /tmp/libtpu_lockfile is left over; "
+                        f"`jobtpu doctor {machine.name} --fix` removes it", True)
+                       if not any("ours" in w for w in result.stdout.split("\n") if w.startswith("HOLDER"))
+                       else (f"{label}: ok: /tmp/libtpu_lockfile belongs to a running job", False))
+    if not out:
+        out.append((f"{label}: ok: TPU device free, no stale lock file", False))
+    return out

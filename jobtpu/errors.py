@@ -44,3 +44,7 @@ class BusyError(JobtpuError):
 
 class RemoteError(JobtpuError):
     """A machine could not be reached or refused us (unreachable host, bad key, changed host key)."""
+
+
+class UnreachableError(RemoteError):
+    """The machine could not be reached or refused us before anything ran there."""

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .connect import endpoints, transport
+from .connect import endpoints, published_keys, transport
 from .decide import Kill, Launch, MachineView, Observation, Plan, Recreate, apply_ending, decide, refs_of
-from .errors import BusyError, RemoteError
+from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .model import Ending, Job, Status
@@ -35,7 +35,7 @@ from .scripts import (
 )
 from .store import State, Store, hold_lock, try_lock
 from .tpuflow import observe_tpus, request_recreate
-from .transport.base import Endpoint
+from .transport.base import Endpoint, Transport
 
 MAX_PARALLEL = 32
 TAIL_BYTES = 64 * 1024
@@ -73,9 +73,13 @@ class Pass:
     def endpoints(self, machine: Machine) -> list[Endpoint]:
         return endpoints(machine, self.addresses.get(machine.name))
 
+    def transport(self, machine: Machine, endpoint: Endpoint) -> Transport:
+        return transport(machine, endpoint, self.home,
+                         published_keys(self.state.machines.get(machine.name, {}), endpoint.index))
+
     def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
         """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
-        t = transport(machine, endpoint, self.home)
+        t = self.transport(machine, endpoint)
         try:
             result = t.run(script, timeout=timeout)
         finally:
@@ -179,8 +183,27 @@ def observe(p: Pass) -> Observation:
         else:
             view.reachable = view.reachable is not False
             view.workers.update(outcome)
+    for machine in p.fleet.machines.values():
+        if machine.kind == "ssh":
+            _note_reachability(p, machine, seen)
     _pull_logs(p, seen)
     return seen
+
+
+UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is offered jobs again
+
+
+def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
+    """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
+    view, record = seen.view(machine.name), p.state.machines.setdefault(machine.name, {})
+    if view.reachable is True:
+        record.update(state="up", detail=None, since=None)
+    elif view.reachable is False:
+        if record.get("state") != "unreachable":
+            record.update(state="unreachable", since=seen.now)
+        record["detail"] = view.error
+    elif record.get("state") == "unreachable" and seen.now - (record.get("since") or 0) < UNREACHABLE_RETRY:
+        view.ready = False
 
 
 def _local_size(home: Home, ref: WorkerRef) -> int:
@@ -272,7 +295,7 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         try:
             result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
             if (r := result.get(spec.ref)) is not None and r.outcome == "need-archive":
-                t = transport(machine, ep, p.home)
+                t = p.transport(machine, ep)
                 try:
                     t.push(p.home.archive(job.archive), archive_path(machine.root, job.archive))
                 finally:
@@ -283,6 +306,13 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
             return ep.index, e
 
     outcomes = dict(parallel(one, eps))
+    if outcomes and all(isinstance(o, UnreachableError) for o in outcomes.values()):
+        # Nothing ran anywhere: the job is free to go to another machine on a later pass.
+        first = next(iter(outcomes.values()))
+        p.state.machines.setdefault(machine.name, {}).update(state="unreachable", since=now, detail=str(first))
+        unlaunch(job)
+        job.last_line = f"could not launch: {str(first)[-180:]}"
+        return
     failures = {i: o for i, o in outcomes.items() if o is not None and not isinstance(o, Exception)
                 and o.outcome == "fail"}
     if failures:
@@ -299,6 +329,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
             apply_ending(job, ending, now)
         return
     if all(o is not None and not isinstance(o, Exception) and o.outcome == "ok" for o in outcomes.values()):
+        if machine.kind == "ssh":
+            p.state.machines.setdefault(machine.name, {}).update(state="up", detail=None, since=None)
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now
@@ -306,6 +338,14 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     errors = [str(o) for o in outcomes.values() if isinstance(o, Exception)]
     if errors:
         job.last_line = errors[0][-200:]
+
+
+def unlaunch(job: Job) -> None:
+    """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
+    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
+        job.attempts.pop()
+    job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
+    job.machine, job.alloc = None, {}
 
 
 def _kill(p: Pass, action: Kill, now: float) -> None:

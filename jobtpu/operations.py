@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .connect import transport
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
@@ -27,8 +26,6 @@ def pull_logs(home: Home, job_id: int) -> None:
     if machine is None:
         return
     p = Pass(home, fleet, state)
-    p.addresses.update({name: info.get("addresses", []) for name, info in state.machines.items()
-                        if isinstance(info.get("addresses"), list)})
     from .decide import refs_of
 
     def one(ep: Endpoint) -> None:
@@ -53,13 +50,11 @@ def fetch(home: Home, fleet: Fleet, job: Job, path: str, target: Path) -> None:
         raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
     state = Store(home).load()
     p = Pass(home, fleet, state)
-    p.addresses.update({name: info.get("addresses", []) for name, info in state.machines.items()
-                        if isinstance(info.get("addresses"), list)})
     eps = p.endpoints(machine)
     if not eps:
         raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
     remote = job_folder(machine.root, job.id) + (f"/{path.strip('/')}" if path.strip("/") else "")
-    t = transport(machine, eps[0], home)
+    t = p.transport(machine, eps[0])
     try:
         t.pull(remote, target)
     finally:

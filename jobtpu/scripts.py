@@ -330,3 +330,23 @@ for d in /proc/[0-9]*; do
 done
 rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null
 """
+
+
+def tpu_doctor_script(root: str, fix: bool) -> str:
+    """`HOLDER pid comm ours|stale` for each process holding the TPU device, `LOCK yes|no` for
+    /tmp/libtpu_lockfile; with fix, the stale holders are stopped and the lock file removed first."""
+    return f"""set -u
+r={_root(root)}
+{TPU_CLEANUP if fix else ""}
+ours=" "
+for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r p x < "$f"
+  [ -r "/proc/$p/stat" ] && ours="$ours$p "; done
+for d in /proc/[0-9]*; do
+  p=${{d#/proc/}}
+  if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
+    g=$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' '); c=$(ps -o comm= -p "$p" 2>/dev/null)
+    case "$ours" in *" $g "*) echo "HOLDER $p $c ours";; *) echo "HOLDER $p $c stale";; esac
+  fi
+done
+if [ -e /tmp/libtpu_lockfile ]; then echo "LOCK yes"; else echo "LOCK no"; fi
+"""

@@ -144,6 +144,13 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
         p.addresses[machine.name] = addresses
         view.n_workers = len(addresses)
         view.preempted = health_of(node.state if node else None)[0] == PREEMPTED
+        if machine.host_key_policy == "strict" and node is not None and node.state == "READY" \
+                and record.get("host_keys_for") != node.create_time:
+            # strict: trust exactly the host keys the node publishes through the TPU API.
+            try:
+                record["host_keys"], record["host_keys_for"] = api.host_keys(machine), node.create_time
+            except RemoteError as e:
+                plan.state, plan.detail = "unknown", f"cannot read the node's host keys: {e.message}"
         _carry_out(p, api, machine, record, plan, seen.now)
         record["state"], record["detail"] = plan.state, plan.detail
         view.ready = plan.state == "up"

@@ -371,3 +371,18 @@ def test_doctor_checks_each_worker_and_fixes_the_root(ssh_fleet: SshFleet, tmp_p
     assert f"pod[0] {fm.hosts[0].address()}: ok: root runs/jobtpu exists" in err
     code, _, err = jt(tmp_path / "plain home", "doctor", "local")  # the built-in local machine
     assert code == 0 and "local[0] (this machine): ok: python3: " in err, err
+
+
+def test_a_launch_on_a_dead_host_goes_to_another_machine(tmp_path: Path, ssh_fleet: SshFleet) -> None:
+    dead, alive = ssh_fleet.add_machine("dead"), ssh_fleet.add_machine("alive")
+    ssh_fleet.stop_host(dead.hosts[0])
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"dead": (dead, {}), "alive": (alive, {})})
+    job_id = submit(home, code_dir(tmp_path), "echo ran here")
+    manage(home)  # the first fitting machine is the dead one: nothing can have started there
+    job = jobs(home)[job_id]
+    assert (job["status"], job["machine"], job["attempts"]) == ("queued", None, [])
+    final = manage_until(home, lambda s: s[job_id]["status"] == "finished", "the job to finish elsewhere")
+    assert [a["machine"] for a in final[job_id]["attempts"]] == ["alive"]
+    machines = {m["name"]: m for m in json.loads(jt(home, "machines", "--json")[1])["machines"]}
+    assert machines["dead"]["state"] == "unreachable" and machines["alive"]["state"] == "up"

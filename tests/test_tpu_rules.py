@@ -3,7 +3,11 @@ recovery bound, rule pass, and a node stuck CREATING that never makes a pass wai
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pwd
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -119,3 +123,53 @@ def test_a_node_stuck_creating_never_makes_a_pass_wait(tmp_path: Path, tpus: Tpu
     assert status(home)[job_id]["status"] == "queued"
     machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
     assert machine["state"] == "recreating"
+
+
+def test_strict_host_keys_come_from_the_tpu_api_and_follow_recreation(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus, host_key_policy="strict")
+    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"))
+    running_then_preempt(home, tpus, job_id)
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 1), job
+    known = (home / "known_hosts").read_text()
+    for host in tpus.nodes["tpu-r"].hosts:  # the recreated workers' new keys, as the API published them
+        assert host.known_hosts_line() in known
+
+
+def test_doctor_finds_and_fixes_a_stale_tpu_lock_file(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    manage(home)  # learns the workers' addresses and runs setup
+    # A crashed run left the lock file behind on worker 0 (the workers share /tmp here).
+    lock = Path("/tmp/libtpu_lockfile")
+    lock.write_text("")
+    owner = pwd.getpwnam(tpus.nodes["tpu-r"].user)
+    os.chown(lock, owner.pw_uid, owner.pw_gid)  # left by the workers' user, as a crashed job would
+    try:
+        sick = jobtpu(home, "doctor", "v2-16-p", check=False)
+        assert sick.returncode == 1 and "libtpu_lockfile is left over" in sick.stderr
+        fixed = jobtpu(home, "doctor", "v2-16-p", "--fix", check=False)
+        assert not lock.exists()
+        assert jobtpu(home, "doctor", "v2-16-p", check=False).returncode == 0, fixed.stderr
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def test_a_launch_clears_a_stale_holder_of_the_tpu_device(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    device = Path("/dev/accel7")  # stands in for a TPU chip: a file the holder keeps open
+    assert not device.exists(), "a real /dev/accel7 on a test machine: refusing to touch it"
+    device.write_text("")
+    device.chmod(0o666)
+    owner = pwd.getpwnam(tpus.nodes["tpu-r"].user)
+    try:
+        with open(device) as held:
+            stale = subprocess.Popen(["sleep", "300"], stdin=held, user=owner.pw_uid, group=owner.pw_gid)
+        assert "holds the TPU device" in jobtpu(home, "doctor", "v2-16-p", check=False).stderr
+        job_id = submit(home, tmp_path, "echo ran")
+        job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
+        assert job["status"] == "finished"
+        assert stale.wait(timeout=10) is not None  # the launch stopped the stale holder first
+    finally:
+        device.unlink(missing_ok=True)
+        with contextlib.suppress(ProcessLookupError):
+            stale.kill()

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import RemoteError
+from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
 from ..scripts import RUN_SCRIPT, make_dirs_script
@@ -182,16 +182,21 @@ class SshTransport:
 
     # ---- running scripts -------------------------------------------------------------------------
     def run(self, script: str, timeout: float | None = None) -> Result:
-        client = self.connect()
+        # Until the script is sent, a failure means nothing ran there: say so (UnreachableError),
+        # so a launch that never happened can go to another machine.
+        try:
+            client = self.connect()
+        except RemoteError as e:
+            raise UnreachableError(e.message, e.hint) from None
         transport = client.get_transport()
         if transport is None or not transport.is_active():
             self._client = None
-            raise self._fail("the SSH connection dropped")
+            raise UnreachableError(f"{self.label}: the SSH connection dropped")
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             chan = transport.open_session(timeout=self.machine.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._fail(f"cannot open an SSH session: {e or type(e).__name__}") from None
+            raise UnreachableError(f"{self.label}: cannot open an SSH session: {e or type(e).__name__}") from None
         try:
             chan.exec_command(RUN_SCRIPT)
             with contextlib.suppress(OSError):  # a shell that died early: its output says why
