@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import JobtpuError, NotFoundError
 from .home import Home, find_home
 from .inputs import resolve_user
-from .model import Job, Status
 from .store import Store, append_line
 
 if TYPE_CHECKING:
     from .fleet import Fleet
+    from .model import Job
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.
@@ -45,6 +45,7 @@ def note(text: str) -> None:
 def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
     from .inputs import config_overrides, parse_duration, parse_env
+    from .model import Job
     from .requests import parse_request, why_not
 
     user = resolve_user(args.user)
@@ -223,7 +224,7 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
                             hint=f"its attempts: {', '.join(str(a.n) for a in job.attempts) or 'none yet'}")
     path = home.log_file(job.id, attempt, args.worker)
     if not path.exists() and not args.follow:
-        if job.status is Status.QUEUED or not job.attempts:
+        if job.status == "queued" or not job.attempts:
             raise NotFoundError(f"job {job.id} has not started yet", hint="run `jobtpu manage`")
         raise NotFoundError(f"no log of job {job.id} attempt {attempt} worker {args.worker} yet",
                             hint="logs are pulled by `jobtpu manage`")
@@ -273,7 +274,7 @@ def cmd_kill(home: Home, args: argparse.Namespace) -> int:
                 note(f"job {job.id} already {job.status}")
         kill_jobs(p, [j for j in jobs if not j.ended], time.time())
     for job in jobs:
-        if job.status is Status.KILLING:
+        if job.status == "killing":
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
 

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 
-@dataclass(frozen=True)
 class Home:
-    root: Path
+    """A home folder. A plain class, not a dataclass: `jobtpu status` must not pay for importing
+    dataclasses (and inspect) on every call."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Home) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"Home({str(self.root)!r})"
 
     @property
     def machines_file(self) -> Path:

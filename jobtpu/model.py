@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .schema import ATTEMPT_LISTED, FIELDS, LISTED, STATUSES
+
 
 class Status(StrEnum):
     QUEUED = "queued"
@@ -194,7 +196,9 @@ class Job:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
-_FIELD_SET = FIELDS = frozenset(_FIELDS)
+_FIELD_SET = frozenset(_FIELDS)
+# schema.py spells these out for listings that do not import this module; they must agree.
+assert _FIELD_SET == FIELDS and {s.value for s in Status} == STATUSES, "schema.py is out of date"
 
 
 def _json_defaults(cls: type) -> dict[str, Any]:
@@ -212,9 +216,6 @@ def _json_defaults(cls: type) -> dict[str, Any]:
 # `status --json` prints records as they are stored; loading fills the rest from the defaults.
 JOB_DEFAULTS = _json_defaults(Job)
 ATTEMPT_DEFAULTS = _json_defaults(Attempt)
-LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "reason", "exit_code", "attempt",
-                    "attempts", "created", "tags", "rule"})
-ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})
 _ABSENT = object()
 
 

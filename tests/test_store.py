@@ -165,8 +165,9 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
     home = Home(tmp_path)
     add(Store(home))
     good = home.state_file.read_text()
-    broken = good.replace('"cmd": "echo hi",', '"cmd": "echo hi"', 1)
-    line = next(i for i, text in enumerate(broken.splitlines(), 1) if '"cmd"' in text) + 1
+    assert '"cmd":"echo hi",' in good  # one job per line
+    broken = good.replace('"cmd":"echo hi",', '"cmd":"echo hi"', 1)
+    line = next(i for i, text in enumerate(broken.splitlines(), 1) if '"cmd"' in text)
     home.state_file.write_text(broken)
     message = refused(home)
     assert message.startswith(f"state.json:{line}:") and message.endswith(": Expecting ',' delimiter")

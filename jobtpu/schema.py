@@ -1,0 +1,15 @@
+"""The names of a job record's fields and status words, as plain constants: what a listing needs
+without importing the model (model.py checks at import that they match its dataclasses)."""
+
+STATUSES = frozenset({"queued", "launching", "running", "killing", "finished", "failed", "killed"})
+
+FIELDS = frozenset({
+    "id", "user", "cmd", "archive", "created", "name", "req", "pin", "machine", "status", "reason",
+    "exit_code", "attempt", "attempts", "tags", "rule", "env", "overrides", "log_stage", "max_recoveries",
+    "recoveries", "timeout", "stall", "resume", "alloc", "log_size", "log_grew", "last_line", "ending", "dir",
+})
+
+# What every stored record carries, so `status --json` can print records as they are stored.
+LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "reason", "exit_code", "attempt",
+                    "attempts", "created", "tags", "rule"})
+ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})
