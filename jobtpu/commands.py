@@ -353,7 +353,8 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
             "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
             "state": known.get("state", "up" if m.kind == "local" else "unknown"),
-            "health": known.get("health"), "detail": known.get("detail"),
+            "health": known.get("health"), "health_description": known.get("health_description"),
+            "detail": known.get("detail"),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
         })

@@ -40,10 +40,12 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
 
 def machines_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free"):
-        table.add_column(column)
+    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "detail"):
+        table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
     for row in rows:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
-        table.add_row(row["name"], row["kind"], row.get("accelerator") or "", str(row.get("workers", "")),
-                      row.get("state") or "", row.get("health") or "", str(row["running"]), free)
+        health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
+        workers = row.get("workers")
+        table.add_row(row["name"], row["kind"], row.get("accelerator") or "", "" if workers is None else str(workers),
+                      row.get("state") or "", health, str(row["running"]), free, row.get("detail") or "")
     return table

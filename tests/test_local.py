@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
+import subprocess
 import tarfile
+import time
 from pathlib import Path
 
-from tests.helpers import jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
+from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
 
 
 def _src(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
@@ -164,7 +168,6 @@ def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
         done = jobtpu(home, "manage")
         assert "another manage pass is running" in done.stderr
         assert status(home)[job_id]["status"] == "queued"
-    _ = signal
 
 
 def test_ids_are_never_reused_even_when_state_json_forgets_them(tmp_path: Path) -> None:
@@ -182,3 +185,59 @@ def test_ids_are_never_reused_even_when_state_json_forgets_them(tmp_path: Path) 
     (home / "history.jsonl").unlink()
     (home / "state.json").unlink()
     assert submit(home, src, "bash a.sh") == third + 1  # the logs still name the ids used
+
+
+def test_config_aliases_and_log_stage_reach_the_command(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    doc = json.loads((home / "machines.json").read_text())
+    doc["config_aliases"] = {"lr": "config.training.learning_rate"}
+    (home / "machines.json").write_text(json.dumps(doc))
+    src = _src(tmp_path, {"args.py": "import json, os, sys\n"
+                                     "open(f\"argv.{os.environ['JOBTPU_ATTEMPT']}\", 'w').write(json.dumps(sys.argv[1:]))\n"
+                                     "sys.exit(1 if os.environ['JOBTPU_ATTEMPT'] == '0' else 0)\n"})
+    job_id = submit(home, src, "python3 args.py --fixed", "--log-stage", "lr=0.01", "model.depth=4")
+    manage_until(home, [job_id], {"failed"})
+    jobtpu(home, "resume", str(job_id))
+    manage_until(home, [job_id], {"finished"})
+    folder = home / "run" / "jobs" / str(job_id)
+    expected = ["--fixed", "--config.training.learning_rate=0.01", "--model.depth=4"]
+    assert json.loads((folder / "argv.0").read_text()) == [*expected, "--config.stage=0"]
+    assert json.loads((folder / "argv.1").read_text()) == [*expected, "--config.stage=1"]
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "true\n"})
+    job_id = submit(home, src, "bash a.sh")
+    before = (home / "state.json").read_bytes()
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert f"would launch job {job_id} attempt 0 on local" in out
+    assert (home / "state.json").read_bytes() == before
+    assert not (home / "run").exists()
+
+
+def test_status_watch_redraws_a_live_table(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "true\n"})
+    submit(home, src, "bash a.sh", "--name", "first-job")
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([*JOBTPU, "--home", str(home), "status", "--watch", "0.3"], stdout=child_fd,
+                            stderr=child_fd, env={**os.environ, "JOBTPU_USER": "tester", "COLUMNS": "160"})
+    os.close(child_fd)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and seen.count(b"first-job") < 2:
+            if select.select([main_fd], [], [], 0.5)[0]:
+                seen += os.read(main_fd, 65536)
+        submit(home, src, "bash a.sh", "--name", "second-job")  # a change shows on the next redraw
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and b"second-job" not in seen:
+            if select.select([main_fd], [], [], 0.5)[0]:
+                seen += os.read(main_fd, 65536)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        os.close(main_fd)
+    assert seen.count(b"first-job") >= 2 and b"second-job" in seen
+    assert b"Traceback" not in seen
