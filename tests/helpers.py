@@ -14,6 +14,15 @@ from typing import Any
 JOBTPU = [sys.executable, "-m", "jobtpu.cli"]
 
 
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Files (relative path → text or bytes) under root; root."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return root
+
+
 def make_home(base: Path, machines: dict[str, Any] | None = None) -> Path:
     home = base / "home"
     home.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from rich.console import Console
 from jobtpu import archive
 from jobtpu.archive import list_files, snapshot
 from jobtpu.errors import JobtpuError
+from tests.helpers import write_tree as write
 
 HOSTILE = ["with space.txt", "quote'd\".txt", "dollar$HOME.txt", "back`tick`.txt", "new\nline.txt",
            "ünïcødé-日本.txt", "-dash-first.txt", "back\\slash.txt", "deep/er/ nested /x.py"]
@@ -28,14 +29,6 @@ def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var, value in {"HOME": home, "XDG_CONFIG_HOME": home, "GIT_CONFIG_GLOBAL": os.devnull,
                        "GIT_CONFIG_NOSYSTEM": "1"}.items():
         monkeypatch.setenv(var, str(value))
-
-
-def write(root: Path, files: dict[str, str | bytes]) -> Path:
-    for rel, content in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(content.encode() if isinstance(content, str) else content)
-    return root
 
 
 def git_init(root: Path) -> None:

@@ -12,16 +12,21 @@ import tarfile
 import time
 from pathlib import Path
 
-from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
+from tests.helpers import (
+    JOBTPU,
+    jobtpu,
+    make_home,
+    manage_until,
+    pid_alive,
+    status,
+    submit,
+    wait_for,
+    write_tree,
+)
 
 
 def _src(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
-    src = tmp_path / "src"
-    for name, content in files.items():
-        path = src / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content.encode() if isinstance(content, str) else content)
-    return src
+    return write_tree(tmp_path / "src", files)
 
 
 def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:

@@ -52,14 +52,14 @@ class TpuFleet:
         return [(h.addr, h.addr) for h in self.nodes[node_name].hosts]
 
     def on_preempt(self, node_name: str) -> None:
-        self._record("preempt", node_name)
-        machine = self.nodes[node_name]
-        for host in machine.hosts:
-            self.ssh.stop_host(host)
-        self.ssh.kill_user_processes(machine)
+        self._take_down("preempt", node_name)
 
     def on_delete(self, node_name: str) -> None:
-        self._record("delete", node_name)
+        self._take_down("delete", node_name)
+
+    def _take_down(self, event: str, node_name: str) -> None:
+        """The node's VMs are gone: no sshd answers and every process of theirs is dead."""
+        self._record(event, node_name)
         machine = self.nodes[node_name]
         for host in machine.hosts:
             self.ssh.stop_host(host)
