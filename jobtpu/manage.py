@@ -54,7 +54,8 @@ class Pass:
         self.home, self.fleet, self.state = home, fleet, state
         self.store = Store(home)
         self.base = {j.id: j.to_json() for j in state.jobs}
-        self.base_machines = dict(state.machines)
+        self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
+        self.notes: list[str] = []
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
         self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this pass
         self._tpu: Any = None
@@ -127,11 +128,12 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         fleet = load_fleet(home)
         state = Store(home).load()
         p = Pass(home, fleet, state)
+        p.dry_run = dry_run
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)
-        report.notes.extend(plan.notes)
+        report.notes.extend(p.notes + plan.notes)
         if on_note:
-            for note in plan.notes:
+            for note in p.notes + plan.notes:
                 on_note(note)
         if dry_run:
             for action in plan.actions:
@@ -218,6 +220,10 @@ def _pull_logs(p: Pass, seen: Observation) -> None:
     for view in seen.machines.values():
         for ref, ws in view.workers.items():
             path = p.home.log_file(ref.job, ref.attempt, ref.worker)
+            if p.dry_run:  # changes nothing: classify from what is home plus what just arrived
+                if ws.exit_code not in (None, 0):
+                    seen.log_tails[ref] = (_tail(path) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
+                continue
             append_log(path, ws.log_offset, ws.log_bytes)
             if ws.exit_code not in (None, 0):
                 seen.log_tails[ref] = _tail(path)

@@ -11,5 +11,5 @@ FIELDS = frozenset({
 
 # What every stored record carries, so `status --json` can print records as they are stored.
 LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "reason", "exit_code", "attempt",
-                    "attempts", "created", "tags", "rule"})
+                    "attempts", "created", "tags", "rule", "last_line"})
 ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})

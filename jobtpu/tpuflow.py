@@ -162,6 +162,9 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
 
 def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
                now: float) -> None:
+    if p.dry_run:
+        p.notes.extend(f"would {step.kind} {machine.name}" for step in plan.steps)
+        return
     for step in plan.steps:
         try:
             if step.kind == "delete":

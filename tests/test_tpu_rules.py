@@ -199,3 +199,16 @@ def test_tpu_commands_and_machines_show_the_node(tmp_path: Path, tpus: TpuFleet)
     refused = jobtpu(home, "tpu", "reapply", "v2-16-p", check=False)
     assert refused.returncode == 1 and f"jobtpu kill {job_id}" in refused.stderr
     assert "unknown machine" in jobtpu(home, "tpu", "status", "nope", check=False).stderr
+
+
+def test_dry_run_never_touches_the_tpu_api_or_the_logs(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, "echo out; sleep 300")
+    until(home, job_id, lambda j: j["status"] == "running" and j["last_line"] == "out", what="the job to run")
+    tpus.api.preempt(ZONE, "tpu-r")
+    before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    calls = len(tpus.api.requests)
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert f"job {job_id}: preempted" in out and "would recreate v2-16-p" in out
+    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.name.endswith(".lock")} == before
+    assert not [r for r in tpus.api.requests[calls:] if r[0] in ("POST", "DELETE")]
