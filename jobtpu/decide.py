@@ -119,7 +119,9 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
     states = [view.workers.get(ref) for ref in refs]
     failed = [s for s in states if s is not None and s.exit_code not in (None, 0)]
     if failed:
-        first = min(failed, key=lambda s: s.ref.worker)
+        # The worker that failed first on its own (the others often fail because of it); a tie,
+        # or a worker whose exit time is unknown, goes by the lowest index.
+        first = min(failed, key=lambda s: (s.exited_at if s.exited_at is not None else float("inf"), s.ref.worker))
         reason = rules.classify(first.exit_code or 0, seen.log_tails.get(first.ref, ""), fleet.error_patterns)
         _ended_attempt(job, machine, reason, first.exit_code, seen, plan, stop=_alive(refs, view))
         return

@@ -14,6 +14,7 @@ every per-worker file is named by attempt and worker index):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,14 +133,14 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
         "set -u",
         f"r={_root(root)}",
         "p() {",
-        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- size=0 claim=0 st=- s',
+        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 st=- s',
         '  if [ -s "$b.pid" ]; then read -r pid st < "$b.pid"',
         '    if [ -r "/proc/$pid/stat" ] && read -r -a s < "/proc/$pid/stat" 2>/dev/null; then',
         '      [ "${s[2]}" != Z ] && [ "${s[21]}" = "$st" ] && alive=1; fi; fi',
-        '  [ -s "$b.exit" ] && read -r ex < "$b.exit"',
+        '  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)',
         '  [ -e "$b.claim" ] && claim=1',
         '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
-        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim"',
+        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at"',
         '  if [ "$size" -gt "$4" ]; then',
         f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
         "}",
@@ -159,6 +160,7 @@ class WorkerState:
     claimed: bool
     log_offset: int = 0
     log_bytes: bytes = b""
+    exited_at: float | None = None  # when the exit record was written (the worker's clock)
 
     @property
     def started(self) -> bool:
@@ -169,20 +171,26 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
     states: dict[WorkerRef, WorkerState] = {}
     for line in stdout.splitlines():
         words = line.split(" ")
-        if words[0] == "W" and len(words) == 9:
+        if words[0] == "W" and len(words) == 10:
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             states[ref] = WorkerState(
                 ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
                 exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
-                log_size=int(words[7]), claimed=words[8] == "1")
+                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]))
         elif words[0] == "L" and len(words) in (5, 6):
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             if ref in states:
                 data = base64.b64decode(words[5]) if len(words) == 6 else b""
                 old = states[ref]
-                states[ref] = WorkerState(old.ref, old.pid, old.alive, old.exit_code, old.log_size,
-                                          old.claimed, int(words[4]), data)
+                states[ref] = dataclasses.replace(old, log_offset=int(words[4]), log_bytes=data)
     return states
+
+
+def _number(word: str) -> float | None:
+    try:
+        return float(word)
+    except ValueError:
+        return None
 
 
 # ---- kill -----------------------------------------------------------------------------------------

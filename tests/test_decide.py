@@ -3,6 +3,7 @@ requests and the transition table. No I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -166,6 +167,15 @@ def test_lowest_failed_worker_wins_a_tie() -> None:
     plan = decide([job], fleet(gpu_box("m", hosts=4)), seen("m", *states))
     assert job.ending is not None and (job.ending.reason, job.ending.exit_code) == ("exit 4", 4)
     assert kills(plan) == [Kill(job.id, "m", (ref(job, 0), ref(job, 1)))]
+
+
+def test_the_worker_that_failed_first_gives_the_exit_code() -> None:
+    # Worker 2 crashed; worker 0 died a moment later of the broken collective: worker 2's code counts.
+    job = active(workers=3)
+    states = [dataclasses.replace(ws(job, 0, False, 1), exited_at=NOW - 1.0), ws(job, 1),
+              dataclasses.replace(ws(job, 2, False, 7), exited_at=NOW - 1.5)]
+    decide([job], fleet(gpu_box("m", hosts=3)), seen("m", *states))
+    assert job.ending is not None and (job.ending.reason, job.ending.exit_code) == ("exit 7", 7)
 
 
 def test_failure_with_nothing_left_alive_ends_at_once() -> None:
