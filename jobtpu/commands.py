@@ -158,7 +158,15 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
     from .manage import run_pass
 
     while True:
-        report = run_pass(home, dry_run=args.dry_run, on_note=None if args.dry_run else note)
+        try:
+            report = run_pass(home, dry_run=args.dry_run, on_note=None if args.dry_run else note)
+        except JobtpuError as e:
+            if args.loop is None:
+                raise
+            # A loop outlives a typo in machines.json or a busy state file: say so, try again later.
+            note(f"jobtpu: error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+            time.sleep(max(0.0, args.loop))
+            continue
         if args.dry_run:
             for line in report.notes or ["nothing to do"]:
                 print(line)
