@@ -246,3 +246,22 @@ def test_status_watch_redraws_a_live_table(tmp_path: Path) -> None:
         os.close(main_fd)
     assert seen.count(b"first-job") >= 2 and b"second-job" in seen
     assert b"Traceback" not in seen
+
+
+def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    good = (home / "machines.json").read_text()
+    src = _src(tmp_path, {"a.sh": "echo looped\n"})
+    loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        (home / "machines.json").write_text(good.replace("{", "{,", 1))
+        time.sleep(1.0)
+        assert loop.poll() is None, "the loop stopped at a broken machines.json"
+        (home / "machines.json").write_text(good)
+        job_id = submit(home, src, "bash a.sh")
+        wait_for(lambda: status(home)[job_id]["status"] == "finished", timeout=30, what="the loop to run the job")
+    finally:
+        loop.send_signal(signal.SIGINT)
+        _, err = loop.communicate(timeout=10)
+    assert "machines.json:1:2:" in err and "Traceback" not in err
