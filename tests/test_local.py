@@ -265,3 +265,22 @@ def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
         loop.send_signal(signal.SIGINT)
         _, err = loop.communicate(timeout=10)
     assert "machines.json:1:2:" in err and "Traceback" not in err
+
+
+def test_tail_follow_streams_between_passes_and_stops_when_the_job_ends(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"slow.sh": "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.3; done\n"})
+    job_id = submit(home, src, "bash slow.sh")
+    manage_until(home, [job_id], {"running"})
+    follow = subprocess.Popen([*JOBTPU, "--home", str(home), "tail", "-f", str(job_id)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        assert follow.stdout is not None
+        # No pass runs meanwhile: tail -f pulls the new lines itself.
+        seen = [follow.stdout.readline().strip() for _ in range(6)]
+        assert seen == [f"line {i}" for i in range(1, 7)]
+        manage_until(home, [job_id], {"finished"})
+        assert follow.wait(timeout=15) == 0
+    finally:
+        if follow.poll() is None:
+            follow.kill()
