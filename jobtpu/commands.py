@@ -4,7 +4,6 @@ Read-only commands (status, tail, --help) import neither paramiko nor google-clo
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -311,6 +310,8 @@ def cmd_rerun(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_clean(home: Home, args: argparse.Namespace) -> int:
+    import orjson
+
     from .manage import fleet_session
     from .operations import clean_remote
 
@@ -320,7 +321,7 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
         if args.remote:
             clean_remote(p, gone)
         for job in gone:
-            append_line(home.history_file, json.dumps(job.to_json(), ensure_ascii=False))
+            append_line(home.history_file, orjson.dumps(job.to_json()).decode())
         p.state.jobs = [j for j in p.state.jobs if j not in gone]
         p.base = {k: v for k, v in p.base.items() if k not in {j.id for j in gone}}
         with Store(home).transaction() as disk:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import shlex
 from collections.abc import Mapping
 
 from .errors import JobtpuError
@@ -26,6 +24,8 @@ def resolve_user(explicit: str | None) -> str:
 
 
 def _login_name() -> str:
+    import getpass  # here, not at the top: `jobtpu status` starts on every watch tick
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -54,6 +54,8 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 def config_overrides(words: list[str], aliases: Mapping[str, str]) -> list[str]:
     """KEY=VALUE words → shell-quoted `--full.key=VALUE` words, expanding KEY through the aliases."""
+    import shlex
+
     out = []
     for word in words:
         key, sep, value = word.partition("=")
