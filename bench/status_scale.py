@@ -55,7 +55,9 @@ def main() -> None:
         (home / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
         (home / "state.json").write_text(json.dumps(fake_state(args.jobs)))
         env = {**os.environ, "JOBTPU_USER": "alice"}
-        ours = [sys.executable, "-m", "jobtpu", "--home", tmp, "status", "--json"]
+        # What the `jobtpu` console script runs (without a shim in front of the interpreter).
+        ours = [sys.executable, "-c", "import sys; from jobtpu.cli import main; sys.exit(main())",
+                "--home", tmp, "status", "--json"]
         bare = [sys.executable, "-c", "pass"]
         # The floor of any listing that reads this file: parse it, keep one user's jobs, print them.
         floor = [sys.executable, "-c", "import orjson, sys\n"
