@@ -275,27 +275,27 @@ MALFORMED_MACHINES = '{"machines": {\n  "local": {"kind": "local"},\n}}\n'
 MALFORMED_STATE = '{"version": 1, "next_id": 3,\n "jobs": [\n  {"id": 1 "user": "tester"}\n]}\n'
 
 
-@pytest.mark.parametrize("args", [["submit", "--dir", "{src}", "--cmd", "true"], ["run", "--dir", "{src}", "--cmd",
-                                  "true"], ["manage"], ["manage", "--dry-run"], ["machines"], ["kill", "2"],
-                                  ["resume", "1"], ["clean"], ["doctor", "local"]])
-def test_malformed_machines_json(busy_home: tuple[Path, Path, int, int], args: list[str]) -> None:
-    home, src, _, _ = busy_home
-    (home / "machines.json").write_text(MALFORMED_MACHINES)
-    before = snapshot(home)
-    rc, out, err = cli(home, *(a.format(src=src) for a in args))
-    assert_one_error(rc, out, err, 1, "jobtpu: error: machines.json:3:1: ")
-    assert snapshot(home) == before
+MALFORMED = {  # file, what it holds, the error every command must give for it
+    "machines.json": (MALFORMED_MACHINES, "jobtpu: error: machines.json:3:1: "),
+    "state.json": (MALFORMED_STATE, "state.json:3:12: Expecting ',' delimiter"),
+}
 
 
-@pytest.mark.parametrize("args", [["submit", "--dir", "{src}", "--cmd", "true"], ["manage"], ["status"],
+@pytest.mark.parametrize(("broken", "args"), [
+    *(("machines.json", a) for a in [["submit", "--dir", "{src}", "--cmd", "true"],
+                                     ["run", "--dir", "{src}", "--cmd", "true"], ["manage"], ["manage", "--dry-run"],
+                                     ["machines"], ["kill", "2"], ["resume", "1"], ["clean"], ["doctor", "local"]]),
+    *(("state.json", a) for a in [["submit", "--dir", "{src}", "--cmd", "true"], ["manage"], ["status"],
                                   ["status", "--json"], ["machines", "--json"], ["kill", "1"], ["tail", "1"],
-                                  ["resume", "1"], ["clean"]])
-def test_malformed_state_json(busy_home: tuple[Path, Path, int, int], args: list[str]) -> None:
+                                  ["resume", "1"], ["clean"]]),
+])
+def test_malformed_file(busy_home: tuple[Path, Path, int, int], broken: str, args: list[str]) -> None:
     home, src, _, _ = busy_home
-    (home / "state.json").write_text(MALFORMED_STATE)
+    content, error = MALFORMED[broken]
+    (home / broken).write_text(content)
     before = snapshot(home)
     rc, out, err = cli(home, *(a.format(src=src) for a in args))
-    assert_one_error(rc, out, err, 1, "state.json:3:12: Expecting ',' delimiter")
+    assert_one_error(rc, out, err, 1, error)
     assert snapshot(home) == before
 
 
