@@ -260,10 +260,6 @@ def archive_path(root: str, archive: str) -> str:
     return f"{root.rstrip('/')}/archives/{archive}"
 
 
-def prepare_archive_dir_script(root: str) -> str:
-    return f"mkdir -p {_root(root)}/archives\n"
-
-
 def make_dirs_script(paths: Iterable[str]) -> str:
     """mkdir -p each path (relative to the login folder unless absolute)."""
     return "mkdir -p -- " + " ".join(q(p) for p in paths) + "\n"

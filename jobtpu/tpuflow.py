@@ -105,7 +105,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
     """One listing per zone, one call per operation in flight, then each machine's plan carried out
     (deletes/creates started, setups run). Fills the machines' views and worker addresses."""
     from .manage import parallel
-    from .tpu import PREEMPTED, TpuApi, health_of
+    from .tpu import PREEMPTED, health_of
 
     tpus = [m for m in p.fleet.machines.values() if m.is_tpu]
     if not tpus:
@@ -157,7 +157,6 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
         if plan.state != "up":
             view.reachable = False if not view.preempted else None
             view.error = plan.detail
-    _ = TpuApi
 
 
 def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
