@@ -84,9 +84,13 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
     fleet = load_fleet(home)
     Store(home).load()  # a broken state.json is reported before the snapshot, not after
     job = build_job(home, fleet, args)
+    from .secrets import SecretStore, split_env
+
+    job.env, secret = split_env(job.env)
     with Store(home).transaction() as state:
         job.id = max(state.next_id, highest_used_id(home) + 1)
         state.next_id = job.id + 1
+        SecretStore(home).put(job.id, secret)  # before the job exists, so it never runs without them
         state.jobs.append(job)
     return job
 
@@ -323,6 +327,9 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
         for job in gone:
             append_line(home.history_file, orjson.dumps(job.to_json()).decode())
         p.state.jobs = [j for j in p.state.jobs if j not in gone]
+        from .secrets import SecretStore
+
+        SecretStore(home).drop([j.id for j in gone])
         p.base = {k: v for k, v in p.base.items() if k not in {j.id for j in gone}}
         with Store(home).transaction() as disk:
             disk.jobs = [j for j in disk.jobs if j.id not in {g.id for g in gone}]

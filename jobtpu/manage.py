@@ -33,6 +33,7 @@ from .scripts import (
     parse_probe,
     probe_script,
 )
+from .secrets import SecretStore
 from .store import State, Store, hold_lock, try_lock
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint, Transport
@@ -272,8 +273,8 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
         pass
 
 
-def job_env(job: Job, machine: Machine, worker: int, workers: int) -> dict[str, str]:
-    env = dict(job.env)
+def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict[str, str]) -> dict[str, str]:
+    env = {**job.env, **secrets}
     env.update({
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
@@ -293,10 +294,11 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     if job is None or machine is None or job.status is not Status.LAUNCHING:
         return
     eps = p.endpoints(machine)[: action.workers]
+    secrets = SecretStore(p.home).get(job.id)
 
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
-                          job.full_command(), job_env(job, machine, ep.index, action.workers),
+                          job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
                           tpu_cleanup=machine.is_tpu)
         try:
             result = parse_launch(p.run_on(machine, ep, launch_script([spec])))

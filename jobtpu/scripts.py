@@ -59,13 +59,18 @@ def _root(root: str) -> str:
 
 # ---- launch ---------------------------------------------------------------------------------------
 
-def wrapper(command: str, env: dict[str, str]) -> str:
-    """What runs as the process-group leader: record pid, run the command, record its exit code.
-    $1 is the absolute path stem of the worker's meta files."""
-    exports = "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+def env_file(env: dict[str, str]) -> str:
+    """The job's environment as shell exports, written to a file only its user can read and sourced
+    by the wrapper: values (secrets among them) never appear on a command line that `ps` shows."""
+    return "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+
+
+def wrapper(command: str) -> str:
+    """What runs as the process-group leader: record pid, load and delete the env file, run the
+    command, record its exit code. $1 is the absolute path stem of the worker's meta files."""
     return (
         'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"\n'
-        f"{exports}"
+        '. "$1.env" && rm -f "$1.env"\n'
         f"bash -c {q(command)}\n"
         'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
     )
@@ -96,7 +101,8 @@ if [ ! -d "$j" ]; then
 fi
 {TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
-setsid nohup bash -c {q(wrapper(spec.command, spec.env))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
+(umask 077; printf '%s' {q(env_file(spec.env))} > "$b.env") || {{ rmdir "$b.claim"; echo "$out fail env file"; exit; }}
+setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
 for i in $(seq 200); do [ -s "$b.pid" ] && break; sleep 0.02; done
 if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$out pending"; fi
 )""")

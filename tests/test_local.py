@@ -284,3 +284,26 @@ def test_tail_follow_streams_between_passes_and_stops_when_the_job_ends(tmp_path
     finally:
         if follow.poll() is None:
             follow.kill()
+
+
+def test_secret_env_values_stay_out_of_state_listings_and_command_lines(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    secret = "s3cr3t-v@lue-$(whoami)"
+    src = _src(tmp_path, {"job.sh": 'printf %s "$WANDB_API_KEY" > got.txt; echo "$PLAIN" > plain.txt\n'
+                                    # every command line in the job's process group, the wrapper's too
+                                    "g=$(ps -o pgid= -p $$ | tr -d ' ')\n"
+                                    "ps -eo pgid=,args= | awk -v g=\"$g\" '$1 == g' > cmdline.txt\n"})
+    job_id = submit(home, src, "bash job.sh", "--env", f"WANDB_API_KEY={secret}", "--env", "PLAIN=visible")
+    jobs = manage_until(home, [job_id], {"finished"})
+    folder = home / "run" / "jobs" / str(job_id)
+    assert (folder / "got.txt").read_text() == secret  # the job gets the real value
+    assert "bash -c" in (folder / "cmdline.txt").read_text()  # the wrapper was seen
+    assert jobs[job_id]  # and no listing, state file or command line shows it:
+    for text in (jobtpu(home, "status", "--json").stdout, (home / "state.json").read_text(),
+                 (home / "state.json.bak").read_text(), (folder / "cmdline.txt").read_text()):
+        assert "s3cr3t" not in text
+    assert "visible" in (home / "state.json").read_text()  # other --env values are ordinary
+    assert (home / "secrets.json").stat().st_mode & 0o077 == 0
+    assert not list((home / "run" / "meta" / str(job_id)).glob("*.env"))  # read, then deleted
+    jobtpu(home, "clean")
+    assert "s3cr3t" not in (home / "secrets.json").read_text()
