@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from . import model, rules
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, Status
-from .requests import allocate, parse_request, why_not
+from .requests import Request, allocate, parse_request, why_not
 from .scripts import WorkerRef, WorkerState
 
 
@@ -22,6 +22,7 @@ class MachineView:
     n_workers: int = 1
     ready: bool = True  # may take new jobs now
     preempted: bool = False  # the TPU API says its node is gone or preempted
+    recovering: bool = False  # jobtpu is already recreating it
 
 
 @dataclass
@@ -245,3 +246,19 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
             plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
             break
+        else:
+            _want_back(job, request, fleet, seen, plan)
+
+
+def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan) -> None:
+    """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
+    its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
+    coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
+    fits = [m for m in fleet.machines.values() if m.is_tpu and why_not(m, request, job.pin) is None]
+    if any(m.name in coming or seen.view(m.name).recovering for m in fits):
+        return  # one is already on its way back
+    for machine in fits:
+        if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
+            plan.actions.append(Recreate(machine.name))
+            plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")
+            return

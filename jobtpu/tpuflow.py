@@ -154,6 +154,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
         _carry_out(p, api, machine, record, plan, seen.now)
         record["state"], record["detail"] = plan.state, plan.detail
         view.ready = plan.state == "up"
+        view.recovering = bool(record.get("want_recreate") or record.get("operation"))
         if plan.state != "up":
             view.reachable = False if not view.preempted else None
             view.error = plan.detail

@@ -665,3 +665,22 @@ def test_decide_keeps_the_books_straight(case: tuple[list[Job], Observation]) ->
         if job.status is Status.KILLING:
             apply_ending(job, job.ending or Ending(Status.KILLED, model.KILLED), NOW + 1)
             assert job.status in ENDED or job.status is Status.QUEUED
+
+
+def test_a_queued_job_asks_for_its_preempted_tpu_back() -> None:
+    job = queued(req=["v3-32"])
+    view = MachineView(preempted=True, ready=False)
+    plan = decide([job], fleet(tpu("t1")), Observation(now=NOW, machines={"t1": view}))
+    assert plan.actions == [Recreate("t1")] and job.status is Status.QUEUED
+    # ... once: while it is being recreated, nothing more is asked.
+    view.recovering = True
+    assert decide([job], fleet(tpu("t1")), Observation(now=NOW, machines={"t1": view})).actions == []
+
+
+def test_a_queued_job_whose_rule_never_recreates_just_waits() -> None:
+    on_demand = tpu("t1", preemptible=False)  # default rule there: pass
+    job = queued(req=["v3-32"])
+    view = MachineView(preempted=True, ready=False)
+    assert decide([job], fleet(on_demand), Observation(now=NOW, machines={"t1": view})).actions == []
+    job.rule = "reapply"
+    assert decide([job], fleet(on_demand), Observation(now=NOW, machines={"t1": view})).actions == [Recreate("t1")]
