@@ -115,6 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("jobtpu: interrupted\n")
         return 130
+    except OSError as e:  # a full disk, a read-only or foreign home: the environment, not a bug
+        where = f": {e.filename}" if e.filename else ""
+        sys.stderr.write(f"jobtpu: error: {e.strerror or e}{where}\n"
+                         "hint: check that the home (--home, $JOBTPU_HOME) is writable and has free space\n")
+        return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_ERROR
 

@@ -317,3 +317,17 @@ def test_the_real_entry_point_prints_no_traceback(busy_home: tuple[Path, Path, i
                           timeout=30)
     assert_one_error(done.returncode, done.stdout, done.stderr, 1, "no job 999")
     assert snapshot(home) == before
+
+
+def test_an_unwritable_home_is_one_clear_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.sh").write_text("true\n")
+    (home / "archives").write_text("not a folder")  # the snapshot cannot be written
+    rc, out, err = cli(home, "submit", "--dir", str(src), "--cmd", "true")
+    assert rc == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("jobtpu: error: ") and len(err.strip().splitlines()) <= 2
+    assert not (home / "state.json").exists()
