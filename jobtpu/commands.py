@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import listing
 from .errors import JobtpuError, NotFoundError
 from .home import Home, find_home
 from .inputs import resolve_user
@@ -183,6 +184,10 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
 # ---- status ---------------------------------------------------------------------------------------
 
 def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
+    if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
+        import orjson
+
+        return list(orjson.loads(cached)["jobs"])
     jobs = Store(home).load_records()
     if ids:
         known = {j["id"] for j in jobs}
@@ -199,6 +204,11 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
 
 def cmd_status(home: Home, args: argparse.Namespace) -> int:
     if args.json:
+        cached = None if args.ids or args.all_users else listing.read(home, resolve_user(args.user))
+        if cached is not None:
+            sys.stdout.buffer.write(cached)  # exactly the bytes emit_json would print, made at the last save
+            sys.stdout.flush()
+            return 0
         emit_json({"jobs": select_jobs(home, args.ids, args.user, args.all_users)})
         return 0
     from rich.console import Console

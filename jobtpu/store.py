@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import listing
 from .errors import BusyError, ConfigError
 from .home import Home
 from .schema import FIELDS, LISTED, STATUSES
@@ -139,19 +140,36 @@ class Store:
         listings of many jobs: building and fully validating 10k Job objects costs more than the
         listing itself. Every command that changes state validates fully through load()."""
         try:
-            raw = self.path.read_bytes()
+            with open(self.path, "rb") as f:
+                raw, stamp = f.read(), listing.stamp_of(os.fstat(f.fileno()))
         except FileNotFoundError:
             return []
         if not raw.strip():
             return []
         data = parse_json_file(self.path, raw)
         jobs = data.get("jobs") if isinstance(data, dict) else None
-        if isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS:
-            return jobs
-        # A hand-written or older record: validate it fully (a precise error if it is wrong).
-        from .model import compact
+        if not (isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS):
+            # A hand-written or older record: validate it fully (a precise error if it is wrong).
+            from .model import compact
 
-        return [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
+            jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
+        self._refresh_listings(jobs, stamp)
+        return jobs
+
+    def _refresh_listings(self, jobs: list[dict[str, Any]], stamp: bytes) -> None:
+        """After a hand edit, the next listing rebuilds the per-user listings, so the ones after it are
+        quick again. Only if no save is under way and state.json is still the file that was read."""
+        try:  # a cache: a home this user may only read simply goes without
+            fd = os.open(self.home.state_lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            if try_lock(fd, 0) and listing.stamp_of(os.stat(self.path)) == stamp:
+                listing.write(self.home, [j["user"] for j in jobs], [orjson.dumps(j) for j in jobs], stamp)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[None]:
@@ -172,14 +190,18 @@ class Store:
                 self._save(state, before)
 
     def _save(self, state: State, previous_text: str | None) -> None:
-        text = render(state.to_json())
+        document = state.to_json()
+        job_lines = [orjson.dumps(job) for job in document["jobs"]]
         if previous_text is not None:
             # previous_text parsed and validated, so it is a good copy.
             _atomic_write(self.home.state_backup, previous_text)
-        _atomic_write(self.path, text)
+        tmp = _write_synced(self.path, render(document, job_lines))
+        # The per-user listings name the exact file they list (a rename keeps inode, size, mtime).
+        listing.write(self.home, [job["user"] for job in document["jobs"]], job_lines, listing.stamp_of(os.stat(tmp)))
+        _rename_synced(tmp, self.path)
 
 
-def render(document: dict[str, Any]) -> str:
+def render(document: dict[str, Any], job_lines: list[bytes] | None = None) -> str:
     """state.json's layout: one job per line (easy to read, grep and edit by hand, and a third smaller
     than indenting every field), the rest indented."""
     lines = []
@@ -191,17 +213,27 @@ def render(document: dict[str, Any]) -> str:
             lines.append(f'  "{key}": {{\n' + ",\n".join(entries) + "\n  },")
         else:
             lines.append(f'  "{key}": {orjson.dumps(value).decode()},')
-    jobs = [f"    {orjson.dumps(job).decode()}" for job in document.get("jobs", [])]
+    if job_lines is None:
+        job_lines = [orjson.dumps(job) for job in document.get("jobs", [])]
+    jobs = [f"    {line.decode()}" for line in job_lines]
     body = ",\n".join(jobs)
     return "{\n" + "\n".join(lines) + '\n  "jobs": [\n' + body + ("\n" if jobs else "") + "  ]\n}\n"
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    _rename_synced(_write_synced(path, text), path)
+
+
+def _write_synced(path: Path, text: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+    return tmp
+
+
+def _rename_synced(tmp: Path, path: Path) -> None:
     os.replace(tmp, path)
     with contextlib.suppress(OSError):
         dir_fd = os.open(path.parent, os.O_RDONLY)

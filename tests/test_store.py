@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobtpu import listing
 from jobtpu import store as store_module
 from jobtpu.errors import BusyError, ConfigError
 from jobtpu.home import Home
@@ -22,7 +23,7 @@ from tests.helpers import jobtpu, make_home, manage_until, status, submit
 
 
 def new_job(job_id: int = 0, **kw: Any) -> Job:
-    return Job(id=job_id, user="u", cmd="echo hi", archive="a.tar.gz", created=1.0, **kw)
+    return Job(id=job_id, **{"user": "u", "cmd": "echo hi", "archive": "a.tar.gz", "created": 1.0, **kw})
 
 
 def add(store: Store, **kw: Any) -> int:
@@ -70,7 +71,7 @@ def test_save_is_atomic_and_bak_holds_the_previous_good_copy(tmp_path: Path) -> 
     assert home.state_backup.read_text() == second
     doc = json.loads(home.state_file.read_text())
     assert doc["version"] == 1 and doc["next_id"] == 4 and [j["id"] for j in doc["jobs"]] == [1, 2, 3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.bak", "state.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "state.json", "state.json.bak", "state.json.lock"]
 
 
 def test_unchanged_transaction_writes_nothing_and_an_exception_saves_nothing(tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_data_is_fsynced_before_the_rename_and_a_failed_rename_keeps_the_old_fil
     real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd: int) -> None:
-        calls.append("fsync")
+        calls.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
         real_fsync(fd)
 
     def replace(src: Any, dst: Any) -> None:
@@ -112,7 +113,8 @@ def test_data_is_fsynced_before_the_rename_and_a_failed_rename_keeps_the_old_fil
     with pytest.raises(OSError, match="disk on fire"):
         add(store)
     assert calls.index("replace state.json") > calls.index("replace state.json.bak") > 0
-    assert calls[calls.index("replace state.json") - 1] == "fsync"
+    # The new file's data reached the disk before the rename that makes it state.json.
+    assert calls.index("fsync state.json.tmp") < calls.index("replace state.json")
     assert home.state_file.read_bytes() == good  # the crash left the last good file in place
     assert [j.id for j in store.load().jobs] == [1]
 
@@ -283,3 +285,41 @@ def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> No
         assert done.stderr.splitlines()[0] == f"jobtpu: error: state.json: job id {job_id} appears twice", args
         assert len(done.stderr.splitlines()) <= 2 and "Traceback" not in done.stderr
         assert (home / "state.json").read_text() == text and (home / "machines.json").read_bytes() == machines
+
+
+def test_status_listing_cache_is_exact_and_never_stale(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    home = Home(tmp_path)
+    (tmp_path / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
+    for user in ("ann", "bob", "ann"):
+        add(Store(home), user=user)
+
+    def listed(user: str) -> bytes:
+        done = subprocess.run([sys.executable, "-m", "jobtpu", "--home", str(tmp_path), "status", "--json",
+                               "--user", user], capture_output=True, check=True)
+        return done.stdout
+
+    cached = {u: listed(u) for u in ("ann", "bob", "cy")}
+    assert [j["user"] for j in json.loads(cached["ann"])["jobs"]] == ["ann", "ann"]
+    assert json.loads(cached["cy"]) == {"jobs": []}
+    shutil.rmtree(tmp_path / "cache")  # the slow path prints the very same bytes
+    assert {u: listed(u) for u in ("ann", "bob", "cy")} == cached
+    # A save rebuilds it; a hand edit afterwards is seen at once, never the stale listing.
+    add(Store(home), user="bob")
+    text = home.state_file.read_text()
+    home.state_file.write_text(text.replace('"cmd":"echo hi"', '"cmd":"echo edited"', 1))
+    assert b"echo edited" in listed("ann")
+
+
+def test_a_listing_after_a_hand_edit_rebuilds_the_cache(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    add(Store(home), user="ann")
+    text = home.state_file.read_text()
+    home.state_file.write_text(text.replace('"cmd":"echo hi"', '"cmd":"echo edited"', 1))
+    assert listing.read(home, "ann") is None  # stale: state.json changed under it
+    assert [j["cmd"] for j in Store(home).load_records()] == ["echo edited"]
+    cached = listing.read(home, "ann")
+    assert cached is not None and json.loads(cached)["jobs"][0]["cmd"] == "echo edited"
