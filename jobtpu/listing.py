@@ -33,12 +33,13 @@ def write(home: Home, users: list[str], lines: list[bytes], stamp: bytes) -> Non
     by_user: dict[str, list[bytes]] = {}
     for user, line in zip(users, lines, strict=True):
         by_user.setdefault(user, []).append(line)
+    # A user whose jobs are all gone gets an empty listing, not a deleted file: until state.json is
+    # renamed into place, a missing file would read as "no jobs" against the old stamp.
+    for old in where.glob("*.json"):
+        by_user.setdefault(old.stem, [])
     for user, user_lines in by_user.items():
         if _USER.match(user):  # a hand-edited odd name gets no file (and so no path outside the folder)
             _replace(where / f"{user}.json", stamp + b"\n" + b'{"jobs":[' + b",".join(user_lines) + b"]}\n")
-    for stale in where.glob("*.json"):
-        if stale.stem not in by_user:
-            stale.unlink(missing_ok=True)
     _replace(where / _STAMP, stamp)
 
 
