@@ -323,3 +323,14 @@ def test_a_listing_after_a_hand_edit_rebuilds_the_cache(tmp_path: Path) -> None:
     assert [j["cmd"] for j in Store(home).load_records()] == ["echo edited"]
     cached = listing.read(home, "ann")
     assert cached is not None and json.loads(cached)["jobs"][0]["cmd"] == "echo edited"
+
+
+def test_a_user_whose_jobs_are_gone_lists_empty(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    add(Store(home), user="ann")
+    add(Store(home), user="bob")
+    with Store(home).transaction() as state:
+        state.jobs = [j for j in state.jobs if j.user != "bob"]
+    assert listing.read(home, "bob") == b'{"jobs":[]}\n'
+    assert (listing.folder(home) / "bob.json").exists()  # rewritten empty, never deleted
+    assert json.loads(listing.read(home, "ann") or b"")["jobs"][0]["user"] == "ann"
