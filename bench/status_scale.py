@@ -74,9 +74,10 @@ def main() -> None:
             bare_t.append(timed(bare, env))
             ours_t.append(timed(ours, env))
             floor_t.append(timed(floor, env))
-        # After a hand edit the listings no longer match state.json: the whole file is read.
-        (home / "state.json").write_bytes((home / "state.json").read_bytes().replace(b"--seed 1\"", b"--seed 01\""))
+        # The first listing after a hand edit: the listings no longer match, the whole file is read
+        # (and the listings rebuilt). A fresh edit before every call.
         for _ in range(args.rounds):
+            (home / "state.json").write_bytes((home / "state.json").read_bytes())  # as an editor saves it
             edited_t.append(timed(ours, env))
         probe = subprocess.run([sys.executable, "-c",
                                 "import sys; from jobtpu.cli import main\n"
@@ -90,7 +91,7 @@ def main() -> None:
     print(f"jobtpu status --json, {args.jobs} jobs: median {o * 1000:.0f} ms over {args.rounds} rounds")
     print(f"python -c pass:                 median {b * 1000:.0f} ms")
     print(f"parse + filter + print the same file, nothing else: median {f * 1000:.0f} ms ({f / b:.2f}x)")
-    print(f"jobtpu status --json after a hand edit of state.json (listings stale, whole file read): "
+    print(f"jobtpu status --json right after a hand edit of state.json (whole file read, listings rebuilt): "
           f"median {e * 1000:.0f} ms ({e / b:.2f}x)")
     print(f"ratio: {o / b:.2f}x (target < 3x)")
     print(f"heavy modules loaded by status: {heavy}")
