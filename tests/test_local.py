@@ -136,8 +136,8 @@ def test_resources_are_counted(tmp_path: Path) -> None:
     ids = [submit(home, src, "bash hold.sh", "--req", "gpu=1") for _ in range(3)]
     jobtpu(home, "manage")
     jobs = status(home)
-    assert [jobs[i]["status"] for i in ids] == ["launching", "launching", "queued"] or \
-        [jobs[i]["status"] for i in ids] == ["running", "running", "queued"]
+    # Two start (a slow machine may still report one as launching), the third waits for a device.
+    assert {jobs[i]["status"] for i in ids[:2]} <= {"launching", "running"} and jobs[ids[2]]["status"] == "queued"
     assert sorted(tuple(jobs[i]["alloc"]["gpu"]) for i in ids[:2]) == [(0,), (1,)]
     freed = jobs[ids[0]]["alloc"]["gpu"]
     jobtpu(home, "kill", str(ids[0]))
