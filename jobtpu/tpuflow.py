@@ -120,6 +120,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             return zone, e
 
     nodes_by_zone = dict(parallel(listing, zones))
+    planned: list[tuple[Machine, dict[str, Any], MachinePlan]] = []
     for machine in tpus:
         view = seen.view(machine.name)
         record = p.state.machines.setdefault(machine.name, {})
@@ -151,7 +152,11 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
                 record["host_keys"], record["host_keys_for"] = api.host_keys(machine), node.create_time
             except RemoteError as e:
                 plan.state, plan.detail = "unknown", f"cannot read the node's host keys: {e.message}"
-        _carry_out(p, api, machine, record, plan, seen.now)
+        planned.append((machine, record, plan))
+    # Machines' steps (a setup may wait up to SETUP_WAIT) run side by side, not one after another.
+    parallel(lambda item: _carry_out(p, api, *item, seen.now), planned)
+    for machine, record, plan in planned:
+        view = seen.view(machine.name)
         record["state"], record["detail"] = plan.state, plan.detail
         view.ready = plan.state == "up"
         view.recovering = bool(record.get("want_recreate") or record.get("operation"))
