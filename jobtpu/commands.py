@@ -52,9 +52,8 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
     if not args.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
     request = parse_request(args.req)
-    if args.machine is not None and fleet.get(args.machine) is None:
-        raise NotFoundError(f"unknown machine {args.machine!r}",
-                            hint=f"machines in {home.machines_file}: {', '.join(fleet.machines)}")
+    if args.machine is not None:
+        fleet.require(args.machine)
     reasons = {m.name: why_not(m, request, args.machine) for m in fleet.machines.values()}
     if all(r is not None for r in reasons.values()):
         listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
@@ -193,7 +192,7 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
         known = {j["id"] for j in jobs}
         missing = [i for i in ids if i not in known]
         if missing:
-            raise NotFoundError(f"no job {missing[0]} in {home.state_file}",
+            raise NotFoundError(f"no job {missing[0]} in state.json",
                                 hint="`jobtpu status --all-users` lists every job")
         return [j for j in jobs if j["id"] in ids]
     if all_users:
@@ -230,11 +229,7 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 # ---- tail -----------------------------------------------------------------------------------------
 
 def find_job(home: Home, job_id: int) -> Job:
-    job = Store(home).load().job(job_id)
-    if job is None:
-        raise NotFoundError(f"no job {job_id} in {home.state_file}",
-                            hint="`jobtpu status --all-users` lists every job")
-    return job
+    return Store(home).load().require_job(job_id)
 
 
 def cmd_tail(home: Home, args: argparse.Namespace) -> int:
@@ -284,12 +279,7 @@ def cmd_kill(home: Home, args: argparse.Namespace) -> int:
     from .manage import fleet_session, kill_jobs
 
     with fleet_session(home) as p:
-        jobs = []
-        for job_id in args.ids:
-            job = p.state.job(job_id)
-            if job is None:
-                raise NotFoundError(f"no job {job_id} in {home.state_file}", hint="nothing was killed")
-            jobs.append(job)
+        jobs = [p.state.require_job(job_id) for job_id in args.ids]  # all known, or nothing is killed
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
@@ -305,14 +295,12 @@ def cmd_resume(home: Home, args: argparse.Namespace, resume: bool = True) -> int
     from .manage import fleet_session
 
     with fleet_session(home) as p:
-        job = p.state.job(args.id)
-        if job is None:
-            raise NotFoundError(f"no job {args.id} in {home.state_file}")
+        job = p.state.require_job(args.id)
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
-        if args.machine is not None and p.fleet.get(args.machine) is None:
-            raise NotFoundError(f"unknown machine {args.machine!r}", hint=f"machines: {', '.join(p.fleet.machines)}")
+        if args.machine is not None:
+            p.fleet.require(args.machine)
         requeue(job, resume=resume, reason=None, machine=args.machine)
         job.recoveries = 0  # a person asked for it: the automatic recoveries count afresh
     print(job.id)
@@ -336,13 +324,10 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
             clean_remote(p, gone)
         for job in gone:
             append_line(home.history_file, orjson.dumps(job.to_json()).decode())
-        p.state.jobs = [j for j in p.state.jobs if j not in gone]
+        p.state.jobs = [j for j in p.state.jobs if j not in gone]  # the session's commit removes them
         from .secrets import SecretStore
 
         SecretStore(home).drop([j.id for j in gone])
-        p.base = {k: v for k, v in p.base.items() if k not in {j.id for j in gone}}
-        with Store(home).transaction() as disk:
-            disk.jobs = [j for j in disk.jobs if j.id not in {g.id for g in gone}]
     note(f"moved {len(gone)} ended job(s) to {home.history_file.name}")
     return 0
 
@@ -351,13 +336,14 @@ def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
     from .fleet import load_fleet
     from .operations import fetch
 
-    job = find_job(home, args.id)
+    state = Store(home).load()
+    job = state.require_job(args.id)
     if not job.attempts:
         raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
     if Path(args.path).is_absolute() or ".." in Path(args.path).parts:
         raise JobtpuError(f"PATH {args.path!r} must be relative to the job's folder, without '..'")
     target = Path(args.to).expanduser() if args.to else home.results(job.id)
-    fetch(home, load_fleet(home), job, args.path, target)
+    fetch(home, load_fleet(home), state, job, args.path, target)
     note(f"fetched into {target}")
     return 0
 
@@ -421,9 +407,7 @@ def cmd_doctor(home: Home, args: argparse.Namespace) -> int:
     from .fleet import load_fleet
 
     fleet = load_fleet(home)
-    machine = fleet.get(args.name)
-    if machine is None:
-        raise NotFoundError(f"unknown machine {args.name!r}", hint=f"machines: {', '.join(fleet.machines)}")
+    machine = fleet.require(args.name)
     problems = doctor(home, fleet, machine, fix=args.fix, report=note)
     return 1 if problems else 0
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, NotFoundError
 from .home import Home
 from .store import parse_json_file
 
@@ -76,6 +76,13 @@ class Fleet:
 
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
+
+    def require(self, name: str) -> Machine:
+        """The machine, or the one error every command gives for a name it does not know."""
+        machine = self.machines.get(name)
+        if machine is None:
+            raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {', '.join(self.machines)}")
+        return machine
 
 
 def load_fleet(home: Home) -> Fleet:

@@ -25,6 +25,7 @@ from .model import Ending, Job, Status
 from .scripts import (
     LaunchSpec,
     WorkerRef,
+    WorkerState,
     archive_path,
     kill_script,
     launch_script,
@@ -92,15 +93,19 @@ class Pass:
         return result.stdout
 
     def commit(self) -> None:
-        """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs
-        submitted or hand-edited meanwhile are kept, jobs deleted by hand stay deleted."""
+        """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs it
+        removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
+        by hand stay deleted."""
         with self.store.transaction() as disk:
             mine = {j.id: j for j in self.state.jobs}
             merged: list[Job] = []
             for job in disk.jobs:
                 ours = mine.get(job.id)
-                changed = ours is not None and ours.to_json() != self.base.get(job.id)
-                merged.append(ours if changed and ours is not None else job)
+                if ours is None:
+                    if job.id not in self.base:
+                        merged.append(job)  # submitted while we worked
+                    continue  # else: this session removed it
+                merged.append(ours if ours.to_json() != self.base.get(job.id) else job)
             disk.jobs = merged
             disk.machines = self.state.machines
             self.state.next_id = disk.next_id
@@ -159,7 +164,7 @@ def describe(action: Launch | Kill | Recreate) -> str:
 def observe(p: Pass) -> Observation:
     seen = Observation(now=time.time())
     observe_tpus(p, seen)  # TPU node states first: they say where the workers are
-    probes: list[tuple[Machine, Endpoint, list[tuple[WorkerRef, int]]]] = []
+    probes: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for machine in p.fleet.machines.values():
         view = seen.view(machine.name)
         eps = p.endpoints(machine)
@@ -168,18 +173,16 @@ def observe(p: Pass) -> Observation:
         if not jobs or view.preempted or (machine.is_tpu and view.reachable is False):
             continue
         for ep in eps:
-            refs = [r for j in jobs for r in refs_of(j) if r.worker == ep.index]
-            probes.append((machine, ep, [(r, _local_size(p.home, r)) for r in refs]))
+            probes.append((machine, ep, [r for j in jobs for r in refs_of(j) if r.worker == ep.index]))
 
-    def probe(item: tuple[Machine, Endpoint, list[tuple[WorkerRef, int]]]) -> tuple[str, Any]:
+    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item
         try:
-            out = p.run_on(machine, ep, probe_script(machine.root, refs), timeout=machine.connect_timeout + 30)
-            return machine.name, parse_probe(out)
+            return machine.name, probe(p, machine, ep, refs)
         except RemoteError as e:
             return machine.name, e
 
-    for name, outcome in parallel(probe, probes):
+    for name, outcome in parallel(one, probes):
         view = seen.view(name)
         if isinstance(outcome, RemoteError):
             view.reachable, view.error = False, outcome.message
@@ -191,6 +194,12 @@ def observe(p: Pass) -> Observation:
             _note_reachability(p, machine, seen)
     _pull_logs(p, seen)
     return seen
+
+
+def probe(p: Pass, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
+    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
+    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs])
+    return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 
 UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is offered jobs again

@@ -8,10 +8,10 @@ from pathlib import Path
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
-from .manage import Pass, _local_size, append_log, parallel
+from .manage import Pass, append_log, parallel, probe
 from .model import Job, Status
-from .scripts import job_folder, parse_probe, probe_script, remove_job_script
-from .store import Store
+from .scripts import job_folder, remove_job_script
+from .store import State, Store
 from .transport.base import Endpoint
 
 
@@ -32,23 +32,21 @@ def pull_logs(home: Home, job_id: int) -> None:
         refs = [r for r in refs_of(job) if r.worker == ep.index]
         if not refs:
             return
-        script = probe_script(machine.root, [(r, _local_size(home, r)) for r in refs])
         try:
-            out = p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30)
+            states = probe(p, machine, ep, refs)
         except RemoteError:
-            return
-        for ref, ws in parse_probe(out).items():
+            return  # the next pass says why
+        for ref, ws in states.items():
             append_log(home.log_file(ref.job, ref.attempt, ref.worker), ws.log_offset, ws.log_bytes)
 
     parallel(one, p.endpoints(machine))
 
 
-def fetch(home: Home, fleet: Fleet, job: Job, path: str, target: Path) -> None:
+def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:
     """Copy the job's remote folder (or `path` inside it) from worker 0 into `target`."""
     machine = fleet.get(job.attempts[-1].machine)
     if machine is None:
         raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
-    state = Store(home).load()
     p = Pass(home, fleet, state)
     eps = p.endpoints(machine)
     if not eps:

@@ -325,12 +325,16 @@ else echo "SETUP running"; fi
 """
 
 
-TPU_CLEANUP = r"""
-# Before a launch on a TPU: stop stale holders of the TPU device that are not a live job of ours,
-# then remove the libtpu lock file (in that order: the holder would recreate it).
+# The process groups of our live jobs on this worker (their leaders' pids), as " 12 34 ".
+OUR_GROUPS = r"""
 ours=" "
 for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r p x < "$f"
   [ -r "/proc/$p/stat" ] && ours="$ours$p "; done
+"""
+
+TPU_CLEANUP = OUR_GROUPS + r"""
+# Before a launch on a TPU: stop stale holders of the TPU device that are not a live job of ours,
+# then remove the libtpu lock file (in that order: the holder would recreate it).
 for d in /proc/[0-9]*; do
   p=${d#/proc/}; [ "$p" = $$ ] && continue
   if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
@@ -348,10 +352,7 @@ def tpu_doctor_script(root: str, fix: bool) -> str:
     return f"""set -u
 r={_root(root)}
 {TPU_CLEANUP if fix else ""}
-ours=" "
-for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r p x < "$f"
-  [ -r "/proc/$p/stat" ] && ours="$ours$p "; done
-for d in /proc/[0-9]*; do
+{OUR_GROUPS}for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
   if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
     g=$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' '); c=$(ps -o comm= -p "$p" 2>/dev/null)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import listing
-from .errors import BusyError, ConfigError
+from .errors import BusyError, ConfigError, NotFoundError
 from .home import Home
 from .schema import FIELDS, LISTED, STATUSES
 
@@ -43,6 +43,13 @@ class State:
 
     def job(self, job_id: int) -> Job | None:
         return next((j for j in self.jobs if j.id == job_id), None)
+
+    def require_job(self, job_id: int) -> Job:
+        """The job, or the one error every command gives for an id it does not know."""
+        job = self.job(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+        return job
 
     def to_json(self) -> dict[str, Any]:
         from .model import compact

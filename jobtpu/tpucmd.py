@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .errors import JobtpuError, NotFoundError
+from .errors import JobtpuError
 from .home import Home
 
 
@@ -16,9 +16,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     from .tpuflow import plan_machine, request_recreate
 
     with fleet_session(home) as p:
-        machine = p.fleet.get(name)
-        if machine is None:
-            raise NotFoundError(f"unknown machine {name!r}", hint=f"machines: {', '.join(p.fleet.machines)}")
+        machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
         api = p.tpu_api()

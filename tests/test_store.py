@@ -334,3 +334,16 @@ def test_a_user_whose_jobs_are_gone_lists_empty(tmp_path: Path) -> None:
     assert listing.read(home, "bob") == b'{"jobs":[]}\n'
     assert (listing.folder(home) / "bob.json").exists()  # rewritten empty, never deleted
     assert json.loads(listing.read(home, "ann") or b"")["jobs"][0]["user"] == "ann"
+
+
+def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path) -> None:
+    from jobtpu.fleet import load_fleet
+    from jobtpu.manage import Pass
+
+    home = Home(tmp_path)
+    old, kept = add(Store(home)), add(Store(home))
+    p = Pass(home, load_fleet(home), Store(home).load())
+    p.state.jobs = [j for j in p.state.jobs if j.id != old]  # what `clean` does
+    late = add(Store(home))  # a submit while the session runs
+    p.commit()
+    assert [j.id for j in Store(home).load().jobs] == [kept, late]
