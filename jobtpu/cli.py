@@ -16,6 +16,15 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"jobtpu: error: {message}\nhint: see `{self.prog} --help`\n")
         raise SystemExit(EXIT_USAGE)
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        # Python 3.11's argparse strips a "--" even from an option's attached value, so `--name=--`
+        # would arrive as [] (and `--tag=--` as [[]]). An attached "--" is the user's value, verbatim.
+        if action.option_strings and action.nargs in (None, argparse.OPTIONAL) and arg_strings == ["--"]:
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
