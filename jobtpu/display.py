@@ -24,6 +24,8 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
     now = time.time() if now is None else now
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
+        # One row per job, as squeue and pueue print them: only the last log line's column may shrink
+        # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
         table.add_column(column, no_wrap=column != "last log line", overflow="ellipsis",
                          justify="right" if column in ("id", "attempt", "age") else "left")
     for job in jobs:
@@ -32,7 +34,7 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
             str(job["id"]), job.get("name") or "", job["user"], Text(status, style=STATUS_STYLE.get(status, "")),
             job.get("reason") or "", job.get("machine") or "", str(job.get("attempt", 0)),
             age(now - job.get("created", now)), ",".join(job.get("tags", [])),
-            Text(job.get("last_line") or "", overflow="ellipsis"))
+            Text(job.get("last_line") or "", overflow="ellipsis", no_wrap=True))
     if not jobs:
         table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
     return table

@@ -65,6 +65,17 @@ def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:
     assert jobtpu(home, "tail", str(job_id)).stdout == "about to fail\n"
 
 
+def test_status_table_is_one_row_per_job_however_long_the_last_log_line(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"talk.sh": "echo " + "loss=0.123 " * 30 + "\n"})
+    job_id = submit(home, src, "bash talk.sh", "--name", "chatty")
+    manage_until(home, [job_id], {"finished"})
+    lines = jobtpu(home, "status", env={"COLUMNS": "100"}).stdout.splitlines()
+    assert len(lines) == 2, lines  # the header and the job: the log line is cut short, not wrapped
+    assert all(len(line) <= 100 for line in lines), lines
+    assert "chatty" in lines[1] and "finished" in lines[1] and lines[1].rstrip().endswith("…")
+
+
 def test_kill_ends_the_whole_process_group(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     # The job starts a child that ignores nothing and a grandchild in the background.
