@@ -16,7 +16,7 @@ from .inputs import resolve_user
 from .store import Store, append_line
 
 if TYPE_CHECKING:
-    from .fleet import Fleet
+    from .fleet import Fleet, Machine
     from .model import Job
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -366,11 +366,18 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
             "state": known.get("state", "up" if m.kind == "local" else "unknown"),
             "health": known.get("health"), "health_description": known.get("health_description"),
-            "detail": known.get("detail"),
+            "detail": known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
         })
     return rows
+
+
+def _never_seen(machine: Machine) -> str:
+    if machine.is_tpu:
+        return "not asked yet: the next `jobtpu manage` asks the TPU API"
+    # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
+    return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"
 
 
 def cmd_machines(home: Home, args: argparse.Namespace) -> int:

@@ -57,6 +57,12 @@ def submit(home: Path, src: Path, cmd: str, *extra: str) -> int:
     return int(out.strip())
 
 
+def machines_json(home: Path) -> list[dict[str, Any]]:
+    code, out, err = jt(home, "machines", "--json")
+    assert code == 0, err
+    return list(json.loads(out)["machines"])
+
+
 def manage(home: Path) -> str:
     code, _, err = jt(home, "manage")
     assert code == 0, err
@@ -128,6 +134,9 @@ def test_gpu_box_runs_four_jobs_at_once_on_distinct_devices(ssh_fleet: SshFleet,
     src = code_dir(tmp_path)
     cmd = f'echo "dev=$CUDA_VISIBLE_DEVICES gpu=$JOBTPU_GPU"; {WAIT_RELEASE}; echo bye'
     ids = [submit(home, src, cmd, "--req", "gpu=1") for _ in range(5)]
+    before = machines_json(home)[0]
+    assert (before["state"], before["free"]) == ("unknown", {"gpu": 4, "slot": 1})
+    assert "not contacted yet" in before["detail"] and "jobtpu doctor gpu" in before["detail"]
 
     def at_most_four(state: dict[int, dict[str, Any]]) -> None:
         assert sum(state[i]["status"] in ("launching", "running", "killing") for i in ids) <= 4
@@ -148,6 +157,8 @@ def test_gpu_box_runs_four_jobs_at_once_on_distinct_devices(ssh_fleet: SshFleet,
     assert state[ids[4]]["status"] == "running"
     assert log(home, ids[4]).split()[0] == devices[freed]
     assert log(home, freed).endswith("bye\n")
+    after = machines_json(home)[0]
+    assert (after["state"], after["detail"], after["running"], after["free"]["gpu"]) == ("up", None, 4, 0)
 
 
 def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: SshFleet, tmp_path: Path) -> None:
@@ -384,5 +395,5 @@ def test_a_launch_on_a_dead_host_goes_to_another_machine(tmp_path: Path, ssh_fle
     assert (job["status"], job["machine"], job["attempts"]) == ("queued", None, [])
     final = manage_until(home, lambda s: s[job_id]["status"] == "finished", "the job to finish elsewhere")
     assert [a["machine"] for a in final[job_id]["attempts"]] == ["alive"]
-    machines = {m["name"]: m for m in json.loads(jt(home, "machines", "--json")[1])["machines"]}
+    machines = {m["name"]: m for m in machines_json(home)}
     assert machines["dead"]["state"] == "unreachable" and machines["alive"]["state"] == "up"
