@@ -26,6 +26,26 @@ class _Parser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0, like 60")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
                      "over SSH, through preemptions.")
@@ -47,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tag", action="append", default=[])
         p.add_argument("--env", action="append", default=[], metavar="K=V")
         p.add_argument("--rule", choices=("pre", "pass", "reapply", "rerun", "resume"))
-        p.add_argument("--max-recoveries", type=int, default=20)
+        p.add_argument("--max-recoveries", type=_count, default=20)
         p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
         p.add_argument("--stall", help="stop when the log has not grown for this long")
         p.add_argument("--include", action="append", default=[], metavar="GLOB")
@@ -60,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
 
     p = add("manage", "one pass over the fleet: reap, recover, dispatch, pull logs")
-    p.add_argument("--loop", type=float, metavar="SECONDS", help="repeat every SECONDS until interrupted")
+    p.add_argument("--loop", type=_positive_seconds, metavar="SECONDS", help="repeat every SECONDS until interrupted")
     p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
 
     p = add("status", "the jobs, as a table")
@@ -69,14 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--user")
     who.add_argument("--all-users", action="store_true")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS")
+    p.add_argument("--watch", nargs="?", type=_positive_seconds, const=5.0, metavar="SECONDS")
 
     p = add("tail", "a job's log (worker 0, latest attempt, last 50 lines)")
     p.add_argument("id", type=int)
-    p.add_argument("-n", type=int, default=50, dest="lines")
+    p.add_argument("-n", type=_count, default=50, dest="lines")
     p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("--worker", type=int, default=0)
-    p.add_argument("--attempt", type=int)
+    p.add_argument("--worker", type=_count, default=0)
+    p.add_argument("--attempt", type=_count)
 
     p = add("fetch", "pull the job's remote folder (or PATH in it) into results/ID/ or --to DIR")
     p.add_argument("id", type=int)

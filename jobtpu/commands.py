@@ -59,8 +59,6 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
         listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
         raise JobtpuError(f"no machine in the fleet could ever run this request ({listing})",
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
-    if args.max_recoveries < 0:
-        raise JobtpuError("--max-recoveries must be 0 or more")
     timeout = parse_duration(args.timeout, "--timeout") if args.timeout is not None else None
     stall = parse_duration(args.stall, "--stall") if args.stall is not None else None
     env = parse_env(args.env)

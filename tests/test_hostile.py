@@ -214,7 +214,6 @@ BAD_SUBMITS: list[tuple[list[str], str]] = [
     (["--timeout", "0"], "--timeout '0' is not a duration"),
     (["--stall=-1s"], "--stall '-1s' is not a duration"),
     (["--stall", "1 h"], "--stall '1 h' is not a duration"),
-    (["--max-recoveries", "-1"], "--max-recoveries must be 0 or more"),
     (["--tag", " "], "--tag must not be empty"),
     (["not-a-pair"], "'not-a-pair' is not a KEY=VALUE config override"),
     (["--dir", "/nonexistent/jobtpu"], "the folder to snapshot does not exist"),
@@ -262,14 +261,25 @@ def test_wrong_state_for_the_command(busy_home: tuple[Path, Path, int, int]) -> 
     assert snapshot(home) == before
 
 
-@pytest.mark.parametrize("args", [["status", "abc"], ["submit"], ["frobnicate"], ["submit", "--cmd", "x", "--rule",
-                                  "sometimes"], ["tail", "1", "-n", "many"], ["status", "--user", "a", "--all-users"],
-                                  ["manage", "--loop", "soon"]])
-def test_usage_errors_exit_2(busy_home: tuple[Path, Path, int, int], args: list[str]) -> None:
+USAGE_ERRORS: list[tuple[list[str], str]] = [
+    (["status", "abc"], "invalid int value"), (["submit"], "--cmd"), (["frobnicate"], "invalid choice"),
+    (["submit", "--cmd", "x", "--rule", "sometimes"], "invalid choice"), (["tail", "1", "-n", "many"], "whole number"),
+    (["status", "--user", "a", "--all-users"], "not allowed with"), (["manage", "--loop", "soon"], "seconds"),
+    # numbers out of range are refused before anything runs (a zero interval would spin forever)
+    (["manage", "--loop", "0"], "above 0"), (["manage", "--loop", "-5"], "above 0"),
+    (["status", "--watch", "0"], "above 0"), (["status", "--watch=-1"], "above 0"),
+    (["manage", "--loop", "nan"], "above 0"), (["tail", "1", "-n", "-5"], "0 or more"),
+    (["tail", "1", "--worker=-1"], "0 or more"), (["tail", "1", "--attempt=-2"], "0 or more"),
+    (["submit", "--cmd", "true", "--max-recoveries", "-1"], "--max-recoveries: '-1': give 0 or more"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_usage_errors_exit_2(busy_home: tuple[Path, Path, int, int], args: list[str], needle: str) -> None:
     home, _, _, _ = busy_home
     before = snapshot(home)
     rc, out, err = cli(home, *args)
-    assert_one_error(rc, out, err, 2, "")
+    assert_one_error(rc, out, err, 2, needle)
     assert err.splitlines()[1] == "hint: see `jobtpu --help`" or "--help" in err.splitlines()[1]
     assert snapshot(home) == before
 
