@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from . import commands
 from .errors import EXIT_ERROR, EXIT_USAGE, JobtpuError
+from .home import find_home
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,13 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("jobtpu: interrupted\n")
         return 130
-    except OSError as e:  # a full disk, a read-only or foreign home: the environment, not a bug
+    except BrokenPipeError:  # `jobtpu status | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_ERROR
+    except OSError as e:  # a full disk, a read-only or foreign home, a --to folder we cannot write
         where = f": {e.filename}" if e.filename else ""
-        sys.stderr.write(f"jobtpu: error: {e.strerror or e}{where}\n"
-                         "hint: check that the home (--home, $JOBTPU_HOME) is writable and has free space\n")
+        sys.stderr.write(f"jobtpu: error: {e.strerror or e}{where}\n")
+        if e.filename is None or _in_home(args, str(e.filename)):
+            sys.stderr.write("hint: check that the home (--home, $JOBTPU_HOME) is writable and has free space\n")
         return EXIT_ERROR
-    except BrokenPipeError:
-        return EXIT_ERROR
+
+
+def _in_home(args: argparse.Namespace, path: str) -> bool:
+    home = find_home(args.home).root
+    return Path(path).resolve().is_relative_to(home) or home.is_relative_to(Path(path).resolve())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 def dispatch(args: argparse.Namespace) -> int:
     home = find_home(args.home)
+    if home.root.exists() and not home.root.is_dir():
+        raise JobtpuError(f"the home {home.root} is not a folder",
+                          hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
     handler = globals()[f"cmd_{args.command}"]
     return int(handler(home, args) or 0)
 

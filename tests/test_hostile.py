@@ -344,3 +344,31 @@ def test_an_unwritable_home_is_one_clear_line(tmp_path: Path) -> None:
     assert rc == 1 and out == "" and "Traceback" not in err
     assert err.startswith("jobtpu: error: ") and len(err.strip().splitlines()) <= 2
     assert not (home / "state.json").exists()
+
+
+# ---- the environment, not the user -----------------------------------------------------------------
+
+def test_a_home_that_is_a_file_and_a_target_we_cannot_write(busy_home: tuple[Path, Path, int, int],
+                                                            tmp_path: Path) -> None:
+    home, _, done, _ = busy_home
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    assert_one_error(*cli(a_file, "status"), 1, f"the home {a_file} is not a folder")
+    before = snapshot(home)
+    rc, out, err = cli(home, "fetch", str(done), "--to", str(a_file / "sub"))
+    assert_one_error(rc, out, err, 1, str(a_file / "sub"))
+    assert "hint" not in err  # the folder named by --to is at fault, not the home
+    assert snapshot(home) == before
+
+
+def test_a_reader_that_leaves_early_gets_no_error_text(busy_home: tuple[Path, Path, int, int]) -> None:
+    home, _, _, _ = busy_home
+    for args in (["status", "--json"], ["status", "--all-users", "--json"], ["status"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # like `| head` that already left: every write fails with EPIPE, at once
+        try:
+            done = subprocess.run([*JOBTPU, "--home", str(home), *args], stdout=write_end, stderr=subprocess.PIPE,
+                                  env={**os.environ, "JOBTPU_USER": "tester"}, timeout=30)
+        finally:
+            os.close(write_end)
+        assert done.returncode == 1 and done.stderr == b"", (args, done.stderr)
