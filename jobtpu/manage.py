@@ -135,6 +135,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         state = Store(home).load()
         p = Pass(home, fleet, state)
         p.dry_run = dry_run
+        was = {name: record.get("state") for name, record in state.machines.items()}
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)
         report.notes.extend(p.notes + plan.notes)
@@ -147,8 +148,26 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             return report
         p.commit()  # intents (launching, killing) are on disk before anything is started or stopped
         act(p, plan, seen)
+        changes = machine_changes(was, state.machines)
+        report.notes.extend(changes)
+        if on_note:
+            for note in changes:
+                on_note(note)
         p.commit()
     return report
+
+
+def machine_changes(was: dict[str, str | None], now: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per machine whose state changed in this pass, so a pass run from cron says when a
+    machine went away or came back (once, not on every pass while it stays so)."""
+    lines = []
+    for name, record in sorted(now.items()):
+        state = record.get("state")
+        if state != was.get(name) and state is not None:
+            detail = record.get("detail")
+            change = f"{was[name]} -> {state}" if was.get(name) else state
+            lines.append(f"{name}: {change}" + (f" ({detail})" if detail else ""))
+    return lines
 
 
 def describe(action: Launch | Kill | Recreate) -> str:

@@ -5,6 +5,7 @@ holds the one table that maps a node's state to a machine's health."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +115,7 @@ class TpuApi:
         except gexc.GoogleAPIError as e:
             raise RemoteError(f"TPU API {what}: {getattr(e, 'message', e)}".splitlines()[0]) from None
         except (OSError, ValueError) as e:
-            raise RemoteError(f"TPU API {what}: {e}".splitlines()[0]) from None
+            raise RemoteError(f"TPU API {what}: {network_reason(str(e))}") from None
 
     def list_nodes(self, zone: str) -> dict[str, NodeInfo]:
         """Every node in the zone, in one paged listing."""
@@ -172,6 +173,23 @@ class TpuApi:
         # The v2 message carries no worker id: entries come in worker order.
         return [[f"{item.key} {item.value}" for item in attrs.query_value.items]
                 for attrs in response.guest_attributes]
+
+
+# What a connection failure means, out of urllib3's long chain of wrapped exceptions.
+_REASONS = (("Failed to resolve", "cannot resolve {host} (DNS)"), ("Name or service not known", "cannot resolve {host} (DNS)"),
+            ("Connection refused", "{host} refused the connection"), ("timed out", "{host} did not answer in time"),
+            ("Network is unreachable", "no network route to {host}"), ("SSL", "TLS handshake with {host} failed"))
+
+
+def network_reason(text: str) -> str:
+    """One short line for a connection error (`machines` shows it; cron mails it)."""
+    found = re.search(r"host='([^']+)'", text)
+    host = found.group(1) if found else "the TPU API"
+    for needle, reason in _REASONS:
+        if needle in text:
+            return reason.format(host=host)
+    line = text.splitlines()[0] if text else "connection failed"
+    return line if len(line) <= 200 else line[:199] + "…"
 
 
 def _node_info(node: Any) -> NodeInfo:

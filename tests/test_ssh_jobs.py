@@ -231,17 +231,19 @@ def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp
     err = manage(home)
     assert time.monotonic() - start < 3
     assert "does not answer" in err and "connection refused" in err
+    assert "box: up -> unreachable (" in err  # the machine's change is said once, when it happens
     with socket.socket() as silent:  # now a host that accepts TCP and never answers
         silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         silent.bind((h.addr, h.port))
         silent.listen(8)
         start = time.monotonic()
-        manage(home)
+        assert "box: up -> unreachable" not in manage(home)
         assert 1.9 < time.monotonic() - start < 2 + 3
         state = jobs(home)
     assert [(state[i]["status"], state[i]["reason"]) for i in (a, b)] == [("running", "unreachable")] * 2
 
     ssh_fleet.start_host(h)
+    assert "box: unreachable -> up" in manage(home)
     (fm.home / f"release-{a}").touch()
     state = manage_until(home, lambda s: s[a]["status"] == "finished" and s[b]["status"] == "failed", "the end")
     assert state[a]["reason"] is None and log(home, a).endswith("done\n")

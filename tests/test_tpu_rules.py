@@ -212,3 +212,17 @@ def test_dry_run_never_touches_the_tpu_api_or_the_logs(tmp_path: Path, tpus: Tpu
     assert f"job {job_id}: preempted" in out and "would recreate v2-16-p" in out
     assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.name.endswith(".lock")} == before
     assert not [r for r in tpus.api.requests[calls:] if r[0] in ("POST", "DELETE")]
+
+
+def test_an_unreachable_tpu_api_is_said_in_one_short_line_once(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "machines.json").write_text(json.dumps({
+        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": "anonymous"},
+        "machines": {"t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}}}))
+    reason = "TPU API list nodes in z-1: 127.0.0.1 refused the connection"
+    first = jobtpu(home, "manage")
+    assert first.stderr == f"t: unknown ({reason})\n"
+    assert jobtpu(home, "manage").stderr == ""  # nothing changed: a pass from cron stays quiet
+    machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
+    assert (machine["state"], machine["detail"]) == ("unknown", reason)
