@@ -171,6 +171,15 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
             note(f"jobtpu: error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
             time.sleep(max(0.0, args.loop))
             continue
+        except Exception:
+            if args.loop is None:
+                raise
+            # A full disk, or a bug: the loop babysits jobs at 3 am, so it reports and keeps going.
+            import traceback
+
+            note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
+            time.sleep(max(0.0, args.loop))
+            continue
         if args.dry_run:
             for line in report.notes or ["nothing to do"]:
                 print(line)

@@ -12,6 +12,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import (
     JOBTPU,
     jobtpu,
@@ -276,6 +278,32 @@ def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
         loop.send_signal(signal.SIGINT)
         _, err = loop.communicate(timeout=10)
     assert "machines.json:1:2:" in err and "Traceback" not in err
+
+
+def test_manage_loop_outlives_a_pass_that_fails_unexpectedly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from jobtpu import manage
+    from jobtpu.cli import main
+
+    home = make_home(tmp_path)
+    real, calls = manage.run_pass, []
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the user stops the loop
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manage, "run_pass", flaky)
+    assert main(["--home", str(home), "manage", "--loop", "0.01"]) == 130
+    assert len(calls) == 3  # the failed pass did not end the loop
+    err = capsys.readouterr().err
+    assert "jobtpu: the pass failed; trying again next round" in err and "No space left on device" in err
+    monkeypatch.setattr(manage, "run_pass", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space")))
+    assert main(["--home", str(home), "manage"]) == 1  # a single pass still fails, with one line
+    assert capsys.readouterr().err.startswith("jobtpu: error: No space")
 
 
 def test_tail_follow_streams_between_passes_and_stops_when_the_job_ends(tmp_path: Path) -> None:
