@@ -3,18 +3,28 @@ for each problem, what to do about it. `--fix` repairs what is safe to repair (t
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import shutil
 from collections.abc import Callable
 
 from .connect import endpoints, published_keys, transport
-from .errors import RemoteError
+from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
-from .manage import parallel
-from .scripts import doctor_script, make_dirs_script, parse_doctor, tpu_doctor_script
-from .store import Store
-from .transport.base import Endpoint
+from .manage import parallel, pass_lock
+from .scripts import (
+    WorkerRef,
+    doctor_script,
+    kill_script,
+    make_dirs_script,
+    parse_doctor,
+    parse_kill,
+    parse_live,
+    tpu_doctor_script,
+)
+from .store import State, Store
+from .transport.base import Endpoint, Transport
 
 DISK_WARN_GB = 5.0
 # What a remote worker needs: bash scripts (tar to unpack), rsync for archives and fetch, python3 for jobs.
@@ -25,12 +35,23 @@ Line = tuple[str, bool]  # (text, is a problem)
 
 
 def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None]) -> list[str]:
-    """Check the machine's workers in parallel; report every check line; return the problems."""
+    """Check the machine's workers in parallel; report every check line; return the problems.
+    With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
+    a pass that is launching it."""
+    with pass_lock(home, 60.0) if fix else contextlib.nullcontext(True) as got:
+        if not got:
+            raise BusyError(f"a manage pass has held {home.pass_lock} for over 60s",
+                            hint="wait for it to finish, or look for a stuck `jobtpu manage`")
+        return _doctor(home, fleet, machine, fix, report)
+
+
+def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None]) -> list[str]:
     lines: list[Line] = []
     if machine.kind != "local" and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
-    known = Store(home).load().machines.get(machine.name, {})
+    state = Store(home).load()
+    known = state.machines.get(machine.name, {})
     addresses = known.get("addresses") if isinstance(known.get("addresses"), list) else None
     node_lines: list[Line] = []
     if machine.is_tpu:  # the API says where the workers are now
@@ -41,7 +62,7 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     if not eps:
         lines.append((f"{machine.name}: problem: no worker address is known yet; run `jobtpu manage` "
                       f"(or `jobtpu tpu status {machine.name}`) first", True))
-    for worker_lines in parallel(lambda ep: _check_worker(home, machine, ep, fix), eps):
+    for worker_lines in parallel(lambda ep: _check_worker(home, machine, ep, fix, state), eps):
         lines.extend(worker_lines)
     lines.extend(_tpu_checks(home, machine, eps, fix))
     for text, _ in lines:
@@ -56,7 +77,7 @@ def _label(machine: Machine, ep: Endpoint) -> str:
     return f"{machine.name}[{ep.index}] {host}:{ep.port}"
 
 
-def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: State) -> list[Line]:
     label = _label(machine, ep)
     ok = lambda text: (f"{label}: ok: {text}", False)  # noqa: E731
     bad = lambda text: (f"{label}: problem: {text}", True)  # noqa: E731
@@ -99,11 +120,52 @@ def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool) -> list
             path = facts.get(f"tool:{tool}", "-")
             out.append(ok(f"{tool}: {path}") if path != "-" else
                        bad(f"{tool} is not installed; install it (e.g. `sudo apt-get install -y {tool}`)"))
-        return out
+        return out + _strays(t, machine, label, parse_live(result.stdout), state, fix)
     except RemoteError as e:
         return [bad(f"the connection failed during the checks: {e.message}")]
     finally:
         t.close()
+
+
+def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, int], state: State,
+            fix: bool) -> list[Line]:
+    """Job processes alive on this worker that state.json does not manage (a running job deleted from
+    it by hand, a worker left behind): they hold the accelerator and nobody watches them."""
+    strays = {ref: pid for ref, pid in live.items() if _why_stray(state, machine, ref) is not None}
+    if not live:
+        return []
+    if not strays:
+        return [(f"{label}: ok: {len(live)} job worker(s) running, all managed by state.json", False)]
+    stopped: dict[WorkerRef, bool] = {}
+    if fix:
+        try:
+            stopped = parse_kill(t.run(kill_script(machine.root, strays), timeout=machine.connect_timeout + 60).stdout)
+        except RemoteError as e:
+            return [(f"{label}: problem: could not stop unmanaged jobs: {e.message}", True)]
+    out: list[Line] = []
+    for ref, pid in sorted(strays.items(), key=lambda item: (item[0].job, item[0].attempt, item[0].worker)):
+        what = f"job {ref.job} attempt {ref.attempt} worker {ref.worker} (process group {pid})"
+        why = _why_stray(state, machine, ref)
+        if stopped.get(ref):
+            out.append((f"{label}: ok: stopped {what} ({why})", False))
+        else:
+            out.append((f"{label}: problem: {what} still runs here but {why}; "
+                        f"`jobtpu doctor {machine.name} --fix` stops it", True))
+    return out
+
+
+def _why_stray(state: State, machine: Machine, ref: WorkerRef) -> str | None:
+    """Why state.json does not account for this live worker; None when it does."""
+    job = state.job(ref.job)
+    if job is None:
+        return f"state.json no longer has job {ref.job}"
+    if job.machine != machine.name:
+        return f"state.json has the job on {job.machine or 'no machine'}"
+    if job.attempt != ref.attempt:
+        return f"state.json is at the job's attempt {job.attempt}"
+    if not job.active:
+        return f"state.json has the job {job.status.value}"
+    return None
 
 
 def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:

@@ -272,14 +272,32 @@ def make_dirs_script(paths: Iterable[str]) -> str:
 
 
 def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar")) -> str:
-    """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines."""
+    """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
+    `LIVE job attempt worker pid` line for every job process group alive on this host."""
     return "\n".join([
         f"r={_root(root)}; d=$r",
         'while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
         'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
         'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
         *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
+        # Same liveness test as the probe: the pid is alive, not a zombie, and started when the
+        # pid file says (so a reused pid is not taken for the job).
+        'for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r pid st < "$f"',
+        '  [ -r "/proc/$pid/stat" ] && read -r -a s < "/proc/$pid/stat" 2>/dev/null || continue',
+        '  [ "${s[2]}" != Z ] && [ "${s[21]}" = "$st" ] || continue',
+        '  j=${f%/*}; n=${f##*/}; n=${n%.pid}; echo "LIVE ${j##*/} ${n%%.*} ${n#*.} $pid"',
+        "done",
     ]) + "\n"
+
+
+def parse_live(stdout: str) -> dict[WorkerRef, int]:
+    """The job workers alive on a host (from doctor_script), with their process group."""
+    out: dict[WorkerRef, int] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 5 and words[0] == "LIVE" and all(w.isdigit() for w in words[1:]):
+            out[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = int(words[4])
+    return out
 
 
 def parse_doctor(stdout: str) -> dict[str, str]:

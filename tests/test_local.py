@@ -78,6 +78,33 @@ def test_status_table_is_one_row_per_job_however_long_the_last_log_line(tmp_path
     assert "chatty" in lines[1] and "finished" in lines[1] and lines[1].rstrip().endswith("…")
 
 
+def test_doctor_finds_and_stops_a_job_that_state_json_no_longer_manages(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"long.sh": "sleep 300 & echo $! > child.pid\nwait\n"})
+    dropped, kept = submit(home, src, "bash long.sh"), submit(home, src, "bash long.sh")
+    manage_until(home, [dropped, kept], {"running"})
+    assert "2 job worker(s) running, all managed" in jobtpu(home, "doctor", "local").stderr
+    child = {i: int(wait_for(lambda i=i: (home / "run" / "jobs" / str(i) / "child.pid").read_text().strip()
+                             if (home / "run" / "jobs" / str(i) / "child.pid").exists() else None))
+             for i in (dropped, kept)}
+    doc = json.loads((home / "state.json").read_text())
+    doc["jobs"] = [j for j in doc["jobs"] if j["id"] != dropped]  # a running job deleted by hand
+    (home / "state.json").write_text(json.dumps(doc))
+
+    found = jobtpu(home, "doctor", "local", check=False)
+    assert found.returncode == 1
+    assert (f"problem: job {dropped} attempt 0 worker 0 (process group" in found.stderr
+            and f"still runs here but state.json no longer has job {dropped}; `jobtpu doctor local --fix` stops it"
+            in found.stderr), found.stderr
+    assert pid_alive(child[dropped])  # only reported
+    fixed = jobtpu(home, "doctor", "local", "--fix")
+    assert f"ok: stopped job {dropped} attempt 0 worker 0" in fixed.stderr
+    wait_for(lambda: not pid_alive(child[dropped]), what="the unmanaged job's whole group to end")
+    assert pid_alive(child[kept]) and status(home)[kept]["status"] == "running"
+    assert jobtpu(home, "doctor", "local").returncode == 0
+    jobtpu(home, "kill", str(kept))
+
+
 def test_kill_ends_the_whole_process_group(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     # The job starts a child that ignores nothing and a grandchild in the background.
