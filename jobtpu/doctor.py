@@ -131,9 +131,10 @@ def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, in
             fix: bool) -> list[Line]:
     """Job processes alive on this worker that state.json does not manage (a running job deleted from
     it by hand, a worker left behind): they hold the accelerator and nobody watches them."""
-    strays = {ref: pid for ref, pid in live.items() if _why_stray(state, ref) is not None}
     if not live:
         return []
+    why = {ref: reason for ref in live if (reason := _why_stray(state, ref)) is not None}
+    strays = {ref: pid for ref, pid in live.items() if ref in why}
     if not strays:
         return [(f"{label}: ok: {len(live)} job worker(s) running, all managed by state.json", False)]
     stopped: dict[WorkerRef, bool] = {}
@@ -145,11 +146,10 @@ def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, in
     out: list[Line] = []
     for ref, pid in sorted(strays.items(), key=lambda item: (item[0].job, item[0].attempt, item[0].worker)):
         what = f"job {ref.job} attempt {ref.attempt} worker {ref.worker} (process group {pid})"
-        why = _why_stray(state, ref)
         if stopped.get(ref):
-            out.append((f"{label}: ok: stopped {what} ({why})", False))
+            out.append((f"{label}: ok: stopped {what} ({why[ref]})", False))
         else:
-            out.append((f"{label}: problem: {what} still runs here but {why}; "
+            out.append((f"{label}: problem: {what} still runs here but {why[ref]}; "
                         f"`jobtpu doctor {machine.name} --fix` stops it", True))
     return out
 

@@ -132,17 +132,26 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
 
 # ---- probe ----------------------------------------------------------------------------------------
 
+# The one definition of "this worker's job is alive", for every script that asks: the pid in its pid
+# file runs, is no zombie, and started when the file says (so a reused pid is not taken for the job).
+# Prints the pid (the job's process group) and succeeds, or fails.
+LIVE_PID = r"""live_pid() {
+  local pid st s
+  [ -s "$1" ] && read -r pid st < "$1" && [ -r "/proc/$pid/stat" ] &&
+    read -r -a s < "/proc/$pid/stat" 2>/dev/null && [ "${s[2]}" != Z ] && [ "${s[21]:-}" = "$st" ] && echo "$pid"
+}"""
+
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
     """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed`
     line, then `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
     lines = [
         "set -u",
         f"r={_root(root)}",
+        LIVE_PID,
         "p() {",
-        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 st=- s',
-        '  if [ -s "$b.pid" ]; then read -r pid st < "$b.pid"',
-        '    if [ -r "/proc/$pid/stat" ] && read -r -a s < "/proc/$pid/stat" 2>/dev/null; then',
-        '      [ "${s[2]}" != Z ] && [ "${s[21]}" = "$st" ] && alive=1; fi; fi',
+        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x',
+        '  [ -s "$b.pid" ] && read -r pid x < "$b.pid"',
+        '  live_pid "$b.pid" > /dev/null && alive=1',
         '  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)',
         '  [ -e "$b.claim" ] && claim=1',
         '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
@@ -280,11 +289,8 @@ def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"))
         'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
         'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
         *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
-        # Same liveness test as the probe: the pid is alive, not a zombie, and started when the
-        # pid file says (so a reused pid is not taken for the job).
-        'for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r pid st < "$f"',
-        '  [ -r "/proc/$pid/stat" ] && read -r -a s < "/proc/$pid/stat" 2>/dev/null || continue',
-        '  [ "${s[2]}" != Z ] && [ "${s[21]}" = "$st" ] || continue',
+        LIVE_PID,
+        'for f in "$r"/meta/*/*.pid; do pid=$(live_pid "$f") || continue',
         '  j=${f%/*}; n=${f##*/}; n=${n%.pid}; echo "LIVE ${j##*/} ${n%%.*} ${n#*.} $pid"',
         "done",
     ]) + "\n"
@@ -344,10 +350,9 @@ else echo "SETUP running"; fi
 
 
 # The process groups of our live jobs on this worker (their leaders' pids), as " 12 34 ".
-OUR_GROUPS = r"""
+OUR_GROUPS = LIVE_PID + r"""
 ours=" "
-for f in "$r"/meta/*/*.pid; do [ -s "$f" ] || continue; read -r p x < "$f"
-  [ -r "/proc/$p/stat" ] && ours="$ours$p "; done
+for f in "$r"/meta/*/*.pid; do p=$(live_pid "$f") && ours="$ours$p "; done
 """
 
 TPU_CLEANUP = OUR_GROUPS + r"""
