@@ -181,8 +181,13 @@ def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...
 def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
     apply_ending(job, ending, now)
-    if ending.recover in (rules.RECREATE_RESUME, rules.RECREATE_RERUN) and job.attempts:
+    if wants_recreate(ending) and job.attempts:
         plan.actions.append(Recreate(job.attempts[-1].machine))
+
+
+def wants_recreate(ending: Ending) -> bool:
+    """The rule's answer to this ending brings the job's TPU back through the API first."""
+    return ending.recover in (rules.RECREATE_RESUME, rules.RECREATE_RERUN)
 
 
 def apply_ending(job: Job, ending: Ending, now: float) -> None:
@@ -225,11 +230,13 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
 
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
     used = used_resources(jobs)
+    # A machine about to be deleted and created again takes no job in this pass.
+    recreating = {a.machine for a in plan.actions if isinstance(a, Recreate)}
     for job in sorted((j for j in jobs if j.status is Status.QUEUED), key=lambda j: j.id):
         request = parse_request(job.req)
         for machine in fleet.machines.values():
             view = seen.view(machine.name)
-            if not view.ready or view.reachable is False or view.preempted:
+            if not view.ready or view.reachable is False or view.preempted or machine.name in recreating:
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue

@@ -17,7 +17,18 @@ from typing import Any
 
 from . import model
 from .connect import endpoints, published_keys, transport
-from .decide import Kill, Launch, MachineView, Observation, Plan, Recreate, apply_ending, decide, refs_of
+from .decide import (
+    Kill,
+    Launch,
+    MachineView,
+    Observation,
+    Plan,
+    Recreate,
+    apply_ending,
+    decide,
+    refs_of,
+    wants_recreate,
+)
 from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
@@ -291,9 +302,10 @@ def last_line(path: Any) -> str | None:
 def act(p: Pass, plan: Plan, seen: Observation) -> None:
     launches = [a for a in plan.actions if isinstance(a, Launch)]
     kills = [a for a in plan.actions if isinstance(a, Kill)]
-    for _ in parallel(lambda a: _kill(p, a, seen.now), kills):
-        pass
-    for machine_name in sorted({a.machine for a in plan.actions if isinstance(a, Recreate)}):
+    recreate = {a.machine for a in plan.actions if isinstance(a, Recreate)}
+    # A stopped job whose rule recreates its TPU (a hang under reapply, say) asks for it once stopped.
+    recreate.update(name for name in parallel(lambda a: _kill(p, a, seen.now), kills) if name)
+    for machine_name in sorted(recreate):
         machine = p.fleet.get(machine_name)
         if machine is not None and machine.is_tpu:
             request_recreate(p, machine, seen.now)
@@ -384,11 +396,13 @@ def unlaunch(job: Job) -> None:
     job.machine, job.alloc = None, {}
 
 
-def _kill(p: Pass, action: Kill, now: float) -> None:
+def _kill(p: Pass, action: Kill, now: float) -> str | None:
+    """Stop the workers; once all are gone, end the job as its stop said. Returns the machine to
+    recreate when that ending asks for it."""
     job = p.state.job(action.job)
     machine = p.fleet.get(action.machine)
     if job is None or machine is None:
-        return
+        return None
     by_worker = {ep.index: ep for ep in p.endpoints(machine)}
 
     def one(ref: WorkerRef) -> bool:
@@ -402,7 +416,10 @@ def _kill(p: Pass, action: Kill, now: float) -> None:
 
     gone = all(parallel(one, action.refs))
     if gone and job.status is Status.KILLING:
-        apply_ending(job, job.ending or Ending(Status.KILLED, model.KILLED), now)
+        ending = job.ending or Ending(Status.KILLED, model.KILLED)
+        apply_ending(job, ending, now)
+        return machine.name if wants_recreate(ending) else None
+    return None
 
 
 def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:

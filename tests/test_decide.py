@@ -22,6 +22,7 @@ from jobtpu.decide import (
     decide,
     requeue,
     used_resources,
+    wants_recreate,
 )
 from jobtpu.errors import JobtpuError
 from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
@@ -697,3 +698,22 @@ def test_doctor_accounts_for_a_live_worker_through_its_job_s_active_attempt() ->
     assert _why_stray(state, WorkerRef(1, 1, 0)) == "state.json is at the job's attempt 2"
     assert _why_stray(state, WorkerRef(2, 2, 0)) == "state.json has the job failed"
     assert _why_stray(state, WorkerRef(9, 0, 0)) == "state.json no longer has job 9"
+
+
+def test_a_tpu_the_rule_recreates_takes_no_launch_in_the_same_pass() -> None:
+    # A GRPC failure under reapply on a node that is still READY: the node is deleted in this pass's
+    # act, so the requeued job must not be launched onto it now.
+    job = active(machine="tpu", rule="reapply")
+    failed = ws(job, 0, alive=False, exit_code=1)
+    plan = decide([job], fleet(tpu()), seen("tpu", failed, tails={failed.ref: "GRPC error: Socket closed"}))
+    assert (job.status, job.reason, job.attempt) == (Status.QUEUED, model.RECOVERING, 1)
+    assert recreates(plan) == [Recreate("tpu")] and launches(plan) == []
+
+
+def test_a_stopped_job_whose_rule_recreates_asks_for_its_tpu_once_stopped() -> None:
+    # A hang under reapply: the live workers are stopped first; the ending they carry asks for the TPU.
+    job = active(machine="tpu", workers=2, rule="reapply", stall=60.0)
+    job.log_grew = NOW - 120
+    plan = decide([job], fleet(tpu()), seen("tpu", ws(job, 0), ws(job, 1)))
+    assert job.status is Status.KILLING and job.ending is not None and wants_recreate(job.ending)
+    assert kills(plan) == [Kill(job.id, "tpu", (ref(job, 0), ref(job, 1)))] and recreates(plan) == []

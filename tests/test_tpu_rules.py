@@ -77,6 +77,17 @@ def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path
     assert tpus.api.count("DELETE", "/nodes") == 0 and tpus.api.count("POST", "/nodes") == 0
 
 
+def test_a_hang_under_reapply_stops_the_workers_recreates_the_node_and_resumes(tmp_path: Path,
+                                                                               tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"), "--rule", "reapply", "--stall", "2s")
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 1), job
+    assert [a["outcome"] for a in job["attempts"]] == ["hang", "finished"]
+    assert tpus.api.count("DELETE", "/nodes/tpu-r") == 1 and tpus.api.count("POST", "/nodes") == 1
+    assert "attempt 1 resume=1" in jobtpu(home, "tail", str(job_id)).stdout
+
+
 def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
     job_id = submit(home, tmp_path, 'echo "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"; exit 1')
