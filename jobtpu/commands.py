@@ -332,9 +332,10 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
         gone = [j for j in p.state.jobs if j.ended and (who is None or j.user == who)]
         if args.remote:
             clean_remote(p, gone)
-        for job in gone:
-            append_line(home.history_file, orjson.dumps(job.to_json()).decode())
-        p.state.jobs = [j for j in p.state.jobs if j not in gone]  # the session's commit removes them
+        if gone:  # one write and one fsync, however many jobs
+            append_line(home.history_file, "\n".join(orjson.dumps(j.to_json()).decode() for j in gone))
+        gone_ids = {j.id for j in gone}
+        p.state.jobs = [j for j in p.state.jobs if j.id not in gone_ids]  # the session's commit removes them
         from .secrets import SecretStore
 
         SecretStore(home).drop([j.id for j in gone])

@@ -200,7 +200,9 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         root = root[2:] or "."
     if kind == "local":
         # The local machine's folder lives in the home unless machines.json says otherwise.
-        root = str(Path(home.local_run_root if "root" not in spec else Path(home.root, spec["root"])))
+        # Built from the checked value: `"root": null` means the default, and "~/runs" the user's runs.
+        local_root = spec.get("root")
+        root = str(home.local_run_root if local_root is None else Path(home.root, Path(local_root).expanduser()))
     return Machine(
         name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
         accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False),

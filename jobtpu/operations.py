@@ -61,7 +61,8 @@ def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: P
 
 def clean_remote(p: Pass, jobs: list[Job]) -> None:
     """Delete the ended jobs' folders on their machines, and archives no remaining job uses."""
-    keep = sorted({j.archive for j in p.state.jobs if j not in jobs})
+    leaving = {j.id for j in jobs}
+    keep = sorted({j.archive for j in p.state.jobs if j.id not in leaving})
     for machine in p.fleet.machines.values():
         ids = [j.id for j in jobs if any(a.machine == machine.name for a in j.attempts)]
         script = remove_job_script(machine.root, ids, keep_archives=keep)

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 
 from .home import Home
+from .store import hold_lock
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 MASK = "<secret>"  # what state.json and every listing show instead of the value
@@ -26,10 +27,12 @@ def split_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 class SecretStore:
-    """secrets.json: {"<job id>": {"NAME": "value"}}. Written under the state lock by its callers."""
+    """secrets.json: {"<job id>": {"NAME": "value"}}. Every change is a read-modify-write under the
+    file's own lock: `submit` (under the state lock) and `clean` (under the pass lock) may overlap."""
 
     def __init__(self, home: Home) -> None:
         self.path: Path = home.root / "secrets.json"
+        self.lock: Path = home.root / "secrets.json.lock"
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
@@ -49,14 +52,17 @@ class SecretStore:
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:
-            data = self._read()
-            data[str(job_id)] = values
-            self._write(data)
+            with hold_lock(self.lock, 30.0, "secrets.json"):
+                data = self._read()
+                data[str(job_id)] = values
+                self._write(data)
 
     def get(self, job_id: int) -> dict[str, str]:
         return dict(self._read().get(str(job_id), {}))
 
     def drop(self, job_ids: list[int]) -> None:
-        data = self._read()
-        if any(str(i) in data for i in job_ids):
-            self._write({k: v for k, v in data.items() if k not in {str(i) for i in job_ids}})
+        gone = {str(i) for i in job_ids}
+        with hold_lock(self.lock, 30.0, "secrets.json"):
+            data = self._read()
+            if gone & data.keys():
+                self._write({k: v for k, v in data.items() if k not in gone})

@@ -116,10 +116,12 @@ def test_builtin_defaults(tmp_path: Path) -> None:
 
 def test_local_root_lives_in_the_home_unless_given(tmp_path: Path) -> None:
     fleet = load(tmp_path, {"machines": {"a": {"kind": "local"}, "b": {"kind": "local", "root": "elsewhere"},
-                                         "c": {"kind": "local", "root": "/abs/place"}},
+                                         "c": {"kind": "local", "root": "/abs/place"},
+                                         "d": {"kind": "local", "root": None}, "e": {"kind": "local", "root": "~/runs"}},
                             "defaults": {"root": "ignored-for-local"}})
-    assert [fleet.machines[n].root for n in "abc"] == [str(tmp_path / "run"), str(tmp_path / "elsewhere"),
-                                                       "/abs/place"]
+    assert [fleet.machines[n].root for n in "abcde"] == [str(tmp_path / "run"), str(tmp_path / "elsewhere"),
+                                                         "/abs/place", str(tmp_path / "run"),
+                                                         str(Path("~/runs").expanduser())]
 
 
 @pytest.mark.parametrize(("host", "expected"), [

@@ -192,14 +192,15 @@ def test_resources_are_counted(tmp_path: Path) -> None:
 def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"a.sh": "true\n"})
-    done_id = submit(home, src, "bash a.sh")
-    manage_until(home, [done_id], {"finished"})
+    done_id, other_id = submit(home, src, "bash a.sh"), submit(home, src, "bash a.sh", "--env", "API_KEY=k")
+    manage_until(home, [done_id, other_id], {"finished"})
     queued_id = submit(home, src, "bash a.sh", "--machine", "local")
     jobtpu(home, "clean", "--remote")
     assert list(status(home)) == [queued_id]
     history = [json.loads(line) for line in (home / "history.jsonl").read_text().splitlines()]
-    assert [h["id"] for h in history] == [done_id]
+    assert [h["id"] for h in history] == [done_id, other_id]  # one line per job
     assert not (home / "run" / "jobs" / str(done_id)).exists()
+    assert json.loads((home / "secrets.json").read_text()) == {}  # the cleaned job's secret went too
 
 
 def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
