@@ -64,7 +64,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
                       f"(or `jobtpu tpu status {machine.name}`) first", True))
     for worker_lines in parallel(lambda ep: _check_worker(home, machine, ep, fix, state), eps):
         lines.extend(worker_lines)
-    lines.extend(_tpu_checks(home, machine, eps, fix))
+    lines.extend(_tpu_checks(home, machine, eps, fix, state))
     for text, _ in lines:
         report(text)
     return [text for text, problem in lines if problem]
@@ -82,7 +82,8 @@ def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: 
     ok = lambda text: (f"{label}: ok: {text}", False)  # noqa: E731
     bad = lambda text: (f"{label}: problem: {text}", True)  # noqa: E731
     tools = LOCAL_TOOLS if ep.addr is None else REMOTE_TOOLS
-    t = transport(machine, ep, home)
+    # Under `strict`, a TPU worker is trusted through the keys its node published (recorded by a pass).
+    t = transport(machine, ep, home, published_keys(state.machines.get(machine.name, {}), ep.index))
     try:
         try:
             result = t.run(doctor_script(machine.root, tools), timeout=machine.connect_timeout + 30)
@@ -190,17 +191,17 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     return out, node.addresses(machine.use_external_ip)
 
 
-def _tpu_checks(home: Home, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
+def _tpu_checks(home: Home, machine: Machine, eps: list[Endpoint], fix: bool, state: State) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
     if not machine.is_tpu:
         return []
-    return [line for worker in parallel(lambda ep: _tpu_worker(home, machine, ep, fix), eps) for line in worker]
+    return [line for worker in parallel(lambda ep: _tpu_worker(home, machine, ep, fix, state), eps) for line in worker]
 
 
-def _tpu_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _tpu_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: State) -> list[Line]:
     label = _label(machine, ep)
-    t = transport(machine, ep, home, published_keys(Store(home).load().machines.get(machine.name, {}), ep.index))
+    t = transport(machine, ep, home, published_keys(state.machines.get(machine.name, {}), ep.index))
     try:
         result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
     except RemoteError as e:

@@ -63,6 +63,11 @@ class OpInfo:
         return self.error_code == 8 or "RESOURCE_EXHAUSTED" in self.error_message
 
 
+class ApiNotFound(RemoteError):
+    """The API has no such node, operation or zone (404). A pass survives it like any API failure;
+    get_node, delete_node and operation read it as an answer."""
+
+
 @dataclass
 class TpuApi:
     gcp: dict[str, Any]
@@ -110,8 +115,8 @@ class TpuApi:
 
         try:
             return fn(**kwargs, timeout=API_TIMEOUT)
-        except gexc.NotFound:
-            raise
+        except gexc.NotFound as e:  # a RemoteError like any other, unless the caller expects it
+            raise ApiNotFound(f"TPU API {what}: {getattr(e, 'message', e)}".splitlines()[0]) from None
         except gexc.GoogleAPIError as e:
             raise RemoteError(f"TPU API {what}: {getattr(e, 'message', e)}".splitlines()[0]) from None
         except (OSError, ValueError) as e:
@@ -124,12 +129,10 @@ class TpuApi:
         return {info.name: info for info in map(_node_info, pages)}
 
     def get_node(self, zone: str, name: str) -> NodeInfo | None:
-        from google.api_core import exceptions as gexc
-
         try:
             node = self._call(f"get {name}", self.client().get_node,
                               request={"name": f"{self._parent(zone)}/nodes/{name}"})
-        except gexc.NotFound:
+        except ApiNotFound:
             return None
         return _node_info(node)
 
@@ -146,21 +149,17 @@ class TpuApi:
 
     def delete_node(self, machine: Machine) -> str | None:
         """Start deleting the node; None when it is already gone."""
-        from google.api_core import exceptions as gexc
-
         try:
             op = self._call(f"delete {machine.node}", self.client().delete_node,
                             request={"name": f"{self._parent(str(machine.zone))}/nodes/{machine.node}"})
-        except gexc.NotFound:
+        except ApiNotFound:
             return None
         return str(op.operation.name)
 
     def operation(self, name: str) -> OpInfo:
-        from google.api_core import exceptions as gexc
-
         try:
             op = self._call(f"operation {name}", self.client().get_operation, request={"name": name})
-        except gexc.NotFound:
+        except ApiNotFound:
             return OpInfo(name, True, 5, "the operation is gone")
         error = op.error if op.HasField("error") else None
         return OpInfo(name, bool(op.done), error.code if error else None, error.message if error else "")

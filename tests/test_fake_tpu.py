@@ -236,3 +236,17 @@ def test_unknown_route_and_injected_error(api: FakeTpuApi, client: tpu_v2.TpuCli
     with pytest.raises(gexc.ServiceUnavailable):
         list(client.list_nodes(request=tpu_v2.ListNodesRequest(parent=PARENT), retry=None))
     assert list(client.list_nodes(parent=PARENT)) == []
+
+
+def test_jobtpu_reads_a_404_as_an_answer_or_as_one_api_failure(api: FakeTpuApi) -> None:
+    from jobtpu.errors import RemoteError
+    from jobtpu.fleet import Machine
+    from jobtpu.tpu import TpuApi
+
+    tpu = TpuApi({"project": P, "api_endpoint": api.url, "credentials": "anonymous"})
+    gone = Machine(name="t", kind="tpu", node="nope", zone=Z, accelerator="v3-8")
+    assert tpu.get_node(Z, "nope") is None and tpu.delete_node(gone) is None  # answers
+    assert tpu.operation(f"{PARENT}/operations/nope").done
+    # Elsewhere a 404 is a RemoteError like any other failure, which a pass survives (not google's type).
+    with pytest.raises(RemoteError, match="TPU API host keys of nope: .*not found"):
+        tpu.host_keys(gone)

@@ -138,6 +138,10 @@ def test_a_node_stuck_creating_never_makes_a_pass_wait(tmp_path: Path, tpus: Tpu
 
 def test_strict_host_keys_come_from_the_tpu_api_and_follow_recreation(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus, host_key_policy="strict")
+    manage(home)  # reads the node and the host keys it publishes; no worker contacted yet
+    assert not (home / "known_hosts").exists() or not (home / "known_hosts").read_text().strip()
+    checked = jobtpu(home, "doctor", "v2-16-p", check=False)  # trusts the published keys too
+    assert checked.returncode == 0 and "reachable, logged in" in checked.stderr, checked.stderr
     job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"))
     running_then_preempt(home, tpus, job_id)
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
