@@ -22,7 +22,9 @@ from dataclasses import dataclass
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
-CLAIM_STALE_MINUTES = 1  # a claim with no pid after this long means the start never happened
+# A claim with no pid after this long means the start never happened (its pass died). Longer than a
+# pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
+CLAIM_STALE_MINUTES = 3
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,16 @@ m=$(cd "$r/meta/{r.job}" && pwd -P) || exit; b="$m/{r.attempt}.{r.worker}"
 if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
 if ! mkdir "$b.claim" 2>/dev/null; then
   if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
-  rmdir "$b.claim" 2>/dev/null; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
+  rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
 fi
 j="$r/jobs/{r.job}"
 if [ ! -d "$j" ]; then
   a="$r/archives/"{q(spec.archive)}
   [ -f "$a" ] || {{ rmdir "$b.claim"; echo "$out need-archive"; exit; }}
   t=$(mktemp -d "$r/jobs/.unpack.{r.job}.{r.worker}.XXXXXX") || {{ rmdir "$b.claim"; echo "$out fail mktemp"; exit; }}
-  if tar -xzf "$a" -C "$t" 2>"$b.claim/err"; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
-  [ -d "$j" ] || {{ e=$(head -c 200 "$b.claim/err" | tr '\\n' ' '); rm -rf "$b.claim"; echo "$out fail unpack: $e"; exit; }}
+  if tar -xzf "$a" -C "$t" 2>"$b.unpack.err"; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
+  [ -d "$j" ] || {{ e=$(head -c 200 "$b.unpack.err" | tr '\\n' ' '); rmdir "$b.claim"; echo "$out fail unpack: $e"; exit; }}
+  rm -f "$b.unpack.err"
 fi
 {TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}

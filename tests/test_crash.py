@@ -49,3 +49,30 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
     runs = Counter(int(line) for line in ledger.read_text().split())
     assert runs == Counter({job_id: 1 for job_id in jobs}), f"jobs that ran other than once: {runs}"
     assert kills >= 15
+
+
+def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tmp_path: Path) -> None:
+    from jobtpu.scripts import CLAIM_STALE_MINUTES, LaunchSpec, WorkerRef, launch_script, parse_launch
+
+    root = tmp_path / "root"
+    (root / "jobs" / "7").mkdir(parents=True)  # unpacked before the pass died
+    claim = root / "meta" / "7" / "0.0.claim"
+    claim.mkdir(parents=True)
+    (claim / "leftover").write_text("")  # whatever the dead launch left inside its claim
+    ref = WorkerRef(7, 0, 0)
+    script = launch_script([LaunchSpec(ref, str(root), "a.tar.gz", "echo started", {})])
+
+    def launch() -> str:
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        return parse_launch(done.stdout)[ref].outcome
+
+    assert launch() == "pending"  # a fresh claim: another launch may be under way
+    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    os.utime(claim, (old, old))
+    assert launch() == "ok"  # a stale claim is taken over and the job starts, once
+    assert launch() == "ok"
+    wait = time.monotonic() + 10
+    while not (root / "meta" / "7" / "0.0.exit").exists():
+        assert time.monotonic() < wait
+        time.sleep(0.05)
+    assert (root / "meta" / "7" / "0.0.log").read_text() == "started\n"
