@@ -134,6 +134,10 @@ def test_run_follow_exits_with_the_job_exit_code(tmp_path: Path) -> None:
     assert lines[0].isdigit() and lines[1:] == ["line 1", "line 2", "line 3"]
     ok = jobtpu(home, "run", "--follow", "--dir", str(src), "--cmd", "echo fine", check=False)
     assert ok.returncode == 0 and ok.stdout.splitlines()[1:] == ["fine"]
+    # Ended without an exit code of its own (stopped at its --timeout): 1.
+    cut = jobtpu(home, "run", "--follow", "--timeout", "1s", "--dir", str(src), "--cmd", "sleep 30", check=False)
+    assert cut.returncode == 1, cut.stderr
+    assert status(home)[int(cut.stdout.split()[0])]["reason"] == "timeout"
 
 
 def test_timeout_and_stall(tmp_path: Path) -> None:
@@ -156,9 +160,12 @@ def test_timeout_and_stall(tmp_path: Path) -> None:
 
 def test_resume_and_rerun_queue_a_new_attempt(tmp_path: Path) -> None:
     home = make_home(tmp_path)
-    src = _src(tmp_path, {"env.sh": 'echo "$JOBTPU_ATTEMPT $JOBTPU_RESUME" >> seen.txt\nexit 1\n'})
+    script = 'echo "attempt $JOBTPU_ATTEMPT"; echo "$JOBTPU_ATTEMPT $JOBTPU_RESUME" >> seen.txt\nexit 1\n'
+    src = _src(tmp_path, {"env.sh": script})
     job_id = submit(home, src, "bash env.sh")
+    (src / "env.sh").write_text("echo changed >> seen.txt\n")  # SPEC §8: every attempt runs the snapshot
     manage_until(home, [job_id], {"failed"})
+    (src / "env.sh").write_text("echo changed again >> seen.txt\n")
     jobtpu(home, "resume", str(job_id))
     assert status(home)[job_id]["status"] == "queued"
     manage_until(home, [job_id], {"failed"})
@@ -167,7 +174,8 @@ def test_resume_and_rerun_queue_a_new_attempt(tmp_path: Path) -> None:
     assert [a["n"] for a in job["attempts"]] == [0, 1, 2] and job["attempt"] == 2
     seen = (home / "run" / "jobs" / str(job_id) / "seen.txt").read_text().split("\n")
     assert seen[:3] == ["0 0", "1 1", "2 0"]
-    assert jobtpu(home, "tail", str(job_id), "--attempt", "1", check=False).returncode == 0
+    assert "changed" not in "\n".join(seen)
+    assert jobtpu(home, "tail", str(job_id), "--attempt", "1").stdout == "attempt 1\n"
 
 
 def test_resources_are_counted(tmp_path: Path) -> None:
@@ -193,14 +201,21 @@ def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"a.sh": "true\n"})
     done_id, other_id = submit(home, src, "bash a.sh"), submit(home, src, "bash a.sh", "--env", "API_KEY=k")
-    manage_until(home, [done_id, other_id], {"finished"})
+    theirs = submit(home, src, "bash a.sh", "--user", "someone")
+    manage_until(home, [done_id, other_id, theirs], {"finished"})
     queued_id = submit(home, src, "bash a.sh", "--machine", "local")
+    mine = json.loads(jobtpu(home, "status", "--json").stdout)["jobs"]  # SPEC §2: the current user's
+    assert [j["id"] for j in mine] == [done_id, other_id, queued_id]
     jobtpu(home, "clean", "--remote")
+    assert list(status(home)) == [theirs, queued_id]  # another user's ended job stays without --all-users
+    assert (home / "run" / "jobs" / str(theirs)).exists()
+    jobtpu(home, "clean", "--all-users")
     assert list(status(home)) == [queued_id]
     history = [json.loads(line) for line in (home / "history.jsonl").read_text().splitlines()]
-    assert [h["id"] for h in history] == [done_id, other_id]  # one line per job
+    assert [h["id"] for h in history] == [done_id, other_id, theirs]  # one line per job
     assert not (home / "run" / "jobs" / str(done_id)).exists()
     assert json.loads((home / "secrets.json").read_text()) == {}  # the cleaned job's secret went too
+    manage_until(home, [queued_id], {"finished"})  # its archive, shared with the cleaned jobs, was kept
 
 
 def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
