@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from . import listing
 from .errors import BusyError, ConfigError, NotFoundError
 from .home import Home
@@ -61,6 +59,8 @@ class State:
 def parse_json_file(path: Path, text: str | bytes) -> Any:
     """Parse JSON (orjson: 10k jobs must load in milliseconds); a syntax error is reported as
     `file:line:col: message`, in the standard library's words."""
+    import orjson  # here, not at the top: `--help` and a cached `status` never parse anything
+
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -172,6 +172,8 @@ class Store:
             return
         try:
             if try_lock(fd, 0) and listing.stamp_of(os.stat(self.path)) == stamp:
+                import orjson
+
                 listing.write(self.home, [j["user"] for j in jobs], [orjson.dumps(j) for j in jobs], stamp)
         except OSError:
             pass
@@ -193,11 +195,13 @@ class Store:
                 state_from_json(parse_json_file(self.path, before), self.path)
             original = state.to_json()
             yield state
-            if state.to_json() != original:
-                self._save(state, before)
+            document = state.to_json()
+            if document != original:
+                self._save(document, before)
 
-    def _save(self, state: State, previous_text: str | None) -> None:
-        document = state.to_json()
+    def _save(self, document: dict[str, Any], previous_text: str | None) -> None:
+        import orjson
+
         job_lines = [orjson.dumps(job) for job in document["jobs"]]
         if previous_text is not None:
             # previous_text parsed and validated, so it is a good copy.
@@ -208,9 +212,11 @@ class Store:
         _rename_synced(tmp, self.path)
 
 
-def render(document: dict[str, Any], job_lines: list[bytes] | None = None) -> str:
+def render(document: dict[str, Any], job_lines: list[bytes]) -> str:
     """state.json's layout: one job per line (easy to read, grep and edit by hand, and a third smaller
-    than indenting every field), the rest indented."""
+    than indenting every field), the rest indented. `job_lines`: the jobs, already serialized."""
+    import orjson
+
     lines = []
     for key, value in document.items():
         if key == "jobs":
@@ -220,8 +226,6 @@ def render(document: dict[str, Any], job_lines: list[bytes] | None = None) -> st
             lines.append(f'  "{key}": {{\n' + ",\n".join(entries) + "\n  },")
         else:
             lines.append(f'  "{key}": {orjson.dumps(value).decode()},')
-    if job_lines is None:
-        job_lines = [orjson.dumps(job) for job in document.get("jobs", [])]
     jobs = [f"    {line.decode()}" for line in job_lines]
     body = ",\n".join(jobs)
     return "{\n" + "\n".join(lines) + '\n  "jobs": [\n' + body + ("\n" if jobs else "") + "  ]\n}\n"
