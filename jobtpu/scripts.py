@@ -67,11 +67,16 @@ def env_file(env: dict[str, str]) -> str:
     return "".join(f"export {name}={q(value)}\n" for name, value in env.items())
 
 
+# Run by a detached process-group leader: its pid and /proc start time into "$1.pid", atomically, so
+# that LIVE_PID can tell it from a later process that reuses the pid.
+RECORD_PID = 'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"'
+
+
 def wrapper(command: str) -> str:
     """What runs as the process-group leader: record pid, load and delete the env file, run the
     command, record its exit code. $1 is the absolute path stem of the worker's meta files."""
     return (
-        'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"\n'
+        f"{RECORD_PID}\n"
         '. "$1.env" && rm -f "$1.env"\n'
         f"bash -c {q(command)}\n"
         'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
@@ -334,8 +339,9 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
     chain = " && ".join(f"bash -c {q(c)}" for c in commands) or "true"
-    body = (f'echo $$ > "$1.pid"; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"')
+    body = f'{RECORD_PID}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
     return f"""set -u
+{LIVE_PID}
 r={_root(root)}; mkdir -p "$r/setup" || {{ echo "SETUP failed 1: cannot create $r/setup"; exit 0; }}
 b="$(cd "$r/setup" && pwd -P)/{tag}.{int(worker)}"
 if [ -s "$b.exit" ]; then
@@ -344,7 +350,7 @@ if [ -s "$b.exit" ]; then
   if [ {int(retry)} = 0 ]; then echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"; exit 0; fi
   rm -f "$b.exit" "$b.pid"
 fi
-if [ -s "$b.pid" ] && kill -0 "$(cat "$b.pid")" 2>/dev/null; then echo "SETUP running"; exit 0; fi
+if live_pid "$b.pid" > /dev/null; then echo "SETUP running"; exit 0; fi
 cd ~ && setsid nohup bash -c {q(body)} jobtpu-setup "$b" > "$b.log" 2>&1 < /dev/null &
 for i in $(seq 50); do [ -s "$b.exit" ] && break; sleep 0.02; done
 if [ -s "$b.exit" ]; then read -r c < "$b.exit"; [ "$c" = 0 ] && echo "SETUP done" || echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"
