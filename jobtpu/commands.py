@@ -164,30 +164,26 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
     while True:
         try:
             report = run_pass(home, dry_run=args.dry_run, on_note=None if args.dry_run else note)
-        except JobtpuError as e:
+        except Exception as e:
             if args.loop is None:
                 raise
-            # A loop outlives a typo in machines.json or a busy state file: say so, try again later.
-            note(f"jobtpu: error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
-            time.sleep(max(0.0, args.loop))
-            continue
-        except Exception:
-            if args.loop is None:
-                raise
-            # A full disk, or a bug: the loop babysits jobs at 3 am, so it reports and keeps going.
-            import traceback
+            # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
+            # a full disk or a bug (the traceback) is reported, and the next round tries again.
+            if isinstance(e, JobtpuError):
+                note(f"jobtpu: error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+            else:
+                import traceback
 
-            note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
-            time.sleep(max(0.0, args.loop))
-            continue
-        if args.dry_run:
-            for line in report.notes or ["nothing to do"]:
-                print(line)
-        elif report.skipped:
-            note("jobtpu: another manage pass is running; skipped")
-        if args.loop is None:
-            return 0
-        time.sleep(max(0.0, args.loop))
+                note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
+        else:
+            if args.dry_run:
+                for line in report.notes or ["nothing to do"]:
+                    print(line)
+            elif report.skipped:
+                note("jobtpu: another manage pass is running; skipped")
+            if args.loop is None:
+                return 0
+        time.sleep(args.loop)
 
 
 # ---- status ---------------------------------------------------------------------------------------

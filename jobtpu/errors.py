@@ -24,12 +24,6 @@ class JobtpuError(Exception):
         return self.message
 
 
-class UsageError(JobtpuError):
-    """The command line itself is wrong (exit 2)."""
-
-    exit_code = EXIT_USAGE
-
-
 class ConfigError(JobtpuError):
     """machines.json or state.json is malformed or fails validation; nothing was changed."""
 

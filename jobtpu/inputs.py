@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping
 
 from .errors import JobtpuError
+from .schema import USER_NAME
 
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
@@ -17,7 +17,7 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def resolve_user(explicit: str | None) -> str:
     user = explicit or os.environ.get("JOBTPU_USER") or _login_name()
-    if not _USER.match(user):
+    if not USER_NAME.match(user):
         raise JobtpuError(f"user name {user!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting "
                           "with a letter or '_'", hint="pass --user NAME or set JOBTPU_USER")
     return user

@@ -8,12 +8,11 @@ between the two writes, or a missing listing all fall back to reading state.json
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from .home import Home
+from .schema import USER_NAME
 
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _STAMP = "_stamp"
 
 
@@ -38,18 +37,26 @@ def write(home: Home, users: list[str], lines: list[bytes], stamp: bytes) -> Non
     for old in where.glob("*.json"):
         by_user.setdefault(old.stem, [])
     for user, user_lines in by_user.items():
-        if _USER.match(user):  # a hand-edited odd name gets no file (and so no path outside the folder)
+        if USER_NAME.match(user):  # a hand-edited odd name gets no file (and so no path outside the folder)
             _replace(where / f"{user}.json", stamp + b"\n" + b'{"jobs":[' + b",".join(user_lines) + b"]}\n")
     _replace(where / _STAMP, stamp)
+
+
+def made_from(home: Home, stamp: bytes) -> bool:
+    """Whether the listings were last written for the state.json with this stamp."""
+    try:
+        return (folder(home) / _STAMP).read_bytes() == stamp
+    except OSError:
+        return False
 
 
 def read(home: Home, user: str) -> bytes | None:
     """The user's `{"jobs": [...]}` document as status --json prints it, or None to read state.json."""
     try:
         current = stamp_of(os.stat(home.state_file))
-        if (folder(home) / _STAMP).read_bytes() != current:
-            return None
     except FileNotFoundError:
+        return None
+    if not made_from(home, current):
         return None
     try:
         data = (folder(home) / f"{user}.json").read_bytes()

@@ -182,7 +182,7 @@ class Job:
             raise ValueError(f"unknown field {unknown[0]!r} (valid: {', '.join(sorted(_FIELD_SET))})")
         values = dict(data)
         status = values.get("status", "queued")
-        if status not in [s.value for s in Status]:
+        if status not in STATUSES:
             raise ValueError(f"field 'status' must be one of {', '.join(Status)} (got {status!r})")
         values["status"] = Status(status)
         values["attempts"] = [Attempt(**a) for a in values.get("attempts", [])]

@@ -1,6 +1,8 @@
 """The names of a job record's fields and status words, as plain constants: what a listing needs
 without importing the model (model.py checks at import that they match its dataclasses)."""
 
+import re
+
 STATUSES = frozenset({"queued", "launching", "running", "killing", "finished", "failed", "killed"})
 
 FIELDS = frozenset({
@@ -13,3 +15,6 @@ FIELDS = frozenset({
 LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "reason", "exit_code", "attempt",
                     "attempts", "created", "tags", "rule", "last_line"})
 ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})
+
+# What a user name may be (SPEC §2); also the only names that get a listing file.
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")

@@ -155,12 +155,14 @@ class Store:
             return []
         data = parse_json_file(self.path, raw)
         jobs = data.get("jobs") if isinstance(data, dict) else None
-        if not (isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS):
+        if not (isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS
+                and data.get("version", VERSION) == VERSION):
             # A hand-written or older record: validate it fully (a precise error if it is wrong).
             from .model import compact
 
             jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
-        self._refresh_listings(jobs, stamp)
+        if not listing.made_from(self.home, stamp):  # `status --all-users --watch` rewrites nothing
+            self._refresh_listings(jobs, stamp)
         return jobs
 
     def _refresh_listings(self, jobs: list[dict[str, Any]], stamp: bytes) -> None:

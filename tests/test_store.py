@@ -323,6 +323,18 @@ def test_a_listing_after_a_hand_edit_rebuilds_the_cache(tmp_path: Path) -> None:
     assert [j["cmd"] for j in Store(home).load_records()] == ["echo edited"]
     cached = listing.read(home, "ann")
     assert cached is not None and json.loads(cached)["jobs"][0]["cmd"] == "echo edited"
+    # Once rebuilt, later full reads (`status --all-users --watch`) rewrite nothing.
+    written = (listing.folder(home) / "ann.json").stat().st_mtime_ns
+    os.utime(listing.folder(home) / "ann.json", ns=(written - 10**9, written - 10**9))
+    Store(home).load_records()
+    assert (listing.folder(home) / "ann.json").stat().st_mtime_ns == written - 10**9
+
+
+def test_the_fast_listing_path_refuses_another_version_too(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    write_state(home, [record()], version=2)
+    with pytest.raises(ConfigError, match="version 2 is not one this jobtpu reads"):
+        Store(home).load_records()
 
 
 def test_a_user_whose_jobs_are_gone_lists_empty(tmp_path: Path) -> None:
