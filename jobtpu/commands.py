@@ -234,27 +234,29 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 
 # ---- tail -----------------------------------------------------------------------------------------
 
-def find_job(home: Home, job_id: int) -> Job:
-    return Store(home).load().require_job(job_id)
-
-
 def cmd_tail(home: Home, args: argparse.Namespace) -> int:
-    job = find_job(home, args.id)
-    attempt = job.attempt if args.attempt is None else args.attempt
-    if args.attempt is not None and all(a.n != attempt for a in job.attempts):
-        raise NotFoundError(f"job {job.id} has no attempt {attempt}",
-                            hint=f"its attempts: {', '.join(str(a.n) for a in job.attempts) or 'none yet'}")
-    path = home.log_file(job.id, attempt, args.worker)
+    from .store import unknown_job
+
+    # The listed fields are enough here: no full validation of every job (tail runs often, homes grow).
+    job = next((r for r in Store(home).load_records() if r["id"] == args.id), None)
+    if job is None:
+        raise unknown_job(args.id)
+    tried = [a["n"] for a in job["attempts"]]
+    attempt = job["attempt"] if args.attempt is None else args.attempt
+    if args.attempt is not None and attempt not in tried:
+        raise NotFoundError(f"job {args.id} has no attempt {attempt}",
+                            hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
+    path = home.log_file(args.id, attempt, args.worker)
     if not path.exists() and not args.follow:
-        if job.status == "queued" or not job.attempts:
-            raise NotFoundError(f"job {job.id} has not started yet", hint="run `jobtpu manage`")
-        raise NotFoundError(f"no log of job {job.id} attempt {attempt} worker {args.worker} yet",
+        if job["status"] == "queued" or not tried:
+            raise NotFoundError(f"job {args.id} has not started yet", hint="run `jobtpu manage`")
+        raise NotFoundError(f"no log of job {args.id} attempt {attempt} worker {args.worker} yet",
                             hint="logs are pulled by `jobtpu manage`")
     offset = _print_last_lines(path, args.lines)
     while args.follow:
         from .operations import pull_logs
 
-        pull_logs(home, job.id)
+        current = pull_logs(home, args.id)  # the job as it stood before this pull
         if path.exists():
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -262,7 +264,6 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
             offset += len(data)
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
-        current = Store(home).load().job(job.id)
         if current is None or current.ended or current.attempt != attempt:
             return 0
         time.sleep(1.0)

@@ -15,16 +15,17 @@ from .store import State, Store
 from .transport.base import Endpoint
 
 
-def pull_logs(home: Home, job_id: int) -> None:
-    """Bring a running job's new log bytes home now (used by `tail -f` between passes)."""
-    fleet = load_fleet(home)
+def pull_logs(home: Home, job_id: int) -> Job | None:
+    """Bring a running job's new log bytes home now (used by `tail -f` between passes). Returns the
+    job as state.json held it before the pull (None once it is gone), so the caller reads it once."""
     state = Store(home).load()
     job = state.job(job_id)
     if job is None or job.status is not Status.RUNNING or not job.machine:
-        return
+        return job
+    fleet = load_fleet(home)
     machine = fleet.get(job.machine)
     if machine is None:
-        return
+        return job
     p = Pass(home, fleet, state)
     from .decide import refs_of
 
@@ -40,6 +41,7 @@ def pull_logs(home: Home, job_id: int) -> None:
             append_log(home.log_file(ref.job, ref.attempt, ref.worker), ws.log_offset, ws.log_bytes)
 
     parallel(one, p.endpoints(machine))
+    return job
 
 
 def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:

@@ -27,6 +27,11 @@ VERSION = 1
 _TOP_KEYS = {"version", "next_id", "jobs", "machines"}
 
 
+def unknown_job(job_id: int) -> NotFoundError:
+    """The one error every command gives for an id it does not know."""
+    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+
+
 class State:
     """Everything state.json holds. (A plain class: see Home.)"""
 
@@ -43,10 +48,9 @@ class State:
         return next((j for j in self.jobs if j.id == job_id), None)
 
     def require_job(self, job_id: int) -> Job:
-        """The job, or the one error every command gives for an id it does not know."""
         job = self.job(job_id)
         if job is None:
-            raise NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+            raise unknown_job(job_id)
         return job
 
     def to_json(self) -> dict[str, Any]:
