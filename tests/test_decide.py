@@ -717,3 +717,36 @@ def test_a_stopped_job_whose_rule_recreates_asks_for_its_tpu_once_stopped() -> N
     plan = decide([job], fleet(tpu()), seen("tpu", ws(job, 0), ws(job, 1)))
     assert job.status is Status.KILLING and job.ending is not None and wants_recreate(job.ending)
     assert kills(plan) == [Kill(job.id, "tpu", (ref(job, 0), ref(job, 1)))] and recreates(plan) == []
+
+
+@pytest.mark.parametrize(("node_state", "health"), [
+    ("READY", "up"), ("PREEMPTED", "preempted"), ("TERMINATED", "preempted"), (None, "preempted"),
+    ("CREATING", "transient"), ("REPAIRING", "transient"), ("STOPPED", "down"), ("STOPPING", "down"),
+    ("SOMETHING_NEW", "transient"),  # an unknown state never recreates a node
+])
+def test_node_state_decides_the_machine_s_health(node_state: str | None, health: str) -> None:
+    from jobtpu.tpu import health_of
+
+    assert health_of(node_state)[0] == health
+
+
+def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
+    from jobtpu.tpuflow import plan_machine
+
+    plan = plan_machine({"want_recreate": True}, None, None, NOW)
+    assert [s.kind for s in plan.steps] == ["create"] and plan.state == "recreating"
+    assert plan_machine({}, None, None, NOW).state == "preempted"
+
+
+def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code() -> None:
+    from jobtpu.scripts import parse_probe
+
+    out = "H boot 1\nW 4 0 0 100 0 1 10 1 1700000002.5\nW 4 0 1 101 0 7 10 1 1700000001.25\nW 4 0 2 - 0 - 0 0 -\n"
+    states = parse_probe(out)
+    assert [(s.exit_code, s.exited_at) for s in states.values()] == [(1, 1700000002.5), (7, 1700000001.25),
+                                                                    (None, None)]
+    job = active(workers=3, machine="m", rule="pass")
+    job.id = 4
+    plan = decide([job], fleet(local("m")), seen("m", *states.values()))
+    assert (job.status, job.exit_code) == (Status.FAILED, 7)  # worker 1 failed first, not worker 0
+    assert plan.actions == []

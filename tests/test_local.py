@@ -231,6 +231,33 @@ def test_second_pass_does_not_act_while_one_runs(tmp_path: Path) -> None:
         assert status(home)[job_id]["status"] == "queued"
 
 
+def test_submit_returns_within_a_second_while_a_pass_waits_on_the_network(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as silent:  # a host that accepts TCP and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        home = make_home(tmp_path, {"local": {"kind": "local"},
+                                    "mute": {"kind": "ssh", "hosts": [f"127.0.0.1:{port}"], "connect_timeout": 5}})
+        src = _src(tmp_path, {"a.sh": "true\n"})
+        stuck = submit(home, src, "bash a.sh", "--machine", "mute")
+        manage = subprocess.Popen([*JOBTPU, "--home", str(home), "manage"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
+        try:
+            wait_for(lambda: status(home)[stuck]["status"] == "launching", timeout=10,
+                     what="the pass to reach the network")
+            start = time.monotonic()
+            late = submit(home, src, "bash a.sh")
+            assert time.monotonic() - start < 1.0, "submit waited for the pass"  # SPEC §2
+            assert manage.poll() is None  # the pass was still talking to the fleet meanwhile
+        finally:
+            _, err = manage.communicate(timeout=30)
+    jobs = status(home)
+    assert jobs[late]["status"] == "queued" and jobs[stuck]["status"] == "queued"  # both kept by the pass
+    assert "mute" in err
+
+
 def test_ids_are_never_reused_even_when_state_json_forgets_them(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"a.sh": "echo hi\n"})
@@ -380,12 +407,20 @@ def test_secret_env_values_stay_out_of_state_listings_and_command_lines(tmp_path
     folder = home / "run" / "jobs" / str(job_id)
     assert (folder / "got.txt").read_text() == secret  # the job gets the real value
     assert "bash -c" in (folder / "cmdline.txt").read_text()  # the wrapper was seen
-    assert jobs[job_id]  # and no listing, state file or command line shows it:
+    assert jobs[job_id]["env"]["WANDB_API_KEY"] == "<secret>"  # and no listing, state file or command line shows it:
     for text in (jobtpu(home, "status", "--json").stdout, (home / "state.json").read_text(),
                  (home / "state.json.bak").read_text(), (folder / "cmdline.txt").read_text()):
         assert "s3cr3t" not in text
     assert "visible" in (home / "state.json").read_text()  # other --env values are ordinary
     assert (home / "secrets.json").stat().st_mode & 0o077 == 0
     assert not list((home / "run" / "meta" / str(job_id)).glob("*.env"))  # read, then deleted
+    # A resumed attempt gets the real value again; what a pass prints never shows it.
+    (folder / "got.txt").unlink()
+    jobtpu(home, "resume", str(job_id))
+    printed = [jobtpu(home, "manage", "--dry-run").stdout]
+    printed.append(jobtpu(home, "manage").stderr)
+    manage_until(home, [job_id], {"finished"})
+    assert (folder / "got.txt").read_text() == secret
+    assert printed[1] and all("s3cr3t" not in text for text in printed), printed
     jobtpu(home, "clean")
     assert "s3cr3t" not in (home / "secrets.json").read_text()
