@@ -13,7 +13,7 @@ from .home import Home
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     from .manage import fleet_session
-    from .tpuflow import plan_machine, request_recreate
+    from .tpuflow import request_recreate
 
     with fleet_session(home) as p:
         machine = p.fleet.require(name)
@@ -40,10 +40,11 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
             record["want_recreate"] = False
-            record["operation"] = {"kind": "delete", "name": api.delete_node(machine), "since": now}
+            operation = api.delete_node(machine)
+            if operation is not None:  # None: the node went away by itself meanwhile
+                record["operation"] = {"kind": "delete", "name": operation, "since": now}
             record["state"], record["detail"] = "deleting", "deleted by `jobtpu tpu delete`"
-        else:  # describe / status: read only, but refresh what state.json knows
-            plan_machine(dict(record), node, None, now)
+        # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
             "preemptible": machine.preemptible, "exists": node is not None,

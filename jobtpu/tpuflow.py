@@ -59,9 +59,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
         record.pop("operation")
         if pending["kind"] == "create":
             if op.error_code:
-                record["failures"] = record.get("failures", 0) + 1
-                record["next_try"] = now + backoff(record["failures"], first_backoff)
-                record["last_error"] = op.error_message[:300]
+                create_failed(record, op.error_message, now, first_backoff)
             else:
                 record.update(failures=0, next_try=None, last_error=None, want_recreate=False)
     if record.get("want_recreate") and not record.get("operation"):
@@ -186,13 +184,19 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
             elif step.kind == "setup":
                 run_setup(p, machine, record, plan)
         except RemoteError as e:
-            record["last_error"] = e.message
+            record["last_error"] = e.message[:300]
             if step.kind == "create":
-                record["failures"] = record.get("failures", 0) + 1
-                record["next_try"] = now + backoff(record["failures"], p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+                create_failed(record, e.message, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
                 plan.state, plan.detail = "backoff", f"create failed: {e.message}"
             else:
-                plan.state, plan.detail = plan.state, e.message
+                plan.detail = e.message
+
+
+def create_failed(record: dict[str, Any], message: str, now: float, first_backoff: float) -> None:
+    """A create was refused (at once, or by its operation): count it and wait before the next one."""
+    record["failures"] = record.get("failures", 0) + 1
+    record["next_try"] = now + backoff(record["failures"], first_backoff)
+    record["last_error"] = message[:300]
 
 
 def forget_keys(p: Pass, machine: Machine, addresses: list[str]) -> None:
