@@ -34,6 +34,7 @@ from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .model import Ending, Job, Status
 from .scripts import (
+    TAIL_BYTES,
     LaunchSpec,
     WorkerRef,
     WorkerState,
@@ -51,7 +52,6 @@ from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint, Transport
 
 MAX_PARALLEL = 32
-TAIL_BYTES = 64 * 1024
 
 
 @dataclass
@@ -260,13 +260,15 @@ def _pull_logs(p: Pass, seen: Observation) -> None:
     for view in seen.machines.values():
         for ref, ws in view.workers.items():
             path = p.home.log_file(ref.job, ref.attempt, ref.worker)
+            failed = ws.exit_code not in (None, 0)
             if p.dry_run:  # changes nothing: classify from what is home plus what just arrived
-                if ws.exit_code not in (None, 0):
-                    seen.log_tails[ref] = (_tail(path) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
+                if failed:
+                    seen.log_tails[ref] = ws.log_end.decode(errors="replace") or \
+                        (_tail(path) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
                 continue
             append_log(path, ws.log_offset, ws.log_bytes)
-            if ws.exit_code not in (None, 0):
-                seen.log_tails[ref] = _tail(path)
+            if failed:  # from the log's true end, even when the pull is still behind it
+                seen.log_tails[ref] = ws.log_end.decode(errors="replace") or _tail(path)
             if ref.worker == 0:
                 line = last_line(path)
                 if line is not None:

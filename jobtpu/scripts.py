@@ -22,6 +22,7 @@ from dataclasses import dataclass
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
+TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
 # pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
 CLAIM_STALE_MINUTES = 3
@@ -166,6 +167,9 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
         '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at"',
         '  if [ "$size" -gt "$4" ]; then',
         f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
+        # An exited worker whose log is further behind than one pull: its end, to classify the failure.
+        f'  if [ "$ex" != - ] && [ $((size - $4)) -gt {chunk} ]; then',
+        f'    echo "T $1 $2 $3 $(tail -c {TAIL_BYTES} "$b.log" | base64 -w0)"; fi',
         "}",
         'echo "H $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo -) $(date +%s)"',
     ]
@@ -184,6 +188,7 @@ class WorkerState:
     log_offset: int = 0
     log_bytes: bytes = b""
     exited_at: float | None = None  # when the exit record was written (the worker's clock)
+    log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
 
     @property
     def started(self) -> bool:
@@ -206,6 +211,11 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
                 data = base64.b64decode(words[5]) if len(words) == 6 else b""
                 old = states[ref]
                 states[ref] = dataclasses.replace(old, log_offset=int(words[4]), log_bytes=data)
+        elif words[0] == "T" and len(words) in (4, 5):
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            if ref in states:
+                end = base64.b64decode(words[4]) if len(words) == 5 else b""
+                states[ref] = dataclasses.replace(states[ref], log_end=end)
     return states
 
 

@@ -67,6 +67,16 @@ def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:
     assert jobtpu(home, "tail", str(job_id)).stdout == "about to fail\n"
 
 
+def test_a_failure_is_classified_from_the_log_s_end_even_when_the_pull_is_behind(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    # 8 MiB of output, then the real cause; a pass pulls at most 1 MiB of a worker's log.
+    src = _src(tmp_path, {"big.sh": "head -c 8388608 /dev/zero | tr '\\0' x; echo\n"
+                                    "echo 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate'; exit 1\n"})
+    job_id = submit(home, src, "bash big.sh")
+    job = manage_until(home, [job_id], {"failed"})[job_id]
+    assert (job["reason"], job["exit_code"]) == ("oom", 1)
+
+
 def test_status_table_is_one_row_per_job_however_long_the_last_log_line(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"talk.sh": "echo " + "loss=0.123 " * 30 + "\n"})
