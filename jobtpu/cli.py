@@ -12,6 +12,7 @@ from typing import NoReturn
 from . import commands
 from .errors import EXIT_ERROR, EXIT_USAGE, JobtpuError
 from .home import find_home
+from .text import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -140,9 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.dispatch(args)
     except JobtpuError as e:
         sys.stdout.flush()
-        sys.stderr.write(f"jobtpu: error: {e.message}\n")
+        sys.stderr.write(f"jobtpu: error: {printable(e.message)}\n")
         if e.hint:
-            sys.stderr.write(f"hint: {e.hint}\n")
+            sys.stderr.write(f"hint: {printable(e.hint)}\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("jobtpu: interrupted\n")
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except OSError as e:  # a full disk, a read-only or foreign home, a --to folder we cannot write
         where = f": {e.filename}" if e.filename else ""
-        sys.stderr.write(f"jobtpu: error: {e.strerror or e}{where}\n")
+        sys.stderr.write(printable(f"jobtpu: error: {e.strerror or e}{where}") + "\n")
         if e.filename is None or _in_home(args, str(e.filename)):
             sys.stderr.write("hint: check that the home (--home, $JOBTPU_HOME) is writable and has free space\n")
         return EXIT_ERROR

@@ -14,6 +14,7 @@ from .errors import JobtpuError, NotFoundError
 from .home import Home, find_home
 from .inputs import resolve_user
 from .store import Store, append_line
+from .text import printable, printable_lines
 
 if TYPE_CHECKING:
     from .fleet import Fleet, Machine
@@ -40,7 +41,9 @@ def emit_json(document: object) -> None:
 
 
 def note(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    """One line for the user on stderr. Untrusted parts (names, remote messages) are escaped; the
+    line breaks our own messages put between lines are kept."""
+    sys.stderr.write(printable_lines(text) + "\n")
 
 
 # ---- submit / run ---------------------------------------------------------------------------------
@@ -126,7 +129,9 @@ def cmd_run(home: Home, args: argparse.Namespace) -> int:
     else:
         print(job.id, flush=True)
     if not args.follow:
-        run_pass(home, wait=30.0)
+        if run_pass(home, wait=30.0).skipped:
+            note(f"jobtpu: another manage pass held the lock for 30 s; job {job.id} stays queued until a pass "
+                 "starts it (`jobtpu manage`, or the cron/loop that runs the other pass)")
         return 0
     return follow(home, job.id)
 
@@ -136,8 +141,11 @@ def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
     from .manage import run_pass
 
     printed: dict[int, int] = {}
+    told_busy = False
     while True:
-        run_pass(home, wait=30.0)
+        if run_pass(home, wait=30.0).skipped and not told_busy:
+            note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
+            told_busy = True
         job = Store(home).load().job(job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} is no longer in state.json")
@@ -170,7 +178,7 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
             # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
             # a full disk or a bug (the traceback) is reported, and the next round tries again.
             if isinstance(e, JobtpuError):
-                note(f"jobtpu: error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+                note(f"jobtpu: error: {printable(e.message)}" + (f"\nhint: {printable(e.hint)}" if e.hint else ""))
             else:
                 import traceback
 
@@ -178,7 +186,7 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
         else:
             if args.dry_run:
                 for line in report.notes or ["nothing to do"]:
-                    print(line)
+                    print(printable(line))
             elif report.skipped:
                 note("jobtpu: another manage pass is running; skipped")
             if args.loop is None:
@@ -408,12 +416,12 @@ def cmd_tpu(home: Home, args: argparse.Namespace) -> int:
     if args.json:
         emit_json(info)
     elif args.op == "status":
-        print(f"{info['machine']}: {info['tpu_state'] or 'no node'} ({info['jobtpu_state'] or 'unknown'})"
-              + (f" — {info['detail']}" if info.get("detail") else ""))
+        print(printable(f"{info['machine']}: {info['tpu_state'] or 'no node'} ({info['jobtpu_state'] or 'unknown'})"
+                        + (f" — {info['detail']}" if info.get("detail") else "")))
     else:
         width = max(map(len, info))
         for key, value in info.items():
-            print(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}")
+            print(printable(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}"))
     return 0
 
 

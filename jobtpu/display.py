@@ -8,6 +8,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from .text import printable
+
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
@@ -20,21 +22,30 @@ def age(seconds: float) -> str:
     return f"{seconds}s"
 
 
+def cell(value: object, style: str = "") -> Text:
+    """A table cell holding `value` as plain text: never rich markup (a name like `[/x]` or
+    `[link=…]` is shown as typed) and never a control character (see text.py)."""
+    return Text(printable("" if value is None else str(value)), style=style)
+
+
 def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
     now = time.time() if now is None else now
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
         # One row per job, as squeue and pueue print them: only the last log line's column may shrink
         # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
+        # The header never wraps either: the shrinking column keeps at least its title's width.
         table.add_column(column, no_wrap=column != "last log line", overflow="ellipsis",
+                         min_width=len(column) if column == "last log line" else None,
                          justify="right" if column in ("id", "attempt", "age") else "left")
     for job in jobs:
         status = job["status"]
+        last_line = cell(job.get("last_line"))
+        last_line.overflow, last_line.no_wrap = "ellipsis", True
         table.add_row(
-            str(job["id"]), job.get("name") or "", job["user"], Text(status, style=STATUS_STYLE.get(status, "")),
-            job.get("reason") or "", job.get("machine") or "", str(job.get("attempt", 0)),
-            age(now - job.get("created", now)), ",".join(job.get("tags", [])),
-            Text(job.get("last_line") or "", overflow="ellipsis", no_wrap=True))
+            cell(job["id"]), cell(job.get("name")), cell(job["user"]), cell(status, STATUS_STYLE.get(status, "")),
+            cell(job.get("reason")), cell(job.get("machine")), cell(job.get("attempt", 0)),
+            cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line)
     if not jobs:
         table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
     return table
@@ -48,6 +59,6 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
         health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
         workers = row.get("workers")
-        table.add_row(row["name"], row["kind"], row.get("accelerator") or "", "" if workers is None else str(workers),
-                      row.get("state") or "", health, str(row["running"]), free, row.get("detail") or "")
+        table.add_row(*map(cell, (row["name"], row["kind"], row.get("accelerator"), workers, row.get("state"),
+                                  health, row["running"], free, row.get("detail"))))
     return table

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -92,10 +93,15 @@ def manage_until_ended(home: Path, ids: list[int], timeout: float = 20) -> dict[
 # Everything a terminal can hand over: quotes, $, backticks, spaces, newlines, backslashes, non-ASCII.
 # Not NUL (no argv or environment can carry it) and not lone surrogates (not text).
 NASTY = ["'", '"', "$", "`", " ", "\n", "\\", "$(id)", "`id`", "${HOME}", "'\"'\"'", "\t", "\r", "*", "?",
-         "~", "!", "#", ";", "&", "|", "<", ">", "(", ")", "{", "}", "%s", "%", "-", "--", "=", "ü", "日本", "😀"]
+         "~", "!", "#", ";", "&", "|", "<", ">", "(", ")", "{", "}", "%s", "%", "-", "--", "=", "ü", "日本", "😀",
+         # what a table or a terminal could take as instructions: rich markup, escape sequences, line breaks
+         "[/x]", "[bold]", "[link=http://e/]", "\x1b]0;t\x07", "\x1b[2J", "\x1b]8;;http://e\x1b\\", "\u202e",
+         "\x85", "\u2028", "\x7f"]
 PIECE = st.one_of(st.sampled_from(NASTY), st.text(st.characters(exclude_categories=("Cs",),
                                                                 exclude_characters="\x00"), max_size=4))
 HOSTILE = st.lists(PIECE, max_size=8).map("".join)
+# Characters that must never reach a terminal raw, and every line break str.splitlines() knows.
+DISPLAY_UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 NONBLANK = HOSTILE.filter(lambda s: s.strip() != "")
 
 
@@ -112,6 +118,9 @@ def job_input(draw: st.DrawFn) -> dict[str, Any]:
 @example(batch=[{"said": "%s", "name": "", "tags": [], "env": "", "env2": "", "overrides": []}])
 # "--" attached to an option (`--name=--`) is the user's value: Python 3.11's argparse used to drop it
 @example(batch=[{"said": "", "name": "--", "tags": ["--"], "env": "--", "env2": "", "overrides": [("lr", "--")]}])
+# markup and escape sequences in a name, tags and the last log line are shown as text, one row
+@example(batch=[{"said": "", "name": "[/x]\x1b]0;t\x07", "tags": ["[link=http://e/]l", "a\nb"],
+                 "env": "\x1b[2J[bold]\u2028", "env2": "", "overrides": []}])
 def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory(prefix="jobtpu-hostile-") as tmp:
         home = make_home(Path(tmp))
@@ -121,7 +130,7 @@ def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> 
         ids, cmds = [], []
         for item in batch:
             cmd = (f"printf %s {shlex.quote(item['said'])} > said.out && printf %s \"$MY_VAR\" > env.out && "
-                   f"printf %s \"$OTHER\" > env2.out && python3 probe.py")
+                   f"printf %s \"$OTHER\" > env2.out && printf '%s\\n' \"$MY_VAR\" && python3 probe.py")
             args = ["submit", f"--dir={src}", f"--cmd={cmd}", f"--name={item['name']}",
                     f"--env=MY_VAR={item['env']}", f"--env=OTHER={item['env2']}",
                     *(f"--tag={t}" for t in item["tags"])]
@@ -141,6 +150,11 @@ def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> 
             assert (folder / "env2.out").read_bytes() == item["env2"].encode()
             expected = [f"--{ALIASES.get(k.lstrip('-'), k.lstrip('-'))}={v}" for k, v in item["overrides"]]
             assert json.loads((folder / "argv.json").read_text()) == expected
+        # The display path: the table shows every name, tag and last log line as text, one row each.
+        rc, out, err = cli(home, "status", "--all-users")
+        assert rc == 0 and err == "", err
+        assert DISPLAY_UNSAFE.search(out) is None, repr(out)
+        assert len(out.splitlines()) == 1 + len(ids), out
 
 
 def test_hostile_dir_and_a_command_bash_must_interpret(tmp_path: Path) -> None:

@@ -1,0 +1,33 @@
+"""Untrusted text made safe to show: names, tags, reasons, log lines and remote messages come from
+users, jobs and machines, and must reach a terminal as the characters they are, never as commands
+to it.
+
+A control character (ESC starting a colour or an OSC hyperlink/clipboard sequence, a newline that
+would split one row into two, a carriage return that would overwrite what was printed, a
+bidirectional override that reorders what follows) is shown as its escape (`\\x1b`, `\\n`), so a
+row stays one row and the terminal is never steered by data."""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls and DEL; the Unicode line and paragraph separators; bidirectional embeddings,
+# overrides and isolates (the "Trojan source" characters).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as its escape: one line, nothing a terminal obeys."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def printable_lines(text: str) -> str:
+    """Like `printable`, but the line breaks in `text` (ours, between lines we composed) are kept."""
+    return "\n".join(printable(line) for line in text.split("\n"))
