@@ -1,4 +1,4 @@
-"""machines.json → frozen Machine specs and team settings, validated key by key (SPEC §3)."""
+"""machines.json → frozen Machine specs and team settings, validated key by key (docs/reference.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which folder is the home (SPEC §1), and every local path inside it, in one place."""
+"""Which folder is the home (docs/reference.md §1), and every local path inside it, in one place."""
 
 from __future__ import annotations
 

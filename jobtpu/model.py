@@ -26,7 +26,7 @@ class Status(StrEnum):
 ACTIVE = frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING})
 ENDED = frozenset({Status.FINISHED, Status.FAILED, Status.KILLED})
 
-# Reason words (SPEC §4). `exit N` is built by exit_reason().
+# Reason words (docs/reference.md §4.3). `exit N` is built by exit_reason().
 PREEMPTED = "preempted"
 GRPC = "grpc"
 OOM = "oom"
@@ -119,7 +119,7 @@ class Job:
     attempt: int = 0
     attempts: list[Attempt] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
-    rule: str | None = None  # None: the machine's default (SPEC §7)
+    rule: str | None = None  # None: the machine's default (docs/reference.md §7)
     env: dict[str, str] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False

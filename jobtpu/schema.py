@@ -16,5 +16,5 @@ LISTED = frozenset({"id", "name", "user", "cmd", "req", "machine", "status", "re
                     "attempts", "created", "tags", "rule", "last_line"})
 ATTEMPT_LISTED = frozenset({"n", "machine", "outcome", "exit_code", "started", "ended"})
 
-# What a user name may be (SPEC §2); also the only names that get a listing file.
+# What a user name may be (docs/reference.md §2.1); also the only names that get a listing file.
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")

@@ -2,7 +2,7 @@
 
 Each simulated machine is a light Linux user (its home is the machine's disk); each of its hosts is
 one ``/usr/sbin/sshd -D -e`` on its own 127.0.x.y address and free port. Needs root, openssh-server
-and rsync; anything missing raises (never skips). See DESIGN.md, "Testing with real parts".
+and rsync; anything missing raises (never skips). See docs/design.md §6.
 """
 
 from __future__ import annotations

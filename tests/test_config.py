@@ -1,4 +1,4 @@
-"""machines.json (SPEC §3): every kind validated, precise errors, defaults, and the home it lives in."""
+"""machines.json (docs/reference.md §3): every kind validated, precise errors, defaults, and the home it lives in."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
 from jobtpu.home import Home, find_home
 from tests.helpers import jobtpu
 
-SPEC_EXAMPLE = {
+# The example of docs/reference.md §3.1.
+REFERENCE_EXAMPLE = {
     "defaults": {"user": "ubuntu", "port": 22, "identity_file": "~/.ssh/id_ed25519",
                  "root": "jobtpu", "host_key_policy": "accept-new", "connect_timeout": 10},
     "gcp": {"project": "my-project", "api_endpoint": None, "credentials": "default"},
@@ -71,8 +72,8 @@ def test_a_file_without_machines_is_one_local_machine(tmp_path: Path) -> None:
     assert list(fleet.machines) == ["local"] and fleet.config_aliases == {"lr": "config.lr"}
 
 
-def test_the_spec_example(tmp_path: Path) -> None:
-    fleet = load(tmp_path, SPEC_EXAMPLE)
+def test_the_reference_example(tmp_path: Path) -> None:
+    fleet = load(tmp_path, REFERENCE_EXAMPLE)
     local, a100, tpu_m = fleet.machines["local"], fleet.machines["a100"], fleet.machines["v3-32-p1"]
     assert local.capacity == {"slot": 2} and local.root == str(tmp_path / "run")
     assert (a100.kind, a100.hosts, a100.capacity, a100.user, a100.port, a100.root) == \
@@ -229,7 +230,7 @@ def test_cli_reports_a_bad_machines_json_in_one_line(tmp_path: Path) -> None:
     assert lines[0].startswith("jobtpu: error: machines.json: unknown key 'prot' in machine 'm' (valid: kind, ")
     assert len(lines) == 2 and lines[1].startswith("hint: ")
     assert (home / "machines.json").read_text() == text and not (home / "state.json").exists()
-    (home / "machines.json").write_text(json.dumps(SPEC_EXAMPLE))
+    (home / "machines.json").write_text(json.dumps(REFERENCE_EXAMPLE))
     rows = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     assert [(r["name"], r["kind"], r["free"]) for r in rows] == [
         ("local", "local", {"slot": 2}), ("a100", "ssh", {"slot": 1, "gpu": 8}), ("v3-32-p1", "tpu", {"slot": 1})]

@@ -1,5 +1,5 @@
 """Cold start: read-only commands (--help, status, tail) never load the SSH or Google Cloud stacks
-(DESIGN: `transport` and `tpu` are the only modules that touch them; status runs from watch and scripts)."""
+(docs/design.md §5: `transport` and `tpu` are the only modules that touch them; status runs from watch and scripts)."""
 
 from __future__ import annotations
 
