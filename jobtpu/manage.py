@@ -373,7 +373,7 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu)
+                          tpu_cleanup=machine.is_tpu, fresh=not job.resume)
         try:
             return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:

@@ -5,6 +5,7 @@ Remote layout under a machine's root R (workers of one machine may share it, e.g
 every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
     R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
+    R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
     R/meta/<id>/<a>.<w>.pid      "pid starttime" of worker w's process-group leader, attempt a
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
@@ -54,6 +55,7 @@ class LaunchSpec:
     command: str  # the job's full command, run by bash -c
     env: dict[str, str]
     tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
+    fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
 
 
 def q(value: str) -> str:
@@ -119,7 +121,9 @@ if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$
 def unpack_block(spec: LaunchSpec) -> str:
     """The launch's part that makes the job's folder "$j" from the snapshot, run with the worker's claim
     held. The archive is checked against its name and unpacked by jobtpu/unpack.py (python3 on the
-    worker), never trusted: a damaged copy is reported as `bad-archive` for the home to push again."""
+    worker), never trusted: a damaged copy is reported as `bad-archive` for the home to push again.
+    With spec.fresh, a folder an earlier attempt left is replaced, once per attempt: workers that share
+    the root agree through an atomic `mkdir` of "$m/<attempt>.reset" (taken over when stale, like a claim)."""
     r = spec.ref
     lines = [
         f'j="$r/jobs/{r.job}"; s=""',
@@ -127,6 +131,20 @@ def unpack_block(spec: LaunchSpec) -> str:
         'give_up() { rmdir "$b.claim"; if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi; '
         'echo "$out $1"; exit; }',
     ]
+    if spec.fresh:
+        lines += [
+            f's="$m/{r.attempt}.reset"',
+            'if [ ! -e "$s/done" ]; then',
+            '  if ! mkdir "$s" 2>/dev/null; then',
+            f'    if [ -n "$(find "$s" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then s=""; give_up pending; fi',
+            '    rm -rf "$s"; mkdir "$s" 2>/dev/null || { s=""; give_up pending; }',
+            '  fi',
+            '  if [ -e "$j" ] || [ -L "$j" ]; then',
+            '    mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"',
+            '    rm -rf "$s/old"',
+            '  fi',
+            'fi',
+        ]
     lines += [
         'if [ ! -d "$j" ]; then',
         f'  a="$r/archives/"{q(spec.archive)}',

@@ -222,3 +222,21 @@ def test_four_jobs_sharing_a_new_snapshot_all_start_in_one_pass_over_ssh(ssh_fle
     assert jobs[again]["status"] == "finished", jobs[again]
     assert _tail(home, again) == "right code\n"
     assert remote.read_bytes() == (home / "archives" / archive).read_bytes()
+
+
+# ---- rerun starts from the snapshot; resume keeps the folder ---------------------------------------
+
+def test_rerun_starts_from_the_snapshot_and_resume_keeps_the_folder(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    script = "cat data.txt; echo modified > data.txt; rm run.sh; mkdir -p out; touch out/x\n"
+    job_id = submit(home, _src(tmp_path, {"run.sh": script, "data.txt": "original\n"}), "bash run.sh || cat data.txt")
+    manage_until(home, [job_id], {"finished"})
+    assert _tail(home, job_id, "--attempt", "0") == "original\n"
+    jobtpu(home, "resume", str(job_id))
+    manage_until(home, [job_id], {"finished"})
+    assert _tail(home, job_id, "--attempt", "1").splitlines()[-1] == "modified"  # run.sh is gone too
+    jobtpu(home, "rerun", str(job_id))
+    manage_until(home, [job_id], {"finished"})
+    assert _tail(home, job_id, "--attempt", "2") == "original\n"
+    # The folder the earlier attempts left was removed, not kept aside.
+    assert [p.name for p in (home / "run" / "jobs").iterdir()] == [str(job_id)]
