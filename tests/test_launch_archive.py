@@ -9,7 +9,9 @@ import io
 import json
 import os
 import stat
+import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,84 @@ def test_rerun_starts_from_the_snapshot_and_resume_keeps_the_folder(tmp_path: Pa
     assert _tail(home, job_id, "--attempt", "2") == "original\n"
     # The folder the earlier attempts left was removed, not kept aside.
     assert [p.name for p in (home / "run" / "jobs").iterdir()] == [str(job_id)]
+
+
+def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("pod", n_hosts=3)  # one login, so one root for the three workers
+    home = tmp_path / "home"
+    home.mkdir()
+    spec = {"kind": "ssh", "hosts": [h.address() for h in fm.hosts], "user": fm.user,
+            "identity_file": str(ssh_fleet.identity), "connect_timeout": 3}
+    (home / "machines.json").write_text(json.dumps({"machines": {"pod": spec}}))
+    cmd = ('cat data.txt; touch "seen-$JOBTPU_ATTEMPT-$JOBTPU_WORKER"; '
+           'if [ "$JOBTPU_ATTEMPT" = 0 ]; then echo "modified by $JOBTPU_WORKER" > data.txt; fi')
+    job_id = submit(home, _src(tmp_path, {"data.txt": "original\n"}), cmd)
+    manage_until(home, [job_id], {"finished"}, timeout=60)
+    folder = fm.home / "jobtpu" / "jobs" / str(job_id)
+    assert (folder / "data.txt").read_text().startswith("modified")
+    jobtpu(home, "rerun", str(job_id))
+    job = manage_until(home, [job_id], {"finished", "failed"}, timeout=60)[job_id]
+    assert job["status"] == "finished", job
+    for w in range(3):
+        assert _tail(home, job_id, "--attempt", "1", "--worker", str(w)) == "original\n"
+    # Reset once, before any worker of the attempt started: none of their marks was swept away.
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("seen-")) == \
+        ["seen-1-0", "seen-1-1", "seen-1-2"]
+
+
+def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) -> None:
+    from jobtpu.archive import snapshot
+    from jobtpu.scripts import CLAIM_STALE_MINUTES, LaunchSpec, WorkerRef, launch_script, parse_launch
+
+    root = tmp_path / "root"
+    snap = snapshot(_src(tmp_path, {"data.txt": "original\n"}), root / "archives")
+    folder = root / "jobs" / "7"
+    write_tree(folder, {"data.txt": "left by attempt 0\n"})
+    reset = root / "meta" / "7" / "1.reset"
+    reset.mkdir(parents=True)  # the pass that began resetting for attempt 1 died
+    ref = WorkerRef(7, 1, 0)
+    script = launch_script([LaunchSpec(ref, str(root), snap.name, "cat data.txt", {}, fresh=True)])
+
+    def launch() -> str:
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        return parse_launch(done.stdout)[ref].outcome
+
+    assert launch() == "pending"  # a fresh reset: another worker may be replacing the folder now
+    assert (folder / "data.txt").read_text() == "left by attempt 0\n"
+    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    os.utime(reset, (old, old))
+    assert launch() == "ok"
+    assert launch() == "ok"
+    deadline = time.monotonic() + 10
+    while not (root / "meta" / "7" / "1.0.exit").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (root / "meta" / "7" / "1.0.log").read_text() == "original\n"
+
+
+def test_a_snapshot_unpacks_as_it_was_taken(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"run.sh": "true\n", "bin/tool": "#!/bin/sh\necho tool\n", "deep/a/b/c.txt": "c\n",
+                          "empty": "", "naïve name.txt": "ü\n", "big.bin": os.urandom(3 << 20)})
+    (src / "bin" / "tool").chmod(0o755)
+    (src / "link").symlink_to("deep/a/b/c.txt")
+    (src / "abs-link").symlink_to("/nonexistent/target")
+    job_id = submit(home, src, "bash run.sh && bin/tool > tool.out")
+    assert manage_until(home, [job_id], {"finished", "failed"})[job_id]["status"] == "finished"
+    folder = home / "run" / "jobs" / str(job_id)
+    assert (folder / "tool.out").read_text() == "tool\n"
+    (folder / "tool.out").unlink()
+
+    def tree(base: Path) -> dict[str, tuple[str, int, bytes | str]]:
+        out: dict[str, tuple[str, int, bytes | str]] = {}
+        for path in sorted(base.rglob("*")):
+            rel = str(path.relative_to(base))
+            if path.is_symlink():
+                out[rel] = ("link", 0, os.readlink(path))
+            elif path.is_file():
+                out[rel] = ("file", 0o755 if path.stat().st_mode & 0o111 else 0o644, path.read_bytes())
+        return out
+
+    assert tree(folder) == tree(src)
+    modes = {stat.S_IMODE(p.lstat().st_mode) for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert modes == {0o755, 0o644}
