@@ -78,10 +78,10 @@ class Pass:
         self._tpu: Any = None
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.
-        self._archive_lock = threading.Lock()
+        self._locks_lock = threading.Lock()
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._archive_problems: dict[str, str | None] = {}
-        self._push_locks: dict[tuple[str, int, str, str], threading.Lock] = {}
-        self._pushed: set[tuple[str, int, str, str]] = set()
+        self._pushed: set[tuple[str, ...]] = set()
         # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
             if isinstance(record.get("addresses"), list):
@@ -113,19 +113,21 @@ class Pass:
                               f"{result.stderr.strip()[-300:]}")
         return result.stdout
 
+    def _lock(self, key: tuple[str, ...]) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(key, threading.Lock())
+
     def home_archive_problem(self, name: str) -> str | None:
         """Why the home's copy of a snapshot cannot be sent (missing, damaged), or None; checked once a pass."""
-        with self._archive_lock:
+        with self._lock(("check", name)):
             if name not in self._archive_problems:
                 self._archive_problems[name] = archive_problem(str(self.home.archive(name)))
             return self._archive_problems[name]
 
     def push_archive(self, machine: Machine, endpoint: Endpoint, name: str) -> None:
         """Copy the home's snapshot to the worker, once a pass however many launches ask for it."""
-        key = (machine.name, endpoint.index, machine.root, name)
-        with self._archive_lock:
-            lock = self._push_locks.setdefault(key, threading.Lock())
-        with lock:
+        key = ("push", machine.name, str(endpoint.index), machine.root, name)
+        with self._lock(key):
             if key in self._pushed:
                 return
             t = self.transport(machine, endpoint)
@@ -370,10 +372,13 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
 
+    # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
+    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=not job.resume)
+                          tpu_cleanup=machine.is_tpu, fresh=rerun)
         try:
             return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:

@@ -32,6 +32,9 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
 # pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
 CLAIM_STALE_MINUTES = 3
+# How long (0.1 s steps) a worker waits for another worker sharing its root to replace a rerun's folder,
+# before it reports `pending` and tries again next pass.
+RESET_WAIT_STEPS = 200
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,17 @@ def unpack_block(spec: LaunchSpec) -> str:
     ]
     if spec.fresh:
         lines += [
-            f's="$m/{r.attempt}.reset"',
+            f's="$m/{r.attempt}.reset"; own=""',
             'if [ ! -e "$s/done" ]; then',
-            '  if ! mkdir "$s" 2>/dev/null; then',
-            f'    if [ -n "$(find "$s" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then s=""; give_up pending; fi',
-            '    rm -rf "$s"; mkdir "$s" 2>/dev/null || { s=""; give_up pending; }',
+            '  if mkdir "$s" 2>/dev/null; then own=1',
+            '  else',  # another worker sharing this root is replacing the folder: give it a while
+            f'    for i in $(seq {RESET_WAIT_STEPS}); do [ -e "$s/done" ] || [ ! -d "$s" ] && break; sleep 0.1; done',
+            '    if [ ! -e "$s/done" ]; then',
+            f'      if [ -n "$(find "$s" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES} 2>/dev/null)" ]; then s=""; give_up pending; fi',
+            '      rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi',
+            '    fi',
             '  fi',
-            '  if [ -e "$j" ] || [ -L "$j" ]; then',
+            '  if [ -n "$own" ] && { [ -e "$j" ] || [ -L "$j" ]; }; then',
             '    mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"',
             '    rm -rf "$s/old"',
             '  fi',

@@ -16,6 +16,7 @@ import os
 import sys
 import tarfile
 import zlib
+from typing import IO, Any
 
 BAD_ARCHIVE_EXIT = 3  # the archive is damaged or not a snapshot: a fresh copy may fix it
 CANNOT_WRITE_EXIT = 4  # the archive is fine but the folder could not be written (disk full, permissions)
@@ -60,7 +61,7 @@ def _no_link_on_the_way(dest: str, rel: str) -> None:
             raise BadArchive(f"member {rel!r} lies under a symlink")
 
 
-def _write_file(dest: str, rel: str, member: tarfile.TarInfo, data: object, h: object) -> None:
+def _write_file(dest: str, rel: str, member: tarfile.TarInfo, data: IO[bytes], h: Any) -> None:
     _no_link_on_the_way(dest, rel)
     path = os.path.join(dest, rel)
     parent = os.path.dirname(path)
@@ -80,14 +81,15 @@ def _write_file(dest: str, rel: str, member: tarfile.TarInfo, data: object, h: o
         os.utime(out.fileno(), (member.mtime, member.mtime))
 
 
-def _copy(data: object, h: object, out: object) -> None:
+def _copy(data: IO[bytes], h: Any, out: IO[bytes] | None) -> None:
+    """Stream data into the hash (and out, when given)."""
     while True:
-        chunk = data.read(_CHUNK)  # type: ignore[attr-defined]
+        chunk = data.read(_CHUNK)
         if not chunk:
             return
-        h.update(chunk)  # type: ignore[attr-defined]
+        h.update(chunk)
         if out is not None:
-            out.write(chunk)  # type: ignore[attr-defined]
+            out.write(chunk)
 
 
 def _make_links(dest: str, links: list[tuple[str, str]]) -> None:
@@ -119,6 +121,8 @@ def unpack(archive: str, dest: str | None) -> None:
                     links.append((rel, member.linkname))
                 else:
                     data = tf.extractfile(member)
+                    if data is None:  # never for a regular member; a broken tarfile at worst
+                        raise BadArchive(f"member {rel!r} has no data")
                     if dest is None:
                         _copy(data, h, None)
                     else:

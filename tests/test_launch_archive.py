@@ -258,6 +258,8 @@ def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: Ssh
     folder = fm.home / "jobtpu" / "jobs" / str(job_id)
     assert (folder / "data.txt").read_text().startswith("modified")
     jobtpu(home, "rerun", str(job_id))
+    first = manage(home)[job_id]  # the workers that did not reset waited for the one that did
+    assert first["status"] in ("running", "finished"), first
     job = manage_until(home, [job_id], {"finished", "failed"}, timeout=60)[job_id]
     assert job["status"] == "finished", job
     for w in range(3):

@@ -284,7 +284,8 @@ class SshTransport:
         on the worker, and concurrent copies never share one. --ignore-times: we push only when the
         worker asked for it, so a damaged copy with the right size and time is replaced, not skipped."""
         mkpath = _rsync_has_mkpath()
-        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []), str(local), self._remote(remote, source=False)]
+        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []),
+                str(local), self._remote(remote, source=False)]
         if not mkpath:
             self._mkdirs(remote)
         done = self._rsync(args, "push")
