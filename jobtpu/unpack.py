@@ -131,6 +131,10 @@ def unpack(archive: str, dest: str | None) -> None:
                                                   h.hexdigest().encode()))
     except (tarfile.TarError, zlib.error, EOFError) as e:
         raise BadArchive(f"it is not a readable .tar.gz ({e})") from None
+    except OSError as e:
+        if e.errno is not None:  # the system's: a missing archive, or a folder we cannot write
+            raise
+        raise BadArchive(f"it is not a readable .tar.gz ({e})") from None  # gzip's BadGzipFile
     if digest.hexdigest() != expected:
         raise BadArchive("its content does not match its name (damaged or altered)")
     if dest is not None:
