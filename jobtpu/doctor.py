@@ -27,7 +27,8 @@ from .store import State, Store
 from .transport.base import Endpoint, Transport
 
 DISK_WARN_GB = 5.0
-# What a remote worker needs: bash scripts (tar to unpack), rsync for archives and fetch, python3 for jobs.
+# What a remote worker needs: bash scripts, rsync for archives and fetch, python3 to check and unpack
+# snapshots (jobtpu/unpack.py) and for jobs.
 REMOTE_TOOLS = ("python3", "rsync", "tar")
 LOCAL_TOOLS = ("python3", "tar")
 

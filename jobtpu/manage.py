@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from .home import Home
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
+    LaunchResult,
     LaunchSpec,
     WorkerRef,
     WorkerState,
@@ -50,8 +52,10 @@ from .secrets import SecretStore
 from .store import State, Store, hold_lock, try_lock
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint, Transport
+from .unpack import problem as archive_problem
 
 MAX_PARALLEL = 32
+ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 
 
 @dataclass
@@ -72,6 +76,12 @@ class Pass:
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
         self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this pass
         self._tpu: Any = None
+        # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
+        # jobs that share a new snapshot and launch together check and copy it once, one at a time.
+        self._locks_lock = threading.Lock()
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._archive_problems: dict[str, str | None] = {}
+        self._pushed: set[tuple[str, ...]] = set()
         # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
             if isinstance(record.get("addresses"), list):
@@ -102,6 +112,30 @@ class Pass:
             raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
                               f"{result.stderr.strip()[-300:]}")
         return result.stdout
+
+    def _lock(self, key: tuple[str, ...]) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def home_archive_problem(self, name: str) -> str | None:
+        """Why the home's copy of a snapshot cannot be sent (missing, damaged), or None; checked once a pass."""
+        with self._lock(("check", name)):
+            if name not in self._archive_problems:
+                self._archive_problems[name] = archive_problem(str(self.home.archive(name)))
+            return self._archive_problems[name]
+
+    def push_archive(self, machine: Machine, endpoint: Endpoint, name: str) -> None:
+        """Copy the home's snapshot to the worker, once a pass however many launches ask for it."""
+        key = ("push", machine.name, str(endpoint.index), machine.root, name)
+        with self._lock(key):
+            if key in self._pushed:
+                return
+            t = self.transport(machine, endpoint)
+            try:
+                t.push(self.home.archive(name), archive_path(machine.root, name))
+            finally:
+                t.close()
+            self._pushed.add(key)
 
     def commit(self) -> None:
         """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs it
@@ -338,20 +372,15 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
 
+    # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
+    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu)
+                          tpu_cleanup=machine.is_tpu, fresh=rerun)
         try:
-            result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
-            if (r := result.get(spec.ref)) is not None and r.outcome == "need-archive":
-                t = p.transport(machine, ep)
-                try:
-                    t.push(p.home.archive(job.archive), archive_path(machine.root, job.archive))
-                finally:
-                    t.close()
-                result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
-            return ep.index, result.get(spec.ref)
+            return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
             return ep.index, e
 
@@ -386,8 +415,25 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
             job.current.started = now
         return
     errors = [str(o) for o in outcomes.values() if isinstance(o, Exception)]
-    if errors:
-        job.last_line = errors[0][-200:]
+    if errors:  # said as jobtpu's, so it is never taken for the job's own output
+        job.last_line = f"launch: {errors[0][-190:]}"
+
+
+def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
+    """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
+    the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
+    result = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
+    if result is None or result.outcome not in ARCHIVE_OUTCOMES:
+        return result
+    problem = p.home_archive_problem(spec.archive)
+    if problem is not None:
+        return LaunchResult(spec.ref, "fail", detail=f"the snapshot {spec.archive} in the home {problem}")
+    p.push_archive(machine, ep, spec.archive)
+    again = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
+    if again is not None and again.outcome in ARCHIVE_OUTCOMES:
+        why = again.detail or "it is missing right after the copy"
+        return LaunchResult(spec.ref, "fail", detail=f"the copy of the snapshot on the worker is unusable: {why}")
+    return again
 
 
 def unlaunch(job: Job) -> None:

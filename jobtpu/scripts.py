@@ -5,6 +5,7 @@ Remote layout under a machine's root R (workers of one machine may share it, e.g
 every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
     R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
+    R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
     R/meta/<id>/<a>.<w>.pid      "pid starttime" of worker w's process-group leader, attempt a
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
@@ -15,9 +16,14 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+from . import unpack
+from .unpack import BAD_ARCHIVE_EXIT
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
@@ -26,6 +32,9 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
 # pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
 CLAIM_STALE_MINUTES = 3
+# How long (0.1 s steps) a worker waits for another worker sharing its root to replace a rerun's folder,
+# before it reports `pending` and tries again next pass.
+RESET_WAIT_STEPS = 200
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class LaunchSpec:
     command: str  # the job's full command, run by bash -c
     env: dict[str, str]
     tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
+    fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
 
 
 def q(value: str) -> str:
@@ -86,7 +96,8 @@ def wrapper(command: str) -> str:
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
     """Start every given worker detached, idempotently. One line per worker:
-    `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... fail WHY`."""
+    `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
+    `... fail WHY`."""
     parts = ["set -u"]
     for spec in specs:
         r = spec.ref
@@ -99,15 +110,7 @@ if ! mkdir "$b.claim" 2>/dev/null; then
   if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
   rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
 fi
-j="$r/jobs/{r.job}"
-if [ ! -d "$j" ]; then
-  a="$r/archives/"{q(spec.archive)}
-  [ -f "$a" ] || {{ rmdir "$b.claim"; echo "$out need-archive"; exit; }}
-  t=$(mktemp -d "$r/jobs/.unpack.{r.job}.{r.worker}.XXXXXX") || {{ rmdir "$b.claim"; echo "$out fail mktemp"; exit; }}
-  if tar -xzf "$a" -C "$t" 2>"$b.unpack.err"; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
-  [ -d "$j" ] || {{ e=$(head -c 200 "$b.unpack.err" | tr '\\n' ' '); rmdir "$b.claim"; echo "$out fail unpack: $e"; exit; }}
-  rm -f "$b.unpack.err"
-fi
+{unpack_block(spec)}
 {TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
 (umask 077; printf '%s' {q(env_file(spec.env))} > "$b.env") || {{ rmdir "$b.claim"; echo "$out fail env file"; exit; }}
@@ -118,10 +121,64 @@ if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$
     return "\n".join(parts) + "\n"
 
 
+def unpack_block(spec: LaunchSpec) -> str:
+    """The launch's part that makes the job's folder "$j" from the snapshot, run with the worker's claim
+    held. The archive is checked against its name and unpacked by jobtpu/unpack.py (python3 on the
+    worker), never trusted: a damaged copy is reported as `bad-archive` for the home to push again.
+    With spec.fresh, a folder an earlier attempt left is replaced, once per attempt: workers that share
+    the root agree through an atomic `mkdir` of "$m/<attempt>.reset" (taken over when stale, like a claim)."""
+    r = spec.ref
+    lines = [
+        f'j="$r/jobs/{r.job}"; s=""',
+        # Release the claim (and an unfinished reset) and report; nothing was started.
+        'give_up() { rmdir "$b.claim"; if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi; '
+        'echo "$out $1"; exit; }',
+    ]
+    if spec.fresh:
+        lines += [
+            f's="$m/{r.attempt}.reset"; own=""',
+            'if [ ! -e "$s/done" ]; then',
+            '  if mkdir "$s" 2>/dev/null; then own=1',
+            '  else',  # another worker sharing this root is replacing the folder: give it a while
+            f'    for i in $(seq {RESET_WAIT_STEPS}); do [ -e "$s/done" ] || [ ! -d "$s" ] && break; sleep 0.1; done',
+            '    if [ ! -e "$s/done" ]; then',
+            f'      if [ -n "$(find "$s" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES} 2>/dev/null)" ]; then s=""; give_up pending; fi',
+            '      rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi',
+            '    fi',
+            '  fi',
+            '  if [ -n "$own" ] && { [ -e "$j" ] || [ -L "$j" ]; }; then',
+            '    mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"',
+            '    rm -rf "$s/old"',
+            '  fi',
+            'fi',
+        ]
+    lines += [
+        'if [ ! -d "$j" ]; then',
+        f'  a="$r/archives/"{q(spec.archive)}',
+        '  [ -f "$a" ] || give_up need-archive',
+        '  command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"',
+        f'  t=$(mktemp -d "$r/jobs/.unpack.{r.job}.{r.worker}.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"',
+        f'  python3 -c {q(unpack_source())} "$a" "$t" 2> "$b.unpack.err"; c=$?',
+        '  e=$(head -c 300 "$b.unpack.err" | tr "\\n" " "); rm -f "$b.unpack.err"',
+        '  if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi',
+        f'  [ "$c" = {BAD_ARCHIVE_EXIT} ] && give_up "bad-archive $e"',
+        '  [ -d "$j" ] || give_up "fail unpack: $e"',
+        'fi',
+        'if [ -n "$s" ]; then touch "$s/done"; fi',
+    ]
+    return "\n".join(lines)
+
+
+@functools.cache
+def unpack_source() -> str:
+    """The source of jobtpu/unpack.py, which the worker runs with python3 -c."""
+    return Path(unpack.__file__).read_text(encoding="utf-8")
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     ref: WorkerRef
-    outcome: str  # ok | pending | need-archive | fail
+    outcome: str  # ok | pending | need-archive | bad-archive | fail
     pid: int | None = None
     detail: str = ""
 
@@ -135,7 +192,7 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
         ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
         rest = words[5] if len(words) > 5 else ""
         pid = int(rest) if words[4] == "ok" and rest.isdigit() else None
-        results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] == "fail" else "")
+        results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] in ("fail", "bad-archive") else "")
     return results
 
 

@@ -39,7 +39,9 @@ class Transport(Protocol):
         ...
 
     def push(self, local: Path, remote: str) -> None:
-        """Copy one local file to a path on the worker (relative to its login folder unless absolute)."""
+        """Copy one local file to a path on the worker (relative to its login folder unless absolute),
+        atomically, through a temporary file no other copy uses (copies may run at once), replacing
+        whatever is there even when its size and time match."""
         ...
 
     def pull(self, remote: str, local: Path) -> None:

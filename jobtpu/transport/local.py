@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from ..errors import RemoteError
@@ -27,11 +29,20 @@ class LocalTransport:
         return Result(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 
     def push(self, local: Path, remote: str) -> None:
+        """Copy to a temporary file of its own next to the target, then rename: atomic, and copies made
+        at once (the threads of one pass, or two passes) never write into each other's file."""
         target = Path(remote).expanduser()
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, target)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with open(local, "rb") as src, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            os.chmod(tmp, 0o644)  # as the rsync push leaves it; mkstemp makes it 0600
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def pull(self, remote: str, local: Path) -> None:
         source = Path(remote).expanduser()

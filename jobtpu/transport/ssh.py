@@ -280,9 +280,12 @@ class SshTransport:
         return self._fail(f"rsync {what} failed ({done.returncode}): {cause[-1] if cause else 'no message'}")
 
     def push(self, local: Path, remote: str) -> None:
-        """rsync writes a temporary file next to the target and renames it: atomic on the worker."""
+        """rsync writes a temporary file of its own (mkstemp) next to the target and renames it: atomic
+        on the worker, and concurrent copies never share one. --ignore-times: we push only when the
+        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped."""
         mkpath = _rsync_has_mkpath()
-        args = ["-t", "--chmod=F644", *(["--mkpath"] if mkpath else []), str(local), self._remote(remote, source=False)]
+        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []),
+                str(local), self._remote(remote, source=False)]
         if not mkpath:
             self._mkdirs(remote)
         done = self._rsync(args, "push")
