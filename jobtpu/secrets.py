@@ -3,14 +3,15 @@ the home's secrets.json, readable by its owner only, and state.json holds just t
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from .home import Home
-from .store import hold_lock
+from .errors import ConfigError
+from .home import Home, write_atomic
+from .store import hold_lock, parse_json_file
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 MASK = "<secret>"  # what state.json and every listing show instead of the value
@@ -35,20 +36,20 @@ class SecretStore:
         self.lock: Path = home.root / "secrets.json.lock"
 
     def _read(self) -> dict[str, dict[str, str]]:
+        """The stored secrets. A damaged file is an error, not an empty one: the next write would
+        otherwise drop every other job's secrets."""
         try:
-            data = orjson.loads(self.path.read_bytes())
-        except (FileNotFoundError, orjson.JSONDecodeError):
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return {}
-        return data if isinstance(data, dict) else {}
+        return _checked(parse_json_file(self.path, raw), self.path)
+
+    def check(self) -> None:
+        self._read()
 
     def _write(self, data: dict[str, dict[str, str]]) -> None:
-        tmp = self.path.with_name(".secrets.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(data))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        # Owner only, even in a group-shared home: the values are API keys.
+        write_atomic(self.path, orjson.dumps(data), mode=0o600)
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:
@@ -60,9 +61,26 @@ class SecretStore:
     def get(self, job_id: int) -> dict[str, str]:
         return dict(self._read().get(str(job_id), {}))
 
+    def keep_only(self, held: set[int]) -> None:
+        """Drop the secrets of every id not in `held` (call it under the state lock)."""
+        with hold_lock(self.lock, 30.0, "secrets.json"):
+            data = self._read()
+            kept = {k: v for k, v in data.items() if int(k) in held}
+            if kept != data:
+                self._write(kept)
+
     def drop(self, job_ids: list[int]) -> None:
         gone = {str(i) for i in job_ids}
         with hold_lock(self.lock, 30.0, "secrets.json"):
             data = self._read()
             if gone & data.keys():
                 self._write({k: v for k, v in data.items() if k not in gone})
+
+
+def _checked(data: Any, path: Path) -> dict[str, dict[str, str]]:
+    if not (isinstance(data, dict) and all(
+            k.isascii() and k.isdigit() and len(k) < 19 and isinstance(v, dict)
+            and all(isinstance(n, str) and isinstance(x, str) for n, x in v.items()) for k, v in data.items())):
+        raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings",
+                          hint=f"fix {path} by hand (or delete it: queued jobs then run without their secrets)")
+    return data

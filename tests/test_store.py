@@ -114,7 +114,8 @@ def test_data_is_fsynced_before_the_rename_and_a_failed_rename_keeps_the_old_fil
         add(store)
     assert calls.index("replace state.json") > calls.index("replace state.json.bak") > 0
     # The new file's data reached the disk before the rename that makes it state.json.
-    assert calls.index("fsync state.json.tmp") < calls.index("replace state.json")
+    synced_temp = next(i for i, c in enumerate(calls) if c.startswith("fsync .state.json.") and c.endswith(".tmp"))
+    assert synced_temp < calls.index("replace state.json")
     assert home.state_file.read_bytes() == good  # the crash left the last good file in place
     assert [j.id for j in store.load().jobs] == [1]
 
