@@ -278,7 +278,7 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
     cache_path = archives_dir / _CACHE_NAME
     try:  # a lost or damaged cache only costs a re-hash
         old_cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         old_cache = {}
     old_cache = old_cache if isinstance(old_cache, dict) else {}
     cache: dict[str, list[int | str]] = {k: v for k, v in old_cache.items() if not k.startswith(src_s + os.sep)}

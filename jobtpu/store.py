@@ -71,12 +71,39 @@ def parse_json_file(path: Path, text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass
+    # orjson refused it: the standard library names the line and column of a syntax error, and the
+    # hooks refuse what orjson could not write back (NaN, Infinity, integers beyond 64 bits).
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path.name}:{e.lineno}:{e.colno}: {e.msg}", hint=hint) from None
+    except _BadNumber as e:
+        raise ConfigError(f"{path.name}: {e}", hint=hint) from None
     except RecursionError:  # orjson stops at 1024 levels; the standard library at the stack's end
         raise ConfigError(f"{path.name}: nested too deeply to be a jobtpu file", hint=hint) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path.name}: not valid JSON text ({str(e)[:80]})", hint=hint) from None
+
+
+class _BadNumber(Exception):
+    pass
+
+
+def _refuse_constant(word: str) -> Any:
+    raise _BadNumber(f"{word} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -2**63 <= int(text) < 2**64:
+        raise _BadNumber(f"the number {text[:30]}{'…' if len(text) > 30 else ''} is too large")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _BadNumber(f"the number {text[:30]} is too large")
+    return value
 
 
 def state_from_json(data: Any, path: Path) -> State:
@@ -115,6 +142,13 @@ def state_from_json(data: Any, path: Path) -> State:
     machines = data.get("machines", {})
     if not isinstance(machines, dict) or not all(isinstance(v, dict) for v in machines.values()):
         raise ConfigError(f"{where}: 'machines' must map names to objects", hint)
+    from .model import check_machine_record
+
+    for name, machine_record in machines.items():
+        try:
+            check_machine_record(machine_record)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: machine {name!r}: {e}", hint) from None
     # Ids are never reused, even if a user deleted the newest job or lowered next_id by hand.
     next_id = max([next_id, *(j.id + 1 for j in jobs)])
     return State(next_id=next_id, jobs=jobs, machines=machines)
@@ -195,14 +229,16 @@ class Store:
             return []
         data = parse_json_file(self.path, raw)
         jobs = data.get("jobs") if isinstance(data, dict) else None
-        if not (isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS
-                and data.get("version", VERSION) == VERSION):
-            # A hand-written or older record: validate it fully (a precise error if it is wrong).
-            from .model import compact
+        if listing.made_from(self.home, stamp) and isinstance(jobs, list) and _plainly_valid(jobs) \
+                and set(data) <= _TOP_KEYS and data.get("version", VERSION) == VERSION:
+            return jobs  # a file jobtpu saved (or one fully validated before): the listed fields suffice
+        # Edited by hand since the last save: validated as fully as every other command does, so a
+        # listing refuses exactly what they refuse. Then the listings are rebuilt, and the next
+        # listing is quick again.
+        from .model import compact
 
-            jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
-        if not listing.made_from(self.home, stamp):  # `status --all-users --watch` rewrites nothing
-            self._refresh_listings(jobs, stamp)
+        jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
+        self._refresh_listings(jobs, stamp)
         return jobs
 
     def _refresh_listings(self, jobs: list[dict[str, Any]], stamp: bytes) -> None:
