@@ -145,9 +145,9 @@ def make_dirs(folder: Path) -> None:
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def write_temp(path: Path, data: bytes, mode: int | None = None) -> Path:
-    """A new file next to `path` holding `data`, synced: created exclusively under a random name (so
-    a symlink planted there is never followed), with `mode` (default: the folder's). Its name."""
+def create_temp(path: Path, mode: int | None = None) -> tuple[int, Path]:
+    """A new, empty file next to `path`, open for writing: created exclusively under a random name
+    (so a symlink planted there is never followed), with `mode` (default: the folder's)."""
     mode = file_mode(path.parent) if mode is None else mode
     while True:
         tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
@@ -158,10 +158,30 @@ def write_temp(path: Path, data: bytes, mode: int | None = None) -> Path:
             continue
     try:
         os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd, tmp
+
+
+def open_new(path: Path) -> int:
+    """A descriptor to a file that must not exist yet (never a symlink), with the folder's mode."""
+    mode = file_mode(path.parent)
+    fd = os.open(path, _NEW_FILE, mode)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def write_temp(path: Path, data: bytes, mode: int | None = None, sync: bool = True) -> Path:
+    """A new file next to `path` holding `data` (see create_temp); synced unless `sync` is False."""
+    fd, tmp = create_temp(path, mode)
+    try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -189,17 +209,44 @@ def rename_synced(tmp: Path, path: Path) -> None:
         os.close(dir_fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Replace `path` with `data` all at once, durably, never writing through a symlink."""
-    rename_synced(write_temp(path, data, mode), path)
+def write_atomic(path: Path, data: bytes, mode: int | None = None, sync: bool = True) -> None:
+    """Replace `path` with `data` all at once (durably unless `sync` is False: for caches), never
+    writing through a symlink."""
+    tmp = write_temp(path, data, mode, sync)
+    if sync:
+        rename_synced(tmp, path)
+        return
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def open_append(path: Path) -> int:
     """A descriptor appending to `path` (created with the folder's mode); refuses a symlink there."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                   file_mode(path.parent))
+    return _open_or_create(path, os.O_WRONLY | os.O_APPEND)
 
 
 def open_lock(path: Path) -> int:
     """A descriptor to flock: created with the folder's mode, never through a symlink."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode(path.parent))
+    return _open_or_create(path, os.O_RDWR)
+
+
+def _open_or_create(path: Path, flags: int) -> int:
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    mode = file_mode(path.parent)
+    while True:
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            try:
+                return os.open(path, flags)  # someone else's file in a shared home: its mode stays
+            except FileNotFoundError:
+                continue  # removed in between
+        try:
+            os.fchmod(fd, mode)  # ours, new: exactly the home's mode, whatever the umask
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd

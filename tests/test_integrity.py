@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +314,80 @@ def test_resource_counts_have_an_upper_bound(tmp_path: Path, src: Path, machines
         (home / "state.json").write_text('{"jobs": []}')
         args = ["manage"]
     one_line_error(jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", *args, check=False, timeout=30), needle)
+
+
+# ---- shared homes ---------------------------------------------------------------------------------
+
+OUTSIDE_TEXT = "a file outside the home that jobtpu must never write\n"
+
+
+def test_a_symlink_planted_at_a_temporary_name_is_never_followed(tmp_path: Path, src: Path) -> None:
+    home = make_home(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text(OUTSIDE_TEXT)
+    first = submit(home, src, "true")  # so that every file below is rewritten, not created
+    manage_until(home, [first], {"finished"})
+    names = ["state.json.tmp", "state.json.bak.tmp", ".secrets.json.tmp", "last_id.tmp", ".last_id.tmp",
+             ".known_hosts.tmp", "archives/.hashcache.json.tmp"]
+    names += [f"cache/status/.{n}.{pid}.tmp" for n in ("tester.json", "_stamp") for pid in range(os.getpid() - 50,
+                                                                                                  os.getpid() + 400)]
+    for name in names:
+        link = home / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(outside)
+    job = submit(home, src, "echo ran > out.txt", "--env", "WANDB_API_KEY=k")
+    manage_until(home, [job], {"finished"})
+    jobtpu(home, "clean")
+    assert outside.read_text() == OUTSIDE_TEXT
+    assert (home / "run" / "jobs" / str(job) / "out.txt").read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("name", ["state.json.lock", "manage.lock", "secrets.json.lock", "history.jsonl",
+                                  "logs/{job}/0.0.log"])
+def test_a_symlink_planted_at_a_lock_or_appended_file_is_refused(tmp_path: Path, src: Path, name: str) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, src, "echo hi")
+    outside, missing = tmp_path / "outside.txt", tmp_path / "created-by-jobtpu.txt"
+    outside.write_text(OUTSIDE_TEXT)
+    for target in (outside, missing):
+        link = home / name.format(job=job)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        for args in (["submit", "--dir", str(src), "--cmd", "true", "--env", "HF_TOKEN=x"], ["manage"], ["manage"],
+                     ["kill", str(job)], ["clean"]):
+            done = jobtpu(home, *args, check=False)
+            assert done.returncode == 0 or len(done.stderr.splitlines()) <= 2 and "Traceback" not in done.stderr, \
+                done.stderr
+        assert outside.read_text() == OUTSIDE_TEXT and not missing.exists()
+
+
+def modes_in(home: Path) -> dict[str, int]:
+    """The permission bits of what jobtpu keeps in the home (the local machine's job folders aside)."""
+    out = {}
+    for path in home.rglob("*"):
+        rel = path.relative_to(home).as_posix()
+        if rel != "machines.json" and not rel.startswith("run"):
+            out[rel + ("/" if path.is_dir() else "")] = stat.S_IMODE(path.stat().st_mode)
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> None:
+    home = make_home(tmp_path)
+    home.chmod(0o2770 if shared else 0o755)
+    first = submit(home, src, "echo one", "--env", "WANDB_API_KEY=k")
+    second = submit(home, src, "echo two")
+    manage_until(home, [first, second], {"finished"})
+    jobtpu(home, "clean")
+    modes = modes_in(home)
+    for must in ("state.json", "state.json.bak", "last_id", "history.jsonl", "secrets.json", "state.json.lock",
+                 "manage.lock", f"logs/{first}/", f"logs/{first}/0.0.log", "archives/", "cache/status/tester.json"):
+        assert must in modes, sorted(modes)
+    assert modes.pop("secrets.json") == 0o600  # API keys: the owner alone, whatever the home
+    for rel, mode in modes.items():
+        if rel.endswith("/"):
+            assert mode == (0o2770 if shared else 0o700), (rel, oct(mode))
+        else:
+            assert mode == (0o660 if shared else 0o600), (rel, oct(mode))

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import RemoteError
+from ..home import create_temp, make_dirs, rename_synced
 from ..scripts import RUN_SCRIPT
 from .base import Endpoint, Result
 
@@ -28,10 +29,15 @@ class LocalTransport:
 
     def push(self, local: Path, remote: str) -> None:
         target = Path(remote).expanduser()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, target)
+        make_dirs(target.parent)
+        fd, tmp = create_temp(target)  # never through a symlink planted in the run folder
+        try:
+            with os.fdopen(fd, "wb") as out, open(local, "rb") as source:
+                shutil.copyfileobj(source, out)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        rename_synced(tmp, target)
 
     def pull(self, remote: str, local: Path) -> None:
         source = Path(remote).expanduser()
