@@ -90,7 +90,9 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
 
     job.env, secret = split_env(job.env)
     secrets = SecretStore(home)
-    secrets.check()  # a damaged secrets.json is reported before anything is written
+    if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
+        secrets.check_keeper()
+        secrets.check()
     try:
         with Store(home).transaction() as state:
             job.id = max(state.next_id, highest_used_id(home) + 1, read_id_mark(home) + 1)

@@ -3,13 +3,14 @@ the home's secrets.json, readable by its owner only, and state.json holds just t
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .errors import ConfigError
+from .errors import ConfigError, JobtpuError
 from .home import Home, write_atomic
 from .store import hold_lock, parse_json_file
 
@@ -34,6 +35,23 @@ class SecretStore:
     def __init__(self, home: Home) -> None:
         self.path: Path = home.root / "secrets.json"
         self.lock: Path = home.root / "secrets.json.lock"
+        self.pass_lock: Path = home.pass_lock
+
+    def check_keeper(self) -> None:
+        """secrets.json is readable by its owner alone (0600, even in a shared home), and a pass reads
+        it: only the account that runs `jobtpu manage` (the owner of manage.lock) may file secrets. A
+        file written by another account would stop every pass with a permission error."""
+        me = os.geteuid()
+        for path in (self.path, self.pass_lock):
+            try:
+                owner = os.stat(path, follow_symlinks=False).st_uid
+            except FileNotFoundError:
+                continue
+            if owner != me:
+                raise JobtpuError(
+                    f"secret --env values in this home are kept by {_user_name(owner)}, who runs `jobtpu manage` "
+                    f"({path.name} is theirs); secrets.json is readable by that account alone",
+                    hint="ask them to submit this job, or have the job read the value from a file of yours")
 
     def _read(self) -> dict[str, dict[str, str]]:
         """The stored secrets. A damaged file is an error, not an empty one: the next write would
@@ -53,6 +71,7 @@ class SecretStore:
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:
+            self.check_keeper()
             with hold_lock(self.lock, 30.0, "secrets.json"):
                 data = self._read()
                 data[str(job_id)] = values
@@ -84,3 +103,12 @@ def _checked(data: Any, path: Path) -> dict[str, dict[str, str]]:
         raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings",
                           hint=f"fix {path} by hand (or delete it: queued jobs then run without their secrets)")
     return data
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"

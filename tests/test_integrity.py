@@ -391,3 +391,18 @@ def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> 
             assert mode == (0o2770 if shared else 0o700), (rel, oct(mode))
         else:
             assert mode == (0o660 if shared else 0o600), (rel, oct(mode))
+
+
+def test_secrets_are_filed_only_by_the_account_that_runs_manage(tmp_path: Path, src: Path) -> None:
+    import pwd
+
+    home = make_home(tmp_path)
+    home.chmod(0o2770)  # a shared home
+    first = submit(home, src, "true")
+    jobtpu(home, "manage")  # manage.lock now exists: hand it to another account, as in a shared home
+    os.chown(home / "manage.lock", pwd.getpwnam("nobody").pw_uid, -1)
+    before = (home / "state.json").read_bytes()
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--env", "WANDB_API_KEY=k", check=False)
+    one_line_error(done, "secret --env values in this home are kept by nobody, who runs `jobtpu manage`")
+    assert (home / "state.json").read_bytes() == before and not (home / "secrets.json").exists()
+    assert submit(home, src, "true", "--env", "PLAIN=1") == first + 1  # no secret: anyone may submit
