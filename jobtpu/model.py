@@ -5,6 +5,7 @@ Only `Job.move` changes a job's status; every other module asks it to, and an il
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -358,15 +359,25 @@ def _check_types(job: Job) -> None:
 
     if job.rule is not None and job.rule not in RULES:
         raise ValueError(f"field 'rule' must be one of {', '.join(RULES)} or null (got {job.rule!r})")
+    problem = _request_problem(tuple(job.req))  # found only at dispatch, it would stop every pass
+    if problem:
+        raise ValueError(f"field 'req': {problem}")
+    if job.active and not job.machine:
+        raise ValueError(f"a {job.status} job needs a 'machine'")
+
+
+@functools.lru_cache(maxsize=256)
+def _request_problem(tokens: tuple[str, ...]) -> str | None:
+    """Why these --req tokens cannot be parsed, or None. (Cached: thousands of jobs of a sweep
+    share a handful of requests.)"""
     from .errors import JobtpuError
     from .requests import parse_request  # here: requests → fleet → store imports this module
 
-    try:  # a bad token found only at dispatch would stop every pass, for every job
-        parse_request(job.req)
+    try:
+        parse_request(list(tokens))
     except JobtpuError as e:
-        raise ValueError(f"field 'req': {e.message}") from None
-    if job.active and not job.machine:
-        raise ValueError(f"a {job.status} job needs a 'machine'")
+        return e.message
+    return None
 
 
 # ---- what state.json remembers of each machine -----------------------------------------------------

@@ -235,9 +235,11 @@ class Store:
         # Edited by hand since the last save: validated as fully as every other command does, so a
         # listing refuses exactly what they refuse. Then the listings are rebuilt, and the next
         # listing is quick again.
-        from .model import compact
+        loaded = state_from_json(data, self.path).jobs
+        if not (isinstance(jobs, list) and _plainly_valid(jobs)):  # records missing listed fields
+            from .model import compact
 
-        jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
+            jobs = [compact(j.to_json()) for j in loaded]
         self._refresh_listings(jobs, stamp)
         return jobs
 
