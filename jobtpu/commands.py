@@ -219,7 +219,10 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
     if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
         import orjson
 
-        return list(orjson.loads(cached)["jobs"])
+        try:
+            return list(orjson.loads(cached)["jobs"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            pass  # a listing damaged by hand (or by another account of a shared home): read state.json
     jobs = Store(home).load_records()
     if ids:
         known = {j["id"] for j in jobs}

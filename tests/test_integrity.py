@@ -406,3 +406,13 @@ def test_secrets_are_filed_only_by_the_account_that_runs_manage(tmp_path: Path, 
     one_line_error(done, "secret --env values in this home are kept by nobody, who runs `jobtpu manage`")
     assert (home / "state.json").read_bytes() == before and not (home / "secrets.json").exists()
     assert submit(home, src, "true", "--env", "PLAIN=1") == first + 1  # no secret: anyone may submit
+
+
+def test_a_damaged_listing_cache_falls_back_to_state_json(tmp_path: Path, src: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, src, "true")
+    listing = home / "cache" / "status" / "tester.json"
+    stamp = listing.read_bytes().partition(b"\n")[0]
+    listing.write_bytes(stamp + b"\n" + DEEP.encode())  # still stamped as current
+    done = jobtpu(home, "status")
+    assert str(job) in done.stdout and "Traceback" not in done.stderr
