@@ -346,11 +346,11 @@ def test_a_symlink_planted_at_a_temporary_name_is_never_followed(tmp_path: Path,
 @pytest.mark.parametrize("name", ["state.json.lock", "manage.lock", "secrets.json.lock", "history.jsonl",
                                   "logs/{job}/0.0.log"])
 def test_a_symlink_planted_at_a_lock_or_appended_file_is_refused(tmp_path: Path, src: Path, name: str) -> None:
-    home = make_home(tmp_path)
-    job = submit(home, src, "echo hi")
     outside, missing = tmp_path / "outside.txt", tmp_path / "created-by-jobtpu.txt"
     outside.write_text(OUTSIDE_TEXT)
-    for target in (outside, missing):
+    for target in (outside, missing):  # a file of theirs to overwrite, or one to create
+        home = make_home(tmp_path / target.stem)
+        job = submit(home, src, "echo hi")
         link = home / name.format(job=job)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.unlink(missing_ok=True)
