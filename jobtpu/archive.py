@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError
+from jobtpu.home import make_dirs, open_new, write_atomic
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -215,7 +216,7 @@ class _Archiver(threading.Thread):
 
     def run(self) -> None:
         try:
-            with open(self.tmp, "wb") as out:
+            with os.fdopen(open_new(self.tmp), "wb") as out:
                 with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=COMPRESS_LEVEL,
                                    mtime=0) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tf:
                     for rel, st in self.entries:
@@ -274,11 +275,11 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
     src_s = _check_src(src)
     t0 = time.time_ns()
     entries = _collect(src_s, include, exclude)
-    archives_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(archives_dir)
     cache_path = archives_dir / _CACHE_NAME
     try:  # a lost or damaged cache only costs a re-hash
         old_cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         old_cache = {}
     old_cache = old_cache if isinstance(old_cache, dict) else {}
     cache: dict[str, list[int | str]] = {k: v for k, v in old_cache.items() if not k.startswith(src_s + os.sep)}
@@ -297,7 +298,7 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
     size = sum(st.st_size for _, st in entries)
     miss_bytes = sum(st.st_size for _, st in misses)
     bar = _Bar(console, miss_bytes + size)
-    tmp, cache_tmp = (archives_dir / f".tmp-{secrets.token_hex(8)}" for _ in range(2))
+    tmp = archives_dir / f".tmp-{secrets.token_hex(8)}"
     archiver = _Archiver(src_s, entries, tmp) if miss_bytes > _HASH_FIRST_BYTES else None
     hashed = 0
 
@@ -338,9 +339,7 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
         tmp.unlink(missing_ok=True)
     if cache != old_cache:  # atomically; but a cache we cannot write is not worth failing a submit over
         with contextlib.suppress(OSError):
-            cache_tmp.write_text(json.dumps(cache, separators=(",", ":")), encoding="utf-8")
-            os.replace(cache_tmp, cache_path)
-        cache_tmp.unlink(missing_ok=True)
+            write_atomic(cache_path, json.dumps(cache, separators=(",", ":")).encode(), sync=False)
     largest = [(rel, st.st_size) for rel, st in sorted(entries, key=lambda e: (-e[1].st_size, e[0]))[:5]]
     if size > LARGE_SNAPSHOT_BYTES:
         from rich.markup import escape

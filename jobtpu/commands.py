@@ -84,6 +84,7 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
 
 def submit(home: Home, args: argparse.Namespace) -> Job:
     from .fleet import load_fleet
+    from .store import read_id_mark, write_id_mark
 
     fleet = load_fleet(home)
     Store(home).load()  # a broken state.json is reported before the snapshot, not after
@@ -91,20 +92,46 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
     from .secrets import SecretStore, split_env
 
     job.env, secret = split_env(job.env)
-    with Store(home).transaction() as state:
-        job.id = max(state.next_id, highest_used_id(home) + 1)
-        state.next_id = job.id + 1
-        SecretStore(home).put(job.id, secret)  # before the job exists, so it never runs without them
-        state.jobs.append(job)
+    secrets = SecretStore(home)
+    if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
+        secrets.check_keeper()
+        secrets.check()
+    try:
+        with Store(home).transaction() as state:
+            job.id = max(state.next_id, highest_used_id(home) + 1, read_id_mark(home) + 1)
+            state.next_id = job.id + 1
+            # The id is spent before anything is filed under it: whatever fails from here on, no
+            # later job gets this id, so nothing left behind under it (a secret, a log) is ever adopted.
+            write_id_mark(home, job.id)
+            secrets.put(job.id, secret)  # before the job exists, so it never runs without them
+            state.jobs.append(job)
+    except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
+        if secret and job.id:
+            _drop_unsaved_secret(home, job.id)
+        raise
     return job
 
 
+def _drop_unsaved_secret(home: Home, job_id: int) -> None:
+    """After a failed submit: drop the job's secret unless the job reached state.json after all (the
+    failure came after the rename). Best effort: `clean` drops any secret no job holds."""
+    from .secrets import SecretStore
+
+    try:
+        if Store(home).load().job(job_id) is None:
+            SecretStore(home).drop([job_id])
+    except Exception:  # noqa: BLE001 - the first failure is the one to report
+        pass
+
+
 def highest_used_id(home: Home) -> int:
-    """The highest id any job of this home ever had, even if state.json lost it (hand edits, a
-    deleted file): ids are never reused, since logs and remote folders are named by them."""
+    """The highest id any job of this home ever had, even if state.json and the id mark lost it
+    (hand edits, deleted files, a home from before the mark): ids are never reused, since logs,
+    secrets and remote folders are named by them."""
     import re
 
     used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
+    used += [int(p.name) for p in (home.local_run_root / "jobs").glob("*") if p.name.isdigit()]
     if home.history_file.exists():
         with open(home.history_file, "rb") as f:
             used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
@@ -200,7 +227,10 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
     if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
         import orjson
 
-        return list(orjson.loads(cached)["jobs"])
+        try:
+            return list(orjson.loads(cached)["jobs"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            pass  # a listing damaged by hand (or by another account of a shared home): read state.json
     jobs = Store(home).load_records()
     if ids:
         known = {j["id"] for j in jobs}
@@ -343,7 +373,11 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
         p.state.jobs = [j for j in p.state.jobs if j.id not in gone_ids]  # the session's commit removes them
         from .secrets import SecretStore
 
-        SecretStore(home).drop([j.id for j in gone])
+        # The cleaned jobs' secrets, and any a failed submit left behind. Under the state lock no
+        # submit is between filing a secret and saving its job, so a secret whose id no saved job
+        # holds is an orphan.
+        with Store(home).lock():
+            SecretStore(home).keep_only({j.id for j in Store(home).load().jobs} - gone_ids)
     note(f"moved {len(gone)} ended job(s) to {home.history_file.name}")
     return 0
 

@@ -28,6 +28,9 @@ _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "no
 _GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# A machine's resources are handed out by index, one list per job and pass: a count in the billions
+# would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
+MAX_RESOURCE_COUNT = 1024
 
 BUILTIN_DEFAULTS: dict[str, Any] = {"user": None, "port": 22, "identity_file": None, "root": "jobtpu",
                                     "host_key_policy": "accept-new", "connect_timeout": 10}
@@ -175,6 +178,9 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
     for res, count in resources.items():
         if not _RESOURCE.match(res) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise fail(f"{label}: resource {res!r} must be a lowercase name with a count ≥ 0")
+        if count > MAX_RESOURCE_COUNT:
+            raise fail(f"{label}: resource {res!r} count {count} is more than jobtpu hands out "
+                       f"({MAX_RESOURCE_COUNT} at most)")
     setup = spec.get("setup", [])
     if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
         raise fail(f"{label}: 'setup' must be a list of shell commands")

@@ -1,4 +1,11 @@
-"""Which folder is the home (docs/reference.md §1), and every local path inside it, in one place."""
+"""Which folder is the home (docs/reference.md §1), every local path inside it, and how files in it are written.
+
+A home may be shared by several accounts (a group-writable, setgid folder). Then any of them could
+plant a symlink where jobtpu is about to write, so every file is written through the helpers at the
+end of this module: temporary files are created exclusively under a random name and never through a
+symlink, appends and locks refuse a symlink, and modes follow the folder: a private folder keeps its
+files to the owner (0600/0700), a group-writable one shares them with its group (0660/2770), never
+with everyone."""
 
 from __future__ import annotations
 
@@ -47,6 +54,12 @@ class Home:
         return self.root / "manage.lock"
 
     @property
+    def id_mark(self) -> Path:
+        """The highest job id ever given out, kept outside state.json: ids are never reused, even if
+        state.json is lost, emptied or replaced by an old copy."""
+        return self.root / "last_id"
+
+    @property
     def history_file(self) -> Path:
         return self.root / "history.jsonl"
 
@@ -76,7 +89,7 @@ class Home:
         return self.root / "run"
 
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
 
 
 def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
@@ -91,3 +104,149 @@ def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
         if (folder / "machines.json").is_file():
             return Home(folder)
     return Home(Path("~/.jobtpu").expanduser())
+
+
+# ---- writing files in the home ----------------------------------------------------------------------
+
+_GROUP_WRITE = 0o020
+_SETGID = 0o2000
+
+
+def is_shared(folder: Path) -> bool:
+    """A folder its group may write to: files in it are shared with that group."""
+    try:
+        return bool(os.stat(folder).st_mode & _GROUP_WRITE)
+    except OSError:
+        return False
+
+
+def file_mode(folder: Path) -> int:
+    """The mode of a new file in `folder`: the owner's alone, or also its group's in a shared folder."""
+    return 0o660 if is_shared(folder) else 0o600
+
+
+def make_dirs(folder: Path) -> None:
+    """mkdir -p, each new folder getting the mode its parent implies (setgid keeps a shared group)."""
+    if folder.is_dir():
+        return
+    parent = folder.parent
+    if parent != folder:
+        make_dirs(parent)
+    mode = (0o770 | _SETGID) if is_shared(parent) else 0o700
+    try:
+        os.mkdir(folder, mode)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise
+        return
+    os.chmod(folder, mode)  # mkdir's mode is cut by the umask; setgid is not always kept either
+
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_temp(path: Path, mode: int | None = None) -> tuple[int, Path]:
+    """A new, empty file next to `path`, open for writing: created exclusively under a random name
+    (so a symlink planted there is never followed), with `mode` (default: the folder's)."""
+    mode = file_mode(path.parent) if mode is None else mode
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, _NEW_FILE, mode)
+            break
+        except FileExistsError:
+            continue
+    try:
+        os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd, tmp
+
+
+def open_new(path: Path) -> int:
+    """A descriptor to a file that must not exist yet (never a symlink), with the folder's mode."""
+    mode = file_mode(path.parent)
+    fd = os.open(path, _NEW_FILE, mode)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def write_temp(path: Path, data: bytes, mode: int | None = None, sync: bool = True) -> Path:
+    """A new file next to `path` holding `data` (see create_temp); synced unless `sync` is False."""
+    fd, tmp = create_temp(path, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def rename_synced(tmp: Path, path: Path) -> None:
+    """Move a file from write_temp into place (a rename replaces a symlink, never follows it)."""
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int | None = None, sync: bool = True) -> None:
+    """Replace `path` with `data` all at once (durably unless `sync` is False: for caches), never
+    writing through a symlink."""
+    tmp = write_temp(path, data, mode, sync)
+    if sync:
+        rename_synced(tmp, path)
+        return
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def open_append(path: Path) -> int:
+    """A descriptor appending to `path` (created with the folder's mode); refuses a symlink there."""
+    return _open_or_create(path, os.O_WRONLY | os.O_APPEND)
+
+
+def open_lock(path: Path) -> int:
+    """A descriptor to flock: created with the folder's mode, never through a symlink."""
+    return _open_or_create(path, os.O_RDWR)
+
+
+def _open_or_create(path: Path, flags: int) -> int:
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    mode = file_mode(path.parent)
+    while True:
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            try:
+                return os.open(path, flags)  # someone else's file in a shared home: its mode stays
+            except FileNotFoundError:
+                continue  # removed in between
+        try:
+            os.fchmod(fd, mode)  # ours, new: exactly the home's mode, whatever the umask
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd

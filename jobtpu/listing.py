@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .home import Home
+from .home import Home, make_dirs, write_atomic
 from .schema import USER_NAME
 
 _STAMP = "_stamp"
@@ -28,7 +28,7 @@ def write(home: Home, users: list[str], lines: list[bytes], stamp: bytes) -> Non
     """Before state.json is renamed into place: one `{"jobs": [...]}` file per user, each headed by
     the stamp of the state.json it lists, then the stamp file itself."""
     where = folder(home)
-    where.mkdir(parents=True, exist_ok=True)
+    make_dirs(where)
     by_user: dict[str, list[bytes]] = {}
     for user, line in zip(users, lines, strict=True):
         by_user.setdefault(user, []).append(line)
@@ -67,6 +67,5 @@ def read(home: Home, user: str) -> bytes | None:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # Not synced: a listing lost in a crash only means the next listing reads state.json.
+    write_atomic(path, data, sync=False)

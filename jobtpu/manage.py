@@ -32,7 +32,7 @@ from .decide import (
 )
 from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
-from .home import Home
+from .home import Home, make_dirs, open_append, open_lock
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
@@ -161,7 +161,7 @@ class Pass:
 @contextlib.contextmanager
 def pass_lock(home: Home, wait: float) -> Iterator[bool]:
     home.ensure()
-    fd = os.open(home.pass_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock(home.pass_lock)
     try:
         yield try_lock(fd, wait)
     finally:
@@ -311,8 +311,8 @@ def _pull_logs(p: Pass, seen: Observation) -> None:
 
 def append_log(path: Path, offset: int, data: bytes) -> None:
     """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
+    make_dirs(path.parent)
+    with open(open_append(path), "ab") as f:  # never through a symlink; the home's file mode
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a pass and a `tail -f` may pull at once
         if data and os.fstat(f.fileno()).st_size == offset:
             f.write(data)

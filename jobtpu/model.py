@@ -5,6 +5,8 @@ Only `Job.move` changes a job's status; every other module asks it to, and an il
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -181,18 +183,67 @@ class Job:
         if unknown:
             raise ValueError(f"unknown field {unknown[0]!r} (valid: {', '.join(sorted(_FIELD_SET))})")
         values = dict(data)
+        for name in _REQUIRED:
+            if name not in values:
+                raise ValueError(f"field {name!r} is missing")
         status = values.get("status", "queued")
         if status not in STATUSES:
             raise ValueError(f"field 'status' must be one of {', '.join(Status)} (got {status!r})")
         values["status"] = Status(status)
-        values["attempts"] = [Attempt(**a) for a in values.get("attempts", [])]
-        ending = values.get("ending")
-        if ending is not None:
-            values["ending"] = Ending(status=Status(ending["status"]), reason=ending.get("reason"),
-                                      exit_code=ending.get("exit_code"), recover=ending.get("recover"))
+        attempts = values.get("attempts", [])
+        if not isinstance(attempts, list):
+            raise ValueError("field 'attempts' must be a list")
+        values["attempts"] = [_attempt(a, f"attempts[{i}]") for i, a in enumerate(attempts)]
+        if values.get("ending") is not None:
+            values["ending"] = _ending(values["ending"])
         job = cls(**values)
         _check_types(job)
         return job
+
+
+def _attempt(data: Any, where: str) -> Attempt:
+    """One stored attempt, checked field by field (`where`: its path in the record, for the error)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be an object")
+    unknown = sorted(set(data) - set(_ATTEMPT_TYPES))
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (valid: {', '.join(_ATTEMPT_TYPES)})")
+    for name in ("n", "machine"):
+        if name not in data:
+            raise ValueError(f"{where}.{name} is missing")
+    for name, value in data.items():
+        _check_value(f"{where}.{name}", value, _ATTEMPT_TYPES[name])
+    attempt = Attempt(**data)
+    if attempt.n < 0:
+        raise ValueError(f"{where}.n must be 0 or more")
+    if not 1 <= attempt.workers <= MAX_WORKERS:
+        raise ValueError(f"{where}.workers must be 1 to {MAX_WORKERS}")
+    if attempt.outcome is not None and attempt.outcome != FINISHED and not is_valid_reason(attempt.outcome):
+        raise ValueError(f"{where}.outcome must be null, 'finished' or a reason word like 'preempted' or "
+                         f"'exit 1' (got {attempt.outcome!r})")
+    return attempt
+
+
+_ENDING_FIELDS = ("status", "reason", "exit_code", "recover")
+RECOVERIES = (None, "resume", "rerun", "recreate-resume", "recreate-rerun")
+
+
+def _ending(data: Any) -> Ending:
+    if not isinstance(data, dict):
+        raise ValueError("ending must be an object or null")
+    unknown = sorted(set(data) - set(_ENDING_FIELDS))
+    if unknown:
+        raise ValueError(f"ending: unknown field {unknown[0]!r} (valid: {', '.join(_ENDING_FIELDS)})")
+    status = data.get("status")
+    if status not in {s.value for s in ENDED}:
+        raise ValueError(f"ending.status must be one of {', '.join(sorted(ENDED))} (got {status!r})")
+    reason, exit_code, recover = data.get("reason"), data.get("exit_code"), data.get("recover")
+    if not (reason is None or isinstance(reason, str) and is_valid_reason(reason)):
+        raise ValueError(f"ending.reason is not a known reason: {reason!r}")
+    _check_value("ending.exit_code", exit_code, (int, type(None)))
+    if recover not in RECOVERIES:
+        raise ValueError(f"ending.recover must be one of {', '.join(map(str, RECOVERIES[1:]))} or null (got {recover!r})")
+    return Ending(status=Status(status), reason=reason, exit_code=exit_code, recover=recover)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
@@ -226,6 +277,16 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_REQUIRED = ("id", "user", "cmd", "archive", "created")
+# Counts used in loops and paths: a hand edit must not make a pass spin (a machine offers at most this
+# many of a resource; an attempt runs on at most this many workers).
+MAX_COUNT = 1024
+MAX_WORKERS = 1024
+# An archive is named by its content (<sha256>.tar.gz) and used in paths on remote machines: a bare
+# file name, nothing that could climb out of the archives folder or mean something to a shell.
+ARCHIVE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,200}\.tar\.gz$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "id": (int,), "user": (str,), "cmd": (str,), "archive": (str,), "created": (int, float),
@@ -243,6 +304,22 @@ _ATTEMPT_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_WHAT = {(int,): "an integer", (str,): "a string", (list,): "a list", (dict,): "an object", (bool,): "true or false",
+         (int, float): "a number", (str, type(None)): "a string or null", (int, type(None)): "an integer or null",
+         (int, float, type(None)): "a number or null", (list, type(None)): "a list or null",
+         (dict, type(None)): "an object or null"}
+
+
+def _check_value(where: str, value: Any, types: tuple[type, ...]) -> None:
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise TypeError(f"{where} must be {_WHAT.get(types, 'of another type')} (got {_json_type(value)})")
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
 def _check_types(job: Job) -> None:
     for name, types in _TYPES.items():
         value = getattr(job, name)
@@ -250,33 +327,98 @@ def _check_types(job: Job) -> None:
             raise TypeError(f"field {name!r} has the wrong type ({type(value).__name__})")
     if job.id < 1:
         raise ValueError("field 'id' must be a positive integer")
+    for name in ("attempt", "max_recoveries", "recoveries", "log_size"):
+        if getattr(job, name) < 0:
+            raise ValueError(f"field {name!r} must be 0 or more")
+    for name in ("timeout", "stall"):
+        if getattr(job, name) is not None and not getattr(job, name) > 0:
+            raise ValueError(f"field {name!r} must be a number of seconds above 0, or null")
     if not job.cmd.strip():
         raise ValueError("field 'cmd' is empty")
+    if not ARCHIVE_NAME.match(job.archive):
+        raise ValueError(f"field 'archive' must be an archive's bare file name, like <sha256>.tar.gz (got {job.archive[:80]!r})")
     if not all(isinstance(x, str) for x in [*job.req, *job.tags, *job.overrides]):
         raise TypeError("fields 'req', 'tags' and 'overrides' hold strings only")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in job.env.items()):
         raise TypeError("field 'env' maps strings to strings")
+    for name in job.env:
+        if not ENV_NAME.match(name) or name.startswith("JOBTPU_"):
+            raise ValueError(f"field 'env': {name[:80]!r} is not a variable name a job may set "
+                             "(letters, digits and '_', not starting with a digit nor JOBTPU_)")
     if not is_valid_reason(job.reason):
         raise ValueError(f"field 'reason' is not a known reason: {job.reason!r}")
-    # Attempts and allocations are used in arithmetic later; a bad hand edit must stop here, not there.
-    for attempt in job.attempts:
-        for name, types in _ATTEMPT_TYPES.items():
-            value = getattr(attempt, name)
-            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-                raise TypeError(f"attempts: field {name!r} has the wrong type ({type(value).__name__})")
     if not all(isinstance(k, str) and isinstance(v, list) and all(type(i) is int for i in v)
                for k, v in job.alloc.items()):
         raise TypeError("field 'alloc' maps resource names to lists of indices")
+    for resource, indices in job.alloc.items():
+        if not RESOURCE_NAME.match(resource):
+            raise ValueError(f"field 'alloc': {resource[:40]!r} is not a resource name (lowercase, digits, '_')")
+        if len(indices) > MAX_COUNT or not all(0 <= i < MAX_COUNT for i in indices):
+            raise ValueError(f"field 'alloc': alloc.{resource} must list at most {MAX_COUNT} indices, each 0 to {MAX_COUNT - 1}")
     from .rules import RULES  # here: rules imports this module
 
     if job.rule is not None and job.rule not in RULES:
         raise ValueError(f"field 'rule' must be one of {', '.join(RULES)} or null (got {job.rule!r})")
+    problem = _request_problem(tuple(job.req))  # found only at dispatch, it would stop every pass
+    if problem:
+        raise ValueError(f"field 'req': {problem}")
+    if job.active and not job.machine:
+        raise ValueError(f"a {job.status} job needs a 'machine'")
+
+
+@functools.lru_cache(maxsize=256)
+def _request_problem(tokens: tuple[str, ...]) -> str | None:
+    """Why these --req tokens cannot be parsed, or None. (Cached: thousands of jobs of a sweep
+    share a handful of requests.)"""
     from .errors import JobtpuError
     from .requests import parse_request  # here: requests → fleet → store imports this module
 
-    try:  # a bad token found only at dispatch would stop every pass, for every job
-        parse_request(job.req)
+    try:
+        parse_request(list(tokens))
     except JobtpuError as e:
-        raise ValueError(f"field 'req': {e.message}") from None
-    if job.active and not job.machine:
-        raise ValueError(f"a {job.status} job needs a 'machine'")
+        return e.message
+    return None
+
+
+# ---- what state.json remembers of each machine -----------------------------------------------------
+
+_OPTIONAL_TEXT = (str, type(None))
+_OPTIONAL_NUMBER = (int, float, type(None))
+# Fields a pass reads back. Others are kept as they are (a newer jobtpu may remember more).
+_MACHINE_FIELDS: dict[str, tuple[type, ...]] = {
+    "state": _OPTIONAL_TEXT, "detail": _OPTIONAL_TEXT, "since": _OPTIONAL_NUMBER, "tpu_state": _OPTIONAL_TEXT,
+    "health": _OPTIONAL_TEXT, "health_description": _OPTIONAL_TEXT, "failures": (int,),
+    "next_try": _OPTIONAL_NUMBER, "last_error": _OPTIONAL_TEXT, "want_recreate": (bool,),
+    "incarnation": _OPTIONAL_TEXT, "host_keys_for": _OPTIONAL_TEXT, "recreations": (int,),
+    "workers": (int, type(None)), "addresses": (list, type(None)), "host_keys": (list, type(None)),
+    "operation": (dict, type(None)), "setup": (dict, type(None)),
+}
+_OPERATION_KINDS = ("create", "delete")
+
+
+def check_machine_record(record: dict[str, Any]) -> None:
+    """Raise ValueError/TypeError naming the field of a machine's record that a pass could not use."""
+    for name, types in _MACHINE_FIELDS.items():
+        if name in record:
+            _check_value(name, record[name], types)
+    for name in ("failures", "recreations", "workers"):
+        if (record.get(name) or 0) < 0:
+            raise ValueError(f"{name} must be 0 or more")
+    addresses = record.get("addresses") or []
+    if len(addresses) > MAX_WORKERS or not all(isinstance(a, str) for a in addresses):
+        raise ValueError(f"addresses must be a list of at most {MAX_WORKERS} addresses (strings)")
+    keys = record.get("host_keys") or []
+    if not all(isinstance(k, list) and all(isinstance(x, str) for x in k) for k in keys):
+        raise ValueError("host_keys must be a list, per worker, of lists of key strings")
+    operation = record.get("operation")
+    if operation is not None:
+        if operation.get("kind") not in _OPERATION_KINDS:
+            raise ValueError(f"operation.kind must be one of {', '.join(_OPERATION_KINDS)} (got {operation.get('kind')!r})")
+        _check_value("operation.name", operation.get("name"), (str,))
+        _check_value("operation.since", operation.get("since"), _OPTIONAL_NUMBER)
+    setup = record.get("setup")
+    if setup is not None:
+        _check_value("setup.status", setup.get("status"), (str,))
+        _check_value("setup.tries", setup.get("tries", 0), (int,))
+        _check_value("setup.incarnation", setup.get("incarnation"), _OPTIONAL_TEXT)
+        _check_value("setup.error", setup.get("error"), _OPTIONAL_TEXT)

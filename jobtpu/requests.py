@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import JobtpuError
-from .fleet import Machine
+from .fleet import MAX_RESOURCE_COUNT, Machine
 
 _COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
 _ACCEL = re.compile(r"^v(\d+)[a-z]*(-\d+)?\+?$")
@@ -37,6 +37,8 @@ def parse_request(tokens: list[str]) -> Request:
             match = _COUNT.match(token)
             if not match:
                 raise JobtpuError(f"--req {token!r}: a resource request is NAME=COUNT, like gpu=2")
+            if len(match[2]) > 9 or int(match[2]) > MAX_RESOURCE_COUNT:  # no machine offers more
+                raise JobtpuError(f"--req {token[:60]!r}: at most {MAX_RESOURCE_COUNT} of a resource")
             resources[match[1]] = resources.get(match[1], 0) + int(match[2])
             continue
         alternatives = tuple(a.strip() for a in token.split(","))

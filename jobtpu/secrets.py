@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from .home import Home
-from .store import hold_lock
+from .errors import ConfigError, JobtpuError
+from .home import Home, write_atomic
+from .store import hold_lock, parse_json_file
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 MASK = "<secret>"  # what state.json and every listing show instead of the value
@@ -33,25 +35,43 @@ class SecretStore:
     def __init__(self, home: Home) -> None:
         self.path: Path = home.root / "secrets.json"
         self.lock: Path = home.root / "secrets.json.lock"
+        self.pass_lock: Path = home.pass_lock
+
+    def check_keeper(self) -> None:
+        """secrets.json is readable by its owner alone (0600, even in a shared home), and a pass reads
+        it: only the account that runs `jobtpu manage` (the owner of manage.lock) may file secrets. A
+        file written by another account would stop every pass with a permission error."""
+        me = os.geteuid()
+        for path in (self.path, self.pass_lock):
+            try:
+                owner = os.stat(path, follow_symlinks=False).st_uid
+            except FileNotFoundError:
+                continue
+            if owner != me:
+                raise JobtpuError(
+                    f"secret --env values in this home are kept by {_user_name(owner)}, who runs `jobtpu manage` "
+                    f"({path.name} is theirs); secrets.json is readable by that account alone",
+                    hint="ask them to submit this job, or have the job read the value from a file of yours")
 
     def _read(self) -> dict[str, dict[str, str]]:
+        """The stored secrets. A damaged file is an error, not an empty one: the next write would
+        otherwise drop every other job's secrets."""
         try:
-            data = orjson.loads(self.path.read_bytes())
-        except (FileNotFoundError, orjson.JSONDecodeError):
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return {}
-        return data if isinstance(data, dict) else {}
+        return _checked(parse_json_file(self.path, raw), self.path)
+
+    def check(self) -> None:
+        self._read()
 
     def _write(self, data: dict[str, dict[str, str]]) -> None:
-        tmp = self.path.with_name(".secrets.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(data))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        # Owner only, even in a group-shared home: the values are API keys.
+        write_atomic(self.path, orjson.dumps(data), mode=0o600)
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:
+            self.check_keeper()
             with hold_lock(self.lock, 30.0, "secrets.json"):
                 data = self._read()
                 data[str(job_id)] = values
@@ -60,9 +80,35 @@ class SecretStore:
     def get(self, job_id: int) -> dict[str, str]:
         return dict(self._read().get(str(job_id), {}))
 
+    def keep_only(self, held: set[int]) -> None:
+        """Drop the secrets of every id not in `held` (call it under the state lock)."""
+        with hold_lock(self.lock, 30.0, "secrets.json"):
+            data = self._read()
+            kept = {k: v for k, v in data.items() if int(k) in held}
+            if kept != data:
+                self._write(kept)
+
     def drop(self, job_ids: list[int]) -> None:
         gone = {str(i) for i in job_ids}
         with hold_lock(self.lock, 30.0, "secrets.json"):
             data = self._read()
             if gone & data.keys():
                 self._write({k: v for k, v in data.items() if k not in gone})
+
+
+def _checked(data: Any, path: Path) -> dict[str, dict[str, str]]:
+    if not (isinstance(data, dict) and all(
+            k.isascii() and k.isdigit() and len(k) < 19 and isinstance(v, dict)
+            and all(isinstance(n, str) and isinstance(x, str) for n, x in v.items()) for k, v in data.items())):
+        raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings",
+                          hint=f"fix {path} by hand (or delete it: queued jobs then run without their secrets)")
+    return data
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"

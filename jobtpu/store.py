@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import listing
 from .errors import BusyError, ConfigError, NotFoundError
-from .home import Home
+from .home import Home, open_append, open_lock, rename_synced, write_atomic, write_temp
 from .schema import FIELDS, LISTED, STATUSES
 
 if TYPE_CHECKING:
@@ -65,16 +65,45 @@ def parse_json_file(path: Path, text: str | bytes) -> Any:
     `file:line:col: message`, in the standard library's words."""
     import orjson  # here, not at the top: `--help` and a cached `status` never parse anything
 
+    hint = f"fix {path} by hand; jobtpu has not changed it" + (
+        f" (its last good copy is {path.name}.bak)" if path.name == "state.json" else "")
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass
+    # orjson refused it: the standard library names the line and column of a syntax error, and the
+    # hooks refuse what orjson could not write back (NaN, Infinity, integers beyond 64 bits).
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path.name}:{e.lineno}:{e.colno}: {e.msg}",
-                          hint=f"fix {path} by hand; jobtpu has not changed it"
-                          + (f" (its last good copy is {path.name}.bak)" if path.name == "state.json" else "")) from None
+        raise ConfigError(f"{path.name}:{e.lineno}:{e.colno}: {e.msg}", hint=hint) from None
+    except _BadNumber as e:
+        raise ConfigError(f"{path.name}: {e}", hint=hint) from None
+    except RecursionError:  # orjson stops at 1024 levels; the standard library at the stack's end
+        raise ConfigError(f"{path.name}: nested too deeply to be a jobtpu file", hint=hint) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path.name}: not valid JSON text ({str(e)[:80]})", hint=hint) from None
+
+
+class _BadNumber(Exception):
+    pass
+
+
+def _refuse_constant(word: str) -> Any:
+    raise _BadNumber(f"{word} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -2**63 <= int(text) < 2**64:
+        raise _BadNumber(f"the number {text[:30]}{'…' if len(text) > 30 else ''} is too large")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _BadNumber(f"the number {text[:30]} is too large")
+    return value
 
 
 def state_from_json(data: Any, path: Path) -> State:
@@ -113,6 +142,13 @@ def state_from_json(data: Any, path: Path) -> State:
     machines = data.get("machines", {})
     if not isinstance(machines, dict) or not all(isinstance(v, dict) for v in machines.values()):
         raise ConfigError(f"{where}: 'machines' must map names to objects", hint)
+    from .model import check_machine_record
+
+    for name, machine_record in machines.items():
+        try:
+            check_machine_record(machine_record)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: machine {name!r}: {e}", hint) from None
     # Ids are never reused, even if a user deleted the newest job or lowered next_id by hand.
     next_id = max([next_id, *(j.id + 1 for j in jobs)])
     return State(next_id=next_id, jobs=jobs, machines=machines)
@@ -141,10 +177,42 @@ class Store:
             return None
 
     def load(self) -> State:
-        text = self.read_text()
+        return self._parse(self.read_text())
+
+    def _parse(self, text: str | None) -> State:
         if text is None or not text.strip():
+            self.refuse_lost_state(text)
             return State()
         return state_from_json(parse_json_file(self.path, text), self.path)
+
+    def refuse_lost_state(self, text: str | bytes | None) -> None:
+        """A missing or empty state.json is a fresh start only in a home without history. Where jobs
+        have lived (a .bak, logs, history, job folders), it means the file was lost: starting afresh
+        would forget jobs that may still run, so every command stops and says how to restore it."""
+        evidence = self._history_evidence()
+        if evidence is None:
+            return
+        what = "missing" if text is None else "empty"
+        backup = self.home.state_backup
+        hint = (f"restore the last good copy: cp {backup} {self.path}" if _has_content(backup) else
+                f"restore {self.path.name} from a backup")
+        raise ConfigError(f"state.json is {what}, but this home has held jobs ({evidence}); "
+                          "jobtpu will not start an empty queue over them",
+                          hint=hint + '; to start an empty queue on purpose, write {"jobs": []} into it')
+
+    def _history_evidence(self) -> str | None:
+        """What shows this home held jobs, or None. (Not the id mark nor secrets.json: a first submit
+        that failed while saving leaves those, and nothing was lost then.)"""
+        home = self.home
+        if _has_content(home.state_backup):
+            return home.state_backup.name
+        if _has_content(home.history_file):
+            return home.history_file.name
+        for folder, what in ((home.root / "logs", "logs/"), (home.local_run_root / "jobs", "job folders in run/jobs/")):
+            with contextlib.suppress(OSError):
+                if any(p.name.isdigit() for p in folder.iterdir()):
+                    return what
+        return None
 
     def load_records(self) -> list[dict[str, Any]]:
         """The job records as stored, each with at least the fields a listing promises. For read-only
@@ -154,26 +222,32 @@ class Store:
             with open(self.path, "rb") as f:
                 raw, stamp = f.read(), listing.stamp_of(os.fstat(f.fileno()))
         except FileNotFoundError:
+            self.refuse_lost_state(None)
             return []
         if not raw.strip():
+            self.refuse_lost_state(raw)
             return []
         data = parse_json_file(self.path, raw)
         jobs = data.get("jobs") if isinstance(data, dict) else None
-        if not (isinstance(jobs, list) and _plainly_valid(jobs) and set(data) <= _TOP_KEYS
-                and data.get("version", VERSION) == VERSION):
-            # A hand-written or older record: validate it fully (a precise error if it is wrong).
+        if listing.made_from(self.home, stamp) and isinstance(jobs, list) and _plainly_valid(jobs) \
+                and set(data) <= _TOP_KEYS and data.get("version", VERSION) == VERSION:
+            return jobs  # a file jobtpu saved (or one fully validated before): the listed fields suffice
+        # Edited by hand since the last save: validated as fully as every other command does, so a
+        # listing refuses exactly what they refuse. Then the listings are rebuilt, and the next
+        # listing is quick again.
+        loaded = state_from_json(data, self.path).jobs
+        if not (isinstance(jobs, list) and _plainly_valid(jobs)):  # records missing listed fields
             from .model import compact
 
-            jobs = [compact(j.to_json()) for j in state_from_json(data, self.path).jobs]
-        if not listing.made_from(self.home, stamp):  # `status --all-users --watch` rewrites nothing
-            self._refresh_listings(jobs, stamp)
+            jobs = [compact(j.to_json()) for j in loaded]
+        self._refresh_listings(jobs, stamp)
         return jobs
 
     def _refresh_listings(self, jobs: list[dict[str, Any]], stamp: bytes) -> None:
         """After a hand edit, the next listing rebuilds the per-user listings, so the ones after it are
         quick again. Only if no save is under way and state.json is still the file that was read."""
         try:  # a cache: a home this user may only read simply goes without
-            fd = os.open(self.home.state_lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_lock(self.home.state_lock)
         except OSError:
             return
         try:
@@ -197,8 +271,7 @@ class Store:
         """Lock, load, let the caller edit, save if anything changed. An exception saves nothing."""
         with self.lock():
             before = self.read_text()
-            state = State() if before is None or not before.strip() else \
-                state_from_json(parse_json_file(self.path, before), self.path)
+            state = self._parse(before)
             original = state.to_json()
             yield state
             document = state.to_json()
@@ -209,13 +282,14 @@ class Store:
         import orjson
 
         job_lines = [orjson.dumps(job) for job in document["jobs"]]
-        if previous_text is not None:
-            # previous_text parsed and validated, so it is a good copy.
-            _atomic_write(self.home.state_backup, previous_text)
+        if previous_text is not None and previous_text.strip():
+            # previous_text parsed and validated, so it is a good copy (an empty one is not kept:
+            # the .bak must stay the way back to the jobs).
+            write_atomic(self.home.state_backup, previous_text.encode())
         tmp = _write_synced(self.path, render(document, job_lines))
         # The per-user listings name the exact file they list (a rename keeps inode, size, mtime).
         listing.write(self.home, [job["user"] for job in document["jobs"]], job_lines, listing.stamp_of(os.stat(tmp)))
-        _rename_synced(tmp, self.path)
+        rename_synced(tmp, self.path)
 
 
 def render(document: dict[str, Any], job_lines: list[bytes]) -> str:
@@ -237,40 +311,48 @@ def render(document: dict[str, Any], job_lines: list[bytes]) -> str:
     return "{\n" + "\n".join(lines) + '\n  "jobs": [\n' + body + ("\n" if jobs else "") + "  ]\n}\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    _rename_synced(_write_synced(path, text), path)
+def _has_content(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return bool(f.read(4096).strip())
+    except OSError:
+        return False
 
 
 def _write_synced(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    return tmp
-
-
-def _rename_synced(tmp: Path, path: Path) -> None:
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    return write_temp(path, text.encode())
 
 
 def append_line(path: Path, line: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    fd = open_append(path)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_id_mark(home: Home) -> int:
+    """The highest id ever given out in this home (0 before the first submit)."""
+    try:
+        text = home.id_mark.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return 0
+    if not text.isdigit() or len(text) > 18:
+        raise ConfigError(f"{home.id_mark.name}: must hold the highest job id given out, a whole number (got {text[:20]!r})",
+                          hint=f"write into {home.id_mark} the highest id this home ever used (see history.jsonl and logs/)")
+    return int(text)
+
+
+def write_id_mark(home: Home, job_id: int) -> None:
+    """Before the job is saved: a crash in between skips an id, it never gives one out twice."""
+    write_atomic(home.id_mark, f"{job_id}\n".encode())
 
 
 @contextlib.contextmanager
 def hold_lock(path: Path, timeout: float, what: str) -> Iterator[None]:
     """An exclusive flock on `path`, waiting at most `timeout` seconds. Released by the kernel on a crash."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock(path)
     try:
         if not try_lock(fd, timeout):
             raise BusyError(f"{what} is locked by another jobtpu command for over {timeout:.0f}s",

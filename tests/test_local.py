@@ -278,12 +278,16 @@ def test_ids_are_never_reused_even_when_state_json_forgets_them(tmp_path: Path) 
     second = submit(home, src, "bash a.sh")
     manage_until(home, [second], {"finished"})
     jobtpu(home, "clean")  # both move to history.jsonl
-    (home / "state.json").unlink()  # and state.json, with its next_id, is gone
+    (home / "state.json").unlink()  # and state.json, with its next_id, is gone: refused, not a fresh start
+    refused = jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash a.sh", check=False)
+    assert refused.returncode == 1 and "state.json is missing" in refused.stderr
+    (home / "state.json").write_text('{"jobs": []}')  # an empty queue, on purpose
     third = submit(home, src, "bash a.sh")
     assert third == second + 1
     manage_until(home, [third], {"finished"})
     (home / "history.jsonl").unlink()
-    (home / "state.json").unlink()
+    (home / "last_id").unlink()
+    (home / "state.json").write_text('{"jobs": []}')
     assert submit(home, src, "bash a.sh") == third + 1  # the logs still name the ids used
 
 

@@ -114,7 +114,8 @@ def test_data_is_fsynced_before_the_rename_and_a_failed_rename_keeps_the_old_fil
         add(store)
     assert calls.index("replace state.json") > calls.index("replace state.json.bak") > 0
     # The new file's data reached the disk before the rename that makes it state.json.
-    assert calls.index("fsync state.json.tmp") < calls.index("replace state.json")
+    synced_temp = next(i for i, c in enumerate(calls) if c.startswith("fsync .state.json.") and c.endswith(".tmp"))
+    assert synced_temp < calls.index("replace state.json")
     assert home.state_file.read_bytes() == good  # the crash left the last good file in place
     assert [j.id for j in store.load().jobs] == [1]
 
@@ -140,11 +141,12 @@ def test_a_held_lock_times_out_with_a_busy_error(tmp_path: Path) -> None:
 # ---- round trip ----------------------------------------------------------------------------------
 
 HOSTILE = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
+ENV_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(lambda n: not n.startswith("JOBTPU_"))
 
 
 @settings(max_examples=60, deadline=None)
 @given(cmd=HOSTILE.filter(str.strip), name=HOSTILE, tags=st.lists(HOSTILE, max_size=3),
-       env=st.dictionaries(HOSTILE, HOSTILE, max_size=3), reason=st.sampled_from([None, "exit 3", "lost"]))
+       env=st.dictionaries(ENV_NAMES, HOSTILE, max_size=3), reason=st.sampled_from([None, "exit 3", "lost"]))
 def test_every_field_survives_a_save_and_load(tmp_path_factory: pytest.TempPathFactory, cmd: str, name: str,
                                               tags: list[str], env: dict[str, str], reason: str | None) -> None:
     home = Home(tmp_path_factory.mktemp("rt"))
@@ -193,7 +195,21 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
     ({"cmd": "  "}, "job 1: field 'cmd' is empty"),
     ({"id": 0}, "job 0: field 'id' must be a positive integer"),
     ({"status": "running", "machine": None}, "job 1: a running job needs a 'machine'"),
-    ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: attempts: field 'n' has the wrong type (str)"),
+    ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: attempts[0].n must be an integer (got a string)"),
+    ({"attempts": [{"n": 0, "machine": "m"}, 5]}, "job 1: attempts[1] must be an object"),
+    ({"attempts": [{"n": 0, "machine": "m", "outcome": "meh"}]}, "job 1: attempts[0].outcome must be null, 'finished'"),
+    ({"attempts": {"n": 0}}, "job 1: field 'attempts' must be a list"),
+    ({"ending": {"status": "running", "reason": None}}, "job 1: ending.status must be one of failed, finished, killed"),
+    ({"ending": {"status": "failed", "recover": "again"}}, "job 1: ending.recover must be one of resume, rerun"),
+    ({"ending": []}, "job 1: ending must be an object or null"),
+    ({"archive": "../../etc/x.tar.gz"}, "job 1: field 'archive' must be an archive's bare file name"),
+    ({"archive": "$(reboot).tar.gz"}, "job 1: field 'archive' must be an archive's bare file name"),
+    ({"env": {"A B": "x"}}, "job 1: field 'env': 'A B' is not a variable name"),
+    ({"env": {"JOBTPU_USER": "x"}}, "job 1: field 'env': 'JOBTPU_USER' is not a variable name"),
+    ({"alloc": {"gpu;rm": [0]}}, "job 1: field 'alloc': 'gpu;rm' is not a resource name"),
+    ({"alloc": {"gpu": [5000]}}, "job 1: field 'alloc': alloc.gpu must list at most 1024 indices"),
+    ({"timeout": -1}, "job 1: field 'timeout' must be a number of seconds above 0"),
+    ({"recoveries": -1}, "job 1: field 'recoveries' must be 0 or more"),
     ({"attempts": [{"n": 0, "machine": "m", "colour": 1}]}, "colour"),
     ({"alloc": {"gpu": 1}}, "job 1: field 'alloc' maps resource names to lists of indices"),
     ({"req": ["gpu=x"]}, "job 1: field 'req': --req 'gpu=x': a resource request is NAME=COUNT"),
@@ -213,6 +229,12 @@ def test_invalid_job_edits_are_refused_precisely(tmp_path: Path, edit: dict[str,
     ({"jobs": [5]}, "state.json: jobs[0]: must be an object"),
     ({"next_id": "3"}, "state.json: 'next_id' must be an integer"),
     ({"machines": {"m": 1}}, "state.json: 'machines' must map names to objects"),
+    ({"machines": {"m": {"operation": "x"}}}, "state.json: machine 'm': operation must be an object or null (got a string)"),
+    ({"machines": {"m": {"operation": {"kind": "x"}}}}, "state.json: machine 'm': operation.kind must be one of create, delete (got 'x')"),
+    ({"machines": {"m": {"setup": {"status": 1}}}}, "state.json: machine 'm': setup.status must be a string (got an integer)"),
+    ({"machines": {"m": {"failures": "2"}}}, "state.json: machine 'm': failures must be an integer (got a string)"),
+    ({"machines": {"m": {"host_keys": [5]}}}, "state.json: machine 'm': host_keys must be a list, per worker, of lists of key strings"),
+    ({"jobs": [{"id": 1}]}, "state.json: job 1: field 'user' is missing"),
     ({"jobs": [record(), record(cmd="other")]}, "state.json: job id 1 appears twice"),
 ])
 def test_invalid_top_level_edits_are_refused_precisely(tmp_path: Path, doc: Any, needle: str) -> None:

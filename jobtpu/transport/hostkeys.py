@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..home import Home
+from ..home import Home, open_lock, write_atomic
 from ._paramiko import paramiko
 
 _known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
@@ -86,7 +86,7 @@ def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
     """Hold the known_hosts lock; yield its lines; write them back atomically if the list changed."""
     home.ensure()
     with _known_lock:
-        fd = os.open(home.root / "known_hosts.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock(home.root / "known_hosts.lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -96,13 +96,7 @@ def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
             before = list(lines)
             yield lines
             if lines != before:
-                tmp = home.known_hosts.with_name(f".known_hosts.{os.getpid()}.{threading.get_ident()}.tmp")
-                with open(tmp, "w") as f:
-                    f.write("".join(line + "\n" for line in lines))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, home.known_hosts)
+                write_atomic(home.known_hosts, "".join(line + "\n" for line in lines).encode())
         finally:
             os.close(fd)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ..errors import RemoteError
+from ..home import create_temp, make_dirs, rename_synced
 from ..scripts import RUN_SCRIPT
 from .base import Endpoint, Result
 
@@ -32,17 +31,15 @@ class LocalTransport:
         """Copy to a temporary file of its own next to the target, then rename: atomic, and copies made
         at once (the threads of one pass, or two passes) never write into each other's file."""
         target = Path(remote).expanduser()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        make_dirs(target.parent)
+        fd, tmp = create_temp(target)  # never through a symlink planted in the run folder
         try:
-            with open(local, "rb") as src, os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.chmod(tmp, 0o644)  # as the rsync push leaves it; mkstemp makes it 0600
-            os.replace(tmp, target)
+            with os.fdopen(fd, "wb") as out, open(local, "rb") as source:
+                shutil.copyfileobj(source, out)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            tmp.unlink(missing_ok=True)
             raise
+        rename_synced(tmp, target)
 
     def pull(self, remote: str, local: Path) -> None:
         source = Path(remote).expanduser()
