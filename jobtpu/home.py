@@ -5,6 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# What jobtpu itself writes at the top of a home (with their .bak/.lock/.tmp companions): never part
+# of a snapshot, even when the folder snapshotted is the home or holds it. machines.json is the user's.
+_OWN_FOLDERS = frozenset({"archives", "cache", "logs", "results", "run"})
+_OWN_FILES = ("state.json", "secrets.json", ".secrets.json", "history.jsonl", "known_hosts", "manage.lock")
+
+
+def is_own_entry(name: str) -> bool:
+    """Whether `name`, directly in a home, is one of jobtpu's own files or folders."""
+    return name in _OWN_FOLDERS or any(name == f or name.startswith(f + ".") for f in _OWN_FILES)
+
 
 class Home:
     """A home folder. A plain class, not a dataclass: `jobtpu status` must not pay for importing
