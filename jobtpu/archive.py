@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home import is_own_entry
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-_T = TypeVar("_T")
 LARGE_SNAPSHOT_BYTES = 300 * 1024 * 1024
 COMPRESS_LEVEL = 1  # half the time of level 6 for ~10% more bytes to upload (measured with bench/snapshot.py)
 _CACHE_NAME = ".hashcache.json"
@@ -93,7 +92,7 @@ class _Private:
             below = rel if not self.home else rel[len(self.home) + 1:] if rel.startswith(self.home + "/") else ""
             if below and is_own_entry(below.split("/", 1)[0]):
                 return True
-        return any(rel == f or rel.startswith(f + "/") for f in self.folders)
+        return bool(self.folders) and any(rel == f or rel.startswith(f + "/") for f in self.folders)
 
 
 def _inside(real_src: str, path: Path) -> str | None:
@@ -113,9 +112,13 @@ class _Listing:
 def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], private: _Private) -> _Listing:
     src = tree.root
     inc, exc = _compile_globs(include), _compile_globs(exclude)
-    names = _git_files(src)
-    if names is not None and not inc and _git_ignores(src):
-        raise JobtpuError(f"git ignores the folder to snapshot, {src}, so the job would get none of its files",
+    ignored = _git_ignores(src)  # runs alongside ls-files
+    try:
+        names = _git_files(src)
+    finally:
+        src_ignored = ignored()  # reaped even when ls-files fails
+    if src_ignored and names is not None and not inc:
+        raise JobtpuError(f"git ignores the folder to snapshot, so the snapshot would leave out its files: {src}",
                           hint="snapshot a folder the checkout does not ignore, or take its files with "
                                "--include GLOB (e.g. --include '*')")
     keep = set(names if names is not None else _walk(src, exc, private, ignore=True))
@@ -133,7 +136,8 @@ def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], privat
         except FileNotFoundError:
             continue  # tracked by git but deleted from the working tree
         except OSError as e:
-            raise JobtpuError(f"cannot read {e.filename}: {e.strerror}", hint=_exclude_hint(rel)) from e
+            where = e.filename or os.path.join(src, rel)
+            raise JobtpuError(f"cannot read {where}: {e.strerror}", hint=_exclude_hint(rel)) from e
         if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             out.append((rel, st))
     return _Listing(out, hidden)
@@ -173,16 +177,25 @@ class _Tree:
 
     def lstat(self, rel: str) -> os.stat_result:
         fd, name = self._locate(rel)
-        return self._call(rel, lambda: os.stat(name, dir_fd=fd, follow_symlinks=False))
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError as e:
+            raise self._named(e, rel) from e
 
     def readlink(self, rel: str) -> str:
         fd, name = self._locate(rel)
-        return self._call(rel, lambda: os.readlink(name, dir_fd=fd))
+        try:
+            return os.readlink(name, dir_fd=fd)
+        except OSError as e:
+            raise self._named(e, rel) from e
 
     def open(self, rel: str) -> BinaryIO:
         """rel for reading; an OSError naming its full path unless it is still a regular file."""
         fd, name = self._locate(rel)
-        file_fd = self._call(rel, lambda: os.open(name, _FILE_FLAGS, dir_fd=fd))
+        try:
+            file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
+        except OSError as e:
+            raise self._named(e, rel) from e
         if not stat.S_ISREG(os.fstat(file_fd).st_mode):
             os.close(file_fd)
             raise OSError(errno.EINVAL, "it is no longer a regular file", os.path.join(self.root, rel))
@@ -217,12 +230,6 @@ class _Tree:
         except OSError:
             return False
 
-    def _call(self, rel: str, fn: Callable[[], _T]) -> _T:
-        try:
-            return fn()
-        except OSError as e:
-            raise self._named(e, rel) from e
-
     def _named(self, e: OSError, rel: str) -> OSError:
         """The same error naming the full path, not just the last component. A folder on the way that
         is now a file (ENOTDIR) means the path is gone, as a deleted one is."""
@@ -251,10 +258,16 @@ def _git_files(src: str) -> list[str] | None:
     return [os.fsdecode(n) for n in proc.stdout.split(b"\0") if n and not n.endswith(b"/")]
 
 
-def _git_ignores(src: str) -> bool:
-    """Whether the checkout's ignore rules cover src itself: git then lists none of its untracked files."""
+def _git_ignores(src: str) -> Callable[[], bool]:
+    """Starts asking whether the checkout's ignore rules cover src itself (git then lists none of its
+    untracked files); the answer, False outside a checkout, comes from calling the result."""
     cmd = ["git", "-C", src, "check-ignore", "-q", "."]
-    return subprocess.run(cmd, capture_output=True, env=_env(), check=False).returncode == 0
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=_env())
+    except OSError:  # no git at all
+        return lambda: False
+    return lambda: proc.wait() == 0
 
 
 _Rule = tuple[str, re.Pattern[str], bool, bool]  # (base relpath, regex, negation, directory_only)
@@ -518,7 +531,7 @@ def _archive(tree: _Tree, entries: list[tuple[str, os.stat_result]], archives_di
     miss_bytes = sum(st.st_size for _, st in misses)
     bar = _Bar(console, miss_bytes + size)
     tmp, cache_tmp = _tmp_name(archives_dir), _tmp_name(archives_dir)
-    archiver = _Archiver(src_s, entries, tmp) if miss_bytes > _HASH_FIRST_BYTES else None
+    archiver: _Archiver | None = None
     hashed = 0
 
     def on_bytes(n: int) -> None:
@@ -526,12 +539,15 @@ def _archive(tree: _Tree, entries: list[tuple[str, os.stat_result]], archives_di
         hashed += n
         bar.update(hashed + (archiver.done if archiver else 0))
 
-    try:
+    try:  # from here on, any exception (Ctrl-C, SIGTERM) stops the archiver and removes tmp
+        if miss_bytes > _HASH_FIRST_BYTES:
+            archiver = _Archiver(src_s, entries, tmp)
         for rel, st in misses:
             try:
                 shas[rel] = _hash_file(tree, rel, on_bytes)
             except OSError as e:
-                raise JobtpuError(f"cannot read {e.filename}: {e.strerror}", hint=_exclude_hint(rel)) from e
+                where = e.filename or os.path.join(src_s, rel)
+                raise JobtpuError(f"cannot read {where}: {e.strerror}", hint=_exclude_hint(rel)) from e
             if st.st_mtime_ns < t0 - _RACY_NS:  # as git's racy check: an edit in the same tick is caught
                 cache[os.path.join(src_s, rel)] = [*_stamp(st), shas[rel]]
         digest = hashlib.sha256()
