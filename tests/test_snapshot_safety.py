@@ -189,3 +189,14 @@ def test_an_interrupted_snapshot_stops_at_once_and_leaves_nothing(tmp_path: Path
     assert took < 1.0, f"took {took:.2f}s to stop"
     assert sorted(p.name for p in archives.iterdir() if p.name != ".hashcache.json") == []
     assert status(home) == {}
+
+
+def test_a_temporary_archive_left_by_a_dead_submit_is_removed_by_the_next(tmp_path: Path) -> None:
+    # SIGKILL or a power cut leaves no chance to clean up: the next snapshot does it for the dead process
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", PROJECT)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    write_tree(home / "archives", {f".snapshot.{pid_max + 1}.0123abcd.tmp": b"\0" * 1000,  # no such process
+                                   f".snapshot.{os.getpid()}.4567cdef.tmp": "still being written"})
+    jobtpu(home, "submit", "--dir", str(src), "--cmd", "true")
+    assert sorted(p.name for p in (home / "archives").glob("*.tmp")) == [f".snapshot.{os.getpid()}.4567cdef.tmp"]
