@@ -346,14 +346,16 @@ def _glob_match(rel: str, globs: list[re.Pattern[str]]) -> bool:
 
 
 class _Bar:
-    """A transient progress bar, shown only once the snapshot has taken _PROGRESS_AFTER seconds."""
+    """A transient progress bar, shown only once the snapshot has taken _PROGRESS_AFTER seconds, and
+    only on a terminal: elsewhere rich draws nothing but leaves an empty line behind when it stops."""
 
     def __init__(self, console: Console, total: int) -> None:
         self.console, self.total, self.start = console, total, time.monotonic()
         self.progress: Progress | None = None
+        self.wanted = console.is_terminal
 
     def update(self, done: int) -> None:
-        if self.progress is None and time.monotonic() - self.start > _PROGRESS_AFTER:
+        if self.progress is None and self.wanted and time.monotonic() - self.start > _PROGRESS_AFTER:
             from rich.progress import DownloadColumn, Progress
             self.progress = Progress(*Progress.get_default_columns(), DownloadColumn(), console=self.console,
                                      transient=True)

@@ -169,6 +169,7 @@ def test_an_interrupted_snapshot_stops_at_once_and_leaves_nothing(tmp_path: Path
                                                                   sig: signal.Signals, code: int, line: str) -> None:
     home = make_home(tmp_path)
     archives = home / "archives"
+    started = time.monotonic()
     proc = subprocess.Popen([*JOBTPU, "--home", str(home), "submit", "--dir", str(big_src), "--cmd", "true"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "JOBTPU_USER": "tester"},
@@ -181,6 +182,7 @@ def test_an_interrupted_snapshot_stops_at_once_and_leaves_nothing(tmp_path: Path
         return any(size(p) > (4 << 20) for p in partial if p.name != ".hashcache.json")
 
     wait_for(archiving, timeout=60, interval=0.02, what="the snapshot to be mid-way")
+    time.sleep(max(0.0, started + 1.5 - time.monotonic()))  # long enough for a progress bar to be up
     sent = time.monotonic()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
