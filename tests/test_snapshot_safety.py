@@ -82,9 +82,10 @@ def test_submit_from_inside_the_home_packs_none_of_its_files(tmp_path: Path, lay
             git(project, "add", "-f", "-A")
             git(project, "commit", "-q", "-m", "everything")
     by_rule = layout == "found-by-machines-json"
-    first = submit_json(home, project, use_home_flag=not by_rule, cwd=project)
+    extra = ("--include", "*") if layout == "git-untracked" else ()  # naming everything takes none of them
+    first = submit_json(home, project, *extra, use_home_flag=not by_rule, cwd=project)
     assert (home / "state.json").exists() and (home / "secrets.json").exists()
-    second = submit_json(home, project, use_home_flag=not by_rule, cwd=project)
+    second = submit_json(home, project, *extra, use_home_flag=not by_rule, cwd=project)
     in_home = "home/" if layout == "home-in-subfolder" else ""
     expected = {**PROJECT, f"{in_home}machines.json": (home / "machines.json").read_text()}
     members = archive_members(home, first["archive"])
