@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import commands
-from .errors import EXIT_ERROR, EXIT_USAGE, JobtpuError
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import find_home
 from .text import printable
 
@@ -145,9 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if e.hint:
             sys.stderr.write(f"hint: {printable(e.hint)}\n")
         return e.exit_code
+    except Terminated:
+        sys.stderr.write("jobtpu: terminated\n")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         sys.stderr.write("jobtpu: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `jobtpu status | head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return EXIT_ERROR

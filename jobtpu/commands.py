@@ -4,13 +4,15 @@ Read-only commands (status, tail, --help) import neither paramiko nor google-clo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import listing
-from .errors import JobtpuError, NotFoundError
+from .errors import JobtpuError, NotFoundError, Terminated
 from .home import Home, find_home
 from .inputs import resolve_user
 from .store import Store, append_line
@@ -75,11 +77,35 @@ def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
     src = Path(args.dir).expanduser()
     from .archive import snapshot  # imported late: rich's progress bar is only needed here
 
-    snap = snapshot(src, home.archives, args.include, args.exclude)
+    # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
+    local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
+    with sigterm_interrupts():
+        snap = snapshot(src, home.archives, args.include, args.exclude, home=home.root, leave_out=local_roots)
     return Job(id=0, user=user, cmd=args.cmd, archive=snap.name, created=time.time(), name=args.name,
                req=list(args.req), pin=args.machine, tags=list(args.tag), rule=args.rule, env=env,
                overrides=overrides, log_stage=args.log_stage, max_recoveries=args.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()))
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises Terminated meanwhile, as Ctrl-C raises KeyboardInterrupt: the work under way
+    cleans up after itself (no half-written archive) instead of the process vanishing mid-write."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def submit(home: Home, args: argparse.Namespace) -> Job:

@@ -8,6 +8,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class JobtpuError(Exception):
@@ -42,3 +44,8 @@ class RemoteError(JobtpuError):
 
 class UnreachableError(RemoteError):
     """The machine could not be reached or refused us before anything ran there."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, where jobtpu asks for it to interrupt like Ctrl-C: cleanup runs, `except Exception` does not
+    swallow it, and the process exits 143."""

@@ -12,6 +12,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# What jobtpu itself writes at the top of a home (with their .bak/.lock/.tmp companions): never part
+# of a snapshot, even when the folder snapshotted is the home or holds it. machines.json is the user's.
+_OWN_FOLDERS = frozenset({"archives", "cache", "logs", "results", "run"})
+_OWN_FILES = frozenset({"state.json", "secrets.json", ".secrets.json", "history.jsonl", "known_hosts", "manage.lock"})
+_OWN_COMPANIONS = tuple(f"{name}." for name in sorted(_OWN_FILES))
+
+
+def is_own_entry(name: str) -> bool:
+    """Whether `name`, directly in a home, is one of jobtpu's own files or folders (checked for every
+    file of a snapshot of the home, so one set lookup or one startswith)."""
+    return name in _OWN_FOLDERS or name in _OWN_FILES or name.startswith(_OWN_COMPANIONS)
+
 
 class Home:
     """A home folder. A plain class, not a dataclass: `jobtpu status` must not pay for importing

@@ -203,16 +203,16 @@ def test_unreadable_file_names_it_and_suggests_exclude(tmp_path: Path, monkeypat
     src = write(tmp_path / "src", {"ok.py": "x", "secret.key": "x"})
     real = archive._hash_file
 
-    def deny(path: str, on_bytes: object) -> str:
-        if path.endswith("secret.key"):
-            raise PermissionError(13, "Permission denied")
-        return real(path, on_bytes)  # type: ignore[arg-type]
+    def deny(tree: archive._Tree, rel: str, on_bytes: object) -> str:
+        if rel.endswith("secret.key"):
+            raise PermissionError(13, "Permission denied", os.path.join(tree.root, rel))
+        return real(tree, rel, on_bytes)  # type: ignore[arg-type]
 
     monkeypatch.setattr(archive, "_hash_file", deny)
     with pytest.raises(JobtpuError, match="secret.key") as e:
         snapshot(src, tmp_path / "archives", console=quiet())
     assert "--exclude" in (e.value.hint or "")
-    assert [p.name for p in (tmp_path / "archives").iterdir() if p.name.startswith(".tmp")] == []
+    assert [p.name for p in (tmp_path / "archives").iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_large_snapshot_warns_on_the_console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
