@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
+import secrets as random_ids
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +31,7 @@ from .decide import (
     refs_of,
     wants_recreate,
 )
-from .errors import BusyError, RemoteError, UnreachableError
+from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .model import Ending, Job, Status
@@ -72,6 +74,7 @@ class Pass:
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
         self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this pass
         self._tpu: Any = None
+        self._home_id: str | None = None
         # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
             if isinstance(record.get("addresses"), list):
@@ -82,6 +85,12 @@ class Pass:
             from .tpu import TpuApi  # google-cloud is loaded only when a TPU machine is in play
             self._tpu = TpuApi(self.fleet.gcp)
         return self._tpu
+
+    @property
+    def home_id(self) -> str:
+        if self._home_id is None:
+            self._home_id = home_id(self.home)
+        return self._home_id
 
     # ---- helpers ----------------------------------------------------------------------------
     def endpoints(self, machine: Machine) -> list[Endpoint]:
@@ -122,6 +131,34 @@ class Pass:
             self.state.next_id = disk.next_id
         # What is on disk now is the base of the next commit.
         self.base = {j.id: j.to_json() for j in self.state.jobs}
+
+
+HOME_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def home_id(home: Home) -> str:
+    """The home's stable random id, made once (file `home_id`): part of the marker in every job
+    process's environment, so that a worker tells this home's jobs from another home's."""
+    path = home.root / "home_id"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        home.ensure()
+        made = random_ids.token_hex(8)
+        tmp = home.root / f".home_id.{made}.tmp"  # unique: threads of one process may race here too
+        tmp.write_text(made + "\n")
+        try:
+            os.link(tmp, path)  # all or nothing, and the first of two racing makers wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        text = path.read_text().strip()
+    if not HOME_ID.match(text):
+        raise JobtpuError(f"{path} does not hold a home id (16 hex digits): {text[:40]!r}",
+                          hint="restore it; deleting it gives the home a new id, and its running jobs "
+                               "are then no longer recognised on their machines")
+    return text
 
 
 @contextlib.contextmanager
@@ -228,7 +265,7 @@ def observe(p: Pass) -> Observation:
 
 def probe(p: Pass, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs])
+    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 
@@ -316,17 +353,20 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
 
 
 def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict[str, str]) -> dict[str, str]:
-    env = {**job.env, **secrets}
-    env.update({
+    """The job's environment in the order it is applied: jobtpu's own variables first, so that an
+    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
+    env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
         "JOBTPU_NUM_WORKERS": str(workers), "JOBTPU_MACHINE": machine.name,
-    })
+    }
     for resource, indices in job.alloc.items():
         if resource != "slot":
             env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
     if "gpu" in job.alloc:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    for name, value in {**job.env, **secrets}.items():
+        env.setdefault(name, value)
     return env
 
 
@@ -341,7 +381,7 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu)
+                          tpu_cleanup=machine.is_tpu, home_id=p.home_id, literal=frozenset(secrets))
         try:
             result = parse_launch(p.run_on(machine, ep, launch_script([spec])))
             if (r := result.get(spec.ref)) is not None and r.outcome == "need-archive":
@@ -412,7 +452,8 @@ def _kill(p: Pass, action: Kill, now: float) -> str | None:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            return parse_kill(p.run_on(machine, ep, kill_script(machine.root, [ref]))).get(ref, False)
+            script = kill_script(machine.root, [ref], home_id=p.home_id)
+            return parse_kill(p.run_on(machine, ep, script)).get(ref, False)
         except RemoteError:
             return False
 

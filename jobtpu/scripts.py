@@ -9,6 +9,9 @@ every per-worker file is named by attempt and worker index):
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
+starts with it, children inherit it), so a job's processes are found through /proc even after they
+left its process group (setsid, double fork) or when its pid file is missing.
 """
 
 from __future__ import annotations
@@ -49,6 +52,20 @@ class LaunchSpec:
     command: str  # the job's full command, run by bash -c
     env: dict[str, str]
     tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
+    home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
+    literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
+
+    @property
+    def mark(self) -> str:
+        return marker(self.home_id, self.ref)
+
+
+MARK_VAR = "JOBTPU_MARK"
+
+
+def marker(home_id: str, ref: WorkerRef) -> str:
+    """The value of JOBTPU_MARK in every process of this worker of this job of this home."""
+    return f"{home_id}.{ref.job}.{ref.attempt}.{ref.worker}"
 
 
 def q(value: str) -> str:
@@ -62,41 +79,107 @@ def _root(root: str) -> str:
 
 # ---- launch ---------------------------------------------------------------------------------------
 
-def env_file(env: dict[str, str]) -> str:
-    """The job's environment as shell exports, written to a file only its user can read and sourced
-    by the wrapper: values (secrets among them) never appear on a command line that `ps` shows."""
-    return "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+def env_file(env: dict[str, str], literal: Iterable[str] = ()) -> str:
+    """The job's environment as bash array appends, sourced by the wrapper (which exports nothing
+    itself) and applied only in the process that runs the command. Values (secrets among them) never
+    appear on a command line that `ps` shows. Mode `x`: $NAME and ${NAME} are expanded at job start
+    (see EXPAND); mode `=`: the value is taken as it is."""
+    fixed = set(literal)
+    return "".join(f"_jt_n+=({q(name)}); _jt_m+=({'=' if name in fixed else 'x'}); _jt_v+=({q(value)})\n"
+                   for name, value in env.items())
 
 
 # Run by a detached process-group leader: its pid and /proc start time into "$1.pid", atomically, so
-# that LIVE_PID can tell it from a later process that reuses the pid.
-RECORD_PID = 'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"'
+# that LIVE_PID can tell it from a later process that reuses the pid. Fails unless the record reads
+# back whole: a full disk or an unwritable folder must stop the start, not leave a job nobody can see.
+RECORD_PID = ('read -r -a s < /proc/$$/stat && echo "$$ ${s[21]}" > "$1.pid.tmp" && mv -f "$1.pid.tmp" "$1.pid"'
+              ' && read -r _p _t < "$1.pid" && [ "$_p $_t" = "$$ ${s[21]}" ]')
+NO_PID_RECORD = 97  # the wrapper's exit code when it could not record its pid (it started nothing)
+
+# $NAME and ${NAME} in an --env value take the value of the environment variable NAME at job start
+# on the worker (after the --env values before it), like a shell would; empty when it is not in the
+# environment (bash's own variables, like RANDOM, are not). `\$` is a literal `$`. Nothing else is
+# interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value can never run a command.
+# Pure bash (no eval, no external tool): the job's PATH may already be in force when it runs.
+EXPAND = r"""_jt_expand() {
+  local _jt_s=$1 _jt_pre _jt_name _jt_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
+  local _jt_bs='\' _jt_ds='$'
+  _jt_x=""
+  while :; do
+    _jt_pre=${_jt_s%%["$_jt_bs$_jt_ds"]*}; _jt_x+=$_jt_pre; _jt_s=${_jt_s:${#_jt_pre}}
+    [ -z "$_jt_s" ] && return 0
+    if [ "${_jt_s:0:2}" = "$_jt_bs$_jt_ds" ]; then _jt_x+=$_jt_ds; _jt_s=${_jt_s:2}; continue; fi
+    if [ "${_jt_s:0:1}" = "$_jt_bs" ]; then _jt_x+=$_jt_bs; _jt_s=${_jt_s:1}; continue; fi
+    if [ "${_jt_s:1:1}" = "{" ]; then
+      _jt_name=${_jt_s:2}; _jt_name=${_jt_name%%[!$_jt_w]*}
+      if [ -n "$_jt_name" ] && [[ ${_jt_name:0:1} != [0123456789] ]] && [ "${_jt_s:$((2 + ${#_jt_name})):1}" = "}" ]; then
+        [[ ${!_jt_name@a} == *x* ]] && _jt_x+=${!_jt_name}; _jt_s=${_jt_s:$((3 + ${#_jt_name}))}; continue
+      fi
+    else
+      _jt_name=${_jt_s:1}; _jt_name=${_jt_name%%[!$_jt_w]*}
+      if [ -n "$_jt_name" ] && [[ ${_jt_name:0:1} != [0123456789] ]]; then
+        [[ ${!_jt_name@a} == *x* ]] && _jt_x+=${!_jt_name}; _jt_s=${_jt_s:$((1 + ${#_jt_name}))}; continue
+      fi
+    fi
+    _jt_x+=$_jt_ds; _jt_s=${_jt_s:1}
+  done
+}"""
 
 
 def wrapper(command: str) -> str:
-    """What runs as the process-group leader: record pid, load and delete the env file, run the
-    command, record its exit code. $1 is the absolute path stem of the worker's meta files."""
+    """What runs as the process-group leader, in the login environment (never the job's, so an --env
+    PATH cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file
+    and delete it before the command starts; apply the env only in the process that becomes the
+    command; record its exit code. $1 is the absolute path stem of the worker's meta files."""
     return (
-        f"{RECORD_PID}\n"
-        '. "$1.env" && rm -f "$1.env"\n'
-        f"bash -c {q(command)}\n"
+        f"{RECORD_PID} || {{ rm -f \"$1.pid.tmp\"; "
+        f"echo \"jobtpu: cannot write the pid record $1.pid; the command was not started\" >&2; exit {NO_PID_RECORD}; }}\n"
+        "_jt_n=(); _jt_m=(); _jt_v=()\n"
+        '. "$1.env"; _jt_read=$?; rm -f "$1.env"\n'
+        'if [ "$_jt_read" != 0 ] || [ -e "$1.env" ]; then\n'
+        '  echo "jobtpu: the job\'s environment file $1.env could not be read or deleted; the command was not started" >&2\n'
+        '  echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1\n'
+        "fi\n"
+        f"{EXPAND}\n"
+        "(\n"
+        '  for _jt_i in "${!_jt_n[@]}"; do\n'
+        '    _jt_x=${_jt_v[_jt_i]}; [ "${_jt_m[_jt_i]}" = x ] && _jt_expand "$_jt_x"\n'
+        '    export "${_jt_n[_jt_i]}=$_jt_x"\n'
+        "  done\n"
+        f"  exec \"$BASH\" -c {q(command)}\n"
+        ")\n"
         'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
     )
+
+
+# The live processes of this home's jobs: `pid job attempt worker` lines, read from the marker in
+# /proc/*/environ (readable for the same user, or root). Needs `hid` set to the home's id.
+MARKS = r"""marks() {
+  grep -HzoE -- "^JOBTPU_MARK=$hid[.][0-9]+[.][0-9]+[.][0-9]+$" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
+    sed -n 's|^/proc/\([0-9]*\)/environ:JOBTPU_MARK=[^.]*[.]\([0-9]*\)[.]\([0-9]*\)[.]\([0-9]*\)$|\1 \2 \3 \4|p'
+}
+marked() { marks | while read -r _p _j _a _w; do [ "$_j $_a $_w" = "$1 $2 $3" ] && echo "$_p"; done; }"""
+
+
+# Succeeds once the process $1 (a child of this shell) has exited: gone, or a zombie not yet reaped.
+ENDED = r"""ended() { local s; read -r -a s < "/proc/$1/stat" 2>/dev/null || return 0; [ "${s[2]}" = Z ]; }"""
 
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
     """Start every given worker detached, idempotently. One line per worker:
     `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... fail WHY`."""
-    parts = ["set -u"]
+    parts = ["set -u", MARKS, ENDED]
     for spec in specs:
         r = spec.ref
         parts.append(f"""(
-r={_root(spec.root)}; out="LAUNCH {r.stem}"
+r={_root(spec.root)}; out="LAUNCH {r.stem}"; hid={q(spec.home_id)}
 mkdir -p "$r/meta/{r.job}" "$r/jobs" || {{ echo "$out fail cannot create $r"; exit; }}
 m=$(cd "$r/meta/{r.job}" && pwd -P) || exit; b="$m/{r.attempt}.{r.worker}"
 if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
 if ! mkdir "$b.claim" 2>/dev/null; then
   if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
+  # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
+  if [ -n "$(marked {r.job} {r.attempt} {r.worker})" ]; then echo "$out pending"; exit; fi
   rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
 fi
 j="$r/jobs/{r.job}"
@@ -110,10 +193,18 @@ if [ ! -d "$j" ]; then
 fi
 {TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
-(umask 077; printf '%s' {q(env_file(spec.env))} > "$b.env") || {{ rmdir "$b.claim"; echo "$out fail env file"; exit; }}
-setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
-for i in $(seq 200); do [ -s "$b.pid" ] && break; sleep 0.02; done
-if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$out pending"; fi
+(umask 077; printf '%s' {q(env_file(spec.env, spec.literal))} > "$b.env") || {{ rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }}
+env {MARK_VAR}={q(spec.mark)} setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
+w=$!
+for i in $(seq 200); do [ -s "$b.pid" ] && break; ended "$w" && break; sleep 0.02; done
+if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
+ended "$w" || {{ echo "$out pending"; exit; }}
+wait "$w"; c=$?
+# 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
+[ "$c" = 0 ] && {{ echo "$out pending"; exit; }}
+rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
+if [ "$c" = {NO_PID_RECORD} ]; then echo "$out fail cannot write the pid record $b.pid (disk full or not writable); the command was not started"
+else echo "$out fail the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
 )""")
     return "\n".join(parts) + "\n"
 
@@ -150,21 +241,27 @@ LIVE_PID = r"""live_pid() {
     read -r -a s < "/proc/$pid/stat" 2>/dev/null && [ "${s[2]}" != Z ] && [ "${s[21]:-}" = "$st" ] && echo "$pid"
 }"""
 
-def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
-    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed`
-    line, then `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
+                 home_id: str = "") -> str:
+    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed
+    at marked` line (marked: how many processes carry its marker), then `L job attempt worker offset
+    BASE64` with the log bytes past that offset (at most `chunk`)."""
     lines = [
         "set -u",
-        f"r={_root(root)}",
+        f"r={_root(root)}; hid={q(home_id)}",
         LIVE_PID,
+        MARKS,
+        # One scan of /proc for every worker asked about: " job.attempt.worker " once per process.
+        'all=" $(marks | while read -r _p j a w; do printf \'%s \' "$j.$a.$w"; done)"',
         "p() {",
-        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x',
+        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x rest=$all n=0',
         '  [ -s "$b.pid" ] && read -r pid x < "$b.pid"',
         '  live_pid "$b.pid" > /dev/null && alive=1',
         '  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)',
         '  [ -e "$b.claim" ] && claim=1',
         '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
-        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at"',
+        '  while [[ $rest == *" $1.$2.$3 "* ]]; do n=$((n + 1)); rest=${rest#*" $1.$2.$3 "}; rest=" $rest"; done',
+        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at $n"',
         '  if [ "$size" -gt "$4" ]; then',
         f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
         # An exited worker whose log is further behind than one pull: its end, to classify the failure.
@@ -189,6 +286,7 @@ class WorkerState:
     log_bytes: bytes = b""
     exited_at: float | None = None  # when the exit record was written (the worker's clock)
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
+    marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
 
     @property
     def started(self) -> bool:
@@ -199,12 +297,13 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
     states: dict[WorkerRef, WorkerState] = {}
     for line in stdout.splitlines():
         words = line.split(" ")
-        if words[0] == "W" and len(words) == 10:
+        if words[0] == "W" and len(words) in (10, 11):
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             states[ref] = WorkerState(
                 ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
                 exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
-                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]))
+                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]),
+                marked=int(words[10]) if len(words) == 11 and words[10].isdigit() else 0)
         elif words[0] == "L" and len(words) in (5, 6):
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             if ref in states:
@@ -228,34 +327,46 @@ def _number(word: str) -> float | None:
 
 # ---- kill -----------------------------------------------------------------------------------------
 
-def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0) -> str:
-    """TERM each worker's whole process group, KILL what is left after `grace` seconds.
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "") -> str:
+    """TERM each worker's whole process group and every process that carries its marker (those that
+    left the group by setsid or a double fork too), KILL what is left after `grace` seconds.
     One `K job attempt worker gone|stuck` line per worker."""
     refs = list(refs)
+    wanted = " ".join(f"{r.job}.{r.attempt}.{r.worker}" for r in refs)
     lines = [
         "set -u",
-        f"r={_root(root)}",
+        f"r={_root(root)}; hid={q(home_id)}; wanted=' {wanted} '",
+        MARKS,
         "pg() { local b=\"$r/meta/$1/$2.$3\" p x; [ -s \"$b.pid\" ] && read -r p x < \"$b.pid\" && echo \"$p\"; }",
         # A group is alive while it has a member that is not a zombie.
         "alive() { ps -eo pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f=1} END {exit !f}'; }",
-        "groups=()",
+        # The marked processes of the workers asked about (zombies carry no environment: not listed).
+        "ours() { marks | while read -r p j a w; do [[ $wanted == *\" $j.$a.$w \"* ]] && echo \"$p\"; done; }",
+        # Signal every marked process once per signal: a job's TERM handler is not interrupted again.
+        'hit() { local p; for p in $(ours); do [[ $2 == *" $p "* ]] && continue; kill "-$1" "$p" 2>/dev/null; '
+        'sent="$sent$p "; done; }',
+        "groups=(); sent=' '",
     ]
     for ref in refs:
         lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}) && {{ groups+=(\"$g\"); "
                      f"kill -TERM -- -\"$g\" 2>/dev/null; }}")
     steps = max(1, int(grace / 0.1))
     lines += [
+        'hit TERM "$sent"',
         f"for i in $(seq {steps}); do",
         "  left=0; for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && left=1; done",
-        "  [ $left = 0 ] && break; sleep 0.1",
+        '  [ -n "$(ours)" ] && left=1',
+        '  [ $left = 0 ] && break; hit TERM "$sent"; sleep 0.1',  # a child forked meanwhile gets its TERM too
         "done",
-        "for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
-        "sleep 0.1",
+        "for k in 1 2 3; do",  # a process that forks while it is killed leaves a child: kill it too
+        "  for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
+        "  hit KILL ' '; sleep 0.1",
+        "done",
     ]
     for ref in refs:
         lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}); "
-                     f"if [ -n \"$g\" ] && alive \"$g\"; then echo \"K {ref.stem} stuck\"; "
-                     f"else echo \"K {ref.stem} gone\"; fi")
+                     f"if {{ [ -n \"$g\" ] && alive \"$g\"; }} || [ -n \"$(marked {ref.stem})\" ]; "
+                     f"then echo \"K {ref.stem} stuck\"; else echo \"K {ref.stem} gone\"; fi")
     return "\n".join(lines) + "\n"
 
 
@@ -298,30 +409,36 @@ def make_dirs_script(paths: Iterable[str]) -> str:
     return "mkdir -p -- " + " ".join(q(p) for p in paths) + "\n"
 
 
-def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar")) -> str:
+def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"), home_id: str = "") -> str:
     """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
-    `LIVE job attempt worker pid` line for every job process group alive on this host."""
+    `LIVE job attempt worker pid` line for every live process of this home's jobs on this host: each
+    process that carries a job's marker (an ended job's escaped children among them) and each live
+    process-group leader named by a pid file."""
     return "\n".join([
-        f"r={_root(root)}; d=$r",
+        f"r={_root(root)}; d=$r; hid={q(home_id)}",
         'while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
         'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
         'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
         *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
         LIVE_PID,
+        MARKS,
         'for f in "$r"/meta/*/*.pid; do pid=$(live_pid "$f") || continue',
         '  j=${f%/*}; n=${f##*/}; n=${n%.pid}; echo "LIVE ${j##*/} ${n%%.*} ${n#*.} $pid"',
         "done",
+        'marks | while read -r p j a w; do echo "LIVE $j $a $w $p"; done',
     ]) + "\n"
 
 
-def parse_live(stdout: str) -> dict[WorkerRef, int]:
-    """The job workers alive on a host (from doctor_script), with their process group."""
-    out: dict[WorkerRef, int] = {}
+def parse_live(stdout: str) -> dict[WorkerRef, list[int]]:
+    """The job workers alive on a host (from doctor_script), with their live processes' pids."""
+    out: dict[WorkerRef, list[int]] = {}
     for line in stdout.splitlines():
         words = line.split()
         if len(words) == 5 and words[0] == "LIVE" and all(w.isdigit() for w in words[1:]):
-            out[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = int(words[4])
-    return out
+            pids = out.setdefault(WorkerRef(int(words[1]), int(words[2]), int(words[3])), [])
+            if int(words[4]) not in pids:
+                pids.append(int(words[4]))
+    return {ref: sorted(pids) for ref, pids in out.items()}
 
 
 def parse_doctor(stdout: str) -> dict[str, str]:
