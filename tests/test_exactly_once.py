@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
+from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
 from tests.sshfleet import SshFleet
 
 STALE = 10 * 60  # older than any claim a live launch could hold
@@ -196,3 +196,21 @@ def test_an_env_path_without_the_system_folders_still_runs_and_ends(tmp_path: Pa
 def _log(home: Path, job: int) -> str:
     path = home / "logs" / str(job) / "0.0.log"
     return path.read_text() if path.exists() else ""
+
+
+# ---- tail -f -------------------------------------------------------------------------------------------
+
+def test_tail_follow_ends_with_the_job_s_exit_code_without_a_pass(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, _src(tmp_path), "echo first; sleep 2; echo last; exit 3")
+    manage_until(home, [job], {"running"})
+    follow = subprocess.Popen([*JOBTPU, "--home", str(home), "tail", "-f", str(job)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        out, err = follow.communicate(timeout=20)  # no pass runs meanwhile
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 3, err
+    assert out.split() == ["first", "last"]
+    assert status(home)[job]["status"] == "running"  # only tail saw the end: no pass ran
