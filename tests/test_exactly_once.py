@@ -56,6 +56,28 @@ def test_a_job_whose_pid_record_cannot_be_written_is_never_started(tmp_path: Pat
     assert _ran(ledger) == 0
 
 
+def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    ledger = tmp_path / "ledger"
+    job = submit(home, _src(tmp_path), f"echo ran >> {shlex.quote(str(ledger))}; sleep 30", "--env", "API_KEY=k")
+    # The job's meta folder on a real, tiny file system with room for one page: the env file takes it.
+    folder = _meta(home, job, "pid").parent
+    folder.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
+    try:
+        (folder / "filler").write_bytes(b"x" * 60 * 1024)
+        jobs = manage_until(home, [job], {"failed"}, timeout=60)
+        assert jobs[job]["reason"] == "launch_failed", jobs[job]
+        assert "cannot write the pid record" in jobs[job]["last_line"], jobs[job]
+        assert not list(folder.glob("*.env"))
+        for _ in range(2):
+            jobtpu(home, "manage")
+        time.sleep(0.5)
+        assert _ran(ledger) == 0
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
 def test_a_stale_claim_whose_job_still_has_a_process_is_not_taken_over(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     jobtpu(home, "doctor", "local")  # gives the home its id
