@@ -18,6 +18,7 @@ from .store import Store, append_line
 if TYPE_CHECKING:
     from .fleet import Fleet, Machine
     from .model import Job
+    from .scripts import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.
@@ -270,15 +271,17 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
             code = next((a.exit_code for a in current.attempts if a.n == attempt), None)
             return code if code is not None else 1
         code = attempt_exit_code(workers, current.current.workers if current.current else 1)
+        if code is None:
+            time.sleep(1.0)
+            continue
         ours = next((ws for ref, ws in workers.items() if ref.worker == args.worker), None)
-        if code is not None and ours is not None and offset >= ours.log_size:
-            return code  # every worker's exit record is there and its log is home: no pass needed
-        if code is None or ours is None:
-            time.sleep(1.0)  # else: the log is still behind the end, pull the next part at once
+        if ours is None or offset >= ours.log_size:
+            return code  # every worker's exit record is there and the log is home: no pass needed
+        # else the log is still behind its end: pull the next part at once
     return 0
 
 
-def attempt_exit_code(workers: dict[Any, Any], expected: int) -> int | None:
+def attempt_exit_code(workers: dict[WorkerRef, WorkerState], expected: int) -> int | None:
     """The attempt's exit code once its workers' exit records say it is over, as a pass would decide
     it: the first worker to fail (by its exit record's time, then index), else 0 when all exited 0."""
     if len(workers) < expected:
@@ -287,7 +290,7 @@ def attempt_exit_code(workers: dict[Any, Any], expected: int) -> int | None:
     if failed:
         first = min(failed, key=lambda ws: (ws.exited_at if ws.exited_at is not None else float("inf"),
                                             ws.ref.worker))
-        return int(first.exit_code)
+        return first.exit_code
     if all(ws.exit_code == 0 for ws in workers.values()):
         return 0
     return None

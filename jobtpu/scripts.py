@@ -155,7 +155,7 @@ def wrapper(command: str) -> str:
 # The live processes of this home's jobs: `pid job attempt worker` lines, read from the marker in
 # /proc/*/environ (readable for the same user, or root). Needs `hid` set to the home's id.
 MARKS = r"""marks() {
-  grep -HzoE -- "^JOBTPU_MARK=$hid[.][0-9]+[.][0-9]+[.][0-9]+$" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
+  grep -HzoE -- "^JOBTPU_MARK=${hid}[.][0-9]+[.][0-9]+[.][0-9]+$" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
     sed -n 's|^/proc/\([0-9]*\)/environ:JOBTPU_MARK=[^.]*[.]\([0-9]*\)[.]\([0-9]*\)[.]\([0-9]*\)$|\1 \2 \3 \4|p'
 }
 marked() { marks | while read -r _p _j _a _w; do [ "$_j $_a $_w" = "$1 $2 $3" ] && echo "$_p"; done; }"""
@@ -358,7 +358,7 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
         '  [ -n "$(ours)" ] && left=1',
         '  [ $left = 0 ] && break; hit TERM "$sent"; sleep 0.1',  # a child forked meanwhile gets its TERM too
         "done",
-        "for k in 1 2 3; do",  # a process that forks while it is killed leaves a child: kill it too
+        "for _ in 1 2 3; do",  # a process that forks while it is killed leaves a child: kill it too
         "  for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
         "  hit KILL ' '; sleep 0.1",
         "done",
