@@ -364,6 +364,8 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
         "done",
     ]
     for ref in refs:
+        # A wrapper stopped before it read its env file leaves the job's secrets behind: not any more.
+        lines.append(f'rm -f -- "$r/meta/{ref.job}/{ref.attempt}.{ref.worker}.env"')
         lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}); "
                      f"if {{ [ -n \"$g\" ] && alive \"$g\"; }} || [ -n \"$(marked {ref.stem})\" ]; "
                      f"then echo \"K {ref.stem} stuck\"; else echo \"K {ref.stem} gone\"; fi")

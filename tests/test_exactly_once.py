@@ -142,6 +142,17 @@ def test_kill_over_ssh_stops_children_that_left_the_process_group(ssh_fleet: Ssh
     assert not [p for p in escaped if pid_alive(p)], "a child that left the process group survived kill"
 
 
+def test_kill_leaves_no_env_file_behind(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, _src(tmp_path), "sleep 300", "--env", "API_KEY=k")
+    manage_until(home, [job], {"running"})
+    # As a wrapper stopped before it read the job's environment would leave it.
+    _meta(home, job, "env").write_text("_jt_n+=(API_KEY); _jt_m+=(=); _jt_v+=(k)\n")
+    jobtpu(home, "kill", str(job))
+    assert status(home)[job]["status"] == "killed"
+    assert not _meta(home, job, "env").exists()
+
+
 def test_a_lost_attempt_s_surviving_children_are_stopped(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     job = submit(home, _src(tmp_path), f"sleep 300 & echo $! > {shlex.quote(str(tmp_path))}/child.pid; wait")
