@@ -183,6 +183,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         state = Store(home).load()
         p = Pass(home, fleet, state)
         p.dry_run = dry_run
+        if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
+            home_id(home)
         was = {name: record.get("state") for name, record in state.machines.items()}
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)

@@ -247,3 +247,14 @@ def test_tail_follow_ends_with_the_job_s_exit_code_without_a_pass(tmp_path: Path
     assert follow.returncode == 3, err
     assert out.split() == ["first", "last"]
     assert status(home)[job]["status"] == "running"  # only tail saw the end: no pass ran
+
+
+def test_a_damaged_home_id_is_one_clear_line_and_launches_nothing(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, _src(tmp_path), "echo hi")
+    (home / "home_id").write_text("not an id\n")
+    done = jobtpu(home, "manage", check=False)
+    assert done.returncode == 1
+    assert "home_id does not hold a home id" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert status(home)[job]["status"] == "queued"
+    assert not (home / "run" / "meta").exists()
