@@ -85,15 +85,16 @@ def env_file(env: dict[str, str], literal: Iterable[str] = ()) -> str:
     appear on a command line that `ps` shows. Mode `x`: $NAME and ${NAME} are expanded at job start
     (see EXPAND); mode `=`: the value is taken as it is."""
     fixed = set(literal)
-    return "".join(f"_jt_n+=({q(name)}); _jt_m+=({'=' if name in fixed else 'x'}); _jt_v+=({q(value)})\n"
+    return "".join(f"JOBTPU_w_n+=({q(name)}); JOBTPU_w_m+=({'=' if name in fixed else 'x'}); JOBTPU_w_v+=({q(value)})\n"
                    for name, value in env.items())
 
 
 # Run by a detached process-group leader: its pid and /proc start time into "$1.pid", atomically, so
 # that LIVE_PID can tell it from a later process that reuses the pid. Fails unless the record reads
 # back whole: a full disk or an unwritable folder must stop the start, not leave a job nobody can see.
-RECORD_PID = ('read -r -a s < /proc/$$/stat && echo "$$ ${s[21]}" > "$1.pid.tmp" && mv -f "$1.pid.tmp" "$1.pid"'
-              ' && read -r _p _t < "$1.pid" && [ "$_p $_t" = "$$ ${s[21]}" ]')
+RECORD_PID = ('read -r -a JOBTPU_w_s < /proc/$$/stat && echo "$$ ${JOBTPU_w_s[21]}" > "$1.pid.tmp"'
+              ' && mv -f "$1.pid.tmp" "$1.pid" && read -r JOBTPU_w_p JOBTPU_w_t < "$1.pid"'
+              ' && [ "$JOBTPU_w_p $JOBTPU_w_t" = "$$ ${JOBTPU_w_s[21]}" ]')
 NO_PID_RECORD = 97  # the wrapper's exit code when it could not record its pid (it started nothing)
 
 # $NAME and ${NAME} in an --env value take the value of the environment variable NAME at job start
@@ -101,27 +102,27 @@ NO_PID_RECORD = 97  # the wrapper's exit code when it could not record its pid (
 # environment (bash's own variables, like RANDOM, are not). `\$` is a literal `$`. Nothing else is
 # interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value can never run a command.
 # Pure bash (no eval, no external tool): the job's PATH may already be in force when it runs.
-EXPAND = r"""_jt_expand() {
-  local _jt_s=$1 _jt_pre _jt_name _jt_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
-  local _jt_bs='\' _jt_ds='$'
-  _jt_x=""
+EXPAND = r"""JOBTPU_w_expand() {
+  local JOBTPU_w_rest=$1 JOBTPU_w_pre JOBTPU_w_name JOBTPU_w_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
+  local JOBTPU_w_bs='\' JOBTPU_w_ds='$'
+  JOBTPU_w_x=""
   while :; do
-    _jt_pre=${_jt_s%%["$_jt_bs$_jt_ds"]*}; _jt_x+=$_jt_pre; _jt_s=${_jt_s:${#_jt_pre}}
-    [ -z "$_jt_s" ] && return 0
-    if [ "${_jt_s:0:2}" = "$_jt_bs$_jt_ds" ]; then _jt_x+=$_jt_ds; _jt_s=${_jt_s:2}; continue; fi
-    if [ "${_jt_s:0:1}" = "$_jt_bs" ]; then _jt_x+=$_jt_bs; _jt_s=${_jt_s:1}; continue; fi
-    if [ "${_jt_s:1:1}" = "{" ]; then
-      _jt_name=${_jt_s:2}; _jt_name=${_jt_name%%[!$_jt_w]*}
-      if [ -n "$_jt_name" ] && [[ ${_jt_name:0:1} != [0123456789] ]] && [ "${_jt_s:$((2 + ${#_jt_name})):1}" = "}" ]; then
-        [[ ${!_jt_name@a} == *x* ]] && _jt_x+=${!_jt_name}; _jt_s=${_jt_s:$((3 + ${#_jt_name}))}; continue
+    JOBTPU_w_pre=${JOBTPU_w_rest%%["$JOBTPU_w_bs$JOBTPU_w_ds"]*}; JOBTPU_w_x+=$JOBTPU_w_pre; JOBTPU_w_rest=${JOBTPU_w_rest:${#JOBTPU_w_pre}}
+    [ -z "$JOBTPU_w_rest" ] && return 0
+    if [ "${JOBTPU_w_rest:0:2}" = "$JOBTPU_w_bs$JOBTPU_w_ds" ]; then JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:2}; continue; fi
+    if [ "${JOBTPU_w_rest:0:1}" = "$JOBTPU_w_bs" ]; then JOBTPU_w_x+=$JOBTPU_w_bs; JOBTPU_w_rest=${JOBTPU_w_rest:1}; continue; fi
+    if [ "${JOBTPU_w_rest:1:1}" = "{" ]; then
+      JOBTPU_w_name=${JOBTPU_w_rest:2}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]] && [ "${JOBTPU_w_rest:$((2 + ${#JOBTPU_w_name})):1}" = "}" ]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((3 + ${#JOBTPU_w_name}))}; continue
       fi
     else
-      _jt_name=${_jt_s:1}; _jt_name=${_jt_name%%[!$_jt_w]*}
-      if [ -n "$_jt_name" ] && [[ ${_jt_name:0:1} != [0123456789] ]]; then
-        [[ ${!_jt_name@a} == *x* ]] && _jt_x+=${!_jt_name}; _jt_s=${_jt_s:$((1 + ${#_jt_name}))}; continue
+      JOBTPU_w_name=${JOBTPU_w_rest:1}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((1 + ${#JOBTPU_w_name}))}; continue
       fi
     fi
-    _jt_x+=$_jt_ds; _jt_s=${_jt_s:1}
+    JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:1}
   done
 }"""
 
@@ -134,19 +135,22 @@ def wrapper(command: str) -> str:
     return (
         f"{RECORD_PID} || {{ rm -f \"$1.pid.tmp\"; "
         f"echo \"jobtpu: cannot write the pid record $1.pid; the command was not started\" >&2; exit {NO_PID_RECORD}; }}\n"
-        "_jt_n=(); _jt_m=(); _jt_v=()\n"
-        '. "$1.env"; _jt_read=$?; rm -f "$1.env"\n'
-        'if [ "$_jt_read" != 0 ] || [ -e "$1.env" ]; then\n'
+        "JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()\n"
+        '. "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"\n'
+        'if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then\n'
         '  echo "jobtpu: the job\'s environment file $1.env could not be read or deleted; the command was not started" >&2\n'
         '  echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1\n'
         "fi\n"
         f"{EXPAND}\n"
+        # The bash to run is kept where no --env name can reach it (BASH itself is a valid name). The
+        # wrapper's own variables are named JOBTPU_w_*: no --env name may start with JOBTPU_.
         "(\n"
-        '  for _jt_i in "${!_jt_n[@]}"; do\n'
-        '    _jt_x=${_jt_v[_jt_i]}; [ "${_jt_m[_jt_i]}" = x ] && _jt_expand "$_jt_x"\n'
-        '    export "${_jt_n[_jt_i]}=$_jt_x"\n'
+        '  set -- "$BASH"\n'
+        '  for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do\n'
+        '    JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"\n'
+        '    export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"\n'
         "  done\n"
-        f"  exec \"$BASH\" -c {q(command)}\n"
+        f"  exec \"$1\" -c {q(command)}\n"
         ")\n"
         'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
     )

@@ -147,7 +147,7 @@ def test_kill_leaves_no_env_file_behind(tmp_path: Path) -> None:
     job = submit(home, _src(tmp_path), "sleep 300", "--env", "API_KEY=k")
     manage_until(home, [job], {"running"})
     # As a wrapper stopped before it read the job's environment would leave it.
-    _meta(home, job, "env").write_text("_jt_n+=(API_KEY); _jt_m+=(=); _jt_v+=(k)\n")
+    _meta(home, job, "env").write_text("JOBTPU_w_n+=(API_KEY); JOBTPU_w_m+=(=); JOBTPU_w_v+=(k)\n")
     jobtpu(home, "kill", str(job))
     assert status(home)[job]["status"] == "killed"
     assert not _meta(home, job, "env").exists()
@@ -224,6 +224,17 @@ def test_an_env_path_without_the_system_folders_still_runs_and_ends(tmp_path: Pa
     assert (jobs[job]["status"], jobs[job]["exit_code"]) == ("failed", 4), (jobs[job], _log(home, job))
     assert (home / "run" / "jobs" / str(job) / "path.txt").read_text() == "/opt/nowhere\n"
     assert not list((home / "run" / "meta" / str(job)).glob("*.env"))
+
+
+def test_env_names_the_wrapper_itself_uses_cannot_break_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    names = ["BASH", "IFS", "i", "n", "x", "s", "_p", "_t"]
+    job = submit(home, _src(tmp_path), 'printf "%s\\n" "$i" "$n" "$x" "$s" "$_p" "$_t" > got.txt',
+                 *[arg for n in names for arg in ("--env", f"{n}={n.lower()}-value")])
+    jobs = manage_until(home, [job], {"finished", "failed"})
+    assert (jobs[job]["status"], jobs[job]["exit_code"]) == ("finished", 0), (jobs[job], _log(home, job))
+    got = (home / "run" / "jobs" / str(job) / "got.txt").read_text().split("\n")
+    assert got[:6] == ["i-value", "n-value", "x-value", "s-value", "_p-value", "_t-value"]
 
 
 def _log(home: Path, job: int) -> str:
