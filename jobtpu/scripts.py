@@ -472,9 +472,11 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
     chain = " && ".join(f"bash -c {q(c)}" for c in commands) or "true"
-    body = f'{RECORD_PID}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
+    # Like a job: no setup runs without its pid record, or the next pass would start a second one.
+    body = f'{RECORD_PID} || exit {NO_PID_RECORD}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
     return f"""set -u
 {LIVE_PID}
+{ENDED}
 r={_root(root)}; mkdir -p "$r/setup" || {{ echo "SETUP failed 1: cannot create $r/setup"; exit 0; }}
 b="$(cd "$r/setup" && pwd -P)/{tag}.{int(worker)}"
 if [ -s "$b.exit" ]; then
@@ -485,8 +487,11 @@ if [ -s "$b.exit" ]; then
 fi
 if live_pid "$b.pid" > /dev/null; then echo "SETUP running"; exit 0; fi
 cd ~ && setsid nohup bash -c {q(body)} jobtpu-setup "$b" > "$b.log" 2>&1 < /dev/null &
-for i in $(seq 50); do [ -s "$b.exit" ] && break; sleep 0.02; done
+w=$!
+for i in $(seq 50); do [ -s "$b.exit" ] && break; ended "$w" && break; sleep 0.02; done
 if [ -s "$b.exit" ]; then read -r c < "$b.exit"; [ "$c" = 0 ] && echo "SETUP done" || echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"
+elif ended "$w" && {{ wait "$w"; [ $? = {NO_PID_RECORD} ]; }}; then
+  echo "SETUP failed {NO_PID_RECORD}: cannot write the pid record $b.pid (disk full or not writable); setup was not started"
 else echo "SETUP running"; fi
 """
 
