@@ -69,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--machine", help="run only on this machine")
         p.add_argument("--name", default="")
         p.add_argument("--tag", action="append", default=[])
-        p.add_argument("--env", action="append", default=[], metavar="K=V")
+        p.add_argument("--env", action="append", default=[], metavar="K=V",
+                       help="set K for the job, repeatable; $NAME and ${NAME} in V take the worker's value at "
+                            "job start (PATH=/opt/conda/bin:$PATH), nothing else is interpreted; \\$ is a "
+                            "literal $; secret-looking values are taken as they are")
         p.add_argument("--rule", choices=("pre", "pass", "reapply", "rerun", "resume"))
         p.add_argument("--max-recoveries", type=_count, default=20)
         p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")

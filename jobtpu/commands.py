@@ -21,6 +21,7 @@ from .text import printable, printable_lines
 if TYPE_CHECKING:
     from .fleet import Fleet, Machine
     from .model import Job
+    from .scripts import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.
@@ -320,7 +321,7 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
     while args.follow:
         from .operations import pull_logs
 
-        current = pull_logs(home, args.id)  # the job as it stood before this pull
+        current, workers = pull_logs(home, args.id)  # the job as it stood before this pull
         if path.exists():
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -328,10 +329,35 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
             offset += len(data)
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
-        if current is None or current.ended or current.attempt != attempt:
-            return 0
-        time.sleep(1.0)
+        if current is None:
+            return 1
+        if current.ended or current.attempt != attempt:  # a pass saw the attempt end
+            code = next((a.exit_code for a in current.attempts if a.n == attempt), None)
+            return code if code is not None else 1
+        code = attempt_exit_code(workers, current.current.workers if current.current else 1)
+        if code is None:
+            time.sleep(1.0)
+            continue
+        ours = next((ws for ref, ws in workers.items() if ref.worker == args.worker), None)
+        if ours is None or offset >= ours.log_size:
+            return code  # every worker's exit record is there and the log is home: no pass needed
+        # else the log is still behind its end: pull the next part at once
     return 0
+
+
+def attempt_exit_code(workers: dict[WorkerRef, WorkerState], expected: int) -> int | None:
+    """The attempt's exit code once its workers' exit records say it is over, as a pass would decide
+    it: the first worker to fail (by its exit record's time, then index), else 0 when all exited 0."""
+    if len(workers) < expected:
+        return None
+    failed = [ws for ws in workers.values() if ws.exit_code not in (None, 0)]
+    if failed:
+        first = min(failed, key=lambda ws: (ws.exited_at if ws.exited_at is not None else float("inf"),
+                                            ws.ref.worker))
+        return first.exit_code
+    if all(ws.exit_code == 0 for ws in workers.values()):
+        return 0
+    return None
 
 
 def _print_last_lines(path: Path, n: int) -> int:

@@ -154,7 +154,9 @@ def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -
 
 
 def _alive(refs: tuple[WorkerRef, ...], view: MachineView) -> tuple[WorkerRef, ...]:
-    return tuple(r for r in refs if (s := view.workers.get(r)) is not None and s.alive)
+    """The workers with a process to stop: a live leader, or marked processes that outlived it (a
+    lost attempt's children must not run on beside the next attempt)."""
+    return tuple(r for r in refs if (s := view.workers.get(r)) is not None and (s.alive or s.marked))
 
 
 def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | None, seen: Observation,

@@ -12,7 +12,7 @@ from .connect import endpoints, published_keys, transport
 from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
-from .manage import parallel, pass_lock
+from .manage import home_id, parallel, pass_lock
 from .scripts import (
     WorkerRef,
     doctor_script,
@@ -87,7 +87,7 @@ def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: 
     t = transport(machine, ep, home, published_keys(state.machines.get(machine.name, {}), ep.index))
     try:
         try:
-            result = t.run(doctor_script(machine.root, tools), timeout=machine.connect_timeout + 30)
+            result = t.run(doctor_script(machine.root, tools, home_id(home)), timeout=machine.connect_timeout + 30)
         except RemoteError as e:
             why = e.message.removeprefix(f"{label}: ")
             if "host key" in why or "authentication" in why:
@@ -122,17 +122,18 @@ def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: 
             path = facts.get(f"tool:{tool}", "-")
             out.append(ok(f"{tool}: {path}") if path != "-" else
                        bad(f"{tool} is not installed; install it (e.g. `sudo apt-get install -y {tool}`)"))
-        return out + _strays(t, machine, label, parse_live(result.stdout), state, fix)
+        return out + _strays(t, machine, label, parse_live(result.stdout), state, fix, home_id(home))
     except RemoteError as e:
         return [bad(f"the connection failed during the checks: {e.message}")]
     finally:
         t.close()
 
 
-def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, int], state: State,
-            fix: bool) -> list[Line]:
+def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, list[int]], state: State,
+            fix: bool, hid: str) -> list[Line]:
     """Job processes alive on this worker that state.json does not manage (a running job deleted from
-    it by hand, a worker left behind): they hold the accelerator and nobody watches them."""
+    it by hand, a worker left behind, a child that outlived its ended job): they hold the accelerator
+    and nobody watches them."""
     if not live:
         return []
     why = {ref: reason for ref in live if (reason := _why_stray(state, ref)) is not None}
@@ -142,12 +143,14 @@ def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, in
     stopped: dict[WorkerRef, bool] = {}
     if fix:
         try:
-            stopped = parse_kill(t.run(kill_script(machine.root, strays), timeout=machine.connect_timeout + 60).stdout)
+            script = kill_script(machine.root, strays, home_id=hid)
+            stopped = parse_kill(t.run(script, timeout=machine.connect_timeout + 60).stdout)
         except RemoteError as e:
             return [(f"{label}: problem: could not stop unmanaged jobs: {e.message}", True)]
     out: list[Line] = []
-    for ref, pid in sorted(strays.items(), key=lambda item: (item[0].job, item[0].attempt, item[0].worker)):
-        what = f"job {ref.job} attempt {ref.attempt} worker {ref.worker} (process group {pid})"
+    for ref, pids in sorted(strays.items(), key=lambda item: (item[0].job, item[0].attempt, item[0].worker)):
+        what = (f"job {ref.job} attempt {ref.attempt} worker {ref.worker} "
+                f"(process{'es' if len(pids) > 1 else ''} {', '.join(map(str, pids))})")
         if stopped.get(ref):
             out.append((f"{label}: ok: stopped {what} ({why[ref]})", False))
         else:

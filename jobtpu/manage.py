@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
+import secrets as random_ids
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,9 +32,9 @@ from .decide import (
     refs_of,
     wants_recreate,
 )
-from .errors import BusyError, RemoteError, UnreachableError
+from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
-from .home import Home, make_dirs, open_append, open_lock
+from .home import Home, create_temp, make_dirs, open_append, open_lock
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
@@ -82,6 +84,7 @@ class Pass:
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
+        self._home_id: str | None = None
         # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
             if isinstance(record.get("addresses"), list):
@@ -92,6 +95,12 @@ class Pass:
             from .tpu import TpuApi  # google-cloud is loaded only when a TPU machine is in play
             self._tpu = TpuApi(self.fleet.gcp)
         return self._tpu
+
+    @property
+    def home_id(self) -> str:
+        if self._home_id is None:
+            self._home_id = home_id(self.home)
+        return self._home_id
 
     # ---- helpers ----------------------------------------------------------------------------
     def endpoints(self, machine: Machine) -> list[Endpoint]:
@@ -158,6 +167,35 @@ class Pass:
         self.base = {j.id: j.to_json() for j in self.state.jobs}
 
 
+HOME_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def home_id(home: Home) -> str:
+    """The home's stable random id, made once (file `home_id`): part of the marker in every job
+    process's environment, so that a worker tells this home's jobs from another home's."""
+    path = home.root / "home_id"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        home.ensure()
+        made = random_ids.token_hex(8)
+        fd, tmp = create_temp(path)  # a random name, never through a planted symlink
+        with os.fdopen(fd, "w") as f:
+            f.write(made + "\n")
+        try:
+            os.link(tmp, path)  # all or nothing, and the first of two racing makers wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        text = path.read_text().strip()
+    if not HOME_ID.match(text):
+        raise JobtpuError(f"{path} does not hold a home id (16 hex digits): {text[:40]!r}",
+                          hint="restore it; deleting it gives the home a new id, and its running jobs "
+                               "are then no longer recognised on their machines")
+    return text
+
+
 @contextlib.contextmanager
 def pass_lock(home: Home, wait: float) -> Iterator[bool]:
     home.ensure()
@@ -180,6 +218,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         state = Store(home).load()
         p = Pass(home, fleet, state)
         p.dry_run = dry_run
+        if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
+            home_id(home)
         was = {name: record.get("state") for name, record in state.machines.items()}
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)
@@ -262,7 +302,7 @@ def observe(p: Pass) -> Observation:
 
 def probe(p: Pass, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs])
+    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 
@@ -350,17 +390,20 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
 
 
 def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict[str, str]) -> dict[str, str]:
-    env = {**job.env, **secrets}
-    env.update({
+    """The job's environment in the order it is applied: jobtpu's own variables first, so that an
+    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
+    env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
         "JOBTPU_NUM_WORKERS": str(workers), "JOBTPU_MACHINE": machine.name,
-    })
+    }
     for resource, indices in job.alloc.items():
         if resource != "slot":
             env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
     if "gpu" in job.alloc:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    for name, value in {**job.env, **secrets}.items():
+        env.setdefault(name, value)
     return env
 
 
@@ -378,7 +421,7 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=rerun)
+                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets))
         try:
             return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -458,7 +501,8 @@ def _kill(p: Pass, action: Kill, now: float) -> str | None:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            return parse_kill(p.run_on(machine, ep, kill_script(machine.root, [ref]))).get(ref, False)
+            script = kill_script(machine.root, [ref], home_id=p.home_id)
+            return parse_kill(p.run_on(machine, ep, script)).get(ref, False)
         except RemoteError:
             return False
 

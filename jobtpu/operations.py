@@ -10,38 +10,42 @@ from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .manage import Pass, append_log, parallel, probe
 from .model import Job, Status
-from .scripts import job_folder, remove_job_script
+from .scripts import WorkerRef, WorkerState, job_folder, remove_job_script
 from .store import State, Store
 from .transport.base import Endpoint
 
 
-def pull_logs(home: Home, job_id: int) -> Job | None:
+def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, WorkerState]]:
     """Bring a running job's new log bytes home now (used by `tail -f` between passes). Returns the
-    job as state.json held it before the pull (None once it is gone), so the caller reads it once."""
+    job as state.json held it before the pull (None once it is gone), so the caller reads it once,
+    and what the probe saw of its workers (their exit records among it)."""
     state = Store(home).load()
     job = state.job(job_id)
     if job is None or job.status is not Status.RUNNING or not job.machine:
-        return job
+        return job, {}
     fleet = load_fleet(home)
     machine = fleet.get(job.machine)
     if machine is None:
-        return job
+        return job, {}
     p = Pass(home, fleet, state)
     from .decide import refs_of
 
-    def one(ep: Endpoint) -> None:
+    def one(ep: Endpoint) -> dict[WorkerRef, WorkerState]:
         refs = [r for r in refs_of(job) if r.worker == ep.index]
         if not refs:
-            return
+            return {}
         try:
             states = probe(p, machine, ep, refs)
         except RemoteError:
-            return  # the next pass says why
+            return {}  # the next pass says why
         for ref, ws in states.items():
             append_log(home.log_file(ref.job, ref.attempt, ref.worker), ws.log_offset, ws.log_bytes)
+        return states
 
-    parallel(one, p.endpoints(machine))
-    return job
+    seen: dict[WorkerRef, WorkerState] = {}
+    for states in parallel(one, p.endpoints(machine)):
+        seen.update(states)
+    return job, seen
 
 
 def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:

@@ -10,6 +10,9 @@ every per-worker file is named by attempt and worker index):
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
+starts with it, children inherit it), so a job's processes are found through /proc even after they
+left its process group (setsid, double fork) or when its pid file is missing.
 """
 
 from __future__ import annotations
@@ -59,6 +62,20 @@ class LaunchSpec:
     env: dict[str, str]
     tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
     fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
+    home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
+    literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
+
+    @property
+    def mark(self) -> str:
+        return marker(self.home_id, self.ref)
+
+
+MARK_VAR = "JOBTPU_MARK"
+
+
+def marker(home_id: str, ref: WorkerRef) -> str:
+    """The value of JOBTPU_MARK in every process of this worker of this job of this home."""
+    return f"{home_id}.{ref.job}.{ref.attempt}.{ref.worker}"
 
 
 def q(value: str) -> str:
@@ -72,51 +89,129 @@ def _root(root: str) -> str:
 
 # ---- launch ---------------------------------------------------------------------------------------
 
-def env_file(env: dict[str, str]) -> str:
-    """The job's environment as shell exports, written to a file only its user can read and sourced
-    by the wrapper: values (secrets among them) never appear on a command line that `ps` shows."""
-    return "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+def env_file(env: dict[str, str], literal: Iterable[str] = ()) -> str:
+    """The job's environment as bash array appends, sourced by the wrapper (which exports nothing
+    itself) and applied only in the process that runs the command. Values (secrets among them) never
+    appear on a command line that `ps` shows. Mode `x`: $NAME and ${NAME} are expanded at job start
+    (see EXPAND); mode `=`: the value is taken as it is."""
+    fixed = set(literal)
+    return "".join(f"JOBTPU_w_n+=({q(name)}); JOBTPU_w_m+=({'=' if name in fixed else 'x'}); JOBTPU_w_v+=({q(value)})\n"
+                   for name, value in env.items())
 
 
 # Run by a detached process-group leader: its pid and /proc start time into "$1.pid", atomically, so
-# that LIVE_PID can tell it from a later process that reuses the pid.
-RECORD_PID = 'read -r -a s < /proc/$$/stat; echo "$$ ${s[21]}" > "$1.pid.tmp" && mv "$1.pid.tmp" "$1.pid"'
+# that LIVE_PID can tell it from a later process that reuses the pid. Fails unless the record reads
+# back whole: a full disk or an unwritable folder must stop the start, not leave a job nobody can see.
+RECORD_PID = ('read -r -a JOBTPU_w_s < /proc/$$/stat && echo "$$ ${JOBTPU_w_s[21]}" > "$1.pid.tmp"'
+              ' && mv -f "$1.pid.tmp" "$1.pid" && read -r JOBTPU_w_p JOBTPU_w_t < "$1.pid"'
+              ' && [ "$JOBTPU_w_p $JOBTPU_w_t" = "$$ ${JOBTPU_w_s[21]}" ]')
+NO_PID_RECORD = 97  # the wrapper's exit code when it could not record its pid (it started nothing)
+
+# $NAME and ${NAME} in an --env value take the value of the environment variable NAME at job start
+# on the worker (after the --env values before it), like a shell would; empty when it is not in the
+# environment (bash's own variables, like RANDOM, are not). `\$` is a literal `$`. Nothing else is
+# interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value can never run a command.
+# Pure bash (no eval, no external tool): the job's PATH may already be in force when it runs.
+EXPAND = r"""JOBTPU_w_expand() {
+  local JOBTPU_w_rest=$1 JOBTPU_w_pre JOBTPU_w_name JOBTPU_w_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
+  local JOBTPU_w_bs='\' JOBTPU_w_ds='$'
+  JOBTPU_w_x=""
+  while :; do
+    JOBTPU_w_pre=${JOBTPU_w_rest%%["$JOBTPU_w_bs$JOBTPU_w_ds"]*}; JOBTPU_w_x+=$JOBTPU_w_pre; JOBTPU_w_rest=${JOBTPU_w_rest:${#JOBTPU_w_pre}}
+    [ -z "$JOBTPU_w_rest" ] && return 0
+    if [ "${JOBTPU_w_rest:0:2}" = "$JOBTPU_w_bs$JOBTPU_w_ds" ]; then JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:2}; continue; fi
+    if [ "${JOBTPU_w_rest:0:1}" = "$JOBTPU_w_bs" ]; then JOBTPU_w_x+=$JOBTPU_w_bs; JOBTPU_w_rest=${JOBTPU_w_rest:1}; continue; fi
+    if [ "${JOBTPU_w_rest:1:1}" = "{" ]; then
+      JOBTPU_w_name=${JOBTPU_w_rest:2}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]] && [ "${JOBTPU_w_rest:$((2 + ${#JOBTPU_w_name})):1}" = "}" ]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((3 + ${#JOBTPU_w_name}))}; continue
+      fi
+    else
+      JOBTPU_w_name=${JOBTPU_w_rest:1}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((1 + ${#JOBTPU_w_name}))}; continue
+      fi
+    fi
+    JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:1}
+  done
+}"""
 
 
 def wrapper(command: str) -> str:
-    """What runs as the process-group leader: record pid, load and delete the env file, run the
-    command, record its exit code. $1 is the absolute path stem of the worker's meta files."""
+    """What runs as the process-group leader, in the login environment (never the job's, so an --env
+    PATH cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file
+    and delete it before the command starts; apply the env only in the process that becomes the
+    command; record its exit code. $1 is the absolute path stem of the worker's meta files."""
     return (
-        f"{RECORD_PID}\n"
-        '. "$1.env" && rm -f "$1.env"\n'
-        f"bash -c {q(command)}\n"
+        f"{RECORD_PID} || {{ rm -f \"$1.pid.tmp\"; "
+        f"echo \"jobtpu: cannot write the pid record $1.pid; the command was not started\" >&2; exit {NO_PID_RECORD}; }}\n"
+        "JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()\n"
+        '. "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"\n'
+        'if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then\n'
+        '  echo "jobtpu: the job\'s environment file $1.env could not be read or deleted; the command was not started" >&2\n'
+        '  echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1\n'
+        "fi\n"
+        f"{EXPAND}\n"
+        # The bash to run is kept where no --env name can reach it (BASH itself is a valid name). The
+        # wrapper's own variables are named JOBTPU_w_*: no --env name may start with JOBTPU_.
+        "(\n"
+        '  set -- "$BASH"\n'
+        '  for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do\n'
+        '    JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"\n'
+        '    export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"\n'
+        "  done\n"
+        f"  exec \"$1\" -c {q(command)}\n"
+        ")\n"
         'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
     )
+
+
+# The live processes of this home's jobs: `pid job attempt worker` lines, read from the marker in
+# /proc/*/environ (readable for the same user, or root). Needs `hid` set to the home's id.
+MARKS = r"""marks() {
+  grep -HzoE -- "^JOBTPU_MARK=${hid}[.][0-9]+[.][0-9]+[.][0-9]+$" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
+    sed -n 's|^/proc/\([0-9]*\)/environ:JOBTPU_MARK=[^.]*[.]\([0-9]*\)[.]\([0-9]*\)[.]\([0-9]*\)$|\1 \2 \3 \4|p'
+}
+marked() { marks | while read -r _p _j _a _w; do [ "$_j $_a $_w" = "$1 $2 $3" ] && echo "$_p"; done; }"""
+
+
+# Succeeds once the process $1 (a child of this shell) has exited: gone, or a zombie not yet reaped.
+ENDED = r"""ended() { local s; read -r -a s < "/proc/$1/stat" 2>/dev/null || return 0; [ "${s[2]}" = Z ]; }"""
 
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
     """Start every given worker detached, idempotently. One line per worker:
     `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
     `... fail WHY`."""
-    parts = ["set -u"]
+    parts = ["set -u", MARKS, ENDED]
     for spec in specs:
         r = spec.ref
         parts.append(f"""(
-r={_root(spec.root)}; out="LAUNCH {r.stem}"
+r={_root(spec.root)}; out="LAUNCH {r.stem}"; hid={q(spec.home_id)}
 mkdir -p "$r/meta/{r.job}" "$r/jobs" || {{ echo "$out fail cannot create $r"; exit; }}
 m=$(cd "$r/meta/{r.job}" && pwd -P) || exit; b="$m/{r.attempt}.{r.worker}"
 if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
 if ! mkdir "$b.claim" 2>/dev/null; then
   if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
+  # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
+  if [ -n "$(marked {r.job} {r.attempt} {r.worker})" ]; then echo "$out pending"; exit; fi
   rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
 fi
 {unpack_block(spec)}
 {TPU_CLEANUP if spec.tpu_cleanup else ""}
 cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
-(umask 077; printf '%s' {q(env_file(spec.env))} > "$b.env") || {{ rmdir "$b.claim"; echo "$out fail env file"; exit; }}
-setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
-for i in $(seq 200); do [ -s "$b.pid" ] && break; sleep 0.02; done
-if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; else echo "$out pending"; fi
+(umask 077; printf '%s' {q(env_file(spec.env, spec.literal))} > "$b.env") || {{ rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }}
+env {MARK_VAR}={q(spec.mark)} setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
+w=$!
+for i in $(seq 200); do [ -s "$b.pid" ] && break; ended "$w" && break; sleep 0.02; done
+if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
+ended "$w" || {{ echo "$out pending"; exit; }}
+wait "$w"; c=$?
+# 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
+[ "$c" = 0 ] && {{ echo "$out pending"; exit; }}
+rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
+if [ "$c" = {NO_PID_RECORD} ]; then echo "$out fail cannot write the pid record $b.pid (disk full or not writable); the command was not started"
+else echo "$out fail the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
 )""")
     return "\n".join(parts) + "\n"
 
@@ -207,21 +302,27 @@ LIVE_PID = r"""live_pid() {
     read -r -a s < "/proc/$pid/stat" 2>/dev/null && [ "${s[2]}" != Z ] && [ "${s[21]:-}" = "$st" ] && echo "$pid"
 }"""
 
-def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
-    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed`
-    line, then `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
+                 home_id: str = "") -> str:
+    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed
+    at marked` line (marked: how many processes carry its marker), then `L job attempt worker offset
+    BASE64` with the log bytes past that offset (at most `chunk`)."""
     lines = [
         "set -u",
-        f"r={_root(root)}",
+        f"r={_root(root)}; hid={q(home_id)}",
         LIVE_PID,
+        MARKS,
+        # One scan of /proc for every worker asked about: " job.attempt.worker " once per process.
+        'all=" $(marks | while read -r _p j a w; do printf \'%s \' "$j.$a.$w"; done)"',
         "p() {",
-        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x',
+        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x rest=$all n=0',
         '  [ -s "$b.pid" ] && read -r pid x < "$b.pid"',
         '  live_pid "$b.pid" > /dev/null && alive=1',
         '  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)',
         '  [ -e "$b.claim" ] && claim=1',
         '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
-        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at"',
+        '  while [[ $rest == *" $1.$2.$3 "* ]]; do n=$((n + 1)); rest=${rest#*" $1.$2.$3 "}; rest=" $rest"; done',
+        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at $n"',
         '  if [ "$size" -gt "$4" ]; then',
         f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
         # An exited worker whose log is further behind than one pull: its end, to classify the failure.
@@ -246,6 +347,7 @@ class WorkerState:
     log_bytes: bytes = b""
     exited_at: float | None = None  # when the exit record was written (the worker's clock)
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
+    marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
 
     @property
     def started(self) -> bool:
@@ -256,12 +358,13 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
     states: dict[WorkerRef, WorkerState] = {}
     for line in stdout.splitlines():
         words = line.split(" ")
-        if words[0] == "W" and len(words) == 10:
+        if words[0] == "W" and len(words) in (10, 11):
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             states[ref] = WorkerState(
                 ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
                 exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
-                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]))
+                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]),
+                marked=int(words[10]) if len(words) == 11 and words[10].isdigit() else 0)
         elif words[0] == "L" and len(words) in (5, 6):
             ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
             if ref in states:
@@ -285,34 +388,48 @@ def _number(word: str) -> float | None:
 
 # ---- kill -----------------------------------------------------------------------------------------
 
-def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0) -> str:
-    """TERM each worker's whole process group, KILL what is left after `grace` seconds.
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "") -> str:
+    """TERM each worker's whole process group and every process that carries its marker (those that
+    left the group by setsid or a double fork too), KILL what is left after `grace` seconds.
     One `K job attempt worker gone|stuck` line per worker."""
     refs = list(refs)
+    wanted = " ".join(f"{r.job}.{r.attempt}.{r.worker}" for r in refs)
     lines = [
         "set -u",
-        f"r={_root(root)}",
+        f"r={_root(root)}; hid={q(home_id)}; wanted=' {wanted} '",
+        MARKS,
         "pg() { local b=\"$r/meta/$1/$2.$3\" p x; [ -s \"$b.pid\" ] && read -r p x < \"$b.pid\" && echo \"$p\"; }",
         # A group is alive while it has a member that is not a zombie.
         "alive() { ps -eo pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f=1} END {exit !f}'; }",
-        "groups=()",
+        # The marked processes of the workers asked about (zombies carry no environment: not listed).
+        "ours() { marks | while read -r p j a w; do [[ $wanted == *\" $j.$a.$w \"* ]] && echo \"$p\"; done; }",
+        # Signal every marked process once per signal: a job's TERM handler is not interrupted again.
+        'hit() { local p; for p in $(ours); do [[ $2 == *" $p "* ]] && continue; kill "-$1" "$p" 2>/dev/null; '
+        'sent="$sent$p "; done; }',
+        "groups=(); sent=' '",
     ]
     for ref in refs:
         lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}) && {{ groups+=(\"$g\"); "
                      f"kill -TERM -- -\"$g\" 2>/dev/null; }}")
     steps = max(1, int(grace / 0.1))
     lines += [
+        'hit TERM "$sent"',
         f"for i in $(seq {steps}); do",
         "  left=0; for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && left=1; done",
-        "  [ $left = 0 ] && break; sleep 0.1",
+        '  [ -n "$(ours)" ] && left=1',
+        '  [ $left = 0 ] && break; hit TERM "$sent"; sleep 0.1',  # a child forked meanwhile gets its TERM too
         "done",
-        "for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
-        "sleep 0.1",
+        "for _ in 1 2 3; do",  # a process that forks while it is killed leaves a child: kill it too
+        "  for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
+        "  hit KILL ' '; sleep 0.1",
+        "done",
     ]
     for ref in refs:
+        # A wrapper stopped before it read its env file leaves the job's secrets behind: not any more.
+        lines.append(f'rm -f -- "$r/meta/{ref.job}/{ref.attempt}.{ref.worker}.env"')
         lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}); "
-                     f"if [ -n \"$g\" ] && alive \"$g\"; then echo \"K {ref.stem} stuck\"; "
-                     f"else echo \"K {ref.stem} gone\"; fi")
+                     f"if {{ [ -n \"$g\" ] && alive \"$g\"; }} || [ -n \"$(marked {ref.stem})\" ]; "
+                     f"then echo \"K {ref.stem} stuck\"; else echo \"K {ref.stem} gone\"; fi")
     return "\n".join(lines) + "\n"
 
 
@@ -355,30 +472,36 @@ def make_dirs_script(paths: Iterable[str]) -> str:
     return "mkdir -p -- " + " ".join(q(p) for p in paths) + "\n"
 
 
-def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar")) -> str:
+def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"), home_id: str = "") -> str:
     """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
-    `LIVE job attempt worker pid` line for every job process group alive on this host."""
+    `LIVE job attempt worker pid` line for every live process of this home's jobs on this host: each
+    process that carries a job's marker (an ended job's escaped children among them) and each live
+    process-group leader named by a pid file."""
     return "\n".join([
-        f"r={_root(root)}; d=$r",
+        f"r={_root(root)}; d=$r; hid={q(home_id)}",
         'while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
         'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
         'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
         *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
         LIVE_PID,
+        MARKS,
         'for f in "$r"/meta/*/*.pid; do pid=$(live_pid "$f") || continue',
         '  j=${f%/*}; n=${f##*/}; n=${n%.pid}; echo "LIVE ${j##*/} ${n%%.*} ${n#*.} $pid"',
         "done",
+        'marks | while read -r p j a w; do echo "LIVE $j $a $w $p"; done',
     ]) + "\n"
 
 
-def parse_live(stdout: str) -> dict[WorkerRef, int]:
-    """The job workers alive on a host (from doctor_script), with their process group."""
-    out: dict[WorkerRef, int] = {}
+def parse_live(stdout: str) -> dict[WorkerRef, list[int]]:
+    """The job workers alive on a host (from doctor_script), with their live processes' pids."""
+    out: dict[WorkerRef, list[int]] = {}
     for line in stdout.splitlines():
         words = line.split()
         if len(words) == 5 and words[0] == "LIVE" and all(w.isdigit() for w in words[1:]):
-            out[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = int(words[4])
-    return out
+            pids = out.setdefault(WorkerRef(int(words[1]), int(words[2]), int(words[3])), [])
+            if int(words[4]) not in pids:
+                pids.append(int(words[4]))
+    return {ref: sorted(pids) for ref, pids in out.items()}
 
 
 def parse_doctor(stdout: str) -> dict[str, str]:
@@ -406,9 +529,11 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
     chain = " && ".join(f"bash -c {q(c)}" for c in commands) or "true"
-    body = f'{RECORD_PID}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
+    # Like a job: no setup runs without its pid record, or the next pass would start a second one.
+    body = f'{RECORD_PID} || exit {NO_PID_RECORD}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
     return f"""set -u
 {LIVE_PID}
+{ENDED}
 r={_root(root)}; mkdir -p "$r/setup" || {{ echo "SETUP failed 1: cannot create $r/setup"; exit 0; }}
 b="$(cd "$r/setup" && pwd -P)/{tag}.{int(worker)}"
 if [ -s "$b.exit" ]; then
@@ -419,8 +544,11 @@ if [ -s "$b.exit" ]; then
 fi
 if live_pid "$b.pid" > /dev/null; then echo "SETUP running"; exit 0; fi
 cd ~ && setsid nohup bash -c {q(body)} jobtpu-setup "$b" > "$b.log" 2>&1 < /dev/null &
-for i in $(seq 50); do [ -s "$b.exit" ] && break; sleep 0.02; done
+w=$!
+for i in $(seq 50); do [ -s "$b.exit" ] && break; ended "$w" && break; sleep 0.02; done
 if [ -s "$b.exit" ]; then read -r c < "$b.exit"; [ "$c" = 0 ] && echo "SETUP done" || echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"
+elif ended "$w" && {{ wait "$w"; [ $? = {NO_PID_RECORD} ]; }}; then
+  echo "SETUP failed {NO_PID_RECORD}: cannot write the pid record $b.pid (disk full or not writable); setup was not started"
 else echo "SETUP running"; fi
 """
 

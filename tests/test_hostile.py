@@ -113,6 +113,11 @@ def job_input(draw: st.DrawFn) -> dict[str, Any]:
                                        max_size=3))}
 
 
+def literal_env(value: str) -> str:
+    """An --env value that arrives as `value` itself: `$NAME` is expanded on the worker, `\\$` is a `$`."""
+    return value.replace("$", "\\$")
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(job_input(), min_size=1, max_size=3))
 @example(batch=[{"said": "%s", "name": "", "tags": [], "env": "", "env2": "", "overrides": []}])
@@ -132,7 +137,7 @@ def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> 
             cmd = (f"printf %s {shlex.quote(item['said'])} > said.out && printf %s \"$MY_VAR\" > env.out && "
                    f"printf %s \"$OTHER\" > env2.out && printf '%s\\n' \"$MY_VAR\" && python3 probe.py")
             args = ["submit", f"--dir={src}", f"--cmd={cmd}", f"--name={item['name']}",
-                    f"--env=MY_VAR={item['env']}", f"--env=OTHER={item['env2']}",
+                    f"--env=MY_VAR={literal_env(item['env'])}", f"--env=OTHER={literal_env(item['env2'])}",
                     *(f"--tag={t}" for t in item["tags"])]
             # a word that starts with "-" is an option to any command line: such overrides go after "--"
             dashed = any(key.startswith("-") for key, _ in item["overrides"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -47,6 +48,8 @@ def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:
     out = json.loads((folder / "out.json").read_text())
     assert Path(out["cwd"]).resolve() == folder.resolve()
     assert "big.bin" not in out["files"] and "job.py" in out["files"]
+    # The marker that finds every process of the job: this home's id, job, attempt, worker.
+    assert re.fullmatch(rf"[0-9a-f]{{16}}\.{job_id}\.0\.0", out["env"].pop("JOBTPU_MARK"))
     assert out["env"] == {"JOBTPU_JOB_ID": str(job_id), "JOBTPU_ATTEMPT": "0", "JOBTPU_RESUME": "0",
                           "JOBTPU_WORKER": "0", "JOBTPU_NUM_WORKERS": "1", "JOBTPU_MACHINE": "local",
                           "JOBTPU_GPU": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "MY_VAR": "x y"}
@@ -103,7 +106,7 @@ def test_doctor_finds_and_stops_a_job_that_state_json_no_longer_manages(tmp_path
 
     found = jobtpu(home, "doctor", "local", check=False)
     assert found.returncode == 1
-    assert (f"problem: job {dropped} attempt 0 worker 0 (process group" in found.stderr
+    assert (f"problem: job {dropped} attempt 0 worker 0 (process" in found.stderr
             and f"still runs here but state.json no longer has job {dropped}; `jobtpu doctor local --fix` stops it"
             in found.stderr), found.stderr
     assert pid_alive(child[dropped])  # only reported

@@ -287,7 +287,9 @@ def test_hostile_strings_arrive_byte_exact_over_ssh(ssh_fleet: SshFleet, tmp_pat
     arg = "a \"b\" $c `d` \\e 'f' ${HOME}"
     cmd = f"echo 'first line $HOME `x` \"q\"' > line1.txt\npython3 show.py {shlex.quote(arg)} \"$HOSTILE\""
     override = "x y $(touch pwned3) `touch pwned4` 'q' \"dq\"\nnl"
-    job = submit(home, src, cmd, "--env", f"HOSTILE={hostile}", "lr=0.1", f"name={override}")
+    # `$NAME` in an --env value is expanded on the worker; `\\$` keeps a `$` as it is.
+    job = submit(home, src, cmd, "--env", f"HOSTILE={hostile.replace('$', chr(92) + '$')}", "lr=0.1",
+                 f"name={override}")
     state = manage_until(home, lambda s: s[job]["status"] in ("finished", "failed"), "the job to end")
     assert state[job]["status"] == "finished", log(home, job)
     code, _, err = jt(home, "fetch", str(job), "received.json")
