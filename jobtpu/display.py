@@ -48,6 +48,9 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
         health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
         workers = row.get("workers")
-        table.add_row(row["name"], row["kind"], row.get("accelerator") or "", "" if workers is None else str(workers),
+        accelerator = row.get("accelerator") or ""
+        if row.get("provisioning"):  # a tpu: spot / preemptible / on-demand, in its zone
+            accelerator += f" ({row['provisioning']}, {row.get('zone')})"
+        table.add_row(row["name"], row["kind"], accelerator, "" if workers is None else str(workers),
                       row.get("state") or "", health, str(row["running"]), free, row.get("detail") or "")
     return table

@@ -24,7 +24,8 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
 _TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
 _CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
 _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
-                 "runtime_version", "setup", "use_external_ip", "labels", *_CONNECTION_KEYS)
+                 "runtime_version", "setup", "use_external_ip", "labels", "spot", "node_spec",
+                 *_CONNECTION_KEYS)
 _GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -40,13 +41,16 @@ class Machine:
     hosts: tuple[str, ...] = ()
     resources: dict[str, int] = field(default_factory=dict)
     accelerator: str | None = None
-    preemptible: bool = False
+    preemptible: bool = False  # Google may take it away: a preemptible or a spot node
+    spot: bool = False
     node: str | None = None
     zone: str | None = None
     runtime_version: str | None = None
     setup: tuple[str, ...] = ()
-    use_external_ip: bool = False
+    use_external_ip: bool = False  # connect to the workers' external addresses (not: whether they get one)
     labels: dict[str, str] = field(default_factory=dict)
+    # TPU API create fields machines.json sets (its own keys and `node_spec`), over the recorded spec.
+    node_overrides: dict[str, Any] = field(default_factory=dict)
     user: str | None = None
     port: int = 22
     identity_file: str | None = None
@@ -192,9 +196,10 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         raise fail(f"{label}: connect_timeout must be positive")
     for key in ("user", "identity_file", "root", "accelerator", "runtime_version"):
         typed(key, str, "a string")
-    for key in ("preemptible", "use_external_ip"):
+    for key in ("preemptible", "spot", "use_external_ip"):
         if not isinstance(spec.get(key, False), bool):
             raise fail(f"{label}: '{key}' must be true or false")
+    overrides = _node_overrides(spec, lambda m: fail(f"{label}: {m}")) if kind == "tpu" else {}
     root = merged["root"] or "jobtpu"
     if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
         root = root[2:] or "."
@@ -205,12 +210,43 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         root = str(home.local_run_root if local_root is None else Path(home.root, Path(local_root).expanduser()))
     return Machine(
         name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
-        accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False),
-        node=spec.get("node"), zone=spec.get("zone"), runtime_version=spec.get("runtime_version"),
+        accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False) or spec.get("spot", False),
+        spot=spec.get("spot", False), node_overrides=overrides, node=spec.get("node"), zone=spec.get("zone"), runtime_version=spec.get("runtime_version"),
         setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
         user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
         host_key_policy=policy, connect_timeout=float(timeout),
     )
+
+
+def _node_overrides(spec: dict[str, Any], fail: Any) -> dict[str, Any]:
+    """The create fields a tpu machine's own keys and its `node_spec` set (API field names)."""
+    from .nodespec import check_overrides, default_runtime
+
+    overrides: dict[str, Any] = {"acceleratorType": spec["accelerator"]}
+    if spec.get("runtime_version"):
+        overrides["runtimeVersion"] = spec["runtime_version"]
+    if "labels" in spec:
+        overrides["labels"] = dict(spec["labels"])
+    scheduling: dict[str, bool] = {}
+    if spec.get("preemptible") is True:
+        scheduling["preemptible"] = True
+    elif "preemptible" in spec:  # false: on demand, neither preemptible nor spot
+        scheduling.update(preemptible=False, spot=False)
+    if "spot" in spec:
+        scheduling.update(spot=spec["spot"], **({"preemptible": False} if spec["spot"] else {}))
+    if scheduling:
+        overrides["schedulingConfig"] = scheduling
+    for key, value in check_overrides(spec.get("node_spec", {}), fail).items():
+        if isinstance(value, dict) and isinstance(overrides.get(key), dict) and key != "labels":
+            overrides[key] = {**overrides[key], **value}
+        else:
+            overrides[key] = value
+    if "acceleratorConfig" in spec.get("node_spec", {}):
+        overrides.pop("acceleratorType", None)
+    if not overrides.get("runtimeVersion") and not default_runtime(spec["accelerator"]):
+        raise fail(f"jobtpu does not know the runtime version for {spec['accelerator']!r}: "
+                   "set 'runtime_version' (like \"tpu-ubuntu2204-base\")")
+    return overrides
 
 
 def split_host(host: str, default_port: int) -> tuple[str, int]:

@@ -10,6 +10,15 @@ from .errors import JobtpuError
 from .home import Home
 
 
+def provisioning(machine: Any, record: dict[str, Any]) -> str:
+    """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
+    asked = {**(record.get("spec") or {}).get("schedulingConfig", {}),
+             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
+    if asked.get("spot"):
+        return "spot"
+    return "preemptible" if asked.get("preemptible") else "on-demand"
+
+
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     from .manage import fleet_session
@@ -28,6 +37,8 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",
                               hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")
         now = time.time()
+        if op in ("apply", "reapply"):
+            record.pop("refused", None)  # the user asks again: a refused create is tried once more
         if op == "apply":
             if node is not None:
                 raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
@@ -47,7 +58,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
-            "preemptible": machine.preemptible, "exists": node is not None,
+            "preemptible": machine.preemptible, "provisioning": provisioning(machine, record), "exists": node is not None,
             "tpu_state": node.state if node else None, "health": node.health if node else None,
             "health_description": node.health_description if node else None,
             "addresses": node.addresses(machine.use_external_ip) if node else [],

@@ -31,6 +31,52 @@ RPC_CODES: dict[str, tuple[int, int]] = {
     "UNAVAILABLE": (14, 503), "UNAUTHENTICATED": (16, 401),
 }
 _OUTPUT_ONLY = ("name", "state", "health", "healthDescription", "networkEndpoints", "createTime", "id")
+# The client asks for `$alt=json;enum-encoding=int`: enums travel as numbers both ways.
+ENUMS: dict[str, dict[str, int]] = {
+    "state": {"STATE_UNSPECIFIED": 0, "CREATING": 1, "READY": 2, "RESTARTING": 3, "REIMAGING": 4, "DELETING": 5,
+              "REPAIRING": 6, "STOPPED": 8, "STOPPING": 9, "STARTING": 10, "PREEMPTED": 11, "TERMINATED": 12,
+              "HIDING": 13, "HIDDEN": 14, "UNHIDING": 15, "UNKNOWN": 16},
+    "health": {"HEALTH_UNSPECIFIED": 0, "HEALTHY": 1, "TIMEOUT": 3, "UNHEALTHY_TENSORFLOW": 4,
+               "UNHEALTHY_MAINTENANCE": 5},
+    "type": {"TYPE_UNSPECIFIED": 0, "V2": 2, "V3": 4, "V4": 7, "V5LITE_POD": 9, "V5P": 10, "V6E": 11},
+    "mode": {"DISK_MODE_UNSPECIFIED": 0, "READ_WRITE": 1, "READ_ONLY": 2},
+    "apiVersion": {"API_VERSION_UNSPECIFIED": 0, "V1_ALPHA1": 1, "V1": 2, "V2_ALPHA1": 3, "V2": 4},
+}
+# Google's own words for a create it cannot serve now.
+CAPACITY_MESSAGE = ('There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU '
+                    "Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x6a1c8fd2e47a0b91]")
+QUOTA_MESSAGE = ("Quota limit 'TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 32 in "
+                 "zone {zone}.")
+
+
+def runtime_fits(accelerator: str, runtime: str) -> bool:
+    """Which runtime versions a generation boots, as the API checks on create."""
+    generation = accelerator.split("-", 1)[0].lower()
+    if "tpuv6e" in runtime:
+        return generation == "v6e"
+    if "tpuv5-lite" in runtime:
+        return generation in ("v5litepod", "v5e")
+    if "tpuv5" in runtime:
+        return generation == "v5p"
+    return generation in ("v2", "v3", "v4")
+
+
+def encode_enums(value: Any, as_int: bool) -> Any:
+    """Names → numbers (as_int) or numbers → names, for every enum field in a JSON document."""
+    if isinstance(value, list):
+        return [encode_enums(v, as_int) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        table = ENUMS.get(key)
+        if table is not None and isinstance(item, str | int) and not isinstance(item, bool):
+            if as_int and isinstance(item, str):
+                item = table.get(item, item)
+            elif not as_int and isinstance(item, int):
+                item = next((name for name, number in table.items() if number == item), item)
+        out[key] = encode_enums(item, as_int)
+    return out
 
 
 class WorkerHooks(Protocol):
@@ -74,6 +120,17 @@ def _now_str() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _type_of_config(config: Any) -> str | None:
+    """An acceleratorConfig's type name, as the type string's generation (V5P → "v5p-8")."""
+    if not isinstance(config, dict) or not config.get("type"):
+        return None
+    generation = {"V5LITE_POD": "v5litepod"}.get(str(config["type"]), str(config["type"]).lower())
+    chips = 1
+    for part in str(config.get("topology") or "2x2").split("x"):
+        chips *= int(part) if part.isdigit() else 1
+    return f"{generation}-{chips * 2 if generation in ('v2', 'v3', 'v4', 'v5p') else chips}"
+
+
 def synthetic_workers(accelerator_type: str, seed: int = 0) -> list[tuple[str, str]]:
     """One (internal, external) pair per host: N//8 hosts for an ``vX-N`` type (at least one)."""
     try:
@@ -102,7 +159,8 @@ class FakeTpuApi:
         self._held: set[tuple[str, str]] = set()
         self._host_keys: dict[tuple[str, str], list[str]] = {}
         self._fail_creates: list[str] = []
-        self._injected: list[list[Any]] = []  # [method, path_contains, code, left]
+        self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
+        self._injected: list[list[Any]] = []  # [method, path_contains, code, left, message, serve]
         self._seq = 0
         self._server: ThreadingHTTPServer | None = None
 
@@ -136,9 +194,12 @@ class FakeTpuApi:
                  state: str = "READY", preemptible: bool = False, spot: bool = False,
                  workers: Sequence[tuple[str, str]] | None = None,
                  runtime_version: str = "tpu-ubuntu2204-base",
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+                 labels: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
+        """A node made out of band (as gcloud would: external IPs unless networkConfig says no);
+        `fields` are more create fields by their API names (metadata, tags, serviceAccount, ...)."""
         body = {"acceleratorType": accelerator_type, "runtimeVersion": runtime_version,
-                "schedulingConfig": {"preemptible": preemptible, "spot": spot}, "labels": dict(labels or {})}
+                "schedulingConfig": {"preemptible": preemptible, "spot": spot}, "labels": dict(labels or {}),
+                "networkConfig": {"enableExternalIps": True}, **fields}
         with self._lock:
             node = self._new_node(project, zone, name, body, state, workers)
             self._nodes[(zone, name)] = node
@@ -161,6 +222,8 @@ class FakeTpuApi:
                 node["healthDescription"] = health_description
 
     def fail_next_creates(self, n: int, code: str = "RESOURCE_EXHAUSTED") -> None:
+        """The next n creates are accepted, and their operations end in error (code 8, Google's
+        capacity message, for RESOURCE_EXHAUSTED)."""
         with self._lock:
             self._fail_creates.extend([code] * n)
 
@@ -174,10 +237,16 @@ class FakeTpuApi:
         with self._lock:
             self._host_keys[(zone, name)] = list(keys)
 
-    def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1) -> None:
-        """The next n matching requests answer with that error instead of being served."""
+    def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1,
+                     message: str | None = None, serve: bool = False) -> None:
+        """The next n matching requests answer with that error. `serve`: the request is carried out
+        all the same and only its answer is lost (a timeout or 503 after Google did the work)."""
         with self._lock:
-            self._injected.append([method, path_contains, code, n])
+            self._injected.append([method, path_contains, code, n, message, serve])
+
+    def quota_exceeded_next_creates(self, n: int, zone: str) -> None:
+        """The next n creates answer HTTP 429 with Google's quota text."""
+        self.inject_error("POST", "/nodes", "RESOURCE_EXHAUSTED", n, QUOTA_MESSAGE.format(zone=zone))
 
     def node(self, zone: str, name: str) -> dict[str, Any] | None:
         self._advance()
@@ -198,7 +267,7 @@ class FakeTpuApi:
     # ----- internals -----
     def _new_node(self, project: str, zone: str, name: str, body: dict[str, Any], state: str,
                   workers: Sequence[tuple[str, str]] | None) -> dict[str, Any]:
-        accel = str(body.get("acceleratorType") or "v3-8")
+        accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "v3-8")
         if not workers:
             if self.worker_hooks is not None:
                 workers = self.worker_hooks.workers_for(name, accel)
@@ -207,12 +276,15 @@ class FakeTpuApi:
                 workers = synthetic_workers(accel, self._seq)
         node = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
         node["schedulingConfig"] = {"preemptible": False, "spot": False, **node.get("schedulingConfig", {})}
+        network = node["networkConfig"] = {"network": "default", "subnetwork": "default",
+                                           "enableExternalIps": False, **node.get("networkConfig", {})}
         node.setdefault("labels", {})
+        external = bool(network["enableExternalIps"])  # the raw API gives none unless asked
         node.update({
             "name": f"projects/{project}/locations/{zone}/nodes/{name}", "acceleratorType": accel,
             "state": state, "health": "HEALTHY", "healthDescription": "", "createTime": _now_str(),
-            "networkEndpoints": [{"ipAddress": i, "port": 8470, "accessConfig": {"externalIp": e}}
-                                 for i, e in workers],
+            "networkEndpoints": [{"ipAddress": i, "port": 8470, **({"accessConfig": {"externalIp": e}} if external
+                                                                  else {})} for i, e in workers],
         })
         return node
 
@@ -291,15 +363,24 @@ class FakeTpuApi:
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """Serve one request; raise ApiError for an error answer."""
+        lost: ApiError | None = None
         with self._lock:
             self.requests.append((method, path))
             for inj in self._injected:
                 if inj[3] > 0 and inj[0] == method and inj[1] in path:
                     inj[3] -= 1
-                    raise ApiError(inj[2], f"injected {inj[2]}")
+                    error = ApiError(inj[2], inj[4] or f"injected {inj[2]}")
+                    if not inj[5]:
+                        raise error
+                    lost = error
+                    break
         self._advance()
+        as_int = "enum-encoding=int" in query.get("$alt", "")
         with self._lock:  # answer a copy, serialised outside the lock
-            return json.loads(json.dumps(self._route(method, path, query, body)))
+            answer = json.loads(json.dumps(self._route(method, path, query, encode_enums(body, False))))
+        if lost is not None:
+            raise lost
+        return encode_enums(answer, as_int)
 
     def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         parts = path.strip("/").split("/")
@@ -353,12 +434,20 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", "nodeId is required")
         if (zone, name) in self._nodes:
             raise ApiError("ALREADY_EXISTS", f"node projects/{project}/locations/{zone}/nodes/{name} already exists")
+        self.create_bodies.append(json.loads(json.dumps(body)))
+        accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "")
+        runtime = str(body.get("runtimeVersion") or "")
+        if not accel:
+            raise ApiError("INVALID_ARGUMENT", "Node.accelerator_type or Node.accelerator_config is required")
+        if not runtime:
+            raise ApiError("INVALID_ARGUMENT", "Node.runtime_version is required")
+        if not runtime_fits(accel, runtime):
+            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
         self._nodes[(zone, name)] = self._new_node(project, zone, name, body, "CREATING", None)
         error = None
         if self._fail_creates:
             code = self._fail_creates.pop(0)
-            error = (code, f"{code}: There is no more capacity in the zone \"{zone}\"; "
-                           "you can try in another zone where Cloud TPU Nodes are offered")
+            error = (code, CAPACITY_MESSAGE.format(zone=zone) if code == "RESOURCE_EXHAUSTED" else f"{code}: refused")
         return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
 
     def _guest_attributes(self, key: tuple[str, str], node: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -392,6 +481,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if url.path == "/token":  # OAuth token endpoint: it refuses every key (a revoked or deleted key)
+            self._answer(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+            return
         try:
             try:
                 body = json.loads(raw) if raw.strip() else {}
@@ -403,6 +495,9 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"error": {"code": status, "message": e.message, "status": e.status}}
         except Exception as e:  # a bug or a failing hook: answer 500 rather than drop the connection
             status, payload = 500, {"error": {"code": 500, "message": repr(e), "status": "INTERNAL"}}
+        self._answer(status, payload)
+
+    def _answer(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -40,7 +40,7 @@ class TpuFleet:
         """The machines.json entry for a node."""
         node = self.api.node(ZONE, name) or {}
         return {"kind": "tpu", "node": name, "zone": ZONE, "accelerator": node.get("acceleratorType", "v3-16"),
-                "preemptible": node.get("schedulingConfig", {}).get("preemptible", False),
+                "preemptible": any(node.get("schedulingConfig", {}).get(k, False) for k in ("preemptible", "spot")),
                 "user": self.nodes[name].user, "port": self.port(name), **extra}
 
     def machines_json(self, home: Path) -> dict[str, Any]:
