@@ -139,8 +139,9 @@ class TpuApi:
                 import google.auth
                 # The project pays the quota: user ADC without a quota project warns on every pass.
                 return google.auth.default(scopes=scopes, quota_project_id=self.project)[0]
-            from google.oauth2 import service_account
-            return service_account.Credentials.from_service_account_file(kind, scopes=scopes)
+            import google.auth
+            # A service-account key, or a user's ADC file: whatever `gcloud` wrote.
+            return google.auth.load_credentials_from_file(kind, scopes=scopes, quota_project_id=self.project)[0]
         except Exception as e:  # google.auth raises several unrelated types for missing/bad credentials
             raise CredentialsFailed(f"TPU API credentials {kind!r}: {_first_line(e)}", hint=CREDENTIALS_HINT) from None
 
@@ -161,6 +162,9 @@ class TpuApi:
         except gexc.GoogleAPICallError as e:
             message = f"TPU API {what}: {api_message(e)}"
             status = getattr(e, "code", None)
+            if status == 401 or isinstance(e, gexc.Unauthenticated):  # a revoked key signing its own tokens
+                kind = self.gcp.get("credentials") or "default"
+                raise CredentialsFailed(f"TPU API credentials {kind!r}: {api_message(e)}", hint=CREDENTIALS_HINT) from None
             if isinstance(e, gexc.NotFound):  # a RemoteError like any other, unless the caller expects it
                 raise ApiNotFound(message) from None
             if status in (400, 403, 404) or isinstance(e, gexc.InvalidArgument | gexc.PermissionDenied):

@@ -9,6 +9,7 @@ Synthetic worker addresses (10.x / 34.x) are only data in JSON: never connect to
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
@@ -159,6 +160,7 @@ class FakeTpuApi:
         self._held: set[tuple[str, str]] = set()
         self._host_keys: dict[tuple[str, str], list[str]] = {}
         self._fail_creates: list[str] = []
+        self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
         self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
         self._injected: list[list[Any]] = []  # [method, path_contains, code, left, message, serve]
         self._seq = 0
@@ -205,6 +207,12 @@ class FakeTpuApi:
             self._nodes[(zone, name)] = node
             return json.loads(json.dumps(node))
 
+    def remove_node(self, zone: str, name: str) -> None:
+        """The node is gone at once, without an operation (deleted long ago)."""
+        with self._lock:
+            self._abort((zone, name), "node removed")
+            self._nodes.pop((zone, name), None)
+
     def preempt(self, zone: str, name: str) -> None:
         self.set_state(zone, name, "PREEMPTED")
         if self.worker_hooks is not None:
@@ -239,7 +247,8 @@ class FakeTpuApi:
 
     def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1,
                      message: str | None = None, serve: bool = False) -> None:
-        """The next n matching requests answer with that error. `serve`: the request is carried out
+        """The next n requests whose method matches and whose path (with its sorted query string, like
+        "pageToken=1") contains path_contains answer with that error. `serve`: the request is carried out
         all the same and only its answer is lost (a timeout or 503 after Google did the work)."""
         with self._lock:
             self._injected.append([method, path_contains, code, n, message, serve])
@@ -361,13 +370,27 @@ class FakeTpuApi:
             out["response"] = op.response
         return out
 
+    def check_token(self, authorization: str) -> None:
+        """A self-signed JWT (what the client makes of a service-account key) from a revoked key is
+        refused, as Google does; no token at all is served (tests use anonymous credentials)."""
+        token = authorization.removeprefix("Bearer ").strip()
+        if token.count(".") != 2:
+            return
+        try:
+            header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
+        except ValueError:
+            header = {}
+        if header.get("kid") in self.revoked_keys:
+            raise ApiError("UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 "
+                           "access token, login cookie or other valid authentication credential.")
+
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """Serve one request; raise ApiError for an error answer."""
         lost: ApiError | None = None
         with self._lock:
             self.requests.append((method, path))
             for inj in self._injected:
-                if inj[3] > 0 and inj[0] == method and inj[1] in path:
+                if inj[3] > 0 and inj[0] == method and inj[1] in f"{path}?{urlencode(sorted(query.items()))}":
                     inj[3] -= 1
                     error = ApiError(inj[2], inj[4] or f"injected {inj[2]}")
                     if not inj[5]:
@@ -489,6 +512,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw) if raw.strip() else {}
             except ValueError:
                 raise ApiError("INVALID_ARGUMENT", "request body is not JSON") from None
+            self.fake.check_token(self.headers.get("Authorization") or "")
             status, payload = 200, self.fake.handle(self.command, url.path, query, body)
         except ApiError as e:
             status = RPC_CODES.get(e.status, (2, 500))[1]
