@@ -386,7 +386,8 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
 def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
     from .tpucmd import provisioning
 
-    return {"provisioning": provisioning(machine, known), "zone": machine.zone,
+    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
+            "moved": known.get("moved"),
             "refused": (known.get("refused") or {}).get("message")}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ class Machine:
     preemptible: bool = False  # Google may take it away: a preemptible or a spot node
     spot: bool = False
     node: str | None = None
-    zone: str | None = None
+    zone: str | None = None  # the zone in use (the first of `zones` until capacity errors move it)
+    zones: tuple[str, ...] = ()  # a tpu's zones, in order of preference
     runtime_version: str | None = None
     setup: tuple[str, ...] = ()
     use_external_ip: bool = False  # connect to the workers' external addresses (not: whether they get one)
@@ -66,6 +67,10 @@ class Machine:
     @property
     def is_tpu(self) -> bool:
         return self.kind == "tpu"
+
+    def in_zone(self, zone: str | None) -> Machine:
+        """This machine, in one of its zones (the first when `zone` is not one of them)."""
+        return replace(self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
 
     def default_rule(self) -> str:
         return "pre" if self.is_tpu and self.preemptible else "pass"
@@ -170,9 +175,16 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
     elif "hosts" in spec:
         raise fail(f"{label}: 'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
     if kind == "tpu":
-        for key in ("node", "zone", "accelerator"):
+        for key in ("node", "accelerator"):
             if not isinstance(spec.get(key), str) or not spec[key]:
                 raise fail(f"{label}: a tpu machine needs '{key}'")
+        zone = spec.get("zone")
+        if not zone:
+            raise fail(f"{label}: a tpu machine needs 'zone'")
+        if not isinstance(zone, str) and not (
+                isinstance(zone, list) and zone and all(isinstance(z, str) and z for z in zone) and len(set(zone)) == len(zone)):
+            raise fail(f"{label}: 'zone' must be a zone, or a list of distinct zones in order of preference "
+                       "(capacity errors move the node to the next)")
     resources = spec.get("resources", {})
     if not isinstance(resources, dict):
         raise fail(f"{label}: 'resources' must map resource names to counts")
@@ -211,11 +223,17 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
     return Machine(
         name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
         accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False) or spec.get("spot", False),
-        spot=spec.get("spot", False), node_overrides=overrides, node=spec.get("node"), zone=spec.get("zone"), runtime_version=spec.get("runtime_version"),
+        spot=spec.get("spot", False), node_overrides=overrides, node=spec.get("node"), zone=_zones(spec)[0] if kind == "tpu" else spec.get("zone"), zones=_zones(spec),
+        runtime_version=spec.get("runtime_version"),
         setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
         user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
         host_key_policy=policy, connect_timeout=float(timeout),
     )
+
+
+def _zones(spec: dict[str, Any]) -> tuple[str, ...]:
+    zone = spec.get("zone")
+    return tuple(zone) if isinstance(zone, list) else (zone,) if isinstance(zone, str) else ()
 
 
 def _node_overrides(spec: dict[str, Any], fail: Any) -> dict[str, Any]:

@@ -83,6 +83,22 @@ def create_body(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return body
 
 
+def for_zone(spec: dict[str, Any], recorded_in: str | None, zone: str) -> dict[str, Any]:
+    """The recorded spec for a create in `zone`: disks are zonal and subnetworks regional, so a node
+    moved to another zone leaves its data disks behind, and one moved to another region its subnetwork
+    (machines.json's node_spec may name the one to use there)."""
+    if not recorded_in or recorded_in == zone:
+        return spec
+    moved = {k: v for k, v in spec.items() if k != "dataDisks"}
+    if _region(recorded_in) != _region(zone) and "subnetwork" in moved.get("networkConfig", {}):
+        moved["networkConfig"] = {k: v for k, v in moved["networkConfig"].items() if k != "subnetwork"}
+    return moved
+
+
+def _region(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
 def check_overrides(spec: Any, fail: Callable[[str], Exception]) -> dict[str, Any]:
     """machines.json's `node_spec`, checked field by field against what the API accepts."""
     if not isinstance(spec, dict):

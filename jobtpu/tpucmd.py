@@ -28,10 +28,11 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
+        record = p.state.machines.setdefault(name, {})
+        machine = machine.in_zone(record.get("zone"))  # the zone it is in now
         api = p.tpu_api()
         node = api.get_node(str(machine.zone), str(machine.node))
         p.nodes[name] = node
-        record = p.state.machines.setdefault(name, {})
         busy = [j.id for j in p.state.jobs if j.machine == name and j.active]
         if op in ("reapply", "delete") and busy:
             raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import scripts
 from .errors import RemoteError
 from .fleet import Machine
+from .nodespec import for_zone
 
 if TYPE_CHECKING:
     from .decide import Observation
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
 SETUP_RETRIES = 3
+ZONE_TRIES = 2  # capacity errors in a row in one zone before asking in the machine's next zone
 
 
 def backoff(failures: int, first: float = BACKOFF_FIRST) -> float:
@@ -45,10 +47,10 @@ class MachinePlan:
 
 
 def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
-                 first_backoff: float = BACKOFF_FIRST, spec_key: str = "") -> MachinePlan:
+                 first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = ()) -> MachinePlan:
     """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry).
     `spec_key` names what machines.json asks of the node: a refused create is not asked again
-    until it changes (or `jobtpu tpu apply`)."""
+    until it changes (or `jobtpu tpu apply`). `zones`: the machine's zones, in order of preference."""
     from .tpu import UP, health_of
 
     plan = MachinePlan()
@@ -66,7 +68,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
             return plan
         record.pop("operation")
         if pending["kind"] == "create":
-            _create_finished(record, op, now, first_backoff, spec_key)
+            _create_finished(record, op, now, first_backoff, spec_key, zones)
     if record.get("want_recreate") and not record.get("operation"):
         if node is not None and record.get("create_sent"):
             # A create whose answer was lost (timeout, 503) but that Google carried out: this is
@@ -142,7 +144,8 @@ def _not_up(record: dict[str, Any], node: NodeInfo | None, health: str, why: str
     return plan
 
 
-def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backoff: float, spec_key: str) -> None:
+def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backoff: float, spec_key: str,
+                     zones: tuple[str, ...]) -> None:
     record.pop("create_sent", None)
     if not op.error_code:
         _created(record)
@@ -150,10 +153,12 @@ def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backo
         refuse(record, op.error_message, spec_key)
     else:  # capacity (code 8, or 5 for a spot reservation) and anything else: back off and ask again
         create_failed(record, op.error_message, now, first_backoff)
+        if op.capacity:
+            capacity_failed(record, zones, now)
 
 
 def _created(record: dict[str, Any]) -> None:
-    record.update(failures=0, next_try=None, last_error=None, want_recreate=False)
+    record.update(failures=0, next_try=None, last_error=None, want_recreate=False, zone_capacity_failures=0)
     record.pop("create_sent", None)
     record.pop("refused", None)
 
@@ -169,9 +174,20 @@ def short(message: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
+def capacity_failed(record: dict[str, Any], zones: tuple[str, ...], now: float) -> None:
+    """After ZONE_TRIES capacity errors in a row in one zone, ask in the machine's next zone at once."""
+    record["zone_capacity_failures"] = record.get("zone_capacity_failures", 0) + 1
+    here = record.get("zone")
+    if len(zones) < 2 or record["zone_capacity_failures"] < ZONE_TRIES:
+        return
+    following = zones[(zones.index(here) + 1) % len(zones)] if here in zones else zones[1]
+    record.update(zone=following, zone_capacity_failures=0, failures=0, next_try=now,
+                  moved=f"moved from {here} to {following} after {ZONE_TRIES} capacity errors")
+
+
 def spec_key(machine: Machine) -> str:
     """What machines.json asks of this node; a change to it lifts a refusal."""
-    text = json.dumps([machine.zone, machine.node, machine.node_overrides], sort_keys=True)
+    text = json.dumps([machine.zones, machine.node, machine.node_overrides], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -183,7 +199,8 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
     from .manage import parallel
     from .tpu import PREEMPTED, health_of
 
-    tpus = [m for m in p.fleet.machines.values() if m.is_tpu]
+    # Each machine in the zone it is in now (capacity errors may have moved it from its first).
+    tpus = [m.in_zone(p.state.machines.get(m.name, {}).get("zone")) for m in p.fleet.machines.values() if m.is_tpu]
     if not tpus:
         return
     api = p.tpu_api()
@@ -206,6 +223,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             _not_listed(p, machine, record, view, listed)
             continue
         record.pop("api_error", None)
+        record["zone"] = machine.zone
         node = listed.get(str(machine.node))
         p.nodes[machine.name] = node
         op = None
@@ -215,7 +233,10 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             except RemoteError:
                 op = None
         plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
-                            spec_key(machine))
+                            spec_key(machine), machine.zones)
+        if node is not None and node.spec:
+            record["spec_zone"] = machine.zone
+        machine = machine.in_zone(record.get("zone"))  # a capacity error may have moved it just now
         addresses = node.addresses(machine.use_external_ip) if node else []
         record["addresses"], record["workers"] = addresses, len(addresses)
         p.addresses[machine.name] = addresses
@@ -307,8 +328,8 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
                     step.kind = "create"
             if step.kind == "create":
                 record["create_sent"] = now  # a node seen after this is the one we asked for
-                record["operation"] = {"kind": "create", "name": api.create_node(machine, record.get("spec")),
-                                       "since": now}
+                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
+                record["operation"] = {"kind": "create", "name": api.create_node(machine, spec), "since": now}
                 record["recreations"] = record.get("recreations", 0) + 1
             elif step.kind == "forget-keys":
                 forget_keys(p, machine, record.get("addresses") or [])
@@ -338,6 +359,8 @@ def _create_refused(p: Pass, machine: Machine, record: dict[str, Any], plan: Mac
     else:
         create_failed(record, error.message, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
         plan.state, plan.detail = "backoff", f"create failed: {short(error.message)}"
+        if isinstance(error, ApiCapacity):
+            capacity_failed(record, machine.zones, now)
 
 
 def create_failed(record: dict[str, Any], message: str, now: float, first_backoff: float) -> None:
@@ -405,7 +428,8 @@ def request_recreate(p: Pass, machine: Machine, now: float) -> None:
     record = p.state.machines.setdefault(machine.name, {})
     if record.get("want_recreate") or record.get("operation"):
         return
+    machine = machine.in_zone(record.get("zone"))
     record["want_recreate"] = True
-    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine))
+    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones)
     _carry_out(p, p.tpu_api(), machine, record, plan, now)
     record["state"], record["detail"] = plan.state, plan.detail

@@ -160,6 +160,7 @@ class FakeTpuApi:
         self._held: set[tuple[str, str]] = set()
         self._host_keys: dict[tuple[str, str], list[str]] = {}
         self._fail_creates: list[str] = []
+        self.no_capacity_zones: set[str] = set()  # every create there ends in error code 8
         self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
         self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
         self._injected: list[list[Any]] = []  # [method, path_contains, code, left, message, serve]
@@ -468,8 +469,8 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
         self._nodes[(zone, name)] = self._new_node(project, zone, name, body, "CREATING", None)
         error = None
-        if self._fail_creates:
-            code = self._fail_creates.pop(0)
+        if self._fail_creates or zone in self.no_capacity_zones:
+            code = self._fail_creates.pop(0) if zone not in self.no_capacity_zones else "RESOURCE_EXHAUSTED"
             error = (code, CAPACITY_MESSAGE.format(zone=zone) if code == "RESOURCE_EXHAUSTED" else f"{code}: refused")
         return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
 

@@ -274,3 +274,25 @@ def test_host_keys_wait_for_every_worker_to_publish_one(tmp_path: Path, tpus: Tp
     tpus.unpublished["tpu-k"] = set()
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
     assert job["status"] == "finished", job
+
+
+# ---- zones ----------------------------------------------------------------------------------------
+
+def test_a_zone_without_capacity_moves_the_node_to_the_next_zone(tmp_path: Path, tpus: TpuFleet) -> None:
+    other = "us-central1-b"  # another region: the recorded subnetwork and data disks stay behind
+    tpus.add_node("tpu-z", networkConfig={"network": "research", "enableExternalIps": True,
+                                          "subnetwork": "projects/test-project/regions/europe-west4/subnetworks/ew4"},
+                  dataDisks=[{"sourceDisk": "projects/test-project/zones/europe-west4-a/disks/data", "mode": "READ_ONLY"}])
+    home = make_home(tmp_path, tpus, "tpu-z", preemptible=True, zone=[ZONE, other])
+    job_id = submit(home, tmp_path)
+    preempt_while_running(home, tpus, job_id, "tpu-z")
+    tpus.api.no_capacity_zones.add(ZONE)
+    finished_after_one_preemption(home, job_id)
+    row = machine(home)
+    assert row["zone"] == other and f"moved from {ZONE} to {other}" in row["moved"], row
+    assert tpus.api.node(other, "tpu-z") is not None and tpus.api.node(ZONE, "tpu-z") is None
+    first, second, third = tpus.api.create_bodies
+    assert first["networkConfig"]["subnetwork"].endswith("/ew4") and first["dataDisks"]
+    assert third["networkConfig"] == {"network": "research", "enableExternalIps": True} and "dataDisks" not in third
+    assert tpus.api.count("POST", f"/locations/{other}/nodes") == 1
+    assert "us-central1-b" in jobtpu(home, "machines", env={"COLUMNS": "250"}).stdout
