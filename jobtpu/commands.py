@@ -388,6 +388,7 @@ def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
 
     return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
             "moved": known.get("moved"),
+            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
             "refused": (known.get("refused") or {}).get("message")}
 
 

@@ -51,6 +51,8 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         accelerator = row.get("accelerator") or ""
         if row.get("provisioning"):  # a tpu: spot / preemptible / on-demand, in its zone
             accelerator += f" ({row['provisioning']}, {row.get('zone')})"
+        if row.get("queued_resource"):
+            accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(row["name"], row["kind"], accelerator, "" if workers is None else str(workers),
                       row.get("state") or "", health, str(row["running"]), free, row.get("detail") or "")
     return table

@@ -24,7 +24,7 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
 _TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
 _CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
 _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
-                 "runtime_version", "setup", "use_external_ip", "labels", "spot", "node_spec",
+                 "runtime_version", "setup", "use_external_ip", "labels", "spot", "node_spec", "queued_resource",
                  *_CONNECTION_KEYS)
 _GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -52,6 +52,8 @@ class Machine:
     labels: dict[str, str] = field(default_factory=dict)
     # TPU API create fields machines.json sets (its own keys and `node_spec`), over the recorded spec.
     node_overrides: dict[str, Any] = field(default_factory=dict)
+    # Provisioned through a queued resource: {"tier": spot|guaranteed|best-effort, "valid_for": seconds}.
+    queued_resource: dict[str, Any] | None = None
     user: str | None = None
     port: int = 22
     identity_file: str | None = None
@@ -212,6 +214,7 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         if not isinstance(spec.get(key, False), bool):
             raise fail(f"{label}: '{key}' must be true or false")
     overrides = _node_overrides(spec, lambda m: fail(f"{label}: {m}")) if kind == "tpu" else {}
+    queued = _queued_resource(spec.get("queued_resource"), lambda m: fail(f"{label}: {m}"))
     root = merged["root"] or "jobtpu"
     if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
         root = root[2:] or "."
@@ -222,13 +225,34 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         root = str(home.local_run_root if local_root is None else Path(home.root, Path(local_root).expanduser()))
     return Machine(
         name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
-        accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False) or spec.get("spot", False),
-        spot=spec.get("spot", False), node_overrides=overrides, node=spec.get("node"), zone=_zones(spec)[0] if kind == "tpu" else spec.get("zone"), zones=_zones(spec),
+        accelerator=spec.get("accelerator"), preemptible=bool(spec.get("preemptible") or spec.get("spot")
+                                                       or (queued or {}).get("tier") == "spot"),
+        spot=spec.get("spot", False), node_overrides=overrides, queued_resource=queued, node=spec.get("node"), zone=_zones(spec)[0] if kind == "tpu" else spec.get("zone"), zones=_zones(spec),
         runtime_version=spec.get("runtime_version"),
         setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
         user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
         host_key_policy=policy, connect_timeout=float(timeout),
     )
+
+
+QUEUED_TIERS = ("spot", "guaranteed", "best-effort")
+
+
+def _queued_resource(value: Any, fail: Any) -> dict[str, Any] | None:
+    """`true` (spot), or {"tier": ..., "valid_for": seconds the request may wait in the queue}."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"tier": "spot"}
+    if not isinstance(value, dict) or set(value) - {"tier", "valid_for"}:
+        raise fail('\'queued_resource\' must be true or {"tier": "spot", "valid_for": 86400}')
+    tier = value.get("tier", "spot")
+    if tier not in QUEUED_TIERS:
+        raise fail(f"queued_resource.tier must be one of {', '.join(QUEUED_TIERS)}")
+    valid_for = value.get("valid_for")
+    if valid_for is not None and (not isinstance(valid_for, int) or isinstance(valid_for, bool) or valid_for <= 0):
+        raise fail("queued_resource.valid_for must be a number of seconds > 0")
+    return {"tier": tier, **({"valid_for": valid_for} if valid_for else {})}
 
 
 def _zones(spec: dict[str, Any]) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ def provisioning(machine: Any, record: dict[str, Any]) -> str:
     """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
     asked = {**(record.get("spec") or {}).get("schedulingConfig", {}),
              **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
-    if asked.get("spot"):
+    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
         return "spot"
     return "preemptible" if asked.get("preemptible") else "on-demand"
 

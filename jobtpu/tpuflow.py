@@ -18,7 +18,7 @@ from .nodespec import for_zone
 if TYPE_CHECKING:
     from .decide import Observation
     from .manage import Pass
-    from .tpu import NodeInfo, OpInfo, TpuApi
+    from .tpu import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
@@ -47,10 +47,12 @@ class MachinePlan:
 
 
 def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
-                 first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = ()) -> MachinePlan:
+                 first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = (),
+                 queued: QueuedInfo | None | bool = False) -> MachinePlan:
     """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry).
     `spec_key` names what machines.json asks of the node: a refused create is not asked again
-    until it changes (or `jobtpu tpu apply`). `zones`: the machine's zones, in order of preference."""
+    until it changes (or `jobtpu tpu apply`). `zones`: the machine's zones, in order of preference.
+    `queued`: False for a machine without a queued resource, else its queued resource (None: none)."""
     from .tpu import UP, health_of
 
     plan = MachinePlan()
@@ -69,7 +71,13 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
         record.pop("operation")
         if pending["kind"] == "create":
             _create_finished(record, op, now, first_backoff, spec_key, zones)
-    if record.get("want_recreate") and not record.get("operation"):
+    if queued is not False:
+        record["queued_state"] = queued.state if queued else None
+    if record.get("want_recreate") and not record.get("operation") and queued is not False:
+        waiting = _plan_queued(record, node, queued or None, now, first_backoff, spec_key, plan)
+        if waiting is not None:
+            return waiting
+    elif record.get("want_recreate") and not record.get("operation"):
         if node is not None and record.get("create_sent"):
             # A create whose answer was lost (timeout, 503) but that Google carried out: this is
             # the node we asked for, never one to delete.
@@ -96,8 +104,42 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
     return plan
 
 
-def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, spec_key: str,
-                   plan: MachinePlan) -> MachinePlan:
+def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedInfo | None, now: float,
+                 first_backoff: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+    """Recreation through a queued resource; None once it is ACTIVE with a ready node. A failed or
+    suspended queued resource still holds quota: it is deleted before asking again."""
+    from .tpu import PREEMPTED, UP, health_of
+
+    state = queued.state if queued else None
+    health = health_of(node.state if node else None)[0]
+    if state is None:
+        if node is not None and node.state != "DELETING" and not record.get("queue_asked"):
+            plan.steps.append(Step("delete"))  # a node made without a queued resource, or left over
+            plan.state, plan.detail = "recreating", "deleting the old node"
+        elif node is not None:
+            plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+        else:
+            record.pop("queue_asked", None)
+            blocked = _refused_or_waiting(record, now, spec_key, plan)
+            if blocked is None:
+                plan.steps.append(Step("create-queued"))
+                plan.state, plan.detail = "queued", "asking for a queued resource"
+        return plan
+    if state in ("FAILED", "SUSPENDED") or (state == "ACTIVE" and health == PREEMPTED):
+        why = queued.error if queued and queued.error else f"the queued resource is {state}"
+        plan.steps.append(Step("delete-queued", why if state == "FAILED" else ""))
+        plan.state, plan.detail = "recreating", f"deleting the {state} queued resource (it holds quota)"
+        return plan
+    if state == "ACTIVE" and health == UP:
+        _created(record)
+        record.pop("queue_asked", None)
+        return None
+    plan.state, plan.detail = "queued", f"queued resource {state}"
+    return plan
+
+
+def _refused_or_waiting(record: dict[str, Any], now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+    """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
     refused = record.get("refused")
     if refused and refused.get("spec_key") == spec_key:
         plan.state = "refused"
@@ -110,6 +152,14 @@ def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, sp
         plan.state = "backoff"
         plan.detail = f"create failed ({record.get('last_error') or 'error'}); retry in {wait}s"
         return plan
+    return None
+
+
+def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, spec_key: str,
+                   plan: MachinePlan) -> MachinePlan:
+    blocked = _refused_or_waiting(record, now, spec_key, plan)
+    if blocked is not None:
+        return blocked
     if node is not None and node.state not in ("CREATING", "DELETING"):
         plan.steps.append(Step("delete"))
         plan.state, plan.detail = "recreating", "deleting the old node"
@@ -206,9 +256,13 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
     api = p.tpu_api()
     zones = sorted({str(m.zone) for m in tpus})
 
+    queue_zones = {str(m.zone) for m in tpus if m.queued_resource}
+
     def listing(zone: str) -> tuple[str, Any]:
+        """The zone's nodes, and its queued resources when a machine there uses one."""
         try:
-            return zone, api.list_nodes(zone)
+            nodes = api.list_nodes(zone)
+            return zone, (nodes, api.list_queued(zone) if zone in queue_zones else {})
         except RemoteError as e:
             return zone, e
 
@@ -224,7 +278,8 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             continue
         record.pop("api_error", None)
         record["zone"] = machine.zone
-        node = listed.get(str(machine.node))
+        node = listed[0].get(str(machine.node))
+        queued = listed[1].get(str(machine.node)) if machine.queued_resource else False
         p.nodes[machine.name] = node
         op = None
         if record.get("operation"):
@@ -233,7 +288,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             except RemoteError:
                 op = None
         plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
-                            spec_key(machine), machine.zones)
+                            spec_key(machine), machine.zones, queued)
         if node is not None and node.spec:
             record["spec_zone"] = machine.zone
         machine = machine.in_zone(record.get("zone"))  # a capacity error may have moved it just now
@@ -331,13 +386,22 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
                 spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
                 record["operation"] = {"kind": "create", "name": api.create_node(machine, spec), "since": now}
                 record["recreations"] = record.get("recreations", 0) + 1
+            elif step.kind == "create-queued":
+                record["create_sent"] = now
+                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
+                api.create_queued(machine, spec)
+                record["queue_asked"], record["recreations"] = now, record.get("recreations", 0) + 1
+            elif step.kind == "delete-queued":
+                if step.detail:  # it failed: count it, so asking again backs off
+                    create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+                api.delete_queued(machine)
             elif step.kind == "forget-keys":
                 forget_keys(p, machine, record.get("addresses") or [])
             elif step.kind == "setup":
                 run_setup(p, machine, record, plan)
         except RemoteError as e:
             record["last_error"] = short(e.message, 300)
-            if step.kind == "create":
+            if step.kind in ("create", "create-queued"):
                 _create_refused(p, machine, record, plan, e, now)
             else:
                 plan.detail = e.message
@@ -430,6 +494,12 @@ def request_recreate(p: Pass, machine: Machine, now: float) -> None:
         return
     machine = machine.in_zone(record.get("zone"))
     record["want_recreate"] = True
-    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones)
+    queued: Any = False
+    if machine.queued_resource:  # as the last listing saw it
+        from .tpu import QueuedInfo
+
+        queued = QueuedInfo(str(machine.node), record["queued_state"]) if record.get("queued_state") else None
+    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
+                        queued=queued)
     _carry_out(p, p.tpu_api(), machine, record, plan, now)
     record["state"], record["detail"] = plan.state, plan.detail

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
 METADATA_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+QUEUED_TYPE = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource"
 # google.rpc.Code numbers, and the HTTP status each maps to.
 RPC_CODES: dict[str, tuple[int, int]] = {
     "CANCELLED": (1, 499), "UNKNOWN": (2, 500), "INVALID_ARGUMENT": (3, 400),
@@ -42,6 +43,11 @@ ENUMS: dict[str, dict[str, int]] = {
     "type": {"TYPE_UNSPECIFIED": 0, "V2": 2, "V3": 4, "V4": 7, "V5LITE_POD": 9, "V5P": 10, "V6E": 11},
     "mode": {"DISK_MODE_UNSPECIFIED": 0, "READ_WRITE": 1, "READ_ONLY": 2},
     "apiVersion": {"API_VERSION_UNSPECIFIED": 0, "V1_ALPHA1": 1, "V1": 2, "V2_ALPHA1": 3, "V2": 4},
+}
+QUEUED_ENUMS: dict[str, dict[str, int]] = {  # inside a queued resource's `state` object
+    "state": {"STATE_UNSPECIFIED": 0, "CREATING": 1, "ACCEPTED": 2, "PROVISIONING": 3, "FAILED": 4, "DELETING": 5,
+              "ACTIVE": 6, "SUSPENDING": 7, "SUSPENDED": 8, "WAITING_FOR_RESOURCES": 9},
+    "stateInitiator": {"STATE_INITIATOR_UNSPECIFIED": 0, "USER": 1, "SERVICE": 2},
 }
 # Google's own words for a create it cannot serve now.
 CAPACITY_MESSAGE = ('There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU '
@@ -70,7 +76,7 @@ def encode_enums(value: Any, as_int: bool) -> Any:
         return value
     out = {}
     for key, item in value.items():
-        table = ENUMS.get(key)
+        table = QUEUED_ENUMS.get(key) if "stateInitiator" in value else ENUMS.get(key)
         if table is not None and isinstance(item, str | int) and not isinstance(item, bool):
             if as_int and isinstance(item, str):
                 item = table.get(item, item)
@@ -160,6 +166,8 @@ class FakeTpuApi:
         self._held: set[tuple[str, str]] = set()
         self._host_keys: dict[tuple[str, str], list[str]] = {}
         self._fail_creates: list[str] = []
+        self._queued: dict[tuple[str, str], dict[str, Any]] = {}  # queued resources, keyed like nodes
+        self._queue_held: set[tuple[str, str]] = set()
         self.no_capacity_zones: set[str] = set()  # every create there ends in error code 8
         self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
         self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
@@ -208,6 +216,17 @@ class FakeTpuApi:
             self._nodes[(zone, name)] = node
             return json.loads(json.dumps(node))
 
+    def hold_queued(self, zone: str, name: str, hold: bool = True) -> None:
+        """Keep the queued resource (existing or future) WAITING_FOR_RESOURCES until released."""
+        with self._lock:
+            (self._queue_held.add if hold else self._queue_held.discard)((zone, name))
+
+    def queued_state(self, zone: str, name: str) -> str | None:
+        self._advance()
+        with self._lock:
+            found = self._queued_view((zone, name))
+            return None if found is None else str(found["state"]["state"])
+
     def remove_node(self, zone: str, name: str) -> None:
         """The node is gone at once, without an operation (deleted long ago)."""
         with self._lock:
@@ -215,7 +234,11 @@ class FakeTpuApi:
             self._nodes.pop((zone, name), None)
 
     def preempt(self, zone: str, name: str) -> None:
+        """Google takes the node; a queued resource owning it is SUSPENDED (and keeps its quota)."""
         self.set_state(zone, name, "PREEMPTED")
+        with self._lock:
+            if (zone, name) in self._queued:
+                self._queued[(zone, name)]["state"] = {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
         if self.worker_hooks is not None:
             self.worker_hooks.on_preempt(name)
 
@@ -307,6 +330,10 @@ class FakeTpuApi:
 
     def _advance(self) -> None:
         """Apply every transition that is due; hooks run outside the lock, before the state is visible."""
+        with self._lock:
+            for key, queued in self._queued.items():
+                if queued["state"]["state"] == "WAITING_FOR_RESOURCES" and key not in self._queue_held:
+                    self._provision(key, queued)
         while True:
             with self._lock:
                 now = time.monotonic()
@@ -416,6 +443,8 @@ class FakeTpuApi:
             if op is None:
                 raise ApiError("NOT_FOUND", f"operation {'/'.join(parts[1:])} not found")
             return self._op_json(op)
+        if rest[0] == "queuedResources":
+            return self._route_queued(method, project, zone, rest, query, body)
         if rest == ["nodes"] and method == "GET":
             return self._list(project, zone, query)
         if rest == ["nodes"] and method == "POST":
@@ -473,6 +502,81 @@ class FakeTpuApi:
             code = self._fail_creates.pop(0) if zone not in self.no_capacity_zones else "RESOURCE_EXHAUSTED"
             error = (code, CAPACITY_MESSAGE.format(zone=zone) if code == "RESOURCE_EXHAUSTED" else f"{code}: refused")
         return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
+
+    # ----- queued resources -----
+    def _route_queued(self, method: str, project: str, zone: str, rest: list[str], query: dict[str, str],
+                      body: dict[str, Any]) -> dict[str, Any]:
+        parent = f"projects/{project}/locations/{zone}"
+        if rest == ["queuedResources"] and method == "GET":
+            found = [v for k in sorted(self._queued) if k[0] == zone and (v := self._queued_view(k)) is not None]
+            return {"queuedResources": found}
+        if rest == ["queuedResources"] and method == "POST":
+            return self._create_queued(project, zone, query.get("queuedResourceId", ""), body)
+        key = (zone, rest[1] if len(rest) == 2 else "")
+        queued = self._queued_view(key)
+        if queued is None:
+            raise ApiError("NOT_FOUND", f"queued resource {parent}/queuedResources/{key[1]} not found")
+        if method == "GET":
+            return queued
+        if method == "DELETE":
+            node = self._nodes.get(key)
+            if node is not None and query.get("force") != "true":
+                raise ApiError("FAILED_PRECONDITION", "the queued resource still has a node; delete with force")
+            self._queued[key]["state"] = {"state": "DELETING", "stateInitiator": "USER"}
+            if node is not None:
+                self._start_transition("delete", key, "DELETING", None, self.delete_after)
+            op = self._new_op("delete", f"{parent}/queuedResources/{key[1]}")
+            op.done, op.response = True, {"@type": EMPTY_TYPE}
+            return self._op_json(op)
+        raise ApiError("NOT_FOUND", f"no route for {method} queuedResources")
+
+    def _create_queued(self, project: str, zone: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        parent = f"projects/{project}/locations/{zone}"
+        if not name:
+            raise ApiError("INVALID_ARGUMENT", "queuedResourceId is required")
+        if (zone, name) in self._queued:
+            raise ApiError("ALREADY_EXISTS", f"queued resource {parent}/queuedResources/{name} already exists")
+        specs = (body.get("tpu") or {}).get("nodeSpec") or []
+        if len(specs) != 1 or specs[0].get("nodeId") != name or (zone, name) in self._nodes:
+            raise ApiError("INVALID_ARGUMENT", "tpu.nodeSpec must name one node that does not exist yet")
+        node = specs[0].get("node") or {}
+        runtime, accel = str(node.get("runtimeVersion") or ""), str(node.get("acceleratorType") or "")
+        if not runtime_fits(accel, runtime):
+            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
+        self.create_bodies.append(json.loads(json.dumps(node)))
+        self._queued[(zone, name)] = {
+            "name": f"{parent}/queuedResources/{name}", "createTime": _now_str(),
+            **{k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy")},
+            "state": {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "USER"}}
+        op = self._new_op("create", f"{parent}/queuedResources/{name}")
+        op.done, op.response = True, {"@type": QUEUED_TYPE, **json.loads(json.dumps(self._queued[(zone, name)]))}
+        return self._op_json(op)
+
+    def _provision(self, key: tuple[str, str], queued: dict[str, Any]) -> None:
+        """Capacity came: the node is created, owned by its queued resource (called under the lock)."""
+        spec = queued["tpu"]["nodeSpec"][0]
+        project = spec["parent"].split("/")[1]
+        body = {**spec.get("node", {}), "queuedResource": queued["name"]}
+        if "spot" in queued:
+            body["schedulingConfig"] = {"spot": True}
+        self._nodes[key] = self._new_node(project, key[0], key[1], body, "CREATING", None)
+        self._start_transition("create", key, "CREATING", "READY", self.ready_after)
+        queued["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE"}
+
+    def _queued_view(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The queued resource as the API shows it now: ACTIVE once its node is ready; gone once a
+        deleted one's node is gone."""
+        queued = self._queued.get(key)
+        if queued is None:
+            return None
+        node = self._nodes.get(key)
+        state = queued["state"]["state"]
+        if state == "DELETING" and node is None:
+            del self._queued[key]
+            return None
+        if state == "PROVISIONING" and node is not None and node["state"] == "READY":
+            queued["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE"}
+        return queued
 
     def _guest_attributes(self, key: tuple[str, str], node: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         n = len(node["networkEndpoints"])

@@ -296,3 +296,40 @@ def test_a_zone_without_capacity_moves_the_node_to_the_next_zone(tmp_path: Path,
     assert third["networkConfig"] == {"network": "research", "enableExternalIps": True} and "dataDisks" not in third
     assert tpus.api.count("POST", f"/locations/{other}/nodes") == 1
     assert "us-central1-b" in jobtpu(home, "machines", env={"COLUMNS": "250"}).stdout
+
+
+# ---- queued resources ----------------------------------------------------------------------------
+
+def test_a_queued_resource_waits_runs_is_suspended_and_is_asked_for_again(tmp_path: Path, tpus: TpuFleet) -> None:
+    tpus.add_node("tpu-qr", accelerator="v5litepod-16")
+    tpus.api.remove_node(ZONE, "tpu-qr")  # nothing there yet: the queued resource will make it
+    home = make_home(tmp_path, tpus, "tpu-qr", accelerator="v5litepod-16",
+                     queued_resource={"tier": "spot", "valid_for": 7200})
+    tpus.api.hold_queued(ZONE, "tpu-qr")
+    job_id = submit(home, tmp_path)
+    states: list[str | None] = []
+
+    def queued_state(job: dict[str, Any]) -> bool:
+        row = machine(home)
+        states.append(row["queued_resource"])
+        return row["queued_resource"] == "WAITING_FOR_RESOURCES" and job["status"] == "queued"
+    until(home, job_id, queued_state, what="the queued resource to wait")
+    assert machine(home)["provisioning"] == "spot"
+    tpus.api.hold_queued(ZONE, "tpu-qr", False)
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run on the provisioned node")
+    assert machine(home)["queued_resource"] == "ACTIVE"
+    tpus.api.preempt(ZONE, "tpu-qr")
+    assert tpus.api.queued_state(ZONE, "tpu-qr") == "SUSPENDED"
+
+    def watch(job: dict[str, Any]) -> bool:
+        states.append(machine(home)["queued_resource"])
+        return job["status"] in ("finished", "failed")
+    job = until(home, job_id, watch, timeout=120, what="the job to end")
+    assert (job["status"], job["attempt"]) == ("finished", 1), job
+    assert "attempt 1 resume=1" in jobtpu(home, "tail", str(job_id)).stdout
+    assert "SUSPENDED" in states or "DELETING" in states, states
+    assert tpus.api.count("DELETE", "/queuedResources/tpu-qr") == 1  # the suspended one, before asking again
+    assert tpus.api.count("POST", "/queuedResources") == 2
+    assert tpus.api.count("POST", f"/locations/{ZONE}/nodes") == 0  # never a plain create
+    first = tpus.api.create_bodies[0]
+    assert first["runtimeVersion"] == "v2-alpha-tpuv5-lite" and "schedulingConfig" not in first
