@@ -289,7 +289,7 @@ CREDENTIALS_HINT = ("run `gcloud auth application-default login`, or set gcp.cre
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    return text.splitlines()[0][:300].rstrip(".") if text else type(e).__name__
 
 
 def api_message(e: Any) -> str:

@@ -333,3 +333,42 @@ def test_a_queued_resource_waits_runs_is_suspended_and_is_asked_for_again(tmp_pa
     assert tpus.api.count("POST", f"/locations/{ZONE}/nodes") == 0  # never a plain create
     first = tpus.api.create_bodies[0]
     assert first["runtimeVersion"] == "v2-alpha-tpuv5-lite" and "schedulingConfig" not in first
+
+
+# ---- machines.json and credentials without a fake ---------------------------------------------------
+
+def bare_home(tmp_path: Path, tpu: dict[str, Any], **gcp: Any) -> Path:
+    home = tmp_path / "home"
+    home.mkdir(parents=True)
+    (home / "machines.json").write_text(json.dumps({
+        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", **gcp},
+        "machines": {"local": {"kind": "local"},
+                     "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8", **tpu}}}))
+    return home
+
+
+def test_missing_adc_costs_each_pass_one_line_and_local_jobs_run(tmp_path: Path) -> None:
+    home = bare_home(tmp_path, {}, credentials="default")
+    src = tmp_path / "src"
+    src.mkdir()
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "no-such-adc.json")}
+    job_id = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "echo ran", "--machine", "local").stdout)
+    for _ in range(3):
+        done = jobtpu(home, "manage", env=env)
+        lines = [line for line in done.stderr.splitlines() if "credentials" in line]
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "no-such-adc.json" in lines[0] and "gcloud auth application-default login" in lines[0]
+    assert status(home)[job_id]["status"] == "finished"
+
+
+def test_a_wrong_node_spec_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    for spec, needle in (({"node_spec": {"networkConfig": {"enableExternalIPs": True}}}, "networkConfig.enableExternalIPs"),
+                         ({"node_spec": {"tags": "allow-ssh"}}, "node_spec.tags"),
+                         ({"queued_resource": {"tier": "cheap"}}, "queued_resource.tier"),
+                         ({"zone": ["z-1", "z-1"]}, "distinct zones")):
+        home = bare_home(tmp_path / needle.replace(" ", "_"), spec)
+        before = (home / "machines.json").read_text()
+        done = jobtpu(home, "manage", check=False)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert needle in done.stderr.splitlines()[0], done.stderr
+        assert (home / "machines.json").read_text() == before and not (home / "state.json").exists()
