@@ -74,7 +74,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
     if queued is not False:
         record["queued_state"] = queued.state if queued else None
     if record.get("want_recreate") and not record.get("operation") and queued is not False:
-        waiting = _plan_queued(record, node, queued or None, now, first_backoff, spec_key, plan)
+        waiting = _plan_queued(record, node, queued or None, now, spec_key, plan)
         if waiting is not None:
             return waiting
     elif record.get("want_recreate") and not record.get("operation"):
@@ -105,7 +105,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
 
 
 def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedInfo | None, now: float,
-                 first_backoff: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+                 spec_key: str, plan: MachinePlan) -> MachinePlan | None:
     """Recreation through a queued resource; None once it is ACTIVE with a ready node. A failed or
     suspended queued resource still holds quota: it is deleted before asking again."""
     from .tpu import PREEMPTED, UP, health_of
