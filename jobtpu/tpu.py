@@ -168,7 +168,8 @@ class TpuApi:
             return list(result) if method.startswith("list_") else result
         except auth_exc.GoogleAuthError as e:  # RefreshError, TransportError, DefaultCredentialsError...
             kind = self.gcp.get("credentials") or "default"
-            raise CredentialsFailed(f"TPU API credentials {kind!r}: {_first_line(e)}", hint=CREDENTIALS_HINT) from None
+            why = network_reason(str(e)) if isinstance(e, auth_exc.TransportError) else _first_line(e)
+            raise CredentialsFailed(f"TPU API credentials {kind!r}: {why}", hint=CREDENTIALS_HINT) from None
         except gexc.GoogleAPICallError as e:
             message = f"TPU API {what}: {api_message(e)}"
             status = getattr(e, "code", None)
@@ -302,7 +303,8 @@ def api_message(e: Any) -> str:
 
 
 # What a connection failure means, out of urllib3's long chain of wrapped exceptions.
-_REASONS = (("Failed to resolve", "cannot resolve {host} (DNS)"), ("Name or service not known", "cannot resolve {host} (DNS)"),
+_REASONS = (("Unable to connect to proxy", "cannot reach the proxy on the way to {host}"),
+            ("Failed to resolve", "cannot resolve {host} (DNS)"), ("Name or service not known", "cannot resolve {host} (DNS)"),
             ("Connection refused", "{host} refused the connection"), ("timed out", "{host} did not answer in time"),
             ("Network is unreachable", "no network route to {host}"), ("SSL", "TLS handshake with {host} failed"))
 

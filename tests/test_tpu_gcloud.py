@@ -10,6 +10,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from google.auth._cloud_sdk import CLOUD_SDK_CLIENT_ID
 
 from tests.helpers import jobtpu, manage, status, wait_for
 from tests.tpufleet import PROJECT, ZONE, TpuFleet, write_machines
@@ -372,3 +373,19 @@ def test_a_wrong_node_spec_is_one_line_and_changes_nothing(tmp_path: Path) -> No
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
         assert needle in done.stderr.splitlines()[0], done.stderr
         assert (home / "machines.json").read_text() == before and not (home / "state.json").exists()
+
+
+def test_user_adc_without_a_quota_project_gives_no_warning(tmp_path: Path) -> None:
+    home = bare_home(tmp_path, {}, credentials="default")
+    gcloud = tmp_path / "gcloud-config"
+    gcloud.mkdir()
+    # As `gcloud auth application-default login` writes it: gcloud's own OAuth client, no quota project.
+    (gcloud / "application_default_credentials.json").write_text(json.dumps({
+        "type": "authorized_user", "client_id": CLOUD_SDK_CLIENT_ID, "client_secret": "s", "refresh_token": "r"}))
+    # Nothing leaves this machine: the token refresh meets a proxy that refuses the connection.
+    env = {"CLOUDSDK_CONFIG": str(gcloud), "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+           "GOOGLE_APPLICATION_CREDENTIALS": ""}
+    done = jobtpu(home, "manage", env=env)
+    assert "quota project" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "credentials" in lines[0], done.stderr
