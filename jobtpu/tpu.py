@@ -176,6 +176,8 @@ class TpuApi:
             if status == 401 or isinstance(e, gexc.Unauthenticated):  # a revoked key signing its own tokens
                 kind = self.gcp.get("credentials") or "default"
                 raise CredentialsFailed(f"TPU API credentials {kind!r}: {api_message(e)}", hint=CREDENTIALS_HINT) from None
+            if isinstance(e, gexc.NotFound) and _reservation_gone(message):
+                raise ApiCapacity(message) from None  # spot capacity gone, not a wrong request
             if isinstance(e, gexc.NotFound):  # a RemoteError like any other, unless the caller expects it
                 raise ApiNotFound(message) from None
             if status in (400, 403, 404) or isinstance(e, gexc.InvalidArgument | gexc.PermissionDenied):

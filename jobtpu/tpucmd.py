@@ -67,4 +67,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             "jobtpu_state": record.get("state"), "detail": record.get("detail"),
             "operation": record.get("operation"), "recreations": record.get("recreations", 0),
             "failures": record.get("failures", 0), "running_jobs": busy,
+            "refused": (record.get("refused") or {}).get("message"), "zones": list(machine.zones),
+            "queued_resource": record.get("queued_state") if machine.queued_resource else None,
+            "recorded_spec": record.get("spec"),
         }

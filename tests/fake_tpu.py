@@ -52,6 +52,8 @@ QUEUED_ENUMS: dict[str, dict[str, int]] = {  # inside a queued resource's `state
 # Google's own words for a create it cannot serve now.
 CAPACITY_MESSAGE = ('There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU '
                     "Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x6a1c8fd2e47a0b91]")
+FAILED_CREATE_MESSAGES = {"RESOURCE_EXHAUSTED": CAPACITY_MESSAGE,  # code 8
+                          "NOT_FOUND": "Reservation not found"}  # code 5: spot capacity that went away
 QUOTA_MESSAGE = ("Quota limit 'TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 32 in "
                  "zone {zone}.")
 
@@ -500,7 +502,7 @@ class FakeTpuApi:
         error = None
         if self._fail_creates or zone in self.no_capacity_zones:
             code = self._fail_creates.pop(0) if zone not in self.no_capacity_zones else "RESOURCE_EXHAUSTED"
-            error = (code, CAPACITY_MESSAGE.format(zone=zone) if code == "RESOURCE_EXHAUSTED" else f"{code}: refused")
+            error = (code, FAILED_CREATE_MESSAGES.get(code, "{code}: refused").format(zone=zone, code=code))
         return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
 
     # ----- queued resources -----

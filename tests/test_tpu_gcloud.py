@@ -158,6 +158,25 @@ def test_a_429_on_create_backs_off_without_a_traceback(tmp_path: Path, tpus: Tpu
     assert "attempt 1 resume=1" in jobtpu(home, "tail", str(job_id)).stdout
 
 
+def test_a_spot_reservation_not_found_is_capacity_not_a_wrong_request(tmp_path: Path, tpus: TpuFleet) -> None:
+    tpus.add_node("tpu-v", preemptible=False, spot=True)
+    home = make_home(tmp_path, tpus, "tpu-v", spot=True)
+    job_id = submit(home, tmp_path)
+    preempt_while_running(home, tpus, job_id, "tpu-v")
+    tpus.api.fail_next_creates(1, "NOT_FOUND")  # the operation ends with code 5 "Reservation not found"
+    seen: list[str] = []
+
+    def watch(job: dict[str, Any]) -> bool:
+        row = machine(home)
+        seen.append(f"{row['state']}: {row['detail']}")
+        return job["status"] in ("finished", "failed")
+    until(home, job_id, watch, timeout=120, what="the job to end")
+    assert any(s.startswith("backoff") and "Reservation not found" in s for s in seen), seen
+    assert not any(s.startswith("refused") for s in seen), seen
+    finished_after_one_preemption(home, job_id)
+    assert tpus.api.count("POST", "/nodes") == 2
+
+
 def test_a_400_on_create_is_asked_once_until_machines_json_changes(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-b")
     home = make_home(tmp_path, tpus, "tpu-b", preemptible=True, runtime_version="v2-alpha-tpuv6e")
