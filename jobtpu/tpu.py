@@ -141,17 +141,17 @@ class TpuApi:
     def _credentials(self) -> Any:
         kind = self.gcp.get("credentials") or "default"
         scopes = ["https://www.googleapis.com/auth/cloud-platform"]
+        project = self.project  # a missing gcp.project is machines.json's fault, not the credentials'
         try:
             if kind == "anonymous":
                 from google.auth.credentials import AnonymousCredentials
                 return AnonymousCredentials()
-            if kind == "default":
-                import google.auth
-                # The project pays the quota: user ADC without a quota project warns on every pass.
-                return google.auth.default(scopes=scopes, quota_project_id=self.project)[0]
             import google.auth
+            if kind == "default":
+                # The project pays the quota: user ADC without a quota project warns on every pass.
+                return google.auth.default(scopes=scopes, quota_project_id=project)[0]
             # A service-account key, or a user's ADC file: whatever `gcloud` wrote.
-            return google.auth.load_credentials_from_file(kind, scopes=scopes, quota_project_id=self.project)[0]
+            return google.auth.load_credentials_from_file(kind, scopes=scopes, quota_project_id=project)[0]
         except Exception as e:  # google.auth raises several unrelated types for missing/bad credentials
             raise CredentialsFailed(f"TPU API credentials {kind!r}: {_first_line(e)}", hint=CREDENTIALS_HINT) from None
 
@@ -299,7 +299,7 @@ def api_message(e: Any) -> str:
     """The API's own message, one line, without the request URL and its query string."""
     text = str(getattr(e, "message", "") or e)
     text = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", text.strip())
-    text = re.sub(r"https?://\S+", "", text)
+    text = re.sub(r"https?://\S*/v2/\S*", "", text)  # a request URL quoted inside; docs links stay
     line = " ".join(text.split()) or type(e).__name__
     return line if len(line) <= 240 else line[:239] + "…"
 

@@ -52,6 +52,8 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
             record["want_recreate"] = False
+            if machine.queued_resource:  # its queued resource goes too: left behind, it holds quota
+                api.delete_queued(machine)
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile
                 record["operation"] = {"kind": "delete", "name": operation, "since": now}
