@@ -463,16 +463,27 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
     for m in fleet.machines.values():
         known = state.machines.get(m.name, {})
         taken = used.get(m.name, {})
+        api_error = known.get("api_error")  # the TPU API could not be asked this pass (credentials)
         rows.append({
             "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
             "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
-            "state": known.get("state", "up" if m.kind == "local" else "unknown"),
+            "state": "unknown" if api_error else known.get("state", "up" if m.kind == "local" else "unknown"),
             "health": known.get("health"), "health_description": known.get("health_description"),
-            "detail": known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m),
+            "detail": api_error or (known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
+            **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
     return rows
+
+
+def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
+    from .tpucmd import provisioning
+
+    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
+            "moved": known.get("moved"),
+            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
+            "refused": (known.get("refused") or {}).get("message")}
 
 
 def _never_seen(machine: Machine) -> str:

@@ -59,6 +59,11 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
         health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
         workers = row.get("workers")
-        table.add_row(*map(cell, (row["name"], row["kind"], row.get("accelerator"), workers, row.get("state"),
+        accelerator = row.get("accelerator") or ""
+        if row.get("provisioning"):  # a tpu: spot / preemptible / on-demand, in its zone
+            accelerator += f" ({row['provisioning']}, {row.get('zone')})"
+        if row.get("queued_resource"):
+            accelerator += f" queued resource {row['queued_resource']}"
+        table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
                                   health, row["running"], free, row.get("detail"))))
     return table

@@ -177,6 +177,8 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
     from .tpu import TpuApi, health_of
 
+    record = Store(home).load().machines.get(machine.name, {})
+    machine = machine.in_zone(record.get("zone"))  # capacity errors may have moved it to a later zone
     try:
         node = TpuApi(dict(fleet.gcp)).get_node(str(machine.zone), str(machine.node))
     except RemoteError as e:
@@ -187,7 +189,6 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     health, why = health_of(node.state)
     out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
            if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
-    record = Store(home).load().machines.get(machine.name, {})
     setup = record.get("setup") or {}
     if machine.setup and (setup.get("status") != "done" or record.get("incarnation") != node.create_time):
         out.append((f"{machine.name}: problem: setup has not completed on this node "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
 _TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
 _CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
 _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
-                 "runtime_version", "setup", "use_external_ip", "labels", *_CONNECTION_KEYS)
+                 "runtime_version", "setup", "use_external_ip", "labels", "spot", "node_spec", "queued_resource",
+                 *_CONNECTION_KEYS)
 _GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -43,13 +44,19 @@ class Machine:
     hosts: tuple[str, ...] = ()
     resources: dict[str, int] = field(default_factory=dict)
     accelerator: str | None = None
-    preemptible: bool = False
+    preemptible: bool = False  # Google may take it away: a preemptible or a spot node
+    spot: bool = False
     node: str | None = None
-    zone: str | None = None
+    zone: str | None = None  # the zone in use (the first of `zones` until capacity errors move it)
+    zones: tuple[str, ...] = ()  # a tpu's zones, in order of preference
     runtime_version: str | None = None
     setup: tuple[str, ...] = ()
-    use_external_ip: bool = False
+    use_external_ip: bool = False  # connect to the workers' external addresses (not: whether they get one)
     labels: dict[str, str] = field(default_factory=dict)
+    # TPU API create fields machines.json sets (its own keys and `node_spec`), over the recorded spec.
+    node_overrides: dict[str, Any] = field(default_factory=dict)
+    # Provisioned through a queued resource: {"tier": spot|guaranteed|best-effort, "valid_for": seconds}.
+    queued_resource: dict[str, Any] | None = None
     user: str | None = None
     port: int = 22
     identity_file: str | None = None
@@ -65,6 +72,10 @@ class Machine:
     @property
     def is_tpu(self) -> bool:
         return self.kind == "tpu"
+
+    def in_zone(self, zone: str | None) -> Machine:
+        """This machine, in one of its zones (the first when `zone` is not one of them)."""
+        return replace(self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
 
     def default_rule(self) -> str:
         return "pre" if self.is_tpu and self.preemptible else "pass"
@@ -169,9 +180,16 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
     elif "hosts" in spec:
         raise fail(f"{label}: 'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
     if kind == "tpu":
-        for key in ("node", "zone", "accelerator"):
+        for key in ("node", "accelerator"):
             if not isinstance(spec.get(key), str) or not spec[key]:
                 raise fail(f"{label}: a tpu machine needs '{key}'")
+        zone = spec.get("zone")
+        if not zone:
+            raise fail(f"{label}: a tpu machine needs 'zone'")
+        if not isinstance(zone, str) and not (
+                isinstance(zone, list) and zone and all(isinstance(z, str) and z for z in zone) and len(set(zone)) == len(zone)):
+            raise fail(f"{label}: 'zone' must be a zone, or a list of distinct zones in order of preference "
+                       "(capacity errors move the node to the next)")
     resources = spec.get("resources", {})
     if not isinstance(resources, dict):
         raise fail(f"{label}: 'resources' must map resource names to counts")
@@ -198,9 +216,11 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         raise fail(f"{label}: connect_timeout must be positive")
     for key in ("user", "identity_file", "root", "accelerator", "runtime_version"):
         typed(key, str, "a string")
-    for key in ("preemptible", "use_external_ip"):
+    for key in ("preemptible", "spot", "use_external_ip"):
         if not isinstance(spec.get(key, False), bool):
             raise fail(f"{label}: '{key}' must be true or false")
+    overrides = _node_overrides(spec, lambda m: fail(f"{label}: {m}")) if kind == "tpu" else {}
+    queued = _queued_resource(spec.get("queued_resource"), lambda m: fail(f"{label}: {m}"))
     root = merged["root"] or "jobtpu"
     if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
         root = root[2:] or "."
@@ -211,12 +231,70 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
         root = str(home.local_run_root if local_root is None else Path(home.root, Path(local_root).expanduser()))
     return Machine(
         name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
-        accelerator=spec.get("accelerator"), preemptible=spec.get("preemptible", False),
-        node=spec.get("node"), zone=spec.get("zone"), runtime_version=spec.get("runtime_version"),
+        accelerator=spec.get("accelerator"), preemptible=bool(spec.get("preemptible") or spec.get("spot")
+                                                       or (queued or {}).get("tier") == "spot"),
+        spot=spec.get("spot", False), node_overrides=overrides, queued_resource=queued, node=spec.get("node"), zone=_zones(spec)[0] if kind == "tpu" else spec.get("zone"), zones=_zones(spec),
+        runtime_version=spec.get("runtime_version"),
         setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
         user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
         host_key_policy=policy, connect_timeout=float(timeout),
     )
+
+
+QUEUED_TIERS = ("spot", "guaranteed", "best-effort")
+
+
+def _queued_resource(value: Any, fail: Any) -> dict[str, Any] | None:
+    """`true` (spot), or {"tier": ..., "valid_for": seconds the request may wait in the queue}."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"tier": "spot"}
+    if not isinstance(value, dict) or set(value) - {"tier", "valid_for"}:
+        raise fail('\'queued_resource\' must be true or {"tier": "spot", "valid_for": 86400}')
+    tier = value.get("tier", "spot")
+    if tier not in QUEUED_TIERS:
+        raise fail(f"queued_resource.tier must be one of {', '.join(QUEUED_TIERS)}")
+    valid_for = value.get("valid_for")
+    if valid_for is not None and (not isinstance(valid_for, int) or isinstance(valid_for, bool) or valid_for <= 0):
+        raise fail("queued_resource.valid_for must be a number of seconds > 0")
+    return {"tier": tier, **({"valid_for": valid_for} if valid_for else {})}
+
+
+def _zones(spec: dict[str, Any]) -> tuple[str, ...]:
+    zone = spec.get("zone")
+    return tuple(zone) if isinstance(zone, list) else (zone,) if isinstance(zone, str) else ()
+
+
+def _node_overrides(spec: dict[str, Any], fail: Any) -> dict[str, Any]:
+    """The create fields a tpu machine's own keys and its `node_spec` set (API field names)."""
+    from .nodespec import check_overrides, default_runtime
+
+    overrides: dict[str, Any] = {"acceleratorType": spec["accelerator"]}
+    if spec.get("runtime_version"):
+        overrides["runtimeVersion"] = spec["runtime_version"]
+    if "labels" in spec:
+        overrides["labels"] = dict(spec["labels"])
+    scheduling: dict[str, bool] = {}
+    if spec.get("preemptible") is True:
+        scheduling["preemptible"] = True
+    elif "preemptible" in spec:  # false: on demand, neither preemptible nor spot
+        scheduling.update(preemptible=False, spot=False)
+    if "spot" in spec:
+        scheduling.update(spot=spec["spot"], **({"preemptible": False} if spec["spot"] else {}))
+    if scheduling:
+        overrides["schedulingConfig"] = scheduling
+    for key, value in check_overrides(spec.get("node_spec", {}), fail).items():
+        if isinstance(value, dict) and isinstance(overrides.get(key), dict) and key != "labels":
+            overrides[key] = {**overrides[key], **value}
+        else:
+            overrides[key] = value
+    if "acceleratorConfig" in spec.get("node_spec", {}):
+        overrides.pop("acceleratorType", None)
+    if not overrides.get("runtimeVersion") and not default_runtime(spec["accelerator"]):
+        raise fail(f"jobtpu does not know the runtime version for {spec['accelerator']!r}: "
+                   "set 'runtime_version' (like \"tpu-ubuntu2204-base\")")
+    return overrides
 
 
 def split_host(host: str, default_port: int) -> tuple[str, int]:

@@ -10,6 +10,15 @@ from .errors import JobtpuError
 from .home import Home
 
 
+def provisioning(machine: Any, record: dict[str, Any]) -> str:
+    """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
+    asked = {**(record.get("spec") or {}).get("schedulingConfig", {}),
+             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
+    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
+        return "spot"
+    return "preemptible" if asked.get("preemptible") else "on-demand"
+
+
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     from .manage import fleet_session
@@ -19,15 +28,18 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
+        record = p.state.machines.setdefault(name, {})
+        machine = machine.in_zone(record.get("zone"))  # the zone it is in now
         api = p.tpu_api()
         node = api.get_node(str(machine.zone), str(machine.node))
         p.nodes[name] = node
-        record = p.state.machines.setdefault(name, {})
         busy = [j.id for j in p.state.jobs if j.machine == name and j.active]
         if op in ("reapply", "delete") and busy:
             raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",
                               hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")
         now = time.time()
+        if op in ("apply", "reapply"):
+            record.pop("refused", None)  # the user asks again: a refused create is tried once more
         if op == "apply":
             if node is not None:
                 raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
@@ -40,6 +52,8 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
             record["want_recreate"] = False
+            if machine.queued_resource:  # its queued resource goes too: left behind, it holds quota
+                api.delete_queued(machine)
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile
                 record["operation"] = {"kind": "delete", "name": operation, "since": now}
@@ -47,7 +61,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
-            "preemptible": machine.preemptible, "exists": node is not None,
+            "preemptible": machine.preemptible, "provisioning": provisioning(machine, record), "exists": node is not None,
             "tpu_state": node.state if node else None, "health": node.health if node else None,
             "health_description": node.health_description if node else None,
             "addresses": node.addresses(machine.use_external_ip) if node else [],
@@ -55,4 +69,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             "jobtpu_state": record.get("state"), "detail": record.get("detail"),
             "operation": record.get("operation"), "recreations": record.get("recreations", 0),
             "failures": record.get("failures", 0), "running_jobs": busy,
+            "refused": (record.get("refused") or {}).get("message"), "zones": list(machine.zones),
+            "queued_resource": record.get("queued_state") if machine.queued_resource else None,
+            "recorded_spec": record.get("spec"),
         }

@@ -4,6 +4,8 @@ setup commands on every worker of each new incarnation before anything is launch
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,15 +13,17 @@ from typing import TYPE_CHECKING, Any
 from . import scripts
 from .errors import RemoteError
 from .fleet import Machine
+from .nodespec import for_zone
 
 if TYPE_CHECKING:
     from .decide import Observation
     from .manage import Pass
-    from .tpu import NodeInfo, OpInfo, TpuApi
+    from .tpu import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
 SETUP_RETRIES = 3
+ZONE_TRIES = 2  # capacity errors in a row in one zone before asking in the machine's next zone
 
 
 def backoff(failures: int, first: float = BACKOFF_FIRST) -> float:
@@ -43,14 +47,22 @@ class MachinePlan:
 
 
 def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
-                 first_backoff: float = BACKOFF_FIRST) -> MachinePlan:
-    """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry)."""
-    from .tpu import DOWN, PREEMPTED, UP, health_of
+                 first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = (),
+                 queued: QueuedInfo | None | bool = False) -> MachinePlan:
+    """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry).
+    `spec_key` names what machines.json asks of the node: a refused create is not asked again
+    until it changes (or `jobtpu tpu apply`). `zones`: the machine's zones, in order of preference.
+    `queued`: False for a machine without a queued resource, else its queued resource (None: none)."""
+    from .tpu import UP, health_of
 
     plan = MachinePlan()
     health, why = health_of(node.state if node else None)
     record.update(tpu_state=node.state if node else None, health=node.health if node else None,
                   health_description=node.health_description if node else None)
+    if node is not None and node.spec:
+        # Recorded whenever the node is seen (so the first sight, and the pass that deletes it):
+        # a recreation brings back exactly this, metadata, service account and network included.
+        record["spec"] = node.spec
     pending = record.get("operation")
     if pending and op is not None:
         if not op.done:
@@ -58,28 +70,23 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
             return plan
         record.pop("operation")
         if pending["kind"] == "create":
-            if op.error_code:
-                create_failed(record, op.error_message, now, first_backoff)
-            else:
-                record.update(failures=0, next_try=None, last_error=None, want_recreate=False)
-    if record.get("want_recreate") and not record.get("operation"):
-        if (record.get("next_try") or 0) > now:
-            wait = int(record["next_try"] - now)
-            plan.state = "backoff"
-            plan.detail = f"create failed ({record.get('last_error') or 'error'}); retry in {wait}s"
-            return plan
-        if node is not None and node.state not in ("CREATING", "DELETING"):
-            plan.steps.append(Step("delete"))
-            plan.state, plan.detail = "recreating", "deleting the old node"
-            return plan
-        if node is None:
-            plan.steps.append(Step("create"))
-            plan.state, plan.detail = "recreating", "creating the node"
-            return plan
+            _create_finished(record, op, now, first_backoff, spec_key, zones)
+    if queued is not False:
+        record["queued_state"] = queued.state if queued else None
+    if record.get("want_recreate") and not record.get("operation") and queued is not False:
+        waiting = _plan_queued(record, node, queued or None, now, spec_key, plan)
+        if waiting is not None:
+            return waiting
+    elif record.get("want_recreate") and not record.get("operation"):
+        if node is not None and record.get("create_sent"):
+            # A create whose answer was lost (timeout, 503) but that Google carried out: this is
+            # the node we asked for, never one to delete.
+            _created(record)
+        else:
+            return _plan_recreate(record, node, now, spec_key, plan)
     if health != UP:
-        plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
-        plan.detail = why
-        return plan
+        return _not_up(record, node, health, why, now, plan)
+    record.pop("transient", None)
     incarnation = node.create_time if node else ""
     if record.get("incarnation") != incarnation:
         if record.get("incarnation") is not None:
@@ -97,6 +104,143 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
     return plan
 
 
+def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedInfo | None, now: float,
+                 spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+    """Recreation through a queued resource; None once it is ACTIVE with a ready node. A failed or
+    suspended queued resource still holds quota: it is deleted before asking again."""
+    from .tpu import PREEMPTED, UP, health_of
+
+    state = queued.state if queued else None
+    health = health_of(node.state if node else None)[0]
+    if state is None:
+        if node is not None and node.state != "DELETING" and not record.get("queue_asked"):
+            plan.steps.append(Step("delete"))  # a node made without a queued resource, or left over
+            plan.state, plan.detail = "recreating", "deleting the old node"
+        elif node is not None:
+            plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+        else:
+            record.pop("queue_asked", None)
+            blocked = _refused_or_waiting(record, now, spec_key, plan)
+            if blocked is None:
+                plan.steps.append(Step("create-queued"))
+                plan.state, plan.detail = "queued", "asking for a queued resource"
+        return plan
+    if state in ("FAILED", "SUSPENDED") or (state == "ACTIVE" and health == PREEMPTED):
+        why = queued.error if queued and queued.error else f"the queued resource is {state}"
+        plan.steps.append(Step("delete-queued", why if state == "FAILED" else ""))
+        plan.state, plan.detail = "recreating", f"deleting the {state} queued resource (it holds quota)"
+        return plan
+    if state == "ACTIVE" and health == UP:
+        _created(record)
+        record.pop("queue_asked", None)
+        return None
+    plan.state, plan.detail = "queued", f"queued resource {state}"
+    return plan
+
+
+def _refused_or_waiting(record: dict[str, Any], now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+    """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
+    refused = record.get("refused")
+    if refused and refused.get("spec_key") == spec_key:
+        plan.state = "refused"
+        plan.detail = (f"create refused: {refused.get('message')}; fix machines.json, or run "
+                       "`jobtpu tpu apply` to ask again")
+        return plan
+    record.pop("refused", None)
+    if (record.get("next_try") or 0) > now:
+        wait = int(record["next_try"] - now)
+        plan.state = "backoff"
+        plan.detail = f"create failed ({record.get('last_error') or 'error'}); retry in {wait}s"
+        return plan
+    return None
+
+
+def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, spec_key: str,
+                   plan: MachinePlan) -> MachinePlan:
+    blocked = _refused_or_waiting(record, now, spec_key, plan)
+    if blocked is not None:
+        return blocked
+    if node is not None and node.state not in ("CREATING", "DELETING"):
+        plan.steps.append(Step("delete"))
+        plan.state, plan.detail = "recreating", "deleting the old node"
+    elif node is None:
+        plan.steps.append(Step("create"))
+        plan.state, plan.detail = "recreating", "creating the node"
+    else:
+        plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+    return plan
+
+
+def _not_up(record: dict[str, Any], node: NodeInfo | None, health: str, why: str, now: float,
+            plan: MachinePlan) -> MachinePlan:
+    """A node that is not ready. A transient state is waited on, and `machines` says for how long;
+    past TRANSIENT_LIMIT it says the node looks stuck and how to recreate it (jobtpu does not
+    delete a node on its own for being slow)."""
+    from .tpu import DOWN, PREEMPTED, TRANSIENT, TRANSIENT_LIMIT
+
+    plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
+    plan.detail = why
+    if health != TRANSIENT or node is None:
+        record.pop("transient", None)
+        return plan
+    seen = record.get("transient") or {}
+    if seen.get("state") != node.state:
+        seen = record["transient"] = {"state": node.state, "since": now}
+    waited = now - float(seen.get("since") or now)
+    plan.detail = f"{why} (for {int(waited // 60)} min)"
+    if waited > TRANSIENT_LIMIT:
+        plan.state = "stuck"
+        plan.detail += "; it looks stuck: `jobtpu tpu reapply` recreates it"
+    return plan
+
+
+def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backoff: float, spec_key: str,
+                     zones: tuple[str, ...]) -> None:
+    record.pop("create_sent", None)
+    if not op.error_code:
+        _created(record)
+    elif op.refused:
+        refuse(record, op.error_message, spec_key)
+    else:  # capacity (code 8, or 5 for a spot reservation) and anything else: back off and ask again
+        create_failed(record, op.error_message, now, first_backoff)
+        if op.capacity:
+            capacity_failed(record, zones, now)
+
+
+def _created(record: dict[str, Any]) -> None:
+    record.update(failures=0, next_try=None, last_error=None, want_recreate=False, zone_capacity_failures=0)
+    record.pop("create_sent", None)
+    record.pop("refused", None)
+
+
+def refuse(record: dict[str, Any], message: str, spec_key: str) -> None:
+    """A create the API refused as wrong (400, 403, 404): not asked again for the same spec."""
+    record["refused"] = {"message": short(message), "spec_key": spec_key}
+    record["last_error"] = short(message)
+
+
+def short(message: str, limit: int = 200) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def capacity_failed(record: dict[str, Any], zones: tuple[str, ...], now: float) -> None:
+    """After ZONE_TRIES capacity errors in a row in one zone, ask in the machine's next zone at once."""
+    record["zone_capacity_failures"] = record.get("zone_capacity_failures", 0) + 1
+    here = record.get("zone")
+    if len(zones) < 2 or record["zone_capacity_failures"] < ZONE_TRIES:
+        return
+    following = zones[(zones.index(here) + 1) % len(zones)] if here in zones else zones[1]
+    record.update(zone=following, zone_capacity_failures=0, failures=0, next_try=now,
+                  moved=f"moved from {here} to {following} after {ZONE_TRIES} capacity errors")
+
+
+def spec_key(machine: Machine) -> str:
+    """What machines.json asks of this node; a change to it lifts a refusal."""
+    text = json.dumps([machine.zones, machine.node, machine.node_overrides], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 # ---- the I/O around it ---------------------------------------------------------------------------
 
 def observe_tpus(p: Pass, seen: Observation) -> None:
@@ -105,31 +249,37 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
     from .manage import parallel
     from .tpu import PREEMPTED, health_of
 
-    tpus = [m for m in p.fleet.machines.values() if m.is_tpu]
+    # Each machine in the zone it is in now (capacity errors may have moved it from its first).
+    tpus = [m.in_zone(p.state.machines.get(m.name, {}).get("zone")) for m in p.fleet.machines.values() if m.is_tpu]
     if not tpus:
         return
     api = p.tpu_api()
     zones = sorted({str(m.zone) for m in tpus})
 
+    queue_zones = {str(m.zone) for m in tpus if m.queued_resource}
+
     def listing(zone: str) -> tuple[str, Any]:
+        """The zone's nodes, and its queued resources when a machine there uses one."""
         try:
-            return zone, api.list_nodes(zone)
+            nodes = api.list_nodes(zone)
+            return zone, (nodes, api.list_queued(zone) if zone in queue_zones else {})
         except RemoteError as e:
             return zone, e
 
     nodes_by_zone = dict(parallel(listing, zones))
+    _say_credentials(p, nodes_by_zone)
     planned: list[tuple[Machine, dict[str, Any], MachinePlan]] = []
     for machine in tpus:
         view = seen.view(machine.name)
         record = p.state.machines.setdefault(machine.name, {})
         listed = nodes_by_zone[str(machine.zone)]
         if isinstance(listed, RemoteError):
-            view.ready, view.reachable, view.error = False, False, listed.message
-            record.update(state="unknown", detail=listed.message)
-            view.n_workers = len(record.get("addresses") or [])
-            p.addresses[machine.name] = list(record.get("addresses") or [])
+            _not_listed(p, machine, record, view, listed)
             continue
-        node = listed.get(str(machine.node))
+        record.pop("api_error", None)
+        record["zone"] = machine.zone
+        node = listed[0].get(str(machine.node))
+        queued = listed[1].get(str(machine.node)) if machine.queued_resource else False
         p.nodes[machine.name] = node
         op = None
         if record.get("operation"):
@@ -137,19 +287,21 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
                 op = api.operation(record["operation"]["name"])
             except RemoteError:
                 op = None
-        plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+        plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
+                            spec_key(machine), machine.zones, queued)
+        if node is not None and node.spec:
+            record["spec_zone"] = machine.zone
+        machine = machine.in_zone(record.get("zone"))  # a capacity error may have moved it just now
         addresses = node.addresses(machine.use_external_ip) if node else []
         record["addresses"], record["workers"] = addresses, len(addresses)
         p.addresses[machine.name] = addresses
         view.n_workers = len(addresses)
         view.preempted = health_of(node.state if node else None)[0] == PREEMPTED
-        if machine.host_key_policy == "strict" and node is not None and node.state == "READY" \
-                and record.get("host_keys_for") != node.create_time:
-            # strict: trust exactly the host keys the node publishes through the TPU API.
-            try:
-                record["host_keys"], record["host_keys_for"] = api.host_keys(machine), node.create_time
-            except RemoteError as e:
-                plan.state, plan.detail = "unknown", f"cannot read the node's host keys: {e.message}"
+        if node is not None and node.state == "READY" and plan.state in ("up", "setting up"):
+            if not addresses:
+                _hold(plan, "no address", no_address_reason(machine, node))
+            elif machine.host_key_policy == "strict" and record.get("host_keys_for") != node.create_time:
+                _read_host_keys(api, machine, record, node, plan, len(addresses))
         planned.append((machine, record, plan))
     # Machines' steps (a setup may wait up to SETUP_WAIT) run side by side, not one after another.
     parallel(lambda item: _carry_out(p, api, *item, seen.now), planned)
@@ -161,6 +313,59 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
         if plan.state != "up":
             view.reachable = False if not view.preempted else None
             view.error = plan.detail
+
+
+def _say_credentials(p: Pass, nodes_by_zone: dict[str, Any]) -> None:
+    """A credentials failure costs the pass one line, however many zones and machines it stops;
+    every other machine is still served."""
+    from .tpu import CredentialsFailed
+
+    failure = next((e for e in nodes_by_zone.values() if isinstance(e, CredentialsFailed)), None)
+    if failure is not None:
+        p.notes.append(f"jobtpu: {failure.message}; TPU machines wait (hint: {failure.hint})")
+
+
+def _not_listed(p: Pass, machine: Machine, record: dict[str, Any], view: Any, error: RemoteError) -> None:
+    """The zone could not be listed: nothing is known of the node this pass, nothing runs there."""
+    from .tpu import CredentialsFailed
+
+    view.ready, view.reachable, view.error = False, False, error.message
+    if isinstance(error, CredentialsFailed):
+        record["api_error"] = error.message  # `machines` shows it; the pass said it once already
+    else:
+        record.update(state="unknown", detail=error.message)
+    view.n_workers = len(record.get("addresses") or [])
+    p.addresses[machine.name] = list(record.get("addresses") or [])
+
+
+def _hold(plan: MachinePlan, state: str, detail: str) -> None:
+    """Nothing is launched or set up on the node this pass: it is not usable yet."""
+    plan.steps = [s for s in plan.steps if s.kind != "setup"]
+    plan.state, plan.detail = state, detail
+
+
+def no_address_reason(machine: Machine, node: NodeInfo) -> str:
+    if machine.use_external_ip and node.internal:
+        return ("the workers have no external IP (networkConfig.enableExternalIps is false) and "
+                "use_external_ip is true: set it false to connect inside the VPC")
+    return "the TPU API lists no worker address for the node"
+
+
+def _read_host_keys(api: TpuApi, machine: Machine, record: dict[str, Any], node: NodeInfo, plan: MachinePlan,
+                    workers: int) -> None:
+    """strict: trust exactly the host keys the node publishes through the TPU API, recorded only
+    once every worker has published one (a slow guest agent must not lock jobtpu out for good)."""
+    try:
+        keys = api.host_keys(machine)
+    except RemoteError as e:
+        _hold(plan, "unknown", f"cannot read the node's host keys: {e.message}")
+        return
+    missing = [i for i in range(workers) if i >= len(keys) or not keys[i]]
+    if missing:
+        _hold(plan, "waiting for host keys",
+              f"worker(s) {', '.join(map(str, missing))} have not published an SSH host key yet")
+        return
+    record["host_keys"], record["host_keys_for"] = keys, node.create_time
 
 
 def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
@@ -177,26 +382,56 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
                 else:
                     step.kind = "create"
             if step.kind == "create":
-                record["operation"] = {"kind": "create", "name": api.create_node(machine), "since": now}
+                record["create_sent"] = now  # a node seen after this is the one we asked for
+                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
+                record["operation"] = {"kind": "create", "name": api.create_node(machine, spec), "since": now}
                 record["recreations"] = record.get("recreations", 0) + 1
+            elif step.kind == "create-queued":
+                record["create_sent"] = now
+                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
+                api.create_queued(machine, spec)
+                record["queue_asked"], record["recreations"] = now, record.get("recreations", 0) + 1
+            elif step.kind == "delete-queued":
+                if step.detail:  # it failed: count it, so asking again backs off
+                    create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+                api.delete_queued(machine)
             elif step.kind == "forget-keys":
                 forget_keys(p, machine, record.get("addresses") or [])
             elif step.kind == "setup":
                 run_setup(p, machine, record, plan)
         except RemoteError as e:
-            record["last_error"] = e.message[:300]
-            if step.kind == "create":
-                create_failed(record, e.message, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
-                plan.state, plan.detail = "backoff", f"create failed: {e.message}"
+            record["last_error"] = short(e.message, 300)
+            if step.kind in ("create", "create-queued"):
+                _create_refused(p, machine, record, plan, e, now)
             else:
                 plan.detail = e.message
+
+
+def _create_refused(p: Pass, machine: Machine, record: dict[str, Any], plan: MachinePlan, error: RemoteError,
+                    now: float) -> None:
+    """What a failed create call means: wrong (not asked again), capacity (back off), no
+    credentials (nothing was sent), or unsure (timeout, 5xx: Google may have created it)."""
+    from .tpu import ApiCapacity, ApiRefused, CredentialsFailed
+
+    if isinstance(error, ApiRefused | ApiCapacity | CredentialsFailed):
+        record.pop("create_sent", None)  # a definite answer: no node was made
+    if isinstance(error, ApiRefused):
+        refuse(record, error.message, spec_key(machine))
+        plan.state, plan.detail = "refused", f"create refused: {short(error.message)}"
+    elif isinstance(error, CredentialsFailed):
+        plan.state, plan.detail = "unknown", error.message
+    else:
+        create_failed(record, error.message, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+        plan.state, plan.detail = "backoff", f"create failed: {short(error.message)}"
+        if isinstance(error, ApiCapacity):
+            capacity_failed(record, machine.zones, now)
 
 
 def create_failed(record: dict[str, Any], message: str, now: float, first_backoff: float) -> None:
     """A create was refused (at once, or by its operation): count it and wait before the next one."""
     record["failures"] = record.get("failures", 0) + 1
     record["next_try"] = now + backoff(record["failures"], first_backoff)
-    record["last_error"] = message[:300]
+    record["last_error"] = short(message, 300)
 
 
 def forget_keys(p: Pass, machine: Machine, addresses: list[str]) -> None:
@@ -257,7 +492,14 @@ def request_recreate(p: Pass, machine: Machine, now: float) -> None:
     record = p.state.machines.setdefault(machine.name, {})
     if record.get("want_recreate") or record.get("operation"):
         return
+    machine = machine.in_zone(record.get("zone"))
     record["want_recreate"] = True
-    plan = plan_machine(record, p.nodes.get(machine.name), None, now)
+    queued: Any = False
+    if machine.queued_resource:  # as the last listing saw it
+        from .tpu import QueuedInfo
+
+        queued = QueuedInfo(str(machine.node), record["queued_state"]) if record.get("queued_state") else None
+    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
+                        queued=queued)
     _carry_out(p, p.tpu_api(), machine, record, plan, now)
     record["state"], record["detail"] = plan.state, plan.detail

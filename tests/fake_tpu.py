@@ -9,6 +9,7 @@ Synthetic worker addresses (10.x / 34.x) are only data in JSON: never connect to
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -17,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
 METADATA_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+QUEUED_TYPE = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource"
 # google.rpc.Code numbers, and the HTTP status each maps to.
 RPC_CODES: dict[str, tuple[int, int]] = {
     "CANCELLED": (1, 499), "UNKNOWN": (2, 500), "INVALID_ARGUMENT": (3, 400),
@@ -31,6 +33,59 @@ RPC_CODES: dict[str, tuple[int, int]] = {
     "UNAVAILABLE": (14, 503), "UNAUTHENTICATED": (16, 401),
 }
 _OUTPUT_ONLY = ("name", "state", "health", "healthDescription", "networkEndpoints", "createTime", "id")
+# The client asks for `$alt=json;enum-encoding=int`: enums travel as numbers both ways.
+ENUMS: dict[str, dict[str, int]] = {
+    "state": {"STATE_UNSPECIFIED": 0, "CREATING": 1, "READY": 2, "RESTARTING": 3, "REIMAGING": 4, "DELETING": 5,
+              "REPAIRING": 6, "STOPPED": 8, "STOPPING": 9, "STARTING": 10, "PREEMPTED": 11, "TERMINATED": 12,
+              "HIDING": 13, "HIDDEN": 14, "UNHIDING": 15, "UNKNOWN": 16},
+    "health": {"HEALTH_UNSPECIFIED": 0, "HEALTHY": 1, "TIMEOUT": 3, "UNHEALTHY_TENSORFLOW": 4,
+               "UNHEALTHY_MAINTENANCE": 5},
+    "type": {"TYPE_UNSPECIFIED": 0, "V2": 2, "V3": 4, "V4": 7, "V5LITE_POD": 9, "V5P": 10, "V6E": 11},
+    "mode": {"DISK_MODE_UNSPECIFIED": 0, "READ_WRITE": 1, "READ_ONLY": 2},
+    "apiVersion": {"API_VERSION_UNSPECIFIED": 0, "V1_ALPHA1": 1, "V1": 2, "V2_ALPHA1": 3, "V2": 4},
+}
+QUEUED_ENUMS: dict[str, dict[str, int]] = {  # inside a queued resource's `state` object
+    "state": {"STATE_UNSPECIFIED": 0, "CREATING": 1, "ACCEPTED": 2, "PROVISIONING": 3, "FAILED": 4, "DELETING": 5,
+              "ACTIVE": 6, "SUSPENDING": 7, "SUSPENDED": 8, "WAITING_FOR_RESOURCES": 9},
+    "stateInitiator": {"STATE_INITIATOR_UNSPECIFIED": 0, "USER": 1, "SERVICE": 2},
+}
+# Google's own words for a create it cannot serve now.
+CAPACITY_MESSAGE = ('There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU '
+                    "Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x6a1c8fd2e47a0b91]")
+FAILED_CREATE_MESSAGES = {"RESOURCE_EXHAUSTED": CAPACITY_MESSAGE,  # code 8
+                          "NOT_FOUND": "Reservation not found"}  # code 5: spot capacity that went away
+QUOTA_MESSAGE = ("Quota limit 'TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 32 in "
+                 "zone {zone}.")
+
+
+def runtime_fits(accelerator: str, runtime: str) -> bool:
+    """Which runtime versions a generation boots, as the API checks on create."""
+    generation = accelerator.split("-", 1)[0].lower()
+    if "tpuv6e" in runtime:
+        return generation == "v6e"
+    if "tpuv5-lite" in runtime:
+        return generation in ("v5litepod", "v5e")
+    if "tpuv5" in runtime:
+        return generation == "v5p"
+    return generation in ("v2", "v3", "v4")
+
+
+def encode_enums(value: Any, as_int: bool) -> Any:
+    """Names → numbers (as_int) or numbers → names, for every enum field in a JSON document."""
+    if isinstance(value, list):
+        return [encode_enums(v, as_int) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        table = QUEUED_ENUMS.get(key) if "stateInitiator" in value else ENUMS.get(key)
+        if table is not None and isinstance(item, str | int) and not isinstance(item, bool):
+            if as_int and isinstance(item, str):
+                item = table.get(item, item)
+            elif not as_int and isinstance(item, int):
+                item = next((name for name, number in table.items() if number == item), item)
+        out[key] = encode_enums(item, as_int)
+    return out
 
 
 class WorkerHooks(Protocol):
@@ -74,6 +129,17 @@ def _now_str() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _type_of_config(config: Any) -> str | None:
+    """An acceleratorConfig's type name, as the type string's generation (V5P → "v5p-8")."""
+    if not isinstance(config, dict) or not config.get("type"):
+        return None
+    generation = {"V5LITE_POD": "v5litepod"}.get(str(config["type"]), str(config["type"]).lower())
+    chips = 1
+    for part in str(config.get("topology") or "2x2").split("x"):
+        chips *= int(part) if part.isdigit() else 1
+    return f"{generation}-{chips * 2 if generation in ('v2', 'v3', 'v4', 'v5p') else chips}"
+
+
 def synthetic_workers(accelerator_type: str, seed: int = 0) -> list[tuple[str, str]]:
     """One (internal, external) pair per host: N//8 hosts for an ``vX-N`` type (at least one)."""
     try:
@@ -102,7 +168,12 @@ class FakeTpuApi:
         self._held: set[tuple[str, str]] = set()
         self._host_keys: dict[tuple[str, str], list[str]] = {}
         self._fail_creates: list[str] = []
-        self._injected: list[list[Any]] = []  # [method, path_contains, code, left]
+        self._queued: dict[tuple[str, str], dict[str, Any]] = {}  # queued resources, keyed like nodes
+        self._queue_held: set[tuple[str, str]] = set()
+        self.no_capacity_zones: set[str] = set()  # every create there ends in error code 8
+        self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
+        self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
+        self._injected: list[list[Any]] = []  # [method, path_contains, code, left, message, serve]
         self._seq = 0
         self._server: ThreadingHTTPServer | None = None
 
@@ -136,16 +207,40 @@ class FakeTpuApi:
                  state: str = "READY", preemptible: bool = False, spot: bool = False,
                  workers: Sequence[tuple[str, str]] | None = None,
                  runtime_version: str = "tpu-ubuntu2204-base",
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+                 labels: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
+        """A node made out of band (as gcloud would: external IPs unless networkConfig says no);
+        `fields` are more create fields by their API names (metadata, tags, serviceAccount, ...)."""
         body = {"acceleratorType": accelerator_type, "runtimeVersion": runtime_version,
-                "schedulingConfig": {"preemptible": preemptible, "spot": spot}, "labels": dict(labels or {})}
+                "schedulingConfig": {"preemptible": preemptible, "spot": spot}, "labels": dict(labels or {}),
+                "networkConfig": {"enableExternalIps": True}, **fields}
         with self._lock:
             node = self._new_node(project, zone, name, body, state, workers)
             self._nodes[(zone, name)] = node
             return json.loads(json.dumps(node))
 
+    def hold_queued(self, zone: str, name: str, hold: bool = True) -> None:
+        """Keep the queued resource (existing or future) WAITING_FOR_RESOURCES until released."""
+        with self._lock:
+            (self._queue_held.add if hold else self._queue_held.discard)((zone, name))
+
+    def queued_state(self, zone: str, name: str) -> str | None:
+        self._advance()
+        with self._lock:
+            found = self._queued_view((zone, name))
+            return None if found is None else str(found["state"]["state"])
+
+    def remove_node(self, zone: str, name: str) -> None:
+        """The node is gone at once, without an operation (deleted long ago)."""
+        with self._lock:
+            self._abort((zone, name), "node removed")
+            self._nodes.pop((zone, name), None)
+
     def preempt(self, zone: str, name: str) -> None:
+        """Google takes the node; a queued resource owning it is SUSPENDED (and keeps its quota)."""
         self.set_state(zone, name, "PREEMPTED")
+        with self._lock:
+            if (zone, name) in self._queued:
+                self._queued[(zone, name)]["state"] = {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
         if self.worker_hooks is not None:
             self.worker_hooks.on_preempt(name)
 
@@ -161,6 +256,8 @@ class FakeTpuApi:
                 node["healthDescription"] = health_description
 
     def fail_next_creates(self, n: int, code: str = "RESOURCE_EXHAUSTED") -> None:
+        """The next n creates are accepted, and their operations end in error (code 8, Google's
+        capacity message, for RESOURCE_EXHAUSTED)."""
         with self._lock:
             self._fail_creates.extend([code] * n)
 
@@ -174,10 +271,17 @@ class FakeTpuApi:
         with self._lock:
             self._host_keys[(zone, name)] = list(keys)
 
-    def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1) -> None:
-        """The next n matching requests answer with that error instead of being served."""
+    def inject_error(self, method: str, path_contains: str, code: str = "UNAVAILABLE", n: int = 1,
+                     message: str | None = None, serve: bool = False) -> None:
+        """The next n requests whose method matches and whose path (with its sorted query string, like
+        "pageToken=1") contains path_contains answer with that error. `serve`: the request is carried out
+        all the same and only its answer is lost (a timeout or 503 after Google did the work)."""
         with self._lock:
-            self._injected.append([method, path_contains, code, n])
+            self._injected.append([method, path_contains, code, n, message, serve])
+
+    def quota_exceeded_next_creates(self, n: int, zone: str) -> None:
+        """The next n creates answer HTTP 429 with Google's quota text."""
+        self.inject_error("POST", "/nodes", "RESOURCE_EXHAUSTED", n, QUOTA_MESSAGE.format(zone=zone))
 
     def node(self, zone: str, name: str) -> dict[str, Any] | None:
         self._advance()
@@ -198,7 +302,7 @@ class FakeTpuApi:
     # ----- internals -----
     def _new_node(self, project: str, zone: str, name: str, body: dict[str, Any], state: str,
                   workers: Sequence[tuple[str, str]] | None) -> dict[str, Any]:
-        accel = str(body.get("acceleratorType") or "v3-8")
+        accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "v3-8")
         if not workers:
             if self.worker_hooks is not None:
                 workers = self.worker_hooks.workers_for(name, accel)
@@ -207,12 +311,15 @@ class FakeTpuApi:
                 workers = synthetic_workers(accel, self._seq)
         node = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
         node["schedulingConfig"] = {"preemptible": False, "spot": False, **node.get("schedulingConfig", {})}
+        network = node["networkConfig"] = {"network": "default", "subnetwork": "default",
+                                           "enableExternalIps": False, **node.get("networkConfig", {})}
         node.setdefault("labels", {})
+        external = bool(network["enableExternalIps"])  # the raw API gives none unless asked
         node.update({
             "name": f"projects/{project}/locations/{zone}/nodes/{name}", "acceleratorType": accel,
             "state": state, "health": "HEALTHY", "healthDescription": "", "createTime": _now_str(),
-            "networkEndpoints": [{"ipAddress": i, "port": 8470, "accessConfig": {"externalIp": e}}
-                                 for i, e in workers],
+            "networkEndpoints": [{"ipAddress": i, "port": 8470, **({"accessConfig": {"externalIp": e}} if external
+                                                                  else {})} for i, e in workers],
         })
         return node
 
@@ -225,6 +332,10 @@ class FakeTpuApi:
 
     def _advance(self) -> None:
         """Apply every transition that is due; hooks run outside the lock, before the state is visible."""
+        with self._lock:
+            for key, queued in self._queued.items():
+                if queued["state"]["state"] == "WAITING_FOR_RESOURCES" and key not in self._queue_held:
+                    self._provision(key, queued)
         while True:
             with self._lock:
                 now = time.monotonic()
@@ -289,17 +400,40 @@ class FakeTpuApi:
             out["response"] = op.response
         return out
 
+    def check_token(self, authorization: str) -> None:
+        """A self-signed JWT (what the client makes of a service-account key) from a revoked key is
+        refused, as Google does; no token at all is served (tests use anonymous credentials)."""
+        token = authorization.removeprefix("Bearer ").strip()
+        if token.count(".") != 2:
+            return
+        try:
+            header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
+        except ValueError:
+            header = {}
+        if header.get("kid") in self.revoked_keys:
+            raise ApiError("UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 "
+                           "access token, login cookie or other valid authentication credential.")
+
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """Serve one request; raise ApiError for an error answer."""
+        lost: ApiError | None = None
         with self._lock:
             self.requests.append((method, path))
             for inj in self._injected:
-                if inj[3] > 0 and inj[0] == method and inj[1] in path:
+                if inj[3] > 0 and inj[0] == method and inj[1] in f"{path}?{urlencode(sorted(query.items()))}":
                     inj[3] -= 1
-                    raise ApiError(inj[2], f"injected {inj[2]}")
+                    error = ApiError(inj[2], inj[4] or f"injected {inj[2]}")
+                    if not inj[5]:
+                        raise error
+                    lost = error
+                    break
         self._advance()
+        as_int = "enum-encoding=int" in query.get("$alt", "")
         with self._lock:  # answer a copy, serialised outside the lock
-            return json.loads(json.dumps(self._route(method, path, query, body)))
+            answer = json.loads(json.dumps(self._route(method, path, query, encode_enums(body, False))))
+        if lost is not None:
+            raise lost
+        return encode_enums(answer, as_int)
 
     def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         parts = path.strip("/").split("/")
@@ -311,6 +445,8 @@ class FakeTpuApi:
             if op is None:
                 raise ApiError("NOT_FOUND", f"operation {'/'.join(parts[1:])} not found")
             return self._op_json(op)
+        if rest[0] == "queuedResources":
+            return self._route_queued(method, project, zone, rest, query, body)
         if rest == ["nodes"] and method == "GET":
             return self._list(project, zone, query)
         if rest == ["nodes"] and method == "POST":
@@ -353,13 +489,96 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", "nodeId is required")
         if (zone, name) in self._nodes:
             raise ApiError("ALREADY_EXISTS", f"node projects/{project}/locations/{zone}/nodes/{name} already exists")
+        self.create_bodies.append(json.loads(json.dumps(body)))
+        accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "")
+        runtime = str(body.get("runtimeVersion") or "")
+        if not accel:
+            raise ApiError("INVALID_ARGUMENT", "Node.accelerator_type or Node.accelerator_config is required")
+        if not runtime:
+            raise ApiError("INVALID_ARGUMENT", "Node.runtime_version is required")
+        if not runtime_fits(accel, runtime):
+            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
         self._nodes[(zone, name)] = self._new_node(project, zone, name, body, "CREATING", None)
         error = None
-        if self._fail_creates:
-            code = self._fail_creates.pop(0)
-            error = (code, f"{code}: There is no more capacity in the zone \"{zone}\"; "
-                           "you can try in another zone where Cloud TPU Nodes are offered")
+        if self._fail_creates or zone in self.no_capacity_zones:
+            code = self._fail_creates.pop(0) if zone not in self.no_capacity_zones else "RESOURCE_EXHAUSTED"
+            error = (code, FAILED_CREATE_MESSAGES.get(code, "{code}: refused").format(zone=zone, code=code))
         return self._start_transition("create", (zone, name), "CREATING", "READY", self.ready_after, error)
+
+    # ----- queued resources -----
+    def _route_queued(self, method: str, project: str, zone: str, rest: list[str], query: dict[str, str],
+                      body: dict[str, Any]) -> dict[str, Any]:
+        parent = f"projects/{project}/locations/{zone}"
+        if rest == ["queuedResources"] and method == "GET":
+            found = [v for k in sorted(self._queued) if k[0] == zone and (v := self._queued_view(k)) is not None]
+            return {"queuedResources": found}
+        if rest == ["queuedResources"] and method == "POST":
+            return self._create_queued(project, zone, query.get("queuedResourceId", ""), body)
+        key = (zone, rest[1] if len(rest) == 2 else "")
+        queued = self._queued_view(key)
+        if queued is None:
+            raise ApiError("NOT_FOUND", f"queued resource {parent}/queuedResources/{key[1]} not found")
+        if method == "GET":
+            return queued
+        if method == "DELETE":
+            node = self._nodes.get(key)
+            if node is not None and query.get("force") != "true":
+                raise ApiError("FAILED_PRECONDITION", "the queued resource still has a node; delete with force")
+            self._queued[key]["state"] = {"state": "DELETING", "stateInitiator": "USER"}
+            if node is not None:
+                self._start_transition("delete", key, "DELETING", None, self.delete_after)
+            op = self._new_op("delete", f"{parent}/queuedResources/{key[1]}")
+            op.done, op.response = True, {"@type": EMPTY_TYPE}
+            return self._op_json(op)
+        raise ApiError("NOT_FOUND", f"no route for {method} queuedResources")
+
+    def _create_queued(self, project: str, zone: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        parent = f"projects/{project}/locations/{zone}"
+        if not name:
+            raise ApiError("INVALID_ARGUMENT", "queuedResourceId is required")
+        if (zone, name) in self._queued:
+            raise ApiError("ALREADY_EXISTS", f"queued resource {parent}/queuedResources/{name} already exists")
+        specs = (body.get("tpu") or {}).get("nodeSpec") or []
+        if len(specs) != 1 or specs[0].get("nodeId") != name or (zone, name) in self._nodes:
+            raise ApiError("INVALID_ARGUMENT", "tpu.nodeSpec must name one node that does not exist yet")
+        node = specs[0].get("node") or {}
+        runtime, accel = str(node.get("runtimeVersion") or ""), str(node.get("acceleratorType") or "")
+        if not runtime_fits(accel, runtime):
+            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
+        self.create_bodies.append(json.loads(json.dumps(node)))
+        self._queued[(zone, name)] = {
+            "name": f"{parent}/queuedResources/{name}", "createTime": _now_str(),
+            **{k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy")},
+            "state": {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "USER"}}
+        op = self._new_op("create", f"{parent}/queuedResources/{name}")
+        op.done, op.response = True, {"@type": QUEUED_TYPE, **json.loads(json.dumps(self._queued[(zone, name)]))}
+        return self._op_json(op)
+
+    def _provision(self, key: tuple[str, str], queued: dict[str, Any]) -> None:
+        """Capacity came: the node is created, owned by its queued resource (called under the lock)."""
+        spec = queued["tpu"]["nodeSpec"][0]
+        project = spec["parent"].split("/")[1]
+        body = {**spec.get("node", {}), "queuedResource": queued["name"]}
+        if "spot" in queued:
+            body["schedulingConfig"] = {"spot": True}
+        self._nodes[key] = self._new_node(project, key[0], key[1], body, "CREATING", None)
+        self._start_transition("create", key, "CREATING", "READY", self.ready_after)
+        queued["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE"}
+
+    def _queued_view(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The queued resource as the API shows it now: ACTIVE once its node is ready; gone once a
+        deleted one's node is gone."""
+        queued = self._queued.get(key)
+        if queued is None:
+            return None
+        node = self._nodes.get(key)
+        state = queued["state"]["state"]
+        if state == "DELETING" and node is None:
+            del self._queued[key]
+            return None
+        if state == "PROVISIONING" and node is not None and node["state"] == "READY":
+            queued["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE"}
+        return queued
 
     def _guest_attributes(self, key: tuple[str, str], node: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         n = len(node["networkEndpoints"])
@@ -392,17 +611,24 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if url.path == "/token":  # OAuth token endpoint: it refuses every key (a revoked or deleted key)
+            self._answer(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+            return
         try:
             try:
                 body = json.loads(raw) if raw.strip() else {}
             except ValueError:
                 raise ApiError("INVALID_ARGUMENT", "request body is not JSON") from None
+            self.fake.check_token(self.headers.get("Authorization") or "")
             status, payload = 200, self.fake.handle(self.command, url.path, query, body)
         except ApiError as e:
             status = RPC_CODES.get(e.status, (2, 500))[1]
             payload = {"error": {"code": status, "message": e.message, "status": e.status}}
         except Exception as e:  # a bug or a failing hook: answer 500 rather than drop the connection
             status, payload = 500, {"error": {"code": 500, "message": repr(e), "status": "INTERNAL"}}
+        self._answer(status, payload)
+
+    def _answer(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

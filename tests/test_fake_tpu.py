@@ -141,9 +141,10 @@ def test_resource_exhausted_twice_then_ok(api: FakeTpuApi, client: tpu_v2.TpuCli
         with pytest.raises(gexc.ResourceExhausted) as info:
             op.result(timeout=5, polling=FAST)
         assert info.value.grpc_status_code.name == "RESOURCE_EXHAUSTED"
-        assert "RESOURCE_EXHAUSTED" in info.value.message and info.value.code == 429
+        # Google's words: code 8, and a message that does not say RESOURCE_EXHAUSTED.
+        assert info.value.message.startswith("There is no more capacity in the zone") and info.value.code == 429
         raw = client.get_operation(request={"name": op.operation.name})  # no exception here
-        assert raw.done and raw.error.code == 8 and "RESOURCE_EXHAUSTED" in raw.error.message
+        assert raw.done and raw.error.code == 8 and "RESOURCE_EXHAUSTED" not in raw.error.message
         assert api.node(Z, "c3") is None
     node = client.create_node(parent=PARENT, node_id="c3", node=new_node()).result(timeout=5, polling=FAST)
     assert node.state == State.READY
@@ -250,3 +251,55 @@ def test_jobtpu_reads_a_404_as_an_answer_or_as_one_api_failure(api: FakeTpuApi) 
     # Elsewhere a 404 is a RemoteError like any other failure, which a pass survives (not google's type).
     with pytest.raises(RemoteError, match="TPU API host keys of nope: .*not found"):
         tpu.host_keys(gone)
+
+
+def test_answers_like_google_enums_external_ips_runtime_and_the_token_endpoint(api: FakeTpuApi,
+                                                                               client: tpu_v2.TpuClient) -> None:
+    api.add_node(P, Z, "e1", networkConfig={"enableExternalIps": False})
+    raw = urllib.request.urlopen(f"{api.url}/v2/{PARENT}/nodes/e1?%24alt=json%3Benum-encoding%3Dint", timeout=5)
+    node = json.loads(raw.read())
+    assert (node["state"], node["health"]) == (2, 1)  # the client asks for enums as numbers
+    assert all("accessConfig" not in e for e in node["networkEndpoints"])  # none unless enabled
+    assert client.get_node(name=f"{PARENT}/nodes/e1").state == State.READY
+    bad = tpu_v2.Node(accelerator_type="v5p-8", runtime_version="tpu-ubuntu2204-base")
+    with pytest.raises(gexc.BadRequest, match='Invalid runtime version "tpu-ubuntu2204-base"'):
+        client.create_node(parent=PARENT, node_id="e2", node=bad)
+    api.quota_exceeded_next_creates(1, Z)
+    with pytest.raises(gexc.TooManyRequests, match="Quota limit"):
+        client.create_node(parent=PARENT, node_id="e3", node=new_node())
+    # A key file whose grant the token endpoint refuses: google-auth's RefreshError.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.auth import exceptions as auth_exc
+    from google.auth.transport.requests import Request
+    from google.oauth2 import service_account
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    creds = service_account.Credentials.from_service_account_info(
+        {"private_key": pem, "client_email": "sa@p.iam.gserviceaccount.com", "token_uri": f"{api.url}/token"},
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    with pytest.raises(auth_exc.RefreshError, match="invalid_grant"):
+        creds.refresh(Request())
+
+
+def test_queued_resource_states(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    api.hold_queued(Z, "q1")
+    resource = tpu_v2.QueuedResource(
+        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
+            parent=PARENT, node_id="q1", node=new_node("v3-8"))]), spot=tpu_v2.QueuedResource.Spot())
+    client.create_queued_resource(parent=PARENT, queued_resource_id="q1", queued_resource=resource).result(timeout=5)
+    QState = tpu_v2.QueuedResourceState.State
+    get = lambda: client.get_queued_resource(name=f"{PARENT}/queuedResources/q1")  # noqa: E731
+    assert get().state.state == QState.WAITING_FOR_RESOURCES
+    api.hold_queued(Z, "q1", False)
+    wait = time.monotonic() + 5
+    while get().state.state != QState.ACTIVE and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert get().state.state == QState.ACTIVE
+    assert client.get_node(name=f"{PARENT}/nodes/q1").scheduling_config.spot
+    api.preempt(Z, "q1")
+    assert get().state.state == QState.SUSPENDED
+    client.delete_queued_resource(request={"name": f"{PARENT}/queuedResources/q1", "force": True})
+    assert [n.name for n in client.list_nodes(parent=PARENT)] == []  # force: its node went with it
+    assert [q.name for q in client.list_queued_resources(parent=PARENT)] == []

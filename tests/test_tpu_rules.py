@@ -57,7 +57,8 @@ def test_capacity_errors_back_off_then_recreate_and_resume(tmp_path: Path, tpus:
 
     def watch(job: dict[str, Any]) -> bool:
         machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
-        seen_backoff.append(machine["state"] == "backoff" and "RESOURCE_EXHAUSTED" in (machine["detail"] or ""))
+        seen_backoff.append(machine["state"] == "backoff"
+                            and "There is no more capacity in the zone" in (machine["detail"] or ""))
         return job["status"] in ("finished", "failed")
 
     job = until(home, job_id, watch, timeout=120, what="the job to end")

@@ -23,14 +23,16 @@ class TpuFleet:
         self.ssh, self.api = ssh, api
         self.nodes: dict[str, FleetMachine] = {}
         self.events: list[tuple[str, str]] = []  # (event, node) in order, for assertions
+        self.unpublished: dict[str, set[int]] = {}  # node → workers whose guest agent has no host key out yet
         self._lock = threading.Lock()
 
     def add_node(self, name: str, workers: int = 2, accelerator: str = "v3-16", preemptible: bool = True,
-                 zone: str = ZONE) -> FleetMachine:
+                 zone: str = ZONE, **fields: Any) -> FleetMachine:
+        """A node made out of band; `fields` as FakeTpuApi.add_node takes them (spot, labels, metadata...)."""
         machine = self.ssh.add_machine(name, workers, same_port=True)
         self.nodes[name] = machine
         self.api.add_node(PROJECT, zone, name, accelerator_type=accelerator, preemptible=preemptible,
-                          workers=[(h.addr, h.addr) for h in machine.hosts])
+                          workers=[(h.addr, h.addr) for h in machine.hosts], **fields)
         return machine
 
     def port(self, name: str) -> int:
@@ -40,7 +42,7 @@ class TpuFleet:
         """The machines.json entry for a node."""
         node = self.api.node(ZONE, name) or {}
         return {"kind": "tpu", "node": name, "zone": ZONE, "accelerator": node.get("acceleratorType", "v3-16"),
-                "preemptible": node.get("schedulingConfig", {}).get("preemptible", False),
+                "preemptible": any(node.get("schedulingConfig", {}).get(k, False) for k in ("preemptible", "spot")),
                 "user": self.nodes[name].user, "port": self.port(name), **extra}
 
     def machines_json(self, home: Path) -> dict[str, Any]:
@@ -74,7 +76,8 @@ class TpuFleet:
             self.ssh.start_host(host)
 
     def host_keys(self, node_name: str) -> list[str]:
-        return [h.public_key_line() for h in self.nodes[node_name].hosts]
+        slow = self.unpublished.get(node_name, set())
+        return ["" if i in slow else h.public_key_line() for i, h in enumerate(self.nodes[node_name].hosts)]
 
     def _record(self, event: str, node: str) -> None:
         with self._lock:

@@ -1,0 +1,137 @@
+"""A TPU node's create spec, in the TPU API's own JSON field names: what is recorded from a node that
+exists, what machines.json may override, gcloud's defaults for the rest, and the create body built
+from the three. Pure: no google-cloud import (tpu.py turns the body into a request)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+# Everything `nodes.create` accepts that describes the node (not its name or output-only fields).
+CREATE_FIELDS = ("acceleratorType", "acceleratorConfig", "runtimeVersion", "networkConfig", "serviceAccount",
+                 "schedulingConfig", "dataDisks", "labels", "metadata", "tags", "shieldedInstanceConfig",
+                 "description")
+# Sub-objects merged key by key: `{"networkConfig": {"enableExternalIps": false}}` keeps the network.
+_OBJECT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "networkConfig": {"network": str, "subnetwork": str, "enableExternalIps": bool, "canIpForward": bool},
+    "schedulingConfig": {"preemptible": bool, "spot": bool, "reserved": bool},
+    "serviceAccount": {"email": str, "scope": list},
+    "shieldedInstanceConfig": {"enableSecureBoot": bool},
+    "acceleratorConfig": {"type": str, "topology": str},
+}
+_MAP_FIELDS = ("labels", "metadata")  # string → string, replaced whole
+
+# gcloud's `--version` default follows the accelerator's generation; other generations must say.
+RUNTIME_BY_GENERATION = {
+    "v2": "tpu-ubuntu2204-base", "v3": "tpu-ubuntu2204-base", "v4": "tpu-ubuntu2204-base",
+    "v5litepod": "v2-alpha-tpuv5-lite", "v5e": "v2-alpha-tpuv5-lite", "v5p": "v2-alpha-tpuv5",
+    "v6e": "v2-alpha-tpuv6e",
+}
+_CONFIG_GENERATION = {"V2": "v2", "V3": "v3", "V4": "v4", "V5LITE_POD": "v5litepod", "V5P": "v5p", "V6E": "v6e"}
+
+
+def default_runtime(accelerator: str | None) -> str | None:
+    """gcloud's runtime version for an accelerator type like "v5p-8"; None for a generation jobtpu
+    does not know."""
+    generation = (accelerator or "").split("-", 1)[0].lower()
+    return RUNTIME_BY_GENERATION.get(generation) or RUNTIME_BY_GENERATION.get(
+        _CONFIG_GENERATION.get(generation.upper(), ""))
+
+
+def recordable(node: dict[str, Any]) -> dict[str, Any]:
+    """The create fields of a node as the API returned it (camelCase JSON, enums by name), without
+    empty values. Booleans are kept even when false: a node without external IPs says so."""
+    spec: dict[str, Any] = {}
+    for key in CREATE_FIELDS:
+        value = node.get(key)
+        if key in _OBJECT_FIELDS and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in _OBJECT_FIELDS[key] and v not in ("", [], None)}
+        if key == "dataDisks" and isinstance(value, list):
+            value = [{k: v for k, v in d.items() if k in ("sourceDisk", "mode")} for d in value if isinstance(d, dict)]
+        if value in ("", [], {}, None):
+            continue
+        spec[key] = copy.deepcopy(value)
+    return spec
+
+
+def create_body(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """What to create: the recorded spec, machines.json's overrides on top, gcloud's defaults where
+    neither says anything."""
+    body = copy.deepcopy(recorded)
+    for key, value in overrides.items():
+        if key in _OBJECT_FIELDS and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **copy.deepcopy(value)}
+        else:
+            body[key] = copy.deepcopy(value)
+    # One way to name the accelerator: the override's, else the recorded config (it carries a
+    # topology a type name may not), else the type.
+    if "acceleratorConfig" in overrides or ("acceleratorType" not in overrides and "acceleratorConfig" in body):
+        body.pop("acceleratorType", None)
+    elif "acceleratorType" in overrides:
+        body.pop("acceleratorConfig", None)
+    scheduling = body.get("schedulingConfig") or {}
+    if scheduling.get("spot") and scheduling.get("preemptible"):  # the API takes one: Spot, as Google advises
+        scheduling["preemptible"] = False
+    network = body.setdefault("networkConfig", {})
+    network.setdefault("enableExternalIps", True)  # gcloud's default; the raw API gives none
+    if not body.get("runtimeVersion"):
+        accelerator = body.get("acceleratorType") or (body.get("acceleratorConfig") or {}).get("type")
+        runtime = default_runtime(accelerator)
+        if runtime:
+            body["runtimeVersion"] = runtime
+    return body
+
+
+def for_zone(spec: dict[str, Any], recorded_in: str | None, zone: str) -> dict[str, Any]:
+    """The recorded spec for a create in `zone`: disks are zonal and subnetworks regional, so a node
+    moved to another zone leaves its data disks behind, and one moved to another region its subnetwork
+    (machines.json's node_spec may name the one to use there)."""
+    if not recorded_in or recorded_in == zone:
+        return spec
+    moved = {k: v for k, v in spec.items() if k != "dataDisks"}
+    if _region(recorded_in) != _region(zone) and "subnetwork" in moved.get("networkConfig", {}):
+        moved["networkConfig"] = {k: v for k, v in moved["networkConfig"].items() if k != "subnetwork"}
+    return moved
+
+
+def _region(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def check_overrides(spec: Any, fail: Callable[[str], Exception]) -> dict[str, Any]:
+    """machines.json's `node_spec`, checked field by field against what the API accepts."""
+    if not isinstance(spec, dict):
+        raise fail("'node_spec' must be an object of TPU API create fields "
+                   f"({', '.join(CREATE_FIELDS)})")
+    for key, value in spec.items():
+        if key not in CREATE_FIELDS:
+            raise fail(f"unknown TPU API field node_spec.{key} (valid: {', '.join(CREATE_FIELDS)})")
+        where = f"node_spec.{key}"
+        if key in _OBJECT_FIELDS:
+            fields = _OBJECT_FIELDS[key]
+            if not isinstance(value, dict):
+                raise fail(f"{where} must be an object")
+            for sub, sub_value in value.items():
+                if sub not in fields:
+                    raise fail(f"unknown field {where}.{sub} (valid: {', '.join(fields)})")
+                if not isinstance(sub_value, fields[sub]) or (fields[sub] is not bool and isinstance(sub_value, bool)):
+                    raise fail(f"{where}.{sub} must be a {_type_word(fields[sub])}")
+        elif key in _MAP_FIELDS:
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise fail(f"{where} must map strings to strings")
+        elif key == "tags":
+            if not isinstance(value, list) or not all(isinstance(t, str) and t for t in value):
+                raise fail(f"{where} must be a list of network tags (strings)")
+        elif key == "dataDisks":
+            if not isinstance(value, list) or not all(
+                    isinstance(d, dict) and isinstance(d.get("sourceDisk"), str) and set(d) <= {"sourceDisk", "mode"}
+                    for d in value):
+                raise fail(f'{where} must be a list of {{"sourceDisk": "projects/…/disks/…", "mode": "READ_WRITE"}}')
+        elif not isinstance(value, str) or not value:
+            raise fail(f"{where} must be a non-empty string")
+    return copy.deepcopy(spec)
+
+
+def _type_word(kind: type | tuple[type, ...]) -> str:
+    return {bool: "true or false", str: "string", list: "list"}.get(kind if isinstance(kind, type) else str, "value")
