@@ -21,7 +21,7 @@ GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUT
            "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 PROJECT = {"train.py": "print('train')\n", "pkg/model.py": "W = 1\n"}
 # What a home that has been used for a while holds besides machines.json (jobtpu writes all of it).
-HOME_FILES = {"state.json.bak": "{}", "state.json.lock": "", "manage.lock": "", "history.jsonl": '{"id": 7}\n',
+HOME_FILES = {"state.json": '{"jobs": []}', "state.json.bak": "{}", "last_id": "7\n", "home_id": "0123456789abcdef\n", "state.json.lock": "", "manage.lock": "", "history.jsonl": '{"id": 7}\n',
               "known_hosts": "host ssh-ed25519 AAAA\n", "known_hosts.lock": "", "secrets.json.lock": "",
               "logs/7/1.0.log": "old log\n", "results/7/out.txt": "result\n", "run/jobs/7/train.py": "old\n",
               "cache/status/tester": "cached\n", "archives/old.tar.gz": "not really an archive"}
