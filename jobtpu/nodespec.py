@@ -39,6 +39,21 @@ def default_runtime(accelerator: str | None) -> str | None:
         _CONFIG_GENERATION.get(generation.upper(), ""))
 
 
+def type_of_config(config: Any) -> str | None:
+    """The type name an acceleratorConfig stands for: {"type": "V4", "topology": "2x2x4"} → "v4-32"
+    (v2/v3/v4/v5p names count TensorCores, two a chip; v5e/v6e names count chips)."""
+    if not isinstance(config, dict) or not isinstance(config.get("type"), str):
+        return None
+    generation = _CONFIG_GENERATION.get(config["type"].upper())
+    parts = str(config.get("topology") or "").split("x")
+    if generation is None or not all(part.isdigit() for part in parts):
+        return None
+    chips = 1
+    for part in parts:
+        chips *= int(part)
+    return f"{generation}-{chips * 2 if generation in ('v2', 'v3', 'v4', 'v5p') else chips}"
+
+
 def recordable(node: dict[str, Any]) -> dict[str, Any]:
     """The create fields of a node as the API returned it (camelCase JSON, enums by name), without
     empty values. Booleans are kept even when false: a node without external IPs says so."""
@@ -64,12 +79,7 @@ def create_body(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str
             body[key] = {**body[key], **copy.deepcopy(value)}
         else:
             body[key] = copy.deepcopy(value)
-    # One way to name the accelerator: the override's, else the recorded config (it carries a
-    # topology a type name may not), else the type.
-    if "acceleratorConfig" in overrides or ("acceleratorType" not in overrides and "acceleratorConfig" in body):
-        body.pop("acceleratorType", None)
-    elif "acceleratorType" in overrides:
-        body.pop("acceleratorConfig", None)
+    _one_accelerator(body, recorded, overrides)
     scheduling = body.get("schedulingConfig") or {}
     if scheduling.get("spot") and scheduling.get("preemptible"):  # the API takes one: Spot, as Google advises
         scheduling["preemptible"] = False
@@ -81,6 +91,23 @@ def create_body(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str
         if runtime:
             body["runtimeVersion"] = runtime
     return body
+
+
+def _one_accelerator(body: dict[str, Any], recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """The API takes one way to name the accelerator. An override's config wins; a recorded config
+    (it carries a topology, like 4x4 rather than 2x8, that a type name does not) is kept while it
+    still describes the accelerator machines.json names; else the type."""
+    if "acceleratorConfig" in overrides:
+        body.pop("acceleratorType", None)
+        return
+    config = recorded.get("acceleratorConfig")
+    wanted = overrides.get("acceleratorType") or recorded.get("acceleratorType")
+    described = type_of_config(config) or recorded.get("acceleratorType")
+    if config and (not wanted or described == wanted):
+        body["acceleratorConfig"] = copy.deepcopy(config)
+        body.pop("acceleratorType", None)
+    else:
+        body.pop("acceleratorConfig", None)
 
 
 def for_zone(spec: dict[str, Any], recorded_in: str | None, zone: str) -> dict[str, Any]:

@@ -140,6 +140,21 @@ def _type_of_config(config: Any) -> str | None:
     return f"{generation}-{chips * 2 if generation in ('v2', 'v3', 'v4', 'v5p') else chips}"
 
 
+def _check_node_body(body: dict[str, Any]) -> None:
+    """What the API refuses in a node to create: one way to name the accelerator, a runtime version
+    that fits it."""
+    if body.get("acceleratorType") and body.get("acceleratorConfig"):
+        raise ApiError("INVALID_ARGUMENT", "Only one of Node.accelerator_type and Node.accelerator_config may be set")
+    accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "")
+    runtime = str(body.get("runtimeVersion") or "")
+    if not accel:
+        raise ApiError("INVALID_ARGUMENT", "Node.accelerator_type or Node.accelerator_config is required")
+    if not runtime:
+        raise ApiError("INVALID_ARGUMENT", "Node.runtime_version is required")
+    if not runtime_fits(accel, runtime):
+        raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
+
+
 def synthetic_workers(accelerator_type: str, seed: int = 0) -> list[tuple[str, str]]:
     """One (internal, external) pair per host: N//8 hosts for an ``vX-N`` type (at least one)."""
     try:
@@ -490,14 +505,7 @@ class FakeTpuApi:
         if (zone, name) in self._nodes:
             raise ApiError("ALREADY_EXISTS", f"node projects/{project}/locations/{zone}/nodes/{name} already exists")
         self.create_bodies.append(json.loads(json.dumps(body)))
-        accel = str(body.get("acceleratorType") or _type_of_config(body.get("acceleratorConfig")) or "")
-        runtime = str(body.get("runtimeVersion") or "")
-        if not accel:
-            raise ApiError("INVALID_ARGUMENT", "Node.accelerator_type or Node.accelerator_config is required")
-        if not runtime:
-            raise ApiError("INVALID_ARGUMENT", "Node.runtime_version is required")
-        if not runtime_fits(accel, runtime):
-            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
+        _check_node_body(body)
         self._nodes[(zone, name)] = self._new_node(project, zone, name, body, "CREATING", None)
         error = None
         if self._fail_creates or zone in self.no_capacity_zones:
@@ -542,10 +550,8 @@ class FakeTpuApi:
         if len(specs) != 1 or specs[0].get("nodeId") != name or (zone, name) in self._nodes:
             raise ApiError("INVALID_ARGUMENT", "tpu.nodeSpec must name one node that does not exist yet")
         node = specs[0].get("node") or {}
-        runtime, accel = str(node.get("runtimeVersion") or ""), str(node.get("acceleratorType") or "")
-        if not runtime_fits(accel, runtime):
-            raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
         self.create_bodies.append(json.loads(json.dumps(node)))
+        _check_node_body(node)
         self._queued[(zone, name)] = {
             "name": f"{parent}/queuedResources/{name}", "createTime": _now_str(),
             **{k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy")},

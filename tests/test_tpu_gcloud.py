@@ -100,6 +100,20 @@ def test_an_out_of_band_spot_node_comes_back_with_every_field(tmp_path: Path, tp
     assert all("accessConfig" in e for e in recreated["networkEndpoints"])  # external IPs again
 
 
+def test_a_node_made_by_topology_comes_back_with_that_topology(tmp_path: Path, tpus: TpuFleet) -> None:
+    # `gcloud … create --type v4 --topology 2x2x1`: the API takes one of type and config, and only the
+    # config says the shape of the slice.
+    tpus.add_node("tpu-t", workers=1, accelerator="v4-8", acceleratorConfig={"type": "V4", "topology": "2x2x1"})
+    home = make_home(tmp_path, tpus, "tpu-t", accelerator="v4-8", preemptible=True)
+    manage(home)  # a pass records the node as it is
+    jobtpu(home, "tpu", "reapply", MACHINE)
+    wait_for(lambda: manage(home) is not None and tpus.api.create_bodies and machine(home)["state"] == "up",
+             timeout=60, interval=0.3, what="the recreated node")
+    [sent] = tpus.api.create_bodies
+    assert sent["acceleratorConfig"] == {"type": "V4", "topology": "2x2x1"} and "acceleratorType" not in sent
+    assert sent["runtimeVersion"] == "tpu-ubuntu2204-base"
+
+
 def test_a_node_that_never_existed_gets_gcloud_defaults(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-n")
     home = make_home(tmp_path, tpus, "tpu-n", accelerator="v5litepod-16", preemptible=True,
