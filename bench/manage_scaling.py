@@ -39,7 +39,7 @@ def jobtpu(home: Path, *args: str) -> str:
     out.flush()
     if code != 0:
         raise SystemExit(f"jobtpu {' '.join(args)} failed ({code})")
-    return out.buffer.getvalue().decode()  # type: ignore[attr-defined]
+    return out.buffer.getvalue().decode()
 
 
 def bare_probe(hosts: list[Host], key: paramiko.PKey) -> None:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -107,13 +108,13 @@ def main() -> None:
         base, first, again = [], [], []
         for r in range(args.rounds):
             out = tmp / f"baseline{r}.tgz"
-            t, _ = timed(lambda o=out: subprocess.run(
-                f"git ls-files -z | tar --null -T - -czf {o}", shell=True, cwd=tree, check=True))
+            t, _ = timed(partial(subprocess.run, f"git ls-files -z | tar --null -T - -czf {out}", shell=True,
+                                 cwd=tree, check=True))
             base.append(t)
             arch = tmp / f"archives{r}"
-            t, one = timed(lambda a=arch: snapshot(tree, a, console=quiet))
+            t, one = timed(partial(snapshot, tree, arch, console=quiet))
             first.append(t)
-            t, two = timed(lambda a=arch: snapshot(tree, a, console=quiet))
+            t, two = timed(partial(snapshot, tree, arch, console=quiet))
             again.append(t)
             assert not one.reused and two.reused and one.name == two.name
             print(f"round {r + 1}: baseline {base[-1]:.2f}s  first {first[-1]:.2f}s  resnapshot {again[-1]:.3f}s"

@@ -124,7 +124,8 @@ def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], privat
     keep = set(names if names is not None else _walk(src, exc, private, ignore=True))
     if inc:
         keep.update(rel for rel in _walk(src, exc, private, ignore=False) if _glob_match(rel, inc))
-    out, hidden = [], {}
+    out: list[tuple[str, os.stat_result]] = []
+    hidden: dict[str, int] = {}
     for rel in sorted(keep):
         if ".git" in rel.split("/") or _glob_match(rel, exc) or rel in private:
             continue
@@ -385,8 +386,8 @@ class _Archiver(threading.Thread):
         try:
             with _Tree(self.src) as tree, os.fdopen(open_new(self.tmp), "wb") as out:
                 with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=COMPRESS_LEVEL,
-                                   mtime=0) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT,
-                                                                copybufsize=_COPY_BYTES) as tf:
+                                   mtime=0) as gz, tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT,
+                                                                   copybufsize=_COPY_BYTES) as tf:
                     self._add_all(tree, tf)
                 out.flush()
                 os.fsync(out.fileno())

@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import scripts
 from .errors import RemoteError
@@ -48,7 +48,7 @@ class MachinePlan:
 
 def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
                  first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = (),
-                 queued: QueuedInfo | None | bool = False) -> MachinePlan:
+                 queued: QueuedInfo | None | Literal[False] = False) -> MachinePlan:
     """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry).
     `spec_key` names what machines.json asks of the node: a refused create is not asked again
     until it changes (or `jobtpu tpu apply`). `zones`: the machine's zones, in order of preference.
@@ -74,7 +74,7 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
     if queued is not False:
         record["queued_state"] = queued.state if queued else None
     if record.get("want_recreate") and not record.get("operation") and queued is not False:
-        waiting = _plan_queued(record, node, queued or None, now, spec_key, plan)
+        waiting = _plan_queued(record, node, queued, now, spec_key, plan)
         if waiting is not None:
             return waiting
     elif record.get("want_recreate") and not record.get("operation"):
@@ -279,7 +279,8 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
         record.pop("api_error", None)
         record["zone"] = machine.zone
         node = listed[0].get(str(machine.node))
-        queued = listed[1].get(str(machine.node)) if machine.queued_resource else False
+        queued: QueuedInfo | None | Literal[False] = (
+            listed[1].get(str(machine.node)) if machine.queued_resource else False)
         p.nodes[machine.name] = node
         op = None
         if record.get("operation"):
@@ -304,7 +305,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
                 _read_host_keys(api, machine, record, node, plan, len(addresses))
         planned.append((machine, record, plan))
     # Machines' steps (a setup may wait up to SETUP_WAIT) run side by side, not one after another.
-    parallel(lambda item: _carry_out(p, api, *item, seen.now), planned)
+    parallel(lambda item: _carry_out(p, api, item[0], item[1], item[2], seen.now), planned)
     for machine, record, plan in planned:
         view = seen.view(machine.name)
         record["state"], record["detail"] = plan.state, plan.detail

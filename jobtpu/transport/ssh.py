@@ -145,7 +145,7 @@ class SshTransport:
                 except (OSError, paramiko.SSHException) as e:
                     raise self._fail(f"cannot use identity_file {self.identity}: {e}") from None
             client.connect(self.addr, self.port, self.user, sock=sock, timeout=left, banner_timeout=left,
-                           auth_timeout=left, channel_timeout=left, **auth)  # type: ignore[arg-type]
+                           auth_timeout=left, channel_timeout=left, **auth)
             ok = True
         except HostKeyRefused as e:
             raise self._host_key_error(str(e)) from None
