@@ -221,6 +221,11 @@ def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Ho
             raise fail(f"{label}: '{key}' must be true or false")
     overrides = _node_overrides(spec, lambda m: fail(f"{label}: {m}")) if kind == "tpu" else {}
     queued = _queued_resource(spec.get("queued_resource"), lambda m: fail(f"{label}: {m}"))
+    if queued and len(_zones(spec)) > 1 and not queued.get("valid_for"):
+        # A queued resource waits in its zone until it is served or its valid_for ends: without an
+        # end it would never give the next zone its turn.
+        raise fail(f"{label}: a queued resource with several zones needs queued_resource.valid_for "
+                   "(how long to wait in one zone before asking in the next, like 3600)")
     root = merged["root"] or "jobtpu"
     if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
         root = root[2:] or "."

@@ -24,6 +24,8 @@ BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
 SETUP_RETRIES = 3
 ZONE_TRIES = 2  # capacity errors in a row in one zone before asking in the machine's next zone
+# A queued resource fails only after waiting its whole valid_for: one is enough to move on.
+QUEUED_ZONE_TRIES = 1
 
 
 def backoff(failures: int, first: float = BACKOFF_FIRST) -> float:
@@ -224,15 +226,16 @@ def short(message: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def capacity_failed(record: dict[str, Any], zones: tuple[str, ...], now: float) -> None:
-    """After ZONE_TRIES capacity errors in a row in one zone, ask in the machine's next zone at once."""
+def capacity_failed(record: dict[str, Any], zones: tuple[str, ...], now: float, tries: int = ZONE_TRIES,
+                    what: str = "capacity errors") -> None:
+    """After `tries` capacity errors in a row in one zone, ask in the machine's next zone at once."""
     record["zone_capacity_failures"] = record.get("zone_capacity_failures", 0) + 1
     here = record.get("zone")
-    if len(zones) < 2 or record["zone_capacity_failures"] < ZONE_TRIES:
+    if len(zones) < 2 or record["zone_capacity_failures"] < tries:
         return
     following = zones[(zones.index(here) + 1) % len(zones)] if here in zones else zones[1]
     record.update(zone=following, zone_capacity_failures=0, failures=0, next_try=now,
-                  moved=f"moved from {here} to {following} after {ZONE_TRIES} capacity errors")
+                  moved=f"moved from {here} to {following} after {tries} {what}")
 
 
 def spec_key(machine: Machine) -> str:
@@ -393,9 +396,10 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
                 api.create_queued(machine, spec)
                 record["queue_asked"], record["recreations"] = now, record.get("recreations", 0) + 1
             elif step.kind == "delete-queued":
-                if step.detail:  # it failed: count it, so asking again backs off
-                    create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
                 api.delete_queued(machine)
+                if step.detail:  # it failed (its valid_for ran out, or Google gave up): back off, next zone
+                    create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
+                    capacity_failed(record, machine.zones, now, QUEUED_ZONE_TRIES, "failed queued resource")
             elif step.kind == "forget-keys":
                 forget_keys(p, machine, record.get("addresses") or [])
             elif step.kind == "setup":

@@ -54,6 +54,9 @@ CAPACITY_MESSAGE = ('There is no more capacity in the zone "{zone}"; you can try
                     "Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x6a1c8fd2e47a0b91]")
 FAILED_CREATE_MESSAGES = {"RESOURCE_EXHAUSTED": CAPACITY_MESSAGE,  # code 8
                           "NOT_FOUND": "Reservation not found"}  # code 5: spot capacity that went away
+# A queued resource whose queueingPolicy ran out before capacity came (in a no-capacity zone).
+QUEUED_EXPIRED_MESSAGE = ('The queued resource could not be provisioned in zone "{zone}" before its valid until time; '
+                          "there was not enough capacity.")
 QUOTA_MESSAGE = ("Quota limit 'TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 32 in "
                  "zone {zone}.")
 
@@ -185,6 +188,7 @@ class FakeTpuApi:
         self._fail_creates: list[str] = []
         self._queued: dict[tuple[str, str], dict[str, Any]] = {}  # queued resources, keyed like nodes
         self._queue_held: set[tuple[str, str]] = set()
+        self._queued_until: dict[tuple[str, str], float] = {}  # a queueingPolicy's end, on the monotonic clock
         self.no_capacity_zones: set[str] = set()  # every create there ends in error code 8
         self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
         self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
@@ -349,8 +353,13 @@ class FakeTpuApi:
         """Apply every transition that is due; hooks run outside the lock, before the state is visible."""
         with self._lock:
             for key, queued in self._queued.items():
-                if queued["state"]["state"] == "WAITING_FOR_RESOURCES" and key not in self._queue_held:
+                if queued["state"]["state"] != "WAITING_FOR_RESOURCES" or key in self._queue_held:
+                    continue
+                if key[0] not in self.no_capacity_zones:
                     self._provision(key, queued)
+                elif time.monotonic() > self._queued_until.get(key, float("inf")):
+                    queued["state"] = {"state": "FAILED", "stateInitiator": "SERVICE", "failedData": {"error": {
+                        "code": 4, "message": QUEUED_EXPIRED_MESSAGE.format(zone=key[0])}}}
         while True:
             with self._lock:
                 now = time.monotonic()
@@ -556,6 +565,9 @@ class FakeTpuApi:
             "name": f"{parent}/queuedResources/{name}", "createTime": _now_str(),
             **{k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy")},
             "state": {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "USER"}}
+        valid_for = str((body.get("queueingPolicy") or {}).get("validUntilDuration") or "")
+        if valid_for.endswith("s"):
+            self._queued_until[(zone, name)] = time.monotonic() + float(valid_for[:-1])
         op = self._new_op("create", f"{parent}/queuedResources/{name}")
         op.done, op.response = True, {"@type": QUEUED_TYPE, **json.loads(json.dumps(self._queued[(zone, name)]))}
         return self._op_json(op)
@@ -581,6 +593,7 @@ class FakeTpuApi:
         state = queued["state"]["state"]
         if state == "DELETING" and node is None:
             del self._queued[key]
+            self._queued_until.pop(key, None)
             return None
         if state == "PROVISIONING" and node is not None and node["state"] == "READY":
             queued["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE"}
@@ -617,8 +630,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if url.path == "/token":  # OAuth token endpoint: it refuses every key (a revoked or deleted key)
-            self._answer(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+        if url.path == "/token":  # OAuth token endpoint: it refuses every key and refresh token (revoked)
+            revoked = ("Token has been expired or revoked." if b"grant_type=refresh_token" in raw
+                       else "Invalid JWT Signature.")
+            self._answer(400, {"error": "invalid_grant", "error_description": revoked})
             return
         try:
             try:

@@ -260,6 +260,33 @@ def test_refused_credentials_cost_one_line_and_a_local_job_still_runs(tmp_path: 
     assert tpus.api.list_calls() == 0  # refused before it was served
 
 
+def test_a_refused_token_refresh_costs_one_line_and_a_local_job_still_runs(tmp_path: Path, tpus: TpuFleet) -> None:
+    # `gcloud auth application-default login --impersonate-service-account` with a deleted source key:
+    # the token endpoint refuses the source's grant, and google-auth raises RefreshError.
+    tpus.add_node("tpu-r")
+    home = make_home(tmp_path, tpus, "tpu-r", preemptible=True)
+    source = tmp_path / "source.json"
+    write_key_file(source, "deleted-key-2")
+    adc = tmp_path / "adc.json"
+    adc.write_text(json.dumps({
+        "type": "impersonated_service_account", "delegates": [],
+        "service_account_impersonation_url": f"{tpus.api.url}/v1/projects/-/serviceAccounts/"
+                                             f"trainer@{PROJECT}.iam.gserviceaccount.com:generateAccessToken",
+        "source_credentials": {**json.loads(source.read_text()), "token_uri": f"{tpus.api.url}/token"}}))
+    set_gcp(home, credentials=str(adc))
+    doc = json.loads((home / "machines.json").read_text())
+    doc["machines"]["local"] = {"kind": "local"}
+    (home / "machines.json").write_text(json.dumps(doc))
+    job_id = submit(home, tmp_path, "echo local done", "--machine", "local")
+    for _ in range(2):
+        done = jobtpu(home, "manage")
+        assert "Traceback" not in done.stderr, done.stderr
+        [line] = [line for line in done.stderr.splitlines() if "credentials" in line]
+        assert "invalid_grant: Invalid JWT Signature." in line and "adc.json" in line, line
+    assert status(home)[job_id]["status"] == "finished"
+    assert "credentials" in machine(home)["detail"] and tpus.api.list_calls() == 0
+
+
 def test_a_failing_later_page_of_a_listing_is_one_api_failure(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-p1")
     tpus.add_node("tpu-p2")
@@ -367,6 +394,32 @@ def test_a_queued_resource_waits_runs_is_suspended_and_is_asked_for_again(tmp_pa
     assert tpus.api.count("POST", f"/locations/{ZONE}/nodes") == 0  # never a plain create
     first = tpus.api.create_bodies[0]
     assert first["runtimeVersion"] == "v2-alpha-tpuv5-lite" and "schedulingConfig" not in first
+
+
+def test_a_queued_resource_that_expires_in_a_zone_without_capacity_is_asked_for_in_the_next(
+        tmp_path: Path, tpus: TpuFleet) -> None:
+    other = "europe-west4-b"
+    tpus.add_node("tpu-qz", accelerator="v5litepod-16")
+    tpus.api.remove_node(ZONE, "tpu-qz")
+    tpus.api.no_capacity_zones.add(ZONE)  # a queued resource there waits until its valid_for ends
+    home = make_home(tmp_path, tpus, "tpu-qz", accelerator="v5litepod-16", zone=[ZONE, other],
+                     queued_resource={"tier": "spot", "valid_for": 2})
+    job_id = submit(home, tmp_path, "echo ran in $JOBTPU_MACHINE")
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert job["status"] == "finished", job
+    row = machine(home)
+    assert row["zone"] == other and f"moved from {ZONE} to {other}" in row["moved"], row
+    assert tpus.api.count("POST", f"/locations/{ZONE}/queuedResources") == 1
+    assert tpus.api.count("DELETE", f"/locations/{ZONE}/queuedResources/tpu-qz") == 1  # it held quota
+    assert tpus.api.count("POST", f"/locations/{other}/queuedResources") == 1
+    assert tpus.api.queued_state(other, "tpu-qz") == "ACTIVE" and tpus.api.queued_state(ZONE, "tpu-qz") is None
+
+
+def test_a_queued_resource_with_several_zones_must_say_how_long_to_wait_in_one(tmp_path: Path) -> None:
+    home = bare_home(tmp_path, {"zone": ["z-1", "z-2"], "queued_resource": {"tier": "spot"}})
+    done = jobtpu(home, "machines", check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "queued_resource.valid_for" in done.stderr.splitlines()[0], done.stderr
 
 
 # ---- machines.json and credentials without a fake ---------------------------------------------------
