@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from .fleet import Machine, split_host
-from .home import Home
+from .home import Home, is_shared
 from .transport.base import Endpoint, Transport
 
 
@@ -27,12 +28,19 @@ def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterabl
     """`trusted`: "type base64" host keys the TPU API publishes for this worker (strict policy)."""
     if endpoint.addr is None:
         from .transport.local import LocalTransport
-        return LocalTransport(endpoint)
+        return LocalTransport(endpoint, shared=_in_shared_folder(Path(machine.root).expanduser()))
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from .transport.ssh import SshTransport
     t = SshTransport(endpoint, machine, home)
     t.trusted_keys = set(trusted)
     return t
+
+
+def _in_shared_folder(path: Path) -> bool:
+    """Whether `path`, or the nearest folder above it that exists, is one its group shares."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return is_shared(path)
 
 
 def published_keys(record: dict[str, Any], worker: int) -> list[str]:

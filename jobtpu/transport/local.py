@@ -14,14 +14,17 @@ from .base import Endpoint, Result
 
 
 class LocalTransport:
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, shared: bool = False) -> None:
         self.endpoint = endpoint
+        # In a home its group shares, the local machine's folders are the group's too: whoever runs
+        # the next pass must be able to unpack, launch and clean there, whatever their own umask.
+        self.umask = "umask 0007\n" if shared else ""
 
     def run(self, script: str, timeout: float | None = None) -> Result:
         # jobtpu's own settings (JOBTPU_HOME, JOBTPU_USER) belong to the manager, not to its jobs.
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTPU_")}
         try:
-            done = subprocess.run(RUN_SCRIPT, shell=True, input=script.encode(), capture_output=True, env=env,
+            done = subprocess.run(RUN_SCRIPT, shell=True, input=(self.umask + script).encode(), capture_output=True, env=env,
                                   timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{self.endpoint.machine}: a local script took over {timeout:.0f}s") from None
