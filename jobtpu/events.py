@@ -427,6 +427,8 @@ def describe(event: Event) -> str:
     """What happened, in words (untrusted names are not escaped here: the caller does, for its medium)."""
     d = event.detail
     who = f"job {event.job}" if event.job is not None else ""
+    if who and d.get("name"):
+        who += f" ({d['name']})"
     if event.attempt is not None:
         who += f" attempt {event.attempt}"
     on = f" on {event.machine}" if event.machine else ""

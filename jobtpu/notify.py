@@ -302,12 +302,23 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirected POST would be followed as a GET without the body, and its 200 taken for a
+    delivery: a redirect is reported as the HTTP status it is instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _post(url: str, text: str, event: dict[str, Any], timeout: float) -> str | None:
     body = orjson.dumps({"text": _slack_escape(text), "event": event})
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with _OPENER.open(request, timeout=timeout) as answer:
             answer.read(65536)
             return None if 200 <= answer.status < 300 else f"HTTP {answer.status}"
     except urllib.error.HTTPError as e:

@@ -4,7 +4,10 @@ call, the time budget against a hanging destination, the outbox's caps, and one-
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +44,8 @@ class Hook:
                 if code == 200:
                     hook.bodies.append(body)
                 self.send_response(code)
+                if 300 <= code < 400:
+                    self.send_header("Location", "/elsewhere")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -93,7 +98,7 @@ def test_webhook_receives_a_slack_style_body(tmp_path: Path, hook: Hook) -> None
     assert lines == []
     assert len(hook.bodies) == 1
     body = hook.bodies[0]
-    assert body["text"].startswith("jobtpu: failed: job 12 attempt 1 on box")
+    assert body["text"] == "jobtpu: failed: job 12 (train) attempt 1 on box: failed (exit 1)"
     assert body["event"]["job"] == 12 and body["event"]["detail"]["reason"] == "exit 1"
     assert not outbox.exists()  # nothing pending
 
@@ -120,6 +125,32 @@ def test_a_500_is_retried_on_the_next_call_and_delivered_once(tmp_path: Path, ho
     assert [b["event"]["job"] for b in hook.bodies] == [5]
     assert notify.deliver(outbox, dests, [], 3) == []
     assert len(hook.bodies) == 1 and not outbox.exists()
+
+
+def test_a_redirect_is_not_taken_for_a_delivery(tmp_path: Path, hook: Hook) -> None:
+    outbox = tmp_path / notify.OUTBOX_FILE
+    hook.answers = [302, 302]  # followed, the POST would become a GET without the event, answered 200
+    lines = notify.deliver(outbox, _dests({"webhook": hook.url}), [_failed(6)], 3)
+    assert len(lines) == 1 and "HTTP 302" in lines[0]
+    assert len(_pending(outbox)) == 1 and hook.bodies == []
+
+
+def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> None:
+    """At least once: the outbox is on disk before anything is sent, so a pass killed while a
+    destination was being served leaves the item for the next pass."""
+    got, crashed = tmp_path / "got", tmp_path / "crashed"
+    cmd = f"cat >> {got}; if [ ! -e {crashed} ]; then touch {crashed}; kill -9 $PPID; sleep 5; fi"
+    outbox = tmp_path / notify.OUTBOX_FILE
+    script = ("import sys, time; from pathlib import Path; from jobtpu import events, notify; "
+              "dests = notify.parse_destinations([{'command': sys.argv[2]}]); "
+              "event = events.Event(time.time(), events.JOB_ENDED, job=11, detail={'status': 'failed'}); "
+              "notify.deliver(Path(sys.argv[1]), dests, [event], 10)")
+    done = subprocess.run([sys.executable, "-c", script, str(outbox), cmd], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert len(got.read_text().splitlines()) == 1 and len(_pending(outbox)) == 1
+    assert notify.deliver(outbox, _dests({"command": cmd}), [], 3) == []
+    assert [json.loads(line)["job"] for line in got.read_text().splitlines()] == [11, 11]
+    assert not outbox.exists()
 
 
 def test_a_hanging_webhook_costs_at_most_the_budget_and_is_kept(tmp_path: Path, hook: Hook) -> None:
