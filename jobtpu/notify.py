@@ -157,11 +157,17 @@ def _valid_item(item: Any) -> bool:
             and isinstance(item.get("tries"), int))
 
 
-def _save_outbox(path: Path, items: list[dict[str, Any]]) -> None:
-    if items:
-        write_atomic(path, orjson.dumps({"pending": items}, option=orjson.OPT_APPEND_NEWLINE))
-    else:
-        path.unlink(missing_ok=True)
+def _save_outbox(path: Path, items: list[dict[str, Any]]) -> list[str]:
+    """Write the pending items (none: no file); a line when the home refuses (a full disk): the
+    deliveries go on, but what fails now is not retried."""
+    try:
+        if items:
+            write_atomic(path, orjson.dumps({"pending": items}, option=orjson.OPT_APPEND_NEWLINE))
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as e:
+        return [printable(f"notifications: cannot write {path.name}: {e.strerror or e}")]
+    return []
 
 
 def _enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], new_events: Sequence[Event]) -> None:
@@ -175,30 +181,29 @@ def _enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], n
 
 
 def _cap(items: list[dict[str, Any]], by_key: dict[str, Destination]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Drop what waited too long and the oldest beyond MAX_PENDING per destination; say so."""
-    lines = []
-    kept: list[dict[str, Any]] = []
+    """Drop what waited through MAX_TRIES failed passes, and the oldest beyond MAX_PENDING per
+    destination; a line for each destination that lost some."""
     expired: dict[str, int] = {}
+    kept = []
     for item in items:
         if item["tries"] >= MAX_TRIES:
             expired[item["dest"]] = expired.get(item["dest"], 0) + 1
         else:
             kept.append(item)
-    for key, n in expired.items():
-        lines.append(f"notifications: gave up on {n} notification(s) to {by_key[key].label} after {MAX_TRIES} failed passes")
-    counts: dict[str, int] = {}
+    lines = [f"notifications: gave up on {n} notification(s) to {by_key[key].label} after {MAX_TRIES} failed passes"
+             for key, n in expired.items()]
+    excess: dict[str, int] = {}
     for item in kept:
-        counts[item["dest"]] = counts.get(item["dest"], 0) + 1
+        excess[item["dest"]] = excess.get(item["dest"], 0) + 1
+    excess = {key: n - MAX_PENDING for key, n in excess.items() if n > MAX_PENDING}
+    lines += [f"notifications: {n} more than {MAX_PENDING} waiting for {by_key[key].label}; the oldest dropped"
+              for key, n in excess.items()]
     result = []
-    for item in kept:  # oldest first: drop from the front while a destination holds too many
-        if counts[item["dest"]] > MAX_PENDING:
-            counts[item["dest"]] -= 1
-            expired[item["dest"]] = -1
+    for item in kept:  # oldest first: drop from the front of each destination's queue
+        if excess.get(item["dest"], 0) > 0:
+            excess[item["dest"]] -= 1
             continue
         result.append(item)
-    for key, n in expired.items():
-        if n == -1:
-            lines.append(f"notifications: more than {MAX_PENDING} waiting for {by_key[key].label}; the oldest dropped")
     return result, lines
 
 
@@ -218,10 +223,9 @@ def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: 
     _enqueue(items, list(by_key.values()), new_events)
     items, dropped = _cap(items, by_key)
     lines += dropped
+    lines += _save_outbox(outbox_path, items)  # on disk before sending: a crash now sends again, never loses
     if not items:
-        _save_outbox(outbox_path, items)
         return lines
-    _save_outbox(outbox_path, items)  # on disk before sending: a crash now sends again, never loses
     results = _send_all(items, by_key, deadline, outbox_path.parent)
     remaining = []
     skipped = dict.fromkeys(results, 0)
@@ -237,8 +241,7 @@ def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: 
             waiting = sum(1 for i in remaining if i["dest"] == key)
             lines.append(printable(f"notifications: {by_key[key].label}: {error}; "
                                    f"{waiting} waiting for the next pass"))
-    _save_outbox(outbox_path, remaining)
-    return lines
+    return list(dict.fromkeys(lines + _save_outbox(outbox_path, remaining)))  # a write refused twice: one line
 
 
 def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadline: float,
@@ -253,7 +256,10 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
         sent = 0
         error: str | None = None
         for item in queue:
-            error = _send(dest, item, deadline, home)
+            try:
+                error = _send(dest, item, deadline, home)
+            except Exception as e:  # a destination may fail in ways no list foresees: never the pass's fault
+                error = f"{type(e).__name__}: {e}"
             if error is not None:
                 break
             sent += 1

@@ -182,6 +182,35 @@ def test_a_refused_connection_is_one_line_and_kept(tmp_path: Path) -> None:
     assert len(_pending(outbox)) == 1
 
 
+def test_a_webhook_answering_garbage_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+        started = time.monotonic()
+        lines = notify.deliver(tmp_path / "outbox", _dests({"webhook": url}), [_failed(1)], 5)
+    assert time.monotonic() - started < 2  # a failure, said at once: not a thread dying, waited on till the budget
+    assert len(lines) == 1 and lines[0].startswith("notifications: webhook 127.0.0.1: BadStatusLine")
+    assert len(_pending(tmp_path / "outbox")) == 1
+
+
+def test_an_outbox_the_home_cannot_write_does_not_stop_delivery(tmp_path: Path) -> None:
+    outbox, got = tmp_path / "outbox", tmp_path / "got"
+    outbox.mkdir()  # what a full disk or a foreign file does to the write: an OSError
+    lines = notify.deliver(outbox, _dests({"command": f"cat >> {got}"}), [_failed(2)], 3)
+    assert lines[-1] == "notifications: cannot write outbox: Is a directory"
+    assert len(lines) == 2  # it could not be read either; said once each
+    assert json.loads(got.read_text())["job"] == 2
+
+
 def test_a_command_gets_the_event_on_stdin_and_the_line_in_its_environment(tmp_path: Path) -> None:
     out = tmp_path / "got"
     cmd = f'cat > {out}.json; printf "%s|%s" "$JOBTPU_NOTIFY_EVENT" "$JOBTPU_NOTIFY_TEXT" > {out}.env'
@@ -218,7 +247,8 @@ def test_a_failing_command_is_retried_on_the_next_call(tmp_path: Path) -> None:
 def test_a_dead_destination_cannot_grow_the_outbox_for_ever(tmp_path: Path) -> None:
     outbox = tmp_path / "outbox"
     dests = _dests({"command": "exit 1"})
-    notify.deliver(outbox, dests, [_failed(i) for i in range(notify.MAX_PENDING + 50)], 3)
+    lines = notify.deliver(outbox, dests, [_failed(i) for i in range(notify.MAX_PENDING + 50)], 3)
+    assert f"notifications: 50 more than {notify.MAX_PENDING} waiting for command exit 1; the oldest dropped" in lines
     pending = _pending(outbox)
     assert len(pending) == notify.MAX_PENDING
     assert pending[0]["event"]["job"] == 50  # the oldest went first
