@@ -168,7 +168,7 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
     path = events_path(home_root)
     with _locked(home_root):  # one writer at a time, so a rotation never races another append
         with contextlib.suppress(FileNotFoundError):
-            size = os.stat(path).st_size
+            size = os.stat(path, follow_symlinks=False).st_size
             if size and size + len(data) > max_bytes:
                 _rotate(home_root, keep)
         if _ends_mid_line(path):  # a writer died mid-line: end that line, or ours would be glued to it

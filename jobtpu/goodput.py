@@ -53,6 +53,10 @@ from .events import Event
 from .text import printable
 
 FINISHED = "finished"
+# What happens to a machine, whichever job's pass reported it (a preemption seen through job 4 ended job 3 too).
+_MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTED, ev.TPU_DELETE_DONE,
+                            ev.TPU_CREATE_STARTED, ev.TPU_CREATE_DONE, ev.TPU_CREATE_FAILED, ev.TPU_SETUP_STARTED,
+                            ev.TPU_SETUP_DONE, ev.TPU_SETUP_FAILED})
 
 # ---- progress -----------------------------------------------------------------------------------------
 
@@ -223,7 +227,7 @@ def job_report(job: int, name: str, attempts: Sequence[AttemptRecord], log: Sequ
     the home: the job's and its machines' are picked out."""
     tried = sorted((a for a in attempts if a.started is not None), key=lambda a: a.n)
     machines = {a.machine for a in tried}
-    mine = sorted((e for e in log if e.job == job or (e.job is None and e.machine in machines)),
+    mine = sorted((e for e in log if e.job == job or (e.machine in machines and e.kind in _MACHINE_KINDS)),
                   key=lambda e: e.time)
     costs: list[AttemptCost] = []
     gaps: list[Interruption] = []
@@ -413,15 +417,15 @@ h1{font-size:20px} h2{font-size:16px;margin-top:28px}
 .row{display:flex;align-items:stretch;border-top:1px solid #eee}
 .label{width:160px;flex:none;padding:4px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .lane{position:relative;flex:1;min-height:22px}
-.bar{position:absolute;height:16px;min-width:3px;border-radius:2px;background:#3b82f6;opacity:.85;
-     overflow:hidden;font-size:11px;color:#fff;white-space:nowrap}
+.bar{position:absolute;height:16px;min-width:3px;border-radius:2px;background:#3b82f6;
+     overflow:hidden;font-size:11px;line-height:16px;padding-left:3px;box-sizing:border-box;color:#fff;white-space:nowrap}
 .bar.finished{background:#16a34a}.bar.failed{background:#dc2626}.bar.running{background:#3b82f6}
 .bar.interrupted{background:#f59e0b}
 .mark{position:absolute;top:0;bottom:0}
 .mark.preempted{width:3px;margin-left:-1px;background:#7f1d1d}
 .mark.recreate{background:repeating-linear-gradient(45deg,#fca5a5 0 4px,transparent 4px 8px);min-width:3px}
 .mark.setup{background:repeating-linear-gradient(45deg,#c4b5fd 0 4px,transparent 4px 8px);min-width:3px}
-.axis{display:flex;justify-content:space-between;margin-left:160px;color:#666;font-size:12px}
+.axis{display:flex;justify-content:space-between;margin-left:169px;color:#666;font-size:12px}
 .legend span{display:inline-block;margin-right:14px}
 .legend i{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle}
 table{border-collapse:collapse;margin-top:8px}

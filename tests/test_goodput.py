@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -32,7 +34,7 @@ def _timeline() -> tuple[list[AttemptRecord], list[Event], dict[int, Progress]]:
         (60, ev.JOB_RUNNING, 3, "tpu-a", 1),
         (500, ev.JOB_RUNNING, 4, "tpu-a", 1),  # another job on the same machine: not ours
         (1130, ev.PREEMPTED, None, "other", None),  # another machine: not ours
-        (1160, ev.PREEMPTED, None, "tpu-a", None),
+        (1160, ev.PREEMPTED, 4, "tpu-a", 1),  # seen through the other job on the machine: ours too
         (1170, ev.TPU_DELETE_STARTED, None, "tpu-a", None),
         (1230, ev.TPU_DELETE_DONE, None, "tpu-a", None),
         (1240, ev.TPU_CREATE_STARTED, None, "tpu-a", None),
@@ -171,18 +173,69 @@ class _Dom(HTMLParser):
         return [a for _, a in self.elements if attribute in a]
 
 
-def _rendered(page: str, tmp_path: Path) -> _Dom:
-    """The DOM headless Chromium builds from the page."""
+def _chromium(page: str, tmp_path: Path, *args: str) -> str:
+    """Headless Chromium's stdout for the page (root needs --no-sandbox)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "headless Chromium is needed (apt-get install chromium; .ci/run installs it)"
     path = tmp_path / "report.html"
     path.write_text(page)
     done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", path.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+                           "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args, path.as_uri()],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "<html" in done.stdout
-    return _Dom(done.stdout)
+    return done.stdout
+
+
+def _rendered(page: str, tmp_path: Path) -> _Dom:
+    """The DOM headless Chromium builds from the page."""
+    dom = _chromium(page, tmp_path, "--dump-dom")
+    assert "<html" in dom
+    return _Dom(dom)
+
+
+def _columns(png: bytes) -> dict[bytes, int]:
+    """For each colour of an 8-bit RGB(A) PNG, the longest vertical run of it in any column: a bar is
+    16 px tall, a preemption mark the lane's height, a legend swatch only 10."""
+    pos, idat, width, height, bpp = 8, b"", 0, 0, 3
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        body = png[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and colour in (2, 6) and interlace == 0
+            bpp = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride = zlib.decompress(idat), width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):  # undo the PNG filter of this row
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    best: dict[bytes, int] = {}
+    for x in range(0, stride, bpp):
+        run, last = 0, b""
+        for row in rows:
+            pixel = row[x:x + 3]
+            run = run + 1 if pixel == last else 1
+            last = pixel
+            if run > best.get(pixel, 0):
+                best[pixel] = run
+    return best
 
 
 def test_the_html_timeline_renders_in_chromium_with_a_bar_per_attempt(tmp_path: Path) -> None:
@@ -201,6 +254,18 @@ def test_the_html_timeline_renders_in_chromium_with_a_bar_per_attempt(tmp_path: 
     marks = [a["data-mark"] for a in dom.having("data-mark")]
     assert marks.count("preempted") == 2 and marks.count("recreate") == 1 and marks.count("setup") == 1
     assert "job 3 train: goodput 77.7% (productive 1h06m of 1h25m)" in "".join(dom.texts)
+
+
+def test_the_bars_and_marks_are_drawn(tmp_path: Path) -> None:
+    """Laid out and painted, not only parsed: a screenshot holds each bar's and mark's colour."""
+    other = goodput.job_report(4, "eval", [AttemptRecord(1, "tpu-a", T0 + 200, T0 + 900, "exit 1", chips=8)],
+                               [], {}, now=T0 + 9999)
+    _chromium(goodput.render_html([_report(), other], now=T0 + 9999), tmp_path,
+              "--window-size=1000,600", f"--screenshot={tmp_path / 'shot.png'}")
+    runs = _columns((tmp_path / "shot.png").read_bytes())
+    for name, rgb in (("interrupted", (245, 158, 11)), ("finished", (22, 163, 74)), ("failed", (220, 38, 38))):
+        assert runs.get(bytes(rgb), 0) >= 14, f"no {name} bar on the screenshot"
+    assert runs.get(bytes((127, 29, 29)), 0) >= 20, "no preemption mark on the screenshot"
 
 
 def test_hostile_names_stay_text_in_the_page(tmp_path: Path) -> None:
