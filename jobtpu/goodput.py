@@ -294,13 +294,17 @@ def _interruption(job: int, tried: Sequence[AttemptRecord], i: int, costs: Seque
     was, now_ = tried[i], tried[i + 1]
     lost_at, back_at = costs[i].run_until, max(costs[i + 1].run_from, costs[i].run_until)
     ended = min(max(was.ended if was.ended is not None else lost_at, lost_at), back_at)
-    detected = _first(log, {ev.PREEMPTED}, lost_at, back_at, {was.machine}, job) or ended
-    created = _last(log, ev.TPU_CREATE_DONE, detected, back_at, now_.machine) or detected
-    set_up = _last(log, ev.TPU_SETUP_DONE, created, back_at, now_.machine) or created
+    detected = _or(_first(log, {ev.PREEMPTED}, lost_at, back_at, {was.machine}, job), ended)
+    created = _or(_last(log, ev.TPU_CREATE_DONE, detected, back_at, now_.machine), detected)
+    set_up = _or(_last(log, ev.TPU_SETUP_DONE, created, back_at, now_.machine), created)
     steps, redone = _redone(tried, i, costs, progress)
     return Interruption(was.n, now_.n, was.machine, now_.machine, lost_at, back_at,
                         detection=detected - lost_at, recreate=created - detected, setup=set_up - created,
                         launch=back_at - set_up, redone_steps=steps, redone=redone)
+
+
+def _or(found: float | None, otherwise: float) -> float:
+    return otherwise if found is None else found
 
 
 def _start_step(tried: Sequence[AttemptRecord], i: int, progress: dict[int, Progress]) -> int:
