@@ -1,0 +1,365 @@
+"""Notifications: the events a user asked to hear about, sent to a webhook or a command, at least
+once, without ever holding up or failing a pass.
+
+Wiring (the only calls the pass and the CLI make):
+
+- Loading machines.json (and the per-user settings): `parse_destinations(doc.get("notify"),
+  "machines.json: notify")` → list[Destination]; a bad entry raises ConfigError with one line. Lists
+  from several files are simply concatenated (identical destinations are merged by `deliver`).
+- At the end of every pass (after `events.append`), with that pass's events:
+  `for line in deliver(home.root / OUTBOX_FILE, destinations, pass_events, DEFAULT_BUDGET): note(line)`.
+  It never raises for a destination's fault; a quiet pass (nothing new, nothing pending) costs one
+  stat. A dry run must not call it.
+- home.py must count OUTBOX_FILE among the home's own files (never packed in a snapshot).
+
+Delivery:
+- Each destination wants some notification names (events.NOTIFICATIONS); an event becomes one
+  outbox item per destination that wants it. The outbox is written (atomically) before anything is
+  sent, and an item leaves it only once its destination took it: a crash or a failure mid-pass
+  sends it again on the next pass (at least once).
+- Destinations are served side by side, each in event order, all within one time budget (a few
+  seconds): a slow or dead destination costs the pass at most that budget. A destination that fails
+  is not tried again in that pass; its items wait for the next one.
+- Caps: an item that waited through MAX_TRIES failed passes of its destination (50: about an hour
+  of passes run every minute, long enough to ride out an outage of the receiving side) is dropped,
+  and at most MAX_PENDING (200) items wait per destination (the oldest go first), so a destination
+  that is gone for good cannot grow the outbox for ever. Both say so in the pass's lines.
+- A webhook gets a POST of `{"text": "<one line>", "event": {...}}` (Slack's incoming webhooks read
+  `text`); any 2xx is success. Its URL may hold a secret (Slack's do), so the outbox keys items by a
+  digest of the destination and lines name only the URL's host.
+- A command runs as `bash -c CMD` in the home, in its own process group, with the event's JSON on
+  stdin and JOBTPU_NOTIFY_EVENT (the notification name) and JOBTPU_NOTIFY_TEXT (the line) in its
+  environment (for tools like notify-send that take the text as an argument); exit 0 is success,
+  and the whole group is killed when the budget runs out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import ConfigError
+from .events import NOTIFICATIONS, Event, describe, notification
+from .home import write_atomic
+from .text import printable
+
+OUTBOX_FILE = "notify-outbox.json"
+DEFAULT_BUDGET = 5.0  # seconds a pass gives all deliveries together
+MAX_TRIES = 50
+MAX_PENDING = 200
+_KEYS = frozenset({"webhook", "command", "events"})
+
+
+@dataclass(frozen=True)
+class Destination:
+    webhook: str | None
+    command: str | None
+    events: frozenset[str]
+
+    @property
+    def key(self) -> str:
+        """A stable name for the outbox that does not reveal a webhook's secret URL."""
+        what = f"webhook {self.webhook}" if self.webhook else f"command {self.command}"
+        return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        """How lines name it: the webhook's host (never its path, which may be the secret) or the command."""
+        if self.webhook:
+            return f"webhook {urllib.parse.urlsplit(self.webhook).hostname or '?'}"
+        command = self.command or ""
+        return f"command {command[:40]}{'…' if len(command) > 40 else ''}"
+
+
+def parse_destinations(doc: Any, where: str = "notify") -> list[Destination]:
+    """The destinations a `notify` list names (None: none). One ConfigError line per mistake."""
+    if doc is None:
+        return []
+    if not isinstance(doc, list):
+        raise ConfigError(f"{where} must be a list of destinations, like "
+                          '[{"command": "notify-send jobtpu", "events": ["failed"]}]')
+    return [_destination(entry, f"{where}[{i}]") for i, entry in enumerate(doc)]
+
+
+def _destination(entry: Any, where: str) -> Destination:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an object with \"webhook\" or \"command\", and \"events\"")
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (a destination has webhook or command, and events)")
+    if ("webhook" in entry) == ("command" in entry):
+        raise ConfigError(f"{where} must name exactly one of \"webhook\" (a URL) or \"command\"")
+    webhook, command = entry.get("webhook"), entry.get("command")
+    if webhook is not None:
+        _check_url(webhook, where)
+    if command is not None and (not isinstance(command, str) or not command.strip()):
+        raise ConfigError(f"{where}.command must be a non-empty shell command")
+    return Destination(webhook, command, _wanted(entry.get("events"), where))
+
+
+def _check_url(url: Any, where: str) -> None:
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}.webhook must be an http:// or https:// URL (got {printable(repr(url))})")
+
+
+def _wanted(names: Any, where: str) -> frozenset[str]:
+    """The notification names a destination asked for; all of them when it names none."""
+    if names is None:
+        return frozenset(NOTIFICATIONS)
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{where}.events must be a non-empty list of: {', '.join(NOTIFICATIONS)}")
+    unknown = [n for n in names if n not in NOTIFICATIONS]
+    if unknown:
+        raise ConfigError(f"{where}.events: unknown event {printable(repr(unknown[0]))} "
+                          f"(choose from {', '.join(NOTIFICATIONS)})")
+    return frozenset(names)
+
+
+# ---- the outbox ---------------------------------------------------------------------------------------
+
+def _load_outbox(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The pending items, and a line if the file could not be read (then it starts afresh: losing
+    notifications beats failing every pass on a damaged file)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        return [], [f"notifications: cannot read {path.name} ({e.strerror}); pending notifications dropped"]
+    try:
+        doc = orjson.loads(raw)
+        items = doc["pending"]
+        if not isinstance(items, list) or not all(_valid_item(i) for i in items):
+            raise ValueError
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return [], [f"notifications: {path.name} is damaged; pending notifications dropped"]
+    return items, []
+
+
+def _valid_item(item: Any) -> bool:
+    return (isinstance(item, dict) and isinstance(item.get("dest"), str) and isinstance(item.get("event"), dict)
+            and isinstance(item.get("tries"), int))
+
+
+def _save_outbox(path: Path, items: list[dict[str, Any]]) -> list[str]:
+    """Write the pending items (none: no file); a line when the home refuses (a full disk): the
+    deliveries go on, but what fails now is not retried."""
+    try:
+        if items:
+            write_atomic(path, orjson.dumps({"pending": items}, option=orjson.OPT_APPEND_NEWLINE))
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as e:
+        return [printable(f"notifications: cannot write {path.name}: {e.strerror or e}")]
+    return []
+
+
+def _enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], new_events: Sequence[Event]) -> None:
+    for event in new_events:
+        name = notification(event)
+        if name is None:
+            continue
+        for dest in destinations:
+            if name in dest.events:
+                items.append({"dest": dest.key, "name": name, "event": event.to_json(), "tries": 0})
+
+
+def _cap(items: list[dict[str, Any]], by_key: dict[str, Destination]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Drop what waited through MAX_TRIES failed passes, and the oldest beyond MAX_PENDING per
+    destination; a line for each destination that lost some."""
+    expired: dict[str, int] = {}
+    kept = []
+    for item in items:
+        if item["tries"] >= MAX_TRIES:
+            expired[item["dest"]] = expired.get(item["dest"], 0) + 1
+        else:
+            kept.append(item)
+    lines = [f"notifications: gave up on {n} notification(s) to {by_key[key].label} after {MAX_TRIES} failed passes"
+             for key, n in expired.items()]
+    excess: dict[str, int] = {}
+    for item in kept:
+        excess[item["dest"]] = excess.get(item["dest"], 0) + 1
+    excess = {key: n - MAX_PENDING for key, n in excess.items() if n > MAX_PENDING}
+    lines += [f"notifications: {n} more than {MAX_PENDING} waiting for {by_key[key].label}; the oldest dropped"
+              for key, n in excess.items()]
+    result = []
+    for item in kept:  # oldest first: drop from the front of each destination's queue
+        if excess.get(item["dest"], 0) > 0:
+            excess[item["dest"]] -= 1
+            continue
+        result.append(item)
+    return result, lines
+
+
+# ---- delivery -----------------------------------------------------------------------------------------
+
+def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: Sequence[Event],
+            budget_seconds: float = DEFAULT_BUDGET) -> list[str]:
+    """Queue what `new_events` mean for `destinations`, send everything pending within
+    `budget_seconds`, keep what was not taken for the next pass. Returns one line per destination
+    that failed (and per dropped batch); never raises for a destination's fault."""
+    deadline = time.monotonic() + budget_seconds
+    by_key = {d.key: d for d in destinations}
+    if not outbox_path.exists() and not any(notification(e) for e in new_events):
+        return []  # the quiet pass: one stat
+    items, lines = _load_outbox(outbox_path)
+    items = [i for i in items if i["dest"] in by_key]  # a destination removed from machines.json: forget its items
+    _enqueue(items, list(by_key.values()), new_events)
+    items, dropped = _cap(items, by_key)
+    lines += dropped
+    lines += _save_outbox(outbox_path, items)  # on disk before sending: a crash now sends again, never loses
+    if not items:
+        return lines
+    results = _send_all(items, by_key, deadline, outbox_path.parent)
+    remaining = []
+    skipped = dict.fromkeys(results, 0)
+    for item in items:  # in their order: each destination's first `sent` items were taken
+        sent, _ = results[item["dest"]]
+        if skipped[item["dest"]] < sent:
+            skipped[item["dest"]] += 1
+            continue
+        item["tries"] += 1  # only a failed destination leaves items behind
+        remaining.append(item)
+    for key, (_, error) in results.items():
+        if error is not None:
+            waiting = sum(1 for i in remaining if i["dest"] == key)
+            lines.append(printable(f"notifications: {by_key[key].label}: {error}; "
+                                   f"{waiting} waiting for the next pass"))
+    return list(dict.fromkeys(lines + _save_outbox(outbox_path, remaining)))  # a write refused twice: one line
+
+
+def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadline: float,
+              home: Path) -> dict[str, tuple[int, str | None]]:
+    """Each destination's items, in order, on a thread of its own; per destination how many were
+    taken and why it stopped. Daemon threads: one stuck past the deadline is abandoned (its item
+    counts as not sent), and never holds up the end of the process."""
+    results: dict[str, tuple[int, str | None]] = {}
+    lock = threading.Lock()
+
+    def serve(dest: Destination, queue: list[dict[str, Any]]) -> None:
+        sent = 0
+        error: str | None = None
+        for item in queue:
+            try:
+                error = _send(dest, item, deadline, home)
+            except Exception as e:  # a destination may fail in ways no list foresees: never the pass's fault
+                error = f"{type(e).__name__}: {e}"
+            if error is not None:
+                break
+            sent += 1
+            with lock:
+                results[dest.key] = (sent, None)
+        with lock:
+            results[dest.key] = (sent, error)
+
+    threads = []
+    for key, dest in by_key.items():
+        queue = [i for i in items if i["dest"] == key]
+        if queue:
+            results[key] = (0, "out of time")  # until the thread says otherwise
+            thread = threading.Thread(target=serve, args=(dest, queue), daemon=True, name=f"notify {dest.label}")
+            thread.start()
+            threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, deadline + 0.2 - time.monotonic()))
+    with lock:
+        final = dict(results)
+    for key, (sent, error) in final.items():
+        if error is None and sent < sum(1 for i in items if i["dest"] == key):
+            final[key] = (sent, "out of time")
+    return final
+
+
+def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path) -> str | None:
+    """Deliver one item; None when taken, else why not (one short line)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return "out of time"
+    event = Event.from_json(item["event"])
+    text = headline(item.get("name", ""), event) if event else "jobtpu event"
+    if dest.webhook:
+        return _post(dest.webhook, text, item["event"], left)
+    return _run(dest.command or "", text, item, left, home)
+
+
+def headline(name: str, event: Event) -> str:
+    """The line a person reads: `jobtpu: failed: job 12 attempt 2 on box: failed (exit 1)`."""
+    return printable(f"jobtpu: {name.replace('_', ' ')}: {describe(event)}")
+
+
+def _slack_escape(text: str) -> str:
+    """Slack reads <…> as links and mentions (<!channel>): a job name must not ping anyone."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirected POST would be followed as a GET without the body, and its 200 taken for a
+    delivery: a redirect is reported as the HTTP status it is instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _post(url: str, text: str, event: dict[str, Any], timeout: float) -> str | None:
+    body = orjson.dumps({"text": _slack_escape(text), "event": event})
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
+    try:
+        with _OPENER.open(request, timeout=timeout) as answer:
+            answer.read(65536)
+            return None if 200 <= answer.status < 300 else f"HTTP {answer.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except urllib.error.URLError as e:
+        reason = e.reason
+        return f"{getattr(reason, 'strerror', None) or reason}"
+    except TimeoutError:
+        return "timed out"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _run(command: str, text: str, item: dict[str, Any], timeout: float, home: Path) -> str | None:
+    env = {**os.environ, "JOBTPU_NOTIFY_EVENT": str(item.get("name", "")), "JOBTPU_NOTIFY_TEXT": text}
+    # stderr goes to a file, not a pipe: a child that keeps the pipe open could never block us.
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=err, env=env, cwd=home, start_new_session=True)
+        except OSError as e:
+            return f"cannot run bash: {e.strerror}"
+        try:
+            proc.communicate(orjson.dumps(item["event"]) + b"\n", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return "timed out (stopped)"
+        if proc.returncode == 0:
+            return None
+        err.seek(0)
+        last = (err.read()[-4096:].decode(errors="replace").strip().splitlines() or [""])[-1]
+        return f"exit {proc.returncode}" + (f": {last[:200]}" if last else "")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
