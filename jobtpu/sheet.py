@@ -167,7 +167,7 @@ class SheetRow:
 
     @property
     def name(self) -> str:
-        return self.cells.get("name", "")
+        return self.cells.get("name", "").strip()  # "v3-a " typed by hand is still v3-a's row
 
     def get(self, column: str) -> str:
         return self.cells.get(column, "")
@@ -318,6 +318,8 @@ def plan_write(snapshot: Snapshot, wanted: Iterable[MachineRow], memo: Memo, col
             row = SheetRow(next_free + 1, {})
             next_free += 1
         target = _row_cells(row, machine, memo, after, now)
+        if row.cells:
+            del target["name"]  # found by its name: leave it as typed (" v3-a " included)
         changed = {k: v for k, v in target.items() if k in positions and v != row.get(k)}
         if changed and "updated" in positions:
             changed["updated"] = _when(now)
@@ -416,7 +418,8 @@ def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS) -> lis
 # ----------------------------------------------------------------------------- talking to the API
 class _Api:
     """gspread's HTTPClient over a session that sends Google's URLs to `api_endpoint` and keeps
-    every call within what remains of one deadline (a slow API costs a pass `timeout`, not more)."""
+    every call within what remains of one deadline (a slow API costs a pass `timeout`, not more).
+    One instance makes one call (a read or a write)."""
 
     def __init__(self, config: SheetConfig) -> None:
         self.config = config
@@ -466,6 +469,8 @@ class _Api:
                              hint=_CREDENTIALS_HINT) from None
         except (requests.RequestException, GSpreadException, ValueError) as e:
             raise SheetError(f"Sheets API at {self.host}: {type(e).__name__}: {_first_line(e)}") from None
+        finally:
+            self.client.session.close()  # one call per _Api: no pooled sockets outlive it in a --loop process
 
     def _refused(self, status: int, error: Mapping[str, Any]) -> SheetError:
         message = _first_line(error.get("message", ""))
@@ -578,8 +583,9 @@ def write_rows(config: SheetConfig, snapshot: Snapshot, rows: Iterable[MachineRo
                now: float | None = None) -> SyncResult:
     """At most one batch write bringing the sheet to `rows`; never raises for the API's sake."""
     memo = load_memo(memo_path)
+    rows = list(rows)
     plan = plan_write(snapshot, rows, memo, config.columns, time.time() if now is None else now)
-    claims = snapshot.claims(memo)
+    claims = snapshot.claims(memo, {row.name: ", ".join(row.users) for row in rows})
     plan.memo.claims = claims
     problem = None
     if plan.cells:

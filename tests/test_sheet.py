@@ -358,3 +358,16 @@ def test_a_jobs_note_comes_from_its_run_config(tmp_path: Path, text: str, note: 
 
 def test_no_run_config_no_note(tmp_path: Path) -> None:
     assert sheet.job_note(tmp_path) is None
+
+
+def test_a_name_typed_with_spaces_is_the_same_row_and_a_broken_memo_is_survived(
+        api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
+    sheet.sync(config, fleet(), memo, now=NOW)
+    api.edit(KEY, TAB, "A3", " v2-b ")
+    memo.write_text("{not json")
+    api.clear_log()
+    result = sheet.sync(config, fleet(), memo, now=NOW + 60)
+    assert result.problem is None and result.claims == {}  # alice's cell matches what jobtpu writes now
+    assert [r[0] for r in api.grid(KEY, TAB)[1:]] == ["v3-a", " v2-b ", "box"]
+    assert writes(api) == []
+    assert json.loads(memo.read_text())["users"] == {"v3-a": "alice"}  # rebuilt from this sync
