@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ _KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "
 _KEY = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _URL_KEY = re.compile(r"/spreadsheets/d/([A-Za-z0-9_-]+)")
 _NOTE_SEPARATOR = "; "
+_GRACE = 0.5  # beyond the deadline, for a call already under way to return its own error
 T = TypeVar("T")
 
 
@@ -452,7 +454,7 @@ class _Api:
         from gspread.exceptions import APIError, GSpreadException
 
         try:
-            return request(self.client)
+            return self._within_deadline(request)
         except APIError as e:
             if e.error.get("code") == -1:  # gspread's mark for an error answer that is not JSON (a proxy's page)
                 raise SheetError(f"Sheets API at {self.host}: HTTP {e.response.status_code}, not the API's answer"
@@ -471,6 +473,28 @@ class _Api:
             raise SheetError(f"Sheets API at {self.host}: {type(e).__name__}: {_first_line(e)}") from None
         finally:
             self.client.session.close()  # one call per _Api: no pooled sockets outlive it in a --loop process
+
+    def _within_deadline(self, request: Callable[[Any], T]) -> T:
+        """The call on a helper thread, given up at the deadline: socket timeouts alone do not bound
+        an answer that trickles in a byte at a time. A call given up on ends with its socket (the
+        session is closed) or with the process; its answer is dropped, and the next pass reads again."""
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, request(self.client)))
+            except BaseException as e:  # handed to the caller's thread, which sorts it
+                outcome.append((False, e))
+
+        worker = threading.Thread(target=run, name="sheets-call", daemon=True)
+        worker.start()
+        worker.join(max(self.remaining(), 0.0) + _GRACE)
+        if not outcome:
+            raise _OutOfTime()
+        ok, value = outcome[0]
+        if ok:
+            return value
+        raise value
 
     def _refused(self, status: int, error: Mapping[str, Any]) -> SheetError:
         message = _first_line(error.get("message", ""))

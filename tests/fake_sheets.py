@@ -165,7 +165,7 @@ class FakeSheetsApi:
         self.spreadsheets: dict[str, Spreadsheet] = {}
         self.log: list[dict[str, Any]] = []  # every request: method, path, query, body
         self._failures: list[tuple[int, str]] = []  # answers for the next calls, in order
-        self._dead: str | None = None  # None, "refuse" or "hang"
+        self._dead: str | None = None  # None, "refuse", "hang" or "drip"
         self._wake = threading.Event()  # releases hung requests
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -212,8 +212,9 @@ class FakeSheetsApi:
             self._failures.extend([(code, message)] * count)
 
     def go_dead(self, how: str) -> None:
-        """`refuse`: nothing listens on the port; `hang`: connections are accepted and never answered."""
-        assert how in ("refuse", "hang"), how
+        """`refuse`: nothing listens on the port; `hang`: connections are accepted and never answered;
+        `drip`: answers come a byte every 0.2 s (each read is quick: a socket timeout never fires)."""
+        assert how in ("refuse", "hang", "drip"), how
         with self.lock:
             self._dead = how
             self._wake.clear()
@@ -322,6 +323,15 @@ class FakeSheetsApi:
             option = _input_option((query.get("valueInputOption") or [None])[0])
             return _append(book, area, body.get("values") or [], option)
         raise ApiError(404, f"Method not found: {method} {target}:{verb}")
+
+    @property
+    def dripping(self) -> bool:
+        with self.lock:
+            return self._dead == "drip"
+
+    def drip_pause(self) -> bool:
+        """Wait between two dripped bytes; True when the API was revived or closed meanwhile."""
+        return self._wake.wait(0.2)
 
     def wait_while_hung(self) -> bool:
         """True when this request must get no answer (the API hangs)."""
@@ -449,6 +459,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json; charset=UTF-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if self.owner.dripping:
+                self.wfile.flush()
+                for byte in data:
+                    if self.owner.drip_pause():
+                        break
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                return
             self.wfile.write(data)
         except (TimeoutError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
