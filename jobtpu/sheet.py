@@ -5,9 +5,10 @@ requests) is imported only inside the functions that talk to the Sheets API.
 
 How the sheet is kept. Row 1 is a header; jobtpu finds its columns there by title (`Machine`,
 `Kind`, ... or the column keys), adds the configured ones that are missing at the right end, and
-never touches a column it does not know, so people may add, move and fill their own. Each pass
-makes one read and at most one `values:batchUpdate`, holding only the cells that differ, so a
-quiet pass writes nothing. `Updated` changes only with the row. The `User` cell says who holds a
+never touches a column it does not know, so people may add, move and fill their own. A pass reads
+the sheet at its start (for claims) and again at its end, to plan its one `values:batchUpdate` on
+rows as they are then (people sort and insert rows meanwhile); the write holds only the cells that
+differ, so a quiet pass writes nothing. `Updated` changes only with the row. The `User` cell says who holds a
 machine: jobtpu writes the users of the jobs running there and remembers what it wrote in a small
 memo file; a user cell holding anything else was typed by a person, is a claim, and stays until
 `release` (or the person) empties it. A `Note` belongs to people: jobtpu writes one only when a
@@ -21,7 +22,8 @@ Wiring (the few calls the rest of jobtpu makes):
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)), giving
   `claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
   machine and `result = ps.finish(rows)`; print `result.problem` when set. Neither ever raises for
-  the API's sake, and each is bounded by `sheet.timeout`.
+  the API's sake; the start costs at most `sheet.timeout`, the end two (and nothing when the start
+  failed). The memo is jobtpu's own file: add `sheet.json` to home.py's own files (never snapshotted).
 - `jobtpu sheet sync`: `sync(config, rows, memo_path)` (print `problem`, exit 1 when set).
 - `jobtpu sheet release NAME [--user U]`: `release(config, NAME, memo_path, U)`;
   `sheet note NAME TEXT [--append]`: `set_note(config, NAME, TEXT, append)`;
@@ -37,19 +39,21 @@ Every failure to reach the API is a SheetError (a JobtpuError): one line, no URL
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .errors import ConfigError, JobtpuError, NotFoundError
-from .home import write_atomic
+from .errors import BusyError, ConfigError, JobtpuError, NotFoundError
+from .home import open_lock, write_atomic
 
 # Column keys in their default order, and the header titles jobtpu writes for them.
 TITLES: dict[str, str] = {
@@ -606,9 +610,17 @@ def read_sheet(config: SheetConfig) -> Snapshot:
 def write_rows(config: SheetConfig, snapshot: Snapshot, rows: Iterable[MachineRow], memo_path: Path,
                now: float | None = None) -> SyncResult:
     """At most one batch write bringing the sheet to `rows`; never raises for the API's sake."""
+    try:
+        with _memo_lock(config, memo_path):
+            return _write_rows(config, snapshot, list(rows), memo_path, time.time() if now is None else now)
+    except (BusyError, OSError) as e:
+        return SyncResult(problem=f"sheet: {e}")
+
+
+def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow], memo_path: Path,
+                now: float) -> SyncResult:
     memo = load_memo(memo_path)
-    rows = list(rows)
-    plan = plan_write(snapshot, rows, memo, config.columns, time.time() if now is None else now)
+    plan = plan_write(snapshot, rows, memo, config.columns, now)
     claims = snapshot.claims(memo, {row.name: ", ".join(row.users) for row in rows})
     plan.memo.claims = claims
     problem = None
@@ -626,6 +638,27 @@ def write_rows(config: SheetConfig, snapshot: Snapshot, rows: Iterable[MachineRo
             problem = problem or f"sheet: cannot save {memo_path.name}: {e.strerror or e}"
     return SyncResult(wrote=bool(plan.cells) and problem is None, cells=len(plan.cells) if problem is None else 0,
                       claims=claims, problem=problem)
+
+
+@contextlib.contextmanager
+def _memo_lock(config: SheetConfig, memo_path: Path) -> Iterator[None]:
+    """The memo is read, a write made, and the memo saved as one step: a pass and `sheet register`
+    at once would otherwise lose one's memory. Held at most one write's time, so waited on for two."""
+    fd = open_lock(memo_path.with_name(memo_path.name + ".lock"))
+    try:
+        deadline = time.monotonic() + 2 * (config.timeout + _GRACE)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise BusyError(f"{memo_path.name} is held by another jobtpu command",
+                                    hint="try again in a moment") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
 
 
 class PassSheet:
@@ -649,9 +682,11 @@ class PassSheet:
         return self.snapshot.claims(memo, own)
 
     def finish(self, rows: Iterable[MachineRow], now: float | None = None) -> SyncResult:
-        if self.snapshot is None:  # the read failed: the next pass catches up
+        """The pass's write, planned on a fresh read: rows a person inserted, deleted or sorted
+        while the pass ran would otherwise receive other machines' cells."""
+        if self.snapshot is None:  # the API failed this pass already: one line is enough, the next pass catches up
             return SyncResult(claims=self.claims())
-        return write_rows(self.config, self.snapshot, rows, self.memo_path, now)
+        return sync(self.config, rows, self.memo_path, now)
 
 
 def sync(config: SheetConfig, rows: Iterable[MachineRow], memo_path: Path, now: float | None = None) -> SyncResult:
@@ -722,6 +757,11 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
 def register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | None = None,
              now: float | None = None) -> str:
     """`sheet register NAME`: the machine gets its row now (and in every later pass)."""
+    with _memo_lock(config, memo_path):
+        return _register(config, name, memo_path, row, time.time() if now is None else now)
+
+
+def _register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | None, now: float) -> str:
     memo = load_memo(memo_path)
     snapshot = read_sheet(config)
     memo.unregistered.discard(name)
@@ -729,7 +769,7 @@ def register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | 
     if existing is not None:
         save_memo(memo_path, memo)
         return f"{name}: already in the sheet (row {existing.number})"
-    plan = plan_write(snapshot, [row or MachineRow(name)], memo, config.columns, time.time() if now is None else now)
+    plan = plan_write(snapshot, [row or MachineRow(name)], memo, config.columns, now)
     _Api(config).write(plan.ranges(config.worksheet))
     save_memo(memo_path, plan.memo)
     return f"{name}: added to the sheet"
@@ -738,6 +778,11 @@ def register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | 
 def unregister(config: SheetConfig, name: str, memo_path: Path) -> str:
     """`sheet unregister NAME`: its row goes (the rows below move up, people's columns with them)
     and passes no longer write it, until `sheet register NAME`."""
+    with _memo_lock(config, memo_path):
+        return _unregister(config, name, memo_path)
+
+
+def _unregister(config: SheetConfig, name: str, memo_path: Path) -> str:
     snapshot = read_sheet(config)
     row = _require_row(snapshot, name)
     memo = load_memo(memo_path)

@@ -371,3 +371,38 @@ def test_a_name_typed_with_spaces_is_the_same_row_and_a_broken_memo_is_survived(
     assert [r[0] for r in api.grid(KEY, TAB)[1:]] == ["v3-a", " v2-b ", "box"]
     assert writes(api) == []
     assert json.loads(memo.read_text())["users"] == {"v3-a": "alice"}  # rebuilt from this sync
+
+
+def test_rows_people_reorder_during_a_pass_get_their_own_machines_cells(api: FakeSheetsApi, config: SheetConfig,
+                                                                        memo: Path) -> None:
+    sheet.sync(config, fleet(users=()), memo, now=NOW)
+    ps = PassSheet(config, memo)  # the pass starts: claims read
+    grid = api.grid(KEY, TAB)
+    for column, (upper, lower) in enumerate(zip(grid[1], grid[2], strict=True)):  # someone sorts rows 2 and 3
+        api.edit(KEY, TAB, f"{'ABCDEFGHIJK'[column]}2", lower)
+        api.edit(KEY, TAB, f"{'ABCDEFGHIJK'[column]}3", upper)
+    assert ps.finish(fleet(), now=NOW + 60).wrote  # a job started on v3-a meanwhile
+    rows = by_name(api)
+    assert (rows["v3-a"]["User"], rows["v3-a"]["Accelerator"]) == ("alice", "v3-8")
+    assert (rows["v2-b"]["User"], rows["v2-b"]["Accelerator"]) == ("", "v2-8")
+    assert [r[0] for r in api.grid(KEY, TAB)[1:]] == ["v2-b", "v3-a", "box"]
+
+
+def test_the_memo_is_changed_by_one_command_at_a_time(api: FakeSheetsApi, memo: Path) -> None:
+    import fcntl
+    import os
+
+    config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
+                                 "timeout": 0.2})
+    fd = os.open(memo.with_name("sheet.json.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        assert sheet.sync(config, fleet(), memo).problem == "sheet: sheet.json is held by another jobtpu command"
+        assert time.monotonic() - started < 3
+        with pytest.raises(JobtpuError, match="held by another jobtpu command"):
+            sheet.register(config, "v3-a", memo)
+    finally:
+        os.close(fd)
+    assert api.requests_made(writes_only=True) == []
+    assert sheet.sync(config, fleet(), memo).wrote
