@@ -314,13 +314,13 @@ class FakeSheetsApi:
         if method == "GET" and not verb:
             return _value_range(area, (query.get("majorDimension") or ["ROWS"])[0])
         if method == "PUT" and not verb:
-            option = _input_option((query.get("valueInputOption") or [None])[0])
+            option = _input_option(_first(query, "valueInputOption"))
             return _write(book, area, body.get("values") or [], body.get("majorDimension") or "ROWS", option)
         if method == "POST" and verb == "clear":
             _clear(area)
             return {"spreadsheetId": book.key, "clearedRange": area.a1()}
         if method == "POST" and verb == "append":
-            option = _input_option((query.get("valueInputOption") or [None])[0])
+            option = _input_option(_first(query, "valueInputOption"))
             return _append(book, area, body.get("values") or [], option)
         raise ApiError(404, f"Method not found: {method} {target}:{verb}")
 
@@ -340,6 +340,11 @@ class FakeSheetsApi:
         if hung:
             self._wake.wait()
         return hung
+
+
+def _first(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values else None
 
 
 def _metadata(book: Spreadsheet) -> dict[str, Any]:

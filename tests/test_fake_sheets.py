@@ -23,7 +23,7 @@ class Routed(requests.Session):
         super().__init__()
         self.endpoint = endpoint
 
-    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+    def request(self, method: str, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         assert isinstance(url, str) and url.startswith("https://sheets.googleapis.com/"), url
         return super().request(method, self.endpoint + url[len("https://sheets.googleapis.com"):], *args, **kwargs)
 
