@@ -708,10 +708,11 @@ def _require_row(snapshot: Snapshot, name: str) -> SheetRow:
 
 
 def _require_column(snapshot: Snapshot, config: SheetConfig, column: str) -> int:
-    if column not in config.columns:
-        raise JobtpuError(f"the sheet has no {TITLES[column]} column", hint=f"add {column!r} to sheet.columns")
+    """The column's place in the sheet: a header people wrote counts, even one jobtpu does not write."""
     if column not in snapshot.positions:
-        raise JobtpuError(f"the sheet has no {TITLES[column]} column yet", hint="run `jobtpu sheet sync` first")
+        hint = ("run `jobtpu sheet sync` to add it" if column in config.columns
+                else f"add {column!r} to sheet.columns and run `jobtpu sheet sync`, or give a column the header {TITLES[column]!r}")
+        raise JobtpuError(f"the sheet has no {TITLES[column]} column; nothing was changed", hint=hint)
     return snapshot.positions[column]
 
 

@@ -406,3 +406,17 @@ def test_the_memo_is_changed_by_one_command_at_a_time(api: FakeSheetsApi, memo: 
         os.close(fd)
     assert api.requests_made(writes_only=True) == []
     assert sheet.sync(config, fleet(), memo).wrote
+
+
+def test_commands_use_the_sheets_own_columns_and_refuse_missing_ones(api: FakeSheetsApi, memo: Path) -> None:
+    """A team's User column counts for claims and release even when jobtpu is told not to write it."""
+    config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
+                                 "columns": ["name", "state"]})
+    for a1, text in {"A1": "Machine", "B1": "State", "C1": "User", "A2": "v3-a", "C2": "ivan"}.items():
+        api.edit(KEY, TAB, a1, text)
+    assert sheet.sync(config, fleet(), memo, now=NOW).claims == {"v3-a": "ivan"}
+    assert api.grid(KEY, TAB)[1] == ["v3-a", "busy", "ivan"]
+    with pytest.raises(JobtpuError, match="the sheet has no Note column; nothing was changed"):
+        sheet.set_note(config, "v3-a", "x")
+    assert sheet.release(config, "v3-a", memo, user="ivan") == "v3-a: released (was claimed by ivan)"
+    assert api.cell(KEY, TAB, "C2") == ""
