@@ -348,19 +348,30 @@ def _with_header(snapshot: Snapshot, columns: tuple[str, ...]) -> tuple[dict[str
     return positions, cells
 
 
+def render_row(machine: MachineRow) -> dict[str, str]:
+    """A machine's cells as jobtpu writes them on a sheet with no claims and no notes of people's."""
+    return {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator, "zone": machine.zone,
+            "provisioning": machine.provisioning, "state": machine.state, "user": ", ".join(machine.users),
+            "jobs": ", ".join(machine.jobs), "since": _when(machine.since) if machine.users else "",
+            "note": machine.note or ""}
+
+
+def render_rows(machines: Iterable[MachineRow], columns: tuple[str, ...] = COLUMNS) -> list[list[str]]:
+    """The header and one line per machine, in `columns` order (`updated` left empty: it is the write's time)."""
+    return [[TITLES[c] for c in columns]] + [[render_row(m).get(c, "") for c in columns] for m in machines]
+
+
 def _row_cells(row: SheetRow, machine: MachineRow, memo: Memo, after: Memo, now: float) -> dict[str, str]:
     """The text each cell of a machine's row should hold; updates `after` with what jobtpu writes."""
     mine = ", ".join(machine.users)
-    target = {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator,
-              "zone": machine.zone, "provisioning": machine.provisioning, "state": machine.state,
-              "jobs": ", ".join(machine.jobs)}
+    rendered = render_row(machine)
+    target = {k: rendered[k] for k in ("name", "kind", "accelerator", "zone", "provisioning", "state", "jobs")}
     current = row.get("user").strip()
     if current and current != memo.users.get(machine.name, "") and current != mine:
         if not row.get("since"):  # a claim: the person's cell stays; note when jobtpu first saw it
             target["since"] = _when(now)
     else:
-        target["user"] = mine
-        target["since"] = _when(machine.since) if mine and machine.since else ""
+        target["user"], target["since"] = rendered["user"], rendered["since"]
         if mine:
             after.users[machine.name] = mine
         else:

@@ -67,6 +67,8 @@ def test_a_sync_writes_one_row_per_machine_with_who_runs_what(api: FakeSheetsApi
     assert result.problem is None and result.wrote
     grid = api.grid(KEY, TAB)
     assert grid[0] == HEADER
+    written = [line + [""] * (len(HEADER) - len(line)) for line in grid]
+    assert [line[:-1] for line in written] == [line[:-1] for line in sheet.render_rows(fleet())]
     assert grid[1] == ["v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", "alice", "12 train-a",
                        "2026-05-28 19:26 UTC", "", "2026-05-28 20:26 UTC"]
     assert grid[2] == ["v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "idle", "", "", "", "",
