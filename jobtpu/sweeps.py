@@ -1,0 +1,166 @@
+"""Sweeps and dependencies, as what a user types becomes (docs/reference.md, `submit`). Pure.
+
+A sweep is the cross product of `--sweep KEY=V1,V2,...` axes, or the rows of a `--sweep-file` (one
+JSON object per line, or a CSV with a header): a list of combinations, each a KEY → VALUE mapping
+that becomes the job's config overrides (through the aliases, as `lr=0.01` does).
+
+A dependency (`--after`, `--after-any`) names jobs that must have ended (finished, for `--after`)
+before a job may start; what is refused at submit and what a waiting job is told lives here too."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .errors import JobtpuError
+
+MAX_COMBINATIONS = 10_000  # more is a typo (a stray axis), not a sweep anyone runs
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+def parse_axes(specs: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """`lr=0.1,0.01` → ("lr", ["0.1", "0.01"]), one axis per --sweep, in the order given."""
+    axes: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not _KEY.match(key):
+            raise JobtpuError(f"--sweep {spec!r} is not KEY=V1,V2,...", hint="like --sweep lr=0.1,0.01")
+        choices = [v.strip() for v in values.split(",")]
+        if any(not v for v in choices):
+            raise JobtpuError(f"--sweep {spec!r} has an empty value", hint="like --sweep lr=0.1,0.01")
+        if any(key == k for k, _ in axes):
+            raise JobtpuError(f"--sweep {key} is given twice", hint="give every value of one key in one --sweep")
+        if len(set(choices)) != len(choices):
+            raise JobtpuError(f"--sweep {spec!r} repeats a value")
+        axes.append((key, choices))
+    return axes
+
+
+def expand(axes: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+    """The cross product, first axis slowest (like nested loops in the order given)."""
+    total = 1
+    for _, values in axes:
+        total *= len(values)
+    _check_size(total)
+    keys = [key for key, _ in axes]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values for _, values in axes))]
+
+
+def read_file(path: Path) -> list[dict[str, str]]:
+    """A sweep file: one JSON object per line (scalars only), or a CSV whose first line names the keys."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise JobtpuError(f"--sweep-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    rows = _json_lines(text, path) if text.lstrip().startswith("{") else _csv_rows(text, path)
+    if not rows:
+        raise JobtpuError(f"--sweep-file {path}: no combinations in it")
+    _check_size(len(rows))
+    return rows
+
+
+def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise JobtpuError(f"--sweep-file {path}:{number}: not a JSON object ({e.msg})") from None
+        if not isinstance(row, dict) or not row:
+            raise JobtpuError(f"--sweep-file {path}:{number}: each line must be a JSON object of KEY: VALUE")
+        rows.append(_combination(row, f"{path}:{number}"))
+    return rows
+
+
+def _csv_rows(text: str, path: Path) -> list[dict[str, str]]:
+    reader = csv.reader(io.StringIO(text))
+    lines = [row for row in reader if any(cell.strip() for cell in row)]
+    if not lines:
+        return []
+    header = [cell.strip() for cell in lines[0]]
+    rows = []
+    for number, cells in enumerate(lines[1:], 2):
+        if len(cells) != len(header):
+            raise JobtpuError(f"--sweep-file {path}:{number}: {len(cells)} values for {len(header)} columns")
+        rows.append(_combination(dict(zip(header, cells, strict=True)), f"{path}:{number}"))
+    return rows
+
+
+def _combination(row: Mapping[str, object], where: str) -> dict[str, str]:
+    out = {}
+    for key, value in row.items():
+        key = str(key).strip().lstrip("-")
+        if not _KEY.match(key):
+            raise JobtpuError(f"--sweep-file {where}: {key!r} is not a config key")
+        if isinstance(value, bool) or value is None:
+            value = json.dumps(value)  # true/false/null, as the program's own config would spell them
+        elif isinstance(value, int | float | str):
+            value = str(value).strip()
+        else:
+            raise JobtpuError(f"--sweep-file {where}: {key} must be a number or a string")
+        if value == "":
+            raise JobtpuError(f"--sweep-file {where}: {key} is empty")
+        out[key] = str(value)
+    return out
+
+
+def _check_size(total: int) -> None:
+    if total > MAX_COMBINATIONS:
+        raise JobtpuError(f"the sweep has {total} combinations, more than {MAX_COMBINATIONS}",
+                          hint="split it, or check for an axis given by mistake")
+
+
+def as_overrides(combination: Mapping[str, str]) -> list[str]:
+    """The KEY=VALUE words a combination adds to the job's command line overrides."""
+    return [f"{key}={value}" for key, value in combination.items()]
+
+
+def id_range(ids: list[int]) -> str:
+    """What submit prints for a sweep: "12-17", or the ids one by one when they are not consecutive."""
+    if ids and ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) > 1:
+        return f"{ids[0]}-{ids[-1]}"
+    return " ".join(map(str, ids))
+
+
+# ---- dependencies ------------------------------------------------------------------------------------
+
+def parse_after(values: Iterable[str], option: str) -> list[int]:
+    """`--after 3,4 --after 7` → [3, 4, 7]."""
+    ids: list[int] = []
+    for value in values:
+        for word in value.split(","):
+            word = word.strip()
+            if not word.isdigit() or int(word) <= 0:
+                raise JobtpuError(f"{option} {value!r}: job ids are positive numbers, like {option} 12,13")
+            if int(word) not in ids:
+                ids.append(int(word))
+    return ids
+
+
+def check_dependencies(new_id: int, after: list[int], known: Mapping[int, list[int]]) -> None:
+    """Refuse an unknown id or a cycle. `known`: every job's id → the ids it waits for (jobs in state
+    and in history; a history job waits for nothing that matters any more)."""
+    for job_id in after:
+        if job_id == new_id:
+            raise JobtpuError(f"job {new_id} cannot wait for itself")
+        if job_id not in known:
+            raise JobtpuError(f"--after {job_id}: there is no job {job_id}", hint="see `jobtpu status --all`")
+    # A new job can only close a cycle if something it waits for already waits for it.
+    seen: set[int] = set()
+    stack = list(after)
+    while stack:
+        job_id = stack.pop()
+        if job_id == new_id:
+            raise JobtpuError(f"--after would make a dependency cycle through job {new_id}")
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        stack.extend(known.get(job_id, ()))
