@@ -72,7 +72,7 @@ def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise JobtpuError(f"--sweep-file {path}:{number}: not a JSON object ({e.msg})") from None
         if not isinstance(row, dict) or not row:
             raise JobtpuError(f"--sweep-file {path}:{number}: each line must be a JSON object of KEY: VALUE")
