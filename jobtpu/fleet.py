@@ -38,8 +38,14 @@ MAX_RESOURCE_COUNT = 1024
 
 
 # ---- the file's schema ----------------------------------------------------------------------------
-# Each key's Meta description finishes the sentence "'key' ..." of the error a wrong value gets.
+# Each key's Meta description ends the sentence "'key' ..." of the error a wrong value gets.
 # UNSET means "not in the file": a default applies, where null may be a value of its own.
+
+_Text = Annotated[str | None | UnsetType, Meta(description="must be a string")]
+_OptionalText = Annotated[str | None, Meta(description="must be a string")]
+_Flag = Annotated[bool | UnsetType, Meta(description="must be true or false")]
+_Object = Meta(description="must be an object")
+
 
 class _Keys(Struct, forbid_unknown_fields=True):
     """An object of machines.json: only the keys its class names."""
@@ -48,10 +54,10 @@ class _Keys(Struct, forbid_unknown_fields=True):
 class Connection(_Keys):
     """How to reach a machine's hosts: allowed in `defaults` and in every machine (the machine wins)."""
 
-    user: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
+    user: _Text = UNSET
     port: Annotated[int | None | UnsetType, Meta(description="must be an integer port")] = UNSET
-    identity_file: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
-    root: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
+    identity_file: _Text = UNSET
+    root: _Text = UNSET
     host_key_policy: Annotated[Literal["strict", "accept-new", "off"] | UnsetType, Meta(
         description="must be one of strict, accept-new, off")] = UNSET
     connect_timeout: Annotated[int | float | None | UnsetType, Meta(description="must be a number of seconds")] = UNSET
@@ -74,26 +80,26 @@ class MachineEntry(Connection, kw_only=True):
     kind: Annotated[Literal["local", "ssh", "tpu"], Meta(description="must be one of local, ssh, tpu")]
     hosts: Annotated[list[str] | UnsetType, Meta(description='must be a non-empty list of "addr" or "addr:port"')] = UNSET
     resources: Annotated[dict[str, int], Meta(description="must map resource names to counts")] = {}
-    accelerator: Annotated[str | None, Meta(description="must be a string")] = None
-    preemptible: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
-    node: Annotated[str | None, Meta(description="must be a string")] = None
+    accelerator: _OptionalText = None
+    preemptible: _Flag = UNSET
+    node: _OptionalText = None
     zone: Annotated[str | list[str] | None, Meta(
         description="must be a zone, or a list of distinct zones in order of preference "
                     "(capacity errors move the node to the next)")] = None
-    runtime_version: Annotated[str | None, Meta(description="must be a string")] = None
+    runtime_version: _OptionalText = None
     setup: Annotated[list[str], Meta(description="must be a list of shell commands")] = []
     use_external_ip: Annotated[bool, Meta(description="must be true or false")] = False
     labels: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
-    spot: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
+    spot: _Flag = UNSET
     node_spec: Annotated[NodeSpec | UnsetType, Meta(description="must be an object of TPU API create fields")] = UNSET
     queued_resource: Annotated[bool | QueuedResource | None, Meta(
         description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
 
 
 class Gcp(_Keys):
-    project: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
-    api_endpoint: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
-    credentials: Annotated[str | None | UnsetType, Meta(description="must be a string")] = UNSET
+    project: _Text = UNSET
+    api_endpoint: _Text = UNSET
+    credentials: _Text = UNSET
     recreate_backoff: Annotated[int | float | UnsetType, Meta(
         description="must be a number of seconds ≥ 0 (the first retry's wait; it doubles)")] = UNSET
 
@@ -106,15 +112,14 @@ class ErrorPatterns(_Keys):
 
 
 class MachinesFile(_Keys):
-    defaults: Annotated[Connection, Meta(description="must be an object")] = msgspec.field(default_factory=Connection)
-    gcp: Annotated[Gcp, Meta(description="must be an object")] = msgspec.field(default_factory=Gcp)
+    defaults: Annotated[Connection, _Object] = msgspec.field(default_factory=Connection)
+    gcp: Annotated[Gcp, _Object] = msgspec.field(default_factory=Gcp)
     # Each machine stays raw until it is decoded on its own, so that an error can name the machine.
     machines: Annotated[dict[str, Raw] | UnsetType, Meta(
         description="must be a non-empty object of name → machine")] = UNSET
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
-    error_patterns: Annotated[ErrorPatterns, Meta(description="must be an object")] = msgspec.field(
-        default_factory=ErrorPatterns)
+    error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
 
 
 @dataclass(frozen=True)
@@ -214,8 +219,7 @@ def _refuse_syntax(path: Path, data: bytes, error: msgspec.DecodeError) -> NoRet
 
 def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     if doc.gcp.recreate_backoff is not UNSET and doc.gcp.recreate_backoff < 0:
-        raise _Refused("'gcp.recreate_backoff' must be a number of seconds ≥ 0 (the first retry's wait; it doubles) "
-                       f"(got {doc.gcp.recreate_backoff!r})")
+        raise _Refused(f"{_must(MachinesFile, 'gcp', 'recreate_backoff')} (got {doc.gcp.recreate_backoff!r})")
     entries = {"local": Raw(b'{"kind": "local"}')} if doc.machines is UNSET else doc.machines
     if not entries:
         raise _Refused("'machines' must be a non-empty object of name → machine")
@@ -276,8 +280,7 @@ def _check_kind(entry: MachineEntry) -> None:
             if not getattr(entry, key):
                 raise _Refused(f"a tpu machine needs '{key}'")
         if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
-            raise _Refused("'zone' must be a zone, or a list of distinct zones in order of preference "
-                           "(capacity errors move the node to the next)")
+            raise _Refused(f"{_must(MachineEntry, 'zone')} (got {entry.zone!r})")
 
 
 def _check_resources(resources: Mapping[str, object]) -> None:
@@ -429,6 +432,11 @@ def _unknown_key(kind: type, steps: list[str], key: str, owner: str | None) -> s
     struct = _struct_in(_type_at(kind, [step for step in steps if not step.startswith("[")]))
     valid = f" (valid: {', '.join(_keys_of(struct))})" if struct else ""
     return f"unknown key {path!r} in {where}{valid}"
+
+
+def _must(kind: type, *names: str) -> str:
+    """What the schema says the key must be: "'zone' must be a zone, or ..."."""
+    return f"'{'.'.join(names)}' {_description(_type_at(kind, list(names)))}"
 
 
 def _value_at(raw: Any, names: list[str]) -> Any:

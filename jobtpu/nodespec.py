@@ -10,6 +10,10 @@ from typing import Annotated, Any
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 NonEmptyText = Annotated[str, Meta(min_length=1)]
+# Each field's Meta description ends the sentence "'node_spec.field' ..." of the error a wrong value gets.
+_Flag = Annotated[bool | UnsetType, Meta(description="must be true or false")]
+_Word = Annotated[NonEmptyText | UnsetType, Meta(description="must be a non-empty string")]
+_Object = Meta(description="must be an object")
 
 
 class _ApiObject(Struct, forbid_unknown_fields=True):
@@ -20,14 +24,14 @@ class _ApiObject(Struct, forbid_unknown_fields=True):
 class NetworkConfig(_ApiObject):
     network: Annotated[str | UnsetType, Meta(description="must be a network name")] = UNSET
     subnetwork: Annotated[str | UnsetType, Meta(description="must be a subnetwork name")] = UNSET
-    enableExternalIps: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
-    canIpForward: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
+    enableExternalIps: _Flag = UNSET
+    canIpForward: _Flag = UNSET
 
 
 class SchedulingConfig(_ApiObject):
-    preemptible: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
-    spot: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
-    reserved: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
+    preemptible: _Flag = UNSET
+    spot: _Flag = UNSET
+    reserved: _Flag = UNSET
 
 
 class ServiceAccount(_ApiObject):
@@ -36,7 +40,7 @@ class ServiceAccount(_ApiObject):
 
 
 class ShieldedInstanceConfig(_ApiObject):
-    enableSecureBoot: Annotated[bool | UnsetType, Meta(description="must be true or false")] = UNSET
+    enableSecureBoot: _Flag = UNSET
 
 
 class AcceleratorConfig(_ApiObject):
@@ -51,22 +55,22 @@ class DataDisk(_ApiObject):
 
 class NodeSpec(_ApiObject):
     """Everything `nodes.create` accepts that describes the node (not its name or output-only fields),
-    in the API's own JSON names: what a pass records from a node, and machines.json's `node_spec`."""
+    in the API's own JSON names: the fields recordable() keeps from a node, and machines.json's `node_spec`."""
 
-    acceleratorType: Annotated[NonEmptyText | UnsetType, Meta(description="must be a non-empty string")] = UNSET
-    acceleratorConfig: Annotated[AcceleratorConfig | UnsetType, Meta(description="must be an object")] = UNSET
-    runtimeVersion: Annotated[NonEmptyText | UnsetType, Meta(description="must be a non-empty string")] = UNSET
-    networkConfig: Annotated[NetworkConfig | UnsetType, Meta(description="must be an object")] = UNSET
-    serviceAccount: Annotated[ServiceAccount | UnsetType, Meta(description="must be an object")] = UNSET
-    schedulingConfig: Annotated[SchedulingConfig | UnsetType, Meta(description="must be an object")] = UNSET
+    acceleratorType: _Word = UNSET
+    acceleratorConfig: Annotated[AcceleratorConfig | UnsetType, _Object] = UNSET
+    runtimeVersion: _Word = UNSET
+    networkConfig: Annotated[NetworkConfig | UnsetType, _Object] = UNSET
+    serviceAccount: Annotated[ServiceAccount | UnsetType, _Object] = UNSET
+    schedulingConfig: Annotated[SchedulingConfig | UnsetType, _Object] = UNSET
     dataDisks: Annotated[list[DataDisk] | UnsetType, Meta(
         description='must be a list of {"sourceDisk": "projects/…/disks/…", "mode": "READ_WRITE"}')] = UNSET
     labels: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
     metadata: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
     tags: Annotated[list[NonEmptyText] | UnsetType, Meta(
         description="must be a list of network tags (strings)")] = UNSET
-    shieldedInstanceConfig: Annotated[ShieldedInstanceConfig | UnsetType, Meta(description="must be an object")] = UNSET
-    description: Annotated[NonEmptyText | UnsetType, Meta(description="must be a non-empty string")] = UNSET
+    shieldedInstanceConfig: Annotated[ShieldedInstanceConfig | UnsetType, _Object] = UNSET
+    description: _Word = UNSET
 
 
 CREATE_FIELDS: tuple[str, ...] = NodeSpec.__struct_fields__
