@@ -370,7 +370,8 @@ def _node_overrides(entry: MachineEntry) -> dict[str, Any]:
 _T = TypeVar("_T")
 _ERROR = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<at>.*)`)?", re.S)
 _STEP = re.compile(r"\.([^.\[]+)|(\[[^\]]*\])")  # .name or [3] or [...] (a dict's value)
-_ANY_VALUE = msgspec.json.Decoder(float_hook=float)  # 1e400 too, as inf (msgspec refuses it by default)
+# The file as plain values, for the "(got ...)" of a message: 1e400 too, as inf (msgspec refuses it by default).
+_ANY_VALUE = msgspec.json.Decoder(float_hook=float)
 _UNSEEN = object()
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 60
@@ -378,21 +379,19 @@ _SHORT.maxstring = _SHORT.maxother = 60
 
 def _decode(data: bytes | Raw, kind: type[_T], owner: str | None) -> _T:
     """`data` as `kind`, or _Refused saying what is wrong where. `owner` is "machine 'x'" for one
-    machine's entry, None for the file."""
+    machine's entry, None for the file. Text that is not JSON raises msgspec.DecodeError."""
     try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.ValidationError as e:
-        raise _Refused(_explain(str(e), kind, _plain(data), owner)) from None
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except msgspec.ValidationError as e:
+            problem = str(e)
+        # msgspec stops at the first wrong type, unread text after it may not be JSON at all: that is
+        # said first (this read raises), as a user would fix it first. (A machine's entry is JSON: the
+        # file's read went through it.)
+        raw = _ANY_VALUE.decode(data)
     except RecursionError:
         raise _Refused("nested too deeply to be a jobtpu file") from None
-
-
-def _plain(data: bytes | Raw) -> Any:
-    """The file as plain values, for the "(got ...)" of a message; _UNSEEN where it cannot be read so."""
-    try:
-        return _ANY_VALUE.decode(data)
-    except (msgspec.DecodeError, RecursionError):
-        return _UNSEEN
+    raise _Refused(_explain(problem, kind, raw, owner))
 
 
 def _explain(error: str, kind: type, raw: Any, owner: str | None) -> str:

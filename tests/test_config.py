@@ -320,6 +320,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     # not JSON text at all
     ("empty file", "", "machines.json:1:1: Expecting value"),
     ("cut short", '{"machines": {', "machines.json:1:15: "),
+    ("a wrong type, then cut short", '{"machines": 5, "gcp": {', "machines.json:1:25: "),
     ("NaN", '{"gcp": {"recreate_backoff": NaN}}', "machines.json: NaN"),
     ("not UTF-8", b'{"machines": {"l\xff": {"kind": "local"}}}', "machines.json: not UTF-8 text"),
     ("byte order mark", b'\xef\xbb\xbf{}', "machines.json:1:1: Unexpected UTF-8 BOM"),
