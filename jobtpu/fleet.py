@@ -222,7 +222,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
         raise _Refused(f"{_must(MachinesFile, 'gcp', 'recreate_backoff')} (got {doc.gcp.recreate_backoff!r})")
     entries = {"local": Raw(b'{"kind": "local"}')} if doc.machines is UNSET else doc.machines
     if not entries:
-        raise _Refused("'machines' must be a non-empty object of name → machine")
+        raise _Refused(_must(MachinesFile, "machines"))
     defaults = Connection(**_connection(doc.defaults, BUILTIN_DEFAULTS))  # complete: no key left UNSET
     machines: dict[str, Machine] = {}
     for name, raw in entries.items():
