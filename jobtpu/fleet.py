@@ -1,40 +1,125 @@
-"""machines.json → frozen Machine specs and team settings, validated key by key (docs/reference.md §3)."""
+"""machines.json → frozen Machine specs and team settings (docs/reference.md §3).
+
+msgspec decodes the file into the Structs below: their types say what each key holds, and a key they
+do not name is refused, so a typo never passes silently. What a type cannot say (name patterns,
+ranges, what each kind of machine needs) is checked by the small functions after them. Every
+problem is one line naming the file, the machine and the key, and changes nothing."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import reprlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
+
+import msgspec
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from .errors import ConfigError, NotFoundError
 from .home import Home
+from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .store import parse_json_file
 
-KINDS = ("local", "ssh", "tpu")
-HOST_KEY_POLICIES = ("strict", "accept-new", "off")
-ERROR_CLASSES = ("grpc", "oom")
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
              "UNAVAILABLE: ", "StatusCode.UNAVAILABLE"),
     "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OutOfMemoryError",
             "CUDA out of memory", "Ran out of memory in memory space"),
 }
-
-_TOP_KEYS = ("defaults", "gcp", "machines", "config_aliases", "error_patterns")
-_CONNECTION_KEYS = ("user", "port", "identity_file", "root", "host_key_policy", "connect_timeout")
-_MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "node", "zone",
-                 "runtime_version", "setup", "use_external_ip", "labels", "spot", "node_spec", "queued_resource",
-                 *_CONNECTION_KEYS)
-_GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # A machine's resources are handed out by index, one list per job and pass: a count in the billions
 # would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
 MAX_RESOURCE_COUNT = 1024
 
-BUILTIN_DEFAULTS: dict[str, Any] = {"user": None, "port": 22, "identity_file": None, "root": "jobtpu",
-                                    "host_key_policy": "accept-new", "connect_timeout": 10}
+
+# ---- the file's schema ----------------------------------------------------------------------------
+# Each key's Meta description ends the sentence "'key' ..." of the error a wrong value gets.
+# UNSET means "not in the file": a default applies, where null may be a value of its own.
+
+_Text = Annotated[str | None | UnsetType, Meta(description="must be a string")]
+_OptionalText = Annotated[str | None, Meta(description="must be a string")]
+_Flag = Annotated[bool | UnsetType, Meta(description="must be true or false")]
+_Object = Meta(description="must be an object")
+
+
+class _Keys(Struct, forbid_unknown_fields=True):
+    """An object of machines.json: only the keys its class names."""
+
+
+class Connection(_Keys):
+    """How to reach a machine's hosts: allowed in `defaults` and in every machine (the machine wins)."""
+
+    user: _Text = UNSET
+    port: Annotated[int | None | UnsetType, Meta(description="must be an integer port")] = UNSET
+    identity_file: _Text = UNSET
+    root: _Text = UNSET
+    host_key_policy: Annotated[Literal["strict", "accept-new", "off"] | UnsetType, Meta(
+        description="must be one of strict, accept-new, off")] = UNSET
+    connect_timeout: Annotated[int | float | None | UnsetType, Meta(description="must be a number of seconds")] = UNSET
+
+
+BUILTIN_DEFAULTS = Connection(user=None, port=22, identity_file=None, root="jobtpu",
+                              host_key_policy="accept-new", connect_timeout=10)
+
+
+class QueuedResource(_Keys):
+    tier: Annotated[Literal["spot", "guaranteed", "best-effort"], Meta(
+        description="must be one of spot, guaranteed, best-effort")] = "spot"
+    valid_for: Annotated[Annotated[int, Meta(gt=0)] | None, Meta(
+        description="must be a number of seconds > 0")] = None  # how long the request may wait in a zone
+
+
+class MachineEntry(Connection, kw_only=True):
+    """One machine. Which keys each kind needs or refuses is checked after decoding (_check_kind)."""
+
+    kind: Annotated[Literal["local", "ssh", "tpu"], Meta(description="must be one of local, ssh, tpu")]
+    hosts: Annotated[list[str] | UnsetType, Meta(description='must be a non-empty list of "addr" or "addr:port"')] = UNSET
+    resources: Annotated[dict[str, int], Meta(description="must map resource names to counts")] = {}
+    accelerator: _OptionalText = None
+    preemptible: _Flag = UNSET
+    node: _OptionalText = None
+    zone: Annotated[str | list[str] | None, Meta(
+        description="must be a zone, or a list of distinct zones in order of preference "
+                    "(capacity errors move the node to the next)")] = None
+    runtime_version: _OptionalText = None
+    setup: Annotated[list[str], Meta(description="must be a list of shell commands")] = []
+    use_external_ip: Annotated[bool, Meta(description="must be true or false")] = False
+    labels: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
+    spot: _Flag = UNSET
+    node_spec: Annotated[NodeSpec | UnsetType, Meta(description="must be an object of TPU API create fields")] = UNSET
+    queued_resource: Annotated[bool | QueuedResource | None, Meta(
+        description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
+
+
+class Gcp(_Keys):
+    project: _Text = UNSET
+    api_endpoint: _Text = UNSET
+    credentials: _Text = UNSET
+    recreate_backoff: Annotated[int | float | UnsetType, Meta(
+        description="must be a number of seconds ≥ 0 (the first retry's wait; it doubles)")] = UNSET
+
+
+class ErrorPatterns(_Keys):
+    """A class given replaces that class's default list."""
+
+    grpc: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
+    oom: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
+
+
+class MachinesFile(_Keys):
+    defaults: Annotated[Connection, _Object] = msgspec.field(default_factory=Connection)
+    gcp: Annotated[Gcp, _Object] = msgspec.field(default_factory=Gcp)
+    # Each machine stays raw until it is decoded on its own, so that an error can name the machine.
+    machines: Annotated[dict[str, Raw] | UnsetType, Meta(
+        description="must be a non-empty object of name → machine")] = UNSET
+    config_aliases: Annotated[dict[str, NonEmptyText], Meta(
+        description="must map short names to config keys (non-empty strings)")] = {}
+    error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
 
 
 @dataclass(frozen=True)
@@ -99,207 +184,305 @@ class Fleet:
         return machine
 
 
+class _Refused(Exception):
+    """One line saying what is wrong in machines.json; load_fleet names the file and what to do."""
+
+
 def load_fleet(home: Home) -> Fleet:
     path = home.machines_file
     try:
-        text = path.read_text(encoding="utf-8")
+        return _fleet(_read(path), home)
+    except _Refused as e:
+        raise ConfigError(f"{path.name}: {e}", f"fix {path}; nothing was changed") from None
+
+
+def _read(path: Path) -> MachinesFile:
+    try:
+        data = path.read_bytes()
     except FileNotFoundError:
-        return fleet_from_json({}, path, home)
-    return fleet_from_json(parse_json_file(path, text), path, home)
+        return MachinesFile()
+    try:
+        return _decode(data, MachinesFile, owner=None)
+    except msgspec.DecodeError as e:  # not JSON at all (wrong types are _decode's business)
+        _refuse_syntax(path, data, e)
 
 
-def fleet_from_json(data: Any, path: Path, home: Home) -> Fleet:
-    where = path.name
-    hint = f"fix {path}; nothing was changed"
+def _refuse_syntax(path: Path, data: bytes, error: msgspec.DecodeError) -> NoReturn:
+    """What is wrong in the standard library's words, with line and column, as for state.json."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Refused(f"not UTF-8 text (byte {e.start} cannot be decoded)") from None
+    parse_json_file(path, text)  # raises
+    raise _Refused(f"not valid JSON text ({error})")
 
-    def fail(message: str) -> ConfigError:
-        return ConfigError(f"{where}: {message}", hint)
 
-    def check_keys(obj: Any, valid: tuple[str, ...], label: str) -> dict[str, Any]:
-        if not isinstance(obj, dict):
-            raise fail(f"{label} must be an object")
-        for key in obj:
-            if key not in valid:
-                raise fail(f"unknown key {key!r} in {label} (valid: {', '.join(valid)})")
-        return obj
-
-    top = check_keys(data, _TOP_KEYS, "the top level")
-    defaults = dict(BUILTIN_DEFAULTS)
-    defaults.update(check_keys(top.get("defaults", {}), _CONNECTION_KEYS, "defaults"))
-    gcp = check_keys(top.get("gcp", {}), _GCP_KEYS, "gcp")
-    for key in ("project", "api_endpoint", "credentials"):
-        if gcp.get(key) is not None and not isinstance(gcp[key], str):
-            raise fail(f"gcp.{key} must be a string")
-    backoff = gcp.get("recreate_backoff", 30)
-    if not isinstance(backoff, int | float) or isinstance(backoff, bool) or backoff < 0:
-        raise fail("gcp.recreate_backoff must be a number of seconds (the first retry's wait; it doubles)")
-
-    raw_machines = top.get("machines", {"local": {"kind": "local"}})
-    if not isinstance(raw_machines, dict) or not raw_machines:
-        raise fail("'machines' must be a non-empty object of name → machine")
+def _fleet(doc: MachinesFile, home: Home) -> Fleet:
+    if doc.gcp.recreate_backoff is not UNSET and doc.gcp.recreate_backoff < 0:
+        raise _Refused(f"{_must(MachinesFile, 'gcp', 'recreate_backoff')} (got {doc.gcp.recreate_backoff!r})")
+    entries = {"local": Raw(b'{"kind": "local"}')} if doc.machines is UNSET else doc.machines
+    if not entries:
+        raise _Refused(_must(MachinesFile, "machines"))
+    defaults = Connection(**_connection(doc.defaults, BUILTIN_DEFAULTS))  # complete: no key left UNSET
     machines: dict[str, Machine] = {}
-    for name, spec in raw_machines.items():
+    for name, raw in entries.items():
         if not _NAME.match(name):
-            raise fail(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
-        check_keys(spec, _MACHINE_KEYS, f"machine {name!r}")
-        machines[name] = _machine(name, spec, defaults, home, fail)
-
-    aliases = top.get("config_aliases", {})
-    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
-                                                for k, v in aliases.items()):
-        raise fail("config_aliases must map short names to config keys (strings)")
+            raise _Refused(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
+        entry = _decode(raw, MachineEntry, owner=f"machine {name!r}")
+        try:
+            machines[name] = _machine(name, entry, defaults, home)
+        except _Refused as e:
+            raise _Refused(f"machine {name!r}: {e}") from None
     patterns = dict(DEFAULT_ERROR_PATTERNS)
-    raw_patterns = check_keys(top.get("error_patterns", {}), ERROR_CLASSES, "error_patterns")
-    for key, value in raw_patterns.items():
-        if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
-            raise fail(f"error_patterns.{key} must be a list of non-empty strings")
-        patterns[key] = tuple(value)
-    return Fleet(machines=machines, gcp=gcp, config_aliases=aliases, error_patterns=patterns)
+    patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
+    return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
+                 error_patterns=patterns)
 
 
-def _machine(name: str, spec: dict[str, Any], defaults: dict[str, Any], home: Home, fail: Any) -> Machine:
-    label = f"machine {name!r}"
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise fail(f"{label}: 'kind' must be one of {', '.join(KINDS)} (got {kind!r})")
-    merged = {**defaults, **spec}
-
-    def typed(key: str, types: type | tuple[type, ...], what: str) -> Any:
-        value = merged.get(key)
-        if value is not None and (not isinstance(value, types) or isinstance(value, bool) and bool not in (
-                types if isinstance(types, tuple) else (types,))):
-            raise fail(f"{label}: '{key}' must be {what}")
-        return value
-
-    hosts = spec.get("hosts", [])
-    if kind == "ssh":
-        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-            raise fail(f"{label}: an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
-        for host in hosts:
-            _split_host(host, 22, lambda m: fail(f"{label}: {m}"))
-    elif "hosts" in spec:
-        raise fail(f"{label}: 'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
-    if kind == "tpu":
-        for key in ("node", "accelerator"):
-            if not isinstance(spec.get(key), str) or not spec[key]:
-                raise fail(f"{label}: a tpu machine needs '{key}'")
-        zone = spec.get("zone")
-        if not zone:
-            raise fail(f"{label}: a tpu machine needs 'zone'")
-        if not isinstance(zone, str) and not (
-                isinstance(zone, list) and zone and all(isinstance(z, str) and z for z in zone) and len(set(zone)) == len(zone)):
-            raise fail(f"{label}: 'zone' must be a zone, or a list of distinct zones in order of preference "
-                       "(capacity errors move the node to the next)")
-    resources = spec.get("resources", {})
-    if not isinstance(resources, dict):
-        raise fail(f"{label}: 'resources' must map resource names to counts")
-    for res, count in resources.items():
-        if not _RESOURCE.match(res) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise fail(f"{label}: resource {res!r} must be a lowercase name with a count ≥ 0")
-        if count > MAX_RESOURCE_COUNT:
-            raise fail(f"{label}: resource {res!r} count {count} is more than jobtpu hands out "
-                       f"({MAX_RESOURCE_COUNT} at most)")
-    setup = spec.get("setup", [])
-    if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
-        raise fail(f"{label}: 'setup' must be a list of shell commands")
-    labels = spec.get("labels", {})
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise fail(f"{label}: 'labels' must map strings to strings")
-    policy = merged.get("host_key_policy")
-    if policy not in HOST_KEY_POLICIES:
-        raise fail(f"{label}: host_key_policy must be one of {', '.join(HOST_KEY_POLICIES)}")
-    port = typed("port", int, "an integer port")
-    if port is None or not 0 < port < 65536:
-        raise fail(f"{label}: port {port} is out of range")
-    timeout = typed("connect_timeout", (int, float), "a number of seconds")
-    if timeout is None or timeout <= 0:
-        raise fail(f"{label}: connect_timeout must be positive")
-    for key in ("user", "identity_file", "root", "accelerator", "runtime_version"):
-        typed(key, str, "a string")
-    for key in ("preemptible", "spot", "use_external_ip"):
-        if not isinstance(spec.get(key, False), bool):
-            raise fail(f"{label}: '{key}' must be true or false")
-    overrides = _node_overrides(spec, lambda m: fail(f"{label}: {m}")) if kind == "tpu" else {}
-    queued = _queued_resource(spec.get("queued_resource"), lambda m: fail(f"{label}: {m}"))
-    if queued and len(_zones(spec)) > 1 and not queued.get("valid_for"):
+def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:
+    _check_kind(entry)
+    _check_resources(entry.resources)
+    connection = _connection(entry, defaults)
+    _check_connection(connection)
+    zones = _zones(entry.zone)
+    queued = _queued_resource(entry.queued_resource)
+    if queued and len(zones) > 1 and not queued.get("valid_for"):
         # A queued resource waits in its zone until it is served or its valid_for ends: without an
         # end it would never give the next zone its turn.
-        raise fail(f"{label}: a queued resource with several zones needs queued_resource.valid_for "
-                   "(how long to wait in one zone before asking in the next, like 3600)")
-    root = merged["root"] or "jobtpu"
-    if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
-        root = root[2:] or "."
-    if kind == "local":
-        # The local machine's folder lives in the home unless machines.json says otherwise.
-        # Built from the checked value: `"root": null` means the default, and "~/runs" the user's runs.
-        local_root = spec.get("root")
-        root = str(home.local_run_root if local_root is None else Path(home.root, Path(local_root).expanduser()))
+        raise _Refused("a queued resource with several zones needs queued_resource.valid_for "
+                       "(how long to wait in one zone before asking in the next, like 3600)")
     return Machine(
-        name=name, kind=kind, hosts=tuple(hosts), resources=dict(resources),
-        accelerator=spec.get("accelerator"), preemptible=bool(spec.get("preemptible") or spec.get("spot")
-                                                       or (queued or {}).get("tier") == "spot"),
-        spot=spec.get("spot", False), node_overrides=overrides, queued_resource=queued, node=spec.get("node"), zone=_zones(spec)[0] if kind == "tpu" else spec.get("zone"), zones=_zones(spec),
-        runtime_version=spec.get("runtime_version"),
-        setup=tuple(setup), use_external_ip=spec.get("use_external_ip", False), labels=dict(labels),
-        user=merged.get("user"), port=port, identity_file=merged.get("identity_file"), root=root,
-        host_key_policy=policy, connect_timeout=float(timeout),
+        name=name, kind=entry.kind, hosts=tuple(entry.hosts or ()), resources=dict(entry.resources),
+        accelerator=entry.accelerator,
+        preemptible=bool(entry.preemptible is True or entry.spot is True or (queued or {}).get("tier") == "spot"),
+        spot=entry.spot is True, node=entry.node, zone=zones[0] if zones else None, zones=zones,
+        node_overrides=_node_overrides(entry) if entry.kind == "tpu" else {}, queued_resource=queued,
+        runtime_version=entry.runtime_version, setup=tuple(entry.setup), use_external_ip=entry.use_external_ip,
+        labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
+        identity_file=connection["identity_file"], root=_root(entry, connection["root"], home),
+        host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]),
     )
 
 
-QUEUED_TIERS = ("spot", "guaranteed", "best-effort")
+# ---- what the types cannot say -------------------------------------------------------------------
+
+def _check_kind(entry: MachineEntry) -> None:
+    """The keys one kind needs and another refuses."""
+    if entry.kind != "ssh" and entry.hosts is not UNSET:
+        raise _Refused("'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
+    if entry.kind == "ssh":
+        if not entry.hosts or not all(entry.hosts):
+            raise _Refused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
+        for host in entry.hosts:
+            _split_host(host, 22, _Refused)
+    if entry.kind == "tpu":
+        for key in ("node", "accelerator", "zone"):
+            if not getattr(entry, key):
+                raise _Refused(f"a tpu machine needs '{key}'")
+        if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
+            raise _Refused(f"{_must(MachineEntry, 'zone')} (got {entry.zone!r})")
 
 
-def _queued_resource(value: Any, fail: Any) -> dict[str, Any] | None:
+def _check_resources(resources: Mapping[str, object]) -> None:
+    """Also given the file's raw object when its types are wrong, to name the resource at fault."""
+    for res, count in resources.items():
+        if not _RESOURCE.match(res) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise _Refused(f"resource {res!r} must be a lowercase name with a count ≥ 0")
+        if count > MAX_RESOURCE_COUNT:
+            raise _Refused(f"resource {res!r} count {count} is more than jobtpu hands out "
+                           f"({MAX_RESOURCE_COUNT} at most)")
+
+
+def _connection(entry: Connection, defaults: Connection) -> dict[str, Any]:
+    """Each connection key from the machine, else from `defaults`."""
+    values = {}
+    for key in Connection.__struct_fields__:
+        value = getattr(entry, key)
+        values[key] = getattr(defaults, key) if value is UNSET else value
+    return values
+
+
+def _check_connection(values: dict[str, Any]) -> None:
+    port, timeout = values["port"], values["connect_timeout"]
+    if port is None or not 0 < port < 65536:
+        raise _Refused(f"port {port} is out of range")
+    if timeout is None or timeout <= 0:
+        raise _Refused("connect_timeout must be positive")
+
+
+def _root(entry: MachineEntry, root: str | None, home: Home) -> str:
+    if entry.kind == "local":
+        # The local machine's folder lives in the home unless its own entry says otherwise
+        # (`defaults.root` is for remote machines): `"root": null` means the default, "~/runs" the user's runs.
+        own = entry.root
+        return str(home.local_run_root if own is UNSET or own is None else Path(home.root, Path(own).expanduser()))
+    root = root or "jobtpu"
+    if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
+        root = root[2:] or "."
+    return root
+
+
+def _queued_resource(value: bool | QueuedResource | None) -> dict[str, Any] | None:
     """`true` (spot), or {"tier": ..., "valid_for": seconds the request may wait in the queue}."""
     if value is None or value is False:
         return None
     if value is True:
         return {"tier": "spot"}
-    if not isinstance(value, dict) or set(value) - {"tier", "valid_for"}:
-        raise fail('\'queued_resource\' must be true or {"tier": "spot", "valid_for": 86400}')
-    tier = value.get("tier", "spot")
-    if tier not in QUEUED_TIERS:
-        raise fail(f"queued_resource.tier must be one of {', '.join(QUEUED_TIERS)}")
-    valid_for = value.get("valid_for")
-    if valid_for is not None and (not isinstance(valid_for, int) or isinstance(valid_for, bool) or valid_for <= 0):
-        raise fail("queued_resource.valid_for must be a number of seconds > 0")
-    return {"tier": tier, **({"valid_for": valid_for} if valid_for else {})}
+    return {"tier": value.tier, **({"valid_for": value.valid_for} if value.valid_for else {})}
 
 
-def _zones(spec: dict[str, Any]) -> tuple[str, ...]:
-    zone = spec.get("zone")
-    return tuple(zone) if isinstance(zone, list) else (zone,) if isinstance(zone, str) else ()
+def _zones(zone: str | list[str] | None) -> tuple[str, ...]:
+    return tuple(zone) if isinstance(zone, list) else (zone,) if zone else ()
 
 
-def _node_overrides(spec: dict[str, Any], fail: Any) -> dict[str, Any]:
+def _node_overrides(entry: MachineEntry) -> dict[str, Any]:
     """The create fields a tpu machine's own keys and its `node_spec` set (API field names)."""
-    from .nodespec import check_overrides, default_runtime
-
-    overrides: dict[str, Any] = {"acceleratorType": spec["accelerator"]}
-    if spec.get("runtime_version"):
-        overrides["runtimeVersion"] = spec["runtime_version"]
-    if "labels" in spec:
-        overrides["labels"] = dict(spec["labels"])
+    overrides: dict[str, Any] = {"acceleratorType": entry.accelerator}
+    if entry.runtime_version:
+        overrides["runtimeVersion"] = entry.runtime_version
+    if entry.labels is not UNSET:
+        overrides["labels"] = dict(entry.labels)
     scheduling: dict[str, bool] = {}
-    if spec.get("preemptible") is True:
+    if entry.preemptible is True:
         scheduling["preemptible"] = True
-    elif "preemptible" in spec:  # false: on demand, neither preemptible nor spot
+    elif entry.preemptible is False:  # on demand, neither preemptible nor spot
         scheduling.update(preemptible=False, spot=False)
-    if "spot" in spec:
-        scheduling.update(spot=spec["spot"], **({"preemptible": False} if spec["spot"] else {}))
+    if entry.spot is not UNSET:
+        scheduling.update(spot=entry.spot, **({"preemptible": False} if entry.spot else {}))
     if scheduling:
         overrides["schedulingConfig"] = scheduling
-    for key, value in check_overrides(spec.get("node_spec", {}), fail).items():
+    node_spec: dict[str, Any] = msgspec.to_builtins(entry.node_spec) if entry.node_spec is not UNSET else {}
+    for key, value in node_spec.items():
         if isinstance(value, dict) and isinstance(overrides.get(key), dict) and key != "labels":
             overrides[key] = {**overrides[key], **value}
         else:
             overrides[key] = value
-    if "acceleratorConfig" in spec.get("node_spec", {}):
+    if "acceleratorConfig" in node_spec:
         overrides.pop("acceleratorType", None)
-    if not overrides.get("runtimeVersion") and not default_runtime(spec["accelerator"]):
-        raise fail(f"jobtpu does not know the runtime version for {spec['accelerator']!r}: "
-                   "set 'runtime_version' (like \"tpu-ubuntu2204-base\")")
+    if not overrides.get("runtimeVersion") and not default_runtime(entry.accelerator):
+        raise _Refused(f"jobtpu does not know the runtime version for {entry.accelerator!r}: "
+                       "set 'runtime_version' (like \"tpu-ubuntu2204-base\")")
     return overrides
+
+
+# ---- msgspec's errors in machines.json's words ----------------------------------------------------
+
+_T = TypeVar("_T")
+_ERROR = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<at>.*)`)?", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|(\[[^\]]*\])")  # .name or [3] or [...] (a dict's value)
+# The file as plain values, for the "(got ...)" of a message: 1e400 too, as inf (msgspec refuses it by default).
+_ANY_VALUE = msgspec.json.Decoder(float_hook=float)
+_UNSEEN = object()
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def _decode(data: bytes | Raw, kind: type[_T], owner: str | None) -> _T:
+    """`data` as `kind`, or _Refused saying what is wrong where. `owner` is "machine 'x'" for one
+    machine's entry, None for the file. Text that is not JSON raises msgspec.DecodeError."""
+    try:
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except msgspec.ValidationError as e:
+            problem = str(e)
+        # msgspec stops at the first wrong type, unread text after it may not be JSON at all: that is
+        # said first (this read raises), as a user would fix it first. (A machine's entry is JSON: the
+        # file's read went through it.)
+        raw = _ANY_VALUE.decode(data)
+    except RecursionError:
+        raise _Refused("nested too deeply to be a jobtpu file") from None
+    raise _Refused(_explain(problem, kind, raw, owner))
+
+
+def _explain(error: str, kind: type, raw: Any, owner: str | None) -> str:
+    """One line from msgspec's error (`Expected `int`, got `str` - at `$.port``), the declared type's
+    description and the value that was there."""
+    match = _ERROR.fullmatch(error)
+    problem, steps = (match["problem"], [name or index for name, index in _STEP.findall(match["at"] or "")]) \
+        if match else (error, [])
+    if unknown := re.fullmatch(r"Object contains unknown field `(.*)`", problem):
+        return _unknown_key(kind, steps, unknown[1], owner)
+    missing = re.fullmatch(r"Object missing required field `(.*)`", problem)
+    if missing:
+        steps = [*steps, missing[1]]
+    # A list item's or a map value's fault is told as its container's: `'tags' must be a list of ...`.
+    names = list(itertools.takewhile(lambda step: not step.startswith("["), steps))
+    if not names:
+        return f"{owner or 'the top level'} must be an object"
+    prefix = f"{owner}: " if owner else ""
+    value = _value_at(raw, names)
+    if names == ["resources"] and isinstance(value, dict):
+        try:
+            _check_resources(value)
+        except _Refused as e:
+            return f"{prefix}{e}"
+    key = ".".join(names)
+    description = _description(_type_at(kind, names)) or f"is not valid ({problem})"
+    if missing and names == steps:
+        return f"{prefix}'{key}' is missing: it {description}"
+    return f"{prefix}'{key}' {description}" + ("" if value is _UNSEEN else f" (got {_SHORT.repr(value)})")
+
+
+def _unknown_key(kind: type, steps: list[str], key: str, owner: str | None) -> str:
+    """`unknown key 'prot' in machine 'm' (valid: ...)`; in the file's own sections, `... in gcp`."""
+    where = owner or (steps[0] if steps else "the top level")
+    inside = steps if owner else steps[1:]
+    path = "".join(step if step.startswith("[") else f".{step}" for step in [*inside, key]).lstrip(".")
+    struct = _struct_in(_type_at(kind, [step for step in steps if not step.startswith("[")]))
+    valid = f" (valid: {', '.join(_keys_of(struct))})" if struct else ""
+    return f"unknown key {path!r} in {where}{valid}"
+
+
+def _must(kind: type, *names: str) -> str:
+    """What the schema says the key must be: "'zone' must be a zone, or ..."."""
+    return f"'{'.'.join(names)}' {_description(_type_at(kind, list(names)))}"
+
+
+def _value_at(raw: Any, names: list[str]) -> Any:
+    for name in names:
+        raw = raw.get(name, _UNSEEN) if isinstance(raw, dict) else _UNSEEN
+    return raw
+
+
+def _type_at(kind: Any, names: list[str]) -> Any:
+    """The declared type (with its Annotated description) of the key at `names`; None past the schema."""
+    declared = kind
+    for name in names:
+        struct = _struct_in(declared)
+        if struct is None or name not in struct.__struct_fields__:
+            return None
+        declared = _hints(struct)[name]
+    return declared
+
+
+def _struct_in(declared: Any) -> type[Struct] | None:
+    """The Struct a declared type holds, looking through Annotated, unions and list items."""
+    if isinstance(declared, type) and issubclass(declared, Struct):
+        return declared
+    for arg in get_args(declared):
+        found = _struct_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _description(declared: Any) -> str | None:
+    if get_origin(declared) is Annotated:
+        for meta in declared.__metadata__:
+            if isinstance(meta, Meta) and meta.description:
+                return meta.description
+    return None
+
+
+def _keys_of(struct: type[Struct]) -> tuple[str, ...]:
+    """A Struct's keys, its own before those it inherits (a machine's `kind` before its connection keys)."""
+    inherited: tuple[str, ...] = getattr(struct.__mro__[1], "__struct_fields__", ())
+    return (*(key for key in struct.__struct_fields__ if key not in inherited), *inherited)
+
+
+@cache
+def _hints(struct: type[Struct]) -> dict[str, Any]:
+    return get_type_hints(struct, include_extras=True)
 
 
 def split_host(host: str, default_port: int) -> tuple[str, int]:
@@ -309,7 +492,7 @@ def split_host(host: str, default_port: int) -> tuple[str, int]:
     return _split_host(host, default_port, fail)
 
 
-def _split_host(host: str, default_port: int, fail: Any) -> tuple[str, int]:
+def _split_host(host: str, default_port: int, fail: Callable[[str], Exception]) -> tuple[str, int]:
     if host.startswith("["):
         addr, _, rest = host[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else ""

@@ -5,22 +5,82 @@ from the three. Pure: no google-cloud import (tpu.py turns the body into a reque
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-# Everything `nodes.create` accepts that describes the node (not its name or output-only fields).
-CREATE_FIELDS = ("acceleratorType", "acceleratorConfig", "runtimeVersion", "networkConfig", "serviceAccount",
-                 "schedulingConfig", "dataDisks", "labels", "metadata", "tags", "shieldedInstanceConfig",
-                 "description")
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+NonEmptyText = Annotated[str, Meta(min_length=1)]
+# Each field's Meta description ends the sentence "'node_spec.field' ..." of the error a wrong value gets.
+_Flag = Annotated[bool | UnsetType, Meta(description="must be true or false")]
+_Word = Annotated[NonEmptyText | UnsetType, Meta(description="must be a non-empty string")]
+_Object = Meta(description="must be an object")
+
+
+class _ApiObject(Struct, forbid_unknown_fields=True):
+    """A TPU API object as machines.json may give it: only the fields the API takes, each of its type;
+    a field left out stays UNSET and so is not sent (nor overrides what was recorded)."""
+
+
+class NetworkConfig(_ApiObject):
+    network: Annotated[str | UnsetType, Meta(description="must be a network name")] = UNSET
+    subnetwork: Annotated[str | UnsetType, Meta(description="must be a subnetwork name")] = UNSET
+    enableExternalIps: _Flag = UNSET
+    canIpForward: _Flag = UNSET
+
+
+class SchedulingConfig(_ApiObject):
+    preemptible: _Flag = UNSET
+    spot: _Flag = UNSET
+    reserved: _Flag = UNSET
+
+
+class ServiceAccount(_ApiObject):
+    email: Annotated[str | UnsetType, Meta(description="must be a service account's email")] = UNSET
+    scope: Annotated[list[str] | UnsetType, Meta(description="must be a list of OAuth scopes (strings)")] = UNSET
+
+
+class ShieldedInstanceConfig(_ApiObject):
+    enableSecureBoot: _Flag = UNSET
+
+
+class AcceleratorConfig(_ApiObject):
+    type: Annotated[str | UnsetType, Meta(description='must be a TPU generation, like "V4"')] = UNSET
+    topology: Annotated[str | UnsetType, Meta(description='must be a topology, like "2x2x4"')] = UNSET
+
+
+class DataDisk(_ApiObject):
+    sourceDisk: str
+    mode: str | UnsetType = UNSET
+
+
+class NodeSpec(_ApiObject):
+    """Everything `nodes.create` accepts that describes the node (not its name or output-only fields),
+    in the API's own JSON names: the fields recordable() keeps from a node, and machines.json's `node_spec`."""
+
+    acceleratorType: _Word = UNSET
+    acceleratorConfig: Annotated[AcceleratorConfig | UnsetType, _Object] = UNSET
+    runtimeVersion: _Word = UNSET
+    networkConfig: Annotated[NetworkConfig | UnsetType, _Object] = UNSET
+    serviceAccount: Annotated[ServiceAccount | UnsetType, _Object] = UNSET
+    schedulingConfig: Annotated[SchedulingConfig | UnsetType, _Object] = UNSET
+    dataDisks: Annotated[list[DataDisk] | UnsetType, Meta(
+        description='must be a list of {"sourceDisk": "projects/…/disks/…", "mode": "READ_WRITE"}')] = UNSET
+    labels: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
+    metadata: Annotated[dict[str, str] | UnsetType, Meta(description="must map strings to strings")] = UNSET
+    tags: Annotated[list[NonEmptyText] | UnsetType, Meta(
+        description="must be a list of network tags (strings)")] = UNSET
+    shieldedInstanceConfig: Annotated[ShieldedInstanceConfig | UnsetType, _Object] = UNSET
+    description: _Word = UNSET
+
+
+CREATE_FIELDS: tuple[str, ...] = NodeSpec.__struct_fields__
 # Sub-objects merged key by key: `{"networkConfig": {"enableExternalIps": false}}` keeps the network.
-_OBJECT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "networkConfig": {"network": str, "subnetwork": str, "enableExternalIps": bool, "canIpForward": bool},
-    "schedulingConfig": {"preemptible": bool, "spot": bool, "reserved": bool},
-    "serviceAccount": {"email": str, "scope": list},
-    "shieldedInstanceConfig": {"enableSecureBoot": bool},
-    "acceleratorConfig": {"type": str, "topology": str},
+_OBJECT_FIELDS: dict[str, tuple[str, ...]] = {
+    "networkConfig": NetworkConfig.__struct_fields__, "schedulingConfig": SchedulingConfig.__struct_fields__,
+    "serviceAccount": ServiceAccount.__struct_fields__,
+    "shieldedInstanceConfig": ShieldedInstanceConfig.__struct_fields__,
+    "acceleratorConfig": AcceleratorConfig.__struct_fields__,
 }
-_MAP_FIELDS = ("labels", "metadata")  # string → string, replaced whole
 
 # gcloud's `--version` default follows the accelerator's generation; other generations must say.
 RUNTIME_BY_GENERATION = {
@@ -63,7 +123,7 @@ def recordable(node: dict[str, Any]) -> dict[str, Any]:
         if key in _OBJECT_FIELDS and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k in _OBJECT_FIELDS[key] and v not in ("", [], None)}
         if key == "dataDisks" and isinstance(value, list):
-            value = [{k: v for k, v in d.items() if k in ("sourceDisk", "mode")} for d in value if isinstance(d, dict)]
+            value = [{k: v for k, v in d.items() if k in DataDisk.__struct_fields__} for d in value if isinstance(d, dict)]
         if value in ("", [], {}, None):
             continue
         spec[key] = copy.deepcopy(value)
@@ -124,41 +184,3 @@ def for_zone(spec: dict[str, Any], recorded_in: str | None, zone: str) -> dict[s
 
 def _region(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
-
-
-def check_overrides(spec: Any, fail: Callable[[str], Exception]) -> dict[str, Any]:
-    """machines.json's `node_spec`, checked field by field against what the API accepts."""
-    if not isinstance(spec, dict):
-        raise fail("'node_spec' must be an object of TPU API create fields "
-                   f"({', '.join(CREATE_FIELDS)})")
-    for key, value in spec.items():
-        if key not in CREATE_FIELDS:
-            raise fail(f"unknown TPU API field node_spec.{key} (valid: {', '.join(CREATE_FIELDS)})")
-        where = f"node_spec.{key}"
-        if key in _OBJECT_FIELDS:
-            fields = _OBJECT_FIELDS[key]
-            if not isinstance(value, dict):
-                raise fail(f"{where} must be an object")
-            for sub, sub_value in value.items():
-                if sub not in fields:
-                    raise fail(f"unknown field {where}.{sub} (valid: {', '.join(fields)})")
-                if not isinstance(sub_value, fields[sub]) or (fields[sub] is not bool and isinstance(sub_value, bool)):
-                    raise fail(f"{where}.{sub} must be a {_type_word(fields[sub])}")
-        elif key in _MAP_FIELDS:
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise fail(f"{where} must map strings to strings")
-        elif key == "tags":
-            if not isinstance(value, list) or not all(isinstance(t, str) and t for t in value):
-                raise fail(f"{where} must be a list of network tags (strings)")
-        elif key == "dataDisks":
-            if not isinstance(value, list) or not all(
-                    isinstance(d, dict) and isinstance(d.get("sourceDisk"), str) and set(d) <= {"sourceDisk", "mode"}
-                    for d in value):
-                raise fail(f'{where} must be a list of {{"sourceDisk": "projects/…/disks/…", "mode": "READ_WRITE"}}')
-        elif not isinstance(value, str) or not value:
-            raise fail(f"{where} must be a non-empty string")
-    return copy.deepcopy(spec)
-
-
-def _type_word(kind: type | tuple[type, ...]) -> str:
-    return {bool: "true or false", str: "string", list: "list"}.get(kind if isinstance(kind, type) else str, "value")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +162,12 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path, doc: Any, key:
     ({"machines": {}}, "'machines' must be a non-empty object"),
     ({"machines": []}, "'machines' must be a non-empty object"),
     ({"machines": {"m": "ssh"}}, "machine 'm' must be an object"),
-    ({"machines": {"m": {}}}, "machine 'm': 'kind' must be one of local, ssh, tpu (got None)"),
+    ({"machines": {"m": {}}}, "machine 'm': 'kind' is missing: it must be one of local, ssh, tpu"),
     ({"machines": {"m": {"kind": "gce"}}}, "'kind' must be one of local, ssh, tpu (got 'gce')"),
     ({"machines": {"bad name": {"kind": "local"}}}, "machine name 'bad name'"),
     ({"machines": {"m": {"kind": "ssh"}}}, "machine 'm': an ssh machine needs 'hosts'"),
     (ssh(hosts=[]), "an ssh machine needs 'hosts'"),
-    (ssh(hosts="10.0.0.5"), "an ssh machine needs 'hosts'"),
+    (ssh(hosts="10.0.0.5"), "machine 'm': 'hosts' must be a non-empty list of \"addr\" or \"addr:port\" (got '10.0.0.5')"),
     (ssh(hosts=[""]), "an ssh machine needs 'hosts'"),
     (ssh(hosts=["h:99999"]), "machine 'm': host 'h:99999' has a bad port"),
     (ssh(hosts=["h:0"]), "host 'h:0' has a bad port"),
@@ -182,7 +183,7 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path, doc: Any, key:
     (ssh(connect_timeout=0), "connect_timeout must be positive"),
     (ssh(connect_timeout=None), "connect_timeout must be positive"),
     (ssh(connect_timeout="10"), "'connect_timeout' must be a number of seconds"),
-    (ssh(host_key_policy="yes"), "host_key_policy must be one of strict, accept-new, off"),
+    (ssh(host_key_policy="yes"), "'host_key_policy' must be one of strict, accept-new, off (got 'yes')"),
     (ssh(user=5), "'user' must be a string"),
     (ssh(root=["x"]), "'root' must be a string"),
     (ssh(resources={"GPU": 1}), "resource 'GPU' must be a lowercase name"),
@@ -199,11 +200,11 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path, doc: Any, key:
     (tpu(zone=""), "a tpu machine needs 'zone'"),
     (tpu(accelerator=None), "a tpu machine needs 'accelerator'"),
     (tpu(use_external_ip="true"), "'use_external_ip' must be true or false"),
-    ({"gcp": {"project": 5}}, "gcp.project must be a string"),
-    ({"config_aliases": {"lr": 1}}, "config_aliases must map short names to config keys"),
-    ({"config_aliases": ["lr"]}, "config_aliases must map"),
-    ({"error_patterns": {"grpc": "GRPC"}}, "error_patterns.grpc must be a list of non-empty strings"),
-    ({"error_patterns": {"oom": [""]}}, "error_patterns.oom must be a list of non-empty strings"),
+    ({"gcp": {"project": 5}}, "'gcp.project' must be a string (got 5)"),
+    ({"config_aliases": {"lr": 1}}, "'config_aliases' must map short names to config keys"),
+    ({"config_aliases": ["lr"]}, "'config_aliases' must map"),
+    ({"error_patterns": {"grpc": "GRPC"}}, "'error_patterns.grpc' must be a list of non-empty strings"),
+    ({"error_patterns": {"oom": [""]}}, "'error_patterns.oom' must be a list of non-empty strings"),
 ])
 def test_invalid_files_are_refused_precisely(tmp_path: Path, doc: Any, needle: str) -> None:
     message = refused(tmp_path, doc)
@@ -234,6 +235,129 @@ def test_cli_reports_a_bad_machines_json_in_one_line(tmp_path: Path) -> None:
     rows = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     assert [(r["name"], r["kind"], r["free"]) for r in rows] == [
         ("local", "local", {"slot": 2}), ("a100", "ssh", {"slot": 1, "gpu": 8}), ("v3-32-p1", "tpu", {"slot": 1})]
+
+
+# Malformed machines.json files of every sort, each with a needle its one-line error must hold: wrong
+# types, null and unknown keys at every level, numbers beyond any range, text that is not JSON.
+TPU_T = {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}
+
+
+def machine_doc(**spec: Any) -> dict[str, Any]:
+    return {"machines": {"t": {**TPU_T, **spec}}}
+
+
+def node_spec(**fields: Any) -> dict[str, Any]:
+    return machine_doc(node_spec=fields)
+
+
+MALFORMED: list[tuple[str, Any, str]] = [
+    # the top level and its sections
+    ("array", [], "the top level must be an object"),
+    ("null", None, "the top level must be an object"),
+    ("number", 5, "the top level must be an object"),
+    ("unknown top key", {"machine": {}}, "unknown key 'machine' in the top level (valid: defaults, gcp, machines,"),
+    ("defaults null", {"defaults": None}, "'defaults' must be an object (got None)"),
+    ("defaults port text", {"defaults": {"port": "22"}}, "'defaults.port' must be an integer port (got '22')"),
+    ("defaults policy", {"defaults": {"host_key_policy": 1}}, "'defaults.host_key_policy' must be one of strict,"),
+    ("defaults unknown", {"defaults": {"users": "u"}}, "unknown key 'users' in defaults (valid: user, port,"),
+    ("gcp array", {"gcp": []}, "'gcp' must be an object (got [])"),
+    ("gcp credentials", {"gcp": {"credentials": ["k"]}}, "'gcp.credentials' must be a string (got ['k'])"),
+    ("gcp backoff text", {"gcp": {"recreate_backoff": "30"}}, "'gcp.recreate_backoff' must be a number of seconds"),
+    ("gcp backoff negative", {"gcp": {"recreate_backoff": -1}}, "'gcp.recreate_backoff' must be a number of seconds"),
+    ("gcp unknown", {"gcp": {"zone": "z"}}, "unknown key 'zone' in gcp (valid: project, api_endpoint, credentials,"),
+    ("machines null", {"machines": None}, "'machines' must be a non-empty object of name → machine (got None)"),
+    ("machines array", {"machines": [TPU_T]}, "'machines' must be a non-empty object"),
+    ("aliases null", {"config_aliases": None}, "'config_aliases' must map short names to config keys"),
+    ("alias null", {"config_aliases": {"lr": None}}, "'config_aliases' must map short names to config keys"),
+    ("patterns null", {"error_patterns": None}, "'error_patterns' must be an object (got None)"),
+    ("pattern number", {"error_patterns": {"oom": [5]}}, "'error_patterns.oom' must be a list of non-empty strings"),
+    ("patterns unknown", {"error_patterns": {"hang": ["x"]}}, "unknown key 'hang' in error_patterns (valid: grpc, oom)"),
+    # one machine
+    ("machine null", {"machines": {"t": None}}, "machine 't' must be an object"),
+    ("machine array", {"machines": {"t": [TPU_T]}}, "machine 't' must be an object"),
+    ("kind null", machine_doc(kind=None), "machine 't': 'kind' must be one of local, ssh, tpu (got None)"),
+    ("kind number", machine_doc(kind=1), "machine 't': 'kind' must be one of local, ssh, tpu (got 1)"),
+    ("unknown machine key", machine_doc(zones=["z"]), "unknown key 'zones' in machine 't' (valid: kind,"),
+    ("hosts object", {"machines": {"s": {"kind": "ssh", "hosts": {"a": 1}}}}, "machine 's': 'hosts' must be a non-empty list"),
+    ("host number", {"machines": {"s": {"kind": "ssh", "hosts": [5]}}}, "machine 's': 'hosts' must be a non-empty list"),
+    ("node on ssh", {"machines": {"s": {"kind": "ssh", "hosts": ["h"], "node": 5}}}, "machine 's': 'node' must be a string"),
+    ("zone on ssh", {"machines": {"s": {"kind": "ssh", "hosts": ["h"], "zone": {}}}}, "machine 's': 'zone' must be a zone"),
+    ("resources null", machine_doc(resources=None), "machine 't': 'resources' must map resource names to counts"),
+    ("resource text", machine_doc(resources={"gpu": "8"}), "machine 't': resource 'gpu' must be a lowercase name"),
+    ("resource huge float", machine_doc(resources={"gpu": 1e300}), "machine 't': resource 'gpu' must be a lowercase name"),
+    ("resource huge int", machine_doc(resources={"gpu": 10**30}), "machine 't': resource 'gpu' count 1000000000000000000000000000000"),
+    ("port huge int", machine_doc(port=10**30), "machine 't': port 1000000000000000000000000000000 is out of range"),
+    ("port float", machine_doc(port=22.5), "machine 't': 'port' must be an integer port (got 22.5)"),
+    ("timeout list", machine_doc(connect_timeout=[1]), "machine 't': 'connect_timeout' must be a number of seconds"),
+    ("timeout beyond a float", '{"machines": {"t": {"kind": "local", "connect_timeout": 1e400}}}',
+     "machine 't': 'connect_timeout' must be a number of seconds (got inf)"),
+    ("setup null item", machine_doc(setup=[None]), "machine 't': 'setup' must be a list of shell commands"),
+    ("labels array", machine_doc(labels=["a"]), "machine 't': 'labels' must map strings to strings"),
+    ("spot number", machine_doc(spot=1), "machine 't': 'spot' must be true or false (got 1)"),
+    ("external ip null", machine_doc(use_external_ip=None), "machine 't': 'use_external_ip' must be true or false"),
+    ("zone null item", machine_doc(zone=[None]), "machine 't': 'zone' must be a zone, or a list of distinct zones"),
+    ("queued text", machine_doc(queued_resource="spot"), "machine 't': 'queued_resource' must be true or {"),
+    ("queued tier null", machine_doc(queued_resource={"tier": None}), "'queued_resource.tier' must be one of spot,"),
+    ("valid_for float", machine_doc(queued_resource={"valid_for": 1.5}), "'queued_resource.valid_for' must be a number"),
+    ("valid_for huge", machine_doc(queued_resource={"valid_for": 1e300}), "'queued_resource.valid_for' must be a number"),
+    ("queued unknown", machine_doc(queued_resource={"wait": 5}), "unknown key 'queued_resource.wait' in machine 't'"),
+    # node_spec, the TPU API's own objects
+    ("node_spec null", machine_doc(node_spec=None), "machine 't': 'node_spec' must be an object"),
+    ("node_spec unknown", node_spec(acceleratorTopology="2x2"), "unknown key 'node_spec.acceleratorTopology' in machine 't'"),
+    ("network array", node_spec(networkConfig=[]), "machine 't': 'node_spec.networkConfig' must be an object"),
+    ("network bool", node_spec(networkConfig={"enableExternalIps": "no"}), "'node_spec.networkConfig.enableExternalIps' must be true or false"),
+    ("network unknown", node_spec(networkConfig={"externalIps": True}), "unknown key 'node_spec.networkConfig.externalIps' in machine 't'"),
+    ("scheduling unknown", node_spec(schedulingConfig={"preemptable": True}), "'node_spec.schedulingConfig.preemptable'"),
+    ("scope number", node_spec(serviceAccount={"scope": [1]}), "'node_spec.serviceAccount.scope' must be a list of OAuth scopes"),
+    ("disk mode number", node_spec(dataDisks=[{"sourceDisk": "d", "mode": 5}]), "'node_spec.dataDisks' must be a list of"),
+    ("disk null", node_spec(dataDisks=[None]), "'node_spec.dataDisks' must be a list of"),
+    ("disk without source", node_spec(dataDisks=[{"mode": "READ_ONLY"}]), "'node_spec.dataDisks' must be a list of"),
+    ("disk unknown", node_spec(dataDisks=[{"sourceDisk": "d", "size": 1}]), "unknown key 'node_spec.dataDisks[0].size'"),
+    ("tag empty", node_spec(tags=[""]), "'node_spec.tags' must be a list of network tags"),
+    ("metadata number", node_spec(metadata={"k": 1}), "'node_spec.metadata' must map strings to strings"),
+    ("topology number", node_spec(acceleratorConfig={"topology": 4}), "'node_spec.acceleratorConfig.topology' must be"),
+    ("description empty", node_spec(description=""), "'node_spec.description' must be a non-empty string"),
+    # not JSON text at all
+    ("empty file", "", "machines.json:1:1: Expecting value"),
+    ("cut short", '{"machines": {', "machines.json:1:15: "),
+    ("a wrong type, then cut short", '{"machines": 5, "gcp": {', "machines.json:1:25: "),
+    ("NaN", '{"gcp": {"recreate_backoff": NaN}}', "machines.json: NaN"),
+    ("not UTF-8", b'{"machines": {"l\xff": {"kind": "local"}}}', "machines.json: not UTF-8 text"),
+    ("byte order mark", b'\xef\xbb\xbf{}', "machines.json:1:1: Unexpected UTF-8 BOM"),
+    ("nested deeply", '{"machines": {"t": ' + "[" * 5000 + "]" * 5000 + "}}", "machines.json: nested too deeply"),
+]
+
+
+def run_malformed(base: Path, index: int, doc: Any) -> tuple[Path, bytes, list[str], Any]:
+    home = base / f"home{index}"
+    src = home.parent / f"src{index}"
+    src.mkdir(parents=True)
+    home.mkdir()
+    (src / "train.py").write_text("print(1)\n")
+    data = doc if isinstance(doc, bytes) else (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+    (home / "machines.json").write_bytes(data)
+    # The pass and a submit are the commands that write most; either must refuse before writing anything.
+    args = ["manage"] if index % 2 else ["submit", "--dir", str(src), "--cmd", "python3 train.py"]
+    return home, data, args, jobtpu(home, *args, check=False)
+
+
+def test_malformed_files_are_one_line_each_and_change_nothing(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = list(pool.map(lambda item: run_malformed(tmp_path, *item),
+                             enumerate(doc for _, doc, _ in MALFORMED)))
+    wrong = []
+    for (label, _, needle), (home, data, args, done) in zip(MALFORMED, runs, strict=True):
+        lines = done.stderr.splitlines()
+        fine = (done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr and len(lines) == 2
+                and lines[0].startswith("jobtpu: error: machines.json") and needle in lines[0]
+                and lines[1].startswith("hint: ") and str(home / "machines.json") in lines[1])
+        # The pass takes its lock before it reads anything; the lock file is all it may leave.
+        left = sorted(p.name for p in home.iterdir()) == ["machines.json", *(["manage.lock"] if "manage" in args
+                                                                             else [])]
+        if not (fine and left and (home / "machines.json").read_bytes() == data):
+            wrong.append(f"{label} ({args[0]}): exit {done.returncode}, {sorted(p.name for p in home.iterdir())}, "
+                         f"{done.stderr!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 # ---- which home -------------------------------------------------------------------------------------------
