@@ -373,9 +373,10 @@ def _print_last_lines(path: Path, n: int) -> int:
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
 def cmd_kill(home: Home, args: argparse.Namespace) -> int:
-    from .manage import fleet_session, kill_jobs
+    from .manage import kill_jobs
+    from .session import locked_session
 
-    with fleet_session(home) as p:
+    with locked_session(home) as p:
         jobs = [p.state.require_job(job_id) for job_id in args.ids]  # all known, or nothing is killed
         for job in jobs:
             if job.ended:
@@ -389,9 +390,9 @@ def cmd_kill(home: Home, args: argparse.Namespace) -> int:
 
 def cmd_resume(home: Home, args: argparse.Namespace, resume: bool = True) -> int:
     from .decide import requeue
-    from .manage import fleet_session
+    from .session import locked_session
 
-    with fleet_session(home) as p:
+    with locked_session(home) as p:
         job = p.state.require_job(args.id)
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
@@ -411,11 +412,11 @@ def cmd_rerun(home: Home, args: argparse.Namespace) -> int:
 def cmd_clean(home: Home, args: argparse.Namespace) -> int:
     import orjson
 
-    from .manage import fleet_session
     from .operations import clean_remote
+    from .session import locked_session
 
     who = None if args.all_users else resolve_user(args.user)
-    with fleet_session(home) as p:
+    with locked_session(home) as p:
         gone = [j for j in p.state.jobs if j.ended and (who is None or j.user == who)]
         if args.remote:
             clean_remote(p, gone)

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import ConfigError, NotFoundError
 from .home import Home
+from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
 
 KINDS = ("local", "ssh", "tpu")
@@ -29,9 +30,6 @@ _MACHINE_KEYS = ("kind", "hosts", "resources", "accelerator", "preemptible", "no
 _GCP_KEYS = ("project", "api_endpoint", "credentials", "recreate_backoff")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-# A machine's resources are handed out by index, one list per job and pass: a count in the billions
-# would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
-MAX_RESOURCE_COUNT = 1024
 
 BUILTIN_DEFAULTS: dict[str, Any] = {"user": None, "port": 22, "identity_file": None, "root": "jobtpu",
                                     "host_key_policy": "accept-new", "connect_timeout": 10}

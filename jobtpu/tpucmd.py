@@ -21,10 +21,10 @@ def provisioning(machine: Any, record: dict[str, Any]) -> str:
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
-    from .manage import fleet_session
+    from .session import locked_session
     from .tpuflow import request_recreate
 
-    with fleet_session(home) as p:
+    with locked_session(home) as p:
         machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
