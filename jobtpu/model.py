@@ -203,6 +203,11 @@ class Job:
         _check_types(job)
         return job
 
+    def queued_by_hand(self) -> None:
+        """After `resume` or `rerun`: a person asked for this attempt, so the automatic recoveries
+        count afresh (max_recoveries is a budget per run a person starts, not per job)."""
+        self.recoveries = 0
+
 
 def _attempt(data: Any, where: str) -> Attempt:
     """One stored attempt, checked field by field (`where`: its path in the record, for the error)."""

@@ -1,122 +1,97 @@
-"""What each command does, between the parsed arguments and the files, fleet and screen.
-Read-only commands (status, tail, --help) import neither paramiko nor google-cloud."""
+"""The job commands: submit, run, status, tail, kill, resume, rerun, clean, fetch."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import listing
-from .errors import JobtpuError, NotFoundError, Terminated
-from .home import Home, find_home
-from .inputs import resolve_user
-from .store import Store, append_line
-from .text import printable, printable_lines
+from .. import listing
+from ..errors import JobtpuError, NotFoundError
+from ..home import Home
+from ..inputs import resolve_user
+from ..store import Store
+from .common import emit_json, note, sigterm_interrupts
 
 if TYPE_CHECKING:
-    from .fleet import Fleet, Machine
-    from .model import Job
-    from .scripts import WorkerRef, WorkerState
+    from ..fleet import Fleet
+    from ..model import Job
+    from ..scripts import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    home = find_home(args.home)
-    if home.root.exists() and not home.root.is_dir():
-        raise JobtpuError(f"the home {home.root} is not a folder",
-                          hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
-    handler = globals()[f"cmd_{args.command}"]
-    return int(handler(home, args) or 0)
-
-
-def emit_json(document: object) -> None:
-    import orjson
-
-    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE))
-    sys.stdout.flush()
-
-
-def note(text: str) -> None:
-    """One line for the user on stderr. Untrusted parts (names, remote messages) are escaped; the
-    line breaks our own messages put between lines are kept."""
-    sys.stderr.write(printable_lines(text) + "\n")
-
-
 # ---- submit / run ---------------------------------------------------------------------------------
 
-def build_job(home: Home, fleet: Fleet, args: argparse.Namespace) -> Job:
-    """Check everything the user typed, then snapshot; raises before anything is written."""
-    from .inputs import config_overrides, parse_duration, parse_env
-    from .model import Job
-    from .requests import parse_request, why_not
+class SubmitOptions(NamedTuple):
+    """What `submit` and `run` take, as the user typed it (checked by build_job)."""
 
-    user = resolve_user(args.user)
-    if not args.cmd.strip():
+    cmd: str
+    dir: str = "."
+    req: list[str] = []
+    machine: str | None = None
+    name: str = ""
+    tag: list[str] = []
+    env: list[str] = []
+    rule: str | None = None
+    max_recoveries: int = 20
+    timeout: str | None = None
+    stall: str | None = None
+    include: list[str] = []
+    exclude: list[str] = []
+    user: str | None = None
+    log_stage: bool = False
+    overrides: list[str] = []
+
+
+def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
+    """Check everything the user typed, then snapshot; raises before anything is written."""
+    from ..inputs import config_overrides, parse_duration, parse_env
+    from ..model import Job
+    from ..requests import parse_request, why_not
+
+    user = resolve_user(opts.user)
+    if not opts.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
-    request = parse_request(args.req)
-    if args.machine is not None:
-        fleet.require(args.machine)
-    reasons = {m.name: why_not(m, request, args.machine) for m in fleet.machines.values()}
+    request = parse_request(opts.req)
+    if opts.machine is not None:
+        fleet.require(opts.machine)
+    reasons = {m.name: why_not(m, request, opts.machine) for m in fleet.machines.values()}
     if all(r is not None for r in reasons.values()):
-        listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
-        raise JobtpuError(f"no machine in the fleet could ever run this request ({listing})",
+        why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+        raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
-    timeout = parse_duration(args.timeout, "--timeout") if args.timeout is not None else None
-    stall = parse_duration(args.stall, "--stall") if args.stall is not None else None
-    env = parse_env(args.env)
-    overrides = config_overrides(args.overrides, fleet.config_aliases)
-    for tag in args.tag:
+    timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
+    stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
+    env = parse_env(opts.env)
+    overrides = config_overrides(opts.overrides, fleet.config_aliases)
+    for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
-    src = Path(args.dir).expanduser()
-    from .archive import snapshot  # imported late: rich's progress bar is only needed here
+    src = Path(opts.dir).expanduser()
+    from ..archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
     with sigterm_interrupts():
-        snap = snapshot(src, home.archives, args.include, args.exclude, home=home.root, leave_out=local_roots)
-    return Job(id=0, user=user, cmd=args.cmd, archive=snap.name, created=time.time(), name=args.name,
-               req=list(args.req), pin=args.machine, tags=list(args.tag), rule=args.rule, env=env,
-               overrides=overrides, log_stage=args.log_stage, max_recoveries=args.max_recoveries,
+        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
+    return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
+               req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
+               overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()))
 
 
-@contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises Terminated meanwhile, as Ctrl-C raises KeyboardInterrupt: the work under way
-    cleans up after itself (no half-written archive) instead of the process vanishing mid-write."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-        yield
-        return
-
-    def terminated(signum: int, frame: object) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def submit(home: Home, args: argparse.Namespace) -> Job:
-    from .fleet import load_fleet
-    from .store import read_id_mark, write_id_mark
+def submit(home: Home, opts: SubmitOptions) -> Job:
+    """Queue a job: checked, snapshotted, its secrets filed, then saved under a fresh id."""
+    from ..fleet import load_fleet
+    from ..store import take_next_id
 
     fleet = load_fleet(home)
     Store(home).load()  # a broken state.json is reported before the snapshot, not after
-    job = build_job(home, fleet, args)
-    from .secrets import SecretStore, split_env
+    job = build_job(home, fleet, opts)
+    from ..secrets import SecretStore, split_env
 
     job.env, secret = split_env(job.env)
     secrets = SecretStore(home)
@@ -125,11 +100,7 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
         secrets.check()
     try:
         with Store(home).transaction() as state:
-            job.id = max(state.next_id, highest_used_id(home) + 1, read_id_mark(home) + 1)
-            state.next_id = job.id + 1
-            # The id is spent before anything is filed under it: whatever fails from here on, no
-            # later job gets this id, so nothing left behind under it (a secret, a log) is ever adopted.
-            write_id_mark(home, job.id)
+            job.id = take_next_id(home, state)
             secrets.put(job.id, secret)  # before the job exists, so it never runs without them
             state.jobs.append(job)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
@@ -142,7 +113,7 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
     """After a failed submit: drop the job's secret unless the job reached state.json after all (the
     failure came after the rename). Best effort: `clean` drops any secret no job holds."""
-    from .secrets import SecretStore
+    from ..secrets import SecretStore
 
     try:
         if Store(home).load().job(job_id) is None:
@@ -151,53 +122,42 @@ def _drop_unsaved_secret(home: Home, job_id: int) -> None:
         pass
 
 
-def highest_used_id(home: Home) -> int:
-    """The highest id any job of this home ever had, even if state.json and the id mark lost it
-    (hand edits, deleted files, a home from before the mark): ids are never reused, since logs,
-    secrets and remote folders are named by them."""
-    import re
 
-    used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
-    used += [int(p.name) for p in (home.local_run_root / "jobs").glob("*") if p.name.isdigit()]
-    if home.history_file.exists():
-        with open(home.history_file, "rb") as f:
-            used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
-    return max(used, default=0)
-
-
-def cmd_submit(home: Home, args: argparse.Namespace) -> int:
-    job = submit(home, args)
-    if args.json:
-        emit_json({"id": job.id, "archive": job.archive})
-    else:
-        print(job.id)
+def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
+    job = submit(home, opts)
+    _print_submitted(job, as_json)
     return 0
 
 
-def cmd_run(home: Home, args: argparse.Namespace) -> int:
-    from .manage import run_pass
+def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool) -> int:
+    """Submit, then one pass (or, following, passes until the job ends: its exit code)."""
+    from .. import manage
 
-    job = submit(home, args)
-    if args.json:
-        emit_json({"id": job.id, "archive": job.archive})
-    else:
-        print(job.id, flush=True)
-    if not args.follow:
-        if run_pass(home, wait=30.0).skipped:
+    job = submit(home, opts)
+    _print_submitted(job, as_json)
+    if not follow_log:
+        if manage.run_pass(home, wait=30.0).skipped:
             note(f"jobtpu: another manage pass held the lock for 30 s; job {job.id} stays queued until a pass "
                  "starts it (`jobtpu manage`, or the cron/loop that runs the other pass)")
         return 0
     return follow(home, job.id)
 
 
+def _print_submitted(job: Job, as_json: bool) -> None:
+    if as_json:
+        emit_json({"id": job.id, "archive": job.archive})
+    else:
+        print(job.id, flush=True)
+
+
 def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
     """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one)."""
-    from .manage import run_pass
+    from .. import manage
 
     printed: dict[int, int] = {}
     told_busy = False
     while True:
-        if run_pass(home, wait=30.0).skipped and not told_busy:
+        if manage.run_pass(home, wait=30.0).skipped and not told_busy:
             note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
             told_busy = True
         job = Store(home).load().job(job_id)
@@ -218,37 +178,16 @@ def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
         time.sleep(interval)
 
 
-# ---- manage ---------------------------------------------------------------------------------------
-
-def cmd_manage(home: Home, args: argparse.Namespace) -> int:
-    from .manage import run_pass
-
-    while True:
-        try:
-            report = run_pass(home, dry_run=args.dry_run, on_note=None if args.dry_run else note)
-        except Exception as e:
-            if args.loop is None:
-                raise
-            # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
-            # a full disk or a bug (the traceback) is reported, and the next round tries again.
-            if isinstance(e, JobtpuError):
-                note(f"jobtpu: error: {printable(e.message)}" + (f"\nhint: {printable(e.hint)}" if e.hint else ""))
-            else:
-                import traceback
-
-                note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
-        else:
-            if args.dry_run:
-                for line in report.notes or ["nothing to do"]:
-                    print(printable(line))
-            elif report.skipped:
-                note("jobtpu: another manage pass is running; skipped")
-            if args.loop is None:
-                return 0
-        time.sleep(args.loop)
 
 
 # ---- status ---------------------------------------------------------------------------------------
+
+# The table shows what a person looks at: every job on a machine, the next queued ones and the most
+# recently ended; a sweep's thousands of other rows would take seconds to draw and nobody reads them.
+QUEUED_SHOWN = 20
+ENDED_SHOWN = 20
+ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
+
 
 def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
     if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
@@ -272,56 +211,90 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
     return [j for j in jobs if j["user"] == who]
 
 
-def cmd_status(home: Home, args: argparse.Namespace) -> int:
-    if args.json:
-        cached = None if args.ids or args.all_users else listing.read(home, resolve_user(args.user))
+def _ended_at(job: dict[str, Any]) -> float:
+    attempts = job.get("attempts") or []
+    ended = attempts[-1].get("ended") if attempts else None
+    return float(ended if ended is not None else job.get("created", 0))
+
+
+def rows_to_show(jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """The jobs the table shows, in id order, and a line saying what it left out (None: nothing).
+    Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
+    ENDED_SHOWN that ended last."""
+    queued = [j for j in jobs if j["status"] == "queued"]
+    ended = [j for j in jobs if j["status"] not in ACTIVE_ON_MACHINE and j["status"] != "queued"]
+    recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
+    keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
+    shown = [j for j in jobs if j["status"] in ACTIVE_ON_MACHINE or id(j) in keep]
+    left_out = []
+    if len(queued) > QUEUED_SHOWN:
+        left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")
+    if len(ended) > len(recent):
+        left_out.append(f"{len(ended) - len(recent)} older ended")
+    if not left_out:
+        return shown, None
+    return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
+
+
+def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_json: bool,
+           watch: float | None, show_all: bool) -> int:
+    if as_json:  # every selected job: scripts read this
+        cached = None if ids or all_users else listing.read(home, resolve_user(user))
         if cached is not None:
             sys.stdout.buffer.write(cached)  # exactly the bytes emit_json would print, made at the last save
             sys.stdout.flush()
             return 0
-        emit_json({"jobs": select_jobs(home, args.ids, args.user, args.all_users)})
+        emit_json({"jobs": select_jobs(home, ids, user, all_users)})
         return 0
     from rich.console import Console
 
-    from .display import jobs_table
+    from ..display import jobs_table
+
+    def table() -> Any:
+        jobs = select_jobs(home, ids, user, all_users)
+        if ids or show_all:  # jobs named by id are always shown
+            return jobs_table(jobs)
+        shown, left_out = rows_to_show(jobs)
+        return jobs_table(shown, left_out=left_out)
 
     console = Console()
-    if args.watch is None:
-        console.print(jobs_table(select_jobs(home, args.ids, args.user, args.all_users)))
+    if watch is None:
+        console.print(table())
         return 0
     from rich.live import Live
 
     with Live(jobs_table([]), console=console, screen=False, auto_refresh=False) as live:
         while True:
-            live.update(jobs_table(select_jobs(home, args.ids, args.user, args.all_users)), refresh=True)
-            time.sleep(max(0.2, args.watch))
+            live.update(table(), refresh=True)
+            time.sleep(max(0.2, watch))
 
 
 # ---- tail -----------------------------------------------------------------------------------------
 
-def cmd_tail(home: Home, args: argparse.Namespace) -> int:
-    from .store import unknown_job
+def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
+    """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
+    from ..store import unknown_job
 
     # The listed fields are enough here: no full validation of every job (tail runs often, homes grow).
-    job = next((r for r in Store(home).load_records() if r["id"] == args.id), None)
+    job = next((r for r in Store(home).load_records() if r["id"] == job_id), None)
     if job is None:
-        raise unknown_job(args.id)
+        raise unknown_job(job_id)
     tried = [a["n"] for a in job["attempts"]]
-    attempt = job["attempt"] if args.attempt is None else args.attempt
-    if args.attempt is not None and attempt not in tried:
-        raise NotFoundError(f"job {args.id} has no attempt {attempt}",
+    attempt = job["attempt"] if asked is None else asked
+    if asked is not None and attempt not in tried:
+        raise NotFoundError(f"job {job_id} has no attempt {attempt}",
                             hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
-    path = home.log_file(args.id, attempt, args.worker)
-    if not path.exists() and not args.follow:
+    path = home.log_file(job_id, attempt, worker)
+    if not path.exists() and not follow_log:
         if job["status"] == "queued" or not tried:
-            raise NotFoundError(f"job {args.id} has not started yet", hint="run `jobtpu manage`")
-        raise NotFoundError(f"no log of job {args.id} attempt {attempt} worker {args.worker} yet",
+            raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
+        raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
                             hint="logs are pulled by `jobtpu manage`")
-    offset = _print_last_lines(path, args.lines)
-    while args.follow:
-        from .operations import pull_logs
+    offset = _print_last_lines(path, lines)
+    while follow_log:
+        from ..operations import pull_logs
 
-        current, workers = pull_logs(home, args.id)  # the job as it stood before this pull
+        current, workers = pull_logs(home, job_id)  # the job as it stood before this pull
         if path.exists():
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -338,7 +311,7 @@ def cmd_tail(home: Home, args: argparse.Namespace) -> int:
         if code is None:
             time.sleep(1.0)
             continue
-        ours = next((ws for ref, ws in workers.items() if ref.worker == args.worker), None)
+        ours = next((ws for ref, ws in workers.items() if ref.worker == worker), None)
         if ours is None or offset >= ours.log_size:
             return code  # every worker's exit record is there and the log is home: no pass needed
         # else the log is still behind its end: pull the next part at once
@@ -370,62 +343,58 @@ def _print_last_lines(path: Path, n: int) -> int:
     return len(data)
 
 
+
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def cmd_kill(home: Home, args: argparse.Namespace) -> int:
-    from .manage import kill_jobs
-    from .session import locked_session
+def kill(home: Home, ids: list[int]) -> int:
+    from ..manage import kill_jobs
+    from ..session import locked_session
 
-    with locked_session(home) as p:
-        jobs = [p.state.require_job(job_id) for job_id in args.ids]  # all known, or nothing is killed
+    with locked_session(home) as session:
+        jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
-        kill_jobs(p, [j for j in jobs if not j.ended], time.time())
+        kill_jobs(session, [j for j in jobs if not j.ended], time.time())
     for job in jobs:
         if job.status == "killing":
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
 
 
-def cmd_resume(home: Home, args: argparse.Namespace, resume: bool = True) -> int:
-    from .decide import requeue
-    from .session import locked_session
+def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
+    """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
+    from ..decide import requeue as requeue_job
+    from ..session import locked_session
 
-    with locked_session(home) as p:
-        job = p.state.require_job(args.id)
+    with locked_session(home) as session:
+        job = session.state.require_job(job_id)
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
-        if args.machine is not None:
-            p.fleet.require(args.machine)
-        requeue(job, resume=resume, reason=None, machine=args.machine)
-        job.recoveries = 0  # a person asked for it: the automatic recoveries count afresh
+        if machine is not None:
+            session.fleet.require(machine)
+        requeue_job(job, resume=resume, reason=None, machine=machine)
+        job.queued_by_hand()
     print(job.id)
     return 0
 
 
-def cmd_rerun(home: Home, args: argparse.Namespace) -> int:
-    return cmd_resume(home, args, resume=False)
+def clean(home: Home, user: str | None, all_users: bool, remote: bool) -> int:
+    """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too)."""
+    from ..operations import clean_remote
+    from ..secrets import SecretStore
+    from ..session import locked_session
+    from ..store import append_to_history
 
-
-def cmd_clean(home: Home, args: argparse.Namespace) -> int:
-    import orjson
-
-    from .operations import clean_remote
-    from .session import locked_session
-
-    who = None if args.all_users else resolve_user(args.user)
-    with locked_session(home) as p:
-        gone = [j for j in p.state.jobs if j.ended and (who is None or j.user == who)]
-        if args.remote:
-            clean_remote(p, gone)
-        if gone:  # one write and one fsync, however many jobs
-            append_line(home.history_file, "\n".join(orjson.dumps(j.to_json()).decode() for j in gone))
+    who = None if all_users else resolve_user(user)
+    with locked_session(home) as session:
+        gone = [j for j in session.state.jobs if j.ended and (who is None or j.user == who)]
+        if remote:
+            clean_remote(session, gone)
+        append_to_history(home, gone)
         gone_ids = {j.id for j in gone}
-        p.state.jobs = [j for j in p.state.jobs if j.id not in gone_ids]  # the session's commit removes them
-        from .secrets import SecretStore
-
+        session.state.jobs = [j for j in session.state.jobs if j.id not in gone_ids]  # the commit removes them
         # The cleaned jobs' secrets, and any a failed submit left behind. Under the state lock no
         # submit is between filing a secret and saving its job, so a secret whose id no saved job
         # holds is an orphan.
@@ -435,100 +404,18 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
-    from .fleet import load_fleet
-    from .operations import fetch
+def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
+    """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
+    from ..fleet import load_fleet
+    from ..operations import fetch as fetch_folder
 
     state = Store(home).load()
-    job = state.require_job(args.id)
+    job = state.require_job(job_id)
     if not job.attempts:
         raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
-    if Path(args.path).is_absolute() or ".." in Path(args.path).parts:
-        raise JobtpuError(f"PATH {args.path!r} must be relative to the job's folder, without '..'")
-    target = Path(args.to).expanduser() if args.to else home.results(job.id)
-    fetch(home, load_fleet(home), state, job, args.path, target)
+    if Path(path).is_absolute() or ".." in Path(path).parts:
+        raise JobtpuError(f"PATH {path!r} must be relative to the job's folder, without '..'")
+    target = Path(to).expanduser() if to else home.results(job.id)
+    fetch_folder(home, load_fleet(home), state, job, path, target)
     note(f"fetched into {target}")
     return 0
-
-
-# ---- machines -------------------------------------------------------------------------------------
-
-def machine_rows(home: Home) -> list[dict[str, Any]]:
-    from .decide import used_resources
-    from .fleet import load_fleet
-
-    fleet = load_fleet(home)
-    state = Store(home).load()
-    used = used_resources(state.jobs)
-    rows = []
-    for m in fleet.machines.values():
-        known = state.machines.get(m.name, {})
-        taken = used.get(m.name, {})
-        api_error = known.get("api_error")  # the TPU API could not be asked this pass (credentials)
-        rows.append({
-            "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
-            "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
-            "state": "unknown" if api_error else known.get("state", "up" if m.kind == "local" else "unknown"),
-            "health": known.get("health"), "health_description": known.get("health_description"),
-            "detail": api_error or (known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m)),
-            "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
-            "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
-            **(_tpu_columns(m, known) if m.is_tpu else {}),
-        })
-    return rows
-
-
-def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
-    from .tpucmd import provisioning
-
-    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
-            "moved": known.get("moved"),
-            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
-            "refused": (known.get("refused") or {}).get("message")}
-
-
-def _never_seen(machine: Machine) -> str:
-    if machine.is_tpu:
-        return "not asked yet: the next `jobtpu manage` asks the TPU API"
-    # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
-    return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"
-
-
-def cmd_machines(home: Home, args: argparse.Namespace) -> int:
-    rows = machine_rows(home)
-    if args.json:
-        emit_json({"machines": rows})
-        return 0
-    from rich.console import Console
-
-    from .display import machines_table
-
-    Console().print(machines_table(rows))
-    return 0
-
-
-def cmd_tpu(home: Home, args: argparse.Namespace) -> int:
-    from .tpucmd import tpu_command
-
-    info = tpu_command(home, args.op, args.name)
-    if args.json:
-        emit_json(info)
-    elif args.op == "status":
-        print(printable(f"{info['machine']}: {info['tpu_state'] or 'no node'} ({info['jobtpu_state'] or 'unknown'})"
-                        + (f" — {info['detail']}" if info.get("detail") else "")))
-    else:
-        width = max(map(len, info))
-        for key, value in info.items():
-            print(printable(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}"))
-    return 0
-
-
-def cmd_doctor(home: Home, args: argparse.Namespace) -> int:
-    from .doctor import doctor
-    from .fleet import load_fleet
-
-    fleet = load_fleet(home)
-    machine = fleet.require(args.name)
-    problems = doctor(home, fleet, machine, fix=args.fix, report=note)
-    return 1 if problems else 0
-
