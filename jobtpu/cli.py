@@ -1,17 +1,19 @@
-"""The command line: parse → call one function → render. The only place that prints or exits."""
+"""The command line: parse, call one command function through COMMANDS, turn errors into one line.
+The only place that prints an error or chooses the exit status."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from . import commands
+from .commands import fleet, jobs, rules, tpu
+from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
-from .home import find_home
+from .home import Home, find_home
 from .text import printable
 
 
@@ -50,6 +52,11 @@ def _count(text: str) -> int:
     return value
 
 
+# The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): cli.py
+# does not import the model, so that `--help` and a cached `status` load as little as they can.
+RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
                      "over SSH, through preemptions.")
@@ -67,21 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dir", default=".", help="the folder to snapshot (default: here)")
         p.add_argument("--req", action="append", default=[], help="resource or accelerator request, repeatable")
         p.add_argument("--machine", help="run only on this machine")
-        p.add_argument("--name", default="")
-        p.add_argument("--tag", action="append", default=[])
+        p.add_argument("--name", default="", help="a free-form name shown by status")
+        p.add_argument("--tag", action="append", default=[], help="a label shown by status, repeatable")
         p.add_argument("--env", action="append", default=[], metavar="K=V",
                        help="set K for the job, repeatable; $NAME and ${NAME} in V take the worker's value at "
                             "job start (PATH=/opt/conda/bin:$PATH), nothing else is interpreted; \\$ is a "
                             "literal $; secret-looking values are taken as they are")
-        p.add_argument("--rule", choices=("pre", "pass", "reapply", "rerun", "resume"))
-        p.add_argument("--max-recoveries", type=_count, default=20)
+        p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
+                       "(`jobtpu rules` shows each; default: the machine's)")
+        p.add_argument("--max-recoveries", type=_count, default=20, metavar="N",
+                       help="automatic recoveries the rule may make (default 20)")
         p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
         p.add_argument("--stall", help="stop when the log has not grown for this long")
-        p.add_argument("--include", action="append", default=[], metavar="GLOB")
-        p.add_argument("--exclude", action="append", default=[], metavar="GLOB")
-        p.add_argument("--user")
+        p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                       help="snapshot files matching GLOB even if ignored, repeatable")
+        p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                       help="leave files matching GLOB out of the snapshot, repeatable")
+        p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -91,62 +102,101 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
 
     p = add("status", "the jobs, as a table")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="only these jobs (default: your jobs)")
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--user")
-    who.add_argument("--all-users", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--watch", nargs="?", type=_positive_seconds, const=5.0, metavar="SECONDS")
+    who.add_argument("--user", help="this user's jobs instead of yours")
+    who.add_argument("--all-users", action="store_true", help="every user's jobs")
+    p.add_argument("--all", action="store_true", dest="show_all",
+                   help=f"every job in the table (default: jobs on a machine, the next {jobs.QUEUED_SHOWN} "
+                        f"queued and the {jobs.ENDED_SHOWN} that ended last)")
+    p.add_argument("--json", action="store_true", help="every selected job as JSON (the stored records)")
+    p.add_argument("--watch", nargs="?", type=_positive_seconds, const=5.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 5) until interrupted")
 
     p = add("tail", "a job's log (worker 0, latest attempt, last 50 lines)")
-    p.add_argument("id", type=int)
-    p.add_argument("-n", type=_count, default=50, dest="lines")
-    p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("--worker", type=_count, default=0)
-    p.add_argument("--attempt", type=_count)
+    p.add_argument("id", type=int, help="the job")
+    p.add_argument("-n", type=_count, default=50, dest="lines", help="how many last lines (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing as the log grows; exit with the attempt's exit code")
+    p.add_argument("--worker", type=_count, default=0, help="this worker's log (default 0)")
+    p.add_argument("--attempt", type=_count, help="this attempt's log (default: the latest)")
 
     p = add("fetch", "pull the job's remote folder (or PATH in it) into results/ID/ or --to DIR")
-    p.add_argument("id", type=int)
-    p.add_argument("path", nargs="?", default="")
-    p.add_argument("--to")
+    p.add_argument("id", type=int, help="the job")
+    p.add_argument("path", nargs="?", default="", help="a file or folder inside the job's folder (default: all)")
+    p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/")
 
     p = add("kill", "stop jobs on every worker and mark them killed")
-    p.add_argument("ids", nargs="+", type=int, metavar="ID")
+    p.add_argument("ids", nargs="+", type=int, metavar="ID", help="the jobs to stop")
 
     for name, text in (("resume", "queue an ended job again, continuing from its checkpoints"),
                        ("rerun", "queue an ended job again, from the start")):
         p = add(name, text)
-        p.add_argument("id", type=int)
-        p.add_argument("--machine")
+        p.add_argument("id", type=int, help="the ended job")
+        p.add_argument("--machine", help="run only on this machine from now on")
 
     p = add("clean", "move ended jobs from state.json into history.jsonl")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
-    p.add_argument("--all-users", action="store_true")
-    p.add_argument("--user")
+    p.add_argument("--all-users", action="store_true", help="every user's ended jobs")
+    p.add_argument("--user", help="this user's ended jobs instead of yours")
 
     p = add("machines", "the fleet: kind, accelerator, state, running jobs, free resources")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
 
     p = add("tpu", "TPU node operations through the TPU API")
-    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete"))
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete"),
+                   help="describe or status (read), apply (create), reapply (recreate) or delete the node")
+    p.add_argument("name", help="the TPU machine, as machines.json names it")
+    p.add_argument("--json", action="store_true", help="what describe shows, as JSON")
 
     p = add("doctor", "check a machine: reachable, disk, python, TPU device, stale lock file")
-    p.add_argument("name")
-    p.add_argument("--fix", action="store_true")
+    p.add_argument("name", help="the machine, as machines.json names it")
+    p.add_argument("--fix", action="store_true",
+                   help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
+
+    p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
     return parser
+
+
+def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
+    return jobs.SubmitOptions(**{name: getattr(args, name) for name in jobs.SubmitOptions._fields})
+
+
+# Each command's function, called with the home and the parsed arguments (thin adapters to typed calls).
+COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
+    "submit": lambda home, a: jobs.submit_command(home, _submit_options(a), a.json),
+    "run": lambda home, a: jobs.run_command(home, _submit_options(a), a.json, a.follow),
+    "status": lambda home, a: jobs.status(home, a.ids, a.user, a.all_users, a.json, a.watch, a.show_all),
+    "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
+    "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
+    "kill": lambda home, a: jobs.kill(home, a.ids),
+    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True),
+    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False),
+    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote),
+    "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
+    "machines": lambda home, a: fleet.machines(home, a.json),
+    "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
+    "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
+    "rules": lambda home, a: rules.show_rules(home, a.json),
+}
+
+
+def run_command(args: argparse.Namespace) -> int:
+    home = find_home(args.home)
+    if home.root.exists() and not home.root.is_dir():
+        raise JobtpuError(f"the home {home.root} is not a folder",
+                          hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
+    return int(COMMANDS[args.command](home, args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return commands.dispatch(args)
+        return run_command(args)
     except JobtpuError as e:
         sys.stdout.flush()
-        sys.stderr.write(f"jobtpu: error: {printable(e.message)}\n")
-        if e.hint:
-            sys.stderr.write(f"hint: {printable(e.hint)}\n")
+        sys.stderr.write(error_text(e) + "\n")
         return e.exit_code
     except Terminated:
         sys.stderr.write("jobtpu: terminated\n")

@@ -28,9 +28,11 @@ def cell(value: object, style: str = "") -> Text:
     return Text(printable("" if value is None else str(value)), style=style)
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: str | None = None) -> Table:
+    """One row per job given; `left_out` is a line under the table saying which jobs it does not show."""
     now = time.time() if now is None else now
-    table = Table(box=None, header_style="bold", pad_edge=False)
+    table = Table(box=None, header_style="bold", pad_edge=False, caption=left_out, caption_justify="left",
+                  caption_style="dim")
     for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
         # One row per job, as squeue and pueue print them: only the last log line's column may shrink
         # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
@@ -66,4 +68,16 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
             accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
                                   health, row["running"], free, row.get("detail"))))
+    return table
+
+
+def rules_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("rule", "on preempted", "on grpc, lost, hang", "on another failure", "on exit 0",
+                   "default for", "machines here"):
+        table.add_column(column)  # cells wrap at spaces on a narrow terminal
+    for row in rows:
+        table.add_row(*map(cell, (row["rule"], row["preempted"], row["grpc_lost_hang"], row["other_failure"],
+                                  row["exit_0"], ", ".join(row["default_for"]) or "-",
+                                  ", ".join(row["machines"]) or "-")))
     return table

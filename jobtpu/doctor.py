@@ -8,11 +8,9 @@ import getpass
 import shutil
 from collections.abc import Callable
 
-from .connect import endpoints, published_keys, transport
 from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
-from .manage import home_id, parallel, pass_lock
 from .scripts import (
     WorkerRef,
     doctor_script,
@@ -23,6 +21,7 @@ from .scripts import (
     parse_live,
     tpu_doctor_script,
 )
+from .session import Session, parallel, pass_lock
 from .store import State, Store
 from .transport.base import Endpoint, Transport
 
@@ -51,21 +50,23 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
     if machine.kind != "local" and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
-    state = Store(home).load()
-    known = state.machines.get(machine.name, {})
+    session = Session(home, fleet, Store(home).load())
+    known = session.state.machines.get(machine.name, {})
     addresses = known.get("addresses") if isinstance(known.get("addresses"), list) else None
     node_lines: list[Line] = []
     if machine.is_tpu:  # the API says where the workers are now
         node_lines, live = _node_check(home, fleet, machine)
         addresses = live if live is not None else addresses
     lines.extend(node_lines)
-    eps = endpoints(machine, addresses)
+    if addresses is not None:
+        session.addresses[machine.name] = addresses
+    eps = session.endpoints(machine)
     if not eps:
         lines.append((f"{machine.name}: problem: no worker address is known yet; run `jobtpu manage` "
                       f"(or `jobtpu tpu status {machine.name}`) first", True))
-    for worker_lines in parallel(lambda ep: _check_worker(home, machine, ep, fix, state), eps):
+    for worker_lines in parallel(lambda ep: _check_worker(session, machine, ep, fix), eps):
         lines.extend(worker_lines)
-    lines.extend(_tpu_checks(home, machine, eps, fix, state))
+    lines.extend(_tpu_checks(session, machine, eps, fix))
     for text, _ in lines:
         report(text)
     return [text for text, problem in lines if problem]
@@ -78,55 +79,52 @@ def _label(machine: Machine, ep: Endpoint) -> str:
     return f"{machine.name}[{ep.index}] {host}:{ep.port}"
 
 
-def _check_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: State) -> list[Line]:
+def _check_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
     ok = lambda text: (f"{label}: ok: {text}", False)  # noqa: E731
     bad = lambda text: (f"{label}: problem: {text}", True)  # noqa: E731
     tools = LOCAL_TOOLS if ep.addr is None else REMOTE_TOOLS
-    # Under `strict`, a TPU worker is trusted through the keys its node published (recorded by a pass).
-    t = transport(machine, ep, home, published_keys(state.machines.get(machine.name, {}), ep.index))
-    try:
+    with session.connected(machine, ep) as t:
         try:
-            result = t.run(doctor_script(machine.root, tools, home_id(home)), timeout=machine.connect_timeout + 30)
+            try:
+                result = t.run(doctor_script(machine.root, tools, session.home_id), timeout=machine.connect_timeout + 30)
+            except RemoteError as e:
+                why = e.message.removeprefix(f"{label}: ")
+                if "host key" in why or "authentication" in why:
+                    return [bad(why)]  # these messages already say what to do
+                return [bad(f"not reachable: {why}; check that the host is up and sshd listens on "
+                            f"port {ep.port}, then run `jobtpu doctor {machine.name}` again")]
+            facts = parse_doctor(result.stdout)
+            if not facts:
+                return [bad(f"the check script failed ({result.exit_code}): {result.stderr.strip()[-200:]}; "
+                            "the login shell must be able to run bash")]
+            out = [ok("runs scripts" if ep.addr is None else
+                      f"reachable, logged in as {machine.user or getpass.getuser()}")]
+            if facts.get("root") == "yes":
+                out.append(ok(f"root {machine.root} exists"))
+            elif fix:
+                made = t.run(make_dirs_script([machine.root]), timeout=machine.connect_timeout + 30)
+                out.append(ok(f"created root {machine.root}") if made.ok else
+                           bad(f"cannot create root {machine.root}: {made.stderr.strip()[-200:]}; "
+                               "set a writable 'root' in machines.json"))
+            else:
+                out.append(ok(f"root {machine.root} does not exist yet (the first launch creates it; "
+                              "--fix creates it now)"))
+            kib = facts.get("disk_kib", "")
+            if kib.isdigit():
+                gb = int(kib) / 1024 / 1024
+                out.append(ok(f"{gb:.1f} GB free in {machine.root}") if gb >= DISK_WARN_GB else
+                           bad(f"only {gb:.1f} GB free in {machine.root}; free some space there "
+                               "(`jobtpu clean --remote` deletes ended jobs' folders)"))
+            else:
+                out.append(bad(f"could not measure free disk in {machine.root} (df failed); check the disk by hand"))
+            for tool in tools:
+                path = facts.get(f"tool:{tool}", "-")
+                out.append(ok(f"{tool}: {path}") if path != "-" else
+                           bad(f"{tool} is not installed; install it (e.g. `sudo apt-get install -y {tool}`)"))
+            return out + _strays(t, machine, label, parse_live(result.stdout), session.state, fix, session.home_id)
         except RemoteError as e:
-            why = e.message.removeprefix(f"{label}: ")
-            if "host key" in why or "authentication" in why:
-                return [bad(why)]  # these messages already say what to do
-            return [bad(f"not reachable: {why}; check that the host is up and sshd listens on "
-                        f"port {ep.port}, then run `jobtpu doctor {machine.name}` again")]
-        facts = parse_doctor(result.stdout)
-        if not facts:
-            return [bad(f"the check script failed ({result.exit_code}): {result.stderr.strip()[-200:]}; "
-                        "the login shell must be able to run bash")]
-        out = [ok("runs scripts" if ep.addr is None else
-                  f"reachable, logged in as {machine.user or getpass.getuser()}")]
-        if facts.get("root") == "yes":
-            out.append(ok(f"root {machine.root} exists"))
-        elif fix:
-            made = t.run(make_dirs_script([machine.root]), timeout=machine.connect_timeout + 30)
-            out.append(ok(f"created root {machine.root}") if made.ok else
-                       bad(f"cannot create root {machine.root}: {made.stderr.strip()[-200:]}; "
-                           "set a writable 'root' in machines.json"))
-        else:
-            out.append(ok(f"root {machine.root} does not exist yet (the first launch creates it; "
-                          "--fix creates it now)"))
-        kib = facts.get("disk_kib", "")
-        if kib.isdigit():
-            gb = int(kib) / 1024 / 1024
-            out.append(ok(f"{gb:.1f} GB free in {machine.root}") if gb >= DISK_WARN_GB else
-                       bad(f"only {gb:.1f} GB free in {machine.root}; free some space there "
-                           "(`jobtpu clean --remote` deletes ended jobs' folders)"))
-        else:
-            out.append(bad(f"could not measure free disk in {machine.root} (df failed); check the disk by hand"))
-        for tool in tools:
-            path = facts.get(f"tool:{tool}", "-")
-            out.append(ok(f"{tool}: {path}") if path != "-" else
-                       bad(f"{tool} is not installed; install it (e.g. `sudo apt-get install -y {tool}`)"))
-        return out + _strays(t, machine, label, parse_live(result.stdout), state, fix, home_id(home))
-    except RemoteError as e:
-        return [bad(f"the connection failed during the checks: {e.message}")]
-    finally:
-        t.close()
+            return [bad(f"the connection failed during the checks: {e.message}")]
 
 
 def _strays(t: Transport, machine: Machine, label: str, live: dict[WorkerRef, list[int]], state: State,
@@ -196,23 +194,21 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     return out, node.addresses(machine.use_external_ip)
 
 
-def _tpu_checks(home: Home, machine: Machine, eps: list[Endpoint], fix: bool, state: State) -> list[Line]:
+def _tpu_checks(session: Session, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
     if not machine.is_tpu:
         return []
-    return [line for worker in parallel(lambda ep: _tpu_worker(home, machine, ep, fix, state), eps) for line in worker]
+    return [line for worker in parallel(lambda ep: _tpu_worker(session, machine, ep, fix), eps) for line in worker]
 
 
-def _tpu_worker(home: Home, machine: Machine, ep: Endpoint, fix: bool, state: State) -> list[Line]:
+def _tpu_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
-    t = transport(machine, ep, home, published_keys(state.machines.get(machine.name, {}), ep.index))
     try:
-        result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
+        with session.connected(machine, ep) as t:
+            result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
     except RemoteError as e:
         return [(f"{label}: problem: TPU checks could not run: {e.message}", True)]
-    finally:
-        t.close()
     out: list[Line] = []
     for line in result.stdout.splitlines():
         words = line.split()

@@ -22,6 +22,7 @@ from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 from .errors import ConfigError, NotFoundError
 from .home import Home
 from .nodespec import NodeSpec, NonEmptyText, default_runtime
+from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
 
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
@@ -32,9 +33,6 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-# A machine's resources are handed out by index, one list per job and pass: a count in the billions
-# would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
-MAX_RESOURCE_COUNT = 1024
 
 
 # ---- the file's schema ----------------------------------------------------------------------------

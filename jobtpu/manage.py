@@ -5,21 +5,16 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-import re
-import secrets as random_ids
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import model
-from .connect import endpoints, published_keys, transport
 from .decide import (
     Kill,
     Launch,
@@ -32,9 +27,9 @@ from .decide import (
     refs_of,
     wants_recreate,
 )
-from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
+from .errors import RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
-from .home import Home, create_temp, make_dirs, open_append, open_lock
+from .home import Home, make_dirs, open_append
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
@@ -51,12 +46,12 @@ from .scripts import (
     probe_script,
 )
 from .secrets import SecretStore
-from .store import State, Store, hold_lock, try_lock
+from .session import Session, home_id, parallel, pass_lock
+from .store import State, Store
 from .tpuflow import observe_tpus, request_recreate
-from .transport.base import Endpoint, Transport
+from .transport.base import Endpoint
 from .unpack import problem as archive_problem
 
-MAX_PARALLEL = 32
 ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 
 
@@ -66,61 +61,17 @@ class PassReport:
     skipped: bool = False  # another pass was running
 
 
-class Pass:
-    """Everything one pass knows: the home, the fleet, the state it read, and live connections."""
+class Pass(Session):
+    """A session for one manage pass: it also checks and copies the home's snapshots to workers."""
 
     def __init__(self, home: Home, fleet: Fleet, state: State) -> None:
-        self.home, self.fleet, self.state = home, fleet, state
-        self.store = Store(home)
-        self.base = {j.id: j.to_json() for j in state.jobs}
-        self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
-        self.notes: list[str] = []
-        self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
-        self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this pass
-        self._tpu: Any = None
+        super().__init__(home, fleet, state)
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.
         self._locks_lock = threading.Lock()
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
-        self._home_id: str | None = None
-        # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
-        for name, record in state.machines.items():
-            if isinstance(record.get("addresses"), list):
-                self.addresses[name] = list(record["addresses"])
-
-    def tpu_api(self) -> Any:
-        if self._tpu is None:
-            from .tpu import TpuApi  # google-cloud is loaded only when a TPU machine is in play
-            self._tpu = TpuApi(self.fleet.gcp)
-        return self._tpu
-
-    @property
-    def home_id(self) -> str:
-        if self._home_id is None:
-            self._home_id = home_id(self.home)
-        return self._home_id
-
-    # ---- helpers ----------------------------------------------------------------------------
-    def endpoints(self, machine: Machine) -> list[Endpoint]:
-        return endpoints(machine, self.addresses.get(machine.name))
-
-    def transport(self, machine: Machine, endpoint: Endpoint) -> Transport:
-        return transport(machine, endpoint, self.home,
-                         published_keys(self.state.machines.get(machine.name, {}), endpoint.index))
-
-    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
-        """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
-        t = self.transport(machine, endpoint)
-        try:
-            result = t.run(script, timeout=timeout)
-        finally:
-            t.close()
-        if result.exit_code != 0 and not result.stdout:
-            raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
-                              f"{result.stderr.strip()[-300:]}")
-        return result.stdout
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:
         with self._locks_lock:
@@ -139,71 +90,9 @@ class Pass:
         with self._lock(key):
             if key in self._pushed:
                 return
-            t = self.transport(machine, endpoint)
-            try:
+            with self.connected(machine, endpoint) as t:
                 t.push(self.home.archive(name), archive_path(machine.root, name))
-            finally:
-                t.close()
             self._pushed.add(key)
-
-    def commit(self) -> None:
-        """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs it
-        removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
-        by hand stay deleted."""
-        with self.store.transaction() as disk:
-            mine = {j.id: j for j in self.state.jobs}
-            merged: list[Job] = []
-            for job in disk.jobs:
-                ours = mine.get(job.id)
-                if ours is None:
-                    if job.id not in self.base:
-                        merged.append(job)  # submitted while we worked
-                    continue  # else: this session removed it
-                merged.append(ours if ours.to_json() != self.base.get(job.id) else job)
-            disk.jobs = merged
-            disk.machines = self.state.machines
-            self.state.next_id = disk.next_id
-        # What is on disk now is the base of the next commit.
-        self.base = {j.id: j.to_json() for j in self.state.jobs}
-
-
-HOME_ID = re.compile(r"^[0-9a-f]{16}$")
-
-
-def home_id(home: Home) -> str:
-    """The home's stable random id, made once (file `home_id`): part of the marker in every job
-    process's environment, so that a worker tells this home's jobs from another home's."""
-    path = home.root / "home_id"
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        home.ensure()
-        made = random_ids.token_hex(8)
-        fd, tmp = create_temp(path)  # a random name, never through a planted symlink
-        with os.fdopen(fd, "w") as f:
-            f.write(made + "\n")
-        try:
-            os.link(tmp, path)  # all or nothing, and the first of two racing makers wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-        text = path.read_text().strip()
-    if not HOME_ID.match(text):
-        raise JobtpuError(f"{path} does not hold a home id (16 hex digits): {text[:40]!r}",
-                          hint="restore it; deleting it gives the home a new id, and its running jobs "
-                               "are then no longer recognised on their machines")
-    return text
-
-
-@contextlib.contextmanager
-def pass_lock(home: Home, wait: float) -> Iterator[bool]:
-    home.ensure()
-    fd = open_lock(home.pass_lock)
-    try:
-        yield try_lock(fd, wait)
-    finally:
-        os.close(fd)
 
 
 def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
@@ -300,7 +189,7 @@ def observe(p: Pass) -> Observation:
     return seen
 
 
-def probe(p: Pass, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
+def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
     script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
@@ -487,7 +376,7 @@ def unlaunch(job: Job) -> None:
     job.machine, job.alloc = None, {}
 
 
-def _kill(p: Pass, action: Kill, now: float) -> str | None:
+def _kill(p: Session, action: Kill, now: float) -> str | None:
     """Stop the workers; once all are gone, end the job as its stop said. Returns the machine to
     recreate when that ending asks for it."""
     job = p.state.job(action.job)
@@ -514,31 +403,9 @@ def _kill(p: Pass, action: Kill, now: float) -> str | None:
     return None
 
 
-def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
-    """Run fn over items on a bounded thread pool; results in item order."""
-    items = list(items)
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
 # ---- commands that act on the fleet outside a pass ------------------------------------------------
 
-@contextlib.contextmanager
-def fleet_session(home: Home, wait: float = 60.0) -> Iterator[Pass]:
-    """For kill/resume/rerun/clean: hold the pass lock (no pass runs meanwhile), commit at the end."""
-    with pass_lock(home, wait) as got:
-        if not got:
-            raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
-                            hint="wait for it to finish, or look for a stuck `jobtpu manage`")
-        fleet = load_fleet(home)
-        p = Pass(home, fleet, Store(home).load())
-        yield p
-        p.commit()
-
-
-def kill_jobs(p: Pass, jobs: list[Job], now: float) -> None:
+def kill_jobs(p: Session, jobs: list[Job], now: float) -> None:
     """Mark the jobs killing (saved first), stop them everywhere, mark them killed."""
     for job in jobs:
         if job.status is Status.QUEUED:
@@ -551,4 +418,4 @@ def kill_jobs(p: Pass, jobs: list[Job], now: float) -> None:
     parallel(lambda a: _kill(p, a, now), kills)
 
 
-__all__ = ["run_pass", "fleet_session", "kill_jobs", "PassReport", "MachineView", "hold_lock"]
+__all__ = ["run_pass", "kill_jobs", "PassReport", "MachineView"]

@@ -13,6 +13,9 @@ from typing import Any
 
 from .schema import ATTEMPT_LISTED, FIELDS, LISTED, STATUSES
 
+# The recovery rules a job may name; rules.py says what each does (it imports this module, not back).
+RULES = ("pre", "pass", "reapply", "rerun", "resume")
+
 
 class Status(StrEnum):
     QUEUED = "queued"
@@ -200,6 +203,11 @@ class Job:
         _check_types(job)
         return job
 
+    def queued_by_hand(self) -> None:
+        """After `resume` or `rerun`: a person asked for this attempt, so the automatic recoveries
+        count afresh (max_recoveries is a budget per run a person starts, not per job)."""
+        self.recoveries = 0
+
 
 def _attempt(data: Any, where: str) -> Attempt:
     """One stored attempt, checked field by field (`where`: its path in the record, for the error)."""
@@ -355,8 +363,6 @@ def _check_types(job: Job) -> None:
             raise ValueError(f"field 'alloc': {resource[:40]!r} is not a resource name (lowercase, digits, '_')")
         if len(indices) > MAX_COUNT or not all(0 <= i < MAX_COUNT for i in indices):
             raise ValueError(f"field 'alloc': alloc.{resource} must list at most {MAX_COUNT} indices, each 0 to {MAX_COUNT - 1}")
-    from .rules import RULES  # here: rules imports this module
-
     if job.rule is not None and job.rule not in RULES:
         raise ValueError(f"field 'rule' must be one of {', '.join(RULES)} or null (got {job.rule!r})")
     problem = _request_problem(tuple(job.req))  # found only at dispatch, it would stop every pass
@@ -371,7 +377,7 @@ def _request_problem(tokens: tuple[str, ...]) -> str | None:
     """Why these --req tokens cannot be parsed, or None. (Cached: thousands of jobs of a sweep
     share a handful of requests.)"""
     from .errors import JobtpuError
-    from .requests import parse_request  # here: requests → fleet → store imports this module
+    from .requests import parse_request  # here: only a job that names requests needs it
 
     try:
         parse_request(list(tokens))

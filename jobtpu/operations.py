@@ -8,9 +8,10 @@ from pathlib import Path
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
-from .manage import Pass, append_log, parallel, probe
+from .manage import append_log, probe
 from .model import Job, Status
 from .scripts import WorkerRef, WorkerState, job_folder, remove_job_script
+from .session import Session, parallel
 from .store import State, Store
 from .transport.base import Endpoint
 
@@ -27,7 +28,7 @@ def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, Work
     machine = fleet.get(job.machine)
     if machine is None:
         return job, {}
-    p = Pass(home, fleet, state)
+    p = Session(home, fleet, state)
     from .decide import refs_of
 
     def one(ep: Endpoint) -> dict[WorkerRef, WorkerState]:
@@ -53,19 +54,16 @@ def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: P
     machine = fleet.get(job.attempts[-1].machine)
     if machine is None:
         raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
-    p = Pass(home, fleet, state)
+    p = Session(home, fleet, state)
     eps = p.endpoints(machine)
     if not eps:
         raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
     remote = job_folder(machine.root, job.id) + (f"/{path.strip('/')}" if path.strip("/") else "")
-    t = p.transport(machine, eps[0])
-    try:
+    with p.connected(machine, eps[0]) as t:
         t.pull(remote, target)
-    finally:
-        t.close()
 
 
-def clean_remote(p: Pass, jobs: list[Job]) -> None:
+def clean_remote(p: Session, jobs: list[Job]) -> None:
     """Delete the ended jobs' folders on their machines, and archives no remaining job uses."""
     leaving = {j.id for j in jobs}
     keep = sorted({j.archive for j in p.state.jobs if j.id not in leaving})

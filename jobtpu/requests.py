@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import JobtpuError
-from .fleet import MAX_RESOURCE_COUNT, Machine
+
+if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's bound
+    from .fleet import Machine
+
+# A machine's resources are handed out by index, one list per job and pass: a count in the billions
+# would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
+MAX_RESOURCE_COUNT = 1024
 
 _COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
 _ACCEL = re.compile(r"^v(\d+)[a-z]*(-\d+)?\+?$")

@@ -372,3 +372,39 @@ def try_lock(fd: int, timeout: float) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+
+# ---- ids and history: the home's rules for naming jobs and retiring them ------------------------
+
+def highest_used_id(home: Home) -> int:
+    """The highest id any job of this home ever had, even if state.json and the id mark lost it
+    (hand edits, deleted files, a home from before the mark): ids are never reused, since logs,
+    secrets and remote folders are named by them."""
+    import re
+
+    used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
+    used += [int(p.name) for p in (home.local_run_root / "jobs").glob("*") if p.name.isdigit()]
+    if home.history_file.exists():
+        with open(home.history_file, "rb") as f:
+            used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
+    return max(used, default=0)
+
+
+def take_next_id(home: Home, state: State) -> int:
+    """Inside a transaction: the id for a new job, spent at once (the id mark is written before
+    anything is filed under it, so whatever fails later, no other job ever gets this id)."""
+    job_id = max(state.next_id, highest_used_id(home) + 1, read_id_mark(home) + 1)
+    state.next_id = job_id + 1
+    write_id_mark(home, job_id)
+    return job_id
+
+
+def append_to_history(home: Home, jobs: list[Job]) -> None:
+    """Append ended jobs to history.jsonl, one line each: one write and one fsync, however many.
+    The caller removes them from state.json afterwards (a crash in between lists a job twice, never
+    loses it)."""
+    if not jobs:
+        return
+    import orjson
+
+    append_line(home.history_file, "\n".join(orjson.dumps(j.to_json()).decode() for j in jobs))

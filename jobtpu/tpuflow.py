@@ -14,10 +14,10 @@ from . import scripts
 from .errors import RemoteError
 from .fleet import Machine
 from .nodespec import for_zone
+from .session import Session, parallel
 
 if TYPE_CHECKING:
     from .decide import Observation
-    from .manage import Pass
     from .tpu import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
@@ -246,10 +246,9 @@ def spec_key(machine: Machine) -> str:
 
 # ---- the I/O around it ---------------------------------------------------------------------------
 
-def observe_tpus(p: Pass, seen: Observation) -> None:
+def observe_tpus(p: Session, seen: Observation) -> None:
     """One listing per zone, one call per operation in flight, then each machine's plan carried out
     (deletes/creates started, setups run). Fills the machines' views and worker addresses."""
-    from .manage import parallel
     from .tpu import PREEMPTED, health_of
 
     # Each machine in the zone it is in now (capacity errors may have moved it from its first).
@@ -319,7 +318,7 @@ def observe_tpus(p: Pass, seen: Observation) -> None:
             view.error = plan.detail
 
 
-def _say_credentials(p: Pass, nodes_by_zone: dict[str, Any]) -> None:
+def _say_credentials(p: Session, nodes_by_zone: dict[str, Any]) -> None:
     """A credentials failure costs the pass one line, however many zones and machines it stops;
     every other machine is still served."""
     from .tpu import CredentialsFailed
@@ -329,7 +328,7 @@ def _say_credentials(p: Pass, nodes_by_zone: dict[str, Any]) -> None:
         p.notes.append(f"jobtpu: {failure.message}; TPU machines wait (hint: {failure.hint})")
 
 
-def _not_listed(p: Pass, machine: Machine, record: dict[str, Any], view: Any, error: RemoteError) -> None:
+def _not_listed(p: Session, machine: Machine, record: dict[str, Any], view: Any, error: RemoteError) -> None:
     """The zone could not be listed: nothing is known of the node this pass, nothing runs there."""
     from .tpu import CredentialsFailed
 
@@ -372,7 +371,7 @@ def _read_host_keys(api: TpuApi, machine: Machine, record: dict[str, Any], node:
     record["host_keys"], record["host_keys_for"] = keys, node.create_time
 
 
-def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
+def _carry_out(p: Session, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
                now: float) -> None:
     if p.dry_run:
         p.notes.extend(f"would {step.kind} {machine.name}" for step in plan.steps)
@@ -412,7 +411,7 @@ def _carry_out(p: Pass, api: TpuApi, machine: Machine, record: dict[str, Any], p
                 plan.detail = e.message
 
 
-def _create_refused(p: Pass, machine: Machine, record: dict[str, Any], plan: MachinePlan, error: RemoteError,
+def _create_refused(p: Session, machine: Machine, record: dict[str, Any], plan: MachinePlan, error: RemoteError,
                     now: float) -> None:
     """What a failed create call means: wrong (not asked again), capacity (back off), no
     credentials (nothing was sent), or unsure (timeout, 5xx: Google may have created it)."""
@@ -439,7 +438,7 @@ def create_failed(record: dict[str, Any], message: str, now: float, first_backof
     record["last_error"] = short(message, 300)
 
 
-def forget_keys(p: Pass, machine: Machine, addresses: list[str]) -> None:
+def forget_keys(p: Session, machine: Machine, addresses: list[str]) -> None:
     """A recreated node has new host keys: forget the old ones rather than trust or refuse them."""
     if machine.host_key_policy == "off" or not p.home.known_hosts.exists():
         return
@@ -449,9 +448,8 @@ def forget_keys(p: Pass, machine: Machine, addresses: list[str]) -> None:
         forget_host(p.home, addr, machine.port)
 
 
-def run_setup(p: Pass, machine: Machine, record: dict[str, Any], plan: MachinePlan) -> None:
+def run_setup(p: Session, machine: Machine, record: dict[str, Any], plan: MachinePlan) -> None:
     """Start the setup commands detached on every worker (once per incarnation), wait a little."""
-    from .manage import parallel
 
     incarnation = str(record.get("incarnation") or "")
     setup = record.get("setup") or {"status": "running", "tries": 0}
@@ -492,7 +490,7 @@ def run_setup(p: Pass, machine: Machine, record: dict[str, Any], plan: MachinePl
         plan.state, plan.detail = "setting up", "setup commands running"
 
 
-def request_recreate(p: Pass, machine: Machine, now: float) -> None:
+def request_recreate(p: Session, machine: Machine, now: float) -> None:
     """A job wants this TPU back: start deleting (or creating) it now; later passes go on from there."""
     record = p.state.machines.setdefault(machine.name, {})
     if record.get("want_recreate") or record.get("operation"):

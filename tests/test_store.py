@@ -372,11 +372,11 @@ def test_a_user_whose_jobs_are_gone_lists_empty(tmp_path: Path) -> None:
 
 def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path) -> None:
     from jobtpu.fleet import load_fleet
-    from jobtpu.manage import Pass
+    from jobtpu.session import Session
 
     home = Home(tmp_path)
     old, kept = add(Store(home)), add(Store(home))
-    p = Pass(home, load_fleet(home), Store(home).load())
+    p = Session(home, load_fleet(home), Store(home).load())
     p.state.jobs = [j for j in p.state.jobs if j.id != old]  # what `clean` does
     late = add(Store(home))  # a submit while the session runs
     p.commit()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .errors import JobtpuError
-from .home import Home
+from ..errors import JobtpuError
+from ..home import Home
+from ..text import printable
+from .common import emit_json
 
 
 def provisioning(machine: Any, record: dict[str, Any]) -> str:
@@ -21,10 +23,10 @@ def provisioning(machine: Any, record: dict[str, Any]) -> str:
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
-    from .manage import fleet_session
-    from .tpuflow import request_recreate
+    from ..session import locked_session
+    from ..tpuflow import request_recreate
 
-    with fleet_session(home) as p:
+    with locked_session(home) as p:
         machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
@@ -73,3 +75,17 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             "queued_resource": record.get("queued_state") if machine.queued_resource else None,
             "recorded_spec": record.get("spec"),
         }
+
+
+def tpu(home: Home, op: str, name: str, as_json: bool) -> int:
+    info = tpu_command(home, op, name)
+    if as_json:
+        emit_json(info)
+    elif op == "status":
+        print(printable(f"{info['machine']}: {info['tpu_state'] or 'no node'} ({info['jobtpu_state'] or 'unknown'})"
+                        + (f" — {info['detail']}" if info.get("detail") else "")))
+    else:
+        width = max(map(len, info))
+        for key, value in info.items():
+            print(printable(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}"))
+    return 0

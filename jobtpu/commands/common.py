@@ -1,0 +1,51 @@
+"""What every command group shares: how a line reaches the user, JSON output, and SIGTERM handling."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+from ..errors import JobtpuError, Terminated
+from ..text import printable, printable_lines
+
+
+def emit_json(document: object) -> None:
+    import orjson
+
+    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE))
+    sys.stdout.flush()
+
+
+def note(text: str) -> None:
+    """One line for the user on stderr. Untrusted parts (names, remote messages) are escaped; the
+    line breaks our own messages put between lines are kept."""
+    sys.stderr.write(printable_lines(text) + "\n")
+
+
+def error_text(error: JobtpuError) -> str:
+    """How a JobtpuError reads on stderr: `jobtpu: error: ...` and, when it has one, `hint: ...`.
+    The one wording for errors, whether the command ends with it or a `manage --loop` carries on."""
+    text = f"jobtpu: error: {printable(error.message)}"
+    return text + (f"\nhint: {printable(error.hint)}" if error.hint else "")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises Terminated meanwhile, as Ctrl-C raises KeyboardInterrupt: the work under way
+    cleans up after itself (no half-written archive) instead of the process vanishing mid-write."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

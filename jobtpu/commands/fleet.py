@@ -1,0 +1,113 @@
+"""The fleet commands: manage (the pass), machines (the fleet's state), doctor (check a machine)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobtpuError
+from ..home import Home
+from ..store import Store
+from ..text import printable
+from .common import emit_json, error_text, note
+
+if TYPE_CHECKING:
+    from ..fleet import Machine
+
+
+# ---- manage ---------------------------------------------------------------------------------------
+
+def manage(home: Home, loop: float | None, dry_run: bool) -> int:
+    """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
+    from .. import manage as passes
+
+    while True:
+        try:
+            report = passes.run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
+        except Exception as e:
+            if loop is None:
+                raise
+            # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
+            # a full disk or a bug (the traceback) is reported, and the next round tries again.
+            if isinstance(e, JobtpuError):
+                note(error_text(e))
+            else:
+                import traceback
+
+                note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
+        else:
+            if dry_run:
+                for line in report.notes or ["nothing to do"]:
+                    print(printable(line))
+            elif report.skipped:
+                note("jobtpu: another manage pass is running; skipped")
+            if loop is None:
+                return 0
+        time.sleep(loop)
+
+
+# ---- machines -------------------------------------------------------------------------------------
+
+def machine_rows(home: Home) -> list[dict[str, Any]]:
+    from ..decide import used_resources
+    from ..fleet import load_fleet
+
+    fleet = load_fleet(home)
+    state = Store(home).load()
+    used = used_resources(state.jobs)
+    rows = []
+    for m in fleet.machines.values():
+        known = state.machines.get(m.name, {})
+        taken = used.get(m.name, {})
+        api_error = known.get("api_error")  # the TPU API could not be asked this pass (credentials)
+        rows.append({
+            "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
+            "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
+            "state": "unknown" if api_error else known.get("state", "up" if m.kind == "local" else "unknown"),
+            "health": known.get("health"), "health_description": known.get("health_description"),
+            "detail": api_error or (known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m)),
+            "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
+            "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
+            **(_tpu_columns(m, known) if m.is_tpu else {}),
+        })
+    return rows
+
+
+def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
+    from .tpu import provisioning
+
+    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
+            "moved": known.get("moved"),
+            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
+            "refused": (known.get("refused") or {}).get("message")}
+
+
+def _never_seen(machine: Machine) -> str:
+    if machine.is_tpu:
+        return "not asked yet: the next `jobtpu manage` asks the TPU API"
+    # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
+    return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"
+
+
+def machines(home: Home, as_json: bool) -> int:
+    rows = machine_rows(home)
+    if as_json:
+        emit_json({"machines": rows})
+        return 0
+    from rich.console import Console
+
+    from ..display import machines_table
+
+    Console().print(machines_table(rows))
+    return 0
+
+
+def doctor(home: Home, name: str, fix: bool) -> int:
+    """Check a machine's workers; exit 1 when any check found a problem."""
+    from ..doctor import doctor as check_machine
+    from ..fleet import load_fleet
+
+    fleet = load_fleet(home)
+    machine = fleet.require(name)
+    problems = check_machine(home, fleet, machine, fix=fix, report=note)
+    return 1 if problems else 0

@@ -1,0 +1,57 @@
+"""`jobtpu rules`: what each rule does when an attempt ends, and which machines default to it.
+
+Every cell is computed by asking rules.py and the fleet's own default, the functions a pass decides
+with, so the table cannot drift from what happens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..home import Home
+from .common import emit_json
+
+# How a recovery word reads (docs/reference.md §7.1 uses the same words).
+SAYS = {"resume": "resume", "rerun": "run from the start", "recreate-resume": "recreate the TPU, then resume",
+        "recreate-rerun": "recreate the TPU, then run from the start", None: "fail"}
+
+
+def _outcome(rule: str, reasons: tuple[str, ...]) -> str:
+    """What `rule` does about an attempt that ended with any of `reasons` (one recovery left)."""
+    from .. import rules
+
+    said = {SAYS.get(word, str(word)) for word in (rules.recovery(rule, r, 0, 1) for r in reasons)}
+    return " / ".join(sorted(said))
+
+
+def rule_rows(home: Home) -> list[dict[str, Any]]:
+    from .. import model, rules
+    from ..fleet import Machine, load_fleet
+
+    kinds = {"local machine": Machine(name="local", kind="local"), "ssh machine": Machine(name="box", kind="ssh"),
+             "on-demand TPU": Machine(name="tpu", kind="tpu"),
+             "preemptible or spot TPU": Machine(name="tpu", kind="tpu", preemptible=True)}
+    # The home's own machines, when it has a machines.json (a broken one is reported, as everywhere).
+    fleet = load_fleet(home).machines.values() if home.machines_file.exists() else []
+    other = (model.OOM, model.TIMEOUT, model.LAUNCH_FAILED, model.KILLED, model.exit_reason(1))
+    return [{
+        "rule": rule,
+        "preempted": _outcome(rule, (model.PREEMPTED,)),
+        "grpc_lost_hang": _outcome(rule, tuple(sorted(rules.RETRIABLE))),
+        "other_failure": _outcome(rule, other),
+        "exit_0": "finished",
+        "default_for": [kind for kind, m in kinds.items() if m.default_rule() == rule],
+        "machines": [m.name for m in fleet if m.default_rule() == rule],
+    } for rule in rules.RULES]
+
+
+def show_rules(home: Home, as_json: bool) -> int:
+    rows = rule_rows(home)
+    if as_json:
+        emit_json({"rules": rows})
+        return 0
+    from rich.console import Console
+
+    from ..display import rules_table
+
+    Console().print(rules_table(rows))
+    return 0

@@ -1,0 +1,99 @@
+"""The command line as a whole: every option explains itself, `jobtpu rules` shows what the pass
+decides with, and the status table shows what a person reads (all of it with --all)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from jobtpu import rules
+from jobtpu.cli import COMMANDS, RULE_NAMES, build_parser
+from jobtpu.commands.jobs import ENDED_SHOWN, QUEUED_SHOWN
+from jobtpu.home import Home
+from jobtpu.model import Attempt, Job, Status
+from jobtpu.store import Store
+from tests.helpers import jobtpu, make_home
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    parser = build_parser()
+    missing = [f"jobtpu {name} {a.option_strings or a.dest}"
+               for name, sub in [("", parser), *_subparsers(parser).items()]
+               for a in sub._actions
+               if not isinstance(a, argparse._HelpAction | argparse._SubParsersAction) and not a.help]
+    assert missing == []
+
+
+def test_every_command_is_dispatched_and_rule_names_match_the_rules() -> None:
+    assert set(_subparsers(build_parser())) == set(COMMANDS)
+    assert RULE_NAMES == rules.RULES
+
+
+def test_rules_prints_what_the_pass_decides_with(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"box": {"kind": "local"},
+                                "v4": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v4-8",
+                                       "preemptible": True}})
+    doc = json.loads(jobtpu(home, "rules", "--json").stdout)
+    by_rule = {row["rule"]: row for row in doc["rules"]}
+    assert list(by_rule) == list(rules.RULES)
+    assert by_rule["pre"]["preempted"] == "recreate the TPU, then resume"
+    assert by_rule["pre"]["grpc_lost_hang"] == "resume"
+    assert by_rule["rerun"]["grpc_lost_hang"] == "run from the start"
+    assert by_rule["pass"]["preempted"] == by_rule["pass"]["grpc_lost_hang"] == "fail"
+    assert all(row["other_failure"] == "fail" and row["exit_0"] == "finished" for row in by_rule.values())
+    assert by_rule["pre"]["machines"] == ["v4"] and by_rule["pass"]["machines"] == ["box"]
+    assert "preemptible or spot TPU" in by_rule["pre"]["default_for"]
+    table = jobtpu(home, "rules", env={"COLUMNS": "250"}).stdout
+    assert re.search(r"reapply +recreate the TPU, then resume +recreate the TPU, then resume +fail +finished", table)
+
+
+def _job(job_id: int, status: Status, ended: float | None = None) -> Job:
+    if status is Status.QUEUED:
+        return Job(id=job_id, user="tester", cmd="true", archive="a.tar.gz", created=float(job_id))
+    attempt = Attempt(0, "local", None if ended is None else "finished", None if ended is None else 0,
+                      float(job_id), ended)
+    return Job(id=job_id, user="tester", cmd="true", archive="a.tar.gz", created=float(job_id), machine="local",
+               status=status, exit_code=0 if status is Status.FINISHED else None, attempts=[attempt])
+
+
+def _ids_in_table(text: str) -> list[int]:
+    return [int(m[1]) for m in re.finditer(r"^\s*(\d+)\s+tester\s", text, re.M)]
+
+
+def test_status_table_shows_active_and_recent_jobs_and_says_how_many_it_left_out(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    extra_queued, extra_ended = 7, 5
+    ended = list(range(1, ENDED_SHOWN + extra_ended + 1))
+    running = [100, 101]
+    queued = list(range(200, 200 + QUEUED_SHOWN + extra_queued))
+    with Store(Home(home)).transaction() as state:
+        # Ended in an order unlike their ids: the table keeps the ones that ended last.
+        state.jobs += [_job(i, Status.FINISHED, ended=1000.0 - i) for i in ended]
+        state.jobs += [_job(i, Status.RUNNING) for i in running] + [_job(i, Status.QUEUED) for i in queued]
+        state.next_id = 300
+    wide = {"COLUMNS": "200"}
+    table = jobtpu(home, "status", env=wide).stdout
+    assert _ids_in_table(table) == ended[:ENDED_SHOWN] + running + queued[:QUEUED_SHOWN]
+    assert f"{extra_queued} more queued and {extra_ended} older ended job(s) not shown (--all shows every job)" in table
+    everything = jobtpu(home, "status", "--all", env=wide).stdout
+    assert _ids_in_table(everything) == ended + running + queued and "not shown" not in everything
+    named = jobtpu(home, "status", str(ended[-1]), env=wide).stdout  # a job named by id is always shown
+    assert _ids_in_table(named) == [ended[-1]]
+    listed = json.loads(jobtpu(home, "status", "--json").stdout)["jobs"]  # scripts still get every job
+    assert [j["id"] for j in listed] == ended + running + queued
+
+
+def test_a_short_status_table_leaves_nothing_out(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    with Store(Home(home)).transaction() as state:
+        state.jobs += [_job(1, Status.FINISHED, ended=5.0), _job(2, Status.QUEUED)]
+        state.next_id = 3
+    table = jobtpu(home, "status", env={"COLUMNS": "200"}).stdout
+    assert _ids_in_table(table) == [1, 2] and "not shown" not in table

@@ -1,0 +1,93 @@
+"""The package's layers: no module imports, directly or through others, a module that imports it
+back. Cycles make import order matter (a half-initialised module, an import moved into a function to
+dodge it) and hide which module owns what."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "jobtpu"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:`: they name types and never run."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            lines.update(n.lineno for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.stmt))
+    return lines
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The package modules this file imports, at module level or inside functions."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_checking_only(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join([*base, node.module] if node.module else base)
+            targets = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imports_of(path, set(files)) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path that starts and ends at the same module, or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if (cycle := visit(dep)) is not None:
+                return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if (cycle := visit(module)) is not None:
+            return cycle
+    return None
+
+
+def test_no_import_cycles_among_jobtpu_modules() -> None:
+    graph = import_graph()
+    assert len(graph) > 20 and "jobtpu.cli" in graph  # the walk found the package
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_walk_sees_function_level_and_relative_imports() -> None:
+    """The check is not blind: the imports a module makes inside functions are edges too, and a cycle
+    made of them is found."""
+    graph = import_graph()
+    assert "jobtpu.tpu" in graph["jobtpu.session"]  # `from .tpu import TpuApi` inside Session.tpu_api
+    assert "jobtpu.transport.ssh" in graph["jobtpu.connect"]  # `from .transport.ssh import ...` in a function
+    assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
+
+
+def test_tpuflow_does_not_reach_back_into_the_pass() -> None:
+    assert "jobtpu.manage" not in import_graph()["jobtpu.tpuflow"]
