@@ -21,7 +21,7 @@ from .text import printable, printable_lines
 if TYPE_CHECKING:
     from .fleet import Fleet, Machine
     from .model import Job
-    from .scripts import WorkerRef, WorkerState
+    from .workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.

@@ -38,10 +38,6 @@ from .home import Home, create_temp, make_dirs, open_append, open_lock
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
-    LaunchResult,
-    LaunchSpec,
-    WorkerRef,
-    WorkerState,
     archive_path,
     kill_script,
     launch_script,
@@ -55,6 +51,7 @@ from .store import State, Store, hold_lock, try_lock
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint, Transport
 from .unpack import problem as archive_problem
+from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 MAX_PARALLEL = 32
 ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix

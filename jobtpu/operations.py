@@ -10,9 +10,10 @@ from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .manage import Pass, append_log, parallel, probe
 from .model import Job, Status
-from .scripts import WorkerRef, WorkerState, job_folder, remove_job_script
+from .scripts import job_folder, remove_job_script
 from .store import State, Store
 from .transport.base import Endpoint
+from .workers import WorkerRef, WorkerState
 
 
 def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, WorkerState]]:
