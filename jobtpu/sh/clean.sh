@@ -7,14 +7,14 @@ jobtpu_make_dirs() {
 
 # jobtpu_remove_jobs ROOT [JOB]... : delete the jobs' folders and meta files.
 jobtpu_remove_jobs() {
-  local r=$1 job
+  local r=${1/#-/./-} job
   shift
   for job; do rm -rf -- "$r/jobs/$job" "$r/meta/$job"; done
 }
 
 # jobtpu_keep_archives ROOT [ARCHIVE]... : delete every archive but the named ones.
 jobtpu_keep_archives() {
-  local r=$1 file name keep archive
+  local r=${1/#-/./-} file name keep archive
   shift
   for file in "$r"/archives/*.tar.gz; do
     [ -e "$file" ] || continue

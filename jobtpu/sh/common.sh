@@ -1,5 +1,7 @@
 # Shared functions of every script jobtpu runs on a machine (sourced text, not run on its own).
 # Every function takes what it needs as arguments; none reads a global set elsewhere.
+# A machine's root is relative to the login folder unless absolute, and may begin with '-': every
+# function that takes one makes it ./-... first (r=${1/#-/./-}), so that no command takes it for an option.
 
 # The exit code of a detached process that could not record its pid: it started nothing.
 JOBTPU_NO_PID_RECORD=97

@@ -5,8 +5,9 @@
 # home's jobs on this host: each process that carries a job's marker (an ended job's escaped children
 # among them) and each live process-group leader named by a pid file.
 jobtpu_doctor() {
-  local r=$1 hid=$2 d=$1 tool file pid job name attempt worker
+  local r=${1/#-/./-} hid=$2 d tool file pid job name attempt worker
   shift 2
+  d=$r
   while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done
   if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi
   echo "DISK $(df -Pk -- "$d" | awk 'NR == 2 {print $4}')"

@@ -16,7 +16,7 @@ jobtpu_group_alive() {
 # KILL what is left after STEPS tenths of a second. One `K job attempt worker gone|stuck` line per
 # worker.
 jobtpu_kill() {
-  local r=$1 hid=$2 steps=$3 wanted=" " refs=() groups=() sent=" " ref group left job attempt worker
+  local r=${1/#-/./-} hid=$2 steps=$3 wanted=" " refs=() groups=() sent=" " ref group left job attempt worker
   shift 3
   while [ $# -ge 3 ]; do refs+=("$1 $2 $3"); wanted="$wanted$1.$2.$3 "; shift 3; done
   for ref in ${refs[@]+"${refs[@]}"}; do

@@ -7,7 +7,7 @@
 # and for an exited worker whose log is further behind than that, `T job attempt worker BASE64` with
 # the log's last TAIL bytes, to classify its failure from.
 jobtpu_probe() {
-  local r=$1 chunk=$3 tail=$4 all job attempt worker
+  local r=${1/#-/./-} chunk=$3 tail=$4 all job attempt worker
   # One scan of /proc for every worker asked about: " job.attempt.worker " once per process.
   all=" $(jobtpu_marks "$2" | while read -r _ job attempt worker; do printf '%s ' "$job.$attempt.$worker"; done)"
   shift 4

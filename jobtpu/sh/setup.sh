@@ -19,7 +19,7 @@ jobtpu_setup_failed() {
 # incarnation (TAG) and worker; report one line: `SETUP done` | `SETUP running` |
 # `SETUP failed CODE: LOG TAIL`. With RETRY=1, a failed one starts again.
 jobtpu_setup() {
-  local r=$1 tag=$2 worker=$3 retry=$4 b c w
+  local r=${1/#-/./-} tag=$2 worker=$3 retry=$4 b c w
   shift 4
   mkdir -p "$r/setup" || { echo "SETUP failed 1: cannot create $r/setup"; return 0; }
   b="$(cd "$r/setup" && pwd -P)/$tag.$worker"

@@ -28,9 +28,9 @@ jobtpu_tpu_cleanup() {
 # `LOCK yes|no` for /tmp/libtpu_lockfile; with FIX=1, the stale holders are stopped and the lock file
 # removed first.
 jobtpu_tpu_doctor() {
-  local ours dir pid group name
-  if [ "$2" = 1 ]; then jobtpu_tpu_cleanup "$1"; fi
-  ours=$(jobtpu_our_groups "$1")
+  local r=${1/#-/./-} ours dir pid group name
+  if [ "$2" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
+  ours=$(jobtpu_our_groups "$r")
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     if jobtpu_holds_tpu "$dir"; then
