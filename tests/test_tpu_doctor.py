@@ -1,0 +1,50 @@
+"""`jobtpu doctor` on a TPU machine: a process that holds the TPU device and is no job of jobtpu's is
+named, and `--fix` stops it. Through the CLI, against the fake TPU API and a real sshd worker; the
+holder is a real process of the worker's user with a file named like a TPU device open."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+from jobtpu.scripts import parse_tpu_doctor
+from tests.helpers import jobtpu, wait_for
+from tests.tpufleet import TpuFleet, write_machines
+
+
+def test_doctor_names_a_stale_tpu_device_holder_and_fix_stops_it(tpus: TpuFleet, tmp_path: Path) -> None:
+    node = tpus.add_node("tpu-doc", workers=1, accelerator="v3-8")
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-doc")})
+    user = pwd.getpwnam(node.user)
+    device = node.home / "dev" / "accel0"  # what /dev/accel0 looks like through /proc/<pid>/fd
+    device.parent.mkdir()
+    device.touch()
+    named = node.home / "hours"  # a command name with "ours" in it is still no job of ours
+    named.symlink_to(str(shutil.which("sleep")))
+    with device.open("rb") as held:
+        holder = subprocess.Popen([str(named), "300"], stdin=held, user=user.pw_uid, group=user.pw_gid,
+                                  cwd=node.home, env={"PATH": os.environ["PATH"]})
+    try:
+        found = jobtpu(home, "doctor", "v3", check=False, timeout=120)
+        assert found.returncode == 1, found.stderr
+        assert (f"problem: process {holder.pid} (hours) holds the TPU device and is no job of jobtpu's; "
+                "`jobtpu doctor v3 --fix` stops it") in found.stderr, found.stderr
+        fixed = jobtpu(home, "doctor", "v3", "--fix", check=False, timeout=120)
+        assert f"process {holder.pid}" not in fixed.stderr and "ok: TPU device free" in fixed.stderr, fixed.stderr
+        wait_for(lambda: holder.poll() is not None, timeout=10, what="the stale holder to be stopped")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_lock_file_is_ours_only_when_a_holder_is() -> None:
+    """A stale holder whose command name contains "ours" does not make the lock file a running job's."""
+    holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nHOLDER 13 my tool ours\nLOCK yes\n")
+    assert [(h.pid, h.command, h.ours) for h in holders] == [(12, "hours", False), (13, "my tool", True)]
+    assert lock
+    holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nLOCK no\n")
+    assert not any(h.ours for h in holders) and not lock
