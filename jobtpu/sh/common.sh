@@ -50,9 +50,11 @@ jobtpu_marks() {
   local entry pid mark job attempt worker
   grep -HzoE -- '^JOBTPU_MARK=.*[.][0-9]+[.][0-9]+[.][0-9]+$' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
     while IFS= read -r entry; do
+      # A line that does not name its process is the rest of a value with a newline in it.
+      [[ $entry == /proc/[0-9]*/environ:JOBTPU_MARK=* ]] || continue
       pid=${entry#/proc/}; pid=${pid%%/*}; mark=${entry#*:JOBTPU_MARK=}
       [ "${mark%.*.*.*}" = "$1" ] || continue
-      IFS=. read -r job attempt worker <<< "${mark:${#1}+1}"
+      mark=${mark:${#1}+1}; job=${mark%%.*}; mark=${mark#*.}; attempt=${mark%%.*}; worker=${mark#*.}
       echo "$pid $job $attempt $worker"
     done
 }
