@@ -261,3 +261,11 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
+
+
+def setup_outcome(stdout: str) -> str:
+    """The setup script's report (its last line): done | running | failed, or error when there is none
+    (the script did not run to its end)."""
+    lines = stdout.strip().splitlines()
+    words = lines[-1].split() if lines else []
+    return words[1] if words[:1] == ["SETUP"] and len(words) > 1 and words[1] in ("done", "running", "failed") else "error"

@@ -1,13 +1,15 @@
-"""`jobtpu doctor` on a TPU machine: a process that holds the TPU device and is no job of jobtpu's is
+"""Scripts on TPU workers. `jobtpu doctor`: a process that holds the TPU device and is no job of jobtpu's is
 named, and `--fix` stops it. Through the CLI, against the fake TPU API and a real sshd worker; the
 holder is a real process of the worker's user with a file named like a TPU device open."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from jobtpu.scripts import parse_tpu_doctor
@@ -48,3 +50,17 @@ def test_a_lock_file_is_ours_only_when_a_holder_is() -> None:
     assert lock
     holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nLOCK no\n")
     assert not any(h.ours for h in holders) and not lock
+
+
+def test_a_failed_setup_that_printed_the_running_word_is_reported_at_once(tpus: TpuFleet, tmp_path: Path) -> None:
+    """The setup's report is its last line: a failed setup whose log says "SETUP running" does not keep
+    the pass polling it until the setup wait runs out."""
+    tpus.add_node("tpu-set", workers=1, accelerator="v3-8")
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-set", setup=["echo SETUP running; exit 3"])})
+    started = time.monotonic()
+    jobtpu(home, "manage", timeout=120)
+    took = time.monotonic() - started
+    machines = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
+    assert "setup failed" in json.dumps(machines), machines
+    assert took < 10, f"the pass took {took:.1f}s: it kept polling a setup that had failed"
