@@ -37,18 +37,19 @@ def _launch(v: str) -> str:
     ])
 
 
+# Named by the function in jobtpu/scripts.py that renders the script, then the variant.
 RENDERERS: dict[str, Callable[[str], str]] = {
-    "launch": _launch,
-    "probe": lambda v: scripts.probe_script(v, [(r, 5) for r in ALL_REFS], home_id=v),
-    "kill": lambda v: scripts.kill_script(v, ALL_REFS, grace=0.3, home_id=v),
-    "remove-jobs": lambda v: scripts.remove_job_script(v, [1, 2], keep_archives=[v, "x.tar.gz"]),
-    "remove-jobs-only": lambda v: scripts.remove_job_script(v, [1]),
-    "make-dirs": lambda v: scripts.make_dirs_script([v, "x"]),
-    "doctor": lambda v: scripts.doctor_script(v, [v, "python3"], home_id=v),
-    "tpu-doctor": lambda v: scripts.tpu_doctor_script(v, fix=False),
-    "tpu-doctor-fix": lambda v: scripts.tpu_doctor_script(v, fix=True),
-    "setup": lambda v: scripts.setup_script(v, v, 0, [v, "echo hi"]),
-    "setup-retry": lambda v: scripts.setup_script(v, scripts.setup_tag(v), 3, [], retry=True),
+    "launch_script": _launch,
+    "probe_script": lambda v: scripts.probe_script(v, [(r, 5) for r in ALL_REFS], home_id=v),
+    "kill_script": lambda v: scripts.kill_script(v, ALL_REFS, grace=0.3, home_id=v),
+    "remove_job_script": lambda v: scripts.remove_job_script(v, [1, 2], keep_archives=[v, "x.tar.gz"]),
+    "remove_job_script:no-archives": lambda v: scripts.remove_job_script(v, [1]),
+    "make_dirs_script": lambda v: scripts.make_dirs_script([v, "x"]),
+    "doctor_script": lambda v: scripts.doctor_script(v, [v, "python3"], home_id=v),
+    "tpu_doctor_script": lambda v: scripts.tpu_doctor_script(v, fix=False),
+    "tpu_doctor_script:fix": lambda v: scripts.tpu_doctor_script(v, fix=True),
+    "setup_script": lambda v: scripts.setup_script(v, v, 0, [v, "echo hi"]),
+    "setup_script:retry": lambda v: scripts.setup_script(v, scripts.setup_tag(v), 3, [], retry=True),
 }
 
 
@@ -77,11 +78,16 @@ def test_every_sh_file_passes_bash_n_and_shellcheck() -> None:
     assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
+def test_every_script_jobtpu_renders_is_linted() -> None:
+    rendered = {name for name in dir(scripts) if name.endswith("_script") and callable(getattr(scripts, name))}
+    assert {kind.split(":")[0] for kind in RENDERERS} == rendered
+
+
 @pytest.mark.parametrize("kind", sorted(RENDERERS))
 def test_every_rendered_script_passes_bash_n_and_shellcheck_with_hostile_values(kind: str, tmp_path: Path) -> None:
     files = []
     for i, value in enumerate(HOSTILE):
-        path = tmp_path / f"{kind}-{i}.sh"
+        path = tmp_path / f"{kind.replace(':', '-')}-{i}.sh"
         path.write_text(RENDERERS[kind](value), encoding="utf-8")
         checked = _syntax(path)
         assert checked.returncode == 0, f"{kind} with {value!r}: {checked.stderr}"
