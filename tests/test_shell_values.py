@@ -1,10 +1,11 @@
-"""Values from machines.json reach a machine's shell as data: a root whose name begins with `-` is a
-folder, never an option of mkdir, rm, find or cd. Through the CLI, against a real sshd."""
+"""Values reach a machine's shell as data: a root whose name begins with `-` is a folder, never an option
+of mkdir, rm, find or cd; a command that begins with `-` is a script, never options of bash. Through the CLI."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tests import helpers
 from tests.sshfleet import SshFleet
 from tests.test_ssh_jobs import code_dir, group_alive, jt, log, manage_until, submit, write_fleet
 
@@ -38,3 +39,14 @@ def test_a_root_that_begins_with_a_dash_runs_kills_fetches_and_cleans(ssh_fleet:
     assert code == 0, err
     assert not (root / "jobs" / str(done)).exists() and not (root / "meta" / str(done)).exists()
     assert not list((root / "archives").glob("*.tar.gz"))
+
+
+def test_a_command_that_begins_with_a_dash_runs_as_a_script(tmp_path: Path) -> None:
+    """bash is given the job's command after `--`: text that looks like bash's own options is still the
+    script to run, never options of bash."""
+    home = helpers.make_home(tmp_path)
+    src = helpers.write_tree(tmp_path / "src", {"train.py": "print('hi')\n"})
+    job = int(helpers.jobtpu(home, "submit", "--dir", str(src), "--cmd=--version; echo ran > ran.txt").stdout)
+    jobs = helpers.manage_until(home, [job], {"finished", "failed"})
+    assert (jobs[job]["status"], jobs[job]["exit_code"]) == ("finished", 0), jobs[job]
+    assert (home / "run" / "jobs" / str(job) / "ran.txt").read_text() == "ran\n"

@@ -64,3 +64,13 @@ def test_a_failed_setup_that_printed_the_running_word_is_reported_at_once(tpus: 
     machines = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     assert "setup failed" in json.dumps(machines), machines
     assert took < 10, f"the pass took {took:.1f}s: it kept polling a setup that had failed"
+
+
+def test_a_setup_command_that_begins_with_a_dash_runs_as_a_script(tpus: TpuFleet, tmp_path: Path) -> None:
+    node = tpus.add_node("tpu-dash", workers=1, accelerator="v3-8")
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-dash", setup=["--version; echo ran >> ~/setup.log"])})
+    jobtpu(home, "manage", timeout=120)
+    machines = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
+    assert (node.home / "setup.log").read_text() == "ran\n", machines
+    assert "setup failed" not in json.dumps(machines), machines

@@ -6,7 +6,7 @@ jobtpu_setup_run() {
   local b=$1 code=0 step
   jobtpu_record_pid "$b" || exit "$JOBTPU_NO_PID_RECORD"
   shift
-  for step; do bash -c "$step"; code=$?; [ "$code" = 0 ] || break; done
+  for step; do bash -c -- "$step"; code=$?; [ "$code" = 0 ] || break; done
   echo "$code" > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"
 }
 

@@ -66,7 +66,7 @@ jobtpu_wrapper() {
       JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"
       export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"
     done
-    exec "$1" -c "$2"
+    exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
   )
   echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
 }
