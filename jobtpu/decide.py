@@ -9,7 +9,7 @@ from . import model, rules
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
-from .scripts import WorkerRef, WorkerState
+from .workers import WorkerRef, WorkerState
 
 
 @dataclass

@@ -12,18 +12,19 @@ from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
 from .scripts import (
-    WorkerRef,
     doctor_script,
     kill_script,
     make_dirs_script,
     parse_doctor,
     parse_kill,
     parse_live,
+    parse_tpu_doctor,
     tpu_doctor_script,
 )
 from .session import Session, parallel, pass_lock
 from .store import State, Store
 from .transport.base import Endpoint, Transport
+from .workers import WorkerRef
 
 DISK_WARN_GB = 5.0
 # What a remote worker needs: bash scripts, rsync for archives and fetch, python3 to check and unpack
@@ -209,17 +210,15 @@ def _tpu_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> 
             result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
     except RemoteError as e:
         return [(f"{label}: problem: TPU checks could not run: {e.message}", True)]
-    out: list[Line] = []
-    for line in result.stdout.splitlines():
-        words = line.split()
-        if words[:1] == ["HOLDER"] and len(words) >= 4 and words[-1] == "stale":
-            out.append((f"{label}: problem: process {words[1]} ({' '.join(words[2:-1])}) holds the TPU device "
-                        f"and is no job of jobtpu's; `jobtpu doctor {machine.name} --fix` stops it", True))
-        elif words == ["LOCK", "yes"]:
-            out.append((f"{label}: problem: /tmp/libtpu_lockfile is left over; "
-                        f"`jobtpu doctor {machine.name} --fix` removes it", True)
-                       if not any("ours" in w for w in result.stdout.split("\n") if w.startswith("HOLDER"))
-                       else (f"{label}: ok: /tmp/libtpu_lockfile belongs to a running job", False))
+    holders, lock = parse_tpu_doctor(result.stdout)
+    out: list[Line] = [(f"{label}: problem: process {h.pid} ({h.command}) holds the TPU device and is no job "
+                        f"of jobtpu's; `jobtpu doctor {machine.name} --fix` stops it", True)
+                       for h in holders if not h.ours]
+    if lock and any(h.ours for h in holders):
+        out.append((f"{label}: ok: /tmp/libtpu_lockfile belongs to a running job", False))
+    elif lock:
+        out.append((f"{label}: problem: /tmp/libtpu_lockfile is left over; "
+                    f"`jobtpu doctor {machine.name} --fix` removes it", True))
     if not out:
         out.append((f"{label}: ok: TPU device free, no stale lock file", False))
     return out

@@ -33,10 +33,6 @@ from .home import Home, make_dirs, open_append
 from .model import Ending, Job, Status
 from .scripts import (
     TAIL_BYTES,
-    LaunchResult,
-    LaunchSpec,
-    WorkerRef,
-    WorkerState,
     archive_path,
     kill_script,
     launch_script,
@@ -51,6 +47,7 @@ from .store import State, Store
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint
 from .unpack import problem as archive_problem
+from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 

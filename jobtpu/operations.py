@@ -10,10 +10,11 @@ from .fleet import Fleet, Machine, load_fleet
 from .home import Home
 from .manage import append_log, probe
 from .model import Job, Status
-from .scripts import WorkerRef, WorkerState, job_folder, remove_job_script
+from .scripts import job_folder, remove_job_script
 from .session import Session, parallel
 from .store import State, Store
 from .transport.base import Endpoint
+from .workers import WorkerRef, WorkerState
 
 
 def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, WorkerState]]:

@@ -1,6 +1,10 @@
-"""Every shell text jobtpu runs on a machine, built by pure functions, and the parsers of their output.
+"""Every shell text jobtpu runs on a machine, and the parsers of their output, side by side.
 
-Nothing else builds shell text: every value a user typed goes through shlex.quote here.
+The bash itself lives in jobtpu/sh/*.sh, as functions that a linter can read. A script sent to a
+machine is the text of the files it needs followed by calls of those functions, each argument quoted
+with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
+One script per round trip, read whole before it runs (RUN_SCRIPT).
+
 Remote layout under a machine's root R (workers of one machine may share it, e.g. over NFS, so
 every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
@@ -9,7 +13,9 @@ every per-worker file is named by attempt and worker index):
     R/meta/<id>/<a>.<w>.pid      "pid starttime" of worker w's process-group leader, attempt a
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
+    R/meta/<id>/<a>.<w>.env      its environment until the wrapper reads it (mode 0600)
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+    R/setup/<incarnation>.<w>.*  the same records for a machine's setup commands
 Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
 starts with it, children inherit it), so a job's processes are found through /proc even after they
 left its process group (setsid, double fork) or when its pid file is missing.
@@ -22,11 +28,12 @@ import dataclasses
 import functools
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from . import unpack
 from .unpack import BAD_ARCHIVE_EXIT
+from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
@@ -35,247 +42,50 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
 # pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
 CLAIM_STALE_MINUTES = 3
-# How long (0.1 s steps) a worker waits for another worker sharing its root to replace a rerun's folder,
-# before it reports `pending` and tries again next pass.
-RESET_WAIT_STEPS = 200
+
+# The files in jobtpu/sh/, in the order a script defines them.
+SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
+                "doctor.sh", "setup.sh")
 
 
-@dataclass(frozen=True)
-class WorkerRef:
-    """One worker of one attempt of one job."""
-
-    job: int
-    attempt: int
-    worker: int
-
-    @property
-    def stem(self) -> str:
-        return f"{self.job} {self.attempt} {self.worker}"
+@functools.cache
+def script_file(name: str) -> str:
+    """The text of one of the .sh files shipped with the package."""
+    return resources.files(__package__).joinpath("sh", name).read_text(encoding="utf-8")
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
-    ref: WorkerRef
-    root: str
-    archive: str
-    command: str  # the job's full command, run by bash -c
-    env: dict[str, str]
-    tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
-    fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
-    home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
-    literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
-
-    @property
-    def mark(self) -> str:
-        return marker(self.home_id, self.ref)
+def call(function: str, *args: object) -> str:
+    """One line that calls a function of the .sh files with every argument quoted."""
+    return " ".join([function, *(shlex.quote(str(arg)) for arg in args)])
 
 
-MARK_VAR = "JOBTPU_MARK"
-
-
-def marker(home_id: str, ref: WorkerRef) -> str:
-    """The value of JOBTPU_MARK in every process of this worker of this job of this home."""
-    return f"{home_id}.{ref.job}.{ref.attempt}.{ref.worker}"
-
-
-def q(value: str) -> str:
-    return shlex.quote(value)
-
-
-def _root(root: str) -> str:
-    # A relative root is relative to the login folder, which is where every script starts.
-    return q(root)
+def render(files: Iterable[str], calls: Iterable[str]) -> str:
+    """A whole script: the functions of the given files, then the calls."""
+    return "\n".join(["set -u", *(script_file(name) for name in files), *calls]) + "\n"
 
 
 # ---- launch ---------------------------------------------------------------------------------------
-
-def env_file(env: dict[str, str], literal: Iterable[str] = ()) -> str:
-    """The job's environment as bash array appends, sourced by the wrapper (which exports nothing
-    itself) and applied only in the process that runs the command. Values (secrets among them) never
-    appear on a command line that `ps` shows. Mode `x`: $NAME and ${NAME} are expanded at job start
-    (see EXPAND); mode `=`: the value is taken as it is."""
-    fixed = set(literal)
-    return "".join(f"JOBTPU_w_n+=({q(name)}); JOBTPU_w_m+=({'=' if name in fixed else 'x'}); JOBTPU_w_v+=({q(value)})\n"
-                   for name, value in env.items())
-
-
-# Run by a detached process-group leader: its pid and /proc start time into "$1.pid", atomically, so
-# that LIVE_PID can tell it from a later process that reuses the pid. Fails unless the record reads
-# back whole: a full disk or an unwritable folder must stop the start, not leave a job nobody can see.
-RECORD_PID = ('read -r -a JOBTPU_w_s < /proc/$$/stat && echo "$$ ${JOBTPU_w_s[21]}" > "$1.pid.tmp"'
-              ' && mv -f "$1.pid.tmp" "$1.pid" && read -r JOBTPU_w_p JOBTPU_w_t < "$1.pid"'
-              ' && [ "$JOBTPU_w_p $JOBTPU_w_t" = "$$ ${JOBTPU_w_s[21]}" ]')
-NO_PID_RECORD = 97  # the wrapper's exit code when it could not record its pid (it started nothing)
-
-# $NAME and ${NAME} in an --env value take the value of the environment variable NAME at job start
-# on the worker (after the --env values before it), like a shell would; empty when it is not in the
-# environment (bash's own variables, like RANDOM, are not). `\$` is a literal `$`. Nothing else is
-# interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value can never run a command.
-# Pure bash (no eval, no external tool): the job's PATH may already be in force when it runs.
-EXPAND = r"""JOBTPU_w_expand() {
-  local JOBTPU_w_rest=$1 JOBTPU_w_pre JOBTPU_w_name JOBTPU_w_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
-  local JOBTPU_w_bs='\' JOBTPU_w_ds='$'
-  JOBTPU_w_x=""
-  while :; do
-    JOBTPU_w_pre=${JOBTPU_w_rest%%["$JOBTPU_w_bs$JOBTPU_w_ds"]*}; JOBTPU_w_x+=$JOBTPU_w_pre; JOBTPU_w_rest=${JOBTPU_w_rest:${#JOBTPU_w_pre}}
-    [ -z "$JOBTPU_w_rest" ] && return 0
-    if [ "${JOBTPU_w_rest:0:2}" = "$JOBTPU_w_bs$JOBTPU_w_ds" ]; then JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:2}; continue; fi
-    if [ "${JOBTPU_w_rest:0:1}" = "$JOBTPU_w_bs" ]; then JOBTPU_w_x+=$JOBTPU_w_bs; JOBTPU_w_rest=${JOBTPU_w_rest:1}; continue; fi
-    if [ "${JOBTPU_w_rest:1:1}" = "{" ]; then
-      JOBTPU_w_name=${JOBTPU_w_rest:2}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
-      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]] && [ "${JOBTPU_w_rest:$((2 + ${#JOBTPU_w_name})):1}" = "}" ]; then
-        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((3 + ${#JOBTPU_w_name}))}; continue
-      fi
-    else
-      JOBTPU_w_name=${JOBTPU_w_rest:1}; JOBTPU_w_name=${JOBTPU_w_name%%[!$JOBTPU_w_w]*}
-      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]]; then
-        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((1 + ${#JOBTPU_w_name}))}; continue
-      fi
-    fi
-    JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:1}
-  done
-}"""
-
-
-def wrapper(command: str) -> str:
-    """What runs as the process-group leader, in the login environment (never the job's, so an --env
-    PATH cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file
-    and delete it before the command starts; apply the env only in the process that becomes the
-    command; record its exit code. $1 is the absolute path stem of the worker's meta files."""
-    return (
-        f"{RECORD_PID} || {{ rm -f \"$1.pid.tmp\"; "
-        f"echo \"jobtpu: cannot write the pid record $1.pid; the command was not started\" >&2; exit {NO_PID_RECORD}; }}\n"
-        "JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()\n"
-        '. "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"\n'
-        'if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then\n'
-        '  echo "jobtpu: the job\'s environment file $1.env could not be read or deleted; the command was not started" >&2\n'
-        '  echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1\n'
-        "fi\n"
-        f"{EXPAND}\n"
-        # The bash to run is kept where no --env name can reach it (BASH itself is a valid name). The
-        # wrapper's own variables are named JOBTPU_w_*: no --env name may start with JOBTPU_.
-        "(\n"
-        '  set -- "$BASH"\n'
-        '  for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do\n'
-        '    JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"\n'
-        '    export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"\n'
-        "  done\n"
-        f"  exec \"$1\" -c {q(command)}\n"
-        ")\n"
-        'echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"\n'
-    )
-
-
-# The live processes of this home's jobs: `pid job attempt worker` lines, read from the marker in
-# /proc/*/environ (readable for the same user, or root). Needs `hid` set to the home's id.
-MARKS = r"""marks() {
-  grep -HzoE -- "^JOBTPU_MARK=${hid}[.][0-9]+[.][0-9]+[.][0-9]+$" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
-    sed -n 's|^/proc/\([0-9]*\)/environ:JOBTPU_MARK=[^.]*[.]\([0-9]*\)[.]\([0-9]*\)[.]\([0-9]*\)$|\1 \2 \3 \4|p'
-}
-marked() { marks | while read -r _p _j _a _w; do [ "$_j $_a $_w" = "$1 $2 $3" ] && echo "$_p"; done; }"""
-
-
-# Succeeds once the process $1 (a child of this shell) has exited: gone, or a zombie not yet reaped.
-ENDED = r"""ended() { local s; read -r -a s < "/proc/$1/stat" 2>/dev/null || return 0; [ "${s[2]}" = Z ]; }"""
-
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
     """Start every given worker detached, idempotently. One line per worker:
     `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
     `... fail WHY`."""
-    parts = ["set -u", MARKS, ENDED]
-    for spec in specs:
-        r = spec.ref
-        parts.append(f"""(
-r={_root(spec.root)}; out="LAUNCH {r.stem}"; hid={q(spec.home_id)}
-mkdir -p "$r/meta/{r.job}" "$r/jobs" || {{ echo "$out fail cannot create $r"; exit; }}
-m=$(cd "$r/meta/{r.job}" && pwd -P) || exit; b="$m/{r.attempt}.{r.worker}"
-if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
-if ! mkdir "$b.claim" 2>/dev/null; then
-  if [ -n "$(find "$b.claim" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES})" ]; then echo "$out pending"; exit; fi
-  # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
-  if [ -n "$(marked {r.job} {r.attempt} {r.worker})" ]; then echo "$out pending"; exit; fi
-  rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || {{ echo "$out pending"; exit; }}
-fi
-{unpack_block(spec)}
-{TPU_CLEANUP if spec.tpu_cleanup else ""}
-cd "$j" || {{ rmdir "$b.claim"; echo "$out fail cd"; exit; }}
-(umask 077; printf '%s' {q(env_file(spec.env, spec.literal))} > "$b.env") || {{ rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }}
-env {MARK_VAR}={q(spec.mark)} setsid nohup bash -c {q(wrapper(spec.command))} jobtpu-{r.job} "$b" > "$b.log" 2>&1 < /dev/null &
-w=$!
-for i in $(seq 200); do [ -s "$b.pid" ] && break; ended "$w" && break; sleep 0.02; done
-if [ -s "$b.pid" ]; then read -r p x < "$b.pid"; echo "$out ok $p"; exit; fi
-ended "$w" || {{ echo "$out pending"; exit; }}
-wait "$w"; c=$?
-# 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
-[ "$c" = 0 ] && {{ echo "$out pending"; exit; }}
-rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
-if [ "$c" = {NO_PID_RECORD} ]; then echo "$out fail cannot write the pid record $b.pid (disk full or not writable); the command was not started"
-else echo "$out fail the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
-)""")
-    return "\n".join(parts) + "\n"
+    init = call("jobtpu_launch_init", CLAIM_STALE_MINUTES, BAD_ARCHIVE_EXIT, unpack_source())
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [init, *map(_launch_call, specs)])
 
 
-def unpack_block(spec: LaunchSpec) -> str:
-    """The launch's part that makes the job's folder "$j" from the snapshot, run with the worker's claim
-    held. The archive is checked against its name and unpacked by jobtpu/unpack.py (python3 on the
-    worker), never trusted: a damaged copy is reported as `bad-archive` for the home to push again.
-    With spec.fresh, a folder an earlier attempt left is replaced, once per attempt: workers that share
-    the root agree through an atomic `mkdir` of "$m/<attempt>.reset" (taken over when stale, like a claim)."""
+def _launch_call(spec: LaunchSpec) -> str:
     r = spec.ref
-    lines = [
-        f'j="$r/jobs/{r.job}"; s=""',
-        # Release the claim (and an unfinished reset) and report; nothing was started.
-        'give_up() { rmdir "$b.claim"; if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi; '
-        'echo "$out $1"; exit; }',
-    ]
-    if spec.fresh:
-        lines += [
-            f's="$m/{r.attempt}.reset"; own=""',
-            'if [ ! -e "$s/done" ]; then',
-            '  if mkdir "$s" 2>/dev/null; then own=1',
-            '  else',  # another worker sharing this root is replacing the folder: give it a while
-            f'    for i in $(seq {RESET_WAIT_STEPS}); do [ -e "$s/done" ] || [ ! -d "$s" ] && break; sleep 0.1; done',
-            '    if [ ! -e "$s/done" ]; then',
-            f'      if [ -n "$(find "$s" -maxdepth 0 -mmin -{CLAIM_STALE_MINUTES} 2>/dev/null)" ]; then s=""; give_up pending; fi',
-            '      rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi',
-            '    fi',
-            '  fi',
-            '  if [ -n "$own" ] && { [ -e "$j" ] || [ -L "$j" ]; }; then',
-            '    mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"',
-            '    rm -rf "$s/old"',
-            '  fi',
-            'fi',
-        ]
-    lines += [
-        'if [ ! -d "$j" ]; then',
-        f'  a="$r/archives/"{q(spec.archive)}',
-        '  [ -f "$a" ] || give_up need-archive',
-        '  command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"',
-        f'  t=$(mktemp -d "$r/jobs/.unpack.{r.job}.{r.worker}.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"',
-        f'  python3 -c {q(unpack_source())} "$a" "$t" 2> "$b.unpack.err"; c=$?',
-        '  e=$(head -c 300 "$b.unpack.err" | tr "\\n" " "); rm -f "$b.unpack.err"',
-        '  if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi',
-        f'  [ "$c" = {BAD_ARCHIVE_EXIT} ] && give_up "bad-archive $e"',
-        '  [ -d "$j" ] || give_up "fail unpack: $e"',
-        'fi',
-        'if [ -n "$s" ]; then touch "$s/done"; fi',
-    ]
-    return "\n".join(lines)
+    env = [word for name, value in spec.env.items()
+           for word in (name, "=" if name in spec.literal else "x", value)]
+    return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
+                int(spec.fresh), int(spec.tpu_cleanup), spec.command, *env)
 
 
 @functools.cache
 def unpack_source() -> str:
     """The source of jobtpu/unpack.py, which the worker runs with python3 -c."""
     return Path(unpack.__file__).read_text(encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    ref: WorkerRef
-    outcome: str  # ok | pending | need-archive | bad-archive | fail
-    pid: int | None = None
-    detail: str = ""
 
 
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
@@ -293,65 +103,13 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
 
 # ---- probe ----------------------------------------------------------------------------------------
 
-# The one definition of "this worker's job is alive", for every script that asks: the pid in its pid
-# file runs, is no zombie, and started when the file says (so a reused pid is not taken for the job).
-# Prints the pid (the job's process group) and succeeds, or fails.
-LIVE_PID = r"""live_pid() {
-  local pid st s
-  [ -s "$1" ] && read -r pid st < "$1" && [ -r "/proc/$pid/stat" ] &&
-    read -r -a s < "/proc/$pid/stat" 2>/dev/null && [ "${s[2]}" != Z ] && [ "${s[21]:-}" = "$st" ] && echo "$pid"
-}"""
-
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
                  home_id: str = "") -> str:
-    """For each (worker, log bytes already pulled): one `W job attempt worker pid alive exit size claimed
-    at marked` line (marked: how many processes carry its marker), then `L job attempt worker offset
-    BASE64` with the log bytes past that offset (at most `chunk`)."""
-    lines = [
-        "set -u",
-        f"r={_root(root)}; hid={q(home_id)}",
-        LIVE_PID,
-        MARKS,
-        # One scan of /proc for every worker asked about: " job.attempt.worker " once per process.
-        'all=" $(marks | while read -r _p j a w; do printf \'%s \' "$j.$a.$w"; done)"',
-        "p() {",
-        '  local b="$r/meta/$1/$2.$3" pid=- alive=0 ex=- at=- size=0 claim=0 x rest=$all n=0',
-        '  [ -s "$b.pid" ] && read -r pid x < "$b.pid"',
-        '  live_pid "$b.pid" > /dev/null && alive=1',
-        '  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)',
-        '  [ -e "$b.claim" ] && claim=1',
-        '  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")',
-        '  while [[ $rest == *" $1.$2.$3 "* ]]; do n=$((n + 1)); rest=${rest#*" $1.$2.$3 "}; rest=" $rest"; done',
-        '  echo "W $1 $2 $3 $pid $alive $ex $size $claim $at $n"',
-        '  if [ "$size" -gt "$4" ]; then',
-        f'    echo "L $1 $2 $3 $4 $(tail -c +$(($4 + 1)) "$b.log" | head -c {chunk} | base64 -w0)"; fi',
-        # An exited worker whose log is further behind than one pull: its end, to classify the failure.
-        f'  if [ "$ex" != - ] && [ $((size - $4)) -gt {chunk} ]; then',
-        f'    echo "T $1 $2 $3 $(tail -c {TAIL_BYTES} "$b.log" | base64 -w0)"; fi',
-        "}",
-        'echo "H $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo -) $(date +%s)"',
-    ]
-    lines += [f"p {w.job} {w.attempt} {w.worker} {int(offset)}" for w, offset in workers]
-    return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class WorkerState:
-    ref: WorkerRef
-    pid: int | None
-    alive: bool
-    exit_code: int | None
-    log_size: int
-    claimed: bool
-    log_offset: int = 0
-    log_bytes: bytes = b""
-    exited_at: float | None = None  # when the exit record was written (the worker's clock)
-    log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
-    marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
-
-    @property
-    def started(self) -> bool:
-        return self.pid is not None or self.exit_code is not None
+    """`H boot_id now`, then for each (worker, log bytes already pulled): one `W job attempt worker pid
+    alive exit size claimed at marked` line (marked: how many processes carry its marker), then
+    `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+    args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
+    return render(("common.sh", "probe.sh"), [call("jobtpu_probe", root, home_id, int(chunk), TAIL_BYTES, *args)])
 
 
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
@@ -392,45 +150,9 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
     """TERM each worker's whole process group and every process that carries its marker (those that
     left the group by setsid or a double fork too), KILL what is left after `grace` seconds.
     One `K job attempt worker gone|stuck` line per worker."""
-    refs = list(refs)
-    wanted = " ".join(f"{r.job}.{r.attempt}.{r.worker}" for r in refs)
-    lines = [
-        "set -u",
-        f"r={_root(root)}; hid={q(home_id)}; wanted=' {wanted} '",
-        MARKS,
-        "pg() { local b=\"$r/meta/$1/$2.$3\" p x; [ -s \"$b.pid\" ] && read -r p x < \"$b.pid\" && echo \"$p\"; }",
-        # A group is alive while it has a member that is not a zombie.
-        "alive() { ps -eo pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f=1} END {exit !f}'; }",
-        # The marked processes of the workers asked about (zombies carry no environment: not listed).
-        "ours() { marks | while read -r p j a w; do [[ $wanted == *\" $j.$a.$w \"* ]] && echo \"$p\"; done; }",
-        # Signal every marked process once per signal: a job's TERM handler is not interrupted again.
-        'hit() { local p; for p in $(ours); do [[ $2 == *" $p "* ]] && continue; kill "-$1" "$p" 2>/dev/null; '
-        'sent="$sent$p "; done; }',
-        "groups=(); sent=' '",
-    ]
-    for ref in refs:
-        lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}) && {{ groups+=(\"$g\"); "
-                     f"kill -TERM -- -\"$g\" 2>/dev/null; }}")
+    args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
     steps = max(1, int(grace / 0.1))
-    lines += [
-        'hit TERM "$sent"',
-        f"for i in $(seq {steps}); do",
-        "  left=0; for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && left=1; done",
-        '  [ -n "$(ours)" ] && left=1',
-        '  [ $left = 0 ] && break; hit TERM "$sent"; sleep 0.1',  # a child forked meanwhile gets its TERM too
-        "done",
-        "for _ in 1 2 3; do",  # a process that forks while it is killed leaves a child: kill it too
-        "  for g in ${groups[@]+\"${groups[@]}\"}; do alive \"$g\" && kill -KILL -- -\"$g\" 2>/dev/null; done",
-        "  hit KILL ' '; sleep 0.1",
-        "done",
-    ]
-    for ref in refs:
-        # A wrapper stopped before it read its env file leaves the job's secrets behind: not any more.
-        lines.append(f'rm -f -- "$r/meta/{ref.job}/{ref.attempt}.{ref.worker}.env"')
-        lines.append(f"g=$(pg {ref.job} {ref.attempt} {ref.worker}); "
-                     f"if {{ [ -n \"$g\" ] && alive \"$g\"; }} || [ -n \"$(marked {ref.stem})\" ]; "
-                     f"then echo \"K {ref.stem} stuck\"; else echo \"K {ref.stem} gone\"; fi")
-    return "\n".join(lines) + "\n"
+    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, steps, *args)])
 
 
 def parse_kill(stdout: str) -> dict[WorkerRef, bool]:
@@ -447,16 +169,10 @@ def parse_kill(stdout: str) -> dict[WorkerRef, bool]:
 
 def remove_job_script(root: str, job_ids: Iterable[int], keep_archives: Iterable[str] | None = None) -> str:
     """Delete jobs' remote folders; with keep_archives, also every archive not in that list."""
-    lines = ["set -u", f"r={_root(root)}"]
-    for job in job_ids:
-        lines.append(f'rm -rf -- "$r/jobs/{int(job)}" "$r/meta/{int(job)}"')
+    calls = [call("jobtpu_remove_jobs", root, *(int(job) for job in job_ids))]
     if keep_archives is not None:
-        keep = " ".join(q(a) for a in keep_archives)
-        lines += [f"keep=({keep})",
-                  'for f in "$r"/archives/*.tar.gz; do [ -e "$f" ] || continue; n=${f##*/}; k=0',
-                  '  for x in ${keep[@]+"${keep[@]}"}; do [ "$x" = "$n" ] && k=1; done',
-                  '  [ $k = 0 ] && rm -f -- "$f"; done']
-    return "\n".join(lines) + "\n"
+        calls.append(call("jobtpu_keep_archives", root, *keep_archives))
+    return render(("clean.sh",), calls)
 
 
 def job_folder(root: str, job_id: int) -> str:
@@ -469,27 +185,17 @@ def archive_path(root: str, archive: str) -> str:
 
 def make_dirs_script(paths: Iterable[str]) -> str:
     """mkdir -p each path (relative to the login folder unless absolute)."""
-    return "mkdir -p -- " + " ".join(q(p) for p in paths) + "\n"
+    return render(("clean.sh",), [call("jobtpu_make_dirs", *paths)])
 
+
+# ---- doctor ---------------------------------------------------------------------------------------
 
 def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"), home_id: str = "") -> str:
     """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
     `LIVE job attempt worker pid` line for every live process of this home's jobs on this host: each
     process that carries a job's marker (an ended job's escaped children among them) and each live
     process-group leader named by a pid file."""
-    return "\n".join([
-        f"r={_root(root)}; d=$r; hid={q(home_id)}",
-        'while [ ! -d "$d" ]; do d=$(dirname -- "$d"); done',
-        'if [ -d "$r" ]; then echo "ROOT yes"; else echo "ROOT no"; fi',
-        'echo "DISK $(df -Pk -- "$d" | awk \'NR == 2 {print $4}\')"',
-        *(f'echo "TOOL {t} $(command -v {q(t)} || echo -)"' for t in tools),
-        LIVE_PID,
-        MARKS,
-        'for f in "$r"/meta/*/*.pid; do pid=$(live_pid "$f") || continue',
-        '  j=${f%/*}; n=${f##*/}; n=${n%.pid}; echo "LIVE ${j##*/} ${n%%.*} ${n#*.} $pid"',
-        "done",
-        'marks | while read -r p j a w; do echo "LIVE $j $a $w $p"; done',
-    ]) + "\n"
+    return render(("common.sh", "doctor.sh"), [call("jobtpu_doctor", root, home_id, *tools)])
 
 
 def parse_live(stdout: str) -> dict[WorkerRef, list[int]]:
@@ -518,6 +224,32 @@ def parse_doctor(stdout: str) -> dict[str, str]:
     return out
 
 
+def tpu_doctor_script(root: str, fix: bool) -> str:
+    """`HOLDER pid comm ours|stale` for each process holding the TPU device, `LOCK yes|no` for
+    /tmp/libtpu_lockfile; with fix, the stale holders are stopped and the lock file removed first."""
+    return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_doctor", root, int(fix))])
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuHolder:
+    pid: int
+    command: str
+    ours: bool  # a live job of this home's holds it
+
+
+def parse_tpu_doctor(stdout: str) -> tuple[list[TpuHolder], bool]:
+    """The processes holding the TPU device, and whether /tmp/libtpu_lockfile is there."""
+    holders: list[TpuHolder] = []
+    lock = False
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["HOLDER"] and len(words) >= 4 and words[1].isdigit() and words[-1] in ("ours", "stale"):
+            holders.append(TpuHolder(int(words[1]), " ".join(words[2:-1]), words[-1] == "ours"))
+        elif words == ["LOCK", "yes"]:
+            lock = True
+    return holders, lock
+
+
 # ---- machine setup (TPU incarnations) ---------------------------------------------------------------
 
 def setup_tag(incarnation: str) -> str:
@@ -528,63 +260,12 @@ def setup_tag(incarnation: str) -> str:
 def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retry: bool = False) -> str:
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
-    chain = " && ".join(f"bash -c {q(c)}" for c in commands) or "true"
-    # Like a job: no setup runs without its pid record, or the next pass would start a second one.
-    body = f'{RECORD_PID} || exit {NO_PID_RECORD}; {chain}; echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"'
-    return f"""set -u
-{LIVE_PID}
-{ENDED}
-r={_root(root)}; mkdir -p "$r/setup" || {{ echo "SETUP failed 1: cannot create $r/setup"; exit 0; }}
-b="$(cd "$r/setup" && pwd -P)/{tag}.{int(worker)}"
-if [ -s "$b.exit" ]; then
-  read -r c < "$b.exit"
-  if [ "$c" = 0 ]; then echo "SETUP done"; exit 0; fi
-  if [ {int(retry)} = 0 ]; then echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"; exit 0; fi
-  rm -f "$b.exit" "$b.pid"
-fi
-if live_pid "$b.pid" > /dev/null; then echo "SETUP running"; exit 0; fi
-cd ~ && setsid nohup bash -c {q(body)} jobtpu-setup "$b" > "$b.log" 2>&1 < /dev/null &
-w=$!
-for i in $(seq 50); do [ -s "$b.exit" ] && break; ended "$w" && break; sleep 0.02; done
-if [ -s "$b.exit" ]; then read -r c < "$b.exit"; [ "$c" = 0 ] && echo "SETUP done" || echo "SETUP failed $c: $(tail -c 300 "$b.log" | tr '\\n' ' ')"
-elif ended "$w" && {{ wait "$w"; [ $? = {NO_PID_RECORD} ]; }}; then
-  echo "SETUP failed {NO_PID_RECORD}: cannot write the pid record $b.pid (disk full or not writable); setup was not started"
-else echo "SETUP running"; fi
-"""
+    return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
 
 
-# The process groups of our live jobs on this worker (their leaders' pids), as " 12 34 ".
-OUR_GROUPS = LIVE_PID + r"""
-ours=" "
-for f in "$r"/meta/*/*.pid; do p=$(live_pid "$f") && ours="$ours$p "; done
-"""
-
-TPU_CLEANUP = OUR_GROUPS + r"""
-# Before a launch on a TPU: stop stale holders of the TPU device that are not a live job of ours,
-# then remove the libtpu lock file (in that order: the holder would recreate it).
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}; [ "$p" = $$ ] && continue
-  if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
-    g=$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' ')
-    case "$ours" in *" $g "*) ;; *) kill -TERM "$p" 2>/dev/null; sleep 0.5; kill -KILL "$p" 2>/dev/null;; esac
-  fi
-done
-rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null
-"""
-
-
-def tpu_doctor_script(root: str, fix: bool) -> str:
-    """`HOLDER pid comm ours|stale` for each process holding the TPU device, `LOCK yes|no` for
-    /tmp/libtpu_lockfile; with fix, the stale holders are stopped and the lock file removed first."""
-    return f"""set -u
-r={_root(root)}
-{TPU_CLEANUP if fix else ""}
-{OUR_GROUPS}for d in /proc/[0-9]*; do
-  p=${{d#/proc/}}
-  if ls -l "$d/fd" 2>/dev/null | grep -qE '/dev/(accel|vfio/)'; then
-    g=$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' '); c=$(ps -o comm= -p "$p" 2>/dev/null)
-    case "$ours" in *" $g "*) echo "HOLDER $p $c ours";; *) echo "HOLDER $p $c stale";; esac
-  fi
-done
-if [ -e /tmp/libtpu_lockfile ]; then echo "LOCK yes"; else echo "LOCK no"; fi
-"""
+def setup_outcome(stdout: str) -> str:
+    """The setup script's report (its last line): done | running | failed, or error when there is none
+    (the script did not run to its end)."""
+    lines = stdout.strip().splitlines()
+    words = lines[-1].split() if lines else []
+    return words[1] if words[:1] == ["SETUP"] and len(words) > 1 and words[1] in ("done", "running", "failed") else "error"

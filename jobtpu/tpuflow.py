@@ -467,7 +467,7 @@ def run_setup(p: Session, machine: Machine, record: dict[str, Any], plan: Machin
     def one(ep: Any) -> str:
         try:
             out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup, retry))
-            while "SETUP running" in out and time.monotonic() < deadline:
+            while scripts.setup_outcome(out) == "running" and time.monotonic() < deadline:
                 time.sleep(0.5)
                 out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup))
             return out
@@ -475,8 +475,7 @@ def run_setup(p: Session, machine: Machine, record: dict[str, Any], plan: Machin
             return f"SETUP error {e.message}"
 
     results = parallel(one, eps)
-    words = [r.split()[1] if r.startswith("SETUP ") and len(r.split()) > 1 else "error" for r in
-             (line.strip().splitlines()[-1] if line.strip() else "" for line in results)]
+    words = [scripts.setup_outcome(r) for r in results]
     if all(w == "done" for w in words):
         record["setup"] = {"status": "done", "incarnation": incarnation}
         plan.state, plan.detail = "up", "ready"

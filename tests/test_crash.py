@@ -75,7 +75,8 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
 
 
 def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tmp_path: Path) -> None:
-    from jobtpu.scripts import CLAIM_STALE_MINUTES, LaunchSpec, WorkerRef, launch_script, parse_launch
+    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
     (root / "jobs" / "7").mkdir(parents=True)  # unpacked before the pass died

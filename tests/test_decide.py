@@ -28,7 +28,7 @@ from jobtpu.errors import JobtpuError
 from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
 from jobtpu.model import ACTIVE, ENDED, TRANSITIONS, Attempt, Ending, IllegalTransition, Job, Status
 from jobtpu.requests import allocate, parse_request, why_not
-from jobtpu.scripts import WorkerRef, WorkerState
+from jobtpu.workers import WorkerRef, WorkerState
 
 T0 = 1_000_000.0
 NOW = T0 + 100.0

@@ -160,7 +160,7 @@ def test_kill_leaves_no_env_file_behind(tmp_path: Path) -> None:
     job = submit(home, _src(tmp_path), "sleep 300", "--env", "API_KEY=k")
     manage_until(home, [job], {"running"})
     # As a wrapper stopped before it read the job's environment would leave it.
-    _meta(home, job, "env").write_text("JOBTPU_w_n+=(API_KEY); JOBTPU_w_m+=(=); JOBTPU_w_v+=(k)\n")
+    _meta(home, job, "env").write_bytes(b"API_KEY\0=\0k\0")
     jobtpu(home, "kill", str(job))
     assert status(home)[job]["status"] == "killed"
     assert not _meta(home, job, "env").exists()

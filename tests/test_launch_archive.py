@@ -271,7 +271,8 @@ def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: Ssh
 
 def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) -> None:
     from jobtpu.archive import snapshot
-    from jobtpu.scripts import CLAIM_STALE_MINUTES, LaunchSpec, WorkerRef, launch_script, parse_launch
+    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
     snap = snapshot(_src(tmp_path, {"data.txt": "original\n"}), root / "archives")

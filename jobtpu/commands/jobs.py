@@ -17,7 +17,7 @@ from .common import emit_json, note, sigterm_interrupts
 if TYPE_CHECKING:
     from ..fleet import Fleet
     from ..model import Job
-    from ..scripts import WorkerRef, WorkerState
+    from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.

@@ -1,0 +1,43 @@
+# A machine's setup commands, once per incarnation and worker (needs common.sh).
+
+# jobtpu_setup_run STEM [COMMAND]... : the detached setup process: record its pid or start nothing,
+# run each command by bash in turn until one fails, and record the exit code in STEM.exit.
+jobtpu_setup_run() {
+  local b=$1 code=0 step
+  jobtpu_record_pid "$b" || exit "$JOBTPU_NO_PID_RECORD"
+  shift
+  for step; do bash -c -- "$step"; code=$?; [ "$code" = 0 ] || break; done
+  echo "$code" > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"
+}
+
+# jobtpu_setup_failed STEM CODE : the report of a failed setup, with the end of its log.
+jobtpu_setup_failed() {
+  echo "SETUP failed $2: $(tail -c 300 "$1.log" | tr '\n' ' ')"
+}
+
+# jobtpu_setup ROOT TAG WORKER RETRY [COMMAND]... : run the setup commands detached, once per
+# incarnation (TAG) and worker; report one line: `SETUP done` | `SETUP running` |
+# `SETUP failed CODE: LOG TAIL`. With RETRY=1, a failed one starts again.
+jobtpu_setup() {
+  local r=${1/#-/./-} tag=$2 worker=$3 retry=$4 b c w
+  shift 4
+  mkdir -p "$r/setup" || { echo "SETUP failed 1: cannot create $r/setup"; return 0; }
+  b="$(cd "$r/setup" && pwd -P)/$tag.$worker"
+  if [ -s "$b.exit" ]; then
+    read -r c < "$b.exit"
+    if [ "$c" = 0 ]; then echo "SETUP done"; return 0; fi
+    if [ "$retry" = 0 ]; then jobtpu_setup_failed "$b" "$c"; return 0; fi
+    rm -f "$b.exit" "$b.pid"
+  fi
+  if jobtpu_live_pid "$b.pid" > /dev/null; then echo "SETUP running"; return 0; fi
+  cd ~ && setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid jobtpu_setup_run)" jobtpu-setup "$b" "$@" \
+    > "$b.log" 2>&1 < /dev/null &
+  w=$!
+  for _ in $(seq 50); do [ -s "$b.exit" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
+  if [ -s "$b.exit" ]; then
+    read -r c < "$b.exit"
+    if [ "$c" = 0 ]; then echo "SETUP done"; else jobtpu_setup_failed "$b" "$c"; fi
+  elif jobtpu_ended "$w" && { wait "$w"; [ $? = "$JOBTPU_NO_PID_RECORD" ]; }; then
+    echo "SETUP failed $JOBTPU_NO_PID_RECORD: cannot write the pid record $b.pid (disk full or not writable); setup was not started"
+  else echo "SETUP running"; fi
+}

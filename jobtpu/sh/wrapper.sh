@@ -1,0 +1,72 @@
+# The wrapper: what runs as a job worker's detached process-group leader (needs common.sh).
+# The wrapper's own variables are named JOBTPU_w_*: no --env name may start with JOBTPU_, so none can
+# change them.
+
+# JOBTPU_w_expand VALUE : VALUE with $NAME and ${NAME} replaced by the value of the environment
+# variable NAME at job start on the worker (after the --env values before it), like a shell would;
+# empty when it is not in the environment (bash's own variables, like RANDOM, are not). `\$` is a
+# literal `$`. Nothing else is interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value
+# can never run a command. Pure bash (no eval, no external tool): the job's PATH may already be in
+# force when it runs. The result is left in JOBTPU_w_x.
+JOBTPU_w_expand() {
+  local JOBTPU_w_rest=$1 JOBTPU_w_pre JOBTPU_w_name JOBTPU_w_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
+  local JOBTPU_w_bs="\\" JOBTPU_w_ds='$'
+  JOBTPU_w_x=""
+  while :; do
+    JOBTPU_w_pre=${JOBTPU_w_rest%%["$JOBTPU_w_bs$JOBTPU_w_ds"]*}; JOBTPU_w_x+=$JOBTPU_w_pre; JOBTPU_w_rest=${JOBTPU_w_rest:${#JOBTPU_w_pre}}
+    [ -z "$JOBTPU_w_rest" ] && return 0
+    if [ "${JOBTPU_w_rest:0:2}" = "$JOBTPU_w_bs$JOBTPU_w_ds" ]; then JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:2}; continue; fi
+    if [ "${JOBTPU_w_rest:0:1}" = "$JOBTPU_w_bs" ]; then JOBTPU_w_x+=$JOBTPU_w_bs; JOBTPU_w_rest=${JOBTPU_w_rest:1}; continue; fi
+    if [ "${JOBTPU_w_rest:1:1}" = "{" ]; then
+      JOBTPU_w_name=${JOBTPU_w_rest:2}; JOBTPU_w_name=${JOBTPU_w_name%%[!"$JOBTPU_w_w"]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]] && [ "${JOBTPU_w_rest:$((2 + ${#JOBTPU_w_name})):1}" = "}" ]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((3 + ${#JOBTPU_w_name}))}; continue
+      fi
+    else
+      JOBTPU_w_name=${JOBTPU_w_rest:1}; JOBTPU_w_name=${JOBTPU_w_name%%[!"$JOBTPU_w_w"]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((1 + ${#JOBTPU_w_name}))}; continue
+      fi
+    fi
+    JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:1}
+  done
+}
+
+# JOBTPU_w_load FILE : the job's environment from FILE (NUL-terminated `name mode value` triples, as
+# jobtpu_launch writes it) into the arrays JOBTPU_w_n, JOBTPU_w_m and JOBTPU_w_v. The file is data,
+# never run. Fails when it cannot be read or ends inside a triple.
+JOBTPU_w_load() {
+  local JOBTPU_w_a JOBTPU_w_b JOBTPU_w_c
+  while IFS= read -r -d '' JOBTPU_w_a; do
+    IFS= read -r -d '' JOBTPU_w_b && IFS= read -r -d '' JOBTPU_w_c || return 1
+    JOBTPU_w_n+=("$JOBTPU_w_a"); JOBTPU_w_m+=("$JOBTPU_w_b"); JOBTPU_w_v+=("$JOBTPU_w_c")
+  done < "$1"
+}
+
+# jobtpu_wrapper STEM COMMAND : runs in the login environment (never the job's, so an --env PATH
+# cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
+# and delete it before the command starts; apply the env only in the process that becomes the
+# command; record its exit code in STEM.exit. STEM is the absolute path stem of the worker's meta files.
+jobtpu_wrapper() {
+  if ! jobtpu_record_pid "$1"; then
+    rm -f "$1.pid.tmp"
+    echo "jobtpu: cannot write the pid record $1.pid; the command was not started" >&2
+    exit "$JOBTPU_NO_PID_RECORD"
+  fi
+  JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()
+  JOBTPU_w_load "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"
+  if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then
+    echo "jobtpu: the job's environment file $1.env could not be read or deleted; the command was not started" >&2
+    echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
+  fi
+  (
+    # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
+    set -- "$BASH" "$2"
+    for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
+      JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"
+      export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"
+    done
+    exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
+  )
+  echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
+}
