@@ -11,16 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import listing
 from .errors import JobtpuError, NotFoundError, Terminated
 from .home import Home, find_home
 from .inputs import resolve_user
-from .store import Store, append_line
+from .store import Store, append_line, encode_jobs
 from .text import printable, printable_lines
 
 if TYPE_CHECKING:
     from .fleet import Fleet, Machine
-    from .model import Job
+    from .model import Job, MachineRecord
     from .scripts import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -251,13 +250,6 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
 # ---- status ---------------------------------------------------------------------------------------
 
 def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
-    if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
-        import orjson
-
-        try:
-            return list(orjson.loads(cached)["jobs"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            pass  # a listing damaged by hand (or by another account of a shared home): read state.json
     jobs = Store(home).load_records()
     if ids:
         known = {j["id"] for j in jobs}
@@ -274,11 +266,6 @@ def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
 
 def cmd_status(home: Home, args: argparse.Namespace) -> int:
     if args.json:
-        cached = None if args.ids or args.all_users else listing.read(home, resolve_user(args.user))
-        if cached is not None:
-            sys.stdout.buffer.write(cached)  # exactly the bytes emit_json would print, made at the last save
-            sys.stdout.flush()
-            return 0
         emit_json({"jobs": select_jobs(home, args.ids, args.user, args.all_users)})
         return 0
     from rich.console import Console
@@ -409,8 +396,6 @@ def cmd_rerun(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_clean(home: Home, args: argparse.Namespace) -> int:
-    import orjson
-
     from .manage import fleet_session
     from .operations import clean_remote
 
@@ -420,7 +405,7 @@ def cmd_clean(home: Home, args: argparse.Namespace) -> int:
         if args.remote:
             clean_remote(p, gone)
         if gone:  # one write and one fsync, however many jobs
-            append_line(home.history_file, "\n".join(orjson.dumps(j.to_json()).decode() for j in gone))
+            append_line(home.history_file, b"\n".join(encode_jobs(gone)).decode())
         gone_ids = {j.id for j in gone}
         p.state.jobs = [j for j in p.state.jobs if j.id not in gone_ids]  # the session's commit removes them
         from .secrets import SecretStore
@@ -455,21 +440,23 @@ def cmd_fetch(home: Home, args: argparse.Namespace) -> int:
 def machine_rows(home: Home) -> list[dict[str, Any]]:
     from .decide import used_resources
     from .fleet import load_fleet
+    from .model import MachineRecord
 
     fleet = load_fleet(home)
     state = Store(home).load()
     used = used_resources(state.jobs)
     rows = []
     for m in fleet.machines.values():
-        known = state.machines.get(m.name, {})
+        known = state.machines.get(m.name) or MachineRecord()
         taken = used.get(m.name, {})
-        api_error = known.get("api_error")  # the TPU API could not be asked this pass (credentials)
+        api_error = known.api_error  # the TPU API could not be asked this pass (credentials)
+        workers = len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None
         rows.append({
             "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
-            "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
-            "state": "unknown" if api_error else known.get("state", "up" if m.kind == "local" else "unknown"),
-            "health": known.get("health"), "health_description": known.get("health_description"),
-            "detail": api_error or (known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m)),
+            "workers": known.workers if known.workers is not None else workers,
+            "state": "unknown" if api_error else known.state or ("up" if m.kind == "local" else "unknown"),
+            "health": known.health, "health_description": known.health_description,
+            "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
@@ -477,13 +464,13 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
     return rows
 
 
-def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
+def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
     from .tpucmd import provisioning
 
-    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
-            "moved": known.get("moved"),
-            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
-            "refused": (known.get("refused") or {}).get("message")}
+    return {"provisioning": provisioning(machine, known), "zone": known.zone or machine.zone,
+            "moved": known.moved,
+            "queued_resource": known.queued_state if machine.queued_resource else None,
+            "refused": known.refused.message if known.refused else None}
 
 
 def _never_seen(machine: Machine) -> str:

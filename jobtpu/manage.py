@@ -35,7 +35,7 @@ from .decide import (
 from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, create_temp, make_dirs, open_append, open_lock
-from .model import Ending, Job, Status
+from .model import Ending, Job, MachineRecord, Status
 from .scripts import (
     TAIL_BYTES,
     LaunchResult,
@@ -51,7 +51,7 @@ from .scripts import (
     probe_script,
 )
 from .secrets import SecretStore
-from .store import State, Store, hold_lock, try_lock
+from .store import Snapshot, State, Store, encode, encode_jobs, hold_lock, try_lock
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint, Transport
 from .unpack import problem as archive_problem
@@ -69,10 +69,13 @@ class PassReport:
 class Pass:
     """Everything one pass knows: the home, the fleet, the state it read, and live connections."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
         self.home, self.fleet, self.state = home, fleet, state
         self.store = Store(home)
-        self.base = {j.id: j.to_json() for j in state.jobs}
+        # What state.json held when read (or last saved): a commit merges against it, and reads the
+        # file again only if someone else wrote it meanwhile.
+        self.snapshot = snapshot or Snapshot(None, None)
+        self.base = encode(state)
         self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
         self.notes: list[str] = []
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
@@ -87,8 +90,8 @@ class Pass:
         self._home_id: str | None = None
         # Outside a pass (kill, fetch, tail -f) the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
-            if isinstance(record.get("addresses"), list):
-                self.addresses[name] = list(record["addresses"])
+            if record.addresses is not None:
+                self.addresses[name] = list(record.addresses)
 
     def tpu_api(self) -> Any:
         if self._tpu is None:
@@ -108,7 +111,7 @@ class Pass:
 
     def transport(self, machine: Machine, endpoint: Endpoint) -> Transport:
         return transport(machine, endpoint, self.home,
-                         published_keys(self.state.machines.get(machine.name, {}), endpoint.index))
+                         published_keys(self.state.machines.get(machine.name), endpoint.index))
 
     def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
         """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
@@ -149,22 +152,34 @@ class Pass:
     def commit(self) -> None:
         """Merge this pass's view of the jobs into state.json: jobs it changed are written, jobs it
         removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
-        by hand stay deleted."""
-        with self.store.transaction() as disk:
-            mine = {j.id: j for j in self.state.jobs}
-            merged: list[Job] = []
-            for job in disk.jobs:
-                ours = mine.get(job.id)
-                if ours is None:
-                    if job.id not in self.base:
-                        merged.append(job)  # submitted while we worked
-                    continue  # else: this session removed it
-                merged.append(ours if ours.to_json() != self.base.get(job.id) else job)
-            disk.jobs = merged
-            disk.machines = self.state.machines
-            self.state.next_id = disk.next_id
+        by hand stay deleted. Saves only what changed; reads the file again only if another command
+        wrote it since this session read (or saved) it."""
+        with self.store.lock():
+            if self.store.unchanged(self.snapshot):
+                self.snapshot = self.store.save_if_changed(self.state, self.base, self.snapshot)
+            else:
+                disk, self.snapshot = self.store.read()
+                original = encode(disk)
+                disk.jobs = self._merged(disk.jobs)
+                disk.machines = self.state.machines
+                self.state.next_id = disk.next_id
+                self.snapshot = self.store.save_if_changed(disk, original, self.snapshot)
         # What is on disk now is the base of the next commit.
-        self.base = {j.id: j.to_json() for j in self.state.jobs}
+        self.base = encode(self.state)
+
+    def _merged(self, on_disk: list[Job]) -> list[Job]:
+        mine = dict(zip((j.id for j in self.state.jobs), zip(self.state.jobs, encode_jobs(self.state.jobs),
+                                                                strict=True), strict=True))
+        base = dict(zip(self.base.ids, self.base.jobs, strict=True))
+        merged: list[Job] = []
+        for job in on_disk:
+            ours = mine.get(job.id)
+            if ours is None:
+                if job.id not in base:
+                    merged.append(job)  # submitted while we worked
+                continue  # else: this session removed it
+            merged.append(ours[0] if ours[1] != base.get(job.id) else job)
+        return merged
 
 
 HOME_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -215,12 +230,12 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             report.notes.append("another pass is running; this one did nothing")
             return report
         fleet = load_fleet(home)
-        state = Store(home).load()
-        p = Pass(home, fleet, state)
+        state, snapshot = Store(home).read()
+        p = Pass(home, fleet, state, snapshot)
         p.dry_run = dry_run
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
-        was = {name: record.get("state") for name, record in state.machines.items()}
+        was = {name: record.state for name, record in state.machines.items()}
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)
         report.notes.extend(p.notes + plan.notes)
@@ -242,14 +257,14 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
     return report
 
 
-def machine_changes(was: dict[str, str | None], now: dict[str, dict[str, Any]]) -> list[str]:
+def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:
     """A line per machine whose state changed in this pass, so a pass run from cron says when a
     machine went away or came back (once, not on every pass while it stays so)."""
     lines = []
     for name, record in sorted(now.items()):
-        state = record.get("state")
+        state = record.state
         if state != was.get(name) and state is not None:
-            detail = record.get("detail")
+            detail = record.detail
             change = f"{was[name]} -> {state}" if was.get(name) else state
             lines.append(f"{name}: {change}" + (f" ({detail})" if detail else ""))
     return lines
@@ -311,14 +326,14 @@ UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is of
 
 def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
     """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
-    view, record = seen.view(machine.name), p.state.machines.setdefault(machine.name, {})
+    view, record = seen.view(machine.name), p.state.machine(machine.name)
     if view.reachable is True:
-        record.update(state="up", detail=None, since=None)
+        record.state, record.detail, record.since = "up", None, None
     elif view.reachable is False:
-        if record.get("state") != "unreachable":
-            record.update(state="unreachable", since=seen.now)
-        record["detail"] = view.error
-    elif record.get("state") == "unreachable" and seen.now - (record.get("since") or 0) < UNREACHABLE_RETRY:
+        if record.state != "unreachable":
+            record.state, record.since = "unreachable", seen.now
+        record.detail = view.error
+    elif record.state == "unreachable" and seen.now - (record.since or 0) < UNREACHABLE_RETRY:
         view.ready = False
 
 
@@ -431,7 +446,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     if outcomes and all(isinstance(o, UnreachableError) for o in outcomes.values()):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         first = next(iter(outcomes.values()))
-        p.state.machines.setdefault(machine.name, {}).update(state="unreachable", since=now, detail=str(first))
+        record = p.state.machine(machine.name)
+        record.state, record.since, record.detail = "unreachable", now, str(first)
         unlaunch(job)
         job.last_line = f"could not launch: {str(first)[-180:]}"
         return
@@ -452,7 +468,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         return
     if all(o is not None and not isinstance(o, Exception) and o.outcome == "ok" for o in outcomes.values()):
         if machine.kind == "ssh":
-            p.state.machines.setdefault(machine.name, {}).update(state="up", detail=None, since=None)
+            record = p.state.machine(machine.name)
+            record.state, record.detail, record.since = "up", None, None
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now
@@ -533,7 +550,7 @@ def fleet_session(home: Home, wait: float = 60.0) -> Iterator[Pass]:
             raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
                             hint="wait for it to finish, or look for a stuck `jobtpu manage`")
         fleet = load_fleet(home)
-        p = Pass(home, fleet, Store(home).load())
+        p = Pass(home, fleet, *Store(home).read())
         yield p
         p.commit()
 

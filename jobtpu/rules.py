@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from . import model
 
-RULES = ("pre", "pass", "reapply", "rerun", "resume")
+RULES = model.RULES
 RETRIABLE = frozenset({model.GRPC, model.LOST, model.HANG})
 
 # Recovery words, stored in an Ending and acted on by the pass.
