@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -88,13 +89,32 @@ Recovery = Literal["resume", "rerun", "recreate-resume", "recreate-rerun"]
 # gc=False because they hold no reference cycles, which makes decoding 100k jobs much cheaper.
 
 
-class Attempt(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+def _always(make: Callable[[], Any]) -> Any:
+    """A field state.json always writes, even at its default: what every listing promises. (With
+    omit_defaults, msgspec leaves out fields whose value is a plain default or an empty builtin
+    collection; a field made by any other factory is always written.)"""
+    return msgspec.field(default_factory=make)
+
+
+def _none() -> None:
+    return None
+
+
+def _empty() -> list[Any]:
+    return []
+
+
+def _queued() -> Status:
+    return Status.QUEUED
+
+
+class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     n: int
     machine: str
-    outcome: str | None = None
-    exit_code: int | None = None
-    started: Number | None = None
-    ended: Number | None = None
+    outcome: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    started: Number | None = _always(_none)
+    ended: Number | None = _always(_none)
     resume: bool = False
     workers: int = 1
 
@@ -108,23 +128,26 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     recover: Recovery | None = None
 
 
-class Job(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """A job as state.json stores it: the fields a listing promises always, the others only when they
+    differ from their default (ten thousand jobs stay small and quick to read)."""
+
     id: int
     user: str
     cmd: str
     archive: str
     created: Number
-    name: str = ""
-    req: list[str] = msgspec.field(default_factory=list)
+    name: str = _always(str)
+    req: list[str] = _always(_empty)
     pin: str | None = None
-    machine: str | None = None
-    status: Status = Status.QUEUED
-    reason: str | None = None
-    exit_code: int | None = None
-    attempt: int = 0
-    attempts: list[Attempt] = msgspec.field(default_factory=list)
-    tags: list[str] = msgspec.field(default_factory=list)
-    rule: str | None = None  # None: the machine's default (docs/reference.md §7)
+    machine: str | None = _always(_none)
+    status: Status = _always(_queued)
+    reason: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    attempt: int = _always(int)
+    attempts: list[Attempt] = _always(_empty)
+    tags: list[str] = _always(_empty)
+    rule: str | None = _always(_none)  # None: the machine's default (docs/reference.md §7)
     env: dict[str, str] = msgspec.field(default_factory=dict)
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
@@ -136,7 +159,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     alloc: dict[str, list[int]] = msgspec.field(default_factory=dict)
     log_size: int = 0  # bytes of all workers' logs of the current attempt seen so far
     log_grew: Number | None = None  # when log_size last grew
-    last_line: str = ""
+    last_line: str = _always(str)
     ending: Ending | None = None
     dir: str = ""
 

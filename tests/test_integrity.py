@@ -275,15 +275,35 @@ def test_numbers_json_cannot_carry_are_one_line(tmp_path: Path, text: str, needl
         one_line_error(jobtpu(home, *args, check=False), needle)
 
 
-def test_a_hand_edited_machine_record_is_refused_by_every_command(tmp_path: Path, src: Path) -> None:
-    home = make_home(tmp_path)
-    job = submit(home, src, "true")
+TPU_FLEET = {"gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": "anonymous"},
+             "machines": {"local": {"kind": "local"},
+                          "tpu": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v3-8"}}}
+
+
+@pytest.mark.parametrize(("name", "record", "needle"), [
+    ("local", {"state": "up", "operation": "x"}, "$.machines['local'].operation: expected object | null, got str"),
+    ("tpu", {"spec": "x"}, "$.machines['tpu'].spec: expected object | null, got str"),
+    ("tpu", {"refused": "x"}, "$.machines['tpu'].refused: expected object | null, got str"),
+    ("tpu", {"zone": 5}, "$.machines['tpu'].zone: expected str | null, got int"),
+    ("tpu", {"api_error": ["x"]}, "$.machines['tpu'].api_error: expected str | null, got array"),
+    ("tpu", {"setup": {"status": "done", "tries": "1"}}, "$.machines['tpu'].setup.tries: expected int, got str"),
+    ("tpu", {"operation": {"kind": "create"}}, "$.machines['tpu'].operation: object missing required field name"),
+    ("tpu", {"transient": {"since": 1}}, "$.machines['tpu'].transient: object missing required field state"),
+    ("tpu", {"recreations": -1}, "recreations must be 0 or more"),
+])
+def test_a_hand_edited_machine_record_is_refused_by_every_command(tmp_path: Path, src: Path, name: str,
+                                                                 record: dict[str, Any], needle: str) -> None:
+    """A machine's record is jobtpu's memory of it; a hand edit that breaks it is one line naming the
+    machine and the path, from every command, never a traceback in the middle of a pass."""
+    home = make_home(tmp_path, TPU_FLEET["machines"])
+    (home / "machines.json").write_text(json.dumps(TPU_FLEET))
+    job = submit(home, src, "true", "--machine", "local")
     doc = json.loads((home / "state.json").read_text())
-    doc["machines"]["local"] = {"state": "up", "operation": "x"}
+    doc["machines"][name] = record
     (home / "state.json").write_text(json.dumps(doc))
-    for args in (["manage"], ["machines"], ["kill", str(job)], ["status"], ["status", "--all-users", "--json"]):
-        one_line_error(jobtpu(home, *args, check=False),
-                       "state.json: machine 'local': $.machines['local'].operation: expected object | null, got str")
+    for args in (["manage", "--dry-run"], ["machines"], ["machines", "--json"], ["kill", str(job)], ["status"],
+                 ["status", "--all-users", "--json"]):
+        one_line_error(jobtpu(home, *args, check=False), f"state.json: machine {name!r}: {needle}")
 
 
 def test_status_refuses_what_every_other_command_refuses(tmp_path: Path, src: Path) -> None:

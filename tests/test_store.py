@@ -333,3 +333,56 @@ def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Pa
     late = add(Store(home))  # a submit while the session runs
     p.commit()
     assert [j.id for j in Store(home).load().jobs] == [kept, late]
+
+
+# ---- the format on disk ---------------------------------------------------------------------------
+
+# Written by the jobtpu before state.json had a typed schema (dataclasses and hand-written checks).
+PREVIOUS_FORMAT = r"""{
+  "version": 1,
+  "next_id": 7,
+  "machines": {
+    "local": {"state":"up","detail":null,"since":null},
+    "box": {"state":"unreachable","detail":"ssh: timed out","since":1700000000.5},
+    "tpu": {"tpu_state":"READY","health":"HEALTHY","health_description":null,"spec":{"acceleratorType":"v3-8","schedulingConfig":{"preemptible":true}},"operation":{"kind":"create","name":"projects/p/locations/z/operations/op-1","since":1700000000.0},"queued_state":null,"want_recreate":true,"zone":"europe-west4-a","addresses":["10.0.0.2","10.0.0.3"],"workers":2,"incarnation":"2024-01-01T00:00:00+00:00","setup":{"status":"failed","tries":1,"error":"boom"},"transient":{"state":"CREATING","since":1700000000.0},"refused":{"message":"bad","spec_key":"abc"},"failures":2,"next_try":1700000100.0,"last_error":"bad","recreations":3,"zone_capacity_failures":1,"moved":"moved from a to b after 2 capacity errors","host_keys":[["ssh-ed25519 AAAA"],["ssh-ed25519 BBBB"]],"host_keys_for":"2024-01-01T00:00:00+00:00","spec_zone":"europe-west4-a","create_sent":1700000000.0,"queue_asked":1700000000.0,"api_error":"creds"}
+  },
+  "jobs": [
+    {"id":1,"user":"ann","cmd":"python train.py --lr 0.01","archive":"ab12.tar.gz","created":1700000000.25,"name":"sweep","req":[],"machine":null,"status":"queued","reason":null,"exit_code":null,"attempt":0,"attempts":[],"tags":["lr"],"rule":null,"last_line":"","dir":"/src"},
+    {"id":2,"user":"bob","cmd":"sleep 100","archive":"ab12.tar.gz","created":1700000001,"name":"","req":["gpu=2"],"pin":"local","machine":"local","status":"running","reason":null,"exit_code":null,"attempt":1,"attempts":[{"n":0,"machine":"local","outcome":"preempted","exit_code":null,"started":1700000002,"ended":1700000003.5},{"n":1,"machine":"local","outcome":null,"exit_code":null,"started":1700000004.0,"ended":null,"resume":true,"workers":2}],"tags":[],"rule":"resume","env":{"A":"1","HF_TOKEN":"<secret>"},"overrides":["--config.x=1"],"log_stage":true,"max_recoveries":5,"recoveries":1,"timeout":3600,"resume":true,"alloc":{"slot":[0],"gpu":[1,3]},"log_size":10,"log_grew":1700000005,"last_line":"step 3"},
+    {"id":3,"user":"bob","cmd":"true","archive":"ab12.tar.gz","created":1700000010.0,"name":"","req":[],"machine":"tpu","status":"killing","reason":"killed","exit_code":null,"attempt":0,"attempts":[{"n":0,"machine":"tpu","outcome":null,"exit_code":null,"started":1.0,"ended":null}],"tags":[],"rule":null,"stall":60.5,"last_line":"","ending":{"status":"failed","reason":"exit 3","exit_code":3,"recover":"recreate-rerun"}},
+    {"id":5,"user":"ann","cmd":"echo","archive":"ab12.tar.gz","created":1700000011.0,"name":"","req":[],"machine":"local","status":"failed","reason":"exit 2","exit_code":2,"attempt":0,"attempts":[{"n":0,"machine":"local","outcome":"exit 2","exit_code":2,"started":5.0,"ended":6.0}],"tags":[],"rule":null,"last_line":""}
+  ]
+}
+"""
+
+
+def test_a_state_json_written_by_the_previous_jobtpu_loads_and_keeps_every_value(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "state.json").write_text(PREVIOUS_FORMAT)
+    old = json.loads(PREVIOUS_FORMAT)
+    # status --json prints the records exactly as the previous jobtpu stored them
+    assert json.loads(jobtpu(home, "status", "--all-users", "--json").stdout) == {"jobs": old["jobs"]}
+    state = Store(Home(home)).load()
+    running = state.require_job(2)
+    assert running.attempts[1] == Attempt(1, "local", None, None, 1700000004.0, None, True, 2)
+    assert (running.alloc, running.timeout, running.created) == ({"slot": [0], "gpu": [1, 3]}, 3600, 1700000001)
+    assert type(running.timeout) is int and type(running.created) is int  # an integer stays one
+    assert state.require_job(3).ending == Ending(Status.FAILED, "exit 3", 3, "recreate-rerun")
+    tpu = state.machines["tpu"]
+    assert tpu.operation is not None and (tpu.operation.kind, tpu.setup and tpu.setup.tries) == ("create", 1)
+    with Store(Home(home)).transaction() as edited:
+        edited.next_id += 1  # any change: the whole file is written again
+    new_text = (home / "state.json").read_text()
+    job_lines = [line for line in PREVIOUS_FORMAT.splitlines() if line.lstrip().startswith('{"id"')]
+    assert [line for line in new_text.splitlines() if line.lstrip().startswith('{"id"')] == job_lines
+    new = json.loads(new_text)
+    for name, record in old["machines"].items():  # every value kept; nulls are left out now
+        assert new["machines"][name] == {k: v for k, v in record.items() if v is not None}, name
+
+
+def test_a_stored_job_holds_the_listed_fields_and_leaves_out_other_defaults(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    add(Store(home))
+    record = json.loads(home.state_file.read_text())["jobs"][0]
+    assert list(record) == ["id", "user", "cmd", "archive", "created", "name", "req", "machine", "status", "reason",
+                            "exit_code", "attempt", "attempts", "tags", "rule", "last_line"]
