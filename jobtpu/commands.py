@@ -113,7 +113,7 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
     from .store import read_id_mark, write_id_mark
 
     fleet = load_fleet(home)
-    Store(home).load()  # a broken state.json is reported before the snapshot, not after
+    read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     job = build_job(home, fleet, args)
     from .secrets import SecretStore, split_env
 
@@ -123,7 +123,7 @@ def submit(home: Home, args: argparse.Namespace) -> Job:
         secrets.check_keeper()
         secrets.check()
     try:
-        with Store(home).transaction() as state:
+        with Store(home).transaction(start=read) as state:
             job.id = max(state.next_id, highest_used_id(home) + 1, read_id_mark(home) + 1)
             state.next_id = job.id + 1
             # The id is spent before anything is filed under it: whatever fails from here on, no

@@ -209,8 +209,29 @@ _ENDED_WORDS = ", ".join(sorted(s.value for s in ENDED))
 _INT_RANGE = (-2**63, 2**64 - 1)
 
 
+_I64 = 2**63
+_ARCHIVE_OK = ARCHIVE_NAME.match
+
+
 def job_problem(job: Job) -> str | None:
     """Why a decoded job cannot be used (the rules its types cannot express), or None."""
+    return None if _plainly_fine(job) else _job_problem(job)
+
+
+def _plainly_fine(job: Job) -> bool:
+    """The common case of a sweep's queued job, as one expression (10k jobs in a few ms); anything
+    less plain is checked field by field by _job_problem, which also says what is wrong."""
+    return (0 < job.id < _I64 and 0 <= job.attempt < _I64 and 0 <= job.recoveries < _I64
+            and 0 <= job.max_recoveries < _I64 and 0 <= job.log_size < _I64
+            and (job.timeout is None or job.timeout > 0) and (job.stall is None or job.stall > 0)
+            and _ARCHIVE_OK(job.archive) is not None and job.cmd != "" and not job.cmd.isspace()
+            and job.reason is None and job.exit_code is None and (job.rule is None or job.rule in RULES)
+            and not job.env and not job.alloc and not job.attempts and job.ending is None
+            and (not job.req or _request_problem(tuple(job.req)) is None)
+            and (bool(job.machine) or job.status not in ACTIVE))
+
+
+def _job_problem(job: Job) -> str | None:
     if job.id < 1:
         return "field 'id' must be a positive integer"
     for name in ("attempt", "max_recoveries", "recoveries", "log_size"):

@@ -247,10 +247,12 @@ class Store:
             yield
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[State]:
-        """Lock, load, let the caller edit, save if anything changed. An exception saves nothing."""
+    def transaction(self, start: tuple[State, Snapshot] | None = None) -> Iterator[State]:
+        """Lock, load, let the caller edit, save if anything changed. An exception saves nothing.
+        `start`: what an earlier read() returned, left unchanged: used as it is while the file is still
+        the one it came from (a submit then reads and checks 10k jobs once, not twice)."""
         with self.lock():
-            state, snapshot = self.read()
+            state, snapshot = start if start is not None and self.unchanged(start[1]) else self.read()
             original = encode(state)
             yield state
             self.save_if_changed(state, original, snapshot)

@@ -195,6 +195,7 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
     ({"cmd": "  "}, "job 1: field 'cmd' is empty"),
     ({"id": 0}, "job 0: field 'id' must be a positive integer"),
     ({"status": "running", "machine": None}, "job 1: a running job needs a 'machine'"),
+    ({"status": "launching", "machine": ""}, "job 1: a launching job needs a 'machine'"),
     ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: $.jobs[0].attempts[0].n: expected int, got str"),
     ({"attempts": [{"n": 0, "machine": "m"}, 5]}, "job 1: $.jobs[0].attempts[1]: expected object, got int"),
     ({"attempts": [{"n": 0, "machine": "m", "outcome": "meh"}]}, "job 1: attempts[0].outcome must be null, 'finished'"),
