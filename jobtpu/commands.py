@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import JobtpuError, NotFoundError, Terminated
 from .home import Home, find_home
 from .inputs import resolve_user
-from .store import Store, append_line, encode_jobs
+from .store import Store, append_line, encode_jobs, jobs_document, records
 from .text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -249,24 +249,29 @@ def cmd_manage(home: Home, args: argparse.Namespace) -> int:
 
 # ---- status ---------------------------------------------------------------------------------------
 
-def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
-    jobs = Store(home).load_records()
+def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[Job]:
+    jobs = Store(home).load().jobs
     if ids:
-        known = {j["id"] for j in jobs}
+        known = {j.id for j in jobs}
         missing = [i for i in ids if i not in known]
         if missing:
             raise NotFoundError(f"no job {missing[0]} in state.json",
                                 hint="`jobtpu status --all-users` lists every job")
-        return [j for j in jobs if j["id"] in ids]
+        return [j for j in jobs if j.id in ids]
     if all_users:
         return jobs
     who = resolve_user(user)
-    return [j for j in jobs if j["user"] == who]
+    return [j for j in jobs if j.user == who]
+
+
+def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
+    return records(chosen_jobs(home, ids, user, all_users))
 
 
 def cmd_status(home: Home, args: argparse.Namespace) -> int:
-    if args.json:
-        emit_json({"jobs": select_jobs(home, args.ids, args.user, args.all_users)})
+    if args.json:  # the records as stored, encoded straight from the typed jobs
+        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, args.ids, args.user, args.all_users)))
+        sys.stdout.flush()
         return 0
     from rich.console import Console
 
@@ -289,10 +294,10 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 def cmd_tail(home: Home, args: argparse.Namespace) -> int:
     from .store import unknown_job
 
-    # The listed fields are enough here: no full validation of every job (tail runs often, homes grow).
-    job = next((r for r in Store(home).load_records() if r["id"] == args.id), None)
-    if job is None:
+    found = Store(home).load().job(args.id)
+    if found is None:
         raise unknown_job(args.id)
+    job = records([found])[0]
     tried = [a["n"] for a in job["attempts"]]
     attempt = job["attempt"] if args.attempt is None else args.attempt
     if args.attempt is not None and attempt not in tried:

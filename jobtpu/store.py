@@ -236,10 +236,6 @@ class Store:
                     return what
         return None
 
-    def load_records(self) -> list[dict[str, Any]]:
-        """The job records as plain objects (for listings), validated as fully as every command does."""
-        return msgspec.to_builtins(self.load().jobs)  # type: ignore[no-any-return]
-
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[None]:
         self.home.ensure()
@@ -300,6 +296,16 @@ def encode(state: State) -> Encoded:
     return Encoded(head=b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id),
                    jobs=encode_jobs(state.jobs), ids=[job.id for job in state.jobs],
                    machines=[enc(name) + b": " + enc(record) for name, record in state.machines.items()])
+
+
+def records(jobs: list[Job]) -> list[dict[str, Any]]:
+    """The jobs as plain objects, each as state.json stores it (for tables)."""
+    return msgspec.to_builtins(jobs)  # type: ignore[no-any-return]
+
+
+def jobs_document(jobs: list[Job]) -> bytes:
+    """`{"jobs": [...]}` as `status --json` prints it: the records as state.json stores them."""
+    return b'{"jobs":[' + b",".join(encode_jobs(jobs)) + b"]}\n"
 
 
 def render(encoded: Encoded) -> bytes:
