@@ -83,7 +83,6 @@ Number = int | float
 # The rule names a job may carry (rules.py says what each does).
 RULES = ("pre", "pass", "reapply", "rerun", "resume")
 RECOVERIES = (None, "resume", "rerun", "recreate-resume", "recreate-rerun")
-Recovery = Literal["resume", "rerun", "recreate-resume", "recreate-rerun"]
 
 # Structs of state.json: unknown fields are refused (a typo in a hand edit is not silently dropped);
 # gc=False because they hold no reference cycles, which makes decoding 100k jobs much cheaper.
@@ -125,7 +124,7 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     status: Status
     reason: str | None = None
     exit_code: int | None = None
-    recover: Recovery | None = None
+    recover: str | None = None  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
 
 
 class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -297,6 +296,8 @@ def _ending_problem(ending: Ending | None) -> str | None:
         return f"ending.status must be one of {_ENDED_WORDS} (got {ending.status.value!r})"
     if not is_valid_reason(ending.reason):
         return f"ending.reason is not a known reason: {ending.reason!r}"
+    if ending.recover not in RECOVERIES:
+        return f"ending.recover must be one of {', '.join(map(str, RECOVERIES[1:]))} or null (got {ending.recover!r})"
     return None
 
 

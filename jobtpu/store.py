@@ -21,7 +21,6 @@ import msgspec
 from .errors import BusyError, ConfigError
 from .home import Home, open_append, open_lock, rename_synced, write_atomic, write_temp
 from .model import (
-    RECOVERIES,
     VERSION,
     Attempt,
     Ending,
@@ -124,8 +123,7 @@ _STRUCTS: dict[str, type[msgspec.Struct]] = {"jobs": Job, "attempts": Attempt, "
                                              "machines": MachineRecord}
 
 
-_ENUMS: dict[str, tuple[str, ...]] = {"status": tuple(s.value for s in Status),
-                                      "recover": tuple(str(r) for r in RECOVERIES if r), "kind": ("create", "delete")}
+_ENUMS: dict[str, tuple[str, ...]] = {"status": tuple(s.value for s in Status), "kind": ("create", "delete")}
 
 
 def _where(message: str, data: Any) -> str:
@@ -300,7 +298,8 @@ def encode(state: State) -> Encoded:
 
 def records(jobs: list[Job]) -> list[dict[str, Any]]:
     """The jobs as plain objects, each as state.json stores it (for tables)."""
-    return msgspec.to_builtins(jobs)  # type: ignore[no-any-return]
+    records: list[dict[str, Any]] = msgspec.to_builtins(jobs)
+    return records
 
 
 def jobs_document(jobs: list[Job]) -> bytes:
