@@ -104,7 +104,7 @@ def decode_secrets(raw: bytes, path: Path) -> Secrets:
     hint = f"fix {path} by hand (or delete it: queued jobs then run without their secrets)"
     try:
         data = _DECODER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         parse_json_file(path, raw)  # not JSON at all: said with its line and column
         data = None
     if data is None or not all(k.isascii() and k.isdigit() and len(k) < 19 for k in data):

@@ -93,10 +93,14 @@ def decode_state(raw: bytes | str, path: Path) -> State:
     hint = f"fix {path} by hand (the last good copy is {path.name}.bak); nothing was changed"
     try:
         state = _DECODER.decode(raw)
+    except RecursionError:  # in a free-form part (a node's spec), where no type bounds the depth
+        raise ConfigError(f"{path.name}: nested too deeply to be a jobtpu file", hint) from None
     except msgspec.MsgspecError as e:
         # Not JSON at all, or a number JSON cannot carry: said in the standard library's words
         # (line and column). Otherwise the value at the path has the wrong shape.
         data = parse_json_file(path, raw)
+        if isinstance(e, msgspec.DecodeError):  # text only the standard library takes (a lone surrogate)
+            raise ConfigError(f"{path.name}: not valid JSON text ({str(e)[:80]})", hint) from None
         raise ConfigError(f"{path.name}: {_where(str(e), data)}", hint) from None
     if state.version != VERSION:
         raise ConfigError(f"{path.name}: version {state.version!r} is not one this jobtpu reads ({VERSION})", hint)
@@ -150,7 +154,9 @@ def _where(message: str, data: Any) -> str:
         struct = _STRUCTS.get(owner[0]) if owner else State
         if struct is not None:
             what += f" (valid: {', '.join(sorted(struct.__struct_fields__))})"
-    return f"{label}{path}: {what[:1].lower()}{what[1:]}"
+    if what[1:2].islower():  # "Expected int" reads on after a colon as "expected int"
+        what = what[:1].lower() + what[1:]
+    return f"{label}{path}: {what}"
 
 
 def _failing_machine(machines: dict[str, Any]) -> str | None:

@@ -386,3 +386,22 @@ def test_a_stored_job_holds_the_listed_fields_and_leaves_out_other_defaults(tmp_
     record = json.loads(home.state_file.read_text())["jobs"][0]
     assert list(record) == ["id", "user", "cmd", "archive", "created", "name", "req", "machine", "status", "reason",
                             "exit_code", "attempt", "attempts", "tags", "rule", "last_line"]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('{"machines": {"tpu": {"spec": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}}}",
+     "state.json: nested too deeply to be a jobtpu file"),
+    ('{"jobs": [{"id": 1, "user": "u", "cmd": "c", "archive": "a.tar.gz", "created": 1, "name": "\\ud800"}]}',
+     "state.json: not valid JSON text"),
+    ('{"version": 1, "next_id": 1, "jobs": [], "machines": {"m": {"since": 1e999}}}',
+     "state.json: the number 1e999 is too large"),
+], ids=["deep-spec", "lone-surrogate", "huge-float"])
+def test_what_no_type_bounds_is_one_line_too(tmp_path: Path, text: str, needle: str) -> None:
+    """Deep nesting inside a free-form part (a TPU node's recorded spec), text only a lenient parser
+    takes, a number beyond a float: one line from every command, never a traceback."""
+    home = make_home(tmp_path)
+    (home / "state.json").write_text(text)
+    for args in (["status"], ["status", "--json"], ["manage"], ["machines"]):
+        done = jobtpu(home, *args, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.splitlines()[0].startswith(f"jobtpu: error: {needle}"), done.stderr
