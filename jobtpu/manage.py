@@ -158,18 +158,20 @@ class Pass:
             if self.store.unchanged(self.snapshot):
                 self.snapshot = self.store.save_if_changed(self.state, self.base, self.snapshot)
             else:
-                disk, self.snapshot = self.store.read()
+                disk, snapshot = self.store.read()
                 original = encode(disk)
                 disk.jobs = self._merged(disk.jobs)
                 disk.machines = self.state.machines
                 self.state.next_id = disk.next_id
-                self.snapshot = self.store.save_if_changed(disk, original, self.snapshot)
+                self.store.save_if_changed(disk, original, snapshot)
+                # The file now holds jobs this session does not (submitted meanwhile): the next
+                # commit must merge with it again, never save the session's own list over it.
+                self.snapshot = Snapshot(None, None)
         # What is on disk now is the base of the next commit.
         self.base = encode(self.state)
 
     def _merged(self, on_disk: list[Job]) -> list[Job]:
-        mine = dict(zip((j.id for j in self.state.jobs), zip(self.state.jobs, encode_jobs(self.state.jobs),
-                                                                strict=True), strict=True))
+        mine = {job.id: (job, line) for job, line in zip(self.state.jobs, encode_jobs(self.state.jobs), strict=True)}
         base = dict(zip(self.base.ids, self.base.jobs, strict=True))
         merged: list[Job] = []
         for job in on_disk:

@@ -99,7 +99,7 @@ def decode_state(raw: bytes | str, path: Path) -> State:
         # Not JSON at all, or a number JSON cannot carry: said in the standard library's words
         # (line and column). Otherwise the value at the path has the wrong shape.
         data = parse_json_file(path, raw)
-        if isinstance(e, msgspec.DecodeError):  # text only the standard library takes (a lone surrogate)
+        if not isinstance(e, msgspec.ValidationError):  # text only the standard library takes (a lone surrogate)
             raise ConfigError(f"{path.name}: not valid JSON text ({str(e)[:80]})", hint) from None
         raise ConfigError(f"{path.name}: {_where(str(e), data)}", hint) from None
     if state.version != VERSION:
@@ -170,7 +170,8 @@ def _failing_machine(machines: dict[str, Any]) -> str | None:
 
 class Snapshot(NamedTuple):
     """The state.json a session read or last wrote: its bytes (the next save's .bak) and its stamp
-    (inode, size, mtime: every save is a rename of a new file, so another writer changes it)."""
+    (inode, size, mtime, ctime: every save is a rename of a new file, so another writer changes
+    it). A stamp of None matches no file: the session must read it again."""
 
     raw: bytes | None
     stamp: bytes | None
@@ -274,10 +275,9 @@ class Store:
             # .bak must stay the way back to the jobs).
             write_atomic(self.home.state_backup, previous)
         data = render(encoded)
-        tmp = write_temp(self.path, data)
-        stamp = _stamp(os.stat(tmp))  # a rename keeps inode, size and mtime
-        rename_synced(tmp, self.path)
-        return Snapshot(data, stamp)
+        rename_synced(write_temp(self.path, data), self.path)
+        # Stamped after the rename (which changes the ctime), under the lock every writer takes.
+        return Snapshot(data, stamp_of(self.path))
 
 
 class Encoded(NamedTuple):

@@ -322,17 +322,26 @@ def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> No
         assert (home / "state.json").read_text() == text and (home / "machines.json").read_bytes() == machines
 
 
-def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("knows_its_read", [True, False])
+def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path, knows_its_read: bool) -> None:
     from jobtpu.fleet import load_fleet
     from jobtpu.manage import Pass
 
     home = Home(tmp_path)
     old, kept = add(Store(home)), add(Store(home))
-    p = Pass(home, load_fleet(home), Store(home).load())
+    p = Pass(home, load_fleet(home), *Store(home).read()) if knows_its_read else \
+        Pass(home, load_fleet(home), Store(home).load())
+    p.state.require_job(kept).name = "renamed"
+    p.commit()  # nobody wrote meanwhile (a session that knows its read saves without reading again)
+    assert [(j.id, j.name) for j in Store(home).load().jobs] == [(old, ""), (kept, "renamed")]
     p.state.jobs = [j for j in p.state.jobs if j.id != old]  # what `clean` does
     late = add(Store(home))  # a submit while the session runs
     p.commit()
     assert [j.id for j in Store(home).load().jobs] == [kept, late]
+    for tags in ([], ["again"]):  # later commits, with or without a change, keep the late job too
+        p.state.require_job(kept).tags = tags
+        p.commit()
+        assert [(j.id, j.tags) for j in Store(home).load().jobs] == [(kept, tags), (late, [])]
 
 
 # ---- the format on disk ---------------------------------------------------------------------------
