@@ -37,8 +37,8 @@ __all__ = ["State", "Store", "VERSION", "decode_state", "parse_json_file", "unkn
 
 
 def parse_json_file(path: Path, text: str | bytes) -> Any:
-    """Parse JSON (orjson: 10k jobs must load in milliseconds); a syntax error is reported as
-    `file:line:col: message`, in the standard library's words."""
+    """Parse JSON (machines.json, and any file a typed decode refused, to say why); a syntax error is
+    reported as `file:line:col: message`, in the standard library's words."""
     import orjson  # here, not at the top: `--help` never parses anything
 
     hint = f"fix {path} by hand; jobtpu has not changed it" + (
