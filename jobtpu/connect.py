@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from .fleet import Machine, split_host
 from .home import Home, is_shared
+from .model import MachineRecord
 from .transport.base import Endpoint, Transport
 
 
@@ -43,7 +43,7 @@ def _in_shared_folder(path: Path) -> bool:
     return is_shared(path)
 
 
-def published_keys(record: dict[str, Any], worker: int) -> list[str]:
+def published_keys(record: MachineRecord | None, worker: int) -> list[str]:
     """The host keys a TPU node published for one worker, as the last pass recorded them."""
-    keys = record.get("host_keys") or []
-    return list(keys[worker]) if worker < len(keys) and isinstance(keys[worker], list) else []
+    keys = (record.host_keys if record is not None else None) or []
+    return list(keys[worker]) if worker < len(keys) else []

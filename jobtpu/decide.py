@@ -234,7 +234,13 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
     used = used_resources(jobs)
     # A machine about to be deleted and created again takes no job in this pass.
     recreating = {a.machine for a in plan.actions if isinstance(a, Recreate)}
+    # Resources only get taken during a dispatch: once a request found no room, every later job asking
+    # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
+    no_room: set[tuple[tuple[str, ...], str | None, str | None]] = set()
     for job in sorted((j for j in jobs if j.status is Status.QUEUED), key=lambda j: j.id):
+        asks = (tuple(job.req), job.pin, job.rule)
+        if asks in no_room:
+            continue
         request = parse_request(job.req)
         for machine in fleet.machines.values():
             view = seen.view(machine.name)
@@ -256,6 +262,7 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
             break
         else:
+            no_room.add(asks)
             _want_back(job, request, fleet, seen, plan)
 
 

@@ -52,8 +52,8 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     session = Session(home, fleet, Store(home).load())
-    known = session.state.machines.get(machine.name, {})
-    addresses = known.get("addresses") if isinstance(known.get("addresses"), list) else None
+    known = session.state.machines.get(machine.name)
+    addresses = known.addresses if known is not None else None
     node_lines: list[Line] = []
     if machine.is_tpu:  # the API says where the workers are now
         node_lines, live = _node_check(home, fleet, machine)
@@ -176,8 +176,8 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
     from .tpu import TpuApi, health_of
 
-    record = Store(home).load().machines.get(machine.name, {})
-    machine = machine.in_zone(record.get("zone"))  # capacity errors may have moved it to a later zone
+    record = Store(home).load().machine(machine.name)
+    machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone
     try:
         node = TpuApi(dict(fleet.gcp)).get_node(str(machine.zone), str(machine.node))
     except RemoteError as e:
@@ -188,10 +188,11 @@ def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line],
     health, why = health_of(node.state)
     out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
            if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
-    setup = record.get("setup") or {}
-    if machine.setup and (setup.get("status") != "done" or record.get("incarnation") != node.create_time):
+    setup = record.setup
+    if machine.setup and (setup is None or setup.status != "done" or record.incarnation != node.create_time):
+        what = (setup.error or setup.status) if setup is not None else "not run"
         out.append((f"{machine.name}: problem: setup has not completed on this node "
-                    f"({setup.get('error') or setup.get('status') or 'not run'}); `jobtpu manage` runs it", True))
+                    f"({what}); `jobtpu manage` runs it", True))
     return out, node.addresses(machine.use_external_ip)
 
 

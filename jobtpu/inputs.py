@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from .errors import JobtpuError
-from .schema import USER_NAME
+from .model import USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")

@@ -30,7 +30,7 @@ from .decide import (
 from .errors import RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, make_dirs, open_append
-from .model import Ending, Job, Status
+from .model import Ending, Job, MachineRecord, Status
 from .scripts import (
     TAIL_BYTES,
     archive_path,
@@ -43,7 +43,7 @@ from .scripts import (
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
-from .store import State, Store
+from .store import Snapshot, State, Store
 from .tpuflow import observe_tpus, request_recreate
 from .transport.base import Endpoint
 from .unpack import problem as archive_problem
@@ -61,8 +61,8 @@ class PassReport:
 class Pass(Session):
     """A session for one manage pass: it also checks and copies the home's snapshots to workers."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State) -> None:
-        super().__init__(home, fleet, state)
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
+        super().__init__(home, fleet, state, snapshot)
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.
         self._locks_lock = threading.Lock()
@@ -101,12 +101,12 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             report.notes.append("another pass is running; this one did nothing")
             return report
         fleet = load_fleet(home)
-        state = Store(home).load()
-        p = Pass(home, fleet, state)
+        state, snapshot = Store(home).read()
+        p = Pass(home, fleet, state, snapshot)
         p.dry_run = dry_run
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
-        was = {name: record.get("state") for name, record in state.machines.items()}
+        was = {name: record.state for name, record in state.machines.items()}
         seen = observe(p)
         plan = decide(state.jobs, fleet, seen)
         report.notes.extend(p.notes + plan.notes)
@@ -128,14 +128,14 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
     return report
 
 
-def machine_changes(was: dict[str, str | None], now: dict[str, dict[str, Any]]) -> list[str]:
+def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:
     """A line per machine whose state changed in this pass, so a pass run from cron says when a
     machine went away or came back (once, not on every pass while it stays so)."""
     lines = []
     for name, record in sorted(now.items()):
-        state = record.get("state")
+        state = record.state
         if state != was.get(name) and state is not None:
-            detail = record.get("detail")
+            detail = record.detail
             change = f"{was[name]} -> {state}" if was.get(name) else state
             lines.append(f"{name}: {change}" + (f" ({detail})" if detail else ""))
     return lines
@@ -197,14 +197,14 @@ UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is of
 
 def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
     """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
-    view, record = seen.view(machine.name), p.state.machines.setdefault(machine.name, {})
+    view, record = seen.view(machine.name), p.state.machine(machine.name)
     if view.reachable is True:
-        record.update(state="up", detail=None, since=None)
+        record.state, record.detail, record.since = "up", None, None
     elif view.reachable is False:
-        if record.get("state") != "unreachable":
-            record.update(state="unreachable", since=seen.now)
-        record["detail"] = view.error
-    elif record.get("state") == "unreachable" and seen.now - (record.get("since") or 0) < UNREACHABLE_RETRY:
+        if record.state != "unreachable":
+            record.state, record.since = "unreachable", seen.now
+        record.detail = view.error
+    elif record.state == "unreachable" and seen.now - (record.since or 0) < UNREACHABLE_RETRY:
         view.ready = False
 
 
@@ -317,7 +317,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     if outcomes and all(isinstance(o, UnreachableError) for o in outcomes.values()):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         first = next(iter(outcomes.values()))
-        p.state.machines.setdefault(machine.name, {}).update(state="unreachable", since=now, detail=str(first))
+        record = p.state.machine(machine.name)
+        record.state, record.since, record.detail = "unreachable", now, str(first)
         unlaunch(job)
         job.last_line = f"could not launch: {str(first)[-180:]}"
         return
@@ -338,7 +339,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         return
     if all(o is not None and not isinstance(o, Exception) and o.outcome == "ok" for o in outcomes.values()):
         if machine.kind == "ssh":
-            p.state.machines.setdefault(machine.name, {}).update(state="up", detail=None, since=None)
+            record = p.state.machine(machine.name)
+            record.state, record.detail, record.since = "up", None, None
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now

@@ -1,20 +1,19 @@
-"""Jobs and attempts as data, their status and reason words, and the one table of legal status moves.
+"""Jobs, attempts and machine records as typed data (msgspec Structs: what state.json holds, decoded
+strictly), their status and reason words, and the one table of legal status moves.
 
 Only `Job.move` changes a job's status; every other module asks it to, and an illegal move raises."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
-from .schema import ATTEMPT_LISTED, FIELDS, LISTED, STATUSES
+import msgspec
 
-# The recovery rules a job may name; rules.py says what each does (it imports this module, not back).
-RULES = ("pre", "pass", "reapply", "rerun", "resume")
+from .errors import NotFoundError
 
 
 class Status(StrEnum):
@@ -77,66 +76,89 @@ class IllegalTransition(RuntimeError):
     """A bug: some code asked for a status move the table does not allow."""
 
 
-@dataclass
-class Attempt:
+# Every number jobtpu reads back as a time or a length of time: an integer stays one (a hand edit
+# reads back as written), a fraction stays a float.
+Number = int | float
+
+# The rule names a job may carry (rules.py says what each does).
+RULES = ("pre", "pass", "reapply", "rerun", "resume")
+RECOVERIES = (None, "resume", "rerun", "recreate-resume", "recreate-rerun")
+
+# Structs of state.json: unknown fields are refused (a typo in a hand edit is not silently dropped);
+# gc=False because they hold no reference cycles, which makes decoding 100k jobs much cheaper.
+
+
+def _always(make: Callable[[], Any]) -> Any:
+    """A field state.json always writes, even at its default: what every listing promises. (With
+    omit_defaults, msgspec leaves out fields whose value is a plain default or an empty builtin
+    collection; a field made by any other factory is always written.)"""
+    return msgspec.field(default_factory=make)
+
+
+def _none() -> None:
+    return None
+
+
+def _empty() -> list[Any]:
+    return []
+
+
+def _queued() -> Status:
+    return Status.QUEUED
+
+
+class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     n: int
     machine: str
-    outcome: str | None = None
-    exit_code: int | None = None
-    started: float | None = None
-    ended: float | None = None
+    outcome: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    started: Number | None = _always(_none)
+    ended: Number | None = _always(_none)
     resume: bool = False
     workers: int = 1
 
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "machine": self.machine, "outcome": self.outcome, "exit_code": self.exit_code,
-                "started": self.started, "ended": self.ended, "resume": self.resume, "workers": self.workers}
 
-
-@dataclass
-class Ending:
+class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """How a job in `killing` ends once its processes are gone."""
 
     status: Status
-    reason: str | None
+    reason: str | None = None
     exit_code: int | None = None
     recover: str | None = None  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"status": str(self.status), "reason": self.reason, "exit_code": self.exit_code,
-                "recover": self.recover}
 
+class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """A job as state.json stores it: the fields a listing promises always, the others only when they
+    differ from their default (ten thousand jobs stay small and quick to read)."""
 
-@dataclass
-class Job:
     id: int
     user: str
     cmd: str
     archive: str
-    created: float
-    name: str = ""
-    req: list[str] = field(default_factory=list)
+    created: Number
+    name: str = _always(str)
+    req: list[str] = _always(_empty)
     pin: str | None = None
-    machine: str | None = None
-    status: Status = Status.QUEUED
-    reason: str | None = None
-    exit_code: int | None = None
-    attempt: int = 0
-    attempts: list[Attempt] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    rule: str | None = None  # None: the machine's default (docs/reference.md §7)
-    env: dict[str, str] = field(default_factory=dict)
-    overrides: list[str] = field(default_factory=list)  # "--config.x=v" words appended to cmd
+    machine: str | None = _always(_none)
+    status: Status = _always(_queued)
+    reason: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    attempt: int = _always(int)
+    attempts: list[Attempt] = _always(_empty)
+    tags: list[str] = _always(_empty)
+    rule: str | None = _always(_none)  # None: the machine's default (docs/reference.md §7)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
     max_recoveries: int = 20
     recoveries: int = 0
-    timeout: float | None = None  # seconds of wall time per attempt
-    stall: float | None = None  # seconds without log growth
+    timeout: Number | None = None  # seconds of wall time per attempt
+    stall: Number | None = None  # seconds without log growth
     resume: bool = False  # the next/current attempt resumes from checkpoints
-    alloc: dict[str, list[int]] = field(default_factory=dict)
+    alloc: dict[str, list[int]] = msgspec.field(default_factory=dict)
     log_size: int = 0  # bytes of all workers' logs of the current attempt seen so far
-    log_grew: float | None = None  # when log_size last grew
-    last_line: str = ""
+    log_grew: Number | None = None  # when log_size last grew
+    last_line: str = _always(str)
     ending: Ending | None = None
     dir: str = ""
 
@@ -167,125 +189,14 @@ class Job:
             words.append(f"--config.stage={self.attempt}")
         return " ".join([self.cmd, *words]) if words else self.cmd
 
-    # ---- JSON ---------------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        # By hand, not dataclasses.asdict: that deep-copies every value and is 20x slower on 10k jobs.
-        out = {name: getattr(self, name) for name in _FIELDS}
-        out["status"] = self.status.value
-        out["req"], out["tags"], out["overrides"] = list(self.req), list(self.tags), list(self.overrides)
-        out["env"] = dict(self.env)
-        out["alloc"] = {k: list(v) for k, v in self.alloc.items()}
-        out["attempts"] = [a.to_json() for a in self.attempts]
-        out["ending"] = self.ending.to_json() if self.ending else None
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Job:
-        """Build a job from a record; raises ValueError/TypeError/KeyError on a malformed one."""
-        unknown = sorted(set(data) - _FIELD_SET)
-        if unknown:
-            raise ValueError(f"unknown field {unknown[0]!r} (valid: {', '.join(sorted(_FIELD_SET))})")
-        values = dict(data)
-        for name in _REQUIRED:
-            if name not in values:
-                raise ValueError(f"field {name!r} is missing")
-        status = values.get("status", "queued")
-        if status not in STATUSES:
-            raise ValueError(f"field 'status' must be one of {', '.join(Status)} (got {status!r})")
-        values["status"] = Status(status)
-        attempts = values.get("attempts", [])
-        if not isinstance(attempts, list):
-            raise ValueError("field 'attempts' must be a list")
-        values["attempts"] = [_attempt(a, f"attempts[{i}]") for i, a in enumerate(attempts)]
-        if values.get("ending") is not None:
-            values["ending"] = _ending(values["ending"])
-        job = cls(**values)
-        _check_types(job)
-        return job
-
     def queued_by_hand(self) -> None:
         """After `resume` or `rerun`: a person asked for this attempt, so the automatic recoveries
         count afresh (max_recoveries is a budget per run a person starts, not per job)."""
         self.recoveries = 0
 
 
-def _attempt(data: Any, where: str) -> Attempt:
-    """One stored attempt, checked field by field (`where`: its path in the record, for the error)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{where} must be an object")
-    unknown = sorted(set(data) - set(_ATTEMPT_TYPES))
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r} (valid: {', '.join(_ATTEMPT_TYPES)})")
-    for name in ("n", "machine"):
-        if name not in data:
-            raise ValueError(f"{where}.{name} is missing")
-    for name, value in data.items():
-        _check_value(f"{where}.{name}", value, _ATTEMPT_TYPES[name])
-    attempt = Attempt(**data)
-    if attempt.n < 0:
-        raise ValueError(f"{where}.n must be 0 or more")
-    if not 1 <= attempt.workers <= MAX_WORKERS:
-        raise ValueError(f"{where}.workers must be 1 to {MAX_WORKERS}")
-    if attempt.outcome is not None and attempt.outcome != FINISHED and not is_valid_reason(attempt.outcome):
-        raise ValueError(f"{where}.outcome must be null, 'finished' or a reason word like 'preempted' or "
-                         f"'exit 1' (got {attempt.outcome!r})")
-    return attempt
+# ---- what msgspec's types cannot say -------------------------------------------------------------
 
-
-_ENDING_FIELDS = ("status", "reason", "exit_code", "recover")
-RECOVERIES = (None, "resume", "rerun", "recreate-resume", "recreate-rerun")
-
-
-def _ending(data: Any) -> Ending:
-    if not isinstance(data, dict):
-        raise ValueError("ending must be an object or null")
-    unknown = sorted(set(data) - set(_ENDING_FIELDS))
-    if unknown:
-        raise ValueError(f"ending: unknown field {unknown[0]!r} (valid: {', '.join(_ENDING_FIELDS)})")
-    status = data.get("status")
-    if status not in {s.value for s in ENDED}:
-        raise ValueError(f"ending.status must be one of {', '.join(sorted(ENDED))} (got {status!r})")
-    reason, exit_code, recover = data.get("reason"), data.get("exit_code"), data.get("recover")
-    if not (reason is None or isinstance(reason, str) and is_valid_reason(reason)):
-        raise ValueError(f"ending.reason is not a known reason: {reason!r}")
-    _check_value("ending.exit_code", exit_code, (int, type(None)))
-    if recover not in RECOVERIES:
-        raise ValueError(f"ending.recover must be one of {', '.join(map(str, RECOVERIES[1:]))} or null (got {recover!r})")
-    return Ending(status=Status(status), reason=reason, exit_code=exit_code, recover=recover)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
-_FIELD_SET = frozenset(_FIELDS)
-# schema.py spells these out for listings that do not import this module; they must agree.
-assert _FIELD_SET == FIELDS and {s.value for s in Status} == STATUSES, "schema.py is out of date"
-
-
-def _json_defaults(cls: type) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default.value if isinstance(f.default, Status) else f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
-
-
-# state.json stores a record without the optional fields that hold their default value (a 10k-job
-# file stays small and quick to parse). The fields every listing promises are always written, so
-# `status --json` prints records as they are stored; loading fills the rest from the defaults.
-JOB_DEFAULTS = _json_defaults(Job)
-ATTEMPT_DEFAULTS = _json_defaults(Attempt)
-_ABSENT = object()
-
-
-def compact(record: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in record.items() if k in LISTED or JOB_DEFAULTS.get(k, _ABSENT) != v}
-    out["attempts"] = [{k: v for k, v in a.items() if k in ATTEMPT_LISTED or ATTEMPT_DEFAULTS.get(k, _ABSENT) != v}
-                       for a in record.get("attempts", [])]
-    return out
-
-
-_REQUIRED = ("id", "user", "cmd", "archive", "created")
 # Counts used in loops and paths: a hand edit must not make a pass spin (a machine offers at most this
 # many of a resource; an attempt runs on at most this many workers).
 MAX_COUNT = 1024
@@ -295,136 +206,239 @@ MAX_WORKERS = 1024
 ARCHIVE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,200}\.tar\.gz$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (int,), "user": (str,), "cmd": (str,), "archive": (str,), "created": (int, float),
-    "name": (str,), "req": (list,), "pin": (str, type(None)), "machine": (str, type(None)),
-    "reason": (str, type(None)), "exit_code": (int, type(None)), "attempt": (int,),
-    "tags": (list,), "rule": (str, type(None)), "env": (dict,), "overrides": (list,),
-    "log_stage": (bool,), "max_recoveries": (int,), "recoveries": (int,),
-    "timeout": (int, float, type(None)), "stall": (int, float, type(None)), "resume": (bool,),
-    "alloc": (dict,), "log_size": (int,), "log_grew": (int, float, type(None)), "last_line": (str,),
-    "dir": (str,),
-}
-_ATTEMPT_TYPES: dict[str, tuple[type, ...]] = {
-    "n": (int,), "machine": (str,), "outcome": (str, type(None)), "exit_code": (int, type(None)),
-    "started": (int, float, type(None)), "ended": (int, float, type(None)), "resume": (bool,), "workers": (int,),
-}
+# What a user name may be (docs/reference.md §2.1).
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_ENDED_WORDS = ", ".join(sorted(s.value for s in ENDED))
+# Integers jobtpu stores must fit 64 bits (what other JSON tools read back exactly).
+_INT_RANGE = (-2**63, 2**64 - 1)
 
 
-_WHAT = {(int,): "an integer", (str,): "a string", (list,): "a list", (dict,): "an object", (bool,): "true or false",
-         (int, float): "a number", (str, type(None)): "a string or null", (int, type(None)): "an integer or null",
-         (int, float, type(None)): "a number or null", (list, type(None)): "a list or null",
-         (dict, type(None)): "an object or null"}
+_I64 = 2**63
+_ARCHIVE_OK = ARCHIVE_NAME.match
 
 
-def _check_value(where: str, value: Any, types: tuple[type, ...]) -> None:
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        raise TypeError(f"{where} must be {_WHAT.get(types, 'of another type')} (got {_json_type(value)})")
+def job_problem(job: Job) -> str | None:
+    """Why a decoded job cannot be used (the rules its types cannot express), or None."""
+    return None if _plainly_fine(job) else _job_problem(job)
 
 
-def _json_type(value: Any) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+def _plainly_fine(job: Job) -> bool:
+    """The common case of a sweep's queued job, as one expression (10k jobs in a few ms); anything
+    less plain is checked field by field by _job_problem, which also says what is wrong."""
+    return (0 < job.id < _I64 and 0 <= job.attempt < _I64 and 0 <= job.recoveries < _I64
+            and 0 <= job.max_recoveries < _I64 and 0 <= job.log_size < _I64
+            and (job.timeout is None or job.timeout > 0) and (job.stall is None or job.stall > 0)
+            and _ARCHIVE_OK(job.archive) is not None and job.cmd != "" and not job.cmd.isspace()
+            and job.reason is None and job.exit_code is None and (job.rule is None or job.rule in RULES)
+            and not job.env and not job.alloc and not job.attempts and job.ending is None
+            and (not job.req or _request_problem(tuple(job.req)) is None)
+            and (bool(job.machine) or job.status not in ACTIVE))
 
 
-def _check_types(job: Job) -> None:
-    for name, types in _TYPES.items():
-        value = getattr(job, name)
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise TypeError(f"field {name!r} has the wrong type ({type(value).__name__})")
+def _job_problem(job: Job) -> str | None:
     if job.id < 1:
-        raise ValueError("field 'id' must be a positive integer")
+        return "field 'id' must be a positive integer"
     for name in ("attempt", "max_recoveries", "recoveries", "log_size"):
         if getattr(job, name) < 0:
-            raise ValueError(f"field {name!r} must be 0 or more")
+            return f"field {name!r} must be 0 or more"
     for name in ("timeout", "stall"):
-        if getattr(job, name) is not None and not getattr(job, name) > 0:
-            raise ValueError(f"field {name!r} must be a number of seconds above 0, or null")
+        value = getattr(job, name)
+        if value is not None and not value > 0:
+            return f"field {name!r} must be a number of seconds above 0, or null"
     if not job.cmd.strip():
-        raise ValueError("field 'cmd' is empty")
+        return "field 'cmd' is empty"
     if not ARCHIVE_NAME.match(job.archive):
-        raise ValueError(f"field 'archive' must be an archive's bare file name, like <sha256>.tar.gz (got {job.archive[:80]!r})")
-    if not all(isinstance(x, str) for x in [*job.req, *job.tags, *job.overrides]):
-        raise TypeError("fields 'req', 'tags' and 'overrides' hold strings only")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in job.env.items()):
-        raise TypeError("field 'env' maps strings to strings")
-    for name in job.env:
+        return f"field 'archive' must be an archive's bare file name, like <sha256>.tar.gz (got {job.archive[:80]!r})"
+    return (_env_problem(job.env) or _reason_problem(job.reason) or _alloc_problem(job.alloc)
+            or _rule_problem(job.rule) or _attempts_problem(job.attempts) or _ending_problem(job.ending)
+            or _request_problem(tuple(job.req)) or _bounds_problem(job)
+            or (f"a {job.status} job needs a 'machine'" if job.active and not job.machine else None))
+
+
+def _env_problem(env: dict[str, str]) -> str | None:
+    for name in env:
         if not ENV_NAME.match(name) or name.startswith("JOBTPU_"):
-            raise ValueError(f"field 'env': {name[:80]!r} is not a variable name a job may set "
-                             "(letters, digits and '_', not starting with a digit nor JOBTPU_)")
-    if not is_valid_reason(job.reason):
-        raise ValueError(f"field 'reason' is not a known reason: {job.reason!r}")
-    if not all(isinstance(k, str) and isinstance(v, list) and all(type(i) is int for i in v)
-               for k, v in job.alloc.items()):
-        raise TypeError("field 'alloc' maps resource names to lists of indices")
-    for resource, indices in job.alloc.items():
+            return (f"field 'env': {name[:80]!r} is not a variable name a job may set "
+                    "(letters, digits and '_', not starting with a digit nor JOBTPU_)")
+    return None
+
+
+def _reason_problem(reason: str | None) -> str | None:
+    return None if is_valid_reason(reason) else f"field 'reason' is not a known reason: {reason!r}"
+
+
+def _alloc_problem(alloc: dict[str, list[int]]) -> str | None:
+    for resource, indices in alloc.items():
         if not RESOURCE_NAME.match(resource):
-            raise ValueError(f"field 'alloc': {resource[:40]!r} is not a resource name (lowercase, digits, '_')")
+            return f"field 'alloc': {resource[:40]!r} is not a resource name (lowercase, digits, '_')"
         if len(indices) > MAX_COUNT or not all(0 <= i < MAX_COUNT for i in indices):
-            raise ValueError(f"field 'alloc': alloc.{resource} must list at most {MAX_COUNT} indices, each 0 to {MAX_COUNT - 1}")
-    if job.rule is not None and job.rule not in RULES:
-        raise ValueError(f"field 'rule' must be one of {', '.join(RULES)} or null (got {job.rule!r})")
-    problem = _request_problem(tuple(job.req))  # found only at dispatch, it would stop every pass
-    if problem:
-        raise ValueError(f"field 'req': {problem}")
-    if job.active and not job.machine:
-        raise ValueError(f"a {job.status} job needs a 'machine'")
+            return f"field 'alloc': alloc.{resource} must list at most {MAX_COUNT} indices, each 0 to {MAX_COUNT - 1}"
+    return None
+
+
+def _rule_problem(rule: str | None) -> str | None:
+    if rule is None or rule in RULES:
+        return None
+    return f"field 'rule' must be one of {', '.join(RULES)} or null (got {rule!r})"
+
+
+def _attempts_problem(attempts: list[Attempt]) -> str | None:
+    for i, attempt in enumerate(attempts):
+        if attempt.n < 0:
+            return f"attempts[{i}].n must be 0 or more"
+        if not 1 <= attempt.workers <= MAX_WORKERS:
+            return f"attempts[{i}].workers must be 1 to {MAX_WORKERS}"
+        if attempt.outcome is not None and attempt.outcome != FINISHED and not is_valid_reason(attempt.outcome):
+            return (f"attempts[{i}].outcome must be null, 'finished' or a reason word like 'preempted' or "
+                    f"'exit 1' (got {attempt.outcome!r})")
+    return None
+
+
+def _ending_problem(ending: Ending | None) -> str | None:
+    if ending is None:
+        return None
+    if ending.status not in ENDED:
+        return f"ending.status must be one of {_ENDED_WORDS} (got {ending.status.value!r})"
+    if not is_valid_reason(ending.reason):
+        return f"ending.reason is not a known reason: {ending.reason!r}"
+    if ending.recover not in RECOVERIES:
+        return f"ending.recover must be one of {', '.join(map(str, RECOVERIES[1:]))} or null (got {ending.recover!r})"
+    return None
+
+
+def _bounds_problem(job: Job) -> str | None:
+    """An integer beyond 64 bits (msgspec reads any size) would not survive other tools' readers."""
+    low, high = _INT_RANGE
+    for name in ("id", "attempt", "max_recoveries", "recoveries", "log_size", "exit_code"):
+        value = getattr(job, name)
+        if value is not None and not low <= value <= high:
+            return f"field {name!r} is too large"
+    return None
 
 
 @functools.lru_cache(maxsize=256)
 def _request_problem(tokens: tuple[str, ...]) -> str | None:
-    """Why these --req tokens cannot be parsed, or None. (Cached: thousands of jobs of a sweep
-    share a handful of requests.)"""
+    """Why these --req tokens cannot be parsed, or None. Found only at dispatch, it would stop every
+    pass. (Cached: thousands of jobs of a sweep share a handful of requests.)"""
     from .errors import JobtpuError
     from .requests import parse_request  # here: only a job that names requests needs it
 
     try:
         parse_request(list(tokens))
     except JobtpuError as e:
-        return e.message
+        return f"field 'req': {e.message}"
     return None
 
 
 # ---- what state.json remembers of each machine -----------------------------------------------------
+# Written by passes and `jobtpu tpu`; fields a record does not hold are left out of the file. Fields
+# a newer jobtpu may add are ignored rather than refused (the record is jobtpu's memory, not yours).
 
-_OPTIONAL_TEXT = (str, type(None))
-_OPTIONAL_NUMBER = (int, float, type(None))
-# Fields a pass reads back. Others are kept as they are (a newer jobtpu may remember more).
-_MACHINE_FIELDS: dict[str, tuple[type, ...]] = {
-    "state": _OPTIONAL_TEXT, "detail": _OPTIONAL_TEXT, "since": _OPTIONAL_NUMBER, "tpu_state": _OPTIONAL_TEXT,
-    "health": _OPTIONAL_TEXT, "health_description": _OPTIONAL_TEXT, "failures": (int,),
-    "next_try": _OPTIONAL_NUMBER, "last_error": _OPTIONAL_TEXT, "want_recreate": (bool,),
-    "incarnation": _OPTIONAL_TEXT, "host_keys_for": _OPTIONAL_TEXT, "recreations": (int,),
-    "workers": (int, type(None)), "addresses": (list, type(None)), "host_keys": (list, type(None)),
-    "operation": (dict, type(None)), "setup": (dict, type(None)),
-}
-_OPERATION_KINDS = ("create", "delete")
+class Operation(msgspec.Struct, gc=False):
+    """A TPU API operation in flight, followed by later passes."""
+
+    kind: Literal["create", "delete"]
+    name: str
+    since: Number | None = None
 
 
-def check_machine_record(record: dict[str, Any]) -> None:
-    """Raise ValueError/TypeError naming the field of a machine's record that a pass could not use."""
-    for name, types in _MACHINE_FIELDS.items():
-        if name in record:
-            _check_value(name, record[name], types)
-    for name in ("failures", "recreations", "workers"):
-        if (record.get(name) or 0) < 0:
-            raise ValueError(f"{name} must be 0 or more")
-    addresses = record.get("addresses") or []
-    if len(addresses) > MAX_WORKERS or not all(isinstance(a, str) for a in addresses):
-        raise ValueError(f"addresses must be a list of at most {MAX_WORKERS} addresses (strings)")
-    keys = record.get("host_keys") or []
-    if not all(isinstance(k, list) and all(isinstance(x, str) for x in k) for k in keys):
-        raise ValueError("host_keys must be a list, per worker, of lists of key strings")
-    operation = record.get("operation")
-    if operation is not None:
-        if operation.get("kind") not in _OPERATION_KINDS:
-            raise ValueError(f"operation.kind must be one of {', '.join(_OPERATION_KINDS)} (got {operation.get('kind')!r})")
-        _check_value("operation.name", operation.get("name"), (str,))
-        _check_value("operation.since", operation.get("since"), _OPTIONAL_NUMBER)
-    setup = record.get("setup")
-    if setup is not None:
-        _check_value("setup.status", setup.get("status"), (str,))
-        _check_value("setup.tries", setup.get("tries", 0), (int,))
-        _check_value("setup.incarnation", setup.get("incarnation"), _OPTIONAL_TEXT)
-        _check_value("setup.error", setup.get("error"), _OPTIONAL_TEXT)
+class Setup(msgspec.Struct, omit_defaults=True, gc=False):
+    """The machine's setup commands on its current incarnation."""
+
+    status: str  # running | done | failed
+    tries: int = 0
+    incarnation: str | None = None
+    error: str | None = None
+
+
+class Transient(msgspec.Struct, gc=False):
+    """A transient node state first seen at `since` (how long a node looks stuck)."""
+
+    state: str
+    since: Number | None = None
+
+
+class Refused(msgspec.Struct, gc=False):
+    """A create the API refused as wrong, not asked again while machines.json asks the same (spec_key)."""
+
+    message: str | None = None
+    spec_key: str = ""
+
+
+class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
+    state: str | None = None  # what `machines` shows: up, unreachable, recreating, ...
+    detail: str | None = None
+    since: Number | None = None  # when an ssh machine became unreachable
+    api_error: str | None = None  # the TPU API could not be asked (credentials)
+    # TPU node, as the last listing saw it
+    tpu_state: str | None = None
+    health: str | None = None
+    health_description: str | None = None
+    zone: str | None = None  # the zone the machine is in now (capacity errors move it)
+    incarnation: str | None = None  # the node's create time: a new one is a new machine
+    workers: int | None = None
+    addresses: list[str] | None = None
+    host_keys: list[list[str]] | None = None  # per worker, published through the TPU API
+    host_keys_for: str | None = None  # the incarnation they belong to
+    spec: dict[str, Any] | None = None  # the node's create fields, to recreate it as it was
+    spec_zone: str | None = None
+    setup: Setup | None = None
+    transient: Transient | None = None
+    # recreation
+    want_recreate: bool = False
+    operation: Operation | None = None
+    create_sent: Number | None = None
+    queue_asked: Number | None = None
+    queued_state: str | None = None
+    recreations: int = 0
+    failures: int = 0
+    next_try: Number | None = None
+    last_error: str | None = None
+    refused: Refused | None = None
+    zone_capacity_failures: int = 0
+    moved: str | None = None
+
+
+def machine_problem(record: MachineRecord) -> str | None:
+    """Why a decoded machine record cannot be used by a pass, or None."""
+    for name in ("failures", "recreations", "workers", "zone_capacity_failures"):
+        if (getattr(record, name) or 0) < 0:
+            return f"{name} must be 0 or more"
+    if len(record.addresses or ()) > MAX_WORKERS:
+        return f"addresses must be a list of at most {MAX_WORKERS} addresses"
+    return None
+
+
+# ---- the document --------------------------------------------------------------------------------
+
+VERSION = 1
+
+
+class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Everything state.json holds."""
+
+    version: int = VERSION
+    next_id: int = 1
+    jobs: list[Job] = msgspec.field(default_factory=list)
+    machines: dict[str, MachineRecord] = msgspec.field(default_factory=dict)  # known of each machine
+
+    def job(self, job_id: int) -> Job | None:
+        return next((j for j in self.jobs if j.id == job_id), None)
+
+    def require_job(self, job_id: int) -> Job:
+        job = self.job(job_id)
+        if job is None:
+            raise unknown_job(job_id)
+        return job
+
+    def machine(self, name: str) -> MachineRecord:
+        """The record of a machine, made empty the first time it is asked for."""
+        record = self.machines.get(name)
+        if record is None:
+            record = self.machines[name] = MachineRecord()
+        return record
+
+
+def unknown_job(job_id: int) -> NotFoundError:
+    """The one error every command gives for an id it does not know."""
+    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
-import orjson
+import msgspec
 
 from .errors import ConfigError, JobtpuError
 from .home import Home, write_atomic
@@ -53,21 +52,21 @@ class SecretStore:
                     f"({path.name} is theirs); secrets.json is readable by that account alone",
                     hint="ask them to submit this job, or have the job read the value from a file of yours")
 
-    def _read(self) -> dict[str, dict[str, str]]:
+    def _read(self) -> Secrets:
         """The stored secrets. A damaged file is an error, not an empty one: the next write would
         otherwise drop every other job's secrets."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
-        return _checked(parse_json_file(self.path, raw), self.path)
+        return decode_secrets(raw, self.path)
 
     def check(self) -> None:
         self._read()
 
-    def _write(self, data: dict[str, dict[str, str]]) -> None:
+    def _write(self, data: Secrets) -> None:
         # Owner only, even in a group-shared home: the values are API keys.
-        write_atomic(self.path, orjson.dumps(data), mode=0o600)
+        write_atomic(self.path, msgspec.json.encode(data), mode=0o600)
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:
@@ -96,12 +95,20 @@ class SecretStore:
                 self._write({k: v for k, v in data.items() if k not in gone})
 
 
-def _checked(data: Any, path: Path) -> dict[str, dict[str, str]]:
-    if not (isinstance(data, dict) and all(
-            k.isascii() and k.isdigit() and len(k) < 19 and isinstance(v, dict)
-            and all(isinstance(n, str) and isinstance(x, str) for n, x in v.items()) for k, v in data.items())):
-        raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings",
-                          hint=f"fix {path} by hand (or delete it: queued jobs then run without their secrets)")
+# secrets.json: {"<job id>": {"NAME": "value"}}
+Secrets = dict[str, dict[str, str]]
+_DECODER = msgspec.json.Decoder(Secrets)
+
+
+def decode_secrets(raw: bytes, path: Path) -> Secrets:
+    hint = f"fix {path} by hand (or delete it: queued jobs then run without their secrets)"
+    try:
+        data = _DECODER.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        parse_json_file(path, raw)  # not JSON at all: said with its line and column
+        data = None
+    if data is None or not all(k.isascii() and k.isdigit() and len(k) < 19 for k in data):
+        raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings", hint=hint)
     return data
 
 

@@ -19,7 +19,7 @@ from .errors import BusyError, JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, create_temp, open_lock
 from .model import Job
-from .store import State, Store, try_lock
+from .store import Snapshot, State, Store, encode, encode_jobs, try_lock
 from .transport.base import Endpoint, Transport
 
 MAX_PARALLEL = 32
@@ -78,10 +78,13 @@ class Session:
     """The home, the fleet, the state read from state.json, and the way to each worker. Commands that
     act on the fleet outside a pass (kill, clean, tpu, tail -f, fetch) use one; a pass builds on it."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
         self.home, self.fleet, self.state = home, fleet, state
         self.store = Store(home)
-        self.base = {j.id: j.to_json() for j in state.jobs}
+        # What state.json held when read (or last saved): a commit merges against it, and reads the
+        # file again only if someone else wrote it meanwhile.
+        self.snapshot = snapshot or Snapshot(None, None)
+        self.base = encode(state)
         self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
         self.notes: list[str] = []
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
@@ -90,8 +93,8 @@ class Session:
         self._home_id: str | None = None
         # Until a pass asks the TPU API again, the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
-            if isinstance(record.get("addresses"), list):
-                self.addresses[name] = list(record["addresses"])
+            if record.addresses is not None:
+                self.addresses[name] = list(record.addresses)
 
     def tpu_api(self) -> Any:
         if self._tpu is None:
@@ -113,7 +116,7 @@ class Session:
         """A transport to one worker, closed when the block ends however it ends. Under `strict`, a
         TPU worker is trusted through the host keys its node published (recorded by a pass)."""
         t = transport(machine, endpoint, self.home,
-                      published_keys(self.state.machines.get(machine.name, {}), endpoint.index))
+                      published_keys(self.state.machines.get(machine.name), endpoint.index))
         try:
             yield t
         finally:
@@ -131,28 +134,42 @@ class Session:
     def commit(self) -> None:
         """Merge this session's view of the jobs into state.json: jobs it changed are written, jobs it
         removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
-        by hand stay deleted."""
-        with self.store.transaction() as disk:
-            mine = {j.id: j for j in self.state.jobs}
-            merged: list[Job] = []
-            for job in disk.jobs:
-                ours = mine.get(job.id)
-                if ours is None:
-                    if job.id not in self.base:
-                        merged.append(job)  # submitted while we worked
-                    continue  # else: this session removed it
-                merged.append(ours if ours.to_json() != self.base.get(job.id) else job)
-            disk.jobs = merged
-            disk.machines = self.state.machines
-            self.state.next_id = disk.next_id
+        by hand stay deleted. Saves only what changed; reads the file again only if another command
+        wrote it since this session read (or saved) it."""
+        with self.store.lock():
+            if self.store.unchanged(self.snapshot):
+                self.snapshot = self.store.save_if_changed(self.state, self.base, self.snapshot)
+            else:
+                disk, snapshot = self.store.read()
+                original = encode(disk)
+                disk.jobs = self._merged(disk.jobs)
+                disk.machines = self.state.machines
+                self.state.next_id = disk.next_id
+                self.store.save_if_changed(disk, original, snapshot)
+                # The file now holds jobs this session does not (submitted meanwhile): the next
+                # commit must merge with it again, never save the session's own list over it.
+                self.snapshot = Snapshot(None, None)
         # What is on disk now is the base of the next commit.
-        self.base = {j.id: j.to_json() for j in self.state.jobs}
+        self.base = encode(self.state)
+
+    def _merged(self, on_disk: list[Job]) -> list[Job]:
+        mine = {job.id: (job, line) for job, line in zip(self.state.jobs, encode_jobs(self.state.jobs), strict=True)}
+        base = dict(zip(self.base.ids, self.base.jobs, strict=True))
+        merged: list[Job] = []
+        for job in on_disk:
+            ours = mine.get(job.id)
+            if ours is None:
+                if job.id not in base:
+                    merged.append(job)  # submitted while we worked
+                continue  # else: this session removed it
+            merged.append(ours[0] if ours[1] != base.get(job.id) else job)
+        return merged
 
 
 def load_session(home: Home) -> Session:
     """A session over the home as it is now, without the pass lock (for commands that only read or
     that act on one job's workers, like `tail -f` and `fetch`)."""
-    return Session(home, load_fleet(home), Store(home).load())
+    return Session(home, load_fleet(home), *Store(home).read())
 
 
 @contextlib.contextmanager

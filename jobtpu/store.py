@@ -1,4 +1,4 @@
-"""state.json: the lock, load with validation, atomic save with a .bak of the last good copy.
+"""state.json: the lock, a strict typed load, atomic save with a .bak of the last good copy.
 
 Readers take no lock (a save is an atomic rename, so they see a whole file); every
 read-modify-write happens inside `Store.transaction`, which holds the state lock only for as long
@@ -10,60 +10,36 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
-from . import listing
-from .errors import BusyError, ConfigError, NotFoundError
+import msgspec
+
+from .errors import BusyError, ConfigError
 from .home import Home, open_append, open_lock, rename_synced, write_atomic, write_temp
-from .schema import FIELDS, LISTED, STATUSES
+from .model import (
+    VERSION,
+    Attempt,
+    Ending,
+    Job,
+    MachineRecord,
+    State,
+    Status,
+    job_problem,
+    machine_problem,
+    unknown_job,
+)
 
-if TYPE_CHECKING:
-    from .model import Job
-
-VERSION = 1
-_TOP_KEYS = {"version", "next_id", "jobs", "machines"}
-
-
-def unknown_job(job_id: int) -> NotFoundError:
-    """The one error every command gives for an id it does not know."""
-    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
-
-
-class State:
-    """Everything state.json holds. (A plain class: see Home.)"""
-
-    def __init__(self, next_id: int = 1, jobs: list[Job] | None = None,
-                 machines: dict[str, dict[str, Any]] | None = None) -> None:
-        self.next_id = next_id
-        self.jobs: list[Job] = jobs if jobs is not None else []
-        self.machines: dict[str, dict[str, Any]] = machines if machines is not None else {}  # known of each machine
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, State) and self.to_json() == other.to_json()
-
-    def job(self, job_id: int) -> Job | None:
-        return next((j for j in self.jobs if j.id == job_id), None)
-
-    def require_job(self, job_id: int) -> Job:
-        job = self.job(job_id)
-        if job is None:
-            raise unknown_job(job_id)
-        return job
-
-    def to_json(self) -> dict[str, Any]:
-        from .model import compact
-
-        return {"version": VERSION, "next_id": self.next_id,
-                "jobs": [compact(j.to_json()) for j in self.jobs], "machines": self.machines}
+__all__ = ["State", "Store", "VERSION", "decode_state", "parse_json_file", "unknown_job"]
 
 
 def parse_json_file(path: Path, text: str | bytes) -> Any:
-    """Parse JSON (orjson: 10k jobs must load in milliseconds); a syntax error is reported as
-    `file:line:col: message`, in the standard library's words."""
-    import orjson  # here, not at the top: `--help` and a cached `status` never parse anything
+    """Parse JSON (machines.json, and any file a typed decode refused, to say why); a syntax error is
+    reported as `file:line:col: message`, in the standard library's words."""
+    import orjson  # here, not at the top: `--help` never parses anything
 
     hint = f"fix {path} by hand; jobtpu has not changed it" + (
         f" (its last good copy is {path.name}.bak)" if path.name == "state.json" else "")
@@ -106,63 +82,110 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def state_from_json(data: Any, path: Path) -> State:
-    from .model import Job
+_DECODER = msgspec.json.Decoder(State)
+_ENCODER = msgspec.json.Encoder()
 
-    where = path.name
+
+def decode_state(raw: bytes | str, path: Path) -> State:
+    """state.json's bytes as a State, strictly: every type (msgspec), then what types cannot say
+    (id uniqueness, status and reason words, requests...). Anything wrong is one ConfigError naming
+    the file, the job or machine, and the path of the bad value."""
     hint = f"fix {path} by hand (the last good copy is {path.name}.bak); nothing was changed"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: the top level must be an object", hint)
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(sorted(_TOP_KEYS))})", hint)
-    version = data.get("version", VERSION)
-    if version != VERSION:
-        raise ConfigError(f"{where}: version {version!r} is not one this jobtpu reads ({VERSION})", hint)
-    jobs: list[Job] = []
+    try:
+        state = _DECODER.decode(raw)
+    except RecursionError:  # in a free-form part (a node's spec), where no type bounds the depth
+        raise ConfigError(f"{path.name}: nested too deeply to be a jobtpu file", hint) from None
+    except msgspec.MsgspecError as e:
+        # Not JSON at all, or a number JSON cannot carry: said in the standard library's words
+        # (line and column). Otherwise the value at the path has the wrong shape.
+        data = parse_json_file(path, raw)
+        if not isinstance(e, msgspec.ValidationError):  # text only the standard library takes (a lone surrogate)
+            raise ConfigError(f"{path.name}: not valid JSON text ({str(e)[:80]})", hint) from None
+        raise ConfigError(f"{path.name}: {_where(str(e), data)}", hint) from None
+    if state.version != VERSION:
+        raise ConfigError(f"{path.name}: version {state.version!r} is not one this jobtpu reads ({VERSION})", hint)
     seen: set[int] = set()
-    raw_jobs = data.get("jobs", [])
-    if not isinstance(raw_jobs, list):
-        raise ConfigError(f"{where}: 'jobs' must be a list", hint)
-    for index, record in enumerate(raw_jobs):
-        label = f"job {record.get('id', '#' + str(index))}" if isinstance(record, dict) else f"jobs[{index}]"
-        try:
-            if not isinstance(record, dict):
-                raise TypeError("must be an object")
-            job = Job.from_json(record)
-        except (TypeError, ValueError, KeyError) as e:
-            raise ConfigError(f"{where}: {label}: {e}", hint) from None
+    for job in state.jobs:
+        problem = job_problem(job)
+        if problem is not None:
+            raise ConfigError(f"{path.name}: job {job.id}: {problem}", hint)
         if job.id in seen:
-            raise ConfigError(f"{where}: job id {job.id} appears twice", hint)
+            raise ConfigError(f"{path.name}: job id {job.id} appears twice", hint)
         seen.add(job.id)
-        jobs.append(job)
-    next_id = data.get("next_id", 1)
-    if not isinstance(next_id, int) or isinstance(next_id, bool):
-        raise ConfigError(f"{where}: 'next_id' must be an integer", hint)
-    machines = data.get("machines", {})
-    if not isinstance(machines, dict) or not all(isinstance(v, dict) for v in machines.values()):
-        raise ConfigError(f"{where}: 'machines' must map names to objects", hint)
-    from .model import check_machine_record
-
-    for name, machine_record in machines.items():
-        try:
-            check_machine_record(machine_record)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{where}: machine {name!r}: {e}", hint) from None
+    for name, record in state.machines.items():
+        problem = machine_problem(record)
+        if problem is not None:
+            raise ConfigError(f"{path.name}: machine {name!r}: {problem}", hint)
+    if not -2**63 <= state.next_id < 2**63:
+        raise ConfigError(f"{path.name}: the number {str(state.next_id)[:30]} is too large", hint)
     # Ids are never reused, even if a user deleted the newest job or lowered next_id by hand.
-    next_id = max([next_id, *(j.id + 1 for j in jobs)])
-    return State(next_id=next_id, jobs=jobs, machines=machines)
+    state.next_id = max([state.next_id, *(j.id + 1 for j in state.jobs)])
+    return state
 
 
-def _plainly_valid(jobs: list[Any]) -> bool:
-    """The checks a listing relies on, as a tight loop (10k records in a few ms)."""
-    ids = set()
-    for j in jobs:
-        if type(j) is not dict or type(j.get("id")) is not int or type(j.get("user")) is not str \
-                or j.get("status") not in STATUSES or not FIELDS.issuperset(j) or not j.keys() >= LISTED:
-            return False
-        ids.add(j["id"])
-    return len(ids) == len(jobs)
+_STRUCTS: dict[str, type[msgspec.Struct]] = {"jobs": Job, "attempts": Attempt, "ending": Ending,
+                                             "machines": MachineRecord}
+
+
+_ENUMS: dict[str, tuple[str, ...]] = {"status": tuple(s.value for s in Status), "kind": ("create", "delete")}
+
+
+def _where(message: str, data: Any) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.jobs[3].n`" as "job 7: $.jobs[3].n: expected int,
+    got str": the job's id or the machine's name first (the path alone would make a reader count)."""
+    what, _, path = message.partition(" - at ")
+    path = path.strip("`") or "$"
+    what = what.replace("`", "")
+    label = ""
+    job = re.match(r"\$\.jobs\[(\d+)\]", path)
+    if job and isinstance(data, dict) and isinstance(data.get("jobs"), list):
+        record = data["jobs"][int(job[1])]
+        job_id = record.get("id") if isinstance(record, dict) else None
+        label = f"job {job_id}: " if isinstance(job_id, int) and not isinstance(job_id, bool) else ""
+    elif path.startswith("$.machines[...]") and isinstance(data, dict) and isinstance(data.get("machines"), dict):
+        name = _failing_machine(data["machines"])
+        if name is not None:
+            label, path = f"machine {name!r}: ", path.replace("[...]", f"[{name!r}]", 1)
+    if what.startswith("Invalid enum value"):
+        words = _ENUMS.get(path.rsplit(".", 1)[-1])
+        what += f" (valid: {', '.join(words)})" if words else ""
+    elif what.startswith("Object contains unknown field"):
+        owner = re.findall(r"([a-z]+)(?:\[[^\]]*\])?", path.rsplit(".", 1)[-1]) if path != "$" else []
+        struct = _STRUCTS.get(owner[0]) if owner else State
+        if struct is not None:
+            what += f" (valid: {', '.join(sorted(struct.__struct_fields__))})"
+    if what[1:2].islower():  # "Expected int" reads on after a colon as "expected int"
+        what = what[:1].lower() + what[1:]
+    return f"{label}{path}: {what}"
+
+
+def _failing_machine(machines: dict[str, Any]) -> str | None:
+    for name, record in machines.items():
+        try:
+            msgspec.convert(record, MachineRecord)
+        except msgspec.ValidationError:
+            return name
+    return None
+
+
+class Snapshot(NamedTuple):
+    """The state.json a session read or last wrote: its bytes (the next save's .bak) and its stamp
+    (inode, size, mtime, ctime: every save is a rename of a new file, so another writer changes
+    it). A stamp of None matches no file: the session must read it again."""
+
+    raw: bytes | None
+    stamp: bytes | None
+
+
+def stamp_of(path: Path) -> bytes | None:
+    try:
+        return _stamp(os.stat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _stamp(st: os.stat_result) -> bytes:
+    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}".encode()
 
 
 class Store:
@@ -170,20 +193,24 @@ class Store:
         self.home = home
         self.path = home.state_file
 
-    def read_text(self) -> str | None:
+    def read(self) -> tuple[State, Snapshot]:
+        """The state and the snapshot it came from (one read of the file)."""
         try:
-            return self.path.read_text(encoding="utf-8")
+            with open(self.path, "rb") as f:
+                raw: bytes | None = f.read()
+                stamp: bytes | None = _stamp(os.fstat(f.fileno()))
         except FileNotFoundError:
-            return None
+            raw = stamp = None
+        return self._parse(raw), Snapshot(raw, stamp)
 
     def load(self) -> State:
-        return self._parse(self.read_text())
+        return self.read()[0]
 
-    def _parse(self, text: str | None) -> State:
-        if text is None or not text.strip():
-            self.refuse_lost_state(text)
+    def _parse(self, raw: bytes | None) -> State:
+        if raw is None or not raw.strip():
+            self.refuse_lost_state(raw)
             return State()
-        return state_from_json(parse_json_file(self.path, text), self.path)
+        return decode_state(raw, self.path)
 
     def refuse_lost_state(self, text: str | bytes | None) -> None:
         """A missing or empty state.json is a fresh start only in a home without history. Where jobs
@@ -214,52 +241,6 @@ class Store:
                     return what
         return None
 
-    def load_records(self) -> list[dict[str, Any]]:
-        """The job records as stored, each with at least the fields a listing promises. For read-only
-        listings of many jobs: building and fully validating 10k Job objects costs more than the
-        listing itself. Every command that changes state validates fully through load()."""
-        try:
-            with open(self.path, "rb") as f:
-                raw, stamp = f.read(), listing.stamp_of(os.fstat(f.fileno()))
-        except FileNotFoundError:
-            self.refuse_lost_state(None)
-            return []
-        if not raw.strip():
-            self.refuse_lost_state(raw)
-            return []
-        data = parse_json_file(self.path, raw)
-        jobs = data.get("jobs") if isinstance(data, dict) else None
-        if listing.made_from(self.home, stamp) and isinstance(jobs, list) and _plainly_valid(jobs) \
-                and set(data) <= _TOP_KEYS and data.get("version", VERSION) == VERSION:
-            return jobs  # a file jobtpu saved (or one fully validated before): the listed fields suffice
-        # Edited by hand since the last save: validated as fully as every other command does, so a
-        # listing refuses exactly what they refuse. Then the listings are rebuilt, and the next
-        # listing is quick again.
-        loaded = state_from_json(data, self.path).jobs
-        if not (isinstance(jobs, list) and _plainly_valid(jobs)):  # records missing listed fields
-            from .model import compact
-
-            jobs = [compact(j.to_json()) for j in loaded]
-        self._refresh_listings(jobs, stamp)
-        return jobs
-
-    def _refresh_listings(self, jobs: list[dict[str, Any]], stamp: bytes) -> None:
-        """After a hand edit, the next listing rebuilds the per-user listings, so the ones after it are
-        quick again. Only if no save is under way and state.json is still the file that was read."""
-        try:  # a cache: a home this user may only read simply goes without
-            fd = open_lock(self.home.state_lock)
-        except OSError:
-            return
-        try:
-            if try_lock(fd, 0) and listing.stamp_of(os.stat(self.path)) == stamp:
-                import orjson
-
-                listing.write(self.home, [j["user"] for j in jobs], [orjson.dumps(j) for j in jobs], stamp)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
     @contextlib.contextmanager
     def lock(self, timeout: float = 30.0) -> Iterator[None]:
         self.home.ensure()
@@ -267,48 +248,79 @@ class Store:
             yield
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[State]:
-        """Lock, load, let the caller edit, save if anything changed. An exception saves nothing."""
+    def transaction(self, start: tuple[State, Snapshot] | None = None) -> Iterator[State]:
+        """Lock, load, let the caller edit, save if anything changed. An exception saves nothing.
+        `start`: what an earlier read() returned, left unchanged: used as it is while the file is still
+        the one it came from (a submit then reads and checks 10k jobs once, not twice)."""
         with self.lock():
-            before = self.read_text()
-            state = self._parse(before)
-            original = state.to_json()
+            state, snapshot = start if start is not None and self.unchanged(start[1]) else self.read()
+            original = encode(state)
             yield state
-            document = state.to_json()
-            if document != original:
-                self._save(document, before)
+            self.save_if_changed(state, original, snapshot)
 
-    def _save(self, document: dict[str, Any], previous_text: str | None) -> None:
-        import orjson
+    def unchanged(self, snapshot: Snapshot) -> bool:
+        """Whether state.json is still the file of `snapshot` (call it under the lock)."""
+        return snapshot.stamp is not None and stamp_of(self.path) == snapshot.stamp
 
-        job_lines = [orjson.dumps(job) for job in document["jobs"]]
-        if previous_text is not None and previous_text.strip():
-            # previous_text parsed and validated, so it is a good copy (an empty one is not kept:
-            # the .bak must stay the way back to the jobs).
-            write_atomic(self.home.state_backup, previous_text.encode())
-        tmp = _write_synced(self.path, render(document, job_lines))
-        # The per-user listings name the exact file they list (a rename keeps inode, size, mtime).
-        listing.write(self.home, [job["user"] for job in document["jobs"]], job_lines, listing.stamp_of(os.stat(tmp)))
-        rename_synced(tmp, self.path)
+    def save_if_changed(self, state: State, original: Encoded, snapshot: Snapshot) -> Snapshot:
+        """Save `state` (under the lock) unless it encodes as `original`; the snapshot now on disk."""
+        now = encode(state)
+        if now == original:
+            return snapshot
+        return self._save(now, snapshot.raw)
+
+    def _save(self, encoded: Encoded, previous: bytes | None) -> Snapshot:
+        if previous is not None and previous.strip():
+            # previous parsed and validated, so it is a good copy (an empty one is not kept: the
+            # .bak must stay the way back to the jobs).
+            write_atomic(self.home.state_backup, previous)
+        data = render(encoded)
+        rename_synced(write_temp(self.path, data), self.path)
+        # Stamped after the rename (which changes the ctime), under the lock every writer takes.
+        return Snapshot(data, stamp_of(self.path))
 
 
-def render(document: dict[str, Any], job_lines: list[bytes]) -> str:
+class Encoded(NamedTuple):
+    """A State as state.json's parts: each job's line, and the rest. Two are equal exactly when
+    their files would be."""
+
+    head: bytes  # version and next_id
+    jobs: list[bytes]
+    ids: list[int]
+    machines: list[bytes]  # one `"name": {...}` per machine
+
+
+def encode_jobs(jobs: list[Job]) -> list[bytes]:
+    """Each job as its line of state.json (msgspec encodes the Structs directly, no dicts between)."""
+    return list(map(_ENCODER.encode, jobs))
+
+
+def encode(state: State) -> Encoded:
+    enc = _ENCODER.encode
+    return Encoded(head=b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id),
+                   jobs=encode_jobs(state.jobs), ids=[job.id for job in state.jobs],
+                   machines=[enc(name) + b": " + enc(record) for name, record in state.machines.items()])
+
+
+def records(jobs: list[Job]) -> list[dict[str, Any]]:
+    """The jobs as plain objects, each as state.json stores it (for tables)."""
+    records: list[dict[str, Any]] = msgspec.to_builtins(jobs)
+    return records
+
+
+def jobs_document(jobs: list[Job]) -> bytes:
+    """`{"jobs": [...]}` as `status --json` prints it: the records as state.json stores them."""
+    return b'{"jobs":[' + b",".join(encode_jobs(jobs)) + b"]}\n"
+
+
+def render(encoded: Encoded) -> bytes:
     """state.json's layout: one job per line (easy to read, grep and edit by hand, and a third smaller
-    than indenting every field), the rest indented. `job_lines`: the jobs, already serialized."""
-    import orjson
-
-    lines = []
-    for key, value in document.items():
-        if key == "jobs":
-            continue
-        if isinstance(value, dict) and value:  # machines: one per line
-            entries = [f"    {orjson.dumps(k).decode()}: {orjson.dumps(v).decode()}" for k, v in value.items()]
-            lines.append(f'  "{key}": {{\n' + ",\n".join(entries) + "\n  },")
-        else:
-            lines.append(f'  "{key}": {orjson.dumps(value).decode()},')
-    jobs = [f"    {line.decode()}" for line in job_lines]
-    body = ",\n".join(jobs)
-    return "{\n" + "\n".join(lines) + '\n  "jobs": [\n' + body + ("\n" if jobs else "") + "  ]\n}\n"
+    than indenting every field), one machine per line, the rest indented."""
+    machines = (b'  "machines": {\n    ' + b",\n    ".join(encoded.machines) + b"\n  },\n"
+                if encoded.machines else b'  "machines": {},\n')
+    jobs = b'  "jobs": [\n' + b"".join(b"    " + line + b",\n" for line in encoded.jobs[:-1]) + (
+        b"    " + encoded.jobs[-1] + b"\n" if encoded.jobs else b"") + b"  ]\n"
+    return b"{\n" + encoded.head + machines + jobs + b"}\n"
 
 
 def _has_content(path: Path) -> bool:
@@ -317,10 +329,6 @@ def _has_content(path: Path) -> bool:
             return bool(f.read(4096).strip())
     except OSError:
         return False
-
-
-def _write_synced(path: Path, text: str) -> Path:
-    return write_temp(path, text.encode())
 
 
 def append_line(path: Path, line: str) -> None:
@@ -405,6 +413,4 @@ def append_to_history(home: Home, jobs: list[Job]) -> None:
     loses it)."""
     if not jobs:
         return
-    import orjson
-
-    append_line(home.history_file, "\n".join(orjson.dumps(j.to_json()).decode() for j in jobs))
+    append_line(home.history_file, b"\n".join(encode_jobs(jobs)).decode())

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import scripts
 from .errors import RemoteError
 from .fleet import Machine
+from .model import MachineRecord, Operation, Refused, Setup, Transient
 from .nodespec import for_zone
 from .session import Session, parallel
 
@@ -48,7 +49,7 @@ class MachinePlan:
     detail: str = ""
 
 
-def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | None, now: float,
+def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None, now: float,
                  first_backoff: float = BACKOFF_FIRST, spec_key: str = "", zones: tuple[str, ...] = (),
                  queued: QueuedInfo | None | Literal[False] = False) -> MachinePlan:
     """Pure: what to do for one TPU machine this pass. Mutates `record` (its state.json entry).
@@ -59,28 +60,29 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
 
     plan = MachinePlan()
     health, why = health_of(node.state if node else None)
-    record.update(tpu_state=node.state if node else None, health=node.health if node else None,
-                  health_description=node.health_description if node else None)
+    record.tpu_state = node.state if node else None
+    record.health = node.health if node else None
+    record.health_description = node.health_description if node else None
     if node is not None and node.spec:
         # Recorded whenever the node is seen (so the first sight, and the pass that deletes it):
         # a recreation brings back exactly this, metadata, service account and network included.
-        record["spec"] = node.spec
-    pending = record.get("operation")
+        record.spec = node.spec
+    pending = record.operation
     if pending and op is not None:
         if not op.done:
-            plan.state, plan.detail = "recreating", f"{pending['kind']} in progress"
+            plan.state, plan.detail = "recreating", f"{pending.kind} in progress"
             return plan
-        record.pop("operation")
-        if pending["kind"] == "create":
+        record.operation = None
+        if pending.kind == "create":
             _create_finished(record, op, now, first_backoff, spec_key, zones)
     if queued is not False:
-        record["queued_state"] = queued.state if queued else None
-    if record.get("want_recreate") and not record.get("operation") and queued is not False:
+        record.queued_state = queued.state if queued else None
+    if record.want_recreate and not record.operation and queued is not False:
         waiting = _plan_queued(record, node, queued, now, spec_key, plan)
         if waiting is not None:
             return waiting
-    elif record.get("want_recreate") and not record.get("operation"):
-        if node is not None and record.get("create_sent"):
+    elif record.want_recreate and not record.operation:
+        if node is not None and record.create_sent:
             # A create whose answer was lost (timeout, 503) but that Google carried out: this is
             # the node we asked for, never one to delete.
             _created(record)
@@ -88,25 +90,25 @@ def plan_machine(record: dict[str, Any], node: NodeInfo | None, op: OpInfo | Non
             return _plan_recreate(record, node, now, spec_key, plan)
     if health != UP:
         return _not_up(record, node, health, why, now, plan)
-    record.pop("transient", None)
+    record.transient = None
     incarnation = node.create_time if node else ""
-    if record.get("incarnation") != incarnation:
-        if record.get("incarnation") is not None:
+    if record.incarnation != incarnation:
+        if record.incarnation is not None:
             plan.steps.append(Step("forget-keys"))
-        record["incarnation"] = incarnation
-        record["setup"] = None
-    setup = record.get("setup") or {}
-    if setup.get("status") == "done":
+        record.incarnation = incarnation
+        record.setup = None
+    setup = record.setup
+    if setup is not None and setup.status == "done":
         plan.state, plan.detail = "up", why
-    elif setup.get("status") == "failed" and setup.get("tries", 0) >= SETUP_RETRIES:
-        plan.state, plan.detail = "setup failed", setup.get("error", "")
+    elif setup is not None and setup.status == "failed" and setup.tries >= SETUP_RETRIES:
+        plan.state, plan.detail = "setup failed", setup.error or ""
     else:
         plan.steps.append(Step("setup"))
         plan.state, plan.detail = "setting up", "running setup commands"
     return plan
 
 
-def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedInfo | None, now: float,
+def _plan_queued(record: MachineRecord, node: NodeInfo | None, queued: QueuedInfo | None, now: float,
                  spec_key: str, plan: MachinePlan) -> MachinePlan | None:
     """Recreation through a queued resource; None once it is ACTIVE with a ready node. A failed or
     suspended queued resource still holds quota: it is deleted before asking again."""
@@ -115,13 +117,13 @@ def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedIn
     state = queued.state if queued else None
     health = health_of(node.state if node else None)[0]
     if state is None:
-        if node is not None and node.state != "DELETING" and not record.get("queue_asked"):
+        if node is not None and node.state != "DELETING" and not record.queue_asked:
             plan.steps.append(Step("delete"))  # a node made without a queued resource, or left over
             plan.state, plan.detail = "recreating", "deleting the old node"
         elif node is not None:
             plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
         else:
-            record.pop("queue_asked", None)
+            record.queue_asked = None
             blocked = _refused_or_waiting(record, now, spec_key, plan)
             if blocked is None:
                 plan.steps.append(Step("create-queued"))
@@ -134,30 +136,30 @@ def _plan_queued(record: dict[str, Any], node: NodeInfo | None, queued: QueuedIn
         return plan
     if state == "ACTIVE" and health == UP:
         _created(record)
-        record.pop("queue_asked", None)
+        record.queue_asked = None
         return None
     plan.state, plan.detail = "queued", f"queued resource {state}"
     return plan
 
 
-def _refused_or_waiting(record: dict[str, Any], now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+def _refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
     """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
-    refused = record.get("refused")
-    if refused and refused.get("spec_key") == spec_key:
+    refused = record.refused
+    if refused and refused.spec_key == spec_key:
         plan.state = "refused"
-        plan.detail = (f"create refused: {refused.get('message')}; fix machines.json, or run "
+        plan.detail = (f"create refused: {refused.message}; fix machines.json, or run "
                        "`jobtpu tpu apply` to ask again")
         return plan
-    record.pop("refused", None)
-    if (record.get("next_try") or 0) > now:
-        wait = int(record["next_try"] - now)
+    record.refused = None
+    if record.next_try is not None and record.next_try > now:
+        wait = int(record.next_try - now)
         plan.state = "backoff"
-        plan.detail = f"create failed ({record.get('last_error') or 'error'}); retry in {wait}s"
+        plan.detail = f"create failed ({record.last_error or 'error'}); retry in {wait}s"
         return plan
     return None
 
 
-def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, spec_key: str,
+def _plan_recreate(record: MachineRecord, node: NodeInfo | None, now: float, spec_key: str,
                    plan: MachinePlan) -> MachinePlan:
     blocked = _refused_or_waiting(record, now, spec_key, plan)
     if blocked is not None:
@@ -173,7 +175,7 @@ def _plan_recreate(record: dict[str, Any], node: NodeInfo | None, now: float, sp
     return plan
 
 
-def _not_up(record: dict[str, Any], node: NodeInfo | None, health: str, why: str, now: float,
+def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str, now: float,
             plan: MachinePlan) -> MachinePlan:
     """A node that is not ready. A transient state is waited on, and `machines` says for how long;
     past TRANSIENT_LIMIT it says the node looks stuck and how to recreate it (jobtpu does not
@@ -183,12 +185,12 @@ def _not_up(record: dict[str, Any], node: NodeInfo | None, health: str, why: str
     plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
     plan.detail = why
     if health != TRANSIENT or node is None:
-        record.pop("transient", None)
+        record.transient = None
         return plan
-    seen = record.get("transient") or {}
-    if seen.get("state") != node.state:
-        seen = record["transient"] = {"state": node.state, "since": now}
-    waited = now - float(seen.get("since") or now)
+    seen = record.transient
+    if seen is None or seen.state != node.state:
+        seen = record.transient = Transient(node.state, now)
+    waited = now - float(seen.since or now)
     plan.detail = f"{why} (for {int(waited // 60)} min)"
     if waited > TRANSIENT_LIMIT:
         plan.state = "stuck"
@@ -196,9 +198,9 @@ def _not_up(record: dict[str, Any], node: NodeInfo | None, health: str, why: str
     return plan
 
 
-def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backoff: float, spec_key: str,
+def _create_finished(record: MachineRecord, op: OpInfo, now: float, first_backoff: float, spec_key: str,
                      zones: tuple[str, ...]) -> None:
-    record.pop("create_sent", None)
+    record.create_sent = None
     if not op.error_code:
         _created(record)
     elif op.refused:
@@ -209,16 +211,17 @@ def _create_finished(record: dict[str, Any], op: OpInfo, now: float, first_backo
             capacity_failed(record, zones, now)
 
 
-def _created(record: dict[str, Any]) -> None:
-    record.update(failures=0, next_try=None, last_error=None, want_recreate=False, zone_capacity_failures=0)
-    record.pop("create_sent", None)
-    record.pop("refused", None)
+def _created(record: MachineRecord) -> None:
+    record.failures, record.next_try, record.last_error = 0, None, None
+    record.want_recreate, record.zone_capacity_failures = False, 0
+    record.create_sent = None
+    record.refused = None
 
 
-def refuse(record: dict[str, Any], message: str, spec_key: str) -> None:
+def refuse(record: MachineRecord, message: str, spec_key: str) -> None:
     """A create the API refused as wrong (400, 403, 404): not asked again for the same spec."""
-    record["refused"] = {"message": short(message), "spec_key": spec_key}
-    record["last_error"] = short(message)
+    record.refused = Refused(short(message), spec_key)
+    record.last_error = short(message)
 
 
 def short(message: str, limit: int = 200) -> str:
@@ -226,16 +229,16 @@ def short(message: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def capacity_failed(record: dict[str, Any], zones: tuple[str, ...], now: float, tries: int = ZONE_TRIES,
+def capacity_failed(record: MachineRecord, zones: tuple[str, ...], now: float, tries: int = ZONE_TRIES,
                     what: str = "capacity errors") -> None:
     """After `tries` capacity errors in a row in one zone, ask in the machine's next zone at once."""
-    record["zone_capacity_failures"] = record.get("zone_capacity_failures", 0) + 1
-    here = record.get("zone")
-    if len(zones) < 2 or record["zone_capacity_failures"] < tries:
+    record.zone_capacity_failures += 1
+    here = record.zone
+    if len(zones) < 2 or record.zone_capacity_failures < tries:
         return
     following = zones[(zones.index(here) + 1) % len(zones)] if here in zones else zones[1]
-    record.update(zone=following, zone_capacity_failures=0, failures=0, next_try=now,
-                  moved=f"moved from {here} to {following} after {tries} {what}")
+    record.zone, record.zone_capacity_failures, record.failures, record.next_try = following, 0, 0, now
+    record.moved = f"moved from {here} to {following} after {tries} {what}"
 
 
 def spec_key(machine: Machine) -> str:
@@ -252,7 +255,7 @@ def observe_tpus(p: Session, seen: Observation) -> None:
     from .tpu import PREEMPTED, health_of
 
     # Each machine in the zone it is in now (capacity errors may have moved it from its first).
-    tpus = [m.in_zone(p.state.machines.get(m.name, {}).get("zone")) for m in p.fleet.machines.values() if m.is_tpu]
+    tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.is_tpu]
     if not tpus:
         return
     api = p.tpu_api()
@@ -270,49 +273,49 @@ def observe_tpus(p: Session, seen: Observation) -> None:
 
     nodes_by_zone = dict(parallel(listing, zones))
     _say_credentials(p, nodes_by_zone)
-    planned: list[tuple[Machine, dict[str, Any], MachinePlan]] = []
+    planned: list[tuple[Machine, MachineRecord, MachinePlan]] = []
     for machine in tpus:
         view = seen.view(machine.name)
-        record = p.state.machines.setdefault(machine.name, {})
+        record = p.state.machine(machine.name)
         listed = nodes_by_zone[str(machine.zone)]
         if isinstance(listed, RemoteError):
             _not_listed(p, machine, record, view, listed)
             continue
-        record.pop("api_error", None)
-        record["zone"] = machine.zone
+        record.api_error = None
+        record.zone = machine.zone
         node = listed[0].get(str(machine.node))
         queued: QueuedInfo | None | Literal[False] = (
             listed[1].get(str(machine.node)) if machine.queued_resource else False)
         p.nodes[machine.name] = node
         op = None
-        if record.get("operation"):
+        if record.operation:
             try:
-                op = api.operation(record["operation"]["name"])
+                op = api.operation(record.operation.name)
             except RemoteError:
                 op = None
         plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
                             spec_key(machine), machine.zones, queued)
         if node is not None and node.spec:
-            record["spec_zone"] = machine.zone
-        machine = machine.in_zone(record.get("zone"))  # a capacity error may have moved it just now
+            record.spec_zone = machine.zone
+        machine = machine.in_zone(record.zone)  # a capacity error may have moved it just now
         addresses = node.addresses(machine.use_external_ip) if node else []
-        record["addresses"], record["workers"] = addresses, len(addresses)
+        record.addresses, record.workers = addresses, len(addresses)
         p.addresses[machine.name] = addresses
         view.n_workers = len(addresses)
         view.preempted = health_of(node.state if node else None)[0] == PREEMPTED
         if node is not None and node.state == "READY" and plan.state in ("up", "setting up"):
             if not addresses:
                 _hold(plan, "no address", no_address_reason(machine, node))
-            elif machine.host_key_policy == "strict" and record.get("host_keys_for") != node.create_time:
+            elif machine.host_key_policy == "strict" and record.host_keys_for != node.create_time:
                 _read_host_keys(api, machine, record, node, plan, len(addresses))
         planned.append((machine, record, plan))
     # Machines' steps (a setup may wait up to SETUP_WAIT) run side by side, not one after another.
     parallel(lambda item: _carry_out(p, api, item[0], item[1], item[2], seen.now), planned)
     for machine, record, plan in planned:
         view = seen.view(machine.name)
-        record["state"], record["detail"] = plan.state, plan.detail
+        record.state, record.detail = plan.state, plan.detail
         view.ready = plan.state == "up"
-        view.recovering = bool(record.get("want_recreate") or record.get("operation"))
+        view.recovering = bool(record.want_recreate or record.operation)
         if plan.state != "up":
             view.reachable = False if not view.preempted else None
             view.error = plan.detail
@@ -328,17 +331,17 @@ def _say_credentials(p: Session, nodes_by_zone: dict[str, Any]) -> None:
         p.notes.append(f"jobtpu: {failure.message}; TPU machines wait (hint: {failure.hint})")
 
 
-def _not_listed(p: Session, machine: Machine, record: dict[str, Any], view: Any, error: RemoteError) -> None:
+def _not_listed(p: Session, machine: Machine, record: MachineRecord, view: Any, error: RemoteError) -> None:
     """The zone could not be listed: nothing is known of the node this pass, nothing runs there."""
     from .tpu import CredentialsFailed
 
     view.ready, view.reachable, view.error = False, False, error.message
     if isinstance(error, CredentialsFailed):
-        record["api_error"] = error.message  # `machines` shows it; the pass said it once already
+        record.api_error = error.message  # `machines` shows it; the pass said it once already
     else:
-        record.update(state="unknown", detail=error.message)
-    view.n_workers = len(record.get("addresses") or [])
-    p.addresses[machine.name] = list(record.get("addresses") or [])
+        record.state, record.detail = "unknown", error.message
+    view.n_workers = len(record.addresses or [])
+    p.addresses[machine.name] = list(record.addresses or [])
 
 
 def _hold(plan: MachinePlan, state: str, detail: str) -> None:
@@ -354,7 +357,7 @@ def no_address_reason(machine: Machine, node: NodeInfo) -> str:
     return "the TPU API lists no worker address for the node"
 
 
-def _read_host_keys(api: TpuApi, machine: Machine, record: dict[str, Any], node: NodeInfo, plan: MachinePlan,
+def _read_host_keys(api: TpuApi, machine: Machine, record: MachineRecord, node: NodeInfo, plan: MachinePlan,
                     workers: int) -> None:
     """strict: trust exactly the host keys the node publishes through the TPU API, recorded only
     once every worker has published one (a slow guest agent must not lock jobtpu out for good)."""
@@ -368,10 +371,10 @@ def _read_host_keys(api: TpuApi, machine: Machine, record: dict[str, Any], node:
         _hold(plan, "waiting for host keys",
               f"worker(s) {', '.join(map(str, missing))} have not published an SSH host key yet")
         return
-    record["host_keys"], record["host_keys_for"] = keys, node.create_time
+    record.host_keys, record.host_keys_for = keys, node.create_time
 
 
-def _carry_out(p: Session, api: TpuApi, machine: Machine, record: dict[str, Any], plan: MachinePlan,
+def _carry_out(p: Session, api: TpuApi, machine: Machine, record: MachineRecord, plan: MachinePlan,
                now: float) -> None:
     if p.dry_run:
         p.notes.extend(f"would {step.kind} {machine.name}" for step in plan.steps)
@@ -381,44 +384,45 @@ def _carry_out(p: Session, api: TpuApi, machine: Machine, record: dict[str, Any]
             if step.kind == "delete":
                 name = api.delete_node(machine)
                 if name is not None:
-                    record["operation"] = {"kind": "delete", "name": name, "since": now}
+                    record.operation = Operation("delete", name, now)
                 else:
                     step.kind = "create"
             if step.kind == "create":
-                record["create_sent"] = now  # a node seen after this is the one we asked for
-                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
-                record["operation"] = {"kind": "create", "name": api.create_node(machine, spec), "since": now}
-                record["recreations"] = record.get("recreations", 0) + 1
+                record.create_sent = now  # a node seen after this is the one we asked for
+                spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
+                record.operation = Operation("create", api.create_node(machine, spec), now)
+                record.recreations += 1
             elif step.kind == "create-queued":
-                record["create_sent"] = now
-                spec = for_zone(record.get("spec") or {}, record.get("spec_zone"), str(machine.zone))
+                record.create_sent = now
+                spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
                 api.create_queued(machine, spec)
-                record["queue_asked"], record["recreations"] = now, record.get("recreations", 0) + 1
+                record.queue_asked = now
+                record.recreations += 1
             elif step.kind == "delete-queued":
                 api.delete_queued(machine)
                 if step.detail:  # it failed (its valid_for ran out, or Google gave up): back off, next zone
                     create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
                     capacity_failed(record, machine.zones, now, QUEUED_ZONE_TRIES, "failed queued resource")
             elif step.kind == "forget-keys":
-                forget_keys(p, machine, record.get("addresses") or [])
+                forget_keys(p, machine, record.addresses or [])
             elif step.kind == "setup":
                 run_setup(p, machine, record, plan)
         except RemoteError as e:
-            record["last_error"] = short(e.message, 300)
+            record.last_error = short(e.message, 300)
             if step.kind in ("create", "create-queued"):
                 _create_refused(p, machine, record, plan, e, now)
             else:
                 plan.detail = e.message
 
 
-def _create_refused(p: Session, machine: Machine, record: dict[str, Any], plan: MachinePlan, error: RemoteError,
+def _create_refused(p: Session, machine: Machine, record: MachineRecord, plan: MachinePlan, error: RemoteError,
                     now: float) -> None:
     """What a failed create call means: wrong (not asked again), capacity (back off), no
     credentials (nothing was sent), or unsure (timeout, 5xx: Google may have created it)."""
     from .tpu import ApiCapacity, ApiRefused, CredentialsFailed
 
     if isinstance(error, ApiRefused | ApiCapacity | CredentialsFailed):
-        record.pop("create_sent", None)  # a definite answer: no node was made
+        record.create_sent = None  # a definite answer: no node was made
     if isinstance(error, ApiRefused):
         refuse(record, error.message, spec_key(machine))
         plan.state, plan.detail = "refused", f"create refused: {short(error.message)}"
@@ -431,11 +435,11 @@ def _create_refused(p: Session, machine: Machine, record: dict[str, Any], plan: 
             capacity_failed(record, machine.zones, now)
 
 
-def create_failed(record: dict[str, Any], message: str, now: float, first_backoff: float) -> None:
+def create_failed(record: MachineRecord, message: str, now: float, first_backoff: float) -> None:
     """A create was refused (at once, or by its operation): count it and wait before the next one."""
-    record["failures"] = record.get("failures", 0) + 1
-    record["next_try"] = now + backoff(record["failures"], first_backoff)
-    record["last_error"] = short(message, 300)
+    record.failures += 1
+    record.next_try = now + backoff(record.failures, first_backoff)
+    record.last_error = short(message, 300)
 
 
 def forget_keys(p: Session, machine: Machine, addresses: list[str]) -> None:
@@ -448,18 +452,18 @@ def forget_keys(p: Session, machine: Machine, addresses: list[str]) -> None:
         forget_host(p.home, addr, machine.port)
 
 
-def run_setup(p: Session, machine: Machine, record: dict[str, Any], plan: MachinePlan) -> None:
+def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: MachinePlan) -> None:
     """Start the setup commands detached on every worker (once per incarnation), wait a little."""
 
-    incarnation = str(record.get("incarnation") or "")
-    setup = record.get("setup") or {"status": "running", "tries": 0}
+    incarnation = str(record.incarnation or "")
+    setup = record.setup or Setup("running")
     if not machine.setup:
-        record["setup"] = {"status": "done", "incarnation": incarnation}
+        record.setup = Setup("done", incarnation=incarnation)
         plan.state, plan.detail = "up", "ready (no setup commands)"
         return
-    retry = setup.get("status") == "failed"
+    retry = setup.status == "failed"
     if retry:
-        setup = {"status": "running", "tries": setup.get("tries", 0)}
+        setup = Setup("running", tries=setup.tries)
     tag = scripts.setup_tag(incarnation)
     eps = p.endpoints(machine)
     deadline = time.monotonic() + SETUP_WAIT
@@ -477,31 +481,31 @@ def run_setup(p: Session, machine: Machine, record: dict[str, Any], plan: Machin
     results = parallel(one, eps)
     words = [scripts.setup_outcome(r) for r in results]
     if all(w == "done" for w in words):
-        record["setup"] = {"status": "done", "incarnation": incarnation}
+        record.setup = Setup("done", incarnation=incarnation)
         plan.state, plan.detail = "up", "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
-        setup.update(status="failed", tries=setup.get("tries", 0) + 1, error=results[bad].strip()[-300:])
-        record["setup"] = setup
+        setup.status, setup.tries, setup.error = "failed", setup.tries + 1, results[bad].strip()[-300:]
+        record.setup = setup
         plan.state, plan.detail = "setup failed", f"worker {bad}: {results[bad].strip()[-200:]}"
     else:
-        record["setup"] = setup
+        record.setup = setup
         plan.state, plan.detail = "setting up", "setup commands running"
 
 
 def request_recreate(p: Session, machine: Machine, now: float) -> None:
     """A job wants this TPU back: start deleting (or creating) it now; later passes go on from there."""
-    record = p.state.machines.setdefault(machine.name, {})
-    if record.get("want_recreate") or record.get("operation"):
+    record = p.state.machine(machine.name)
+    if record.want_recreate or record.operation:
         return
-    machine = machine.in_zone(record.get("zone"))
-    record["want_recreate"] = True
+    machine = machine.in_zone(record.zone)
+    record.want_recreate = True
     queued: Any = False
     if machine.queued_resource:  # as the last listing saw it
         from .tpu import QueuedInfo
 
-        queued = QueuedInfo(str(machine.node), record["queued_state"]) if record.get("queued_state") else None
+        queued = QueuedInfo(str(machine.node), record.queued_state) if record.queued_state else None
     plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
                         queued=queued)
     _carry_out(p, p.tpu_api(), machine, record, plan, now)
-    record["state"], record["detail"] = plan.state, plan.detail
+    record.state, record.detail = plan.state, plan.detail

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -692,7 +693,7 @@ def test_doctor_accounts_for_a_live_worker_through_its_job_s_active_attempt() ->
     from jobtpu.store import State
 
     running = Job(id=1, user="u", cmd="c", archive="a", created=0.0, status=Status.RUNNING, machine="box", attempt=2)
-    ended = dataclasses.replace(running, id=2, status=Status.FAILED)
+    ended = msgspec.structs.replace(running, id=2, status=Status.FAILED)
     state = State(jobs=[running, ended])
     assert _why_stray(state, WorkerRef(1, 2, 3)) is None  # whichever machine entry it runs through
     assert _why_stray(state, WorkerRef(1, 1, 0)) == "state.json is at the job's attempt 2"
@@ -731,11 +732,12 @@ def test_node_state_decides_the_machine_s_health(node_state: str | None, health:
 
 
 def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
+    from jobtpu.model import MachineRecord
     from jobtpu.tpuflow import plan_machine
 
-    plan = plan_machine({"want_recreate": True}, None, None, NOW)
+    plan = plan_machine(MachineRecord(want_recreate=True), None, None, NOW)
     assert [s.kind for s in plan.steps] == ["create"] and plan.state == "recreating"
-    assert plan_machine({}, None, None, NOW).state == "preempted"
+    assert plan_machine(MachineRecord(), None, None, NOW).state == "preempted"
 
 
 def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code() -> None:

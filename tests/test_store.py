@@ -9,11 +9,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu import listing
 from jobtpu import store as store_module
 from jobtpu.errors import BusyError, ConfigError
 from jobtpu.home import Home
@@ -35,7 +35,7 @@ def add(store: Store, **kw: Any) -> int:
 
 
 def record(**kw: Any) -> dict[str, Any]:
-    return {**new_job(1).to_json(), **kw}
+    return {**msgspec.to_builtins(new_job(1)), **kw}
 
 
 def write_state(home: Home, jobs: list[dict[str, Any]], **top: Any) -> str:
@@ -71,7 +71,7 @@ def test_save_is_atomic_and_bak_holds_the_previous_good_copy(tmp_path: Path) -> 
     assert home.state_backup.read_text() == second
     doc = json.loads(home.state_file.read_text())
     assert doc["version"] == 1 and doc["next_id"] == 4 and [j["id"] for j in doc["jobs"]] == [1, 2, 3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "state.json", "state.json.bak", "state.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.bak", "state.json.lock"]
 
 
 def test_unchanged_transaction_writes_nothing_and_an_exception_saves_nothing(tmp_path: Path) -> None:
@@ -180,28 +180,29 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("edit", "needle"), [
-    ({"colour": "red"}, "job 1: unknown field 'colour' (valid: "),
-    ({"cmd": 5}, "job 1: field 'cmd' has the wrong type (int)"),
-    ({"attempt": "0"}, "job 1: field 'attempt' has the wrong type (str)"),
-    ({"log_stage": 1}, "job 1: field 'log_stage' has the wrong type (int)"),
-    ({"created": True}, "job 1: field 'created' has the wrong type (bool)"),
-    ({"tags": "a,b"}, "job 1: field 'tags' has the wrong type (str)"),
-    ({"tags": [1]}, "job 1: fields 'req', 'tags' and 'overrides' hold strings only"),
-    ({"env": {"A": 1}}, "job 1: field 'env' maps strings to strings"),
-    ({"status": "done"}, "job 1: field 'status' must be one of queued, launching, running, killing, finished, "
-                         "failed, killed (got 'done')"),
+    ({"colour": "red"}, "job 1: $.jobs[0]: object contains unknown field colour (valid: alloc, archive, "),
+    ({"cmd": 5}, "job 1: $.jobs[0].cmd: expected str, got int"),
+    ({"attempt": "0"}, "job 1: $.jobs[0].attempt: expected int, got str"),
+    ({"log_stage": 1}, "job 1: $.jobs[0].log_stage: expected bool, got int"),
+    ({"created": True}, "job 1: $.jobs[0].created: expected int | float, got bool"),
+    ({"tags": "a,b"}, "job 1: $.jobs[0].tags: expected array, got str"),
+    ({"tags": [1]}, "job 1: $.jobs[0].tags[0]: expected str, got int"),
+    ({"env": {"A": 1}}, "job 1: $.jobs[0].env[...]: expected str, got int"),
+    ({"status": "done"}, "job 1: $.jobs[0].status: invalid enum value 'done' (valid: queued, launching, running, "
+                         "killing, finished, failed, killed)"),
     ({"reason": "bored"}, "job 1: field 'reason' is not a known reason: 'bored'"),
     ({"rule": "retry"}, "job 1: field 'rule' must be one of pre, pass, reapply, rerun, resume or null (got 'retry')"),
     ({"cmd": "  "}, "job 1: field 'cmd' is empty"),
     ({"id": 0}, "job 0: field 'id' must be a positive integer"),
     ({"status": "running", "machine": None}, "job 1: a running job needs a 'machine'"),
-    ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: attempts[0].n must be an integer (got a string)"),
-    ({"attempts": [{"n": 0, "machine": "m"}, 5]}, "job 1: attempts[1] must be an object"),
+    ({"status": "launching", "machine": ""}, "job 1: a launching job needs a 'machine'"),
+    ({"attempts": [{"n": "0", "machine": "m"}]}, "job 1: $.jobs[0].attempts[0].n: expected int, got str"),
+    ({"attempts": [{"n": 0, "machine": "m"}, 5]}, "job 1: $.jobs[0].attempts[1]: expected object, got int"),
     ({"attempts": [{"n": 0, "machine": "m", "outcome": "meh"}]}, "job 1: attempts[0].outcome must be null, 'finished'"),
-    ({"attempts": {"n": 0}}, "job 1: field 'attempts' must be a list"),
+    ({"attempts": {"n": 0}}, "job 1: $.jobs[0].attempts: expected array, got object"),
     ({"ending": {"status": "running", "reason": None}}, "job 1: ending.status must be one of failed, finished, killed"),
     ({"ending": {"status": "failed", "recover": "again"}}, "job 1: ending.recover must be one of resume, rerun"),
-    ({"ending": []}, "job 1: ending must be an object or null"),
+    ({"ending": []}, "job 1: $.jobs[0].ending: expected object | null, got array"),
     ({"archive": "../../etc/x.tar.gz"}, "job 1: field 'archive' must be an archive's bare file name"),
     ({"archive": "$(reboot).tar.gz"}, "job 1: field 'archive' must be an archive's bare file name"),
     ({"env": {"A B": "x"}}, "job 1: field 'env': 'A B' is not a variable name"),
@@ -211,7 +212,9 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
     ({"timeout": -1}, "job 1: field 'timeout' must be a number of seconds above 0"),
     ({"recoveries": -1}, "job 1: field 'recoveries' must be 0 or more"),
     ({"attempts": [{"n": 0, "machine": "m", "colour": 1}]}, "colour"),
-    ({"alloc": {"gpu": 1}}, "job 1: field 'alloc' maps resource names to lists of indices"),
+    ({"alloc": {"gpu": 1}}, "job 1: $.jobs[0].alloc[...]: expected array, got int"),
+    ({"attempts": [{"n": 0, "machine": "m", "workers": 0}]}, "job 1: attempts[0].workers must be 1 to 1024"),
+    ({"exit_code": 2**64}, "job 1: field 'exit_code' is too large"),
     ({"req": ["gpu=x"]}, "job 1: field 'req': --req 'gpu=x': a resource request is NAME=COUNT"),
 ])
 def test_invalid_job_edits_are_refused_precisely(tmp_path: Path, edit: dict[str, Any], needle: str) -> None:
@@ -222,19 +225,29 @@ def test_invalid_job_edits_are_refused_precisely(tmp_path: Path, edit: dict[str,
 
 
 @pytest.mark.parametrize(("doc", "needle"), [
-    ([], "state.json: the top level must be an object"),
-    ({"jobs": [], "queue": []}, "state.json: unknown key 'queue' (valid: jobs, machines, next_id, version)"),
+    ([], "state.json: $: expected object, got array"),
+    ({"jobs": [], "queue": []}, "state.json: $: object contains unknown field queue (valid: jobs, machines, next_id, "
+                                "version)"),
     ({"version": 2}, "state.json: version 2 is not one this jobtpu reads (1)"),
-    ({"jobs": {}}, "state.json: 'jobs' must be a list"),
-    ({"jobs": [5]}, "state.json: jobs[0]: must be an object"),
-    ({"next_id": "3"}, "state.json: 'next_id' must be an integer"),
-    ({"machines": {"m": 1}}, "state.json: 'machines' must map names to objects"),
-    ({"machines": {"m": {"operation": "x"}}}, "state.json: machine 'm': operation must be an object or null (got a string)"),
-    ({"machines": {"m": {"operation": {"kind": "x"}}}}, "state.json: machine 'm': operation.kind must be one of create, delete (got 'x')"),
-    ({"machines": {"m": {"setup": {"status": 1}}}}, "state.json: machine 'm': setup.status must be a string (got an integer)"),
-    ({"machines": {"m": {"failures": "2"}}}, "state.json: machine 'm': failures must be an integer (got a string)"),
-    ({"machines": {"m": {"host_keys": [5]}}}, "state.json: machine 'm': host_keys must be a list, per worker, of lists of key strings"),
-    ({"jobs": [{"id": 1}]}, "state.json: job 1: field 'user' is missing"),
+    ({"jobs": {}}, "state.json: $.jobs: expected array, got object"),
+    ({"jobs": [5]}, "state.json: $.jobs[0]: expected object, got int"),
+    ({"next_id": "3"}, "state.json: $.next_id: expected int, got str"),
+    ({"machines": {"m": 1}}, "state.json: machine 'm': $.machines['m']: expected object, got int"),
+    ({"machines": {"m": {"operation": "x"}}},
+     "state.json: machine 'm': $.machines['m'].operation: expected object | null, got str"),
+    ({"machines": {"m": {"operation": {"kind": "x", "name": "op"}}}},
+     "state.json: machine 'm': $.machines['m'].operation.kind: invalid enum value 'x' (valid: create, delete)"),
+    ({"machines": {"m": {"operation": {"kind": "create"}}}},
+     "state.json: machine 'm': $.machines['m'].operation: object missing required field name"),
+    ({"machines": {"ok": {}, "m": {"setup": {"status": 1}}}},
+     "state.json: machine 'm': $.machines['m'].setup.status: expected str, got int"),
+    ({"machines": {"m": {"failures": "2"}}}, "state.json: machine 'm': $.machines['m'].failures: expected int, got str"),
+    ({"machines": {"m": {"failures": -1}}}, "state.json: machine 'm': failures must be 0 or more"),
+    ({"machines": {"m": {"host_keys": [5]}}},
+     "state.json: machine 'm': $.machines['m'].host_keys[0]: expected array, got int"),
+    ({"machines": {"m": {"want_recreate": 1}}},
+     "state.json: machine 'm': $.machines['m'].want_recreate: expected bool, got int"),
+    ({"jobs": [{"id": 1}]}, "state.json: job 1: $.jobs[0]: object missing required field user"),
     ({"jobs": [record(), record(cmd="other")]}, "state.json: job id 1 appears twice"),
 ])
 def test_invalid_top_level_edits_are_refused_precisely(tmp_path: Path, doc: Any, needle: str) -> None:
@@ -309,75 +322,95 @@ def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> No
         assert (home / "state.json").read_text() == text and (home / "machines.json").read_bytes() == machines
 
 
-def test_status_listing_cache_is_exact_and_never_stale(tmp_path: Path) -> None:
-    import shutil
-    import subprocess
-    import sys
-
-    home = Home(tmp_path)
-    (tmp_path / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
-    for user in ("ann", "bob", "ann"):
-        add(Store(home), user=user)
-
-    def listed(user: str) -> bytes:
-        done = subprocess.run([sys.executable, "-m", "jobtpu", "--home", str(tmp_path), "status", "--json",
-                               "--user", user], capture_output=True, check=True)
-        return done.stdout
-
-    cached = {u: listed(u) for u in ("ann", "bob", "cy")}
-    assert [j["user"] for j in json.loads(cached["ann"])["jobs"]] == ["ann", "ann"]
-    assert json.loads(cached["cy"]) == {"jobs": []}
-    shutil.rmtree(tmp_path / "cache")  # the slow path prints the very same bytes
-    assert {u: listed(u) for u in ("ann", "bob", "cy")} == cached
-    # A save rebuilds it; a hand edit afterwards is seen at once, never the stale listing.
-    add(Store(home), user="bob")
-    text = home.state_file.read_text()
-    home.state_file.write_text(text.replace('"cmd":"echo hi"', '"cmd":"echo edited"', 1))
-    assert b"echo edited" in listed("ann")
-
-
-def test_a_listing_after_a_hand_edit_rebuilds_the_cache(tmp_path: Path) -> None:
-    home = Home(tmp_path)
-    add(Store(home), user="ann")
-    text = home.state_file.read_text()
-    home.state_file.write_text(text.replace('"cmd":"echo hi"', '"cmd":"echo edited"', 1))
-    assert listing.read(home, "ann") is None  # stale: state.json changed under it
-    assert [j["cmd"] for j in Store(home).load_records()] == ["echo edited"]
-    cached = listing.read(home, "ann")
-    assert cached is not None and json.loads(cached)["jobs"][0]["cmd"] == "echo edited"
-    # Once rebuilt, later full reads (`status --all-users --watch`) rewrite nothing.
-    written = (listing.folder(home) / "ann.json").stat().st_mtime_ns
-    os.utime(listing.folder(home) / "ann.json", ns=(written - 10**9, written - 10**9))
-    Store(home).load_records()
-    assert (listing.folder(home) / "ann.json").stat().st_mtime_ns == written - 10**9
-
-
-def test_the_fast_listing_path_refuses_another_version_too(tmp_path: Path) -> None:
-    home = Home(tmp_path)
-    write_state(home, [record()], version=2)
-    with pytest.raises(ConfigError, match="version 2 is not one this jobtpu reads"):
-        Store(home).load_records()
-
-
-def test_a_user_whose_jobs_are_gone_lists_empty(tmp_path: Path) -> None:
-    home = Home(tmp_path)
-    add(Store(home), user="ann")
-    add(Store(home), user="bob")
-    with Store(home).transaction() as state:
-        state.jobs = [j for j in state.jobs if j.user != "bob"]
-    assert listing.read(home, "bob") == b'{"jobs":[]}\n'
-    assert (listing.folder(home) / "bob.json").exists()  # rewritten empty, never deleted
-    assert json.loads(listing.read(home, "ann") or b"")["jobs"][0]["user"] == "ann"
-
-
-def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("knows_its_read", [True, False])
+def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path, knows_its_read: bool) -> None:
     from jobtpu.fleet import load_fleet
     from jobtpu.session import Session
 
     home = Home(tmp_path)
     old, kept = add(Store(home)), add(Store(home))
-    p = Session(home, load_fleet(home), Store(home).load())
+    p = Session(home, load_fleet(home), *Store(home).read()) if knows_its_read else \
+        Session(home, load_fleet(home), Store(home).load())
+    p.state.require_job(kept).name = "renamed"
+    p.commit()  # nobody wrote meanwhile (a session that knows its read saves without reading again)
+    assert [(j.id, j.name) for j in Store(home).load().jobs] == [(old, ""), (kept, "renamed")]
     p.state.jobs = [j for j in p.state.jobs if j.id != old]  # what `clean` does
     late = add(Store(home))  # a submit while the session runs
     p.commit()
     assert [j.id for j in Store(home).load().jobs] == [kept, late]
+    for tags in ([], ["again"]):  # later commits, with or without a change, keep the late job too
+        p.state.require_job(kept).tags = tags
+        p.commit()
+        assert [(j.id, j.tags) for j in Store(home).load().jobs] == [(kept, tags), (late, [])]
+
+
+# ---- the format on disk ---------------------------------------------------------------------------
+
+# Written by the jobtpu before state.json had a typed schema (dataclasses and hand-written checks).
+PREVIOUS_FORMAT = r"""{
+  "version": 1,
+  "next_id": 7,
+  "machines": {
+    "local": {"state":"up","detail":null,"since":null},
+    "box": {"state":"unreachable","detail":"ssh: timed out","since":1700000000.5},
+    "tpu": {"tpu_state":"READY","health":"HEALTHY","health_description":null,"spec":{"acceleratorType":"v3-8","schedulingConfig":{"preemptible":true}},"operation":{"kind":"create","name":"projects/p/locations/z/operations/op-1","since":1700000000.0},"queued_state":null,"want_recreate":true,"zone":"europe-west4-a","addresses":["10.0.0.2","10.0.0.3"],"workers":2,"incarnation":"2024-01-01T00:00:00+00:00","setup":{"status":"failed","tries":1,"error":"boom"},"transient":{"state":"CREATING","since":1700000000.0},"refused":{"message":"bad","spec_key":"abc"},"failures":2,"next_try":1700000100.0,"last_error":"bad","recreations":3,"zone_capacity_failures":1,"moved":"moved from a to b after 2 capacity errors","host_keys":[["ssh-ed25519 AAAA"],["ssh-ed25519 BBBB"]],"host_keys_for":"2024-01-01T00:00:00+00:00","spec_zone":"europe-west4-a","create_sent":1700000000.0,"queue_asked":1700000000.0,"api_error":"creds"}
+  },
+  "jobs": [
+    {"id":1,"user":"ann","cmd":"python train.py --lr 0.01","archive":"ab12.tar.gz","created":1700000000.25,"name":"sweep","req":[],"machine":null,"status":"queued","reason":null,"exit_code":null,"attempt":0,"attempts":[],"tags":["lr"],"rule":null,"last_line":"","dir":"/src"},
+    {"id":2,"user":"bob","cmd":"sleep 100","archive":"ab12.tar.gz","created":1700000001,"name":"","req":["gpu=2"],"pin":"local","machine":"local","status":"running","reason":null,"exit_code":null,"attempt":1,"attempts":[{"n":0,"machine":"local","outcome":"preempted","exit_code":null,"started":1700000002,"ended":1700000003.5},{"n":1,"machine":"local","outcome":null,"exit_code":null,"started":1700000004.0,"ended":null,"resume":true,"workers":2}],"tags":[],"rule":"resume","env":{"A":"1","HF_TOKEN":"<secret>"},"overrides":["--config.x=1"],"log_stage":true,"max_recoveries":5,"recoveries":1,"timeout":3600,"resume":true,"alloc":{"slot":[0],"gpu":[1,3]},"log_size":10,"log_grew":1700000005,"last_line":"step 3"},
+    {"id":3,"user":"bob","cmd":"true","archive":"ab12.tar.gz","created":1700000010.0,"name":"","req":[],"machine":"tpu","status":"killing","reason":"killed","exit_code":null,"attempt":0,"attempts":[{"n":0,"machine":"tpu","outcome":null,"exit_code":null,"started":1.0,"ended":null}],"tags":[],"rule":null,"stall":60.5,"last_line":"","ending":{"status":"failed","reason":"exit 3","exit_code":3,"recover":"recreate-rerun"}},
+    {"id":5,"user":"ann","cmd":"echo","archive":"ab12.tar.gz","created":1700000011.0,"name":"","req":[],"machine":"local","status":"failed","reason":"exit 2","exit_code":2,"attempt":0,"attempts":[{"n":0,"machine":"local","outcome":"exit 2","exit_code":2,"started":5.0,"ended":6.0}],"tags":[],"rule":null,"last_line":""}
+  ]
+}
+"""
+
+
+def test_a_state_json_written_by_the_previous_jobtpu_loads_and_keeps_every_value(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "state.json").write_text(PREVIOUS_FORMAT)
+    old = json.loads(PREVIOUS_FORMAT)
+    # status --json prints the records exactly as the previous jobtpu stored them
+    assert json.loads(jobtpu(home, "status", "--all-users", "--json").stdout) == {"jobs": old["jobs"]}
+    state = Store(Home(home)).load()
+    running = state.require_job(2)
+    assert running.attempts[1] == Attempt(1, "local", None, None, 1700000004.0, None, True, 2)
+    assert (running.alloc, running.timeout, running.created) == ({"slot": [0], "gpu": [1, 3]}, 3600, 1700000001)
+    assert type(running.timeout) is int and type(running.created) is int  # an integer stays one
+    assert state.require_job(3).ending == Ending(Status.FAILED, "exit 3", 3, "recreate-rerun")
+    tpu = state.machines["tpu"]
+    assert tpu.operation is not None and (tpu.operation.kind, tpu.setup and tpu.setup.tries) == ("create", 1)
+    with Store(Home(home)).transaction() as edited:
+        edited.next_id += 1  # any change: the whole file is written again
+    new_text = (home / "state.json").read_text()
+    job_lines = [line for line in PREVIOUS_FORMAT.splitlines() if line.lstrip().startswith('{"id"')]
+    assert [line for line in new_text.splitlines() if line.lstrip().startswith('{"id"')] == job_lines
+    new = json.loads(new_text)
+    for name, record in old["machines"].items():  # every value kept; nulls are left out now
+        assert new["machines"][name] == {k: v for k, v in record.items() if v is not None}, name
+
+
+def test_a_stored_job_holds_the_listed_fields_and_leaves_out_other_defaults(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    add(Store(home))
+    record = json.loads(home.state_file.read_text())["jobs"][0]
+    assert list(record) == ["id", "user", "cmd", "archive", "created", "name", "req", "machine", "status", "reason",
+                            "exit_code", "attempt", "attempts", "tags", "rule", "last_line"]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('{"machines": {"tpu": {"spec": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}}}",
+     "state.json: nested too deeply to be a jobtpu file"),
+    ('{"jobs": [{"id": 1, "user": "u", "cmd": "c", "archive": "a.tar.gz", "created": 1, "name": "\\ud800"}]}',
+     "state.json: not valid JSON text"),
+    ('{"version": 1, "next_id": 1, "jobs": [], "machines": {"m": {"since": 1e999}}}',
+     "state.json: the number 1e999 is too large"),
+], ids=["deep-spec", "lone-surrogate", "huge-float"])
+def test_what_no_type_bounds_is_one_line_too(tmp_path: Path, text: str, needle: str) -> None:
+    """Deep nesting inside a free-form part (a TPU node's recorded spec), text only a lenient parser
+    takes, a number beyond a float: one line from every command, never a traceback."""
+    home = make_home(tmp_path)
+    (home / "state.json").write_text(text)
+    for args in (["status"], ["status", "--json"], ["manage"], ["machines"]):
+        done = jobtpu(home, *args, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.splitlines()[0].startswith(f"jobtpu: error: {needle}"), done.stderr

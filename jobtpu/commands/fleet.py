@@ -13,6 +13,7 @@ from .common import emit_json, error_text, note
 
 if TYPE_CHECKING:
     from ..fleet import Machine
+    from ..model import MachineRecord
 
 
 # ---- manage ---------------------------------------------------------------------------------------
@@ -51,21 +52,23 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
 def machine_rows(home: Home) -> list[dict[str, Any]]:
     from ..decide import used_resources
     from ..fleet import load_fleet
+    from ..model import MachineRecord
 
     fleet = load_fleet(home)
     state = Store(home).load()
     used = used_resources(state.jobs)
     rows = []
     for m in fleet.machines.values():
-        known = state.machines.get(m.name, {})
+        known = state.machines.get(m.name) or MachineRecord()
         taken = used.get(m.name, {})
-        api_error = known.get("api_error")  # the TPU API could not be asked this pass (credentials)
+        api_error = known.api_error  # the TPU API could not be asked this pass (credentials)
+        workers = len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None
         rows.append({
             "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
-            "workers": known.get("workers", len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None),
-            "state": "unknown" if api_error else known.get("state", "up" if m.kind == "local" else "unknown"),
-            "health": known.get("health"), "health_description": known.get("health_description"),
-            "detail": api_error or (known.get("detail") if "state" in known or m.kind == "local" else _never_seen(m)),
+            "workers": known.workers if known.workers is not None else workers,
+            "state": "unknown" if api_error else known.state or ("up" if m.kind == "local" else "unknown"),
+            "health": known.health, "health_description": known.health_description,
+            "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
@@ -73,13 +76,13 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
     return rows
 
 
-def _tpu_columns(machine: Machine, known: dict[str, Any]) -> dict[str, Any]:
+def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
     from .tpu import provisioning
 
-    return {"provisioning": provisioning(machine, known), "zone": known.get("zone") or machine.zone,
-            "moved": known.get("moved"),
-            "queued_resource": known.get("queued_state") if machine.queued_resource else None,
-            "refused": (known.get("refused") or {}).get("message")}
+    return {"provisioning": provisioning(machine, known), "zone": known.zone or machine.zone,
+            "moved": known.moved,
+            "queued_resource": known.queued_state if machine.queued_resource else None,
+            "refused": known.refused.message if known.refused else None}
 
 
 def _never_seen(machine: Machine) -> str:

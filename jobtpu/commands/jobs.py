@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import listing
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
 from ..inputs import resolve_user
@@ -89,7 +88,7 @@ def submit(home: Home, opts: SubmitOptions) -> Job:
     from ..store import take_next_id
 
     fleet = load_fleet(home)
-    Store(home).load()  # a broken state.json is reported before the snapshot, not after
+    read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     job = build_job(home, fleet, opts)
     from ..secrets import SecretStore, split_env
 
@@ -99,7 +98,7 @@ def submit(home: Home, opts: SubmitOptions) -> Job:
         secrets.check_keeper()
         secrets.check()
     try:
-        with Store(home).transaction() as state:
+        with Store(home).transaction(start=read) as state:
             job.id = take_next_id(home, state)
             secrets.put(job.id, secret)  # before the job exists, so it never runs without them
             state.jobs.append(job)
@@ -189,43 +188,35 @@ ENDED_SHOWN = 20
 ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
-def select_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[dict[str, Any]]:
-    if not ids and not all_users and (cached := listing.read(home, resolve_user(user))) is not None:
-        import orjson
-
-        try:
-            return list(orjson.loads(cached)["jobs"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            pass  # a listing damaged by hand (or by another account of a shared home): read state.json
-    jobs = Store(home).load_records()
+def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[Job]:
+    jobs = Store(home).load().jobs
     if ids:
-        known = {j["id"] for j in jobs}
+        known = {j.id for j in jobs}
         missing = [i for i in ids if i not in known]
         if missing:
             raise NotFoundError(f"no job {missing[0]} in state.json",
                                 hint="`jobtpu status --all-users` lists every job")
-        return [j for j in jobs if j["id"] in ids]
+        return [j for j in jobs if j.id in ids]
     if all_users:
         return jobs
     who = resolve_user(user)
-    return [j for j in jobs if j["user"] == who]
+    return [j for j in jobs if j.user == who]
 
 
-def _ended_at(job: dict[str, Any]) -> float:
-    attempts = job.get("attempts") or []
-    ended = attempts[-1].get("ended") if attempts else None
-    return float(ended if ended is not None else job.get("created", 0))
+def _ended_at(job: Job) -> float:
+    ended = job.attempts[-1].ended if job.attempts else None
+    return float(ended if ended is not None else job.created)
 
 
-def rows_to_show(jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     """The jobs the table shows, in id order, and a line saying what it left out (None: nothing).
     Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
     ENDED_SHOWN that ended last."""
-    queued = [j for j in jobs if j["status"] == "queued"]
-    ended = [j for j in jobs if j["status"] not in ACTIVE_ON_MACHINE and j["status"] != "queued"]
+    queued = [j for j in jobs if j.status == "queued"]
+    ended = [j for j in jobs if j.status not in ACTIVE_ON_MACHINE and j.status != "queued"]
     recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
     keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
-    shown = [j for j in jobs if j["status"] in ACTIVE_ON_MACHINE or id(j) in keep]
+    shown = [j for j in jobs if j.status in ACTIVE_ON_MACHINE or id(j) in keep]
     left_out = []
     if len(queued) > QUEUED_SHOWN:
         left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")
@@ -238,24 +229,22 @@ def rows_to_show(jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str 
 
 def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_json: bool,
            watch: float | None, show_all: bool) -> int:
-    if as_json:  # every selected job: scripts read this
-        cached = None if ids or all_users else listing.read(home, resolve_user(user))
-        if cached is not None:
-            sys.stdout.buffer.write(cached)  # exactly the bytes emit_json would print, made at the last save
-            sys.stdout.flush()
-            return 0
-        emit_json({"jobs": select_jobs(home, ids, user, all_users)})
+    from ..store import jobs_document, records
+
+    if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
+        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, ids, user, all_users)))
+        sys.stdout.flush()
         return 0
     from rich.console import Console
 
     from ..display import jobs_table
 
     def table() -> Any:
-        jobs = select_jobs(home, ids, user, all_users)
+        jobs = chosen_jobs(home, ids, user, all_users)
         if ids or show_all:  # jobs named by id are always shown
-            return jobs_table(jobs)
-        shown, left_out = rows_to_show(jobs)
-        return jobs_table(shown, left_out=left_out)
+            return jobs_table(records(jobs))
+        shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
+        return jobs_table(records(shown), left_out=left_out)
 
     console = Console()
     if watch is None:
@@ -273,12 +262,12 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from ..store import unknown_job
+    from ..store import records, unknown_job
 
-    # The listed fields are enough here: no full validation of every job (tail runs often, homes grow).
-    job = next((r for r in Store(home).load_records() if r["id"] == job_id), None)
-    if job is None:
+    found = Store(home).load().job(job_id)
+    if found is None:
         raise unknown_job(job_id)
+    job = records([found])[0]
     tried = [a["n"] for a in job["attempts"]]
     attempt = job["attempt"] if asked is None else asked
     if asked is not None and attempt not in tried:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 from ..errors import JobtpuError
 from ..home import Home
+from ..model import MachineRecord, Operation
 from ..text import printable
 from .common import emit_json
 
 
-def provisioning(machine: Any, record: dict[str, Any]) -> str:
+def provisioning(machine: Any, record: MachineRecord) -> str:
     """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
-    asked = {**(record.get("spec") or {}).get("schedulingConfig", {}),
+    asked = {**(record.spec or {}).get("schedulingConfig", {}),
              **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
     if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
         return "spot"
@@ -30,8 +33,8 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         machine = p.fleet.require(name)
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
-        record = p.state.machines.setdefault(name, {})
-        machine = machine.in_zone(record.get("zone"))  # the zone it is in now
+        record = p.state.machine(name)
+        machine = machine.in_zone(record.zone)  # the zone it is in now
         api = p.tpu_api()
         node = api.get_node(str(machine.zone), str(machine.node))
         p.nodes[name] = node
@@ -41,25 +44,25 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
                               hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")
         now = time.time()
         if op in ("apply", "reapply"):
-            record.pop("refused", None)  # the user asks again: a refused create is tried once more
+            record.refused = None  # the user asks again: a refused create is tried once more
         if op == "apply":
             if node is not None:
                 raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
                                   hint=f"`jobtpu tpu reapply {name}` deletes and recreates it")
             request_recreate(p, machine, now)
         elif op == "reapply":
-            record.pop("next_try", None)
+            record.next_try = None
             request_recreate(p, machine, now)
         elif op == "delete":
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
-            record["want_recreate"] = False
+            record.want_recreate = False
             if machine.queued_resource:  # its queued resource goes too: left behind, it holds quota
                 api.delete_queued(machine)
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile
-                record["operation"] = {"kind": "delete", "name": operation, "since": now}
-            record["state"], record["detail"] = "deleting", "deleted by `jobtpu tpu delete`"
+                record.operation = Operation("delete", operation, now)
+            record.state, record.detail = "deleting", "deleted by `jobtpu tpu delete`"
         # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
@@ -68,12 +71,12 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             "health_description": node.health_description if node else None,
             "addresses": node.addresses(machine.use_external_ip) if node else [],
             "runtime_version": machine.runtime_version, "created": node.create_time if node else None,
-            "jobtpu_state": record.get("state"), "detail": record.get("detail"),
-            "operation": record.get("operation"), "recreations": record.get("recreations", 0),
-            "failures": record.get("failures", 0), "running_jobs": busy,
-            "refused": (record.get("refused") or {}).get("message"), "zones": list(machine.zones),
-            "queued_resource": record.get("queued_state") if machine.queued_resource else None,
-            "recorded_spec": record.get("spec"),
+            "jobtpu_state": record.state, "detail": record.detail,
+            "operation": msgspec.to_builtins(record.operation), "recreations": record.recreations,
+            "failures": record.failures, "running_jobs": busy,
+            "refused": record.refused.message if record.refused else None, "zones": list(machine.zones),
+            "queued_resource": record.queued_state if machine.queued_resource else None,
+            "recorded_spec": record.spec,
         }
 
 
