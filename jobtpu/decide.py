@@ -31,6 +31,7 @@ class Observation:
     machines: dict[str, MachineView] = field(default_factory=dict)
     log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
     last_lines: dict[int, str] = field(default_factory=dict)
+    claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
 
     def view(self, name: str) -> MachineView:
         return self.machines.setdefault(name, MachineView())
@@ -230,40 +231,98 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
     return used
 
 
+# ---- dispatch -------------------------------------------------------------------------------------
+# Each question the dispatch asks is one hook function, so fairness, limits, dependencies, holds and
+# sheet claims each change one place, and a queued job's pending reason comes from the same code that
+# kept it waiting.
+
+@dataclass
+class Dispatch:
+    """What one dispatch knows while it places queued jobs: shared by the hooks below."""
+
+    jobs: list[Job]
+    fleet: Fleet
+    seen: Observation
+    plan: Plan
+    used: dict[str, dict[str, set[int]]]
+    recreating: set[str]  # machines about to be deleted and created again: they take no job now
+    by_id: dict[int, Job] = field(default_factory=dict)
+    started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
+
+
+def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
+    """The order queued jobs are offered machines in."""
+    return sorted(queued, key=lambda j: j.id)
+
+
+def held_back(job: Job, d: Dispatch) -> str | None:
+    """Why a queued job may not start in this pass whatever machine is free; None when it may.
+    The text becomes the job's pending reason."""
+    return None
+
+
+def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
+    """Why a machine takes no new job in this pass; None when it may take one."""
+    view = d.seen.view(machine.name)
+    if machine.name in d.recreating:
+        return f"{machine.name} is being recreated"
+    if view.preempted:
+        return f"{machine.name} is preempted"
+    if view.reachable is False or not view.ready:
+        return f"{machine.name} is unreachable"
+    return None
+
+
+def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
+    """The pending reason of a queued job that found no machine in this pass."""
+    return "no free machine fits"
+
+
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
-    used = used_resources(jobs)
-    # A machine about to be deleted and created again takes no job in this pass.
-    recreating = {a.machine for a in plan.actions if isinstance(a, Recreate)}
+    d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
+                 {a.machine for a in plan.actions if isinstance(a, Recreate)})
+    d.by_id = {j.id: j for j in jobs}
+    unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
-    no_room: set[tuple[tuple[str, ...], str | None, str | None]] = set()
-    for job in sorted((j for j in jobs if j.status is Status.QUEUED), key=lambda j: j.id):
+    no_room: dict[tuple[tuple[str, ...], str | None, str | None], str] = {}
+    for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
+        held = held_back(job, d)
+        if held is not None:
+            job.waiting = held
+            continue
         asks = (tuple(job.req), job.pin, job.rule)
         if asks in no_room:
+            job.waiting = no_room[asks]
             continue
         request = parse_request(job.req)
         for machine in fleet.machines.values():
-            view = seen.view(machine.name)
-            if not view.ready or view.reachable is False or view.preempted or machine.name in recreating:
+            if unavailable[machine.name] is not None:
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue
-            alloc = allocate(machine.capacity, used.get(machine.name, {}), request.needs())
+            alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
             if alloc is None:
                 continue
-            for resource, indices in alloc.items():
-                used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
-            job.machine, job.alloc = machine.name, alloc
-            job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=seen.now,
-                                        resume=job.resume, workers=view.n_workers))
-            job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
-            job.log_size, job.log_grew, job.last_line = 0, seen.now, ""
-            plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
-            plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
+            _start(job, machine, alloc, d)
             break
         else:
-            no_room.add(asks)
+            job.waiting = no_room[asks] = why_waiting(job, request, d)
             _want_back(job, request, fleet, seen, plan)
+
+
+def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
+    view = d.seen.view(machine.name)
+    for resource, indices in alloc.items():
+        d.used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
+    job.machine, job.alloc, job.waiting = machine.name, alloc, None
+    job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
+                                resume=job.resume, workers=view.n_workers))
+    job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
+    job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
+    d.plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
+    d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
+    d.started.append(job)
 
 
 def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan) -> None:

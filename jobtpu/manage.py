@@ -108,6 +108,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             home_id(home)
         was = {name: record.state for name, record in state.machines.items()}
         seen = observe(p)
+        before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
         report.notes.extend(p.notes + plan.notes)
         if on_note:
@@ -125,7 +126,18 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             for note in changes:
                 on_note(note)
         p.commit()
+        after_pass(p, seen, plan, report)
     return report
+
+
+def before_decide(p: Pass, seen: Observation) -> None:
+    """What a pass learns besides machines and workers, before it decides (also in a dry run).
+    Features that need it add one call here and keep their code in a module of their own."""
+
+
+def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
+    """What follows a pass whose result is saved (never a dry run): reporting what changed.
+    Features that need it add one call here and keep their code in a module of their own."""
 
 
 def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:

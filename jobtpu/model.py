@@ -161,6 +161,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     last_line: str = _always(str)
     ending: Ending | None = None
     dir: str = ""
+    waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:
