@@ -231,6 +231,11 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
             machines[name] = _machine(name, entry, defaults, home)
         except _Refused as e:
             raise _Refused(f"machine {name!r}: {e}") from None
+    tpus = sorted(name for name, m in machines.items() if m.is_tpu)
+    if tpus and not doc.gcp.project:
+        # Said at load, by every command: found only when a pass first asks the TPU API, it came after
+        # the pass had started writing to the home.
+        raise _Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
