@@ -16,6 +16,7 @@ from .common import emit_json, note, sigterm_interrupts
 if TYPE_CHECKING:
     from ..fleet import Fleet
     from ..model import Job
+    from ..session import Session
     from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -359,7 +360,7 @@ def kill(home: Home, ids: list[int], force: bool = False) -> int:
     return 0
 
 
-def _local_process_owner(session: Any, job: Job) -> str | None:
+def _local_process_owner(session: Session, job: Job) -> str | None:
     """The account a job's processes on the local machine belong to, when it is not this one: a
     process started by another account's pass can only be signalled by that account (or root)."""
     import os
