@@ -57,7 +57,8 @@ def known_user(home: Home, explicit: str | None) -> str:
     user = resolve_user(explicit)
     team = load_users(home)
     if team is not None and user not in team:
-        raise JobtpuError(f"user {user!r} is not one of this home's users ({', '.join(team) or 'none yet'})",
+        some = ", ".join(team[:10]) + (", …" if len(team) > 10 else "")
+        raise JobtpuError(f"user {user!r} is not one of this home's users ({some or 'none yet'})",
                           hint=f"`jobtpu user add {user}` adds it; or pass --user NAME / set JOBTPU_USER")
     return user
 
