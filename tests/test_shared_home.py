@@ -84,6 +84,9 @@ def group_modes_kept(home: Path, gid: int) -> list[str]:
 def test_a_home_made_by_init_shared_serves_two_accounts_with_secrets_and_guards_their_jobs(team: Team) -> None:
     alice, bob = team.accounts
     home = team.shared_folder("homes") / "home"
+    outsider = team.run(alice, "init", "--shared", "root", str(home), check=False, umask="0077")
+    assert outsider.returncode == 1 and "Traceback" not in outsider.stderr, outsider.stderr
+    assert outsider.stderr.startswith("jobtpu: error: you are not in the group 'root'") and not home.exists()
     made = team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
     assert made.stdout.strip().endswith(f"{home}, shared with group {team.group}")
     assert stat.S_IMODE(home.stat().st_mode) == 0o2770 and home.stat().st_gid == team.gid

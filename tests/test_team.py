@@ -183,3 +183,19 @@ def test_files_of_an_initialised_home_are_not_world_readable(tmp_path: Path) -> 
     for path in [home, *home.rglob("*")]:
         assert not path.stat().st_mode & 0o007, path
     assert os.stat(home).st_uid == os.geteuid()
+
+
+def test_a_per_user_machine_limit_keeps_a_user_to_one_machine_while_others_use_the_rest(
+        tmp_path: Path, src: Path) -> None:
+    home = make_home(tmp_path, {"a": {"kind": "local", "root": "ra"}, "b": {"kind": "local", "root": "rb"}})
+    doc: dict[str, Any] = json.loads((home / "machines.json").read_text())
+    doc["limits"] = {"per_user": {"machines": 1}}
+    (home / "machines.json").write_text(json.dumps(doc))
+    first, second = (submit_as(home, "ann", src, "sleep 60") for _ in range(2))
+    bobs = submit_as(home, "bob", src, "sleep 60")
+    jobs = manage(home)
+    assert jobs[first]["machine"] == "a" and jobs[bobs]["machine"] == "b"
+    assert jobs[second]["status"] == "queued"
+    assert jobs[second]["waiting"] == "held by the per-user limit (1 machine)"
+    jobtpu(home, "kill", str(first), str(second), env=as_user("ann"))
+    jobtpu(home, "kill", str(bobs), env=as_user("bob"))
