@@ -3,6 +3,7 @@ return the actions to carry out. No I/O here, so every branch is tested directly
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from . import model, rules
@@ -280,14 +281,26 @@ def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
     oldest (or who never launched) goes first in each round; ties go to whoever queued first. A
     user's own jobs go by --priority (higher first), then in submission order."""
     mine: dict[str, list[Job]] = {}
-    for job in sorted(queued, key=lambda j: (-j.priority, j.id)):
+    for job in sorted(queued, key=_job_id):
         mine.setdefault(job.user, []).append(job)
+    first_queued = {user: jobs[0].id for user, jobs in mine.items()}
+    if any(job.priority for job in queued):
+        for jobs in mine.values():
+            jobs.sort(key=_higher_priority)  # stable: submission order within a priority
+    if len(mine) <= 1:
+        return next(iter(mine.values()), [])
     last = _last_launch(d.jobs)
-    users = sorted(mine, key=lambda u: (last.get(u, float("-inf")), min(j.id for j in mine[u])))
-    order: list[Job] = []
-    for turn in range(max((len(js) for js in mine.values()), default=0)):
-        order.extend(mine[u][turn] for u in users if turn < len(mine[u]))
-    return order
+    users = sorted(mine, key=lambda u: (last.get(u, float("-inf")), first_queued[u]))
+    rounds = itertools.zip_longest(*(mine[u] for u in users))
+    return [job for turn in rounds for job in turn if job is not None]
+
+
+def _job_id(job: Job) -> int:
+    return job.id
+
+
+def _higher_priority(job: Job) -> int:
+    return -job.priority
 
 
 def _last_launch(jobs: list[Job]) -> dict[str, float]:
@@ -304,6 +317,8 @@ def _last_launch(jobs: list[Job]) -> dict[str, float]:
 def held_back(job: Job, d: Dispatch) -> str | None:
     """Why a queued job may not start in this pass whatever machine is free; None when it may.
     The text becomes the job's pending reason."""
+    if not d.fleet.has_limits:
+        return None
     limit = d.fleet.limit_for(job.user).jobs
     if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
         return f"held by the per-user limit ({_count(limit, 'running job')})"
@@ -313,6 +328,8 @@ def held_back(job: Job, d: Dispatch) -> str | None:
 def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
     """Why starting `job` on `machine` would take its user past a per-user limit of machines; None
     when it would not (a machine they already hold adds nothing)."""
+    if not d.fleet.has_limits:
+        return None
     limit = d.fleet.limit_for(job.user)
     if limit.machines is None and limit.tpu_machines is None:
         return None

@@ -12,7 +12,7 @@ import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
@@ -206,6 +206,10 @@ class Fleet:
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
+
+    @cached_property
+    def has_limits(self) -> bool:
+        return self.per_user.any or any(limit.any for limit in self.user_limits.values())
 
     def limit_for(self, user: str) -> UserLimit:
         return self.user_limits.get(user, self.per_user)
