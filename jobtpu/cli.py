@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import fleet, jobs, rules, tpu
+from .commands import fleet, jobs, rules, team, tpu
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+        p.add_argument("--priority", type=int, default=0, metavar="N",
+                       help="order among your own queued jobs: higher first (default 0); users take turns")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -128,17 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("kill", "stop jobs on every worker and mark them killed")
     p.add_argument("ids", nargs="+", type=int, metavar="ID", help="the jobs to stop")
+    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
 
     for name, text in (("resume", "queue an ended job again, continuing from its checkpoints"),
                        ("rerun", "queue an ended job again, from the start")):
         p = add(name, text)
         p.add_argument("id", type=int, help="the ended job")
         p.add_argument("--machine", help="run only on this machine from now on")
+        p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
 
     p = add("clean", "move ended jobs from state.json into history.jsonl")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
     p.add_argument("--all-users", action="store_true", help="every user's ended jobs")
     p.add_argument("--user", help="this user's ended jobs instead of yours")
+    p.add_argument("--force", action="store_true", help="needed to clean another user's jobs (recorded in each)")
 
     p = add("machines", "the fleet: kind, accelerator, state, running jobs, free resources")
     p.add_argument("--json", action="store_true", help="the same as JSON")
@@ -153,6 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the machine, as machines.json names it")
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
+
+    p = add("init", "make a home: the folder and a machines.json with the local machine")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
+    p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: setgid, group-writable, "
+                   "never world-writable")
+
+    p = add("user", "the team's user list (users.json): add, ls, rm")
+    p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
+    p.add_argument("name", nargs="?", help="the user name (add, rm)")
 
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
@@ -170,15 +184,17 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "status": lambda home, a: jobs.status(home, a.ids, a.user, a.all_users, a.json, a.watch, a.show_all),
     "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
     "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
-    "kill": lambda home, a: jobs.kill(home, a.ids),
-    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True),
-    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False),
-    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote),
+    "kill": lambda home, a: jobs.kill(home, a.ids, a.force),
+    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True, force=a.force),
+    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False, force=a.force),
+    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote, a.force),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
     "rules": lambda home, a: rules.show_rules(home, a.json),
+    "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
+    "user": lambda home, a: team.user(home, a.op, a.name),
 }
 
 

@@ -12,7 +12,7 @@ import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
@@ -109,6 +109,23 @@ class ErrorPatterns(_Keys):
     oom: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
 
 
+_Limit = Annotated[Annotated[int, Meta(ge=0)] | None | UnsetType, Meta(description="must be a whole number ≥ 0, or null (no limit)")]
+
+
+class UserLimitEntry(_Keys):
+    """How much of the fleet one user's jobs may hold at once (launching, running or stopping)."""
+
+    jobs: _Limit = UNSET
+    machines: _Limit = UNSET
+    tpu_machines: _Limit = UNSET
+
+
+class LimitsEntry(_Keys):
+    per_user: Annotated[UserLimitEntry, _Object] = msgspec.field(default_factory=UserLimitEntry)
+    # Named users' own limits, key by key over per_user (a lead who may hold more TPUs).
+    users: Annotated[dict[str, UserLimitEntry], Meta(description="must map user names to limits objects")] = {}
+
+
 class MachinesFile(_Keys):
     defaults: Annotated[Connection, _Object] = msgspec.field(default_factory=Connection)
     gcp: Annotated[Gcp, _Object] = msgspec.field(default_factory=Gcp)
@@ -118,6 +135,23 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
+    limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
+
+
+@dataclass(frozen=True)
+class UserLimit:
+    """One user's limits; None: no limit on that count."""
+
+    jobs: int | None = None
+    machines: int | None = None
+    tpu_machines: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.jobs is not None or self.machines is not None or self.tpu_machines is not None
+
+
+NO_LIMIT = UserLimit()
 
 
 @dataclass(frozen=True)
@@ -170,6 +204,15 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    per_user: UserLimit = NO_LIMIT
+    user_limits: dict[str, UserLimit] = field(default_factory=dict)
+
+    @cached_property
+    def has_limits(self) -> bool:
+        return self.per_user.any or any(limit.any for limit in self.user_limits.values())
+
+    def limit_for(self, user: str) -> UserLimit:
+        return self.user_limits.get(user, self.per_user)
 
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
@@ -238,8 +281,24 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
         raise _Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
+    per_user, user_limits = _limits(doc.limits)
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns)
+                 error_patterns=patterns, per_user=per_user, user_limits=user_limits)
+
+
+def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
+    """The team's per-user limits, and each named user's (their keys over the team's)."""
+    from .model import USER_NAME
+
+    def merged(own: UserLimitEntry, base: UserLimit) -> UserLimit:
+        return UserLimit(**{key: getattr(base, key) if getattr(own, key) is UNSET else getattr(own, key)
+                            for key in UserLimitEntry.__struct_fields__})
+
+    per_user = merged(entry.per_user, NO_LIMIT)
+    for name in entry.users:
+        if not USER_NAME.match(name):
+            raise _Refused(f"limits.users: {name[:40]!r} is not a user name")
+    return per_user, {name: merged(own, per_user) for name, own in entry.users.items()}
 
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:

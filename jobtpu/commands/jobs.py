@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
-from ..inputs import resolve_user
 from ..store import Store
+from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
     from ..model import Job
+    from ..session import Session
     from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -43,6 +44,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    priority: int = 0
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -51,7 +53,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..model import Job
     from ..requests import parse_request, why_not
 
-    user = resolve_user(opts.user)
+    user = known_user(home, opts.user)
     if not opts.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
     request = parse_request(opts.req)
@@ -79,7 +81,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()))
+               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
@@ -199,7 +201,7 @@ def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
         return [j for j in jobs if j.id in ids]
     if all_users:
         return jobs
-    who = resolve_user(user)
+    who = known_user(home, user)
     return [j for j in jobs if j.user == who]
 
 
@@ -335,27 +337,57 @@ def _print_last_lines(path: Path, n: int) -> int:
 
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def kill(home: Home, ids: list[int]) -> int:
+def kill(home: Home, ids: list[int], force: bool = False) -> int:
     from ..manage import kill_jobs
     from ..session import locked_session
 
+    me = known_user(home, None)
     with locked_session(home) as session:
         jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
-        kill_jobs(session, [j for j in jobs if not j.ended], time.time())
-    for job in jobs:
-        if job.status == "killing":
+        live = [j for j in jobs if not j.ended]
+        check_owners(live, me, force, "kill")  # all allowed, or nothing is killed
+        kill_jobs(session, live, time.time())
+        stopping = [(j, _local_process_owner(session, j)) for j in jobs if j.status == "killing"]
+    for job, owner in stopping:
+        if owner is not None:
+            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
+                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+        else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
 
 
-def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
+def _local_process_owner(session: Session, job: Job) -> str | None:
+    """The account a job's processes on the local machine belong to, when it is not this one: a
+    process started by another account's pass can only be signalled by that account (or root)."""
+    import os
+    import pwd
+
+    machine = session.fleet.get(job.machine) if job.machine else None
+    if machine is None or machine.kind != "local" or os.geteuid() == 0:
+        return None
+    pid_file = Path(machine.root) / "meta" / str(job.id) / f"{job.attempt}.0.pid"
+    try:
+        owner = pid_file.stat().st_uid
+    except OSError:
+        return None
+    if owner == os.geteuid():
+        return None
+    try:
+        return pwd.getpwuid(owner).pw_name
+    except KeyError:
+        return f"uid {owner}"
+
+
+def requeue(home: Home, job_id: int, machine: str | None, resume: bool, force: bool = False) -> int:
     """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
     from ..decide import requeue as requeue_job
     from ..session import locked_session
 
+    me = known_user(home, None)
     with locked_session(home) as session:
         job = session.state.require_job(job_id)
         if not job.ended:
@@ -363,22 +395,25 @@ def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
                               hint=f"`jobtpu kill {job.id}` first")
         if machine is not None:
             session.fleet.require(machine)
+        check_owners([job], me, force, "resume" if resume else "rerun")
         requeue_job(job, resume=resume, reason=None, machine=machine)
         job.queued_by_hand()
     print(job.id)
     return 0
 
 
-def clean(home: Home, user: str | None, all_users: bool, remote: bool) -> int:
+def clean(home: Home, user: str | None, all_users: bool, remote: bool, force: bool = False) -> int:
     """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too)."""
     from ..operations import clean_remote
     from ..secrets import SecretStore
     from ..session import locked_session
     from ..store import append_to_history
 
-    who = None if all_users else resolve_user(user)
+    me = known_user(home, None)
+    who = None if all_users else known_user(home, user)
     with locked_session(home) as session:
         gone = [j for j in session.state.jobs if j.ended and (who is None or j.user == who)]
+        check_owners(gone, me, force, "clean")  # history keeps who forced it
         if remote:
             clean_remote(session, gone)
         append_to_history(home, gone)
