@@ -23,6 +23,20 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"jobtpu: error: {message}\nhint: {_usage_hint(message) or f'see `{self.prog} --help`'}\n")
         raise SystemExit(EXIT_USAGE)
 
+    # Set on `exec` and `ssh`: every word after the first "--" is the command's, verbatim. (argparse
+    # would settle an optional positional before it reached them, and call them unrecognized.)
+    command_after_dashes = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        words = list(sys.argv[1:] if args is None else args)
+        if not self.command_after_dashes or "--" not in words:
+            return super().parse_known_args(words, namespace)
+        at = words.index("--")
+        parsed, extras = super().parse_known_args(words[:at], namespace)
+        parsed.words = [*parsed.words, *words[at + 1:]]
+        return parsed, extras
+
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
         # Python 3.11's argparse strips a "--" even from an option's attached value, so `--name=--`
         # would arrive as [] (and `--tag=--` as [[]]). An attached "--" is the user's value, verbatim.
@@ -206,12 +220,14 @@ def _add_personal_and_remote_commands(add: Callable[[str, str], argparse.Argumen
     p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
     p.add_argument("--worker", type=_worker_choice, default=None, metavar="K|all",
                    help="only worker K (default: all)")
-    p.add_argument("words", nargs="+", metavar="CMD", help="the command, after `--` (run by the login shell)")
+    p.add_argument("words", nargs="*", metavar="CMD", help="the command, after `--` (run by the login shell)")
+    p.command_after_dashes = True  # type: ignore[attr-defined]
 
     p = add("ssh", "log in to a machine's worker with its key, port and the home's known_hosts")
     p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
     p.add_argument("--worker", type=_count, default=0, metavar="K", help="this worker (default 0)")
     p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")
+    p.command_after_dashes = True  # type: ignore[attr-defined]
 
     add("tldr", "the ten commands a new team member needs, one example each")
 
