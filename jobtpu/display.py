@@ -77,7 +77,8 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: s
     return table
 
 
-def machines_table(rows: list[dict[str, Any]]) -> Table:
+def machines_table(rows: list[dict[str, Any]], zone: Any = None) -> Table:
+    """`zone`: the tzinfo clock times are shown in (None: local time)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "detail"):
         table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
@@ -91,8 +92,18 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         if row.get("queued_resource"):
             accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
-                                  health, row["running"], free, row.get("detail"))))
+                                  health, row["running"], free, _with_times(row, zone))))
     return table
+
+
+def _with_times(row: dict[str, Any], zone: Any) -> str | None:
+    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
+    times = [f"{what} {clock(row[key], zone)}" for key, what in (("unreachable_since", "since"),
+                                                                    ("next_try", "next try"))
+             if row.get(key) is not None]
+    if not times:
+        return row.get("detail")
+    return " ".join(filter(None, (row.get("detail"), f"({', '.join(times)})")))
 
 
 def rules_table(rows: list[dict[str, Any]]) -> Table:

@@ -63,6 +63,22 @@ def load_settings(home: Home, user: str) -> UserSettings:
     return settings
 
 
+def viewer_settings(home: Home) -> UserSettings:
+    """The settings of whoever runs a listing (`status`, `machines`): theirs, or the defaults for a
+    login jobtpu cannot take as a user name (such a login has no settings to read)."""
+    from .inputs import resolve_user
+
+    try:
+        viewer = resolve_user(None)
+    except JobtpuError:
+        return UserSettings()
+    return load_settings(home, viewer)
+
+
+def viewer_zone(settings: UserSettings) -> Any:
+    return zone_of(settings.time_zone) if settings.time_zone else None
+
+
 def check_settings(settings: UserSettings) -> None:
     """What the types cannot say: known rules, columns and zones, valid requests, dirs and aliases."""
     if settings.rule is not None:

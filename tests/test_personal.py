@@ -94,6 +94,18 @@ def test_status_shows_the_columns_and_time_zone_a_user_chose(tmp_path: Path) -> 
                                     "queued"]
 
 
+def test_machines_shows_when_a_machine_became_unreachable_in_the_users_time_zone(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"gone": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "connect_timeout": 2}})
+    src = write_tree(tmp_path / "proj", {".jobtpu": ""})
+    jobtpu(home, "submit", "--cmd", "true", cwd=src)
+    jobtpu(home, "manage")  # the launch finds nobody listening: the machine is unreachable since now
+    since = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]["unreachable_since"]
+    for zone, offset in (("UTC", 0), ("Asia/Shanghai", 8)):
+        jobtpu(home, "config", "set", "time_zone", zone)
+        shown = (datetime.fromtimestamp(since, UTC) + timedelta(hours=offset)).strftime("%m-%d %H:%M")
+        assert f"(since {shown})" in jobtpu(home, "machines", env={"COLUMNS": "200"}).stdout
+
+
 # ---- working directories --------------------------------------------------------------------------
 
 def test_dir_set_here_then_submit_dir_n_from_elsewhere_snapshots_it(tmp_path: Path) -> None:

@@ -268,15 +268,10 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
 def status_view(home: Home) -> tuple[list[str], Any]:
     """The columns and the time zone the person looking wants (their settings; else the defaults)."""
     from ..display import DEFAULT_JOB_COLUMNS
-    from ..settings import load_settings, zone_of
+    from ..settings import viewer_settings, viewer_zone
 
-    try:
-        viewer = resolve_user(None)
-    except JobtpuError:  # a login jobtpu cannot take as a user name has no settings
-        return list(DEFAULT_JOB_COLUMNS), None
-    settings = load_settings(home, viewer)
-    zone = zone_of(settings.time_zone) if settings.time_zone else None
-    return settings.columns or list(DEFAULT_JOB_COLUMNS), zone
+    settings = viewer_settings(home)
+    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
 
 
 # ---- tail -----------------------------------------------------------------------------------------
