@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import jobtpu, manage
+from tests.helpers import JOBTPU, jobtpu, manage
 from tests.sshfleet import FleetMachine, SshFleet
 from tests.tpufleet import PROJECT, ZONE, TpuFleet, write_machines
 
@@ -86,6 +87,10 @@ def test_ssh_runs_on_the_chosen_worker_with_the_homes_known_hosts(tmp_path: Path
     assert done.stdout.splitlines() == [f"on {box.hosts[1].addr}", "second line"]
     assert box.hosts[1].public_key_line() in (home / "known_hosts").read_text()
     assert jobtpu(home, "ssh", "box3", "--", "exit 7", check=False).returncode == 7  # the command's exit code
+    # Without a command: a login shell (here reading its commands from stdin, as there is no terminal).
+    shell = subprocess.run([*JOBTPU, "--home", str(home), "ssh", "box3", "--worker", "2"], input=f"{REPORT}\nexit 5\n",
+                           capture_output=True, text=True, timeout=60)
+    assert shell.returncode == 5 and f"on {box.hosts[2].addr}\nsecond line\n" in shell.stdout, shell.stderr
 
     # Under `strict`, a host whose key is not in the home's known_hosts is refused in one line.
     strict = tmp_path / "strict"
