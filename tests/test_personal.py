@@ -62,7 +62,9 @@ def test_a_bad_setting_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
                        (("columns", "id,colour"), "'colour' is not a status column"),
                        (("time_zone", "Mars/Olympus"), "'Mars/Olympus' is not a time zone"),
                        (("colour", "red"), "unknown setting 'colour'"),
-                       (("rule",), "`config set rule` needs a value")):
+                       (("rule",), "`config set rule` needs a value"),
+                       (("req", ""), "`config set req` needs a value"),
+                       (("columns", ","), "`config set columns` needs a value")):
         _one_error(jobtpu(home, "config", "set", *args, check=False), text)
     assert _settings(home) == before
 

@@ -29,7 +29,7 @@ from .common import note
 
 def _config_value(key: str, values: list[str]) -> object:
     """The value to store for `key` from the words typed after it, checked."""
-    if not values:
+    if not any(value.strip(" ,") for value in values):  # `config reset KEY` is how a value goes
         raise JobtpuError(f"`config set {key}` needs a value", hint=f"{key}: {CONFIG_KEYS[key][0]}")
     if key in ("rule", "time_zone"):
         if len(values) != 1:
