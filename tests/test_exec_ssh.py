@@ -119,3 +119,16 @@ def test_a_tpu_machine_is_found_by_its_node_name_and_full_name(tmp_path: Path, t
     wrong_zone = jobtpu(home, "exec", f"projects/{PROJECT}/locations/elsewhere-1a/nodes/node-a", "--", "true",
                         check=False)
     assert wrong_zone.returncode == 1 and "unknown machine" in wrong_zone.stderr
+
+
+def test_exec_on_the_local_machine_runs_here_and_ssh_refuses_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = jobtpu(home, "exec", "local", "--worker", "all", "--", "echo out; echo err >&2; exit 4", check=False)
+    assert (done.returncode, done.stdout) == (4, "[0] out\n[0] err\n")
+    refused = jobtpu(home, "ssh", "local", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == ["jobtpu: error: local is this computer: there is nothing to ssh to",
+                                           "hint: run the command here, or `jobtpu exec local -- CMD`"]
+    empty = jobtpu(home, "exec", "local", "--", check=False)
+    assert empty.returncode == 1 and empty.stderr.startswith("jobtpu: error: no command to run\n")
