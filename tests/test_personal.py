@@ -5,14 +5,16 @@ is named, the hint for an override typed as an option, and `tldr`."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from jobtpu.cli import build_parser
 from jobtpu.commands.tldr import TLDR
-from tests.helpers import jobtpu, make_home, manage_until, status, write_tree
+from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, status, write_tree
 
 
 def _settings(home: Path, user: str = "tester") -> dict[str, Any]:
@@ -134,6 +136,20 @@ def test_dir_set_here_then_submit_dir_n_from_elsewhere_snapshots_it(tmp_path: Pa
     _one_error(jobtpu(home, "dir", "set", "1", str(tmp_path / "nowhere"), check=False), "is not a folder")
     _one_error(jobtpu(home, "dir", "swap", "1", check=False), "`dir swap` takes 2 argument(s), got 1")
     assert jobtpu(home, "dir", "ls").stdout.splitlines() == [f"1  {first}"]
+
+
+def test_settings_changed_at_once_by_several_commands_keep_every_change(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    folders = [write_tree(tmp_path / f"d{n}", {"x": ""}) for n in range(1, 7)]
+    runs = [subprocess.Popen([*JOBTPU, "--home", str(home), "dir", "set", str(n), str(folder)],
+                             env={**os.environ, "JOBTPU_USER": "tester"}, stderr=subprocess.PIPE)
+            for n, folder in enumerate(folders, start=1)]
+    runs.append(subprocess.Popen([*JOBTPU, "--home", str(home), "alias", "add", "dr", "config.model.dropout"],
+                                 env={**os.environ, "JOBTPU_USER": "tester"}, stderr=subprocess.PIPE))
+    assert [run.wait(timeout=120) for run in runs] == [0] * len(runs)
+    settings = _settings(home)
+    assert settings["dirs"] == {str(n): str(folder) for n, folder in enumerate(folders, start=1)}
+    assert settings["aliases"] == {"dr": "config.model.dropout"}
 
 
 def test_without_dir_a_project_is_snapshotted_else_working_directory_1(tmp_path: Path) -> None:
