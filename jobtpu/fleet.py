@@ -92,6 +92,7 @@ class MachineEntry(Connection, kw_only=True):
     node_spec: Annotated[NodeSpec | UnsetType, Meta(description="must be an object of TPU API create fields")] = UNSET
     queued_resource: Annotated[bool | QueuedResource | None, Meta(
         description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
+    aliases: Annotated[list[str], Meta(description="must be a list of other names for the machine")] = []
 
 
 class Gcp(_Keys):
@@ -180,6 +181,7 @@ class Machine:
     root: str = "jobtpu"
     host_key_policy: str = "accept-new"
     connect_timeout: float = 10.0
+    aliases: tuple[str, ...] = ()  # other names the user may type for it (machines.json `aliases`)
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -219,10 +221,37 @@ class Fleet:
 
     def require(self, name: str) -> Machine:
         """The machine, or the one error every command gives for a name it does not know."""
-        machine = self.machines.get(name)
-        if machine is None:
-            raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {', '.join(self.machines)}")
-        return machine
+        return self.resolve(name)
+
+    def resolve(self, name: str) -> Machine:
+        """The machine a user means by `name`: its name in machines.json, one of its `aliases`, or for
+        a TPU machine its node's name (`n`) or full name (`projects/p/locations/z/nodes/n`). Every
+        command that takes a machine name asks here, so each takes the same names."""
+        found = self.machines.get(name) or next((m for m in self.machines.values() if name in m.aliases), None)
+        if found is not None:
+            return found
+        nodes = [m for m in self.machines.values() if m.is_tpu and self._is_node_of(name, m)]
+        if len(nodes) == 1:
+            return nodes[0]
+        if nodes:
+            raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
+                                hint="name the machine as machines.json does")
+        raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {self.names_text()}")
+
+    def _is_node_of(self, name: str, machine: Machine) -> bool:
+        full = _NODE_PATH.fullmatch(name)
+        if full is None:
+            return name == machine.node
+        project = self.gcp.get("project")
+        return (full["node"] == machine.node and full["zone"] in (machine.zones or (machine.zone,))
+                and (not isinstance(project, str) or project == full["project"]))
+
+    def names_text(self) -> str:
+        """Every machine's name, with its aliases in brackets: what an unknown name's hint lists."""
+        return ", ".join(f"{m.name} ({', '.join(m.aliases)})" if m.aliases else m.name for m in self.machines.values())
+
+
+_NODE_PATH = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/nodes/(?P<node>[^/]+)")
 
 
 class _Refused(Exception):
@@ -279,6 +308,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
         # Said at load, by every command: found only when a pass first asks the TPU API, it came after
         # the pass had started writing to the home.
         raise _Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
+    _check_aliases(machines)
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     per_user, user_limits = _limits(doc.limits)
@@ -323,6 +353,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
         identity_file=connection["identity_file"], root=_root(entry, connection["root"], home),
         host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]),
+        aliases=tuple(entry.aliases),
     )
 
 
@@ -343,6 +374,19 @@ def _check_kind(entry: MachineEntry) -> None:
                 raise _Refused(f"a tpu machine needs '{key}'")
         if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
             raise _Refused(f"{_must(MachineEntry, 'zone')} (got {entry.zone!r})")
+
+
+def _check_aliases(machines: Mapping[str, Machine]) -> None:
+    """Each alias names one machine: a valid name, not another machine's name or alias."""
+    owner: dict[str, str] = {}
+    for machine in machines.values():
+        for alias in machine.aliases:
+            if not _NAME.match(alias):
+                raise _Refused(f"machine {machine.name!r}: alias {alias!r} must be letters, digits, '.', '_' or '-'")
+            taken = alias if alias in machines else owner.get(alias)
+            if taken is not None and taken != machine.name:
+                raise _Refused(f"machine {machine.name!r}: alias {alias!r} already names machine {taken!r}")
+            owner[alias] = machine.name
 
 
 def _check_resources(resources: Mapping[str, object]) -> None:

@@ -70,6 +70,7 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "health": known.health, "health_description": known.health_description,
             "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
+            "unreachable_since": known.since, "next_try": known.next_try,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
@@ -100,8 +101,9 @@ def machines(home: Home, as_json: bool) -> int:
     from rich.console import Console
 
     from ..display import machines_table
+    from ..settings import viewer_settings, viewer_zone
 
-    Console().print(machines_table(rows))
+    Console().print(machines_table(rows, viewer_zone(viewer_settings(home))))
     return 0
 
 

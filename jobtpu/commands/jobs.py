@@ -29,7 +29,7 @@ class SubmitOptions(NamedTuple):
     """What `submit` and `run` take, as the user typed it (checked by build_job)."""
 
     cmd: str
-    dir: str = "."
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
     req: list[str] = []
     machine: str | None = None
     name: str = ""
@@ -52,14 +52,17 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..inputs import config_overrides, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
+    from ..settings import effective_aliases, load_settings, source_folder
 
     user = known_user(home, opts.user)
+    settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
+    req = opts.req or settings.req
+    rule = opts.rule if opts.rule is not None else settings.rule
     if not opts.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
-    request = parse_request(opts.req)
-    if opts.machine is not None:
-        fleet.require(opts.machine)
-    reasons = {m.name: why_not(m, request, opts.machine) for m in fleet.machines.values()}
+    request = parse_request(req)
+    pin = fleet.resolve(opts.machine).name if opts.machine is not None else None  # an alias pins its machine
+    reasons = {m.name: why_not(m, request, pin) for m in fleet.machines.values()}
     if all(r is not None for r in reasons.values()):
         why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
@@ -67,11 +70,13 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, fleet.config_aliases)
+    overrides = config_overrides(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
-    src = Path(opts.dir).expanduser()
+    src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
+    if chosen_because:
+        note(chosen_because)
     from ..archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
@@ -79,7 +84,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     with sigterm_interrupts():
         snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
-               req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
+               req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority)
 
@@ -239,14 +244,16 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         return 0
     from rich.console import Console
 
-    from ..display import jobs_table
+    from ..display import jobs_table, only_columns
+
+    columns, zone = status_view(home)
 
     def table() -> Any:
         jobs = chosen_jobs(home, ids, user, all_users)
         if ids or show_all:  # jobs named by id are always shown
-            return jobs_table(records(jobs))
+            return only_columns(jobs_table(records(jobs), zone=zone), columns)
         shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return jobs_table(records(shown), left_out=left_out)
+        return only_columns(jobs_table(records(shown), left_out=left_out, zone=zone), columns)
 
     console = Console()
     if watch is None:
@@ -258,6 +265,15 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         while True:
             live.update(table(), refresh=True)
             time.sleep(max(0.2, watch))
+
+
+def status_view(home: Home) -> tuple[list[str], Any]:
+    """The columns and the time zone the person looking wants (their settings; else the defaults)."""
+    from ..display import DEFAULT_JOB_COLUMNS
+    from ..settings import viewer_settings, viewer_zone
+
+    settings = viewer_settings(home)
+    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
 
 
 # ---- tail -----------------------------------------------------------------------------------------
@@ -394,7 +410,7 @@ def requeue(home: Home, job_id: int, machine: str | None, resume: bool, force: b
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
         if machine is not None:
-            session.fleet.require(machine)
+            machine = session.fleet.resolve(machine).name
         check_owners([job], me, force, "resume" if resume else "rerun")
         requeue_job(job, resume=resume, reason=None, machine=machine)
         job.queued_by_hand()
