@@ -14,7 +14,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    NoReturn,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
@@ -24,6 +34,9 @@ from .home import Home
 from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
+
+if TYPE_CHECKING:
+    from .sheet import SheetConfig
 
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
@@ -118,6 +131,8 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
+    # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
+    sheet: Raw | UnsetType = UNSET
 
 
 @dataclass(frozen=True)
@@ -170,6 +185,7 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
 
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
@@ -234,7 +250,15 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns)
+                 error_patterns=patterns, sheet=_sheet(doc.sheet, home))
+
+
+def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
+    if raw is UNSET:
+        return None
+    from .sheet import parse_config  # only a home with a sheet loads it
+
+    return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:

@@ -162,6 +162,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
+    sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:

@@ -43,6 +43,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    sheet_note: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -79,7 +80,14 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()))
+               timeout=timeout, stall=stall, dir=str(src.resolve()), sheet_note=_sheet_note(src, opts.sheet_note))
+
+
+def _sheet_note(src: Path, given: str | None) -> str | None:
+    """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from ..sheet import job_note
+
+    return job_note(src, given)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
