@@ -5,6 +5,9 @@ against the fake Sheets API, driven by the real gspread client and reached only 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,3 +284,33 @@ def test_a_bad_sheet_section_is_one_line_and_changes_nothing(tmp_path: Path, api
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[0].startswith("jobtpu: error: machines.json: sheet.read_every must be")
     assert api.requests_made() == []
+
+
+# Runs the real main() and records every module loaded by the time the pass is done.
+RUNNER = """
+import json, sys
+from jobtpu.cli import main
+record, argv = sys.argv[1], sys.argv[2:]
+try:
+    code = main(argv)
+finally:
+    with open(record, "w") as f:
+        json.dump(sorted(sys.modules), f)
+sys.exit(code)
+"""
+SHEETS_CLIENT = ("gspread", "google.auth", "requests")
+
+
+def loaded_by_a_pass(home: Path, tmp_path: Path) -> set[str]:
+    record = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(record), "--home", str(home), "manage"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"})
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(record.read_text()))
+
+
+def test_a_quiet_pass_does_not_load_the_sheets_client(tmp_path: Path, api: FakeSheetsApi) -> None:
+    home = sheet_home(tmp_path, api)
+    assert set(SHEETS_CLIENT) <= loaded_by_a_pass(home, tmp_path)  # the first pass reads and writes
+    quiet = loaded_by_a_pass(home, tmp_path)
+    assert not {m for m in quiet if m.split(".")[0] in ("gspread", "requests") or m.startswith("google.auth")}
