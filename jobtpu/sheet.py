@@ -17,13 +17,13 @@ job brings a new one (`submit --sheet-note`, or `wandb_notes`).
 Wiring (the few calls the rest of jobtpu makes):
 - machines.json: keep the top-level `sheet` object and give it to `parse_config(raw)` → SheetConfig
   (a one-line ConfigError when it is wrong). No `sheet` key: nothing here is called.
-- A pass: at its start `ps = PassSheet(config, memo_path)` (one read; memo_path: say
-  `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
+- A pass (jobtpu/passsheet.py): at its start `ps = PassSheet.start(config, memo_path)` (one read, unless
+  the last one is younger than `read_every`; memo_path: `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)), giving
   `claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
   machine and `result = ps.finish(rows)`; print `result.problem` when set. Neither ever raises for
   the API's sake; the start costs at most `sheet.timeout`, the end two (and nothing when the start
-  failed). The memo is jobtpu's own file: add `sheet.json` to home.py's own files (never snapshotted).
+  failed, or when it did not read and the rows are those last written: a quiet pass). The memo is jobtpu's own file: add `sheet.json` to home.py's own files (never snapshotted).
 - `jobtpu sheet sync`: `sync(config, rows, memo_path)` (print `problem`, exit 1 when set).
 - `jobtpu sheet release NAME [--user U]`: `release(config, NAME, memo_path, U)`;
   `sheet note NAME TEXT [--append]`: `set_note(config, NAME, TEXT, append)`;
