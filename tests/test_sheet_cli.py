@@ -17,6 +17,7 @@ import pytest
 
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, status, submit, wait_for, write_tree
+from tests.tpufleet import ZONE, TpuFleet, write_machines
 
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
 TAB = "jobtpu"
@@ -314,3 +315,27 @@ def test_a_quiet_pass_does_not_load_the_sheets_client(tmp_path: Path, api: FakeS
     assert set(SHEETS_CLIENT) <= loaded_by_a_pass(home, tmp_path)  # the first pass reads and writes
     quiet = loaded_by_a_pass(home, tmp_path)
     assert not {m for m in quiet if m.split(".")[0] in ("gspread", "requests") or m.startswith("google.auth")}
+
+
+def test_a_tpu_row_shows_what_the_tpu_api_says_and_follows_a_preemption(tmp_path: Path, api: FakeSheetsApi,
+                                                                        tpus: TpuFleet) -> None:
+    home = tmp_path / "home"
+    tpus.add_node("tpu-a", workers=1, accelerator="v3-8", preemptible=True)
+    write_machines(home, tpus, {"v3-8-p1": tpus.machine_spec("tpu-a")})
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"] = {"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint, "timeout": 2}
+    (home / "machines.json").write_text(json.dumps(doc))
+
+    def agree() -> str:
+        row, machine = rows(api)["v3-8-p1"], machines(home)["v3-8-p1"]
+        assert (row["Kind"], row["Accelerator"], row["Zone"], row["Provisioning"], row["State"]) == \
+            ("tpu", "v3-8", ZONE, machine["provisioning"], machine["state"])
+        return row["State"]
+
+    manage(home)
+    assert agree() == "up" and rows(api)["v3-8-p1"]["Provisioning"] == "preemptible"
+    tpus.api.preempt(ZONE, "tpu-a")
+    api.clear_log()
+    manage(home)
+    assert agree() == "preempted"
+    assert len(api.requests_made(writes_only=True)) == 1
