@@ -10,21 +10,12 @@ from __future__ import annotations
 import itertools
 import re
 import reprlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Annotated,
-    Any,
-    Literal,
-    NoReturn,
-    TypeVar,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
@@ -35,7 +26,7 @@ from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
     from .sheet import SheetConfig
 
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
