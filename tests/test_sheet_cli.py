@@ -275,7 +275,8 @@ def test_without_a_sheet_section_the_sheet_commands_say_so(tmp_path: Path) -> No
     done = jobtpu(home, "sheet", "show", check=False)
     assert done.returncode != 0
     assert done.stderr.splitlines()[0] == "jobtpu: error: machines.json has no sheet section; nothing was changed"
-    manage(home)
+    loaded = loaded_by_a_pass(home, tmp_path)
+    assert not {m for m in loaded if m.split(".")[0] in ("gspread", "requests") or m.startswith("google.auth")}
     assert not (home / "sheet.json").exists()
 
 
