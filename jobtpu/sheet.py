@@ -264,14 +264,15 @@ class Memo:
     # brought to: a pass whose rows have that digest, within read_every of the read, skips the API.
     read_at: float = 0.0
     written: str = ""
+    read_of: str = ""  # the worksheet that read was of: the claims of another sheet are no claims here
 
     def copy(self) -> Memo:
         return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
-                    self.written)
+                    self.written, self.read_of)
 
     def to_bytes(self) -> bytes:
         doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
-               "claims": self.claims, "read_at": self.read_at, "written": self.written}
+               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of}
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -282,7 +283,7 @@ def load_memo(path: Path) -> Memo:
         doc = json.loads(path.read_bytes())
         return Memo(_texts(doc.get("users", {})), _texts(doc.get("notes", {})),
                     {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})),
-                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")))
+                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")))
     except (OSError, ValueError, AttributeError, TypeError):
         return Memo()
 
@@ -293,6 +294,10 @@ def _texts(mapping: dict[Any, Any]) -> dict[str, str]:
 
 def save_memo(path: Path, memo: Memo) -> None:
     write_atomic(path, memo.to_bytes())
+
+
+def sheet_id(config: SheetConfig) -> str:
+    return f"{config.spreadsheet}/{config.worksheet}"
 
 
 def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
@@ -655,6 +660,7 @@ def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow],
     claims = snapshot.claims(memo, {row.name: ", ".join(row.users) for row in rows})
     plan.memo.claims = claims
     plan.memo.read_at = snapshot.taken or memo.read_at
+    plan.memo.read_of = sheet_id(config) if snapshot.taken else memo.read_of
     plan.memo.written = rows_digest(config, rows)
     problem = None
     if plan.cells:
@@ -664,6 +670,7 @@ def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow],
             plan.memo = memo.copy()  # nothing was written: the next pass plans from the same memory
             plan.memo.claims = claims
             plan.memo.read_at, plan.memo.written = snapshot.taken or memo.read_at, ""
+            plan.memo.read_of = sheet_id(config) if snapshot.taken else memo.read_of
             problem = f"sheet: {e}"
     if plan.memo != memo:
         try:
@@ -716,9 +723,9 @@ class PassSheet:
     def start(cls, config: SheetConfig, memo_path: Path, now: float | None = None) -> PassSheet:
         """A pass's start: the sheet is read when the last read is older than `read_every`, else
         the claims that read saw hold (a hand claim is seen at most `read_every` late)."""
-        read_at = load_memo(memo_path).read_at
-        age = (time.time() if now is None else now) - read_at
-        return cls(config, memo_path, read=not 0 <= age < config.read_every)
+        memo = load_memo(memo_path)
+        age = (time.time() if now is None else now) - memo.read_at
+        return cls(config, memo_path, read=memo.read_of != sheet_id(config) or not 0 <= age < config.read_every)
 
     def quiet(self, rows: list[MachineRow]) -> bool:
         """Nothing for the API this pass: no read at its start, and the sheet was last brought to these rows."""

@@ -340,3 +340,20 @@ def test_a_tpu_row_shows_what_the_tpu_api_says_and_follows_a_preemption(tmp_path
     manage(home)
     assert agree() == "preempted"
     assert len(api.requests_made(writes_only=True)) == 1
+
+
+def test_a_claim_in_the_sheet_used_before_does_not_hold_in_the_next(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                                    cleanup: list) -> None:
+    home = sheet_home(tmp_path, api)
+    manage(home)
+    api.edit(KEY, TAB, "G2", "bob")
+    assert "claimed by bob" in jobtpu(home, "sheet", "sync").stdout
+    other = "2CyjNWt1YSB6oGNeLwCeCZkhnVVrqumct85PhwF3vqnt"
+    api.add_spreadsheet(other, (TAB,))
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"]["spreadsheet"] = other
+    (home / "machines.json").write_text(json.dumps(doc))
+    job = start(home, src, cleanup, "--req", "v3")
+    record = manage(home)[job]
+    assert (record["status"], record["machine"]) == ("running", "v3-a")
+    assert api.grid(other, TAB)[1][:1] == ["v3-a"]
