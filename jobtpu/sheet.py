@@ -464,6 +464,9 @@ class _Api:
 
     def __init__(self, config: SheetConfig) -> None:
         self.config = config
+        # The client's modules load first (a second or more on a busy host): `timeout` is for the
+        # API's answer, and an import counted in it made a loaded machine report the API as slow.
+        _load_client_modules()
         self.deadline = time.monotonic() + config.timeout
         self.client = _http_client(config, self)
 
@@ -604,6 +607,12 @@ def _key_file(path: Path) -> Any:
 
         return credentials.Credentials.from_authorized_user_file(str(path), scopes=SCOPES)
     raise ValueError(f"a key file of type {kind!r}; use a service-account key or an ADC file (authorized_user)")
+
+
+def _load_client_modules() -> None:
+    import google.auth.transport.requests  # noqa: F401 - loaded here, outside any call's deadline
+    import gspread.http_client  # noqa: F401
+    import requests  # noqa: F401
 
 
 def _http_client(config: SheetConfig, api: _Api) -> Any:
