@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import fleet, jobs, personal, remote, rules, team, tldr, tpu
+from .commands import fleet, jobs, personal, remote, rules, sheet, team, tldr, tpu
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
         p.add_argument("--priority", type=int, default=0, metavar="N",
                        help="order among your own queued jobs: higher first (default 0); users take turns")
+        p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
+                       "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -202,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     _add_personal_and_remote_commands(add)
+    _add_sheet(add("sheet", "the team's TPU spreadsheet (machines.json's sheet): sync, show, find, claims, notes"))
     return parser
 
 
@@ -266,6 +269,35 @@ def _alias_args(home: Home, a: argparse.Namespace) -> int:
     return personal.alias(home, a.action, name, full, a.user)
 
 
+def _add_sheet(parser: argparse.ArgumentParser) -> None:
+    ops = parser.add_subparsers(dest="sheet_op", metavar="OP", parser_class=_Parser)
+    ops.required = True
+
+    def op(name: str, help_text: str) -> argparse.ArgumentParser:
+        return ops.add_parser(name, help=help_text, description=help_text)
+
+    op("sync", "write the machines' rows now (a pass does it on its own)")
+    op("show", "print the sheet as jobtpu reads it")
+    p = op("find", "the sheet's rows whose accelerator matches, like --req (v3, v2,v3, v3+, v3-32)")
+    p.add_argument("types", nargs="*", metavar="TYPE", help="accelerator patterns, all of which must match")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("-p", "--preemptible", action="store_const", const=True, dest="preemptible",
+                      help="only preemptible or spot machines")
+    kind.add_argument("-n", "--on-demand", action="store_const", const=False, dest="preemptible",
+                      help="only on-demand machines")
+    p = op("release", "clear a claim made by hand in the sheet's user cell")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("--user", help="only if this user holds it")
+    p = op("note", "set a machine's note in the sheet")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("text", help="the note (\"\" clears it)")
+    p.add_argument("--append", action="store_true", help="add TEXT after the note instead of replacing it")
+    p = op("register", "add a machine's row (passes write it again)")
+    p.add_argument("name", help="a machine of machines.json, or any name (a TPU another home runs)")
+    p = op("unregister", "remove a machine's row (passes leave it off until register)")
+    p.add_argument("name", help="the machine's name in the sheet")
+
+
 def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
     return jobs.SubmitOptions(**{name: getattr(args, name) for name in jobs.SubmitOptions._fields})
 
@@ -294,7 +326,19 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "exec": lambda home, a: remote.exec_command(home, a.name, a.worker, a.words),
     "ssh": lambda home, a: remote.ssh(home, a.name, a.worker, a.words),
     "tldr": lambda home, a: tldr.tldr(),
+    "sheet": lambda home, a: _sheet_command(home, a),
 }
+
+
+def _sheet_command(home: Home, a: argparse.Namespace) -> int:
+    calls: dict[str, Callable[[], int]] = {
+        "sync": lambda: sheet.sync(home), "show": lambda: sheet.show(home),
+        "find": lambda: sheet.find(home, a.types, a.preemptible),
+        "release": lambda: sheet.release(home, a.name, a.user),
+        "note": lambda: sheet.note(home, a.name, a.text, a.append),
+        "register": lambda: sheet.register(home, a.name), "unregister": lambda: sheet.unregister(home, a.name),
+    }
+    return calls[a.sheet_op]()
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from . import model, rules
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
+from .sheet import claim_reason
 from .workers import WorkerRef, WorkerState
 
 
@@ -356,12 +357,16 @@ def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
         return f"{machine.name} is preempted"
     if view.reachable is False or not view.ready:
         return f"{machine.name} is unreachable"
+    if machine.name in d.seen.claims:
+        return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
     return None
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     """The pending reason of a queued job that found no machine in this pass."""
-    return "no free machine fits"
+    claimed = [f"{m.name} is {claim_reason(d.seen.claims[m.name])}" for m in d.fleet.machines.values()
+               if m.name in d.seen.claims and why_not(m, request, job.pin) is None]
+    return "; ".join(["no free machine fits", *claimed])
 
 
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import reprlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
@@ -24,6 +25,9 @@ from .home import Home
 from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
+
+if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
+    from .sheet import SheetConfig
 
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
@@ -137,6 +141,8 @@ class MachinesFile(_Keys):
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
+    # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
+    sheet: Raw | UnsetType = UNSET
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,7 @@ class Fleet:
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
+    sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
 
     @cached_property
     def has_limits(self) -> bool:
@@ -313,7 +320,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     per_user, user_limits = _limits(doc.limits)
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns, per_user=per_user, user_limits=user_limits)
+                 error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home))
 
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
@@ -329,6 +336,14 @@ def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
         if not USER_NAME.match(name):
             raise _Refused(f"limits.users: {name[:40]!r} is not a user name")
     return per_user, {name: merged(own, per_user) for name, own in entry.users.items()}
+
+
+def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
+    if raw is UNSET:
+        return None
+    from .sheet import parse_config  # only a home with a sheet loads it
+
+    return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:

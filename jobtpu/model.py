@@ -173,6 +173,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
     priority: int = 0
     forced: list[ForcedAct] = msgspec.field(default_factory=list)
+    sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:

@@ -74,7 +74,22 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
+    if fleet.sheet is not None:
+        _sheet_claims(home, rows)
     return rows
+
+
+def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
+    """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
+    from ..passsheet import memo_path
+    from ..sheet import claim_reason, load_memo
+
+    claims = load_memo(memo_path(home)).claims
+    for row in rows:
+        holder = claims.get(row["name"])
+        row["claimed_by"] = holder
+        if holder:
+            row["detail"] = "; ".join(x for x in (claim_reason(holder), row["detail"]) if x)
 
 
 def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:

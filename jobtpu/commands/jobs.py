@@ -45,6 +45,7 @@ class SubmitOptions(NamedTuple):
     log_stage: bool = False
     overrides: list[str] = []
     priority: int = 0
+    sheet_note: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -86,7 +87,15 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority)
+               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
+               sheet_note=_sheet_note(src, opts.sheet_note))
+
+
+def _sheet_note(src: Path, given: str | None) -> str | None:
+    """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from ..sheet import job_note
+
+    return job_note(src, given)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
