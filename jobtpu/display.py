@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -14,49 +14,61 @@ STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "ki
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
 
-def age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def cell(value: object, style: str = "") -> Text:
     """A table cell holding `value` as plain text: never rich markup (a name like `[/x]` or
     `[link=…]` is shown as typed) and never a control character (see text.py)."""
     return Text(printable("" if value is None else str(value)), style=style)
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: str | None = None) -> Table:
-    """One row per job given; `left_out` is a line under the table saying which jobs it does not show."""
-    now = time.time() if now is None else now
-    table = Table(box=None, header_style="bold", pad_edge=False, caption=left_out, caption_justify="left",
+# The status table's columns: (title, the Row field it shows, the width it may shrink to). A column
+# never narrows below its title (the header never wraps); those that may shrink give way in the
+# order of JOB_SHRINK_ORDER, each cut short with an ellipsis, so every row stays one line.
+JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
+               ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
+               ("tags", "tags"), ("why / log", "info"))
+JOB_SHRINK_ORDER = ("info", "tags", "name", "overrides", "where", "user")
+_RIGHT = frozenset({"id", "attempt", "run", "age"})
+_GAP = 1  # rich's padding between two columns, on each side
+
+
+def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None) -> Table:
+    """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
+    table (the count per status, what the table leaves out)."""
+    cells = [[printable(str(getattr(r, field))) for _, field in JOB_COLUMNS] for r in rows]
+    widths = fit_widths([title for title, _ in JOB_COLUMNS], cells, width)
+    caption = "\n".join(printable(c) for c in captions or []) or None
+    table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
                   caption_style="dim")
-    for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
-        # One row per job, as squeue and pueue print them: only the last log line's column may shrink
-        # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
-        # The header never wraps either: the shrinking column keeps at least its title's width.
-        table.add_column(column, no_wrap=column != "last log line", overflow="ellipsis",
-                         min_width=len(column) if column == "last log line" else None,
-                         justify="right" if column in ("id", "attempt", "age") else "left")
-    for job in jobs:
-        status = job["status"]
-        last_line = cell(job.get("last_line"))
-        last_line.overflow, last_line.no_wrap = "ellipsis", True
-        table.add_row(
-            cell(job["id"]), cell(job.get("name")), cell(job["user"]), cell(status, STATUS_STYLE.get(status, "")),
-            cell(job.get("reason")), cell(job.get("machine")), cell(job.get("attempt", 0)),
-            cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line)
-    if not jobs:
-        table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
-    return table
+    for (title, field), size in zip(JOB_COLUMNS, widths, strict=True):
+        table.add_column(title, no_wrap=True, overflow="ellipsis", width=size,
+                         justify="right" if field in _RIGHT else "left")
+    status_at = [field for _, field in JOB_COLUMNS].index("status")
+    for values in cells:
+        table.add_row(*(Text(v, style=STATUS_STYLE.get(v, "") if i == status_at else "", no_wrap=True,
+                             overflow="ellipsis") for i, v in enumerate(values)))
+    return table  # (with no rows, the count line under it says "no jobs")
+
+
+def fit_widths(titles: list[str], cells: list[list[str]], width: int) -> list[int]:
+    """Each column's width: its widest cell, narrowed (in JOB_SHRINK_ORDER, never below its title)
+    until the table fits in `width`. A terminal too narrow even for the titles gets them, and wraps."""
+    fields = [field for _, field in JOB_COLUMNS]
+    widths = [max([len(title), *(cell_len(row[i]) for row in cells)]) for i, title in enumerate(titles)]
+    excess = sum(widths) + 2 * _GAP * (len(widths) - 1) - width
+    for field in JOB_SHRINK_ORDER:
+        if excess <= 0:
+            break
+        i = fields.index(field)
+        cut = min(excess, widths[i] - len(titles[i]))
+        widths[i] -= cut
+        excess -= cut
+    return widths
 
 
 def machines_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "detail"):
-        table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
+    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "note", "detail"):
+        table.add_column(column, overflow="fold" if column in ("note", "detail") else "ellipsis")
     for row in rows:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
         health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
@@ -67,7 +79,7 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         if row.get("queued_resource"):
             accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
-                                  health, row["running"], free, row.get("detail"))))
+                                  health, row["running"], free, row.get("note"), row.get("detail"))))
     return table
 
 

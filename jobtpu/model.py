@@ -162,6 +162,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
+    note: str = ""  # a person's line about the job (`jobtpu note`)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:
@@ -398,6 +399,7 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     refused: Refused | None = None
     zone_capacity_failures: int = 0
     moved: str | None = None
+    note: str | None = None  # a person's line about the machine (`jobtpu note --machine`)
 
 
 def machine_problem(record: MachineRecord) -> str | None:
@@ -442,4 +444,6 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 def unknown_job(job_id: int) -> NotFoundError:
     """The one error every command gives for an id it does not know."""
-    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+    return NotFoundError(f"no job {job_id} in state.json",
+                         hint="`jobtpu status --all-users --all` lists every job; `jobtpu status --history "
+                              "--all-users` those `clean` moved to history.jsonl")
