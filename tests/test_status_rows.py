@@ -228,3 +228,9 @@ def test_an_unknown_id_points_to_listings_that_show_it(tmp_path: Path) -> None:
     assert done.returncode == 1 and "--history" in done.stderr.splitlines()[1], done.stderr
     # ... and the listing the hint names does show the cleaned job.
     assert list(_rows(jobtpu(home, "status", "--history", "--all-users", "--all", env={"COLUMNS": "200"}).stdout)) == [job]
+
+
+def test_the_status_words_status_accepts_are_the_model_s() -> None:
+    from jobtpu.cli import STATUS_NAMES
+
+    assert STATUS_NAMES == tuple(s.value for s in Status)
