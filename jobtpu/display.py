@@ -20,13 +20,15 @@ def cell(value: object, style: str = "") -> Text:
     return Text(printable("" if value is None else str(value)), style=style)
 
 
-# The status table's columns: (title, the Row field it shows, the width it may shrink to). A column
-# never narrows below its title (the header never wraps); those that may shrink give way in the
-# order of JOB_SHRINK_ORDER, each cut short with an ellipsis, so every row stays one line.
+# The status table's columns: (title, the Row field it shows). A column never narrows below its
+# title (the header never wraps): when the table is too wide, the last column gives way first, down to
+# INFO_KEPT, then the widest of JOB_SHRINKABLE, one character at a time; a cut cell ends with "…",
+# so every row stays one line.
 JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
                ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
                ("tags", "tags"), ("why / log", "info"))
-JOB_SHRINK_ORDER = ("info", "tags", "name", "overrides", "where", "user")
+JOB_SHRINKABLE = frozenset({"info", "tags", "name", "overrides", "where", "user"})
+INFO_KEPT = 24
 _RIGHT = frozenset({"id", "attempt", "run", "age"})
 _GAP = 1  # rich's padding between two columns, on each side
 
@@ -50,18 +52,22 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None) -
 
 
 def fit_widths(titles: list[str], cells: list[list[str]], width: int) -> list[int]:
-    """Each column's width: its widest cell, narrowed (in JOB_SHRINK_ORDER, never below its title)
-    until the table fits in `width`. A terminal too narrow even for the titles gets them, and wraps."""
+    """Each column's width: its widest cell, narrowed as JOB_COLUMNS' comment says until the table
+    fits in `width`. On a terminal too narrow even for the titles, rich cuts them too (never wraps)."""
     fields = [field for _, field in JOB_COLUMNS]
     widths = [max([len(title), *(cell_len(row[i]) for row in cells)]) for i, title in enumerate(titles)]
     excess = sum(widths) + 2 * _GAP * (len(widths) - 1) - width
-    for field in JOB_SHRINK_ORDER:
-        if excess <= 0:
+    info = fields.index("info")
+    cut = max(0, min(excess, widths[info] - max(INFO_KEPT, len(titles[info]))))
+    widths[info] -= cut
+    excess -= cut
+    shrinkable = [i for i, field in enumerate(fields) if field in JOB_SHRINKABLE]
+    while excess > 0:
+        widest = max(shrinkable, key=lambda i: widths[i] - len(titles[i]))
+        if widths[widest] <= len(titles[widest]):
             break
-        i = fields.index(field)
-        cut = min(excess, widths[i] - len(titles[i]))
-        widths[i] -= cut
-        excess -= cut
+        widths[widest] -= 1
+        excess -= 1
     return widths
 
 
