@@ -173,6 +173,19 @@ def find_job(home: Home, jobs: list[Job], job_id: int) -> Job:
     return job
 
 
+def require_current(home: Home, jobs: list[Job], job_id: int, act: str) -> Job:
+    """The job with this id in state.json, for a command that changes it (`act`: kill, resume,
+    tag...). A job `clean` moved to history.jsonl is not changed any more: the error says that is
+    where it went, rather than that it does not exist."""
+    job = next((j for j in jobs if j.id == job_id), None)
+    if job is not None:
+        return job
+    if any(j.id == job_id for j in history(home)):
+        raise NotFoundError(f"job {job_id} was moved to history.jsonl by `clean`; {act} changes only the jobs "
+                            "in state.json", hint=f"`jobtpu status {job_id}` shows it; submit it again to run it again")
+    raise no_such_job(job_id)
+
+
 def no_such_job(job_id: int) -> NotFoundError:
     return NotFoundError(f"no job {job_id} in state.json nor in history.jsonl",
                          hint="`jobtpu status --all-users --all` lists every job; add --history for those "

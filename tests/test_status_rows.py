@@ -224,8 +224,14 @@ def test_an_unknown_id_points_to_listings_that_show_it(tmp_path: Path) -> None:
         assert done.returncode == 1 and done.stderr.splitlines() == [
             "jobtpu: error: no job 999 in state.json nor in history.jsonl",
             "hint: `jobtpu status --all-users --all` lists every job; add --history for those `clean` moved out"]
-    done = jobtpu(home, "kill", str(job), check=False)  # kill acts on state.json's jobs only
-    assert done.returncode == 1 and "--history" in done.stderr.splitlines()[1], done.stderr
+    # Commands that change a job say where a cleaned one went, and change nothing.
+    before = (home / "state.json").read_bytes()
+    for act, args in (("kill", []), ("resume", []), ("rerun", []), ("tag", ["+x"]), ("note", ["x"])):
+        done = jobtpu(home, act, str(job), *args, check=False)
+        assert done.returncode == 1 and done.stderr.splitlines() == [
+            f"jobtpu: error: job {job} was moved to history.jsonl by `clean`; {act} changes only the jobs in "
+            "state.json", f"hint: `jobtpu status {job}` shows it; submit it again to run it again"], done.stderr
+    assert (home / "state.json").read_bytes() == before
     # ... and the listing the hint names does show the cleaned job.
     assert list(_rows(jobtpu(home, "status", "--history", "--all-users", "--all", env={"COLUMNS": "200"}).stdout)) == [job]
 

@@ -57,11 +57,12 @@ def check_owner(job: Job, act: str) -> None:
 def tag(home: Home, words: list[str]) -> int:
     """Add and remove tags of jobs (all the jobs named, or none when one is unknown); print each
     job's tags as they are now."""
+    from ..listing import require_current
     from ..session import locked_session
 
     changes = parse_tag_words(words)
     with locked_session(home) as session:
-        jobs = [session.state.require_job(job_id) for job_id in dict.fromkeys(changes.ids)]
+        jobs = [require_current(home, session.state.jobs, job_id, "tag") for job_id in dict.fromkeys(changes.ids)]
         for job in jobs:
             check_owner(job, "tag")
         for job in jobs:
@@ -85,6 +86,7 @@ def note_text(words: list[str]) -> str:
 
 def note(home: Home, machine: str | None, words: list[str]) -> int:
     """`note ID TEXT` sets a job's note; `note --machine NAME TEXT` a machine's. Empty TEXT clears it."""
+    from ..listing import require_current
     from ..session import locked_session
 
     if machine is None:
@@ -98,7 +100,7 @@ def note(home: Home, machine: str | None, words: list[str]) -> int:
     text = note_text(words)
     with locked_session(home) as session:
         if machine is None:
-            job = session.state.require_job(job_id)
+            job = require_current(home, session.state.jobs, job_id, "note")
             check_owner(job, "note")
             job.note = text
             what = f"job {job.id}"

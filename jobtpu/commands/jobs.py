@@ -372,11 +372,12 @@ def _print_last_lines(path: Path, n: int) -> int:
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
 def kill(home: Home, ids: list[int]) -> int:
+    from ..listing import require_current
     from ..manage import kill_jobs
     from ..session import locked_session
 
     with locked_session(home) as session:
-        jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
+        jobs = [require_current(home, session.state.jobs, job_id, "kill") for job_id in ids]  # all, or none
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
@@ -390,10 +391,11 @@ def kill(home: Home, ids: list[int]) -> int:
 def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
     """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
     from ..decide import requeue as requeue_job
+    from ..listing import require_current
     from ..session import locked_session
 
     with locked_session(home) as session:
-        job = session.state.require_job(job_id)
+        job = require_current(home, session.state.jobs, job_id, "resume" if resume else "rerun")
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
