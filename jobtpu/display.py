@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from rich.cells import cell_len
@@ -33,38 +34,42 @@ _RIGHT = frozenset({"id", "attempt", "run", "age"})
 _GAP = 1  # rich's padding between two columns, on each side
 
 
-def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None) -> Table:
+def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
+               columns: Collection[str] | None = None) -> Table:
     """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
-    table (the count per status, what the table leaves out)."""
-    cells = [[printable(str(getattr(r, field))) for _, field in JOB_COLUMNS] for r in rows]
-    widths = fit_widths([title for title, _ in JOB_COLUMNS], cells, width)
+    table (the count per status, what the table leaves out). `columns`: the titles to show, in
+    JOB_COLUMNS' order (default: every one)."""
+    chosen = [(title, field) for title, field in JOB_COLUMNS if columns is None or title in columns]
+    cells = [[printable(str(getattr(r, field))) for _, field in chosen] for r in rows]
+    widths = fit_widths(chosen, cells, width)
     caption = "\n".join(printable(c) for c in captions or []) or None
     table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
                   caption_style="dim")
-    for (title, field), size in zip(JOB_COLUMNS, widths, strict=True):
+    for (title, field), size in zip(chosen, widths, strict=True):
         table.add_column(title, no_wrap=True, overflow="ellipsis", width=size,
                          justify="right" if field in _RIGHT else "left")
-    status_at = [field for _, field in JOB_COLUMNS].index("status")
+    styled = [field == "status" for _, field in chosen]
     for values in cells:
-        table.add_row(*(Text(v, style=STATUS_STYLE.get(v, "") if i == status_at else "", no_wrap=True,
+        table.add_row(*(Text(v, style=STATUS_STYLE.get(v, "") if styled[i] else "", no_wrap=True,
                              overflow="ellipsis") for i, v in enumerate(values)))
     return table  # (with no rows, the count line under it says "no jobs")
 
 
-def fit_widths(titles: list[str], cells: list[list[str]], width: int) -> list[int]:
+def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int) -> list[int]:
     """Each column's width: its widest cell, narrowed as JOB_COLUMNS' comment says until the table
     fits in `width`. On a terminal too narrow even for the titles, rich cuts them too (never wraps)."""
-    fields = [field for _, field in JOB_COLUMNS]
-    widths = [max([len(title), *(cell_len(row[i]) for row in cells)]) for i, title in enumerate(titles)]
+    titles = [len(title) for title, _ in columns]
+    widths = [max([titles[i], *(cell_len(row[i]) for row in cells)]) for i in range(len(columns))]
     excess = sum(widths) + 2 * _GAP * (len(widths) - 1) - width
-    info = fields.index("info")
-    cut = max(0, min(excess, widths[info] - max(INFO_KEPT, len(titles[info]))))
-    widths[info] -= cut
-    excess -= cut
-    shrinkable = [i for i, field in enumerate(fields) if field in JOB_SHRINKABLE]
-    while excess > 0:
-        widest = max(shrinkable, key=lambda i: widths[i] - len(titles[i]))
-        if widths[widest] <= len(titles[widest]):
+    for i, (_, field) in enumerate(columns):
+        if field == "info":
+            cut = max(0, min(excess, widths[i] - max(INFO_KEPT, titles[i])))
+            widths[i] -= cut
+            excess -= cut
+    shrinkable = [i for i, (_, field) in enumerate(columns) if field in JOB_SHRINKABLE]
+    while excess > 0 and shrinkable:
+        widest = max(shrinkable, key=lambda i: widths[i] - titles[i])
+        if widths[widest] <= titles[widest]:
             break
         widths[widest] -= 1
         excess -= 1
