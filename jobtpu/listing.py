@@ -165,12 +165,19 @@ def history(home: Home) -> list[Job]:
 def find_job(home: Home, jobs: list[Job], job_id: int) -> Job:
     """The job with this id in state.json, else in history.jsonl (a cleaned job keeps its id, logs
     and results); NotFoundError when neither has it."""
-    job = next((j for j in jobs if j.id == job_id), None)
-    if job is None:
-        job = next((j for j in history(home) if j.id == job_id), None)
-    if job is None:
-        raise no_such_job(job_id)
-    return job
+    return find_jobs(home, jobs, [job_id])[0]
+
+
+def find_jobs(home: Home, jobs: list[Job], ids: list[int]) -> list[Job]:
+    """find_job for several ids (each once, in id order), reading history.jsonl at most once."""
+    wanted = set(ids)
+    by_id = {j.id: j for j in jobs if j.id in wanted}
+    if len(by_id) < len(wanted):
+        by_id.update((j.id, j) for j in history(home) if j.id in wanted and j.id not in by_id)
+    missing = sorted(wanted - by_id.keys())
+    if missing:
+        raise no_such_job(missing[0])
+    return [by_id[i] for i in sorted(wanted)]
 
 
 def require_current(home: Home, jobs: list[Job], job_id: int, act: str) -> Job:

@@ -209,7 +209,7 @@ class Selection(NamedTuple):
 def chosen_jobs(home: Home, chosen: Selection) -> list[Job]:
     """The selected jobs, in id order (from history: newest first). A job named by id is looked for
     in state.json, then in history.jsonl, where `clean` moved it."""
-    from ..listing import find_job, history
+    from ..listing import find_jobs, history
 
     jobs = history(home) if chosen.history else Store(home).load().jobs
     if chosen.ids:
@@ -221,7 +221,7 @@ def chosen_jobs(home: Home, chosen: Selection) -> list[Job]:
                                     hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
             picked = [found[i] for i in dict.fromkeys(chosen.ids)]
         else:
-            picked = sorted({i: find_job(home, jobs, i) for i in chosen.ids}.values(), key=lambda j: j.id)
+            picked = find_jobs(home, jobs, chosen.ids)
         return [j for j in picked if chosen.keep(j)]
     who = None if chosen.all_users else resolve_user(chosen.user)
     return [j for j in jobs if (who is None or j.user == who) and chosen.keep(j)]
