@@ -29,6 +29,8 @@ def parse_tag_words(words: list[str]) -> TagChanges:
     add: list[str] = []
     remove: list[str] = []
     for word in words:
+        if word == "--":  # the usual end of options: nothing to change
+            continue
         if word.isdigit():
             ids.append(int(word))
         elif word.startswith("--"):
