@@ -109,7 +109,7 @@ def info(job: Job) -> str:
     """The last column: why it stopped or waits, then its note, then its last log line."""
     parts = [job.reason or ""]
     if job.status is Status.QUEUED:
-        parts.append(job.waiting or "")
+        parts.append(job.waiting or "no pass has tried it yet")
     parts.append(f"note: {job.note}" if job.note else "")
     if job.status is not Status.QUEUED:
         parts.append(job.last_line)

@@ -68,6 +68,12 @@ def test_a_queued_job_says_when_no_machine_offers_what_it_asks(tmp_path: Path) -
     assert "no machine offers gpu=4" in _rows(table)[job] and "gpu=4" in _rows(table)[job].split()
 
 
+def test_a_job_no_pass_has_tried_says_so(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    job = submit(home, src, "true")
+    assert "no pass has tried it yet" in _rows(jobtpu(home, "status", env={"COLUMNS": "200"}).stdout)[job]
+
+
 def test_at_80_columns_the_header_never_wraps_and_every_row_is_one_line(tmp_path: Path) -> None:
     home, src = _home(tmp_path, slots=2)
     long = "a-very-long-experiment-name-that-goes-on-and-on"
