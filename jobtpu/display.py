@@ -23,13 +23,14 @@ def cell(value: object, style: str = "") -> Text:
 
 # The status table's columns: (title, the Row field it shows). A column never narrows below its
 # title (the header never wraps): when the table is too wide, the last column gives way first, down to
-# INFO_KEPT, then the widest of JOB_SHRINKABLE, one character at a time; a cut cell ends with "…",
-# so every row stays one line.
+# INFO_KEPT, then the widest others of JOB_SHRINKABLE down to CELL_KEPT, then all down to their titles;
+# a cut cell ends with "…", so every row stays one line.
 JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
                ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
                ("tags", "tags"), ("why / log", "info"))
 JOB_SHRINKABLE = frozenset({"info", "tags", "name", "overrides", "where", "user"})
 INFO_KEPT = 24
+CELL_KEPT = 10
 _RIGHT = frozenset({"id", "attempt", "run", "age"})
 _GAP = 1  # rich's padding between two columns, on each side
 
@@ -61,19 +62,25 @@ def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: in
     titles = [len(title) for title, _ in columns]
     widths = [max([titles[i], *(cell_len(row[i]) for row in cells)]) for i in range(len(columns))]
     excess = sum(widths) + 2 * _GAP * (len(widths) - 1) - width
-    for i, (_, field) in enumerate(columns):
-        if field == "info":
-            cut = max(0, min(excess, widths[i] - max(INFO_KEPT, titles[i])))
-            widths[i] -= cut
-            excess -= cut
-    shrinkable = [i for i, (_, field) in enumerate(columns) if field in JOB_SHRINKABLE]
-    while excess > 0 and shrinkable:
-        widest = max(shrinkable, key=lambda i: widths[i] - titles[i])
-        if widths[widest] <= titles[widest]:
+    info = [i for i, (_, field) in enumerate(columns) if field == "info"]
+    others = [i for i, (_, field) in enumerate(columns) if field in JOB_SHRINKABLE and field != "info"]
+    # The last column first, to a readable part; then the widest others, to a readable part; then
+    # the last column to its title; then the others to theirs.
+    for indices, kept in ((info, INFO_KEPT), (others, CELL_KEPT), (info, 0), (others, 0)):
+        excess = _narrow(widths, indices, [max(kept, titles[i]) for i in range(len(columns))], excess)
+    return widths
+
+
+def _narrow(widths: list[int], indices: list[int], floors: list[int], excess: int) -> int:
+    """Take `excess` characters from the widest of `indices`, one at a time, none below its floor;
+    what is left of the excess."""
+    while excess > 0 and indices:
+        widest = max(indices, key=lambda i: widths[i] - floors[i])
+        if widths[widest] <= floors[widest]:
             break
         widths[widest] -= 1
         excess -= 1
-    return widths
+    return excess
 
 
 def machines_table(rows: list[dict[str, Any]]) -> Table:
