@@ -269,12 +269,12 @@ def held_back(job: Job, d: Dispatch) -> str | None:
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
     """Why a machine takes no new job in this pass; None when it may take one."""
     view = d.seen.view(machine.name)
-    if machine.name in d.recreating or view.recovering:  # asked this pass, or on its way back already
+    if machine.name in d.recreating:
         return f"{machine.name} is being recreated"
-    if view.preempted:
-        return f"{machine.name} is preempted"
-    if view.reachable is False or not view.ready:
-        return f"{machine.name} is unreachable"
+    if view.preempted or view.reachable is False or not view.ready:
+        # A TPU already on its way back (deleted, being created, set up) says so rather than "preempted".
+        return f"{machine.name} is " + ("being recreated" if view.recovering else
+                                         "preempted" if view.preempted else "unreachable")
     return None
 
 
