@@ -34,7 +34,7 @@ class Filters(NamedTuple):
 
 
 def status_counts(jobs: Iterable[Job]) -> str:
-    """`3 running, 2 queued, 1 failed`: how many of the selected jobs are in each status (in the
+    """`2 queued, 3 running, 1 failed`: how many of the selected jobs are in each status (in the
     order a job moves through them), so a table cut short still tells the whole story."""
     counts = Counter(job.status.value for job in jobs)
     parts = [f"{counts[s]} {s}" for s in STATUS_ORDER if counts[s]]
