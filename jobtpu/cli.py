@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import fleet, jobs, personal, remote, rules, sheet, team, tldr, tpu
+from .commands import annotate, fleet, jobs, personal, remote, rules, sheet, team, tldr, tpu
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -81,6 +81,18 @@ def _count(text: str) -> int:
     return value
 
 
+# The status words as `status --status` accepts them; the same as model.Status (a test holds them equal).
+STATUS_NAMES = ("queued", "launching", "running", "killing", "finished", "failed", "killed")
+
+
+def _status_words(text: str) -> list[str]:
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    wrong = [w for w in words if w not in STATUS_NAMES]
+    if wrong or not words:
+        raise argparse.ArgumentTypeError(f"{(wrong or [text])[0]!r} is not a status: use {', '.join(STATUS_NAMES)}")
+    return words
+
+
 # The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): cli.py
 # does not import the model, so that `--help` and a cached `status` load as little as they can.
 RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
@@ -147,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="every selected job as JSON (the stored records)")
     p.add_argument("--watch", nargs="?", type=_positive_seconds, const=5.0, metavar="SECONDS",
                    help="redraw every SECONDS (default 5) until interrupted")
+    p.add_argument("--status", action="append", type=_status_words, default=[], metavar="S[,S]",
+                   help=f"only jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
+    p.add_argument("--tag", action="append", default=[], metavar="T",
+                   help="only jobs carrying this tag, repeatable (a job must carry every one given)")
+    p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches GLOB (like 'sweep-*')")
+    p.add_argument("--history", action="store_true",
+                   help="the jobs `clean` moved to history.jsonl, newest first, instead of state.json's")
 
     p = add("tail", "a job's log (worker 0, latest attempt, last 50 lines)")
     p.add_argument("id", type=int, help="the job")
@@ -177,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-users", action="store_true", help="every user's ended jobs")
     p.add_argument("--user", help="this user's ended jobs instead of yours")
     p.add_argument("--force", action="store_true", help="needed to clean another user's jobs (recorded in each)")
+
+    p = add("tag", "add (+TAG) and remove (-TAG) tags of jobs")
+    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="ID... +TAG -TAG",
+                   help="the jobs, then the changes: +best adds the tag best, -draft removes draft")
+
+    p = add("note", "set a job's note (or with --machine a machine's), shown by status and machines")
+    p.add_argument("--machine", metavar="NAME", help="the machine whose note to set, instead of a job's")
+    p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
+    p.add_argument("words", nargs="+", metavar="[ID] TEXT",
+                   help='the job\'s id (without --machine), then the note; "" clears it')
 
     p = add("machines", "the fleet: kind, accelerator, state, running jobs, free resources")
     p.add_argument("--json", action="store_true", help="the same as JSON")
@@ -302,11 +332,21 @@ def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
     return jobs.SubmitOptions(**{name: getattr(args, name) for name in jobs.SubmitOptions._fields})
 
 
+def _selection(args: argparse.Namespace) -> jobs.Selection:
+    from .listing import Filters
+
+    statuses = frozenset(word for words in args.status for word in words)
+    return jobs.Selection(args.ids, args.user, args.all_users,
+                          Filters(statuses, frozenset(args.tag), args.name), args.history)
+
+
 # Each command's function, called with the home and the parsed arguments (thin adapters to typed calls).
 COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "submit": lambda home, a: jobs.submit_command(home, _submit_options(a), a.json),
     "run": lambda home, a: jobs.run_command(home, _submit_options(a), a.json, a.follow),
-    "status": lambda home, a: jobs.status(home, a.ids, a.user, a.all_users, a.json, a.watch, a.show_all),
+    "status": lambda home, a: jobs.status(home, _selection(a), a.json, a.watch, a.show_all),
+    "tag": lambda home, a: annotate.tag(home, a.words, a.force),
+    "note": lambda home, a: annotate.note(home, a.machine, a.words, a.force),
     "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
     "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
     "kill": lambda home, a: jobs.kill(home, a.ids, a.force),

@@ -250,6 +250,11 @@ class Dispatch:
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
     by_id: dict[int, Job] = field(default_factory=dict)
     started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
+    unavailable: dict[str, str | None] = field(default_factory=dict)  # machine -> machine_unavailable's answer
+    # For pending reasons: the machines each kind of request could ever run on, and how many jobs
+    # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
+    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
+    waited: dict[tuple[str, ...], int] = field(default_factory=dict)
     usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
 
 
@@ -353,20 +358,57 @@ def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
     view = d.seen.view(machine.name)
     if machine.name in d.recreating:
         return f"{machine.name} is being recreated"
-    if view.preempted:
-        return f"{machine.name} is preempted"
-    if view.reachable is False or not view.ready:
-        return f"{machine.name} is unreachable"
+    if view.preempted or view.reachable is False or not view.ready:
+        # A TPU already on its way back (deleted, being created, set up) says so rather than "preempted".
+        return f"{machine.name} is " + ("being recreated" if view.recovering else
+                                         "preempted" if view.preempted else "unreachable")
     if machine.name in d.seen.claims:
         return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
     return None
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
-    """The pending reason of a queued job that found no machine in this pass."""
-    claimed = [f"{m.name} is {claim_reason(d.seen.claims[m.name])}" for m in d.fleet.machines.values()
-               if m.name in d.seen.claims and why_not(m, request, job.pin) is None]
-    return "; ".join(["no free machine fits", *claimed])
+    """The pending reason of a queued job that found no machine in this pass: which machines could
+    run it and what keeps each from doing so now, and how many waiting jobs are ahead of it for them.
+    Called for every such job in dispatch order (it counts the queue as it goes)."""
+    fits = _fitting_machines(job, request, d)
+    if not fits:
+        return _nothing_offers(job, request, d)
+    ahead = sum(n for names, n in d.waited.items() if not set(names).isdisjoint(fits))
+    d.waited[fits] = d.waited.get(fits, 0) + 1
+    blocked = [why for name in fits if (why := d.unavailable.get(name)) is not None]
+    busy = len(fits) - len(blocked)
+    if not busy:
+        now = "no machine can run it now: " + ", ".join(blocked)
+    elif blocked:
+        now = f"{len(fits)} machines fit: {busy} busy, " + ", ".join(blocked)
+    elif busy == 1:
+        now = f"{fits[0]} fits, busy"
+    else:
+        now = f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
+    queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
+    return f"{now}; {queue}"
+
+
+def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
+    """The machines that could run the job on an empty day (once per kind of request: a sweep's
+    thousands of alike jobs ask the fleet once)."""
+    asks = (tuple(job.req), job.pin)
+    fits = d.fits.get(asks)
+    if fits is None:
+        fits = d.fits[asks] = tuple(m.name for m in d.fleet.machines.values() if why_not(m, request, job.pin) is None)
+    return fits
+
+
+def _nothing_offers(job: Job, request: Request, d: Dispatch) -> str:
+    """Why no machine of the fleet could ever run the job (machines.json changed since its submit)."""
+    if job.pin is not None:
+        pinned = d.fleet.machines.get(job.pin)
+        if pinned is None:
+            return f"it is pinned to {job.pin}, which machines.json no longer has"
+        return f"it is pinned to {job.pin}, which cannot run it: {why_not(pinned, request)}"
+    asked = " ".join(job.req) or "a slot"
+    return f"no machine offers {asked}"
 
 
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
@@ -374,10 +416,10 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
                  {a.machine for a in plan.actions if isinstance(a, Recreate)})
     d.by_id = {j.id: j for j in jobs}
     d.usage = user_usage(jobs, fleet)
-    unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
+    unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
-    no_room: dict[tuple[tuple[str, ...], str | None, str | None], str] = {}
+    no_room: dict[tuple[tuple[str, ...], str | None, str | None], Request] = {}
     limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
@@ -385,8 +427,11 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             job.waiting = held
             continue
         asks = (tuple(job.req), job.pin, job.rule)
-        if asks in no_room or (job.user, asks) in limited:
-            job.waiting = no_room.get(asks) or limited[(job.user, asks)]
+        if (job.user, asks) in limited:
+            job.waiting = limited[(job.user, asks)]
+            continue
+        if asks in no_room:
+            job.waiting = why_waiting(job, no_room[asks], d)
             continue
         request = parse_request(job.req)
         by_limit = None
@@ -407,8 +452,20 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             if by_limit is not None:  # a machine would take it but for its user's limit
                 job.waiting = limited[(job.user, asks)] = by_limit
                 continue
-            job.waiting = no_room[asks] = why_waiting(job, request, d)
+            no_room[asks] = request
             _want_back(job, request, fleet, seen, plan)
+            _note_recreations(d)
+            job.waiting = why_waiting(job, request, d)
+
+
+def _note_recreations(d: Dispatch) -> None:
+    """A TPU asked back during this dispatch is being recreated from now on (its pending reasons say so)."""
+    for action in d.plan.actions:
+        if isinstance(action, Recreate) and action.machine not in d.recreating:
+            d.recreating.add(action.machine)
+            machine = d.fleet.get(action.machine)
+            if machine is not None:
+                d.unavailable[machine.name] = machine_unavailable(machine, d)
 
 
 def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:

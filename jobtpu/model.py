@@ -174,6 +174,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     priority: int = 0
     forced: list[ForcedAct] = msgspec.field(default_factory=list)
     sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
+    note: str = ""  # a person's line about the job (`jobtpu note`)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:
@@ -410,6 +411,7 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     refused: Refused | None = None
     zone_capacity_failures: int = 0
     moved: str | None = None
+    note: str | None = None  # a person's line about the machine (`jobtpu note --machine`)
 
 
 def machine_problem(record: MachineRecord) -> str | None:
@@ -454,4 +456,6 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 def unknown_job(job_id: int) -> NotFoundError:
     """The one error every command gives for an id it does not know."""
-    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+    return NotFoundError(f"no job {job_id} in state.json",
+                         hint="`jobtpu status --all-users --all` lists every job; `jobtpu status --history "
+                              "--all-users` those `clean` moved to history.jsonl")

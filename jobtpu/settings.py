@@ -112,11 +112,11 @@ def check_req(tokens: list[str]) -> None:
 
 
 def check_columns(columns: list[str]) -> None:
-    from .display import JOB_COLUMNS
+    from .display import JOB_COLUMN_TITLES
 
     for column in columns:
-        if column not in JOB_COLUMNS:
-            raise JobtpuError(f"'columns': {column!r} is not a status column: use some of {', '.join(JOB_COLUMNS)}")
+        if column not in JOB_COLUMN_TITLES:
+            raise JobtpuError(f"'columns': {column!r} is not a status column: use some of {', '.join(JOB_COLUMN_TITLES)}")
     if len(set(columns)) != len(columns):
         raise JobtpuError("'columns' names a column twice")
 

@@ -819,3 +819,85 @@ def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> Non
     plan = decide(jobs, one_box, Observation(NOW))
     assert {a.job: a.machine for a in launches(plan)} == {1: "a", 2: "a"}
     assert jobs[2].waiting == "held by the per-user limit (1 machine)"
+
+# ---- pending reasons ------------------------------------------------------------------------------------
+
+def test_pending_reason_names_the_busy_machines_and_the_queue_ahead() -> None:
+    a, b = gpu_box("a", gpus=1), gpu_box("b", gpus=1)
+    holders = [active(1, machine="a", alloc={"gpu": [0]}), active(2, machine="b", alloc={"gpu": [0]})]
+    waiting = [queued(i, req=["gpu=1"]) for i in (3, 4, 5, 6)]
+    obs = seen("a", ws(holders[0], 0))
+    obs.machines["b"] = MachineView(reachable=True, workers={ref(holders[1], 0): ws(holders[1], 0)})
+    decide([*holders, *waiting], fleet(a, b), obs)
+    assert [j.waiting for j in waiting] == [
+        "2 machines fit, both busy; next in line", "2 machines fit, both busy; 1 job ahead of it",
+        "2 machines fit, both busy; 2 jobs ahead of it", "2 machines fit, both busy; 3 jobs ahead of it"]
+
+
+def test_pending_reason_of_one_busy_machine_and_of_several() -> None:
+    holder = active(1, machine="m", alloc={"gpu": [0]})
+    job = queued(2, req=["gpu=1"])
+    decide([holder, job], fleet(gpu_box("m", gpus=1)), seen("m", ws(holder, 0)))
+    assert job.waiting == "m fits, busy; next in line"
+    boxes = [gpu_box(n, gpus=1) for n in "xyz"]
+    holders = [active(i, machine=m.name, alloc={"gpu": [0]}) for i, m in enumerate(boxes, 10)]
+    obs = Observation(NOW, {m.name: MachineView(reachable=True, workers={ref(h, 0): ws(h, 0)})
+                            for m, h in zip(boxes, holders, strict=True)})
+    job = queued(2, req=["gpu=1"])
+    decide([*holders, job], fleet(*boxes), obs)
+    assert job.waiting == "3 machines fit, all busy; next in line"
+
+
+def test_pending_reason_says_which_machine_is_being_recreated() -> None:
+    job = queued(req=["v3-32"])
+    view = MachineView(preempted=True, ready=False)
+    plan = decide([job], fleet(tpu("v3-32-p1")), Observation(NOW, {"v3-32-p1": view}))
+    assert recreates(plan) == [Recreate("v3-32-p1")]  # this pass asks for it back: it is on its way
+    assert job.waiting == "no machine can run it now: v3-32-p1 is being recreated; next in line"
+    view.recovering = True  # the next passes, while the TPU API recreates it
+    decide([job], fleet(tpu("v3-32-p1")), Observation(NOW, {"v3-32-p1": view}))
+    assert job.waiting == "no machine can run it now: v3-32-p1 is being recreated; next in line"
+    # A job whose failure has its TPU recreated queues behind the one already waiting.
+    other = active(3, machine="v3-32-p1", rule="reapply")
+    failed = ws(other, 0, alive=False, exit_code=1)
+    decide([other, job], fleet(tpu("v3-32-p1")),
+           seen("v3-32-p1", failed, tails={failed.ref: "GRPC error: Socket closed"}))
+    assert other.status is Status.QUEUED
+    assert other.waiting == "no machine can run it now: v3-32-p1 is being recreated; 1 job ahead of it"
+
+
+def test_pending_reason_of_a_preempted_tpu_nobody_recreates() -> None:
+    job = queued(req=["v3-32"])  # an on-demand TPU defaults to the rule `pass`: it is not recreated
+    view = MachineView(preempted=True, ready=False)
+    decide([job], fleet(tpu("t1", preemptible=False)), Observation(NOW, {"t1": view}))
+    assert job.waiting == "no machine can run it now: t1 is preempted; next in line"
+
+
+def test_pending_reason_mixes_busy_and_unavailable_machines() -> None:
+    holder = active(1, machine="a", alloc={"gpu": [0]})
+    job = queued(2, req=["gpu=1"])
+    obs = seen("a", ws(holder, 0))
+    obs.machines["b"] = MachineView(reachable=False)
+    decide([holder, job], fleet(gpu_box("a", gpus=1), gpu_box("b", gpus=1)), obs)
+    assert job.waiting == "2 machines fit: 1 busy, b is unreachable; next in line"
+
+
+def test_pending_reason_when_no_machine_offers_the_request() -> None:
+    job, pinned, gone = queued(1, req=["v5p-8"]), queued(2, pin="box", req=["gpu=8"]), queued(3, pin="nope")
+    decide([job, pinned, gone], fleet(local(), gpu_box("box", gpus=4)), Observation(NOW))
+    assert job.waiting == "no machine offers v5p-8"
+    assert pinned.waiting == "it is pinned to box, which cannot run it: offers gpu=4, the job asks 8"
+    assert gone.waiting == "it is pinned to nope, which machines.json no longer has"
+    assert all(j.status is Status.QUEUED for j in (job, pinned, gone))
+
+
+def test_queue_ahead_counts_only_jobs_waiting_for_the_same_machines() -> None:
+    holders = [active(1, machine="a"), active(2, machine="b")]
+    obs = seen("a", ws(holders[0], 0))
+    obs.machines["b"] = MachineView(reachable=True, workers={ref(holders[1], 0): ws(holders[1], 0)})
+    v3_jobs = [queued(i, req=["v3"]) for i in (3, 4)]
+    v4_job, any_job = queued(5, req=["v4"]), queued(6, req=["v3+"])
+    decide([*holders, *v3_jobs, v4_job, any_job], fleet(tpu("a", "v3-8"), tpu("b", "v4-8")), obs)
+    assert v3_jobs[1].waiting == "a fits, busy; 1 job ahead of it"
+    assert v4_job.waiting == "b fits, busy; next in line"
+    assert any_job.waiting == "2 machines fit, both busy; 3 jobs ahead of it"

@@ -199,3 +199,22 @@ def test_a_per_user_machine_limit_keeps_a_user_to_one_machine_while_others_use_t
     assert jobs[second]["waiting"] == "held by the per-user limit (1 machine)"
     jobtpu(home, "kill", str(first), str(second), env=as_user("ann"))
     jobtpu(home, "kill", str(bobs), env=as_user("bob"))
+
+
+def test_tags_and_notes_of_another_users_job_need_force_and_are_recorded(tmp_path: Path, src: Path) -> None:
+    home = make_home(tmp_path)
+    bobs = submit_as(home, "bob", src, "true")
+    anns = submit_as(home, "ann", src, "true")
+    before = (home / "state.json").read_bytes()
+    refused(jobtpu(home, "tag", str(anns), str(bobs), "+best", check=False, env=as_user("ann")),
+            f"job {bobs} is bob's, not ann's: tag refused")
+    refused(jobtpu(home, "note", str(bobs), "lr too high", check=False, env=as_user("ann")), "note refused")
+    assert (home / "state.json").read_bytes() == before  # not even ann's own job got the tag
+    jobtpu(home, "tag", "--force", str(anns), str(bobs), "+best", env=as_user("ann"))
+    jobtpu(home, "note", "--force", str(bobs), "lr too high", env=as_user("ann"))
+    jobs = status(home)
+    assert jobs[bobs]["tags"] == jobs[anns]["tags"] == ["best"] and jobs[bobs]["note"] == "lr too high"
+    assert [(f["by"], f["act"]) for f in jobs[bobs]["forced"]] == [("ann", "tag"), ("ann", "note")]
+    assert jobs[anns].get("forced", []) == []
+    jobtpu(home, "note", str(bobs), "", env=as_user("bob"))  # his own: nothing recorded
+    assert len(status(home)[bobs]["forced"]) == 2

@@ -71,6 +71,7 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "unreachable_since": known.since, "next_try": known.next_try,
+            "note": known.note,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })

@@ -15,6 +15,7 @@ from .common import emit_json, note, sigterm_interrupts
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
+    from ..listing import Filters
     from ..model import Job
     from ..session import Session
     from ..workers import WorkerRef, WorkerState
@@ -204,19 +205,42 @@ ENDED_SHOWN = 20
 ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
-def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[Job]:
-    jobs = Store(home).load().jobs
-    if ids:
-        known = {j.id for j in jobs}
-        missing = [i for i in ids if i not in known]
-        if missing:
-            raise NotFoundError(f"no job {missing[0]} in state.json",
-                                hint="`jobtpu status --all-users` lists every job")
-        return [j for j in jobs if j.id in ids]
-    if all_users:
-        return jobs
-    who = known_user(home, user)
-    return [j for j in jobs if j.user == who]
+HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
+
+
+class Selection(NamedTuple):
+    """Which jobs `status` lists: ids, or a user's (or everybody's) jobs; then the filters; from
+    state.json or, with `history`, from history.jsonl."""
+
+    ids: list[int]
+    user: str | None = None
+    all_users: bool = False
+    filters: Filters | None = None  # None: every job
+    history: bool = False
+
+    def keep(self, job: Job) -> bool:
+        return self.filters is None or self.filters.keep(job)
+
+
+def chosen_jobs(home: Home, chosen: Selection) -> list[Job]:
+    """The selected jobs, in id order (from history: newest first). A job named by id is looked for
+    in state.json, then in history.jsonl, where `clean` moved it."""
+    from ..listing import find_jobs, history
+
+    jobs = history(home) if chosen.history else Store(home).load().jobs
+    if chosen.ids:
+        if chosen.history:
+            found = {j.id: j for j in jobs}
+            missing = [i for i in chosen.ids if i not in found]
+            if missing:
+                raise NotFoundError(f"no job {missing[0]} in history.jsonl",
+                                    hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
+            picked = [found[i] for i in dict.fromkeys(chosen.ids)]
+        else:
+            picked = find_jobs(home, jobs, chosen.ids)
+        return [j for j in picked if chosen.keep(j)]
+    who = None if chosen.all_users else known_user(home, chosen.user)
+    return [j for j in jobs if (who is None or j.user == who) and chosen.keep(j)]
 
 
 def _ended_at(job: Job) -> float:
@@ -243,34 +267,47 @@ def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
 
 
-def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_json: bool,
-           watch: float | None, show_all: bool) -> int:
-    from ..store import jobs_document, records
+def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
+    """The newest HISTORY_SHOWN of the cleaned jobs (newest first), and what the table leaves out."""
+    if len(jobs) <= HISTORY_SHOWN:
+        return jobs, None
+    return jobs[:HISTORY_SHOWN], f"{len(jobs) - HISTORY_SHOWN} older job(s) not shown (--all shows every job)"
+
+
+def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
+    from ..store import jobs_document
 
     if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
-        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, ids, user, all_users)))
+        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
         sys.stdout.flush()
         return 0
     from rich.console import Console
 
-    from ..display import jobs_table, only_columns
+    from ..display import jobs_table
+    from ..listing import config_aliases, row, status_counts
 
     columns, zone = status_view(home)
 
-    def table() -> Any:
-        jobs = chosen_jobs(home, ids, user, all_users)
-        if ids or show_all:  # jobs named by id are always shown
-            return only_columns(jobs_table(records(jobs), zone=zone), columns)
-        shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return only_columns(jobs_table(records(shown), left_out=left_out, zone=zone), columns)
-
     console = Console()
+    aliases = config_aliases(home)
+
+    def table() -> Any:
+        jobs = chosen_jobs(home, chosen)
+        if chosen.ids or show_all:  # jobs named by id are always shown
+            shown, left_out = jobs, None
+        else:  # only the rows shown become table cells
+            shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
+        now = time.time()
+        captions = [("in history: " if chosen.history else "") + status_counts(jobs)]
+        return jobs_table([row(j, now, aliases, zone) for j in shown], console.width,
+                          captions + ([left_out] if left_out else []), columns)
+
     if watch is None:
         console.print(table())
         return 0
     from rich.live import Live
 
-    with Live(jobs_table([]), console=console, screen=False, auto_refresh=False) as live:
+    with Live(jobs_table([], console.width), console=console, screen=False, auto_refresh=False) as live:
         while True:
             live.update(table(), refresh=True)
             time.sleep(max(0.2, watch))
@@ -289,11 +326,10 @@ def status_view(home: Home) -> tuple[list[str], Any]:
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from ..store import records, unknown_job
+    from ..listing import find_job
+    from ..store import records
 
-    found = Store(home).load().job(job_id)
-    if found is None:
-        raise unknown_job(job_id)
+    found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
     job = records([found])[0]
     tried = [a["n"] for a in job["attempts"]]
     attempt = job["attempt"] if asked is None else asked
@@ -363,12 +399,13 @@ def _print_last_lines(path: Path, n: int) -> int:
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
 def kill(home: Home, ids: list[int], force: bool = False) -> int:
+    from ..listing import require_current
     from ..manage import kill_jobs
     from ..session import locked_session
 
     me = known_user(home, None)
     with locked_session(home) as session:
-        jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
+        jobs = [require_current(home, session.state.jobs, job_id, "kill") for job_id in ids]  # all, or none
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
@@ -410,11 +447,12 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
 def requeue(home: Home, job_id: int, machine: str | None, resume: bool, force: bool = False) -> int:
     """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
     from ..decide import requeue as requeue_job
+    from ..listing import require_current
     from ..session import locked_session
 
     me = known_user(home, None)
     with locked_session(home) as session:
-        job = session.state.require_job(job_id)
+        job = require_current(home, session.state.jobs, job_id, "resume" if resume else "rerun")
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
@@ -456,10 +494,11 @@ def clean(home: Home, user: str | None, all_users: bool, remote: bool, force: bo
 def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
     """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
     from ..fleet import load_fleet
+    from ..listing import find_job
     from ..operations import fetch as fetch_folder
 
     state = Store(home).load()
-    job = state.require_job(job_id)
+    job = find_job(home, state.jobs, job_id)  # a cleaned job's folder stays until `clean --remote`
     if not job.attempts:
         raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
     if Path(path).is_absolute() or ".." in Path(path).parts:
