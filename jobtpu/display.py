@@ -46,11 +46,23 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: s
         last_line.overflow, last_line.no_wrap = "ellipsis", True
         table.add_row(
             cell(job["id"]), cell(job.get("name")), cell(job["user"]), cell(status, STATUS_STYLE.get(status, "")),
-            cell(job.get("reason")), cell(job.get("machine")), cell(job.get("attempt", 0)),
+            cell(job.get("reason") or job.get("waiting")), cell(job.get("machine")), cell(attempt_text(job)),
             cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line)
     if not jobs:
         table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
     return table
+
+
+def attempt_text(job: dict[str, Any]) -> str:
+    """The attempt number, and how many recoveries (preemptions, grpc, hangs) and --retries (non-zero
+    exits) led to it, counted apart: `3 (1 rec, 1/2 retry)`."""
+    parts = []
+    if job.get("recoveries"):
+        parts.append(f"{job['recoveries']} rec")
+    if job.get("retries"):
+        parts.append(f"{job.get('retried', 0)}/{job['retries']} retry")
+    attempt = str(job.get("attempt", 0))
+    return f"{attempt} ({', '.join(parts)})" if parts else attempt
 
 
 def machines_table(rows: list[dict[str, Any]]) -> Table:
