@@ -278,3 +278,20 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
     assert (home / "run" / "jobs" / f"term.{job}").exists()
     done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--grace", "2h", check=False)
     assert done.returncode == 1 and "--grace" in done.stderr
+
+
+def test_the_status_words_a_selector_takes_are_the_models() -> None:
+    from jobtpu.cli import STATUS_NAMES
+    from jobtpu.model import Status
+
+    assert tuple(s.value for s in Status) == STATUS_NAMES
+
+
+def test_which_failures_a_retry_takes() -> None:
+    from jobtpu import rules
+
+    assert rules.retry("pass", "exit 1", 0, 2) == rules.RESUME
+    assert rules.retry("rerun", "grpc", 1, 2) == rules.RERUN
+    assert rules.retry("pass", "exit 1", 2, 2) is None  # spent
+    for reason in ("oom", "timeout", "killed", "hang", "lost", "launch_failed", "preempted"):
+        assert rules.retry("pre", reason, 0, 5) is None, reason
