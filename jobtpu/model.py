@@ -120,13 +120,14 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     workers: int = 1
 
 
-class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """How a job in `killing` ends once its processes are gone."""
+class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """How a job in `killing` ends once its processes are gone. (`retry` is written only when true,
+    so an ending reads as it always did.)"""
 
     status: Status
-    reason: str | None = None
-    exit_code: int | None = None
-    recover: str | None = None  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
+    reason: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    recover: str | None = _always(_none)  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
     retry: bool = False  # the recovery is one of --retries, counted apart from the rule's recoveries
 
 
