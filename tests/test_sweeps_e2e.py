@@ -93,6 +93,8 @@ def test_sweep_file_and_bad_sweeps_are_refused_before_anything_is_written(tmp_pa
         done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", *bad, check=False)
         assert done.returncode == 1 and done.stderr.startswith("jobtpu: error: ") and "--sweep" in done.stderr
         assert "Traceback" not in done.stderr
+    done = jobtpu(home, "run", "--follow", "--dir", str(src), "--cmd", "true", "--sweep", "k=1,2", check=False)
+    assert done.returncode == 1 and "run --follow follows one job" in done.stderr
     assert (home / "state.json").read_bytes() == before
 
 
