@@ -191,6 +191,11 @@ def test_hold_then_release(tmp_path: Path) -> None:
     assert jobs[held]["status"] == "queued" and jobs[held]["waiting"] == "held by hold"
     jobs = manage(home)
     assert jobs[other]["status"] == "queued"
+    done = jobtpu(home, "hold", str(free))
+    assert f"job {free} is finished; only a queued job is held" in done.stderr and not status(home)[free].get("held")
+    assert jobtpu(home, "release", "--name", "held-*", "--dry-run").stdout.splitlines() == [
+        f"would release job {held} (queued, held-a)", f"would release job {other} (queued, held-b)"]
+    assert status(home)[held]["held"], "--dry-run changes nothing"
     jobtpu(home, "release", str(held), str(other))
     jobs = manage_until(home, [held, other], {"finished"})
     assert not jobs[held].get("held")
@@ -278,6 +283,15 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
     # The TERM was trapped: KILL came after the grace, not after the default 5 s.
     assert 8.0 <= took < 20.0, took
     assert (home / "run" / "jobs" / f"term.{job}").exists()
+    # A timeout stops the job with the same grace.
+    late = submit(home, src, "bash stubborn.sh", "--timeout", "1", "--grace", "6")
+    manage(home)
+    wait_for(lambda: (home / "run" / "jobs" / f"up.{late}").exists(), what="the job to start")
+    time.sleep(1.5)
+    began = time.monotonic()
+    jobs = manage(home)
+    assert (jobs[late]["status"], jobs[late]["reason"]) == ("failed", "timeout")
+    assert time.monotonic() - began >= 6.0 and (home / "run" / "jobs" / f"term.{late}").exists()
     done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--grace", "2h", check=False)
     assert done.returncode == 1 and "--grace" in done.stderr
 
