@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, wait_for, write_tree
+from tests.sshfleet import SshFleet
 
 SHOW = "import json, os, sys\n" \
        "json.dump({'argv': sys.argv[1:], 'sweep': os.environ.get('JOBTPU_SWEEP'),\n" \
@@ -261,11 +262,30 @@ def test_signal_reaches_the_job_before_its_timeout(tmp_path: Path) -> None:
     assert status(home)[job]["status"] == "running", "the job lives on after the early signal"
     jobs = manage_until(home, [job], {"failed"})
     assert jobs[job]["reason"] == "timeout"
+    # A job that ends before its signal is due leaves no timer behind: nothing of it runs on.
+    quick = submit(home, src, "true", "--timeout", "60", "--signal", "USR1@10")
+    manage_until(home, [quick], {"finished"})
+    assert not _marked_processes(f"{(home / 'home_id').read_text().strip()}.{quick}.0.0")
     for bad, words in ((["--signal", "USR1@3"], "--signal needs a --timeout"),
                        (["--signal", "KILL@3", "--timeout", "9"], "is not SIG@SECONDS"),
                        (["--signal", "USR1@9", "--timeout", "9"], "not within the --timeout")):
         done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", *bad, check=False)
         assert done.returncode == 1 and words in done.stderr, done.stderr
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """Live processes whose JOBTPU_MARK is `mark` (`<home id>.<job>.<attempt>.<worker>`)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            words = environ.read_bytes().split(b"\0")
+            stat = (environ.parent / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z" and any(
+                w == f"JOBTPU_MARK={mark}".encode() for w in words):
+            found.append(int(environ.parent.name))
+    return found
 
 
 def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
@@ -311,3 +331,21 @@ def test_which_failures_a_retry_takes() -> None:
     assert rules.retry("pass", "exit 1", 2, 2) is None  # spent
     for reason in ("oom", "timeout", "killed", "hang", "lost", "launch_failed", "preempted"):
         assert rules.retry("pre", reason, 0, 5) is None, reason
+
+
+def test_signal_reaches_every_worker_over_ssh_and_its_timer_leaves_nothing_behind(ssh_fleet: SshFleet,
+                                                                                   tmp_path: Path) -> None:
+    from tests import test_ssh_jobs as ssh
+
+    fm = ssh_fleet.add_machine("pod", n_hosts=2)
+    home = tmp_path / "home"
+    ssh.write_fleet(home, ssh_fleet, {"pod": (fm, {})})
+    cmd = ("trap 'echo usr1 > \"$HOME/usr1.$JOBTPU_WORKER\"' USR1\n"
+           "for _ in $(seq 300); do sleep 0.1; done")
+    job = ssh.submit(home, ssh.code_dir(tmp_path), cmd, "--timeout", "6", "--signal", "USR1@4")
+    ssh.manage(home)
+    ssh.wait_for(lambda: all((fm.home / f"usr1.{w}").exists() for w in range(2)), "USR1 on both workers")
+    assert ssh.jobs(home)[job]["status"] == "running"
+    done = ssh.manage_until(home, lambda s: s[job]["status"] == "failed", "the timeout")
+    assert done[job]["reason"] == "timeout"
+    assert not [a for a in ssh.live_args(fm.user) if "sleep" in a or f"jobtpu-{job}" in a]
