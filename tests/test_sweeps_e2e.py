@@ -244,6 +244,15 @@ def test_a_cleaned_dependency_is_settled_for_the_jobs_waiting_for_it(tmp_path: P
     jobtpu(home, "clean")  # before any pass saw the kill
     jobs = status(home)
     assert (jobs[evaluate]["status"], jobs[evaluate]["reason"]) == ("failed", "dependency")
+    # A finished dependency cleaned away is one less to wait for.
+    quick = submit(home, src, "true")
+    after_quick = submit(home, src, "true", "--after", str(quick))
+    jobtpu(home, "hold", str(after_quick))
+    manage_until(home, [quick], {"finished"})
+    jobtpu(home, "clean")
+    assert quick not in status(home) and not status(home)[after_quick].get("after")
+    jobtpu(home, "release", str(after_quick))
+    assert manage_until(home, [after_quick], {"finished", "failed"})[after_quick]["status"] == "finished"
 
 
 def test_signal_reaches_the_job_before_its_timeout(tmp_path: Path) -> None:

@@ -141,17 +141,20 @@ def history_statuses(home: Home, ids: set[int]) -> dict[int, str]:
 def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
     """Before `clean` moves ended jobs to history: jobs still waiting for them stop waiting (a finished
     one, or any ended one under --after-any) or fail with reason `dependency` (one that failed or was
-    killed, under --after), as the pass would have decided; no job is left waiting for an id that is
-    no longer in state.json."""
+    killed, under --after), as the pass would have decided; no queued job is left waiting for an id
+    that is no longer in state.json."""
     from ..model import DEPENDENCY, Status
 
     by_id = {j.id: j for j in gone}
     for job in remaining:
+        if job.status is not Status.QUEUED or not (job.after or job.after_any):
+            continue  # only a queued job still waits; the records of the others stay as they are
         broken = next((by_id[i] for i in job.after if i in by_id and by_id[i].status != Status.FINISHED), None)
-        if broken is not None and job.status is Status.QUEUED:
+        if broken is not None:
             job.last_line = f"job {broken.id} it waited for (--after) ended {broken.status}"
             job.move(Status.FAILED, DEPENDENCY)
             job.waiting = None
+            continue
         job.after = [i for i in job.after if i not in by_id]
         job.after_any = [i for i in job.after_any if i not in by_id]
 
