@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import annotate, fleet, jobs, personal, remote, rules, sheet, team, tldr, tpu
+from .commands import annotate, batch, fleet, jobs, personal, remote, rules, select, sheet, team, tldr, tpu
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="order among your own queued jobs: higher first (default 0); users take turns")
         p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
                        "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
+        _add_batch_options(p)
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches GLOB (like 'sweep-*')")
     p.add_argument("--history", action="store_true",
                    help="the jobs `clean` moved to history.jsonl, newest first, instead of state.json's")
+    p.add_argument("--sweep", type=_job_id, metavar="ID", help="one sweep's jobs, with a line of counts")
 
     p = add("tail", "a job's log (worker 0, latest attempt, last 50 lines)")
     p.add_argument("id", type=int, help="the job")
@@ -181,21 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/")
 
     p = add("kill", "stop jobs on every worker and mark them killed")
-    p.add_argument("ids", nargs="+", type=int, metavar="ID", help="the jobs to stop")
-    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
+    _add_selectors(p, "the jobs to stop")
 
-    for name, text in (("resume", "queue an ended job again, continuing from its checkpoints"),
-                       ("rerun", "queue an ended job again, from the start")):
+    for name, text in (("resume", "queue ended jobs again, continuing from their checkpoints"),
+                       ("rerun", "queue ended jobs again, from the start")):
         p = add(name, text)
-        p.add_argument("id", type=int, help="the ended job")
+        _add_selectors(p, "the ended jobs")
         p.add_argument("--machine", help="run only on this machine from now on (a name or an alias)")
-        p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
 
-    p = add("clean", "move ended jobs from state.json into history.jsonl")
+    p = add("clean", "move ended jobs from state.json into history.jsonl (default: your ended jobs)")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
-    p.add_argument("--all-users", action="store_true", help="every user's ended jobs")
-    p.add_argument("--user", help="this user's ended jobs instead of yours")
-    p.add_argument("--force", action="store_true", help="needed to clean another user's jobs (recorded in each)")
+    _add_selectors(p, "only these ended jobs")
+
+    for name, text in (("hold", "keep queued jobs from starting until `jobtpu release`"),
+                       ("release", "let held jobs start again")):
+        p = add(name, text)
+        _add_selectors(p, "the queued jobs")
 
     p = add("tag", "add (+TAG) and remove (-TAG) tags of jobs")
     p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
@@ -328,6 +331,53 @@ def _add_sheet(parser: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the machine's name in the sheet")
 
 
+def _job_id(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive number)")
+    return int(text)
+
+
+
+def _add_batch_options(p: argparse.ArgumentParser) -> None:
+    """submit/run: sweeps, dependencies, retries, grace and an early signal."""
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
+    p.add_argument("--sweep-file", metavar="FILE",
+                   help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
+    p.add_argument("--after", action="append", default=[], metavar="ID[,ID]",
+                   help="start only after these jobs finished; fail (reason dependency) if one does not")
+    p.add_argument("--after-any", action="append", default=[], metavar="ID[,ID]",
+                   help="start only after these jobs ended, however they ended")
+    p.add_argument("--retries", type=_count, default=0, metavar="N",
+                   help="retry an attempt that exited non-zero up to N times (not oom, timeout or kill)")
+    p.add_argument("--grace", metavar="DURATION",
+                   help="wait this long between TERM and KILL when the job is stopped (default 5s)")
+    p.add_argument("--signal", metavar="SIG@DURATION",
+                   help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")
+
+
+def _add_selectors(p: argparse.ArgumentParser, ids_help: str) -> None:
+    """Ids and the selectors every bulk command takes (commands/select.py)."""
+    p.add_argument("ids", nargs="*", type=_job_id, metavar="ID", help=ids_help)
+    p.add_argument("--tag", action="append", default=[], dest="sel_tags", metavar="TAG",
+                   help="jobs with this tag, repeatable (a job must carry every one given, as in status)")
+    p.add_argument("--name", action="append", default=[], dest="sel_names", metavar="GLOB",
+                   help="jobs whose name matches GLOB, repeatable (any of them)")
+    p.add_argument("--status", action="append", default=[], dest="sel_statuses", type=_status_words,
+                   metavar="S[,S]", help=f"jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
+    p.add_argument("--sweep", action="append", default=[], dest="sel_sweeps", type=_job_id, metavar="ID",
+                   help="the jobs of this sweep, repeatable")
+    p.add_argument("--user", help="this user's jobs (default: yours, unless ids are given)")
+    p.add_argument("--all-users", action="store_true", help="every user's jobs (wins over --user)")
+    p.add_argument("--dry-run", action="store_true", help="print the jobs it would act on; change nothing")
+    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
+
+
+def _selector(args: argparse.Namespace) -> select.Selector:
+    return select.Selector(ids=args.ids, tags=args.sel_tags, names=args.sel_names, statuses=[w for words in args.sel_statuses for w in words],
+                           user=args.user, all_users=args.all_users, sweeps=args.sel_sweeps, dry_run=args.dry_run)
+
+
 def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
     return jobs.SubmitOptions(**{name: getattr(args, name) for name in jobs.SubmitOptions._fields})
 
@@ -337,7 +387,7 @@ def _selection(args: argparse.Namespace) -> jobs.Selection:
 
     statuses = frozenset(word for words in args.status for word in words)
     return jobs.Selection(args.ids, args.user, args.all_users,
-                          Filters(statuses, frozenset(args.tag), args.name), args.history)
+                          Filters(statuses, frozenset(args.tag), args.name), args.history, args.sweep)
 
 
 # Each command's function, called with the home and the parsed arguments (thin adapters to typed calls).
@@ -349,10 +399,12 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "note": lambda home, a: annotate.note(home, a.machine, a.words, a.force),
     "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
     "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
-    "kill": lambda home, a: jobs.kill(home, a.ids, a.force),
-    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True, force=a.force),
-    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False, force=a.force),
-    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote, a.force),
+    "kill": lambda home, a: jobs.kill(home, _selector(a), a.force),
+    "resume": lambda home, a: jobs.requeue(home, _selector(a), a.machine, resume=True, force=a.force),
+    "rerun": lambda home, a: jobs.requeue(home, _selector(a), a.machine, resume=False, force=a.force),
+    "clean": lambda home, a: jobs.clean(home, _selector(a), a.remote, a.force),
+    "hold": lambda home, a: batch.hold(home, _selector(a), release=False, force=a.force),
+    "release": lambda home, a: batch.hold(home, _selector(a), release=True, force=a.force),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),

@@ -169,7 +169,13 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
     why = reason if recover is None else f"{reason}, rule {rule_of(job, machine)}: {recover}"
     if recover is None and reason in rules.RETRIABLE | {model.PREEMPTED} and job.recoveries >= job.max_recoveries:
         why += f" (max recoveries {job.max_recoveries} reached)"
-    ending = Ending(Status.FAILED, reason, exit_code, recover)
+    retry = False
+    if recover is None:  # --retries, once the rule has no answer of its own
+        recover = rules.retry(rule_of(job, machine), reason, job.retried, job.retries)
+        retry = recover is not None
+        if retry:
+            why = f"{reason}, retry {job.retried + 1} of {job.retries}: {recover}"
+    ending = Ending(Status.FAILED, reason, exit_code, recover, retry)
     if stop:
         _stop(job, machine, ending, stop, plan, why)
     else:
@@ -204,7 +210,10 @@ def apply_ending(job: Job, ending: Ending, now: float) -> None:
     job.ending = None
     job.alloc = {}
     if ending.recover:
-        job.recoveries += 1
+        if ending.retry:
+            job.retried += 1
+        else:
+            job.recoveries += 1
         requeue(job, resume=ending.recover in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
         return
     job.exit_code = ending.exit_code
@@ -322,7 +331,21 @@ def _last_launch(jobs: list[Job]) -> dict[str, float]:
 
 def held_back(job: Job, d: Dispatch) -> str | None:
     """Why a queued job may not start in this pass whatever machine is free; None when it may.
-    The text becomes the job's pending reason."""
+    The text becomes the job's pending reason. A job whose --after dependency failed is failed here
+    (reason `dependency`): it can never start."""
+    if job.after or job.after_any:
+        failed = rules.failed_dependency(job, d.by_id)
+        if failed is not None:
+            job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
+                f" ({failed.reason})" if failed.reason else "")
+            job.move(Status.FAILED, model.DEPENDENCY)
+            d.plan.notes.append(f"job {job.id}: fails: {job.last_line}")
+            return "dependency failed"
+        waits = rules.waits_for(job, d.by_id)
+        if waits is not None:
+            return waits
+    if job.held:
+        return "held by hold"
     if not d.fleet.has_limits:
         return None
     limit = d.fleet.limit_for(job.user).jobs
@@ -424,7 +447,7 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
         if held is not None:
-            job.waiting = held
+            job.waiting = held if job.status is Status.QUEUED else None
             continue
         asks = (tuple(job.req), job.pin, job.rule)
         if (job.user, asks) in limited:

@@ -123,10 +123,21 @@ def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None) -> R
 
     ran = run_time(job, now)
     return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
-               attempt=str(job.attempt) if job.attempts else "", run="" if ran is None else duration(ran),
+               attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
                age=duration(now - job.created), where=where(job),
                overrides=short_overrides(job.overrides, aliases), tags=",".join(job.tags), info=info(job),
                submitted=clock(job.created, zone))
+
+
+def attempt_text(job: Job) -> str:
+    """The attempt number, and how many recoveries (preemptions, grpc, hangs) and --retries (non-zero
+    exits) led to it, counted apart: `3 (1 rec, 1/2 retry)`."""
+    parts = []
+    if job.recoveries:
+        parts.append(f"{job.recoveries} rec")
+    if job.retries:
+        parts.append(f"{job.retried}/{job.retries} retry")
+    return f"{job.attempt} ({', '.join(parts)})" if parts else str(job.attempt)
 
 
 def config_aliases(home: Home) -> dict[str, str]:

@@ -309,6 +309,8 @@ def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict
             env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
     if "gpu" in job.alloc:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    if job.sweep is not None:
+        env["JOBTPU_SWEEP"], env["JOBTPU_SWEEP_INDEX"] = str(job.sweep), str(job.sweep_index or 0)
     for name, value in {**job.env, **secrets}.items():
         env.setdefault(name, value)
     return env
@@ -328,7 +330,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets))
+                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
+                          early_signal=early_signal(job))
         try:
             return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -371,6 +374,14 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         job.last_line = f"launch: {errors[0][-190:]}"
 
 
+def early_signal(job: Job) -> tuple[str, float] | None:
+    """--signal SIG@S: the signal and how long after the start the wrapper sends it (S before the
+    attempt's --timeout ends). The wrapper keeps the time, not the pass: passes may be a minute apart."""
+    if job.signal is None or job.signal_before is None or job.timeout is None:
+        return None
+    return job.signal, max(0.0, job.timeout - job.signal_before)
+
+
 def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
     """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
     the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
@@ -410,8 +421,8 @@ def _kill(p: Session, action: Kill, now: float) -> str | None:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], home_id=p.home_id)
-            return parse_kill(p.run_on(machine, ep, script)).get(ref, False)
+            script = kill_script(machine.root, [ref], grace=grace_of(job), home_id=p.home_id)
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace_of(job) + 120)).get(ref, False)
         except RemoteError:
             return False
 
@@ -421,6 +432,13 @@ def _kill(p: Session, action: Kill, now: float) -> str | None:
         apply_ending(job, ending, now)
         return machine.name if wants_recreate(ending) else None
     return None
+
+
+GRACE = 5.0  # seconds between TERM and KILL unless the job's --grace says otherwise
+
+
+def grace_of(job: Job) -> float:
+    return float(job.grace) if job.grace is not None else GRACE
 
 
 # ---- commands that act on the fleet outside a pass ------------------------------------------------

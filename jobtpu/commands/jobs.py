@@ -12,6 +12,7 @@ from ..home import Home
 from ..store import Store
 from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
+from .select import Selector, announce, require_some, select
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
@@ -47,6 +48,14 @@ class SubmitOptions(NamedTuple):
     overrides: list[str] = []
     priority: int = 0
     sheet_note: str | None = None
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = []
+    sweep_file: str | None = None
+    after: list[str] = []
+    after_any: list[str] = []
+    retries: int = 0
+    grace: str | None = None
+    signal: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -101,29 +110,54 @@ def _sheet_note(src: Path, given: str | None) -> str | None:
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
     """Queue a job: checked, snapshotted, its secrets filed, then saved under a fresh id."""
+    return submit_jobs(home, opts)[0]
+
+
+def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
+    """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
+    then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
-    from ..store import take_next_id
+    from ..inputs import parse_duration
+    from ..store import take_next_id, write_id_mark
+    from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
     fleet = load_fleet(home)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
+    timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
+    extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
+                          opts.signal, timeout)
+    check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
     job = build_job(home, fleet, opts)
+    apply_extras(job, extras)
     from ..secrets import SecretStore, split_env
 
     job.env, secret = split_env(job.env)
+    jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
     secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
         secrets.check_keeper()
         secrets.check()
     try:
         with Store(home).transaction(start=read) as state:
-            job.id = take_next_id(home, state)
-            secrets.put(job.id, secret)  # before the job exists, so it never runs without them
-            state.jobs.append(job)
+            first = take_next_id(home, state)
+            if len(jobs) > 1:  # the sweep's ids, spent at once like one
+                state.next_id = first + len(jobs)
+                write_id_mark(home, first + len(jobs) - 1)
+            check_dependencies(home, state, first, extras.after, extras.after_any)
+            for offset, each in enumerate(jobs):
+                each.id = first + offset
+                if extras.combinations is not None:
+                    each.sweep = first
+                    each.tags.append(sweep_tag(first))
+                secrets.put(each.id, secret)  # before the job exists, so it never runs without them
+            state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
-        if secret and job.id:
-            _drop_unsaved_secret(home, job.id)
+        if secret:
+            for each in jobs:
+                if each.id:
+                    _drop_unsaved_secret(home, each.id)
         raise
-    return job
+    return jobs
 
 
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
@@ -140,8 +174,7 @@ def _drop_unsaved_secret(home: Home, job_id: int) -> None:
 
 
 def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
-    job = submit(home, opts)
-    _print_submitted(job, as_json)
+    _print_submitted(submit_jobs(home, opts), as_json)
     return 0
 
 
@@ -149,8 +182,12 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     """Submit, then one pass (or, following, passes until the job ends: its exit code)."""
     from .. import manage
 
-    job = submit(home, opts)
-    _print_submitted(job, as_json)
+    if follow_log and (opts.sweep or opts.sweep_file):
+        raise JobtpuError("run --follow follows one job, and a sweep is many",
+                          hint="`jobtpu run` without --follow, then `jobtpu status --sweep ID`")
+    submitted = submit_jobs(home, opts)
+    _print_submitted(submitted, as_json)
+    job = submitted[0]
     if not follow_log:
         if manage.run_pass(home, wait=30.0).skipped:
             note(f"jobtpu: another manage pass held the lock for 30 s; job {job.id} stays queued until a pass "
@@ -159,11 +196,18 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     return follow(home, job.id)
 
 
-def _print_submitted(job: Job, as_json: bool) -> None:
+def _print_submitted(jobs: list[Job], as_json: bool) -> None:
+    """A job's id; a sweep's ids as a range (12-17)."""
+    from ..sweeps import id_range
+
+    job = jobs[0]
     if as_json:
-        emit_json({"id": job.id, "archive": job.archive})
+        document: dict[str, Any] = {"id": job.id, "archive": job.archive}
+        if job.sweep is not None:
+            document.update(sweep=job.sweep, ids=[j.id for j in jobs])
+        emit_json(document)
     else:
-        print(job.id, flush=True)
+        print(id_range([j.id for j in jobs]) if job.sweep is not None else job.id, flush=True)
 
 
 def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
@@ -217,6 +261,7 @@ class Selection(NamedTuple):
     all_users: bool = False
     filters: Filters | None = None  # None: every job
     history: bool = False
+    sweep: int | None = None  # one sweep's jobs, whoever submitted them
 
     def keep(self, job: Job) -> bool:
         return self.filters is None or self.filters.keep(job)
@@ -228,6 +273,12 @@ def chosen_jobs(home: Home, chosen: Selection) -> list[Job]:
     from ..listing import find_jobs, history
 
     jobs = history(home) if chosen.history else Store(home).load().jobs
+    if chosen.sweep is not None:
+        swept = [j for j in jobs if j.sweep == chosen.sweep]
+        if not swept:
+            raise NotFoundError(f"no sweep {chosen.sweep} in {'history.jsonl' if chosen.history else 'state.json'}",
+                                hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
+        return [j for j in swept if chosen.keep(j)]
     if chosen.ids:
         if chosen.history:
             found = {j.id: j for j in jobs}
@@ -267,6 +318,13 @@ def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
 
 
+def sweep_summary(jobs: list[Job]) -> str:
+    """A sweep's line of counts, most advanced first: `4 finished, 1 running, 1 failed`."""
+    order = ("finished", "running", "launching", "killing", "queued", "failed", "killed")
+    counts = {status: sum(1 for j in jobs if j.status == status) for status in order}
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+
+
 def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     """The newest HISTORY_SHOWN of the cleaned jobs (newest first), and what the table leaves out."""
     if len(jobs) <= HISTORY_SHOWN:
@@ -298,7 +356,9 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         else:  # only the rows shown become table cells
             shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
         now = time.time()
-        captions = [("in history: " if chosen.history else "") + status_counts(jobs)]
+        counts = (f"sweep {chosen.sweep}: {sweep_summary(jobs)}" if chosen.sweep is not None
+                  else status_counts(jobs))
+        captions = [("in history: " if chosen.history else "") + counts]
         return jobs_table([row(j, now, aliases, zone) for j in shown], console.width,
                           captions + ([left_out] if left_out else []), columns)
 
@@ -398,21 +458,24 @@ def _print_last_lines(path: Path, n: int) -> int:
 
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def kill(home: Home, ids: list[int], force: bool = False) -> int:
-    from ..listing import require_current
+def kill(home: Home, sel: Selector, force: bool = False) -> int:
     from ..manage import kill_jobs
     from ..session import locked_session
 
+    require_some(sel, "kill")
     me = known_user(home, None)
     with locked_session(home) as session:
-        jobs = [require_current(home, session.state.jobs, job_id, "kill") for job_id in ids]  # all, or none
+        jobs = select(home, session.state.jobs, sel, "kill")  # every id known, or nothing is killed
         for job in jobs:
-            if job.ended:
+            if job.ended and not sel.filters:
                 note(f"job {job.id} already {job.status}")
         live = [j for j in jobs if not j.ended]
         check_owners(live, me, force, "kill")  # all allowed, or nothing is killed
+        announce("kill", live, sel)
+        if sel.dry_run:
+            return 0
         kill_jobs(session, live, time.time())
-        stopping = [(j, _local_process_owner(session, j)) for j in jobs if j.status == "killing"]
+        stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
     for job, owner in stopping:
         if owner is not None:
             note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
@@ -444,43 +507,58 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
         return f"uid {owner}"
 
 
-def requeue(home: Home, job_id: int, machine: str | None, resume: bool, force: bool = False) -> int:
-    """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
+def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force: bool = False) -> int:
+    """`resume` (from the jobs' checkpoints) or `rerun` (from the start) of ended jobs; prints their ids."""
     from ..decide import requeue as requeue_job
-    from ..listing import require_current
     from ..session import locked_session
 
+    verb = "resume" if resume else "rerun"
+    require_some(sel, verb)
     me = known_user(home, None)
     with locked_session(home) as session:
-        job = require_current(home, session.state.jobs, job_id, "resume" if resume else "rerun")
-        if not job.ended:
-            raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
-                              hint=f"`jobtpu kill {job.id}` first")
+        jobs = select(home, session.state.jobs, sel, verb)
+        if not sel.filters:  # named by id: each must have ended
+            for job in jobs:
+                if not job.ended:
+                    raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
+                                      hint=f"`jobtpu kill {job.id}` first")
+        jobs = [j for j in jobs if j.ended]
         if machine is not None:
             machine = session.fleet.resolve(machine).name
-        check_owners([job], me, force, "resume" if resume else "rerun")
-        requeue_job(job, resume=resume, reason=None, machine=machine)
-        job.queued_by_hand()
-    print(job.id)
+        check_owners(jobs, me, force, verb)
+        announce(verb, jobs, sel)
+        if sel.dry_run:
+            return 0
+        for job in jobs:
+            requeue_job(job, resume=resume, reason=None, machine=machine)
+            job.queued_by_hand()
+    if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)
+        for job in jobs:
+            print(job.id)
     return 0
 
 
-def clean(home: Home, user: str | None, all_users: bool, remote: bool, force: bool = False) -> int:
-    """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too)."""
+def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
+    """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too): your ended
+    jobs, or the ended ones among those the ids and selectors name."""
     from ..operations import clean_remote
     from ..secrets import SecretStore
     from ..session import locked_session
     from ..store import append_to_history
+    from .batch import settle_dependents
 
     me = known_user(home, None)
-    who = None if all_users else known_user(home, user)
     with locked_session(home) as session:
-        gone = [j for j in session.state.jobs if j.ended and (who is None or j.user == who)]
+        gone = [j for j in select(home, session.state.jobs, sel, "clean") if j.ended]
         check_owners(gone, me, force, "clean")  # history keeps who forced it
+        announce("clean", gone, sel)
+        if sel.dry_run:
+            return 0
         if remote:
             clean_remote(session, gone)
-        append_to_history(home, gone)
         gone_ids = {j.id for j in gone}
+        settle_dependents([j for j in session.state.jobs if j.id not in gone_ids], gone)
+        append_to_history(home, gone)
         session.state.jobs = [j for j in session.state.jobs if j.id not in gone_ids]  # the commit removes them
         # The cleaned jobs' secrets, and any a failed submit left behind. Under the state lock no
         # submit is between filing a secret and saving its job, so a secret whose id no saved job
