@@ -31,7 +31,7 @@ def _rows(table: str) -> dict[int, str]:
 
 
 def _kill_all(home: Path, ids: list[int]) -> None:
-    jobtpu(home, "kill", *map(str, ids))
+    jobtpu(home, "kill", "--force", *map(str, ids))  # clean-up: some tests submit as another user
     manage_until(home, ids, {"killed"})
 
 
@@ -82,7 +82,8 @@ def test_at_80_columns_the_header_never_wraps_and_every_row_is_one_line(tmp_path
            for i in range(4)]
     manage(home)
     try:
-        jobtpu(home, "note", str(ids[0]), "the loss spikes at step 1200; compare with the baseline run")
+        jobtpu(home, "note", str(ids[0]), "the loss spikes at step 1200; compare with the baseline run",
+               env={"JOBTPU_USER": "someone-with-a-long-name"})  # the job's owner notes it
         out = jobtpu(home, "status", "--all-users", env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
         lines = out.splitlines()
         assert all(len(line) <= 80 for line in lines), out

@@ -110,7 +110,8 @@ def test_after_waits_for_the_training_job(tmp_path: Path) -> None:
     jobs = manage(home)
     assert jobs[train]["status"] == "running" and jobs[evaluate]["status"] == "queued"
     assert jobs[evaluate]["waiting"] == f"waits for job {train} (running)"
-    assert f"waits for job {train} (running)" in jobtpu(home, "status", "--all").stdout
+    # (wide enough for the whole reason: at 80 columns the last column is cut short)
+    assert f"waits for job {train} (running)" in jobtpu(home, "status", "--all", env={"COLUMNS": "200"}).stdout
     jobs = manage_until(home, [evaluate], {"finished", "failed"})
     assert jobs[evaluate]["status"] == "finished", jobs[evaluate]
     assert float((home / "run" / "jobs" / "eval.started").read_text()) > \
