@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import fleet, jobs, rules, tpu
+from .commands import fleet, jobs, rules, tpu, watch
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -50,6 +50,12 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more")
     return value
+
+
+def _since(text: str) -> float:
+    from .events import since_arg  # here: `--help` loads no more than it needs
+
+    return since_arg(text)
 
 
 # The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): cli.py
@@ -93,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+        p.add_argument("--progress", metavar="REGEX", help="a regex whose group is the step number in the job's "
+                       "log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
+                       "`jobtpu report` uses it")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -154,6 +163,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
 
+    p = add("events", "what happened to jobs and machines (the home's events.jsonl), oldest first")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until interrupted")
+    p.add_argument("--job", type=int, metavar="ID", help="only this job's events")
+    p.add_argument("--machine", metavar="M", help="only this machine's events")
+    p.add_argument("--since", type=_since, metavar="T", help="only events since T: a duration ago (10m, 2h, 1d) "
+                   "or an ISO time (2026-01-31T12:00)")
+    p.add_argument("--json", action="store_true", help="one JSON object per event")
+
+    p = add("report", "what preemptions and failures cost each job: time per attempt, each interruption "
+            "split into detection, delete+create, setup and launch, work redone, goodput")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="these jobs (default: your jobs that ran)")
+    p.add_argument("--tag", help="the jobs with this tag")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
+
+    p = add("watch", "a live full-screen view of jobs, machines and events; runs a manage pass every round")
+    p.add_argument("--interval", type=_positive_seconds, default=5.0, metavar="SECONDS",
+                   help="seconds between rounds (default 5)")
+    p.add_argument("--no-manage", action="store_true",
+                   help="only display (another manage loop or cron runs the passes); warns when they are late")
+
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     return parser
@@ -179,6 +208,9 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
     "rules": lambda home, a: rules.show_rules(home, a.json),
+    "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
+    "report": lambda home, a: watch.report(home, a.ids, a.tag, a.html),
+    "watch": lambda home, a: watch.watch(home, a.interval, not a.no_manage),
 }
 
 

@@ -118,6 +118,8 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
+    # Where passes send notifications (notify.py checks each entry and says what is wrong in one line).
+    notify: Raw | UnsetType = UNSET
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    notify: list[Any] = field(default_factory=list)  # notify.Destination, from machines.json's "notify"
 
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
@@ -234,7 +237,19 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns)
+                 error_patterns=patterns, notify=_notify(doc.notify))
+
+
+def _notify(raw: Raw | UnsetType) -> list[Any]:
+    """The notification destinations machines.json names (per-user settings are not read yet)."""
+    if raw is UNSET:
+        return []
+    from .notify import parse_destinations  # only a fleet that notifies loads urllib and subprocess
+
+    try:
+        return parse_destinations(msgspec.json.decode(raw), "notify")
+    except ConfigError as e:
+        raise _Refused(e.message) from None
 
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:

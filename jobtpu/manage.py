@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import model
+from . import model, passevents
 from .decide import (
     Kill,
     Launch,
@@ -56,6 +56,7 @@ ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of 
 class PassReport:
     notes: list[str] = field(default_factory=list)
     skipped: bool = False  # another pass was running
+    told_after: list[str] = field(default_factory=list)  # lines of what followed the save (notifications)
 
 
 class Pass(Session):
@@ -133,11 +134,13 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
 def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
+    passevents.before_decide(p)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
     """What follows a pass whose result is saved (never a dry run): reporting what changed.
     Features that need it add one call here and keep their code in a module of their own."""
+    report.told_after.extend(passevents.after_pass(p, seen))
 
 
 def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:

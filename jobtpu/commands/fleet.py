@@ -13,7 +13,7 @@ from .common import emit_json, error_text, note
 
 if TYPE_CHECKING:
     from ..fleet import Machine
-    from ..model import MachineRecord
+    from ..model import MachineRecord, State
 
 
 # ---- manage ---------------------------------------------------------------------------------------
@@ -21,11 +21,23 @@ if TYPE_CHECKING:
 def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
     from .. import manage as passes
+    from .. import passevents
+    from ..session import kept_connections
+
+    passevents.set_loop_interval(loop)
+    with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
+        return _manage_rounds(home, loop, dry_run, passes.run_pass)
+
+
+def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
+    from .watch import record_pass_failure
 
     while True:
         try:
-            report = passes.run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
         except Exception as e:
+            if not dry_run:
+                record_pass_failure(home, e)
             if loop is None:
                 raise
             # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
@@ -42,6 +54,8 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
                     print(printable(line))
             elif report.skipped:
                 note("jobtpu: another manage pass is running; skipped")
+            for line in report.told_after:
+                note(line)
             if loop is None:
                 return 0
         time.sleep(loop)
@@ -49,13 +63,13 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
 
 # ---- machines -------------------------------------------------------------------------------------
 
-def machine_rows(home: Home) -> list[dict[str, Any]]:
+def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
     from ..decide import used_resources
     from ..fleet import load_fleet
     from ..model import MachineRecord
 
     fleet = load_fleet(home)
-    state = Store(home).load()
+    state = state or Store(home).load()
     used = used_resources(state.jobs)
     rows = []
     for m in fleet.machines.values():
@@ -93,15 +107,20 @@ def _never_seen(machine: Machine) -> str:
 
 
 def machines(home: Home, as_json: bool) -> int:
-    rows = machine_rows(home)
+    from .watch import freshness_text, last_pass_json
+
+    state = Store(home).load()
+    rows = machine_rows(home, state)
     if as_json:
-        emit_json({"machines": rows})
+        emit_json({"machines": rows, "last_pass": last_pass_json(state.last_pass)})
         return 0
     from rich.console import Console
 
     from ..display import machines_table
 
-    Console().print(machines_table(rows))
+    console = Console()
+    console.print(machines_table(rows))
+    console.print(freshness_text(state.last_pass))
     return 0
 
 

@@ -15,7 +15,7 @@ from .common import emit_json, note, sigterm_interrupts
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
-    from ..model import Job
+    from ..model import Job, State
     from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -43,6 +43,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    progress: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -69,6 +70,13 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
+    if opts.progress is not None:
+        from ..goodput import compile_progress
+
+        try:
+            compile_progress(opts.progress)
+        except ValueError as e:
+            raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
     src = Path(opts.dir).expanduser()
     from ..archive import snapshot  # imported late: rich's progress bar is only needed here
 
@@ -79,7 +87,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()))
+               timeout=timeout, stall=stall, dir=str(src.resolve()), progress=opts.progress)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
@@ -188,8 +196,9 @@ ENDED_SHOWN = 20
 ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
-def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -> list[Job]:
-    jobs = Store(home).load().jobs
+def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool,
+                state: State | None = None) -> list[Job]:
+    jobs = (state or Store(home).load()).jobs
     if ids:
         known = {j.id for j in jobs}
         missing = [i for i in ids if i not in known]
@@ -235,16 +244,18 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         sys.stdout.buffer.write(jobs_document(chosen_jobs(home, ids, user, all_users)))
         sys.stdout.flush()
         return 0
-    from rich.console import Console
+    from rich.console import Console, Group
 
     from ..display import jobs_table
+    from .watch import freshness_text
 
     def table() -> Any:
-        jobs = chosen_jobs(home, ids, user, all_users)
+        state = Store(home).load()
+        jobs = chosen_jobs(home, ids, user, all_users, state)
         if ids or show_all:  # jobs named by id are always shown
-            return jobs_table(records(jobs))
+            return Group(jobs_table(records(jobs)), freshness_text(state.last_pass))
         shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return jobs_table(records(shown), left_out=left_out)
+        return Group(jobs_table(records(shown), left_out=left_out), freshness_text(state.last_pass))
 
     console = Console()
     if watch is None:

@@ -312,6 +312,12 @@ class SshTransport:
         if done.returncode != 0:
             raise self._rsync_error(f"pull of {remote}", done)
 
+    def keep_alive(self, seconds: float) -> None:
+        """Send SSH keepalives while the connection waits idle for its next use."""
+        transport = self._client.get_transport() if self._client is not None else None
+        if transport is not None:
+            transport.set_keepalive(max(1, int(seconds)))
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
