@@ -118,9 +118,8 @@ def machines(home: Home, as_json: bool) -> int:
 
     from ..display import machines_table
 
-    console = Console()
-    console.print(machines_table(rows))
-    console.print(freshness_text(state.last_pass))
+    Console().print(machines_table(rows))
+    Console(stderr=True).print(freshness_text(state.last_pass))  # stdout stays the table scripts read
     return 0
 
 

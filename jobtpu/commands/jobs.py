@@ -249,23 +249,26 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
     from ..display import jobs_table
     from .watch import freshness_text
 
-    def table() -> Any:
-        state = Store(home).load()
+    def table(state: State) -> Any:
         jobs = chosen_jobs(home, ids, user, all_users, state)
         if ids or show_all:  # jobs named by id are always shown
-            return Group(jobs_table(records(jobs)), freshness_text(state.last_pass))
+            return jobs_table(records(jobs))
         shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return Group(jobs_table(records(shown), left_out=left_out), freshness_text(state.last_pass))
+        return jobs_table(records(shown), left_out=left_out)
 
     console = Console()
     if watch is None:
-        console.print(table())
+        state = Store(home).load()
+        console.print(table(state))
+        # On stderr: stdout stays the table scripts read; a person sees both.
+        Console(stderr=True).print(freshness_text(state.last_pass))
         return 0
     from rich.live import Live
 
     with Live(jobs_table([]), console=console, screen=False, auto_refresh=False) as live:
         while True:
-            live.update(table(), refresh=True)
+            state = Store(home).load()
+            live.update(Group(table(state), freshness_text(state.last_pass)), refresh=True)
             time.sleep(max(0.2, watch))
 
 
