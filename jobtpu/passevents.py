@@ -72,10 +72,10 @@ def after_pass(p: Session, seen: Observation) -> list[str]:
     now = time.time()
     p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=_loop_interval)
     p.commit()
-    found = job_events(before.jobs, p.state.jobs, p.base.jobs, seen.now, now)  # base: what was just saved
-    found += machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
-                            seen.now, before.observed)
-    found.sort(key=lambda e: e.time)  # stable: what one record says keeps its order
+    found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
+                           seen.now, before.observed)
+    found += job_events(before.jobs, p.state.jobs, p.base.jobs, before.observed, now)  # base: what was just saved
+    found.sort(key=lambda e: (e.time, _PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
     return publish(p.home.root, p.fleet.notify, found)
 
 
@@ -101,19 +101,26 @@ def pass_failed(home_root: Path, destinations: list[Any], error: str) -> list[st
 
 # ---- jobs ---------------------------------------------------------------------------------------------
 
-def job_events(before: dict[int, bytes], jobs: list[Job], lines: list[bytes], observed: float,
+# Events stamped with the same time happen in this order within a pass: what it observed of the
+# jobs, then the machines' steps (recreations it started because of that, setups), then launches.
+_PHASE = {ev.PREEMPTED: 0, ev.JOB_ENDED: 0, ev.JOB_RECOVERING: 0, ev.JOB_LAUNCHED: 2, ev.JOB_RESUMED: 2,
+          ev.JOB_RUNNING: 3}
+
+
+def job_events(before: dict[int, bytes], jobs: list[Job], lines: list[bytes], acted: float,
                now: float) -> list[Event]:
-    """What happened to each job whose record the pass changed."""
+    """What happened to each job whose record the pass changed. `acted`: when the pass began to act
+    (launches happen then, after the machines' steps); `now`: when it ended."""
     found: list[Event] = []
     for job, line in zip(jobs, lines, strict=True):
         old_line = before.get(job.id)
         if old_line is None or old_line == line:
             continue  # unchanged, or submitted while the pass ran (it did nothing to it)
-        found += _job_changes(_JOB.decode(old_line), job, observed, now)
+        found += _job_changes(_JOB.decode(old_line), job, acted, now)
     return found
 
 
-def _job_changes(old: Job, new: Job, observed: float, now: float) -> list[Event]:
+def _job_changes(old: Job, new: Job, acted: float, now: float) -> list[Event]:
     found: list[Event] = []
     known = {a.n: a for a in old.attempts}
     detail = {"name": new.name} if new.name else {}
@@ -125,11 +132,11 @@ def _job_changes(old: Job, new: Job, observed: float, now: float) -> list[Event]
     for i, attempt in enumerate(new.attempts):
         was = known.get(attempt.n)
         if was is None:
-            event(float(attempt.started or observed), ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
+            launched = max(float(attempt.started or acted), acted)
+            event(launched, ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
             by_hand = old.status is Status.QUEUED and old.reason is None  # resume/rerun by a person
             if i > 0 and not by_hand:
-                event(float(attempt.started or observed), ev.JOB_RESUMED, attempt,
-                      resume=attempt.resume)
+                event(launched, ev.JOB_RESUMED, attempt, resume=attempt.resume)
         last = attempt.n == new.attempt
         if last and new.status is Status.RUNNING and (was is None or old.status is not Status.RUNNING):
             event(now, ev.JOB_RUNNING, attempt)
@@ -144,7 +151,7 @@ def _job_changes(old: Job, new: Job, observed: float, now: float) -> list[Event]
                 event(when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
                       recover="resume" if new.resume else "rerun")
     if new.ended and not old.ended and not any(e.kind == ev.JOB_ENDED for e in found):
-        event(observed, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
+        event(acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
               exit_code=new.exit_code)
     return found
 
