@@ -37,6 +37,25 @@ from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
+# A kept connection's shell (see transport/ssh.py): runs script after script without an SSH session
+# (a fork of sshd, a login shell) per script. In: a line with the script's length in bytes, then the
+# script. Out: "exit_code stdout_bytes stderr_bytes", then both outputs. Each script is read whole
+# before it runs, as RUN_SCRIPT does (`.` reads the whole file first), in a subshell of its own with
+# stdin at its end, so nothing it does is left for the next one. `head -c` reads exactly that many
+# bytes from a pipe (bash's read counts characters, not bytes, in a UTF-8 locale).
+SHELL_LOOP = r"""d=$(mktemp -d) || exit 1
+trap 'rm -rf "$d"' EXIT
+while IFS= read -r n; do
+  case $n in ''|*[!0-9]*) exit 2 ;; esac
+  head -c "$n" >"$d/s" || exit 3
+  # shellcheck source=/dev/null
+  (. "$d/s") </dev/null >"$d/o" 2>"$d/e"
+  c=$?
+  sizes=$(stat -c %s "$d/o" "$d/e") || exit 4
+  printf '%s %s\n' "$c" "${sizes//$'\n'/ }"
+  cat "$d/o" "$d/e"
+done
+"""
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
