@@ -37,25 +37,6 @@ from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
-# A kept connection's shell (see transport/ssh.py): runs script after script without an SSH session
-# (a fork of sshd, a login shell) per script. In: a line with the script's length in bytes, then the
-# script. Out: "exit_code stdout_bytes stderr_bytes", then both outputs. Each script is read whole
-# before it runs, as RUN_SCRIPT does (`.` reads the whole file first), in a subshell of its own with
-# stdin at its end, so nothing it does is left for the next one. `head -c` reads exactly that many
-# bytes from a pipe (bash's read counts characters, not bytes, in a UTF-8 locale).
-SHELL_LOOP = r"""d=$(mktemp -d) || exit 1
-trap 'rm -rf "$d"' EXIT
-while IFS= read -r n; do
-  case $n in ''|*[!0-9]*) exit 2 ;; esac
-  head -c "$n" >"$d/s" || exit 3
-  # shellcheck source=/dev/null
-  (. "$d/s") </dev/null >"$d/o" 2>"$d/e"
-  c=$?
-  sizes=$(stat -c %s "$d/o" "$d/e") || exit 4
-  printf '%s %s\n' "$c" "${sizes//$'\n'/ }"
-  cat "$d/o" "$d/e"
-done
-"""
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
@@ -64,7 +45,7 @@ CLAIM_STALE_MINUTES = 3
 
 # The files in jobtpu/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh")
+                "doctor.sh", "setup.sh", "serve.sh")
 
 
 @functools.cache
@@ -81,6 +62,12 @@ def call(function: str, *args: object) -> str:
 def render(files: Iterable[str], calls: Iterable[str]) -> str:
     """A whole script: the functions of the given files, then the calls."""
     return "\n".join(["set -u", *(script_file(name) for name in files), *calls]) + "\n"
+
+
+def serve_script() -> str:
+    """What a kept SSH connection runs once: a shell that runs every later script sent to it
+    (transport/ssh.py frames them)."""
+    return render(["serve.sh"], [call("jobtpu_serve")])
 
 
 # ---- launch ---------------------------------------------------------------------------------------

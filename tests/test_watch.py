@@ -253,7 +253,7 @@ def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fl
     home.mkdir()
     (home / "machines.json").write_text(json.dumps({"machines": {"box": {
         "kind": "ssh", "hosts": [host.address()], "user": box.user, "identity_file": str(ssh_fleet.identity),
-        "connect_timeout": 5}}}))
+        "connect_timeout": 5, "resources": {"slot": 2}}}}))
     job = submit(home, src_dir(tmp_path), "sleep 120")
     env = {**os.environ, "JOBTPU_USER": "tester"}
     with open(tmp_path / "loop.err", "wb") as err:
@@ -275,6 +275,11 @@ def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fl
         wait_for(lambda: last_pass() > restarted + 2, timeout=30, what="rounds after the restart")
         assert ssh_fleet.session_count(host) == connections + 1  # one reconnect, then kept again
         assert status(home)[job]["status"] == "running" and status(home)[job]["reason"] is None
+        # Launch, probe and log pull through the kept shell: a job that talks and fails is seen so.
+        talker = submit(home, src_dir(tmp_path / "more"), "echo 'through the kept shell é'; exit 3")
+        ended = wait_for(lambda: (j := status(home)[talker])["status"] == "failed" and j, timeout=30, what="the end")
+        assert ended["reason"] == "exit 3" and ended["exit_code"] == 3
+        assert "through the kept shell é" in jobtpu(home, "tail", str(talker)).stdout
     finally:
         loop.terminate()
         loop.wait(timeout=30)

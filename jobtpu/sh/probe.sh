@@ -7,11 +7,14 @@
 # and for an exited worker whose log is further behind than that, `T job attempt worker BASE64` with
 # the log's last TAIL bytes, to classify its failure from.
 jobtpu_probe() {
-  local r=${1/#-/./-} chunk=$3 tail=$4 all job attempt worker
+  local r=${1/#-/./-} chunk=$3 tail=$4 all job attempt worker boot=- now
   # One scan of /proc for every worker asked about: " job.attempt.worker " once per process.
   all=" $(jobtpu_marks "$2" | while read -r _ job attempt worker; do printf '%s ' "$job.$attempt.$worker"; done)"
   shift 4
-  echo "H $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo -) $(date +%s)"
+  # Builtins, not cat and date: a probe runs on every busy worker every round.
+  [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
+  printf -v now '%(%s)T' -1
+  echo "H ${boot:--} $now"
   while [ $# -ge 4 ]; do
     jobtpu_probe_worker "$r" "$all" "$chunk" "$tail" "$1" "$2" "$3" "$4"
     shift 4

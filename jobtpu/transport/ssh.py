@@ -1,5 +1,5 @@
 """Remote workers over SSH: scripts through plain paramiko (one connection, one exec session per run;
-a connection kept between rounds runs them through one long-lived shell instead),
+a connection kept between rounds runs them through one long-lived shell, jobtpu_serve, instead),
 files through rsync over the OpenSSH client, host keys checked against the home's own known_hosts.
 
 With hostkeys.py and _paramiko.py, the only code that imports paramiko; connect.py imports it lazily,
@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
-from ..scripts import RUN_SCRIPT, SHELL_LOOP, make_dirs_script
+from ..scripts import RUN_SCRIPT, make_dirs_script, serve_script
 from ._paramiko import paramiko
 from .base import Endpoint, Result
 from .hostkeys import (
@@ -322,8 +322,8 @@ class SshTransport:
     # ---- a kept connection: one shell serves every script ----------------------------------------
     def keep_alive(self, seconds: float) -> None:
         """The connection is kept for later rounds: send SSH keepalives while it waits idle, and run
-        later scripts through one long-lived shell (SHELL_LOOP), so a round costs a fork on the worker
-        per script instead of an SSH session (sshd's fork, a login shell)."""
+        later scripts through one long-lived shell (jobtpu_serve in sh/serve.sh), so a round costs a fork on the worker
+        per script instead of an SSH session (sshd's fork, a login shell): scripts.serve_script."""
         transport = self._client.get_transport() if self._client is not None else None
         if transport is not None:
             transport.set_keepalive(max(1, int(seconds)))
@@ -332,7 +332,7 @@ class SshTransport:
     def _open_shell(self, transport: paramiko.Transport) -> paramiko.Channel:
         try:
             chan = transport.open_session(timeout=self.machine.connect_timeout)
-            chan.exec_command("exec bash --noprofile --norc -c " + shlex.quote(SHELL_LOOP))
+            chan.exec_command("exec bash --noprofile --norc -c " + shlex.quote(serve_script()))
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise UnreachableError(f"{self.label}: cannot open an SSH session: {e or type(e).__name__}") from None
         self._shell, self._shell_buffer = chan, bytearray()
