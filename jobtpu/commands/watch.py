@@ -115,6 +115,8 @@ def chips_of(machine: Machine | None) -> int | None:
 
 
 def report_jobs(state: State, ids: list[int], tag: str | None, user: str | None) -> list[Job]:
+    if ids and tag is not None:
+        raise JobtpuError("give job ids or --tag, not both", hint="`jobtpu report 3 4` or `jobtpu report --tag sweep`")
     if ids:
         return [state.require_job(i) for i in ids]
     if tag is not None:
@@ -220,13 +222,15 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     if state is not None:
         header.append(freshness_text(state.last_pass, one_line=True))
     header += [_line(p, "bold red") for p in problems]
-    latest = [_line(ev.render_line(e), "") for e in ev.latest(home.root, 8)]
+    room = height - 1 - len(header) - 4 - len(said)  # a spare line, three section titles, the jobs' header
+    jobs = state.jobs if state is not None else []
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
-    room = height - 1 - len(header) - 3 - len(said)  # a spare line, three section titles, what passes said
-    events_room = min(len(latest), max(2, room // 4))
+    latest = [_line(ev.render_line(e), "") for e in ev.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
-    jobs_room = max(1, room - events_room - machines_room)
-    parts: list[Any] = [*header, _title("jobs"), *job_rows(state.jobs if state is not None else [], jobs_room, now),
+    wanted = sum(1 for j in jobs if j.status in ACTIVE or j.status == "queued" or j.ended) or 1
+    jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))
+    events_room = max(0, room - machines_room - jobs_room)  # the events take what is left
+    parts: list[Any] = [*header, _title("jobs"), _line(JOB_HEADER, "bold"), *job_rows(jobs, jobs_room, now),
                         _title("machines"), *_fit(machine_lines, machines_room),
                         _title("events"), *(latest[-events_room:] if events_room else []),
                         *(_line(s, "yellow") for s in said)]
@@ -273,6 +277,9 @@ def _ended_at(job: Job) -> float:
     return float(ended if ended is not None else job.created)
 
 
+JOB_HEADER = f"{'id':>5} {'status':<9} {'reason':<9} {'machine/wait':<14} {'try':>3} {'age':>4} {'user':<8} {'name':<16} last line"
+
+
 def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
     """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each."""
     from rich.text import Text
@@ -291,8 +298,8 @@ def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
         row.append(f"{job.id:>5} ")
         row.append(f"{job.status:<9} ", style=STYLE.get(job.status, ""))
         where = (job.waiting or "") if job.status == "queued" else (job.machine or "")
-        row.append(printable(f"{(job.reason or ''):<11.11} {where[:18]:<18} a{job.attempt:<3} "
-                             f"{age(now - job.created):>4} {job.user[:10]:<10} {job.name[:20]:<20} {job.last_line}"))
+        row.append(printable(f"{(job.reason or ''):<9.9} {where:<14.14} {job.attempt:>3} {age(now - job.created):>4} "
+                             f"{job.user:<8.8} {job.name:<16.16} {job.last_line}"))
         rows.append(row)
     return _fit(rows, room) if len(ordered) <= room else [*rows[:room - 1],
                                                           _line(f"… {len(ordered) - room + 1} more", "dim")]
