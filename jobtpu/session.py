@@ -27,12 +27,26 @@ MAX_PARALLEL = 32
 
 
 def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
-    """Run fn over items on a bounded thread pool; results in item order."""
+    """Run fn over items on a bounded thread pool; results in item order. Inside kept_connections
+    the pool's threads are kept between rounds too (starting 32 threads costs a warm round more
+    than its work); a call from one of them (a nested parallel) gets a pool of its own, so a full
+    pool never waits on itself."""
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
+    kept = _KEPT_THREADS
+    if kept is not None and not getattr(_IN_POOL, "yes", False):
+        return list(kept.map(fn, items))
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items)), initializer=_mark_pool_thread) as pool:
         return list(pool.map(fn, items))
+
+
+_IN_POOL = threading.local()  # set in the threads of parallel's pools
+_KEPT_THREADS: ThreadPoolExecutor | None = None
+
+
+def _mark_pool_thread() -> None:
+    _IN_POOL.yes = True
 
 
 HOME_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -236,16 +250,19 @@ def _pool_key(machine: Machine, endpoint: Endpoint, trusted: list[str]) -> tuple
 @contextlib.contextmanager
 def kept_connections(enabled: bool = True) -> Iterator[None]:
     """Meanwhile, sessions keep their SSH connections open between blocks (a loop's rounds then
-    cost no handshake per host); all are closed when it ends."""
-    global _POOL
+    cost no handshake per host), and `parallel` its threads; all are closed when it ends."""
+    global _POOL, _KEPT_THREADS
     if not enabled or _POOL is not None:
         yield
         return
     _POOL = _Pool()
+    _KEPT_THREADS = ThreadPoolExecutor(max_workers=MAX_PARALLEL, initializer=_mark_pool_thread)
     try:
         yield
     finally:
         pool, _POOL = _POOL, None
+        threads, _KEPT_THREADS = _KEPT_THREADS, None
+        threads.shutdown(wait=False, cancel_futures=True)
         pool.close_all()
 
 

@@ -7,7 +7,7 @@
 # its end and the options of a new shell, so nothing it does is left for the next one. `head -c` reads exactly that many bytes from
 # a pipe (bash's read counts characters, not bytes, in a UTF-8 locale).
 jobtpu_serve() {
-  local d n c sizes
+  local d n c out err sizes locale=${LC_ALL-} had_locale=${LC_ALL+x}
   d=$(mktemp -d) || exit 1
   # shellcheck disable=SC2064 # $d is fixed now, and must be what the trap removes
   trap "rm -rf '$d'" EXIT
@@ -17,8 +17,14 @@ jobtpu_serve() {
     # shellcheck source=/dev/null
     (set +u && . "$d/s") < /dev/null > "$d/o" 2> "$d/e"
     c=$?
-    sizes=$(stat -c %s "$d/o" "$d/e") || exit 4
-    printf '%s %s\n' "$c" "${sizes//$'\n'/ }"
-    cat "$d/o" "$d/e"
+    # Read and written by builtins, not stat and cat: a kept connection runs a script per busy worker
+    # per round. (Script output is text: a NUL byte would end it.) Lengths in bytes: the C locale,
+    # for this line only, so the next script still gets the user's.
+    IFS= read -r -d '' out < "$d/o"
+    IFS= read -r -d '' err < "$d/e"
+    LC_ALL=C
+    sizes="${#out} ${#err}"
+    if [ -n "$had_locale" ]; then LC_ALL=$locale; else unset LC_ALL; fi
+    printf '%s %s\n%s%s' "$c" "$sizes" "$out" "$err"
   done
 }
