@@ -65,8 +65,14 @@ def test_status_and_machines_say_how_old_the_last_pass_is_and_warn_when_late(tmp
     never = jobtpu(home, "status").stderr
     assert "STALE: no manage pass has run yet" in never, never
     jobtpu(home, "manage")
-    fresh = jobtpu(home, "status").stderr + jobtpu(home, "machines").stderr
-    assert re.search(r"last pass \d+ s ago \(took \d+\.\d s\)", fresh) and "STALE" not in fresh, fresh
+    assert jobtpu(home, "status").stderr == "" and jobtpu(home, "machines").stderr == ""  # fresh: scripts hear nothing
+    line = shlex.join([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "status"])
+    term = Tmux(tmp_path, ["bash", "-c", f"{line}; sleep 60"])  # a person at a terminal is told
+    try:
+        wait_for(lambda: re.search(r"last pass \d+ s ago \(took \d+\.\d s\)", term.screen()), timeout=20,
+                 what="the freshness line")
+    finally:
+        term.close()
     doc = json.loads(jobtpu(home, "machines", "--json").stdout)["last_pass"]
     assert doc["stale"] is False and doc["every"] is None and doc["took"] >= 0
     # A loop of 10 s that stopped 35 s ago has missed three passes: late.
@@ -79,14 +85,27 @@ def test_status_and_machines_say_how_old_the_last_pass_is_and_warn_when_late(tmp
     jobtpu(home, "kill", "1")
 
 
-def test_a_failed_pass_is_an_event(tmp_path: Path) -> None:
+def test_a_failed_round_of_a_loop_is_an_event_and_a_single_pass_changes_nothing(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     jobtpu(home, "manage")
     (home / "state.json").write_text('{"jobs": [}')
-    failed = jobtpu(home, "manage", check=False)
+    failed = jobtpu(home, "manage", check=False)  # the user's mistake: one line, nothing written
     assert failed.returncode != 0 and "state.json:1:" in failed.stderr
-    events = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
-    assert events[-1]["kind"] == "pass_failed" and "state.json:1:" in events[-1]["detail"]["error"], events[-1]
+    assert not (home / "events.jsonl").exists()
+    loop = subprocess.Popen([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "0.2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "JOBTPU_USER": "t"})
+    try:
+        def failure() -> dict[str, Any] | None:
+            if not (home / "events.jsonl").exists():
+                return None
+            events = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
+            return next((e for e in events if e["kind"] == "pass_failed"), None)
+        event = wait_for(failure, timeout=20, what="a pass_failed event")
+        assert "state.json:1:" in event["detail"]["error"], event
+        assert loop.poll() is None  # the loop carries on
+    finally:
+        loop.terminate()
+        loop.wait(timeout=20)
 
 
 # ---- notifications -------------------------------------------------------------------------------------

@@ -36,7 +36,10 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
         try:
             report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
         except Exception as e:
-            if not dry_run:
+            # A loop logs every failed round (nobody may be reading its terminal); a single pass
+            # that fails on the user's mistake (a broken machines.json) changes nothing, as every
+            # command does, and says so: only its other failures (a bug, a full disk) are logged.
+            if not dry_run and (loop is not None or not isinstance(e, JobtpuError)):
                 record_pass_failure(home, e)
             if loop is None:
                 raise
@@ -107,7 +110,7 @@ def _never_seen(machine: Machine) -> str:
 
 
 def machines(home: Home, as_json: bool) -> int:
-    from .watch import freshness_text, last_pass_json
+    from .watch import last_pass_json, say_freshness
 
     state = Store(home).load()
     rows = machine_rows(home, state)
@@ -119,7 +122,7 @@ def machines(home: Home, as_json: bool) -> int:
     from ..display import machines_table
 
     Console().print(machines_table(rows))
-    Console(stderr=True).print(freshness_text(state.last_pass))  # stdout stays the table scripts read
+    say_freshness(state.last_pass)
     return 0
 
 

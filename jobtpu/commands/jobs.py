@@ -247,7 +247,7 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
     from rich.console import Console, Group
 
     from ..display import jobs_table
-    from .watch import freshness_text
+    from .watch import freshness_text, say_freshness
 
     def table(state: State) -> Any:
         jobs = chosen_jobs(home, ids, user, all_users, state)
@@ -260,8 +260,7 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
     if watch is None:
         state = Store(home).load()
         console.print(table(state))
-        # On stderr: stdout stays the table scripts read; a person sees both.
-        Console(stderr=True).print(freshness_text(state.last_pass))
+        say_freshness(state.last_pass)
         return 0
     from rich.live import Live
 

@@ -63,6 +63,18 @@ def freshness_text(last: LastPass | None, one_line: bool = False) -> Any:
     return Text(line, style="bold red" if stale else "dim", no_wrap=one_line, overflow="ellipsis" if one_line else "fold")
 
 
+def say_freshness(last: LastPass | None) -> None:
+    """Under `status` and `machines`, on stderr (stdout stays the table scripts read): the stale
+    warning always, the plain `last pass N s ago` only to a person at a terminal."""
+    import sys
+
+    from rich.console import Console
+
+    _, stale = freshness(last)
+    if stale or sys.stderr.isatty():
+        Console(stderr=True).print(freshness_text(last))
+
+
 def last_pass_json(last: LastPass | None) -> dict[str, Any] | None:
     """What `machines --json` says of the last pass."""
     if last is None:
