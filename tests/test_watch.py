@@ -153,6 +153,11 @@ def test_webhook_and_command_hear_failed_and_finished_and_a_dead_webhook_leaves_
                               {"command": "cat >> notified.jsonl", "events": ["failed"]}])
         src = src_dir(tmp_path)
         good, bad = submit(home, src, "true"), submit(home, src, "exit 3")
+        jobtpu(home, "manage")  # launches both; they end at once
+        time.sleep(1.0)
+        dry = jobtpu(home, "manage", "--dry-run")  # sees them end, but a dry run tells nobody
+        assert "job 2" in dry.stdout and not received and not (home / "notified.jsonl").exists(), dry.stdout
+        assert "job_ended" not in (home / "events.jsonl").read_text()
         started = time.monotonic()
         manage_until(home, [good, bad], {"finished", "failed"})
         assert time.monotonic() - started < 60
