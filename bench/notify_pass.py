@@ -76,8 +76,8 @@ def main() -> None:
                     t = time.perf_counter()
                     report = run_pass(home)
                     times.append(time.perf_counter() - t)
-                    if report.told_after or report.skipped:
-                        raise SystemExit(f"not a quiet pass: {report.told_after}")
+                    if report.notes or report.skipped:
+                        raise SystemExit(f"not a quiet pass: {report.notes}")
             a, b = statistics.median(plain_t), statistics.median(told_t)
             print(f"{'jobs':>4}  {'quiet pass':>10}  {'with notify':>11}  {'ratio':>5}")
             print(f"{args.jobs:>4}  {a * 1000:>8.1f}ms  {b * 1000:>9.1f}ms  {b / a:>5.2f}", flush=True)

@@ -3,12 +3,14 @@ return the actions to carry out. No I/O here, so every branch is tested directly
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from . import model, rules
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
+from .sheet import claim_reason
 from .workers import WorkerRef, WorkerState
 
 
@@ -167,7 +169,13 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
     why = reason if recover is None else f"{reason}, rule {rule_of(job, machine)}: {recover}"
     if recover is None and reason in rules.RETRIABLE | {model.PREEMPTED} and job.recoveries >= job.max_recoveries:
         why += f" (max recoveries {job.max_recoveries} reached)"
-    ending = Ending(Status.FAILED, reason, exit_code, recover)
+    retry = False
+    if recover is None:  # --retries, once the rule has no answer of its own
+        recover = rules.retry(rule_of(job, machine), reason, job.retried, job.retries)
+        retry = recover is not None
+        if retry:
+            why = f"{reason}, retry {job.retried + 1} of {job.retries}: {recover}"
+    ending = Ending(Status.FAILED, reason, exit_code, recover, retry)
     if stop:
         _stop(job, machine, ending, stop, plan, why)
     else:
@@ -202,7 +210,10 @@ def apply_ending(job: Job, ending: Ending, now: float) -> None:
     job.ending = None
     job.alloc = {}
     if ending.recover:
-        job.recoveries += 1
+        if ending.retry:
+            job.retried += 1
+        else:
+            job.recoveries += 1
         requeue(job, resume=ending.recover in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
         return
     job.exit_code = ending.exit_code
@@ -248,17 +259,121 @@ class Dispatch:
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
     by_id: dict[int, Job] = field(default_factory=dict)
     started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
+    unavailable: dict[str, str | None] = field(default_factory=dict)  # machine -> machine_unavailable's answer
+    # For pending reasons: the machines each kind of request could ever run on, and how many jobs
+    # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
+    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
+    waited: dict[tuple[str, ...], int] = field(default_factory=dict)
+    usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
+
+
+@dataclass
+class UserUse:
+    """What one user's active jobs hold now (and what this dispatch gave them): for per-user limits."""
+
+    jobs: int = 0
+    machines: set[str] = field(default_factory=set)
+    tpu_machines: set[str] = field(default_factory=set)
+
+    def add(self, machine: Machine | None, name: str) -> None:
+        self.jobs += 1
+        self.machines.add(name)
+        if machine is not None and machine.is_tpu:
+            self.tpu_machines.add(name)
+
+
+def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
+    usage: dict[str, UserUse] = {}
+    for job in jobs:
+        if job.active and job.machine:
+            usage.setdefault(job.user, UserUse()).add(fleet.get(job.machine), job.machine)
+    return usage
 
 
 def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
-    """The order queued jobs are offered machines in."""
-    return sorted(queued, key=lambda j: j.id)
+    """The order queued jobs are offered machines in: users take turns, one job each per round, so
+    one user's long queue delays another's job by at most one turn. The user whose last launch is
+    oldest (or who never launched) goes first in each round; ties go to whoever queued first. A
+    user's own jobs go by --priority (higher first), then in submission order."""
+    mine: dict[str, list[Job]] = {}
+    for job in sorted(queued, key=_job_id):
+        mine.setdefault(job.user, []).append(job)
+    first_queued = {user: jobs[0].id for user, jobs in mine.items()}
+    if any(job.priority for job in queued):
+        for jobs in mine.values():
+            jobs.sort(key=_higher_priority)  # stable: submission order within a priority
+    if len(mine) <= 1:
+        return next(iter(mine.values()), [])
+    last = _last_launch(d.jobs)
+    users = sorted(mine, key=lambda u: (last.get(u, float("-inf")), first_queued[u]))
+    rounds = itertools.zip_longest(*(mine[u] for u in users))
+    return [job for turn in rounds for job in turn if job is not None]
+
+
+def _job_id(job: Job) -> int:
+    return job.id
+
+
+def _higher_priority(job: Job) -> int:
+    return -job.priority
+
+
+def _last_launch(jobs: list[Job]) -> dict[str, float]:
+    """Each user's latest attempt start among the jobs state.json holds: whose turn it is."""
+    last: dict[str, float] = {}
+    for job in jobs:
+        if job.attempts and job.attempts[-1].started is not None:
+            started = float(job.attempts[-1].started)
+            if started > last.get(job.user, float("-inf")):
+                last[job.user] = started
+    return last
 
 
 def held_back(job: Job, d: Dispatch) -> str | None:
     """Why a queued job may not start in this pass whatever machine is free; None when it may.
-    The text becomes the job's pending reason."""
+    The text becomes the job's pending reason. A job whose --after dependency failed is failed here
+    (reason `dependency`): it can never start."""
+    if job.after or job.after_any:
+        failed = rules.failed_dependency(job, d.by_id)
+        if failed is not None:
+            job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
+                f" ({failed.reason})" if failed.reason else "")
+            job.move(Status.FAILED, model.DEPENDENCY)
+            d.plan.notes.append(f"job {job.id}: fails: {job.last_line}")
+            return "dependency failed"
+        waits = rules.waits_for(job, d.by_id)
+        if waits is not None:
+            return waits
+    if job.held:
+        return "held by hold"
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user).jobs
+    if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
+        return f"held by the per-user limit ({_count(limit, 'running job')})"
     return None
+
+
+def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
+    """Why starting `job` on `machine` would take its user past a per-user limit of machines; None
+    when it would not (a machine they already hold adds nothing)."""
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user)
+    if limit.machines is None and limit.tpu_machines is None:
+        return None
+    use = d.usage.get(job.user, UserUse())
+    if machine.name in use.machines:
+        return None
+    if limit.machines is not None and len(use.machines) >= limit.machines:
+        return f"held by the per-user limit ({_count(limit.machines, 'machine')})"
+    if machine.is_tpu and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
+        return f"held by the per-user limit ({_count(limit.tpu_machines, 'TPU machine')})"
+    return None
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
@@ -266,40 +381,90 @@ def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
     view = d.seen.view(machine.name)
     if machine.name in d.recreating:
         return f"{machine.name} is being recreated"
-    if view.preempted:
-        return f"{machine.name} is preempted"
-    if view.reachable is False or not view.ready:
-        return f"{machine.name} is unreachable"
+    if view.preempted or view.reachable is False or not view.ready:
+        # A TPU already on its way back (deleted, being created, set up) says so rather than "preempted".
+        return f"{machine.name} is " + ("being recreated" if view.recovering else
+                                         "preempted" if view.preempted else "unreachable")
+    if machine.name in d.seen.claims:
+        return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
     return None
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
-    """The pending reason of a queued job that found no machine in this pass."""
-    return "no free machine fits"
+    """The pending reason of a queued job that found no machine in this pass: which machines could
+    run it and what keeps each from doing so now, and how many waiting jobs are ahead of it for them.
+    Called for every such job in dispatch order (it counts the queue as it goes)."""
+    fits = _fitting_machines(job, request, d)
+    if not fits:
+        return _nothing_offers(job, request, d)
+    ahead = sum(n for names, n in d.waited.items() if not set(names).isdisjoint(fits))
+    d.waited[fits] = d.waited.get(fits, 0) + 1
+    blocked = [why for name in fits if (why := d.unavailable.get(name)) is not None]
+    busy = len(fits) - len(blocked)
+    if not busy:
+        now = "no machine can run it now: " + ", ".join(blocked)
+    elif blocked:
+        now = f"{len(fits)} machines fit: {busy} busy, " + ", ".join(blocked)
+    elif busy == 1:
+        now = f"{fits[0]} fits, busy"
+    else:
+        now = f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
+    queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
+    return f"{now}; {queue}"
+
+
+def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
+    """The machines that could run the job on an empty day (once per kind of request: a sweep's
+    thousands of alike jobs ask the fleet once)."""
+    asks = (tuple(job.req), job.pin)
+    fits = d.fits.get(asks)
+    if fits is None:
+        fits = d.fits[asks] = tuple(m.name for m in d.fleet.machines.values() if why_not(m, request, job.pin) is None)
+    return fits
+
+
+def _nothing_offers(job: Job, request: Request, d: Dispatch) -> str:
+    """Why no machine of the fleet could ever run the job (machines.json changed since its submit)."""
+    if job.pin is not None:
+        pinned = d.fleet.machines.get(job.pin)
+        if pinned is None:
+            return f"it is pinned to {job.pin}, which machines.json no longer has"
+        return f"it is pinned to {job.pin}, which cannot run it: {why_not(pinned, request)}"
+    asked = " ".join(job.req) or "a slot"
+    return f"no machine offers {asked}"
 
 
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
     d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
                  {a.machine for a in plan.actions if isinstance(a, Recreate)})
     d.by_id = {j.id: j for j in jobs}
-    unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
+    d.usage = user_usage(jobs, fleet)
+    unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
-    no_room: dict[tuple[tuple[str, ...], str | None, str | None], str] = {}
+    no_room: dict[tuple[tuple[str, ...], str | None, str | None], Request] = {}
+    limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
         if held is not None:
-            job.waiting = held
+            job.waiting = held if job.status is Status.QUEUED else None
             continue
         asks = (tuple(job.req), job.pin, job.rule)
+        if (job.user, asks) in limited:
+            job.waiting = limited[(job.user, asks)]
+            continue
         if asks in no_room:
-            job.waiting = no_room[asks]
+            job.waiting = why_waiting(job, no_room[asks], d)
             continue
         request = parse_request(job.req)
+        by_limit = None
         for machine in fleet.machines.values():
             if unavailable[machine.name] is not None:
                 continue
             if why_not(machine, request, job.pin) is not None:
+                continue
+            if (limit := over_limit(job, machine, d)) is not None:
+                by_limit = by_limit or limit
                 continue
             alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
             if alloc is None:
@@ -307,8 +472,23 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             _start(job, machine, alloc, d)
             break
         else:
-            job.waiting = no_room[asks] = why_waiting(job, request, d)
+            if by_limit is not None:  # a machine would take it but for its user's limit
+                job.waiting = limited[(job.user, asks)] = by_limit
+                continue
+            no_room[asks] = request
             _want_back(job, request, fleet, seen, plan)
+            _note_recreations(d)
+            job.waiting = why_waiting(job, request, d)
+
+
+def _note_recreations(d: Dispatch) -> None:
+    """A TPU asked back during this dispatch is being recreated from now on (its pending reasons say so)."""
+    for action in d.plan.actions:
+        if isinstance(action, Recreate) and action.machine not in d.recreating:
+            d.recreating.add(action.machine)
+            machine = d.fleet.get(action.machine)
+            if machine is not None:
+                d.unavailable[machine.name] = machine_unavailable(machine, d)
 
 
 def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
@@ -320,6 +500,7 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
                                 resume=job.resume, workers=view.n_workers))
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
+    d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
     d.plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
     d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
     d.started.append(job)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Collection
 from typing import Any
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -14,49 +15,92 @@ STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "ki
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
 
-def age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def cell(value: object, style: str = "") -> Text:
     """A table cell holding `value` as plain text: never rich markup (a name like `[/x]` or
     `[link=…]` is shown as typed) and never a control character (see text.py)."""
     return Text(printable("" if value is None else str(value)), style=style)
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: str | None = None) -> Table:
-    """One row per job given; `left_out` is a line under the table saying which jobs it does not show."""
-    now = time.time() if now is None else now
-    table = Table(box=None, header_style="bold", pad_edge=False, caption=left_out, caption_justify="left",
+# The status table's columns: (title, the Row field it shows). A column never narrows below its
+# title (the header never wraps): when the table is too wide, the last column gives way first, down to
+# INFO_KEPT, then the widest others of JOB_SHRINKABLE down to CELL_KEPT, then all down to their titles;
+# a cut cell ends with "…", so every row stays one line.
+JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
+               ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
+               ("tags", "tags"), ("why / log", "info"), ("submitted", "submitted"))
+JOB_COLUMN_TITLES = tuple(title for title, _ in JOB_COLUMNS)
+# "submitted" (a clock time in the viewer's time zone) is shown only to those who ask for it
+# (`jobtpu config set columns ...`).
+DEFAULT_JOB_COLUMNS = JOB_COLUMN_TITLES[:-1]
+JOB_SHRINKABLE = frozenset({"info", "tags", "name", "overrides", "where", "user"})
+INFO_KEPT = 24
+CELL_KEPT = 10
+_RIGHT = frozenset({"id", "attempt", "run", "age"})
+_GAP = 1  # rich's padding between two columns, on each side
+
+
+def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
+               columns: Collection[str] | None = None) -> Table:
+    """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
+    table (the count per status, what the table leaves out). `columns`: the titles to show, in that
+    order (default: DEFAULT_JOB_COLUMNS)."""
+    fields = dict(JOB_COLUMNS)
+    chosen = [(title, fields[title]) for title in (DEFAULT_JOB_COLUMNS if columns is None else columns)
+              if title in fields]
+    cells = [[printable(str(getattr(r, field))) for _, field in chosen] for r in rows]
+    widths = fit_widths(chosen, cells, width)
+    caption = "\n".join(printable(c) for c in captions or []) or None
+    table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
                   caption_style="dim")
-    for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
-        # One row per job, as squeue and pueue print them: only the last log line's column may shrink
-        # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
-        # The header never wraps either: the shrinking column keeps at least its title's width.
-        table.add_column(column, no_wrap=column != "last log line", overflow="ellipsis",
-                         min_width=len(column) if column == "last log line" else None,
-                         justify="right" if column in ("id", "attempt", "age") else "left")
-    for job in jobs:
-        status = job["status"]
-        last_line = cell(job.get("last_line"))
-        last_line.overflow, last_line.no_wrap = "ellipsis", True
-        table.add_row(
-            cell(job["id"]), cell(job.get("name")), cell(job["user"]), cell(status, STATUS_STYLE.get(status, "")),
-            cell(job.get("reason")), cell(job.get("machine")), cell(job.get("attempt", 0)),
-            cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line)
-    if not jobs:
-        table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
-    return table
+    for (title, field), size in zip(chosen, widths, strict=True):
+        table.add_column(title, no_wrap=True, overflow="ellipsis", width=size,
+                         justify="right" if field in _RIGHT else "left")
+    styled = [field == "status" for _, field in chosen]
+    for values in cells:
+        table.add_row(*(Text(v, style=STATUS_STYLE.get(v, "") if styled[i] else "", no_wrap=True,
+                             overflow="ellipsis") for i, v in enumerate(values)))
+    return table  # (with no rows, the count line under it says "no jobs")
 
 
-def machines_table(rows: list[dict[str, Any]]) -> Table:
+def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int) -> list[int]:
+    """Each column's width: its widest cell, narrowed as JOB_COLUMNS' comment says until the table
+    fits in `width`. On a terminal too narrow even for the titles, rich cuts them too (never wraps)."""
+    titles = [len(title) for title, _ in columns]
+    widths = [max([titles[i], *(cell_len(row[i]) for row in cells)]) for i in range(len(columns))]
+    excess = sum(widths) + 2 * _GAP * (len(widths) - 1) - width
+    info = [i for i, (_, field) in enumerate(columns) if field == "info"]
+    others = [i for i, (_, field) in enumerate(columns) if field in JOB_SHRINKABLE and field != "info"]
+    # The last column first, to a readable part; then the widest others, to a readable part; then
+    # the last column to its title; then the others to theirs.
+    for indices, kept in ((info, INFO_KEPT), (others, CELL_KEPT), (info, 0), (others, 0)):
+        excess = _narrow(widths, indices, [max(kept, titles[i]) for i in range(len(columns))], excess)
+    return widths
+
+
+def _narrow(widths: list[int], indices: list[int], floors: list[int], excess: int) -> int:
+    """Take `excess` characters from the widest of `indices`, one at a time, none below its floor;
+    what is left of the excess."""
+    while excess > 0 and indices:
+        widest = max(indices, key=lambda i: widths[i] - floors[i])
+        if widths[widest] <= floors[widest]:
+            break
+        widths[widest] -= 1
+        excess -= 1
+    return excess
+
+
+def clock(seconds: float, zone: Any = None) -> str:
+    """A time as month-day hour:minute in `zone` (a tzinfo; None: this machine's local time)."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")
+
+
+def machines_table(rows: list[dict[str, Any]], zone: Any = None) -> Table:
+    """`zone`: the tzinfo clock times are shown in (None: local time)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "detail"):
-        table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
+    for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "note", "detail"):
+        table.add_column(column, overflow="fold" if column in ("note", "detail") else "ellipsis")
     for row in rows:
         free = " ".join(f"{k}={v}" for k, v in row["free"].items())
         health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
@@ -67,8 +111,18 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         if row.get("queued_resource"):
             accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
-                                  health, row["running"], free, row.get("detail"))))
+                                  health, row["running"], free, row.get("note"), _with_times(row, zone))))
     return table
+
+
+def _with_times(row: dict[str, Any], zone: Any) -> str | None:
+    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
+    times = [f"{what} {clock(row[key], zone)}" for key, what in (("unreachable_since", "since"),
+                                                                    ("next_try", "next try"))
+             if row.get(key) is not None]
+    if not times:
+        return row.get("detail")
+    return " ".join(filter(None, (row.get("detail"), f"({', '.join(times)})")))
 
 
 def rules_table(rows: list[dict[str, Any]]) -> Table:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import model, passevents
+from . import model, passevents, passsheet
 from .decide import (
     Kill,
     Launch,
@@ -56,7 +56,13 @@ ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of 
 class PassReport:
     notes: list[str] = field(default_factory=list)
     skipped: bool = False  # another pass was running
-    told_after: list[str] = field(default_factory=list)  # lines of what followed the save (notifications)
+    on_note: Callable[[str], None] | None = None  # shows a line as the pass goes (a cron pass's stderr)
+
+    def say(self, line: str) -> None:
+        """A line for the report, shown now too: for what a pass learns after its notes were shown."""
+        self.notes.append(line)
+        if self.on_note:
+            self.on_note(line)
 
 
 class Pass(Session):
@@ -95,7 +101,7 @@ class Pass(Session):
 
 def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
              on_note: Callable[[str], None] | None = None) -> PassReport:
-    report = PassReport()
+    report = PassReport(on_note=on_note)
     with pass_lock(home, wait) as got:
         if not got:
             report.skipped = True
@@ -135,12 +141,15 @@ def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
     passevents.before_decide(p)
+    passsheet.before_decide(p, seen, p.notes.append)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
     """What follows a pass whose result is saved (never a dry run): reporting what changed.
     Features that need it add one call here and keep their code in a module of their own."""
-    report.told_after.extend(passevents.after_pass(p, seen))
+    for line in passevents.after_pass(p, seen):
+        report.say(line)
+    passsheet.after_pass(p, report.say)
 
 
 def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:
@@ -303,6 +312,8 @@ def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict
             env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
     if "gpu" in job.alloc:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    if job.sweep is not None:
+        env["JOBTPU_SWEEP"], env["JOBTPU_SWEEP_INDEX"] = str(job.sweep), str(job.sweep_index or 0)
     for name, value in {**job.env, **secrets}.items():
         env.setdefault(name, value)
     return env
@@ -322,7 +333,8 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
     def one(ep: Endpoint) -> tuple[int, Any]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets))
+                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
+                          early_signal=early_signal(job))
         try:
             return ep.index, _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -365,6 +377,14 @@ def _launch(p: Pass, action: Launch, now: float) -> None:
         job.last_line = f"launch: {errors[0][-190:]}"
 
 
+def early_signal(job: Job) -> tuple[str, float] | None:
+    """--signal SIG@S: the signal and how long after the start the wrapper sends it (S before the
+    attempt's --timeout ends). The wrapper keeps the time, not the pass: passes may be a minute apart."""
+    if job.signal is None or job.signal_before is None or job.timeout is None:
+        return None
+    return job.signal, max(0.0, job.timeout - job.signal_before)
+
+
 def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
     """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
     the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
@@ -404,8 +424,8 @@ def _kill(p: Session, action: Kill, now: float) -> str | None:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], home_id=p.home_id)
-            return parse_kill(p.run_on(machine, ep, script)).get(ref, False)
+            script = kill_script(machine.root, [ref], grace=grace_of(job), home_id=p.home_id)
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace_of(job) + 120)).get(ref, False)
         except RemoteError:
             return False
 
@@ -415,6 +435,13 @@ def _kill(p: Session, action: Kill, now: float) -> str | None:
         apply_ending(job, ending, now)
         return machine.name if wants_recreate(ending) else None
     return None
+
+
+GRACE = 5.0  # seconds between TERM and KILL unless the job's --grace says otherwise
+
+
+def grace_of(job: Job) -> float:
+    return float(job.grace) if job.grace is not None else GRACE
 
 
 # ---- commands that act on the fleet outside a pass ------------------------------------------------

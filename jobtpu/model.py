@@ -41,9 +41,11 @@ LAUNCH_FAILED = "launch_failed"
 KILLED = "killed"
 RECOVERING = "recovering"
 UNREACHABLE = "unreachable"
+DEPENDENCY = "dependency"  # a job it waited for under --after ended without finishing
 FINISHED = "finished"  # an attempt's outcome when every worker exited 0
 
-REASONS = frozenset({PREEMPTED, GRPC, OOM, LOST, HANG, TIMEOUT, LAUNCH_FAILED, KILLED, RECOVERING, UNREACHABLE})
+REASONS = frozenset({PREEMPTED, GRPC, OOM, LOST, HANG, TIMEOUT, LAUNCH_FAILED, KILLED, RECOVERING, UNREACHABLE,
+                     DEPENDENCY})
 
 
 def exit_reason(code: int) -> str:
@@ -122,13 +124,23 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     last_alive: Number | None = None
 
 
-class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """How a job in `killing` ends once its processes are gone."""
+class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """How a job in `killing` ends once its processes are gone. (`retry` is written only when true,
+    so an ending reads as it always did.)"""
 
     status: Status
-    reason: str | None = None
-    exit_code: int | None = None
-    recover: str | None = None  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
+    reason: str | None = _always(_none)
+    exit_code: int | None = _always(_none)
+    recover: str | None = _always(_none)  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
+    retry: bool = False  # the recovery is one of --retries, counted apart from the rule's recoveries
+
+
+class ForcedAct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """An act on a job by someone other than its user, made with --force: kept in the job's record."""
+
+    by: str
+    act: str  # kill | resume | rerun | clean | tag | note
+    at: Number
 
 
 class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -167,6 +179,22 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
     progress: str | None = None  # submit --progress: a regex whose group is the step (goodput.compile_progress)
+    # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
+    priority: int = 0
+    forced: list[ForcedAct] = msgspec.field(default_factory=list)
+    sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
+    note: str = ""  # a person's line about the job (`jobtpu note`)
+    # Sweeps, dependencies, retries, hold, grace and signal (docs/reference.md §2.2.3).
+    sweep: int | None = None  # the sweep it belongs to: the id of the sweep's first job
+    sweep_index: int | None = None  # its combination's index in the sweep, 0 …
+    after: list[int] = msgspec.field(default_factory=list)  # jobs that must finish first (--after)
+    after_any: list[int] = msgspec.field(default_factory=list)  # jobs that must end first (--after-any)
+    retries: int = 0  # --retries: attempts a non-zero exit may be retried
+    retried: int = 0  # retries made so far (apart from `recoveries`)
+    held: bool = False  # `jobtpu hold`: stays queued until `jobtpu release`
+    grace: Number | None = None  # seconds between TERM and KILL when stopped (None: 5)
+    signal: str | None = None  # --signal: the signal's name (USR1) sent before --timeout ends
+    signal_before: Number | None = None  # … this many seconds before
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:
@@ -197,8 +225,10 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
 
     def queued_by_hand(self) -> None:
         """After `resume` or `rerun`: a person asked for this attempt, so the automatic recoveries
-        count afresh (max_recoveries is a budget per run a person starts, not per job)."""
+        count afresh (max_recoveries is a budget per run a person starts, not per job), and so do
+        the retries."""
         self.recoveries = 0
+        self.retried = 0
 
 
 # ---- what msgspec's types cannot say -------------------------------------------------------------
@@ -238,7 +268,14 @@ def _plainly_fine(job: Job) -> bool:
             and job.reason is None and job.exit_code is None and (job.rule is None or job.rule in RULES)
             and not job.env and not job.alloc and not job.attempts and job.ending is None
             and (not job.req or _request_problem(tuple(job.req)) is None)
-            and (bool(job.machine) or job.status not in ACTIVE))
+            and (bool(job.machine) or job.status not in ACTIVE) and -_I64 <= job.priority < _I64
+            and 0 <= job.retries < _I64 and 0 <= job.retried < _I64 and job.grace is None and job.signal is None
+            and (not job.after or min(job.after) > 0) and (not job.after_any or min(job.after_any) > 0)
+            and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index)))
+
+
+def _plain_sweep(sweep: int, index: int | None) -> bool:
+    return 0 < sweep < _I64 and index is not None and 0 <= index < _I64
 
 
 def _job_problem(job: Job) -> str | None:
@@ -257,8 +294,27 @@ def _job_problem(job: Job) -> str | None:
         return f"field 'archive' must be an archive's bare file name, like <sha256>.tar.gz (got {job.archive[:80]!r})"
     return (_env_problem(job.env) or _reason_problem(job.reason) or _alloc_problem(job.alloc)
             or _rule_problem(job.rule) or _attempts_problem(job.attempts) or _ending_problem(job.ending)
-            or _request_problem(tuple(job.req)) or _bounds_problem(job)
+            or _request_problem(tuple(job.req)) or _bounds_problem(job) or _sweep_problem(job)
             or (f"a {job.status} job needs a 'machine'" if job.active and not job.machine else None))
+
+
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM")  # what --signal may send
+
+
+def _sweep_problem(job: Job) -> str | None:
+    """The fields of sweeps, dependencies, retries, grace and signal."""
+    for name in ("retries", "retried"):
+        if getattr(job, name) < 0:
+            return f"field {name!r} must be 0 or more"
+    if job.sweep is not None and job.sweep < 1 or job.sweep_index is not None and job.sweep_index < 0:
+        return "fields 'sweep' and 'sweep_index' must be a job id and 0 or more"
+    if any(i < 1 for i in job.after + job.after_any):
+        return "fields 'after' and 'after_any' must list job ids"
+    if job.grace is not None and not 0 < job.grace <= 3600:
+        return "field 'grace' must be a number of seconds above 0, at most 3600"
+    if job.signal is not None and (job.signal not in SIGNALS or job.signal_before is None or not job.signal_before > 0):
+        return f"fields 'signal' and 'signal_before' must be one of {', '.join(SIGNALS)} and seconds above 0"
+    return None
 
 
 def _env_problem(env: dict[str, str]) -> str | None:
@@ -315,7 +371,8 @@ def _ending_problem(ending: Ending | None) -> str | None:
 def _bounds_problem(job: Job) -> str | None:
     """An integer beyond 64 bits (msgspec reads any size) would not survive other tools' readers."""
     low, high = _INT_RANGE
-    for name in ("id", "attempt", "max_recoveries", "recoveries", "log_size", "exit_code"):
+    for name in ("id", "attempt", "max_recoveries", "recoveries", "log_size", "exit_code", "priority", "retries",
+                 "retried", "sweep", "sweep_index"):
         value = getattr(job, name)
         if value is not None and not low <= value <= high:
             return f"field {name!r} is too large"
@@ -403,6 +460,7 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     refused: Refused | None = None
     zone_capacity_failures: int = 0
     moved: str | None = None
+    note: str | None = None  # a person's line about the machine (`jobtpu note --machine`)
 
 
 def machine_problem(record: MachineRecord) -> str | None:
@@ -457,4 +515,6 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 def unknown_job(job_id: int) -> NotFoundError:
     """The one error every command gives for an id it does not know."""
-    return NotFoundError(f"no job {job_id} in state.json", hint="`jobtpu status --all-users` lists every job")
+    return NotFoundError(f"no job {job_id} in state.json",
+                         hint="`jobtpu status --all-users --all` lists every job; `jobtpu status --history "
+                              "--all-users` those `clean` moved to history.jsonl")

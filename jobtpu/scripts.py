@@ -84,8 +84,9 @@ def _launch_call(spec: LaunchSpec) -> str:
     r = spec.ref
     env = [word for name, value in spec.env.items()
            for word in (name, "=" if name in spec.literal else "x", value)]
+    signal, delay = spec.early_signal or ("", 0)
     return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
-                int(spec.fresh), int(spec.tpu_cleanup), spec.command, *env)
+                int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), *env)
 
 
 @functools.cache

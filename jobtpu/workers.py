@@ -30,6 +30,7 @@ class LaunchSpec:
     fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
     home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
     literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
+    early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
 
 
 @dataclass(frozen=True)

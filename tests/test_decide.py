@@ -26,7 +26,7 @@ from jobtpu.decide import (
     wants_recreate,
 )
 from jobtpu.errors import JobtpuError
-from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
+from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
 from jobtpu.model import ACTIVE, ENDED, TRANSITIONS, Attempt, Ending, IllegalTransition, Job, Status
 from jobtpu.requests import allocate, parse_request, why_not
 from jobtpu.workers import WorkerRef, WorkerState
@@ -752,3 +752,152 @@ def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code(
     plan = decide([job], fleet(local("m")), seen("m", *states.values()))
     assert (job.status, job.exit_code) == (Status.FAILED, 7)  # worker 1 failed first, not worker 0
     assert plan.actions == []
+
+
+# ---- fair dispatch and per-user limits ------------------------------------------------------------------
+
+def by(user: str, job_id: int, **kw: Any) -> Job:
+    return Job(id=job_id, user=user, cmd="python train.py", archive="a.tar.gz", created=T0, **kw)
+
+
+def launch_order(jobs: list[Job], machines: Fleet) -> list[int]:
+    return [a.job for a in launches(decide(jobs, machines, Observation(NOW)))]
+
+
+def test_users_take_turns_so_a_long_queue_delays_another_users_job_by_one_turn() -> None:
+    sweep = [by("ann", i) for i in range(1, 201)]
+    single = by("bob", 201)
+    assert launch_order([*sweep, single], fleet(local("m", slot=2))) == [1, 201]
+    # Three users, and a fourth whose jobs came first: each round gives every user one job.
+    jobs = [by("cat", 1), by("cat", 2), by("cat", 3), by("ann", 4), by("bob", 5), by("bob", 6)]
+    assert launch_order(jobs, fleet(local("m", slot=6))) == [1, 4, 5, 2, 6, 3]
+
+
+def test_the_user_whose_last_launch_is_oldest_goes_first() -> None:
+    """Across passes too: with one free slot per pass, ann's queue does not win every pass because
+    her jobs were submitted first."""
+    ann_ran = by("ann", 1, status=Status.FINISHED, attempts=[Attempt(0, "m", "finished", 0, NOW - 10, NOW - 5)])
+    jobs = [ann_ran, by("ann", 2), by("ann", 3), by("bob", 4)]
+    assert launch_order(jobs, fleet(local("m"))) == [4]
+    bob_ran = by("bob", 5, status=Status.FINISHED, attempts=[Attempt(0, "m", "finished", 0, NOW - 1, NOW)])
+    jobs = [ann_ran, by("ann", 2), bob_ran, by("bob", 6)]
+    assert launch_order(jobs, fleet(local("m"))) == [2]
+
+
+def test_priority_orders_a_users_own_jobs_only() -> None:
+    jobs = [by("ann", 1), by("ann", 2, priority=5), by("ann", 3, priority=-1), by("ann", 4, priority=5),
+            by("bob", 5)]
+    # ann's turns go 2, 4 (priority 5, in submission order), 1, 3; bob still gets the second launch.
+    assert launch_order(jobs, fleet(local("m", slot=5))) == [2, 5, 4, 1, 3]
+
+
+def test_a_per_user_job_limit_holds_jobs_back_and_says_so() -> None:
+    limits = dataclasses.replace(fleet(local("m", slot=8)), per_user=UserLimit(jobs=2))
+    running = by("ann", 1, status=Status.RUNNING, machine="m", attempts=[Attempt(0, "m", started=T0)],
+                 alloc={"slot": [0]})
+    jobs = [running, by("ann", 2), by("ann", 3), by("bob", 4)]
+    obs = seen("m", ws(running, 0))
+    plan = decide(jobs, limits, obs)
+    assert [a.job for a in launches(plan)] == [4, 2]  # bob never launched: his turn first
+    assert jobs[2].status is Status.QUEUED and jobs[2].waiting == "held by the per-user limit (2 running jobs)"
+
+
+def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> None:
+    tpus = [tpu("t1"), tpu("t2")]
+    machines = dataclasses.replace(fleet(*tpus, local("m", slot=4)), per_user=UserLimit(tpu_machines=1),
+                                   user_limits={"lead": UserLimit(tpu_machines=2)})
+    jobs = [by("ann", 1, req=["v3-32"]), by("ann", 2, req=["v3-32"]), by("ann", 3), by("lead", 4, req=["v3-32"]),
+            by("lead", 5, req=["v3-32"])]
+    view = {name: MachineView(reachable=True) for name in ("t1", "t2", "m")}
+    plan = decide(jobs, machines, Observation(NOW, view))
+    assert {a.job: a.machine for a in launches(plan)} == {1: "t1", 3: "m", 4: "t2"}
+    assert jobs[1].waiting == "held by the per-user limit (1 TPU machine)"
+    assert jobs[4].waiting != jobs[1].waiting  # lead's limit is 2: job 5 waits only for a free TPU
+    # A machine a user already holds adds nothing: two jobs of ann share one machine under machines=1.
+    one_box = dataclasses.replace(fleet(local("a", slot=2), local("b", slot=2)), per_user=UserLimit(machines=1))
+    jobs = [by("ann", 1), by("ann", 2), by("ann", 3)]
+    plan = decide(jobs, one_box, Observation(NOW))
+    assert {a.job: a.machine for a in launches(plan)} == {1: "a", 2: "a"}
+    assert jobs[2].waiting == "held by the per-user limit (1 machine)"
+
+# ---- pending reasons ------------------------------------------------------------------------------------
+
+def test_pending_reason_names_the_busy_machines_and_the_queue_ahead() -> None:
+    a, b = gpu_box("a", gpus=1), gpu_box("b", gpus=1)
+    holders = [active(1, machine="a", alloc={"gpu": [0]}), active(2, machine="b", alloc={"gpu": [0]})]
+    waiting = [queued(i, req=["gpu=1"]) for i in (3, 4, 5, 6)]
+    obs = seen("a", ws(holders[0], 0))
+    obs.machines["b"] = MachineView(reachable=True, workers={ref(holders[1], 0): ws(holders[1], 0)})
+    decide([*holders, *waiting], fleet(a, b), obs)
+    assert [j.waiting for j in waiting] == [
+        "2 machines fit, both busy; next in line", "2 machines fit, both busy; 1 job ahead of it",
+        "2 machines fit, both busy; 2 jobs ahead of it", "2 machines fit, both busy; 3 jobs ahead of it"]
+
+
+def test_pending_reason_of_one_busy_machine_and_of_several() -> None:
+    holder = active(1, machine="m", alloc={"gpu": [0]})
+    job = queued(2, req=["gpu=1"])
+    decide([holder, job], fleet(gpu_box("m", gpus=1)), seen("m", ws(holder, 0)))
+    assert job.waiting == "m fits, busy; next in line"
+    boxes = [gpu_box(n, gpus=1) for n in "xyz"]
+    holders = [active(i, machine=m.name, alloc={"gpu": [0]}) for i, m in enumerate(boxes, 10)]
+    obs = Observation(NOW, {m.name: MachineView(reachable=True, workers={ref(h, 0): ws(h, 0)})
+                            for m, h in zip(boxes, holders, strict=True)})
+    job = queued(2, req=["gpu=1"])
+    decide([*holders, job], fleet(*boxes), obs)
+    assert job.waiting == "3 machines fit, all busy; next in line"
+
+
+def test_pending_reason_says_which_machine_is_being_recreated() -> None:
+    job = queued(req=["v3-32"])
+    view = MachineView(preempted=True, ready=False)
+    plan = decide([job], fleet(tpu("v3-32-p1")), Observation(NOW, {"v3-32-p1": view}))
+    assert recreates(plan) == [Recreate("v3-32-p1")]  # this pass asks for it back: it is on its way
+    assert job.waiting == "no machine can run it now: v3-32-p1 is being recreated; next in line"
+    view.recovering = True  # the next passes, while the TPU API recreates it
+    decide([job], fleet(tpu("v3-32-p1")), Observation(NOW, {"v3-32-p1": view}))
+    assert job.waiting == "no machine can run it now: v3-32-p1 is being recreated; next in line"
+    # A job whose failure has its TPU recreated queues behind the one already waiting.
+    other = active(3, machine="v3-32-p1", rule="reapply")
+    failed = ws(other, 0, alive=False, exit_code=1)
+    decide([other, job], fleet(tpu("v3-32-p1")),
+           seen("v3-32-p1", failed, tails={failed.ref: "GRPC error: Socket closed"}))
+    assert other.status is Status.QUEUED
+    assert other.waiting == "no machine can run it now: v3-32-p1 is being recreated; 1 job ahead of it"
+
+
+def test_pending_reason_of_a_preempted_tpu_nobody_recreates() -> None:
+    job = queued(req=["v3-32"])  # an on-demand TPU defaults to the rule `pass`: it is not recreated
+    view = MachineView(preempted=True, ready=False)
+    decide([job], fleet(tpu("t1", preemptible=False)), Observation(NOW, {"t1": view}))
+    assert job.waiting == "no machine can run it now: t1 is preempted; next in line"
+
+
+def test_pending_reason_mixes_busy_and_unavailable_machines() -> None:
+    holder = active(1, machine="a", alloc={"gpu": [0]})
+    job = queued(2, req=["gpu=1"])
+    obs = seen("a", ws(holder, 0))
+    obs.machines["b"] = MachineView(reachable=False)
+    decide([holder, job], fleet(gpu_box("a", gpus=1), gpu_box("b", gpus=1)), obs)
+    assert job.waiting == "2 machines fit: 1 busy, b is unreachable; next in line"
+
+
+def test_pending_reason_when_no_machine_offers_the_request() -> None:
+    job, pinned, gone = queued(1, req=["v5p-8"]), queued(2, pin="box", req=["gpu=8"]), queued(3, pin="nope")
+    decide([job, pinned, gone], fleet(local(), gpu_box("box", gpus=4)), Observation(NOW))
+    assert job.waiting == "no machine offers v5p-8"
+    assert pinned.waiting == "it is pinned to box, which cannot run it: offers gpu=4, the job asks 8"
+    assert gone.waiting == "it is pinned to nope, which machines.json no longer has"
+    assert all(j.status is Status.QUEUED for j in (job, pinned, gone))
+
+
+def test_queue_ahead_counts_only_jobs_waiting_for_the_same_machines() -> None:
+    holders = [active(1, machine="a"), active(2, machine="b")]
+    obs = seen("a", ws(holders[0], 0))
+    obs.machines["b"] = MachineView(reachable=True, workers={ref(holders[1], 0): ws(holders[1], 0)})
+    v3_jobs = [queued(i, req=["v3"]) for i in (3, 4)]
+    v4_job, any_job = queued(5, req=["v4"]), queued(6, req=["v3+"])
+    decide([*holders, *v3_jobs, v4_job, any_job], fleet(tpu("a", "v3-8"), tpu("b", "v4-8")), obs)
+    assert v3_jobs[1].waiting == "a fits, busy; 1 job ahead of it"
+    assert v4_job.waiting == "b fits, busy; next in line"
+    assert any_job.waiting == "2 machines fit, both busy; 3 jobs ahead of it"

@@ -57,7 +57,8 @@ def test_a_name_with_newlines_is_one_row_at_80_columns(tmp_path: Path) -> None:
     ids = [submit(home, src, "true", "--name", name) for name in ("two\nlines", "cr\rover", "tab\there", "\u202eevil")]
     out = jobtpu(home, "status", env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
     lines = out.splitlines()
-    assert len(lines) == 1 + len(ids), out
+    assert len(lines) == 1 + len(ids) + 1, out  # the header, one row per job, the count per status
+    assert lines[-1].strip() == f"{len(ids)} queued"
     assert "two\\nlines" in out and "cr\\rover" in out and "tab\\there" in out and "\\u202eevil" in out
     assert RAW_CONTROL.search(out) is None
     assert all(len(line) <= 80 for line in lines), out

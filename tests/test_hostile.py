@@ -159,7 +159,7 @@ def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> 
         rc, out, err = cli(home, "status", "--all-users")
         assert rc == 0 and err == "", err
         assert DISPLAY_UNSAFE.search(out) is None, repr(out)
-        assert len(out.splitlines()) == 1 + len(ids), out
+        assert len(out.splitlines()) == 1 + len(ids) + 1, out  # the header, a row per job, the count line
 
 
 def test_hostile_dir_and_a_command_bash_must_interpret(tmp_path: Path) -> None:

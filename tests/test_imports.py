@@ -58,6 +58,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ["status"], ["status", "--all-users"], ["status", "--json"], ["status", "--json", "1"],
     ["tail", "1"], ["tail", "1", "-n", "5", "--attempt", "0"], ["tail", "-f", "1"], ["tail", "999"],
     ["status", "--all"], ["rules"], ["rules", "--json"],
+    ["config", "get"], ["dir", "ls"], ["alias", "ls"], ["tldr"], ["exec", "--help"],
 ])
 def test_read_only_commands_do_not_load_ssh_or_cloud_modules(home: Path, tmp_path: Path, args: list[str]) -> None:
     record = tmp_path / "modules.json"

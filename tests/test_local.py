@@ -86,7 +86,8 @@ def test_status_table_is_one_row_per_job_however_long_the_last_log_line(tmp_path
     job_id = submit(home, src, "bash talk.sh", "--name", "chatty")
     manage_until(home, [job_id], {"finished"})
     lines = jobtpu(home, "status", env={"COLUMNS": "100"}).stdout.splitlines()
-    assert len(lines) == 2, lines  # the header and the job: the log line is cut short, not wrapped
+    # the header, the job (its log line cut short, not wrapped) and the count per status
+    assert len(lines) == 3 and lines[2].strip() == "1 finished", lines
     assert all(len(line) <= 100 for line in lines), lines
     assert "chatty" in lines[1] and "finished" in lines[1] and lines[1].rstrip().endswith("…")
 
@@ -224,7 +225,10 @@ def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
     jobtpu(home, "clean", "--remote")
     assert list(status(home)) == [theirs, queued_id]  # another user's ended job stays without --all-users
     assert (home / "run" / "jobs" / str(theirs)).exists()
-    jobtpu(home, "clean", "--all-users")
+    refused = jobtpu(home, "clean", "--all-users", check=False)  # someone's job is not tester's to clean
+    assert refused.returncode == 1 and "job 3 is someone's, not tester's: clean refused" in refused.stderr
+    assert list(status(home)) == [theirs, queued_id]
+    jobtpu(home, "clean", "--all-users", "--force")
     assert list(status(home)) == [queued_id]
     history = [json.loads(line) for line in (home / "history.jsonl").read_text().splitlines()]
     assert [h["id"] for h in history] == [done_id, other_id, theirs]  # one line per job

@@ -180,7 +180,7 @@ def test_syntax_error_names_line_and_column_and_changes_nothing(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("edit", "needle"), [
-    ({"colour": "red"}, "job 1: $.jobs[0]: object contains unknown field colour (valid: alloc, archive, "),
+    ({"colour": "red"}, "job 1: $.jobs[0]: object contains unknown field colour (valid: after, after_any, alloc, archive, "),
     ({"cmd": 5}, "job 1: $.jobs[0].cmd: expected str, got int"),
     ({"attempt": "0"}, "job 1: $.jobs[0].attempt: expected int, got str"),
     ({"log_stage": 1}, "job 1: $.jobs[0].log_stage: expected bool, got int"),

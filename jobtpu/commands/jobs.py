@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
-from ..inputs import resolve_user
 from ..store import Store
+from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
+from .select import Selector, announce, require_some, select
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
+    from ..listing import Filters
     from ..model import Job, State
+    from ..session import Session
     from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -28,7 +31,7 @@ class SubmitOptions(NamedTuple):
     """What `submit` and `run` take, as the user typed it (checked by build_job)."""
 
     cmd: str
-    dir: str = "."
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
     req: list[str] = []
     machine: str | None = None
     name: str = ""
@@ -44,6 +47,16 @@ class SubmitOptions(NamedTuple):
     log_stage: bool = False
     overrides: list[str] = []
     progress: str | None = None
+    priority: int = 0
+    sheet_note: str | None = None
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = []
+    sweep_file: str | None = None
+    after: list[str] = []
+    after_any: list[str] = []
+    retries: int = 0
+    grace: str | None = None
+    signal: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -51,14 +64,17 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..inputs import config_overrides, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
+    from ..settings import effective_aliases, load_settings, source_folder
 
-    user = resolve_user(opts.user)
+    user = known_user(home, opts.user)
+    settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
+    req = opts.req or settings.req
+    rule = opts.rule if opts.rule is not None else settings.rule
     if not opts.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
-    request = parse_request(opts.req)
-    if opts.machine is not None:
-        fleet.require(opts.machine)
-    reasons = {m.name: why_not(m, request, opts.machine) for m in fleet.machines.values()}
+    request = parse_request(req)
+    pin = fleet.resolve(opts.machine).name if opts.machine is not None else None  # an alias pins its machine
+    reasons = {m.name: why_not(m, request, pin) for m in fleet.machines.values()}
     if all(r is not None for r in reasons.values()):
         why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
@@ -66,7 +82,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, fleet.config_aliases)
+    overrides = config_overrides(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
@@ -77,7 +93,9 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
             compile_progress(opts.progress)
         except ValueError as e:
             raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
-    src = Path(opts.dir).expanduser()
+    src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
+    if chosen_because:
+        note(chosen_because)
     from ..archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
@@ -85,36 +103,69 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     with sigterm_interrupts():
         snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
-               req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
+               req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()), progress=opts.progress)
+               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress)
+
+
+def _sheet_note(src: Path, given: str | None) -> str | None:
+    """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from ..sheet import job_note
+
+    return job_note(src, given)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
     """Queue a job: checked, snapshotted, its secrets filed, then saved under a fresh id."""
+    return submit_jobs(home, opts)[0]
+
+
+def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
+    """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
+    then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
-    from ..store import take_next_id
+    from ..inputs import parse_duration
+    from ..store import take_next_id, write_id_mark
+    from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
     fleet = load_fleet(home)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
+    timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
+    extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
+                          opts.signal, timeout)
+    check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
     job = build_job(home, fleet, opts)
+    apply_extras(job, extras)
     from ..secrets import SecretStore, split_env
 
     job.env, secret = split_env(job.env)
+    jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
     secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
         secrets.check_keeper()
         secrets.check()
     try:
         with Store(home).transaction(start=read) as state:
-            job.id = take_next_id(home, state)
-            secrets.put(job.id, secret)  # before the job exists, so it never runs without them
-            state.jobs.append(job)
+            first = take_next_id(home, state)
+            if len(jobs) > 1:  # the sweep's ids, spent at once like one
+                state.next_id = first + len(jobs)
+                write_id_mark(home, first + len(jobs) - 1)
+            check_dependencies(home, state, first, extras.after, extras.after_any)
+            for offset, each in enumerate(jobs):
+                each.id = first + offset
+                if extras.combinations is not None:
+                    each.sweep = first
+                    each.tags.append(sweep_tag(first))
+                secrets.put(each.id, secret)  # before the job exists, so it never runs without them
+            state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
-        if secret and job.id:
-            _drop_unsaved_secret(home, job.id)
+        if secret:
+            for each in jobs:
+                if each.id:
+                    _drop_unsaved_secret(home, each.id)
         raise
-    return job
+    return jobs
 
 
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
@@ -131,8 +182,7 @@ def _drop_unsaved_secret(home: Home, job_id: int) -> None:
 
 
 def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
-    job = submit(home, opts)
-    _print_submitted(job, as_json)
+    _print_submitted(submit_jobs(home, opts), as_json)
     return 0
 
 
@@ -140,8 +190,12 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     """Submit, then one pass (or, following, passes until the job ends: its exit code)."""
     from .. import manage
 
-    job = submit(home, opts)
-    _print_submitted(job, as_json)
+    if follow_log and (opts.sweep or opts.sweep_file):
+        raise JobtpuError("run --follow follows one job, and a sweep is many",
+                          hint="`jobtpu run` without --follow, then `jobtpu status --sweep ID`")
+    submitted = submit_jobs(home, opts)
+    _print_submitted(submitted, as_json)
+    job = submitted[0]
     if not follow_log:
         if manage.run_pass(home, wait=30.0).skipped:
             note(f"jobtpu: another manage pass held the lock for 30 s; job {job.id} stays queued until a pass "
@@ -150,11 +204,18 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     return follow(home, job.id)
 
 
-def _print_submitted(job: Job, as_json: bool) -> None:
+def _print_submitted(jobs: list[Job], as_json: bool) -> None:
+    """A job's id; a sweep's ids as a range (12-17)."""
+    from ..sweeps import id_range
+
+    job = jobs[0]
     if as_json:
-        emit_json({"id": job.id, "archive": job.archive})
+        document: dict[str, Any] = {"id": job.id, "archive": job.archive}
+        if job.sweep is not None:
+            document.update(sweep=job.sweep, ids=[j.id for j in jobs])
+        emit_json(document)
     else:
-        print(job.id, flush=True)
+        print(id_range([j.id for j in jobs]) if job.sweep is not None else job.id, flush=True)
 
 
 def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
@@ -196,20 +257,49 @@ ENDED_SHOWN = 20
 ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
-def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool,
-                state: State | None = None) -> list[Job]:
-    jobs = (state or Store(home).load()).jobs
-    if ids:
-        known = {j.id for j in jobs}
-        missing = [i for i in ids if i not in known]
-        if missing:
-            raise NotFoundError(f"no job {missing[0]} in state.json",
-                                hint="`jobtpu status --all-users` lists every job")
-        return [j for j in jobs if j.id in ids]
-    if all_users:
-        return jobs
-    who = resolve_user(user)
-    return [j for j in jobs if j.user == who]
+HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
+
+
+class Selection(NamedTuple):
+    """Which jobs `status` lists: ids, or a user's (or everybody's) jobs; then the filters; from
+    state.json or, with `history`, from history.jsonl."""
+
+    ids: list[int]
+    user: str | None = None
+    all_users: bool = False
+    filters: Filters | None = None  # None: every job
+    history: bool = False
+    sweep: int | None = None  # one sweep's jobs, whoever submitted them
+
+    def keep(self, job: Job) -> bool:
+        return self.filters is None or self.filters.keep(job)
+
+
+def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
+    """The selected jobs, in id order (from history: newest first). A job named by id is looked for
+    in state.json, then in history.jsonl, where `clean` moved it. `state`: state.json, already read."""
+    from ..listing import find_jobs, history
+
+    jobs = history(home) if chosen.history else (state or Store(home).load()).jobs
+    if chosen.sweep is not None:
+        swept = [j for j in jobs if j.sweep == chosen.sweep]
+        if not swept:
+            raise NotFoundError(f"no sweep {chosen.sweep} in {'history.jsonl' if chosen.history else 'state.json'}",
+                                hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
+        return [j for j in swept if chosen.keep(j)]
+    if chosen.ids:
+        if chosen.history:
+            found = {j.id: j for j in jobs}
+            missing = [i for i in chosen.ids if i not in found]
+            if missing:
+                raise NotFoundError(f"no job {missing[0]} in history.jsonl",
+                                    hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
+            picked = [found[i] for i in dict.fromkeys(chosen.ids)]
+        else:
+            picked = find_jobs(home, jobs, chosen.ids)
+        return [j for j in picked if chosen.keep(j)]
+    who = None if chosen.all_users else known_user(home, chosen.user)
+    return [j for j in jobs if (who is None or j.user == who) and chosen.keep(j)]
 
 
 def _ended_at(job: Job) -> float:
@@ -236,27 +326,52 @@ def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
 
 
-def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_json: bool,
-           watch: float | None, show_all: bool) -> int:
-    from ..store import jobs_document, records
+def sweep_summary(jobs: list[Job]) -> str:
+    """A sweep's line of counts, most advanced first: `4 finished, 1 running, 1 failed`."""
+    order = ("finished", "running", "launching", "killing", "queued", "failed", "killed")
+    counts = {status: sum(1 for j in jobs if j.status == status) for status in order}
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+
+
+def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
+    """The newest HISTORY_SHOWN of the cleaned jobs (newest first), and what the table leaves out."""
+    if len(jobs) <= HISTORY_SHOWN:
+        return jobs, None
+    return jobs[:HISTORY_SHOWN], f"{len(jobs) - HISTORY_SHOWN} older job(s) not shown (--all shows every job)"
+
+
+def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
+    from ..store import jobs_document
 
     if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
-        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, ids, user, all_users)))
+        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
         sys.stdout.flush()
         return 0
     from rich.console import Console, Group
 
     from ..display import jobs_table
+    from ..listing import config_aliases, row, status_counts
+
+    columns, zone = status_view(home)
+
+    console = Console()
+    aliases = config_aliases(home)
+
     from .watch import freshness_text, say_freshness
 
     def table(state: State) -> Any:
-        jobs = chosen_jobs(home, ids, user, all_users, state)
-        if ids or show_all:  # jobs named by id are always shown
-            return jobs_table(records(jobs))
-        shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return jobs_table(records(shown), left_out=left_out)
+        jobs = chosen_jobs(home, chosen, state)
+        if chosen.ids or show_all:  # jobs named by id are always shown
+            shown, left_out = jobs, None
+        else:  # only the rows shown become table cells
+            shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
+        now = time.time()
+        counts = (f"sweep {chosen.sweep}: {sweep_summary(jobs)}" if chosen.sweep is not None
+                  else status_counts(jobs))
+        captions = [("in history: " if chosen.history else "") + counts]
+        return jobs_table([row(j, now, aliases, zone) for j in shown], console.width,
+                          captions + ([left_out] if left_out else []), columns)
 
-    console = Console()
     if watch is None:
         state = Store(home).load()
         console.print(table(state))
@@ -264,22 +379,30 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         return 0
     from rich.live import Live
 
-    with Live(jobs_table([]), console=console, screen=False, auto_refresh=False) as live:
+    with Live(jobs_table([], console.width), console=console, screen=False, auto_refresh=False) as live:
         while True:
             state = Store(home).load()
             live.update(Group(table(state), freshness_text(state.last_pass)), refresh=True)
             time.sleep(max(0.2, watch))
 
 
+def status_view(home: Home) -> tuple[list[str], Any]:
+    """The columns and the time zone the person looking wants (their settings; else the defaults)."""
+    from ..display import DEFAULT_JOB_COLUMNS
+    from ..settings import viewer_settings, viewer_zone
+
+    settings = viewer_settings(home)
+    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
+
+
 # ---- tail -----------------------------------------------------------------------------------------
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from ..store import records, unknown_job
+    from ..listing import find_job
+    from ..store import records
 
-    found = Store(home).load().job(job_id)
-    if found is None:
-        raise unknown_job(job_id)
+    found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
     job = records([found])[0]
     tried = [a["n"] for a in job["attempts"]]
     attempt = job["attempt"] if asked is None else asked
@@ -348,54 +471,107 @@ def _print_last_lines(path: Path, n: int) -> int:
 
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def kill(home: Home, ids: list[int]) -> int:
+def kill(home: Home, sel: Selector, force: bool = False) -> int:
     from ..manage import kill_jobs
     from ..session import locked_session
 
+    require_some(sel, "kill")
+    me = known_user(home, None)
     with locked_session(home) as session:
-        jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
+        jobs = select(home, session.state.jobs, sel, "kill")  # every id known, or nothing is killed
         for job in jobs:
-            if job.ended:
+            if job.ended and not sel.filters:
                 note(f"job {job.id} already {job.status}")
-        kill_jobs(session, [j for j in jobs if not j.ended], time.time())
-    for job in jobs:
-        if job.status == "killing":
+        live = [j for j in jobs if not j.ended]
+        check_owners(live, me, force, "kill")  # all allowed, or nothing is killed
+        announce("kill", live, sel)
+        if sel.dry_run:
+            return 0
+        kill_jobs(session, live, time.time())
+        stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
+    for job, owner in stopping:
+        if owner is not None:
+            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
+                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+        else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
 
 
-def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
-    """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
+def _local_process_owner(session: Session, job: Job) -> str | None:
+    """The account a job's processes on the local machine belong to, when it is not this one: a
+    process started by another account's pass can only be signalled by that account (or root)."""
+    import os
+    import pwd
+
+    machine = session.fleet.get(job.machine) if job.machine else None
+    if machine is None or machine.kind != "local" or os.geteuid() == 0:
+        return None
+    pid_file = Path(machine.root) / "meta" / str(job.id) / f"{job.attempt}.0.pid"
+    try:
+        owner = pid_file.stat().st_uid
+    except OSError:
+        return None
+    if owner == os.geteuid():
+        return None
+    try:
+        return pwd.getpwuid(owner).pw_name
+    except KeyError:
+        return f"uid {owner}"
+
+
+def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force: bool = False) -> int:
+    """`resume` (from the jobs' checkpoints) or `rerun` (from the start) of ended jobs; prints their ids."""
     from ..decide import requeue as requeue_job
     from ..session import locked_session
 
+    verb = "resume" if resume else "rerun"
+    require_some(sel, verb)
+    me = known_user(home, None)
     with locked_session(home) as session:
-        job = session.state.require_job(job_id)
-        if not job.ended:
-            raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
-                              hint=f"`jobtpu kill {job.id}` first")
+        jobs = select(home, session.state.jobs, sel, verb)
+        if not sel.filters:  # named by id: each must have ended
+            for job in jobs:
+                if not job.ended:
+                    raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
+                                      hint=f"`jobtpu kill {job.id}` first")
+        jobs = [j for j in jobs if j.ended]
         if machine is not None:
-            session.fleet.require(machine)
-        requeue_job(job, resume=resume, reason=None, machine=machine)
-        job.queued_by_hand()
-    print(job.id)
+            machine = session.fleet.resolve(machine).name
+        check_owners(jobs, me, force, verb)
+        announce(verb, jobs, sel)
+        if sel.dry_run:
+            return 0
+        for job in jobs:
+            requeue_job(job, resume=resume, reason=None, machine=machine)
+            job.queued_by_hand()
+    if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)
+        for job in jobs:
+            print(job.id)
     return 0
 
 
-def clean(home: Home, user: str | None, all_users: bool, remote: bool) -> int:
-    """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too)."""
+def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
+    """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too): your ended
+    jobs, or the ended ones among those the ids and selectors name."""
     from ..operations import clean_remote
     from ..secrets import SecretStore
     from ..session import locked_session
     from ..store import append_to_history
+    from .batch import settle_dependents
 
-    who = None if all_users else resolve_user(user)
+    me = known_user(home, None)
     with locked_session(home) as session:
-        gone = [j for j in session.state.jobs if j.ended and (who is None or j.user == who)]
+        gone = [j for j in select(home, session.state.jobs, sel, "clean") if j.ended]
+        check_owners(gone, me, force, "clean")  # history keeps who forced it
+        announce("clean", gone, sel)
+        if sel.dry_run:
+            return 0
         if remote:
             clean_remote(session, gone)
-        append_to_history(home, gone)
         gone_ids = {j.id for j in gone}
+        settle_dependents([j for j in session.state.jobs if j.id not in gone_ids], gone)
+        append_to_history(home, gone)
         session.state.jobs = [j for j in session.state.jobs if j.id not in gone_ids]  # the commit removes them
         # The cleaned jobs' secrets, and any a failed submit left behind. Under the state lock no
         # submit is between filing a secret and saving its job, so a secret whose id no saved job
@@ -409,10 +585,11 @@ def clean(home: Home, user: str | None, all_users: bool, remote: bool) -> int:
 def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
     """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
     from ..fleet import load_fleet
+    from ..listing import find_job
     from ..operations import fetch as fetch_folder
 
     state = Store(home).load()
-    job = state.require_job(job_id)
+    job = find_job(home, state.jobs, job_id)  # a cleaned job's folder stays until `clean --remote`
     if not job.attempts:
         raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
     if Path(path).is_absolute() or ".." in Path(path).parts:

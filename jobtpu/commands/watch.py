@@ -200,6 +200,9 @@ def watch(home: Home, interval: float, manage: bool) -> int:
                 live.update(dashboard(home, console.size.height, said, manage, interval), refresh=True)
 
 
+TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_pass start
+
+
 def _one_pass(home: Home) -> list[str]:
     """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
     from .. import manage as passes
@@ -210,7 +213,7 @@ def _one_pass(home: Home) -> list[str]:
         record_pass_failure(home, e)
         text = error_text(e) if isinstance(e, JobtpuError) else f"the pass failed: {type(e).__name__}: {e}"
         return [text.splitlines()[0]]
-    lines = list(report.told_after)
+    lines = [n for n in report.notes if n.startswith(TOLD_AFTER)]  # the rest are in the events
     if report.skipped:
         lines.append("another manage pass is running; showing what it saves")
     return lines

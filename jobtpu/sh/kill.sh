@@ -26,7 +26,12 @@ jobtpu_kill() {
     fi
   done
   jobtpu_hit "$hid" "$wanted" TERM
+  # The grace is wall time: each round's checks take time of their own on a busy host (bash 5's
+  # EPOCHREALTIME; an older bash counts rounds).
+  local start=${EPOCHREALTIME:-} now
+  start=${start//[!0-9]/}
   for _ in $(seq "$steps"); do
+    if [ -n "$start" ]; then now=${EPOCHREALTIME//[!0-9]/}; [ $((now - start)) -ge $((steps * 100000)) ] && break; fi
     left=0
     for group in ${groups[@]+"${groups[@]}"}; do jobtpu_group_alive "$group" && left=1; done
     [ -n "$(jobtpu_ours "$hid" "$wanted")" ] && left=1

@@ -8,16 +8,17 @@ jobtpu_launch_init() {
   jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3
 }
 
-# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND [NAME MODE VALUE]...
+# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one line: `LAUNCH job attempt worker ok PID` |
 # `... pending` | `... need-archive` | `... bad-archive WHY` | `... fail WHY`. FRESH=1: start from the
 # snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
-# holders and the libtpu lock file first. The NAME MODE VALUE triples are the job's environment (mode
+# holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
+# seconds after the start (--signal). The NAME MODE VALUE triples are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
-  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9
-  shift 9
+  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11}
+  shift 11
   out="LAUNCH $job $attempt $worker"
   mkdir -p "$r/meta/$job" "$r/jobs" || { echo "$out fail cannot create $r"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
@@ -63,6 +64,10 @@ jobtpu_launch() (
     a="$r/archives/$archive"
     [ -f "$a" ] || give_up need-archive
     command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
+    # An unpack cut short (the connection dropped, the worker rebooted) leaves its folder behind;
+    # one older than a claim can live is nobody's any more.
+    find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
+      -exec rm -rf {} + 2>/dev/null
     t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
     python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
     e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
@@ -78,8 +83,8 @@ jobtpu_launch() (
   # never appear on a command line that `ps` shows.
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
-  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" > "$b.log" 2>&1 < /dev/null &
+  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_timer jobtpu_wrapper)" \
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi

@@ -43,10 +43,25 @@ JOBTPU_w_load() {
   done < "$1"
 }
 
-# jobtpu_wrapper STEM COMMAND : runs in the login environment (never the job's, so an --env PATH
+# JOBTPU_w_timer SIGNAL DELAY LEADER : run in the background by the wrapper (LEADER, whose pid is the
+# job's process group): after DELAY seconds, send SIGNAL to every process of the group but the wrapper
+# and this timer (--signal: the job may checkpoint before its --timeout). TERM ends the timer at once,
+# with its sleep: nothing of it outlives the job.
+JOBTPU_w_timer() {
+  local JOBTPU_w_s JOBTPU_w_p
+  trap 'kill "$JOBTPU_w_s" 2>/dev/null; exit 0' TERM
+  sleep "$2" & JOBTPU_w_s=$!
+  wait "$JOBTPU_w_s" || exit 0
+  for JOBTPU_w_p in $(ps -eo pid=,pgid= | awk -v g="$3" '$2 == g {print $1}'); do
+    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
+  done
+}
+
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
-# command; record its exit code in STEM.exit. STEM is the absolute path stem of the worker's meta files.
+# command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
+# (JOBTPU_w_timer). STEM is the absolute path stem of the worker's meta files.
 jobtpu_wrapper() {
   if ! jobtpu_record_pid "$1"; then
     rm -f "$1.pid.tmp"
@@ -59,6 +74,8 @@ jobtpu_wrapper() {
     echo "jobtpu: the job's environment file $1.env could not be read or deleted; the command was not started" >&2
     echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
   fi
+  JOBTPU_w_t=""
+  if [ -n "${3:-}" ]; then JOBTPU_w_timer "$3" "$4" "$$" & JOBTPU_w_t=$!; fi
   (
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
     set -- "$BASH" "$2"
@@ -68,5 +85,7 @@ jobtpu_wrapper() {
     done
     exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
   )
-  echo $? > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
+  JOBTPU_w_c=$?
+  if [ -n "$JOBTPU_w_t" ]; then kill "$JOBTPU_w_t" 2>/dev/null; wait "$JOBTPU_w_t"; fi
+  echo "$JOBTPU_w_c" > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
 }

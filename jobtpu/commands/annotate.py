@@ -1,0 +1,107 @@
+"""`tag` and `note`: what people write on jobs and machines after the fact. Both change state.json
+under the pass lock, as `kill` does: a pass commits its own view of the jobs it touched and of every
+machine record, so a change made beside a pass could be written over by it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import JobtpuError
+from ..home import Home
+from ..text import printable
+from ..users import check_owner, check_owners, known_user
+
+# A note is one line a person reads in a table; a page of text belongs in a file of the job.
+MAX_NOTE = 500
+
+
+class TagChanges(NamedTuple):
+    ids: list[int]
+    add: list[str]
+    remove: list[str]
+
+
+def parse_tag_words(words: list[str]) -> TagChanges:
+    """`5 7 +best -draft`: job ids, then +TAG to add and -TAG to remove (in any order)."""
+    ids: list[int] = []
+    add: list[str] = []
+    remove: list[str] = []
+    for word in words:
+        if word == "--":  # the usual end of options: nothing to change
+            continue
+        if word.isdigit():
+            ids.append(int(word))
+        elif word.startswith("--"):
+            raise JobtpuError(f"{word!r} after the job ids is not a tag change",
+                              hint="put options before the ids (jobtpu tag --help); a tag starting with "
+                                   "'-' is removed as -TAG, added as +TAG")
+        elif word[:1] in "+-" and len(word) > 1:
+            (add if word[0] == "+" else remove).append(word[1:])
+        else:
+            raise JobtpuError(f"{word!r} is neither a job id nor a tag change",
+                              hint="add a tag with +TAG and remove one with -TAG, like `jobtpu tag 5 +best -draft`")
+    if not ids or not (add or remove):
+        raise JobtpuError("give one or more job ids and one or more tag changes",
+                          hint="like `jobtpu tag 5 7 +best -draft`")
+    both = sorted(set(add) & set(remove))
+    if both:
+        raise JobtpuError(f"tag {both[0]!r} is both added and removed", hint="give each tag once")
+    return TagChanges(ids, add, remove)
+
+
+def tag(home: Home, words: list[str], force: bool = False) -> int:
+    """Add and remove tags of jobs (all the jobs named, or none when one is unknown); print each
+    job's tags as they are now."""
+    from ..listing import require_current
+    from ..session import locked_session
+
+    changes = parse_tag_words(words)
+    me = known_user(home, None)
+    with locked_session(home) as session:
+        jobs = [require_current(home, session.state.jobs, job_id, "tag") for job_id in dict.fromkeys(changes.ids)]
+        check_owners(jobs, me, force, "tag")  # all allowed, or no tag changes
+        for job in jobs:
+            kept = [t for t in job.tags if t not in changes.remove]
+            job.tags = kept + [t for t in dict.fromkeys(changes.add) if t not in kept]
+    for job in jobs:
+        print(printable(f"job {job.id}: tags {','.join(job.tags) or '(none)'}"))
+    return 0
+
+
+def note_text(words: list[str]) -> str:
+    """The words of a note as one line (an empty one clears the note)."""
+    text = " ".join(words).strip()
+    if "\n" in text or "\r" in text:
+        raise JobtpuError("a note is one line", hint="give the note without line breaks")
+    if len(text) > MAX_NOTE:
+        raise JobtpuError(f"a note is at most {MAX_NOTE} characters (this one has {len(text)})",
+                          hint="keep the note short; longer text belongs in a file of the job")
+    return text
+
+
+def note(home: Home, machine: str | None, words: list[str], force: bool = False) -> int:
+    """`note ID TEXT` sets a job's note; `note --machine NAME TEXT` a machine's. Empty TEXT clears it."""
+    from ..listing import require_current
+    from ..session import locked_session
+
+    if machine is None:
+        if not words or not words[0].isdigit():
+            raise JobtpuError("give the job's id, then the note",
+                              hint='like `jobtpu note 5 "lr too high"`, or `jobtpu note --machine NAME TEXT`')
+        job_id, words = int(words[0]), words[1:]
+    if not words:
+        raise JobtpuError("give the note's text after the " + ("machine" if machine else "job id"),
+                          hint='an empty text ("") clears the note')
+    text = note_text(words)
+    with locked_session(home) as session:
+        if machine is None:
+            job = require_current(home, session.state.jobs, job_id, "note")
+            check_owner(job, known_user(home, None), force, "note")
+            job.note = text
+            what = f"job {job.id}"
+        else:
+            name = session.fleet.require(machine).name
+            session.state.machine(name).note = text or None
+            what = f"machine {name}"
+    print(printable(f"{what}: note {text!r}" if text else f"{what}: note cleared"))
+    return 0

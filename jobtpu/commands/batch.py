@@ -1,0 +1,185 @@
+"""What `submit` adds for sweeps, dependencies, retries, grace and an early signal, and the `hold`
+and `release` commands. The pure parts (axes, sweep files, cycles) are in jobtpu/sweeps.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import JobtpuError
+from ..home import Home
+from ..users import check_owners, known_user
+from .common import note
+from .select import Selector, announce, require_some, select
+
+if TYPE_CHECKING:
+    from ..model import Job, State
+
+MAX_GRACE = 3600.0  # seconds: a longer TERM→KILL wait holds `kill` (and a pass) for an hour
+
+
+class Extras(NamedTuple):
+    """The checked values of the options this module adds to `submit`."""
+
+    combinations: list[dict[str, str]] | None  # None: not a sweep
+    after: list[int]
+    after_any: list[int]
+    retries: int
+    grace: float | None
+    signal: str | None
+    signal_before: float | None
+
+
+def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], after_any: list[str],
+                 retries: int, grace: str | None, signal: str | None, timeout: float | None) -> Extras:
+    """Check the options before anything is snapshotted or written; one clear line for each mistake."""
+    from .. import sweeps
+    from ..inputs import parse_duration
+
+    if sweep and sweep_file is not None:
+        raise JobtpuError("give --sweep or --sweep-file, not both",
+                          hint="write every combination into the file, or give the axes with --sweep")
+    combinations = None
+    if sweep:
+        combinations = sweeps.expand(sweeps.parse_axes(sweep))
+    elif sweep_file is not None:
+        combinations = sweeps.read_file(Path(sweep_file).expanduser())
+    grace_s = parse_duration(grace, "--grace") if grace is not None else None
+    if grace_s is not None and grace_s > MAX_GRACE:
+        raise JobtpuError(f"--grace {grace}: at most {int(MAX_GRACE)} seconds")
+    name, before = parse_signal(signal, timeout) if signal is not None else (None, None)
+    return Extras(combinations, sweeps.parse_after(after, "--after"), sweeps.parse_after(after_any, "--after-any"),
+                  retries, grace_s, name, before)
+
+
+def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
+    """`USR1@30` → ("USR1", 30.0): the signal and how many seconds before --timeout it is sent."""
+    from ..inputs import parse_duration
+    from ..model import SIGNALS
+
+    word, sep, when = text.partition("@")
+    name = word.strip().upper().removeprefix("SIG")
+    if not sep or name not in SIGNALS:
+        raise JobtpuError(f"--signal {text!r} is not SIG@SECONDS with SIG one of {', '.join(SIGNALS)}",
+                          hint="like --signal USR1@60 (USR1, 60 seconds before --timeout ends)")
+    before = parse_duration(when, "--signal")
+    if timeout is None:
+        raise JobtpuError("--signal needs a --timeout: it is sent that long before the timeout ends",
+                          hint="like --timeout 2h --signal USR1@120")
+    if before >= timeout:
+        raise JobtpuError(f"--signal {text!r}: {before:g} s is not within the --timeout of {timeout:g} s")
+    return name, before
+
+
+def apply_extras(job: Job, extras: Extras) -> None:
+    job.after, job.after_any, job.retries = list(extras.after), list(extras.after_any), extras.retries
+    job.grace, job.signal, job.signal_before = extras.grace, extras.signal, extras.signal_before
+
+
+def sweep_jobs(job: Job, combinations: list[dict[str, str]], aliases: dict[str, str]) -> list[Job]:
+    """One job per combination, copies of `job` (one snapshot) with the combination's overrides after
+    the command line's own; ids, the sweep and its tag are given when they are saved."""
+    import msgspec
+
+    from ..inputs import config_overrides
+    from ..sweeps import as_overrides
+
+    return [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), aliases)],
+                                    sweep_index=i, tags=list(job.tags), after=list(job.after),
+                                    after_any=list(job.after_any), env=dict(job.env), req=list(job.req))
+            for i, c in enumerate(combinations)]
+
+
+def sweep_tag(sweep_id: int) -> str:
+    """The tag every job of a sweep carries (`--tag sweep:12` selects it as `--sweep 12` does)."""
+    return f"sweep:{sweep_id}"
+
+
+def check_dependencies(home: Home, state: State, first_id: int, after: list[int], after_any: list[int]) -> None:
+    """Refuse, before anything is saved, an id no job has, a job waiting for itself, a cycle, and an
+    --after on a job that already ended without finishing (it could never start)."""
+    from ..model import Status
+    from ..sweeps import check_dependencies as check_graph
+
+    if not after and not after_any:
+        return
+    known: dict[int, list[int]] = {j.id: [*j.after, *j.after_any] for j in state.jobs}
+    ended: dict[int, str] = {j.id: j.status for j in state.jobs if j.ended}
+    missing = [i for i in (*after, *after_any) if i not in known and i != first_id]
+    if missing:  # cleaned jobs are in history: they wait for nothing any more
+        for job_id, status in history_statuses(home, set(missing)).items():
+            known[job_id], ended[job_id] = [], status
+    check_graph(first_id, [*after, *after_any], known)
+    for job_id in after:
+        if job_id in ended and ended[job_id] != Status.FINISHED:
+            raise JobtpuError(f"--after {job_id}: job {job_id} already ended {ended[job_id]}; this job could never start",
+                              hint=f"`jobtpu rerun {job_id}` first, or wait for it with --after-any")
+
+
+def history_statuses(home: Home, ids: set[int]) -> dict[int, str]:
+    """The status of each of these ids that `clean` moved to history.jsonl."""
+    import msgspec
+
+    class Line(msgspec.Struct):
+        id: int
+        status: str
+
+    found: dict[int, str] = {}
+    if not home.history_file.exists():
+        return found
+    decoder = msgspec.json.Decoder(Line)
+    with open(home.history_file, "rb") as f:
+        for raw in f:
+            try:
+                line = decoder.decode(raw)
+            except msgspec.DecodeError:
+                continue  # a damaged line names no job anyone can wait for
+            if line.id in ids:
+                found[line.id] = line.status
+    return found
+
+
+def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
+    """Before `clean` moves ended jobs to history: jobs still waiting for them stop waiting (a finished
+    one, or any ended one under --after-any) or fail with reason `dependency` (one that failed or was
+    killed, under --after), as the pass would have decided; no queued job is left waiting for an id
+    that is no longer in state.json."""
+    from ..model import DEPENDENCY, Status
+
+    by_id = {j.id: j for j in gone}
+    for job in remaining:
+        if job.status is not Status.QUEUED or not (job.after or job.after_any):
+            continue  # only a queued job still waits; the records of the others stay as they are
+        broken = next((by_id[i] for i in job.after if i in by_id and by_id[i].status != Status.FINISHED), None)
+        if broken is not None:
+            job.last_line = f"job {broken.id} it waited for (--after) ended {broken.status}"
+            job.move(Status.FAILED, DEPENDENCY)
+            job.waiting = None
+            continue
+        job.after = [i for i in job.after if i not in by_id]
+        job.after_any = [i for i in job.after_any if i not in by_id]
+
+
+# ---- hold / release -------------------------------------------------------------------------------
+
+def hold(home: Home, sel: Selector, release: bool, force: bool = False) -> int:
+    """`hold`: queued jobs stay queued until released; `release`: they may start again."""
+    from ..session import locked_session
+
+    verb = "release" if release else "hold"
+    require_some(sel, verb)
+    with locked_session(home) as session:
+        chosen = select(home, session.state.jobs, sel, verb)
+        if sel.ids:  # named by id: say why one is left as it is
+            for job in chosen:
+                if job.status != "queued":
+                    note(f"job {job.id} is {job.status}; only a queued job is held or released")
+        acting = [j for j in chosen if j.status == "queued" and j.held == release]
+        check_owners(acting, known_user(home, None), force, verb)
+        announce(verb, acting, sel)
+        if sel.dry_run:
+            return 0
+        for job in acting:
+            job.held = not release
+            job.waiting = None if release else "held by hold"
+    return 0

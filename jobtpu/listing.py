@@ -1,0 +1,222 @@
+"""What `status` lists and how each row reads: the filters, the cells of a job's row (run time,
+overrides in their short form, resources or allocation, why a queued job waits), the count per
+status, and the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
+machines.json's aliases; rich stays in display.py."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+
+from .errors import ConfigError, JobtpuError, NotFoundError
+from .home import Home
+from .model import Job, Status
+
+STATUS_ORDER = tuple(s.value for s in Status)
+
+
+class Filters(NamedTuple):
+    """`status --status/--tag/--name`: a job is listed when it passes every filter given."""
+
+    statuses: frozenset[str] = frozenset()  # any of these (empty: any status)
+    tags: frozenset[str] = frozenset()  # all of these
+    name: str | None = None  # a shell-style pattern (fnmatch) over the whole name
+
+    def keep(self, job: Job) -> bool:
+        return ((not self.statuses or job.status.value in self.statuses)
+                and self.tags.issubset(job.tags)
+                and (self.name is None or fnmatch.fnmatchcase(job.name, self.name)))
+
+
+def status_counts(jobs: Iterable[Job]) -> str:
+    """`2 queued, 3 running, 1 failed`: how many of the selected jobs are in each status (in the
+    order a job moves through them), so a table cut short still tells the whole story."""
+    counts = Counter(job.status.value for job in jobs)
+    parts = [f"{counts[s]} {s}" for s in STATUS_ORDER if counts[s]]
+    return ", ".join(parts) if parts else "no jobs"
+
+
+# ---- a row's cells --------------------------------------------------------------------------------
+
+class Row(NamedTuple):
+    """A job's row as text, cell by cell (display.py escapes and lays them out)."""
+
+    id: int
+    name: str
+    user: str
+    status: str
+    attempt: str
+    run: str
+    age: str
+    where: str
+    overrides: str
+    tags: str
+    info: str
+    submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
+
+
+def duration(seconds: float) -> str:
+    """A length of time in its largest whole unit: 45s, 12m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def run_time(job: Job, now: float) -> float | None:
+    """How long the job has run, over all its attempts (a running one up to now); None before its first."""
+    spans = [(a.ended if a.ended is not None else now) - a.started for a in job.attempts if a.started is not None]
+    return sum(spans) if spans else None
+
+
+def where(job: Job) -> str:
+    """On a machine: the machine and what it holds there (`box gpu=0,1`; a bare slot is not named).
+    Queued: what it asks for and where it is pinned (`v3-32 @v3-p1`). Ended: where it last ran."""
+    if job.active and job.machine:
+        held = [f"{resource}={','.join(map(str, indices))}" for resource, indices in job.alloc.items()
+                if resource != "slot"]
+        return " ".join([job.machine, *held])
+    if job.status is Status.QUEUED:
+        return " ".join([*job.req, *([f"@{job.pin}"] if job.pin else [])])
+    return job.attempts[-1].machine if job.attempts else ""
+
+
+def short_overrides(overrides: list[str], aliases: Mapping[str, str]) -> str:
+    """The job's config overrides as a person typed them: `--config.training.lr=0.01` reads `lr=0.01`
+    when an alias names that key (the shortest such alias), else as the key itself."""
+    shortest: dict[str, str] = {}
+    for alias, full in aliases.items():
+        if full not in shortest or len(alias) < len(shortest[full]):
+            shortest[full] = alias
+    words = []
+    for word in overrides:
+        try:
+            parts = shlex.split(word)
+        except ValueError:  # a hand-edited record: show it as it is
+            parts = [word]
+        for part in parts:
+            key, sep, value = part.lstrip("-").partition("=")
+            words.append(f"{shortest.get(key, key)}{sep}{value}")
+    return " ".join(words)
+
+
+def info(job: Job) -> str:
+    """The last column: why it stopped or waits, then its note, then its last log line."""
+    parts = [job.reason or ""]
+    if job.status is Status.QUEUED:
+        parts.append(job.waiting or "no pass has tried it yet")
+    parts.append(f"note: {job.note}" if job.note else "")
+    if job.status is not Status.QUEUED:
+        parts.append(job.last_line)
+    return "; ".join(p for p in parts if p)
+
+
+def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None) -> Row:
+    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time)."""
+    from .display import clock
+
+    ran = run_time(job, now)
+    return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
+               attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
+               age=duration(now - job.created), where=where(job),
+               overrides=short_overrides(job.overrides, aliases), tags=",".join(job.tags), info=info(job),
+               submitted=clock(job.created, zone))
+
+
+def attempt_text(job: Job) -> str:
+    """The attempt number, and how many recoveries (preemptions, grpc, hangs) and --retries (non-zero
+    exits) led to it, counted apart: `3 (1 rec, 1/2 retry)`."""
+    parts = []
+    if job.recoveries:
+        parts.append(f"{job.recoveries} rec")
+    if job.retries:
+        parts.append(f"{job.retried}/{job.retries} retry")
+    return f"{job.attempt} ({', '.join(parts)})" if parts else str(job.attempt)
+
+
+def config_aliases(home: Home) -> dict[str, str]:
+    """The aliases overrides are shown through: built-in, the team's, the viewer's own. A
+    machines.json that cannot be read costs the team's only: `status` must still work while someone
+    fixes it."""
+    from .fleet import load_fleet
+    from .settings import effective_aliases, viewer_settings
+
+    try:
+        team = dict(load_fleet(home).config_aliases)
+    except ConfigError:
+        team = {}
+    try:
+        own = dict(viewer_settings(home).aliases)
+    except JobtpuError:
+        own = {}
+    return effective_aliases(team, own)
+
+
+# ---- history --------------------------------------------------------------------------------------
+
+_JOB = msgspec.json.Decoder(Job)
+
+
+def history(home: Home) -> list[Job]:
+    """The jobs `clean` moved to history.jsonl, newest first (a job listed twice, after a crash
+    between the append and the save, counts once: its last line)."""
+    path = home.history_file
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    by_id: dict[int, Job] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            job = _JOB.decode(line)
+        except msgspec.DecodeError as e:
+            raise ConfigError(f"{path.name}:{number}: not a job record ({str(e)[:100]})",
+                              hint=f"fix or delete that line of {path}") from None
+        by_id.pop(job.id, None)
+        by_id[job.id] = job
+    return list(reversed(by_id.values()))
+
+
+def find_job(home: Home, jobs: list[Job], job_id: int) -> Job:
+    """The job with this id in state.json, else in history.jsonl (a cleaned job keeps its id, logs
+    and results); NotFoundError when neither has it."""
+    return find_jobs(home, jobs, [job_id])[0]
+
+
+def find_jobs(home: Home, jobs: list[Job], ids: list[int]) -> list[Job]:
+    """find_job for several ids (each once, in id order), reading history.jsonl at most once."""
+    wanted = set(ids)
+    by_id = {j.id: j for j in jobs if j.id in wanted}
+    if len(by_id) < len(wanted):
+        by_id.update((j.id, j) for j in history(home) if j.id in wanted and j.id not in by_id)
+    missing = sorted(wanted - by_id.keys())
+    if missing:
+        raise no_such_job(missing[0])
+    return [by_id[i] for i in sorted(wanted)]
+
+
+def require_current(home: Home, jobs: list[Job], job_id: int, act: str) -> Job:
+    """The job with this id in state.json, for a command that changes it (`act`: kill, resume,
+    tag...). A job `clean` moved to history.jsonl is not changed any more: the error says that is
+    where it went, rather than that it does not exist."""
+    job = next((j for j in jobs if j.id == job_id), None)
+    if job is not None:
+        return job
+    if any(j.id == job_id for j in history(home)):
+        raise NotFoundError(f"job {job_id} was moved to history.jsonl by `clean`; {act} changes only the jobs "
+                            "in state.json", hint=f"`jobtpu status {job_id}` shows it; submit it again to run it again")
+    raise no_such_job(job_id)
+
+
+def no_such_job(job_id: int) -> NotFoundError:
+    return NotFoundError(f"no job {job_id} in state.json nor in history.jsonl",
+                         hint="`jobtpu status --all-users --all` lists every job; add --history for those "
+                              "`clean` moved out")

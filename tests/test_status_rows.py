@@ -1,0 +1,248 @@
+"""Status that answers the questions people ask, through the CLI: each row's run time, overrides,
+resources and pending reason; the count per status; the filters; 80 columns; tags and notes set
+after submit; and the jobs `clean` moved to history."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from jobtpu.listing import row
+from jobtpu.model import Attempt, Job, Status
+from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, write_tree
+
+ONE_SLOT = {"local": {"kind": "local", "resources": {"slot": 1}}}
+ALIASES = {"lr": "config.training.learning_rate", "bs": "config.training.batch_size"}
+
+
+def _home(tmp_path: Path, slots: int = 1) -> tuple[Path, Path]:
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": slots}}})
+    doc = json.loads((home / "machines.json").read_text())
+    (home / "machines.json").write_text(json.dumps({**doc, "config_aliases": ALIASES}))
+    return home, write_tree(tmp_path / "src", {"train.sh": "echo step 1\nsleep 60\n"})
+
+
+def _rows(table: str) -> dict[int, str]:
+    """The table's job rows by id (a row starts with the id, right-aligned)."""
+    return {int(m[1]): line for line in table.splitlines() if (m := re.match(r"^\s*(\d+)  ", line))}
+
+
+def _kill_all(home: Path, ids: list[int]) -> None:
+    jobtpu(home, "kill", *map(str, ids))
+    manage_until(home, ids, {"killed"})
+
+
+def test_rows_show_run_time_overrides_resources_and_why_a_job_waits(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    ids = [submit(home, src, "bash train.sh", "--name", f"sweep-{lr}", "--tag", "sweep", f"lr={lr}", "bs=32")
+           for lr in ("0.1", "0.01", "0.001")]
+    manage(home)
+    try:
+        table = jobtpu(home, "status", env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout
+        rows = _rows(table)
+        assert sorted(rows) == ids, table
+        # Two sweep jobs are told apart by their overrides, in the short form the aliases give.
+        assert "lr=0.1 bs=32" in rows[ids[0]] and "lr=0.01 bs=32" in rows[ids[1]], table
+        running = rows[ids[0]].split()
+        assert running[3] == "running" and re.fullmatch(r"\d+s", running[5]) and "local" in running, table
+        # A queued job says why it waits, and where it stands in the queue.
+        assert "local fits, busy; next in line" in rows[ids[1]], table
+        assert "local fits, busy; 1 job ahead of it" in rows[ids[2]], table
+        assert status(home)[ids[2]]["waiting"] == "local fits, busy; 1 job ahead of it"
+        assert table.splitlines()[-1].strip() == "2 queued, 1 running", table
+    finally:
+        _kill_all(home, ids)
+
+
+def test_a_queued_job_says_when_no_machine_offers_what_it_asks(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"box": {"kind": "local", "resources": {"gpu": 4}}})
+    src = write_tree(tmp_path / "src", {"a": "x"})
+    job = submit(home, src, "true", "--req", "gpu=4")
+    # machines.json changes after the submit: the box now offers fewer GPUs than the job asks.
+    (home / "machines.json").write_text(json.dumps({"machines": {"box": {"kind": "local", "resources": {"gpu": 2}}}}))
+    assert manage(home)[job]["waiting"] == "no machine offers gpu=4"
+    table = jobtpu(home, "status", env={"COLUMNS": "200"}).stdout
+    assert "no machine offers gpu=4" in _rows(table)[job] and "gpu=4" in _rows(table)[job].split()
+
+
+def test_a_job_no_pass_has_tried_says_so(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    job = submit(home, src, "true")
+    assert "no pass has tried it yet" in _rows(jobtpu(home, "status", env={"COLUMNS": "200"}).stdout)[job]
+
+
+def test_at_80_columns_the_header_never_wraps_and_every_row_is_one_line(tmp_path: Path) -> None:
+    home, src = _home(tmp_path, slots=2)
+    long = "a-very-long-experiment-name-that-goes-on-and-on"
+    ids = [submit(home, src, "bash train.sh", "--name", f"{long}-{i}", "--tag", "ablation-study-2026",
+                  "--tag", "baseline", f"lr={i}e-4", "config.model.depth=48", "--user", "someone-with-a-long-name")
+           for i in range(4)]
+    manage(home)
+    try:
+        jobtpu(home, "note", str(ids[0]), "the loss spikes at step 1200; compare with the baseline run")
+        out = jobtpu(home, "status", "--all-users", env={"COLUMNS": "80", "NO_COLOR": "1"}).stdout
+        lines = out.splitlines()
+        assert all(len(line) <= 80 for line in lines), out
+        assert lines[0].split() == ["id", "name", "user", "status", "att", "run", "age", "where", "config", "tags",
+                                    "why", "/", "log"], out
+        assert sorted(_rows(out)) == ids and len(lines) == 1 + len(ids) + 1, out
+        assert lines[-1].strip() == "2 queued, 2 running", out
+    finally:
+        _kill_all(home, ids)
+
+
+def test_status_filters_by_status_tag_and_name(tmp_path: Path) -> None:
+    home, src = _home(tmp_path, slots=1)
+    quick = write_tree(tmp_path / "quick", {"a": "x"})
+    done = submit(home, quick, "true", "--name", "prep-data", "--tag", "data")
+    manage_until(home, [done], {"finished"})
+    a = submit(home, src, "bash train.sh", "--name", "sweep-a", "--tag", "sweep", "--tag", "best")
+    b = submit(home, src, "bash train.sh", "--name", "sweep-b", "--tag", "sweep")
+    manage(home)
+    try:
+        def listed(*args: str) -> list[int]:
+            return sorted(_rows(jobtpu(home, "status", *args, env={"COLUMNS": "200"}).stdout))
+
+        assert listed("--status", "running,queued") == [a, b]
+        assert listed("--status", "finished", "--status", "queued") == [done, b]
+        assert listed("--tag", "sweep") == [a, b] and listed("--tag", "sweep", "--tag", "best") == [a]
+        assert listed("--name", "sweep-*") == [a, b] and listed("--name", "prep*", "--tag", "sweep") == []
+        assert [j["id"] for j in json.loads(jobtpu(home, "status", "--json", "--tag", "best").stdout)["jobs"]] == [a]
+        counted = jobtpu(home, "status", "--tag", "sweep", env={"COLUMNS": "200"}).stdout.splitlines()[-1]
+        assert counted.strip() == "1 queued, 1 running"
+        bad = jobtpu(home, "status", "--status", "done", check=False)
+        assert bad.returncode == 2 and bad.stderr.splitlines()[0] == (
+            "jobtpu: error: argument --status: 'done' is not a status: use queued, launching, running, killing, "
+            "finished, failed, killed")
+    finally:
+        _kill_all(home, [a, b])
+
+
+def test_run_time_is_the_time_on_machines_over_every_attempt() -> None:
+    job = Job(id=7, user="u", cmd="c", archive="a.tar.gz", created=0.0, status=Status.RUNNING, machine="box",
+              attempt=1, alloc={"gpu": [0, 1], "slot": [0]},
+              attempts=[Attempt(0, "box", "preempted", None, 100.0, 160.0), Attempt(1, "box", started=200.0)],
+              overrides=["--config.training.learning_rate=0.01", "'--config.x=a b'"], tags=["t1", "t2"])
+    cells = row(job, 260.0, ALIASES)
+    assert (cells.run, cells.age, cells.attempt) == ("2m", "4m", "1")
+    assert cells.where == "box gpu=0,1" and cells.overrides == "lr=0.01 config.x=a b" and cells.tags == "t1,t2"
+    queued = Job(id=8, user="u", cmd="c", archive="a.tar.gz", created=0.0, req=["v3-32"], pin="v3-p1",
+                 waiting="v3-p1 fits, busy; next in line")
+    cells = row(queued, 30.0, {})
+    assert (cells.run, cells.where, cells.info) == ("", "v3-32 @v3-p1", "v3-p1 fits, busy; next in line")
+
+
+# ---- tags and notes -----------------------------------------------------------------------------
+
+def test_tag_adds_and_removes_tags_of_several_jobs(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    a = submit(home, src, "true", "--tag", "draft", "--tag", "sweep")
+    b = submit(home, src, "true", "--tag", "sweep")
+    out = jobtpu(home, "tag", str(a), str(b), "+best", "-draft").stdout
+    assert out.splitlines() == [f"job {a}: tags sweep,best", f"job {b}: tags sweep,best"]
+    jobs = status(home)
+    assert jobs[a]["tags"] == ["sweep", "best"] and jobs[b]["tags"] == ["sweep", "best"]
+    assert sorted(_rows(jobtpu(home, "status", "--tag", "best", env={"COLUMNS": "200"}).stdout)) == [a, b]
+    jobtpu(home, "tag", str(a), "+best", "-sweep")  # adding a tag it has changes nothing
+    assert status(home)[a]["tags"] == ["best"]
+
+
+@pytest.mark.parametrize(("words", "needle"), [
+    ([], "give one or more job ids and one or more tag changes"),
+    (["1"], "give one or more job ids and one or more tag changes"),
+    (["1", "best"], "'best' is neither a job id nor a tag change"),
+    (["1", "+x", "-x"], "tag 'x' is both added and removed"),
+    (["1", "+x", "--force"], "'--force' after the job ids is not a tag change"),
+    (["1", "999", "+x"], "no job 999 in state.json"),
+])
+def test_a_wrong_tag_command_is_one_line_and_changes_nothing(tmp_path: Path, words: list[str], needle: str) -> None:
+    home, src = _home(tmp_path)
+    submit(home, src, "true", "--tag", "keep")
+    before = (home / "state.json").read_bytes()
+    done = jobtpu(home, "tag", *words, check=False)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr.startswith(f"jobtpu: error: {needle}") and len(done.stderr.splitlines()) == 2, done.stderr
+    assert (home / "state.json").read_bytes() == before
+
+
+def test_notes_on_a_job_and_on_a_machine(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    job = submit(home, src, "true")
+    assert jobtpu(home, "note", str(job), "lr", "too", "high").stdout == f"job {job}: note 'lr too high'\n"
+    assert status(home)[job]["note"] == "lr too high"
+    assert "note: lr too high" in _rows(jobtpu(home, "status", env={"COLUMNS": "200"}).stdout)[job]
+    jobtpu(home, "note", str(job), "")
+    assert "note" not in status(home)[job]
+    jobtpu(home, "note", "--machine", "local", "disk almost full, ask before using")
+    rows = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
+    assert rows[0]["note"] == "disk almost full, ask before using"
+    table = jobtpu(home, "machines", env={"COLUMNS": "200"}).stdout
+    assert "note" in table.splitlines()[0] and "disk almost full, ask before using" in table
+    manage_until(home, [job], {"finished"})  # a pass keeps the machine's note
+    assert json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]["note"].startswith("disk almost")
+    for args, needle in [(["note", "999", "x"], "no job 999 in state.json"),
+                         (["note", "--machine", "nope", "x"], "unknown machine 'nope'"),
+                         (["note", "abc"], "give the job's id, then the note"),
+                         (["note", str(job)], "give the note's text after the job id"),
+                         (["note", str(job), "a\nb"], "a note is one line")]:
+        done = jobtpu(home, *args, check=False)
+        assert done.returncode == 1 and done.stderr.startswith(f"jobtpu: error: {needle}"), (args, done.stderr)
+
+
+# ---- history --------------------------------------------------------------------------------------
+
+def test_cleaned_jobs_are_listed_by_status_history_and_found_by_id(tmp_path: Path) -> None:
+    home, _ = _home(tmp_path, slots=2)
+    src = write_tree(tmp_path / "quick", {"job.sh": "echo result > out.txt; echo finished-line\n"})
+    first = submit(home, src, "bash job.sh", "--name", "first", "--tag", "keep")
+    second = submit(home, src, "bash job.sh; exit 3", "--name", "second")
+    manage_until(home, [first, second], {"finished", "failed"})
+    stays = submit(home, src, "true", "--name", "stays")
+    jobtpu(home, "clean")
+    assert sorted(status(home)) == [stays]
+
+    wide = {"COLUMNS": "200", "NO_COLOR": "1"}
+    table = jobtpu(home, "status", "--history", env=wide).stdout
+    assert list(_rows(table)) == [second, first], table  # newest first
+    assert "exit 3" in _rows(table)[second] and table.splitlines()[-1].strip() == "in history: 1 finished, 1 failed"
+    assert list(_rows(jobtpu(home, "status", "--history", "--tag", "keep", env=wide).stdout)) == [first]
+    assert list(_rows(jobtpu(home, "status", "--history", "--status", "failed", env=wide).stdout)) == [second]
+    listed = json.loads(jobtpu(home, "status", "--history", "--json").stdout)["jobs"]
+    assert [j["id"] for j in listed] == [second, first]
+    # A cleaned job is found by its id: status, status --json, tail, fetch.
+    assert list(_rows(jobtpu(home, "status", str(first), env=wide).stdout)) == [first]
+    assert json.loads(jobtpu(home, "status", "--json", str(first)).stdout)["jobs"][0]["status"] == "finished"
+    assert jobtpu(home, "tail", str(first)).stdout == "finished-line\n"
+    jobtpu(home, "fetch", str(first), "out.txt", "--to", str(tmp_path / "got"))
+    assert (tmp_path / "got" / "out.txt").read_text() == "result\n"
+
+
+def test_an_unknown_id_points_to_listings_that_show_it(tmp_path: Path) -> None:
+    home, src = _home(tmp_path)
+    job = submit(home, src, "true")
+    manage_until(home, [job], {"finished"})
+    jobtpu(home, "clean")
+    for args in (["status", "999"], ["tail", "999"], ["fetch", "999"]):
+        done = jobtpu(home, *args, check=False)
+        assert done.returncode == 1 and done.stderr.splitlines() == [
+            "jobtpu: error: no job 999 in state.json nor in history.jsonl",
+            "hint: `jobtpu status --all-users --all` lists every job; add --history for those `clean` moved out"]
+    # Commands that change a job say where a cleaned one went, and change nothing.
+    before = (home / "state.json").read_bytes()
+    for act, args in (("kill", []), ("resume", []), ("rerun", []), ("tag", ["+x"]), ("note", ["x"])):
+        done = jobtpu(home, act, str(job), *args, check=False)
+        assert done.returncode == 1 and done.stderr.splitlines() == [
+            f"jobtpu: error: job {job} was moved to history.jsonl by `clean`; {act} changes only the jobs in "
+            "state.json", f"hint: `jobtpu status {job}` shows it; submit it again to run it again"], done.stderr
+    assert (home / "state.json").read_bytes() == before
+    # ... and the listing the hint names does show the cleaned job.
+    assert list(_rows(jobtpu(home, "status", "--history", "--all-users", "--all", env={"COLUMNS": "200"}).stdout)) == [job]
+
+
+def test_the_status_words_status_accepts_are_the_model_s() -> None:
+    from jobtpu.cli import STATUS_NAMES
+
+    assert tuple(s.value for s in Status) == STATUS_NAMES
