@@ -190,14 +190,21 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     said: list[str] = []  # the last lines the passes said, shown under the events
     with kept_connections(manage), Live(console=console, screen=True, auto_refresh=False,
                                         redirect_stdout=False, redirect_stderr=False) as live:
-        live.update(dashboard(home, console.size.height, said, manage, interval), refresh=True)
+        def draw() -> None:
+            try:
+                screen = dashboard(home, console.size.height, said, manage, interval)
+            except Exception as e:  # noqa: BLE001 - a bug in drawing must not stop the passes
+                screen = _line(f"jobtpu: the dashboard failed: {type(e).__name__}: {e}", "bold red")
+            live.update(screen, refresh=True)
+
+        draw()
         while True:
             if manage:
                 said[:] = (said + _one_pass(home))[-5:]
-                live.update(dashboard(home, console.size.height, said, manage, interval), refresh=True)
+                draw()
             time.sleep(interval)
             if not manage:
-                live.update(dashboard(home, console.size.height, said, manage, interval), refresh=True)
+                draw()
 
 
 TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_pass start
@@ -295,11 +302,19 @@ def _ended_at(job: Job) -> float:
 JOB_HEADER = f"{'id':>5} {'status':<9} {'reason':<9} {'machine/wait':<14} {'try':>3} {'age':>4} {'user':<8} {'name':<16} last line"
 
 
+def _age(seconds: float) -> str:
+    """4s, 5m, 3h, 2d: an age in four columns."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
     """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each."""
     from rich.text import Text
 
-    from ..display import age
 
     active = [j for j in jobs if j.status in ACTIVE]
     queued = [j for j in jobs if j.status == "queued"]
@@ -313,7 +328,7 @@ def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
         row.append(f"{job.id:>5} ")
         row.append(f"{job.status:<9} ", style=STYLE.get(job.status, ""))
         where = (job.waiting or "") if job.status == "queued" else (job.machine or "")
-        row.append(printable(f"{(job.reason or ''):<9.9} {where:<14.14} {job.attempt:>3} {age(now - job.created):>4} "
+        row.append(printable(f"{(job.reason or ''):<9.9} {where:<14.14} {job.attempt:>3} {_age(now - job.created):>4} "
                              f"{job.user:<8.8} {job.name:<16.16} {job.last_line}"))
         rows.append(row)
     return _fit(rows, room) if len(ordered) <= room else [*rows[:room - 1],
