@@ -328,7 +328,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
 
 
 def _notify(raw: Raw | UnsetType) -> list[Any]:
-    """The notification destinations machines.json names (per-user settings are not read yet)."""
+    """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
     from .notify import parse_destinations  # only a fleet that notifies loads urllib and subprocess
