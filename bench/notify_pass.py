@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -45,7 +46,7 @@ def make_home(base: Path, name: str, jobs: int, notify: list[dict[str, object]] 
     src.mkdir(exist_ok=True)
     (src / "train.py").write_text("print('hi')\n")
     for _ in range(jobs):
-        jobtpu(root, "submit", "--dir", str(src), "--cmd", "sleep 600", "--user", "bench")
+        jobtpu(root, "submit", "--dir", str(src), "--cmd", "sleep 600")
     home = Home(root)
     deadline = time.monotonic() + 60
     while not all(j.status == "running" for j in Store(home).load().jobs):
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
+    os.environ["JOBTPU_USER"] = "bench"  # submits and kills as one user
     with tempfile.TemporaryDirectory(prefix="jobtpu-bench-") as tmp:
         base = Path(tmp)
         plain = make_home(base, "plain", args.jobs, None)
