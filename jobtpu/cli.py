@@ -11,7 +11,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import annotate, batch, fleet, jobs, personal, remote, rules, select, sheet, team, tldr, tpu
+from .commands import (
+    annotate,
+    batch,
+    fleet,
+    jobs,
+    personal,
+    remote,
+    rules,
+    select,
+    sheet,
+    team,
+    tldr,
+    tpu,
+    watch,
+)
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -81,6 +95,10 @@ def _count(text: str) -> int:
     return value
 
 
+def _since(text: str) -> float:
+    from .events import since_arg  # here: `--help` loads no more than it needs
+
+    return since_arg(text)
 # The status words as `status --status` accepts them; the same as model.Status (a test holds them equal).
 STATUS_NAMES = ("queued", "launching", "running", "killing", "finished", "failed", "killed")
 
@@ -136,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+        p.add_argument("--progress", metavar="REGEX", help="a regex whose group is the step number in the job's "
+                       "log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
+                       "`jobtpu report` uses it")
         p.add_argument("--priority", type=int, default=0, metavar="N",
                        help="order among your own queued jobs: higher first (default 0); users take turns")
         p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
@@ -225,6 +246,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
 
+    p = add("events", "what happened to jobs and machines (the home's events.jsonl), oldest first")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until interrupted")
+    p.add_argument("--job", type=int, metavar="ID", help="only this job's events")
+    p.add_argument("--machine", metavar="M", help="only this machine's events")
+    p.add_argument("--since", type=_since, metavar="T", help="only events since T: a duration ago (10m, 2h, 1d) "
+                   "or an ISO time (2026-01-31T12:00)")
+    p.add_argument("--json", action="store_true", help="one JSON object per event")
+
+    p = add("report", "what preemptions and failures cost each job: time per attempt, each interruption "
+            "split into detection, delete+create, setup and launch, work redone, goodput")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="these jobs (default: your jobs that ran)")
+    p.add_argument("--tag", help="the jobs with this tag")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
+
+    p = add("watch", "a live full-screen view of jobs, machines and events; runs a manage pass every round")
+    p.add_argument("--interval", type=_positive_seconds, default=5.0, metavar="SECONDS",
+                   help="seconds between rounds (default 5)")
+    p.add_argument("--no-manage", action="store_true",
+                   help="only display (another manage loop or cron runs the passes); warns when they are late")
     p = add("init", "make a home: the folder and a machines.json with the local machine")
     p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
     p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: setgid, group-writable, "
@@ -410,6 +450,9 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
     "rules": lambda home, a: rules.show_rules(home, a.json),
+    "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
+    "report": lambda home, a: watch.report(home, a.ids, a.tag, a.html),
+    "watch": lambda home, a: watch.watch(home, a.interval, not a.no_manage),
     "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
     "user": lambda home, a: team.user(home, a.op, a.name),
     "config": lambda home, a: personal.config(home, a.action, a.key, a.values, a.user),

@@ -140,6 +140,8 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
+    # Where passes send notifications (notify.py checks each entry and says what is wrong in one line).
+    notify: Raw | UnsetType = UNSET
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
     sheet: Raw | UnsetType = UNSET
@@ -212,6 +214,7 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    notify: list[Any] = field(default_factory=list)  # notify.Destination, from machines.json's "notify"
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
@@ -320,7 +323,20 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
     per_user, user_limits = _limits(doc.limits)
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home))
+                 error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
+                 notify=_notify(doc.notify))
+
+
+def _notify(raw: Raw | UnsetType) -> list[Any]:
+    """The notification destinations machines.json names (a user's own settings take none yet)."""
+    if raw is UNSET:
+        return []
+    from .notify import parse_destinations  # only a fleet that notifies loads urllib and subprocess
+
+    try:
+        return parse_destinations(msgspec.json.decode(raw), "notify")
+    except ConfigError as e:
+        raise _Refused(e.message) from None
 
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:

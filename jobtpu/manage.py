@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import model, passsheet
+from . import model, passevents, passsheet
 from .decide import (
     Kill,
     Launch,
@@ -140,12 +140,15 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
 def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
+    passevents.before_decide(p)
     passsheet.before_decide(p, seen, p.notes.append)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
     """What follows a pass whose result is saved (never a dry run): reporting what changed.
     Features that need it add one call here and keep their code in a module of their own."""
+    for line in passevents.after_pass(p, seen):
+        report.say(line)
     passsheet.after_pass(p, report.say)
 
 

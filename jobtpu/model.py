@@ -118,6 +118,10 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     ended: Number | None = _always(_none)
     resume: bool = False
     workers: int = 1
+    # goodput (jobtpu report): the last progress the attempt reported (goodput.Progress.to_json), and
+    # the last pass that saw a worker of it alive
+    progress: dict[str, Number] | None = None
+    last_alive: Number | None = None
 
 
 class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -174,6 +178,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
+    progress: str | None = None  # submit --progress: a regex whose group is the step (goodput.compile_progress)
     # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
     priority: int = 0
     forced: list[ForcedAct] = msgspec.field(default_factory=list)
@@ -473,6 +478,15 @@ def machine_problem(record: MachineRecord) -> str | None:
 VERSION = 1
 
 
+class LastPass(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """When the last manage pass ended, how long it took, and how often its loop runs passes
+    (None: a single pass, from cron or by hand): `status` says how fresh what it shows is."""
+
+    ended: Number
+    took: Number
+    every: Number | None = None
+
+
 class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """Everything state.json holds."""
 
@@ -480,6 +494,7 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     next_id: int = 1
     jobs: list[Job] = msgspec.field(default_factory=list)
     machines: dict[str, MachineRecord] = msgspec.field(default_factory=dict)  # known of each machine
+    last_pass: LastPass | None = None
 
     def job(self, job_id: int) -> Job | None:
         return next((j for j in self.jobs if j.id == job_id), None)

@@ -45,7 +45,7 @@ CLAIM_STALE_MINUTES = 3
 
 # The files in jobtpu/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh")
+                "doctor.sh", "setup.sh", "serve.sh")
 
 
 @functools.cache
@@ -62,6 +62,12 @@ def call(function: str, *args: object) -> str:
 def render(files: Iterable[str], calls: Iterable[str]) -> str:
     """A whole script: the functions of the given files, then the calls."""
     return "\n".join(["set -u", *(script_file(name) for name in files), *calls]) + "\n"
+
+
+def serve_script() -> str:
+    """What a kept SSH connection runs once: a shell that runs every later script sent to it
+    (transport/ssh.py frames them)."""
+    return render(["serve.sh"], [call("jobtpu_serve")])
 
 
 # ---- launch ---------------------------------------------------------------------------------------

@@ -10,15 +10,16 @@ import contextlib
 import os
 import re
 import secrets as random_ids
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .connect import endpoints, published_keys, transport
-from .errors import BusyError, JobtpuError, RemoteError
+from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, create_temp, open_lock
-from .model import Job
+from .model import Job, LastPass
 from .store import Snapshot, State, Store, encode, encode_jobs, try_lock
 from .transport.base import Endpoint, Transport
 
@@ -26,12 +27,26 @@ MAX_PARALLEL = 32
 
 
 def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
-    """Run fn over items on a bounded thread pool; results in item order."""
+    """Run fn over items on a bounded thread pool; results in item order. Inside kept_connections
+    the pool's threads are kept between rounds too (starting 32 threads costs a warm round more
+    than its work); a call from one of them (a nested parallel) gets a pool of its own, so a full
+    pool never waits on itself."""
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
+    kept = _KEPT_THREADS
+    if kept is not None and not getattr(_IN_POOL, "yes", False):
+        return list(kept.map(fn, items))
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items)), initializer=_mark_pool_thread) as pool:
         return list(pool.map(fn, items))
+
+
+_IN_POOL = threading.local()  # set in the threads of parallel's pools
+_KEPT_THREADS: ThreadPoolExecutor | None = None
+
+
+def _mark_pool_thread() -> None:
+    _IN_POOL.yes = True
 
 
 HOME_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -112,20 +127,40 @@ class Session:
         return endpoints(machine, self.addresses.get(machine.name))
 
     @contextlib.contextmanager
-    def connected(self, machine: Machine, endpoint: Endpoint) -> Iterator[Transport]:
+    def connected(self, machine: Machine, endpoint: Endpoint, reuse: bool = True) -> Iterator[Transport]:
         """A transport to one worker, closed when the block ends however it ends. Under `strict`, a
-        TPU worker is trusted through the host keys its node published (recorded by a pass)."""
-        t = transport(machine, endpoint, self.home,
-                      published_keys(self.state.machines.get(machine.name), endpoint.index))
+        TPU worker is trusted through the host keys its node published (recorded by a pass).
+        Inside `kept_connections`, an SSH connection that served a block without failing is kept
+        for the next block to the same worker (the next round of a loop) instead."""
+        trusted = published_keys(self.state.machines.get(machine.name), endpoint.index)
+        pool = _POOL if endpoint.addr is not None else None
+        key = _pool_key(machine, endpoint, trusted)
+        t = pool.take(key) if pool is not None and reuse else None
+        _LAST.reused = t is not None
+        if t is None:
+            t = transport(machine, endpoint, self.home, trusted)
+        served = False
         try:
             yield t
+            served = True
         finally:
-            t.close()
+            if pool is not None and served:
+                pool.give(key, t)
+            else:
+                t.close()  # a failed connection is never reused: the next block reconnects
 
     def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
         """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
-        with self.connected(machine, endpoint) as t:
-            result = t.run(script, timeout=timeout)
+        try:
+            with self.connected(machine, endpoint) as t:
+                result = t.run(script, timeout=timeout)
+        except UnreachableError:
+            if not _LAST.reused:
+                raise
+            # A kept connection the worker (or a NAT) dropped while idle: nothing was sent on it
+            # (that is what UnreachableError means), so one fresh connection may run the script.
+            with self.connected(machine, endpoint, reuse=False) as t:
+                result = t.run(script, timeout=timeout)
         if result.exit_code != 0 and not result.stdout:
             raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
                               f"{result.stderr.strip()[-300:]}")
@@ -144,6 +179,7 @@ class Session:
                 original = encode(disk)
                 disk.jobs = self._merged(disk.jobs)
                 disk.machines = self.state.machines
+                disk.last_pass = newest_pass(disk.last_pass, self.state.last_pass)
                 self.state.next_id = disk.next_id
                 self.store.save_if_changed(disk, original, snapshot)
                 # The file now holds jobs this session does not (submitted meanwhile): the next
@@ -164,6 +200,78 @@ class Session:
                 continue  # else: this session removed it
             merged.append(ours[0] if ours[1] != base.get(job.id) else job)
         return merged
+
+
+# ---- connections kept between rounds (manage --loop, watch) ------------------------------------------
+
+KEEPALIVE = 30.0  # seconds between SSH keepalives on a kept connection: NATs and sshd forget idle ones
+
+
+class _Pool:
+    """Idle SSH connections by worker. A block takes one for itself (never shared by two threads at
+    once) and gives it back when it ends without failing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[Any, ...], list[Transport]] = {}
+
+    def take(self, key: tuple[Any, ...]) -> Transport | None:
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def give(self, key: tuple[Any, ...], t: Transport) -> None:
+        keep_alive = getattr(t, "keep_alive", None)
+        if keep_alive is not None:
+            keep_alive(KEEPALIVE)
+        with self._lock:
+            self._idle.setdefault(key, []).append(t)
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for ts in idle.values():
+            for t in ts:
+                with contextlib.suppress(Exception):
+                    t.close()
+
+
+_POOL: _Pool | None = None
+_LAST = threading.local()  # whether this thread's last block got a kept connection
+
+
+def _pool_key(machine: Machine, endpoint: Endpoint, trusted: list[str]) -> tuple[Any, ...]:
+    """Everything that decides how a connection is made: a change in machines.json (user, key,
+    policy) or a recreated node (new published keys) makes a new connection, never reuses one."""
+    return (machine.name, endpoint.index, endpoint.addr, endpoint.port, machine.user, machine.identity_file,
+            machine.host_key_policy, machine.connect_timeout, tuple(trusted))
+
+
+@contextlib.contextmanager
+def kept_connections(enabled: bool = True) -> Iterator[None]:
+    """Meanwhile, sessions keep their SSH connections open between blocks (a loop's rounds then
+    cost no handshake per host), and `parallel` its threads; all are closed when it ends."""
+    global _POOL, _KEPT_THREADS
+    if not enabled or _POOL is not None:
+        yield
+        return
+    _POOL = _Pool()
+    _KEPT_THREADS = ThreadPoolExecutor(max_workers=MAX_PARALLEL, initializer=_mark_pool_thread)
+    try:
+        yield
+    finally:
+        pool, _POOL = _POOL, None
+        threads, _KEPT_THREADS = _KEPT_THREADS, None
+        threads.shutdown(wait=False, cancel_futures=True)
+        pool.close_all()
+
+
+def newest_pass(a: LastPass | None, b: LastPass | None) -> LastPass | None:
+    """The later of two records of the last pass: a command that read state.json before a pass
+    saved must not put back an older one when it merges."""
+    if a is None or b is None:
+        return a or b
+    return a if a.ended >= b.ended else b
 
 
 def load_session(home: Home) -> Session:

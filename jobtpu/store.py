@@ -297,7 +297,10 @@ def encode_jobs(jobs: list[Job]) -> list[bytes]:
 
 def encode(state: State) -> Encoded:
     enc = _ENCODER.encode
-    return Encoded(head=b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id),
+    head = b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id)
+    if state.last_pass is not None:
+        head += b'  "last_pass": ' + enc(state.last_pass) + b",\n"
+    return Encoded(head=head,
                    jobs=encode_jobs(state.jobs), ids=[job.id for job in state.jobs],
                    machines=[enc(name) + b": " + enc(record) for name, record in state.machines.items()])
 

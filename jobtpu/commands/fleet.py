@@ -13,7 +13,7 @@ from .common import emit_json, error_text, note
 
 if TYPE_CHECKING:
     from ..fleet import Machine
-    from ..model import MachineRecord
+    from ..model import MachineRecord, State
 
 
 # ---- manage ---------------------------------------------------------------------------------------
@@ -21,11 +21,26 @@ if TYPE_CHECKING:
 def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
     from .. import manage as passes
+    from .. import passevents
+    from ..session import kept_connections
+
+    passevents.set_loop_interval(loop)
+    with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
+        return _manage_rounds(home, loop, dry_run, passes.run_pass)
+
+
+def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
+    from .watch import record_pass_failure
 
     while True:
         try:
-            report = passes.run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
         except Exception as e:
+            # A loop logs every failed round (nobody may be reading its terminal); a single pass
+            # that fails on the user's mistake (a broken machines.json) changes nothing, as every
+            # command does, and says so: only its other failures (a bug, a full disk) are logged.
+            if not dry_run and (loop is not None or not isinstance(e, JobtpuError)):
+                record_pass_failure(home, e)
             if loop is None:
                 raise
             # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
@@ -49,13 +64,13 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
 
 # ---- machines -------------------------------------------------------------------------------------
 
-def machine_rows(home: Home) -> list[dict[str, Any]]:
+def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
     from ..decide import used_resources
     from ..fleet import load_fleet
     from ..model import MachineRecord
 
     fleet = load_fleet(home)
-    state = Store(home).load()
+    state = state or Store(home).load()
     used = used_resources(state.jobs)
     rows = []
     for m in fleet.machines.values():
@@ -110,9 +125,12 @@ def _never_seen(machine: Machine) -> str:
 
 
 def machines(home: Home, as_json: bool) -> int:
-    rows = machine_rows(home)
+    from .watch import last_pass_json, say_freshness
+
+    state = Store(home).load()
+    rows = machine_rows(home, state)
     if as_json:
-        emit_json({"machines": rows})
+        emit_json({"machines": rows, "last_pass": last_pass_json(state.last_pass)})
         return 0
     from rich.console import Console
 
@@ -120,6 +138,7 @@ def machines(home: Home, as_json: bool) -> int:
     from ..settings import viewer_settings, viewer_zone
 
     Console().print(machines_table(rows, viewer_zone(viewer_settings(home))))
+    say_freshness(state.last_pass)
     return 0
 
 

@@ -17,7 +17,7 @@ from .select import Selector, announce, require_some, select
 if TYPE_CHECKING:
     from ..fleet import Fleet
     from ..listing import Filters
-    from ..model import Job
+    from ..model import Job, State
     from ..session import Session
     from ..workers import WorkerRef, WorkerState
 
@@ -46,6 +46,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    progress: str | None = None
     priority: int = 0
     sheet_note: str | None = None
     # sweeps, dependencies, retries, grace and signal (batch.py)
@@ -85,6 +86,13 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
+    if opts.progress is not None:
+        from ..goodput import compile_progress
+
+        try:
+            compile_progress(opts.progress)
+        except ValueError as e:
+            raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
     src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
     if chosen_because:
         note(chosen_because)
@@ -98,7 +106,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
-               sheet_note=_sheet_note(src, opts.sheet_note))
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress)
 
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
@@ -267,12 +275,12 @@ class Selection(NamedTuple):
         return self.filters is None or self.filters.keep(job)
 
 
-def chosen_jobs(home: Home, chosen: Selection) -> list[Job]:
+def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
     """The selected jobs, in id order (from history: newest first). A job named by id is looked for
-    in state.json, then in history.jsonl, where `clean` moved it."""
+    in state.json, then in history.jsonl, where `clean` moved it. `state`: state.json, already read."""
     from ..listing import find_jobs, history
 
-    jobs = history(home) if chosen.history else Store(home).load().jobs
+    jobs = history(home) if chosen.history else (state or Store(home).load()).jobs
     if chosen.sweep is not None:
         swept = [j for j in jobs if j.sweep == chosen.sweep]
         if not swept:
@@ -339,7 +347,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
         sys.stdout.flush()
         return 0
-    from rich.console import Console
+    from rich.console import Console, Group
 
     from ..display import jobs_table
     from ..listing import config_aliases, row, status_counts
@@ -349,8 +357,10 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     console = Console()
     aliases = config_aliases(home)
 
-    def table() -> Any:
-        jobs = chosen_jobs(home, chosen)
+    from .watch import freshness_text, say_freshness
+
+    def table(state: State) -> Any:
+        jobs = chosen_jobs(home, chosen, state)
         if chosen.ids or show_all:  # jobs named by id are always shown
             shown, left_out = jobs, None
         else:  # only the rows shown become table cells
@@ -363,13 +373,16 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
                           captions + ([left_out] if left_out else []), columns)
 
     if watch is None:
-        console.print(table())
+        state = Store(home).load()
+        console.print(table(state))
+        say_freshness(state.last_pass)
         return 0
     from rich.live import Live
 
     with Live(jobs_table([], console.width), console=console, screen=False, auto_refresh=False) as live:
         while True:
-            live.update(table(), refresh=True)
+            state = Store(home).load()
+            live.update(Group(table(state), freshness_text(state.last_pass)), refresh=True)
             time.sleep(max(0.2, watch))
 
 

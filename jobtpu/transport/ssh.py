@@ -1,4 +1,5 @@
-"""Remote workers over SSH: scripts through plain paramiko (one connection, one exec session per run),
+"""Remote workers over SSH: scripts through plain paramiko (one connection, one exec session per run;
+a connection kept between rounds runs them through one long-lived shell, jobtpu_serve, instead),
 files through rsync over the OpenSSH client, host keys checked against the home's own known_hosts.
 
 With hostkeys.py and _paramiko.py, the only code that imports paramiko; connect.py imports it lazily,
@@ -22,7 +23,7 @@ from pathlib import Path
 from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
-from ..scripts import RUN_SCRIPT, make_dirs_script
+from ..scripts import RUN_SCRIPT, make_dirs_script, serve_script
 from ._paramiko import paramiko
 from .base import Endpoint, Result
 from .hostkeys import (
@@ -89,6 +90,9 @@ class SshTransport:
         # (guest attributes). Under `strict` such a key is trusted and recorded on first contact.
         self.trusted_keys: set[str] = set()
         self._client: paramiko.SSHClient | None = None
+        self._kept = False  # kept between rounds: scripts go through one long-lived shell
+        self._shell: paramiko.Channel | None = None
+        self._shell_buffer = bytearray()
 
     @property
     def label(self) -> str:
@@ -191,8 +195,11 @@ class SshTransport:
         transport = client.get_transport()
         if transport is None or not transport.is_active():
             self._client = None
+            self._shell = None
             raise UnreachableError(f"{self.label}: the SSH connection dropped")
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._kept:
+            return self._run_in_shell(transport, script, timeout, deadline)
         try:
             chan = transport.open_session(timeout=self.machine.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
@@ -323,7 +330,85 @@ class SshTransport:
         if done.returncode != 0:
             raise self._rsync_error(f"pull of {remote}", done)
 
+    # ---- a kept connection: one shell serves every script ----------------------------------------
+    def keep_alive(self, seconds: float) -> None:
+        """The connection is kept for later rounds: send SSH keepalives while it waits idle, and run
+        later scripts through one long-lived shell (jobtpu_serve in sh/serve.sh), so a round costs a fork on the worker
+        per script instead of an SSH session (sshd's fork, a login shell): scripts.serve_script."""
+        transport = self._client.get_transport() if self._client is not None else None
+        if transport is not None:
+            transport.set_keepalive(max(1, int(seconds)))
+            self._kept = True
+
+    def _open_shell(self, transport: paramiko.Transport) -> paramiko.Channel:
+        try:
+            chan = transport.open_session(timeout=self.machine.connect_timeout)
+            chan.exec_command("exec bash --noprofile --norc -c " + shlex.quote(serve_script()))
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise UnreachableError(f"{self.label}: cannot open an SSH session: {e or type(e).__name__}") from None
+        self._shell, self._shell_buffer = chan, bytearray()
+        return chan
+
+    def _run_in_shell(self, transport: paramiko.Transport, script: str, timeout: float | None,
+                      deadline: float | None) -> Result:
+        shell = self._shell
+        if shell is None or shell.closed or shell.exit_status_ready():
+            shell = self._open_shell(transport)
+        data = script.encode()
+        try:
+            shell.sendall(b"%d\n" % len(data) + data)
+        except (paramiko.SSHException, OSError, EOFError) as e:  # nothing reached the shell
+            self._drop_shell()
+            raise UnreachableError(f"{self.label}: the kept SSH session failed: {e or type(e).__name__}") from None
+        try:
+            header = self._shell_line(shell, timeout, deadline).split()
+            if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
+                raise self._fail(f"the kept shell answered {bytes(header[:3])!r}, not a result")
+            code, n_out, n_err = (int(w) for w in header)
+            out = self._shell_bytes(shell, n_out, timeout, deadline)
+            err = self._shell_bytes(shell, n_err, timeout, deadline)
+        except BaseException:
+            self._drop_shell()  # in an unknown state: the next script gets a new shell
+            raise
+        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def _shell_fill(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> None:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise self._fail(f"the script did not finish within {timeout:g}s")
+        shell.settimeout(left)
+        try:
+            chunk = shell.recv(1 << 16)
+        except TimeoutError:
+            raise self._fail(f"the script did not finish within {timeout:g}s") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._fail(f"the kept SSH session failed: {e or type(e).__name__}") from None
+        if not chunk:
+            raise self._fail("the kept shell ended while the script ran (connection lost?)")
+        self._shell_buffer += chunk
+
+    def _shell_line(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> bytes:
+        while b"\n" not in self._shell_buffer:
+            self._shell_fill(shell, timeout, deadline)
+        line, _, rest = bytes(self._shell_buffer).partition(b"\n")
+        self._shell_buffer = bytearray(rest)
+        return line
+
+    def _shell_bytes(self, shell: paramiko.Channel, n: int, timeout: float | None, deadline: float | None) -> bytes:
+        while len(self._shell_buffer) < n:
+            self._shell_fill(shell, timeout, deadline)
+        data = bytes(self._shell_buffer[:n])
+        del self._shell_buffer[:n]
+        return data
+
+    def _drop_shell(self) -> None:
+        if self._shell is not None:
+            with contextlib.suppress(Exception):
+                self._shell.close()
+        self._shell = None
+
     def close(self) -> None:
+        self._drop_shell()
         if self._client is not None:
             self._client.close()
             self._client = None
