@@ -363,7 +363,7 @@ class SshTransport:
         try:
             header = self._shell_line(shell, timeout, deadline).split()
             if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
-                raise self._fail(f"the kept shell answered {bytes(header[:3])!r}, not a result")
+                raise self._fail(f"the kept shell answered {b' '.join(header[:3])!r}, not a result")
             code, n_out, n_err = (int(w) for w in header)
             out = self._shell_bytes(shell, n_out, timeout, deadline)
             err = self._shell_bytes(shell, n_err, timeout, deadline)
