@@ -398,6 +398,9 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     refused: Refused | None = None
     zone_capacity_failures: int = 0
     moved: str | None = None
+    # TPU steps (delete, create, setup...) a pass saved before carrying them out; cleared once carried
+    # out. Left behind only by a pass that died in between: the next one plans again from the listing.
+    steps: list[str] | None = None
 
 
 def machine_problem(record: MachineRecord) -> str | None:

@@ -5,6 +5,10 @@ odd states, slow host keys) has its meaning. All through the CLI, with real sshd
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth._cloud_sdk import CLOUD_SDK_CLIENT_ID
 
-from tests.helpers import jobtpu, manage, status, wait_for
+from tests.helpers import JOBTPU, jobtpu, manage, status, wait_for
 from tests.tpufleet import PROJECT, ZONE, TpuFleet, write_machines
 
 FLAKY = 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 300; fi; echo "attempt $JOBTPU_ATTEMPT resume=$JOBTPU_RESUME"'
@@ -219,6 +223,33 @@ def test_a_lost_create_answer_never_deletes_the_node_it_made(tmp_path: Path, tpu
     tpus.api.inject_error("POST", "nodeId=tpu-l", "UNAVAILABLE", 1, serve=True)
     finished_after_one_preemption(home, job_id)
     assert tpus.api.count("DELETE", "/nodes/tpu-l") == 1  # only the preempted one
+    assert tpus.api.count("POST", "/nodes") == 1
+
+
+def test_a_pass_killed_before_its_create_is_answered_never_deletes_the_node_it_made(tmp_path: Path,
+                                                                                   tpus: TpuFleet) -> None:
+    tpus.add_node("tpu-x")
+    home = make_home(tmp_path, tpus, "tpu-x", preemptible=True)
+    job_id = submit(home, tmp_path)
+    preempt_while_running(home, tpus, job_id, "tpu-x")
+    # Google creates the node; the pass that asked is killed before the answer reaches it.
+    release = tpus.api.stall_answers("POST", "nodeId=tpu-x")
+
+    def pass_sending_the_create() -> subprocess.Popen[bytes] | None:
+        manager = subprocess.Popen([*JOBTPU, "--home", str(home), "manage"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env={**os.environ, "JOBTPU_USER": "tester"})
+        while manager.poll() is None:
+            if tpus.api.count("POST", "/nodes") >= 1:
+                return manager
+            time.sleep(0.02)
+        return None
+
+    manager = wait_for(pass_sending_the_create, timeout=60, interval=0.2, what="a pass to send the create")
+    manager.send_signal(signal.SIGKILL)
+    manager.wait()
+    release.set()
+    finished_after_one_preemption(home, job_id)
+    assert tpus.api.count("DELETE", "/nodes/tpu-x") == 1  # only the preempted one
     assert tpus.api.count("POST", "/nodes") == 1
 
 
