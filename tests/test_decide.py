@@ -31,6 +31,10 @@ from jobtpu.model import ACTIVE, ENDED, TRANSITIONS, Attempt, Ending, IllegalTra
 from jobtpu.requests import allocate, parse_request, why_not
 from jobtpu.workers import WorkerRef, WorkerState
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 T0 = 1_000_000.0
 NOW = T0 + 100.0
 

@@ -21,6 +21,10 @@ HEAVY = ("paramiko", "google.cloud", "fabric")
 RUNNER = """
 import json, sys
 from jobtpu.cli import main
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 record, argv = sys.argv[1], sys.argv[2:]
 try:
     code = main(argv)
