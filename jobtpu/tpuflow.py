@@ -312,8 +312,10 @@ def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
                 op = api.operation(record.operation.name)
             except RemoteError:
                 op = None
+        leftover = list(record.steps or [])  # saved by a pass that died before carrying them out
         plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
                             spec_key(machine), machine.zones, queued)
+        _resume_leftovers(leftover, plan)
         if node is not None and node.spec:
             record.spec_zone = machine.zone
         machine = machine.in_zone(record.zone)  # a capacity error may have moved it just now
@@ -335,6 +337,19 @@ def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
             intend(work, seen.now)
         _show(work, seen.view(work.machine.name), setting_up=not p.dry_run and work.has("setup"))
     return planned
+
+
+# Steps the listing cannot tell were done: their cause (a new incarnation) was recorded with the
+# intent, so planning again would not ask for them. Harmless to do twice, so a leftover one is done.
+REDONE_FROM_LEFTOVERS = ("forget-keys",)
+
+
+def _resume_leftovers(leftover: list[str], plan: MachinePlan) -> None:
+    """Put back the leftover steps planning cannot find again (delete, create and setup it finds
+    again from what the API lists and the record says, or sees they were done)."""
+    for kind in REDONE_FROM_LEFTOVERS:
+        if kind in leftover and all(step.kind != kind for step in plan.steps):
+            plan.steps.insert(0, Step(kind))
 
 
 def _show(work: MachineWork, view: Any, setting_up: bool) -> None:
