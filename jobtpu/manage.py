@@ -303,13 +303,14 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
     tasks: list[Callable[[], None]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
                                        lambda: stop_all(p, kills, seen.now)]
     parallel(lambda task: task(), tasks)
-    ready = [a for a in launches if _setup_done(p, a)]
+    ready = [a for a in launches if _goes_ahead(p, a)]
     after = [k for k in parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
     stop_all(p, after, seen.now)
 
 
-def _setup_done(p: Pass, action: Launch) -> bool:
-    """Whether a launch may go ahead: its machine ran no setup in this pass, or that setup is done."""
+def _goes_ahead(p: Pass, action: Launch) -> bool:
+    """Whether a launch goes ahead: its machine ran no setup in this pass, or that setup is done.
+    Otherwise its job goes back to the queue (decide.not_launched), nothing having started."""
     work = p.tpu_work.get(action.machine)
     if work is None or not work.has("setup") or work.plan.state == "up":
         return True
