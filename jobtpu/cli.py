@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .commands import fleet, jobs, rules, tpu
+from .commands import fleet, jobs, personal, remote, rules, sheet, team, tldr, tpu
 from .commands.common import error_text
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from .home import Home, find_home
@@ -19,8 +20,22 @@ from .text import printable
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # bad usage: exit 2, one line and a pointer to --help
-        sys.stderr.write(f"jobtpu: error: {message}\nhint: see `{self.prog} --help`\n")
+        sys.stderr.write(f"jobtpu: error: {message}\nhint: {_usage_hint(message) or f'see `{self.prog} --help`'}\n")
         raise SystemExit(EXIT_USAGE)
+
+    # Set on `exec` and `ssh`: every word after the first "--" is the command's, verbatim. (argparse
+    # would settle an optional positional before it reached them, and call them unrecognized.)
+    command_after_dashes = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        words = list(sys.argv[1:] if args is None else args)
+        if not self.command_after_dashes or "--" not in words:
+            return super().parse_known_args(words, namespace)
+        at = words.index("--")
+        parsed, extras = super().parse_known_args(words[:at], namespace)
+        parsed.words = [*parsed.words, *words[at + 1:]]
+        return parsed, extras
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
         # Python 3.11's argparse strips a "--" even from an option's attached value, so `--name=--`
@@ -30,6 +45,20 @@ class _Parser(argparse.ArgumentParser):
             self._check_value(action, value)
             return value
         return super()._get_values(action, arg_strings)
+
+
+def _usage_hint(message: str) -> str | None:
+    """For `submit --cmd x --wd=0.1`: a config override typed as an option. argparse can only call it
+    an unrecognized argument; say how to pass it."""
+    if not message.startswith("unrecognized arguments: "):
+        return None
+    words = message.removeprefix("unrecognized arguments: ").split()
+    override = next((w for w in words if re.fullmatch(r"--?[A-Za-z_][A-Za-z0-9_.\-]*=.*", w)), None)
+    if override is None:
+        return None
+    bare = override.lstrip("-")
+    return (f"{override} looks like a config override: write it without dashes ({bare}), or after `--` "
+            f"(-- {override}); overrides come after the options")
 
 
 def _positive_seconds(text: str) -> float:
@@ -71,9 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
                        ("run", "submit, then run a manage pass (with --follow: until the job ends)")):
         p = add(name, text)
         p.add_argument("--cmd", required=True, help="the command to run, by bash, in the snapshot")
-        p.add_argument("--dir", default=".", help="the folder to snapshot (default: here)")
-        p.add_argument("--req", action="append", default=[], help="resource or accelerator request, repeatable")
-        p.add_argument("--machine", help="run only on this machine")
+        p.add_argument("--dir", help="the folder to snapshot, or N for your working directory N (`jobtpu dir`); "
+                       "default: here, or your working directory 1 when here is not a project (see the README)")
+        p.add_argument("--req", action="append", default=[],
+                       help="resource or accelerator request, repeatable (default: your `config` req)")
+        p.add_argument("--machine", help="run only on this machine (its name, an alias, or a TPU's node name)")
         p.add_argument("--name", default="", help="a free-form name shown by status")
         p.add_argument("--tag", action="append", default=[], help="a label shown by status, repeatable")
         p.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -81,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "job start (PATH=/opt/conda/bin:$PATH), nothing else is interpreted; \\$ is a "
                             "literal $; secret-looking values are taken as they are")
         p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
-                       "(`jobtpu rules` shows each; default: the machine's)")
+                       "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
         p.add_argument("--max-recoveries", type=_count, default=20, metavar="N",
                        help="automatic recoveries the rule may make (default 20)")
         p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
@@ -93,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+        p.add_argument("--priority", type=int, default=0, metavar="N",
+                       help="order among your own queued jobs: higher first (default 0); users take turns")
+        p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
+                       "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
         p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
@@ -128,17 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("kill", "stop jobs on every worker and mark them killed")
     p.add_argument("ids", nargs="+", type=int, metavar="ID", help="the jobs to stop")
+    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
 
     for name, text in (("resume", "queue an ended job again, continuing from its checkpoints"),
                        ("rerun", "queue an ended job again, from the start")):
         p = add(name, text)
         p.add_argument("id", type=int, help="the ended job")
-        p.add_argument("--machine", help="run only on this machine from now on")
+        p.add_argument("--machine", help="run only on this machine from now on (a name or an alias)")
+        p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
 
     p = add("clean", "move ended jobs from state.json into history.jsonl")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
     p.add_argument("--all-users", action="store_true", help="every user's ended jobs")
     p.add_argument("--user", help="this user's ended jobs instead of yours")
+    p.add_argument("--force", action="store_true", help="needed to clean another user's jobs (recorded in each)")
 
     p = add("machines", "the fleet: kind, accelerator, state, running jobs, free resources")
     p.add_argument("--json", action="store_true", help="the same as JSON")
@@ -154,9 +192,110 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
 
+    p = add("init", "make a home: the folder and a machines.json with the local machine")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
+    p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: setgid, group-writable, "
+                   "never world-writable")
+
+    p = add("user", "the team's user list (users.json): add, ls, rm")
+    p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
+    p.add_argument("name", nargs="?", help="the user name (add, rm)")
+
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
+    _add_personal_and_remote_commands(add)
+    _add_sheet(add("sheet", "the team's TPU spreadsheet (machines.json's sheet): sync, show, find, claims, notes"))
     return parser
+
+
+def _worker_choice(text: str) -> int | None:
+    """--worker K, or `all` (None)."""
+    return None if text == "all" else _count(text)
+
+
+def _add_personal_and_remote_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """config, dir, alias (a user's own settings), exec and ssh (a machine's workers), tldr."""
+    as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
+    p = add("config", "your defaults: rule, req (submit), columns, time_zone (status)")
+    p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
+    p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns or time_zone (get/reset: all when absent)")
+    p.add_argument("values", nargs="*", metavar="VALUE", help="the value (req and columns take several)")
+    p.add_argument("--user", help=as_user)
+
+    p = add("dir", "your numbered working directories; `submit --dir N` snapshots number N")
+    p.add_argument("action", choices=("set", "ls", "rm", "swap"),
+                   help="set N [PATH] (default: here), ls, rm N, swap N M")
+    p.add_argument("args", nargs="*", metavar="N|PATH", help="the number(s), and for set an optional folder")
+    p.add_argument("--user", help=as_user)
+
+    p = add("alias", "config aliases: built-in, the team's (machines.json) and your own")
+    p.add_argument("action", choices=("add", "ls", "rm"), help="add NAME FULL, ls (with where each comes from), rm NAME")
+    p.add_argument("args", nargs="*", metavar="NAME|FULL", help="the alias's name, and for add its full config key")
+    p.add_argument("--user", help=as_user)
+
+    p = add("exec", "run a command on a machine's workers at once; lines prefixed [worker]; exit: the worst")
+    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("--worker", type=_worker_choice, default=None, metavar="K|all",
+                   help="only worker K (default: all)")
+    p.add_argument("words", nargs="*", metavar="CMD", help="the command, after `--` (run by the login shell)")
+    p.command_after_dashes = True  # type: ignore[attr-defined]
+
+    p = add("ssh", "log in to a machine's worker with its key, port and the home's known_hosts")
+    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("--worker", type=_count, default=0, metavar="K", help="this worker (default 0)")
+    p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")
+    p.command_after_dashes = True  # type: ignore[attr-defined]
+
+    add("tldr", "the ten commands a new team member needs, one example each")
+
+
+def _dir_args(home: Home, a: argparse.Namespace) -> int:
+    low, high = {"set": (1, 2), "ls": (0, 0), "rm": (1, 1), "swap": (2, 2)}[a.action]
+    if not low <= len(a.args) <= high:
+        counts = f"{low}" if low == high else f"{low} or {high}"
+        raise JobtpuError(f"`dir {a.action}` takes {counts} argument(s), got {len(a.args)}",
+                          hint="dir set N [PATH], dir ls, dir rm N, dir swap N M")
+    if a.action == "set":
+        return personal.dir_command(home, "set", a.args[:1], (a.args[1:] or [None])[0], a.user)
+    return personal.dir_command(home, a.action, a.args, None, a.user)
+
+
+def _alias_args(home: Home, a: argparse.Namespace) -> int:
+    needs = {"add": 2, "ls": 0, "rm": 1}[a.action]
+    if len(a.args) != needs:
+        raise JobtpuError(f"`alias {a.action}` takes {needs} argument(s), got {len(a.args)}",
+                          hint="alias add NAME FULL, alias ls, alias rm NAME")
+    name, full = (list(a.args) + [None, None])[:2]
+    return personal.alias(home, a.action, name, full, a.user)
+
+
+def _add_sheet(parser: argparse.ArgumentParser) -> None:
+    ops = parser.add_subparsers(dest="sheet_op", metavar="OP", parser_class=_Parser)
+    ops.required = True
+
+    def op(name: str, help_text: str) -> argparse.ArgumentParser:
+        return ops.add_parser(name, help=help_text, description=help_text)
+
+    op("sync", "write the machines' rows now (a pass does it on its own)")
+    op("show", "print the sheet as jobtpu reads it")
+    p = op("find", "the sheet's rows whose accelerator matches, like --req (v3, v2,v3, v3+, v3-32)")
+    p.add_argument("types", nargs="*", metavar="TYPE", help="accelerator patterns, all of which must match")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("-p", "--preemptible", action="store_const", const=True, dest="preemptible",
+                      help="only preemptible or spot machines")
+    kind.add_argument("-n", "--on-demand", action="store_const", const=False, dest="preemptible",
+                      help="only on-demand machines")
+    p = op("release", "clear a claim made by hand in the sheet's user cell")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("--user", help="only if this user holds it")
+    p = op("note", "set a machine's note in the sheet")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("text", help="the note (\"\" clears it)")
+    p.add_argument("--append", action="store_true", help="add TEXT after the note instead of replacing it")
+    p = op("register", "add a machine's row (passes write it again)")
+    p.add_argument("name", help="a machine of machines.json, or any name (a TPU another home runs)")
+    p = op("unregister", "remove a machine's row (passes leave it off until register)")
+    p.add_argument("name", help="the machine's name in the sheet")
 
 
 def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
@@ -170,16 +309,36 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "status": lambda home, a: jobs.status(home, a.ids, a.user, a.all_users, a.json, a.watch, a.show_all),
     "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
     "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
-    "kill": lambda home, a: jobs.kill(home, a.ids),
-    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True),
-    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False),
-    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote),
+    "kill": lambda home, a: jobs.kill(home, a.ids, a.force),
+    "resume": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=True, force=a.force),
+    "rerun": lambda home, a: jobs.requeue(home, a.id, a.machine, resume=False, force=a.force),
+    "clean": lambda home, a: jobs.clean(home, a.user, a.all_users, a.remote, a.force),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
     "rules": lambda home, a: rules.show_rules(home, a.json),
+    "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
+    "user": lambda home, a: team.user(home, a.op, a.name),
+    "config": lambda home, a: personal.config(home, a.action, a.key, a.values, a.user),
+    "dir": _dir_args,
+    "alias": _alias_args,
+    "exec": lambda home, a: remote.exec_command(home, a.name, a.worker, a.words),
+    "ssh": lambda home, a: remote.ssh(home, a.name, a.worker, a.words),
+    "tldr": lambda home, a: tldr.tldr(),
+    "sheet": lambda home, a: _sheet_command(home, a),
 }
+
+
+def _sheet_command(home: Home, a: argparse.Namespace) -> int:
+    calls: dict[str, Callable[[], int]] = {
+        "sync": lambda: sheet.sync(home), "show": lambda: sheet.show(home),
+        "find": lambda: sheet.find(home, a.types, a.preemptible),
+        "release": lambda: sheet.release(home, a.name, a.user),
+        "note": lambda: sheet.note(home, a.name, a.text, a.append),
+        "register": lambda: sheet.register(home, a.name), "unregister": lambda: sheet.unregister(home, a.name),
+    }
+    return calls[a.sheet_op]()
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -3,12 +3,14 @@ return the actions to carry out. No I/O here, so every branch is tested directly
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from . import model, rules
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, MachineRecord, Status
 from .requests import Request, allocate, parse_request, why_not
+from .sheet import claim_reason
 from .workers import LaunchResult, WorkerRef, WorkerState
 
 
@@ -343,17 +345,102 @@ class Dispatch:
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
     by_id: dict[int, Job] = field(default_factory=dict)
     started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
+    usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
+
+
+@dataclass
+class UserUse:
+    """What one user's active jobs hold now (and what this dispatch gave them): for per-user limits."""
+
+    jobs: int = 0
+    machines: set[str] = field(default_factory=set)
+    tpu_machines: set[str] = field(default_factory=set)
+
+    def add(self, machine: Machine | None, name: str) -> None:
+        self.jobs += 1
+        self.machines.add(name)
+        if machine is not None and machine.is_tpu:
+            self.tpu_machines.add(name)
+
+
+def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
+    usage: dict[str, UserUse] = {}
+    for job in jobs:
+        if job.active and job.machine:
+            usage.setdefault(job.user, UserUse()).add(fleet.get(job.machine), job.machine)
+    return usage
 
 
 def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
-    """The order queued jobs are offered machines in."""
-    return sorted(queued, key=lambda j: j.id)
+    """The order queued jobs are offered machines in: users take turns, one job each per round, so
+    one user's long queue delays another's job by at most one turn. The user whose last launch is
+    oldest (or who never launched) goes first in each round; ties go to whoever queued first. A
+    user's own jobs go by --priority (higher first), then in submission order."""
+    mine: dict[str, list[Job]] = {}
+    for job in sorted(queued, key=_job_id):
+        mine.setdefault(job.user, []).append(job)
+    first_queued = {user: jobs[0].id for user, jobs in mine.items()}
+    if any(job.priority for job in queued):
+        for jobs in mine.values():
+            jobs.sort(key=_higher_priority)  # stable: submission order within a priority
+    if len(mine) <= 1:
+        return next(iter(mine.values()), [])
+    last = _last_launch(d.jobs)
+    users = sorted(mine, key=lambda u: (last.get(u, float("-inf")), first_queued[u]))
+    rounds = itertools.zip_longest(*(mine[u] for u in users))
+    return [job for turn in rounds for job in turn if job is not None]
+
+
+def _job_id(job: Job) -> int:
+    return job.id
+
+
+def _higher_priority(job: Job) -> int:
+    return -job.priority
+
+
+def _last_launch(jobs: list[Job]) -> dict[str, float]:
+    """Each user's latest attempt start among the jobs state.json holds: whose turn it is."""
+    last: dict[str, float] = {}
+    for job in jobs:
+        if job.attempts and job.attempts[-1].started is not None:
+            started = float(job.attempts[-1].started)
+            if started > last.get(job.user, float("-inf")):
+                last[job.user] = started
+    return last
 
 
 def held_back(job: Job, d: Dispatch) -> str | None:
     """Why a queued job may not start in this pass whatever machine is free; None when it may.
     The text becomes the job's pending reason."""
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user).jobs
+    if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
+        return f"held by the per-user limit ({_count(limit, 'running job')})"
     return None
+
+
+def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
+    """Why starting `job` on `machine` would take its user past a per-user limit of machines; None
+    when it would not (a machine they already hold adds nothing)."""
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user)
+    if limit.machines is None and limit.tpu_machines is None:
+        return None
+    use = d.usage.get(job.user, UserUse())
+    if machine.name in use.machines:
+        return None
+    if limit.machines is not None and len(use.machines) >= limit.machines:
+        return f"held by the per-user limit ({_count(limit.machines, 'machine')})"
+    if machine.is_tpu and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
+        return f"held by the per-user limit ({_count(limit.tpu_machines, 'TPU machine')})"
+    return None
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
@@ -365,36 +452,46 @@ def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
         return f"{machine.name} is preempted"
     if view.reachable is False or not view.ready:
         return f"{machine.name} is unreachable"
+    if machine.name in d.seen.claims:
+        return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
     return None
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     """The pending reason of a queued job that found no machine in this pass."""
-    return "no free machine fits"
+    claimed = [f"{m.name} is {claim_reason(d.seen.claims[m.name])}" for m in d.fleet.machines.values()
+               if m.name in d.seen.claims and why_not(m, request, job.pin) is None]
+    return "; ".join(["no free machine fits", *claimed])
 
 
 def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
     d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
                  {a.machine for a in plan.actions if isinstance(a, Recreate)})
     d.by_id = {j.id: j for j in jobs}
+    d.usage = user_usage(jobs, fleet)
     unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
     no_room: dict[tuple[tuple[str, ...], str | None, str | None], str] = {}
+    limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
         if held is not None:
             job.waiting = held
             continue
         asks = (tuple(job.req), job.pin, job.rule)
-        if asks in no_room:
-            job.waiting = no_room[asks]
+        if asks in no_room or (job.user, asks) in limited:
+            job.waiting = no_room.get(asks) or limited[(job.user, asks)]
             continue
         request = parse_request(job.req)
+        by_limit = None
         for machine in fleet.machines.values():
             if unavailable[machine.name] is not None:
                 continue
             if why_not(machine, request, job.pin) is not None:
+                continue
+            if (limit := over_limit(job, machine, d)) is not None:
+                by_limit = by_limit or limit
                 continue
             alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
             if alloc is None:
@@ -402,6 +499,9 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             _start(job, machine, alloc, d)
             break
         else:
+            if by_limit is not None:  # a machine would take it but for its user's limit
+                job.waiting = limited[(job.user, asks)] = by_limit
+                continue
             job.waiting = no_room[asks] = why_waiting(job, request, d)
             _want_back(job, request, fleet, seen, plan)
 
@@ -415,6 +515,7 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
                                 resume=job.resume, workers=view.n_workers))
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
+    d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
     d.plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
     d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
     d.started.append(job)

@@ -28,12 +28,35 @@ def cell(value: object, style: str = "") -> Text:
     return Text(printable("" if value is None else str(value)), style=style)
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: str | None = None) -> Table:
-    """One row per job given; `left_out` is a line under the table saying which jobs it does not show."""
+# The status table's columns, in their default order; "submitted" (a clock time in the user's time
+# zone) is shown only to those who ask for it (`jobtpu config set columns ...`).
+JOB_COLUMNS = ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line",
+               "submitted")
+DEFAULT_JOB_COLUMNS = JOB_COLUMNS[:-1]
+
+
+def clock(seconds: float, zone: Any = None) -> str:
+    """A time as month-day hour:minute in `zone` (a tzinfo; None: this machine's local time)."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")
+
+
+def only_columns(table: Table, names: tuple[str, ...] | list[str]) -> Table:
+    """The table with just the columns named, in that order (a user's `columns` setting)."""
+    by_header = {str(column.header): column for column in table.columns}
+    table.columns = [by_header[name] for name in names if name in by_header]
+    return table
+
+
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: str | None = None,
+               zone: Any = None) -> Table:
+    """One row per job given; `left_out` is a line under the table saying which jobs it does not show;
+    `zone`: the tzinfo clock times are shown in (None: local time)."""
     now = time.time() if now is None else now
     table = Table(box=None, header_style="bold", pad_edge=False, caption=left_out, caption_justify="left",
                   caption_style="dim")
-    for column in ("id", "name", "user", "status", "reason", "machine", "attempt", "age", "tags", "last log line"):
+    for column in JOB_COLUMNS:
         # One row per job, as squeue and pueue print them: only the last log line's column may shrink
         # (rich narrows wrappable columns first), and its text is then cut short, not wrapped.
         # The header never wraps either: the shrinking column keeps at least its title's width.
@@ -47,13 +70,15 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, left_out: s
         table.add_row(
             cell(job["id"]), cell(job.get("name")), cell(job["user"]), cell(status, STATUS_STYLE.get(status, "")),
             cell(job.get("reason")), cell(job.get("machine")), cell(job.get("attempt", 0)),
-            cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line)
+            cell(age(now - job.get("created", now))), cell(",".join(job.get("tags", []))), last_line,
+            cell(clock(job.get("created", now), zone)))
     if not jobs:
-        table.add_row("", Text("no jobs", style="dim"), *[""] * 8)
+        table.add_row("", Text("no jobs", style="dim"), *[""] * (len(JOB_COLUMNS) - 2))
     return table
 
 
-def machines_table(rows: list[dict[str, Any]]) -> Table:
+def machines_table(rows: list[dict[str, Any]], zone: Any = None) -> Table:
+    """`zone`: the tzinfo clock times are shown in (None: local time)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free", "detail"):
         table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
@@ -67,8 +92,18 @@ def machines_table(rows: list[dict[str, Any]]) -> Table:
         if row.get("queued_resource"):
             accelerator += f" queued resource {row['queued_resource']}"
         table.add_row(*map(cell, (row["name"], row["kind"], accelerator, workers, row.get("state"),
-                                  health, row["running"], free, row.get("detail"))))
+                                  health, row["running"], free, _with_times(row, zone))))
     return table
+
+
+def _with_times(row: dict[str, Any], zone: Any) -> str | None:
+    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
+    times = [f"{what} {clock(row[key], zone)}" for key, what in (("unreachable_since", "since"),
+                                                                    ("next_try", "next try"))
+             if row.get(key) is not None]
+    if not times:
+        return row.get("detail")
+    return " ".join(filter(None, (row.get("detail"), f"({', '.join(times)})")))
 
 
 def rules_table(rows: list[dict[str, Any]]) -> Table:

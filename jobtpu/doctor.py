@@ -56,7 +56,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
     addresses = known.addresses if known is not None else None
     node_lines: list[Line] = []
     if machine.is_tpu:  # the API says where the workers are now
-        node_lines, live = _node_check(home, fleet, machine)
+        node_lines, live = _node_check(session.state, fleet, machine)
         addresses = live if live is not None else addresses
     lines.extend(node_lines)
     if addresses is not None:
@@ -172,11 +172,11 @@ def _why_stray(state: State, ref: WorkerRef) -> str | None:
     return None
 
 
-def _node_check(home: Home, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
+def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
     from .tpu import TpuApi, health_of
 
-    record = Store(home).load().machine(machine.name)
+    record = state.machine(machine.name)
     machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone
     try:
         node = TpuApi(dict(fleet.gcp)).get_node(str(machine.zone), str(machine.node))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 import re
 import reprlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
@@ -24,6 +25,9 @@ from .home import Home
 from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .requests import MAX_RESOURCE_COUNT
 from .store import parse_json_file
+
+if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
+    from .sheet import SheetConfig
 
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
@@ -92,6 +96,7 @@ class MachineEntry(Connection, kw_only=True):
     node_spec: Annotated[NodeSpec | UnsetType, Meta(description="must be an object of TPU API create fields")] = UNSET
     queued_resource: Annotated[bool | QueuedResource | None, Meta(
         description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
+    aliases: Annotated[list[str], Meta(description="must be a list of other names for the machine")] = []
 
 
 class Gcp(_Keys):
@@ -109,6 +114,23 @@ class ErrorPatterns(_Keys):
     oom: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
 
 
+_Limit = Annotated[Annotated[int, Meta(ge=0)] | None | UnsetType, Meta(description="must be a whole number ≥ 0, or null (no limit)")]
+
+
+class UserLimitEntry(_Keys):
+    """How much of the fleet one user's jobs may hold at once (launching, running or stopping)."""
+
+    jobs: _Limit = UNSET
+    machines: _Limit = UNSET
+    tpu_machines: _Limit = UNSET
+
+
+class LimitsEntry(_Keys):
+    per_user: Annotated[UserLimitEntry, _Object] = msgspec.field(default_factory=UserLimitEntry)
+    # Named users' own limits, key by key over per_user (a lead who may hold more TPUs).
+    users: Annotated[dict[str, UserLimitEntry], Meta(description="must map user names to limits objects")] = {}
+
+
 class MachinesFile(_Keys):
     defaults: Annotated[Connection, _Object] = msgspec.field(default_factory=Connection)
     gcp: Annotated[Gcp, _Object] = msgspec.field(default_factory=Gcp)
@@ -118,6 +140,25 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
+    limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
+    # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
+    sheet: Raw | UnsetType = UNSET
+
+
+@dataclass(frozen=True)
+class UserLimit:
+    """One user's limits; None: no limit on that count."""
+
+    jobs: int | None = None
+    machines: int | None = None
+    tpu_machines: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.jobs is not None or self.machines is not None or self.tpu_machines is not None
+
+
+NO_LIMIT = UserLimit()
 
 
 @dataclass(frozen=True)
@@ -146,6 +187,7 @@ class Machine:
     root: str = "jobtpu"
     host_key_policy: str = "accept-new"
     connect_timeout: float = 10.0
+    aliases: tuple[str, ...] = ()  # other names the user may type for it (machines.json `aliases`)
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -170,16 +212,53 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    per_user: UserLimit = NO_LIMIT
+    user_limits: dict[str, UserLimit] = field(default_factory=dict)
+    sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
+
+    @cached_property
+    def has_limits(self) -> bool:
+        return self.per_user.any or any(limit.any for limit in self.user_limits.values())
+
+    def limit_for(self, user: str) -> UserLimit:
+        return self.user_limits.get(user, self.per_user)
 
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
 
     def require(self, name: str) -> Machine:
         """The machine, or the one error every command gives for a name it does not know."""
-        machine = self.machines.get(name)
-        if machine is None:
-            raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {', '.join(self.machines)}")
-        return machine
+        return self.resolve(name)
+
+    def resolve(self, name: str) -> Machine:
+        """The machine a user means by `name`: its name in machines.json, one of its `aliases`, or for
+        a TPU machine its node's name (`n`) or full name (`projects/p/locations/z/nodes/n`). Every
+        command that takes a machine name asks here, so each takes the same names."""
+        found = self.machines.get(name) or next((m for m in self.machines.values() if name in m.aliases), None)
+        if found is not None:
+            return found
+        nodes = [m for m in self.machines.values() if m.is_tpu and self._is_node_of(name, m)]
+        if len(nodes) == 1:
+            return nodes[0]
+        if nodes:
+            raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
+                                hint="name the machine as machines.json does")
+        raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {self.names_text()}")
+
+    def _is_node_of(self, name: str, machine: Machine) -> bool:
+        full = _NODE_PATH.fullmatch(name)
+        if full is None:
+            return name == machine.node
+        project = self.gcp.get("project")
+        return (full["node"] == machine.node and full["zone"] in (machine.zones or (machine.zone,))
+                and (not isinstance(project, str) or project == full["project"]))
+
+    def names_text(self) -> str:
+        """Every machine's name, with its aliases in brackets: what an unknown name's hint lists."""
+        return ", ".join(f"{m.name} ({', '.join(m.aliases)})" if m.aliases else m.name for m in self.machines.values())
+
+
+_NODE_PATH = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/nodes/(?P<node>[^/]+)")
 
 
 class _Refused(Exception):
@@ -231,10 +310,40 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
             machines[name] = _machine(name, entry, defaults, home)
         except _Refused as e:
             raise _Refused(f"machine {name!r}: {e}") from None
+    tpus = sorted(name for name, m in machines.items() if m.is_tpu)
+    if tpus and not doc.gcp.project:
+        # Said at load, by every command: found only when a pass first asks the TPU API, it came after
+        # the pass had started writing to the home.
+        raise _Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
+    _check_aliases(machines)
     patterns = dict(DEFAULT_ERROR_PATTERNS)
     patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
+    per_user, user_limits = _limits(doc.limits)
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns)
+                 error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home))
+
+
+def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
+    """The team's per-user limits, and each named user's (their keys over the team's)."""
+    from .model import USER_NAME
+
+    def merged(own: UserLimitEntry, base: UserLimit) -> UserLimit:
+        return UserLimit(**{key: getattr(base, key) if getattr(own, key) is UNSET else getattr(own, key)
+                            for key in UserLimitEntry.__struct_fields__})
+
+    per_user = merged(entry.per_user, NO_LIMIT)
+    for name in entry.users:
+        if not USER_NAME.match(name):
+            raise _Refused(f"limits.users: {name[:40]!r} is not a user name")
+    return per_user, {name: merged(own, per_user) for name, own in entry.users.items()}
+
+
+def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
+    if raw is UNSET:
+        return None
+    from .sheet import parse_config  # only a home with a sheet loads it
+
+    return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:
@@ -259,6 +368,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
         identity_file=connection["identity_file"], root=_root(entry, connection["root"], home),
         host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]),
+        aliases=tuple(entry.aliases),
     )
 
 
@@ -279,6 +389,19 @@ def _check_kind(entry: MachineEntry) -> None:
                 raise _Refused(f"a tpu machine needs '{key}'")
         if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
             raise _Refused(f"{_must(MachineEntry, 'zone')} (got {entry.zone!r})")
+
+
+def _check_aliases(machines: Mapping[str, Machine]) -> None:
+    """Each alias names one machine: a valid name, not another machine's name or alias."""
+    owner: dict[str, str] = {}
+    for machine in machines.values():
+        for alias in machine.aliases:
+            if not _NAME.match(alias):
+                raise _Refused(f"machine {machine.name!r}: alias {alias!r} must be letters, digits, '.', '_' or '-'")
+            taken = alias if alias in machines else owner.get(alias)
+            if taken is not None and taken != machine.name:
+                raise _Refused(f"machine {machine.name!r}: alias {alias!r} already names machine {taken!r}")
+            owner[alias] = machine.name
 
 
 def _check_resources(resources: Mapping[str, object]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import passsheet
 from .decide import (
     Kill,
     Launch,
@@ -64,6 +65,13 @@ ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of 
 class PassReport:
     notes: list[str] = field(default_factory=list)
     skipped: bool = False  # another pass was running
+    on_note: Callable[[str], None] | None = None  # shows a line as the pass goes (a cron pass's stderr)
+
+    def say(self, line: str) -> None:
+        """A line for the report, shown now too: for what a pass learns after its notes were shown."""
+        self.notes.append(line)
+        if self.on_note:
+            self.on_note(line)
 
 
 class Pass(Session):
@@ -103,7 +111,7 @@ class Pass(Session):
 
 def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
              on_note: Callable[[str], None] | None = None) -> PassReport:
-    report = PassReport()
+    report = PassReport(on_note=on_note)
     with pass_lock(home, wait) as got:
         if not got:
             report.skipped = True
@@ -143,11 +151,13 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
 def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
+    passsheet.before_decide(p, seen, p.notes.append)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
     """What follows a pass whose result is saved (never a dry run): reporting what changed.
     Features that need it add one call here and keep their code in a module of their own."""
+    passsheet.after_pass(p, report.say)
 
 
 def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:

@@ -127,6 +127,14 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     recover: str | None = None  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
 
 
+class ForcedAct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """An act on a job by someone other than its user, made with --force: kept in the job's record."""
+
+    by: str
+    act: str  # kill | resume | rerun | clean | tag | note
+    at: Number
+
+
 class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """A job as state.json stores it: the fields a listing promises always, the others only when they
     differ from their default (ten thousand jobs stay small and quick to read)."""
@@ -162,6 +170,10 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
+    # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
+    priority: int = 0
+    forced: list[ForcedAct] = msgspec.field(default_factory=list)
+    sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:
@@ -233,7 +245,7 @@ def _plainly_fine(job: Job) -> bool:
             and job.reason is None and job.exit_code is None and (job.rule is None or job.rule in RULES)
             and not job.env and not job.alloc and not job.attempts and job.ending is None
             and (not job.req or _request_problem(tuple(job.req)) is None)
-            and (bool(job.machine) or job.status not in ACTIVE))
+            and (bool(job.machine) or job.status not in ACTIVE) and -_I64 <= job.priority < _I64)
 
 
 def _job_problem(job: Job) -> str | None:
@@ -310,7 +322,7 @@ def _ending_problem(ending: Ending | None) -> str | None:
 def _bounds_problem(job: Job) -> str | None:
     """An integer beyond 64 bits (msgspec reads any size) would not survive other tools' readers."""
     low, high = _INT_RANGE
-    for name in ("id", "attempt", "max_recoveries", "recoveries", "log_size", "exit_code"):
+    for name in ("id", "attempt", "max_recoveries", "recoveries", "log_size", "exit_code", "priority"):
         value = getattr(job, name)
         if value is not None and not low <= value <= high:
             return f"field {name!r} is too large"

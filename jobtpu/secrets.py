@@ -1,5 +1,7 @@
 """Secret-looking --env values (API keys, tokens, passwords) kept out of state.json: they live in
-the home's secrets.json, readable by its owner only, and state.json holds just their names."""
+the home's secrets.json, and state.json holds just their names. In a private home the file is its
+owner's alone (0600); in a home a group shares it is the group's (0660), because whichever member
+runs the next pass must read every job's secrets to launch it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from .errors import ConfigError, JobtpuError
-from .home import Home, write_atomic
+from .home import Home, is_shared, write_atomic
 from .store import hold_lock, parse_json_file
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -35,11 +37,17 @@ class SecretStore:
         self.path: Path = home.root / "secrets.json"
         self.lock: Path = home.root / "secrets.json.lock"
         self.pass_lock: Path = home.pass_lock
+        self.shared = is_shared(home.root)
 
     def check_keeper(self) -> None:
-        """secrets.json is readable by its owner alone (0600, even in a shared home), and a pass reads
-        it: only the account that runs `jobtpu manage` (the owner of manage.lock) may file secrets. A
-        file written by another account would stop every pass with a permission error."""
+        """Whether this account may file secrets where every pass can read them. In a shared home any
+        member may, once secrets.json is the group's (a private one left by an older jobtpu is
+        refused until its owner shares it). In a private home secrets.json is readable by its owner
+        alone and a pass reads it: only the account that runs `jobtpu manage` (the owner of
+        manage.lock) may file secrets; a file written by another account would stop every pass."""
+        if self.shared:
+            self._check_group_readable()
+            return
         me = os.geteuid()
         for path in (self.path, self.pass_lock):
             try:
@@ -51,6 +59,18 @@ class SecretStore:
                     f"secret --env values in this home are kept by {_user_name(owner)}, who runs `jobtpu manage` "
                     f"({path.name} is theirs); secrets.json is readable by that account alone",
                     hint="ask them to submit this job, or have the job read the value from a file of yours")
+
+    def _check_group_readable(self) -> None:
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if st.st_uid != os.geteuid() and not st.st_mode & 0o040:
+            raise JobtpuError(
+                f"{self.path.name} in this shared home is readable by {_user_name(st.st_uid)} alone, so "
+                "neither your secrets nor a pass of yours could use it",
+                hint=f"ask {_user_name(st.st_uid)} to run `jobtpu init --shared GROUP` on this home, which "
+                     "makes it the group's")
 
     def _read(self) -> Secrets:
         """The stored secrets. A damaged file is an error, not an empty one: the next write would
@@ -65,8 +85,9 @@ class SecretStore:
         self._read()
 
     def _write(self, data: Secrets) -> None:
-        # Owner only, even in a group-shared home: the values are API keys.
-        write_atomic(self.path, msgspec.json.encode(data), mode=0o600)
+        # The folder's mode: the owner's alone in a private home, the group's in a shared one (every
+        # member's pass reads it), never anyone else's.
+        write_atomic(self.path, msgspec.json.encode(data))
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:

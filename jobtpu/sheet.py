@@ -17,13 +17,13 @@ job brings a new one (`submit --sheet-note`, or `wandb_notes`).
 Wiring (the few calls the rest of jobtpu makes):
 - machines.json: keep the top-level `sheet` object and give it to `parse_config(raw)` → SheetConfig
   (a one-line ConfigError when it is wrong). No `sheet` key: nothing here is called.
-- A pass: at its start `ps = PassSheet(config, memo_path)` (one read; memo_path: say
-  `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
+- A pass (jobtpu/passsheet.py): at its start `ps = PassSheet.start(config, memo_path)` (one read, unless
+  the last one is younger than `read_every`; memo_path: `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)), giving
   `claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
   machine and `result = ps.finish(rows)`; print `result.problem` when set. Neither ever raises for
   the API's sake; the start costs at most `sheet.timeout`, the end two (and nothing when the start
-  failed). The memo is jobtpu's own file: add `sheet.json` to home.py's own files (never snapshotted).
+  failed, or when it did not read and the rows are those last written: a quiet pass). The memo is jobtpu's own file: add `sheet.json` to home.py's own files (never snapshotted).
 - `jobtpu sheet sync`: `sync(config, rows, memo_path)` (print `problem`, exit 1 when set).
 - `jobtpu sheet release NAME [--user U]`: `release(config, NAME, memo_path, U)`;
   `sheet note NAME TEXT [--append]`: `set_note(config, NAME, TEXT, append)`;
@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -64,10 +65,11 @@ TITLES: dict[str, str] = {
 COLUMNS = tuple(TITLES)
 DEFAULT_WORKSHEET = "jobtpu"
 DEFAULT_TIMEOUT = 5.0
+DEFAULT_READ_EVERY = 60.0  # seconds a quiet pass trusts the last read (hand claims are seen this late)
 MAX_TIMEOUT = 60.0
 GOOGLE_BASE = "https://sheets.googleapis.com"
 SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]
-_KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "timeout")
+_KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "timeout", "read_every")
 _KEY = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _URL_KEY = re.compile(r"/spreadsheets/d/([A-Za-z0-9_-]+)")
 _NOTE_SEPARATOR = "; "
@@ -88,6 +90,7 @@ class SheetConfig:
     columns: tuple[str, ...] = COLUMNS
     api_endpoint: str = GOOGLE_BASE
     timeout: float = DEFAULT_TIMEOUT  # for everything one read or one write costs, retries included
+    read_every: float = DEFAULT_READ_EVERY  # a pass with nothing to write reads no oftener than this
 
 
 def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
@@ -110,12 +113,15 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
     timeout = raw.get("timeout", DEFAULT_TIMEOUT)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
         raise fail(f"timeout must be a number of seconds above 0, at most {MAX_TIMEOUT:g}")
+    read_every = raw.get("read_every", DEFAULT_READ_EVERY)
+    if not isinstance(read_every, int | float) or isinstance(read_every, bool) or not 0 <= read_every <= 86400:
+        raise fail("read_every must be a number of seconds from 0 to 86400 (0: every pass reads the sheet)")
     return SheetConfig(spreadsheet=_spreadsheet_key(raw["spreadsheet"].strip(), fail),
                        worksheet=raw.get("worksheet", DEFAULT_WORKSHEET),
                        credentials=raw.get("credentials", "default"),
                        columns=_columns(raw.get("columns", list(COLUMNS)), fail),
                        api_endpoint=_endpoint(raw.get("api_endpoint", GOOGLE_BASE).strip(), fail),
-                       timeout=float(timeout))
+                       timeout=float(timeout), read_every=float(read_every))
 
 
 def _spreadsheet_key(text: str, fail: Callable[[str], ConfigError]) -> str:
@@ -192,6 +198,7 @@ class Snapshot:
 
     grid: list[list[str]]
     positions: dict[str, int]  # column key → 0-based column in the sheet
+    taken: float = 0.0  # when it was read (epoch seconds); 0: not read from the API
 
     @property
     def rows(self) -> list[SheetRow]:
@@ -253,13 +260,19 @@ class Memo:
     unregistered: set[str] = field(default_factory=set)
     # The hand claims the last good read saw: they still hold while the API cannot be read.
     claims: dict[str, str] = field(default_factory=dict)
+    # When the sheet was last read (epoch seconds), and the digest of the rows the sheet was last
+    # brought to: a pass whose rows have that digest, within read_every of the read, skips the API.
+    read_at: float = 0.0
+    written: str = ""
+    read_of: str = ""  # the worksheet that read was of: the claims of another sheet are no claims here
 
     def copy(self) -> Memo:
-        return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims))
+        return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
+                    self.written, self.read_of)
 
     def to_bytes(self) -> bytes:
         doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
-               "claims": self.claims}
+               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of}
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -269,7 +282,8 @@ def load_memo(path: Path) -> Memo:
     try:
         doc = json.loads(path.read_bytes())
         return Memo(_texts(doc.get("users", {})), _texts(doc.get("notes", {})),
-                    {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})))
+                    {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})),
+                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")))
     except (OSError, ValueError, AttributeError, TypeError):
         return Memo()
 
@@ -280,6 +294,16 @@ def _texts(mapping: dict[Any, Any]) -> dict[str, str]:
 
 def save_memo(path: Path, memo: Memo) -> None:
     write_atomic(path, memo.to_bytes())
+
+
+def sheet_id(config: SheetConfig) -> str:
+    return f"{config.spreadsheet}/{config.worksheet}"
+
+
+def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
+    """What a pass would bring the sheet to, in a few bytes: the rows, and where and which columns."""
+    doc = [config.spreadsheet, config.worksheet, list(config.columns), [astuple(row) for row in rows]]
+    return hashlib.sha256(json.dumps(doc, default=str).encode()).hexdigest()[:32]
 
 
 # ----------------------------------------------------------------------------- planning writes
@@ -440,6 +464,9 @@ class _Api:
 
     def __init__(self, config: SheetConfig) -> None:
         self.config = config
+        # The client's modules load first (a second or more on a busy host): `timeout` is for the
+        # API's answer, and an import counted in it made a loaded machine report the API as slow.
+        _load_client_modules()
         self.deadline = time.monotonic() + config.timeout
         self.client = _http_client(config, self)
 
@@ -582,6 +609,12 @@ def _key_file(path: Path) -> Any:
     raise ValueError(f"a key file of type {kind!r}; use a service-account key or an ADC file (authorized_user)")
 
 
+def _load_client_modules() -> None:
+    import google.auth.transport.requests  # noqa: F401 - loaded here, outside any call's deadline
+    import gspread.http_client  # noqa: F401
+    import requests  # noqa: F401
+
+
 def _http_client(config: SheetConfig, api: _Api) -> Any:
     from google.auth.transport.requests import AuthorizedSession
     from gspread.http_client import HTTPClient
@@ -615,7 +648,8 @@ class SyncResult:
 
 def read_sheet(config: SheetConfig) -> Snapshot:
     """One read of the worksheet (SheetError when it cannot be had)."""
-    return snapshot_from_grid(_Api(config).values())
+    grid = _Api(config).values()
+    return replace(snapshot_from_grid(grid), taken=time.time())
 
 
 def write_rows(config: SheetConfig, snapshot: Snapshot, rows: Iterable[MachineRow], memo_path: Path,
@@ -634,6 +668,9 @@ def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow],
     plan = plan_write(snapshot, rows, memo, config.columns, now)
     claims = snapshot.claims(memo, {row.name: ", ".join(row.users) for row in rows})
     plan.memo.claims = claims
+    plan.memo.read_at = snapshot.taken or memo.read_at
+    plan.memo.read_of = sheet_id(config) if snapshot.taken else memo.read_of
+    plan.memo.written = rows_digest(config, rows)
     problem = None
     if plan.cells:
         try:
@@ -641,6 +678,8 @@ def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow],
         except SheetError as e:
             plan.memo = memo.copy()  # nothing was written: the next pass plans from the same memory
             plan.memo.claims = claims
+            plan.memo.read_at, plan.memo.written = snapshot.taken or memo.read_at, ""
+            plan.memo.read_of = sheet_id(config) if snapshot.taken else memo.read_of
             problem = f"sheet: {e}"
     if plan.memo != memo:
         try:
@@ -674,16 +713,32 @@ def _memo_lock(config: SheetConfig, memo_path: Path) -> Iterator[None]:
 
 class PassSheet:
     """The sheet's part in one pass: read once at its start (claims for dispatch), write once at
-    its end. A failed read costs one line (`problem`); the claims last seen still hold meanwhile."""
+    its end. A failed read costs one line (`problem`); the claims last seen still hold meanwhile.
+    Made by `start`, a pass reads only when its last read is older than `read_every`, and a pass
+    that neither read nor has rows to change does not touch the API (nor import its client)."""
 
-    def __init__(self, config: SheetConfig, memo_path: Path) -> None:
-        self.config, self.memo_path = config, memo_path
+    def __init__(self, config: SheetConfig, memo_path: Path, read: bool = True) -> None:
+        self.config, self.memo_path, self.read = config, memo_path, read
         self.snapshot: Snapshot | None = None
         self.problem: str | None = None
+        if not read:
+            return
         try:
             self.snapshot = read_sheet(config)
         except SheetError as e:
             self.problem = f"sheet: {e}"
+
+    @classmethod
+    def start(cls, config: SheetConfig, memo_path: Path, now: float | None = None) -> PassSheet:
+        """A pass's start: the sheet is read when the last read is older than `read_every`, else
+        the claims that read saw hold (a hand claim is seen at most `read_every` late)."""
+        memo = load_memo(memo_path)
+        age = (time.time() if now is None else now) - memo.read_at
+        return cls(config, memo_path, read=memo.read_of != sheet_id(config) or not 0 <= age < config.read_every)
+
+    def quiet(self, rows: list[MachineRow]) -> bool:
+        """Nothing for the API this pass: no read at its start, and the sheet was last brought to these rows."""
+        return not self.read and load_memo(self.memo_path).written == rows_digest(self.config, rows)
 
     def claims(self, own: Mapping[str, str] | None = None) -> dict[str, str]:
         """Machine → who holds it in the sheet (`own`: machine → the users jobtpu runs there now)."""
@@ -695,8 +750,10 @@ class PassSheet:
     def finish(self, rows: Iterable[MachineRow], now: float | None = None) -> SyncResult:
         """The pass's write, planned on a fresh read: rows a person inserted, deleted or sorted
         while the pass ran would otherwise receive other machines' cells."""
-        if self.snapshot is None:  # the API failed this pass already: one line is enough, the next pass catches up
-            return SyncResult(claims=self.claims())
+        rows = list(rows)
+        if self.quiet(rows) or (self.read and self.snapshot is None):
+            # Quiet, or the API failed this pass already (one line is enough, the next pass catches up).
+            return SyncResult(claims=self.claims({row.name: ", ".join(row.users) for row in rows}))
         return sync(self.config, rows, self.memo_path, now)
 
 
@@ -763,6 +820,11 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
         raise JobtpuError(f"{name} is claimed by {holder}, not {user}; nothing was changed",
                           hint="leave out --user to release it anyway")
     _write_cells(config, snapshot, row, {"user": "", "since": ""}, time.time() if now is None else now)
+    with _memo_lock(config, memo_path):  # passes that trust the last read must not keep the claim
+        memo = load_memo(memo_path)
+        memo.claims.pop(name, None)
+        memo.written = ""
+        save_memo(memo_path, memo)
     return f"{name}: released (was claimed by {holder})"
 
 
@@ -777,6 +839,7 @@ def _register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow |
     memo = load_memo(memo_path)
     snapshot = read_sheet(config)
     memo.unregistered.discard(name)
+    memo.written = ""  # the next pass writes the row as it knows it
     existing = snapshot.row(name)
     if existing is not None:
         save_memo(memo_path, memo)
@@ -799,6 +862,7 @@ def _unregister(config: SheetConfig, name: str, memo_path: Path) -> str:
     row = _require_row(snapshot, name)
     memo = load_memo(memo_path)
     memo.unregistered.add(name)
+    memo.written = ""
     memo.users.pop(name, None)
     memo.notes.pop(name, None)
     grid = snapshot.grid

@@ -46,6 +46,8 @@ def test_rules_prints_what_the_pass_decides_with(tmp_path: Path) -> None:
     home = make_home(tmp_path, {"box": {"kind": "local"},
                                 "v4": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v4-8",
                                        "preemptible": True}})
+    doc = json.loads((home / "machines.json").read_text())
+    (home / "machines.json").write_text(json.dumps({**doc, "gcp": {"project": "p"}}))
     doc = json.loads(jobtpu(home, "rules", "--json").stdout)
     by_rule = {row["rule"]: row for row in doc["rules"]}
     assert list(by_rule) == list(rules.RULES)

@@ -58,7 +58,7 @@ def ssh(**spec: Any) -> dict[str, Any]:
 
 def tpu(**spec: Any) -> dict[str, Any]:
     base = {"kind": "tpu", "node": "n1", "zone": "europe-west4-a", "accelerator": "v3-8"}
-    return {"machines": {"t": {**base, **spec}}}
+    return {"gcp": {"project": "p"}, "machines": {"t": {**base, **spec}}}
 
 
 # ---- valid files -----------------------------------------------------------------------------------
@@ -99,6 +99,7 @@ def test_defaults_are_overridden_per_machine(tmp_path: Path) -> None:
     fleet = load(tmp_path, {
         "defaults": {"user": "ubuntu", "port": 2222, "root": "/srv/jr", "connect_timeout": 5,
                      "host_key_policy": "strict", "identity_file": "~/.ssh/team"},
+        "gcp": {"project": "p"},
         "machines": {
             "plain": {"kind": "ssh", "hosts": ["a"]},
             "own": {"kind": "ssh", "hosts": ["b", "c:2200"], "user": "alice", "port": 22, "root": "mine",
@@ -269,6 +270,8 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("gcp backoff text", {"gcp": {"recreate_backoff": "30"}}, "'gcp.recreate_backoff' must be a number of seconds"),
     ("gcp backoff negative", {"gcp": {"recreate_backoff": -1}}, "'gcp.recreate_backoff' must be a number of seconds"),
     ("gcp unknown", {"gcp": {"zone": "z"}}, "unknown key 'zone' in gcp (valid: project, api_endpoint, credentials,"),
+    ("tpu without project", {"machines": {"t": TPU_T, "u": TPU_T, "l": {"kind": "local"}}},
+     "machines.json: TPU machines (t, u) need gcp.project: add \"gcp\": {\"project\": \"...\"}"),
     ("machines null", {"machines": None}, "'machines' must be a non-empty object of name → machine (got None)"),
     ("machines array", {"machines": [TPU_T]}, "'machines' must be a non-empty object"),
     ("aliases null", {"config_aliases": None}, "'config_aliases' must map short names to config keys"),

@@ -31,7 +31,7 @@ from jobtpu.decide import (
     wants_recreate,
 )
 from jobtpu.errors import JobtpuError
-from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
+from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
 from jobtpu.model import (
     ACTIVE,
     ENDED,
@@ -771,6 +771,73 @@ def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code(
     plan = decide([job], fleet(local("m")), seen("m", *states.values()))
     assert (job.status, job.exit_code) == (Status.FAILED, 7)  # worker 1 failed first, not worker 0
     assert plan.actions == []
+
+
+# ---- fair dispatch and per-user limits ------------------------------------------------------------------
+
+def by(user: str, job_id: int, **kw: Any) -> Job:
+    return Job(id=job_id, user=user, cmd="python train.py", archive="a.tar.gz", created=T0, **kw)
+
+
+def launch_order(jobs: list[Job], machines: Fleet) -> list[int]:
+    return [a.job for a in launches(decide(jobs, machines, Observation(NOW)))]
+
+
+def test_users_take_turns_so_a_long_queue_delays_another_users_job_by_one_turn() -> None:
+    sweep = [by("ann", i) for i in range(1, 201)]
+    single = by("bob", 201)
+    assert launch_order([*sweep, single], fleet(local("m", slot=2))) == [1, 201]
+    # Three users, and a fourth whose jobs came first: each round gives every user one job.
+    jobs = [by("cat", 1), by("cat", 2), by("cat", 3), by("ann", 4), by("bob", 5), by("bob", 6)]
+    assert launch_order(jobs, fleet(local("m", slot=6))) == [1, 4, 5, 2, 6, 3]
+
+
+def test_the_user_whose_last_launch_is_oldest_goes_first() -> None:
+    """Across passes too: with one free slot per pass, ann's queue does not win every pass because
+    her jobs were submitted first."""
+    ann_ran = by("ann", 1, status=Status.FINISHED, attempts=[Attempt(0, "m", "finished", 0, NOW - 10, NOW - 5)])
+    jobs = [ann_ran, by("ann", 2), by("ann", 3), by("bob", 4)]
+    assert launch_order(jobs, fleet(local("m"))) == [4]
+    bob_ran = by("bob", 5, status=Status.FINISHED, attempts=[Attempt(0, "m", "finished", 0, NOW - 1, NOW)])
+    jobs = [ann_ran, by("ann", 2), bob_ran, by("bob", 6)]
+    assert launch_order(jobs, fleet(local("m"))) == [2]
+
+
+def test_priority_orders_a_users_own_jobs_only() -> None:
+    jobs = [by("ann", 1), by("ann", 2, priority=5), by("ann", 3, priority=-1), by("ann", 4, priority=5),
+            by("bob", 5)]
+    # ann's turns go 2, 4 (priority 5, in submission order), 1, 3; bob still gets the second launch.
+    assert launch_order(jobs, fleet(local("m", slot=5))) == [2, 5, 4, 1, 3]
+
+
+def test_a_per_user_job_limit_holds_jobs_back_and_says_so() -> None:
+    limits = dataclasses.replace(fleet(local("m", slot=8)), per_user=UserLimit(jobs=2))
+    running = by("ann", 1, status=Status.RUNNING, machine="m", attempts=[Attempt(0, "m", started=T0)],
+                 alloc={"slot": [0]})
+    jobs = [running, by("ann", 2), by("ann", 3), by("bob", 4)]
+    obs = seen("m", ws(running, 0))
+    plan = decide(jobs, limits, obs)
+    assert [a.job for a in launches(plan)] == [4, 2]  # bob never launched: his turn first
+    assert jobs[2].status is Status.QUEUED and jobs[2].waiting == "held by the per-user limit (2 running jobs)"
+
+
+def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> None:
+    tpus = [tpu("t1"), tpu("t2")]
+    machines = dataclasses.replace(fleet(*tpus, local("m", slot=4)), per_user=UserLimit(tpu_machines=1),
+                                   user_limits={"lead": UserLimit(tpu_machines=2)})
+    jobs = [by("ann", 1, req=["v3-32"]), by("ann", 2, req=["v3-32"]), by("ann", 3), by("lead", 4, req=["v3-32"]),
+            by("lead", 5, req=["v3-32"])]
+    view = {name: MachineView(reachable=True) for name in ("t1", "t2", "m")}
+    plan = decide(jobs, machines, Observation(NOW, view))
+    assert {a.job: a.machine for a in launches(plan)} == {1: "t1", 3: "m", 4: "t2"}
+    assert jobs[1].waiting == "held by the per-user limit (1 TPU machine)"
+    assert jobs[4].waiting != jobs[1].waiting  # lead's limit is 2: job 5 waits only for a free TPU
+    # A machine a user already holds adds nothing: two jobs of ann share one machine under machines=1.
+    one_box = dataclasses.replace(fleet(local("a", slot=2), local("b", slot=2)), per_user=UserLimit(machines=1))
+    jobs = [by("ann", 1), by("ann", 2), by("ann", 3)]
+    plan = decide(jobs, one_box, Observation(NOW))
+    assert {a.job: a.machine for a in launches(plan)} == {1: "a", 2: "a"}
+    assert jobs[2].waiting == "held by the per-user limit (1 machine)"
 
 
 # ---- what launches and kills reported ----------------------------------------------------------------

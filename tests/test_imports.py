@@ -15,15 +15,15 @@ from jobtpu.home import Home
 from jobtpu.model import Attempt, Job, Status
 from jobtpu.store import Store
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 HEAVY = ("paramiko", "google.cloud", "fabric")
 
 # Runs the real main() and records every module loaded by the time the command is done.
 RUNNER = """
 import json, sys
 from jobtpu.cli import main
-
-# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
-pytestmark = pytest.mark.fast
 
 record, argv = sys.argv[1], sys.argv[2:]
 try:
@@ -62,6 +62,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ["status"], ["status", "--all-users"], ["status", "--json"], ["status", "--json", "1"],
     ["tail", "1"], ["tail", "1", "-n", "5", "--attempt", "0"], ["tail", "-f", "1"], ["tail", "999"],
     ["status", "--all"], ["rules"], ["rules", "--json"],
+    ["config", "get"], ["dir", "ls"], ["alias", "ls"], ["tldr"], ["exec", "--help"],
 ])
 def test_read_only_commands_do_not_load_ssh_or_cloud_modules(home: Path, tmp_path: Path, args: list[str]) -> None:
     record = tmp_path / "modules.json"

@@ -379,7 +379,8 @@ def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> 
     for must in ("state.json", "state.json.bak", "last_id", "history.jsonl", "secrets.json", "state.json.lock",
                  "manage.lock", f"logs/{first}/", f"logs/{first}/0.0.log", "archives/"):
         assert must in modes, sorted(modes)
-    assert modes.pop("secrets.json") == 0o600  # API keys: the owner alone, whatever the home
+    # secrets.json too: the owner's alone in a private home, the group's in a shared one, whose
+    # every member's pass must read it to launch the jobs.
     for rel, mode in modes.items():
         if rel.endswith("/"):
             assert mode == (0o2770 if shared else 0o700), (rel, oct(mode))
@@ -387,16 +388,38 @@ def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> 
             assert mode == (0o660 if shared else 0o600), (rel, oct(mode))
 
 
-def test_secrets_are_filed_only_by_the_account_that_runs_manage(tmp_path: Path, src: Path) -> None:
+def test_in_a_private_home_secrets_are_filed_only_by_the_account_that_runs_manage(tmp_path: Path, src: Path) -> None:
     import pwd
 
     home = make_home(tmp_path)
-    home.chmod(0o2770)  # a shared home
+    home.chmod(0o755)  # not group-writable: secrets.json is the owner's alone
     first = submit(home, src, "true")
-    jobtpu(home, "manage")  # manage.lock now exists: hand it to another account, as in a shared home
+    jobtpu(home, "manage")  # manage.lock now exists: hand it to another account
     os.chown(home / "manage.lock", pwd.getpwnam("nobody").pw_uid, -1)
     before = (home / "state.json").read_bytes()
     done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--env", "WANDB_API_KEY=k", check=False)
     one_line_error(done, "secret --env values in this home are kept by nobody, who runs `jobtpu manage`")
     assert (home / "state.json").read_bytes() == before and not (home / "secrets.json").exists()
     assert submit(home, src, "true", "--env", "PLAIN=1") == first + 1  # no secret: anyone may submit
+
+
+def test_in_a_shared_home_any_member_files_secrets_unless_the_file_is_still_private(tmp_path: Path, src: Path) -> None:
+    import pwd
+
+    home = make_home(tmp_path)
+    home.chmod(0o2770)  # a shared home: whoever runs manage, any member may file secrets
+    jobtpu(home, "manage")
+    os.chown(home / "manage.lock", pwd.getpwnam("nobody").pw_uid, -1)
+    first = submit(home, src, "true", "--env", "WANDB_API_KEY=k")
+    assert stat.S_IMODE((home / "secrets.json").stat().st_mode) == 0o660
+    # One left private by an older jobtpu and owned by another account: a pass of ours could not
+    # read it, so nothing is filed, with a line saying who can share it.
+    (home / "secrets.json").chmod(0o600)
+    os.chown(home / "secrets.json", pwd.getpwnam("nobody").pw_uid, -1)
+    before = (home / "state.json").read_bytes()
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--env", "HF_TOKEN=t", check=False)
+    one_line_error(done, "secrets.json in this shared home is readable by nobody alone")
+    assert "init --shared" in done.stderr and (home / "state.json").read_bytes() == before
+    assert first == 1
+
+

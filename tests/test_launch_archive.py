@@ -326,3 +326,25 @@ def test_a_snapshot_unpacks_as_it_was_taken(tmp_path: Path) -> None:
     assert tree(folder) == tree(src)
     modes = {stat.S_IMODE(p.lstat().st_mode) for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
     assert modes == {0o755, 0o644}
+
+
+def test_an_unpack_cut_short_is_cleaned_up_by_a_later_launch_once_stale(tmp_path: Path) -> None:
+    from jobtpu.archive import snapshot
+    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.workers import LaunchSpec, WorkerRef
+
+    root = tmp_path / "root"
+    snap = snapshot(_src(tmp_path, {"data.txt": "original\n"}), root / "archives")
+    stale = write_tree(root / "jobs" / ".unpack.7.0.dead01", {"big.bin": "half written"})
+    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    os.utime(stale, (old, old))
+    fresh = write_tree(root / "jobs" / ".unpack.7.0.live01", {"big.bin": "being written now"})
+    other = write_tree(root / "jobs" / ".unpack.8.0.dead02", {"big.bin": "another job's"})
+    os.utime(other, (old, old))
+    ref = WorkerRef(7, 0, 0)
+    script = launch_script([LaunchSpec(ref, str(root), snap.name, "cat data.txt", {}, fresh=True)])
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert parse_launch(done.stdout)[ref].outcome == "ok"
+    assert not stale.exists()
+    assert fresh.exists() and other.exists()  # an unpack may still be running; job 8 cleans its own
+    assert sorted(p.name for p in (root / "jobs").iterdir()) == [".unpack.7.0.live01", ".unpack.8.0.dead02", "7"]

@@ -224,7 +224,10 @@ def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
     jobtpu(home, "clean", "--remote")
     assert list(status(home)) == [theirs, queued_id]  # another user's ended job stays without --all-users
     assert (home / "run" / "jobs" / str(theirs)).exists()
-    jobtpu(home, "clean", "--all-users")
+    refused = jobtpu(home, "clean", "--all-users", check=False)  # someone's job is not tester's to clean
+    assert refused.returncode == 1 and "job 3 is someone's, not tester's: clean refused" in refused.stderr
+    assert list(status(home)) == [theirs, queued_id]
+    jobtpu(home, "clean", "--all-users", "--force")
     assert list(status(home)) == [queued_id]
     history = [json.loads(line) for line in (home / "history.jsonl").read_text().splitlines()]
     assert [h["id"] for h in history] == [done_id, other_id, theirs]  # one line per job

@@ -65,3 +65,83 @@ def test_two_accounts_share_a_home_and_its_files_stay_the_groups(team: Team) -> 
     assert not bad, bad
     for name in ("state.json", "last_id"):
         assert (home / name).stat().st_mode & stat.S_IWGRP, name
+
+
+def group_modes_kept(home: Path, gid: int) -> list[str]:
+    """What in the home is not the group's, or is world-writable (symlinks aside)."""
+    bad = []
+    for path in [home, *home.rglob("*")]:
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if st.st_gid != gid:
+            bad.append(f"{path.relative_to(home)}: group {st.st_gid}")
+        if st.st_mode & stat.S_IWOTH:
+            bad.append(f"{path.relative_to(home)}: world-writable")
+    return bad
+
+
+def test_a_home_made_by_init_shared_serves_two_accounts_with_secrets_and_guards_their_jobs(team: Team) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    outsider = team.run(alice, "init", "--shared", "root", str(home), check=False, umask="0077")
+    assert outsider.returncode == 1 and "Traceback" not in outsider.stderr, outsider.stderr
+    assert outsider.stderr.startswith("jobtpu: error: you are not in the group 'root'") and not home.exists()
+    made = team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    assert made.stdout.strip().endswith(f"{home}, shared with group {team.group}")
+    assert stat.S_IMODE(home.stat().st_mode) == 0o2770 and home.stat().st_gid == team.gid
+    assert stat.S_IMODE((home / "machines.json").stat().st_mode) == 0o660
+    with open(home / "machines.json", "w") as f:  # as an editor would: same file, same owner and mode
+        json.dump({"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}}, f)
+    for account in (alice, bob):
+        team.run(bob, "--home", str(home), "user", "add", account, umask="0077")
+    ids = {}
+    for account in (alice, bob):
+        src = source_of(team, account)
+        (src / "train.sh").write_text('echo "trained by $USER with key $WANDB_API_KEY"\n')
+        done = team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "bash train.sh",
+                        "--env", f"WANDB_API_KEY=key-of-{account}", umask="0077")
+        ids[account] = int(done.stdout)
+    assert stat.S_IMODE((home / "secrets.json").stat().st_mode) == 0o660  # bob's pass reads alice's key
+
+    def both_finished() -> bool:
+        team.run(bob, "--home", str(home), "manage", umask="0077")  # one pass starts both jobs
+        rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
+        return all(r["status"] == "finished" for r in rows) and len(rows) == 2
+    wait_for(both_finished, timeout=60, interval=0.5, what="both accounts' jobs to finish")
+    for account in (alice, bob):
+        tail = team.run(account, "--home", str(home), "tail", str(ids[account])).stdout
+        assert f"with key key-of-{account}" in tail, tail
+
+    # bob's long job runs as bob (his pass started it): alice may not kill it, and with --force the
+    # kill is saved and recorded, and bob's next pass stops his processes.
+    src = team.private_folder(bob, "long")
+    long_job = int(team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "sleep 300",
+                            umask="0077").stdout)
+
+    def running() -> bool:
+        team.run(bob, "--home", str(home), "manage", umask="0077")
+        rows = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"]
+        return rows[0]["status"] == "running"
+    wait_for(running, timeout=60, interval=0.5, what="bob's long job to run")
+    before = (home / "state.json").read_bytes()
+    refused = team.run(alice, "--home", str(home), "kill", str(long_job), check=False, umask="0077")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.splitlines()[0] == f"jobtpu: error: job {long_job} is {bob}'s, not {alice}'s: kill refused"
+    assert (home / "state.json").read_bytes() == before
+    forced = team.run(alice, "--home", str(home), "kill", "--force", str(long_job), umask="0077")
+    assert f"run as {bob}" in forced.stderr and "Traceback" not in forced.stderr, forced.stderr
+    row = json.loads(team.run(alice, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"][0]
+    assert row["status"] == "killing" and [(f["by"], f["act"]) for f in row["forced"]] == [(alice, "kill")]
+    team.run(alice, "--home", str(home), "manage", umask="0077")  # alice's pass cannot stop bob's processes
+    row = json.loads(team.run(alice, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"][0]
+    assert row["status"] == "killing", row
+
+    def killed() -> bool:
+        team.run(bob, "--home", str(home), "manage", umask="0077")
+        rows = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"]
+        return rows[0]["status"] == "killed"
+    wait_for(killed, timeout=60, interval=0.5, what="bob's pass to stop the job alice killed")
+    assert not group_modes_kept(home, team.gid), group_modes_kept(home, team.gid)
+    for name in ("state.json", "last_id", "secrets.json", "users.json"):
+        assert (home / name).stat().st_mode & stat.S_IWGRP and not (home / name).stat().st_mode & 0o007, name

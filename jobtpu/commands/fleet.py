@@ -70,10 +70,26 @@ def machine_rows(home: Home) -> list[dict[str, Any]]:
             "health": known.health, "health_description": known.health_description,
             "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
+            "unreachable_since": known.since, "next_try": known.next_try,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
+    if fleet.sheet is not None:
+        _sheet_claims(home, rows)
     return rows
+
+
+def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
+    """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
+    from ..passsheet import memo_path
+    from ..sheet import claim_reason, load_memo
+
+    claims = load_memo(memo_path(home)).claims
+    for row in rows:
+        holder = claims.get(row["name"])
+        row["claimed_by"] = holder
+        if holder:
+            row["detail"] = "; ".join(x for x in (claim_reason(holder), row["detail"]) if x)
 
 
 def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
@@ -100,8 +116,9 @@ def machines(home: Home, as_json: bool) -> int:
     from rich.console import Console
 
     from ..display import machines_table
+    from ..settings import viewer_settings, viewer_zone
 
-    Console().print(machines_table(rows))
+    Console().print(machines_table(rows, viewer_zone(viewer_settings(home))))
     return 0
 
 

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
-from ..inputs import resolve_user
 from ..store import Store
+from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
     from ..model import Job
+    from ..session import Session
     from ..workers import WorkerRef, WorkerState
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -28,7 +29,7 @@ class SubmitOptions(NamedTuple):
     """What `submit` and `run` take, as the user typed it (checked by build_job)."""
 
     cmd: str
-    dir: str = "."
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
     req: list[str] = []
     machine: str | None = None
     name: str = ""
@@ -43,6 +44,8 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    priority: int = 0
+    sheet_note: str | None = None
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
@@ -50,14 +53,17 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..inputs import config_overrides, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
+    from ..settings import effective_aliases, load_settings, source_folder
 
-    user = resolve_user(opts.user)
+    user = known_user(home, opts.user)
+    settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
+    req = opts.req or settings.req
+    rule = opts.rule if opts.rule is not None else settings.rule
     if not opts.cmd.strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
-    request = parse_request(opts.req)
-    if opts.machine is not None:
-        fleet.require(opts.machine)
-    reasons = {m.name: why_not(m, request, opts.machine) for m in fleet.machines.values()}
+    request = parse_request(req)
+    pin = fleet.resolve(opts.machine).name if opts.machine is not None else None  # an alias pins its machine
+    reasons = {m.name: why_not(m, request, pin) for m in fleet.machines.values()}
     if all(r is not None for r in reasons.values()):
         why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
@@ -65,11 +71,13 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, fleet.config_aliases)
+    overrides = config_overrides(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
-    src = Path(opts.dir).expanduser()
+    src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
+    if chosen_because:
+        note(chosen_because)
     from ..archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
@@ -77,9 +85,17 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     with sigterm_interrupts():
         snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
-               req=list(opts.req), pin=opts.machine, tags=list(opts.tag), rule=opts.rule, env=env,
+               req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
-               timeout=timeout, stall=stall, dir=str(src.resolve()))
+               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
+               sheet_note=_sheet_note(src, opts.sheet_note))
+
+
+def _sheet_note(src: Path, given: str | None) -> str | None:
+    """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from ..sheet import job_note
+
+    return job_note(src, given)
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
@@ -199,7 +215,7 @@ def chosen_jobs(home: Home, ids: list[int], user: str | None, all_users: bool) -
         return [j for j in jobs if j.id in ids]
     if all_users:
         return jobs
-    who = resolve_user(user)
+    who = known_user(home, user)
     return [j for j in jobs if j.user == who]
 
 
@@ -237,14 +253,16 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         return 0
     from rich.console import Console
 
-    from ..display import jobs_table
+    from ..display import jobs_table, only_columns
+
+    columns, zone = status_view(home)
 
     def table() -> Any:
         jobs = chosen_jobs(home, ids, user, all_users)
         if ids or show_all:  # jobs named by id are always shown
-            return jobs_table(records(jobs))
+            return only_columns(jobs_table(records(jobs), zone=zone), columns)
         shown, left_out = rows_to_show(jobs)  # only the rows shown become table cells
-        return jobs_table(records(shown), left_out=left_out)
+        return only_columns(jobs_table(records(shown), left_out=left_out, zone=zone), columns)
 
     console = Console()
     if watch is None:
@@ -256,6 +274,15 @@ def status(home: Home, ids: list[int], user: str | None, all_users: bool, as_jso
         while True:
             live.update(table(), refresh=True)
             time.sleep(max(0.2, watch))
+
+
+def status_view(home: Home) -> tuple[list[str], Any]:
+    """The columns and the time zone the person looking wants (their settings; else the defaults)."""
+    from ..display import DEFAULT_JOB_COLUMNS
+    from ..settings import viewer_settings, viewer_zone
+
+    settings = viewer_settings(home)
+    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
 
 
 # ---- tail -----------------------------------------------------------------------------------------
@@ -335,50 +362,83 @@ def _print_last_lines(path: Path, n: int) -> int:
 
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def kill(home: Home, ids: list[int]) -> int:
+def kill(home: Home, ids: list[int], force: bool = False) -> int:
     from ..manage import kill_jobs
     from ..session import locked_session
 
+    me = known_user(home, None)
     with locked_session(home) as session:
         jobs = [session.state.require_job(job_id) for job_id in ids]  # all known, or nothing is killed
         for job in jobs:
             if job.ended:
                 note(f"job {job.id} already {job.status}")
-        kill_jobs(session, [j for j in jobs if not j.ended], time.time())
-    for job in jobs:
-        if job.status == "killing":
+        live = [j for j in jobs if not j.ended]
+        check_owners(live, me, force, "kill")  # all allowed, or nothing is killed
+        kill_jobs(session, live, time.time())
+        stopping = [(j, _local_process_owner(session, j)) for j in jobs if j.status == "killing"]
+    for job, owner in stopping:
+        if owner is not None:
+            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
+                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+        else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
 
 
-def requeue(home: Home, job_id: int, machine: str | None, resume: bool) -> int:
+def _local_process_owner(session: Session, job: Job) -> str | None:
+    """The account a job's processes on the local machine belong to, when it is not this one: a
+    process started by another account's pass can only be signalled by that account (or root)."""
+    import os
+    import pwd
+
+    machine = session.fleet.get(job.machine) if job.machine else None
+    if machine is None or machine.kind != "local" or os.geteuid() == 0:
+        return None
+    pid_file = Path(machine.root) / "meta" / str(job.id) / f"{job.attempt}.0.pid"
+    try:
+        owner = pid_file.stat().st_uid
+    except OSError:
+        return None
+    if owner == os.geteuid():
+        return None
+    try:
+        return pwd.getpwuid(owner).pw_name
+    except KeyError:
+        return f"uid {owner}"
+
+
+def requeue(home: Home, job_id: int, machine: str | None, resume: bool, force: bool = False) -> int:
     """`resume` (from the job's checkpoints) or `rerun` (from the start) of an ended job."""
     from ..decide import requeue as requeue_job
     from ..session import locked_session
 
+    me = known_user(home, None)
     with locked_session(home) as session:
         job = session.state.require_job(job_id)
         if not job.ended:
             raise JobtpuError(f"job {job.id} is {job.status}; only an ended job can be queued again",
                               hint=f"`jobtpu kill {job.id}` first")
         if machine is not None:
-            session.fleet.require(machine)
+            machine = session.fleet.resolve(machine).name
+        check_owners([job], me, force, "resume" if resume else "rerun")
         requeue_job(job, resume=resume, reason=None, machine=machine)
         job.queued_by_hand()
     print(job.id)
     return 0
 
 
-def clean(home: Home, user: str | None, all_users: bool, remote: bool) -> int:
+def clean(home: Home, user: str | None, all_users: bool, remote: bool, force: bool = False) -> int:
     """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too)."""
     from ..operations import clean_remote
     from ..secrets import SecretStore
     from ..session import locked_session
     from ..store import append_to_history
 
-    who = None if all_users else resolve_user(user)
+    me = known_user(home, None)
+    who = None if all_users else known_user(home, user)
     with locked_session(home) as session:
         gone = [j for j in session.state.jobs if j.ended and (who is None or j.user == who)]
+        check_owners(gone, me, force, "clean")  # history keeps who forced it
         if remote:
             clean_remote(session, gone)
         append_to_history(home, gone)

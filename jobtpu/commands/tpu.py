@@ -33,7 +33,8 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     from ..session import locked_session
 
     with locked_session(home) as p:
-        machine = p.fleet.require(name)
+        machine = p.fleet.resolve(name)
+        name = machine.name  # an alias or the node's name, as machines.json names the machine
         if not machine.is_tpu:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
         record = p.state.machine(name)

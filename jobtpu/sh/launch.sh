@@ -63,6 +63,10 @@ jobtpu_launch() (
     a="$r/archives/$archive"
     [ -f "$a" ] || give_up need-archive
     command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
+    # An unpack cut short (the connection dropped, the worker rebooted) leaves its folder behind;
+    # one older than a claim can live is nobody's any more.
+    find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
+      -exec rm -rf {} + 2>/dev/null
     t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
     python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
     e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"

@@ -247,6 +247,17 @@ class SshTransport:
             args += ["-o", "StrictHostKeyChecking=yes", "-o", opt("UserKnownHostsFile", str(self.home.known_hosts))]
         return args
 
+    def login_command(self, command: list[str]) -> list[str]:
+        """The OpenSSH client's arguments for a shell on this worker (`command` empty) or for `command`
+        there: the same user, key, port and known_hosts as rsync uses. The host key is checked (and
+        under accept-new recorded) first, as for rsync. A shell may ask for a key's passphrase."""
+        self._ensure_known()
+        args = self.ssh_command()
+        if not command:
+            at = args.index("BatchMode=yes")
+            del args[at - 1:at + 1]
+        return [*args, "-l", self.user, "--", self.addr, *command]
+
     def _ensure_known(self) -> None:
         if self.machine.host_key_policy != "off" and not known_keys(self.home, self.addr, self.port):
             self.connect()  # checks (and under accept-new records) the host key, under our lock

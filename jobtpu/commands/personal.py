@@ -1,0 +1,178 @@
+"""A user's own settings: `config` (defaults for submit and status), `dir` (numbered working
+directories) and `alias` (config aliases, over the team's and the built-in ones)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import JobtpuError, NotFoundError
+from ..home import Home
+from ..inputs import resolve_user
+from ..settings import (
+    CONFIG_KEYS,
+    UserSettings,
+    alias_levels,
+    check_columns,
+    check_req,
+    check_rule,
+    dir_number,
+    load_settings,
+    update_settings,
+    zone_of,
+)
+from ..text import printable
+from .common import note
+
+# ---- config ---------------------------------------------------------------------------------------
+
+
+def _config_value(key: str, values: list[str]) -> object:
+    """The value to store for `key` from the words typed after it, checked."""
+    if not any(value.strip(" ,") for value in values):  # `config reset KEY` is how a value goes
+        raise JobtpuError(f"`config set {key}` needs a value", hint=f"{key}: {CONFIG_KEYS[key][0]}")
+    if key in ("rule", "time_zone"):
+        if len(values) != 1:
+            raise JobtpuError(f"{key} takes one value, got {len(values)}: {' '.join(values)}")
+        if key == "rule":
+            check_rule(values[0])
+        else:
+            zone_of(values[0])
+        return values[0]
+    words = [w for value in values for w in (value.split(",") if key == "columns" else [value]) if w]
+    (check_columns if key == "columns" else check_req)(words)
+    return words
+
+
+def _shown(key: str, settings: UserSettings) -> str | None:
+    value = getattr(settings, key)
+    if value in (None, []):
+        return None
+    return ",".join(value) if key == "columns" else " ".join(value) if isinstance(value, list) else str(value)
+
+
+def config(home: Home, action: str, key: str | None, values: list[str], user: str | None) -> int:
+    who = resolve_user(user)
+    if key is not None and key not in CONFIG_KEYS:
+        raise JobtpuError(f"unknown setting {key!r}", hint=f"settings: {', '.join(CONFIG_KEYS)}")
+    if action == "get":
+        return _config_get(home, who, key)
+    if action == "set":
+        if key is None:
+            raise JobtpuError("`config set` needs a KEY and a VALUE", hint=f"settings: {', '.join(CONFIG_KEYS)}")
+        value = _config_value(key, values)
+        update_settings(home, who, lambda s: setattr(s, key, value))
+        note(f"{key} = {_shown(key, load_settings(home, who))}")
+        return 0
+    if values:
+        raise JobtpuError("`config reset` takes at most a KEY", hint="`jobtpu config reset rule`, or all: `jobtpu config reset`")
+    keys = [key] if key is not None else list(CONFIG_KEYS)
+    defaults = UserSettings()
+
+    def reset(settings: UserSettings) -> None:
+        for k in keys:
+            setattr(settings, k, getattr(defaults, k))
+
+    update_settings(home, who, reset)
+    note(f"reset {', '.join(keys)} to the default" + ("" if key else " (working directories and aliases are kept)"))
+    return 0
+
+
+def _config_get(home: Home, user: str, key: str | None) -> int:
+    settings = load_settings(home, user)
+    if key is not None:
+        shown = _shown(key, settings)
+        if shown is None:
+            note(f"{key} is not set (so: {CONFIG_KEYS[key][1]}); it is {CONFIG_KEYS[key][0]}")
+        else:
+            print(printable(shown))
+        return 0
+    for name, (_, default) in CONFIG_KEYS.items():
+        shown = _shown(name, settings)
+        print(printable(f"{name} = {shown}" if shown is not None else f"{name} = (not set: {default})"))
+    return 0
+
+
+# ---- dir ------------------------------------------------------------------------------------------
+
+
+def dir_command(home: Home, action: str, numbers: list[str], path: str | None, user: str | None) -> int:
+    who = resolve_user(user)
+    if action == "ls":
+        return _dir_ls(home, who)
+    checked = [dir_number(n) for n in numbers]
+    if action == "set":
+        folder = Path(path).expanduser() if path else Path.cwd()
+        if not folder.is_dir():
+            raise JobtpuError(f"{folder} is not a folder", hint="give an existing folder, or run `dir set N` inside it")
+        resolved = str(folder.resolve())
+        update_settings(home, who, lambda s: s.dirs.__setitem__(checked[0], resolved))
+        note(f"working directory {checked[0]} = {resolved}")
+    elif action == "rm":
+        def remove(s: UserSettings) -> None:
+            if s.dirs.pop(checked[0], None) is None:
+                raise _unset(checked[0])
+        update_settings(home, who, remove)
+    else:  # swap
+        def swap(s: UserSettings) -> None:
+            a, b = checked
+            if a not in s.dirs and b not in s.dirs:
+                raise _unset(a)
+            first, second = s.dirs.pop(a, None), s.dirs.pop(b, None)
+            s.dirs.update({k: v for k, v in ((a, second), (b, first)) if v is not None})
+        update_settings(home, who, swap)
+    return _dir_ls(home, who) if action == "swap" else 0
+
+
+def _unset(number: str) -> NotFoundError:
+    return NotFoundError(f"working directory {number} is not set", hint="`jobtpu dir ls` lists yours")
+
+
+def _dir_ls(home: Home, user: str) -> int:
+    dirs = load_settings(home, user).dirs
+    if not dirs:
+        note("no working directories yet: `jobtpu dir set 1` makes the current folder number 1")
+    for number in sorted(dirs, key=int):
+        folder = dirs[number]
+        gone = "" if os.path.isdir(folder) else "  (missing)"
+        print(printable(f"{number}  {folder}{gone}"))
+    return 0
+
+
+# ---- alias ----------------------------------------------------------------------------------------
+
+
+def alias(home: Home, action: str, name: str | None, full: str | None, user: str | None) -> int:
+    from ..fleet import load_fleet
+    from ..settings import check_alias
+
+    who = resolve_user(user)
+    if action == "ls":
+        levels = alias_levels(load_fleet(home).config_aliases, load_settings(home, who).aliases)
+        width = max(map(len, levels), default=0)
+        key_width = max((len(found[-1][1]) for found in levels.values()), default=0)
+        for alias_name in sorted(levels):
+            source, key = levels[alias_name][-1]
+            over = [s for s, _ in levels[alias_name][:-1]]
+            where = source + (f" (over {' and '.join(over)})" if over else "")
+            print(printable(f"{alias_name:<{width}}  {key:<{key_width}}  {where}"))
+        return 0
+    assert name is not None
+    if action == "add":
+        assert full is not None
+        check_alias(name, full)
+        update_settings(home, who, lambda s: s.aliases.__setitem__(name, full))
+        note(f"{name} = {full} (yours)")
+        return 0
+
+    def remove(s: UserSettings) -> None:
+        if s.aliases.pop(name, None) is None:
+            levels = alias_levels(load_fleet(home).config_aliases, {})
+            if name in levels:
+                source = levels[name][-1][0]
+                where = "machines.json's config_aliases" if source == "team" else "jobtpu"
+                raise JobtpuError(f"{name} is a {source} alias, not one of yours", hint=f"it is set by {where}; "
+                                  f"`jobtpu alias add {name} KEY` overrides it for you")
+            raise NotFoundError(f"no alias {name!r}", hint="`jobtpu alias ls` lists them")
+    update_settings(home, who, remove)
+    return 0

@@ -1,0 +1,103 @@
+"""`jobtpu exec` (a command on a machine's workers at once) and `jobtpu ssh` (a shell on one), reaching
+the workers as a pass does: the machine's user, key and port, the home's known_hosts and host key
+policy, and a TPU's workers where the last pass saw them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobtpuError, RemoteError
+from ..home import Home
+
+if TYPE_CHECKING:
+    from ..fleet import Machine
+    from ..session import Session
+    from ..transport.base import Endpoint
+
+
+def chosen_workers(session: Session, machine: Machine, worker: int | None) -> list[Endpoint]:
+    """The machine's workers (`worker` None: all of them), or one line saying why there are none."""
+    endpoints = session.endpoints(machine)
+    if not endpoints:
+        raise JobtpuError(f"{machine.name}: no worker address is known yet",
+                          hint=f"run `jobtpu manage` (or `jobtpu tpu status {machine.name}`) first")
+    if worker is None:
+        return endpoints
+    if worker >= len(endpoints):
+        raise JobtpuError(f"{machine.name} has no worker {worker}",
+                          hint=f"its workers are 0 to {len(endpoints) - 1}")
+    return [endpoints[worker]]
+
+
+def exec_command(home: Home, name: str, worker: int | None, words: list[str]) -> int:
+    """Run the command on the chosen workers at once; each output line prefixed by its worker; the
+    worst exit code (255 for a worker that could not be reached)."""
+    from ..execute import Worker, run_everywhere
+    from ..session import load_session, parallel
+
+    session = load_session(home)
+    machine = session.fleet.resolve(name)
+    endpoints = chosen_workers(session, machine, worker)
+    command = " ".join(words)  # as ssh joins the words of its command
+    if not command.strip():
+        raise JobtpuError("no command to run", hint=f"`jobtpu exec {name} -- nvidia-smi`")
+    with contextlib.ExitStack() as stack:
+        transports = [stack.enter_context(session.connected(machine, ep)) for ep in endpoints]
+        # Connected in parallel (a pod has dozens of workers), then handed to fabric already open.
+        clients = parallel(_connect, list(zip(endpoints, transports, strict=True)))
+        workers = [Worker(ep.index, _opened(client)) for ep, client in zip(endpoints, clients, strict=True)]
+        return run_everywhere(workers, command, sys.stdout)
+
+
+def _connect(pair: tuple[Endpoint, Any]) -> Any:
+    """A worker's paramiko client, None for this computer, or the RemoteError that kept it away."""
+    endpoint, transport = pair
+    if endpoint.addr is None:
+        return None
+    try:
+        return transport.connect()
+    except RemoteError as e:
+        return e
+
+
+def _opened(client: Any) -> Any:
+    def connect() -> Any:
+        if isinstance(client, RemoteError):
+            raise client
+        return client
+    return connect
+
+
+def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
+    """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
+    from ..connect import published_keys, transport
+    from ..session import load_session
+
+    session = load_session(home)
+    machine = session.fleet.resolve(name)
+    if machine.kind == "local":
+        raise JobtpuError(f"{machine.name} is this computer: there is nothing to ssh to",
+                          hint=f"run the command here, or `jobtpu exec {machine.name} -- CMD`")
+    endpoint = chosen_workers(session, machine, worker)[0]
+    t = transport(machine, endpoint, home, published_keys(session.state.machines.get(machine.name), endpoint.index))
+    from ..transport.ssh import SshTransport
+
+    if not isinstance(t, SshTransport):  # a worker without an address is this computer
+        t.close()
+        raise JobtpuError(f"worker {endpoint.index} of {machine.name} has no address to ssh to",
+                          hint=f"`jobtpu machines` shows its state; `jobtpu exec {machine.name} -- CMD` runs here")
+    try:
+        args = t.login_command(words)
+    finally:
+        t.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(args[0], args)
+    except FileNotFoundError:
+        raise JobtpuError("the OpenSSH client (ssh) is not installed here",
+                          hint="install it (e.g. `sudo apt-get install -y openssh-client`)") from None
+    return 255  # not reached: execvp returns only by raising
