@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from . import model, rules
 from .fleet import Fleet, Machine
-from .model import Attempt, Ending, Job, Status
+from .model import Attempt, Ending, Job, MachineRecord, Status
 from .requests import Request, allocate, parse_request, why_not
 from .sheet import claim_reason
-from .workers import WorkerRef, WorkerState
+from .workers import LaunchResult, WorkerRef, WorkerState
 
 
 @dataclass
@@ -25,6 +25,7 @@ class MachineView:
     ready: bool = True  # may take new jobs now
     preempted: bool = False  # the TPU API says its node is gone or preempted
     recovering: bool = False  # jobtpu is already recreating it
+    setting_up: bool = False  # its setup runs in this pass's act, before any launch there
 
 
 @dataclass
@@ -240,6 +241,100 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
             for resource, indices in job.alloc.items():
                 used.setdefault(job.machine, {}).setdefault(resource, set()).update(indices)
     return used
+
+
+# ---- what launches and kills reported -------------------------------------------------------------
+# The pass's I/O layer asks the workers and hands back plain reports; these functions alone decide
+# what the reports mean for the job (and for an ssh machine's record).
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """A worker whose launch could not be asked or said nothing: why, and whether it was not reached
+    at all (then nothing can have started there)."""
+
+    message: str
+    unreachable: bool = False
+
+
+LaunchReport = LaunchResult | NoAnswer
+
+
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], record: MachineRecord,
+             now: float) -> Kill | None:
+    """Move a launching job as its workers' launch reports say; a Kill when some workers started and
+    another failed (they must be stopped before the job ends as launch_failed)."""
+    if job.status is not Status.LAUNCHING:
+        return None
+    answers = [reports[i] for i in sorted(reports)]
+    if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
+        # Nothing ran anywhere: the job is free to go to another machine on a later pass.
+        message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
+        record.state, record.since, record.detail = "unreachable", now, message
+        unlaunch(job)
+        job.last_line = f"could not launch: {message[-180:]}"
+        return None
+    failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "fail"}
+    if failures:
+        first = min(failures)
+        job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
+        ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+        oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "ok")
+        started = tuple(WorkerRef(job.id, job.attempt, i) for i in oks)
+        if not started:
+            apply_ending(job, ending, now)
+            return None
+        job.move(Status.KILLING, ending.reason)
+        job.ending = ending
+        return Kill(job.id, machine.name, started)
+    if all(isinstance(a, LaunchResult) and a.outcome == "ok" for a in answers):
+        if machine.kind == "ssh":
+            record.state, record.detail, record.since = "up", None, None
+        job.move(Status.RUNNING, None)
+        if job.current is not None:
+            job.current.started = now
+        return None
+    errors = [a.message for a in answers if isinstance(a, NoAnswer)]
+    if errors:  # said as jobtpu's, so it is never taken for the job's own output
+        job.last_line = f"launch: {errors[0][-190:]}"
+    return None
+
+
+def not_launched(job: Job, why: str) -> None:
+    """A launch the pass did not try (its machine's setup did not finish): queued again, as it was."""
+    if job.status is Status.LAUNCHING:
+        unlaunch(job)
+        job.waiting = why
+
+
+def unlaunch(job: Job) -> None:
+    """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
+    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
+        job.attempts.pop()
+    job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
+    job.machine, job.alloc = None, {}
+
+
+def killed(job: Job, machine: str, gone: bool, now: float) -> Recreate | None:
+    """Once every worker of a stopping job is gone, end it as its stop said; a Recreate of its machine
+    when that ending's rule brings the TPU back."""
+    if not gone or job.status is not Status.KILLING:
+        return None
+    ending = job.ending or Ending(Status.KILLED, model.KILLED)
+    apply_ending(job, ending, now)
+    return Recreate(machine) if wants_recreate(ending) else None
+
+
+def kill_asked(job: Job) -> Kill | None:
+    """`jobtpu kill`: a queued job ends at once; an active one stops (a Kill for its workers). One
+    already stopping keeps the ending it has (exit N, timeout)."""
+    if job.status is Status.QUEUED:
+        job.move(Status.KILLED, model.KILLED)
+    elif job.status is not Status.KILLING and job.active:
+        job.move(Status.KILLING, model.KILLED)
+        job.ending = Ending(Status.KILLED, model.KILLED)
+    if job.status is Status.KILLING and job.machine:
+        return Kill(job.id, job.machine, refs_of(job))
+    return None
 
 
 # ---- dispatch -------------------------------------------------------------------------------------

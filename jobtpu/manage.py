@@ -1,4 +1,9 @@
-"""One manage pass: observe the fleet (parallel I/O), decide (pure), record intents, act, save.
+"""One manage pass: observe the fleet (parallel I/O), decide (pure), save the intents, act, save.
+
+Observing plans each TPU machine's steps but carries none out; deciding moves the jobs. The intents
+(jobs launching or stopping, TPU steps) are saved before anything is started, stopped, deleted or
+created. Acting only carries them out and hands what the workers reported to decide.py, which
+says what it means for each job. The pass reads state.json once and writes it at most twice.
 
 The pass holds the pass lock throughout, so two passes never both act; it holds the state lock only
 to read and to merge its result, so `submit` never waits for its network work."""
@@ -14,23 +19,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import model, passevents, passsheet
+from . import passevents, passsheet
 from .decide import (
     Kill,
     Launch,
+    LaunchReport,
     MachineView,
+    NoAnswer,
     Observation,
     Plan,
     Recreate,
-    apply_ending,
     decide,
+    kill_asked,
+    killed,
+    launched,
+    not_launched,
     refs_of,
-    wants_recreate,
 )
 from .errors import RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, make_dirs, open_append
-from .model import Ending, Job, MachineRecord, Status
+from .model import Job, MachineRecord, Status
 from .scripts import (
     TAIL_BYTES,
     archive_path,
@@ -44,7 +53,7 @@ from .scripts import (
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
 from .store import Snapshot, State, Store
-from .tpuflow import observe_tpus, request_recreate
+from .tpuflow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
 from .transport.base import Endpoint
 from .unpack import problem as archive_problem
 from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
@@ -76,6 +85,7 @@ class Pass(Session):
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
+        self.tpu_work: dict[str, MachineWork] = {}  # TPU machines' steps, planned while observing
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:
         with self._locks_lock:
@@ -125,7 +135,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             for action in plan.actions:
                 report.notes.append(f"would {describe(action)}")
             return report
-        p.commit()  # intents (launching, killing) are on disk before anything is started or stopped
+        plan_recreates(p, plan, seen.now)
+        p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
         changes = machine_changes(was, state.machines)
         report.notes.extend(changes)
@@ -177,7 +188,8 @@ def describe(action: Launch | Kill | Recreate) -> str:
 
 def observe(p: Pass) -> Observation:
     seen = Observation(now=time.time())
-    observe_tpus(p, seen)  # TPU node states first: they say where the workers are
+    # TPU node states first: they say where the workers are. Their steps are only planned here.
+    p.tpu_work = {work.machine.name: work for work in observe_tpus(p, seen)}
     probes: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for machine in p.fleet.machines.values():
         view = seen.view(machine.name)
@@ -285,18 +297,52 @@ def last_line(path: Any) -> str | None:
 
 # ---- act ----------------------------------------------------------------------------------------
 
+def plan_recreates(p: Pass, plan: Plan, now: float) -> None:
+    """The TPUs the decisions want back get their first step planned and recorded as an intent, so it
+    is saved with the rest before it is carried out."""
+    for name in sorted({a.machine for a in plan.actions if isinstance(a, Recreate)}):
+        machine = p.fleet.get(name)
+        if machine is not None and machine.is_tpu:
+            work = request_recreate(p, machine, now)
+            if work is not None:
+                p.tpu_work[name] = work
+
+
 def act(p: Pass, plan: Plan, seen: Observation) -> None:
+    """Carry out the saved intents: TPU steps and stops side by side, then the launches (a launch on a
+    machine whose setup ran in this pass only once that setup is done)."""
     launches = [a for a in plan.actions if isinstance(a, Launch)]
     kills = [a for a in plan.actions if isinstance(a, Kill)]
-    recreate = {a.machine for a in plan.actions if isinstance(a, Recreate)}
-    # A stopped job whose rule recreates its TPU (a hang under reapply, say) asks for it once stopped.
-    recreate.update(name for name in parallel(lambda a: _kill(p, a, seen.now), kills) if name)
-    for machine_name in sorted(recreate):
-        machine = p.fleet.get(machine_name)
+    tasks: list[Callable[[], None]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
+                                       lambda: stop_all(p, kills, seen.now)]
+    parallel(lambda task: task(), tasks)
+    ready = [a for a in launches if _goes_ahead(p, a)]
+    after = [k for k in parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
+    stop_all(p, after, seen.now)
+
+
+def _goes_ahead(p: Pass, action: Launch) -> bool:
+    """Whether a launch goes ahead: its machine ran no setup in this pass, or that setup is done.
+    Otherwise its job goes back to the queue (decide.not_launched), nothing having started."""
+    work = p.tpu_work.get(action.machine)
+    if work is None or not work.has("setup") or work.plan.state == "up":
+        return True
+    job = p.state.job(action.job)
+    if job is not None:
+        not_launched(job, f"{action.machine} is {work.plan.state}")
+    return False
+
+
+def stop_all(p: Session, kills: list[Kill], now: float) -> None:
+    """Stop the workers of each kill; hand whether they are all gone to decide.killed. A stop whose
+    rule recreates the TPU asks for it back: the next pass plans that step and saves it first."""
+    kills = [k for k in kills if p.state.job(k.job) is not None and p.fleet.get(k.machine) is not None]
+    for kill, gone in zip(kills, parallel(lambda k: _stop_workers(p, k), kills), strict=True):
+        job = p.state.require_job(kill.job)
+        recreate = killed(job, kill.machine, gone, now)
+        machine = p.fleet.get(recreate.machine) if recreate else None
         if machine is not None and machine.is_tpu:
-            request_recreate(p, machine, seen.now)
-    for _ in parallel(lambda a: _launch(p, a, seen.now), launches):
-        pass
+            want_back(p.state.machine(machine.name))
 
 
 def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict[str, str]) -> dict[str, str]:
@@ -319,62 +365,32 @@ def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict
     return env
 
 
-def _launch(p: Pass, action: Launch, now: float) -> None:
+def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
+    """Launch the job's workers; decide.launched says what their reports mean. A Kill when some
+    workers started and others failed."""
     job = p.state.job(action.job)
     machine = p.fleet.get(action.machine)
     if job is None or machine is None or job.status is not Status.LAUNCHING:
-        return
+        return None
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
 
-    def one(ep: Endpoint) -> tuple[int, Any]:
+    def one(ep: Endpoint) -> tuple[int, LaunchReport]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
                           early_signal=early_signal(job))
         try:
-            return ep.index, _launch_worker(p, machine, ep, spec)
+            result = _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
-            return ep.index, e
+            return ep.index, NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
+        return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
-    outcomes = dict(parallel(one, eps))
-    if outcomes and all(isinstance(o, UnreachableError) for o in outcomes.values()):
-        # Nothing ran anywhere: the job is free to go to another machine on a later pass.
-        first = next(iter(outcomes.values()))
-        record = p.state.machine(machine.name)
-        record.state, record.since, record.detail = "unreachable", now, str(first)
-        unlaunch(job)
-        job.last_line = f"could not launch: {str(first)[-180:]}"
-        return
-    failures = {i: o for i, o in outcomes.items() if o is not None and not isinstance(o, Exception)
-                and o.outcome == "fail"}
-    if failures:
-        first = min(failures)
-        job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
-        ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
-        started = tuple(WorkerRef(job.id, job.attempt, i) for i, o in outcomes.items()
-                        if o is not None and not isinstance(o, Exception) and o.outcome == "ok")
-        if started:
-            job.move(Status.KILLING, ending.reason)
-            job.ending = ending
-            _kill(p, Kill(job.id, machine.name, started), now)
-        else:
-            apply_ending(job, ending, now)
-        return
-    if all(o is not None and not isinstance(o, Exception) and o.outcome == "ok" for o in outcomes.values()):
-        if machine.kind == "ssh":
-            record = p.state.machine(machine.name)
-            record.state, record.detail, record.since = "up", None, None
-        job.move(Status.RUNNING, None)
-        if job.current is not None:
-            job.current.started = now
-        return
-    errors = [str(o) for o in outcomes.values() if isinstance(o, Exception)]
-    if errors:  # said as jobtpu's, so it is never taken for the job's own output
-        job.last_line = f"launch: {errors[0][-190:]}"
+    reports = dict(parallel(one, eps))
+    return launched(job, machine, reports, p.state.machine(machine.name), now)
 
 
 def early_signal(job: Job) -> tuple[str, float] | None:
@@ -402,39 +418,26 @@ def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) ->
     return again
 
 
-def unlaunch(job: Job) -> None:
-    """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
-    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
-        job.attempts.pop()
-    job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
-    job.machine, job.alloc = None, {}
-
-
-def _kill(p: Session, action: Kill, now: float) -> str | None:
-    """Stop the workers; once all are gone, end the job as its stop said. Returns the machine to
-    recreate when that ending asks for it."""
-    job = p.state.job(action.job)
+def _stop_workers(p: Session, action: Kill) -> bool:
+    """Stop the workers; whether every one is gone."""
     machine = p.fleet.get(action.machine)
-    if job is None or machine is None:
-        return None
+    if machine is None:
+        return False
     by_worker = {ep.index: ep for ep in p.endpoints(machine)}
+    job = next((j for j in p.state.jobs if j.id == action.job), None)
+    grace = grace_of(job) if job is not None else GRACE
 
     def one(ref: WorkerRef) -> bool:
         ep = by_worker.get(ref.worker)
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace_of(job), home_id=p.home_id)
-            return parse_kill(p.run_on(machine, ep, script, timeout=grace_of(job) + 120)).get(ref, False)
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id)
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
         except RemoteError:
             return False
 
-    gone = all(parallel(one, action.refs))
-    if gone and job.status is Status.KILLING:
-        ending = job.ending or Ending(Status.KILLED, model.KILLED)
-        apply_ending(job, ending, now)
-        return machine.name if wants_recreate(ending) else None
-    return None
+    return all(parallel(one, action.refs))
 
 
 GRACE = 5.0  # seconds between TERM and KILL unless the job's --grace says otherwise
@@ -447,16 +450,10 @@ def grace_of(job: Job) -> float:
 # ---- commands that act on the fleet outside a pass ------------------------------------------------
 
 def kill_jobs(p: Session, jobs: list[Job], now: float) -> None:
-    """Mark the jobs killing (saved first), stop them everywhere, mark them killed."""
-    for job in jobs:
-        if job.status is Status.QUEUED:
-            job.move(Status.KILLED, model.KILLED)
-        elif job.status is not Status.KILLING:  # one already stopping keeps the ending it has (exit N)
-            job.move(Status.KILLING, model.KILLED)
-            job.ending = Ending(Status.KILLED, model.KILLED)
+    """Mark the jobs stopping (saved first), stop them everywhere, end them as decide.killed says."""
+    kills = [k for k in map(kill_asked, jobs) if k is not None]
     p.commit()
-    kills = [Kill(j.id, j.machine, refs_of(j)) for j in jobs if j.status is Status.KILLING and j.machine]
-    parallel(lambda a: _kill(p, a, now), kills)
+    stop_all(p, kills, now)
 
 
 __all__ = ["run_pass", "kill_jobs", "PassReport", "MachineView"]

@@ -461,6 +461,9 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     zone_capacity_failures: int = 0
     moved: str | None = None
     note: str | None = None  # a person's line about the machine (`jobtpu note --machine`)
+    # TPU steps (delete, create, setup...) a pass saved before carrying them out; cleared once carried
+    # out. Left behind only by a pass that died in between: the next one plans again from the listing.
+    steps: list[str] | None = None
 
 
 def machine_problem(record: MachineRecord) -> str | None:

@@ -1,6 +1,12 @@
 """Bringing TPU machines up and back: node state from one listing per zone, recreation as a
 delete-then-create that spans passes (recorded in state.json, never waited on), and the machine's
-setup commands on every worker of each new incarnation before anything is launched there."""
+setup commands on every worker of each new incarnation before anything is launched there.
+
+A pass plans each machine's steps while it observes (`observe_tpus`, pure planning over one
+listing), records them as intents in the machine's record (`intend`), saves, and only then carries
+them out (`carry_out`). A pass that dies in between leaves intents the next pass plans again from
+what the API lists: a create is marked sent before it is sent, so the node it may have made is
+never taken for a stray one and deleted."""
 
 from __future__ import annotations
 
@@ -47,6 +53,18 @@ class MachinePlan:
     steps: list[Step] = field(default_factory=list)
     state: str = "unknown"  # what `machines` shows
     detail: str = ""
+
+
+@dataclass
+class MachineWork:
+    """One TPU machine's plan for this pass: made while observing, saved as intents, carried out in act."""
+
+    machine: Machine  # in the zone it is in now
+    record: MachineRecord
+    plan: MachinePlan
+
+    def has(self, kind: str) -> bool:
+        return any(step.kind == kind for step in self.plan.steps)
 
 
 def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None, now: float,
@@ -249,15 +267,16 @@ def spec_key(machine: Machine) -> str:
 
 # ---- the I/O around it ---------------------------------------------------------------------------
 
-def observe_tpus(p: Session, seen: Observation) -> None:
-    """One listing per zone, one call per operation in flight, then each machine's plan carried out
-    (deletes/creates started, setups run). Fills the machines' views and worker addresses."""
+def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
+    """One listing per zone, one call per operation in flight, then each machine's plan: its steps
+    recorded as intents (a dry run only says them), carried out later by `carry_out`. Fills the
+    machines' views and worker addresses."""
     from .tpu import PREEMPTED, health_of
 
     # Each machine in the zone it is in now (capacity errors may have moved it from its first).
     tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.is_tpu]
     if not tpus:
-        return
+        return []
     api = p.tpu_api()
     zones = sorted({str(m.zone) for m in tpus})
 
@@ -273,7 +292,7 @@ def observe_tpus(p: Session, seen: Observation) -> None:
 
     nodes_by_zone = dict(parallel(listing, zones))
     _say_credentials(p, nodes_by_zone)
-    planned: list[tuple[Machine, MachineRecord, MachinePlan]] = []
+    planned: list[MachineWork] = []
     for machine in tpus:
         view = seen.view(machine.name)
         record = p.state.machine(machine.name)
@@ -293,8 +312,10 @@ def observe_tpus(p: Session, seen: Observation) -> None:
                 op = api.operation(record.operation.name)
             except RemoteError:
                 op = None
+        leftover = list(record.steps or [])  # saved by a pass that died before carrying them out
         plan = plan_machine(record, node, op, seen.now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST),
                             spec_key(machine), machine.zones, queued)
+        _resume_leftovers(leftover, plan)
         if node is not None and node.spec:
             record.spec_zone = machine.zone
         machine = machine.in_zone(record.zone)  # a capacity error may have moved it just now
@@ -308,17 +329,59 @@ def observe_tpus(p: Session, seen: Observation) -> None:
                 _hold(plan, "no address", no_address_reason(machine, node))
             elif machine.host_key_policy == "strict" and record.host_keys_for != node.create_time:
                 _read_host_keys(api, machine, record, node, plan, len(addresses))
-        planned.append((machine, record, plan))
-    # Machines' steps (a setup may wait up to SETUP_WAIT) run side by side, not one after another.
-    parallel(lambda item: _carry_out(p, api, item[0], item[1], item[2], seen.now), planned)
-    for machine, record, plan in planned:
-        view = seen.view(machine.name)
-        record.state, record.detail = plan.state, plan.detail
-        view.ready = plan.state == "up"
-        view.recovering = bool(record.want_recreate or record.operation)
-        if plan.state != "up":
-            view.reachable = False if not view.preempted else None
-            view.error = plan.detail
+        planned.append(MachineWork(machine, record, plan))
+    for work in planned:
+        if p.dry_run:
+            p.notes.extend(f"would {step.kind} {work.machine.name}" for step in work.plan.steps)
+        else:
+            intend(work, seen.now)
+        _show(work, seen.view(work.machine.name), setting_up=not p.dry_run and work.has("setup"))
+    return planned
+
+
+# Steps the listing cannot tell were done: their cause (a new incarnation) was recorded with the
+# intent, so planning again would not ask for them. Harmless to do twice, so a leftover one is done.
+REDONE_FROM_LEFTOVERS = ("forget-keys",)
+
+
+def _resume_leftovers(leftover: list[str], plan: MachinePlan) -> None:
+    """Put back the leftover steps planning cannot find again (delete, create and setup it finds
+    again from what the API lists and the record says, or sees they were done)."""
+    for kind in REDONE_FROM_LEFTOVERS:
+        if kind in leftover and all(step.kind != kind for step in plan.steps):
+            plan.steps.insert(0, Step(kind))
+
+
+def _show(work: MachineWork, view: Any, setting_up: bool) -> None:
+    """What the pass's decisions see of the machine. One whose setup runs in this pass may be given
+    jobs: their launches wait for the setup, and go back to the queue if it does not finish."""
+    record, plan = work.record, work.plan
+    record.state, record.detail = plan.state, plan.detail
+    view.ready = plan.state == "up" or setting_up
+    view.setting_up = setting_up
+    view.recovering = bool(record.want_recreate or record.operation)
+    if not view.ready:
+        view.reachable = False if not view.preempted else None
+        view.error = plan.detail
+
+
+def intend(work: MachineWork, now: float) -> None:
+    """Record the machine's steps before any is carried out (the pass saves them first). A create is
+    marked sent now: if the pass dies after sending it, the node the next listing shows is the one
+    asked for, never one to delete."""
+    record = work.record
+    record.steps = [step.kind for step in work.plan.steps] or None
+    if work.has("create") or work.has("create-queued"):
+        record.create_sent = now
+    if work.has("create-queued"):
+        record.queue_asked = now
+
+
+def carry_out_all(p: Session, works: list[MachineWork], now: float) -> None:
+    """Every machine's saved steps; machines side by side (a setup may wait up to SETUP_WAIT)."""
+    if works:
+        api = p.tpu_api()
+        parallel(lambda work: carry_out(p, api, work, now), works)
 
 
 def _say_credentials(p: Session, nodes_by_zone: dict[str, Any]) -> None:
@@ -374,29 +437,24 @@ def _read_host_keys(api: TpuApi, machine: Machine, record: MachineRecord, node: 
     record.host_keys, record.host_keys_for = keys, node.create_time
 
 
-def _carry_out(p: Session, api: TpuApi, machine: Machine, record: MachineRecord, plan: MachinePlan,
-               now: float) -> None:
-    if p.dry_run:
-        p.notes.extend(f"would {step.kind} {machine.name}" for step in plan.steps)
-        return
+def carry_out(p: Session, api: TpuApi, work: MachineWork, now: float) -> None:
+    """Carry out the machine's saved steps, then record what they came to."""
+    machine, record, plan = work.machine, work.record, work.plan
     for step in plan.steps:
         try:
             if step.kind == "delete":
                 name = api.delete_node(machine)
                 if name is not None:
                     record.operation = Operation("delete", name, now)
-                else:
-                    step.kind = "create"
-            if step.kind == "create":
-                record.create_sent = now  # a node seen after this is the one we asked for
+                else:  # gone meanwhile: the next pass plans (and saves) the create
+                    plan.state, plan.detail = "recreating", "the old node is gone"
+            elif step.kind == "create":
                 spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
                 record.operation = Operation("create", api.create_node(machine, spec), now)
                 record.recreations += 1
             elif step.kind == "create-queued":
-                record.create_sent = now
                 spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
                 api.create_queued(machine, spec)
-                record.queue_asked = now
                 record.recreations += 1
             elif step.kind == "delete-queued":
                 api.delete_queued(machine)
@@ -413,6 +471,8 @@ def _carry_out(p: Session, api: TpuApi, machine: Machine, record: MachineRecord,
                 _create_refused(p, machine, record, plan, e, now)
             else:
                 plan.detail = e.message
+    record.steps = None
+    record.state, record.detail = plan.state, plan.detail
 
 
 def _create_refused(p: Session, machine: Machine, record: MachineRecord, plan: MachinePlan, error: RemoteError,
@@ -422,7 +482,7 @@ def _create_refused(p: Session, machine: Machine, record: MachineRecord, plan: M
     from .tpu import ApiCapacity, ApiRefused, CredentialsFailed
 
     if isinstance(error, ApiRefused | ApiCapacity | CredentialsFailed):
-        record.create_sent = None  # a definite answer: no node was made
+        record.create_sent = record.queue_asked = None  # a definite answer: no node was made
     if isinstance(error, ApiRefused):
         refuse(record, error.message, spec_key(machine))
         plan.state, plan.detail = "refused", f"create refused: {short(error.message)}"
@@ -493,11 +553,13 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
         plan.state, plan.detail = "setting up", "setup commands running"
 
 
-def request_recreate(p: Session, machine: Machine, now: float) -> None:
-    """A job wants this TPU back: start deleting (or creating) it now; later passes go on from there."""
+def request_recreate(p: Session, machine: Machine, now: float) -> MachineWork | None:
+    """A job (or `jobtpu tpu apply`) wants this TPU back: plan the first step (delete, or create) and
+    record it as an intent; the caller saves, then carries it out. Later passes go on from there.
+    None when it is already on its way back."""
     record = p.state.machine(machine.name)
     if record.want_recreate or record.operation:
-        return
+        return None
     machine = machine.in_zone(record.zone)
     record.want_recreate = True
     queued: Any = False
@@ -507,5 +569,13 @@ def request_recreate(p: Session, machine: Machine, now: float) -> None:
         queued = QueuedInfo(str(machine.node), record.queued_state) if record.queued_state else None
     plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
                         queued=queued)
-    _carry_out(p, p.tpu_api(), machine, record, plan, now)
+    work = MachineWork(machine, record, plan)
+    intend(work, now)
     record.state, record.detail = plan.state, plan.detail
+    return work
+
+
+def want_back(record: MachineRecord) -> None:
+    """After a stop whose rule recreates the TPU: the next pass plans (and saves) the first step."""
+    if not (record.want_recreate or record.operation):
+        record.want_recreate = True

@@ -7,6 +7,18 @@ from tests.fake_tpu import FakeTpuApi
 from tests.sshfleet import SshFleet
 from tests.tpufleet import TpuFleet
 
+# Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
+# user, `python3 -m pytest -m fast`) must not ask for one.
+NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "team"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = [f"{item.nodeid} uses {', '.join(sorted(NEEDS_ROOT & set(getattr(item, 'fixturenames', ()))))}"
+             for item in items
+             if item.get_closest_marker("fast") and NEEDS_ROOT & set(getattr(item, "fixturenames", ()))]
+    if wrong:
+        raise pytest.UsageError("tests marked fast must need no root, sshd nor accounts: " + "; ".join(wrong))
+
 
 @pytest.fixture
 def ssh_fleet(tmp_path: Path) -> Iterator[SshFleet]:

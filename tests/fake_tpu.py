@@ -193,6 +193,7 @@ class FakeTpuApi:
         self.revoked_keys: set[str] = set()  # private_key_id of service-account keys deleted since
         self.create_bodies: list[dict[str, Any]] = []  # every create request's node, as sent (enums by name)
         self._injected: list[list[Any]] = []  # [method, path_contains, code, left, message, serve]
+        self._stalls: list[tuple[str, str, threading.Event]] = []  # requests whose answer waits for the event
         self._seq = 0
         self._server: ThreadingHTTPServer | None = None
 
@@ -297,6 +298,14 @@ class FakeTpuApi:
         all the same and only its answer is lost (a timeout or 503 after Google did the work)."""
         with self._lock:
             self._injected.append([method, path_contains, code, n, message, serve])
+
+    def stall_answers(self, method: str, path_contains: str) -> threading.Event:
+        """Requests that match (like inject_error) are carried out, but their answer waits until the
+        returned event is set: a caller killed meanwhile never learns what it did."""
+        release = threading.Event()
+        with self._lock:
+            self._stalls.append((method, path_contains, release))
+        return release
 
     def quota_exceeded_next_creates(self, n: int, zone: str) -> None:
         """The next n creates answer HTTP 429 with Google's quota text."""
@@ -455,6 +464,10 @@ class FakeTpuApi:
         as_int = "enum-encoding=int" in query.get("$alt", "")
         with self._lock:  # answer a copy, serialised outside the lock
             answer = json.loads(json.dumps(self._route(method, path, query, encode_enums(body, False))))
+        where = f"{path}?{urlencode(sorted(query.items()))}"
+        for stall_method, contains, release in list(self._stalls):
+            if stall_method == method and contains in where:
+                release.wait(timeout=120)
         if lost is not None:
             raise lost
         return encode_enums(answer, as_int)

@@ -1,13 +1,19 @@
-"""Shared test helpers: a throwaway home, running the real CLI, polling with a deadline."""
+"""Shared test helpers: a throwaway home, running the real CLI (in a subprocess, or in this process
+where a test runs hundreds of commands), passes until something holds, polling with a deadline.
+
+Every helper that runs the CLI takes `in_process`: False runs `python -m jobtpu.cli` in a
+subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +29,13 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
     return root
 
 
-def make_home(base: Path, machines: dict[str, Any] | None = None) -> Path:
+def make_home(base: Path, machines: dict[str, Any] | None = None, *, slots: int = 4, **top: Any) -> Path:
+    """`base/home` with a machines.json: `machines`, else one local machine with `slots` slots; `top`:
+    other top-level keys (config_aliases, ...)."""
     home = base / "home"
     home.mkdir(parents=True, exist_ok=True)
-    doc = {"machines": machines or {"local": {"kind": "local", "resources": {"slot": 4}}}}
-    (home / "machines.json").write_text(json.dumps(doc, indent=1))
+    doc = {"machines": machines or {"local": {"kind": "local", "resources": {"slot": slots}}}, **top}
+    (home / "machines.json").write_text(json.dumps(doc, indent=1) + "\n")
     return home
 
 
@@ -41,19 +49,80 @@ def jobtpu(home: Path, *args: str, check: bool = True, timeout: float = 60,
     return done
 
 
-def submit(home: Path, src: Path, cmd: str, *extra: str) -> int:
-    return int(jobtpu(home, "submit", "--dir", str(src), "--cmd", cmd, *extra).stdout.strip())
+@contextlib.contextmanager
+def _user(name: str | None) -> Iterator[None]:
+    old = os.environ.get("JOBTPU_USER")
+    if name is None:
+        os.environ.pop("JOBTPU_USER", None)
+    else:
+        os.environ["JOBTPU_USER"] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("JOBTPU_USER", None)
+        else:
+            os.environ["JOBTPU_USER"] = old
 
 
-def status(home: Path) -> dict[int, dict[str, Any]]:
-    doc = json.loads(jobtpu(home, "status", "--all-users", "--json").stdout)
+def cli(home: Path, *args: str, user: str | None = "tester") -> tuple[int, str, str]:
+    """`jobtpu --home HOME ARGS…` in this process as `user` (None: no JOBTPU_USER): exit status,
+    stdout, stderr."""
+    from jobtpu.cli import main
+
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    with _user(user), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(["--home", str(home), *args])
+        except SystemExit as e:  # argparse
+            rc = int(e.code or 0)
+        out.flush()
+        err.flush()
+    return rc, out.buffer.getvalue().decode(), err.buffer.getvalue().decode()  # type: ignore[attr-defined]
+
+
+def run(home: Path, *args: str, in_process: bool = False, timeout: float = 60) -> tuple[str, str]:
+    """A command that must succeed: its stdout and stderr."""
+    if in_process:
+        code, out, err = cli(home, *args)
+        assert code == 0, (args, out, err)
+        return out, err
+    done = jobtpu(home, *args, timeout=timeout)
+    return done.stdout, done.stderr
+
+
+def submit_json(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = False,
+                use_home_flag: bool = True, cwd: Path | None = None) -> dict[str, Any]:
+    """`submit --json`; `use_home_flag=False` submits as a user does, from `cwd` without --home nor
+    $JOBTPU_HOME (the folder's machines.json makes it the home)."""
+    args = ["submit", "--json", "--dir", str(src), "--cmd", cmd, *extra]
+    if use_home_flag:
+        return dict(json.loads(run(home, *args, in_process=in_process)[0]))
+    env = {k: v for k, v in os.environ.items() if k != "JOBTPU_HOME"}
+    done = subprocess.run([*JOBTPU, *args], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env={**env, "JOBTPU_USER": "tester"})
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def submit(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = False) -> int:
+    return int(run(home, "submit", "--dir", str(src), "--cmd", cmd, *extra, in_process=in_process)[0].strip())
+
+
+def status(home: Path, in_process: bool = False) -> dict[int, dict[str, Any]]:
+    doc = json.loads(run(home, "status", "--all-users", "--json", in_process=in_process)[0])
     return {j["id"]: j for j in doc["jobs"]}
 
 
-def manage(home: Path) -> dict[int, dict[str, Any]]:
+def run_pass(home: Path, in_process: bool = False) -> str:
+    """One pass that must succeed; what it said on stderr."""
+    return run(home, "manage", in_process=in_process, timeout=90)[1]
+
+
+def manage(home: Path, in_process: bool = False) -> dict[int, dict[str, Any]]:
     """One pass; then every job's record."""
-    jobtpu(home, "manage", timeout=90)
-    return status(home)
+    run_pass(home, in_process)
+    return status(home, in_process)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = "") -> Any:
@@ -67,13 +136,31 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float 
         time.sleep(interval)
 
 
-def manage_until(home: Path, job_ids: list[int], statuses: set[str], timeout: float = 60) -> dict[int, dict[str, Any]]:
+Jobs = dict[int, dict[str, Any]]
+
+
+def passes_until(home: Path, done: Callable[[Jobs], Any], what: str, timeout: float = 60, interval: float = 0.2,
+                 each: Callable[[Jobs], None] | None = None, in_process: bool = False) -> Jobs:
+    """Run passes until done(every job's record) holds (`each` sees every round's records); the records."""
+    def one() -> Jobs | None:
+        jobs = manage(home, in_process)
+        if each is not None:
+            each(jobs)
+        return jobs if done(jobs) else None
+    return wait_for(one, timeout=timeout, interval=interval, what=what)  # type: ignore[no-any-return]
+
+
+def manage_until(home: Path, job_ids: list[int], statuses: set[str], timeout: float = 60) -> Jobs:
     """Run passes until every job is in one of `statuses`; the final status records."""
-    def done() -> dict[int, dict[str, Any]] | None:
-        jobtpu(home, "manage")
-        jobs = status(home)
-        return jobs if all(jobs[i]["status"] in statuses for i in job_ids) else None
-    return wait_for(done, timeout=timeout, interval=0.2, what=f"jobs {job_ids} to reach {statuses}")
+    return passes_until(home, lambda jobs: all(jobs[i]["status"] in statuses for i in job_ids),
+                        f"jobs {job_ids} to reach {statuses}", timeout=timeout)
+
+
+def until(home: Path, job_id: int, predicate: Callable[[dict[str, Any]], Any], timeout: float = 90,
+          what: str = "") -> dict[str, Any]:
+    """Run passes until predicate(the job's record) holds; that record."""
+    jobs = passes_until(home, lambda jobs: predicate(jobs[job_id]), what or "the job", timeout=timeout, interval=0.3)
+    return jobs[job_id]
 
 
 def pid_alive(pid: int) -> bool:

@@ -17,6 +17,10 @@ from jobtpu.archive import list_files, snapshot
 from jobtpu.errors import JobtpuError
 from tests.helpers import write_tree as write
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 HOSTILE = ["with space.txt", "quote'd\".txt", "dollar$HOME.txt", "back`tick`.txt", "new\nline.txt",
            "ünïcødé-日本.txt", "-dash-first.txt", "back\\slash.txt", "deep/er/ nested /x.py"]
 

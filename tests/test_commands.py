@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from jobtpu import rules
 from jobtpu.cli import COMMANDS, RULE_NAMES, build_parser
 from jobtpu.commands.jobs import ENDED_SHOWN, QUEUED_SHOWN
@@ -15,6 +17,10 @@ from jobtpu.home import Home
 from jobtpu.model import Attempt, Job, Status
 from jobtpu.store import Store
 from tests.helpers import jobtpu, make_home
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

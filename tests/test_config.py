@@ -14,6 +14,10 @@ from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
 from jobtpu.home import Home, find_home
 from tests.helpers import jobtpu
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 # The example of docs/reference.md §3.1.
 REFERENCE_EXAMPLE = {
     "defaults": {"user": "ubuntu", "port": 22, "identity_file": "~/.ssh/id_ed25519",

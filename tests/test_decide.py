@@ -17,19 +17,38 @@ from jobtpu.decide import (
     Kill,
     Launch,
     MachineView,
+    NoAnswer,
     Observation,
     Recreate,
     apply_ending,
     decide,
+    kill_asked,
+    killed,
+    launched,
+    not_launched,
     requeue,
     used_resources,
     wants_recreate,
 )
 from jobtpu.errors import JobtpuError
 from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
-from jobtpu.model import ACTIVE, ENDED, TRANSITIONS, Attempt, Ending, IllegalTransition, Job, Status
+from jobtpu.model import (
+    ACTIVE,
+    ENDED,
+    TRANSITIONS,
+    Attempt,
+    Ending,
+    IllegalTransition,
+    Job,
+    MachineRecord,
+    Status,
+)
 from jobtpu.requests import allocate, parse_request, why_not
-from jobtpu.workers import WorkerRef, WorkerState
+from jobtpu.workers import LaunchResult, WorkerRef, WorkerState
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 
 T0 = 1_000_000.0
 NOW = T0 + 100.0
@@ -901,3 +920,72 @@ def test_queue_ahead_counts_only_jobs_waiting_for_the_same_machines() -> None:
     assert v3_jobs[1].waiting == "a fits, busy; 1 job ahead of it"
     assert v4_job.waiting == "b fits, busy; next in line"
     assert any_job.waiting == "2 machines fit, both busy; 3 jobs ahead of it"
+
+
+# ---- what launches and kills reported ----------------------------------------------------------------
+
+def launching(workers: int = 2, machine: str = "box") -> Job:
+    return active(7, Status.LAUNCHING, machine=machine, workers=workers)
+
+
+def report(job: Job, worker: int, outcome: str, detail: str = "") -> LaunchResult:
+    return LaunchResult(WorkerRef(job.id, job.attempt, worker), outcome, detail=detail)
+
+
+def test_a_launch_every_worker_started_runs_and_an_ssh_machine_is_up() -> None:
+    job, record = launching(), MachineRecord(state="unreachable", since=T0)
+    assert launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}, record, NOW) is None
+    assert (job.status, job.current.started if job.current else None) == (Status.RUNNING, NOW)
+    assert (record.state, record.since) == ("up", None)
+
+
+def test_a_launch_no_worker_could_be_reached_goes_back_to_the_queue_as_it_was() -> None:
+    job, record = launching(), MachineRecord()
+    gone = NoAnswer("box[0]: connection refused", unreachable=True)
+    assert launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, record, NOW) is None
+    assert (job.status, job.machine, job.alloc, job.attempts) == (Status.QUEUED, None, {}, [])
+    assert job.last_line == "could not launch: box[0]: connection refused"
+    assert (record.state, record.since) == ("unreachable", NOW)
+
+
+def test_a_launch_that_failed_on_one_worker_stops_the_workers_that_started() -> None:
+    job = launching()
+    kill = launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "fail", "no python3")},
+                    MachineRecord(), NOW)
+    assert kill == Kill(7, "box", (WorkerRef(7, 0, 0),))
+    assert (job.status, job.reason, job.last_line) == (Status.KILLING, model.LAUNCH_FAILED,
+                                                        "launch failed on worker 1: no python3")
+    assert killed(job, "box", gone=True, now=NOW) is None
+    assert (job.status, job.reason) == (Status.FAILED, model.LAUNCH_FAILED)
+
+
+def test_a_launch_with_an_unclear_answer_stays_launching_and_says_why() -> None:
+    job = launching()
+    launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}, MachineRecord(), NOW)
+    assert (job.status, job.last_line) == (Status.LAUNCHING, "launch: timed out")
+
+
+def test_a_launch_not_tried_because_setup_did_not_finish_is_queued_again() -> None:
+    job = launching(machine="tpu")
+    not_launched(job, "tpu is setting up")
+    assert (job.status, job.waiting, job.attempts) == (Status.QUEUED, "tpu is setting up", [])
+
+
+def test_a_stop_ends_only_once_every_worker_is_gone_and_may_want_the_tpu_back() -> None:
+    job = active(3, Status.KILLING, machine="tpu")
+    job.ending = Ending(Status.FAILED, model.HANG, None, rules.RECREATE_RESUME)
+    assert killed(job, "tpu", gone=False, now=NOW) is None and job.status is Status.KILLING
+    assert killed(job, "tpu", gone=True, now=NOW) == Recreate("tpu")
+    assert (job.status, job.reason, job.resume) == (Status.QUEUED, model.RECOVERING, True)
+
+
+def test_kill_asked_ends_a_queued_job_and_stops_an_active_one_keeping_an_ending_it_has() -> None:
+    waiting = queued(1)
+    assert kill_asked(waiting) is None and waiting.status is Status.KILLED
+    running = active(2, machine="box", workers=2)
+    assert kill_asked(running) == Kill(2, "box", (WorkerRef(2, 0, 0), WorkerRef(2, 0, 1)))
+    assert running.ending == Ending(Status.KILLED, model.KILLED)
+    stopping = active(3, Status.KILLING, machine="box")
+    stopping.ending = Ending(Status.FAILED, model.TIMEOUT)
+    assert kill_asked(stopping) == Kill(3, "box", (WorkerRef(3, 0, 0),))
+    assert stopping.ending == Ending(Status.FAILED, model.TIMEOUT)

@@ -16,6 +16,10 @@ import pytest
 
 from tests.helpers import jobtpu, make_home, manage_until, submit, write_tree
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 # What a terminal would obey: C0/C1 controls (ESC, BEL, CR, newline), DEL, bidi overrides.
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 OSC_TITLE = "\x1b]0;pwned\x07"

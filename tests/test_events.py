@@ -15,6 +15,10 @@ import pytest
 from jobtpu import events
 from jobtpu.events import Event
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 
 def _job_events(first: int, count: int, job: int = 1) -> list[Event]:
     return [Event(1000.0 + i, events.JOB_LAUNCHED, job=job, machine="box", attempt=i) for i in range(first, first + count)]

@@ -13,6 +13,10 @@ from gspread.exceptions import APIError
 
 from tests.fake_sheets import QUOTA_MESSAGE, FakeSheetsApi
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
 
 

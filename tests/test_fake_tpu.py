@@ -18,6 +18,10 @@ from google.cloud import tpu_v2
 
 from tests.fake_tpu import FakeTpuApi
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 P, Z = "proj", "europe-west4-a"
 PARENT = f"projects/{P}/locations/{Z}"
 FAST = DEFAULT_POLLING.with_delay(initial=0.02, maximum=0.05)

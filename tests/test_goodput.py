@@ -18,6 +18,10 @@ from jobtpu import goodput
 from jobtpu.events import Event
 from jobtpu.goodput import AttemptRecord, Progress
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 T0 = 1_000_000.0
 
 

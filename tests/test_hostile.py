@@ -3,8 +3,6 @@ arrives byte-exact, and bad input gets one clear line, the right exit status, an
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -12,8 +10,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +17,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jobtpu.cli import main
-from tests.helpers import JOBTPU
+from tests.helpers import JOBTPU, cli, make_home, passes_until, run
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 
 ALIASES = {"lr": "config.training.learning_rate"}
 PROBE = "import json, sys\njson.dump(sys.argv[1:], open('argv.json', 'w'))\n"
@@ -30,62 +29,13 @@ PROBE = "import json, sys\njson.dump(sys.argv[1:], open('argv.json', 'w'))\n"
 
 # ---- running the CLI in-process -------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _user(name: str | None) -> Iterator[None]:
-    old = os.environ.get("JOBTPU_USER")
-    if name is None:
-        os.environ.pop("JOBTPU_USER", None)
-    else:
-        os.environ["JOBTPU_USER"] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("JOBTPU_USER", None)
-        else:
-            os.environ["JOBTPU_USER"] = old
-
-
-def cli(home: Path, *args: str, user: str | None = "tester") -> tuple[int, str, str]:
-    """`jobtpu --home HOME ARGS…` in this process: exit status, stdout, stderr."""
-    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    with _user(user), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(["--home", str(home), *args])
-        except SystemExit as e:  # argparse
-            rc = int(e.code or 0)
-        out.flush()
-        err.flush()
-    return rc, out.buffer.getvalue().decode(), err.buffer.getvalue().decode()  # type: ignore[attr-defined]
-
-
 def ok(home: Path, *args: str) -> str:
-    rc, out, err = cli(home, *args)
-    assert rc == 0, (args, out, err)
-    return out
-
-
-def make_home(root: Path, slots: int = 4) -> Path:
-    home = root / "home"
-    home.mkdir(parents=True)
-    doc = {"machines": {"local": {"kind": "local", "resources": {"slot": slots}}}, "config_aliases": ALIASES}
-    (home / "machines.json").write_text(json.dumps(doc, indent=1) + "\n")
-    return home
-
-
-def jobs_of(home: Path) -> dict[int, dict[str, Any]]:
-    return {j["id"]: j for j in json.loads(ok(home, "status", "--all-users", "--json"))["jobs"]}
+    return run(home, *args, in_process=True)[0]
 
 
 def manage_until_ended(home: Path, ids: list[int], timeout: float = 20) -> dict[int, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        ok(home, "manage")
-        jobs = jobs_of(home)
-        if all(jobs[i]["status"] in ("finished", "failed", "killed") for i in ids):
-            return jobs
-        assert time.monotonic() < deadline, f"jobs {ids} did not end: {[jobs[i]['status'] for i in ids]}"
-        time.sleep(0.05)
+    return passes_until(home, lambda jobs: all(jobs[i]["status"] in ("finished", "failed", "killed") for i in ids),
+                        f"jobs {ids} to end", timeout=timeout, interval=0.05, in_process=True)
 
 
 # ---- byte-exact: a property ------------------------------------------------------------------------
@@ -128,7 +78,7 @@ def literal_env(value: str) -> str:
                  "env": "\x1b[2J[bold]\u2028", "env2": "", "overrides": []}])
 def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory(prefix="jobtpu-hostile-") as tmp:
-        home = make_home(Path(tmp))
+        home = make_home(Path(tmp), config_aliases=ALIASES)
         src = Path(tmp) / "src"
         src.mkdir()
         (src / "probe.py").write_text(PROBE)
@@ -163,7 +113,7 @@ def test_what_the_user_types_arrives_byte_exact(batch: list[dict[str, Any]]) -> 
 
 
 def test_hostile_dir_and_a_command_bash_must_interpret(tmp_path: Path) -> None:
-    home = make_home(tmp_path)
+    home = make_home(tmp_path, config_aliases=ALIASES)
     src = tmp_path / "my dir $HOME `id` 'q' \"z\" ü\\ \n(x)"
     src.mkdir()
     (src / "data file.txt").write_bytes(b"payload \xc3\xbc\n")
@@ -182,7 +132,7 @@ def test_hostile_dir_and_a_command_bash_must_interpret(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def _busy_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int, int]:
     root = tmp_path_factory.mktemp("busy")
-    home = make_home(root, slots=1)
+    home = make_home(root, slots=1, config_aliases=ALIASES)
     src = root / "src"
     src.mkdir()
     (src / "f.txt").write_text("x")

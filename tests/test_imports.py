@@ -15,12 +15,16 @@ from jobtpu.home import Home
 from jobtpu.model import Attempt, Job, Status
 from jobtpu.store import Store
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
 HEAVY = ("paramiko", "google.cloud", "fabric")
 
 # Runs the real main() and records every module loaded by the time the command is done.
 RUNNER = """
 import json, sys
 from jobtpu.cli import main
+
 record, argv = sys.argv[1], sys.argv[2:]
 try:
     code = main(argv)

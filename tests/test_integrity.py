@@ -4,9 +4,7 @@ naming the field, and a shared home cannot redirect jobtpu's writes."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import os
 import shutil
@@ -18,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobtpu.cli import main
-from tests.helpers import jobtpu, make_home, manage_until, status, submit
+from tests.helpers import cli, jobtpu, make_home, manage_until, status, submit
 
 
 def one_line_error(done: object, needle: str) -> str:
@@ -117,28 +114,6 @@ def test_an_empty_queue_written_on_purpose_is_accepted_and_ids_stay_new(tmp_path
 
 # ---- validation: every file jobtpu reads ----------------------------------------------------------
 
-def in_process(home: Path, *args: str) -> tuple[int, str, str]:
-    """`jobtpu --home HOME ARGS…` in this process (quick enough for a property): status, stdout, stderr.
-    An exception escaping main() — a traceback for the user — fails the test by itself."""
-    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
-    old_user = os.environ.get("JOBTPU_USER")
-    os.environ["JOBTPU_USER"] = "tester"
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = main(["--home", str(home), *args])
-            except SystemExit as e:  # argparse
-                rc = int(e.code or 0)
-    finally:
-        if old_user is None:
-            os.environ.pop("JOBTPU_USER", None)
-        else:
-            os.environ["JOBTPU_USER"] = old_user
-    out.flush()
-    err.flush()
-    return rc, out.buffer.getvalue().decode(), err.buffer.getvalue().decode()  # type: ignore[attr-defined]
-
-
 def assert_success_or_one_line(rc: int, err: str) -> None:
     if rc == 0:
         return
@@ -215,7 +190,7 @@ def test_any_edit_of_state_json_gives_success_or_one_line(template: tuple[Path, 
                                                           data: st.DataObject) -> None:
     template_home, src, doc = template
     doc = copy.deepcopy(doc)
-    assert in_process(template_home, "status")[0] == 0
+    assert cli(template_home, "status")[0] == 0
     for _ in range(data.draw(st.integers(1, 3), label="edits")):
         path = data.draw(st.sampled_from(_paths(doc)), label="where")
         *parent_path, key = path
@@ -231,12 +206,12 @@ def test_any_edit_of_state_json_gives_success_or_one_line(template: tuple[Path, 
     (home / "state.json").write_text(json.dumps(doc))
     args = [a.format(src=src) for a in data.draw(st.sampled_from(COMMANDS), label="command")]
     before = (home / "state.json").read_bytes()
-    rc, _, err = in_process(home, *args)
+    rc, _, err = cli(home, *args)
     assert_success_or_one_line(rc, err)
     if rc != 0:
         assert (home / "state.json").read_bytes() == before, "a refused command changed state.json"
     if args[0] == "manage" and rc == 0:  # a pass that went through must be able to go through again
-        rc, _, err = in_process(home, "kill", "2", "3")
+        rc, _, err = cli(home, "kill", "2", "3")
         assert_success_or_one_line(rc, err)
     shutil.rmtree(home.parent, ignore_errors=True)
 

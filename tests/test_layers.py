@@ -7,6 +7,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 PACKAGE = Path(__file__).resolve().parent.parent / "jobtpu"
 
 

@@ -10,6 +10,10 @@ import pytest
 
 from jobtpu.nodespec import create_body, for_zone, type_of_config
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 V4_32 = {"type": "V4", "topology": "2x2x4"}
 
 

@@ -22,6 +22,10 @@ from jobtpu.errors import ConfigError
 from jobtpu.events import Event
 from tests.helpers import pid_alive, wait_for
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 
 class Hook:
     """A webhook receiver: records every body; answers with the codes queued in `answers`

@@ -12,9 +12,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobtpu.cli import build_parser
 from jobtpu.commands.tldr import TLDR
 from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, status, write_tree
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
 
 
 def _settings(home: Path, user: str = "tester") -> dict[str, Any]:

@@ -14,6 +14,10 @@ import pytest
 from jobtpu import scripts
 from jobtpu.workers import LaunchSpec, WorkerRef
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 SH = Path(scripts.__file__).parent / "sh"
 
 HOSTILE = [

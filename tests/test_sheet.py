@@ -18,6 +18,10 @@ from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.sheet import MachineRow, PassSheet, SheetConfig
 from tests.fake_sheets import FakeSheetsApi
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
 TAB = "jobtpu"
 NOW = 1_780_000_000.0  # 2026-05-28 20:26 UTC

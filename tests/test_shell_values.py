@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests import helpers
+from tests.helpers import cli
 from tests.sshfleet import SshFleet
-from tests.test_ssh_jobs import code_dir, group_alive, jt, log, manage_until, submit, write_fleet
+from tests.test_ssh_jobs import code_dir, group_alive, log, manage_until, submit, write_fleet
 
 
 def test_a_root_that_begins_with_a_dash_runs_kills_fetches_and_cleans(ssh_fleet: SshFleet, tmp_path: Path) -> None:
@@ -25,22 +28,23 @@ def test_a_root_that_begins_with_a_dash_runs_kills_fetches_and_cleans(ssh_fleet:
     assert (root / "jobs" / str(done) / "result.txt").read_text() == "hi\n"
     pgid = int((root / "meta" / str(held) / "0.0.pid").read_text().split()[0])
 
-    code, _, err = jt(home, "doctor", "box")
+    code, _, err = cli(home, "doctor", "box")
     assert code == 0 and "root -runs exists" in err and "1 job worker(s) running, all managed" in err, err
-    code, _, err = jt(home, "kill", str(held))
+    code, _, err = cli(home, "kill", str(held))
     assert code == 0, err
     state = manage_until(home, lambda s: s[held]["status"] == "killed", "the job to be killed")
     assert not group_alive(pgid), "kill did not reach the job's processes"
 
-    code, _, err = jt(home, "fetch", str(done), "result.txt")
+    code, _, err = cli(home, "fetch", str(done), "result.txt")
     assert code == 0, err
     assert (home / "results" / str(done) / "result.txt").read_text() == "hi\n"
-    code, _, err = jt(home, "clean", "--remote")
+    code, _, err = cli(home, "clean", "--remote")
     assert code == 0, err
     assert not (root / "jobs" / str(done)).exists() and not (root / "meta" / str(done)).exists()
     assert not list((root / "archives").glob("*.tar.gz"))
 
 
+@pytest.mark.fast
 def test_a_command_that_begins_with_a_dash_runs_as_a_script(tmp_path: Path) -> None:
     """bash is given the job's command after `--`: text that looks like bash's own options is still the
     script to run, never options of bash."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
 from tests.helpers import JOBTPU, jobtpu, make_home, status, wait_for, write_tree
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
@@ -33,15 +34,9 @@ def git(root: Path, *args: str) -> None:
 
 def submit_json(home: Path, src: Path, *extra: str, use_home_flag: bool = True,
                 cwd: Path | None = None) -> dict[str, object]:
-    args = ["submit", "--json", "--dir", str(src), "--cmd", "true", "--env", "WANDB_API_KEY=s3cret-value", *extra]
-    if use_home_flag:
-        return json.loads(jobtpu(home, *args, cwd=cwd).stdout)
-    # as a user does it: no --home, no $JOBTPU_HOME; the folder's machines.json makes it the home
-    env = {k: v for k, v in os.environ.items() if k != "JOBTPU_HOME"}
-    done = subprocess.run([*JOBTPU, *args], capture_output=True, text=True, timeout=60, cwd=cwd,
-                          env={**env, "JOBTPU_USER": "tester"})
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    """A submit whose job carries a secret (it must never land in the snapshot)."""
+    return helpers.submit_json(home, src, "true", "--env", "WANDB_API_KEY=s3cret-value", *extra,
+                               use_home_flag=use_home_flag, cwd=cwd)
 
 
 def size(path: Path) -> int:

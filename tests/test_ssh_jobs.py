@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -12,29 +10,21 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobtpu import manage as manage_module
-from jobtpu.cli import main
+from tests import helpers
+from tests.helpers import cli, run, wait_for
 from tests.sshfleet import FleetMachine, Host, SshFleet
 
 DEADLINE = 30.0
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
-
-def jt(home: Path, *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; (exit code, stdout, stderr)."""
-    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *args])
-    out.flush()
-    return code, out.buffer.getvalue().decode(), err.getvalue()  # type: ignore[attr-defined]
-
 
 def write_fleet(home: Path, fleet: SshFleet, machines: dict[str, tuple[FleetMachine, dict[str, Any]]],
                 **top: Any) -> None:
@@ -52,49 +42,15 @@ def code_dir(tmp_path: Path, name: str = "code") -> Path:
     return src
 
 
-def submit(home: Path, src: Path, cmd: str, *extra: str) -> int:
-    code, out, err = jt(home, "submit", "--dir", str(src), "--cmd", cmd, *extra)
-    assert code == 0, err
-    return int(out.strip())
-
-
 def machines_json(home: Path) -> list[dict[str, Any]]:
-    code, out, err = jt(home, "machines", "--json")
-    assert code == 0, err
-    return list(json.loads(out)["machines"])
+    return list(json.loads(run(home, "machines", "--json", in_process=True)[0])["machines"])
 
 
-def manage(home: Path) -> str:
-    code, _, err = jt(home, "manage")
-    assert code == 0, err
-    return err
-
-
-def jobs(home: Path) -> dict[int, dict[str, Any]]:
-    code, out, err = jt(home, "status", "--json", "--all-users")
-    assert code == 0, err
-    return {j["id"]: j for j in json.loads(out)["jobs"]}
-
-
-def manage_until(home: Path, done: Callable[[dict[int, dict[str, Any]]], bool], what: str,
-                 each: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> dict[int, dict[str, Any]]:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        manage(home)
-        state = jobs(home)
-        if each is not None:
-            each(state)
-        if done(state):
-            return state
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {state}"
-        time.sleep(0.2)
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+# The shared helpers, in this process (these tests run hundreds of commands), with this file's deadline.
+submit = partial(helpers.submit, in_process=True)
+manage = partial(helpers.run_pass, in_process=True)  # what the pass said on stderr
+jobs = partial(helpers.status, in_process=True)
+manage_until = partial(helpers.passes_until, timeout=DEADLINE, in_process=True)
 
 
 def meta(fm: FleetMachine, job: int, attempt: int = 0, worker: int = 0, ext: str = "pid") -> Path:
@@ -172,7 +128,7 @@ def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: S
     manage(home)
     assert jobs(home)[job]["status"] == "running"
     assert all(meta(fm, job, 0, w).exists() for w in range(3))  # per-worker files on the shared home
-    wait_for(lambda: meta(fm, job, 0, 1, "exit").exists(), "worker 1 to exit")
+    wait_for(lambda: meta(fm, job, 0, 1, "exit").exists(), timeout=DEADLINE, interval=0.05, what="worker 1 to exit")
     for _ in range(2):
         manage(home)
         if jobs(home)[job]["status"] == "failed":
@@ -186,7 +142,7 @@ def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: S
     for w, host in enumerate(fm.hosts):
         assert log(home, job, 0, w).startswith(f"w={w} n=3 host={host.addr}\n")
         ssh_fleet.stop_host(host)
-    code, out, err = jt(home, "tail", str(job), "--worker", "2", "--attempt", "0")
+    code, out, err = cli(home, "tail", str(job), "--worker", "2", "--attempt", "0")
     assert code == 0, err
     assert out == f"w=2 n=3 host={fm.hosts[2].addr}\n"
 
@@ -200,14 +156,14 @@ def test_quiet_pass_is_one_session_per_host_and_kill_stops_every_worker(ssh_flee
     assert jobs(home)[job]["status"] == "running"
     before = [counts(h) for h in fm.hosts]
     manage(home)
-    wait_for(lambda: all(counts(h)[1] == b[1] + 1 for h, b in zip(fm.hosts, before, strict=True)), "sessions")
+    wait_for(lambda: all(counts(h)[1] == b[1] + 1 for h, b in zip(fm.hosts, before, strict=True)), timeout=DEADLINE, interval=0.05, what="sessions")
     time.sleep(0.2)  # anything extra would show up now
     assert [counts(h) for h in fm.hosts] == [(c + 1, s + 1) for c, s in before]
     groups = [int(meta(fm, job, 0, w).read_text().split()[0]) for w in range(3)]
     assert all(group_alive(g) for g in groups)
     assert sum(a.startswith("sleep 600") for a in live_args(fm.user)) == 6
 
-    code, _, err = jt(home, "kill", str(job))
+    code, _, err = cli(home, "kill", str(job))
     assert code == 0, err
     j = jobs(home)[job]
     assert (j["status"], j["reason"]) == ("killed", "killed")
@@ -258,17 +214,17 @@ def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Pat
     job = submit(home, code_dir(tmp_path), 'echo "result of $JOBTPU_JOB_ID" > result.txt; '
                                            'mkdir -p "out dir"; echo deep > "out dir/deep.txt"')
     manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
-    code, _, err = jt(home, "fetch", str(job), "result.txt")
+    code, _, err = cli(home, "fetch", str(job), "result.txt")
     assert code == 0, err
     assert (home / "results" / str(job) / "result.txt").read_text() == f"result of {job}\n"
     assert (fm.home / "my runs" / "jobs" / str(job) / "result.txt").exists()
     to = tmp_path / "all of it"
-    code, _, err = jt(home, "fetch", str(job), "--to", str(to))
+    code, _, err = cli(home, "fetch", str(job), "--to", str(to))
     assert code == 0, err
     assert sorted(str(p.relative_to(to)) for p in to.rglob("*")) == [
         "out dir", "out dir/deep.txt", "result.txt", "train.py"]
     ssh_fleet.stop_host(fm.hosts[0])
-    code, _, err = jt(home, "fetch", str(job), "result.txt")
+    code, _, err = cli(home, "fetch", str(job), "result.txt")
     assert code == 1 and err.startswith(f"jobtpu: error: box[0] {fm.hosts[0].address()}: rsync pull")
     assert "Traceback" not in err and "Connection refused" in err
 
@@ -292,7 +248,7 @@ def test_hostile_strings_arrive_byte_exact_over_ssh(ssh_fleet: SshFleet, tmp_pat
                  f"name={override}")
     state = manage_until(home, lambda s: s[job]["status"] in ("finished", "failed"), "the job to end")
     assert state[job]["status"] == "finished", log(home, job)
-    code, _, err = jt(home, "fetch", str(job), "received.json")
+    code, _, err = cli(home, "fetch", str(job), "received.json")
     assert code == 0, err
     got = json.loads((home / "results" / str(job) / "received.json").read_text())
     assert got["argv"] == [arg, hostile, "--config.training.learning_rate=0.1", f"--name={override}"]
@@ -321,7 +277,7 @@ def test_a_crash_between_launch_and_save_never_launches_twice(ssh_fleet: SshFlee
     monkeypatch.setattr(manage_module, "act", real_act)
     assert jobs(home)[job]["status"] == "running"
     side = fm.home / f"side-{job}.txt"
-    wait_for(side.exists, "the job to start")
+    wait_for(side.exists, timeout=DEADLINE, interval=0.05, what="the job to start")
     pid = meta(fm, job).read_text()
 
     (home / "state.json").write_bytes(saved[0])  # as if killed -9 after the launch, before the save
@@ -341,25 +297,25 @@ def test_changed_host_key_is_refused_with_the_command_that_forgets_it(ssh_fleet:
     write_fleet(home, ssh_fleet, {"strict": (fm, {"host_key_policy": "strict"}),
                                   "acc": (fm, {"host_key_policy": "accept-new"}),
                                   "off": (fm, {"host_key_policy": "off"})})
-    code, _, err = jt(home, "doctor", "strict")
+    code, _, err = cli(home, "doctor", "strict")
     assert code == 1 and "unknown host key and host_key_policy is strict" in err
     job = submit(home, code_dir(tmp_path), WAIT_RELEASE, "--machine", "acc")
     manage(home)
     assert jobs(home)[job]["status"] == "running"
     assert (home / "known_hosts").read_text() == h.known_hosts_line() + "\n"
-    code, _, err = jt(home, "doctor", "strict")  # another entry for the same host and root: acc's job
+    code, _, err = cli(home, "doctor", "strict")  # another entry for the same host and root: acc's job
     assert code == 0 and "1 job worker(s) running, all managed by state.json" in err, err  # is no stray
 
     ssh_fleet.new_host_key(h)
     forget = f"ssh-keygen -R '[{h.addr}]:{h.port}' -f {shlex.quote(str(home / 'known_hosts'))}"
     for name in ("strict", "acc"):
-        code, _, err = jt(home, "doctor", name)
+        code, _, err = cli(home, "doctor", name)
         assert code == 1, err
         assert f"{name}[0] {h.addr}:{h.port}: problem: host key changed" in err and forget in err
     err = manage(home)
     assert "host key changed" in err and forget in err
     assert jobs(home)[job]["reason"] == "unreachable"
-    assert jt(home, "doctor", "off")[0] == 0
+    assert cli(home, "doctor", "off")[0] == 0
 
     subprocess.run(shlex.split(forget), check=True, capture_output=True)
     (fm.home / f"release-{job}").touch()
@@ -371,7 +327,7 @@ def test_doctor_checks_each_worker_and_fixes_the_root(ssh_fleet: SshFleet, tmp_p
     fm = ssh_fleet.add_machine("pod", n_hosts=2)
     home = tmp_path / "home"
     write_fleet(home, ssh_fleet, {"pod": (fm, {"root": "runs/jobtpu"})})
-    code, _, err = jt(home, "doctor", "pod")
+    code, _, err = cli(home, "doctor", "pod")
     assert code == 0, err
     for w, h in enumerate(fm.hosts):
         label = f"pod[{w}] {h.address()}: ok:"
@@ -379,14 +335,14 @@ def test_doctor_checks_each_worker_and_fixes_the_root(ssh_fleet: SshFleet, tmp_p
         assert f"{label} root runs/jobtpu does not exist yet" in err
         assert f"{label} python3: " in err and f"{label} rsync: " in err and f"{label} tar: " in err
         assert re.search(rf"{re.escape(label)} [\d.]+ GB free in runs/jobtpu", err), err  # each worker's disk
-    assert jt(home, "doctor", "pod", "--fix")[0] == 0
+    assert cli(home, "doctor", "pod", "--fix")[0] == 0
     assert (fm.home / "runs" / "jobtpu").is_dir()
     ssh_fleet.stop_host(fm.hosts[1])
-    code, _, err = jt(home, "doctor", "pod")
+    code, _, err = cli(home, "doctor", "pod")
     assert code == 1
     assert f"pod[1] {fm.hosts[1].address()}: problem: not reachable: connection refused; check" in err
     assert f"pod[0] {fm.hosts[0].address()}: ok: root runs/jobtpu exists" in err
-    code, _, err = jt(tmp_path / "plain home", "doctor", "local")  # the built-in local machine
+    code, _, err = cli(tmp_path / "plain home", "doctor", "local")  # the built-in local machine
     assert code == 0 and "local[0] (this machine): ok: python3: " in err, err
 
 

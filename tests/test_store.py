@@ -21,6 +21,10 @@ from jobtpu.model import Attempt, Ending, Job, Status
 from jobtpu.store import State, Store, hold_lock
 from tests.helpers import jobtpu, make_home, manage_until, status, submit
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 
 def new_job(job_id: int = 0, **kw: Any) -> Job:
     return Job(id=job_id, **{"user": "u", "cmd": "echo hi", "archive": "a.tar.gz", "created": 1.0, **kw})

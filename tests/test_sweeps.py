@@ -17,6 +17,10 @@ from jobtpu.sweeps import (
     read_file,
 )
 
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+
 
 def test_axes_expand_to_the_cross_product_first_axis_slowest() -> None:
     combos = expand(parse_axes(["lr=0.1,0.01,0.001", "bs=32,64"]))

@@ -5,6 +5,10 @@ odd states, slow host keys) has its meaning. All through the CLI, with real sshd
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,24 +16,19 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth._cloud_sdk import CLOUD_SDK_CLIENT_ID
 
-from tests.helpers import jobtpu, manage, status, wait_for
-from tests.tpufleet import PROJECT, ZONE, TpuFleet, write_machines
+from tests.helpers import JOBTPU, jobtpu, make_home, manage, status, submit, until, wait_for
+from tests.tpufleet import PROJECT, ZONE, TpuFleet, tpu_home
 
 FLAKY = 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 300; fi; echo "attempt $JOBTPU_ATTEMPT resume=$JOBTPU_RESUME"'
 MACHINE = "tpu-m"
 
 
-def make_home(tmp_path: Path, tpus: TpuFleet, node: str, **spec: Any) -> Path:
+def home_for(tmp_path: Path, tpus: TpuFleet, node: str, **spec: Any) -> Path:
     """A home with one tpu machine for `node` (machines.json as written by hand: no spot/preemptible
     unless given), a fast back-off, and a source folder."""
-    home = tmp_path / "home"
     entry = {"kind": "tpu", "node": node, "zone": ZONE, "accelerator": "v3-16", "user": tpus.nodes[node].user,
              "port": tpus.port(node), **spec}
-    write_machines(home, tpus, {MACHINE: entry})
-    set_gcp(home, recreate_backoff=0.5)
-    (tmp_path / "src").mkdir(exist_ok=True)
-    (tmp_path / "src" / "noop.txt").write_text("x")
-    return home
+    return tpu_home(tmp_path, tpus, {MACHINE: entry}, recreate_backoff=0.5)
 
 
 def set_gcp(home: Path, **gcp: Any) -> None:
@@ -38,20 +37,9 @@ def set_gcp(home: Path, **gcp: Any) -> None:
     (home / "machines.json").write_text(json.dumps(doc))
 
 
-def submit(home: Path, tmp_path: Path, cmd: str = FLAKY, *extra: str) -> int:
-    return int(jobtpu(home, "submit", "--dir", str(tmp_path / "src"), "--cmd", cmd, *extra).stdout)
-
-
 def machine(home: Path, name: str = MACHINE) -> dict[str, Any]:
     rows = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     return next(r for r in rows if r["name"] == name)
-
-
-def until(home: Path, job_id: int, predicate: Any, timeout: float = 90, what: str = "") -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        job = manage(home)[job_id]
-        return job if predicate(job) else None
-    return wait_for(check, timeout=timeout, interval=0.3, what=what or "the job")
 
 
 def preempt_while_running(home: Path, tpus: TpuFleet, job_id: int, node: str) -> None:
@@ -82,8 +70,8 @@ GCLOUD_FIELDS: dict[str, Any] = {
 
 def test_an_out_of_band_spot_node_comes_back_with_every_field(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-g", preemptible=False, spot=True, labels={"team": "nlp"}, **GCLOUD_FIELDS)
-    home = make_home(tmp_path, tpus, "tpu-g", spot=True)
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-g", spot=True)
+    job_id = submit(home, tmp_path / "src", FLAKY)
     row = machine(home)
     assert row["provisioning"] == "spot" and row["preemptible"] is True
     preempt_while_running(home, tpus, job_id, "tpu-g")
@@ -104,7 +92,7 @@ def test_a_node_made_by_topology_comes_back_with_that_topology(tmp_path: Path, t
     # `gcloud … create --type v4 --topology 2x2x1`: the API takes one of type and config, and only the
     # config says the shape of the slice.
     tpus.add_node("tpu-t", workers=1, accelerator="v4-8", acceleratorConfig={"type": "V4", "topology": "2x2x1"})
-    home = make_home(tmp_path, tpus, "tpu-t", accelerator="v4-8", preemptible=True)
+    home = home_for(tmp_path, tpus, "tpu-t", accelerator="v4-8", preemptible=True)
     manage(home)  # a pass records the node as it is
     jobtpu(home, "tpu", "reapply", MACHINE)
     wait_for(lambda: manage(home) is not None and tpus.api.create_bodies and machine(home)["state"] == "up",
@@ -116,7 +104,7 @@ def test_a_node_made_by_topology_comes_back_with_that_topology(tmp_path: Path, t
 
 def test_a_node_that_never_existed_gets_gcloud_defaults(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-n")
-    home = make_home(tmp_path, tpus, "tpu-n", accelerator="v5litepod-16", preemptible=True,
+    home = home_for(tmp_path, tpus, "tpu-n", accelerator="v5litepod-16", preemptible=True,
                      node_spec={"tags": ["allow-ssh"], "networkConfig": {"network": "research"}})
     tpus.api.remove_node(ZONE, "tpu-n")  # machines.json names a node that is not there
     jobtpu(home, "tpu", "apply", MACHINE)
@@ -130,7 +118,7 @@ def test_a_node_that_never_existed_gets_gcloud_defaults(tmp_path: Path, tpus: Tp
 def test_an_accelerator_generation_jobtpu_does_not_know_needs_a_runtime_version(tmp_path: Path,
                                                                                tpus: TpuFleet) -> None:
     tpus.add_node("tpu-x")
-    home = make_home(tmp_path, tpus, "tpu-x", accelerator="v9z-8")
+    home = home_for(tmp_path, tpus, "tpu-x", accelerator="v9z-8")
     done = jobtpu(home, "machines", check=False)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "runtime_version" in done.stderr and "v9z-8" in done.stderr
@@ -138,8 +126,8 @@ def test_an_accelerator_generation_jobtpu_does_not_know_needs_a_runtime_version(
 
 def test_a_node_without_a_usable_address_is_a_machine_error_not_a_launch(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-i", networkConfig={"enableExternalIps": False})
-    home = make_home(tmp_path, tpus, "tpu-i", use_external_ip=True)
-    job_id = submit(home, tmp_path, "echo ran")
+    home = home_for(tmp_path, tpus, "tpu-i", use_external_ip=True)
+    job_id = submit(home, tmp_path / "src", "echo ran")
     for _ in range(2):
         assert manage(home)[job_id]["status"] == "queued"
     row = machine(home)
@@ -150,8 +138,8 @@ def test_a_node_without_a_usable_address_is_a_machine_error_not_a_launch(tmp_pat
 
 def test_a_429_on_create_backs_off_without_a_traceback(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-q")
-    home = make_home(tmp_path, tpus, "tpu-q", preemptible=True)
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-q", preemptible=True)
+    job_id = submit(home, tmp_path / "src", FLAKY)
     preempt_while_running(home, tpus, job_id, "tpu-q")
     tpus.api.quota_exceeded_next_creates(1, ZONE)
     seen = []
@@ -174,8 +162,8 @@ def test_a_429_on_create_backs_off_without_a_traceback(tmp_path: Path, tpus: Tpu
 
 def test_a_spot_reservation_not_found_is_capacity_not_a_wrong_request(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-v", preemptible=False, spot=True)
-    home = make_home(tmp_path, tpus, "tpu-v", spot=True)
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-v", spot=True)
+    job_id = submit(home, tmp_path / "src", FLAKY)
     preempt_while_running(home, tpus, job_id, "tpu-v")
     tpus.api.fail_next_creates(1, "NOT_FOUND")  # the operation ends with code 5 "Reservation not found"
     seen: list[str] = []
@@ -193,8 +181,8 @@ def test_a_spot_reservation_not_found_is_capacity_not_a_wrong_request(tmp_path: 
 
 def test_a_400_on_create_is_asked_once_until_machines_json_changes(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-b")
-    home = make_home(tmp_path, tpus, "tpu-b", preemptible=True, runtime_version="v2-alpha-tpuv6e")
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-b", preemptible=True, runtime_version="v2-alpha-tpuv6e")
+    job_id = submit(home, tmp_path / "src", FLAKY)
     preempt_while_running(home, tpus, job_id, "tpu-b")
     wait_for(lambda: manage(home) and machine(home)["state"] == "refused", timeout=60, what="the refusal")
     for _ in range(4):
@@ -212,13 +200,40 @@ def test_a_400_on_create_is_asked_once_until_machines_json_changes(tmp_path: Pat
 
 def test_a_lost_create_answer_never_deletes_the_node_it_made(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-l")
-    home = make_home(tmp_path, tpus, "tpu-l", preemptible=True)
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-l", preemptible=True)
+    job_id = submit(home, tmp_path / "src", FLAKY)
     preempt_while_running(home, tpus, job_id, "tpu-l")
     # Google creates the node, and the answer is a 503.
     tpus.api.inject_error("POST", "nodeId=tpu-l", "UNAVAILABLE", 1, serve=True)
     finished_after_one_preemption(home, job_id)
     assert tpus.api.count("DELETE", "/nodes/tpu-l") == 1  # only the preempted one
+    assert tpus.api.count("POST", "/nodes") == 1
+
+
+def test_a_pass_killed_before_its_create_is_answered_never_deletes_the_node_it_made(tmp_path: Path,
+                                                                                   tpus: TpuFleet) -> None:
+    tpus.add_node("tpu-x")
+    home = home_for(tmp_path, tpus, "tpu-x", preemptible=True)
+    job_id = submit(home, tmp_path / "src", FLAKY)
+    preempt_while_running(home, tpus, job_id, "tpu-x")
+    # Google creates the node; the pass that asked is killed before the answer reaches it.
+    release = tpus.api.stall_answers("POST", "nodeId=tpu-x")
+
+    def pass_sending_the_create() -> subprocess.Popen[bytes] | None:
+        manager = subprocess.Popen([*JOBTPU, "--home", str(home), "manage"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env={**os.environ, "JOBTPU_USER": "tester"})
+        while manager.poll() is None:
+            if tpus.api.count("POST", "/nodes") >= 1:
+                return manager
+            time.sleep(0.02)
+        return None
+
+    manager = wait_for(pass_sending_the_create, timeout=60, interval=0.2, what="a pass to send the create")
+    manager.send_signal(signal.SIGKILL)
+    manager.wait()
+    release.set()
+    finished_after_one_preemption(home, job_id)
+    assert tpus.api.count("DELETE", "/nodes/tpu-x") == 1  # only the preempted one
     assert tpus.api.count("POST", "/nodes") == 1
 
 
@@ -235,7 +250,7 @@ def write_key_file(path: Path, key_id: str) -> None:
 
 def test_refused_credentials_cost_one_line_and_a_local_job_still_runs(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-c")
-    home = make_home(tmp_path, tpus, "tpu-c", preemptible=True)
+    home = home_for(tmp_path, tpus, "tpu-c", preemptible=True)
     key = tmp_path / "key.json"
     write_key_file(key, "deleted-key-1")
     tpus.api.revoked_keys.add("deleted-key-1")
@@ -243,7 +258,7 @@ def test_refused_credentials_cost_one_line_and_a_local_job_still_runs(tmp_path: 
     doc = json.loads((home / "machines.json").read_text())
     doc["machines"]["local"] = {"kind": "local", "resources": {"slot": 2}}
     (home / "machines.json").write_text(json.dumps(doc))
-    job_id = submit(home, tmp_path, "sleep 1; echo local done", "--machine", "local")
+    job_id = submit(home, tmp_path / "src", "sleep 1; echo local done", "--machine", "local")
     lines: list[list[str]] = []
 
     def pass_until_done() -> bool:
@@ -264,7 +279,7 @@ def test_a_refused_token_refresh_costs_one_line_and_a_local_job_still_runs(tmp_p
     # `gcloud auth application-default login --impersonate-service-account` with a deleted source key:
     # the token endpoint refuses the source's grant, and google-auth raises RefreshError.
     tpus.add_node("tpu-r")
-    home = make_home(tmp_path, tpus, "tpu-r", preemptible=True)
+    home = home_for(tmp_path, tpus, "tpu-r", preemptible=True)
     source = tmp_path / "source.json"
     write_key_file(source, "deleted-key-2")
     adc = tmp_path / "adc.json"
@@ -277,7 +292,7 @@ def test_a_refused_token_refresh_costs_one_line_and_a_local_job_still_runs(tmp_p
     doc = json.loads((home / "machines.json").read_text())
     doc["machines"]["local"] = {"kind": "local"}
     (home / "machines.json").write_text(json.dumps(doc))
-    job_id = submit(home, tmp_path, "echo local done", "--machine", "local")
+    job_id = submit(home, tmp_path / "src", "echo local done", "--machine", "local")
     for _ in range(2):
         done = jobtpu(home, "manage")
         assert "Traceback" not in done.stderr, done.stderr
@@ -291,7 +306,7 @@ def test_a_failing_later_page_of_a_listing_is_one_api_failure(tmp_path: Path, tp
     tpus.add_node("tpu-p1")
     tpus.add_node("tpu-p2")
     tpus.api.page_size = 1
-    home = make_home(tmp_path, tpus, "tpu-p1")
+    home = home_for(tmp_path, tpus, "tpu-p1")
     manage(home)
     tpus.api.inject_error("GET", "pageToken=1", "UNAVAILABLE", 1)
     done = jobtpu(home, "manage")
@@ -303,7 +318,7 @@ def test_a_failing_later_page_of_a_listing_is_one_api_failure(tmp_path: Path, tp
 
 def test_odd_node_states_are_waited_on_and_say_so(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-s")
-    home = make_home(tmp_path, tpus, "tpu-s", preemptible=True)
+    home = home_for(tmp_path, tpus, "tpu-s", preemptible=True)
     manage(home)
     tpus.api.set_state(ZONE, "tpu-s", "UNKNOWN")
     manage(home)
@@ -325,9 +340,9 @@ def test_odd_node_states_are_waited_on_and_say_so(tmp_path: Path, tpus: TpuFleet
 
 def test_host_keys_wait_for_every_worker_to_publish_one(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-k")
-    home = make_home(tmp_path, tpus, "tpu-k", preemptible=True, host_key_policy="strict")
+    home = home_for(tmp_path, tpus, "tpu-k", preemptible=True, host_key_policy="strict")
     tpus.unpublished["tpu-k"] = {1}
-    job_id = submit(home, tmp_path, "echo ran")
+    job_id = submit(home, tmp_path / "src", "echo ran")
     manage(home)
     row = machine(home)
     assert row["state"] == "waiting for host keys" and "worker(s) 1" in row["detail"], row
@@ -344,8 +359,8 @@ def test_a_zone_without_capacity_moves_the_node_to_the_next_zone(tmp_path: Path,
     tpus.add_node("tpu-z", networkConfig={"network": "research", "enableExternalIps": True,
                                           "subnetwork": "projects/test-project/regions/europe-west4/subnetworks/ew4"},
                   dataDisks=[{"sourceDisk": "projects/test-project/zones/europe-west4-a/disks/data", "mode": "READ_ONLY"}])
-    home = make_home(tmp_path, tpus, "tpu-z", preemptible=True, zone=[ZONE, other])
-    job_id = submit(home, tmp_path)
+    home = home_for(tmp_path, tpus, "tpu-z", preemptible=True, zone=[ZONE, other])
+    job_id = submit(home, tmp_path / "src", FLAKY)
     preempt_while_running(home, tpus, job_id, "tpu-z")
     tpus.api.no_capacity_zones.add(ZONE)
     finished_after_one_preemption(home, job_id)
@@ -364,10 +379,10 @@ def test_a_zone_without_capacity_moves_the_node_to_the_next_zone(tmp_path: Path,
 def test_a_queued_resource_waits_runs_is_suspended_and_is_asked_for_again(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.add_node("tpu-qr", accelerator="v5litepod-16")
     tpus.api.remove_node(ZONE, "tpu-qr")  # nothing there yet: the queued resource will make it
-    home = make_home(tmp_path, tpus, "tpu-qr", accelerator="v5litepod-16",
+    home = home_for(tmp_path, tpus, "tpu-qr", accelerator="v5litepod-16",
                      queued_resource={"tier": "spot", "valid_for": 7200})
     tpus.api.hold_queued(ZONE, "tpu-qr")
-    job_id = submit(home, tmp_path)
+    job_id = submit(home, tmp_path / "src", FLAKY)
     states: list[str | None] = []
 
     def queued_state(job: dict[str, Any]) -> bool:
@@ -402,9 +417,9 @@ def test_a_queued_resource_that_expires_in_a_zone_without_capacity_is_asked_for_
     tpus.add_node("tpu-qz", accelerator="v5litepod-16")
     tpus.api.remove_node(ZONE, "tpu-qz")
     tpus.api.no_capacity_zones.add(ZONE)  # a queued resource there waits until its valid_for ends
-    home = make_home(tmp_path, tpus, "tpu-qz", accelerator="v5litepod-16", zone=[ZONE, other],
+    home = home_for(tmp_path, tpus, "tpu-qz", accelerator="v5litepod-16", zone=[ZONE, other],
                      queued_resource={"tier": "spot", "valid_for": 2})
-    job_id = submit(home, tmp_path, "echo ran in $JOBTPU_MACHINE")
+    job_id = submit(home, tmp_path / "src", "echo ran in $JOBTPU_MACHINE")
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
     assert job["status"] == "finished", job
     row = machine(home)
@@ -425,13 +440,9 @@ def test_a_queued_resource_with_several_zones_must_say_how_long_to_wait_in_one(t
 # ---- machines.json and credentials without a fake ---------------------------------------------------
 
 def bare_home(tmp_path: Path, tpu: dict[str, Any], **gcp: Any) -> Path:
-    home = tmp_path / "home"
-    home.mkdir(parents=True)
-    (home / "machines.json").write_text(json.dumps({
-        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", **gcp},
-        "machines": {"local": {"kind": "local"},
-                     "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8", **tpu}}}))
-    return home
+    return make_home(tmp_path, {"local": {"kind": "local"},
+                                "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8", **tpu}},
+                     gcp={"project": "p", "api_endpoint": "http://127.0.0.1:9", **gcp})
 
 
 def test_missing_adc_costs_each_pass_one_line_and_local_jobs_run(tmp_path: Path) -> None:

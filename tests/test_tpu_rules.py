@@ -12,35 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import jobtpu, manage, status, wait_for
-from tests.tpufleet import ZONE, TpuFleet, write_machines
+from tests.helpers import jobtpu, manage, status, submit, until, wait_for
+from tests.tpufleet import ZONE, TpuFleet, tpu_home
 
 FLAKY = 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then {first}; fi; echo "attempt $JOBTPU_ATTEMPT resume=$JOBTPU_RESUME"'
 
 
 def setup_home(tmp_path: Path, tpus: TpuFleet, **spec: Any) -> Path:
-    home = tmp_path / "home"
     tpus.add_node("tpu-r", workers=2, accelerator="v2-16", preemptible=True)
-    write_machines(home, tpus, {"v2-16-p": tpus.machine_spec("tpu-r", **spec)})
-    doc = json.loads((home / "machines.json").read_text())
-    doc["gcp"]["recreate_backoff"] = 0.5
-    (home / "machines.json").write_text(json.dumps(doc))
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "noop.txt").write_text("x")
-    return home
-
-
-def submit(home: Path, tmp_path: Path, cmd: str, *extra: str) -> int:
-    return int(jobtpu(home, "submit", "--dir", str(tmp_path / "src"), "--cmd", cmd, *extra).stdout)
-
-
-def until(home: Path, job_id: int, predicate: Any, timeout: float = 90, what: str = "") -> dict[str, Any]:
-    """Run passes until predicate(job record) holds; that record."""
-    def check() -> dict[str, Any] | None:
-        job = manage(home)[job_id]
-        return job if predicate(job) else None
-    return wait_for(check, timeout=timeout, interval=0.3, what=what or "the job")
+    return tpu_home(tmp_path, tpus, {"v2-16-p": tpus.machine_spec("tpu-r", **spec)}, recreate_backoff=0.5)
 
 
 def running_then_preempt(home: Path, tpus: TpuFleet, job_id: int) -> None:
@@ -50,7 +30,7 @@ def running_then_preempt(home: Path, tpus: TpuFleet, job_id: int) -> None:
 
 def test_capacity_errors_back_off_then_recreate_and_resume(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"))
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first="sleep 300"))
     running_then_preempt(home, tpus, job_id)
     tpus.api.fail_next_creates(2)
     seen_backoff = []
@@ -71,7 +51,7 @@ def test_capacity_errors_back_off_then_recreate_and_resume(tmp_path: Path, tpus:
 
 def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, FLAKY.format(first='echo "jax: GRPC error: Socket closed" >&2; exit 1'))
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first='echo "jax: GRPC error: Socket closed" >&2; exit 1'))
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
     assert (job["status"], job["attempt"]) == ("finished", 1), job
     assert [a["outcome"] for a in job["attempts"]] == ["grpc", "finished"]
@@ -81,7 +61,7 @@ def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path
 def test_a_hang_under_reapply_stops_the_workers_recreates_the_node_and_resumes(tmp_path: Path,
                                                                                tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"), "--rule", "reapply", "--stall", "2s")
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first="sleep 300"), "--rule", "reapply", "--stall", "2s")
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
     assert (job["status"], job["attempt"]) == ("finished", 1), job
     assert [a["outcome"] for a in job["attempts"]] == ["hang", "finished"]
@@ -91,7 +71,7 @@ def test_a_hang_under_reapply_stops_the_workers_recreates_the_node_and_resumes(t
 
 def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, 'echo "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"; exit 1')
+    job_id = submit(home, tmp_path / "src", 'echo "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"; exit 1')
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
     assert (job["status"], job["reason"], job["exit_code"], job["attempt"]) == ("failed", "oom", 1, 0)
     manage(home)
@@ -100,7 +80,7 @@ def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
 
 def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, "sleep 300", "--max-recoveries", "1")
+    job_id = submit(home, tmp_path / "src", "sleep 300", "--max-recoveries", "1")
     running_then_preempt(home, tpus, job_id)
     until(home, job_id, lambda j: j["status"] == "running" and j["attempt"] == 1, timeout=120,
           what="the first recovery")
@@ -111,7 +91,7 @@ def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
 
 def test_rule_pass_marks_a_preempted_job_failed(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, "sleep 300", "--rule", "pass")
+    job_id = submit(home, tmp_path / "src", "sleep 300", "--rule", "pass")
     running_then_preempt(home, tpus, job_id)
     job = until(home, job_id, lambda j: j["status"] == "failed", what="the job to fail")
     assert (job["reason"], job["attempt"]) == ("preempted", 0)
@@ -120,7 +100,7 @@ def test_rule_pass_marks_a_preempted_job_failed(tmp_path: Path, tpus: TpuFleet) 
 
 def test_a_node_stuck_creating_never_makes_a_pass_wait(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, "sleep 300")
+    job_id = submit(home, tmp_path / "src", "sleep 300")
     running_then_preempt(home, tpus, job_id)
     tpus.api.hold_creating(ZONE, "tpu-r")
     until(home, job_id, lambda j: j["status"] == "queued", what="the job to be queued again")
@@ -143,7 +123,7 @@ def test_strict_host_keys_come_from_the_tpu_api_and_follow_recreation(tmp_path: 
     assert not (home / "known_hosts").exists() or not (home / "known_hosts").read_text().strip()
     checked = jobtpu(home, "doctor", "v2-16-p", check=False)  # trusts the published keys too
     assert checked.returncode == 0 and "reachable, logged in" in checked.stderr, checked.stderr
-    job_id = submit(home, tmp_path, FLAKY.format(first="sleep 300"))
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first="sleep 300"))
     running_then_preempt(home, tpus, job_id)
     job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
     assert (job["status"], job["attempt"]) == ("finished", 1), job
@@ -181,7 +161,7 @@ def test_a_launch_clears_a_stale_holder_of_the_tpu_device(tmp_path: Path, tpus: 
         with open(device) as held:
             stale = subprocess.Popen(["sleep", "300"], stdin=held, user=owner.pw_uid, group=owner.pw_gid)
         assert "holds the TPU device" in jobtpu(home, "doctor", "v2-16-p", check=False).stderr
-        job_id = submit(home, tmp_path, "echo ran")
+        job_id = submit(home, tmp_path / "src", "echo ran")
         job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
         assert job["status"] == "finished"
         assert stale.wait(timeout=10) is not None  # the launch stopped the stale holder first
@@ -210,7 +190,7 @@ def test_tpu_commands_and_machines_show_the_node(tmp_path: Path, tpus: TpuFleet)
              ["machines"][0]["state"] == "up", timeout=60, what="the node to be up again")
     assert tpus.api.count("DELETE", "/nodes/tpu-r") == 1 and tpus.api.count("POST", "/nodes") == 1
     # reapply refuses while a job runs there, with the command that frees it.
-    job_id = submit(home, tmp_path, "sleep 300")
+    job_id = submit(home, tmp_path / "src", "sleep 300")
     until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
     refused = jobtpu(home, "tpu", "reapply", "v2-16-p", check=False)
     assert refused.returncode == 1 and f"jobtpu kill {job_id}" in refused.stderr
@@ -219,7 +199,7 @@ def test_tpu_commands_and_machines_show_the_node(tmp_path: Path, tpus: TpuFleet)
 
 def test_dry_run_never_touches_the_tpu_api_or_the_logs(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path, "echo out; sleep 300")
+    job_id = submit(home, tmp_path / "src", "echo out; sleep 300")
     until(home, job_id, lambda j: j["status"] == "running" and j["last_line"] == "out", what="the job to run")
     tpus.api.preempt(ZONE, "tpu-r")
     before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.name.endswith(".lock")}

@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from jobtpu.scripts import parse_tpu_doctor
 from tests.helpers import jobtpu, wait_for
 from tests.tpufleet import TpuFleet, write_machines
@@ -43,6 +45,7 @@ def test_doctor_names_a_stale_tpu_device_holder_and_fix_stops_it(tpus: TpuFleet,
         holder.wait()
 
 
+@pytest.mark.fast
 def test_a_lock_file_is_ours_only_when_a_holder_is() -> None:
     """A stale holder whose command name contains "ours" does not make the lock file a running job's."""
     holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nHOLDER 13 my tool ours\nLOCK yes\n")

@@ -89,3 +89,16 @@ def write_machines(home: Path, tpus: TpuFleet, machines: dict[str, Any]) -> None
     home.mkdir(parents=True, exist_ok=True)
     doc = {**tpus.machines_json(home), "machines": machines}
     (home / "machines.json").write_text(json.dumps(doc, indent=1))
+
+
+def tpu_home(base: Path, tpus: TpuFleet, machines: dict[str, Any], **gcp: Any) -> Path:
+    """`base/home` with these machines on the fake API (`gcp`: more keys of its gcp object, like a fast
+    recreate_backoff), and a source folder `base/src` to submit."""
+    home = base / "home"
+    write_machines(home, tpus, machines)
+    doc = json.loads((home / "machines.json").read_text())
+    doc["gcp"].update(gcp)
+    (home / "machines.json").write_text(json.dumps(doc))
+    (base / "src").mkdir(exist_ok=True)
+    (base / "src" / "noop.txt").write_text("x")
+    return home

@@ -4,7 +4,7 @@ Operations are started, recorded in state.json and followed by later passes; not
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -13,6 +13,10 @@ from ..home import Home
 from ..model import MachineRecord, Operation
 from ..text import printable
 from .common import emit_json
+
+if TYPE_CHECKING:
+    from ..fleet import Machine
+    from ..session import Session
 
 
 def provisioning(machine: Any, record: MachineRecord) -> str:
@@ -27,7 +31,6 @@ def provisioning(machine: Any, record: MachineRecord) -> str:
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     from ..session import locked_session
-    from ..tpuflow import request_recreate
 
     with locked_session(home) as p:
         machine = p.fleet.resolve(name)
@@ -50,10 +53,10 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             if node is not None:
                 raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
                                   hint=f"`jobtpu tpu reapply {name}` deletes and recreates it")
-            request_recreate(p, machine, now)
+            _recreate(p, machine, now)
         elif op == "reapply":
             record.next_try = None
-            request_recreate(p, machine, now)
+            _recreate(p, machine, now)
         elif op == "delete":
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
@@ -79,6 +82,16 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             "queued_resource": record.queued_state if machine.queued_resource else None,
             "recorded_spec": record.spec,
         }
+
+
+def _recreate(p: Session, machine: Machine, now: float) -> None:
+    """Plan the first step of bringing the node back, save it, then carry it out (as a pass does)."""
+    from ..tpuflow import carry_out, request_recreate
+
+    work = request_recreate(p, machine, now)
+    if work is not None:
+        p.commit()
+        carry_out(p, p.tpu_api(), work, now)
 
 
 def tpu(home: Home, op: str, name: str, as_json: bool) -> int:
