@@ -12,31 +12,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from clirun import jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 1.5
-
-
-def jobtpu(home: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "jobtpu.cli", "--home", str(home), *args]
-
-
-def run(cmd: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[3:])} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    return done.stdout
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - start
 
 
 def build_home(root: Path, queued: int, after: bool, env: dict[str, str]) -> Path:

@@ -71,7 +71,8 @@ def main() -> None:
         try:
             for home in (plain, told):  # warm: imports, page cache
                 run_pass(home)
-            plain_t, told_t = [], []
+            plain_t: list[float] = []
+            told_t: list[float] = []
             for i in range(args.rounds):
                 pair = ((plain, plain_t), (told, told_t))
                 for home, times in pair if i % 2 else pair[::-1]:  # alternate who goes first: no drift bias

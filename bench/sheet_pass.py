@@ -55,7 +55,7 @@ def main() -> None:
     api.add_spreadsheet(KEY)
     with tempfile.TemporaryDirectory() as tmp:
         plain = make_home(Path(tmp) / "plain", args.machines, None)
-        sheet = {"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint}
+        sheet: dict[str, object] = {"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint}
         with_sheet = make_home(Path(tmp) / "sheet", args.machines, sheet)
         reading = make_home(Path(tmp) / "reading", args.machines, {**sheet, "read_every": 0})
         one_pass(plain)

@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paramiko  # noqa: E402
+from manage_scaling import bare_probe, counts, setup_home  # noqa: E402
 
-from bench.manage_scaling import bare_probe, counts, setup_home  # noqa: E402
 from jobtpu import passevents  # noqa: E402
 from jobtpu.home import Home  # noqa: E402
 from jobtpu.manage import run_pass  # noqa: E402
