@@ -70,12 +70,20 @@ class Destination:
     webhook: str | None
     command: str | None
     events: frozenset[str]
+    owner: str | None = None  # a user's own destination (their settings): events of their jobs only
 
     @property
     def key(self) -> str:
         """A stable name for the outbox that does not reveal a webhook's secret URL."""
         what = f"webhook {self.webhook}" if self.webhook else f"command {self.command}"
+        if self.owner is not None:
+            what += f" of {self.owner}"
         return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+    def wants(self, name: str, event: Event) -> bool:
+        """Whether this destination hears of `event` (notification `name`): a user's own destination
+        hears of their jobs and of what has no owner (machines, failed passes), not of others' jobs."""
+        return name in self.events and (self.owner is None or event.user in (None, self.owner))
 
     @property
     def label(self) -> str:
@@ -86,14 +94,22 @@ class Destination:
         return f"command {command[:40]}{'…' if len(command) > 40 else ''}"
 
 
-def parse_destinations(doc: Any, where: str = "notify") -> list[Destination]:
-    """The destinations a `notify` list names (None: none). One ConfigError line per mistake."""
+def parse_destinations(doc: Any, where: str = "notify", owner: str | None = None) -> list[Destination]:
+    """The destinations a `notify` list names (None: none). One ConfigError line per mistake.
+    `owner`: a user's own list (their settings), which may name webhooks only: a command would run
+    as whoever runs the passes, which in a shared home is another account."""
     if doc is None:
         return []
     if not isinstance(doc, list):
         raise ConfigError(f"{where} must be a list of destinations, like "
                           '[{"command": "notify-send jobtpu", "events": ["failed"]}]')
-    return [_destination(entry, f"{where}[{i}]") for i, entry in enumerate(doc)]
+    found = [_destination(entry, f"{where}[{i}]") for i, entry in enumerate(doc)]
+    if owner is None:
+        return found
+    if any(d.command is not None for d in found):
+        raise ConfigError(f"{where}: a user's own destinations are webhooks only (a command would run as "
+                          "whoever runs the passes); ask for a command destination in machines.json's notify")
+    return [Destination(d.webhook, None, d.events, owner) for d in found]
 
 
 def _destination(entry: Any, where: str) -> Destination:
@@ -176,7 +192,7 @@ def _enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], n
         if name is None:
             continue
         for dest in destinations:
-            if name in dest.events:
+            if dest.wants(name, event):
                 items.append({"dest": dest.key, "name": name, "event": event.to_json(), "tries": 0})
 
 

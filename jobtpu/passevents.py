@@ -86,11 +86,37 @@ def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> lis
         ev.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         lines.append(printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}"))
+    from .notify import DEFAULT_BUDGET, OUTBOX_FILE
+
+    if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
+        own, problems = users_destinations(home_root)
+        destinations, lines = [*destinations, *own], lines + problems
     if destinations:
-        from .notify import DEFAULT_BUDGET, OUTBOX_FILE, deliver
+        from .notify import deliver
 
         lines += deliver(home_root / OUTBOX_FILE, destinations, found, DEFAULT_BUDGET)
     return lines
+
+
+def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
+    """The webhooks users named in their own settings (`jobtpu config set notify`), each hearing of
+    its user's jobs; a line for each settings file that cannot be read (its destinations wait)."""
+    from .errors import ConfigError
+    from .home import Home
+    from .notify import parse_destinations
+    from .settings import load_settings
+
+    home = Home(home_root)
+    found: list[Any] = []
+    lines: list[str] = []
+    for path in sorted((home_root / "users").glob("*/settings.json")):
+        user = path.parent.name
+        try:
+            settings = load_settings(home, user)
+            found += parse_destinations(settings.notify, f"users/{user}/settings.json: notify", owner=user)
+        except ConfigError as e:
+            lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
+    return found, lines
 
 
 def pass_failed(home_root: Path, destinations: list[Any], error: str) -> list[str]:

@@ -25,6 +25,8 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {  # key → (what it sets, what appli
     "req": ("the default --req of submit and run, one or more requests", "none"),
     "columns": ("the columns `status` shows, in that order", "every column but 'submitted'"),
     "time_zone": ("the time zone times are shown in: an IANA name like Asia/Shanghai, UTC or local", "local"),
+    "notify": ("your own webhooks for notifications about your jobs, as JSON: "
+               '\'[{"webhook": "https://hooks.slack.com/…", "events": ["failed", "finished"]}]\'', "none"),
 }
 MAX_DIR = 99  # working directories are numbered 1..99
 _DIR_NUMBER = re.compile(r"^[1-9][0-9]?$")
@@ -39,6 +41,7 @@ class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     time_zone: str | None = None
     dirs: dict[str, str] = {}  # "N" → an absolute folder
     aliases: dict[str, str] = {}  # short name → full config key
+    notify: list[Any] = []  # the user's own webhook destinations (notify.parse_destinations checks them)
 
 
 def settings_file(home: Home, user: str) -> Path:
@@ -89,6 +92,10 @@ def check_settings(settings: UserSettings) -> None:
         check_columns(settings.columns)
     if settings.time_zone is not None:
         zone_of(settings.time_zone)
+    if settings.notify:
+        from .notify import parse_destinations
+
+        parse_destinations(settings.notify, "'notify'", owner="")
     for number, folder in settings.dirs.items():
         if not _DIR_NUMBER.match(number):
             raise JobtpuError(f"'dirs': {number!r} is not a working directory number (1 to {MAX_DIR})")

@@ -176,6 +176,44 @@ def test_webhook_and_command_hear_failed_and_finished_and_a_dead_webhook_leaves_
         assert not (home / "notify-outbox.json").exists()
 
 
+def test_a_users_own_webhook_hears_of_their_jobs_only_and_may_not_be_a_command(tmp_path: Path) -> None:
+    ann, bob = {"JOBTPU_USER": "ann"}, {"JOBTPU_USER": "bob"}
+    with webhook() as (url, received):
+        home = make_home(tmp_path)
+        hook = json.dumps([{"webhook": url, "events": ["failed"]}])
+        jobtpu(home, "config", "set", "notify", hook, env=ann)
+        assert json.loads((home / "users" / "ann" / "settings.json").read_text())["notify"] == json.loads(hook)
+        src = src_dir(tmp_path)
+        anns = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "exit 3", env=ann).stdout)
+        bobs = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "exit 4", env=bob).stdout)
+        manage_until(home, [anns, bobs], {"failed"})
+        wait_for(lambda: len(received) >= 1, timeout=10, what="ann's notification")
+        jobtpu(home, "manage")  # one more pass: nothing else is coming
+        assert [(r["event"]["job"], r["event"]["user"]) for r in received] == [(anns, "ann")]
+    # A command would run as whoever runs the passes: a user's own list may name webhooks only.
+    before = (home / "users" / "ann" / "settings.json").read_bytes()
+    done = jobtpu(home, "config", "set", "notify", '[{"command": "touch pwned", "events": ["failed"]}]',
+                  env=ann, check=False)
+    assert done.returncode == 1 and "webhooks only" in done.stderr and "Traceback" not in done.stderr
+    assert (home / "users" / "ann" / "settings.json").read_bytes() == before
+    # Written by hand anyway, it is skipped with a line, and the pass stays green and runs nothing.
+    (home / "users" / "bob").mkdir(exist_ok=True)
+    (home / "users" / "bob" / "settings.json").write_text(
+        json.dumps({"notify": [{"command": "touch pwned", "events": ["failed"]}]}))
+    again = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "exit 5", env=ann).stdout)
+    said = ""
+    for _ in range(30):
+        said += jobtpu(home, "manage").stderr  # exit 0 every time
+        if status(home)[again]["status"] == "failed":
+            break
+        time.sleep(0.5)
+    assert status(home)[again]["status"] == "failed"
+    assert "settings.json of user bob: 'notify': a user's own destinations are webhooks only" in said, said
+    assert "bob's own destinations are skipped" in said
+    assert "Traceback" not in said
+    assert not (home / "pwned").exists() and not (tmp_path / "pwned").exists()
+
+
 def test_a_wrong_notify_entry_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     set_top(home, notify=[{"webhook": "http://127.0.0.1:9/x", "events": ["exploded"]}])

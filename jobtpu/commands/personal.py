@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
@@ -31,6 +32,8 @@ def _config_value(key: str, values: list[str]) -> object:
     """The value to store for `key` from the words typed after it, checked."""
     if not any(value.strip(" ,") for value in values):  # `config reset KEY` is how a value goes
         raise JobtpuError(f"`config set {key}` needs a value", hint=f"{key}: {CONFIG_KEYS[key][0]}")
+    if key == "notify":
+        return _notify_value(values)
     if key in ("rule", "time_zone"):
         if len(values) != 1:
             raise JobtpuError(f"{key} takes one value, got {len(values)}: {' '.join(values)}")
@@ -44,10 +47,28 @@ def _config_value(key: str, values: list[str]) -> object:
     return words
 
 
+def _notify_value(values: list[str]) -> list[Any]:
+    """`config set notify JSON`: the list, checked as a pass will read it."""
+    import json
+
+    from ..notify import parse_destinations
+
+    try:
+        doc = json.loads(" ".join(values))
+    except ValueError as e:
+        raise JobtpuError(f"notify: not JSON ({e})", hint=f"quote it for the shell: {CONFIG_KEYS['notify'][0]}") from None
+    parse_destinations(doc, "notify", owner="")
+    return list(doc)
+
+
 def _shown(key: str, settings: UserSettings) -> str | None:
     value = getattr(settings, key)
     if value in (None, []):
         return None
+    if key == "notify":
+        import json
+
+        return json.dumps(value)
     return ",".join(value) if key == "columns" else " ".join(value) if isinstance(value, list) else str(value)
 
 
