@@ -296,7 +296,19 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], recor
     errors = [a.message for a in answers if isinstance(a, NoAnswer)]
     if errors:  # said as jobtpu's, so it is never taken for the job's own output
         job.last_line = f"launch: {errors[0][-190:]}"
+        began = job.current.started if job.current is not None else None
+        if began is not None and now - began > LAUNCH_GIVE_UP:
+            # A launch that has not got a clear answer for this long (a snapshot copy that keeps
+            # failing, a worker that times out) would hold its resources for ever. Some workers may
+            # have started: stop every one, then the job ends launch_failed.
+            job.last_line = f"gave up launching after {int(LAUNCH_GIVE_UP // 60)} min: {errors[0][-150:]}"
+            job.move(Status.KILLING, model.LAUNCH_FAILED)
+            job.ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+            return Kill(job.id, machine.name, refs_of(job))
     return None
+
+
+LAUNCH_GIVE_UP = 3600.0  # seconds a launch may go on without a clear answer from every worker
 
 
 def not_launched(job: Job, why: str) -> None:

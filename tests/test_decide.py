@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from jobtpu import model, rules
 from jobtpu.decide import (
+    LAUNCH_GIVE_UP,
     Kill,
     Launch,
     MachineView,
@@ -963,6 +964,19 @@ def test_a_launch_with_an_unclear_answer_stays_launching_and_says_why() -> None:
     job = launching()
     launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}, MachineRecord(), NOW)
     assert (job.status, job.last_line) == (Status.LAUNCHING, "launch: timed out")
+
+
+def test_a_launch_without_a_clear_answer_for_an_hour_stops_every_worker_and_fails() -> None:
+    job = launching()
+    unclear = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
+    assert launched(job, gpu_box(hosts=2), unclear, MachineRecord(), T0 + LAUNCH_GIVE_UP - 1) is None
+    assert job.status is Status.LAUNCHING
+    kill = launched(job, gpu_box(hosts=2), unclear, MachineRecord(), T0 + LAUNCH_GIVE_UP + 1)
+    assert kill == Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))  # worker 1 may have started too
+    assert (job.status, job.reason) == (Status.KILLING, model.LAUNCH_FAILED)
+    assert job.last_line == "gave up launching after 60 min: rsync: connection reset"
+    assert killed(job, "box", gone=True, now=T0 + LAUNCH_GIVE_UP + 2) is None
+    assert (job.status, job.reason) == (Status.FAILED, model.LAUNCH_FAILED)
 
 
 def test_a_launch_not_tried_because_setup_did_not_finish_is_queued_again() -> None:
