@@ -143,6 +143,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if on_note:
             for note in changes:
                 on_note(note)
+        passevents.before_result(p, seen)
         p.commit()
         after_pass(p, seen, plan, report)
     return report

@@ -62,16 +62,23 @@ def before_decide(p: Session) -> None:
     _BEFORE[p] = _Before(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines), time.time())
 
 
-def after_pass(p: Session, seen: Observation) -> list[str]:
-    """Record progress and the pass's time, save, then log the pass's events and deliver what they
-    mean. Returns lines for the user (a destination that failed); never raises for a destination."""
-    before = _BEFORE.pop(p, None)
-    if before is None:
-        return []
+def before_result(p: Session, seen: Observation) -> None:
+    """Record progress and the pass's time in the state the pass is about to save as its result
+    (one write: a pass writes state.json at most twice, intents and result)."""
+    if p not in _BEFORE:
+        return
     track_progress(p, seen)
     now = time.time()
     p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=_loop_interval)
-    p.commit()
+
+
+def after_pass(p: Session, seen: Observation) -> list[str]:
+    """Log the pass's events (its result is saved) and deliver what they mean. Returns lines for the
+    user (a destination that failed); never raises for a destination."""
+    before = _BEFORE.pop(p, None)
+    if before is None:
+        return []
+    now = time.time()
     found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
                            seen.now, before.observed)
     found += job_events(before.jobs, p.state.jobs, p.base.jobs, before.observed, now)  # base: what was just saved

@@ -354,7 +354,7 @@ def test_signal_reaches_every_worker_over_ssh_and_its_timer_leaves_nothing_behin
            "for _ in $(seq 300); do sleep 0.1; done")
     job = ssh.submit(home, ssh.code_dir(tmp_path), cmd, "--timeout", "6", "--signal", "USR1@4")
     ssh.manage(home)
-    ssh.wait_for(lambda: all((fm.home / f"usr1.{w}").exists() for w in range(2)), "USR1 on both workers")
+    ssh.wait_for(lambda: all((fm.home / f"usr1.{w}").exists() for w in range(2)), what="USR1 on both workers")
     assert ssh.jobs(home)[job]["status"] == "running"
     done = ssh.manage_until(home, lambda s: s[job]["status"] == "failed", "the timeout")
     assert done[job]["reason"] == "timeout"

@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.helpers import jobtpu
+from tests.helpers import jobtpu, submit, until
 from tests.test_goodput import _rendered
-from tests.test_tpu_gcloud import make_home, submit, until
+from tests.test_tpu_gcloud import home_for
 from tests.test_watch import set_top, webhook
 from tests.tpufleet import ZONE, TpuFleet
 
@@ -28,10 +28,10 @@ def preempt_when_reported(home: Path, tpus: TpuFleet, job_id: int, attempt: int)
 
 def test_a_job_preempted_twice_tells_its_story_and_its_cost(tpus: TpuFleet, tmp_path: Path) -> None:
     tpus.add_node(NODE)
-    home = make_home(tmp_path, tpus, NODE, preemptible=True)
+    home = home_for(tmp_path, tpus, NODE, preemptible=True)
     with webhook() as (url, received):
         set_top(home, notify=[{"webhook": url, "events": ["recovered", "finished", "failed"]}])
-        job = submit(home, tmp_path, CMD)
+        job = submit(home, tmp_path / "src", CMD)
         preempt_when_reported(home, tpus, job, 0)
         preempt_when_reported(home, tpus, job, 1)
         done = until(home, job, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the end")
