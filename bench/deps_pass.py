@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
 
-from clirun import jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
+from clirun import cli_env, jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 1.5
@@ -50,7 +49,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=1000)
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JOBTPU_USER": "alice"}
+    env = cli_env(REPO, JOBTPU_USER="alice")
     with tempfile.TemporaryDirectory() as tmp:
         homes = {"no queued job": build_home(Path(tmp) / "none", 0, False, env),
                  f"{args.jobs} waiting on dependencies": build_home(Path(tmp) / "deps", args.jobs, True, env),

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from clirun import jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
+from clirun import cli_env, jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"manage": 5.0, "status": 4.0, "status --json": 3.0, "submit": 4.0}
@@ -85,7 +84,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JOBTPU_USER": "alice", "COLUMNS": "120"}
+    env = cli_env(REPO, JOBTPU_USER="alice", COLUMNS="120")
     for n_jobs in args.jobs:
         results = measure(n_jobs, args.rounds, env)
         floor_t = next(iter(results.values()))[1]

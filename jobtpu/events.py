@@ -49,6 +49,7 @@ from .home import open_append, open_lock
 from .text import printable
 
 EVENTS_FILE = "events.jsonl"
+OUTBOX_FILE = "notify-outbox.json"  # notify.py's outbox: named here so a quiet pass need not load notify.py
 ROTATE_BYTES = 4 * 1024 * 1024
 KEEP = 4  # rotated files kept besides events.jsonl
 

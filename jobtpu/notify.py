@@ -54,11 +54,10 @@ from typing import Any
 import orjson
 
 from .errors import ConfigError
-from .events import NOTIFICATIONS, Event, describe, notification
+from .events import NOTIFICATIONS, OUTBOX_FILE, Event, describe, notification  # noqa: F401 (OUTBOX_FILE: ours)
 from .home import write_atomic
 from .text import printable
 
-OUTBOX_FILE = "notify-outbox.json"
 DEFAULT_BUDGET = 5.0  # seconds a pass gives all deliveries together
 MAX_TRIES = 50
 MAX_PENDING = 200

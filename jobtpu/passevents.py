@@ -93,13 +93,13 @@ def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> lis
         ev.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         lines.append(printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}"))
-    from .notify import DEFAULT_BUDGET, OUTBOX_FILE
+    from .events import OUTBOX_FILE
 
     if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
         own, problems = users_destinations(home_root)
         destinations, lines = [*destinations, *own], lines + problems
     if destinations:
-        from .notify import deliver
+        from .notify import DEFAULT_BUDGET, deliver
 
         lines += deliver(home_root / OUTBOX_FILE, destinations, found, DEFAULT_BUDGET)
     return lines

@@ -173,7 +173,10 @@ class Session:
         wrote it since this session read (or saved) it."""
         with self.store.lock():
             if self.store.unchanged(self.snapshot):
-                self.snapshot = self.store.save_if_changed(self.state, self.base, self.snapshot)
+                now = encode(self.state)
+                self.snapshot = self.store.save_encoded(now, self.base, self.snapshot)
+                self.base = now  # what is on disk now is the base of the next commit
+                return
             else:
                 disk, snapshot = self.store.read()
                 original = encode(disk)

@@ -258,13 +258,29 @@ class Store:
             yield state
             self.save_if_changed(state, original, snapshot)
 
+    def _keep_as_backup(self, previous: bytes) -> None:
+        """Make state.json.bak the file about to be replaced, whose bytes are `previous` (read and
+        checked under the lock this runs under). A hard link costs no copy of a file of ten thousand
+        jobs on every save; where links are not allowed, a copy."""
+        backup = self.home.state_backup
+        link = backup.with_name(f".{backup.name}.{os.urandom(6).hex()}.tmp")  # a name os.link never finds taken
+        try:
+            os.link(self.path, link)
+            os.replace(link, backup)
+        except OSError:
+            link.unlink(missing_ok=True)
+            write_atomic(backup, previous)
+
     def unchanged(self, snapshot: Snapshot) -> bool:
         """Whether state.json is still the file of `snapshot` (call it under the lock)."""
         return snapshot.stamp is not None and stamp_of(self.path) == snapshot.stamp
 
     def save_if_changed(self, state: State, original: Encoded, snapshot: Snapshot) -> Snapshot:
         """Save `state` (under the lock) unless it encodes as `original`; the snapshot now on disk."""
-        now = encode(state)
+        return self.save_encoded(encode(state), original, snapshot)
+
+    def save_encoded(self, now: Encoded, original: Encoded, snapshot: Snapshot) -> Snapshot:
+        """save_if_changed for a state already encoded (`now`): a pass encodes ten thousand jobs once."""
         if now == original:
             return snapshot
         return self._save(now, snapshot.raw)
@@ -273,7 +289,7 @@ class Store:
         if previous is not None and previous.strip():
             # previous parsed and validated, so it is a good copy (an empty one is not kept: the
             # .bak must stay the way back to the jobs).
-            write_atomic(self.home.state_backup, previous)
+            self._keep_as_backup(previous)
         data = render(encoded)
         rename_synced(write_temp(self.path, data), self.path)
         # Stamped after the rename (which changes the ctime), under the lock every writer takes.
