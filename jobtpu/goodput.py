@@ -64,21 +64,53 @@ _MARKER = re.compile(r"JOBTPU_PROGRESS\b(?P<rest>.*)")
 _FIELD = re.compile(r"\b(step|checkpoint)=(\d+)\b")
 
 
-def compile_progress(text: str) -> re.Pattern[str]:
-    """A user's `--progress` regex: one capturing group (the step), or named groups `step` and/or
-    `checkpoint`. ValueError with one line otherwise."""
+PATTERN_LIMIT = 1000  # characters of a --progress pattern (docs/reference.md "Progress patterns")
+MATCH_LIMIT = 4096  # characters of a log line a --progress pattern is matched against (its start)
+
+
+class ProgressPattern:
+    """A `--progress` pattern compiled by RE2 (linear time in the line, docs/design.md "Progress
+    patterns"): never Python's backtracking `re`. Built only by `compile_progress`."""
+
+    def __init__(self, regex: Any, text: str) -> None:
+        self._regex, self.text = regex, text
+        self.named = bool(set(regex.groupindex) & {"step", "checkpoint"})
+
+    def search(self, line: str) -> tuple[int | None, int | None] | None:
+        """(step, checkpoint) in the first MATCH_LIMIT characters of `line`, or None."""
+        match = self._regex.search(line[:MATCH_LIMIT])
+        if not match:
+            return None
+        if self.named:
+            groups = match.groupdict()
+            return _int(groups.get("step")), _int(groups.get("checkpoint"))
+        return _int(match.group(1)), None
+
+
+def compile_progress(text: str) -> ProgressPattern:
+    """A user's `--progress` regex in RE2's syntax: one capturing group (the step), or named groups
+    `step` and/or `checkpoint`. ValueError with one line otherwise (a backreference or lookaround
+    included: RE2 cannot take them, and they are what makes a match take exponential time)."""
+    import re2  # only a pass or a submit with a pattern matches one: `status` never loads it
+
+    if len(text) > PATTERN_LIMIT:
+        raise ValueError(f"--progress is {len(text)} characters, over the limit of {PATTERN_LIMIT}")
+    options = re2.Options()
+    options.log_errors = False  # the error comes back to us as one line; RE2 would print its own to stderr
     try:
-        pattern = re.compile(text)
-    except re.error as e:
-        raise ValueError(f"--progress {text!r} is not a valid regular expression ({e})") from None
-    named = set(pattern.groupindex) & {"step", "checkpoint"}
-    if not named and pattern.groups != 1:
+        regex = re2.compile(text, options)
+    except re2.error as e:
+        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ValueError(f"--progress {text!r} is not a valid regular expression for RE2 ({why}; "
+                         "no backreferences or lookarounds)") from None
+    named = set(regex.groupindex) & {"step", "checkpoint"}
+    if not named and regex.groups != 1:
         raise ValueError(f"--progress {text!r} must capture the step number in one group, like 'step (\\d+)', "
                          "or name groups (?P<step>…) and (?P<checkpoint>…)")
-    return pattern
+    return ProgressPattern(regex, text)
 
 
-def progress_of(line: str, regex: re.Pattern[str] | None = None) -> tuple[int | None, int | None] | None:
+def progress_of(line: str, regex: ProgressPattern | None = None) -> tuple[int | None, int | None] | None:
     """(step, checkpoint) a log line reports, either possibly None; None for a line that reports
     nothing. `JOBTPU_PROGRESS step=1200 checkpoint=1000` always counts; `regex` adds the job's own."""
     marker = _MARKER.search(line)
@@ -88,14 +120,10 @@ def progress_of(line: str, regex: re.Pattern[str] | None = None) -> tuple[int | 
             return _int(found.get("step")), _int(found.get("checkpoint"))
     if regex is None:
         return None
-    match = regex.search(line)
-    if not match:
+    mine = regex.search(line)
+    if mine is None:
         return None
-    if regex.groupindex.keys() & {"step", "checkpoint"}:
-        groups = match.groupdict()
-        step, checkpoint = _int(groups.get("step")), _int(groups.get("checkpoint"))
-    else:
-        step, checkpoint = _int(match.group(1)), None
+    step, checkpoint = mine
     return None if step is None and checkpoint is None else (step, checkpoint)
 
 
@@ -126,7 +154,7 @@ class Progress:
                       if isinstance(doc.get(k), int | float) and not isinstance(doc.get(k), bool)})
 
 
-def scan(lines: Iterable[str], now: float, regex: re.Pattern[str] | None = None,
+def scan(lines: Iterable[str], now: float, regex: ProgressPattern | None = None,
          record: Progress | None = None) -> Progress:
     """`record` updated with what the new complete `lines` report (seen at `now`)."""
     result = Progress(**(record.__dict__ if record else {}))

@@ -161,6 +161,8 @@ def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> No
     Features that need it add one call here and keep their code in a module of their own."""
     for line in passevents.after_pass(p, seen):
         report.say(line)
+    for line in passevents.progress_notes(p):
+        report.say(line)
     passsheet.after_pass(p, report.say)
 
 

@@ -10,7 +10,6 @@ The pass calls `before_decide` (remembers the records as read) and `after_pass` 
 
 from __future__ import annotations
 
-import re
 import time
 import weakref
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from .text import printable
 
 if TYPE_CHECKING:
     from .decide import Observation
+    from .goodput import ProgressPattern
     from .session import Session
 
 # `status` warns when the last pass is older than this many intervals of the loop that runs passes
@@ -247,20 +247,36 @@ def _setup_steps(name: str, was: MachineRecord, now: MachineRecord, observed: fl
 
 # ---- progress ---------------------------------------------------------------------------------------------
 
-_REGEXES: dict[str, re.Pattern[str] | None] = {}
+_REGEXES: dict[str, ProgressPattern | str] = {}  # a pattern as compiled, or why RE2 cannot take it
+_IGNORED: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 
 
-def _regex(text: str | None) -> re.Pattern[str] | None:
+def _regex(p: Session, job: Job) -> ProgressPattern | None:
+    """The job's --progress pattern compiled by RE2; None (and one line for the pass) for a pattern
+    checked at submit but edited in by hand since: it is ignored, never run by Python's `re`."""
     from .goodput import compile_progress
 
+    text = job.progress
     if text is None:
         return None
     if text not in _REGEXES:
         try:
             _REGEXES[text] = compile_progress(text)
-        except ValueError:  # checked at submit; a hand edit costs only the job's own regex
-            _REGEXES[text] = None
-    return _REGEXES[text]
+        except ValueError as e:
+            _REGEXES[text] = str(e)
+    found = _REGEXES[text]
+    if isinstance(found, str):
+        lines = _IGNORED.setdefault(p, [])
+        line = printable(f"job {job.id}: its progress pattern is ignored: {found}"[:300])
+        if line not in lines:
+            lines.append(line)
+        return None
+    return found
+
+
+def progress_notes(p: Session) -> list[str]:
+    """The lines `track_progress` left for the pass to tell (patterns it ignored)."""
+    return _IGNORED.pop(p, [])
 
 
 def track_progress(p: Session, seen: Observation) -> None:
@@ -281,7 +297,7 @@ def track_progress(p: Session, seen: Observation) -> None:
                 continue
             lines = new_lines(p.home.log_file(ref.job, ref.attempt, 0), ws.log_offset)
             record = Progress.from_json(attempt.progress)
-            updated = scan(lines, seen.now, _regex(job.progress), record)
+            updated = scan(lines, seen.now, _regex(p, job), record)
             if updated != record:
                 attempt.progress = updated.to_json()
 
