@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 
 from .errors import BusyError, ConfigError, JobtpuError, NotFoundError
 from .home import open_lock, write_atomic
+from .limits import MAX_SHEET_NOTE, cell, check_length
 
 # Column keys in their default order, and the header titles jobtpu writes for them.
 TITLES: dict[str, str] = {
@@ -324,7 +325,7 @@ class WritePlan:
                 if column is not None and column == prev + 1:
                     prev = column
                     continue
-                values = [self.cells[(row, c)] for c in range(start, prev + 1)]
+                values = [cell(self.cells[(row, c)]) for c in range(start, prev + 1)]  # never over Google's cap
                 data.append({"range": f"{quote_title(worksheet)}!{_a1(row, start)}:{_a1(row, prev)}",
                              "values": [values]})
                 if column is not None:
@@ -374,10 +375,11 @@ def _with_header(snapshot: Snapshot, columns: tuple[str, ...]) -> tuple[dict[str
 
 def render_row(machine: MachineRow) -> dict[str, str]:
     """A machine's cells as jobtpu writes them on a sheet with no claims and no notes of people's."""
-    return {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator, "zone": machine.zone,
-            "provisioning": machine.provisioning, "state": machine.state, "user": ", ".join(machine.users),
-            "jobs": ", ".join(machine.jobs), "since": _when(machine.since) if machine.users else "",
-            "note": machine.note or ""}
+    cells = {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator, "zone": machine.zone,
+             "provisioning": machine.provisioning, "state": machine.state, "user": ", ".join(machine.users),
+             "jobs": ", ".join(machine.jobs), "since": _when(machine.since) if machine.users else "",
+             "note": machine.note or ""}
+    return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
 
 
 def render_rows(machines: Iterable[MachineRow], columns: tuple[str, ...] = COLUMNS) -> list[list[str]]:
@@ -401,7 +403,7 @@ def _row_cells(row: SheetRow, machine: MachineRow, memo: Memo, after: Memo, now:
         else:
             after.users.pop(machine.name, None)
     if machine.note is not None and machine.note != memo.notes.get(machine.name):
-        target["note"] = machine.note
+        target["note"] = cell(machine.note)
         after.notes[machine.name] = machine.note
     return target
 
@@ -793,6 +795,7 @@ def _write_cells(config: SheetConfig, snapshot: Snapshot, row: SheetRow, values:
 
 def set_note(config: SheetConfig, name: str, text: str, append: bool = False, now: float | None = None) -> str:
     """`sheet note NAME TEXT [--append]`: the note replaced, or TEXT added after it."""
+    check_length("the note", text, MAX_SHEET_NOTE, "keep the note short; it is shown in a sheet cell")
     snapshot = read_sheet(config)
     row = _require_row(snapshot, name)
     _require_column(snapshot, config, "note")
@@ -887,7 +890,8 @@ def job_note(folder: Path, given: str | None = None) -> str | None:
     if given is not None:
         return given
     try:
-        lines = (folder / RUN_CONFIG).read_text(encoding="utf-8", errors="replace").splitlines()
+        with open(folder / RUN_CONFIG, "rb") as f:  # a run config is small: its first MiB holds the note
+            lines = f.read(1 << 20).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return None
     for index, line in enumerate(lines):

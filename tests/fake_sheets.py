@@ -293,6 +293,7 @@ class FakeSheetsApi:
             return {"spreadsheetId": book.key, "valueRanges": [_value_range(book.resolve(r), dimension) for r in ranges]}
         if action == "batchUpdate" and method == "POST":
             option = _input_option(body.get("valueInputOption"))
+            _check_cells([v for d in body.get("data") or [] for line in d.get("values") or [] for v in line])
             responses = [_write(book, book.resolve(d["range"]), d.get("values") or [],
                                 d.get("majorDimension") or "ROWS", option) for d in body.get("data") or []]
             return {"spreadsheetId": book.key,
@@ -315,6 +316,7 @@ class FakeSheetsApi:
             return _value_range(area, (query.get("majorDimension") or ["ROWS"])[0])
         if method == "PUT" and not verb:
             option = _input_option(_first(query, "valueInputOption"))
+            _check_cells([v for line in body.get("values") or [] for v in line])
             return _write(book, area, body.get("values") or [], body.get("majorDimension") or "ROWS", option)
         if method == "POST" and verb == "clear":
             _clear(area)
@@ -387,6 +389,14 @@ def _value_range(area: Area, dimension: str) -> dict[str, Any]:
     if values:
         out["values"] = values
     return out
+
+
+CELL_LIMIT = 50_000  # Google refuses a whole request holding one longer cell
+
+
+def _check_cells(values: list[Any]) -> None:
+    if any(len(str(v)) > CELL_LIMIT for v in values):
+        raise ApiError(400, f"Your input contains more than the maximum of {CELL_LIMIT} characters in a single cell.")
 
 
 def _as_cell(value: Any, option: str) -> str:

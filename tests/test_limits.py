@@ -74,3 +74,64 @@ def test_a_hand_edited_pattern_re2_cannot_take_is_ignored_with_one_line(tmp_path
     assert sum("progress pattern is ignored" in line for line in err.splitlines()) == 1
     jobtpu(home, "kill", str(job_id))
     jobtpu(home, "manage", timeout=30)
+
+
+# ---- caps on what a submit stores ---------------------------------------------------------------------
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("option", "value", "what"), [
+    ("--name", "n" * 201, "--name is 201 characters, over the limit of 200"),
+    ("--sheet-note", "x" * 1001, "--sheet-note is 1001 characters, over the limit of 1000"),
+    ("--tag", "t" * 101, "over the limit of 100"),
+])
+def test_a_value_over_its_cap_is_refused_at_submit_in_one_line(tmp_path: Path, option: str, value: str,
+                                                              what: str) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"a.txt": "x"})
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", option, value, check=False)
+    assert done.returncode != 0
+    first = done.stderr.splitlines()[0]
+    assert what in first and len(first) < 300, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (home / "state.json").exists() or not json.loads((home / "state.json").read_text())["jobs"]
+
+
+@pytest.mark.fast
+def test_overrides_over_their_cap_are_refused_at_submit(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"a.txt": "x"})
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "python3 t.py", "--", "lr=" + "1" * 20_000,
+                  check=False)
+    assert done.returncode != 0 and "over the limit of 10000" in done.stderr.splitlines()[0], done.stderr
+
+
+# ---- sheet cells -------------------------------------------------------------------------------------
+
+def test_a_sheet_cell_is_cut_below_googles_limit_with_a_mark(tmp_path: Path) -> None:
+    """A note edited into state.json past Google's 50,000 characters a cell: the pass's one write
+    would be refused whole, every pass; the cell is cut with a mark and the rest of the row lands."""
+    from tests.fake_sheets import CELL_LIMIT, FakeSheetsApi
+    from tests.test_sheet_cli import KEY, TAB, rows, sheet_home
+
+    api = FakeSheetsApi().start()
+    api.add_spreadsheet(KEY, (TAB,))
+    try:
+        home = sheet_home(tmp_path, api)
+        src = write_tree(tmp_path / "src", {"a.txt": "x"})
+        job_id = submit(home, src, "sleep 30", "--req", "v3", "--sheet-note", "short")
+        state_file = home / "state.json"
+        state = json.loads(state_file.read_text())
+        state["jobs"][0]["sheet_note"] = "n" * 60_000
+        state_file.write_text(json.dumps(state))
+
+        def noted() -> dict[str, str] | None:
+            jobtpu(home, "manage", timeout=60)
+            row = rows(api).get("v3-a") if api.grid(KEY, TAB) else None  # a refused write leaves it empty
+            return row if row and row.get("User") == "tester" else None
+
+        row = wait_for(noted, timeout=30, interval=0.3, what="the row of the running job")
+        assert len(row["Note"]) < CELL_LIMIT and row["Note"].endswith("…") and row["Note"].startswith("nnn")
+        jobtpu(home, "kill", str(job_id))
+        jobtpu(home, "manage", timeout=60)
+    finally:
+        api.close()

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from ..errors import JobtpuError
 from ..home import Home
+from ..limits import check_tags
 from ..text import printable
 from ..users import check_owner, check_owners, known_user
 
@@ -63,6 +64,7 @@ def tag(home: Home, words: list[str], force: bool = False) -> int:
         for job in jobs:
             kept = [t for t in job.tags if t not in changes.remove]
             job.tags = kept + [t for t in dict.fromkeys(changes.add) if t not in kept]
+            check_tags(job.tags)
     for job in jobs:
         print(printable(f"job {job.id}: tags {','.join(job.tags) or '(none)'}"))
     return 0

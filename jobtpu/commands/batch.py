@@ -82,12 +82,16 @@ def sweep_jobs(job: Job, combinations: list[dict[str, str]], aliases: dict[str, 
     import msgspec
 
     from ..inputs import config_overrides
+    from ..limits import check_overrides
     from ..sweeps import as_overrides
 
-    return [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), aliases)],
+    jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), aliases)],
                                     sweep_index=i, tags=list(job.tags), after=list(job.after),
                                     after_any=list(job.after_any), env=dict(job.env), req=list(job.req))
             for i, c in enumerate(combinations)]
+    for one in jobs:
+        check_overrides(one.overrides)
+    return jobs
 
 
 def sweep_tag(sweep_id: int) -> str:

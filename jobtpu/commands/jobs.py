@@ -86,6 +86,9 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
+    from ..limits import check_submit
+
+    check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
     if opts.progress is not None:
         from ..goodput import compile_progress
 
@@ -111,9 +114,11 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
     """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from ..limits import MAX_SHEET_NOTE, cell
     from ..sheet import job_note
 
-    return job_note(src, given)
+    found = job_note(src, given)  # --sheet-note was checked; the run config's is cut, with a mark
+    return cell(found, MAX_SHEET_NOTE) if found is not None else None
 
 
 def submit(home: Home, opts: SubmitOptions) -> Job:
