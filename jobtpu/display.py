@@ -47,7 +47,7 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
     fields = dict(JOB_COLUMNS)
     chosen = [(title, fields[title]) for title in (DEFAULT_JOB_COLUMNS if columns is None else columns)
               if title in fields]
-    cells = [[printable(str(getattr(r, field))) for _, field in chosen] for r in rows]
+    cells = [[printable(_cut(str(getattr(r, field)), width)) for _, field in chosen] for r in rows]
     widths = fit_widths(chosen, cells, width)
     caption = "\n".join(printable(c) for c in captions or []) or None
     table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
@@ -60,6 +60,13 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
         table.add_row(*(Text(v, style=STATUS_STYLE.get(v, "") if styled[i] else "", no_wrap=True,
                              overflow="ellipsis") for i, v in enumerate(values)))
     return table  # (with no rows, the count line under it says "no jobs")
+
+
+def _cut(text: str, width: int) -> str:
+    """No cell is shown wider than the table: what lies past it is cut before it is measured, so a
+    megabyte-long value costs no more than one a screen wide (the ellipsis still marks the cut)."""
+    keep = 2 * max(width, 1) + 1  # wide characters count two columns; combining ones none
+    return text if len(text) <= keep else text[:keep] + "…"
 
 
 def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int) -> list[int]:

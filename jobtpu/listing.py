@@ -6,7 +6,7 @@ machines.json's aliases; rich stays in display.py."""
 from __future__ import annotations
 
 import fnmatch
-import shlex
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -96,14 +96,38 @@ def short_overrides(overrides: list[str], aliases: Mapping[str, str]) -> str:
             shortest[full] = alias
     words = []
     for word in overrides:
-        try:
-            parts = shlex.split(word)
-        except ValueError:  # a hand-edited record: show it as it is
-            parts = [word]
-        for part in parts:
+        for part in shell_words(word):
             key, sep, value = part.lstrip("-").partition("=")
             words.append(f"{shortest.get(key, key)}{sep}{value}")
     return " ".join(words)
+
+
+# One shell word: runs of plain characters, '…', "…" (with \" and \\ inside) and \x, possessive
+# so a match never backtracks: linear in the word however long (shlex.split is quadratic in it).
+_WORD = re.compile(r"""(?:[^\s'"\\]++|'[^']*+'|"(?:[^"\\]++|\\.)*+"|\\.)++""", re.DOTALL)
+_PIECE = re.compile(r"""[^'"\\]++|'([^']*+)'|"((?:[^"\\]++|\\.)*+)"|\\(.)""", re.DOTALL)
+_IN_DOUBLE = re.compile(r"""\\([\\"])""")
+
+
+def shell_words(text: str) -> list[str]:
+    """`text` split as a POSIX shell splits it (what shlex.split gives for the words shlex.quote
+    makes), in linear time; a text a shell could not split (a quote left open) is one word as it is."""
+    words, end = [], 0
+    for match in _WORD.finditer(text):
+        if text[end:match.start()].strip():
+            return [text]
+        words.append("".join(_unquote(piece) for piece in _PIECE.finditer(match.group())))
+        end = match.end()
+    return words if not text[end:].strip() else [text]
+
+
+def _unquote(piece: re.Match[str]) -> str:
+    single, double, escaped = piece.groups()
+    if single is not None:
+        return single
+    if double is not None:
+        return _IN_DOUBLE.sub(r"\1", double)
+    return escaped if escaped is not None else piece.group()
 
 
 def info(job: Job) -> str:

@@ -135,3 +135,34 @@ def test_a_sheet_cell_is_cut_below_googles_limit_with_a_mark(tmp_path: Path) -> 
         jobtpu(home, "manage", timeout=60)
     finally:
         api.close()
+
+
+# ---- status stays linear -------------------------------------------------------------------------------
+
+def _status_time(home: Path, size: int) -> float:
+    from jobtpu.home import Home
+    from jobtpu.model import Job
+    from jobtpu.store import Store
+    from tests.helpers import cli
+
+    with Store(Home(home)).transaction() as state:  # a hand-edited record: submit caps overrides
+        state.jobs[:] = [Job(id=1, user="tester", cmd="x", archive="a.tar.gz", created=1.0,
+                             overrides=["--lr=" + "1" * size, "'--b=" + "2" * size + "'"])]
+        state.next_id = 2
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        code, out, err = cli(home, "status")
+        best = min(best, time.perf_counter() - started)
+        assert code == 0 and "lr=111" in out, err
+    return best
+
+
+@pytest.mark.fast
+def test_status_is_linear_in_an_overrides_length(tmp_path: Path) -> None:
+    """`status` of a 1 MB override takes about ten times what a 100 KB one takes (measured here, on
+    this machine), not a hundred: splitting and fitting the cell are linear in it."""
+    home = make_home(tmp_path)
+    small = _status_time(home, 100_000)
+    big = _status_time(home, 1_000_000)
+    assert big < 25 * small + 0.05, (small, big)
