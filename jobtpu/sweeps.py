@@ -52,24 +52,55 @@ def expand(axes: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values for _, values in axes))]
 
 
+MAX_FILE_BYTES = 8 << 20  # a sweep file: 10,000 combinations of a few overrides fit many times over
+
+
 def read_file(path: Path) -> list[dict[str, str]]:
-    """A sweep file: one JSON object per line (scalars only), or a CSV whose first line names the keys."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise JobtpuError(f"--sweep-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    """A sweep file: one JSON object per line (scalars only), or a CSV whose first line names the keys.
+    Refused by size before it is read (a stat, then a read of at most MAX_FILE_BYTES), and by its
+    count of combinations as soon as the one past MAX_COMBINATIONS is met."""
+    text = _bounded_text(path)
     rows = _json_lines(text, path) if text.lstrip().startswith("{") else _csv_rows(text, path)
     if not rows:
         raise JobtpuError(f"--sweep-file {path}: no combinations in it")
-    _check_size(len(rows))
     return rows
 
 
+def _bounded_text(path: Path) -> str:
+    import os
+    import stat
+
+    def refuse(size: int) -> JobtpuError:
+        return JobtpuError(f"--sweep-file {path}: {size} bytes, more than {MAX_FILE_BYTES}",
+                           hint=f"a sweep has at most {MAX_COMBINATIONS} combinations: split it")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise JobtpuError(f"--sweep-file {path}: not a regular file")
+            if info.st_size > MAX_FILE_BYTES:
+                raise refuse(info.st_size)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)  # a file still growing is bounded all the same
+        finally:
+            os.close(fd)
+        if len(data) > MAX_FILE_BYTES:
+            raise refuse(len(data))
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise JobtpuError(f"--sweep-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+
+
 def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
-    rows = []
+    rows: list[dict[str, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if len(rows) == MAX_COMBINATIONS:  # refused as the one too many is met, not after the rest is parsed
+            raise JobtpuError(f"--sweep-file {path}: more than {MAX_COMBINATIONS} combinations",
+                              hint="split it, or check for an axis given by mistake")
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
@@ -81,13 +112,16 @@ def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
 
 
 def _csv_rows(text: str, path: Path) -> list[dict[str, str]]:
-    reader = csv.reader(io.StringIO(text))
-    lines = [row for row in reader if any(cell.strip() for cell in row)]
-    if not lines:
+    reader = (row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row))
+    first = next(reader, None)
+    if first is None:
         return []
-    header = [cell.strip() for cell in lines[0]]
-    rows = []
-    for number, cells in enumerate(lines[1:], 2):
+    header = [cell.strip() for cell in first]
+    rows: list[dict[str, str]] = []
+    for number, cells in enumerate(reader, 2):
+        if len(rows) == MAX_COMBINATIONS:  # refused as the one too many is met, not after the rest is parsed
+            raise JobtpuError(f"--sweep-file {path}: more than {MAX_COMBINATIONS} combinations",
+                              hint="split it, or check for an axis given by mistake")
         if len(cells) != len(header):
             raise JobtpuError(f"--sweep-file {path}:{number}: {len(cells)} values for {len(header)} columns")
         rows.append(_combination(dict(zip(header, cells, strict=True)), f"{path}:{number}"))

@@ -166,3 +166,43 @@ def test_status_is_linear_in_an_overrides_length(tmp_path: Path) -> None:
     small = _status_time(home, 100_000)
     big = _status_time(home, 1_000_000)
     assert big < 25 * small + 0.05, (small, big)
+
+
+# ---- sweep files ---------------------------------------------------------------------------------------
+
+def _submit_sweep(tmp_path: Path, sweep: Path) -> str:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"a.txt": "x"})
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--sweep-file", str(sweep), check=False,
+                  timeout=20)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr.splitlines()[0]
+
+
+@pytest.mark.fast
+def test_a_huge_sweep_file_is_refused_by_its_size_before_it_is_read(tmp_path: Path) -> None:
+    sweep = tmp_path / "huge.jsonl"
+    with open(sweep, "wb") as f:
+        f.truncate(3 << 30)  # 3 GB, sparse: reading it whole would take the machine's memory
+    started = time.monotonic()
+    line = _submit_sweep(tmp_path, sweep)
+    assert f"{3 << 30} bytes, more than {8 << 20}" in line, line
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.fast
+def test_a_sweep_file_is_refused_by_its_count_as_it_is_parsed(tmp_path: Path) -> None:
+    """The 10,001st combination stops the parse: what follows it is never looked at."""
+    sweep = tmp_path / "many.jsonl"
+    sweep.write_text("".join(f'{{"lr": {i}}}\n' for i in range(10_001)) + "not json\n")
+    line = _submit_sweep(tmp_path, sweep)
+    assert "more than 10000 combinations" in line, line
+
+
+@pytest.mark.fast
+def test_a_sweep_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "sweep.csv"
+    os.mkfifo(fifo)
+    assert "not a regular file" in _submit_sweep(tmp_path, fifo)
