@@ -121,9 +121,12 @@ def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], privat
         raise JobtpuError(f"git ignores the folder to snapshot, so the snapshot would leave out its files: {src}",
                           hint="snapshot a folder the checkout does not ignore, or take its files with "
                                "--include GLOB (e.g. --include '*')")
+    if names is not None:
+        _check_count(len(names), src)
     keep = set(names if names is not None else _walk(src, exc, private, ignore=True))
     if inc:
         keep.update(rel for rel in _walk(src, exc, private, ignore=False) if _glob_match(rel, inc))
+        _check_count(len(keep), src)
     out: list[tuple[str, os.stat_result]] = []
     hidden: dict[str, int] = {}
     for rel in sorted(keep):
@@ -142,6 +145,27 @@ def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], privat
         if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             out.append((rel, st))
     return _Listing(out, hidden)
+
+
+# A snapshot's count of files (docs/reference.md "Limits"): past WARN_FILES a note says that it is
+# a lot (a dataset or a virtualenv picked up by mistake), past MAX_FILES it is refused before any
+# file is read (a million files cost minutes and gigabytes of memory in every submit).
+WARN_FILES = 20_000
+MAX_FILES = 200_000
+
+
+def _check_count(count: int, src: str) -> None:
+    if count > MAX_FILES:
+        raise JobtpuError(f"the folder to snapshot holds over {MAX_FILES} files: {src}",
+                          hint="add what the job does not need (data, environments) to .gitignore, "
+                               "or pick a smaller --dir")
+
+
+def _say_many(console: Console, count: int) -> None:
+    if count > WARN_FILES:
+        console.print(f"[yellow]note:[/] the snapshot holds {count} files (over {WARN_FILES}); if some are "
+                      "data or an environment, .gitignore them or pick a smaller --dir", soft_wrap=True,
+                      highlight=False)
 
 
 class _SymlinkedFolder(Exception):
@@ -325,6 +349,8 @@ def _walk(src: str, exclude: list[re.Pattern[str]], private: _Private, ignore: b
                 continue
             if not is_dir:
                 out.append(path)
+                if ignore and len(out) > MAX_FILES:  # stopped as it is met, not after a million more
+                    _check_count(len(out), src)
             elif not _glob_match(path, exclude) and path not in private:
                 stack.append((path, rules))
     return out
@@ -503,6 +529,7 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
         t0 = time.time_ns()
         listing = _collect(tree, include, exclude, _Private(tree.root, home, leave_out))
         _say_left_out(console, listing.through_symlinks)
+        _say_many(console, len(listing.entries))
         return _archive(tree, listing.entries, archives_dir, console, t0)
 
 

@@ -206,3 +206,33 @@ def test_a_sweep_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "sweep.csv"
     os.mkfifo(fifo)
     assert "not a regular file" in _submit_sweep(tmp_path, fifo)
+
+
+# ---- snapshots -----------------------------------------------------------------------------------------
+
+@pytest.mark.fast
+@pytest.mark.parametrize("checkout", [False, True])
+def test_a_snapshot_with_many_files_warns_once_and_past_the_cap_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkout: bool) -> None:
+    """The thresholds are lowered here (the real ones are in docs/reference.md "Limits"); a folder
+    over the cap is refused before a file is read, with the way out in the hint."""
+    import subprocess
+
+    from jobtpu import archive
+    from tests.helpers import cli
+
+    monkeypatch.setattr(archive, "WARN_FILES", 10, raising=False)
+    monkeypatch.setattr(archive, "MAX_FILES", 50, raising=False)
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {f"d/f{i}.txt": str(i) for i in range(30)})
+    if checkout:
+        subprocess.run(["git", "init", "-q", str(src)], check=True)
+    code, out, err = cli(home, "submit", "--dir", str(src), "--cmd", "true")
+    assert code == 0, err
+    assert err.count("the snapshot holds 30 files (over 10)") == 1, err
+    write_tree(src, {f"e/g{i}.txt": str(i) for i in range(30)})
+    code, out, err = cli(home, "submit", "--dir", str(src), "--cmd", "true")
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert "holds over 50 files" in lines[0] and ".gitignore" in err and "--dir" in err, err
+    assert "Traceback" not in err
