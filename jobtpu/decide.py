@@ -365,6 +365,7 @@ class Dispatch:
     used: dict[str, dict[str, set[int]]]
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
     by_id: dict[int, Job] = field(default_factory=dict)
+    cycles: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rules.dependency_cycles: never start
     started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
     unavailable: dict[str, str | None] = field(default_factory=dict)  # machine -> machine_unavailable's answer
     # For pending reasons: the machines each kind of request could ever run on, and how many jobs
@@ -441,6 +442,12 @@ def held_back(job: Job, d: Dispatch) -> str | None:
     The text becomes the job's pending reason. A job whose --after dependency failed is failed here
     (reason `dependency`): it can never start."""
     if job.after or job.after_any:
+        ring = d.cycles.get(job.id)
+        if ring is not None:  # made by hand in state.json: every job of the ring fails, naming it
+            job.last_line = f"a dependency cycle: {rules.cycle_text(ring)}"
+            job.move(Status.FAILED, model.DEPENDENCY)
+            d.plan.notes.append(f"job {job.id}: fails: {job.last_line}")
+            return "dependency cycle"
         failed = rules.failed_dependency(job, d.by_id)
         if failed is not None:
             job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
@@ -545,6 +552,7 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
     d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
                  {a.machine for a in plan.actions if isinstance(a, Recreate)})
     d.by_id = {j.id: j for j in jobs}
+    d.cycles = rules.dependency_cycles(jobs)
     d.usage = user_usage(jobs, fleet)
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from . import model
@@ -58,6 +58,62 @@ def failed_dependency(job: Job, by_id: Mapping[int, Job]) -> Job | None:
         if dep is not None and dep.ended and dep.status != model.Status.FINISHED:
             return dep
     return None
+
+
+def dependency_cycles(jobs: Iterable[Job]) -> dict[int, tuple[int, ...]]:
+    """Queued jobs that wait for each other in a ring (only a hand edit of state.json makes one:
+    submit refuses it): job id → the ids of its ring, sorted. None of them can ever start. Linear
+    in the jobs and their dependencies (Tarjan's strongly connected components, without recursion)."""
+    queued = {j.id: j for j in jobs if j.status == model.Status.QUEUED and (j.after or j.after_any)}
+    edges = {i: [d for d in dict.fromkeys((*j.after, *j.after_any)) if d in queued] for i, j in queued.items()}
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    found: dict[int, tuple[int, ...]] = {}
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(edges[node]):
+                work.append((node, i + 1))
+                nxt = edges[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                ring = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    ring.append(member)
+                    if member == node:
+                        break
+                if len(ring) > 1 or node in edges[node]:
+                    members = tuple(sorted(ring))
+                    found.update(dict.fromkeys(members, members))
+    return found
+
+
+def cycle_text(ring: tuple[int, ...]) -> str:
+    """How a ring is named in a line: "jobs 3, 4 and 5 wait for each other (--after)"."""
+    if len(ring) == 1:
+        return f"job {ring[0]} waits for itself (--after)"
+    shown = [str(i) for i in ring[:10]]
+    more = f" and {len(ring) - 10} more" if len(ring) > 10 else ""
+    listed = ", ".join(shown[:-1]) + f" and {shown[-1]}" if not more else ", ".join(shown) + more
+    return f"jobs {listed} wait for each other (--after)"
 
 
 def waits_for(job: Job, by_id: Mapping[int, Job]) -> str | None:

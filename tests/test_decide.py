@@ -1003,3 +1003,41 @@ def test_kill_asked_ends_a_queued_job_and_stops_an_active_one_keeping_an_ending_
     stopping.ending = Ending(Status.FAILED, model.TIMEOUT)
     assert kill_asked(stopping) == Kill(3, "box", (WorkerRef(3, 0, 0),))
     assert stopping.ending == Ending(Status.FAILED, model.TIMEOUT)
+
+
+# ---- dependency cycles (made by hand in state.json; submit refuses them) ---------------------------------
+
+@pytest.mark.parametrize(("edges", "rings"), [
+    ({1: [2], 2: [1]}, {1: (1, 2), 2: (1, 2)}),
+    ({1: [1]}, {1: (1,)}),
+    ({1: [2], 2: [3], 3: [1], 4: [1]}, {1: (1, 2, 3), 2: (1, 2, 3), 3: (1, 2, 3)}),  # 4 waits on the ring
+    ({1: [2], 2: [3]}, {}),  # a chain is no ring
+    ({1: [2], 2: [1], 3: [4], 4: [3, 5], 5: []}, {1: (1, 2), 2: (1, 2), 3: (3, 4), 4: (3, 4)}),
+])
+def test_dependency_cycles_are_the_rings_of_queued_jobs(edges: dict[int, list[int]],
+                                                        rings: dict[int, tuple[int, ...]]) -> None:
+    jobs = [queued(i, after=list(deps)) for i, deps in edges.items()]
+    assert rules.dependency_cycles(jobs) == rings
+
+
+def test_a_ring_through_a_job_that_already_started_is_no_cycle() -> None:
+    jobs = [queued(1, after=[2]), active(2, after=[1])]
+    assert rules.dependency_cycles(jobs) == {}
+
+
+def test_a_long_chain_costs_no_recursion() -> None:
+    jobs = [queued(i, after=[i + 1]) for i in range(1, 20_001)] + [queued(20_001, after_any=[1])]
+    assert len(rules.dependency_cycles(jobs)) == 20_001
+
+
+def test_a_pass_fails_every_job_of_a_cycle_with_reason_dependency_naming_it() -> None:
+    jobs = [queued(1, after=[2]), queued(2, after_any=[3]), queued(3, after=[1]), queued(4, after=[3])]
+    plan = decide(jobs, fleet(local(slot=4)), Observation(now=NOW, machines={"local": MachineView(reachable=True)}))
+    for job in jobs[:3]:
+        assert job.status is Status.FAILED and job.reason == model.DEPENDENCY
+        assert job.last_line == "a dependency cycle: jobs 1, 2 and 3 wait for each other (--after)"
+    assert not launches(plan)
+    assert sum("dependency cycle" in n for n in plan.notes) == 3
+    # 4 waited for a ring member (--after): it fails as that one ended failed, naming it
+    assert jobs[3].status is Status.FAILED and jobs[3].reason == model.DEPENDENCY
+    assert jobs[3].last_line == "job 3 it waited for (--after) ended failed (dependency)"

@@ -236,3 +236,31 @@ def test_a_snapshot_with_many_files_warns_once_and_past_the_cap_is_refused(
     lines = err.strip().splitlines()
     assert "holds over 50 files" in lines[0] and ".gitignore" in err and "--dir" in err, err
     assert "Traceback" not in err
+
+
+# ---- --after cycles ------------------------------------------------------------------------------------
+
+@pytest.mark.fast
+def test_after_onto_a_hand_made_cycle_is_refused_and_a_pass_fails_the_cycle(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"a.txt": "x"})
+    first = submit(home, src, "true")  # no pass runs before the edit: it stays queued
+    second = submit(home, src, "true", "--after", str(first))
+    state_file = home / "state.json"
+    state = json.loads(state_file.read_text())
+    for job in state["jobs"]:
+        if job["id"] == first:
+            job["after"] = [second]  # a ring, as only a hand edit can make one
+    state_file.write_text(json.dumps(state))
+
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--after", str(second), check=False)
+    assert done.returncode != 0, done.stdout
+    line = done.stderr.splitlines()[0]
+    assert f"job {second} is in a dependency cycle (jobs {first} and {second} wait for each other" in line, line
+
+    err = jobtpu(home, "manage", timeout=30).stderr
+    jobs = {j["id"]: j for j in json.loads(jobtpu(home, "status", "--all", "--json").stdout)["jobs"]}
+    for job_id in (first, second):
+        assert jobs[job_id]["status"] == "failed" and jobs[job_id]["reason"] == "dependency", jobs[job_id]
+        assert f"jobs {first} and {second} wait for each other" in (jobs[job_id]["last_line"] or "")
+    assert f"jobs {first} and {second} wait for each other" in err, err

@@ -114,6 +114,13 @@ def check_dependencies(home: Home, state: State, first_id: int, after: list[int]
         for job_id, status in history_statuses(home, set(missing)).items():
             known[job_id], ended[job_id] = [], status
     check_graph(first_id, [*after, *after_any], known)
+    from ..rules import cycle_text, dependency_cycles
+
+    rings = dependency_cycles(state.jobs)  # made by hand: a job waiting on one would wait forever
+    for job_id in (*after, *after_any):
+        if job_id in rings:
+            raise JobtpuError(f"--after {job_id}: job {job_id} is in a dependency cycle ({cycle_text(rings[job_id])}); "
+                              "it can never start", hint="the next pass fails the jobs of the cycle; wait on another job")
     for job_id in after:
         if job_id in ended and ended[job_id] != Status.FINISHED:
             raise JobtpuError(f"--after {job_id}: job {job_id} already ended {ended[job_id]}; this job could never start",
