@@ -226,7 +226,7 @@ class Snapshot:
         held = {}
         for row in self.rows:
             holder = row.get("user").strip()
-            if holder and holder != memo.users.get(row.name, "") and holder != own.get(row.name, ""):
+            if holder and not memo.mine(row.name, holder) and holder != own.get(row.name, ""):
                 held[row.name] = holder
         return held
 
@@ -266,14 +266,23 @@ class Memo:
     read_at: float = 0.0
     written: str = ""
     read_of: str = ""  # the worksheet that read was of: the claims of another sheet are no claims here
+    # User cells a write was sent with but never known to have landed (no answer in time, or the
+    # process killed meanwhile): recorded before the write is sent, so a cell holding one of them is
+    # jobtpu's, not a claim, and the next write brings it to what it should be (docs/design.md).
+    pending: dict[str, str] = field(default_factory=dict)
 
     def copy(self) -> Memo:
         return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
-                    self.written, self.read_of)
+                    self.written, self.read_of, dict(self.pending))
+
+    def mine(self, name: str, holder: str) -> bool:
+        """Whether jobtpu wrote (or may have written) `holder` into the machine's user cell."""
+        return holder == self.users.get(name, "") or holder == self.pending.get(name)
 
     def to_bytes(self) -> bytes:
         doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
-               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of}
+               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of,
+               **({"pending": self.pending} if self.pending else {})}
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -284,7 +293,8 @@ def load_memo(path: Path) -> Memo:
         doc = json.loads(path.read_bytes())
         return Memo(_texts(doc.get("users", {})), _texts(doc.get("notes", {})),
                     {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})),
-                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")))
+                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")),
+                    _texts(doc.get("pending", {})))
     except (OSError, ValueError, AttributeError, TypeError):
         return Memo()
 
@@ -393,7 +403,7 @@ def _row_cells(row: SheetRow, machine: MachineRow, memo: Memo, after: Memo, now:
     rendered = render_row(machine)
     target = {k: rendered[k] for k in ("name", "kind", "accelerator", "zone", "provisioning", "state", "jobs")}
     current = row.get("user").strip()
-    if current and current != memo.users.get(machine.name, "") and current != mine:
+    if current and not memo.mine(machine.name, current) and current != mine:
         if not row.get("since"):  # a claim: the person's cell stays; note when jobtpu first saw it
             target["since"] = _when(now)
     else:
@@ -675,10 +685,21 @@ def _write_rows(config: SheetConfig, snapshot: Snapshot, rows: list[MachineRow],
     plan.memo.written = rows_digest(config, rows)
     problem = None
     if plan.cells:
+        # What this write sends to user cells, on disk before it is sent: if no answer comes (or the
+        # process is killed), the next pass knows those cells may be jobtpu's and repairs them.
+        sent = {name: who for name, who in plan.memo.users.items() if memo.users.get(name) != who}
+        sent = {name: sent[name] for name in sent if memo.pending.get(name) != sent[name]}
+        if sent:
+            attempted = memo.copy()
+            attempted.pending.update(sent)
+            save_memo(memo_path, attempted)
+            memo = attempted
+        written = {row.name for row in rows}
+        plan.memo.pending = {n: v for n, v in memo.pending.items() if n not in written}
         try:
             _Api(config).write(plan.ranges(config.worksheet))
         except SheetError as e:
-            plan.memo = memo.copy()  # nothing was written: the next pass plans from the same memory
+            plan.memo = memo.copy()  # not known to be written: the next pass plans from the same memory
             plan.memo.claims = claims
             plan.memo.read_at, plan.memo.written = snapshot.taken or memo.read_at, ""
             plan.memo.read_of = sheet_id(config) if snapshot.taken else memo.read_of
@@ -815,7 +836,7 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
     memo = load_memo(memo_path)
     if not holder:
         raise JobtpuError(f"{name} is not claimed in the sheet; nothing was changed")
-    if holder == memo.users.get(name):
+    if memo.mine(name, holder):
         raise JobtpuError(f"{name} is not claimed by hand: jobtpu's jobs of {holder} run there; nothing was changed",
                           hint=f"`jobtpu kill` their jobs to free {name}")
     holders = [h.strip() for h in holder.split(",")]

@@ -167,6 +167,7 @@ class FakeSheetsApi:
         self._failures: list[tuple[int, str]] = []  # answers for the next calls, in order
         self._dead: str | None = None  # None, "refuse", "hang" or "drip"
         self._wake = threading.Event()  # releases hung requests
+        self._stalls: list[tuple[str, str, threading.Event]] = []  # (method, path part, release)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -194,6 +195,9 @@ class FakeSheetsApi:
 
     def close(self) -> None:
         self._wake.set()
+        with self.lock:
+            for _, _, release in self._stalls:
+                release.set()
         self._stop_server()
 
     @property
@@ -206,6 +210,19 @@ class FakeSheetsApi:
             book = Spreadsheet(key, title, [Sheet(1000 + i, t) for i, t in enumerate(titles)])
             self.spreadsheets[key] = book
             return book
+
+    def stall_answers(self, method: str, path_contains: str) -> threading.Event:
+        """Requests that match are carried out, but their answer waits until the returned event is
+        set (or the fake closes): a caller that gives up meanwhile never learns what it did."""
+        release = threading.Event()
+        with self.lock:
+            self._stalls.append((method, path_contains, release))
+        return release
+
+    def stall_of(self, method: str, path: str) -> threading.Event | None:
+        with self.lock:
+            return next((r for m, part, r in self._stalls if m == method and part in unquote(path) and not r.is_set()),
+                        None)
 
     def fail_next(self, count: int = 1, code: int = 429, message: str = QUOTA_MESSAGE) -> None:
         with self.lock:
@@ -469,6 +486,9 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"error": {"code": 400, "message": f"Invalid JSON payload received. {e}",
                                  "status": "INVALID_ARGUMENT"}}
         data = json.dumps(payload).encode()
+        stall = self.owner.stall_of(method, self.path)
+        if stall is not None:
+            stall.wait()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -264,3 +264,41 @@ def test_after_onto_a_hand_made_cycle_is_refused_and_a_pass_fails_the_cycle(tmp_
         assert jobs[job_id]["status"] == "failed" and jobs[job_id]["reason"] == "dependency", jobs[job_id]
         assert f"jobs {first} and {second} wait for each other" in (jobs[job_id]["last_line"] or "")
     assert f"jobs {first} and {second} wait for each other" in err, err
+
+
+# ---- sheet writes whose outcome is unknown ------------------------------------------------------------
+
+def test_a_sheet_write_answered_too_late_is_repaired_by_the_next_pass(tmp_path: Path) -> None:
+    """The pass's write lands but its answer comes after the timeout: the user cell it wrote is
+    recorded in the memo before the write was sent, so once the job ended the next pass clears it
+    instead of taking it for a person's claim that would hold the machine for good."""
+    from tests.fake_sheets import FakeSheetsApi
+    from tests.test_sheet_cli import KEY, TAB, rows, sheet_home
+
+    api = FakeSheetsApi().start()
+    api.add_spreadsheet(KEY, (TAB,))
+    try:
+        home = sheet_home(tmp_path, api)
+        jobtpu(home, "manage", timeout=60)  # the rows exist, nobody on them
+        src = write_tree(tmp_path / "src", {"a.txt": "x"})
+        job_id = submit(home, src, "sleep 60", "--req", "v3")
+        release = api.stall_answers("POST", ":batchUpdate")
+        late = jobtpu(home, "manage", timeout=60)
+        assert "no answer within" in late.stderr, late.stderr
+        assert rows(api)["v3-a"]["User"] == "tester"  # it landed all the same
+        release.set()
+        memo = json.loads((home / "sheet.json").read_text())
+        assert memo["pending"] == {"v3-a": "tester"}, memo
+
+        jobtpu(home, "kill", str(job_id))
+
+        def cleared() -> bool:
+            jobtpu(home, "manage", timeout=60)
+            return rows(api)["v3-a"]["User"] == ""
+
+        wait_for(cleared, timeout=30, interval=0.3, what="the pass to clear the user cell it wrote")
+        listed = {m["name"]: m for m in json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]}
+        assert listed["v3-a"]["claimed_by"] is None, listed["v3-a"]
+        assert "pending" not in json.loads((home / "sheet.json").read_text())
+    finally:
+        api.close()
