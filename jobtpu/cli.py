@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--req", action="append", default=[],
                        help="resource or accelerator request, repeatable (default: your `config` req)")
         p.add_argument("--machine", help="run only on this machine (its name, an alias, or a TPU's node name)")
-        p.add_argument("--name", default="", help="a free-form name shown by status")
+        p.add_argument("--name", default="", help="a free-form name shown by status (at most 200 characters)")
         p.add_argument("--tag", action="append", default=[], help="a label shown by status, repeatable")
         p.add_argument("--env", action="append", default=[], metavar="K=V",
                        help="set K for the job, repeatable; $NAME and ${NAME} in V take the worker's value at "
@@ -154,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
-        p.add_argument("--progress", metavar="REGEX", help="a regex whose group is the step number in the job's "
-                       "log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
+        p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
+                       "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
                        "`jobtpu report` uses it")
         p.add_argument("--priority", type=int, default=0, metavar="N",
                        help="order among your own queued jobs: higher first (default 0); users take turns")
