@@ -302,3 +302,14 @@ def test_a_sheet_write_answered_too_late_is_repaired_by_the_next_pass(tmp_path: 
         assert "pending" not in json.loads((home / "sheet.json").read_text())
     finally:
         api.close()
+
+
+@pytest.mark.fast
+def test_a_tag_over_its_cap_is_refused_by_the_tag_command_and_nothing_changes(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"a.txt": "x"})
+    job_id = submit(home, src, "true", "--tag", "keep")
+    done = jobtpu(home, "tag", str(job_id), "+" + "t" * 101, check=False)
+    assert done.returncode != 0 and "over the limit of 100" in done.stderr.splitlines()[0], done.stderr
+    jobs = json.loads(jobtpu(home, "status", "--all", "--json").stdout)["jobs"]
+    assert jobs[0]["tags"] == ["keep"]
