@@ -6,10 +6,11 @@ Wiring (the only calls the pass and the CLI make):
 - Loading machines.json (and the per-user settings): `parse_destinations(doc.get("notify"),
   "machines.json: notify")` → list[Destination]; a bad entry raises ConfigError with one line. Lists
   from several files are simply concatenated (identical destinations are merged by `deliver`).
-- At the end of every pass (after `events.append`), with that pass's events:
-  `for line in deliver(home.root / OUTBOX_FILE, destinations, pass_events, DEFAULT_BUDGET): note(line)`.
-  It never raises for a destination's fault; a quiet pass (nothing new, nothing pending) costs one
-  stat. A dry run must not call it.
+- At the end of every pass, with the events it saved to tell (passevents.py): `queue(outbox,
+  destinations, events)` before `events.append` (an event in the log is then in the outbox too),
+  then `deliver(outbox, destinations, [], DEFAULT_BUDGET)`, one line per problem. Neither raises for
+  a destination's fault; a quiet pass (nothing new, nothing pending) costs one stat. A dry run must
+  not call them.
 - home.py must count OUTBOX_FILE among the home's own files (never packed in a snapshot).
 
 Delivery:
@@ -19,7 +20,10 @@ Delivery:
   sends it again on the next pass (at least once).
 - Destinations are served side by side, each in event order, all within one time budget (a few
   seconds): a slow or dead destination costs the pass at most that budget. A destination that fails
-  is not tried again in that pass; its items wait for the next one.
+  is not tried again in that pass; its items wait for the next one. At the budget's end every
+  webhook socket still open is closed (a socket timeout bounds one read, not a server dripping its
+  answer) and a command's group killed, so no thread or socket outlives the delivery. A destination
+  that ran out of time SLOW_STRIKES passes in a row sits out the next 1, 3, 7 … (MAX_SKIP) passes.
 - Caps: an item that waited through MAX_TRIES failed passes of its destination (50: about an hour
   of passes run every minute, long enough to ride out an outage of the receiving side) is dropped,
   and at most MAX_PENDING (200) items wait per destination (the oldest go first), so a destination
@@ -429,13 +433,21 @@ def _post(url: str, text: str, event: dict[str, Any], timeout: float, sockets: _
     body = orjson.dumps({"text": _slack_escape(text), "event": event})
     parts = urllib.parse.urlsplit(url)
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    proxy = _proxy(parts)
     try:
-        conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+        if proxy is None:
+            conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+        elif parts.scheme == "https":  # a CONNECT tunnel through the proxy
+            conn = kind(proxy.hostname or "", proxy.port, timeout=timeout)
+            conn.set_tunnel(parts.hostname or "", parts.port)
+        else:  # the proxy is asked for the whole URL
+            conn = http.client.HTTPConnection(proxy.hostname or "", proxy.port, timeout=timeout)
+            target = url
     except ValueError as e:  # a port that is not a number
         return str(e)
     if not sockets.add(conn):
         return "out of time"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request("POST", target, body=body,
                      headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
@@ -449,6 +461,18 @@ def _post(url: str, text: str, event: dict[str, Any], timeout: float, sockets: _
     finally:
         sockets.remove(conn)
         conn.close()
+
+
+def _proxy(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
+    """The HTTP proxy the environment names for this URL (http_proxy, https_proxy, no_proxy), as
+    urllib would choose it; None to connect directly."""
+    import urllib.request
+
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    found = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return found if found.hostname else None
 
 
 def _run(command: str, text: str, item: dict[str, Any], timeout: float, home: Path) -> str | None:
