@@ -449,6 +449,9 @@ def _post(url: str, text: str, event: dict[str, Any], timeout: float, sockets: _
     if not sockets.add(conn):
         return "out of time"
     try:
+        conn.connect()
+        if sockets.closed:  # the deadline came while connecting: close_all may not have seen this socket
+            return "timed out"
         conn.request("POST", target, body=body,
                      headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
         answer = conn.getresponse()

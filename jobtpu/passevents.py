@@ -63,6 +63,9 @@ _MACHINES = msgspec.json.Decoder(dict[str, MachineRecord])
 # told at the end of the last pass, so they are at the end unless the log rotated since (then some
 # are told again: duplicates are allowed, loss is not).
 TOLD_LOOKBACK = 2000
+# At most this many events wait in `untold` (the newest kept): a log that cannot be written for
+# many passes (a full disk) must not grow state.json without end.
+MAX_UNTOLD = 1000
 
 
 def before_decide(p: Session) -> None:
@@ -88,7 +91,7 @@ def before_result(p: Session, seen: Observation) -> Callable[[Encoded], None] | 
                                seen.now, before.observed)
         found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
         found.sort(key=lambda e: (e.time, _PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
-        p.state.untold = still_untold(p.home.root, before.untold) + with_ids(found)
+        p.state.untold = (still_untold(p.home.root, before.untold) + with_ids(found))[-MAX_UNTOLD:]
 
     return amend
 
