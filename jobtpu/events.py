@@ -97,10 +97,11 @@ class Event:
     user: str | None = None
     attempt: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None  # given when the event is decided, so a pass telling it again is recognised
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"time": self.time, "kind": self.kind}
-        for key in ("job", "machine", "user", "attempt"):
+        for key in ("id", "job", "machine", "user", "attempt"):
             value = getattr(self, key)
             if value is not None:
                 doc[key] = value
@@ -123,7 +124,8 @@ class Event:
             return None
         if not all(v is None or isinstance(v, str) for v in (machine, user)) or not isinstance(detail, dict):
             return None
-        return cls(float(when), kind, job, machine, user, attempt, detail)
+        ident = doc.get("id")
+        return cls(float(when), kind, job, machine, user, attempt, detail, ident if isinstance(ident, str) else None)
 
 
 def machine_event(now: float, name: str, was: str | None, state: str, detail: str | None = None) -> Event:

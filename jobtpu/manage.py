@@ -143,8 +143,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if on_note:
             for note in changes:
                 on_note(note)
-        passevents.before_result(p, seen)
-        p.commit()
+        amend = passevents.before_result(p, seen)
+        p.commit(amend)  # the result, with what the pass is to tell (passevents, docs/design.md §3)
         after_pass(p, seen, plan, report)
     return report
 
@@ -452,11 +452,26 @@ def grace_of(job: Job) -> float:
 
 # ---- commands that act on the fleet outside a pass ------------------------------------------------
 
-def kill_jobs(p: Session, jobs: list[Job], now: float) -> None:
-    """Mark the jobs stopping (saved first), stop them everywhere, end them as decide.killed says."""
+def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) -> None:
+    """Mark the jobs stopping (saved first), stop them everywhere, end them as decide.killed says.
+    A job that ends here (a queued one at once, a stopping one whose workers are all gone) gets its
+    `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
+    was_ended = {job.id for job in jobs if job.ended}
     kills = [k for k in map(kill_asked, jobs) if k is not None]
-    p.commit()
+    _tell_ended(p, jobs, was_ended, now, by)
     stop_all(p, kills, now)
+    _tell_ended(p, jobs, was_ended, now, by)
+
+
+def _tell_ended(p: Session, jobs: list[Job], was_ended: set[int], now: float, by: str | None) -> None:
+    ended = [job for job in jobs if job.ended and job.id not in was_ended]
+    was_ended.update(job.id for job in ended)
+    found = passevents.ended_by_hand(ended, now, by)
+    p.state.untold = [*p.state.untold, *passevents.with_ids(found)]
+    p.commit()
+    if found:
+        for line in passevents.log(p.home.root, found):  # a kill is no notification
+            p.notes.append(line)
 
 
 __all__ = ["run_pass", "kill_jobs", "PassReport", "MachineView"]

@@ -498,6 +498,9 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     jobs: list[Job] = msgspec.field(default_factory=list)
     machines: dict[str, MachineRecord] = msgspec.field(default_factory=dict)  # known of each machine
     last_pass: LastPass | None = None
+    # Events a pass (or kill) decided with the result it saved and tells right after that save: each an
+    # event's JSON with its "id"; a later save drops those found told (docs/design.md §3).
+    untold: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     def job(self, job_id: int) -> Job | None:
         return next((j for j in self.jobs if j.id == job_id), None)

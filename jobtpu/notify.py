@@ -6,10 +6,11 @@ Wiring (the only calls the pass and the CLI make):
 - Loading machines.json (and the per-user settings): `parse_destinations(doc.get("notify"),
   "machines.json: notify")` → list[Destination]; a bad entry raises ConfigError with one line. Lists
   from several files are simply concatenated (identical destinations are merged by `deliver`).
-- At the end of every pass (after `events.append`), with that pass's events:
-  `for line in deliver(home.root / OUTBOX_FILE, destinations, pass_events, DEFAULT_BUDGET): note(line)`.
-  It never raises for a destination's fault; a quiet pass (nothing new, nothing pending) costs one
-  stat. A dry run must not call it.
+- At the end of every pass, with the events it saved to tell (passevents.py): `queue(outbox,
+  destinations, events)` before `events.append` (an event in the log is then in the outbox too),
+  then `deliver(outbox, destinations, [], DEFAULT_BUDGET)`, one line per problem. Neither raises for
+  a destination's fault; a quiet pass (nothing new, nothing pending) costs one stat. A dry run must
+  not call them.
 - home.py must count OUTBOX_FILE among the home's own files (never packed in a snapshot).
 
 Delivery:
@@ -19,7 +20,10 @@ Delivery:
   sends it again on the next pass (at least once).
 - Destinations are served side by side, each in event order, all within one time budget (a few
   seconds): a slow or dead destination costs the pass at most that budget. A destination that fails
-  is not tried again in that pass; its items wait for the next one.
+  is not tried again in that pass; its items wait for the next one. At the budget's end every
+  webhook socket still open is closed (a socket timeout bounds one read, not a server dripping its
+  answer) and a command's group killed, so no thread or socket outlives the delivery. A destination
+  that ran out of time SLOW_STRIKES passes in a row sits out the next 1, 3, 7 … (MAX_SKIP) passes.
 - Caps: an item that waited through MAX_TRIES failed passes of its destination (50: about an hour
   of passes run every minute, long enough to ride out an outage of the receiving side) is dropped,
   and at most MAX_PENDING (200) items wait per destination (the oldest go first), so a destination
@@ -37,15 +41,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +65,11 @@ from .text import printable
 DEFAULT_BUDGET = 5.0  # seconds a pass gives all deliveries together
 MAX_TRIES = 50
 MAX_PENDING = 200
+# A destination whose deliveries ran out of time SLOW_STRIKES passes in a row sits out the next
+# 1, 3, 7 … passes (at most MAX_SKIP) before it is tried again: a webhook that answers after its
+# timeout is not posted every pass, and costs the budget of none of them while it sits out.
+SLOW_STRIKES = 2
+MAX_SKIP = 31
 _KEYS = frozenset({"webhook", "command", "events"})
 
 
@@ -148,23 +157,28 @@ def _wanted(names: Any, where: str) -> frozenset[str]:
 
 # ---- the outbox ---------------------------------------------------------------------------------------
 
-def _load_outbox(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The pending items, and a line if the file could not be read (then it starts afresh: losing
-    notifications beats failing every pass on a damaged file)."""
+def _load_outbox(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]], list[str]]:
+    """The pending items, each slow destination's backoff, and a line if the file could not be read
+    (then it starts afresh: losing notifications beats failing every pass on a damaged file)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return [], []
+        return [], {}, []
     except OSError as e:
-        return [], [f"notifications: cannot read {path.name} ({e.strerror}); pending notifications dropped"]
+        return [], {}, [f"notifications: cannot read {path.name} ({e.strerror}); pending notifications dropped"]
     try:
         doc = orjson.loads(raw)
         items = doc["pending"]
         if not isinstance(items, list) or not all(_valid_item(i) for i in items):
             raise ValueError
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return [], [f"notifications: {path.name} is damaged; pending notifications dropped"]
-    return items, []
+        return [], {}, [f"notifications: {path.name} is damaged; pending notifications dropped"]
+    slow = doc.get("slow")
+    if not isinstance(slow, dict):
+        slow = {}
+    slow = {k: v for k, v in slow.items() if isinstance(v, dict)
+            and all(isinstance(v.get(f), int) and not isinstance(v.get(f), bool) for f in ("strikes", "skip"))}
+    return items, slow, []
 
 
 def _valid_item(item: Any) -> bool:
@@ -172,12 +186,16 @@ def _valid_item(item: Any) -> bool:
             and isinstance(item.get("tries"), int))
 
 
-def _save_outbox(path: Path, items: list[dict[str, Any]]) -> list[str]:
+def _save_outbox(path: Path, items: list[dict[str, Any]], slow: dict[str, dict[str, int]] | None = None) -> list[str]:
     """Write the pending items (none: no file); a line when the home refuses (a full disk): the
     deliveries go on, but what fails now is not retried."""
+    slow = {k: v for k, v in (slow or {}).items() if any(i["dest"] == k for i in items)}
     try:
         if items:
-            write_atomic(path, orjson.dumps({"pending": items}, option=orjson.OPT_APPEND_NEWLINE))
+            doc: dict[str, Any] = {"pending": items}
+            if slow:
+                doc["slow"] = slow
+            write_atomic(path, orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
         else:
             path.unlink(missing_ok=True)
     except OSError as e:
@@ -186,11 +204,16 @@ def _save_outbox(path: Path, items: list[dict[str, Any]]) -> list[str]:
 
 
 def _enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], new_events: Sequence[Event]) -> None:
+    """One item per destination that wants each event; an event (by its id) already waiting for a
+    destination is not queued for it twice (a pass telling what a crashed pass may have queued)."""
+    waiting = {(i["dest"], i["event"].get("id")) for i in items if i["event"].get("id") is not None}
     for event in new_events:
         name = notification(event)
         if name is None:
             continue
         for dest in destinations:
+            if event.id is not None and (dest.key, event.id) in waiting:
+                continue
             if dest.wants(name, event):
                 items.append({"dest": dest.key, "name": name, "event": event.to_json(), "tries": 0})
 
@@ -224,27 +247,51 @@ def _cap(items: list[dict[str, Any]], by_key: dict[str, Destination]) -> tuple[l
 
 # ---- delivery -----------------------------------------------------------------------------------------
 
+def queue(outbox_path: Path, destinations: Sequence[Destination], new_events: Sequence[Event]) -> list[str]:
+    """Queue what `new_events` mean for `destinations` in the outbox and save it, sending nothing:
+    a pass does this before it logs the events, so an event in the log is also in the outbox."""
+    if not any(notification(e) for e in new_events):
+        return []
+    by_key = {d.key: d for d in destinations}
+    items, slow, lines = _load_outbox(outbox_path)
+    items = [i for i in items if i["dest"] in by_key]
+    _enqueue(items, list(by_key.values()), new_events)
+    items, dropped = _cap(items, by_key)
+    return lines + dropped + _save_outbox(outbox_path, items, slow)
+
+
+_SLOW = frozenset({"timed out", "out of time", "timed out (stopped)"})
+
+
 def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: Sequence[Event],
             budget_seconds: float = DEFAULT_BUDGET) -> list[str]:
     """Queue what `new_events` mean for `destinations`, send everything pending within
     `budget_seconds`, keep what was not taken for the next pass. Returns one line per destination
-    that failed (and per dropped batch); never raises for a destination's fault."""
+    that failed (and per dropped batch); never raises for a destination's fault. When it returns,
+    no thread or socket of its deliveries is left (a webhook's socket is closed at the deadline)."""
     deadline = time.monotonic() + budget_seconds
     by_key = {d.key: d for d in destinations}
     if not outbox_path.exists() and not any(notification(e) for e in new_events):
         return []  # the quiet pass: one stat
-    items, lines = _load_outbox(outbox_path)
+    items, slow, lines = _load_outbox(outbox_path)
     items = [i for i in items if i["dest"] in by_key]  # a destination removed from machines.json: forget its items
     _enqueue(items, list(by_key.values()), new_events)
     items, dropped = _cap(items, by_key)
     lines += dropped
-    lines += _save_outbox(outbox_path, items)  # on disk before sending: a crash now sends again, never loses
-    if not items:
+    resting = {key for key, backoff in slow.items() if backoff["skip"] > 0 and key in by_key}
+    for key in resting:
+        slow[key]["skip"] -= 1
+    lines += _save_outbox(outbox_path, items, slow)  # on disk before sending: a crash now sends again, never loses
+    sendable = [i for i in items if i["dest"] not in resting]
+    if not sendable:
         return lines
-    results = _send_all(items, by_key, deadline, outbox_path.parent)
+    results = _send_all(sendable, by_key, deadline, outbox_path.parent)
     remaining = []
     skipped = dict.fromkeys(results, 0)
     for item in items:  # in their order: each destination's first `sent` items were taken
+        if item["dest"] in resting:
+            remaining.append(item)  # sitting out this pass: not a try
+            continue
         sent, _ = results[item["dest"]]
         if skipped[item["dest"]] < sent:
             skipped[item["dest"]] += 1
@@ -254,27 +301,80 @@ def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: 
     for key, (_, error) in results.items():
         if error is not None:
             waiting = sum(1 for i in remaining if i["dest"] == key)
+            rest = 0
+            if error in _SLOW:
+                rest = _strike(slow, key)
+            else:
+                slow.pop(key, None)  # a destination that answers, even with an error, is not slow
+            later = f"; it sits out the next {rest} pass(es)" if rest else ""
             lines.append(printable(f"notifications: {by_key[key].label}: {error}; "
-                                   f"{waiting} waiting for the next pass"))
-    return list(dict.fromkeys(lines + _save_outbox(outbox_path, remaining)))  # a write refused twice: one line
+                                   f"{waiting} waiting for the next pass{later}"))
+        else:
+            slow.pop(key, None)
+    return list(dict.fromkeys(lines + _save_outbox(outbox_path, remaining, slow)))  # a write refused twice: one line
+
+
+def _strike(slow: dict[str, dict[str, int]], key: str) -> int:
+    """One more pass in a row that `key` ran out of time; how many passes it now sits out."""
+    backoff = slow.setdefault(key, {"strikes": 0, "skip": 0})
+    backoff["strikes"] += 1
+    over = backoff["strikes"] - SLOW_STRIKES
+    backoff["skip"] = min(MAX_SKIP, 2 ** (over + 1) - 1) if over >= 0 else 0
+    return backoff["skip"]
+
+
+class _Sockets:
+    """The connections a delivery has open: all closed at its deadline, which wakes a thread blocked
+    reading from a webhook that drips its answer (a socket timeout bounds each read, not the whole)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[http.client.HTTPConnection] = set()
+        self.closed = False
+
+    def add(self, conn: http.client.HTTPConnection) -> bool:
+        with self._lock:
+            if not self.closed:
+                self._open.add(conn)
+            return not self.closed
+
+    def remove(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._open.discard(conn)
+
+    def close_all(self) -> None:
+        with self._lock:
+            self.closed = True
+            conns = list(self._open)
+        for conn in conns:
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
+REAP_SECONDS = 1.0  # after the deadline closed its sockets, how long a delivery waits for its threads
 
 
 def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadline: float,
               home: Path) -> dict[str, tuple[int, str | None]]:
     """Each destination's items, in order, on a thread of its own; per destination how many were
-    taken and why it stopped. Daemon threads: one stuck past the deadline is abandoned (its item
-    counts as not sent), and never holds up the end of the process."""
+    taken and why it stopped. At the deadline every webhook socket is closed (a command's group is
+    killed by its own timeout), so each thread ends; a daemon thread, never holding up the process."""
     results: dict[str, tuple[int, str | None]] = {}
     lock = threading.Lock()
+    sockets = _Sockets()
 
     def serve(dest: Destination, queue: list[dict[str, Any]]) -> None:
         sent = 0
         error: str | None = None
         for item in queue:
             try:
-                error = _send(dest, item, deadline, home)
+                error = _send(dest, item, deadline, home, sockets)
             except Exception as e:  # a destination may fail in ways no list foresees: never the pass's fault
-                error = f"{type(e).__name__}: {e}"
+                error = "timed out" if sockets.closed else f"{type(e).__name__}: {e}"
             if error is not None:
                 break
             sent += 1
@@ -293,6 +393,10 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
             threads.append(thread)
     for thread in threads:
         thread.join(max(0.0, deadline + 0.2 - time.monotonic()))
+    sockets.close_all()
+    reaped = time.monotonic() + REAP_SECONDS
+    for thread in threads:
+        thread.join(max(0.0, reaped - time.monotonic()))
     with lock:
         final = dict(results)
     for key, (sent, error) in final.items():
@@ -301,7 +405,7 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
     return final
 
 
-def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path) -> str | None:
+def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path, sockets: _Sockets) -> str | None:
     """Deliver one item; None when taken, else why not (one short line)."""
     left = deadline - time.monotonic()
     if left <= 0:
@@ -309,7 +413,7 @@ def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path) 
     event = Event.from_json(item["event"])
     text = headline(item.get("name", ""), event) if event else "jobtpu event"
     if dest.webhook:
-        return _post(dest.webhook, text, item["event"], left)
+        return _post(dest.webhook, text, item["event"], left, sockets)
     return _run(dest.command or "", text, item, left, home)
 
 
@@ -323,34 +427,55 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirected POST would be followed as a GET without the body, and its 200 taken for a
-    delivery: a redirect is reported as the HTTP status it is instead."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def _post(url: str, text: str, event: dict[str, Any], timeout: float) -> str | None:
+def _post(url: str, text: str, event: dict[str, Any], timeout: float, sockets: _Sockets) -> str | None:
+    """POST the event; a redirect is reported as the HTTP status it is (followed, the POST would
+    become a GET without the body, and its 200 be taken for a delivery)."""
     body = orjson.dumps({"text": _slack_escape(text), "event": event})
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
+    parts = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    proxy = _proxy(parts)
     try:
-        with _OPENER.open(request, timeout=timeout) as answer:
-            answer.read(65536)
-            return None if 200 <= answer.status < 300 else f"HTTP {answer.status}"
-    except urllib.error.HTTPError as e:
-        return f"HTTP {e.code}"
-    except urllib.error.URLError as e:
-        reason = e.reason
-        return f"{getattr(reason, 'strerror', None) or reason}"
+        if proxy is None:
+            conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+        elif parts.scheme == "https":  # a CONNECT tunnel through the proxy
+            conn = kind(proxy.hostname or "", proxy.port, timeout=timeout)
+            conn.set_tunnel(parts.hostname or "", parts.port)
+        else:  # the proxy is asked for the whole URL
+            conn = http.client.HTTPConnection(proxy.hostname or "", proxy.port, timeout=timeout)
+            target = url
+    except ValueError as e:  # a port that is not a number
+        return str(e)
+    if not sockets.add(conn):
+        return "out of time"
+    try:
+        conn.connect()
+        if sockets.closed:  # the deadline came while connecting: close_all may not have seen this socket
+            return "timed out"
+        conn.request("POST", target, body=body,
+                     headers={"Content-Type": "application/json", "User-Agent": "jobtpu"})
+        answer = conn.getresponse()
+        answer.read(65536)
+        return None if 200 <= answer.status < 300 else f"HTTP {answer.status}"
     except TimeoutError:
         return "timed out"
     except OSError as e:
-        return e.strerror or str(e)
+        return "timed out" if sockets.closed else (e.strerror or str(e))
+    finally:
+        sockets.remove(conn)
+        conn.close()
+
+
+def _proxy(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
+    """The HTTP proxy the environment names for this URL (http_proxy, https_proxy, no_proxy), as
+    urllib would choose it; None to connect directly."""
+    import urllib.request
+
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    found = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return found if found.hostname else None
 
 
 def _run(command: str, text: str, item: dict[str, Any], timeout: float, home: Path) -> str | None:

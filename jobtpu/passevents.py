@@ -10,8 +10,10 @@ The pass calls `before_decide` (remembers the records as read) and `after_pass` 
 
 from __future__ import annotations
 
+import secrets as random_ids
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from .decide import Observation
     from .goodput import ProgressPattern
     from .session import Session
+    from .store import Encoded
 
 # `status` warns when the last pass is older than this many intervals of the loop that runs passes
 # (one missed pass is noise, three in a row mean the loop or the cron entry is gone).
@@ -50,65 +53,118 @@ class _Before:
     jobs: dict[int, bytes]  # each job's state.json line as the pass read it
     machines: list[bytes]  # each machine's `"name": {...}` as the pass read it
     observed: float  # when the pass finished observing (setups it ran had ended by then)
+    untold: list[dict[str, Any]]  # what the last pass (or kill) saved to tell, as this pass read it
 
 
 _BEFORE: weakref.WeakKeyDictionary[Any, _Before] = weakref.WeakKeyDictionary()
 _JOB = msgspec.json.Decoder(Job)
 _MACHINES = msgspec.json.Decoder(dict[str, MachineRecord])
+# How far back from its end events.jsonl is searched for the untold events a pass finds: they were
+# told at the end of the last pass, so they are at the end unless the log rotated since (then some
+# are told again: duplicates are allowed, loss is not).
+TOLD_LOOKBACK = 2000
+# At most this many events wait in `untold` (the newest kept): a log that cannot be written for
+# many passes (a full disk) must not grow state.json without end.
+MAX_UNTOLD = 1000
 
 
 def before_decide(p: Session) -> None:
     """Remember the records as the pass read them (the session's merge base, not yet committed)."""
-    _BEFORE[p] = _Before(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines), time.time())
+    _BEFORE[p] = _Before(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines), time.time(),
+                         list(p.base_untold))
 
 
-def before_result(p: Session, seen: Observation) -> None:
+def before_result(p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
     """Record progress and the pass's time in the state the pass is about to save as its result
-    (one write: a pass writes state.json at most twice, intents and result)."""
+    (one write: a pass writes state.json at most twice, intents and result). Returns what the result's
+    commit calls with the state as encoded: it decides the pass's events and keeps them, with what an
+    earlier pass left untold, in state.json's `untold`, in that same atomic save (docs/design.md §3)."""
     if p not in _BEFORE:
-        return
+        return None
     track_progress(p, seen)
     now = time.time()
     p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=_loop_interval)
+    before = _BEFORE[p]
+
+    def amend(encoded: Encoded) -> None:
+        found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
+                               seen.now, before.observed)
+        found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
+        found.sort(key=lambda e: (e.time, _PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
+        p.state.untold = (still_untold(p.home.root, before.untold) + with_ids(found))[-MAX_UNTOLD:]
+
+    return amend
+
+
+def with_ids(found: list[Event]) -> list[dict[str, Any]]:
+    """The events as state.json's `untold` keeps them, each with an id of its own."""
+    for event in found:
+        if event.id is None:
+            event.id = random_ids.token_hex(8)
+    return [event.to_json() for event in found]
+
+
+def still_untold(home_root: Path, untold: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of the events an earlier pass saved to tell, those not in events.jsonl: it died before it told
+    them (the outbox is written before the log, so one in the log is queued too)."""
+    if not untold:
+        return []
+    told = {e.id for e in ev.latest(home_root, TOLD_LOOKBACK + len(untold))}
+    return [doc for doc in untold if doc.get("id") not in told]
 
 
 def after_pass(p: Session, seen: Observation) -> list[str]:
-    """Log the pass's events (its result is saved) and deliver what they mean. Returns lines for the
-    user (a destination that failed); never raises for a destination."""
-    before = _BEFORE.pop(p, None)
-    if before is None:
+    """Tell what the pass saved to tell (its result, with `untold`, is saved): queue the
+    notifications, log the events, deliver. Returns lines for the user (a destination that failed);
+    never raises for a destination."""
+    if _BEFORE.pop(p, None) is None:
         return []
-    now = time.time()
-    found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
-                           seen.now, before.observed)
-    found += job_events(before.jobs, p.state.jobs, p.base.jobs, before.observed, now)  # base: what was just saved
-    found.sort(key=lambda e: (e.time, _PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
-    return publish(p.home.root, p.fleet.notify, found)
+    return tell(p.home.root, p.fleet.notify, p.state.untold)
+
+
+def tell(home_root: Path, destinations: list[Any], untold: list[dict[str, Any]]) -> list[str]:
+    """Tell events saved in state.json's `untold`: they stay there until a later save finds them in
+    the log (`still_untold`)."""
+    found = [e for e in map(Event.from_json, untold) if e is not None]
+    return publish(home_root, destinations, found)
 
 
 def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> list[str]:
-    """Append the events to the log and deliver the notifications they mean."""
-    lines = []
-    try:
-        ev.append(home_root, found)
-    except OSError as e:  # a full disk costs the log its lines, never the pass
-        lines.append(printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}"))
+    """Queue the notifications the events mean, append the events to the log, deliver. In that
+    order: an event in the log is in the outbox too, so a pass that finds it there need not tell it."""
     from .events import OUTBOX_FILE
 
+    lines: list[str] = []
     if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
         own, problems = users_destinations(home_root)
         destinations, lines = [*destinations, *own], lines + problems
+    if destinations and any(ev.notification(e) for e in found):
+        from .notify import queue
+
+        lines += queue(home_root / OUTBOX_FILE, destinations, found)
+    lines += log(home_root, found)
     if destinations:
         from .notify import DEFAULT_BUDGET, deliver
 
-        lines += deliver(home_root / OUTBOX_FILE, destinations, found, DEFAULT_BUDGET)
+        lines += deliver(home_root / OUTBOX_FILE, destinations, [], DEFAULT_BUDGET)
     return lines
+
+
+def log(home_root: Path, found: list[Event]) -> list[str]:
+    """Append the events to events.jsonl only (what no notification is made of: a kill, a failed
+    pass, told outside a pass, which must not deliver the outbox without machines.json's destinations)."""
+    try:
+        ev.append(home_root, found)
+    except OSError as e:  # a full disk costs the log its lines, never the pass
+        return [printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}")]
+    return []
 
 
 def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     """The webhooks users named in their own settings (`jobtpu config set notify`), each hearing of
-    its user's jobs; a line for each settings file that cannot be read (its destinations wait)."""
-    from .errors import ConfigError
+    its user's jobs; a line for each settings file that cannot be read (its destinations wait, and
+    everyone else's are served: docs/reference.md, notifications)."""
+    from .errors import JobtpuError
     from .home import Home
     from .notify import parse_destinations
     from .settings import load_settings
@@ -118,18 +174,40 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     lines: list[str] = []
     for path in sorted((home_root / "users").glob("*/settings.json")):
         user = path.parent.name
+        where = f"users/{user}/settings.json"
         try:
             settings = load_settings(home, user)
-            found += parse_destinations(settings.notify, f"users/{user}/settings.json: notify", owner=user)
-        except ConfigError as e:
+            found += parse_destinations(settings.notify, f"{where}: notify", owner=user)
+        except JobtpuError as e:
             lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
+        except OSError as e:  # unreadable to the account running the pass (a chmod 600), or gone
+            lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
+                                   f"{user}'s own destinations are skipped"))
     return found, lines
 
 
 def pass_failed(home_root: Path, destinations: list[Any], error: str) -> list[str]:
-    """A pass raised: say so in the log (`jobtpu events`, the dashboard)."""
+    """A pass raised: say so in the log (`jobtpu events`, the dashboard), once per change: a pass
+    failing the same way as the last one, with nothing logged between, writes nothing."""
     first = (error.strip().splitlines() or ["unknown error"])[-1][:300]
-    return publish(home_root, destinations, [Event(time.time(), ev.PASS_FAILED, detail={"error": first})])
+    last = ev.latest(home_root, 1)
+    if last and last[0].kind == ev.PASS_FAILED and last[0].detail.get("error") == first \
+            and not _passed_since(home_root, last[0].time):
+        return []
+    found = [Event(time.time(), ev.PASS_FAILED, detail={"error": first})]
+    return publish(home_root, destinations, found) if destinations else log(home_root, found)
+
+
+def _passed_since(home_root: Path, when: float) -> bool:
+    """Whether a pass ended after `when` (state.json's `last_pass`; False when it cannot be read)."""
+    from .home import Home
+    from .store import Store
+
+    try:
+        last = Store(Home(home_root)).load().last_pass
+    except Exception:  # the broken state.json that may be the failure itself
+        return False
+    return last is not None and float(last.ended) > when
 
 
 # ---- jobs ---------------------------------------------------------------------------------------------
@@ -186,6 +264,20 @@ def _job_changes(old: Job, new: Job, acted: float, now: float) -> list[Event]:
     if new.ended and not old.ended and not any(e.kind == ev.JOB_ENDED for e in found):
         event(acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
               exit_code=new.exit_code)
+    return found
+
+
+def ended_by_hand(jobs: list[Job], now: float, by: str | None) -> list[Event]:
+    """`job_ended` for jobs a command (kill) ended itself, naming who ran it."""
+    found = []
+    for job in jobs:
+        attempt = job.current
+        detail: dict[str, Any] = {"name": job.name} if job.name else {}
+        detail.update(status=str(job.status), reason=job.reason, exit_code=job.exit_code)
+        if by is not None:
+            detail["by"] = by
+        found.append(Event(now, ev.JOB_ENDED, job=job.id, machine=attempt.machine if attempt else job.machine,
+                           user=job.user, attempt=attempt.n if attempt else None, detail=detail))
     return found
 
 

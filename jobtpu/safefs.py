@@ -11,6 +11,7 @@ into the failure of that one job or command, never of the whole pass."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -94,10 +95,8 @@ def open_dir(root: Path, rel: PurePath | str = "", create: bool = False, mode: i
                 if not create:
                     raise
                 new_mode = mode if mode is not None and i == len(parts) - 1 else folder_mode(fd)
-                try:
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(name, new_mode, dir_fd=fd)
-                except FileExistsError:
-                    pass
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as e:

@@ -20,7 +20,7 @@ from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, create_temp, open_lock
 from .model import Job, LastPass
-from .store import Snapshot, State, Store, encode, encode_jobs, try_lock
+from .store import Encoded, Snapshot, State, Store, encode, encode_head, encode_jobs, try_lock
 from .transport.base import Endpoint, Transport
 
 MAX_PARALLEL = 32
@@ -100,6 +100,7 @@ class Session:
         # file again only if someone else wrote it meanwhile.
         self.snapshot = snapshot or Snapshot(None, None)
         self.base = encode(state)
+        self.base_untold = list(state.untold)  # the untold events as on disk (a merge drops what we told)
         self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
         self.notes: list[str] = []
         self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
@@ -166,16 +167,22 @@ class Session:
                               f"{result.stderr.strip()[-300:]}")
         return result.stdout
 
-    def commit(self) -> None:
+    def commit(self, amend: Callable[[Encoded], None] | None = None) -> None:
         """Merge this session's view of the jobs into state.json: jobs it changed are written, jobs it
         removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
         by hand stay deleted. Saves only what changed; reads the file again only if another command
-        wrote it since this session read (or saved) it."""
+        wrote it since this session read (or saved) it. `amend`: called under the lock with the
+        session's state as encoded, to add to the head what that encoding shows (a pass's untold
+        events) in the same save."""
         with self.store.lock():
+            now = encode(self.state)
+            if amend is not None:
+                amend(now)
+                now = now._replace(head=encode_head(self.state))
             if self.store.unchanged(self.snapshot):
-                now = encode(self.state)
                 self.snapshot = self.store.save_encoded(now, self.base, self.snapshot)
                 self.base = now  # what is on disk now is the base of the next commit
+                self.base_untold = list(self.state.untold)
                 return
             else:
                 disk, snapshot = self.store.read()
@@ -183,6 +190,8 @@ class Session:
                 disk.jobs = self._merged(disk.jobs)
                 disk.machines = self.state.machines
                 disk.last_pass = newest_pass(disk.last_pass, self.state.last_pass)
+                disk.untold = merged_untold(self.base_untold, self.state.untold, disk.untold)
+                self.state.untold = list(disk.untold)
                 self.state.next_id = disk.next_id
                 self.store.save_if_changed(disk, original, snapshot)
                 # The file now holds jobs this session does not (submitted meanwhile): the next
@@ -190,6 +199,7 @@ class Session:
                 self.snapshot = Snapshot(None, None)
         # What is on disk now is the base of the next commit.
         self.base = encode(self.state)
+        self.base_untold = list(self.state.untold)
 
     def _merged(self, on_disk: list[Job]) -> list[Job]:
         mine = {job.id: (job, line) for job, line in zip(self.state.jobs, encode_jobs(self.state.jobs), strict=True)}
@@ -267,6 +277,19 @@ def kept_connections(enabled: bool = True) -> Iterator[None]:
         threads, _KEPT_THREADS = _KEPT_THREADS, None
         threads.shutdown(wait=False, cancel_futures=True)
         pool.close_all()
+
+
+def merged_untold(base: list[dict[str, Any]], mine: list[dict[str, Any]],
+                  disk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The untold events after a session's commit over a file another command wrote meanwhile: what
+    the session dropped (told) goes, what it added comes, what the other added stays."""
+    def ids(events: list[dict[str, Any]]) -> set[Any]:
+        return {e.get("id") for e in events}
+
+    dropped = ids(base) - ids(mine)
+    kept = [e for e in disk if e.get("id") not in dropped]
+    known = ids(kept) | ids(base)
+    return kept + [e for e in mine if e.get("id") not in known]
 
 
 def newest_pass(a: LastPass | None, b: LastPass | None) -> LastPass | None:

@@ -311,11 +311,20 @@ def encode_jobs(jobs: list[Job]) -> list[bytes]:
     return list(map(_ENCODER.encode, jobs))
 
 
-def encode(state: State) -> Encoded:
+def encode_head(state: State) -> bytes:
+    """Everything of state.json but its jobs and machines."""
     enc = _ENCODER.encode
     head = b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id)
     if state.last_pass is not None:
         head += b'  "last_pass": ' + enc(state.last_pass) + b",\n"
+    if state.untold:
+        head += b'  "untold": ' + enc(state.untold) + b",\n"
+    return head
+
+
+def encode(state: State) -> Encoded:
+    enc = _ENCODER.encode
+    head = encode_head(state)
     return Encoded(head=head,
                    jobs=encode_jobs(state.jobs), ids=[job.id for job in state.jobs],
                    machines=[enc(name) + b": " + enc(record) for name, record in state.machines.items()])

@@ -492,7 +492,7 @@ def kill(home: Home, sel: Selector, force: bool = False) -> int:
         announce("kill", live, sel)
         if sel.dry_run:
             return 0
-        kill_jobs(session, live, time.time())
+        kill_jobs(session, live, time.time(), by=me)
         stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
     for job, owner in stopping:
         if owner is not None:

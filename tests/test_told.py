@@ -1,0 +1,292 @@
+"""What a pass must tell survives a crash (state.json's `untold`, docs/design.md §3), one member's
+unreadable settings stop no one else's notifications, a slow webhook leaks no socket or thread and
+backs off, a kill of a queued job is logged, and a pass failing the same way is logged once."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu import events, notify
+from jobtpu.events import Event
+from tests.accounts import Team
+from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
+
+
+class Hook:
+    """A webhook receiver on 127.0.0.1 that records every body; answers after `delay` seconds."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.posts = 0
+        self.delay = delay
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.posts += 1
+                time.sleep(hook.delay)
+                hook.bodies.append(body)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def jobs(self) -> list[int]:
+        return [b["event"].get("job") for b in self.bodies]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    server = Hook()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def logged(home: Path, kind: str) -> list[dict[str, Any]]:
+    path = home / events.EVENTS_FILE
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [doc for doc in map(json.loads, lines) if doc["kind"] == kind]
+
+
+@pytest.mark.fast
+def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_path: Path, hook: Hook) -> None:
+    home = make_home(tmp_path, notify=[{"webhook": hook.url, "events": ["finished"]}])
+    src = tmp_path / "src"
+    src.mkdir()
+    job = submit(home, src, "true")
+    jobtpu(home, "manage")  # launched (its events logged: the lock is free)
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    lock = os.open(home / f"{events.EVENTS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the pass that saw the job end blocks on the log, after its save
+    try:
+        def blocked_after_its_save() -> bool:
+            manager = subprocess.Popen([*JOBTPU, "--home", str(home), "manage"], env=env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                manager.wait(3)  # a pass with no news never takes the log's lock
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            assert status(home)[job]["status"] == "finished"  # saved, not yet told
+            manager.send_signal(signal.SIGKILL)
+            manager.wait()
+            return True
+        wait_for(blocked_after_its_save, timeout=60, interval=0.2, what="a pass to block after saving the job's end")
+    finally:
+        os.close(lock)
+    assert logged(home, events.JOB_ENDED) == [] and hook.bodies == []
+    jobtpu(home, "manage")
+    assert [e["job"] for e in logged(home, events.JOB_ENDED)] == [job]
+    assert hook.jobs() == [job]
+    jobtpu(home, "manage")  # told: not told again, and dropped from state.json with that pass's result
+    assert len(logged(home, events.JOB_ENDED)) == 1 and hook.jobs() == [job]
+    assert "untold" not in json.loads((home / "state.json").read_text())
+
+
+@pytest.fixture
+def team() -> Iterator[Team]:
+    made = Team(2)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: Team, hook: Hook) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("home")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}}))
+    os.chown(home / "machines.json", team.uid(alice), team.gid)
+    src = team.private_folder(alice, "src")
+    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true").stdout)
+    for account, url in ((alice, hook.url), (bob, "http://127.0.0.1:9/bob")):
+        folder = home / "users" / account
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "settings.json").write_text(json.dumps({"notify": [{"webhook": url, "events": ["finished"]}]}))
+        for path in (folder, folder / "settings.json"):
+            os.chown(path, team.uid(account), team.gid)
+    (home / "users" / bob / "settings.json").chmod(0o600)
+
+    def told() -> bool:
+        done = team.run(alice, "--home", str(home), "manage", check=False)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        return bool(hook.bodies) and done.stderr
+    said = wait_for(told, timeout=60, interval=0.3, what="alice's notification")
+    assert hook.jobs() == [job]
+    mine = [line for line in said.splitlines() if f"users/{bob}/settings.json" in line]
+    assert len(mine) == 1 and f"{bob}'s own destinations are skipped" in mine[0], said
+
+
+_DRIP = """
+import socket, sys, threading, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+def drip(conn):
+    with conn:
+        conn.recv(65536)
+        for byte in b"HTTP/1.1 200 OK\\r\\nX-Slow: " + b"a" * 100000:
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(1)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=drip, args=(conn,), daemon=True).start()
+"""
+
+
+class Drip:
+    """A webhook that answers one byte a second, for ever (in a process of its own, so the sockets
+    and threads counted here are the deliveries' only)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _DRIP], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}/hook"
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+REAP = getattr(notify, "REAP_SECONDS", 1.0)
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _ended(job: int) -> Event:
+    event = Event(time.time(), events.JOB_ENDED, job=job, detail={"status": "failed"})
+    event.id = f"e{job}"
+    return event
+
+
+@pytest.mark.fast
+def test_a_dripping_webhook_leaks_no_socket_or_thread_across_many_rounds(tmp_path: Path) -> None:
+    drip = Drip()
+    try:
+        dests = notify.parse_destinations([{"webhook": drip.url}])
+        outbox = tmp_path / notify.OUTBOX_FILE
+        fds, threads = _fds(), threading.active_count()
+        for round_no in range(6):  # a budget longer than the gap between two bytes: no read times out
+            started = time.monotonic()
+            lines = notify.deliver(outbox, dests, [_ended(round_no)], 1.5)
+            assert time.monotonic() - started < 1.5 + REAP + 0.5
+            assert _fds() <= fds and threading.active_count() <= threads, (round_no, lines)
+        assert len(json.loads(outbox.read_text())["pending"]) == 6  # kept, none lost
+    finally:
+        drip.close()
+
+
+@pytest.mark.fast
+def test_a_webhook_answering_after_its_timeout_backs_off_and_delays_only_itself(tmp_path: Path) -> None:
+    slow, fast = Hook(delay=1.5), Hook()
+    try:
+        dests = notify.parse_destinations([{"webhook": slow.url}, {"webhook": fast.url}])
+        outbox = tmp_path / notify.OUTBOX_FILE
+        for round_no in range(6):
+            started = time.monotonic()
+            notify.deliver(outbox, dests, [_ended(round_no)], 0.5)
+            assert time.monotonic() - started < 0.5 + REAP + 0.5
+            assert fast.jobs() == list(range(round_no + 1))  # served every round, whatever the slow one does
+        assert slow.posts <= 3, slow.posts  # rounds 1, 2 and 4: not every pass
+        pending = json.loads(outbox.read_text())["pending"]
+        assert sorted(i["event"]["job"] for i in pending) == list(range(6))  # all still waiting for it
+    finally:
+        slow.close()
+        fast.close()
+
+
+@pytest.mark.fast
+def test_killing_a_queued_job_logs_its_end_and_who_killed_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    job = submit(home, src, "true")
+    jobtpu(home, "kill", str(job))
+    ended = logged(home, events.JOB_ENDED)
+    assert [(e["job"], e["detail"]["status"], e["detail"]["by"]) for e in ended] == [(job, "killed", "tester")]
+    jobtpu(home, "manage")
+    assert len(logged(home, events.JOB_ENDED)) == 1
+
+
+@pytest.mark.fast
+def test_a_pass_failing_the_same_way_round_after_round_is_logged_once(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "state.json").write_text("{broken")
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert loop.stderr is not None
+        for _ in range(5):  # five failed rounds
+            loop.stderr.readline()
+    finally:
+        loop.kill()
+        loop.wait()
+    assert len(logged(home, events.PASS_FAILED)) == 1
+
+
+@pytest.mark.fast
+def test_passes_in_one_process_hold_a_bounded_number_of_files_and_threads(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `manage --loop` and `watch` do: pass after pass in one process, with a dripping webhook
+    waiting for a notification every pass."""
+    from tests.helpers import cli
+
+    drip = Drip()
+    try:
+        monkeypatch.setattr(notify, "DEFAULT_BUDGET", 1.5)
+        home = make_home(tmp_path, notify=[{"webhook": drip.url, "events": ["failed"]}])
+        src = tmp_path / "src"
+        src.mkdir()
+        job = submit(home, src, "false")
+        wait_for(lambda: cli(home, "manage")[0] == 0 and status(home)[job]["status"] == "failed",
+                 timeout=60, interval=0.2, what="the job to fail")
+        cli(home, "manage")
+        fds, threads = _fds(), threading.active_count()
+        for _ in range(6):
+            assert cli(home, "manage")[0] == 0
+            assert _fds() <= fds and threading.active_count() <= threads
+        assert json.loads((home / notify.OUTBOX_FILE).read_text())["pending"]  # still waiting, not lost
+    finally:
+        drip.close()
