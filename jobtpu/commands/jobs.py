@@ -138,6 +138,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     job = build_job(home, fleet, opts)
     apply_extras(job, extras)
     from ..secrets import SecretStore, split_env
+    from ..specs import write_spec
 
     job.env, secret = split_env(job.env)
     jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
@@ -158,6 +159,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
                     each.sweep = first
                     each.tags.append(sweep_tag(first))
                 secrets.put(each.id, secret)  # before the job exists, so it never runs without them
+                write_spec(home, each, list(secret))  # what it runs, in a file of this account's (design §7)
             state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
         if secret:
