@@ -576,8 +576,8 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
                 continue
             if machine.kind == "local" and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
-                    job.waiting = None
-                    job.move(Status.FAILED, refusal[1])
+                    job.waiting, job.last_line = None, refusal[1]
+                    job.move(Status.FAILED, model.LAUNCH_FAILED)
                     plan.notes.append(f"job {job.id}: {refusal[1]}")
                     break
                 local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
