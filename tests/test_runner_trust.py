@@ -235,3 +235,37 @@ def test_the_ssh_transport_never_forwards_an_agent(tmp_path: Path) -> None:
     # paramiko forwards an agent only through an AgentRequestHandler on a session: jobtpu opens none.
     source = Path(__file__).resolve().parent.parent / "jobtpu" / "transport" / "ssh.py"
     assert "AgentRequestHandler" not in source.read_text() and "forward_agent" not in source.read_text()
+
+
+def run_labelled(team: Team, account: str, label: str, *args: str) -> Any:
+    """`jobtpu ARGS` as `account` with JOBTPU_USER naming another member, as anyone may set it."""
+    import pwd
+    import subprocess
+    import sys
+
+    from tests.accounts import REPO
+
+    home = pwd.getpwnam(account).pw_dir
+    cmd = ["runuser", "-u", account, "--", "env", "-i", f"HOME={home}", f"USER={account}", f"JOBTPU_USER={label}",
+           "PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH={REPO}", sys.executable, "-m", "jobtpu.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=team.base)
+
+
+def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    job = submit(team, alice, home, "sleep 300")
+    refused = run_labelled(team, bob, alice, "--home", str(home), "kill", str(job))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.splitlines()[0] == (f"jobtpu: error: job {job} is {alice}'s, submitted by account {alice}, "
+                                              f"not by {bob}: kill refused")
+    assert row(team, home, job)["status"] == "queued"
+    forced = run_labelled(team, bob, alice, "--home", str(home), "kill", "--force", str(job))
+    assert forced.returncode == 0, forced.stderr
+    got = row(team, home, job)
+    assert got["status"] == "killed"
+    assert [(f["by"], f["act"], f["uid"], f["account"]) for f in got["forced"]] == \
+        [(alice, "kill", team.uid(bob), bob)]
+    ends(team, alice, home, submit(team, alice, home, "true"))
+    lines = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
+    assert lines and all(e["account"] in (alice, bob) and e["uid"] == team.uid(e["account"]) for e in lines), lines

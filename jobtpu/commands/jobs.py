@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -106,7 +107,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
-               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress)
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
 
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
