@@ -269,3 +269,31 @@ def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team
     ends(team, alice, home, submit(team, alice, home, "true"))
     lines = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
     assert lines and all(e["account"] in (alice, bob) and e["uid"] == team.uid(e["account"]) for e in lines), lines
+
+
+@pytest.mark.fast
+def test_the_reference_runner_json_example_is_what_a_pass_reads(tmp_path: Path) -> None:
+    from jobtpu.privileged import gate
+    from jobtpu.trust import load_runner
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    section = text.split("### 1.3 ", 1)[1].split("\n### ", 1)[0]
+    example = section.split("```\n", 2)[1].rsplit("```", 1)[0]
+    (tmp_path / "runner.json").write_text(example)
+    (tmp_path / "runner.json").chmod(0o644)
+    runner = load_runner(tmp_path)
+    assert runner.problem is None and runner.runner == "alice" and not runner.allow_private_webhooks
+    machines = {"machines": {"local": {"kind": "local"}, "gpu1": {"kind": "ssh", "hosts": ["10.0.0.5"]}}}
+    (tmp_path / "machines.json").write_text(json.dumps(machines))
+    (tmp_path / "machines.json").chmod(0o664)  # group-writable: its own privileged keys would be refused
+    import os as _os
+
+    st = _os.stat(tmp_path / "machines.json")
+    gated = gate(((tmp_path / "machines.json").read_bytes(), st), tmp_path)
+    doc = json.loads(gated.data or b"{}")
+    assert doc["machines"]["gpu1"]["identity_file"] == "~/.ssh/gpu1_key"
+    assert doc["gcp"]["credentials"] == "/home/alice/tpu-sa.json"
+    assert doc["notify"] == [{"command": "notify-send jobtpu", "events": ["failed"]}]
+    assert gated.lines() == () and gated.refused_machines == {}
+    (tmp_path / "runner.json").chmod(0o664)
+    assert "runner.json is writable by its group or by everyone: not used" in (load_runner(tmp_path).problem or "")

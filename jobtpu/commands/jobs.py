@@ -548,10 +548,23 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
         for job in jobs:
             requeue_job(job, resume=resume, reason=None, machine=machine)
             job.queued_by_hand()
+            _adopt(home, job)
     if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)
         for job in jobs:
             print(job.id)
     return 0
+
+
+def _adopt(home: Home, job: Job) -> None:
+    """A job made before homes kept specs gets one from its own account's rerun or resume (a
+    teammate's forced rerun keeps the job's spec, or its lack of one: docs/design.md §7)."""
+    from ..secrets import MASK
+    from ..specs import has_spec, write_spec
+
+    if job.uid not in (None, os.getuid()) or has_spec(home, job.id):
+        return
+    job.uid = os.getuid()
+    write_spec(home, job, [name for name, value in job.env.items() if value == MASK])
 
 
 def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
