@@ -297,3 +297,32 @@ def test_the_reference_runner_json_example_is_what_a_pass_reads(tmp_path: Path) 
     assert gated.lines() == () and gated.refused_machines == {}
     (tmp_path / "runner.json").chmod(0o664)
     assert "runner.json is writable by its group or by everyone: not used" in (load_runner(tmp_path).problem or "")
+
+
+def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_allows_it(
+        team: Team, counter: Counter) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    hook = json.dumps([{"webhook": f"{counter.url}/mine", "events": ["finished"]}])
+    refused = team.run(bob, "--home", str(home), "config", "set", "notify", hook, check=False, umask="0077")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("jobtpu: error: notify[0].webhook: 127.0.0.1 resolves to a private address")
+    team.run(bob, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    settings = home / "users" / bob / "settings.json"
+    doc = json.loads(settings.read_text())
+    doc["notify"] = json.loads(hook)
+    write_as(team, bob, settings, json.dumps(doc))  # by hand: a pass must check it too
+    job = submit(team, bob, home, "true")
+    said: list[str] = []
+
+    def finished() -> bool:
+        said.append(manage(team, bob, home))
+        return bool(row(team, home, job)["status"] == "finished")
+    wait_for(finished, timeout=60, interval=0.3, what="bob's job to finish")
+    assert f"notify: {bob}'s webhook 127.0.0.1: 127.0.0.1 resolves to a private address (127.0.0.1): skipped" \
+        in "".join(said), said
+    assert counter.requests == []
+    runner_json(team, alice, home, {"runner": alice, "allow_private_webhooks": True})
+    job = submit(team, bob, home, "true")
+    assert ends(team, alice, home, job)["status"] == "finished"
+    wait_for(lambda: any("/mine" in r for r in counter.requests), timeout=30, what="the allowed webhook")
