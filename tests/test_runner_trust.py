@@ -266,6 +266,13 @@ def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team
     assert got["status"] == "killed"
     assert [(f["by"], f["act"], f["uid"], f["account"]) for f in got["forced"]] == \
         [(alice, "kill", team.uid(bob), bob)]
+    team.run(alice, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    settings = home / "users" / alice / "settings.json"
+    before = settings.read_bytes()
+    changed = run_labelled(team, bob, alice, "--home", str(home), "config", "set", "rule", "pre")
+    assert changed.returncode == 1 and changed.stderr.splitlines()[0] == (
+        f"jobtpu: error: users/{alice}/settings.json is account {alice}'s: account {bob} may not change it")
+    assert settings.read_bytes() == before
     ends(team, alice, home, submit(team, alice, home, "true"))
     lines = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
     assert lines and all(e["account"] in (alice, bob) and e["uid"] == team.uid(e["account"]) for e in lines), lines
