@@ -333,3 +333,15 @@ def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_all
     job = submit(team, bob, home, "true")
     assert ends(team, alice, home, job)["status"] == "finished"
     wait_for(lambda: any("/mine" in r for r in counter.requests), timeout=30, what="the allowed webhook")
+
+
+def test_sharing_a_private_home_keeps_its_specs_its_owners(team: Team) -> None:
+    alice, _ = team.accounts
+    home = team.private_folder(alice, "home")
+    team.run(alice, "init", str(home), umask="0077")
+    job = submit(team, alice, home, "id -un")
+    assert stat.S_IMODE((home / "specs" / f"{job}.json").stat().st_mode) == 0o600
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    spec = home / "specs" / f"{job}.json"
+    assert stat.S_IMODE(spec.stat().st_mode) == 0o640 and (home / "specs").stat().st_mode & stat.S_ISVTX
+    assert ends(team, alice, home, job)["status"] == "finished"
