@@ -594,6 +594,10 @@ def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
         # holds is an orphan.
         with Store(home).lock():
             SecretStore(home).keep_only({j.id for j in Store(home).load().jobs} - gone_ids)
+        from ..specs import drop_spec
+
+        for job_id in sorted(gone_ids):  # another member's spec stays (the sticky folder keeps it theirs)
+            drop_spec(home, job_id)
     note(f"moved {len(gone)} ended job(s) to {home.history_file.name}")
     return 0
 
