@@ -35,6 +35,8 @@ class Observation:
     log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
     last_lines: dict[int, str] = field(default_factory=dict)
     claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
+    # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
+    local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def view(self, name: str) -> MachineView:
         return self.machines.setdefault(name, MachineView())
@@ -492,6 +494,8 @@ def _count(n: int, thing: str) -> str:
 
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
     """Why a machine takes no new job in this pass; None when it may take one."""
+    if machine.refused is not None:
+        return machine.refused
     view = d.seen.view(machine.name)
     if machine.name in d.recreating:
         return f"{machine.name} is being recreated"
@@ -572,11 +576,19 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
             job.waiting = why_waiting(job, no_room[asks], d)
             continue
         request = parse_request(job.req)
-        by_limit = None
+        by_limit = local_why = None
         for machine in fleet.machines.values():
             if unavailable[machine.name] is not None:
                 continue
             if why_not(machine, request, job.pin) is not None:
+                continue
+            if machine.kind == "local" and (refusal := seen.local_refusals.get(job.id)) is not None:
+                if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
+                    job.waiting, job.last_line = None, refusal[1]
+                    job.move(Status.FAILED, model.LAUNCH_FAILED)
+                    plan.notes.append(f"job {job.id}: {refusal[1]}")
+                    break
+                local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
                 continue
             if (limit := over_limit(job, machine, d)) is not None:
                 by_limit = by_limit or limit
@@ -589,6 +601,9 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
         else:
             if by_limit is not None:  # a machine would take it but for its user's limit
                 job.waiting = limited[(job.user, asks)] = by_limit
+                continue
+            if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
+                job.waiting = local_why
                 continue
             no_room[asks] = request
             _want_back(job, request, fleet, seen, plan)

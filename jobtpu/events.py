@@ -161,11 +161,19 @@ def rotated_path(home_root: Path, k: int) -> Path:
     return home_root / f"{EVENTS_FILE}.{k}"
 
 
+def _real_account() -> dict[str, Any]:
+    from .trust import account_name
+
+    uid = os.getuid()
+    return {"uid": uid, "account": account_name(uid)}
+
+
 def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYTES, keep: int = KEEP) -> None:
     """Add `events` at the end of the log in one write (readers never see half a batch), rotating
     first when the batch would take the file past `max_bytes`. Not synced: an event lost to a power
     cut is a missing log line, not a wrong state, and a pass should not wait for the disk for it."""
-    data = b"".join(orjson.dumps(e.to_json()) + b"\n" for e in events)
+    by = _real_account()  # the account that recorded them, whatever --user said (docs/design.md §7)
+    data = b"".join(orjson.dumps({**e.to_json(), **by}) + b"\n" for e in events)
     if not data:
         return
     path = events_path(home_root)

@@ -8,6 +8,7 @@ problem is one line naming the file, the machine and the key, and changes nothin
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import reprlib
 import typing
@@ -24,6 +25,7 @@ from .errors import ConfigError, NotFoundError
 from .home import Home
 from .nodespec import NodeSpec, NonEmptyText, default_runtime
 from .requests import MAX_RESOURCE_COUNT
+from .safefs import UnsafePath, open_file, read_fd
 from .store import parse_json_file
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
@@ -190,6 +192,7 @@ class Machine:
     host_key_policy: str = "accept-new"
     connect_timeout: float = 10.0
     aliases: tuple[str, ...] = ()  # other names the user may type for it (machines.json `aliases`)
+    refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -218,6 +221,9 @@ class Fleet:
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
+    # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
+    refused: tuple[str, ...] = ()
+    runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks
 
     @cached_property
     def has_limits(self) -> bool:
@@ -271,15 +277,52 @@ class _Refused(Exception):
 def load_fleet(home: Home) -> Fleet:
     path = home.machines_file
     try:
-        return _fleet(_read(path), home)
+        data = _machines_bytes(home)
+    except UnsafePath as e:
+        raise ConfigError(e.message, f"fix {path}; nothing was changed") from None
+    if _plainly_own(data) and not os.path.lexists(home.root / "runner.json"):
+        try:  # a private home's own file and no runner.json: read as it is (every command's path)
+            return _fleet(_read(path, data[0] if data else None), home)
+        except _Refused as e:
+            raise ConfigError(f"{path.name}: {e}", f"fix {path}; nothing was changed") from None
+    from .privileged import gate
+
+    gated = gate(data, home.root)
+    try:
+        fleet = _fleet(_read(path, gated.data), home)
     except _Refused as e:
         raise ConfigError(f"{path.name}: {e}", f"fix {path}; nothing was changed") from None
+    if gated.refused or gated.refused_machines or gated.runner.problem:
+        machines = {name: replace(m, refused=gated.refused_machines[name]) if name in gated.refused_machines else m
+                    for name, m in fleet.machines.items()}
+        fleet = replace(fleet, machines=machines, refused=gated.lines())
+    return replace(fleet, runner=gated.runner) if gated.runner.runner or gated.runner.allow_private_webhooks else fleet
 
 
-def _read(path: Path) -> MachinesFile:
+def _plainly_own(found: tuple[bytes, os.stat_result] | None) -> bool:
+    """trust.why_untrusted's answer, without loading it, for the common case: no file, or this
+    account's own file that nobody else can write (docs/design.md §7)."""
+    if found is None:
+        return True
+    st = found[1]
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022 and st.st_nlink == 1
+
+
+def _machines_bytes(home: Home) -> tuple[bytes, os.stat_result] | None:
+    """machines.json's bytes and stat, opened through safefs; None when the home has none."""
+    fd = -1
     try:
-        data = path.read_bytes()
+        fd = open_file(home.root, home.machines_file.name)
     except FileNotFoundError:
+        return None
+    try:
+        return read_fd(fd), os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path, data: bytes | None) -> MachinesFile:
+    if data is None:
         return MachinesFile()
     try:
         return _decode(data, MachinesFile, owner=None)

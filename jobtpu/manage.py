@@ -52,6 +52,7 @@ from .scripts import (
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
+from .specs import local_verdict, records_trusted
 from .store import Snapshot, State, Store
 from .tpuflow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
 from .transport.base import Endpoint
@@ -118,6 +119,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
             report.notes.append("another pass is running; this one did nothing")
             return report
         fleet = load_fleet(home)
+        for line in fleet.refused:  # privileged keys an untrusted machines.json held (docs/design.md §7)
+            report.say(line)
         state, snapshot = Store(home).read()
         p = Pass(home, fleet, state, snapshot)
         p.dry_run = dry_run
@@ -222,7 +225,21 @@ def observe(p: Pass) -> Observation:
         if machine.kind == "ssh":
             _note_reachability(p, machine, seen)
     _pull_logs(p, seen)
+    _check_local_specs(p, seen)
     return seen
+
+
+def _check_local_specs(p: Pass, seen: Observation) -> None:
+    """For each queued job: may this pass run it on the local machine, as its own account? Only when
+    state.json is this account's alone (a private home), or the job's spec says so (docs/design.md §7)."""
+    if not any(m.kind == "local" for m in p.fleet.machines.values()) or records_trusted(p.home):
+        return
+    team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
+    for job in p.state.jobs:
+        if job.status is Status.QUEUED and not job.held:
+            verdict = local_verdict(p.home, job, team)
+            if verdict.kind != "ok":
+                seen.local_refusals[job.id] = (verdict.kind, verdict.why)
 
 
 def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
@@ -377,6 +394,14 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         return None
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
+    if machine.kind == "local" and not records_trusted(p.home):  # checked again as it starts (design §7)
+        team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
+        verdict = local_verdict(p.home, job, team)
+        if verdict.kind != "ok":
+            refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
+                       for ep in eps}
+            return launched(job, machine, dict(refused), p.state.machine(machine.name), now)
+        secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)

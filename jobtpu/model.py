@@ -138,9 +138,11 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=
 class ForcedAct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """An act on a job by someone other than its user, made with --force: kept in the job's record."""
 
-    by: str
+    by: str  # the --user / JOBTPU_USER label
     act: str  # kill | resume | rerun | clean | tag | note
     at: Number
+    uid: int | None = None  # the real account that acted (docs/design.md §7)
+    account: str | None = None
 
 
 class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -195,6 +197,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     grace: Number | None = None  # seconds between TERM and KILL when stopped (None: 5)
     signal: str | None = None  # --signal: the signal's name (USR1) sent before --timeout ends
     signal_before: Number | None = None  # … this many seconds before
+    uid: int | None = None  # the real account that submitted it (its spec says so where it counts: design §7)
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None) -> None:

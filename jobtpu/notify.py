@@ -79,6 +79,7 @@ class Destination:
     command: str | None
     events: frozenset[str]
     owner: str | None = None  # a user's own destination (their settings): events of their jobs only
+    pinned: bool = False  # a member's webhook: posted only to an address checked public (webhooks.py)
 
     @property
     def key(self) -> str:
@@ -412,6 +413,8 @@ def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path, 
         return "out of time"
     event = Event.from_json(item["event"])
     text = headline(item.get("name", ""), event) if event else "jobtpu event"
+    if dest.webhook and dest.pinned:
+        return _post_checked(dest.webhook, text, item["event"], left)
     if dest.webhook:
         return _post(dest.webhook, text, item["event"], left, sockets)
     return _run(dest.command or "", text, item, left, home)
@@ -476,6 +479,23 @@ def _proxy(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
         return None
     found = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     return found if found.hostname else None
+
+
+def _post_checked(url: str, text: str, event: dict[str, Any], timeout: float) -> str | None:
+    """A member's webhook: every address its name resolves to checked now, the checked one used."""
+    from .webhooks import check, post
+
+    address, why = check(url)
+    if address is None:
+        return f"skipped: {why}"
+    body = orjson.dumps({"text": _slack_escape(text), "event": event})
+    try:
+        status = post(url, address, body, {"Content-Type": "application/json", "User-Agent": "jobtpu"}, timeout)
+    except TimeoutError:
+        return "timed out"
+    except OSError as e:
+        return e.strerror or str(e)
+    return None if 200 <= status < 300 else f"HTTP {status}"
 
 
 def _run(command: str, text: str, item: dict[str, Any], timeout: float, home: Path) -> str | None:

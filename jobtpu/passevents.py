@@ -172,18 +172,60 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     home = Home(home_root)
     found: list[Any] = []
     lines: list[str] = []
+    foreign: list[Any] = []  # from settings another account could have written: checked (design §7)
     for path in sorted((home_root / "users").glob("*/settings.json")):
         user = path.parent.name
         where = f"users/{user}/settings.json"
         try:
             settings = load_settings(home, user)
-            found += parse_destinations(settings.notify, f"{where}: notify", owner=user)
+            dests = parse_destinations(settings.notify, f"{where}: notify", owner=user)
         except JobtpuError as e:
             lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
+            continue
         except OSError as e:  # unreadable to the account running the pass (a chmod 600), or gone
             lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
                                    f"{user}'s own destinations are skipped"))
-    return found, lines
+            continue
+        (found if _own_file(path) else foreign).extend(dests)
+    if foreign and _private_webhooks_allowed(home_root):
+        return found + foreign, lines
+    checked, lines = _checked_webhooks(foreign, lines)
+    return found + checked, lines
+
+
+def _own_file(path: Path) -> bool:
+    import os
+
+    from .trust import why_untrusted
+
+    try:
+        return why_untrusted(os.stat(path, follow_symlinks=False), os.geteuid()) is None
+    except OSError:
+        return False
+
+
+def _private_webhooks_allowed(home_root: Path) -> bool:
+    from .trust import load_runner
+
+    return load_runner(home_root).allow_private_webhooks
+
+
+def _checked_webhooks(found: list[Any], lines: list[str]) -> tuple[list[Any], list[str]]:
+    """Members' webhooks at a private address are skipped with one line; the others are posted only to
+    the address checked at delivery (docs/design.md §7)."""
+    from dataclasses import replace
+
+    from .webhooks import check
+
+    kept = []
+    for dest in found:
+        _, why = check(dest.webhook)
+        if why is not None:
+            lines.append(printable(f"notify: {dest.owner}'s {dest.label}: {why}: skipped (runner.json's "
+                                   '"allow_private_webhooks" allows it)'))
+        else:
+            kept.append(replace(dest, pinned=True))
+    return kept, lines
 
 
 def pass_failed(home_root: Path, destinations: list[Any], error: str) -> list[str]:

@@ -168,12 +168,34 @@ def update_settings(home: Home, user: str, change: Callable[[UserSettings], None
     """Read, change, check and write the user's settings under their lock; a change that raises, or
     leaves the settings invalid, writes nothing."""
     path = settings_file(home, user)
+    _check_writer(path, user)
     with _locked(path):
         settings = load_settings(home, user)
         change(settings)
         check_settings(settings)
         write_atomic(path, msgspec.json.format(msgspec.json.encode(settings), indent=2) + b"\n")
     return settings
+
+
+def _check_writer(path: Path, user: str) -> None:
+    """A user's settings (working directories, aliases, webhooks) are changed only by the account
+    that owns the file, or by the account the user's name is (docs/design.md §7): `JOBTPU_USER=ann`
+    does not let another account repoint ann's working directory."""
+    import os
+
+    try:
+        owner = os.stat(path, follow_symlinks=False).st_uid
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if owner == me:
+        return
+    from .trust import account_name
+
+    if user != account_name(me):
+        raise JobtpuError(f"users/{user}/settings.json is account {account_name(owner)}'s: "
+                          f"account {account_name(me)} may not change it",
+                          hint="change your own settings, or ask its owner")
 
 
 # ---- which folder a submit snapshots ----------------------------------------------------------------

@@ -94,20 +94,32 @@ def remove_user(home: Home, name: str) -> None:
 def check_owner(job: Job, user: str, force: bool, act: str) -> None:
     """The one ownership rule: `user` may `act` on their own jobs; on another user's only with
     `force`, and then the act is recorded in the job (job.forced), which the caller saves."""
-    if job.user == user:
+    import os
+
+    from .trust import account_name
+
+    real = os.getuid()
+    if job.user == user and (job.uid is None or job.uid == real):
         return
     if not force:
+        if job.user == user:  # the label is the job's, the account is not (JOBTPU_USER names anyone)
+            raise JobtpuError(f"job {job.id} is {job.user}'s, submitted by account {account_name(job.uid or 0)}, "
+                              f"not by {account_name(real)}: {act} refused",
+                              hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
         raise JobtpuError(f"job {job.id} is {job.user}'s, not {user}'s: {act} refused",
                           hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
     from .model import ForcedAct
 
-    job.forced.append(ForcedAct(by=user, act=act, at=round(time.time(), 3)))
+    job.forced.append(ForcedAct(by=user, act=act, at=round(time.time(), 3), uid=real, account=account_name(real)))
 
 
 def check_owners(jobs: list[Job], user: str, force: bool, act: str) -> None:
     """check_owner for every job an act would touch, all or nothing: without `force`, one line
     refuses the whole act when any of them is another user's (a bulk act never half happens)."""
-    others = [j for j in jobs if j.user != user]
+    import os
+
+    real = os.getuid()
+    others = [j for j in jobs if j.user != user or (j.uid is not None and j.uid != real)]
     if len(others) == 1 or force:
         for job in others:
             check_owner(job, user, force, act)

@@ -382,7 +382,10 @@ def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> 
     # secrets.json too: the owner's alone in a private home, the group's in a shared one, whose
     # every member's pass must read it to launch the jobs.
     for rel, mode in modes.items():
-        if rel.endswith("/"):
+        if rel.startswith("specs/"):  # a job's spec is its submitter's alone to write (docs/design.md §7)
+            assert mode == ((0o3770 if rel == "specs/" else 0o640) if shared else
+                            (0o700 if rel == "specs/" else 0o600)), (rel, oct(mode))
+        elif rel.endswith("/"):
             assert mode == (0o2770 if shared else 0o700), (rel, oct(mode))
         else:
             assert mode == (0o660 if shared else 0o600), (rel, oct(mode))

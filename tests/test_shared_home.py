@@ -45,7 +45,8 @@ def test_two_accounts_share_a_home_and_its_files_stay_the_groups(team: Team) -> 
         ids[account] = int(done.stdout)
 
     def both_finished() -> bool:
-        team.run(bob if len(ids) % 2 else alice, "--home", str(home), "manage", umask="0077")
+        for account in (alice, bob):  # a local job runs as its submitter, so each account's pass runs its own
+            team.run(account, "--home", str(home), "manage", umask="0077")
         rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
         return all(r["status"] == "finished" for r in rows) and len(rows) == 2
     wait_for(both_finished, timeout=60, interval=0.5, what="both accounts' jobs to finish")
@@ -105,7 +106,8 @@ def test_a_home_made_by_init_shared_serves_two_accounts_with_secrets_and_guards_
     assert stat.S_IMODE((home / "secrets.json").stat().st_mode) == 0o660  # bob's pass reads alice's key
 
     def both_finished() -> bool:
-        team.run(bob, "--home", str(home), "manage", umask="0077")  # one pass starts both jobs
+        for account in (alice, bob):  # a local job runs as its submitter: each pass starts its own (design §7)
+            team.run(account, "--home", str(home), "manage", umask="0077")
         rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
         return all(r["status"] == "finished" for r in rows) and len(rows) == 2
     wait_for(both_finished, timeout=60, interval=0.5, what="both accounts' jobs to finish")

@@ -233,3 +233,24 @@ print([m for m in sys.modules if m.split(".")[0] in ("paramiko", "fabric", "invo
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == []
+
+
+def test_no_agent_reaches_the_worker_while_one_runs_at_home(ssh_fleet: SshFleet, home: Home,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/design.md §7: a pass lends its identity to authenticate, never its agent to the worker."""
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    env = dict(part.split("=", 1) for part in agent.replace(";", "\n").split() if "=" in part)
+    monkeypatch.setenv("SSH_AUTH_SOCK", env["SSH_AUTH_SOCK"])
+    try:
+        subprocess.run(["ssh-add", str(ssh_fleet.identity)], capture_output=True, check=True)
+        fm = ssh_fleet.add_machine("agent")
+        t = transport(machine_of(ssh_fleet, fm), home, fm.hosts[0])
+        try:
+            assert t.run("echo ${SSH_AUTH_SOCK:-unset}").stdout == "unset\n"
+            done = subprocess.run(t.login_command(["echo ${SSH_AUTH_SOCK:-unset}"]), capture_output=True,
+                                  text=True, timeout=30)
+            assert done.stdout == "unset\n", done.stderr
+        finally:
+            t.close()
+    finally:
+        subprocess.run(["kill", env["SSH_AGENT_PID"]], capture_output=True)

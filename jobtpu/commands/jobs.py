@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -109,7 +110,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
-               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress)
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
 
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
@@ -143,6 +144,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     job = build_job(home, fleet, opts)
     apply_extras(job, extras)
     from ..secrets import SecretStore, split_env
+    from ..specs import write_spec
 
     job.env, secret = split_env(job.env)
     jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
@@ -163,6 +165,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
                     each.sweep = first
                     each.tags.append(sweep_tag(first))
                 secrets.put(each.id, secret)  # before the job exists, so it never runs without them
+                write_spec(home, each, list(secret))  # what it runs, in a file of this account's (design §7)
             state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
         if secret:
@@ -550,10 +553,23 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
         for job in jobs:
             requeue_job(job, resume=resume, reason=None, machine=machine)
             job.queued_by_hand()
+            _adopt(home, job)
     if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)
         for job in jobs:
             print(job.id)
     return 0
+
+
+def _adopt(home: Home, job: Job) -> None:
+    """A job made before homes kept specs gets one from its own account's rerun or resume (a
+    teammate's forced rerun keeps the job's spec, or its lack of one: docs/design.md §7)."""
+    from ..secrets import MASK
+    from ..specs import has_spec, write_spec
+
+    if job.uid not in (None, os.getuid()) or has_spec(home, job.id):
+        return
+    job.uid = os.getuid()
+    write_spec(home, job, [name for name, value in job.env.items() if value == MASK])
 
 
 def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
@@ -583,6 +599,10 @@ def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
         # holds is an orphan.
         with Store(home).lock():
             SecretStore(home).keep_only({j.id for j in Store(home).load().jobs} - gone_ids)
+        from ..specs import drop_spec
+
+        for job_id in sorted(gone_ids):  # another member's spec stays (the sticky folder keeps it theirs)
+            drop_spec(home, job_id)
     note(f"moved {len(gone)} ended job(s) to {home.history_file.name}")
     return 0
 

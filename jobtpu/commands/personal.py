@@ -61,6 +61,23 @@ def _notify_value(values: list[str]) -> list[Any]:
     return list(doc)
 
 
+def _check_private_webhooks(home: Home, doc: Any) -> None:
+    """A member's webhook may not point at loopback or private addresses, which the pass's account
+    would post to from its host, unless the home's runner.json allows it (docs/design.md §7)."""
+    from ..home import is_shared
+    from ..trust import load_runner
+    from ..webhooks import check
+
+    if not is_shared(home.root) or load_runner(home.root).allow_private_webhooks:
+        return  # a private home's settings are its owner's own: nobody else's pass posts them
+    for i, entry in enumerate(doc):
+        _, why = check(entry["webhook"])
+        if why is not None:
+            raise JobtpuError(f"notify[{i}].webhook: {why}: the pass would post there from its own host",
+                              hint='name a public address, or have the runner allow it ("allow_private_webhooks" '
+                                   "in runner.json)")
+
+
 def _shown(key: str, settings: UserSettings) -> str | None:
     value = getattr(settings, key)
     if value in (None, []):
@@ -82,6 +99,8 @@ def config(home: Home, action: str, key: str | None, values: list[str], user: st
         if key is None:
             raise JobtpuError("`config set` needs a KEY and a VALUE", hint=f"settings: {', '.join(CONFIG_KEYS)}")
         value = _config_value(key, values)
+        if key == "notify":
+            _check_private_webhooks(home, value)
         update_settings(home, who, lambda s: setattr(s, key, value))
         note(f"{key} = {_shown(key, load_settings(home, who))}")
         return 0

@@ -62,8 +62,9 @@ def _share(root: Path, gid: int, group: str) -> None:
             if st.st_gid != gid or st.st_mode & 0o007:
                 not_mine.append(str(path.relative_to(root)) or ".")
             continue
+        rel = path.relative_to(root).parts
         try:
-            _give_to_group(path, gid)
+            _give_to_group(path, gid, consent=bool(rel) and rel[0] in ("specs", "runner.json"))
         except PermissionError as e:
             raise JobtpuError(f"cannot give {path} to group {group!r}: {e.strerror}",
                               hint="run `jobtpu init --shared` as the home's owner") from None
@@ -72,9 +73,11 @@ def _share(root: Path, gid: int, group: str) -> None:
              f"`jobtpu init --shared {group}` to share them")
 
 
-def _give_to_group(path: Path, gid: int) -> None:
+def _give_to_group(path: Path, gid: int, consent: bool = False) -> None:
     """Through a descriptor opened without following a symlink: a group member who swaps an entry for
-    a link meanwhile never gets one of our files elsewhere chmodded."""
+    a link meanwhile never gets one of our files elsewhere chmodded. A file that carries its owner's
+    consent (a job spec, runner.json: docs/design.md §7) stays writable by its owner alone (0640),
+    and the specs folder gets the sticky bit."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -88,6 +91,9 @@ def _give_to_group(path: Path, gid: int) -> None:
         os.fchown(fd, -1, gid)
         # A file keeps its owner's execute bit for the group; nothing is ever the world's.
         folder = stat.S_ISDIR(st.st_mode)
+        if consent:
+            os.fchmod(fd, 0o3770 if folder else 0o640)
+            return
         os.fchmod(fd, 0o2770 if folder else (0o660 | (0o110 if st.st_mode & 0o100 else 0)))
     finally:
         os.close(fd)

@@ -245,7 +245,9 @@ class SshTransport:
         args = ["ssh", "-F", "/dev/null", "-p", str(self.port), "-o", "BatchMode=yes",
                 "-o", f"ConnectTimeout={max(1, math.ceil(self.machine.connect_timeout))}",
                 "-o", "ConnectionAttempts=1", "-o", "LogLevel=ERROR", "-o", "UpdateHostKeys=no",
-                "-o", "GlobalKnownHostsFile=/dev/null"]
+                "-o", "GlobalKnownHostsFile=/dev/null",
+                # Never lend the agent or a tunnel to the worker (docs/design.md §7); paramiko never forwards either.
+                "-o", "ForwardAgent=no", "-o", "ClearAllForwardings=yes", "-o", "ForwardX11=no"]
         if self.identity is not None:
             args += ["-i", self.identity.replace("%", "%%"), "-o", "IdentitiesOnly=yes"]
         if self.machine.host_key_policy == "off":

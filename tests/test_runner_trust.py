@@ -1,0 +1,347 @@
+"""Whose account runs what in a shared home (docs/design.md §7, docs/reference.md §1.3): two real
+Unix accounts in one group, alice runs the passes; bob may edit every group-writable file, yet no
+code of his runs as alice, unless alice's own runner.json says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.accounts import Team
+from tests.helpers import wait_for
+
+
+@pytest.fixture
+def team() -> Iterator[Team]:
+    made = Team(2)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+class Counter:
+    """An HTTP server on 127.0.0.1 that counts what it is sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        counter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                counter.requests.append(f"{self.command} {self.path} {self.headers.get('Authorization', '')}")
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = do_PUT = _any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def counter() -> Iterator[Counter]:
+    made = Counter()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def shared_home(team: Team) -> Path:
+    alice = team.accounts[0]
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    return home
+
+
+def as_account(team: Team, account: str, script: str) -> None:
+    """A shell script run by `account` itself (its files are its own), as a teammate would."""
+    import subprocess
+
+    subprocess.run(["runuser", "-u", account, "--", "bash", "-c", f"umask 0007; {script}"], check=True,
+                   cwd=team.base)
+
+
+def write_as(team: Team, account: str, path: Path, text: str) -> None:
+    tmp = team.base / f"{account}-{path.name}.new"
+    tmp.write_text(text)
+    os.chown(tmp, team.uid(account), team.gid)
+    tmp.chmod(0o660)
+    as_account(team, account, f"cat {tmp} > {path}")  # the same file, rewritten in place
+    tmp.unlink()
+
+
+def submit(team: Team, account: str, home: Path, cmd: str, *extra: str) -> int:
+    src = team.private_folder(account, f"src{len(list(team.base.iterdir()))}")
+    (src / "x.txt").write_text("x\n")
+    os.chown(src / "x.txt", team.uid(account), team.uid(account))
+    return int(team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", cmd, *extra,
+                        umask="0077").stdout)
+
+
+def row(team: Team, home: Path, job: int) -> dict[str, Any]:
+    rows = json.loads(team.run(team.accounts[0], "--home", str(home), "status", "--all-users", "--json",
+                               str(job)).stdout)["jobs"]
+    return rows[0]
+
+
+def manage(team: Team, account: str, home: Path) -> str:
+    done = team.run(account, "--home", str(home), "manage", umask="0077")
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout + done.stderr
+
+
+def ends(team: Team, account: str, home: Path, job: int) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        manage(team, account, home)
+        got = row(team, home, job)
+        return got if got["status"] in ("finished", "failed", "killed") else None
+    found: dict[str, Any] = wait_for(ended, timeout=60, interval=0.3, what=f"job {job} to end")
+    return found
+
+
+def runner_json(team: Team, account: str, home: Path, doc: dict[str, Any]) -> None:
+    """runner.json as reference §1.3 says to write it: by the runner's account, `chmod 644`."""
+    tmp = team.base / "runner.json.new"
+    tmp.write_text(json.dumps(doc))
+    tmp.chmod(0o644)
+    as_account(team, account, f"cp {tmp} {home}/runner.json && chmod 644 {home}/runner.json")
+    tmp.unlink()
+
+
+def test_another_members_local_job_waits_for_their_own_pass_or_a_named_runner(team: Team) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    job = submit(team, bob, home, "id -un")
+    out = manage(team, alice, home)
+    got = row(team, home, job)
+    assert got["status"] == "queued", got
+    assert got["waiting"] == f"local jobs run as their submitter: waits for a pass run by {bob}", got
+    assert "launch" not in out
+    assert ends(team, bob, home, job)["status"] == "finished"
+    assert team.run(bob, "--home", str(home), "tail", str(job)).stdout.split() == [bob]
+    # alice's own runner.json naming her: her passes run every member's local jobs.
+    runner_json(team, alice, home, {"runner": alice})
+    second = submit(team, bob, home, "id -un")
+    assert ends(team, alice, home, second)["status"] == "finished"
+    assert team.run(bob, "--home", str(home), "tail", str(second)).stdout.split() == [alice]
+    # A runner.json bob wrote naming bob is bob's consent, never alice's.
+    as_account(team, alice, f"rm {home}/runner.json")
+    runner_json(team, bob, home, {"runner": alice})
+    third = submit(team, bob, home, "id -un")
+    out = manage(team, alice, home)
+    assert "runner.json is " + bob + "'s" in out and row(team, home, third)["status"] == "queued", out
+
+
+def test_a_rewritten_cmd_in_state_json_never_runs(team: Team) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    marker = team.shared_folder("marks") / "stolen"
+    job = submit(team, alice, home, "echo mine")
+    state = json.loads((home / "state.json").read_text())
+    for each in state["jobs"]:
+        if each["id"] == job:
+            each["cmd"] = f"id -un > {marker}; chmod 666 {marker}"
+    write_as(team, bob, home / "state.json", json.dumps(state))
+    got = ends(team, alice, home, job)
+    assert got["status"] == "failed" and f"specs/{job}.json" in got["last_line"], got
+    assert not marker.exists()
+    spec = home / "specs" / f"{job}.json"
+    assert spec.stat().st_uid == team.uid(alice) and stat.S_IMODE(spec.stat().st_mode) == 0o640
+    assert (home / "specs").stat().st_mode & stat.S_ISVTX  # no member may rename another's spec
+
+
+def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(team: Team, counter: Counter) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    marker = team.shared_folder("marks") / "ran-as-alice"
+    machines = {"machines": {"local": {"kind": "local"}},
+                "notify": [{"command": f"touch {marker}"}, {"webhook": f"{counter.url}/hook", "events": ["finished"]}]}
+    write_as(team, bob, home / "machines.json", json.dumps(machines))  # the group-writable file alice made
+    job = submit(team, alice, home, "true")
+    assert ends(team, alice, home, job)["status"] == "finished"
+    out = manage(team, alice, home)
+    assert "its notify[0].command is not used; move it into runner.json" in out, out
+    wait_for(lambda: any("/hook" in r for r in counter.requests), timeout=30, what="the webhook to be posted")
+    assert not marker.exists()
+    # alice makes machines.json 0640; bob moves a new file of his in its place.
+    as_account(team, alice, f"chmod 640 {home}/machines.json")
+    new = home / ".bob-machines.json"
+    write_as(team, bob, new, json.dumps(machines))
+    as_account(team, bob, f"mv {new} {home}/machines.json")
+    job = submit(team, alice, home, "true")
+    assert ends(team, alice, home, job)["status"] == "finished"
+    assert f"machines.json is {bob}'s, not {alice}'s: its notify[0].command is not used" in manage(team, alice, home)
+    assert not marker.exists()
+    # The same command in alice's own runner.json runs.
+    runner_json(team, alice, home, {"notify": [{"command": f"touch {marker}", "events": ["finished"]}]})
+    job = submit(team, alice, home, "true")
+    assert ends(team, alice, home, job)["status"] == "finished"
+    wait_for(lambda: marker.exists(), timeout=30, what="runner.json's command to run")
+
+
+def test_privileged_keys_in_an_untrusted_machines_json_are_refused(team: Team, counter: Counter) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    key = team.base / "bobs-key"
+    machines = {"machines": {"local": {"kind": "local"},
+                             "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "identity_file": str(key),
+                                     "resources": {"disk": 1}}},
+                "gcp": {"project": "p", "api_endpoint": f"{counter.url}/tpu"},
+                "sheet": {"spreadsheet": "s", "credentials": "anonymous", "api_endpoint": f"{counter.url}/sheet",
+                          "timeout": 2}}
+    write_as(team, bob, home / "machines.json", json.dumps(machines))
+    job = submit(team, alice, home, "true", "--req", "disk=1")
+    out = manage(team, alice, home)
+    for name in ("machines.box.identity_file", "gcp.api_endpoint", "sheet.api_endpoint"):
+        assert f"its {name} is not used; move it into runner.json" in out, out
+    assert "box's identity_file is refused" in row(team, home, job)["waiting"]
+    assert counter.requests == []  # the pass's token went nowhere bob chose
+
+
+@pytest.mark.fast
+def test_the_ssh_transport_never_forwards_an_agent(tmp_path: Path) -> None:
+    from jobtpu.fleet import Machine
+    from jobtpu.home import Home
+    from jobtpu.transport.base import Endpoint
+    from jobtpu.transport.ssh import SshTransport
+
+    machine = Machine(name="box", kind="ssh", hosts=("10.0.0.9",), user="u", identity_file=str(tmp_path / "k"))
+    args = SshTransport(Endpoint("box", 0, "10.0.0.9", 22), machine, Home(tmp_path)).ssh_command()
+    options = {args[i + 1] for i, word in enumerate(args[:-1]) if word == "-o"}
+    assert {"ForwardAgent=no", "ClearAllForwardings=yes"} <= options, args
+    # paramiko forwards an agent only through an AgentRequestHandler on a session: jobtpu opens none.
+    source = Path(__file__).resolve().parent.parent / "jobtpu" / "transport" / "ssh.py"
+    assert "AgentRequestHandler" not in source.read_text() and "forward_agent" not in source.read_text()
+
+
+def run_labelled(team: Team, account: str, label: str, *args: str) -> Any:
+    """`jobtpu ARGS` as `account` with JOBTPU_USER naming another member, as anyone may set it."""
+    import pwd
+    import subprocess
+    import sys
+
+    from tests.accounts import REPO
+
+    home = pwd.getpwnam(account).pw_dir
+    cmd = ["runuser", "-u", account, "--", "env", "-i", f"HOME={home}", f"USER={account}", f"JOBTPU_USER={label}",
+           "PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH={REPO}", sys.executable, "-m", "jobtpu.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=team.base)
+
+
+def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    job = submit(team, alice, home, "sleep 300")
+    refused = run_labelled(team, bob, alice, "--home", str(home), "kill", str(job))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.splitlines()[0] == (f"jobtpu: error: job {job} is {alice}'s, submitted by account {alice}, "
+                                              f"not by {bob}: kill refused")
+    assert row(team, home, job)["status"] == "queued"
+    forced = run_labelled(team, bob, alice, "--home", str(home), "kill", "--force", str(job))
+    assert forced.returncode == 0, forced.stderr
+    got = row(team, home, job)
+    assert got["status"] == "killed"
+    assert [(f["by"], f["act"], f["uid"], f["account"]) for f in got["forced"]] == \
+        [(alice, "kill", team.uid(bob), bob)]
+    team.run(alice, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    settings = home / "users" / alice / "settings.json"
+    before = settings.read_bytes()
+    changed = run_labelled(team, bob, alice, "--home", str(home), "config", "set", "rule", "pre")
+    assert changed.returncode == 1 and changed.stderr.splitlines()[0] == (
+        f"jobtpu: error: users/{alice}/settings.json is account {alice}'s: account {bob} may not change it")
+    assert settings.read_bytes() == before
+    ends(team, alice, home, submit(team, alice, home, "true"))
+    lines = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
+    assert lines and all(e["account"] in (alice, bob) and e["uid"] == team.uid(e["account"]) for e in lines), lines
+
+
+@pytest.mark.fast
+def test_the_reference_runner_json_example_is_what_a_pass_reads(tmp_path: Path) -> None:
+    from jobtpu.privileged import gate
+    from jobtpu.trust import load_runner
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    section = text.split("### 1.3 ", 1)[1].split("\n### ", 1)[0]
+    example = section.split("```\n", 2)[1].rsplit("```", 1)[0]
+    (tmp_path / "runner.json").write_text(example)
+    (tmp_path / "runner.json").chmod(0o644)
+    runner = load_runner(tmp_path)
+    assert runner.problem is None and runner.runner == "alice" and not runner.allow_private_webhooks
+    machines = {"machines": {"local": {"kind": "local"}, "gpu1": {"kind": "ssh", "hosts": ["10.0.0.5"]}}}
+    (tmp_path / "machines.json").write_text(json.dumps(machines))
+    (tmp_path / "machines.json").chmod(0o664)  # group-writable: its own privileged keys would be refused
+    import os as _os
+
+    st = _os.stat(tmp_path / "machines.json")
+    gated = gate(((tmp_path / "machines.json").read_bytes(), st), tmp_path)
+    doc = json.loads(gated.data or b"{}")
+    assert doc["machines"]["gpu1"]["identity_file"] == "~/.ssh/gpu1_key"
+    assert doc["gcp"]["credentials"] == "/home/alice/tpu-sa.json"
+    assert doc["notify"] == [{"command": "notify-send jobtpu", "events": ["failed"]}]
+    assert gated.lines() == () and gated.refused_machines == {}
+    (tmp_path / "runner.json").chmod(0o664)
+    assert "runner.json is writable by its group or by everyone: not used" in (load_runner(tmp_path).problem or "")
+
+
+def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_allows_it(
+        team: Team, counter: Counter) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    hook = json.dumps([{"webhook": f"{counter.url}/mine", "events": ["finished"]}])
+    refused = team.run(bob, "--home", str(home), "config", "set", "notify", hook, check=False, umask="0077")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("jobtpu: error: notify[0].webhook: 127.0.0.1 resolves to a private address")
+    team.run(bob, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    settings = home / "users" / bob / "settings.json"
+    doc = json.loads(settings.read_text())
+    doc["notify"] = json.loads(hook)
+    write_as(team, bob, settings, json.dumps(doc))  # by hand: a pass must check it too
+    job = submit(team, bob, home, "true")
+    said: list[str] = []
+
+    def finished() -> bool:
+        said.append(manage(team, bob, home))
+        return bool(row(team, home, job)["status"] == "finished")
+    wait_for(finished, timeout=60, interval=0.3, what="bob's job to finish")
+    assert f"notify: {bob}'s webhook 127.0.0.1: 127.0.0.1 resolves to a private address (127.0.0.1): skipped" \
+        in "".join(said), said
+    assert counter.requests == []
+    runner_json(team, alice, home, {"runner": alice, "allow_private_webhooks": True})
+    job = submit(team, bob, home, "true")
+    assert ends(team, alice, home, job)["status"] == "finished"
+    wait_for(lambda: any("/mine" in r for r in counter.requests), timeout=30, what="the allowed webhook")
+
+
+def test_sharing_a_private_home_keeps_its_specs_its_owners(team: Team) -> None:
+    alice, _ = team.accounts
+    home = team.private_folder(alice, "home")
+    team.run(alice, "init", str(home), umask="0077")
+    job = submit(team, alice, home, "id -un")
+    assert stat.S_IMODE((home / "specs" / f"{job}.json").stat().st_mode) == 0o600
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    spec = home / "specs" / f"{job}.json"
+    assert stat.S_IMODE(spec.stat().st_mode) == 0o640 and (home / "specs").stat().st_mode & stat.S_ISVTX
+    assert ends(team, alice, home, job)["status"] == "finished"
