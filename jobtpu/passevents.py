@@ -21,6 +21,7 @@ import msgspec
 
 from . import events as ev
 from . import model
+from .errors import JobtpuError
 from .events import Event
 from .model import Attempt, Job, LastPass, MachineRecord, Status
 from .text import printable
@@ -93,6 +94,8 @@ def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> lis
         ev.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         lines.append(printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}"))
+    except JobtpuError as e:  # a link, a FIFO or a held lock there: one line, never the pass
+        lines.append(printable(f"events: {e.message}"))
     from .events import OUTBOX_FILE
 
     if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .. import safefs
 from ..errors import RemoteError
 from ..home import create_temp, make_dirs, rename_synced
 from ..scripts import RUN_SCRIPT
@@ -44,15 +45,21 @@ class LocalTransport:
             raise
         rename_synced(tmp, target)
 
-    def pull(self, remote: str, local: Path) -> None:
+    def pull(self, remote: str, local: Path, into: int | None = None) -> None:
+        """Copy into the folder `into` (a descriptor; `local` names it), never through a link planted
+        under it (docs/design.md §2)."""
         source = Path(remote).expanduser()
         if not source.exists():
             raise RemoteError(f"{self.endpoint.machine}: {remote} does not exist")
-        local.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, local, dirs_exist_ok=True, symlinks=True)
-        else:
-            shutil.copy2(source, local / source.name)
+        if into is None:
+            local.mkdir(parents=True, exist_ok=True)
+            into = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                safefs.copy_into(source, into)
+            finally:
+                os.close(into)
+            return
+        safefs.copy_into(source, into)
 
     def close(self) -> None:
         pass
