@@ -207,3 +207,53 @@ def test_tail_of_a_large_log_reads_from_its_end(tmp_path: Path) -> None:
     tail = peak_kb(*JOBTPU, "--home", str(home), "tail", str(job))
     assert whole > (200 << 10)  # reading it whole costs its size
     assert tail < whole / 2, (tail, whole)
+
+
+# ---- the local machine's run root (docs/design.md §4) ---------------------------------------------
+
+def loose_entries(root: Path, allowed: int) -> list[str]:
+    """The entries under `root` (links aside) whose mode grants more than `allowed` to group and others."""
+    bad = []
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077 & ~allowed:
+            bad.append(f"{path.relative_to(root)}: {stat.filemode(st.st_mode)}")
+    return bad
+
+
+@pytest.mark.fast
+def test_a_private_home_from_a_clone_keeps_its_run_folder_to_its_owner(tmp_path: Path) -> None:
+    was = os.umask(0o022)
+    try:
+        home = make_home(tmp_path)
+        home.chmod(0o755)  # as a clone's folder is
+        src = tmp_path / "src"
+        src.mkdir()
+        job = submit(home, src, "echo my key is 1234; mkdir -p out; echo x > out/file")
+        manage_until(home, [job], {"finished"})
+    finally:
+        os.umask(was)
+    assert (home / "run" / "meta" / str(job)).is_dir()
+    assert not loose_entries(home / "run", 0), loose_entries(home / "run", 0)
+
+
+def test_a_shared_homes_run_folder_is_never_world_readable_and_refuses_a_planted_job_folder(team: Team) -> None:
+    alice, bob = team.accounts
+    home = shared_home(team)
+    secret = alice_secret(team)
+    first = submit_as(team, alice, home, "echo my key is 1234")
+    passes(team, home, lambda r: r[first]["status"] == "finished", "alice's first job to finish")
+    assert not loose_entries(home / "run", 0o070), loose_entries(home / "run", 0o070)
+    # bob makes the next job's folder his own, with a link where its log goes.
+    planted = home / "run" / "meta" / str(first + 1)
+    as_(team, bob, "bash", "-c", f"umask 022; mkdir {planted} && ln -s {secret / 'authorized_keys'} {planted}/0.0.log")
+    second = submit_as(team, alice, home, "echo overwrite")
+    fine = submit_as(team, alice, home, "echo fine")
+    assert second == first + 1
+    passes(team, home, lambda r: r[second]["status"] == "failed" and r[fine]["status"] == "finished",
+           "the planted job to fail and the other to finish")
+    failed = rows(team, home)[second]
+    assert failed["reason"] == "launch_failed" and str(planted) in failed["last_line"], failed
+    assert (secret / "authorized_keys").read_text() == "alice's key\n"
+    loose = [e for e in loose_entries(home / "run", 0o070) if not e.startswith(f"meta/{second}:")]  # bob's own
+    assert not loose, loose
