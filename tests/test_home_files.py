@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.accounts import Team
-from tests.helpers import JOBTPU, make_home, manage_until, submit, wait_for
+from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, submit, wait_for
 
 
 @pytest.fixture
@@ -257,3 +257,24 @@ def test_a_shared_homes_run_folder_is_never_world_readable_and_refuses_a_planted
     assert (secret / "authorized_keys").read_text() == "alice's key\n"
     loose = [e for e in loose_entries(home / "run", 0o070) if not e.startswith(f"meta/{second}:")]  # bob's own
     assert not loose, loose
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", ["state.json", "users.json", "users/tester/settings.json", "secrets.json",
+                                  "history.jsonl"])
+def test_a_fifo_where_a_home_file_goes_is_one_line_never_a_hang(tmp_path: Path, name: str) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    first = submit(home, src, "true", "--env", "WANDB_API_KEY=k1")
+    manage_until(home, [first], {"finished"})
+    if name == "history.jsonl":
+        jobtpu(home, "clean", str(first))  # moves the job there
+    (home / name).parent.mkdir(parents=True, exist_ok=True)
+    (home / name).unlink(missing_ok=True)
+    os.mkfifo(home / name)
+    args = ["status", str(first)] if name == "history.jsonl" else \
+        ["submit", "--dir", str(src), "--cmd", "true", "--env", "WANDB_API_KEY=k2"]
+    done = jobtpu(home, *args, check=False, timeout=30)  # a hang fails here
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{name}: is " in done.stderr.splitlines()[0] and "regular file" in done.stderr, done.stderr
