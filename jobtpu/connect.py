@@ -28,7 +28,8 @@ def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterabl
     """`trusted`: "type base64" host keys the TPU API publishes for this worker (strict policy)."""
     if endpoint.addr is None:
         from .transport.local import LocalTransport
-        return LocalTransport(endpoint, shared=_in_shared_folder(Path(machine.root).expanduser()))
+        root = Path(machine.root).expanduser()
+        return LocalTransport(endpoint, shared=_in_shared_folder(root), root=root)
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from .transport.ssh import SshTransport
     t = SshTransport(endpoint, machine, home)

@@ -37,6 +37,7 @@ class Observation:
     claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
     # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
     local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
+    bad_files: dict[int, str] = field(default_factory=dict)  # job -> what is wrong with its files in the home
 
     def view(self, name: str) -> MachineView:
         return self.machines.setdefault(name, MachineView())
@@ -123,6 +124,14 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         job.reason = model.UNREACHABLE
         return
     refs = refs_of(job)
+    if job.id in seen.bad_files:  # a link, FIFO or foreign folder at its log: this job alone fails
+        ending, why = Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id]
+        alive = _alive(refs, view)
+        if alive:
+            _stop(job, machine, ending, alive, plan, why)
+        else:
+            _end(job, ending, seen.now, plan, why)
+        return
     states = [view.workers.get(ref) for ref in refs]
     failed = [s for s in states if s is not None and s.exit_code not in (None, 0)]
     if failed:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import re
 import time
@@ -45,7 +44,8 @@ from typing import Any
 
 import orjson
 
-from .home import open_append, open_lock
+from . import safefs
+from .errors import BusyError
 from .text import printable
 
 EVENTS_FILE = "events.jsonl"
@@ -184,7 +184,8 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
                 _rotate(home_root, keep)
         if _ends_mid_line(path):  # a writer died mid-line: end that line, or ours would be glued to it
             data = b"\n" + data
-        fd = open_append(path)
+        # Never through a link, never blocking on a FIFO (docs/design.md §2): UnsafePath names it.
+        fd = safefs.open_file(home_root, EVENTS_FILE, os.O_WRONLY | os.O_APPEND, create=True)
         try:
             view = memoryview(data)
             while view:
@@ -195,9 +196,9 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
 
 def _ends_mid_line(path: Path) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False  # none yet (or a planted symlink, which open_append refuses next)
+        fd = _open_read(path)
+    except (OSError, safefs.UnsafePath):
+        return False  # none yet (or a planted link or FIFO, which the append refuses next)
     try:
         size = os.fstat(fd).st_size
         return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
@@ -207,9 +208,12 @@ def _ends_mid_line(path: Path) -> bool:
 
 @contextlib.contextmanager
 def _locked(home_root: Path) -> Iterator[None]:
-    fd = open_lock(home_root / f"{EVENTS_FILE}.lock")
+    fd = safefs.open_file(home_root, f"{EVENTS_FILE}.lock", os.O_RDWR, create=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        wait = safefs.lock_wait()
+        if not safefs.lock(fd, wait):  # a teammate holding it for ever costs one wait, never the pass
+            raise BusyError(f"{EVENTS_FILE}.lock is held by another process for over {wait:g}s; "
+                            "these events are not logged", hint="see who holds it: fuser -v on that file")
         yield
     finally:
         os.close(fd)
@@ -263,10 +267,15 @@ def _parse(lines: Iterable[bytes], wanted: Filter) -> Iterator[Event]:
             yield event
 
 
+def _open_read(path: Path) -> int:
+    """A descriptor reading a file at the top of the home: no link, never blocking on a FIFO."""
+    return safefs.open_file(path.parent, path.name)
+
+
 def _read_file(path: Path) -> bytes:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (FileNotFoundError, OSError):
+        fd = _open_read(path)
+    except FileNotFoundError:
         return b""
     with os.fdopen(fd, "rb") as f:
         return f.read()
@@ -288,8 +297,8 @@ def latest(home_root: Path, n: int = 10) -> list[Event]:
     redrawn every few seconds); fewer right after a rotation."""
     path = events_path(home_root)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = _open_read(path)
+    except (OSError, safefs.UnsafePath):
         return []
     with os.fdopen(fd, "rb") as f:
         size = f.seek(0, os.SEEK_END)
@@ -361,7 +370,7 @@ class _Tail:
         self.path = path
         self.buffer = b""
         try:
-            self.fd: int | None = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            self.fd: int | None = _open_read(path)
             st = os.fstat(self.fd)
             self.identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except OSError:

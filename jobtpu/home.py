@@ -10,6 +10,7 @@ with everyone."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 # What jobtpu itself writes at the top of a home (with their .bak/.lock/.tmp companions): never part
@@ -255,7 +256,8 @@ def _open_or_create(path: Path, flags: int) -> int:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:
             try:
-                return os.open(path, flags)  # someone else's file in a shared home: its mode stays
+                # someone else's file in a shared home: its mode stays; a FIFO there never blocks
+                return _regular(os.open(path, flags | os.O_NONBLOCK), path)
             except FileNotFoundError:
                 continue  # removed in between
         try:
@@ -264,3 +266,17 @@ def _open_or_create(path: Path, flags: int) -> int:
             os.close(fd)
             raise
         return fd
+
+
+def _regular(fd: int, path: Path) -> int:
+    """`fd` if it is a regular file (back in blocking mode); else closed, and UnsafePath naming it."""
+    from .safefs import UnsafePath
+
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(path, "is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -16,6 +16,7 @@ import msgspec
 from .errors import ConfigError, JobtpuError, NotFoundError
 from .home import Home
 from .model import Job, Status
+from .safefs import read_regular
 
 STATUS_ORDER = tuple(s.value for s in Status)
 
@@ -192,7 +193,7 @@ def history(home: Home) -> list[Job]:
     between the append and the save, counts once: its last line)."""
     path = home.history_file
     try:
-        lines = path.read_bytes().splitlines()
+        lines = read_regular(path).splitlines()  # a FIFO there is one line, never a hang
     except FileNotFoundError:
         return []
     by_id: dict[int, Job] = {}

@@ -10,16 +10,14 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
-from . import passevents, passsheet
+from . import logfiles, passevents, passsheet
 from .decide import (
     Kill,
     Launch,
@@ -36,10 +34,11 @@ from .decide import (
     not_launched,
     refs_of,
 )
-from .errors import RemoteError, UnreachableError
+from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
-from .home import Home, make_dirs, open_append
+from .home import Home
 from .model import Job, MachineRecord, Status
+from .safefs import UnsafePath
 from .scripts import (
     TAIL_BYTES,
     archive_path,
@@ -266,51 +265,55 @@ def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
 
 def _local_size(home: Home, ref: WorkerRef) -> int:
     try:
-        return home.log_file(ref.job, ref.attempt, ref.worker).stat().st_size
-    except FileNotFoundError:
-        return 0
+        return logfiles.size(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker))
+    except UnsafePath:
+        return 0  # the pull says what is wrong with it
 
 
 def _pull_logs(p: Pass, seen: Observation) -> None:
-    """Append the new log bytes the probes brought back; remember tails of failed workers."""
+    """Append the new log bytes the probes brought back; remember tails of failed workers. A log
+    that is a link, a FIFO or in a folder we cannot write fails its job alone (docs/reference.md
+    §4.3, `home_file`); one a teammate holds locked waits for the next pass."""
     for view in seen.machines.values():
         for ref, ws in view.workers.items():
-            path = p.home.log_file(ref.job, ref.attempt, ref.worker)
-            failed = ws.exit_code not in (None, 0)
-            if p.dry_run:  # changes nothing: classify from what is home plus what just arrived
-                if failed:
-                    seen.log_tails[ref] = ws.log_end.decode(errors="replace") or \
-                        (_tail(path) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
+            if ref.job in seen.bad_files:
                 continue
-            append_log(path, ws.log_offset, ws.log_bytes)
-            if failed:  # from the log's true end, even when the pull is still behind it
-                seen.log_tails[ref] = ws.log_end.decode(errors="replace") or _tail(path)
-            if ref.worker == 0:
-                line = last_line(path)
-                if line is not None:
-                    seen.last_lines[ref.job] = line
+            try:
+                _pull_one(p, seen, ref, ws)
+            except UnsafePath as e:
+                seen.bad_files[ref.job] = e.message
+            except BusyError as e:
+                p.notes.append(f"job {ref.job}: {e.message}")
 
 
-def append_log(path: Path, offset: int, data: bytes) -> None:
+def _pull_one(p: Pass, seen: Observation, ref: WorkerRef, ws: WorkerState) -> None:
+    rel = logfiles.log_rel(ref.job, ref.attempt, ref.worker)
+    failed = ws.exit_code not in (None, 0)
+    if p.dry_run:  # changes nothing: classify from what is home plus what just arrived
+        if failed:
+            seen.log_tails[ref] = ws.log_end.decode(errors="replace") or \
+                (_tail(p.home.root, rel) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
+        return
+    logfiles.append(p.home.root, rel, ws.log_offset, ws.log_bytes)
+    if failed:  # from the log's true end, even when the pull is still behind it
+        seen.log_tails[ref] = ws.log_end.decode(errors="replace") or _tail(p.home.root, rel)
+    if ref.worker == 0:
+        line = last_line(p.home.root, rel)
+        if line is not None:
+            seen.last_lines[ref.job] = line
+
+
+def append_log(home: Home, ref: WorkerRef, offset: int, data: bytes) -> None:
     """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    make_dirs(path.parent)
-    with open(open_append(path), "ab") as f:  # never through a symlink; the home's file mode
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a pass and a `tail -f` may pull at once
-        if data and os.fstat(f.fileno()).st_size == offset:
-            f.write(data)
+    logfiles.append(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker), offset, data)
 
 
-def _tail(path: Any, size: int = TAIL_BYTES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
-            return f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
+def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
+    return logfiles.read_end(root, rel, size)[0].decode(errors="replace")
 
 
-def last_line(path: Any) -> str | None:
-    text = _tail(path, 4096)
+def last_line(root: Path, rel: PurePath) -> str | None:
+    text = _tail(root, rel, 4096)
     lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
     return lines[-1][-200:] if lines else None
 

@@ -42,10 +42,11 @@ KILLED = "killed"
 RECOVERING = "recovering"
 UNREACHABLE = "unreachable"
 DEPENDENCY = "dependency"  # a job it waited for under --after ended without finishing
+HOME_FILE = "home_file"  # one of its files in the home is a link, a special file or a folder not ours
 FINISHED = "finished"  # an attempt's outcome when every worker exited 0
 
 REASONS = frozenset({PREEMPTED, GRPC, OOM, LOST, HANG, TIMEOUT, LAUNCH_FAILED, KILLED, RECOVERING, UNREACHABLE,
-                     DEPENDENCY})
+                     DEPENDENCY, HOME_FILE})
 
 
 def exit_reason(code: int) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
+from . import safefs
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
@@ -41,7 +43,7 @@ def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, Work
         except RemoteError:
             return {}  # the next pass says why
         for ref, ws in states.items():
-            append_log(home.log_file(ref.job, ref.attempt, ref.worker), ws.log_offset, ws.log_bytes)
+            append_log(home, ref, ws.log_offset, ws.log_bytes)
         return states
 
     seen: dict[WorkerRef, WorkerState] = {}
@@ -60,8 +62,24 @@ def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: P
     if not eps:
         raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
     remote = job_folder(machine.root, job.id) + (f"/{path.strip('/')}" if path.strip("/") else "")
-    with p.connected(machine, eps[0]) as t:
-        t.pull(remote, target)
+    into = _target_folder(home, target)
+    try:
+        with p.connected(machine, eps[0]) as t:
+            t.pull(remote, target, into)
+    finally:
+        os.close(into)
+
+
+def _target_folder(home: Home, target: Path) -> int:
+    """A descriptor of the folder `fetch` writes into. Under the home (results/ID) it is reached one
+    component at a time and must be ours: a link or a teammate's folder there is refused, one line
+    naming it (docs/design.md §2). A folder the user named elsewhere is theirs to choose."""
+    root = Path(os.path.abspath(home.root))
+    absolute = Path(os.path.abspath(target))
+    if absolute == root or root in absolute.parents:
+        return safefs.own_dir(root, absolute.relative_to(root))
+    absolute.mkdir(parents=True, exist_ok=True)
+    return os.open(absolute, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def clean_remote(p: Session, jobs: list[Job]) -> None:

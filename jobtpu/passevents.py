@@ -15,14 +15,16 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from . import events as ev
 from . import model
+from .errors import JobtpuError
 from .events import Event
+from .logfiles import log_rel, read_from
 from .model import Attempt, Job, LastPass, MachineRecord, Status
 from .text import printable
 
@@ -157,6 +159,8 @@ def log(home_root: Path, found: list[Event]) -> list[str]:
         ev.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         return [printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}")]
+    except JobtpuError as e:  # a link, a FIFO or a held lock there: one line, never the pass
+        return [printable(f"events: {e.message}")]
     return []
 
 
@@ -429,7 +433,7 @@ def track_progress(p: Session, seen: Observation) -> None:
                 attempt.last_alive = seen.now
             if ref.worker != 0 or not ws.log_bytes:
                 continue
-            lines = new_lines(p.home.log_file(ref.job, ref.attempt, 0), ws.log_offset)
+            lines = new_lines(p.home.root, log_rel(ref.job, ref.attempt, 0), ws.log_offset)
             record = Progress.from_json(attempt.progress)
             updated = scan(lines, seen.now, _regex(p, job), record)
             if updated != record:
@@ -439,15 +443,14 @@ def track_progress(p: Session, seen: Observation) -> None:
 LINE_LIMIT = 1 << 16  # a progress line is short: a longer unfinished line is not looked back into
 
 
-def new_lines(path: Path, offset: int) -> list[str]:
+def new_lines(root: Path, rel: PurePath, offset: int) -> list[str]:
     """The complete lines of the log from the line that held byte `offset` (unfinished then, so not
-    read by the last pass) to the last newline: each complete line is read exactly once."""
+    read by the last pass) to the last newline: each complete line is read exactly once. Read through
+    safefs (docs/design.md §2): a link or FIFO there yields nothing (the pull fails that job)."""
+    start = max(0, offset - LINE_LIMIT)
     try:
-        with open(path, "rb") as f:
-            start = max(0, offset - LINE_LIMIT)
-            f.seek(start)
-            data = f.read()
-    except OSError:
+        data = read_from(root, rel, start, limit=1 << 30)
+    except (OSError, JobtpuError):
         return []
     head = data[: offset - start]
     cut = head.rfind(b"\n") + 1 if start == 0 or b"\n" in head else len(head)

@@ -181,6 +181,17 @@ def read_fd(fd: int, limit: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
+LOCK_WAIT = 5.0  # seconds to wait for a lock a teammate may hold (docs/design.md §2)
+
+
+def lock_wait() -> float:
+    """How long to wait for a teammate's lock: LOCK_WAIT, or $JOBTPU_LOCK_WAIT (tests shorten it)."""
+    try:
+        return max(0.0, float(os.environ.get("JOBTPU_LOCK_WAIT", LOCK_WAIT)))
+    except ValueError:
+        return LOCK_WAIT
+
+
 def lock(fd: int, timeout: float, shared: bool = False) -> bool:
     """flock `fd`, waiting at most `timeout` seconds: a lock a teammate holds for ever costs a wait,
     never the whole pass. False when it could not be had in time."""
@@ -199,3 +210,100 @@ def lock(fd: int, timeout: float, shared: bool = False) -> bool:
 def relative_to_home(home_root: Path, path: Path) -> PurePath:
     """`path` as a path under the home, for open_file/open_dir (a path outside it raises ValueError)."""
     return PurePath(os.path.relpath(path, home_root)) if path.is_absolute() else PurePath(path)
+
+
+def copy_into(source: Path, dir_fd: int) -> None:
+    """A local folder's contents (or one file) copied into the open folder `dir_fd`, never writing
+    through what is already there: files are written under a new name and renamed over the old entry
+    (a planted link is replaced, never followed), folders are entered only when they are folders."""
+    st = os.lstat(source)
+    if stat.S_ISDIR(st.st_mode):
+        for entry in sorted(os.listdir(source)):
+            _copy_entry(source / entry, dir_fd, entry)
+    else:
+        _copy_entry(source, dir_fd, source.name)
+
+
+def _copy_entry(source: Path, dir_fd: int, name: str) -> None:
+    st = os.lstat(source)
+    if stat.S_ISDIR(st.st_mode):
+        child = _sub_folder(dir_fd, name)
+        try:
+            copy_into(source, child)
+        finally:
+            os.close(child)
+    elif stat.S_ISREG(st.st_mode):
+        mode = file_mode_of(dir_fd) | (0o100 | (0o010 if file_mode_of(dir_fd) & 0o020 else 0) if st.st_mode & 0o100 else 0)
+        tmp, fd = _new_temp(dir_fd, name, mode)
+        try:
+            with open(source, "rb") as src:
+                while chunk := src.read(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view):]
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    elif stat.S_ISLNK(st.st_mode):  # copied as the link it is (never followed here or there)
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        os.symlink(os.readlink(source), tmp, dir_fd=dir_fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    # a FIFO, socket or device in the job's folder is not copied
+
+
+def _sub_folder(dir_fd: int, name: str) -> int:
+    """The folder `name` in `dir_fd`, made when missing; a link or file there is replaced by a folder."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=dir_fd)  # a link or a file: removed, never followed
+    new_mode = folder_mode(dir_fd)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, new_mode, dir_fd=dir_fd)
+    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    if os.fstat(child).st_uid == os.geteuid():
+        os.fchmod(child, new_mode)
+    return child
+
+
+def _new_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
+    while True:
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        os.fchmod(fd, mode)
+        return tmp, fd
+
+
+def own_dir(root: Path, rel: PurePath | str) -> int:
+    """`open_dir(create=True)` for a folder jobtpu writes into: it must also be ours, or UnsafePath."""
+    fd = open_dir(root, rel, create=True)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise UnsafePath(rel, "is a folder another account made, not yours")
+    return fd
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path` if it is a regular file (a link to one is followed, as before): a FIFO, a
+    socket or a device put there raises UnsafePath at once instead of blocking the read for ever.
+    FileNotFoundError as open() raises it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(path, f"is {_kind(st.st_mode)}, not a regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return read_fd(fd)
+    finally:
+        os.close(fd)

@@ -13,6 +13,7 @@ import msgspec
 
 from .errors import ConfigError, JobtpuError
 from .home import Home, is_shared, write_atomic
+from .safefs import read_regular
 from .store import hold_lock, parse_json_file
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -76,7 +77,7 @@ class SecretStore:
         """The stored secrets. A damaged file is an error, not an empty one: the next write would
         otherwise drop every other job's secrets."""
         try:
-            raw = self.path.read_bytes()
+            raw = read_regular(self.path)
         except FileNotFoundError:
             return {}
         return decode_secrets(raw, self.path)

@@ -18,6 +18,7 @@ import msgspec
 
 from .errors import ConfigError, JobtpuError
 from .home import Home, make_dirs, write_atomic
+from .safefs import read_regular
 
 # The keys `jobtpu config` sets, and what each means when it is not set.
 CONFIG_KEYS: dict[str, tuple[str, str]] = {  # key → (what it sets, what applies while it is not set)
@@ -52,7 +53,7 @@ def load_settings(home: Home, user: str) -> UserSettings:
     """The user's settings (all defaults when the file is absent); ConfigError when it is malformed."""
     path = settings_file(home, user)
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except FileNotFoundError:
         return UserSettings()
     try:

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from .model import (
     machine_problem,
     unknown_job,
 )
+from .safefs import UnsafePath
 
 __all__ = ["State", "Store", "VERSION", "decode_state", "parse_json_file", "unknown_job"]
 
@@ -196,7 +198,7 @@ class Store:
     def read(self) -> tuple[State, Snapshot]:
         """The state and the snapshot it came from (one read of the file)."""
         try:
-            with open(self.path, "rb") as f:
+            with open(self.path, "rb", opener=_no_block) as f:  # a FIFO there never hangs the read
                 raw: bytes | None = f.read()
                 stamp: bytes | None = _stamp(os.fstat(f.fileno()))
         except FileNotFoundError:
@@ -351,9 +353,23 @@ def render(encoded: Encoded) -> bytes:
     return b"{\n" + encoded.head + machines + jobs + b"}\n"
 
 
+def _no_block(path: str, flags: int) -> int:
+    """An opener for a file jobtpu reads in the home: a FIFO or a device put there is refused at once."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafePath(path, "is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _has_content(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_no_block) as f:
             return bool(f.read(4096).strip())
     except OSError:
         return False
@@ -421,7 +437,7 @@ def highest_used_id(home: Home) -> int:
     used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
     used += [int(p.name) for p in (home.local_run_root / "jobs").glob("*") if p.name.isdigit()]
     if home.history_file.exists():
-        with open(home.history_file, "rb") as f:
+        with open(home.history_file, "rb", opener=_no_block) as f:
             used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
     return max(used, default=0)
 

@@ -76,9 +76,16 @@ def _write_file(dest: str, rel: str, member: tarfile.TarInfo, data: IO[bytes], h
         _copy(data, h, out)
         # Exactly the two modes archive.py records; no setuid, setgid or sticky bit survives. The time
         # is the archive's, as tar would set it.
-        os.fchmod(out.fileno(), 0o755 if member.mode & 0o111 else 0o644)
+        # The umask cuts them as it would tar's (a private home's run folder keeps them its owner's).
+        os.fchmod(out.fileno(), (0o755 if member.mode & 0o111 else 0o644) & ~_umask())
         out.flush()
         os.utime(out.fileno(), (member.mtime, member.mtime))
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def _copy(data: IO[bytes], h: Any, out: IO[bytes] | None) -> None:

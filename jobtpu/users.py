@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .errors import ConfigError, JobtpuError, NotFoundError
 from .home import Home, write_atomic
 from .inputs import resolve_user
+from .safefs import read_regular
 
 if TYPE_CHECKING:
     from .model import Job
@@ -27,7 +28,7 @@ def load_users(home: Home) -> list[str] | None:
 
     path = home.root / "users.json"
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         return None
     hint = f'fix {path} by hand: {{"users": ["alice", "bob"]}} (or delete it: any user name is then accepted)'

@@ -14,6 +14,7 @@ import pytest
 
 from jobtpu import events
 from jobtpu.events import Event
+from jobtpu.safefs import UnsafePath
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -44,7 +45,7 @@ def test_append_refuses_a_symlink_planted_where_the_log_goes(tmp_path: Path) -> 
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / "events.jsonl").symlink_to(target)
-    with pytest.raises(OSError):
+    with pytest.raises(UnsafePath, match="events.jsonl: is a symbolic link"):  # one line naming it
         events.append(tmp_path, _job_events(0, 1))
     assert target.read_text() == ""
 

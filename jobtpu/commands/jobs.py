@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
+from ..logfiles import log_rel
 from ..store import Store
 from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
@@ -231,6 +233,7 @@ def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
     from .. import manage
 
     printed: dict[int, int] = {}
+    decoders: dict[int, codecs.IncrementalDecoder] = {}
     told_busy = False
     while True:
         if manage.run_pass(home, wait=30.0).skipped and not told_busy:
@@ -240,14 +243,8 @@ def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
         if job is None:
             raise NotFoundError(f"job {job_id} is no longer in state.json")
         for attempt in sorted({a.n for a in job.attempts}):
-            path = home.log_file(job_id, attempt, 0)
-            if path.exists():
-                with open(path, "rb") as f:
-                    f.seek(printed.get(attempt, 0))
-                    data = f.read()
-                printed[attempt] = printed.get(attempt, 0) + len(data)
-                sys.stdout.buffer.write(data)
-                sys.stdout.flush()
+            printed[attempt] = _print_from(home, log_rel(job_id, attempt, 0), printed.get(attempt, 0),
+                                           decoders.setdefault(attempt, _decoder()))
         if job.ended:
             note(f"job {job_id}: {job.status}" + (f" ({job.reason})" if job.reason else ""))
             return job.exit_code if job.exit_code is not None else 1
@@ -417,24 +414,19 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
     if asked is not None and attempt not in tried:
         raise NotFoundError(f"job {job_id} has no attempt {attempt}",
                             hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
-    path = home.log_file(job_id, attempt, worker)
+    path, rel = home.log_file(job_id, attempt, worker), log_rel(job_id, attempt, worker)
     if not path.exists() and not follow_log:
         if job["status"] == "queued" or not tried:
             raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
         raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
                             hint="logs are pulled by `jobtpu manage`")
-    offset = _print_last_lines(path, lines)
+    offset = _print_last_lines(home, rel, lines)
+    decoder = _decoder()
     while follow_log:
         from ..operations import pull_logs
 
         current, workers = pull_logs(home, job_id)  # the job as it stood before this pull
-        if path.exists():
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-            offset += len(data)
-            sys.stdout.buffer.write(data)
-            sys.stdout.flush()
+        offset = _print_from(home, rel, offset, decoder)
         if current is None:
             return 1
         if current.ended or current.attempt != attempt:  # a pass saw the attempt end
@@ -466,14 +458,47 @@ def attempt_exit_code(workers: dict[WorkerRef, WorkerState], expected: int) -> i
     return None
 
 
-def _print_last_lines(path: Path, n: int) -> int:
-    if not path.exists():
-        return 0
-    data = path.read_bytes()
-    lines = data.splitlines(keepends=True)
-    sys.stdout.buffer.write(b"".join(lines[-n:] if n > 0 else []))
+def _decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+def _show(text: str) -> None:
+    """Log text as the characters it holds: a job's escape sequences never steer the terminal."""
+    from ..text import printable_lines
+
+    sys.stdout.buffer.write(printable_lines(text).encode("utf-8", errors="replace"))
     sys.stdout.flush()
-    return len(data)
+
+
+def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
+    """Print the log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the
+    whole file); the offset the log ended at."""
+    from ..logfiles import TAIL_READ, read_end
+
+    limit = TAIL_READ
+    while True:
+        data, end = read_end(home.root, rel, limit)
+        if data.count(b"\n") > n or len(data) >= end or limit >= TAIL_READ * max(1, n):
+            break
+        limit *= 4
+    lines = data.splitlines(keepends=True)
+    if len(data) < end and lines:
+        lines = lines[1:]  # a line cut by where the read began
+    if n > 0:
+        _show(b"".join(lines[-n:]).decode(errors="replace"))
+    return end
+
+
+def _print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.IncrementalDecoder) -> int:
+    """Print what the log holds past `offset`, escaped; the new offset."""
+    from ..logfiles import read_from
+
+    while True:
+        data = read_from(home.root, rel, offset)
+        if not data:
+            return offset
+        offset += len(data)
+        _show(decoder.decode(data))
 
 
 

@@ -6,6 +6,13 @@
 # The exit code of a detached process that could not record its pid: it started nothing.
 JOBTPU_NO_PID_RECORD=97
 
+# jobtpu_own_folder DIR : succeeds when DIR is a real folder (not a link) of this account's that no other
+# account may write to, so nothing another account plants in it is written or read through
+# (docs/design.md §4). Else fails.
+jobtpu_own_folder() {
+  [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ]
+}
+
 # jobtpu_program FUNCTION... : the text of a program for `bash -c` that defines the given functions
 # (and the constants above) and calls the last one with the program's arguments. A detached process
 # (setsid) starts a new bash, which knows none of this script's functions: this is how it gets them.

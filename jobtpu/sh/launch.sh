@@ -21,6 +21,8 @@ jobtpu_launch() (
   shift 11
   out="LAUNCH $job $attempt $worker"
   mkdir -p "$r/meta/$job" "$r/jobs" || { echo "$out fail cannot create $r"; exit; }
+  bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
+  jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
   b="$m/$attempt.$worker"
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi
@@ -75,6 +77,7 @@ jobtpu_launch() (
     [ "$c" = "$jobtpu_unpack_bad_exit" ] && give_up "bad-archive $e"
     [ -d "$j" ] || give_up "fail unpack: $e"
   fi
+  jobtpu_own_folder "$j" || give_up "fail $j $bad"
   if [ -n "$s" ]; then touch "$s/done"; fi
 
   if [ "$tpu_cleanup" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi

@@ -44,8 +44,9 @@ class Transport(Protocol):
         whatever is there even when its size and time match."""
         ...
 
-    def pull(self, remote: str, local: Path) -> None:
-        """Copy a remote file or folder (its contents) into a local folder, recursively."""
+    def pull(self, remote: str, local: Path, into: int | None = None) -> None:
+        """Copy a remote file or folder (its contents) into a local folder, recursively: into the open
+        folder `into` when given (`local` then only names it), never through a link planted there."""
         ...
 
     def close(self) -> None: ...

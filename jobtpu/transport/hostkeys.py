@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..home import Home, open_lock, write_atomic
+from ..safefs import read_regular
 from ._paramiko import paramiko
 
 _known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
@@ -90,7 +91,7 @@ def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                lines = home.known_hosts.read_text().splitlines()
+                lines = read_regular(home.known_hosts).decode().splitlines()
             except FileNotFoundError:
                 lines = []
             before = list(lines)

@@ -4,23 +4,56 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
+from .. import safefs
 from ..errors import RemoteError
 from ..home import create_temp, make_dirs, rename_synced
 from ..scripts import RUN_SCRIPT
 from .base import Endpoint, Result
 
+# The run root's containers (docs/design.md §4): in a shared home setgid and sticky, so every member
+# may add a job's folder and nobody may rename or delete another's; the owner's alone otherwise.
+CONTAINERS = ("meta", "jobs", "archives")
+SHARED_CONTAINER = 0o3770
+PRIVATE_FOLDER = 0o700
+
 
 class LocalTransport:
-    def __init__(self, endpoint: Endpoint, shared: bool = False) -> None:
+    def __init__(self, endpoint: Endpoint, shared: bool = False, root: Path | None = None) -> None:
         self.endpoint = endpoint
-        # In a home its group shares, the local machine's folders are the group's too: whoever runs
-        # the next pass must be able to unpack, launch and clean there, whatever their own umask.
-        self.umask = "umask 0007\n" if shared else ""
+        self.shared, self.root = shared, root
+        # In a home its group shares, what a pass makes in the run root is the group's to read but
+        # only its maker's to write (a teammate cannot plant a link in a job's folder); in a private
+        # home, the owner's alone whatever the umask and the home folder's own mode (docs/design.md §4).
+        self.umask = "umask 0027\n" if shared else "umask 0077\n"
+        self._prepared = False
+
+    def _prepare(self) -> None:
+        """The run root and its containers, real folders with the modes above (ours: set again)."""
+        if self._prepared or self.root is None:
+            return
+        mode = SHARED_CONTAINER if self.shared else PRIVATE_FOLDER
+        make_dirs(self.root.parent)
+        try:
+            for rel in ("", *CONTAINERS):
+                fd = safefs.open_dir(self.root.parent, Path(self.root.name, rel), create=True, mode=mode)
+                try:
+                    st = os.fstat(fd)
+                    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+                        os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
+        except (OSError, safefs.UnsafePath) as e:
+            why = e.message if isinstance(e, safefs.UnsafePath) else (e.strerror or str(e))
+            raise RemoteError(f"{self.endpoint.machine}: its run folder {self.root}: {why}",
+                              hint="it must be a folder (no link) this account can write") from None
+        self._prepared = True
 
     def run(self, script: str, timeout: float | None = None) -> Result:
+        self._prepare()
         # jobtpu's own settings (JOBTPU_HOME, JOBTPU_USER) belong to the manager, not to its jobs.
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTPU_")}
         try:
@@ -33,6 +66,7 @@ class LocalTransport:
     def push(self, local: Path, remote: str) -> None:
         """Copy to a temporary file of its own next to the target, then rename: atomic, and copies made
         at once (the threads of one pass, or two passes) never write into each other's file."""
+        self._prepare()
         target = Path(remote).expanduser()
         make_dirs(target.parent)
         fd, tmp = create_temp(target)  # never through a symlink planted in the run folder
@@ -44,15 +78,21 @@ class LocalTransport:
             raise
         rename_synced(tmp, target)
 
-    def pull(self, remote: str, local: Path) -> None:
+    def pull(self, remote: str, local: Path, into: int | None = None) -> None:
+        """Copy into the folder `into` (a descriptor; `local` names it), never through a link planted
+        under it (docs/design.md §2)."""
         source = Path(remote).expanduser()
         if not source.exists():
             raise RemoteError(f"{self.endpoint.machine}: {remote} does not exist")
-        local.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, local, dirs_exist_ok=True, symlinks=True)
-        else:
-            shutil.copy2(source, local / source.name)
+        if into is None:
+            local.mkdir(parents=True, exist_ok=True)
+            into = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                safefs.copy_into(source, into)
+            finally:
+                os.close(into)
+            return
+        safefs.copy_into(source, into)
 
     def close(self) -> None:
         pass

@@ -282,12 +282,12 @@ class SshTransport:
             path = re.sub(r"([][*?\\])", r"\\\1", path)
         return f"{self.user}@{host}:{path}"
 
-    def _rsync(self, args: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    def _rsync(self, args: list[str], what: str, fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
         self._ensure_known()
         timeout = int(max(60, 6 * self.machine.connect_timeout))
         cmd = ["rsync", "-s", f"--timeout={timeout}", "-e", shlex.join(self.ssh_command()), *args]
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, pass_fds=fds)
         except FileNotFoundError:
             raise self._fail(f"rsync is not installed here; it is needed to {what}") from None
 
@@ -322,13 +322,17 @@ class SshTransport:
             if not result.ok:
                 raise self._fail(f"cannot create {parent}: {result.stderr.strip()[-200:]}")
 
-    def pull(self, remote: str, local: Path) -> None:
-        """A folder's contents, or a single file, into `local` (no owners: results belong to us)."""
-        local.mkdir(parents=True, exist_ok=True)
+    def pull(self, remote: str, local: Path, into: int | None = None) -> None:
+        """A folder's contents, or a single file, into `local` (no owners: results belong to us). With
+        `into`, rsync is handed that folder's descriptor as its destination (/proc/self/fd/N), so a
+        link swapped in at `local` or above it is never followed (docs/design.md §2)."""
+        if into is None:
+            local.mkdir(parents=True, exist_ok=True)
+        dest, fds = (f"/proc/self/fd/{into}/", (into,)) if into is not None else (f"{local}/", ())
         base = ["-rlpt", "--chmod=u+rwX"]
-        done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), f"{local}/"], "pull")
+        done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), dest], "pull", fds)
         if done.returncode == 23:  # not a folder (or missing): try it as one file; its error is the one to show
-            done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), f"{local}/"], "pull")
+            done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), dest], "pull", fds)
         if done.returncode != 0:
             raise self._rsync_error(f"pull of {remote}", done)
 
