@@ -10,6 +10,7 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
