@@ -257,7 +257,7 @@ def _open_or_create(path: Path, flags: int) -> int:
         except FileExistsError:
             try:
                 # someone else's file in a shared home: its mode stays; a FIFO there never blocks
-                return _regular(os.open(path, flags | os.O_NONBLOCK), path)
+                return regular_fd(os.open(path, flags | os.O_NONBLOCK), path)
             except FileNotFoundError:
                 continue  # removed in between
         try:
@@ -268,7 +268,7 @@ def _open_or_create(path: Path, flags: int) -> int:
         return fd
 
 
-def _regular(fd: int, path: Path) -> int:
+def regular_fd(fd: int, path: Path) -> int:
     """`fd` if it is a regular file (back in blocking mode); else closed, and UnsafePath naming it."""
     from .safefs import UnsafePath
 

@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import re
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .errors import BusyError, ConfigError
-from .home import Home, open_append, open_lock, rename_synced, write_atomic, write_temp
+from .home import Home, open_append, open_lock, regular_fd, rename_synced, write_atomic, write_temp
 from .model import (
     VERSION,
     Attempt,
@@ -33,7 +32,6 @@ from .model import (
     machine_problem,
     unknown_job,
 )
-from .safefs import UnsafePath
 
 __all__ = ["State", "Store", "VERSION", "decode_state", "parse_json_file", "unknown_job"]
 
@@ -355,16 +353,7 @@ def render(encoded: Encoded) -> bytes:
 
 def _no_block(path: str, flags: int) -> int:
     """An opener for a file jobtpu reads in the home: a FIFO or a device put there is refused at once."""
-    fd = os.open(path, flags | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafePath(path, "is not a regular file")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return regular_fd(os.open(path, flags | os.O_NONBLOCK), Path(path))
 
 
 def _has_content(path: Path) -> bool:

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.accounts import Team
 from tests.fake_tpu import FakeTpuApi
 from tests.sshfleet import SshFleet
 from tests.tpufleet import TpuFleet
@@ -41,3 +42,13 @@ def tpus(ssh_fleet: SshFleet) -> Iterator[TpuFleet]:
         yield fleet
     finally:
         api.close()
+
+
+@pytest.fixture
+def team() -> Iterator[Team]:
+    """Two real Unix accounts in one group (tests/accounts.py), removed again after the test."""
+    made = Team(2)
+    try:
+        yield made
+    finally:
+        made.close()

@@ -23,15 +23,6 @@ from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, submit, wait_
 
 
 @pytest.fixture
-def team() -> Iterator[Team]:
-    made = Team(2)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
 def holders() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test starts as a teammate (each in a session of its own), stopped at the end."""
     started: list[subprocess.Popen[bytes]] = []

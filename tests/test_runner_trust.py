@@ -19,15 +19,6 @@ from tests.accounts import Team
 from tests.helpers import wait_for
 
 
-@pytest.fixture
-def team() -> Iterator[Team]:
-    made = Team(2)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 class Counter:
     """An HTTP server on 127.0.0.1 that counts what it is sent."""
 

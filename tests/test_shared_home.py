@@ -6,22 +6,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.accounts import Team
 from tests.helpers import wait_for
-
-
-@pytest.fixture
-def team() -> Iterator[Team]:
-    made = Team(2)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def source_of(team: Team, account: str) -> Path:

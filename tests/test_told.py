@@ -116,15 +116,6 @@ def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_
     assert "untold" not in json.loads((home / "state.json").read_text())
 
 
-@pytest.fixture
-def team() -> Iterator[Team]:
-    made = Team(2)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: Team, hook: Hook) -> None:
     alice, bob = team.accounts
     home = team.shared_folder("home")
