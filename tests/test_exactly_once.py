@@ -61,9 +61,11 @@ def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_
     ledger = tmp_path / "ledger"
     job = submit(home, _src(tmp_path), f"echo ran >> {shlex.quote(str(ledger))}; sleep 30", "--env", "API_KEY=k")
     # The job's meta folder on a real, tiny file system with room for one page: the env file takes it.
+    # Private like every folder of a private home's run root (a tmpfs is 1777 unless told): a
+    # world-writable meta folder is refused before any write, which is another test's business.
     folder = _meta(home, job, "pid").parent
     folder.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(folder)], check=True)
     try:
         (folder / "filler").write_bytes(b"x" * 60 * 1024)
         jobs = manage_until(home, [job], {"failed"}, timeout=60)
