@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paramiko  # noqa: E402
 from manage_scaling import bare_probe, counts, setup_home  # noqa: E402
 
-from jobtpu import passevents  # noqa: E402
 from jobtpu.home import Home  # noqa: E402
 from jobtpu.manage import run_pass  # noqa: E402
 from jobtpu.session import kept_connections  # noqa: E402
@@ -48,11 +47,10 @@ def main() -> None:
             (src / "train.py").write_text("print('hi')\n")
             hosts = machine.hosts
             home = Home(setup_home(base, fleet, hosts, src))
-            passevents.set_loop_interval(5.0)
             warm_t, bare_t = [], []
             conns = 0
             with kept_connections():
-                run_pass(home)  # the first round connects
+                run_pass(home, every=5.0)  # the first round connects
                 for _ in range(args.rounds):
                     t = time.perf_counter()
                     bare_probe(hosts, key)
@@ -60,7 +58,7 @@ def main() -> None:
                     time.sleep(0.3)  # let sshd flush its log lines
                     c0, _ = counts(hosts)
                     t = time.perf_counter()
-                    report = run_pass(home)
+                    report = run_pass(home, every=5.0)
                     warm_t.append(time.perf_counter() - t)
                     if report.skipped:
                         raise SystemExit("another pass held the lock")

@@ -87,6 +87,7 @@ class Pass(Session):
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
         self.tpu_work: dict[str, MachineWork] = {}  # TPU machines' steps, planned while observing
+        self.every: float | None = None  # the loop's interval, when a loop runs this pass (run_pass)
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:
         with self._locks_lock:
@@ -111,7 +112,9 @@ class Pass(Session):
 
 
 def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
-             on_note: Callable[[str], None] | None = None) -> PassReport:
+             on_note: Callable[[str], None] | None = None, every: float | None = None) -> PassReport:
+    """One pass. `every`: the interval of the loop running this pass (manage --loop, watch), recorded
+    with the pass so that `status` knows when passes are late; None for a single pass."""
     report = PassReport(on_note=on_note)
     with pass_lock(home, wait) as got:
         if not got:
@@ -124,6 +127,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         state, snapshot = Store(home).read()
         p = Pass(home, fleet, state, snapshot)
         p.dry_run = dry_run
+        p.every = every
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
         was = {name: record.state for name, record in state.machines.items()}
@@ -146,7 +150,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if on_note:
             for note in changes:
                 on_note(note)
-        amend = passevents.before_result(p, seen)
+        amend = passevents.before_result(p, seen, p.every)
         p.commit(amend)  # the result, with what the pass is to tell (passevents, docs/design.md §3)
         after_pass(p, seen, plan, report)
     return report

@@ -40,16 +40,6 @@ STALE_INTERVALS = 3
 # The interval assumed when passes come from cron or by hand (a single pass records none): cron's own.
 DEFAULT_INTERVAL = 60.0
 
-_loop_interval: float | None = None
-
-
-def set_loop_interval(seconds: float | None) -> None:
-    """This process runs a pass every `seconds` (manage --loop, watch): recorded with each pass, so
-    `status` knows when the passes are late."""
-    global _loop_interval
-    _loop_interval = seconds
-
-
 @dataclass
 class _Before:
     jobs: dict[int, bytes]  # each job's state.json line as the pass read it
@@ -76,7 +66,7 @@ def before_decide(p: Session) -> None:
                          list(p.base_untold))
 
 
-def before_result(p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+def before_result(p: Session, seen: Observation, every: float | None) -> Callable[[Encoded], None] | None:
     """Record progress and the pass's time in the state the pass is about to save as its result
     (one write: a pass writes state.json at most twice, intents and result). Returns what the result's
     commit calls with the state as encoded: it decides the pass's events and keeps them, with what an
@@ -85,7 +75,7 @@ def before_result(p: Session, seen: Observation) -> Callable[[Encoded], None] | 
         return None
     track_progress(p, seen)
     now = time.time()
-    p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=_loop_interval)
+    p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=every)
     before = _BEFORE[p]
 
     def amend(encoded: Encoded) -> None:

@@ -21,10 +21,8 @@ if TYPE_CHECKING:
 def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
     from .. import manage as passes
-    from .. import passevents
     from ..session import kept_connections
 
-    passevents.set_loop_interval(loop)
     with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
         return _manage_rounds(home, loop, dry_run, passes.run_pass)
 
@@ -34,7 +32,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
 
     while True:
         try:
-            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop)
         except Exception as e:
             # A loop logs every failed round (nobody may be reading its terminal); a single pass
             # that fails on the user's mistake (a broken machines.json) changes nothing, as every

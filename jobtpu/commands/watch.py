@@ -181,12 +181,9 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from ..passevents import set_loop_interval
     from ..session import kept_connections
 
     console = Console()
-    if manage:
-        set_loop_interval(interval)
     said: list[str] = []  # the last lines the passes said, shown under the events
     with kept_connections(manage), Live(console=console, screen=True, auto_refresh=False,
                                         redirect_stdout=False, redirect_stderr=False) as live:
@@ -200,7 +197,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
         draw()
         while True:
             if manage:
-                said[:] = (said + _one_pass(home))[-5:]
+                said[:] = (said + _one_pass(home, interval))[-5:]
                 draw()
             time.sleep(interval)
             if not manage:
@@ -210,12 +207,12 @@ def watch(home: Home, interval: float, manage: bool) -> int:
 TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_pass start
 
 
-def _one_pass(home: Home) -> list[str]:
+def _one_pass(home: Home, every: float) -> list[str]:
     """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
     from .. import manage as passes
 
     try:
-        report = passes.run_pass(home)
+        report = passes.run_pass(home, every=every)
     except Exception as e:  # noqa: BLE001 - the dashboard babysits like manage --loop does
         record_pass_failure(home, e)
         text = error_text(e) if isinstance(e, JobtpuError) else f"the pass failed: {type(e).__name__}: {e}"

@@ -8,6 +8,7 @@ so status/tail/--help never do."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import math
 import os
@@ -40,7 +41,6 @@ __all__ = ["SshTransport", "forget_host", "remember_host_key", "known_keys", "fo
 
 _keys_lock = threading.Lock()
 _key_cache: dict[str, tuple[tuple[int, int], paramiko.PKey]] = {}
-_rsync_mkpath: bool | None = None
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
@@ -420,13 +420,11 @@ class SshTransport:
             self._client = None
 
 
+@functools.cache  # asked once a process: the installed rsync does not change under it
 def _rsync_has_mkpath() -> bool:
-    global _rsync_mkpath
-    if _rsync_mkpath is None:
-        try:
-            out = subprocess.run(["rsync", "--version"], capture_output=True, text=True).stdout
-        except FileNotFoundError:
-            out = ""
-        m = re.search(r"version\s+(\d+)\.(\d+)\.(\d+)", out)
-        _rsync_mkpath = bool(m) and tuple(int(x) for x in m.groups()) >= (3, 2, 3)  # type: ignore[union-attr]
-    return _rsync_mkpath
+    try:
+        out = subprocess.run(["rsync", "--version"], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        out = ""
+    m = re.search(r"version\s+(\d+)\.(\d+)\.(\d+)", out)
+    return m is not None and tuple(int(x) for x in m.groups()) >= (3, 2, 3)
