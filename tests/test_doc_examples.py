@@ -54,9 +54,8 @@ def jobtpu_commands(line: str) -> list[list[str]]:
     lexer.commenters = "#"
     commands: list[list[str]] = [[]]
     for token in lexer:
-        if token in SEPARATORS or set(token) <= set("();&|<>"):
-            commands.append([])
-        elif token.endswith("$") and not commands[-1]:  # `train=$(` splits as `train=$` and `(`
+        # `train=$(jobtpu …)` splits as `train=$`, `(`: the assignment ends a command like `(` does
+        if token in SEPARATORS or set(token) <= set("();&|<>") or token.endswith("$"):
             commands.append([])
         else:
             commands[-1].append(token)
