@@ -1,6 +1,6 @@
 """Every example in README.md and docs/guide.md, as printed: a user copies them first.
 
-Each `jobtpu …` command line in a bash block must be one the parser takes as written (machines,
+Each `jobtpu …` command line in a bash block (or a plain block of commands) must be one the parser takes as written (machines,
 TPUs and sheets the page only imagines are not needed for that). Each machines.json shown whole is
 one jobtpu loads. The examples that run on the built-in local machine are run as printed, through
 bash, with `jobtpu` on PATH, in a copy of this clone: the README's first command, and the guide's
@@ -66,9 +66,11 @@ def all_examples() -> list[tuple[str, list[str]]]:
     found = []
     for page in PAGES:
         for language, at, block in fenced_blocks(page.read_text()):
-            if language not in ("bash", "sh"):
+            if language not in ("bash", "sh", ""):
                 continue
             for line in shell_lines(block):
+                if not language and not line.startswith("jobtpu "):  # a plain block: output, or commands
+                    continue
                 for words in jobtpu_commands(line):
                     found.append((f"{page.relative_to(REPO)}:{at}: {line.strip()}", words))
     return found
