@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 
 from .errors import JobtpuError
 from .model import USER_NAME
@@ -52,16 +51,11 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def config_overrides(words: list[str], aliases: Mapping[str, str]) -> list[str]:
-    """KEY=VALUE words → shell-quoted `--full.key=VALUE` words, expanding KEY through the aliases."""
-    import shlex
-
-    out = []
-    for word in words:
-        key, sep, value = word.partition("=")
-        key = key.lstrip("-")
-        if not sep or not _KEY.match(key):
-            raise JobtpuError(f"{word!r} is not a KEY=VALUE config override",
-                              hint="put options before the overrides; overrides look like lr=0.01")
-        out.append(shlex.quote(f"--{aliases.get(key, key)}={value}"))
-    return out
+def override_parts(word: str) -> tuple[str, str]:
+    """A KEY=VALUE word → (KEY without leading dashes, VALUE); settings.config_overrides names KEY in full."""
+    key, sep, value = word.partition("=")
+    key = key.lstrip("-")
+    if not sep or not _KEY.match(key):
+        raise JobtpuError(f"{word!r} is not a KEY=VALUE config override",
+                          hint="put options before the overrides; overrides look like lr=0.01")
+    return key, value

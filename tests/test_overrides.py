@@ -1,0 +1,109 @@
+"""Config overrides as a user types them (docs/reference.md §2.2.2, §2.2.3): every way of making one
+(plain words, --sweep, --sweep-file) names its key in full through the same three alias levels, and
+the old tool's habits and typos get one line saying what to do instead of a silent wrong job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobtpu.settings import full_key
+from tests.accounts import Team
+from tests.helpers import jobtpu, make_home, status
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---- one function names an override's key in full ---------------------------------------------------
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("key", "shared", "own", "full"), [
+    ("lr", {}, {}, "config.training.learning_rate"),  # built-in
+    ("lr", {"lr": "team.lr"}, {}, "team.lr"),  # the team's over the built-in
+    ("lr", {"lr": "team.lr"}, {"lr": "mine.lr"}, "mine.lr"),  # yours over both
+    ("depth", {"depth": "config.model.depth"}, {}, "config.model.depth"),
+    ("dp", {}, {"dp": "config.model.drop_path"}, "config.model.drop_path"),
+    ("seed", {"depth": "x"}, {"dp": "y"}, "seed"),  # no alias: the key itself
+    ("config.training.learning_rate", {}, {}, "config.training.learning_rate"),
+])
+def test_full_key_goes_through_every_alias_level(key: str, shared: dict[str, str], own: dict[str, str],
+                                                 full: str) -> None:
+    assert full_key(key, shared, own) == full
+
+
+def test_the_guides_sweep_makes_distinct_jobs_with_full_names(tmp_path: Path) -> None:
+    """docs/guide.md §6 "Sweeps", as printed: six different jobs, each with its full config keys."""
+    home = make_home(tmp_path, slots=2, config_aliases={"depth": "config.model.depth"})
+    done = jobtpu(home, "submit", "--dir", "examples/train", "--cmd", "bash run_remote.sh --steps 100",
+                  "--sweep", "lr=0.01,0.03,0.1", "--sweep", "bs=32,64", cwd=REPO)
+    first = int(done.stdout.split("-")[0])
+    jobs = status(home)
+    got = [jobs[i]["overrides"] for i in range(first, first + 6)]
+    assert got == [[f"--config.training.learning_rate={lr}", f"--config.training.batch_size={bs}"]
+                   for lr in ("0.01", "0.03", "0.1") for bs in ("32", "64")]
+    # status shows them short again, through the same aliases
+    table = jobtpu(home, "status", "--sweep", str(first), "--all", env={"COLUMNS": "200"}).stdout
+    assert "lr=0.01 bs=32" in table and "lr=0.1 bs=64" in table
+    (tmp_path / "grid.csv").write_text("lr,bs\n0.01,32\n0.1,128\n")
+    done = jobtpu(home, "submit", "--dir", "examples/train", "--cmd", "bash run_remote.sh",
+                  "--sweep-file", str(tmp_path / "grid.csv"), cwd=REPO)
+    first = int(done.stdout.split("-")[0])
+    jobs = status(home)
+    assert [jobs[first]["overrides"], jobs[first + 1]["overrides"]] == [
+        ["--config.training.learning_rate=0.01", "--config.training.batch_size=32"],
+        ["--config.training.learning_rate=0.1", "--config.training.batch_size=128"]]
+
+
+def _team_home(team: Team) -> Path:
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    with open(home / "machines.json", "w") as f:  # as an editor would: same file, owner and mode
+        json.dump({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}},
+                   "config_aliases": {"depth": "config.model.depth"}}, f)
+    for account in (alice, bob):
+        team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
+    return home
+
+
+def _overrides(team: Team, home: Path, ids: list[int]) -> list[list[str]]:
+    doc = json.loads(team.run(team.accounts[0], "--home", str(home), "status", "--all-users", "--json").stdout)
+    by_id = {j["id"]: j["overrides"] for j in doc["jobs"]}
+    return [by_id[i] for i in ids]
+
+
+def _ids(text: str) -> list[int]:
+    first, _, last = text.strip().partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def test_team_and_personal_aliases_apply_in_sweeps_and_sweep_files(team: Team) -> None:
+    alice, bob = team.accounts
+    home = _team_home(team)
+    team.run(alice, "--home", str(home), "alias", "add", "dp", "config.model.drop_path", umask="0077")
+    team.run(alice, "--home", str(home), "alias", "add", "lr", "mine.lr", umask="0077")  # hers over the built-in
+    srcs = {a: team.private_folder(a, "src") for a in (alice, bob)}
+
+    def submit(account: str, *extra: str) -> list[int]:
+        return _ids(team.run(account, "--home", str(home), "submit", "--dir", str(srcs[account]), "--cmd", "true",
+                             *extra, umask="0077").stdout)
+
+    swept = submit(alice, "--sweep", "dp=0.1,0.2", "--sweep", "depth=2", "--sweep", "lr=0.3")
+    assert _overrides(team, home, swept) == [
+        ["--config.model.drop_path=0.1", "--config.model.depth=2", "--mine.lr=0.3"],
+        ["--config.model.drop_path=0.2", "--config.model.depth=2", "--mine.lr=0.3"]]
+    grid = team.base / "grid.jsonl"
+    grid.write_text('{"dp": 0.1, "depth": 4, "lr": 0.01}\n')
+    grid.chmod(0o644)
+    assert _overrides(team, home, submit(alice, "--sweep-file", str(grid))) == [
+        ["--config.model.drop_path=0.1", "--config.model.depth=4", "--mine.lr=0.01"]]
+    # bob has no aliases of his own: the team's and the built-in ones, and dp passes as it is
+    assert _overrides(team, home, submit(bob, "--sweep-file", str(grid))) == [
+        ["--dp=0.1", "--config.model.depth=4", "--config.training.learning_rate=0.01"]]
+    assert _overrides(team, home, submit(bob, "--sweep", "lr=0.1,0.2")) == [
+        ["--config.training.learning_rate=0.1"], ["--config.training.learning_rate=0.2"]]
+    # and a plain override of alice's goes the same way as her sweep's
+    assert _overrides(team, home, submit(alice, "dp=0.3", "depth=8", "lr=1")) == [
+        ["--config.model.drop_path=0.3", "--config.model.depth=8", "--mine.lr=1"]]
