@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from .errors import JobtpuError
+from .errors import JobtpuError, UsageError
 from .model import USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -59,3 +59,41 @@ def override_parts(word: str) -> tuple[str, str]:
         raise JobtpuError(f"{word!r} is not a KEY=VALUE config override",
                           hint="put options before the overrides; overrides look like lr=0.01")
     return key, value
+
+
+# Words the tool teams used before jobtpu read among a run's arguments as its own (`tpu run v2-32 ann
+# tag=x rule=resume dir=2`): here they would reach the program as --tag=x without a word said.
+_OLD_TOOL_WORDS = {
+    "tag": "use --tag {value}",
+    "rule": "use --rule {value}",
+    "dir": "use --dir {value}",
+    "ssn": "the machine's note in the team sheet is --sheet-note {value}",
+    "w": "jobs have ids, not windows (`jobtpu status` lists them; kill, tail and the rest take the id)",
+}
+
+
+def override_mistake(word: str) -> str | None:
+    """What is wrong with an override word the user most likely meant as something else (one of the
+    old tool's own words, or an empty value), as one line saying what to type; None when it is fine."""
+    import shlex
+
+    key, sep, value = word.partition("=")
+    key = key.lstrip("-")
+    if not sep:
+        return None  # not KEY=VALUE at all: override_parts says so
+    if key in _OLD_TOOL_WORDS:
+        shown = shlex.quote(value) if value else key.upper()
+        return f"{word} is not a config override here: " + _OLD_TOOL_WORDS[key].format(value=shown)
+    if value == "":
+        return (f"{word} has no value: give one ({key}=0.01), or put it after `--` "
+                f"(-- {word}) to pass it empty")
+    return None
+
+
+def check_overrides_typed(words: list[str]) -> None:
+    """Refuse the first mistaken override (override_mistake) before anything is done; the words after
+    `--` are not passed here: there an override reaches the program as it is."""
+    for word in words:
+        mistake = override_mistake(word)
+        if mistake:
+            raise UsageError(mistake)

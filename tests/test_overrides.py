@@ -5,11 +5,14 @@ the old tool's habits and typos get one line saying what to do instead of a sile
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from jobtpu.inputs import override_mistake
 from jobtpu.settings import full_key
+from jobtpu.suggest import command_for, option_for
 from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, status
 
@@ -107,3 +110,94 @@ def test_team_and_personal_aliases_apply_in_sweeps_and_sweep_files(team: Team) -
     # and a plain override of alice's goes the same way as her sweep's
     assert _overrides(team, home, submit(alice, "dp=0.3", "depth=8", "lr=1")) == [
         ["--config.model.drop_path=0.3", "--config.model.depth=8", "--mine.lr=1"]]
+
+
+# ---- old habits and typos ----------------------------------------------------------------------------
+
+COMMANDS = ("submit", "run", "status", "watch", "user", "dir", "clean", "rules", "kill", "tail")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("monitor", "jobtpu watch"), ("add-user", "jobtpu user add"), ("set-cur", "jobtpu dir set"),
+    ("clear", "jobtpu clean"), ("check-rules", "jobtpu rules"),  # the old tool's verbs
+    ("stauts", "jobtpu status"), ("sumbit", "jobtpu submit"), ("kil", "jobtpu kill"), ("rule", "jobtpu rules"),
+    ("xyzzy", None), ("", None),
+])
+def test_command_for_a_mistyped_or_old_verb(typed: str, meant: str | None) -> None:
+    assert command_for(typed, COMMANDS) == meant
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("--stauts", "--status"), ("--stauts=running", "--status"), ("--reqq", "--req"), ("--machnie", "--machine"),
+    ("--wd", None), ("--zzz", None), ("--ab", None),  # the shared dashes make no match by themselves
+])
+def test_option_for_a_mistyped_option(typed: str, meant: str | None) -> None:
+    options = ["--status", "--req", "--machine", "--dir", "--sweep", "--name", "-n", "--help", "-h"]
+    assert option_for(typed, options) == meant
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("word", "says"), [
+    ("tag=best", "tag=best is not a config override here: use --tag best"),
+    ("tag=", "tag= is not a config override here: use --tag TAG"),
+    ("rule=resume", "rule=resume is not a config override here: use --rule resume"),
+    ("dir=2", "dir=2 is not a config override here: use --dir 2"),
+    ("ssn=lr sweep", "ssn=lr sweep is not a config override here: the machine's note in the team sheet is "
+                     "--sheet-note 'lr sweep'"),
+    ("w=3", "w=3 is not a config override here: jobs have ids, not windows (`jobtpu status` lists them; kill, "
+            "tail and the rest take the id)"),
+    ("lr=", "lr= has no value: give one (lr=0.01), or put it after `--` (-- lr=) to pass it empty"),
+    ("--lr=", "--lr= has no value: give one (lr=0.01), or put it after `--` (-- --lr=) to pass it empty"),
+    ("lr=0.1", None), ("tags=x", None), ("config.tag=x", None), ("width=3", None), ("note", None),
+])
+def test_override_mistake(word: str, says: str | None) -> None:
+    assert override_mistake(word) == says
+
+
+def _usage_error(done: subprocess.CompletedProcess[str], line: str, hint: str | None) -> None:
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [f"jobtpu: error: {line}", *([f"hint: {hint}"] if hint else [])], done.stderr
+
+
+def test_a_mistyped_or_old_command_says_what_to_type(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    for typed, meant in (("monitor", "watch"), ("add-user", "user add"), ("set-cur", "dir set"),
+                         ("clear", "clean"), ("check-rules", "rules"), ("stauts", "status")):
+        _usage_error(jobtpu(home, typed, check=False),
+                     f"{typed!r} is not a jobtpu command: did you mean `jobtpu {meant}`?", "see `jobtpu --help`")
+    done = jobtpu(home, "user", "ad", "bob", check=False)
+    _usage_error(done, "argument op: invalid choice: 'ad': did you mean 'add'? (choose from 'add', 'ls', 'rm')",
+                 "see `jobtpu user --help`")
+
+
+def test_a_mistyped_option_is_named_with_its_commands_help(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    _usage_error(jobtpu(home, "status", "--stauts", "running", check=False),
+                 "unrecognized option --stauts: did you mean --status?", "see `jobtpu status --help`")
+    _usage_error(jobtpu(home, "submit", "--cmd", "true", "--reqq", "v3", check=False),
+                 "unrecognized option --reqq: did you mean --req?", "see `jobtpu submit --help`")
+    _usage_error(jobtpu(home, "submit", "--cmd", "true", "--bogus", check=False),
+                 "unrecognized option --bogus", "see `jobtpu submit --help`")
+    _usage_error(jobtpu(home, "submit", "--cmd", "true", "--dir", ".", "x", "y", "-q", check=False),
+                 "unrecognized arguments: -q", "see `jobtpu submit --help`")
+    assert not (home / "state.json").exists()
+
+
+def test_the_old_tools_words_and_empty_values_change_nothing_and_pass_after_dashes(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    first = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "true").stdout)
+    before = (home / "state.json").read_bytes()
+    archives = sorted((home / "archives").iterdir())
+    for word in ("tag=best", "rule=resume", "dir=2", "ssn=lr sweep", "w=3", "lr="):
+        for command in ("submit", "run"):
+            done = jobtpu(home, command, "--dir", str(src), "--cmd", "true", "lr=0.1", word, check=False)
+            _usage_error(done, override_mistake(word) or "", None)
+    assert (home / "state.json").read_bytes() == before and sorted((home / "archives").iterdir()) == archives
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "lr=0.1", "--", "tag=best", "lr=", "--w=3")
+    assert status(home)[int(done.stdout)]["overrides"] == [
+        "--config.training.learning_rate=0.1", "--tag=best", "--config.training.learning_rate=", "--w=3"]
+    assert first in status(home)

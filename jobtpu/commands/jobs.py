@@ -49,6 +49,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
     priority: int = 0
     sheet_note: str | None = None
@@ -85,7 +86,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, fleet.config_aliases, settings.aliases)
+    overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
@@ -133,11 +134,12 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
-    from ..inputs import parse_duration
+    from ..inputs import check_overrides_typed, parse_duration
     from ..settings import load_settings
     from ..store import take_next_id, write_id_mark
     from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
+    check_overrides_typed(opts.overrides)  # a usage error comes before anything is read
     fleet = load_fleet(home)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
