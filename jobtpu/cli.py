@@ -416,6 +416,9 @@ def _add_sheet(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_id(text: str) -> int:
+    if "=" in text:  # `rerun 12 lr=0.1`: overrides are the job's own, as it was submitted
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id: a job keeps the overrides it was submitted "
+                                         "with; submit it again to change them")
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive number)")
     return int(text)

@@ -201,3 +201,16 @@ def test_the_old_tools_words_and_empty_values_change_nothing_and_pass_after_dash
     assert status(home)[int(done.stdout)]["overrides"] == [
         "--config.training.learning_rate=0.1", "--tag=best", "--config.training.learning_rate=", "--w=3"]
     assert first in status(home)
+
+
+def test_resume_and_rerun_take_no_overrides_and_say_so(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    job = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "lr=0.1").stdout)
+    before = (home / "state.json").read_bytes()
+    for command in ("resume", "rerun"):
+        _usage_error(jobtpu(home, command, str(job), "lr=0.5", check=False),
+                     "argument ID: 'lr=0.5' is not a job id: a job keeps the overrides it was submitted with; "
+                     "submit it again to change them", f"see `jobtpu {command} --help`")
+    assert (home / "state.json").read_bytes() == before
