@@ -63,9 +63,9 @@ class _Parser(argparse.ArgumentParser):
         if any(a.nargs == argparse.REMAINDER for a in self._actions):
             return  # `tag 3 --x`: the words are the command's
         known = [o for o in self._option_string_actions if o.startswith("--")]
+        takes_overrides = any(a.dest == "overrides" for a in self._actions)
         for word in (w for w in words if w.startswith("--") and w != "--"):
             name = word.partition("=")[0]
-            takes_overrides = any(a.dest == "overrides" for a in self._actions)
             if any(o.startswith(name) for o in known) or ("=" in word and takes_overrides):
                 continue  # an option or a unique prefix of one, as argparse takes it
             if " " in word:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 
 from .errors import JobtpuError, UsageError
 from .model import USER_NAME
@@ -72,28 +73,28 @@ _OLD_TOOL_WORDS = {
 }
 
 
-def override_mistake(word: str) -> str | None:
+def override_mistake(word: str, aliases: Collection[str] = ()) -> str | None:
     """What is wrong with an override word the user most likely meant as something else (one of the
-    old tool's own words, or an empty value), as one line saying what to type; None when it is fine."""
+    old tool's own words, unless an alias in force makes it a config key, or an empty value), as one
+    line saying what to type; None when it is fine."""
     import shlex
 
     key, sep, value = word.partition("=")
     key = key.lstrip("-")
     if not sep:
         return None  # not KEY=VALUE at all: override_parts says so
-    if key in _OLD_TOOL_WORDS:
+    if key in _OLD_TOOL_WORDS and key not in aliases:
         shown = shlex.quote(value) if value else key.upper()
         return f"{word} is not a config override here: " + _OLD_TOOL_WORDS[key].format(value=shown)
     if value == "":
-        return (f"{word} has no value: give one ({key}=0.01), or put it after `--` "
-                f"(-- {word}) to pass it empty")
+        return f"{word} has no value: give it one, or put it after `--` (-- {word}) to pass it empty"
     return None
 
 
-def check_overrides_typed(words: list[str]) -> None:
-    """Refuse the first mistaken override (override_mistake) before anything is done; the words after
-    `--` are not passed here: there an override reaches the program as it is."""
+def check_overrides_typed(words: list[str], aliases: Collection[str]) -> None:
+    """Refuse the first mistaken override (override_mistake); the words after `--` are not passed
+    here: there an override reaches the program as it is."""
     for word in words:
-        mistake = override_mistake(word)
+        mistake = override_mistake(word, aliases)
         if mistake:
             raise UsageError(mistake)

@@ -148,12 +148,20 @@ def test_option_for_a_mistyped_option(typed: str, meant: str | None) -> None:
                      "--sheet-note 'lr sweep'"),
     ("w=3", "w=3 is not a config override here: jobs have ids, not windows (`jobtpu status` lists them; kill, "
             "tail and the rest take the id)"),
-    ("lr=", "lr= has no value: give one (lr=0.01), or put it after `--` (-- lr=) to pass it empty"),
-    ("--lr=", "--lr= has no value: give one (lr=0.01), or put it after `--` (-- --lr=) to pass it empty"),
+    ("lr=", "lr= has no value: give it one, or put it after `--` (-- lr=) to pass it empty"),
+    ("--lr=", "--lr= has no value: give it one, or put it after `--` (-- --lr=) to pass it empty"),
     ("lr=0.1", None), ("tags=x", None), ("config.tag=x", None), ("width=3", None), ("note", None),
 ])
 def test_override_mistake(word: str, says: str | None) -> None:
     assert override_mistake(word) == says
+
+
+@pytest.mark.fast
+def test_an_alias_in_force_makes_an_old_word_a_config_key() -> None:
+    assert override_mistake("w=3", {"w", "lr"}) is None  # the team's w is config.model.width
+    assert override_mistake("dir=/data", {"dir"}) is None
+    assert override_mistake("w=", {"w"}) == "w= has no value: give it one, or put it after `--` (-- w=) to pass it empty"
+    assert override_mistake("tag=x", {"w"}) == "tag=x is not a config override here: use --tag x"
 
 
 def _usage_error(done: subprocess.CompletedProcess[str], line: str, hint: str | None) -> None:
@@ -201,6 +209,11 @@ def test_the_old_tools_words_and_empty_values_change_nothing_and_pass_after_dash
     assert status(home)[int(done.stdout)]["overrides"] == [
         "--config.training.learning_rate=0.1", "--tag=best", "--config.training.learning_rate=", "--w=3"]
     assert first in status(home)
+    # a team alias named like one of those words makes it a config key like any other
+    doc = json.loads((home / "machines.json").read_text())
+    (home / "machines.json").write_text(json.dumps({**doc, "config_aliases": {"w": "config.model.width"}}))
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "w=3")
+    assert status(home)[int(done.stdout)]["overrides"] == ["--config.model.width=3"]
 
 
 def test_resume_and_rerun_take_no_overrides_and_say_so(tmp_path: Path) -> None:

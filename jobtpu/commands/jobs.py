@@ -65,10 +65,10 @@ class SubmitOptions(NamedTuple):
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
-    from ..inputs import parse_duration, parse_env
+    from ..inputs import check_overrides_typed, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
-    from ..settings import config_overrides, load_settings, source_folder
+    from ..settings import config_overrides, effective_aliases, load_settings, source_folder
 
     user = known_user(home, opts.user)
     settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
@@ -86,6 +86,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
+    check_overrides_typed(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
     overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
     for tag in opts.tag:
         if not tag.strip():
@@ -134,12 +135,11 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
-    from ..inputs import check_overrides_typed, parse_duration
+    from ..inputs import parse_duration
     from ..settings import load_settings
     from ..store import take_next_id, write_id_mark
     from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
-    check_overrides_typed(opts.overrides)  # a usage error comes before anything is read
     fleet = load_fleet(home)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
