@@ -26,6 +26,12 @@ class JobtpuError(Exception):
         return self.message
 
 
+class UsageError(JobtpuError):
+    """Words the user typed that parse but cannot mean what they seem to (exit 2, as argparse's)."""
+
+    exit_code = EXIT_USAGE
+
+
 class ConfigError(JobtpuError):
     """machines.json or state.json is malformed or fails validation; nothing was changed."""
 

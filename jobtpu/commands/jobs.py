@@ -49,6 +49,7 @@ class SubmitOptions(NamedTuple):
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
     priority: int = 0
     sheet_note: str | None = None
@@ -64,10 +65,10 @@ class SubmitOptions(NamedTuple):
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
-    from ..inputs import config_overrides, parse_duration, parse_env
+    from ..inputs import check_overrides_typed, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
-    from ..settings import effective_aliases, load_settings, source_folder
+    from ..settings import config_overrides, effective_aliases, load_settings, source_folder
 
     user = known_user(home, opts.user)
     settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
@@ -85,7 +86,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
+    check_overrides_typed(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
+    overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
@@ -134,6 +136,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
     from ..inputs import parse_duration
+    from ..settings import load_settings
     from ..store import take_next_id, write_id_mark
     from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
@@ -149,7 +152,11 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     from ..specs import write_spec
 
     job.env, secret = split_env(job.env)
-    jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
+    if extras.combinations is None:
+        jobs = [job]
+    else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference.md §2.2.3)
+        own = load_settings(home, job.user).aliases
+        jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
     secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
         secrets.check_keeper()
