@@ -20,7 +20,8 @@ jobtpu_launch() (
   r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11}
   shift 11
   out="LAUNCH $job $attempt $worker"
-  mkdir -p "$r/meta/$job" "$r/jobs" || { echo "$out fail cannot create $r"; exit; }
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { echo "$out fail cannot create $r"; exit; }
+  jobtpu_private_root "$r"
   bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
   jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
@@ -87,7 +88,7 @@ jobtpu_launch() (
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
   env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_timer jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$sig" "$delay" > "$b.log" 2>&1 < /dev/null &
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
-from ..scripts import RUN_SCRIPT, make_dirs_script, serve_script
+from ..scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
 from ._paramiko import paramiko
 from .base import Endpoint, Result
 from .hostkeys import (
@@ -186,6 +186,7 @@ class SshTransport:
 
     # ---- running scripts -------------------------------------------------------------------------
     def run(self, script: str, timeout: float | None = None) -> Result:
+        script = PRIVATE_PREAMBLE + script
         # Until the script is sent, a failure means nothing ran there: say so (UnreachableError),
         # so a launch that never happened can go to another machine.
         try:
@@ -302,9 +303,11 @@ class SshTransport:
     def push(self, local: Path, remote: str) -> None:
         """rsync writes a temporary file of its own (mkstemp) next to the target and renames it: atomic
         on the worker, and concurrent copies never share one. --ignore-times: we push only when the
-        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped."""
+        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped.
+        The copy, and any folder --mkpath makes, is the remote user's alone whatever its login umask."""
         mkpath = _rsync_has_mkpath()
-        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []),
+        args = ["-t", "--ignore-times", "--chmod=D700,F600", "--rsync-path=umask 077 && rsync",
+                *(["--mkpath"] if mkpath else []),
                 str(local), self._remote(remote, source=False)]
         if not mkpath:
             self._mkdirs(remote)
