@@ -72,6 +72,8 @@ jobtpu_launch() (
     find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
       -exec rm -rf {} + 2>/dev/null
     t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+    chmod "$(umask -S)" "$t"
     python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
     e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
     if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi

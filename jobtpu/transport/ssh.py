@@ -16,6 +16,7 @@ import re
 import select
 import shlex
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -332,7 +333,7 @@ class SshTransport:
         if into is None:
             local.mkdir(parents=True, exist_ok=True)
         dest, fds = (f"/proc/self/fd/{into}/", (into,)) if into is not None else (f"{local}/", ())
-        base = ["-rlpt", "--chmod=u+rwX"]
+        base = ["-rlpt", _pull_modes(os.fstat(into).st_mode if into is not None else local.stat().st_mode)]
         done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), dest], "pull", fds)
         if done.returncode == 23:  # not a folder (or missing): try it as one file; its error is the one to show
             done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), dest], "pull", fds)
@@ -421,6 +422,15 @@ class SshTransport:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _pull_modes(folder_mode: int) -> str:
+    """What a pull gives what it creates, by the folder it lands in: in one its group may write (a
+    shared home's results/ID) the group's as the home's own files are (setgid folders, never
+    world-readable); elsewhere the worker's modes, made ours to write."""
+    if folder_mode & stat.S_IWGRP:
+        return "--chmod=Dug+rwx,Dg+s,Do-rwx,Fug+rwX,Fo-rwx"
+    return "--chmod=u+rwX"
 
 
 @functools.cache  # asked once a process: the installed rsync does not change under it
