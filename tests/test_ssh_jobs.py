@@ -382,3 +382,19 @@ def test_everything_jobtpu_makes_on_a_box_is_the_remote_users_alone(ssh_fleet: S
     assert not exposed, exposed
     kinds = {p.suffix for p in root.rglob("*")}
     assert {".gz", ".log", ".pid", ".exit", ".py"} <= kinds, kinds  # archives, meta files and the job tree
+
+
+def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o2770)
+    home.chmod(0o2770)  # a home its group shares (docs/reference.md §1.3)
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    code, _, err = cli(home, "fetch", str(job))
+    assert code == 0, err
+    results = home / "results" / str(job)
+    modes = {str(p.relative_to(results)): stat.S_IMODE(p.stat().st_mode) for p in [results, *results.rglob("*")]}
+    # The worker's 0600 snapshot files and the job's 0644/0755 outputs alike: the group's, never the world's.
+    assert modes == {".": 0o2770, "out": 0o2770, "out/r.txt": 0o660, "train.py": 0o660, "tool": 0o770}, modes
