@@ -66,9 +66,16 @@ def holds_pem_key(head: bytes) -> bool:
     return bool(_PEM_KEY.search(head))
 
 
+def _may_flag(files: Iterable[str]) -> list[str]:
+    """The names holding what one of the checks above looks for, in order: plain substring tests, the
+    cheapest pass over every name (20,000 names: a few ms); the checks then run on these few alone."""
+    return [rel for rel in files if "key" in rel or "Key" in rel or "KEY" in rel or "id_" in rel or ".pem" in rel
+            or ".PEM" in rel or ".ssh/" in rel or ".gnupg/" in rel or ".aws/" in rel or "/gcloud/" in rel]
+
+
 def first_secret(files: Iterable[str], read_head: Callable[[str], bytes]) -> tuple[str, str] | None:
     """The first credential among the files (relpaths of regular files): (its relpath, what it is)."""
-    for rel in files:
+    for rel in _may_flag(files):
         if (folder := credential_folder(rel)) is not None:
             return folder, "a folder of credentials"
         if is_key_name(rel):
