@@ -5,8 +5,8 @@ machine is the text of the files it needs followed by calls of those functions, 
 with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
 One script per round trip, read whole before it runs (RUN_SCRIPT).
 
-Remote layout under a machine's root R (0700 folders, 0600 files: PRIVATE_PREAMBLE) (workers of one machine may share it, e.g. over NFS, so
-every per-worker file is named by attempt and worker index):
+Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
+machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
     R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
     R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
