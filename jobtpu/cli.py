@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="snapshot files matching GLOB even if ignored, repeatable")
         p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                        help="leave files matching GLOB out of the snapshot, repeatable")
+        p.add_argument("--allow-secrets", action="store_true", help="snapshot even a login home folder, or "
+                       "one whose files include .ssh, .gnupg, .aws, .config/gcloud or a private key (refused otherwise)")
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")

@@ -5,8 +5,8 @@ machine is the text of the files it needs followed by calls of those functions, 
 with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
 One script per round trip, read whole before it runs (RUN_SCRIPT).
 
-Remote layout under a machine's root R (workers of one machine may share it, e.g. over NFS, so
-every per-worker file is named by attempt and worker index):
+Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
+machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
     R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
     R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
@@ -37,6 +37,11 @@ from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
+# What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
+# job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
+# umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,
+# jobtpu_setup_run), whose files are the user's business (docs/reference.md §3.3).
+PRIVATE_PREAMBLE = "jobtpu_login_umask=$(umask)\numask 077\n"
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 from tests.accounts import Team
@@ -135,3 +136,46 @@ def test_a_home_made_by_init_shared_serves_two_accounts_with_secrets_and_guards_
     assert not group_modes_kept(home, team.gid), group_modes_kept(home, team.gid)
     for name in ("state.json", "last_id", "secrets.json", "users.json"):
         assert (home / name).stat().st_mode & stat.S_IWGRP and not (home / name).stat().st_mode & 0o007, name
+
+
+def test_a_teammate_fetches_a_local_job_then_its_owner_does_and_all_stays_the_groups(team: Team) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local",
+                                                                           "resources": {"slot": 4}}}}))
+    team.run(alice, "--home", str(home), "user", "add", alice, umask="0077")
+    src = source_of(team, alice)
+    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
+                       "mkdir -p out/deep && echo result > out/deep/r.txt && printf '#!/bin/sh\\n' > run.sh "
+                       "&& chmod +x run.sh", umask="0077").stdout)
+    private = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
+                           "echo mine > mine.txt && chmod 600 mine.txt", umask="0077").stdout)
+
+    def finished() -> bool:
+        team.run(alice, "--home", str(home), "manage", umask="0077")
+        rows = json.loads(team.run(alice, "--home", str(home), "status", "--json").stdout)["jobs"]
+        return all(r["status"] == "finished" for r in rows)
+    wait_for(finished, timeout=60, interval=0.5, what="alice's jobs to finish")
+    results = home / "results" / str(job)
+    for account in (bob, alice):  # a teammate fetches first, then the job's owner into the same folder
+        done = team.run(account, "--home", str(home), "fetch", str(job), umask="0077", check=False)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (account, done.stderr)
+        read = subprocess.run(["runuser", "-u", account, "--", "cat", str(results / "out/deep/r.txt")],
+                              capture_output=True, text=True)
+        assert read.stdout == "result\n", (account, read.stderr)
+    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == [
+        "out", "out/deep", "out/deep/r.txt", "run.sh", "train.sh"]
+    assert group_modes_kept(home, team.gid) == []
+    exposed = [str(p.relative_to(home)) for p in [home, *home.rglob("*")] if p.lstat().st_mode & 0o007]
+    assert exposed == []  # never world-readable
+    for path in [results, *results.rglob("*")]:  # what either fetched, the other may read and replace
+        mode = path.stat().st_mode
+        expected = 0o2770 if path.is_dir() else 0o770 if path.name == "run.sh" else 0o660
+        assert stat.S_IMODE(mode) == expected, (path, oct(mode))
+    # A copy that cannot read one file says so in one line, naming it.
+    failed = team.run(bob, "--home", str(home), "fetch", str(private), umask="0077", check=False)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+    error, hint = failed.stderr.splitlines()
+    assert error.startswith("jobtpu: error: local: copying ") and "mine.txt" in error, error
+    assert "Permission denied" in error and hint.startswith("hint: "), error

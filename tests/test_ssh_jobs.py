@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import time
 from functools import partial
@@ -359,3 +361,40 @@ def test_a_launch_on_a_dead_host_goes_to_another_machine(tmp_path: Path, ssh_fle
     assert [a["machine"] for a in final[job_id]["attempts"]] == ["alive"]
     machines = {m["name"]: m for m in machines_json(home)}
     assert machines["dead"]["state"] == "unreachable" and machines["alive"]["state"] == "up"
+
+
+def test_everything_jobtpu_makes_on_a_box_is_the_remote_users_alone(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    root = fm.home / "jobtpu"
+    root.mkdir(mode=0o755)  # as an older jobtpu left it, with the login umask (022)
+    owner = pwd.getpwnam(fm.user)
+    os.chown(root, owner.pw_uid, owner.pw_gid)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "mkdir -p out && touch out/made-by-job && echo done")
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    assert log(home, job) == "done\n"
+    outputs = root / "jobs" / str(job) / "out"
+    # The job's own outputs keep the login umask: they are the user's business.
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (outputs, outputs / "made-by-job")] == [0o755, 0o644]
+    exposed = [f"{p.relative_to(root)} {stat.S_IMODE(p.lstat().st_mode):o}" for p in [root, *root.rglob("*")]
+               if not p.is_symlink() and outputs not in (p, *p.parents) and p.lstat().st_mode & 0o077]
+    assert not exposed, exposed
+    kinds = {p.suffix for p in root.rglob("*")}
+    assert {".gz", ".log", ".pid", ".exit", ".py"} <= kinds, kinds  # archives, meta files and the job tree
+
+
+def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o2770)
+    home.chmod(0o2770)  # a home its group shares (docs/reference.md §1.3)
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    code, _, err = cli(home, "fetch", str(job))
+    assert code == 0, err
+    results = home / "results" / str(job)
+    modes = {str(p.relative_to(results)): stat.S_IMODE(p.stat().st_mode) for p in [results, *results.rglob("*")]}
+    # The worker's 0600 snapshot files and the job's 0644/0755 outputs alike: the group's, never the world's.
+    assert modes == {".": 0o2770, "out": 0o2770, "out/r.txt": 0o660, "train.py": 0o660, "tool": 0o770}, modes

@@ -46,6 +46,7 @@ class SubmitOptions(NamedTuple):
     stall: str | None = None
     include: list[str] = []
     exclude: list[str] = []
+    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
     user: str | None = None
     log_stage: bool = False
     overrides: list[str] = []
@@ -109,7 +110,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
     with sigterm_interrupts():
-        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
+        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+                        allow_secrets=opts.allow_secrets)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,

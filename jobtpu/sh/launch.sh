@@ -20,7 +20,8 @@ jobtpu_launch() (
   r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11}
   shift 11
   out="LAUNCH $job $attempt $worker"
-  mkdir -p "$r/meta/$job" "$r/jobs" || { echo "$out fail cannot create $r"; exit; }
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { echo "$out fail cannot create $r"; exit; }
+  jobtpu_private_root "$r"
   bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
   jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
@@ -71,6 +72,8 @@ jobtpu_launch() (
     find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
       -exec rm -rf {} + 2>/dev/null
     t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+    chmod "$(umask -S)" "$t"
     python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
     e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
     if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
@@ -87,7 +90,7 @@ jobtpu_launch() (
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
   env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_timer jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$sig" "$delay" > "$b.log" 2>&1 < /dev/null &
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi

@@ -57,11 +57,12 @@ JOBTPU_w_timer() {
   done
 }
 
-# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY] : runs in the login environment (never the job's, so an --env PATH
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
 # command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
-# (JOBTPU_w_timer). STEM is the absolute path stem of the worker's meta files.
+# (JOBTPU_w_timer). STEM is the absolute path stem of the worker's meta files. The command runs with
+# UMASK (the login's): the wrapper's own files are private, the job's outputs are the user's business.
 jobtpu_wrapper() {
   if ! jobtpu_record_pid "$1"; then
     rm -f "$1.pid.tmp"
@@ -78,11 +79,12 @@ jobtpu_wrapper() {
   if [ -n "${3:-}" ]; then JOBTPU_w_timer "$3" "$4" "$$" & JOBTPU_w_t=$!; fi
   (
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
-    set -- "$BASH" "$2"
+    set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
     for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
       JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"
       export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"
     done
+    if [ -n "${5:-}" ]; then umask "$5"; fi
     exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
   )
   JOBTPU_w_c=$?

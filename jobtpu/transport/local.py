@@ -88,11 +88,22 @@ class LocalTransport:
             local.mkdir(parents=True, exist_ok=True)
             into = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                safefs.copy_into(source, into)
+                self._copy(source, into, local)
             finally:
                 os.close(into)
             return
-        safefs.copy_into(source, into)
+        self._copy(source, into, local)
+
+    def _copy(self, source: Path, into: int, local: Path) -> None:
+        """copy_into, a failure said in one line: which file, why, and that what came before it stays."""
+        try:
+            safefs.copy_into(source, into)
+        except OSError as e:
+            where = e.filename or source
+            raise RemoteError(f"{self.endpoint.machine}: copying {where} into {local} stopped: "
+                              f"{e.strerror or e}; the files copied before it stay",
+                              hint="a file the job's account keeps to itself can only be fetched by that "
+                                   "account (or make it group-readable)") from None
 
     def close(self) -> None:
         pass

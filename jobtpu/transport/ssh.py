@@ -16,6 +16,7 @@ import re
 import select
 import shlex
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
-from ..scripts import RUN_SCRIPT, make_dirs_script, serve_script
+from ..scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
 from ._paramiko import paramiko
 from .base import Endpoint, Result
 from .hostkeys import (
@@ -186,6 +187,7 @@ class SshTransport:
 
     # ---- running scripts -------------------------------------------------------------------------
     def run(self, script: str, timeout: float | None = None) -> Result:
+        script = PRIVATE_PREAMBLE + script
         # Until the script is sent, a failure means nothing ran there: say so (UnreachableError),
         # so a launch that never happened can go to another machine.
         try:
@@ -302,9 +304,11 @@ class SshTransport:
     def push(self, local: Path, remote: str) -> None:
         """rsync writes a temporary file of its own (mkstemp) next to the target and renames it: atomic
         on the worker, and concurrent copies never share one. --ignore-times: we push only when the
-        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped."""
+        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped.
+        The copy, and any folder --mkpath makes, is the remote user's alone whatever its login umask."""
         mkpath = _rsync_has_mkpath()
-        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []),
+        args = ["-t", "--ignore-times", "--chmod=D700,F600", "--rsync-path=umask 077 && rsync",
+                *(["--mkpath"] if mkpath else []),
                 str(local), self._remote(remote, source=False)]
         if not mkpath:
             self._mkdirs(remote)
@@ -329,7 +333,7 @@ class SshTransport:
         if into is None:
             local.mkdir(parents=True, exist_ok=True)
         dest, fds = (f"/proc/self/fd/{into}/", (into,)) if into is not None else (f"{local}/", ())
-        base = ["-rlpt", "--chmod=u+rwX"]
+        base = ["-rlpt", _pull_modes(os.fstat(into).st_mode if into is not None else local.stat().st_mode)]
         done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), dest], "pull", fds)
         if done.returncode == 23:  # not a folder (or missing): try it as one file; its error is the one to show
             done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), dest], "pull", fds)
@@ -418,6 +422,15 @@ class SshTransport:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _pull_modes(folder_mode: int) -> str:
+    """What a pull gives what it creates, by the folder it lands in: in one its group may write (a
+    shared home's results/ID) the group's as the home's own files are (setgid folders, never
+    world-readable); elsewhere the worker's modes, made ours to write."""
+    if folder_mode & stat.S_IWGRP:
+        return "--chmod=Dug+rwx,Dg+s,Do-rwx,Fug+rwX,Fo-rwx"
+    return "--chmod=u+rwX"
 
 
 @functools.cache  # asked once a process: the installed rsync does not change under it
