@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .model import MachineRecord
+from .model import MachineRecord, Status
 from .sheet import MachineRow, PassSheet
 
 if TYPE_CHECKING:
@@ -62,10 +62,11 @@ def own_users(rows: list[MachineRow]) -> dict[str, str]:
 # ---- the rows ---------------------------------------------------------------------------------------
 
 def sheet_rows(fleet: Fleet, state: State) -> list[MachineRow]:
-    """One row per machine in machines.json, with the jobs on it now (launching, running, stopping)."""
+    """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
+    job being killed gives its machine back at the kill, not when the machine confirms it."""
     on: dict[str, list[Job]] = {}
     for job in state.jobs:
-        if job.active and job.machine:
+        if job.active and job.status is not Status.KILLING and job.machine:
             on.setdefault(job.machine, []).append(job)
     return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []))
             for m in fleet.machines.values()]

@@ -17,6 +17,7 @@ import pytest
 
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, status, submit, wait_for, write_tree
+from tests.sshfleet import SshFleet
 from tests.tpufleet import ZONE, TpuFleet, write_machines
 
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
@@ -357,3 +358,24 @@ def test_a_claim_in_the_sheet_used_before_does_not_hold_in_the_next(tmp_path: Pa
     record = manage(home)[job]
     assert (record["status"], record["machine"]) == ("running", "v3-a")
     assert api.grid(other, TAB)[1][:1] == ["v3-a"]
+
+
+
+def test_sheet_sync_right_after_kill_leaves_the_job_off_its_row(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                               ssh_fleet: SshFleet) -> None:
+    box = ssh_fleet.add_machine("box")
+    home = make_home(tmp_path, {"box": {"kind": "ssh", "hosts": [h.address() for h in box.hosts], "user": box.user,
+                                        "identity_file": str(ssh_fleet.identity), "connect_timeout": 2}})
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"] = {"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint, "timeout": 2}
+    (home / "machines.json").write_text(json.dumps(doc))
+    job = submit(home, src, "sleep 600", "--name", "train-a")
+    assert manage(home)[job]["status"] == "running"
+    assert (rows(api)["box"]["User"], rows(api)["box"]["Jobs"]) == ("tester", f"{job} train-a")
+    ssh_fleet.stop_host(box.hosts[0])  # the kill cannot reach it: the job stays killing
+    jobtpu(home, "kill", str(job))
+    assert status(home)[job]["status"] == "killing"
+    assert jobtpu(home, "sheet", "sync").stdout.startswith("sheet: wrote ")
+    row = rows(api)["box"]
+    assert (row["User"], row["Jobs"], row["Since"]) == ("", "", "")  # a job being killed holds no row
+    assert "claimed" not in jobtpu(home, "sheet", "sync").stdout  # the emptied cell is no one's claim
