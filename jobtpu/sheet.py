@@ -759,6 +759,12 @@ class PassSheet:
         age = (time.time() if now is None else now) - memo.read_at
         return cls(config, memo_path, read=memo.read_of != sheet_id(config) or not 0 <= age < config.read_every)
 
+    def read_within(self, seconds: float, now: float | None = None) -> bool:
+        """Whether this sheet's claims were read from the API less than `seconds` ago."""
+        memo = load_memo(self.memo_path)
+        age = (time.time() if now is None else now) - memo.read_at
+        return memo.read_of == sheet_id(self.config) and 0 <= age < seconds
+
     def quiet(self, rows: list[MachineRow]) -> bool:
         """Nothing for the API this pass: no read at its start, and the sheet was last brought to these rows."""
         return not self.read and load_memo(self.memo_path).written == rows_digest(self.config, rows)

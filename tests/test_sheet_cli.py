@@ -379,3 +379,28 @@ def test_sheet_sync_right_after_kill_leaves_the_job_off_its_row(tmp_path: Path, 
     row = rows(api)["box"]
     assert (row["User"], row["Jobs"], row["Since"]) == ("", "", "")  # a job being killed holds no row
     assert "claimed" not in jobtpu(home, "sheet", "sync").stdout  # the emptied cell is no one's claim
+
+
+def test_a_claim_typed_a_moment_ago_stops_a_launch_there(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                         cleanup: list) -> None:
+    home = sheet_home(tmp_path, api)  # read_every: a minute, so a quiet pass would not read
+    fresh = {"JOBTPU_SHEET_FRESH": "0"}  # the claims' freshness (seconds), shortened
+    jobtpu(home, "manage", env=fresh)
+    api.edit(KEY, TAB, "G2", "bob")  # v3-a's User cell, typed in the browser just now
+    api.clear_log()
+    jobtpu(home, "manage", env=fresh)
+    assert api.requests_made() == []  # nothing to launch: the pass trusts its last read
+    job = start(home, src, cleanup, "--req", "v3")
+    done = jobtpu(home, "manage", env=fresh)
+    record = status(home)[job]
+    assert record["status"] == "queued", done.stderr
+    assert "v3-a is claimed by bob in the sheet" in record["waiting"]
+    assert machines(home)["v3-a"]["claimed_by"] == "bob"
+    assert rows(api)["v3-a"]["User"] == "bob"
+    # with the last read fresh enough, a pass about to launch trusts it
+    other = start(home, src, cleanup, "--req", "v2")
+    api.clear_log()
+    assert status(home)[other]["status"] == "queued"
+    assert jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": "3600"}).returncode == 0
+    assert status(home)[other]["status"] == "running"
+    assert [r["method"] for r in api.requests_made()] == ["GET", "POST"]  # only the end's read and its write
