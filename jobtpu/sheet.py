@@ -510,16 +510,17 @@ class _Api:
         try:
             return self._within_deadline(request)
         except APIError as e:
+            if e.error.get("code") == -1 and e.response.status_code >= 500:  # Google's front end, down for now
+                raise SheetError(f"Sheets API at {self.host}: HTTP {e.response.status_code}; {_AGAIN}") from None
             if e.error.get("code") == -1:  # gspread's mark for an error answer that is not JSON (a proxy's page)
                 raise SheetError(f"Sheets API at {self.host}: HTTP {e.response.status_code}, not the API's answer"
                                  "; check sheet.api_endpoint") from None
             raise self._refused(e.response.status_code, e.error) from None
         except (requests.Timeout, _OutOfTime):
-            raise SheetError(f"Sheets API at {self.host}: no answer within {self.config.timeout:g} s;"
-                             " the next pass tries again") from None
+            raise SheetError(f"Sheets API at {self.host}: no answer within {self.config.timeout:g} s; {_AGAIN}") from None
         except requests.ConnectionError as e:
             why = "connection refused" if "refused" in str(e).lower() else "cannot connect"
-            raise SheetError(f"Sheets API at {self.host}: {why}; the next pass tries again") from None
+            raise SheetError(f"Sheets API at {self.host}: {why}; {_AGAIN}") from None
         except auth_errors.GoogleAuthError as e:
             raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}",
                              hint=_CREDENTIALS_HINT) from None
@@ -562,7 +563,13 @@ class _Api:
         if status in (401, 403):
             return SheetError(f"Sheets API refused credentials {self.config.credentials!r}: {message}",
                               hint=_CREDENTIALS_HINT)
+        if status >= 500:  # the API's own trouble, for now: nothing for the user to change
+            return SheetError(f"Sheets API at {self.host}: {status} {error.get('status', '')}: "
+                              f"{message.rstrip('.')}; {_AGAIN}".replace("  ", " "))
         return SheetError(f"Sheets API: {status} {error.get('status', '')}: {message}".replace("  ", " "))
+
+
+_AGAIN = "the next pass tries again"
 
 
 _CREDENTIALS_HINT = ("set sheet.credentials to a service-account key file the sheet is shared with, or run "

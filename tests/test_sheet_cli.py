@@ -404,3 +404,49 @@ def test_a_claim_typed_a_moment_ago_stops_a_launch_there(tmp_path: Path, api: Fa
     assert jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": "3600"}).returncode == 0
     assert status(home)[other]["status"] == "running"
     assert [r["method"] for r in api.requests_made()] == ["GET", "POST"]  # only the end's read and its write
+
+
+def sheet_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "sheet" in line.lower()]
+
+
+@pytest.mark.parametrize("how", ["hang", "drip", "stall", 500, 503, "503-page"])
+def test_a_failing_sheets_api_costs_every_pass_one_line_and_the_next_good_pass_catches_up(
+        tmp_path: Path, api: FakeSheetsApi, src: Path, cleanup: list, how: str | int) -> None:
+    home = sheet_home(tmp_path, api, timeout=1)
+    manage(home)
+    stalled = None
+    if how == "stall":  # writes are carried out, their answers never come
+        stalled = api.stall_answers("POST", "values:batchUpdate")
+    elif how == "503-page":  # Google's front end: an HTML page, not the API's JSON
+        api.fail_next(1000, 503, "", page=True)
+    elif isinstance(how, int):  # the API's own JSON error, as Google words it
+        api.fail_next(1000, how, "The service is currently unavailable." if how == 503 else "Internal error encountered.")
+    else:
+        api.go_dead(how)
+    jobs = []
+    for fresh, req, name in (("0", "v3", "one"), ("3600", "v2", "two")):  # a read before the launch, or none
+        job = start(home, src, cleanup, "--req", req, "--name", name, "--sheet-note", f"{name} note")
+        jobs.append(job)
+        began = time.monotonic()
+        done = jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": fresh})
+        [line] = sheet_lines(done)
+        assert line.startswith("sheet: Sheets API at 127.0.0.1:") and line.endswith("; the next pass tries again")
+        assert "http" not in line and "api_endpoint" not in line and len(line) < 200, line  # nothing to fix
+        assert time.monotonic() - began < 15  # a read and a write (sheet.timeout each); slack for a loaded host
+        assert status(home)[job]["status"] == "running"
+    first, second = jobs
+    jobtpu(home, "kill", str(first))
+    [line] = sheet_lines(jobtpu(home, "manage"))  # a pass that only has rows to write: one line again
+
+    api.revive()
+    if stalled is not None:
+        stalled.set()
+    assert sheet_lines(jobtpu(home, "manage")) == []
+    sheet = rows(api)
+    assert (sheet["v3-a"]["User"], sheet["v3-a"]["Jobs"]) == ("", "")
+    assert (sheet["v2-b"]["User"], sheet["v2-b"]["Jobs"], sheet["v2-b"]["Note"]) == ("tester", f"{second} two", "two note")
+    api.clear_log()
+    assert sheet_lines(jobtpu(home, "manage")) == []
+    assert api.requests_made(writes_only=True) == []
