@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .errors import BusyError, ConfigError, JobtpuError, NotFoundError
+from .errors import BusyError, ConfigError, JobtpuError, NotFoundError, credentials_message
 from .home import open_lock, write_atomic
 from .limits import MAX_SHEET_NOTE, cell, check_length
 
@@ -521,9 +521,10 @@ class _Api:
         except requests.ConnectionError as e:
             why = "connection refused" if "refused" in str(e).lower() else "cannot connect"
             raise SheetError(f"Sheets API at {self.host}: {why}; {_AGAIN}") from None
-        except auth_errors.GoogleAuthError as e:
-            raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}",
-                             hint=_CREDENTIALS_HINT) from None
+        except auth_errors.TransportError as e:  # the token endpoint could not be reached: an outage
+            raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}; {_AGAIN}") from None
+        except auth_errors.GoogleAuthError as e:  # a key the token endpoint refuses, say
+            raise SheetError(credentials_message("Sheets", "sheet.credentials", self.config.credentials, e)) from None
         except (requests.RequestException, GSpreadException, ValueError) as e:
             raise SheetError(f"Sheets API at {self.host}: {type(e).__name__}: {_first_line(e)}") from None
         finally:
@@ -572,9 +573,8 @@ class _Api:
 _AGAIN = "the next pass tries again"
 
 
-_CREDENTIALS_HINT = ("set sheet.credentials to a service-account key file the sheet is shared with, or run "
-                     "`gcloud auth application-default login --scopes=openid,"
-                     "https://www.googleapis.com/auth/spreadsheets,https://www.googleapis.com/auth/cloud-platform`")
+_CREDENTIALS_HINT = ("share the sheet with the key's client_email, or set sheet.credentials to a key file it is "
+                     "shared with (docs/reference.md §3.8)")
 
 
 class _OutOfTime(Exception):
@@ -609,8 +609,8 @@ def _load_credentials(kind: str) -> Any:
         if kind == "default":
             return google.auth.default(scopes=SCOPES)[0]
         return _key_file(Path(os.path.expanduser(kind)))
-    except Exception as e:  # google.auth raises several unrelated types for a missing or bad key
-        raise SheetError(f"Sheets credentials {kind!r}: {_first_line(e)}", hint=_CREDENTIALS_HINT) from None
+    except Exception as e:  # google.auth and the OS raise several unrelated types for a missing or bad key
+        raise SheetError(credentials_message("Sheets", "sheet.credentials", kind, e)) from None
 
 
 def _key_file(path: Path) -> Any:
