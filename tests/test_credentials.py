@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobtpu.errors import credentials_cause, credentials_message
+from tests.accounts import Team
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home
 
@@ -147,3 +149,23 @@ def test_manage_with_a_broken_gcp_key_file_says_which_and_why_in_one_line(tmp_pa
         assert len(line) < 200
     detail = {m["name"]: m for m in json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]}["t"]["detail"]
     assert "not a JSON key file" in detail
+
+
+def test_a_key_file_the_account_cannot_read_is_named_with_the_cause(team: Team, short: Path) -> None:
+    alice = team.accounts[0]
+    key = key_file(short, INCOMPLETE)
+    key.chmod(0o600)  # root's: alice may not read it
+    short.chmod(0o755)
+    home = team.private_folder(alice, "home")
+    (home / "machines.json").write_text(json.dumps({
+        "machines": {"t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}},
+        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": str(key)},
+        "sheet": {"spreadsheet": KEY, "credentials": str(key), "api_endpoint": "http://127.0.0.1:9"}}))
+    os.chown(home / "machines.json", team.uid(alice), team.uid(alice))
+    synced = team.run(alice, "--home", str(home), "sheet", "sync", check=False)
+    assert synced.returncode == 1 and synced.stderr.splitlines() == [
+        f"jobtpu: error: sheet: Sheets credentials '{key}': not readable by this account (permission denied); "
+        "set sheet.credentials to a valid service-account key file"], synced.stderr
+    passed = team.run(alice, "--home", str(home), "manage")
+    assert f"jobtpu: TPU API credentials '{key}': not readable by this account (permission denied); " \
+        "set gcp.credentials to a valid service-account key file; TPU machines wait" in passed.stderr.splitlines()
