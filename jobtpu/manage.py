@@ -10,6 +10,7 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -160,7 +161,17 @@ def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
     passevents.before_decide(p)
-    passsheet.before_decide(p, seen, p.notes.append)
+    passsheet.before_decide(p, seen, p.notes.append, lambda: would_start_a_job(p, seen))
+
+
+def would_start_a_job(p: Pass, seen: Observation) -> bool:
+    """Whether deciding now starts a queued job: decide is pure, so a rehearsal on copies tells."""
+    if not any(job.status is Status.QUEUED for job in p.state.jobs):
+        return False
+    jobs = copy.deepcopy(p.state.jobs)
+    queued = {job.id for job in jobs if job.status is Status.QUEUED}
+    plan = decide(jobs, p.fleet, copy.deepcopy(seen))
+    return any(isinstance(action, Launch) and action.job in queued for action in plan.actions)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
