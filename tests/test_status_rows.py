@@ -134,6 +134,30 @@ def test_status_leaves_out_columns_rather_than_cut_a_title_or_a_number_and_shows
         _kill_all(home, ids)
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_machines_rules_and_tldr_fit_the_terminal_one_line_per_row(tmp_path: Path, width: int) -> None:
+    home = make_home(tmp_path, {
+        "local": {"kind": "local", "resources": {"slot": 2}},
+        "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"slot": 1, "gpu": 8}},
+        "v3-32": {"kind": "tpu", "node": "v3-32-p1", "zone": "europe-west4-a", "accelerator": "v3-32",
+                  "preemptible": True}}, gcp={"project": "p"})
+    jobtpu(home, "note", "--machine", "box", "disk almost full, ask before using")
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    machines = jobtpu(home, "machines", env=env).stdout.splitlines()  # (at 80x24 this took 31 lines)
+    assert all(len(line) <= width for line in machines) and len(machines) == 1 + 3, machines
+    assert [line.split()[0] for line in machines] == ["name", "local", "box", "v3-32"], machines
+    titles = machines[0].split()
+    assert {"name", "state", "running"} <= set(titles) <= {"name", "kind", "accelerator", "workers", "state",
+                                                           "health", "running", "free", "note", "detail"}, machines
+    rules = jobtpu(home, "rules", env=env).stdout.splitlines()
+    assert all(len(line) <= width for line in rules) and len(rules) == 1 + 5 + 1, rules
+    assert [line.split()[0] for line in rules[1:-1]] == ["pre", "pass", "reapply", "rerun", "resume"], rules
+    assert rules[0].split()[:2] == ["rule", "preempted"] and "…" not in rules[0], rules
+    assert rules[1].split()[1] == "recreate+resume" and rules[-1].strip() == "on exit 0: finished, under every rule"
+    tldr = jobtpu(home, "tldr").stdout.splitlines()
+    assert all(len(line) <= 80 for line in tldr) and sum(line.startswith("jobtpu ") for line in tldr) == 10, tldr
+
+
 def test_status_filters_by_status_tag_and_name(tmp_path: Path) -> None:
     home, src = _home(tmp_path, slots=1)
     quick = write_tree(tmp_path / "quick", {"a": "x"})
