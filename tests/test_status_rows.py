@@ -13,6 +13,7 @@ import pytest
 from jobtpu.display import DEFAULT_JOB_COLUMNS
 from jobtpu.listing import row
 from jobtpu.model import Attempt, Job, Status
+from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, write_tree
 
 ONE_SLOT = {"local": {"kind": "local", "resources": {"slot": 1}}}
@@ -132,6 +133,22 @@ def test_status_leaves_out_columns_rather_than_cut_a_title_or_a_number_and_shows
             assert "lr=0" in rows[job], out
     finally:
         _kill_all(home, ids)
+
+
+def test_your_own_view_has_no_user_column_and_a_view_of_others_does(team: Team) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("home")
+    (home / "machines.json").write_text(json.dumps({"machines": ONE_SLOT}))
+    for account in (alice, bob):
+        src = team.private_folder(account, "src")
+        team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--name", account)
+    own = team.run(alice, "--home", str(home), "status").stdout.splitlines()  # piped: 80 columns
+    assert _titles(own[0])[:3] == ["id", "name", "status"] and "user" not in own[0], own
+    assert len(own) == 1 + 1 + 1 and alice in own[1] and bob not in "\n".join(own), own
+    for args in (["--all-users"], ["--user", bob]):
+        shown = team.run(alice, "--home", str(home), "status", *args).stdout.splitlines()
+        assert _titles(shown[0])[:4] == ["id", "name", "user", "status"], shown
+        assert all(row.split()[1] == row.split()[2] for row in shown[1:-1]), shown  # named after their user
 
 
 @pytest.mark.parametrize("width", [80, 60])
