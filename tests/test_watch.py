@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,35 @@ def test_watch_without_manage_warns_that_no_pass_runs_and_survives_broken_files(
         term.close()
     assert (home / "state.json").read_bytes() == before  # only displayed: no pass ran
     assert status(home)[job]["status"] == "queued"
+
+
+def test_events_and_watch_show_times_in_the_users_time_zone(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, src_dir(tmp_path), "true")
+    manage_until(home, [job], {"finished"})
+    times = [e["time"] for e in map(json.loads, jobtpu(home, "events", "--json").stdout.splitlines())]
+
+    def shown(seconds: float, hours: int, form: str = "%Y-%m-%d %H:%M:%S") -> str:
+        return (datetime.fromtimestamp(seconds, UTC) + timedelta(hours=hours)).strftime(form)
+
+    for zone, offset in (("UTC", 0), ("Asia/Shanghai", 8)):  # Shanghai keeps UTC+8 all year
+        jobtpu(home, "config", "set", "time_zone", zone)
+        lines = jobtpu(home, "events").stdout.splitlines()
+        assert [line[:19] for line in lines] == [shown(t, offset) for t in times], lines
+    # The dashboard in a real terminal: its clock and its events, in Shanghai's time too.
+    term = Tmux(tmp_path, watch_command(home, "--no-manage", "--interval", "0.3"))
+    try:
+        last = shown(times[-1], 8)
+        screen = wait_for(lambda: (lambda s: s if last in s else None)(term.screen()), timeout=20,
+                          what="the last event in Shanghai's time")
+        clock = re.search(r"jobtpu watch  (\d\d:\d\d:\d\d)", screen)
+        assert clock, screen
+        there = datetime.now(UTC) + timedelta(hours=8)
+        ticked = datetime.combine(there.date(), datetime.strptime(clock[1], "%H:%M:%S").time(), UTC)
+        apart = (there - ticked).total_seconds() % 86400  # (around midnight the dates differ)
+        assert min(apart, 86400 - apart) < 60, (clock[1], there)
+    finally:
+        term.close()
 
 
 # ---- connections kept between rounds -------------------------------------------------------------------------
