@@ -38,6 +38,12 @@ def fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
     return kept, widths
 
 
+def natural_width(columns: list[tuple[str, str]], cells: list[list[str]]) -> int:
+    """How wide the table is with no cell cut."""
+    widths = [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
+    return sum(widths) + 2 * GAP * (len(widths) - 1)
+
+
 def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
                      layout: Layout) -> list[int]:
     """All the columns when each fits at its narrowest, else without the empty ones, then those first

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-from .columns import CELL_KEPT, GAP, Layout, fit
+from .columns import CELL_KEPT, Layout, fit, natural_width
 from .text import printable
 
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
@@ -139,9 +138,3 @@ def rules_table(rows: list[dict[str, Any]], width: int, short: Mapping[str, str]
     said = [f"on exit 0: {', '.join(sorted(exit_0))}, under every rule"] if len(exit_0) == 1 else []
     columns = SHORT_RULE_COLUMNS + ([] if said else [("exit 0", "exit_0")])
     return fitted_table(columns, cells(columns, short), width, RULE_LAYOUT, said)
-
-
-def natural_width(columns: list[tuple[str, str]], cells: list[list[str]]) -> int:
-    """How wide the table is with no cell cut."""
-    widths = [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
-    return sum(widths) + 2 * GAP * (len(widths) - 1)
