@@ -335,7 +335,7 @@ def _worker_choice(text: str) -> int | None:
 def _add_personal_and_remote_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """config, dir, alias (a user's own settings), exec and ssh (a machine's workers), tldr."""
     as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
-    p = add("config", "your defaults: rule, req (submit), columns, time_zone (status)")
+    p = add("config", "your defaults: rule, req (submit), columns (status), time_zone (times shown)")
     p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
     p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns or time_zone (get/reset: all when absent)")
     p.add_argument("values", nargs="*", metavar="VALUE", help="the value (req and columns take several)")

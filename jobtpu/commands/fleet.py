@@ -135,7 +135,8 @@ def machines(home: Home, as_json: bool) -> int:
     from ..display import machines_table
     from ..settings import viewer_settings, viewer_zone
 
-    Console().print(machines_table(rows, viewer_zone(viewer_settings(home))))
+    console = Console()
+    console.print(machines_table(rows, console.width, viewer_zone(viewer_settings(home))))
     say_freshness(state.last_pass)
     return 0
 

@@ -364,9 +364,10 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     from rich.console import Console, Group
 
     from ..display import jobs_table
-    from ..listing import config_aliases, row, status_counts
+    from ..listing import config_aliases, rows, status_counts
 
-    columns, zone = status_view(home)
+    chosen_columns, zone = status_view(home)
+    viewer = viewer_name()
 
     console = Console()
     aliases = config_aliases(home)
@@ -383,8 +384,8 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         counts = (f"sweep {chosen.sweep}: {sweep_summary(jobs)}" if chosen.sweep is not None
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
-        return jobs_table([row(j, now, aliases, zone) for j in shown], console.width,
-                          captions + ([left_out] if left_out else []), columns)
+        return jobs_table(rows(shown, now, aliases, zone), console.width,
+                          captions + ([left_out] if left_out else []), columns_for(chosen_columns, shown, viewer))
 
     if watch is None:
         state = Store(home).load()
@@ -400,13 +401,33 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
             time.sleep(max(0.2, watch))
 
 
-def status_view(home: Home) -> tuple[list[str], Any]:
-    """The columns and the time zone the person looking wants (their settings; else the defaults)."""
-    from ..display import DEFAULT_JOB_COLUMNS
+def status_view(home: Home) -> tuple[list[str] | None, Any]:
+    """The columns (None: the defaults) and the time zone the person looking set."""
     from ..settings import viewer_settings, viewer_zone
 
     settings = viewer_settings(home)
-    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
+    return settings.columns or None, viewer_zone(settings)
+
+
+def viewer_name() -> str | None:
+    """Who is looking (None: a login jobtpu cannot take as a user name, so nobody's own view)."""
+    from ..inputs import resolve_user
+
+    try:
+        return resolve_user(None)
+    except JobtpuError:
+        return None
+
+
+def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
+    """The columns chosen, else the defaults without `user` when every job shown is the viewer's
+    own (it would say the same name on every row)."""
+    from ..display import DEFAULT_JOB_COLUMNS
+
+    if chosen is not None:
+        return chosen
+    own = all(job.user == viewer for job in shown)
+    return [c for c in DEFAULT_JOB_COLUMNS if not (own and c == "user")]
 
 
 # ---- tail -----------------------------------------------------------------------------------------

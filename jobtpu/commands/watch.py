@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,13 +100,15 @@ def record_pass_failure(home: Home, error: BaseException) -> None:
 def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
            as_json: bool) -> int:
     from .. import events as ev
+    from ..settings import viewer_settings, viewer_zone
 
+    zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them
     found = ev.follow(home.root, job, machine, since) if follow else ev.read(home.root, job, machine, since)
     for event in found:
         if as_json:
             emit_json(event.to_json())
         else:
-            print(ev.render_line(event), flush=follow)
+            print(ev.render_line(event, zone), flush=follow)
     return 0
 
 
@@ -236,15 +239,16 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     state = _read(lambda: Store(home).load(), problems)
     fleet = _read(lambda: _fleet(home), problems)
     mode = f"a pass every {interval:g} s" if manage else "display only (--no-manage)"
-    header = [_line(f"jobtpu watch  {time.strftime('%H:%M:%S', time.localtime(now))}  {home.root}  ({mode})",
-                    "bold")]
+    zone = _zone(home, problems)
+    clock = datetime.fromtimestamp(now, zone).strftime("%H:%M:%S")
+    header = [_line(f"jobtpu watch  {clock}  {home.root}  ({mode})", "bold")]
     if state is not None:
         header.append(freshness_text(state.last_pass, one_line=True))
     header += [_line(p, "bold red") for p in problems]
     room = height - 1 - len(header) - 4 - len(said)  # a spare line, three section titles, the jobs' header
     jobs = state.jobs if state is not None else []
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
-    latest = [_line(ev.render_line(e), "") for e in ev.latest(home.root, max(room, 1))]
+    latest = [_line(ev.render_line(e, zone), "") for e in ev.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
     wanted = sum(1 for j in jobs if j.status in ACTIVE or j.status == "queued" or j.ended) or 1
     jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))
@@ -254,6 +258,13 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
                         _title("events"), *(latest[-events_room:] if events_room else []),
                         *(_line(s, "yellow") for s in said)]
     return Group(*parts[:height - 1])
+
+
+def _zone(home: Home, problems: list[str]) -> Any:
+    """The viewer's time_zone (None: local time); a broken settings.json is one red line, not the end."""
+    from ..settings import viewer_settings, viewer_zone
+
+    return _read(lambda: viewer_zone(viewer_settings(home)), problems)
 
 
 def _fit(rows: list[Any], room: int) -> list[Any]:
