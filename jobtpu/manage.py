@@ -134,14 +134,13 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
+        if dry_run:  # what it would do, never the lines of a real pass (docs/reference.md, manage)
+            report.notes.extend(p.notes + plan.would)
+            return report
         report.notes.extend(p.notes + plan.notes)
         if on_note:
             for note in p.notes + plan.notes:
                 on_note(note)
-        if dry_run:
-            for action in plan.actions:
-                report.notes.append(f"would {describe(action)}")
-            return report
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
@@ -184,14 +183,6 @@ def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -
             change = f"{was[name]} -> {state}" if was.get(name) else state
             lines.append(f"{name}: {change}" + (f" ({detail})" if detail else ""))
     return lines
-
-
-def describe(action: Launch | Kill | Recreate) -> str:
-    if isinstance(action, Launch):
-        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
-    if isinstance(action, Kill):
-        return f"stop job {action.job} on {action.machine}"
-    return f"recreate {action.machine}"
 
 
 # ---- observe ------------------------------------------------------------------------------------

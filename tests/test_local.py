@@ -327,6 +327,18 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     assert not (home / "run").exists()
 
 
+def test_dry_run_says_only_what_it_would_do_never_a_real_pass_line(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "true\n"})
+    job_id = submit(home, src, "bash a.sh")
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert out.splitlines() == [f"would launch job {job_id} attempt 0 on local (1 worker(s))"], out
+    jobtpu(home, "manage")  # launched; its worker exits 0 at once
+    wait_for(lambda: "would end" in (out := jobtpu(home, "manage", "--dry-run").stdout) and out, what="the end")
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert out.splitlines() == [f"would end job {job_id}: every worker exited 0"], out
+
+
 def test_status_watch_redraws_a_live_table(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"a.sh": "true\n"})
