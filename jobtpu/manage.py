@@ -409,7 +409,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
-                          early_signal=early_signal(job))
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
         try:
             result = _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -459,7 +459,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id)
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
             return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
         except RemoteError:
             return False

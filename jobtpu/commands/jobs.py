@@ -524,8 +524,10 @@ def kill(home: Home, sel: Selector, force: bool = False) -> int:
         stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
     for job, owner in stopping:
         if owner is not None:
-            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
-                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+            # Its wrapper did not obey the stop request in time (or predates them): a pass of the
+            # owner's still can, and any pass tries again.
+            note(f"job {job.id}: its processes on {job.machine} run as {owner} and have not stopped yet; "
+                 f"the next pass tries again (one run by {owner} can stop them itself)")
         else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
