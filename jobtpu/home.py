@@ -104,7 +104,7 @@ class Home:
         return self.root / "run"
 
     def ensure(self) -> None:
-        """The home's folder; a command that makes it says where, once (docs/guide.md §1)."""
+        """The home's folder; a command that makes it says where, once (docs/reference.md §1.1)."""
         if make_dirs(self.root):
             import sys
 
