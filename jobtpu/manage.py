@@ -135,14 +135,13 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
+        if dry_run:  # what it would do, never the lines of a real pass (docs/reference.md, manage)
+            report.notes.extend(p.notes + plan.would)
+            return report
         report.notes.extend(p.notes + plan.notes)
         if on_note:
             for note in p.notes + plan.notes:
                 on_note(note)
-        if dry_run:
-            for action in plan.actions:
-                report.notes.append(f"would {describe(action)}")
-            return report
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
@@ -195,14 +194,6 @@ def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -
             change = f"{was[name]} -> {state}" if was.get(name) else state
             lines.append(f"{name}: {change}" + (f" ({detail})" if detail else ""))
     return lines
-
-
-def describe(action: Launch | Kill | Recreate) -> str:
-    if isinstance(action, Launch):
-        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
-    if isinstance(action, Kill):
-        return f"stop job {action.job} on {action.machine}"
-    return f"recreate {action.machine}"
 
 
 # ---- observe ------------------------------------------------------------------------------------
@@ -429,7 +420,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
-                          early_signal=early_signal(job))
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
         try:
             result = _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -479,7 +470,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id)
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
             return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
         except RemoteError:
             return False

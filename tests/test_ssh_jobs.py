@@ -173,6 +173,25 @@ def test_quiet_pass_is_one_session_per_host_and_kill_stops_every_worker(ssh_flee
     assert not [a for a in live_args(fm.user) if "sleep 600" in a]
 
 
+def test_report_counts_gpu_hours_on_a_box_and_no_time_a_person_kept_the_job_killed(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("gpu")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"gpu": (fm, {"resources": {"gpu": 4}})})
+    job = submit(home, code_dir(tmp_path), 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 600; fi', "--req", "gpu=2")
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    assert cli(home, "kill", str(job))[0] == 0
+    assert cli(home, "resume", str(job))[0] == 0
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the resumed job to finish")
+    text = run(home, "report", str(job), in_process=True)[0]
+    attempts = re.findall(r"^  attempt (\d) on gpu: wall \S+, accelerator (\S+) (\S+),", text, re.MULTILINE)
+    assert [(n, unit) for n, _, unit in attempts] == [("0", "GPU-h"), ("1", "GPU-h")], text
+    assert all(amount != "0.00" for _, amount, _ in attempts), text  # 2 GPUs for seconds: "<0.01", never 0
+    assert re.search(r"^  after attempt 0 \(killed\): \S+ until it ran again, waiting on a person \(not counted\)$",
+                     text, re.MULTILINE), text
+    assert "interruption after attempt 0" not in text, text
+
+
 def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     h = fm.hosts[0]

@@ -109,6 +109,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
+    home.ensure()  # the first command in a new home says where it made it
     with sigterm_interrupts():
         snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
                         allow_secrets=opts.allow_secrets)
@@ -238,7 +239,21 @@ def _print_submitted(jobs: list[Job], as_json: bool) -> None:
 
 
 def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
-    """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one)."""
+    """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
+    Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
+    try:
+        return _follow(home, job_id, interval)
+    except KeyboardInterrupt as e:
+        from ..errors import EXIT_INTERRUPTED, Terminated
+
+        sys.stdout.flush()
+        note(f"jobtpu: stopped following job {job_id}; the job goes on (`jobtpu tail -f {job_id}` follows it again)")
+        if isinstance(e, Terminated):
+            raise
+        return EXIT_INTERRUPTED
+
+
+def _follow(home: Home, job_id: int, interval: float) -> int:
     from .. import manage
 
     printed: dict[int, int] = {}
@@ -554,8 +569,10 @@ def kill(home: Home, sel: Selector, force: bool = False) -> int:
         stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
     for job, owner in stopping:
         if owner is not None:
-            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
-                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+            # Its wrapper did not obey the stop request in time (or predates them): a pass of the
+            # owner's still can, and any pass tries again.
+            note(f"job {job.id}: its processes on {job.machine} run as {owner} and have not stopped yet; "
+                 f"the next pass tries again (one run by {owner} can stop them itself)")
         else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
@@ -602,7 +619,7 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
         if machine is not None:
             machine = session.fleet.resolve(machine).name
         check_owners(jobs, me, force, verb)
-        announce(verb, jobs, sel)
+        announce(verb, jobs, sel, by_id=False)
         if sel.dry_run:
             return 0
         for job in jobs:

@@ -114,19 +114,27 @@ def events(home: Home, follow: bool, job: int | None, machine: str | None, since
 
 # ---- report ---------------------------------------------------------------------------------------------
 
-def chips_of(machine: Machine | None) -> int | None:
-    """The accelerator chips a machine holds: a TPU's from its type (v2/v3/v4/v5p names count
-    TensorCores, two a chip; v5e/v6e names count chips), else its `gpu` resource; None when unknown."""
+def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
+    """What an attempt of `job` held on `machine`, and its unit: a TPU's chips from its type (v2/v3/
+    v4/v5p names count TensorCores, two a chip; v5e/v6e names count chips); on a box, the GPUs the
+    job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
-        return None
+        return None, "chip"
     if machine.is_tpu and machine.accelerator:
         generation, _, count = machine.accelerator.lower().rpartition("-")
         if count.isdigit():
             cores = int(count)
-            return cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores
-        return None
-    gpus = machine.resources.get("gpu")
-    return gpus or None
+            return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
+        return None, "chip"
+    if machine.is_tpu:
+        return None, "chip"
+    from ..requests import parse_request
+
+    try:
+        gpus = parse_request(list(job.req)).resources.get("gpu")
+    except JobtpuError:  # a request state.json holds that no longer parses: unknown, not a failed report
+        gpus = None
+    return gpus or None, "GPU"
 
 
 def report_jobs(state: State, ids: list[int], tag: str | None, user: str | None) -> list[Job]:
@@ -158,7 +166,7 @@ def report(home: Home, ids: list[int], tag: str | None, html: str | None) -> int
     now = time.time()
     reports = []
     for job in jobs:
-        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), chips_of(fleet.get(a.machine)))
+        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
                     for a in job.attempts]
         progress = {a.n: goodput.Progress.from_json(a.progress) for a in job.attempts}
         reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))

@@ -15,8 +15,9 @@ from ..scripts import RUN_SCRIPT
 from .base import Endpoint, Result
 
 # The run root's containers (docs/design.md §4): in a shared home setgid and sticky, so every member
-# may add a job's folder and nobody may rename or delete another's; the owner's alone otherwise.
-CONTAINERS = ("meta", "jobs", "archives")
+# may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or delete another's;
+# the owner's alone otherwise.
+CONTAINERS = ("meta", "jobs", "archives", "stop")
 SHARED_CONTAINER = 0o3770
 PRIVATE_FOLDER = 0o700
 
