@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet
+from . import logfiles, passevents, passsheet, reach
 from .decide import (
     Kill,
     Launch,
@@ -145,6 +145,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
+        note_reachability(p, seen)  # what the launches, copies and stops found
         changes = machine_changes(was, state.machines)
         report.notes.extend(changes)
         if on_note:
@@ -225,9 +226,7 @@ def observe(p: Pass) -> Observation:
         else:
             view.reachable = view.reachable is not False
             view.workers.update(outcome)
-    for machine in p.fleet.machines.values():
-        if machine.kind == "ssh":
-            _note_reachability(p, machine, seen)
+    note_reachability(p, seen)
     _pull_logs(p, seen)
     _check_local_specs(p, seen)
     return seen
@@ -252,20 +251,16 @@ def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> 
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 
-UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is offered jobs again
-
-
-def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
-    """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
-    view, record = seen.view(machine.name), p.state.machine(machine.name)
-    if view.reachable is True:
-        record.state, record.detail, record.since = "up", None, None
-    elif view.reachable is False:
-        if record.state != "unreachable":
-            record.state, record.since = "unreachable", seen.now
-        record.detail = view.error
-    elif record.state == "unreachable" and seen.now - (record.since or 0) < UNREACHABLE_RETRY:
-        view.ready = False
+def note_reachability(p: Session, seen: Observation) -> None:
+    """Each ssh machine's record as this pass's contacts say (reach.reachability); one that failed
+    recently and was not asked again takes no new jobs. Applied after observing and after acting."""
+    for machine in p.fleet.machines.values():
+        if machine.kind != "ssh":
+            continue  # a TPU's state is the API's (tpuflow); the local machine is always up
+        record = p.state.machine(machine.name)
+        reach.apply(record, p.contacts.of(machine.name), seen.now)
+        if not reach.takes_jobs(record, seen.now):
+            seen.view(machine.name).ready = False
 
 
 def _local_size(home: Home, ref: WorkerRef) -> int:
@@ -408,7 +403,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         if verdict.kind != "ok":
             refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
                        for ep in eps}
-            return launched(job, machine, dict(refused), p.state.machine(machine.name), now)
+            return launched(job, machine, dict(refused), now)
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
@@ -426,7 +421,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
     reports = dict(parallel(one, eps))
-    return launched(job, machine, reports, p.state.machine(machine.name), now)
+    return launched(job, machine, reports, now)
 
 
 def early_signal(job: Job) -> tuple[str, float] | None:

@@ -207,6 +207,31 @@ def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp
     assert state[b]["reason"] == "lost" and state[b]["attempts"][-1]["outcome"] == "lost"
 
 
+def test_a_kill_on_a_machine_that_is_down_is_said_once_and_ends_when_it_answers(ssh_fleet: SshFleet,
+                                                                                 tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"connect_timeout": 2})})
+    job = submit(home, code_dir(tmp_path), "sleep 600")
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    group = int(meta(fm, job).read_text().split()[0])
+    ssh_fleet.stop_host(fm.hosts[0])  # the job runs on; nobody can reach it
+
+    code, _, err = cli(home, "kill", str(job))
+    assert code == 0, err
+    assert jobs(home)[job]["status"] == "killing"
+    said = [line for line in manage(home).splitlines() if "box" in line]
+    assert len(said) == 1 and said[0].startswith("box: up -> unreachable (box[0]") and "connection refused" in said[0]
+    assert machines_json(home)[0]["state"] == "unreachable"
+    assert "unreachable" not in manage(home)  # said once, not on every pass while it stays so
+    assert jobs(home)[job]["status"] == "killing" and group_alive(group)
+
+    ssh_fleet.start_host(fm.hosts[0])
+    assert "box: unreachable -> up" in manage(home)  # the stop answered: up at once, no pause
+    assert (jobs(home)[job]["status"], machines_json(home)[0]["state"]) == ("killed", "up")
+    assert not group_alive(group)
+
+
 def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
