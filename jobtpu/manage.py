@@ -37,6 +37,7 @@ from .decide import (
 )
 from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
+from .goodput import progress_of
 from .home import Home
 from .model import Job, MachineRecord, Status
 from .safefs import UnsafePath
@@ -313,8 +314,10 @@ def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
 
 
 def last_line(root: Path, rel: PurePath) -> str | None:
+    """The log's last line worth showing in `status`: a `JOBTPU_PROGRESS step=N` line is for `report`,
+    not for people, so the line the job printed before it is shown instead."""
     text = _tail(root, rel, 4096)
-    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and progress_of(ln) is None]
     return lines[-1][-200:] if lines else None
 
 
