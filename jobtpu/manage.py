@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet, reach
+from . import logfiles, passevents, passsheet, pulls, reach
 from .decide import (
     Kill,
     Launch,
@@ -48,8 +48,6 @@ from .scripts import (
     launch_script,
     parse_kill,
     parse_launch,
-    parse_probe,
-    probe_script,
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
@@ -132,6 +130,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
         was = {name: record.state for name, record in state.machines.items()}
+        was_open = pulls.open_attempts(state.jobs)
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
@@ -146,7 +145,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
-        note_reachability(p, seen)  # what the launches, copies and stops found
+        _catch_up_logs(p, seen, was_open)
+        note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         changes = machine_changes(was, state.machines)
         report.notes.extend(changes)
         if on_note:
@@ -216,7 +216,7 @@ def observe(p: Pass) -> Observation:
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item
         try:
-            return machine.name, probe(p, machine, ep, refs)
+            return machine.name, pulls.probe(p, machine, ep, refs)
         except RemoteError as e:
             return machine.name, e
 
@@ -246,10 +246,15 @@ def _check_local_specs(p: Pass, seen: Observation) -> None:
                 seen.local_refusals[job.id] = (verdict.kind, verdict.why)
 
 
-def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
-    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
-    return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
+def _catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
+    """The rest of the logs of the attempts that ended in this pass, from the machines that answer
+    (a preempted TPU's workers are gone; an unreachable machine's wait for a later `tail`)."""
+    ended = pulls.ended_since(p.state.jobs, was_open)
+    for name in list(ended):
+        view = seen.view(name)
+        if view.preempted or view.reachable is False:
+            del ended[name]
+    p.notes.extend(pulls.catch_up(p, ended))
 
 
 def note_reachability(p: Session, seen: Observation) -> None:
@@ -262,13 +267,6 @@ def note_reachability(p: Session, seen: Observation) -> None:
         reach.apply(record, p.contacts.of(machine.name), seen.now)
         if not reach.takes_jobs(record, seen.now):
             seen.view(machine.name).ready = False
-
-
-def _local_size(home: Home, ref: WorkerRef) -> int:
-    try:
-        return logfiles.size(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker))
-    except UnsafePath:
-        return 0  # the pull says what is wrong with it
 
 
 def _pull_logs(p: Pass, seen: Observation) -> None:
@@ -302,11 +300,6 @@ def _pull_one(p: Pass, seen: Observation, ref: WorkerRef, ws: WorkerState) -> No
         line = last_line(p.home.root, rel)
         if line is not None:
             seen.last_lines[ref.job] = line
-
-
-def append_log(home: Home, ref: WorkerRef, offset: int, data: bytes) -> None:
-    """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    logfiles.append(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker), offset, data)
 
 
 def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
@@ -488,9 +481,11 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     A job that ends here (a queued one at once, a stopping one whose workers are all gone) gets its
     `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
     was_ended = {job.id for job in jobs if job.ended}
+    was_open = pulls.open_attempts(jobs)
     kills = [k for k in map(kill_asked, jobs) if k is not None]
     _tell_ended(p, jobs, was_ended, now, by)
     stop_all(p, kills, now)
+    p.notes.extend(pulls.catch_up(p, pulls.ended_since(jobs, was_open)))  # their logs, whole
     _tell_ended(p, jobs, was_ended, now, by)
 
 

@@ -10,8 +10,8 @@ from . import safefs
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
-from .manage import append_log, probe
 from .model import Job, Status
+from .pulls import append_log, probe
 from .scripts import job_folder, remove_job_script
 from .session import Session, parallel
 from .store import State, Store

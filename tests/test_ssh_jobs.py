@@ -232,6 +232,30 @@ def test_a_kill_on_a_machine_that_is_down_is_said_once_and_ends_when_it_answers(
     assert not group_alive(group)
 
 
+def test_a_killed_or_lost_attempt_s_log_comes_home_whole(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"resources": {"slot": 2}})})
+    talk = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the last words; sleep 600"  # 3 pulls' worth
+    killed, lost = (submit(home, code_dir(tmp_path, name), talk) for name in ("a", "b"))
+    manage_until(home, lambda s: s[killed]["status"] == s[lost]["status"] == "running", "both to run")
+    for job in (killed, lost):
+        wait_for(lambda job=job: meta(fm, job, ext="log").read_bytes().endswith(b"the last words\n"),
+                 timeout=DEADLINE, what="the job to have talked")
+    manage(home)  # one chunk of each log comes home, the rest is still on the box
+    assert len(log(home, killed)) < 3000000
+
+    code, _, err = cli(home, "kill", str(killed))
+    assert code == 0, err
+    assert jobs(home)[killed]["status"] == "killed"
+    assert log(home, killed) == meta(fm, killed, ext="log").read_text()  # pulled to its end
+
+    os.killpg(int(meta(fm, lost).read_text().split()[0]), signal.SIGKILL)  # gone, no exit record
+    manage_until(home, lambda s: s[lost]["status"] == "failed", "the job to be lost")
+    assert jobs(home)[lost]["reason"] == "lost"
+    assert log(home, lost) == meta(fm, lost, ext="log").read_text()
+
+
 def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
