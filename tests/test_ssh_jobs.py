@@ -256,6 +256,34 @@ def test_a_killed_or_lost_attempt_s_log_comes_home_whole(ssh_fleet: SshFleet, tm
     assert log(home, lost) == meta(fm, lost, ext="log").read_text()
 
 
+def test_tail_f_on_a_machine_that_is_down_says_so_and_shows_the_log_as_pulled(ssh_fleet: SshFleet,
+                                                                               tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), f"echo before the fall; {WAIT_RELEASE}")
+    manage_until(home, lambda s: s[job]["status"] == "running" and log(home, job), "the first words home")
+    ssh_fleet.stop_host(fm.hosts[0])
+    out, err = tmp_path / "tail.out", tmp_path / "tail.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        follow = subprocess.Popen([*helpers.JOBTPU, "--home", str(home), "tail", "-f", str(job)], stdout=o, stderr=e,
+                                  env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        said = wait_for(lambda: "showing the log as last pulled" in (text := err.read_text()) and text,
+                        timeout=DEADLINE, what="tail -f to say the box is down")
+        assert said.startswith("jobtpu: box is unreachable (box[0] ") and "connection refused" in said, said
+        assert out.read_text() == "before the fall\n" and follow.poll() is None
+        ssh_fleet.start_host(fm.hosts[0])  # it follows on, and ends with the job
+        (fm.home / f"release-{job}").touch()
+        assert follow.wait(timeout=DEADLINE) == 0
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+        ssh_fleet.start_host(fm.hosts[0])
+        (fm.home / f"release-{job}").touch()
+    assert err.read_text().count("is unreachable") == 1  # said once, however many times it asked
+
+
 def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
