@@ -248,11 +248,12 @@ def _check_local_specs(p: Pass, seen: Observation) -> None:
 
 def _catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
     """The rest of the logs of the attempts that ended in this pass, from the machines that answer
-    (a preempted TPU's workers are gone; an unreachable machine's wait for a later `tail`)."""
+    (a preempted TPU's workers are gone, as are those of one this pass deleted; an unreachable
+    machine's stay there)."""
     ended = pulls.ended_since(p.state.jobs, was_open)
     for name in list(ended):
-        view = seen.view(name)
-        if view.preempted or view.reachable is False:
+        view, work = seen.view(name), p.tpu_work.get(name)
+        if view.preempted or view.reachable is False or (work is not None and work.has("delete")):
             del ended[name]
     p.notes.extend(pulls.catch_up(p, ended))
 
