@@ -169,8 +169,10 @@ class Session:
             with self.connected(machine, endpoint, reuse=False) as t:
                 result = t.run(script, timeout=timeout)
         if result.exit_code != 0 and not result.stdout:
-            raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
-                              f"{result.stderr.strip()[-300:]}")
+            error = RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
+                                f"{result.stderr.strip()[-300:]}")
+            self.contacts.add(machine.name, endpoint.index, error.message)  # it answered, but cannot work
+            raise error
         return result.stdout
 
     def commit(self, amend: Callable[[Encoded], None] | None = None) -> None:
