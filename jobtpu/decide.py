@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from . import model, rules
 from .fleet import Fleet, Machine
-from .model import Attempt, Ending, Job, MachineRecord, Status
+from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
 from .sheet import claim_reason
 from .workers import LaunchResult, WorkerRef, WorkerState
@@ -275,7 +275,7 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
 
 # ---- what launches and kills reported -------------------------------------------------------------
 # The pass's I/O layer asks the workers and hands back plain reports; these functions alone decide
-# what the reports mean for the job (and for an ssh machine's record).
+# what the reports mean for the job (an ssh machine's record is reach.py's, from the contacts).
 
 @dataclass(frozen=True)
 class NoAnswer:
@@ -289,8 +289,7 @@ class NoAnswer:
 LaunchReport = LaunchResult | NoAnswer
 
 
-def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], record: MachineRecord,
-             now: float) -> Kill | None:
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float) -> Kill | None:
     """Move a launching job as its workers' launch reports say; a Kill when some workers started and
     another failed (they must be stopped before the job ends as launch_failed)."""
     if job.status is not Status.LAUNCHING:
@@ -299,7 +298,6 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], recor
     if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
-        record.state, record.since, record.detail = "unreachable", now, message
         unlaunch(job)
         job.last_line = f"could not launch: {message[-180:]}"
         return None
@@ -317,8 +315,6 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], recor
         job.ending = ending
         return Kill(job.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == "ok" for a in answers):
-        if machine.kind == "ssh":
-            record.state, record.detail, record.since = "up", None, None
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet
+from . import logfiles, passevents, passsheet, pulls, reach
 from .decide import (
     Kill,
     Launch,
@@ -38,6 +38,7 @@ from .decide import (
 )
 from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
+from .goodput import progress_of
 from .home import Home
 from .model import Job, MachineRecord, Status
 from .safefs import UnsafePath
@@ -48,8 +49,6 @@ from .scripts import (
     launch_script,
     parse_kill,
     parse_launch,
-    parse_probe,
-    probe_script,
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
@@ -132,6 +131,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
         was = {name: record.state for name, record in state.machines.items()}
+        was_open = pulls.open_attempts(state.jobs)
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
@@ -145,6 +145,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
+        _catch_up_logs(p, seen, was_open)
+        note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         changes = machine_changes(was, state.machines)
         report.notes.extend(changes)
         if on_note:
@@ -216,7 +218,7 @@ def observe(p: Pass) -> Observation:
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item
         try:
-            return machine.name, probe(p, machine, ep, refs)
+            return machine.name, pulls.probe(p, machine, ep, refs)
         except RemoteError as e:
             return machine.name, e
 
@@ -227,9 +229,7 @@ def observe(p: Pass) -> Observation:
         else:
             view.reachable = view.reachable is not False
             view.workers.update(outcome)
-    for machine in p.fleet.machines.values():
-        if machine.kind == "ssh":
-            _note_reachability(p, machine, seen)
+    note_reachability(p, seen)
     _pull_logs(p, seen)
     _check_local_specs(p, seen)
     return seen
@@ -248,33 +248,28 @@ def _check_local_specs(p: Pass, seen: Observation) -> None:
                 seen.local_refusals[job.id] = (verdict.kind, verdict.why)
 
 
-def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
-    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
-    return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
+def _catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
+    """The rest of the logs of the attempts that ended in this pass, from the machines that answer
+    (a preempted TPU's workers are gone, as are those of one this pass deleted; an unreachable
+    machine's stay there)."""
+    ended = pulls.ended_since(p.state.jobs, was_open)
+    for name in list(ended):
+        view, work = seen.view(name), p.tpu_work.get(name)
+        if view.preempted or view.reachable is False or (work is not None and work.has("delete")):
+            del ended[name]
+    p.notes.extend(pulls.catch_up(p, ended))
 
 
-UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is offered jobs again
-
-
-def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
-    """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
-    view, record = seen.view(machine.name), p.state.machine(machine.name)
-    if view.reachable is True:
-        record.state, record.detail, record.since = "up", None, None
-    elif view.reachable is False:
-        if record.state != "unreachable":
-            record.state, record.since = "unreachable", seen.now
-        record.detail = view.error
-    elif record.state == "unreachable" and seen.now - (record.since or 0) < UNREACHABLE_RETRY:
-        view.ready = False
-
-
-def _local_size(home: Home, ref: WorkerRef) -> int:
-    try:
-        return logfiles.size(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker))
-    except UnsafePath:
-        return 0  # the pull says what is wrong with it
+def note_reachability(p: Session, seen: Observation) -> None:
+    """Each ssh machine's record as this pass's contacts say (reach.reachability); one that failed
+    recently and was not asked again takes no new jobs. Applied after observing and after acting."""
+    for machine in p.fleet.machines.values():
+        if machine.kind != "ssh":
+            continue  # a TPU's state is the API's (tpuflow); the local machine is always up
+        record = p.state.machine(machine.name)
+        reach.apply(record, p.contacts.of(machine.name), seen.now)
+        if not reach.takes_jobs(record, seen.now):
+            seen.view(machine.name).ready = False
 
 
 def _pull_logs(p: Pass, seen: Observation) -> None:
@@ -310,18 +305,15 @@ def _pull_one(p: Pass, seen: Observation, ref: WorkerRef, ws: WorkerState) -> No
             seen.last_lines[ref.job] = line
 
 
-def append_log(home: Home, ref: WorkerRef, offset: int, data: bytes) -> None:
-    """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    logfiles.append(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker), offset, data)
-
-
 def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
     return logfiles.read_end(root, rel, size)[0].decode(errors="replace")
 
 
 def last_line(root: Path, rel: PurePath) -> str | None:
+    """The log's last line worth showing in `status`: a `JOBTPU_PROGRESS step=N` line is for `report`,
+    not for people, so the line the job printed before it is shown instead."""
     text = _tail(root, rel, 4096)
-    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and progress_of(ln) is None]
     return lines[-1][-200:] if lines else None
 
 
@@ -410,7 +402,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         if verdict.kind != "ok":
             refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
                        for ep in eps}
-            return launched(job, machine, dict(refused), p.state.machine(machine.name), now)
+            return launched(job, machine, dict(refused), now)
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
@@ -428,7 +420,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
     reports = dict(parallel(one, eps))
-    return launched(job, machine, reports, p.state.machine(machine.name), now)
+    return launched(job, machine, reports, now)
 
 
 def early_signal(job: Job) -> tuple[str, float] | None:
@@ -492,9 +484,11 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     A job that ends here (a queued one at once, a stopping one whose workers are all gone) gets its
     `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
     was_ended = {job.id for job in jobs if job.ended}
+    was_open = pulls.open_attempts(jobs)
     kills = [k for k in map(kill_asked, jobs) if k is not None]
     _tell_ended(p, jobs, was_ended, now, by)
     stop_all(p, kills, now)
+    p.notes.extend(pulls.catch_up(p, pulls.ended_since(jobs, was_open)))  # their logs, whole
     _tell_ended(p, jobs, was_ended, now, by)
 
 

@@ -70,6 +70,15 @@ def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:
     assert jobtpu(home, "tail", str(job_id)).stdout == "about to fail\n"
 
 
+def test_a_progress_marker_is_never_the_line_status_shows(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"fail.sh": "echo epoch 1 done\necho JOBTPU_PROGRESS step=5 checkpoint=0\nexit 3\n"})
+    job_id = submit(home, src, "bash fail.sh")
+    job = manage_until(home, [job_id], {"failed"})[job_id]
+    assert job["last_line"] == "epoch 1 done"  # the marker is for `report`, not for people
+    assert "JOBTPU_PROGRESS" not in jobtpu(home, "status", "--all").stdout
+
+
 def test_a_failure_is_classified_from_the_log_s_end_even_when_the_pull_is_behind(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     # 8 MiB of output, then the real cause; a pass pulls at most 1 MiB of a worker's log.

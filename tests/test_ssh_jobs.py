@@ -228,6 +228,83 @@ def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp
     assert state[b]["reason"] == "lost" and state[b]["attempts"][-1]["outcome"] == "lost"
 
 
+def test_a_kill_on_a_machine_that_is_down_is_said_once_and_ends_when_it_answers(ssh_fleet: SshFleet,
+                                                                                 tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"connect_timeout": 2})})
+    job = submit(home, code_dir(tmp_path), "sleep 600")
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    group = int(meta(fm, job).read_text().split()[0])
+    ssh_fleet.stop_host(fm.hosts[0])  # the job runs on; nobody can reach it
+
+    code, _, err = cli(home, "kill", str(job))
+    assert code == 0, err
+    assert jobs(home)[job]["status"] == "killing"
+    said = [line for line in manage(home).splitlines() if "box" in line]
+    assert len(said) == 1 and said[0].startswith("box: up -> unreachable (box[0]") and "connection refused" in said[0]
+    assert machines_json(home)[0]["state"] == "unreachable"
+    assert "unreachable" not in manage(home)  # said once, not on every pass while it stays so
+    assert jobs(home)[job]["status"] == "killing" and group_alive(group)
+
+    ssh_fleet.start_host(fm.hosts[0])
+    assert "box: unreachable -> up" in manage(home)  # the stop answered: up at once, no pause
+    assert (jobs(home)[job]["status"], machines_json(home)[0]["state"]) == ("killed", "up")
+    assert not group_alive(group)
+
+
+def test_a_killed_or_lost_attempt_s_log_comes_home_whole(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"resources": {"slot": 2}})})
+    talk = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the last words; sleep 600"  # 3 pulls' worth
+    killed, lost = (submit(home, code_dir(tmp_path, name), talk) for name in ("a", "b"))
+    manage_until(home, lambda s: s[killed]["status"] == s[lost]["status"] == "running", "both to run")
+    for job in (killed, lost):
+        wait_for(lambda job=job: meta(fm, job, ext="log").read_bytes().endswith(b"the last words\n"),
+                 timeout=DEADLINE, what="the job to have talked")
+    manage(home)  # one chunk of each log comes home, the rest is still on the box
+    assert len(log(home, killed)) < 3000000
+
+    code, _, err = cli(home, "kill", str(killed))
+    assert code == 0, err
+    assert jobs(home)[killed]["status"] == "killed"
+    assert log(home, killed) == meta(fm, killed, ext="log").read_text()  # pulled to its end
+
+    os.killpg(int(meta(fm, lost).read_text().split()[0]), signal.SIGKILL)  # gone, no exit record
+    manage_until(home, lambda s: s[lost]["status"] == "failed", "the job to be lost")
+    assert jobs(home)[lost]["reason"] == "lost"
+    assert log(home, lost) == meta(fm, lost, ext="log").read_text()
+
+
+def test_tail_f_on_a_machine_that_is_down_says_so_and_shows_the_log_as_pulled(ssh_fleet: SshFleet,
+                                                                               tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), f"echo before the fall; {WAIT_RELEASE}")
+    manage_until(home, lambda s: s[job]["status"] == "running" and log(home, job), "the first words home")
+    ssh_fleet.stop_host(fm.hosts[0])
+    out, err = tmp_path / "tail.out", tmp_path / "tail.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        follow = subprocess.Popen([*helpers.JOBTPU, "--home", str(home), "tail", "-f", str(job)], stdout=o, stderr=e,
+                                  env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        said = wait_for(lambda: "showing the log as last pulled" in (text := err.read_text()) and text,
+                        timeout=DEADLINE, what="tail -f to say the box is down")
+        assert said.startswith("jobtpu: box is unreachable (box[0] ") and "connection refused" in said, said
+        assert out.read_text() == "before the fall\n" and follow.poll() is None
+        ssh_fleet.start_host(fm.hosts[0])  # it follows on, and ends with the job
+        (fm.home / f"release-{job}").touch()
+        assert follow.wait(timeout=DEADLINE) == 0
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+        ssh_fleet.start_host(fm.hosts[0])
+        (fm.home / f"release-{job}").touch()
+    assert err.read_text().count("is unreachable") == 1  # said once, however many times it asked
+
+
 def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"

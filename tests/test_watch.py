@@ -401,3 +401,55 @@ def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fl
         loop.terminate()
         loop.wait(timeout=30)
     jobtpu(home, "kill", str(job))
+
+
+def _loop_until_dead(ssh_fleet: SshFleet, tmp_path: Path, kill: Any, connect_timeout: int) -> str:
+    """A manage --loop with a running job on a box whose kept connection then dies by `kill(host)`:
+    seconds until the loop says the box is unreachable, and what it said of it."""
+    box = ssh_fleet.add_machine("box")
+    host = box.hosts[0]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "machines.json").write_text(json.dumps({"machines": {"box": {
+        "kind": "ssh", "hosts": [host.address()], "user": box.user, "identity_file": str(ssh_fleet.identity),
+        "connect_timeout": connect_timeout}}}))
+    job = submit(home, src_dir(tmp_path), "sleep 120")
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    err_path = tmp_path / "loop.err"
+    with open(err_path, "wb") as err:
+        loop = subprocess.Popen([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "0.3"],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        wait_for(lambda: status(home)[job]["status"] == "running", timeout=60, what="the job to run")
+
+        def last_pass() -> float:
+            return float(json.loads((home / "state.json").read_text())["last_pass"]["ended"])
+
+        since = last_pass()
+        wait_for(lambda: last_pass() > since + 1, timeout=30, what="rounds on the kept connection")
+        kill(host)
+        killed = time.monotonic()
+        said = wait_for(lambda: "box: up -> unreachable" in (text := err_path.read_text()) and text,
+                        timeout=60, what="the loop to say the box is unreachable")
+        took = time.monotonic() - killed
+    finally:
+        loop.terminate()
+        loop.wait(timeout=30)
+        ssh_fleet.thaw_host(host)
+    jobtpu(home, "kill", str(job))
+    return f"{took:.1f}s: " + said.split("box: up -> unreachable", 1)[1].splitlines()[0]
+
+
+def test_manage_loop_reports_a_kept_connection_s_killed_sshd_unreachable_within_the_round(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    # Its sessions die with it: the kept connection is closed, a fresh one is refused.
+    said = _loop_until_dead(ssh_fleet, tmp_path, ssh_fleet.stop_host, connect_timeout=10)
+    assert float(said.split("s:")[0]) < 5 and "connection refused" in said, said
+
+
+def test_manage_loop_reports_a_kept_connection_s_frozen_host_unreachable_as_a_fresh_connect_would(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    # A host that hangs: the kept connection takes the probe and never answers. The round fails it
+    # within connect_timeout, as a fresh connect would, not after the probe's timeout (30 s more).
+    said = _loop_until_dead(ssh_fleet, tmp_path, ssh_fleet.freeze_host, connect_timeout=2)
+    assert float(said.split("s:")[0]) < 2 + 5 and "within 2s" in said, said

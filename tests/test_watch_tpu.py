@@ -21,8 +21,10 @@ CMD = ('echo "JOBTPU_PROGRESS step=100 checkpoint=50"; if [ "$JOBTPU_ATTEMPT" -l
 
 
 def preempt_when_reported(home: Path, tpus: TpuFleet, job_id: int, attempt: int) -> None:
+    # The attempt's progress as a pass recorded it (a JOBTPU_PROGRESS line is never its last_line).
     until(home, job_id, lambda j: j["status"] == "running" and j["attempt"] == attempt
-          and "JOBTPU_PROGRESS" in j["last_line"], what=f"attempt {attempt} to run and report progress")
+          and (j["attempts"][-1].get("progress") or {}).get("step") == 100,
+          what=f"attempt {attempt} to run and report progress")
     tpus.api.preempt(ZONE, NODE)
 
 

@@ -467,11 +467,15 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
                             hint="logs are pulled by `jobtpu manage`")
     offset = _print_last_lines(home, rel, lines)
     decoder = _decoder()
+    said: str | None = None  # the machine's trouble, said once while it lasts
     while follow_log:
         from ..operations import pull_logs
 
-        current, workers = pull_logs(home, job_id)  # the job as it stood before this pull
+        current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
         offset = _print_from(home, rel, offset, decoder)
+        if trouble is not None and said is None:
+            note(f"jobtpu: {trouble}; showing the log as last pulled")
+        said = trouble
         if current is None:
             return 1
         if current.ended or current.attempt != attempt:  # a pass saw the attempt end

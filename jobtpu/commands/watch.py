@@ -370,7 +370,7 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
             extra.append(f"node {record.tpu_state or '?'}")
         if machine.queued_resource:
             extra.append(f"queued resource {record.queued_state or 'none'}")
-        if record.next_try is not None and record.next_try > now:
+        if machine.is_tpu and record.next_try is not None and record.next_try > now:  # a create's
             extra.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
         if record.detail:
             extra.append(record.detail)

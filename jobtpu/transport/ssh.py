@@ -370,43 +370,60 @@ class SshTransport:
         except (paramiko.SSHException, OSError, EOFError) as e:  # nothing reached the shell
             self._drop_shell()
             raise UnreachableError(f"{self.label}: the kept SSH session failed: {e or type(e).__name__}") from None
+        late = f"the script did not finish within {timeout:g}s" if timeout is not None else ""
         try:
-            header = self._shell_line(shell, timeout, deadline).split()
+            self._receipt(shell, deadline, late)
+            header = self._shell_line(shell, deadline, late).split()
             if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
                 raise self._fail(f"the kept shell answered {b' '.join(header[:3])!r}, not a result")
             code, n_out, n_err = (int(w) for w in header)
-            out = self._shell_bytes(shell, n_out, timeout, deadline)
-            err = self._shell_bytes(shell, n_err, timeout, deadline)
+            out = self._shell_bytes(shell, n_out, deadline, late)
+            err = self._shell_bytes(shell, n_err, deadline, late)
         except BaseException:
             self._drop_shell()  # in an unknown state: the next script gets a new shell
             raise
         return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def _shell_fill(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> None:
+    def _receipt(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
+        """The kept shell says it has the script before running it (sh/serve.sh), within
+        connect_timeout: a kept connection whose host froze or vanished without closing it fails as
+        soon as a fresh connect would, not a script's whole timeout later. Not an UnreachableError:
+        the script may have arrived and run, only the word back was lost."""
+        limit = self.machine.connect_timeout
+        soon = time.monotonic() + limit
+        if deadline is not None and deadline <= soon:
+            soon, silent = deadline, late
+        else:
+            silent = f"no answer within {limit:g}s on the kept connection (connect_timeout)"
+        word = self._shell_line(shell, soon, silent)
+        if word != b"+":
+            raise self._fail(f"the kept shell answered {word[:40]!r}, not a receipt")
+
+    def _shell_fill(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            raise self._fail(f"the script did not finish within {timeout:g}s")
+            raise self._fail(late)
         shell.settimeout(left)
         try:
             chunk = shell.recv(1 << 16)
         except TimeoutError:
-            raise self._fail(f"the script did not finish within {timeout:g}s") from None
+            raise self._fail(late) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._fail(f"the kept SSH session failed: {e or type(e).__name__}") from None
         if not chunk:
             raise self._fail("the kept shell ended while the script ran (connection lost?)")
         self._shell_buffer += chunk
 
-    def _shell_line(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> bytes:
+    def _shell_line(self, shell: paramiko.Channel, deadline: float | None, late: str) -> bytes:
         while b"\n" not in self._shell_buffer:
-            self._shell_fill(shell, timeout, deadline)
+            self._shell_fill(shell, deadline, late)
         line, _, rest = bytes(self._shell_buffer).partition(b"\n")
         self._shell_buffer = bytearray(rest)
         return line
 
-    def _shell_bytes(self, shell: paramiko.Channel, n: int, timeout: float | None, deadline: float | None) -> bytes:
+    def _shell_bytes(self, shell: paramiko.Channel, n: int, deadline: float | None, late: str) -> bytes:
         while len(self._shell_buffer) < n:
-            self._shell_fill(shell, timeout, deadline)
+            self._shell_fill(shell, deadline, late)
         data = bytes(self._shell_buffer[:n])
         del self._shell_buffer[:n]
         return data
