@@ -299,6 +299,15 @@ def load_fleet(home: Home) -> Fleet:
     return replace(fleet, runner=gated.runner) if gated.runner.runner or gated.runner.allow_private_webhooks else fleet
 
 
+def check_machines(home: Home, data: bytes) -> None:
+    """ConfigError unless `data` is a machines.json every command would load (`import` checks what it
+    is about to write)."""
+    try:
+        _fleet(_read(home.machines_file, data), home)
+    except _Refused as e:
+        raise ConfigError(f"{home.machines_file.name} would be refused: {e}", "nothing was changed") from None
+
+
 def _plainly_own(found: tuple[bytes, os.stat_result] | None) -> bool:
     """trust.why_untrusted's answer, without loading it, for the common case: no file, or this
     account's own file that nobody else can write (docs/design.md §7)."""

@@ -1,0 +1,137 @@
+"""`jobtpu import tpu-manager DATA_JSON`: read the old tool's data.json, print what it would create,
+and unless --dry-run write it through jobtpu's own writers (users.json, each user's settings.json,
+machines.json). The translation itself is importer.py's; docs/guide.md, "Moving from the TPU manager"."""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, JobtpuError
+from ..home import Home
+from ..text import printable
+from .common import note
+
+if TYPE_CHECKING:
+    from ..settings import UserSettings
+
+
+def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project: str | None) -> int:
+    from .. import importer
+    from ..settings import load_settings, update_settings
+    from ..users import add_user, load_users
+
+    path = Path(data_json).expanduser()
+    try:
+        found = importer.translate(_read_json(path))
+    except importer.ShapeError as e:
+        raise JobtpuError(f"{path}: {e}", hint="pass the TPU manager's data.json; nothing was changed") from None
+    plan = importer.Plan()
+    machines_doc, machines_mode = _machines_doc(home)
+    new_machines = importer.plan_machines(machines_doc, found.tpus, force, plan)
+    _plan_project(new_machines, found.tpus, project, force, plan)
+    team = load_users(home) or []
+    new_users = [u.name for u in found.users if u.name not in team]
+    plan.lines[:0] = [f"user {name}" for name in new_users]
+    settings = {u.name: importer.plan_settings(u, load_settings(home, u.name), force, plan) for u in found.users}
+    if new_machines != machines_doc:
+        _check_loads(home, new_machines)  # a document jobtpu would refuse is never written
+    for line in [*found.refused, *found.skipped, *plan.kept]:
+        note(line)
+    if found.jobs_left:
+        note(f"left {found.jobs_left} job(s) of the old tool: jobs are not imported; "
+             "submit them again with `jobtpu submit` once the old tool has stopped them")
+    prefix = "would import: " if dry_run else ""
+    for line in plan.lines:
+        print(printable(prefix + line))
+    if not plan.lines:
+        note("nothing to import: this home already has everything data.json holds")
+    if dry_run or not plan.lines:
+        return 0
+    if new_machines != machines_doc:
+        _write_machines(home, new_machines, machines_mode)
+    for name in new_users:
+        add_user(home, name)
+    for user in found.users:
+        wanted = settings[user.name]
+        if wanted != load_settings(home, user.name):
+            update_settings(home, user.name, functools.partial(_take, wanted=wanted))
+    return 0
+
+
+def _read_json(path: Path) -> Any:
+    import orjson
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise JobtpuError(f"{path}: cannot read it ({e.strerror or e})",
+                          hint="pass the TPU manager's data.json; nothing was changed") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise JobtpuError(f"{path}: not JSON ({e})", hint="pass the TPU manager's data.json; nothing was changed") from None
+
+
+def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
+    """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
+    from ..safefs import read_regular
+    from ..store import parse_json_file
+    from .team import LOCAL_ONLY
+
+    try:
+        data = read_regular(home.machines_file)
+        mode: int | None = stat.S_IMODE(os.stat(home.machines_file).st_mode)
+    except FileNotFoundError:
+        data, mode = LOCAL_ONLY, None
+    doc = parse_json_file(home.machines_file, data)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{home.machines_file.name}: must be a JSON object",
+                          hint=f"fix {home.machines_file}; nothing was changed")
+    return doc, mode
+
+
+def _plan_project(doc: dict[str, Any], tpus: list[Any], project: str | None, force: bool, plan: Any) -> None:
+    """TPU machines need gcp.project, which data.json does not hold: --project gives it."""
+    found = doc.get("gcp")
+    gcp: dict[str, Any] = found if isinstance(found, dict) else {}
+    have = gcp.get("project")
+    if project is not None and project != have:
+        if have and not force:
+            plan.kept.append(f"kept gcp.project = {have}, differs ({project}): use --force")
+        else:
+            doc["gcp"] = {**gcp, "project": project}
+            plan.lines.append(f"gcp.project = {project}" + (f" (was {have})" if have else ""))
+            return
+    if tpus and not have:
+        raise JobtpuError("data.json's TPUs need the Google Cloud project they live in, which it does not say",
+                          hint="pass --project PROJECT (it goes to machines.json's gcp.project); nothing was changed")
+
+
+def _check_loads(home: Home, doc: dict[str, Any]) -> None:
+    from ..fleet import check_machines
+
+    check_machines(home, _encoded(doc))
+
+
+def _encoded(doc: dict[str, Any]) -> bytes:
+    import json
+
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _write_machines(home: Home, doc: dict[str, Any], mode: int | None) -> None:
+    from ..home import write_atomic
+
+    home.ensure()
+    write_atomic(home.machines_file, _encoded(doc), mode=mode)
+
+
+def _take(settings: UserSettings, wanted: UserSettings) -> None:
+    """The planned values, over what the file holds now (update_settings reads it again under its lock)."""
+    settings.dirs.update(wanted.dirs)
+    settings.aliases.update(wanted.aliases)
+    settings.time_zone = wanted.time_zone
