@@ -210,7 +210,8 @@ def plan_machines(doc: dict[str, Any], tpus: list[OldTpu], force: bool, plan: Pl
     """machines.json's document with the TPUs and their aliases added (a copy; `doc` is untouched):
     what it already has stays, and a differing entry is replaced only with `force`."""
     new = copy.deepcopy(doc)
-    machines: dict[str, Any] = new.setdefault("machines", {})
+    # A machines.json without "machines" means the built-in local machine: it stays.
+    machines: dict[str, Any] = new.setdefault("machines", {"local": {"kind": "local"}})
     for tpu in tpus:
         entry = tpu.entry()
         have = machines.get(tpu.node)
