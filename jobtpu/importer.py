@@ -180,7 +180,8 @@ def _tpus(doc: dict[str, Any], out: Translation) -> None:
             out.refused.append(f"not imported: all_tpus.{zone[:40]} ({len(names)} TPUs): not a zone like europe-west4-a")
             continue
         for node in names:
-            zones.setdefault(node, zone)
+            if zones.setdefault(node, zone) != zone:
+                out.refused.append(f"not imported: TPU {node[:63]!r} in {zone} as well: imported in {zones[node]}")
     for node, zone in zones.items():
         accelerator = accelerator_of(node)
         if not _MACHINE_NAME.match(node) or accelerator is None:

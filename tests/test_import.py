@@ -254,6 +254,17 @@ def test_a_bad_data_json_is_one_line_and_changes_nothing(tmp_path: Path, content
 
 
 @fast
+def test_a_machines_json_jobtpu_refuses_is_refused_in_the_same_words(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"box": {"kind": "ssh"}})
+    files = home_files(home)
+    done = jobtpu(home, "import", "tpu-manager", str(data_json(tmp_path)), check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[0] == "jobtpu: error: machines.json: machine 'box': an ssh machine needs 'hosts', " \
+        'a non-empty list of "addr" or "addr:port"', done.stderr
+    assert home_files(home) == files
+
+
+@fast
 def test_tpus_without_a_project_are_refused_until_project_names_it(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     files = home_files(home)
@@ -306,3 +317,9 @@ def test_a_shared_home_imported_by_one_account_is_the_other_accounts_own(tmp_pat
     assert "config.data.batch_size" in team.run(bob, "--home", str(home), "alias", "ls").stdout
     # The wandb key is in no file of the shared home.
     assert not any(SECRET.encode() in p.read_bytes() for p in home.rglob("*") if p.is_file())
+    # bob's settings are his file now: alice's --force may not overwrite them, and then writes nothing.
+    files = home_files(home)
+    refused = team.run(alice, "--home", str(home), "import", "tpu-manager", str(data), "--force", check=False)
+    assert (refused.returncode, refused.stdout) == (1, ""), refused.stdout
+    assert f"jobtpu: error: users/{bob}/settings.json is account {bob}'s" in refused.stderr
+    assert home_files(home) == files
