@@ -38,6 +38,7 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
             "CUDA out of memory", "Ran out of memory in memory space"),
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+MACHINE_NAME = _NAME  # what a machine's name or alias may be (importer.py checks names with it)
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import JobtpuError
+from .fleet import MACHINE_NAME
 from .model import USER_NAME
 from .settings import ALIAS_NAME, CONFIG_KEY, UserSettings, dir_number
 
@@ -23,7 +24,6 @@ _NO_EQUIVALENT = "no equivalent in jobtpu"
 # The accelerator inside a TPU's name: kmh-tpuvm-v3-32-1 → v3-32, …-v5litepod-16-… → v5litepod-16.
 _ACCELERATOR = re.compile(r"(?:^|-)(v(?:2|3|4|5p|5e|5litepod|6e))-([0-9]+)(?=-|$)")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
-_MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # as fleet.py takes a machine's name
 # Keys of all_tpus that are lists of names with a scheduling kind, not zones.
 _KIND_LISTS = ("preemptible", "pre_info")
 
@@ -141,14 +141,11 @@ def _user(name: str, raw: dict[str, Any], out: Translation) -> None:
         return
     dirs: dict[str, str] = {}
     for number, folder in _strings(raw.get("working_dir"), f"users.{name}.working_dir").items():
-        try:
-            dirs[dir_number(number)] = folder
-        except JobtpuError:
-            out.refused.append(f"not imported: {name}'s working directory {number[:10]!r} (jobtpu numbers them 1 to 99)")
-            continue
-        if not folder.startswith("/"):
-            del dirs[number]
-            out.refused.append(f"not imported: {name}'s working directory {number} {folder[:80]!r} (not an absolute path)")
+        why = _dir_refusal(number, folder)
+        if why is None:
+            dirs[number] = folder
+        else:
+            out.refused.append(f"not imported: {name}'s working directory {number[:10]} {folder[:80]!r}: {why}")
     aliases: dict[str, str] = {}
     for alias, full in _strings(raw.get("config_aliases"), f"users.{name}.config_aliases").items():
         if ALIAS_NAME.match(alias) and CONFIG_KEY.match(full):
@@ -164,6 +161,20 @@ def _user(name: str, raw: dict[str, Any], out: Translation) -> None:
     if others:
         out.skipped.append(f"skipped {name}'s settings {', '.join(others)}: {_NO_EQUIVALENT}")
     out.users.append(OldUser(name, dirs, aliases, time_zone_of(zone)))
+
+
+def _dir_refusal(number: str, folder: str) -> str | None:
+    try:
+        dir_number(number)
+    except JobtpuError:
+        return "jobtpu numbers them 1 to 99"
+    return None if folder.startswith("/") else "not an absolute path"
+
+
+def _tpu_refusal(node: str) -> str | None:
+    if not MACHINE_NAME.match(node):
+        return "not a machine name (letters, digits, '.', '_', '-')"
+    return None if accelerator_of(node) else "no accelerator (like v3-32) in its name"
 
 
 def _tpus(doc: dict[str, Any], out: Translation) -> None:
@@ -183,16 +194,14 @@ def _tpus(doc: dict[str, Any], out: Translation) -> None:
             if zones.setdefault(node, zone) != zone:
                 out.refused.append(f"not imported: TPU {node[:63]!r} in {zone} as well: imported in {zones[node]}")
     for node, zone in zones.items():
-        accelerator = accelerator_of(node)
-        if not _MACHINE_NAME.match(node) or accelerator is None:
-            why = "no accelerator (like v3-32) in its name" if accelerator is None and _MACHINE_NAME.match(node) \
-                else "not a machine name (letters, digits, '.', '_', '-')"
+        why = _tpu_refusal(node)
+        if why is not None:
             out.refused.append(f"not imported: TPU {node[:63]!r} in {zone}: {why}; add it to machines.json by hand")
             continue
-        mine = tuple(sorted(a for a, target in aliases.items() if target == node and _MACHINE_NAME.match(a)))
-        out.tpus.append(OldTpu(node, zone, accelerator, kinds.get(node, "on-demand"), mine))
+        mine = tuple(sorted(a for a, target in aliases.items() if target == node and MACHINE_NAME.match(a)))
+        out.tpus.append(OldTpu(node, zone, accelerator_of(node) or "", kinds.get(node, "on-demand"), mine))
     for alias, target in aliases.items():
-        if target not in zones or not _MACHINE_NAME.match(alias):
+        if target not in zones or not MACHINE_NAME.match(alias):
             why = "not a machine name" if target in zones else f"{target[:63]!r} is none of all_tpus"
             out.refused.append(f"not imported: TPU alias {alias[:40]!r} → {target[:63]!r}: {why}")
 

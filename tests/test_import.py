@@ -219,12 +219,17 @@ def test_names_jobtpu_cannot_take_are_reported_not_mangled(tmp_path: Path) -> No
     doc["users"]["Dr Who"] = {"working_dir": {"1": "/srv/who"}, "job_data": []}
     doc["all_tpus"]["europe-west4-a"].append("shared tpu")
     doc["all_tpus"]["europe-west4-a"].append("old-tpu-1")
+    doc["users"]["ann"]["working_dir"].update({"100": "/srv/ann/x", "3": "relative/path"})
+    doc["users"]["ann"]["config_aliases"]["my lr"] = "config.lr"
     (tmp_path / "data.json").write_text(json.dumps(doc))
     done = jobtpu(home, "import", "tpu-manager", str(tmp_path / "data.json"))
     err = done.stderr.splitlines()
     assert any(line.startswith("not imported: user 'Dr Who' is not a jobtpu user name") for line in err), err
     assert any(line.startswith("not imported: TPU 'shared tpu' in europe-west4-a: not a machine name") for line in err)
     assert any(line.startswith("not imported: TPU 'old-tpu-1' in europe-west4-a: no accelerator") for line in err)
+    assert "not imported: ann's working directory 100 '/srv/ann/x': jobtpu numbers them 1 to 99" in err
+    assert "not imported: ann's working directory 3 'relative/path': not an absolute path" in err
+    assert "not imported: ann's alias 'my lr' = 'config.lr' (not a name and a config key)" in err
     assert "who" not in done.stdout.lower() and "shared" not in done.stdout and "old-tpu" not in done.stdout
     assert jobtpu(home, "user", "ls").stdout.split() == ["ann", "bob"]
 
