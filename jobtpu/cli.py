@@ -15,6 +15,7 @@ from .commands import (
     annotate,
     batch,
     fleet,
+    importing,
     jobs,
     personal,
     remote,
@@ -320,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
     p.add_argument("name", nargs="?", help="the user name (add, rm)")
 
+    p = add("import", "take a team over from another tool: users, working directories, aliases, TPU machines")
+    p.add_argument("source", choices=("tpu-manager",), help="the tool: tpu-manager (its data.json)")
+    p.add_argument("data_json", metavar="DATA_JSON", help="the TPU manager's data.json")
+    p.add_argument("--dry-run", action="store_true", help="print what it would import; change nothing")
+    p.add_argument("--force", action="store_true", help="replace entries this home has with other values")
+    p.add_argument("--project", help="the Google Cloud project of its TPUs (machines.json's gcp.project), "
+                   "when machines.json does not name one")
+
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     _add_personal_and_remote_commands(add)
@@ -504,6 +513,7 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "watch": lambda home, a: watch.watch(home, a.interval, not a.no_manage),
     "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
     "user": lambda home, a: team.user(home, a.op, a.name),
+    "import": lambda home, a: importing.tpu_manager(home, a.data_json, a.dry_run, a.force, a.project),
     "config": lambda home, a: personal.config(home, a.action, a.key, a.values, a.user),
     "dir": _dir_args,
     "alias": _alias_args,

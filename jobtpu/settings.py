@@ -178,6 +178,11 @@ def update_settings(home: Home, user: str, change: Callable[[UserSettings], None
     return settings
 
 
+def check_may_write(home: Home, user: str) -> None:
+    """update_settings's refusal, asked ahead: `import` checks every user before it writes anything."""
+    _check_writer(settings_file(home, user), user)
+
+
 def _check_writer(path: Path, user: str) -> None:
     """A user's settings (working directories, aliases, webhooks) are changed only by the account
     that owns the file, or by the account the user's name is (docs/design.md §7): `JOBTPU_USER=ann`
