@@ -275,9 +275,16 @@ def test_submit_returns_within_a_second_while_a_pass_waits_on_the_network(tmp_pa
         try:
             wait_for(lambda: status(home)[stuck]["status"] == "launching", timeout=10,
                      what="the pass to reach the network")
+            # A submit with no pass in the way, timed on this machine as loaded as it is now (a shared
+            # machine can take a second just to start Python): the one during the pass may cost no more
+            # than a second over it, while the pass is stuck for connect_timeout (5 s).
+            other = make_home(tmp_path / "other")
+            start = time.monotonic()
+            submit(other, src, "bash a.sh")
+            alone = time.monotonic() - start
             start = time.monotonic()
             late = submit(home, src, "bash a.sh")
-            assert time.monotonic() - start < 1.0, "submit waited for the pass"  # docs/reference.md §2.1
+            assert time.monotonic() - start < alone + 1.0, "submit waited for the pass"  # docs/reference.md §2.1
             assert manage.poll() is None  # the pass was still talking to the fleet meanwhile
         finally:
             _, err = manage.communicate(timeout=30)
@@ -379,18 +386,23 @@ def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     good = (home / "machines.json").read_text()
     src = _src(tmp_path, {"a.sh": "echo looped\n"})
-    loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
+    said = tmp_path / "loop.err"
+    with said.open("w") as err_file:
+        loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"],
+                                stdout=subprocess.DEVNULL, stderr=err_file, text=True,
+                                env={**os.environ, "JOBTPU_USER": "tester"})
     try:
         (home / "machines.json").write_text(good.replace("{", "{,", 1))
-        time.sleep(1.0)
+        wait_for(lambda: "machines.json:1:2:" in said.read_text(), timeout=30, what="a round to meet the broken file")
+        time.sleep(0.5)  # more rounds at 0.2 s meet it too
         assert loop.poll() is None, "the loop stopped at a broken machines.json"
         (home / "machines.json").write_text(good)
         job_id = submit(home, src, "bash a.sh")
         wait_for(lambda: status(home)[job_id]["status"] == "finished", timeout=30, what="the loop to run the job")
     finally:
         loop.send_signal(signal.SIGINT)
-        _, err = loop.communicate(timeout=10)
+        loop.wait(timeout=10)
+    err = said.read_text()
     assert "machines.json:1:2:" in err and "Traceback" not in err
 
 
