@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
-        words = list(sys.argv[1:] if args is None else args)
+        words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
         if not self.command_after_dashes or "--" not in words:
             return super().parse_known_args(words, namespace)
         at = words.index("--")
@@ -59,6 +59,27 @@ class _Parser(argparse.ArgumentParser):
             self._check_value(action, value)
             return value
         return super()._get_values(action, arg_strings)
+
+
+# Options whose value is itself command-line words, so usually starts with dashes: argparse would
+# take `--on-resume --config.x=1` for two options and say the first lacks its value.
+DASHED_VALUES = frozenset({"--on-resume"})
+
+
+def _attach_dashed_values(words: list[str]) -> list[str]:
+    """`--on-resume VALUE` → `--on-resume=VALUE` (before any "--", after which words are a command's)."""
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i] == "--":
+            return out + words[i:]
+        if words[i] in DASHED_VALUES and i + 1 < len(words):
+            out.append(f"{words[i]}={words[i + 1]}")
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out
 
 
 def _usage_hint(message: str) -> str | None:
@@ -153,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="leave files matching GLOB out of the snapshot, repeatable")
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
+        p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
+                       "{zone}, {region} and {job} are filled in (--on-resume '--config.load_from=gs://ckpt-{region}/run{job}')")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
         p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
                        "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "

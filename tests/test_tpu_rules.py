@@ -89,6 +89,40 @@ def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
     assert (job["reason"], job["attempt"], job["recoveries"]) == ("preempted", 1, 1)
 
 
+SHOW = ('echo "attempt $JOBTPU_ATTEMPT worker $JOBTPU_WORKER node=$JOBTPU_NODE zone=$JOBTPU_ZONE '
+        'region=$JOBTPU_REGION acc=$JOBTPU_ACCELERATOR hosts=$JOBTPU_HOSTS coord=$JOBTPU_COORDINATOR args=$*"\n'
+        'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 300; fi\n')
+
+
+def test_a_recovered_attempt_gets_the_on_resume_arguments_and_knows_where_it_runs(tmp_path: Path,
+                                                                                 tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    (tmp_path / "src" / "show.sh").write_text(SHOW)
+    job_id = submit(home, tmp_path / "src", "bash show.sh", "--log-stage",
+                    "--on-resume", "--config.load_from=gs://ckpt-{region}/run{job} --resumes={attempt}")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    def printed() -> bool:
+        manage(home)
+        return all("attempt 0" in jobtpu(home, "tail", str(job_id), "--worker", str(w), check=False).stdout
+                   for w in (0, 1))
+    wait_for(printed, what="both workers of attempt 0 to print")
+    tpus.api.preempt(ZONE, "tpu-r")
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert [a["outcome"] for a in job["attempts"]] == ["preempted", "finished"], job
+    hosts = ",".join(h.addr for h in tpus.nodes["tpu-r"].hosts)
+    where = (f"node=tpu-r zone={ZONE} region=europe-west4 acc=v2-16 hosts={hosts} "
+             f"coord={tpus.nodes['tpu-r'].hosts[0].addr}:")
+    logs = {(a, w): jobtpu(home, "tail", str(job_id), "--attempt", str(a), "--worker", str(w)).stdout
+            for a in (0, 1) for w in (0, 1)}
+    for (attempt, worker), text in logs.items():
+        assert text.startswith(f"attempt {attempt} worker {worker} {where}"), text
+    assert logs[0, 0].endswith(" args=--config.stage=0\n")  # the first attempt: no --on-resume words
+    resumed = f" args=--config.stage=1 --config.load_from=gs://ckpt-europe-west4/run{job_id} --resumes=1\n"
+    assert logs[1, 0].endswith(resumed) and logs[1, 1].endswith(resumed)
+    coordinators = {text.split("coord=")[1].split()[0] for text in logs.values()}
+    assert len(coordinators) == 2  # one per attempt, the same on both workers
+
+
 def test_rule_pass_marks_a_preempted_job_failed(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
     job_id = submit(home, tmp_path / "src", "sleep 300", "--rule", "pass")

@@ -48,6 +48,7 @@ class SubmitOptions(NamedTuple):
     exclude: list[str] = []
     user: str | None = None
     log_stage: bool = False
+    on_resume: str | None = None
     overrides: list[str] = []
     progress: str | None = None
     priority: int = 0
@@ -92,6 +93,12 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..limits import check_submit
 
     check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
+    if opts.on_resume is not None:
+        from ..limits import MAX_OVERRIDES, check_length
+        from ..placement import check_on_resume
+
+        check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
+        check_on_resume(opts.on_resume)
     if opts.progress is not None:
         from ..goodput import compile_progress
 
@@ -110,7 +117,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
         snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
-               overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
+               overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
+               max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
 
