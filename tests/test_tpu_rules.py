@@ -58,6 +58,14 @@ def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path
     assert tpus.api.count("DELETE", "/nodes") == 0 and tpus.api.count("POST", "/nodes") == 0
 
 
+def test_a_grpc_error_in_any_case_is_resumed_by_the_default_rule(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first='echo "jax.errors.JaxRuntimeError: GRPC Error" >&2; exit 1'))
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
+    assert (job["status"], job["attempt"], job["rule"]) == ("finished", 1, None), job
+    assert [a["outcome"] for a in job["attempts"]] == ["grpc", "finished"]
+
+
 def test_a_hang_under_reapply_stops_the_workers_recreates_the_node_and_resumes(tmp_path: Path,
                                                                                tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
