@@ -259,10 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the same as JSON")
 
     p = add("tpu", "TPU node operations through the TPU API")
-    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete"),
-                   help="describe or status (read), apply (create), reapply (recreate) or delete the node")
+    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup"),
+                   help="describe or status (read), apply (create), reapply (recreate) or delete the node; "
+                        "setup: run the machine's setup commands again on every worker now")
     p.add_argument("name", help="the TPU machine, as machines.json names it")
     p.add_argument("--json", action="store_true", help="what describe shows, as JSON")
+    p.add_argument("--force", action="store_true", help="setup: run even while a job runs there")
 
     p = add("doctor", "check a machine: reachable, disk, python, TPU device, stale lock file")
     p.add_argument("name", help="the machine, as machines.json names it")
@@ -471,7 +473,7 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
-    "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
+    "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json, a.force),
     "rules": lambda home, a: rules.show_rules(home, a.json),
     "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
     "report": lambda home, a: watch.report(home, a.ids, a.tag, a.html),

@@ -270,6 +270,12 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
 
 
+def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) -> str:
+    """`jobtpu tpu setup`: the setup commands in the foreground, their output, then `SETUP done` |
+    `SETUP failed CODE` | `SETUP running` (a pass's setup still runs there)."""
+    return render(("common.sh", "setup.sh"), [call("jobtpu_setup_now", root, tag, int(worker), *commands)])
+
+
 def setup_outcome(stdout: str) -> str:
     """The setup script's report (its last line): done | running | failed, or error when there is none
     (the script did not run to its end)."""

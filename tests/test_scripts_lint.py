@@ -54,6 +54,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "tpu_doctor_script:fix": lambda v: scripts.tpu_doctor_script(v, fix=True),
     "setup_script": lambda v: scripts.setup_script(v, v, 0, [v, "echo hi"]),
     "setup_script:retry": lambda v: scripts.setup_script(v, scripts.setup_tag(v), 3, [], retry=True),
+    "setup_now_script": lambda v: scripts.setup_now_script(v, v, 1, [v, "echo hi"]),
     "serve_script": lambda v: scripts.serve_script(),
 }
 

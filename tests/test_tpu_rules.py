@@ -264,3 +264,32 @@ def test_an_unreachable_tpu_api_is_said_in_one_short_line_once(tmp_path: Path) -
     assert jobtpu(home, "manage").stderr == ""  # nothing changed: a pass from cron stays quiet
     machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
     assert (machine["state"], machine["detail"]) == ("unknown", reason)
+
+
+def test_tpu_setup_reruns_a_failed_setup_once_fixed_and_asks_for_force_under_a_job(tmp_path: Path,
+                                                                                  tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus, setup=['test -e ~/fixed || { echo "no ~/fixed yet" >&2; exit 3; }',
+                                             'echo ready'])
+    state = lambda: json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]  # noqa: E731
+    wait_for(lambda: manage(home) is not None and state()["state"] == "setup failed", what="the setup to fail")
+
+    failed = jobtpu(home, "tpu", "setup", "v2-16-p", check=False)
+    assert failed.returncode == 1, failed
+    assert failed.stdout.splitlines() == [
+        "[0] no ~/fixed yet", "[1] no ~/fixed yet",
+        "v2-16-p: setup failed on worker 0 (and 1 more): a setup command exited 3; fix it and run "
+        "`jobtpu tpu setup v2-16-p` again"]
+
+    (tpus.nodes["tpu-r"].home / "fixed").touch()
+    done = jobtpu(home, "tpu", "setup", "tpu-r")  # the node's name works as everywhere
+    assert done.stdout.splitlines() == ["[0] ready", "[1] ready", "v2-16-p: setup done on 2 workers"]
+    assert (state()["state"], state()["detail"]) == ("up", "ready (setup run by `jobtpu tpu setup`)")
+
+    job_id = submit(home, tmp_path / "src", "sleep 300")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    refused = jobtpu(home, "tpu", "setup", "v2-16-p", check=False)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines()[0] == f"jobtpu: error: v2-16-p runs job {job_id}: its setup would run under it"
+    forced = jobtpu(home, "tpu", "setup", "v2-16-p", "--force")
+    assert forced.stdout.splitlines()[-1] == "v2-16-p: setup done on 2 workers"
+    assert status(home)[job_id]["status"] == "running"

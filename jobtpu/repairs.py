@@ -1,0 +1,125 @@
+"""Repairs on demand for a TPU machine (docs/reference.md §2.11): `jobtpu tpu setup NAME` reruns its
+setup on every worker now. A pass runs setup once per node incarnation; this is for the time a
+person fixed what made it fail (a bucket's permission, a package index) or changed the commands."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import JobtpuError, RemoteError
+from .home import Home
+from .model import Setup
+
+if TYPE_CHECKING:
+    from .fleet import Machine
+    from .session import Session
+    from .tpu import NodeInfo
+
+# How long `tpu setup` waits for one worker's commands (pip installs, a disk to mount).
+SETUP_NOW_TIMEOUT = float(os.environ.get("JOBTPU_SETUP_TIMEOUT", 3600))
+
+
+def running_jobs(p: Session, name: str) -> list[int]:
+    return [j.id for j in p.state.jobs if j.machine == name and j.active]
+
+
+def refuse_if_busy(p: Session, name: str, force: bool, what: str) -> None:
+    """One line naming the jobs a repair would run under, unless --force."""
+    busy = running_jobs(p, name)
+    if busy and not force:
+        ids = ", ".join(map(str, busy))
+        raise JobtpuError(f"{name} runs job{'s' if len(busy) > 1 else ''} {ids}: {what} would run under "
+                          f"{'them' if len(busy) > 1 else 'it'}", hint=f"add --force, or `jobtpu kill {ids}` first")
+
+
+def ready_node(p: Session, machine: Machine) -> NodeInfo:
+    """The machine's node, which must be up for its workers to be reached."""
+    from .tpu import UP, health_of
+
+    node = p.tpu_api().get_node(str(machine.zone), str(machine.node))
+    if node is None:
+        raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",
+                          hint=f"`jobtpu tpu apply {machine.name}` creates it")
+    health, why = health_of(node.state)
+    if health != UP:
+        raise JobtpuError(f"{machine.name}: node {machine.node} is {node.state} ({why})",
+                          hint=f"`jobtpu tpu status {machine.name}` shows when it is back")
+    p.nodes[machine.name] = node
+    p.addresses[machine.name] = node.addresses(machine.use_external_ip)
+    return node
+
+
+def tpu_machine(p: Session, name: str) -> Machine:
+    """The TPU machine `name` means, in the zone it is in now."""
+    machine = p.fleet.resolve(name)
+    if not machine.is_tpu:
+        raise JobtpuError(f"{machine.name} is a {machine.kind} machine, not a TPU")
+    return machine.in_zone(p.state.machine(machine.name).zone)
+
+
+def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) -> int:
+    """Rerun the machine's setup on every worker, under the pass lock; each worker's output as
+    `[K] line`, then one result line. 1 when a worker failed."""
+    from .scripts import setup_now_script, setup_tag
+    from .session import locked_session, parallel
+
+    with locked_session(home) as p:
+        machine = tpu_machine(p, name)
+        if not machine.setup:
+            raise JobtpuError(f"{machine.name} has no setup commands",
+                              hint=f"add \"setup\": [...] to its entry in {home.machines_file}")
+        refuse_if_busy(p, machine.name, force, "its setup")
+        node = ready_node(p, machine)
+        incarnation = str(node.create_time or "")
+        # The tag of this incarnation: a pass that has not seen it yet finds the setup done.
+        tag = setup_tag(incarnation)
+
+        def one(ep: Any) -> tuple[list[str], str]:
+            try:
+                out = p.run_on(machine, ep, setup_now_script(machine.root, tag, ep.index, machine.setup),
+                               timeout=SETUP_NOW_TIMEOUT)
+            except RemoteError as e:
+                return [f"cannot run the setup: {e.message}"], "unreachable"
+            lines = out.rstrip("\n").splitlines()
+            last = lines[-1].split() if lines else []
+            word = " ".join(last[1:]) if last[:1] == ["SETUP"] and len(last) > 1 else "error"
+            return lines[:-1] if word != "error" else lines, word
+
+        results = parallel(one, p.endpoints(machine))
+        for index, (lines, _) in enumerate(results):
+            for line in lines:
+                say(f"[{index}] {line}")
+        failed = [(i, word) for i, (_, word) in enumerate(results) if word != "done"]
+        _record(p, machine, incarnation, failed, results)
+        if not failed:
+            say(f"{machine.name}: setup done on {len(results)} worker{'s' if len(results) > 1 else ''}")
+            return 0
+        i, word = failed[0]
+        why = {"running": "a pass's setup is still running there; wait for it and try again",
+               "unreachable": "it could not be reached", "error": "the setup script did not run to its end"
+               }.get(word, f"a setup command exited {word.removeprefix('failed ')}")
+        others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        say(f"{machine.name}: setup failed on worker {i}{others}: {why}; fix it and run "
+            f"`jobtpu tpu setup {machine.name}` again")
+        return 1
+
+
+def _record(p: Session, machine: Machine, incarnation: str, failed: list[tuple[int, str]],
+            results: list[tuple[list[str], str]]) -> None:
+    """What the passes see: done, or failed for good (a person is on it: passes do not retry it).
+    Only for the incarnation the record knows; a pass that meets a new one plans its setup itself."""
+    from .tpuflow import SETUP_RETRIES
+
+    record = p.state.machine(machine.name)
+    if record.incarnation != incarnation:
+        return
+    if not failed:
+        record.setup = Setup("done", incarnation=incarnation)
+        record.state, record.detail = "up", "ready (setup run by `jobtpu tpu setup`)"
+        return
+    i = failed[0][0]
+    tail = " ".join(results[i][0])[-300:] or failed[0][1]
+    record.setup = Setup("failed", tries=SETUP_RETRIES, incarnation=incarnation, error=tail)
+    record.state, record.detail = "setup failed", f"worker {i}: {tail[-200:]}"
