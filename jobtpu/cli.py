@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the machine, as machines.json names it")
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
+    p.add_argument("--accelerator", action="store_true",
+                   help="also check the TPU answers on every worker (JAX's devices, else the device files)")
 
     p = add("events", "what happened to jobs and machines (the home's events.jsonl), oldest first")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until interrupted")
@@ -472,7 +474,7 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "release": lambda home, a: batch.hold(home, _selector(a), release=True, force=a.force),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
-    "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
+    "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix, a.accelerator),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json, a.force),
     "rules": lambda home, a: rules.show_rules(home, a.json),
     "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
