@@ -259,9 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the same as JSON")
 
     p = add("tpu", "TPU node operations through the TPU API")
-    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup"),
+    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup", "restart"),
                    help="describe or status (read), apply (create), reapply (recreate) or delete the node; "
-                        "setup: run the machine's setup commands again on every worker now")
+                        "setup: run the machine's setup commands again on every worker now; restart: stop "
+                        "and start the node (single-host v4 and newer)")
     p.add_argument("name", help="the TPU machine, as machines.json names it")
     p.add_argument("--json", action="store_true", help="what describe shows, as JSON")
     p.add_argument("--force", action="store_true", help="setup: run even while a job runs there")

@@ -1,10 +1,13 @@
-"""Repairs on demand for a TPU machine (docs/reference.md §2.11): `jobtpu tpu setup NAME` reruns its
-setup on every worker now. A pass runs setup once per node incarnation; this is for the time a
-person fixed what made it fail (a bucket's permission, a package index) or changed the commands."""
+"""Repairs on demand for a TPU machine (docs/reference.md §2.11). `jobtpu tpu setup NAME` reruns its
+setup on every worker now: a pass runs setup once per node incarnation; this is for the time a
+person fixed what made it fail (a bucket's permission, a package index) or changed the commands.
+`jobtpu tpu restart NAME` stops and starts the node through the TPU API, where Google allows it."""
 
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +22,25 @@ if TYPE_CHECKING:
 
 # How long `tpu setup` waits for one worker's commands (pip installs, a disk to mount).
 SETUP_NOW_TIMEOUT = float(os.environ.get("JOBTPU_SETUP_TIMEOUT", 3600))
+# How long `tpu restart` waits for each of the stop and the start, and how often it asks.
+RESTART_WAIT = float(os.environ.get("JOBTPU_RESTART_WAIT", 900))
+RESTART_POLL = 1.0
+# Generations whose TPU VMs Google cannot stop (docs/reference.md §2.11).
+_NO_STOP = re.compile(r"^v[23]-")
 
 
 def running_jobs(p: Session, name: str) -> list[int]:
     return [j.id for j in p.state.jobs if j.machine == name and j.active]
 
 
-def refuse_if_busy(p: Session, name: str, force: bool, what: str) -> None:
-    """One line naming the jobs a repair would run under, unless --force."""
+def refuse_if_busy(p: Session, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:
+    """One line naming the jobs a repair would run under (or end), unless --force."""
     busy = running_jobs(p, name)
     if busy and not force:
         ids = ", ".join(map(str, busy))
-        raise JobtpuError(f"{name} runs job{'s' if len(busy) > 1 else ''} {ids}: {what} would run under "
-                          f"{'them' if len(busy) > 1 else 'it'}", hint=f"add --force, or `jobtpu kill {ids}` first")
+        them = "them" if len(busy) > 1 else "it"
+        raise JobtpuError(f"{name} runs job{'s' if len(busy) > 1 else ''} {ids}: {what.format(them=them)}",
+                          hint=f"{hint}`jobtpu kill {ids}` first")
 
 
 def ready_node(p: Session, machine: Machine) -> NodeInfo:
@@ -70,7 +79,7 @@ def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) ->
         if not machine.setup:
             raise JobtpuError(f"{machine.name} has no setup commands",
                               hint=f"add \"setup\": [...] to its entry in {home.machines_file}")
-        refuse_if_busy(p, machine.name, force, "its setup")
+        refuse_if_busy(p, machine.name, force, "its setup would run under {them}")
         node = ready_node(p, machine)
         incarnation = str(node.create_time or "")
         # The tag of this incarnation: a pass that has not seen it yet finds the setup done.
@@ -123,3 +132,53 @@ def _record(p: Session, machine: Machine, incarnation: str, failed: list[tuple[i
     tail = " ".join(results[i][0])[-300:] or failed[0][1]
     record.setup = Setup("failed", tries=SETUP_RETRIES, incarnation=incarnation, error=tail)
     record.state, record.detail = "setup failed", f"worker {i}: {tail[-200:]}"
+
+
+def why_no_restart(accelerator: str | None, workers: int) -> str | None:
+    """Why Google will not stop this node, or None. Pure."""
+    if _NO_STOP.match(accelerator or ""):
+        return f"TPU VMs of type {accelerator} cannot be stopped (Google stops v4 and newer only)"
+    if workers > 1:
+        return f"Google stops single-host TPU nodes only, and this one has {workers} workers"
+    return None
+
+
+def restart(home: Home, name: str, say: Callable[[str], None]) -> int:
+    """Stop the node, then start it, waiting for each; under the pass lock, so no pass meanwhile
+    takes the stopped node for preempted. Its disk is kept: setup is not run again."""
+    from .session import locked_session
+
+    with locked_session(home) as p:
+        machine = tpu_machine(p, name)
+        refuse_if_busy(p, machine.name, False, "a restart would kill {them}", hint="")
+        api = p.tpu_api()
+        node = api.get_node(str(machine.zone), str(machine.node))
+        if node is None:
+            raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",
+                              hint=f"`jobtpu tpu apply {machine.name}` creates it")
+        why = why_no_restart(node.accelerator or machine.accelerator, len(node.addresses(False)))
+        if why is not None:
+            raise JobtpuError(f"{machine.name}: {why}",
+                              hint=f"`jobtpu tpu reapply {machine.name}` deletes and recreates the node instead")
+        for step, doing, begin in (("stop", "stopping", api.stop_node), ("start", "starting", api.start_node)):
+            say(f"{machine.name}: {doing} node {machine.node} …")
+            _wait(api, begin(machine), f"{machine.name}: the {step}")
+        after = api.get_node(str(machine.zone), str(machine.node))
+        say(f"{machine.name}: node {machine.node} restarted ({after.state if after else 'gone'}); its disk "
+            f"was kept, so setup was not run again (`jobtpu tpu setup {machine.name}` reruns it)")
+        return 0
+
+
+def _wait(api: Any, operation: str, what: str) -> None:
+    deadline = time.monotonic() + RESTART_WAIT
+    while True:
+        info = api.operation(operation)
+        if info.done:
+            if info.error_code:
+                raise JobtpuError(f"{what} failed: {info.error_message}",
+                                  hint="`jobtpu tpu status` shows the node; `jobtpu tpu reapply` recreates it")
+            return
+        if time.monotonic() > deadline:
+            raise JobtpuError(f"{what} has not finished after {RESTART_WAIT:.0f}s (operation {operation})",
+                              hint="`jobtpu tpu status` shows how the node is; the next pass follows it")
+        time.sleep(RESTART_POLL)

@@ -293,3 +293,33 @@ def test_tpu_setup_reruns_a_failed_setup_once_fixed_and_asks_for_force_under_a_j
     forced = jobtpu(home, "tpu", "setup", "v2-16-p", "--force")
     assert forced.stdout.splitlines()[-1] == "v2-16-p: setup done on 2 workers"
     assert status(home)[job_id]["status"] == "running"
+
+
+def test_tpu_restart_stops_and_starts_a_single_host_node_and_sends_v3_to_reapply(tmp_path: Path,
+                                                                                 tpus: TpuFleet) -> None:
+    node = tpus.add_node("tpu-s", workers=1, accelerator="v4-8", preemptible=False)
+    tpus.add_node("tpu-r", workers=2, accelerator="v3-16", preemptible=True)
+    home = tpu_home(tmp_path, tpus, {"v4": tpus.machine_spec("tpu-s"), "v3": tpus.machine_spec("tpu-r")})
+    (node.home / "kept").write_text("on the disk")
+    job_id = submit(home, tmp_path / "src", "sleep 300", "--machine", "v4")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    busy = jobtpu(home, "tpu", "restart", "v4", check=False)
+    assert busy.stderr.splitlines()[0] == f"jobtpu: error: v4 runs job {job_id}: a restart would kill it"
+    jobtpu(home, "kill", str(job_id))
+
+    done = jobtpu(home, "tpu", "restart", "v4", timeout=120)
+    assert done.stdout.splitlines() == [
+        "v4: stopping node tpu-s …", "v4: starting node tpu-s …",
+        "v4: node tpu-s restarted (READY); its disk was kept, so setup was not run again "
+        "(`jobtpu tpu setup v4` reruns it)"]
+    assert [e for e in tpus.events if e[1] == "tpu-s"] == [("stop", "tpu-s"), ("start", "tpu-s")]
+    assert tpus.api.count("POST", "/nodes/tpu-s:stop") == 1 and tpus.api.count("POST", "/nodes/tpu-s:start") == 1
+    again = submit(home, tmp_path / "src", "cat ~/kept", "--machine", "v4")
+    assert until(home, again, lambda j: j["status"] in ("finished", "failed"), what="the job after")["status"] == "finished"
+    assert jobtpu(home, "tail", str(again)).stdout == "on the disk"
+
+    refused = jobtpu(home, "tpu", "restart", "v3", check=False)
+    assert (refused.returncode, refused.stderr.splitlines()) == (1, [
+        "jobtpu: error: v3: TPU VMs of type v3-16 cannot be stopped (Google stops v4 and newer only)",
+        "hint: `jobtpu tpu reapply v3` deletes and recreates the node instead"])
+    assert tpus.api.count("POST", "/nodes/tpu-r:stop") == 0

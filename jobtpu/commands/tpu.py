@@ -1,6 +1,6 @@
-"""`jobtpu tpu describe|status|apply|reapply|delete|setup NAME`: TPU node operations through the TPU
+"""`jobtpu tpu describe|status|apply|reapply|delete|setup|restart NAME`: TPU node operations through the TPU
 API. Operations are started, recorded in state.json and followed by later passes; nothing here waits
-(but `setup`, which runs the machine's setup commands now: repairs.py)."""
+(but `setup` and `restart`, repairs done now: repairs.py)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,12 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
         from ..repairs import setup_now
 
         return setup_now(home, name, force, lambda line: print(printable(line), flush=True))
+    if op == "restart":
+        from ..repairs import restart
+
+        if as_json:
+            raise JobtpuError("`jobtpu tpu restart` has no --json", hint=f"run `jobtpu tpu restart {name}` without it")
+        return restart(home, name, lambda line: print(printable(line), flush=True))
     info = tpu_command(home, op, name)
     if as_json:
         emit_json(info)
