@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from .errors import RemoteError
 from .fleet import Machine
+from .repairs import why_no_restart
 from .scripts import AcceleratorFacts, parse_tpu_accelerator, tpu_accelerator_script
 from .session import Session, parallel
 from .transport.base import Endpoint
@@ -33,10 +34,12 @@ def expected_devices(accelerator: str | None) -> int | None:
     return count // 2 if m.group(1) in _MEGACORE else count
 
 
-def worker_lines(machine: Machine, label: str, facts: AcceleratorFacts) -> list[Line]:
+def worker_lines(machine: Machine, label: str, facts: AcceleratorFacts, workers: int = 1) -> list[Line]:
     """What one worker's answers say. Pure."""
     name = machine.name
-    again = f"`jobtpu tpu reapply {name}` recreates the node"
+    again = (f"`jobtpu tpu restart {name}` stops and starts the node"
+             if why_no_restart(machine.accelerator, workers) is None else
+             f"`jobtpu tpu reapply {name}` recreates the node")
     holders = ", ".join(f"{h.pid} ({h.command}{', a job of jobtpu' if h.ours else ''})" for h in facts.holders)
     if facts.holders:  # JAX was not run: it would find the device busy
         stale = [h for h in facts.holders if not h.ours]
@@ -69,6 +72,6 @@ def accelerator_checks(session: Session, machine: Machine, eps: list[Endpoint],
             out = session.run_on(machine, ep, tpu_accelerator_script(machine.root, DEVICE_DIR), timeout=360)
         except RemoteError as e:
             return [(f"{label(machine, ep)}: problem: the accelerator check could not run: {e.message}", True)]
-        return worker_lines(machine, label(machine, ep), parse_tpu_accelerator(out))
+        return worker_lines(machine, label(machine, ep), parse_tpu_accelerator(out), len(eps))
 
     return [line for lines in parallel(one, eps) for line in lines]

@@ -136,8 +136,12 @@ def test_jax_answers_are_read_against_the_accelerator_type() -> None:
     from jobtpu.scripts import parse_tpu_accelerator
 
     m = Machine(name="v4", kind="tpu", accelerator="v4-32")
-    said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out))  # noqa: E731
+    said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out), workers=4)  # noqa: E731
     assert said("DEVICE /dev/accel0\nJAX 16\n") == [("v4[1]: ok: JAX sees 16 TPU devices (v4-32)", False)]
     assert said("JAX 8\n") == [("v4[1]: problem: JAX sees 8 TPU devices where v4-32 has 16; "
-                                "`jobtpu tpu reapply v4` recreates the node", True)]
+                                "`jobtpu tpu reapply v4` recreates the node", True)]  # 4 workers: no restart
+    one = Machine(name="v4-8", kind="tpu", accelerator="v4-8")
+    assert worker_lines(one, "v4-8[0]", parse_tpu_accelerator("JAX 2\n"), workers=1) == [
+        ("v4-8[0]: problem: JAX sees 2 TPU devices where v4-8 has 4; `jobtpu tpu restart v4-8` stops and "
+         "starts the node", True)]
     assert said("JAX error RuntimeError: TPU initialization failed\n")[0][1] is True
