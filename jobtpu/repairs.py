@@ -20,10 +20,19 @@ if TYPE_CHECKING:
     from .session import Session
     from .tpu import NodeInfo
 
+
+def _seconds(variable: str, default: float) -> float:
+    """A wait a site may lengthen (a slow setup) through the environment; the default if unreadable."""
+    try:
+        return max(1.0, float(os.environ.get(variable, default)))
+    except ValueError:
+        return default
+
+
 # How long `tpu setup` waits for one worker's commands (pip installs, a disk to mount).
-SETUP_NOW_TIMEOUT = float(os.environ.get("JOBTPU_SETUP_TIMEOUT", 3600))
+SETUP_NOW_TIMEOUT = _seconds("JOBTPU_SETUP_TIMEOUT", 3600)
 # How long `tpu restart` waits for each of the stop and the start, and how often it asks.
-RESTART_WAIT = float(os.environ.get("JOBTPU_RESTART_WAIT", 900))
+RESTART_WAIT = _seconds("JOBTPU_RESTART_WAIT", 900)
 RESTART_POLL = 1.0
 # Generations whose TPU VMs Google cannot stop (docs/reference.md §2.11).
 _NO_STOP = re.compile(r"^v[23]-")
