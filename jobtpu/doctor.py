@@ -39,11 +39,12 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
            accelerator: bool = False) -> list[str]:
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
-    a pass that is launching it."""
+    a pass that is launching it. `accelerator` adds the check of accelerator.py."""
     if accelerator and not machine.is_tpu:
         raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
                           hint=f"run `jobtpu doctor {machine.name}` without it")
-    with pass_lock(home, 60.0) if fix else contextlib.nullcontext(True) as got:
+    # --accelerator too: JAX opens the TPU for a moment, and a job launched meanwhile could not.
+    with pass_lock(home, 60.0) if fix or accelerator else contextlib.nullcontext(True) as got:
         if not got:
             raise BusyError(f"a manage pass has held {home.pass_lock} for over 60s",
                             hint="wait for it to finish, or look for a stuck `jobtpu manage`")
