@@ -470,6 +470,16 @@ class _AbortableReader:
         return data
 
 
+def _head(tree: _Tree, rel: str) -> bytes:
+    """The first bytes of a file, for the credentials check; b"" when unreadable (archiving says why)."""
+    from .credentials import HEAD_BYTES
+    try:
+        with tree.open(rel) as f:
+            return f.read(HEAD_BYTES)
+    except OSError:
+        return b""
+
+
 def _hash_file(tree: _Tree, rel: str, on_bytes: Callable[[int], None]) -> str:
     h = hashlib.sha256()
     with tree.open(rel) as f:
@@ -519,15 +529,24 @@ def _say_left_out(console: Console, hidden: dict[str, int]) -> None:
 
 
 def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude: Sequence[str] = (),
-             console: Console | None = None, home: Path | None = None, leave_out: Sequence[Path] = ()) -> Snapshot:
+             console: Console | None = None, home: Path | None = None, leave_out: Sequence[Path] = (),
+             allow_secrets: bool = False) -> Snapshot:
     """Archive what list_files keeps into archives_dir/<content sha256>.tar.gz, unless it is there already.
+    Refused, unless allow_secrets, for a login home folder or a folder whose kept files hold credentials.
     Interrupted (KeyboardInterrupt or any exception), it stops within a read and leaves no temporary file."""
     if console is None:
         from rich.console import Console
         console = Console(stderr=True)
-    with _Tree(_check_src(src)) as tree:
+    from . import credentials
+    root = _check_src(src)
+    if not allow_secrets:
+        credentials.check_not_login_home(root)
+    with _Tree(root) as tree:
         t0 = time.time_ns()
         listing = _collect(tree, include, exclude, _Private(tree.root, home, leave_out))
+        if not allow_secrets:
+            credentials.check_no_secrets(root, (rel for rel, st in listing.entries if stat.S_ISREG(st.st_mode)),
+                                         lambda rel: _head(tree, rel))
         _say_left_out(console, listing.through_symlinks)
         _say_many(console, len(listing.entries))
         return _archive(tree, listing.entries, archives_dir, console, t0)

@@ -15,6 +15,7 @@ from .commands import (
     annotate,
     batch,
     fleet,
+    importing,
     jobs,
     personal,
     remote,
@@ -37,19 +38,56 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"jobtpu: error: {message}\nhint: {_usage_hint(message) or f'see `{self.prog} --help`'}\n")
         raise SystemExit(EXIT_USAGE)
 
-    # Set on `exec` and `ssh`: every word after the first "--" is the command's, verbatim. (argparse
-    # would settle an optional positional before it reached them, and call them unrecognized.)
-    command_after_dashes = False
+    # Where every word after the first "--" goes, verbatim: `exec` and `ssh` a command's words (argparse
+    # would settle an optional positional before it reached them, and call them unrecognized), `submit`
+    # and `run` overrides that are not checked for the old tool's habits.
+    after_dashes: str | None = None
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
-        if not self.command_after_dashes or "--" not in words:
-            return super().parse_known_args(words, namespace)
-        at = words.index("--")
+        at = words.index("--") if self.after_dashes and "--" in words else len(words)
+        if not self._subparsers:  # a command's own parser: its mistakes are named with its own --help
+            self._check_options(words[:at])
         parsed, extras = super().parse_known_args(words[:at], namespace)
-        parsed.words = [*parsed.words, *words[at + 1:]]
+        if self.after_dashes and at < len(words):
+            setattr(parsed, self.after_dashes, [*getattr(parsed, self.after_dashes, []), *words[at + 1:]])
+        if extras and not self._subparsers:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
+
+    def _check_options(self, words: list[str]) -> None:
+        """`status --stauts running`: name the option nobody knows (and the one meant) before argparse
+        tries the next word as something else. An override typed as an option gets its own hint."""
+        from .suggest import option_for
+
+        if any(a.nargs == argparse.REMAINDER for a in self._actions):
+            return  # `tag 3 --x`: the words are the command's
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        takes_overrides = any(a.dest == "overrides" for a in self._actions)
+        for word in (w for w in words if w.startswith("--") and w != "--"):
+            name = word.partition("=")[0]
+            if any(o.startswith(name) for o in known) or ("=" in word and takes_overrides):
+                continue  # an option or a unique prefix of one, as argparse takes it
+            if " " in word:
+                continue  # argparse takes a word with a space as a value (`note 3 "-- see above"`)
+            meant = option_for(word, known)
+            self.error(f"unrecognized option {name}" + (f": did you mean {meant}?" if meant else ""))
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        from .suggest import command_for, nearest
+
+        if isinstance(action, argparse._SubParsersAction) and self.prog == "jobtpu":
+            meant = command_for(str(value), action.choices)
+            if meant:
+                raise argparse.ArgumentError(None, f"{value!r} is not a jobtpu command: did you mean `{meant}`?")
+        close = nearest(str(value), map(str, action.choices))
+        if close is None:
+            return super()._check_value(action, value)
+        choices = ", ".join(map(repr, action.choices))
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r}: did you mean {close!r}? (choose from {choices})")
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
         # Python 3.11's argparse strips a "--" even from an option's attached value, so `--name=--`
@@ -128,7 +166,11 @@ def _status_words(text: str) -> list[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
     wrong = [w for w in words if w not in STATUS_NAMES]
     if wrong or not words:
-        raise argparse.ArgumentTypeError(f"{(wrong or [text])[0]!r} is not a status: use {', '.join(STATUS_NAMES)}")
+        from .suggest import nearest
+
+        close = nearest((wrong or [text])[0], STATUS_NAMES)
+        meant = f"did you mean {close!r}? " if close else ""
+        raise argparse.ArgumentTypeError(f"{(wrong or [text])[0]!r} is not a status: {meant}use {', '.join(STATUS_NAMES)}")
     return words
 
 
@@ -172,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="snapshot files matching GLOB even if ignored, repeatable")
         p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                        help="leave files matching GLOB out of the snapshot, repeatable")
+        p.add_argument("--allow-secrets", action="store_true", help="snapshot even a login home folder, or "
+                       "one whose files include .ssh, .gnupg, .aws, .config/gcloud or a private key (refused otherwise)")
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
         p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
@@ -185,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
                        "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
         _add_batch_options(p)
-        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01)")
+        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01); after `--`, "
+                       "passed as they are (no check for the old tool's tag=, rule=, dir=, ssn=, w= or empty values)")
+        p.set_defaults(verbatim=[])
+        p.after_dashes = "verbatim"  # type: ignore[attr-defined]
         if name == "run":
             p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
 
@@ -302,6 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
     p.add_argument("name", nargs="?", help="the user name (add, rm)")
 
+    p = add("import", "take a team over from another tool: users, working directories, aliases, TPU machines")
+    p.add_argument("source", choices=("tpu-manager",), help="the tool: tpu-manager (its data.json)")
+    p.add_argument("data_json", metavar="DATA_JSON", help="the TPU manager's data.json")
+    p.add_argument("--dry-run", action="store_true", help="print what it would import; change nothing")
+    p.add_argument("--force", action="store_true", help="replace entries this home has with other values")
+    p.add_argument("--project", help="the Google Cloud project of its TPUs (machines.json's gcp.project), "
+                   "when machines.json does not name one")
+
     p = add("rules", "what each rule does when an attempt ends, and which machines default to it")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     _add_personal_and_remote_commands(add)
@@ -317,7 +372,7 @@ def _worker_choice(text: str) -> int | None:
 def _add_personal_and_remote_commands(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """config, dir, alias (a user's own settings), exec and ssh (a machine's workers), tldr."""
     as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
-    p = add("config", "your defaults: rule, req (submit), columns, time_zone (status)")
+    p = add("config", "your defaults: rule, req (submit), columns (status), time_zone (times shown)")
     p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
     p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns or time_zone (get/reset: all when absent)")
     p.add_argument("values", nargs="*", metavar="VALUE", help="the value (req and columns take several)")
@@ -339,13 +394,13 @@ def _add_personal_and_remote_commands(add: Callable[[str, str], argparse.Argumen
     p.add_argument("--worker", type=_worker_choice, default=None, metavar="K|all",
                    help="only worker K (default: all)")
     p.add_argument("words", nargs="*", metavar="CMD", help="the command, after `--` (run by the login shell)")
-    p.command_after_dashes = True  # type: ignore[attr-defined]
+    p.after_dashes = "words"  # type: ignore[attr-defined]
 
     p = add("ssh", "log in to a machine's worker with its key, port and the home's known_hosts")
     p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
     p.add_argument("--worker", type=_count, default=0, metavar="K", help="this worker (default 0)")
     p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")
-    p.command_after_dashes = True  # type: ignore[attr-defined]
+    p.after_dashes = "words"  # type: ignore[attr-defined]
 
     add("tldr", "the ten commands a new team member needs, one example each")
 
@@ -400,6 +455,9 @@ def _add_sheet(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_id(text: str) -> int:
+    if "=" in text:  # `rerun 12 lr=0.1`: overrides are the job's own, as it was submitted
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id: a job keeps the overrides it was submitted "
+                                         "with; submit it again to change them")
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive number)")
     return int(text)
@@ -483,6 +541,7 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "watch": lambda home, a: watch.watch(home, a.interval, not a.no_manage),
     "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
     "user": lambda home, a: team.user(home, a.op, a.name),
+    "import": lambda home, a: importing.tpu_manager(home, a.data_json, a.dry_run, a.force, a.project),
     "config": lambda home, a: personal.config(home, a.action, a.key, a.values, a.user),
     "dir": _dir_args,
     "alias": _alias_args,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from . import model, rules
 from .fleet import Fleet, Machine
-from .model import Attempt, Ending, Job, MachineRecord, Status
+from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
 from .sheet import claim_reason
 from .workers import LaunchResult, WorkerRef, WorkerState
@@ -69,7 +69,25 @@ Action = Launch | Kill | Recreate
 @dataclass
 class Plan:
     actions: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # one human line per decision, for --dry-run and logs
+    notes: list[str] = field(default_factory=list)  # one human line per decision, as a real pass says it
+    would: list[str] = field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
+
+    def do(self, action: Action, why: str = "") -> None:
+        self.actions.append(action)
+        self.would.append(f"would {describe(action)}" + (f": {why}" if why else ""))
+
+    def saw(self, line: str) -> None:
+        """A fact, said alike by a pass and a dry run (a machine that does not answer)."""
+        self.notes.append(line)
+        self.would.append(line)
+
+
+def describe(action: Action) -> str:
+    if isinstance(action, Launch):
+        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
+    if isinstance(action, Kill):
+        return f"stop job {action.job} on {action.machine}"
+    return f"recreate {action.machine}"
 
 
 def refs_of(job: Job) -> tuple[WorkerRef, ...]:
@@ -106,13 +124,13 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
     elif view.reachable is not False:
         # Launching is idempotent on the machine: it starts what has not started, reports the rest.
-        plan.actions.append(Launch(job.id, machine.name, job.attempt, job.current.workers if job.current else 1))
+        plan.do(Launch(job.id, machine.name, job.attempt, job.current.workers if job.current else 1))
 
 
 def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     if machine is None:
         job.reason = model.UNREACHABLE
-        plan.notes.append(f"job {job.id}: machine {job.machine} is no longer in machines.json")
+        plan.saw(f"job {job.id}: machine {job.machine} is no longer in machines.json")
         return
     view = seen.view(machine.name)
     if view.preempted:
@@ -120,7 +138,7 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         return
     if not view.reachable:
         if job.reason != model.UNREACHABLE:
-            plan.notes.append(f"job {job.id}: {machine.name} does not answer ({view.error or 'no reply'})")
+            plan.saw(f"job {job.id}: {machine.name} does not answer ({view.error or 'no reply'})")
         job.reason = model.UNREACHABLE
         return
     refs = refs_of(job)
@@ -165,7 +183,7 @@ def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -
     if machine is None or (view is not None and view.preempted):
         _end(job, ending, seen.now, plan, "its machine is gone")
     elif view is not None and view.reachable is not False:
-        plan.actions.append(Kill(job.id, machine.name, refs_of(job)))
+        plan.do(Kill(job.id, machine.name, refs_of(job)))
 
 
 def _alive(refs: tuple[WorkerRef, ...], view: MachineView) -> tuple[WorkerRef, ...]:
@@ -197,15 +215,16 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
 def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...], plan: Plan, why: str) -> None:
     job.move(Status.KILLING, ending.reason)  # docs/reference.md §4.3: a stopping job says why (timeout, hang, exit N)
     job.ending = ending
-    plan.actions.append(Kill(job.id, machine.name, refs))
+    plan.do(Kill(job.id, machine.name, refs), why)
     plan.notes.append(f"job {job.id}: stopping on {machine.name}: {why}")
 
 
 def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
+    plan.would.append(f"would end job {job.id}: {why}")
     apply_ending(job, ending, now)
     if wants_recreate(ending) and job.attempts:
-        plan.actions.append(Recreate(job.attempts[-1].machine))
+        plan.do(Recreate(job.attempts[-1].machine))
 
 
 def wants_recreate(ending: Ending) -> bool:
@@ -256,7 +275,7 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
 
 # ---- what launches and kills reported -------------------------------------------------------------
 # The pass's I/O layer asks the workers and hands back plain reports; these functions alone decide
-# what the reports mean for the job (and for an ssh machine's record).
+# what the reports mean for the job (an ssh machine's record is reach.py's, from the contacts).
 
 @dataclass(frozen=True)
 class NoAnswer:
@@ -270,8 +289,7 @@ class NoAnswer:
 LaunchReport = LaunchResult | NoAnswer
 
 
-def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], record: MachineRecord,
-             now: float) -> Kill | None:
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float) -> Kill | None:
     """Move a launching job as its workers' launch reports say; a Kill when some workers started and
     another failed (they must be stopped before the job ends as launch_failed)."""
     if job.status is not Status.LAUNCHING:
@@ -280,7 +298,6 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], recor
     if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
-        record.state, record.since, record.detail = "unreachable", now, message
         unlaunch(job)
         job.last_line = f"could not launch: {message[-180:]}"
         return None
@@ -298,8 +315,6 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], recor
         job.ending = ending
         return Kill(job.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == "ok" for a in answers):
-        if machine.kind == "ssh":
-            record.state, record.detail, record.since = "up", None, None
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now
@@ -448,6 +463,11 @@ def _last_launch(jobs: list[Job]) -> dict[str, float]:
     return last
 
 
+def _fail_unstarted(job: Job, plan: Plan, why: str) -> None:
+    plan.notes.append(f"job {job.id}: {why}")
+    plan.would.append(f"would fail job {job.id}: {job.last_line}")
+
+
 def held_back(job: Job, d: Dispatch) -> str | None:
     """Why a queued job may not start in this pass whatever machine is free; None when it may.
     The text becomes the job's pending reason. A job whose --after dependency failed is failed here
@@ -457,14 +477,14 @@ def held_back(job: Job, d: Dispatch) -> str | None:
         if ring is not None:  # made by hand in state.json: every job of the ring fails, naming it
             job.last_line = f"a dependency cycle: {rules.cycle_text(ring)}"
             job.move(Status.FAILED, model.DEPENDENCY)
-            d.plan.notes.append(f"job {job.id}: fails: {job.last_line}")
+            _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency cycle"
         failed = rules.failed_dependency(job, d.by_id)
         if failed is not None:
             job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
                 f" ({failed.reason})" if failed.reason else "")
             job.move(Status.FAILED, model.DEPENDENCY)
-            d.plan.notes.append(f"job {job.id}: fails: {job.last_line}")
+            _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency failed"
         waits = rules.waits_for(job, d.by_id)
         if waits is not None:
@@ -595,7 +615,7 @@ def _dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> N
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
                     job.waiting, job.last_line = None, refusal[1]
                     job.move(Status.FAILED, model.LAUNCH_FAILED)
-                    plan.notes.append(f"job {job.id}: {refusal[1]}")
+                    _fail_unstarted(job, plan, refusal[1])
                     break
                 local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
                 continue
@@ -640,7 +660,7 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
     d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
-    d.plan.actions.append(Launch(job.id, machine.name, job.attempt, view.n_workers))
+    d.plan.do(Launch(job.id, machine.name, job.attempt, view.n_workers))
     d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
     d.started.append(job)
 
@@ -654,6 +674,6 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
         return  # one is already on its way back
     for machine in fits:
         if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
-            plan.actions.append(Recreate(machine.name))
+            plan.do(Recreate(machine.name), f"job {job.id} waits for it")
             plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")
             return

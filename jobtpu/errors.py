@@ -26,6 +26,12 @@ class JobtpuError(Exception):
         return self.message
 
 
+class UsageError(JobtpuError):
+    """Words the user typed that parse but cannot mean what they seem to (exit 2, as argparse's)."""
+
+    exit_code = EXIT_USAGE
+
+
 class ConfigError(JobtpuError):
     """machines.json or state.json is malformed or fails validation; nothing was changed."""
 
@@ -49,3 +55,72 @@ class UnreachableError(RemoteError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM, where jobtpu asks for it to interrupt like Ctrl-C: cleanup runs, `except Exception` does not
     swallow it, and the process exits 143."""
+
+
+# ---- credentials --------------------------------------------------------------------------------
+# google-auth and the OS report an unusable credentials file in many shapes, some with a paragraph
+# and a URL; a user needs the file, the cause in a few words and what to do (docs/reference.md §3.8).
+# Tried in order against the error and the errors it was raised from, by type name or by text.
+_CREDENTIALS_CAUSES: tuple[tuple[str, str], ...] = (
+    ("FileNotFoundError|was not found\\.?$|No such file", "no such file"),
+    ("IsADirectoryError|Is a directory", "a folder, not a key file"),
+    ("PermissionError|Permission denied", "not readable by this account (permission denied)"),
+    ("default credentials were not found", "no application-default credentials on this machine"),
+    ("JSONDecodeError|UnicodeDecodeError|not a valid json|has no attribute 'get'", "not a JSON key file"),
+    ("does not have a valid type|a key file of type", "not a service-account key (no known \"type\")"),
+    ("PEM|No key could be detected|deserialize|private key", "its private_key is not a valid key"),
+)
+_MISSING_FIELDS = r"missing fields ([\w, ]+)"
+
+
+def credentials_cause(error: BaseException) -> str:
+    """A few words for why credentials could not be loaded or used, from the error google-auth or the OS raised."""
+    import re
+
+    chain = _chain(error)
+    for e in chain:
+        missing = re.search(_MISSING_FIELDS, str(e))
+        if missing:
+            fields = sorted(f.strip() for f in missing[1].split(",") if f.strip())  # google-auth's order varies
+            return f"an incomplete service-account key (no {', '.join(fields)})"
+    for pattern, cause in _CREDENTIALS_CAUSES:
+        if any(re.search(pattern, f"{type(e).__name__} {_text(e)}") for e in chain):
+            return cause
+    if type(error).__name__ == "RefreshError":  # the token endpoint refused the key: its own words
+        return f"Google refused it ({_text(error)})"
+    return _text(error)
+
+
+def credentials_message(service: str, setting: str, source: str, error: BaseException) -> str:
+    """One line for credentials that cannot be used: whose, which file, why, and what to do.
+    `setting`: the machines.json key (gcp.credentials, sheet.credentials); `source`: what it holds."""
+    if source == "default":
+        from os import environ
+
+        named = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+        where = f"{named!r} ($GOOGLE_APPLICATION_CREDENTIALS)" if named else "'default'"
+        fix = f"run `gcloud auth application-default login`, or set {setting} to a key file"
+    else:
+        where, fix = repr(source), f"set {setting} to a valid service-account key file"
+    return f"{service} credentials {where}: {credentials_cause(error)}; {fix}"
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error, then those it was raised from (google-auth wraps the OS's and the parser's)."""
+    chain: list[BaseException] = []
+    found: BaseException | None = error
+    while found is not None and found not in chain:
+        chain.append(found)
+        nested = [a for a in found.args if isinstance(a, BaseException)]  # google-auth's ('text', cause)
+        found = found.__cause__ or found.__context__ or (nested[0] if nested else None)
+    return chain
+
+
+def _text(error: BaseException) -> str:
+    """The error's own words, one line, no URL: google-auth's args are often ('text', {details})."""
+    import re
+
+    first = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
+    line = (first.strip().splitlines() or [type(error).__name__])[0]
+    line = re.sub(r"\s*(To set up|See|For more information)\b.*$", "", re.sub(r"https?://\S+", "", line)).strip()
+    return (line if len(line) <= 100 else line[:99] + "…") or type(error).__name__

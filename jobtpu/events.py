@@ -437,9 +437,10 @@ def since_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def render_line(event: Event) -> str:
-    """One terminal-safe line: local time, what, and where."""
-    when = datetime.fromtimestamp(event.time).strftime("%Y-%m-%d %H:%M:%S")
+def render_line(event: Event, zone: Any = None) -> str:
+    """One terminal-safe line: the time in `zone` (a tzinfo; None: this machine's local time), what,
+    and where."""
+    when = datetime.fromtimestamp(event.time, zone).strftime("%Y-%m-%d %H:%M:%S")
     return printable(f"{when}  {describe(event)}")
 
 

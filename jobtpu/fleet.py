@@ -42,6 +42,7 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "OutOfMemoryError", "Allocation type"),
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+MACHINE_NAME = _NAME  # what a machine's name or alias may be (importer.py checks names with it)
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -302,6 +303,15 @@ def load_fleet(home: Home) -> Fleet:
                     for name, m in fleet.machines.items()}
         fleet = replace(fleet, machines=machines, refused=gated.lines())
     return replace(fleet, runner=gated.runner) if gated.runner.runner or gated.runner.allow_private_webhooks else fleet
+
+
+def check_machines(home: Home, data: bytes) -> None:
+    """ConfigError unless `data` is a machines.json every command would load (`import` checks what it
+    is about to write)."""
+    try:
+        _fleet(_read(home.machines_file, data), home)
+    except _Refused as e:
+        raise ConfigError(f"{home.machines_file.name} would be refused: {e}", "nothing was changed") from None
 
 
 def _plainly_own(found: tuple[bytes, os.stat_result] | None) -> bool:

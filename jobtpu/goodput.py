@@ -17,7 +17,8 @@ Wiring (the only calls the pass and the CLI make):
 Definitions (all times in seconds):
 
 - An attempt's *wall time* is ended − started (now, while it runs); its *accelerator time* is wall
-  time × the chips it held (unknown when the chips are).
+  time × the chips (a TPU's) or GPUs (what the job asked of a box) it held, in `unit` (unknown when
+  the count is).
 - An attempt *runs* from its first `job_running` event (else its start) until it ended; when it was
   interrupted (another attempt followed it), only until it was last known alive: the later of
   `last_alive` (the last pass that saw it running) and its last progress report, else its end.
@@ -34,7 +35,9 @@ Definitions (all times in seconds):
   interrupted attempt ran. Never more than the next attempt ran. Unknown (and counted as 0) when the
   job reports no progress, or resumes without ever reporting a checkpoint.
 - *Productive* time = the sum of the attempts' running times − the work redone.
-  *Total* = from the first attempt's start until the last one ended (now, while it runs).
+  *Total* = from the first attempt's start until the last one ended (now, while it runs), less the
+  interruptions after an attempt a person killed: until a person resumes it, the job waits on them,
+  which is no cost of an interruption (like the queue before the first attempt).
   *Goodput* = productive / total. Time queued before the first attempt is not counted: it is the
   fleet's load, not what interruptions cost.
 """
@@ -53,6 +56,7 @@ from .events import Event
 from .text import printable
 
 FINISHED = "finished"
+KILLED = "killed"  # an attempt a person stopped (`jobtpu kill`): a pass never kills on its own
 # What happens to a machine, whichever job's pass reported it (a preemption seen through job 4 ended job 3 too).
 _MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTED, ev.TPU_DELETE_DONE,
                             ev.TPU_CREATE_STARTED, ev.TPU_CREATE_DONE, ev.TPU_CREATE_FAILED, ev.TPU_SETUP_STARTED,
@@ -180,15 +184,16 @@ class AttemptRecord:
     ended: float | None = None
     outcome: str | None = None
     workers: int = 1
-    chips: int | None = None  # accelerator chips the attempt held, all workers together
+    chips: int | None = None  # accelerator chips (or GPUs) the attempt held, all workers together
+    unit: str = "chip"  # what `chips` counts: "chip" (a TPU's) or "GPU"
     resume: bool = False
     last_alive: float | None = None
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any], chips: int | None = None) -> AttemptRecord:
+    def from_json(cls, doc: dict[str, Any], chips: int | None = None, unit: str = "chip") -> AttemptRecord:
         known = {k: doc[k] for k in ("n", "machine", "started", "ended", "outcome", "workers", "resume", "last_alive")
                  if k in doc}
-        return cls(**known, chips=chips if chips is not None else doc.get("chips"))
+        return cls(**known, chips=chips if chips is not None else doc.get("chips"), unit=unit)
 
 
 @dataclass
@@ -199,10 +204,11 @@ class AttemptCost:
     started: float
     ended: float | None  # None: still running
     wall: float
-    accelerator: float | None  # chip-seconds
+    accelerator: float | None  # chip-seconds (GPU-seconds when unit is "GPU")
     running: float  # seconds it ran (see the module's definitions)
     run_from: float
     run_until: float
+    unit: str = "chip"
 
 
 @dataclass
@@ -219,6 +225,7 @@ class Interruption:
     launch: float
     redone_steps: int | None
     redone: float | None  # seconds of work done again; None: unknown
+    by_hand: bool = False  # after an attempt a person killed: waiting on them, not counted in the total
 
     @property
     def total(self) -> float:
@@ -267,6 +274,7 @@ def job_report(job: int, name: str, attempts: Sequence[AttemptRecord], log: Sequ
     if not costs:
         return JobReport(job, name, [], [], 0.0, 0.0)
     total = (costs[-1].ended if costs[-1].ended is not None else now) - costs[0].started
+    total -= sum(g.total for g in gaps if g.by_hand)
     redone = sum(g.redone or 0.0 for g in gaps)
     productive = max(0.0, sum(c.running for c in costs) - redone)
     window = (costs[0].started, costs[-1].ended if costs[-1].ended is not None else now)
@@ -299,7 +307,7 @@ def _cost(job: int, attempt: AttemptRecord, interrupted: bool, log: Sequence[Eve
     wall = max(0.0, end - started)
     accelerator = wall * attempt.chips if attempt.chips else None
     return AttemptCost(attempt.n, attempt.machine, attempt.outcome, started, attempt.ended, wall, accelerator,
-                       run_until - run_from, run_from, run_until)
+                       run_until - run_from, run_from, run_until, attempt.unit)
 
 
 def _first(log: Sequence[Event], kinds: set[str], start: float, end: float, where: set[str], job: int) -> float | None:
@@ -328,7 +336,7 @@ def _interruption(job: int, tried: Sequence[AttemptRecord], i: int, costs: Seque
     steps, redone = _redone(tried, i, costs, progress)
     return Interruption(was.n, now_.n, was.machine, now_.machine, lost_at, back_at,
                         detection=detected - lost_at, recreate=created - detected, setup=set_up - created,
-                        launch=back_at - set_up, redone_steps=steps, redone=redone)
+                        launch=back_at - set_up, redone_steps=steps, redone=redone, by_hand=was.outcome == KILLED)
 
 
 def _or(found: float | None, otherwise: float) -> float:
@@ -416,8 +424,13 @@ def _percent(value: float | None) -> str:
     return "?" if value is None else f"{100 * value:.1f}%"
 
 
-def _chip_hours(chip_seconds: float | None) -> str:
-    return "? chip-h" if chip_seconds is None else f"{chip_seconds / 3600:.1f} chip-h"
+def _chip_hours(chip_seconds: float | None, unit: str = "chip") -> str:
+    """`1.5 GPU-h`, `0.25 chip-h`, `<0.01 chip-h` (a short job's is not 0), `? chip-h` when unknown."""
+    if chip_seconds is None:
+        return f"? {unit}-h"
+    hours = chip_seconds / 3600
+    amount = f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}" if hours >= 0.01 or hours == 0 else "<0.01"
+    return f"{amount} {unit}-h"
 
 
 def render_text(reports: Sequence[JobReport]) -> str:
@@ -429,8 +442,12 @@ def render_text(reports: Sequence[JobReport]) -> str:
                    f"(productive {duration(r.productive)} of {duration(r.total)})")
         for a in r.attempts:
             out.append(f"  attempt {a.n} on {a.machine}: wall {duration(a.wall)}, accelerator "
-                       f"{_chip_hours(a.accelerator)}, ran {duration(a.running)}, {a.outcome or 'running'}")
+                       f"{_chip_hours(a.accelerator, a.unit)}, ran {duration(a.running)}, {a.outcome or 'running'}")
         for g in r.interruptions:
+            if g.by_hand:
+                out.append(f"  after attempt {g.after} (killed): {duration(g.total)} until it ran again, "
+                           "waiting on a person (not counted)")
+                continue
             steps = f" ({g.redone_steps} steps)" if g.redone_steps is not None else ""
             out.append(f"  interruption after attempt {g.after} ({g.machine_from} -> {g.machine_to}): "
                        f"{duration(g.total)} = detection {duration(g.detection)}, delete+create "
@@ -529,7 +546,7 @@ def _job_table(r: JobReport) -> str:
     e = html.escape
     head = f"job {r.job}" + (f" {r.name}" if r.name else "")
     rows = "".join(f"<tr><td>attempt {a.n}</td><td>{e(a.machine)}</td><td>{duration(a.wall)}</td>"
-                   f"<td>{_chip_hours(a.accelerator)}</td><td>{duration(a.running)}</td><td>{e(a.outcome or 'running')}</td></tr>"
+                   f"<td>{_chip_hours(a.accelerator, a.unit)}</td><td>{duration(a.running)}</td><td>{e(a.outcome or 'running')}</td></tr>"
                    for a in r.attempts)
     gaps = "".join(f"<tr><td>after attempt {g.after}</td><td>{duration(g.total)}</td><td>{duration(g.detection)}</td>"
                    f"<td>{duration(g.recreate)}</td><td>{duration(g.setup)}</td><td>{duration(g.launch)}</td>"

@@ -104,7 +104,13 @@ class Home:
         return self.root / "run"
 
     def ensure(self) -> None:
-        make_dirs(self.root)
+        """The home's folder; a command that makes it says where, once (docs/reference.md §1.1)."""
+        if make_dirs(self.root):
+            import sys
+
+            from .text import printable
+
+            sys.stderr.write(printable(f"new home {self.root}") + "\n")
 
 
 def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
@@ -140,10 +146,11 @@ def file_mode(folder: Path) -> int:
     return 0o660 if is_shared(folder) else 0o600
 
 
-def make_dirs(folder: Path) -> None:
-    """mkdir -p, each new folder getting the mode its parent implies (setgid keeps a shared group)."""
+def make_dirs(folder: Path) -> bool:
+    """mkdir -p, each new folder getting the mode its parent implies (setgid keeps a shared group).
+    True when this call made `folder` itself (not when another process did meanwhile)."""
     if folder.is_dir():
-        return
+        return False
     parent = folder.parent
     if parent != folder:
         make_dirs(parent)
@@ -153,8 +160,9 @@ def make_dirs(folder: Path) -> None:
     except FileExistsError:
         if not folder.is_dir():
             raise
-        return
+        return False
     os.chmod(folder, mode)  # mkdir's mode is cut by the umask; setgid is not always kept either
+    return True
 
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection
 
-from .errors import JobtpuError
+from .errors import JobtpuError, UsageError
 from .model import USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -52,16 +52,49 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def config_overrides(words: list[str], aliases: Mapping[str, str]) -> list[str]:
-    """KEY=VALUE words → shell-quoted `--full.key=VALUE` words, expanding KEY through the aliases."""
+def override_parts(word: str) -> tuple[str, str]:
+    """A KEY=VALUE word → (KEY without leading dashes, VALUE); settings.config_overrides names KEY in full."""
+    key, sep, value = word.partition("=")
+    key = key.lstrip("-")
+    if not sep or not _KEY.match(key):
+        raise JobtpuError(f"{word!r} is not a KEY=VALUE config override",
+                          hint="put options before the overrides; overrides look like lr=0.01")
+    return key, value
+
+
+# Words the tool teams used before jobtpu read among a run's arguments as its own (`tpu run v2-32 ann
+# tag=x rule=resume dir=2`): here they would reach the program as --tag=x without a word said.
+_OLD_TOOL_WORDS = {
+    "tag": "use --tag {value}",
+    "rule": "use --rule {value}",
+    "dir": "use --dir {value}",
+    "ssn": "the machine's note in the team sheet is --sheet-note {value}",
+    "w": "jobs have ids, not windows (`jobtpu status` lists them; kill, tail and the rest take the id)",
+}
+
+
+def override_mistake(word: str, aliases: Collection[str] = ()) -> str | None:
+    """What is wrong with an override word the user most likely meant as something else (one of the
+    old tool's own words, unless an alias in force makes it a config key, or an empty value), as one
+    line saying what to type; None when it is fine."""
     import shlex
 
-    out = []
+    key, sep, value = word.partition("=")
+    key = key.lstrip("-")
+    if not sep:
+        return None  # not KEY=VALUE at all: override_parts says so
+    if key in _OLD_TOOL_WORDS and key not in aliases:
+        shown = shlex.quote(value) if value else key.upper()
+        return f"{word} is not a config override here: " + _OLD_TOOL_WORDS[key].format(value=shown)
+    if value == "":
+        return f"{word} has no value: give it one, or put it after `--` (-- {word}) to pass it empty"
+    return None
+
+
+def check_overrides_typed(words: list[str], aliases: Collection[str]) -> None:
+    """Refuse the first mistaken override (override_mistake); the words after `--` are not passed
+    here: there an override reaches the program as it is."""
     for word in words:
-        key, sep, value = word.partition("=")
-        key = key.lstrip("-")
-        if not sep or not _KEY.match(key):
-            raise JobtpuError(f"{word!r} is not a KEY=VALUE config override",
-                              hint="put options before the overrides; overrides look like lr=0.01")
-        out.append(shlex.quote(f"--{aliases.get(key, key)}={value}"))
-    return out
+        mistake = override_mistake(word, aliases)
+        if mistake:
+            raise UsageError(mistake)

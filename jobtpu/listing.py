@@ -8,7 +8,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -88,19 +88,36 @@ def where(job: Job) -> str:
     return job.attempts[-1].machine if job.attempts else ""
 
 
-def short_overrides(overrides: list[str], aliases: Mapping[str, str]) -> str:
+def short_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> str:
     """The job's config overrides as a person typed them: `--config.training.lr=0.01` reads `lr=0.01`
-    when an alias names that key (the shortest such alias), else as the key itself."""
+    when an alias names that key (the shortest such alias), else as the key itself. The keys in
+    `first` come first (what tells the job from its neighbours must survive a cut cell)."""
     shortest: dict[str, str] = {}
     for alias, full in aliases.items():
         if full not in shortest or len(alias) < len(shortest[full]):
             shortest[full] = alias
-    words = []
+    pairs = sorted(override_pairs(overrides), key=lambda pair: pair[0] not in first)
+    return " ".join(f"{shortest.get(key, key)}{rest}" for key, rest in pairs)
+
+
+def override_pairs(overrides: list[str]) -> list[tuple[str, str]]:
+    """Each override as (its full key, the rest: `=value`), in the order given."""
+    pairs = []
     for word in overrides:
         for part in shell_words(word):
             key, sep, value = part.lstrip("-").partition("=")
-            words.append(f"{shortest.get(key, key)}{sep}{value}")
-    return " ".join(words)
+            pairs.append((key, sep + value))
+    return pairs
+
+
+def varying_keys(jobs: Iterable[Job]) -> dict[int | None, frozenset[str]]:
+    """Per sweep (None: the jobs of no sweep), the override keys whose values are not the same in all
+    its jobs listed: the axes that tell its members apart."""
+    groups: dict[int | None, list[dict[str, str]]] = {}
+    for job in jobs:
+        groups.setdefault(job.sweep, []).append(dict(override_pairs(job.overrides)))
+    return {sweep: frozenset(key for key in set().union(*found) if len({o.get(key) for o in found}) > 1)
+            for sweep, found in groups.items()}
 
 
 # One shell word: runs of plain characters, '…', "…" (with \" and \\ inside) and \x, possessive
@@ -142,15 +159,22 @@ def info(job: Job) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None) -> Row:
-    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time)."""
+def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None) -> list[Row]:
+    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys)."""
+    varying = varying_keys(jobs)
+    return [row(job, now, aliases, zone, varying[job.sweep]) for job in jobs]
+
+
+def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = ()) -> Row:
+    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
+    `first`: the override keys shown first."""
     from .display import clock
 
     ran = run_time(job, now)
     return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
                attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
                age=duration(now - job.created), where=where(job),
-               overrides=short_overrides(job.overrides, aliases), tags=",".join(job.tags), info=info(job),
+               overrides=short_overrides(job.overrides, aliases, first), tags=",".join(job.tags), info=info(job),
                submitted=clock(job.created, zone))
 
 

@@ -10,6 +10,7 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import threading
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet
+from . import logfiles, passevents, passsheet, pulls, reach
 from .decide import (
     Kill,
     Launch,
@@ -38,6 +39,7 @@ from .decide import (
 )
 from .errors import BusyError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
+from .goodput import progress_of
 from .home import Home
 from .model import Job, MachineRecord, Status
 from .placement import Place, on_resume_words, place_env
@@ -49,8 +51,6 @@ from .scripts import (
     launch_script,
     parse_kill,
     parse_launch,
-    parse_probe,
-    probe_script,
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
@@ -133,20 +133,22 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
             home_id(home)
         was = {name: record.state for name, record in state.machines.items()}
+        was_open = pulls.open_attempts(state.jobs)
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
+        if dry_run:  # what it would do, never the lines of a real pass (docs/reference.md, manage)
+            report.notes.extend(p.notes + plan.would)
+            return report
         report.notes.extend(p.notes + plan.notes)
         if on_note:
             for note in p.notes + plan.notes:
                 on_note(note)
-        if dry_run:
-            for action in plan.actions:
-                report.notes.append(f"would {describe(action)}")
-            return report
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
+        _catch_up_logs(p, seen, was_open)
+        note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         changes = machine_changes(was, state.machines)
         report.notes.extend(changes)
         if on_note:
@@ -162,7 +164,17 @@ def before_decide(p: Pass, seen: Observation) -> None:
     """What a pass learns besides machines and workers, before it decides (also in a dry run).
     Features that need it add one call here and keep their code in a module of their own."""
     passevents.before_decide(p)
-    passsheet.before_decide(p, seen, p.notes.append)
+    passsheet.before_decide(p, seen, p.notes.append, lambda: would_start_a_job(p, seen))
+
+
+def would_start_a_job(p: Pass, seen: Observation) -> bool:
+    """Whether deciding now starts a queued job: decide is pure, so a rehearsal on copies tells."""
+    if not any(job.status is Status.QUEUED for job in p.state.jobs):
+        return False
+    jobs = copy.deepcopy(p.state.jobs)
+    queued = {job.id for job in jobs if job.status is Status.QUEUED}
+    plan = decide(jobs, p.fleet, copy.deepcopy(seen))
+    return any(isinstance(action, Launch) and action.job in queued for action in plan.actions)
 
 
 def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> None:
@@ -188,14 +200,6 @@ def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -
     return lines
 
 
-def describe(action: Launch | Kill | Recreate) -> str:
-    if isinstance(action, Launch):
-        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
-    if isinstance(action, Kill):
-        return f"stop job {action.job} on {action.machine}"
-    return f"recreate {action.machine}"
-
-
 # ---- observe ------------------------------------------------------------------------------------
 
 def observe(p: Pass) -> Observation:
@@ -216,7 +220,7 @@ def observe(p: Pass) -> Observation:
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item
         try:
-            return machine.name, probe(p, machine, ep, refs)
+            return machine.name, pulls.probe(p, machine, ep, refs)
         except RemoteError as e:
             return machine.name, e
 
@@ -227,9 +231,7 @@ def observe(p: Pass) -> Observation:
         else:
             view.reachable = view.reachable is not False
             view.workers.update(outcome)
-    for machine in p.fleet.machines.values():
-        if machine.kind == "ssh":
-            _note_reachability(p, machine, seen)
+    note_reachability(p, seen)
     _pull_logs(p, seen)
     _check_local_specs(p, seen)
     return seen
@@ -248,33 +250,28 @@ def _check_local_specs(p: Pass, seen: Observation) -> None:
                 seen.local_refusals[job.id] = (verdict.kind, verdict.why)
 
 
-def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
-    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, _local_size(p.home, r)) for r in refs], home_id=p.home_id)
-    return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
+def _catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
+    """The rest of the logs of the attempts that ended in this pass, from the machines that answer
+    (a preempted TPU's workers are gone, as are those of one this pass deleted; an unreachable
+    machine's stay there)."""
+    ended = pulls.ended_since(p.state.jobs, was_open)
+    for name in list(ended):
+        view, work = seen.view(name), p.tpu_work.get(name)
+        if view.preempted or view.reachable is False or (work is not None and work.has("delete")):
+            del ended[name]
+    p.notes.extend(pulls.catch_up(p, ended))
 
 
-UNREACHABLE_RETRY = 60.0  # seconds before a machine that refused a launch is offered jobs again
-
-
-def _note_reachability(p: Pass, machine: Machine, seen: Observation) -> None:
-    """Remember what the probes said of an ssh machine; one that failed recently takes no new jobs."""
-    view, record = seen.view(machine.name), p.state.machine(machine.name)
-    if view.reachable is True:
-        record.state, record.detail, record.since = "up", None, None
-    elif view.reachable is False:
-        if record.state != "unreachable":
-            record.state, record.since = "unreachable", seen.now
-        record.detail = view.error
-    elif record.state == "unreachable" and seen.now - (record.since or 0) < UNREACHABLE_RETRY:
-        view.ready = False
-
-
-def _local_size(home: Home, ref: WorkerRef) -> int:
-    try:
-        return logfiles.size(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker))
-    except UnsafePath:
-        return 0  # the pull says what is wrong with it
+def note_reachability(p: Session, seen: Observation) -> None:
+    """Each ssh machine's record as this pass's contacts say (reach.reachability); one that failed
+    recently and was not asked again takes no new jobs. Applied after observing and after acting."""
+    for machine in p.fleet.machines.values():
+        if machine.kind != "ssh":
+            continue  # a TPU's state is the API's (tpuflow); the local machine is always up
+        record = p.state.machine(machine.name)
+        reach.apply(record, p.contacts.of(machine.name), seen.now)
+        if not reach.takes_jobs(record, seen.now):
+            seen.view(machine.name).ready = False
 
 
 def _pull_logs(p: Pass, seen: Observation) -> None:
@@ -310,18 +307,15 @@ def _pull_one(p: Pass, seen: Observation, ref: WorkerRef, ws: WorkerState) -> No
             seen.last_lines[ref.job] = line
 
 
-def append_log(home: Home, ref: WorkerRef, offset: int, data: bytes) -> None:
-    """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
-    logfiles.append(home.root, logfiles.log_rel(ref.job, ref.attempt, ref.worker), offset, data)
-
-
 def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
     return logfiles.read_end(root, rel, size)[0].decode(errors="replace")
 
 
 def last_line(root: Path, rel: PurePath) -> str | None:
+    """The log's last line worth showing in `status`: a `JOBTPU_PROGRESS step=N` line is for `report`,
+    not for people, so the line the job printed before it is shown instead."""
     text = _tail(root, rel, 4096)
-    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and progress_of(ln) is None]
     return lines[-1][-200:] if lines else None
 
 
@@ -411,7 +405,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         if verdict.kind != "ok":
             refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
                        for ep in eps}
-            return launched(job, machine, dict(refused), p.state.machine(machine.name), now)
+            return launched(job, machine, dict(refused), now)
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
@@ -423,7 +417,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
-                          early_signal=early_signal(job))
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
         try:
             result = _launch_worker(p, machine, ep, spec)
         except (RemoteError, OSError) as e:
@@ -431,7 +425,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
     reports = dict(parallel(one, eps))
-    return launched(job, machine, reports, p.state.machine(machine.name), now)
+    return launched(job, machine, reports, now)
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
@@ -482,7 +476,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id)
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
             return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
         except RemoteError:
             return False
@@ -504,9 +498,11 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     A job that ends here (a queued one at once, a stopping one whose workers are all gone) gets its
     `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
     was_ended = {job.id for job in jobs if job.ended}
+    was_open = pulls.open_attempts(jobs)
     kills = [k for k in map(kill_asked, jobs) if k is not None]
     _tell_ended(p, jobs, was_ended, now, by)
     stop_all(p, kills, now)
+    p.notes.extend(pulls.catch_up(p, pulls.ended_since(jobs, was_open)))  # their logs, whole
     _tell_ended(p, jobs, was_ended, now, by)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from . import safefs
 from .errors import JobtpuError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home
-from .manage import append_log, probe
 from .model import Job, Status
+from .pulls import append_log, probe
 from .scripts import job_folder, remove_job_script
 from .session import Session, parallel
 from .store import State, Store
@@ -19,37 +20,46 @@ from .transport.base import Endpoint
 from .workers import WorkerRef, WorkerState
 
 
-def pull_logs(home: Home, job_id: int) -> tuple[Job | None, dict[WorkerRef, WorkerState]]:
-    """Bring a running job's new log bytes home now (used by `tail -f` between passes). Returns the
-    job as state.json held it before the pull (None once it is gone), so the caller reads it once,
-    and what the probe saw of its workers (their exit records among it)."""
+class Pulled(NamedTuple):
+    job: Job | None  # the job as state.json held it before the pull (None once it is gone)
+    workers: dict[WorkerRef, WorkerState]  # what the probe saw of its workers (their exit records)
+    unreachable: str | None = None  # why a worker could not be asked, naming its machine
+
+
+def pull_logs(home: Home, job_id: int) -> Pulled:
+    """Bring a running job's new log bytes home now (used by `tail -f` between passes), so the caller
+    reads the job once, sees its workers' exit records, and can say why a machine did not answer."""
     state = Store(home).load()
     job = state.job(job_id)
     if job is None or job.status is not Status.RUNNING or not job.machine:
-        return job, {}
+        return Pulled(job, {})
     fleet = load_fleet(home)
     machine = fleet.get(job.machine)
     if machine is None:
-        return job, {}
+        return Pulled(job, {})
     p = Session(home, fleet, state)
     from .decide import refs_of
 
-    def one(ep: Endpoint) -> dict[WorkerRef, WorkerState]:
+    def one(ep: Endpoint) -> dict[WorkerRef, WorkerState] | str:
         refs = [r for r in refs_of(job) if r.worker == ep.index]
         if not refs:
             return {}
         try:
             states = probe(p, machine, ep, refs)
-        except RemoteError:
-            return {}  # the next pass says why
+        except RemoteError as e:
+            return e.message  # the caller says it; the next pass records it
         for ref, ws in states.items():
             append_log(home, ref, ws.log_offset, ws.log_bytes)
         return states
 
     seen: dict[WorkerRef, WorkerState] = {}
+    failures: list[str] = []
     for states in parallel(one, p.endpoints(machine)):
-        seen.update(states)
-    return job, seen
+        if isinstance(states, str):
+            failures.append(states)
+        else:
+            seen.update(states)
+    return Pulled(job, seen, f"{machine.name} is unreachable ({failures[0]})" if failures else None)
 
 
 def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:

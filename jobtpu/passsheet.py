@@ -6,12 +6,13 @@ than `read_every` ago) reads one small file and leaves the API, and its client l
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .model import MachineRecord
+from .model import MachineRecord, Status
 from .sheet import MachineRow, PassSheet
 
 if TYPE_CHECKING:
@@ -32,16 +33,35 @@ def memo_path(home: Home) -> Path:
     return home.root / MEMO
 
 
-def before_decide(p: Session, seen: Observation, say: Callable[[str], None]) -> None:
-    """Hand claims for dispatch; one line when the sheet cannot be read (its last claims then hold)."""
+def before_decide(p: Session, seen: Observation, say: Callable[[str], None],
+                  would_launch: Callable[[], bool] = lambda: False) -> None:
+    """Hand claims for dispatch; one line when the sheet cannot be read (its last claims then hold).
+    A pass that would start a job reads the claims first unless its last read is fresher than
+    `claims_fresh()`: a machine claimed by hand a moment ago is not launched on."""
     config = p.fleet.sheet
     if config is None:
         return
-    ps = PassSheet.start(config, memo_path(p.home))
+    path = memo_path(p.home)
+    own = own_users(sheet_rows(p.fleet, p.state))
+    ps = PassSheet.start(config, path)
+    seen.claims = ps.claims(own)
+    if not ps.read and not ps.read_within(claims_fresh()) and would_launch():
+        ps = PassSheet(config, path)
+        seen.claims = ps.claims(own)
     if ps.problem:
         say(ps.problem)
-    seen.claims = ps.claims(own_users(sheet_rows(p.fleet, p.state)))
     _STARTED[p] = ps
+
+
+CLAIMS_FRESH = 5.0  # seconds a read's claims are trusted by a pass about to launch (read_every is for the rest)
+
+
+def claims_fresh() -> float:
+    """CLAIMS_FRESH, or $JOBTPU_SHEET_FRESH (tests shorten it, as $JOBTPU_LOCK_WAIT for locks)."""
+    try:
+        return max(0.0, float(os.environ.get("JOBTPU_SHEET_FRESH", CLAIMS_FRESH)))
+    except ValueError:
+        return CLAIMS_FRESH
 
 
 def after_pass(p: Session, say: Callable[[str], None]) -> None:
@@ -62,10 +82,11 @@ def own_users(rows: list[MachineRow]) -> dict[str, str]:
 # ---- the rows ---------------------------------------------------------------------------------------
 
 def sheet_rows(fleet: Fleet, state: State) -> list[MachineRow]:
-    """One row per machine in machines.json, with the jobs on it now (launching, running, stopping)."""
+    """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
+    job being killed gives its machine back at the kill, not when the machine confirms it."""
     on: dict[str, list[Job]] = {}
     for job in state.jobs:
-        if job.active and job.machine:
+        if job.active and job.status is not Status.KILLING and job.machine:
             on.setdefault(job.machine, []).append(job)
     return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []))
             for m in fleet.machines.values()]

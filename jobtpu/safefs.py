@@ -285,13 +285,20 @@ def _new_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
 
 
 def own_dir(root: Path, rel: PurePath | str) -> int:
-    """`open_dir(create=True)` for a folder jobtpu writes into: it must also be ours, or UnsafePath."""
+    """`open_dir(create=True)` for a folder jobtpu writes into: ours, or in a shared home one a teammate
+    made that the group shares as the home does (setgid, group-writable, the home's group, not
+    world-writable: two members may fetch one job into results/ID). Else UnsafePath."""
     fd = open_dir(root, rel, create=True)
     st = os.fstat(fd)
-    if st.st_uid != os.geteuid():
+    if st.st_uid != os.geteuid() and not _group_shared(st, os.stat(root).st_gid):
         os.close(fd)
-        raise UnsafePath(rel, "is a folder another account made, not yours")
+        raise UnsafePath(rel, "is a folder another account made and does not share with the home's group")
     return fd
+
+
+def _group_shared(st: os.stat_result, gid: int) -> bool:
+    shared = _SETGID | 0o070
+    return st.st_gid == gid and st.st_mode & shared == shared and not st.st_mode & 0o002
 
 
 def read_regular(path: Path) -> bytes:

@@ -5,8 +5,8 @@ machine is the text of the files it needs followed by calls of those functions, 
 with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
 One script per round trip, read whole before it runs (RUN_SCRIPT).
 
-Remote layout under a machine's root R (workers of one machine may share it, e.g. over NFS, so
-every per-worker file is named by attempt and worker index):
+Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
+machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
     R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
     R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
     R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
@@ -16,6 +16,8 @@ every per-worker file is named by attempt and worker index):
     R/meta/<id>/<a>.<w>.env      its environment until the wrapper reads it (mode 0600)
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
     R/setup/<incarnation>.<w>.*  the same records for a machine's setup commands
+    R/stop/<id>.<a>              (the local machine) a stop request for attempt a, which any member of a
+                                 shared home may leave and the attempt's wrappers obey (docs/design.md §7)
 Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
 starts with it, children inherit it), so a job's processes are found through /proc even after they
 left its process group (setsid, double fork) or when its pid file is missing.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import os
 import shlex
 from collections.abc import Iterable
 from importlib import resources
@@ -37,11 +40,19 @@ from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
+# What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
+# job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
+# umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,
+# jobtpu_setup_run), whose files are the user's business (docs/reference.md §3.3).
+PRIVATE_PREAMBLE = "jobtpu_login_umask=$(umask)\numask 077\n"
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 # A claim with no pid after this long means the start never happened (its pass died). Longer than a
 # pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
 CLAIM_STALE_MINUTES = 3
+# How often a local job's wrapper looks for a stop request (seconds): a teammate's kill waits at most
+# this long for the job's own account to start stopping it. $JOBTPU_STOP_POLL overrides (tests).
+STOP_POLL = 2.0
 
 # The files in jobtpu/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
@@ -85,8 +96,23 @@ def _launch_call(spec: LaunchSpec) -> str:
     env = [word for name, value in spec.env.items()
            for word in (name, "=" if name in spec.literal else "x", value)]
     signal, delay = spec.early_signal or ("", 0)
+    poll = stop_poll() if spec.stop_requests else 0
     return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
-                int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), *env)
+                int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), poll,
+                _tenths(spec.grace), *env)
+
+
+def stop_poll() -> float:
+    """STOP_POLL, or $JOBTPU_STOP_POLL: a positive number of seconds."""
+    try:
+        value = float(os.environ.get("JOBTPU_STOP_POLL", STOP_POLL))
+    except ValueError:
+        return STOP_POLL
+    return value if 0 < value < 3600 else STOP_POLL
+
+
+def _tenths(seconds: float) -> int:
+    return max(1, int(seconds / 0.1))
 
 
 @functools.cache
@@ -153,13 +179,15 @@ def _number(word: str) -> float | None:
 
 # ---- kill -----------------------------------------------------------------------------------------
 
-def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "") -> str:
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "",
+                ask: bool = False) -> str:
     """TERM each worker's whole process group and every process that carries its marker (those that
-    left the group by setsid or a double fork too), KILL what is left after `grace` seconds.
-    One `K job attempt worker gone|stuck` line per worker."""
+    left the group by setsid or a double fork too), KILL what is left after `grace` seconds. With
+    `ask` (the local machine), a group another account runs gets a stop request its wrapper obeys,
+    and the time for it to. One `K job attempt worker gone|stuck` line per worker."""
     args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
-    steps = max(1, int(grace / 0.1))
-    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, steps, *args)])
+    ask_steps = _tenths(stop_poll() + grace) + 10 if ask else 0  # its wrapper's poll and grace, and a second
+    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, *args)])
 
 
 def parse_kill(stdout: str) -> dict[WorkerRef, bool]:

@@ -20,6 +20,7 @@ from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
 from .home import Home, create_temp, open_lock
 from .model import Job, LastPass
+from .reach import Contacts
 from .store import Encoded, Snapshot, State, Store, encode, encode_head, encode_jobs, try_lock
 from .transport.base import Endpoint, Transport
 
@@ -107,6 +108,7 @@ class Session:
         self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this session
         self._tpu: Any = None
         self._home_id: str | None = None
+        self.contacts = Contacts()  # every worker contacted and how it went: a pass's reach.reachability
         # Until a pass asks the TPU API again, the TPU workers are where the last pass saw them.
         for name, record in state.machines.items():
             if record.addresses is not None:
@@ -144,11 +146,15 @@ class Session:
         try:
             yield t
             served = True
+        except RemoteError as e:
+            self.contacts.add(machine.name, endpoint.index, e.message)
+            raise
         finally:
             if pool is not None and served:
                 pool.give(key, t)
             else:
                 t.close()  # a failed connection is never reused: the next block reconnects
+        self.contacts.add(machine.name, endpoint.index)
 
     def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
         """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
@@ -163,8 +169,10 @@ class Session:
             with self.connected(machine, endpoint, reuse=False) as t:
                 result = t.run(script, timeout=timeout)
         if result.exit_code != 0 and not result.stdout:
-            raise RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
-                              f"{result.stderr.strip()[-300:]}")
+            error = RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
+                                f"{result.stderr.strip()[-300:]}")
+            self.contacts.add(machine.name, endpoint.index, error.message)  # it answered, but cannot work
+            raise error
         return result.stdout
 
     def commit(self, amend: Callable[[Encoded], None] | None = None) -> None:

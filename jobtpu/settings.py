@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {  # key → (what it sets, what appli
 MAX_DIR = 99  # working directories are numbered 1..99
 _DIR_NUMBER = re.compile(r"^[1-9][0-9]?$")
 ALIAS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONFIG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")  # as inputs.config_overrides takes a key
+CONFIG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")  # as inputs.override_parts takes a key
 
 
 class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -178,6 +178,11 @@ def update_settings(home: Home, user: str, change: Callable[[UserSettings], None
     return settings
 
 
+def check_may_write(home: Home, user: str) -> None:
+    """update_settings's refusal, asked ahead: `import` checks every user before it writes anything."""
+    _check_writer(settings_file(home, user), user)
+
+
 def _check_writer(path: Path, user: str) -> None:
     """A user's settings (working directories, aliases, webhooks) are changed only by the account
     that owns the file, or by the account the user's name is (docs/design.md §7): `JOBTPU_USER=ann`
@@ -257,3 +262,21 @@ def alias_levels(team: dict[str, str], own: dict[str, str]) -> dict[str, list[tu
 
 def effective_aliases(team: dict[str, str], own: dict[str, str]) -> dict[str, str]:
     return {**BUILTIN_ALIASES, **team, **own}
+
+
+def full_key(key: str, team: Mapping[str, str], own: Mapping[str, str]) -> str:
+    """The config key an override's KEY stands for: your alias, else the team's, else a built-in one,
+    else KEY itself. The one place an override gets its full name, whichever way it was typed."""
+    for level in (own, team, BUILTIN_ALIASES):
+        if key in level:
+            return level[key]
+    return key
+
+
+def config_overrides(words: list[str], team: Mapping[str, str], own: Mapping[str, str]) -> list[str]:
+    """KEY=VALUE words (typed, or a sweep's combination) → shell-quoted `--FULL.KEY=VALUE` words."""
+    import shlex
+
+    from .inputs import override_parts
+
+    return [shlex.quote(f"--{full_key(key, team, own)}={value}") for key, value in map(override_parts, words)]

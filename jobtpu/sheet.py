@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .errors import BusyError, ConfigError, JobtpuError, NotFoundError
+from .errors import BusyError, ConfigError, JobtpuError, NotFoundError, credentials_message
 from .home import open_lock, write_atomic
 from .limits import MAX_SHEET_NOTE, cell, check_length
 
@@ -510,19 +510,21 @@ class _Api:
         try:
             return self._within_deadline(request)
         except APIError as e:
+            if e.error.get("code") == -1 and e.response.status_code >= 500:  # Google's front end, down for now
+                raise SheetError(f"Sheets API at {self.host}: HTTP {e.response.status_code}; {_AGAIN}") from None
             if e.error.get("code") == -1:  # gspread's mark for an error answer that is not JSON (a proxy's page)
                 raise SheetError(f"Sheets API at {self.host}: HTTP {e.response.status_code}, not the API's answer"
                                  "; check sheet.api_endpoint") from None
             raise self._refused(e.response.status_code, e.error) from None
         except (requests.Timeout, _OutOfTime):
-            raise SheetError(f"Sheets API at {self.host}: no answer within {self.config.timeout:g} s;"
-                             " the next pass tries again") from None
+            raise SheetError(f"Sheets API at {self.host}: no answer within {self.config.timeout:g} s; {_AGAIN}") from None
         except requests.ConnectionError as e:
             why = "connection refused" if "refused" in str(e).lower() else "cannot connect"
-            raise SheetError(f"Sheets API at {self.host}: {why}; the next pass tries again") from None
-        except auth_errors.GoogleAuthError as e:
-            raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}",
-                             hint=_CREDENTIALS_HINT) from None
+            raise SheetError(f"Sheets API at {self.host}: {why}; {_AGAIN}") from None
+        except auth_errors.TransportError as e:  # the token endpoint could not be reached: an outage
+            raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}; {_AGAIN}") from None
+        except auth_errors.GoogleAuthError as e:  # a key the token endpoint refuses, say
+            raise SheetError(credentials_message("Sheets", "sheet.credentials", self.config.credentials, e)) from None
         except (requests.RequestException, GSpreadException, ValueError) as e:
             raise SheetError(f"Sheets API at {self.host}: {type(e).__name__}: {_first_line(e)}") from None
         finally:
@@ -562,12 +564,17 @@ class _Api:
         if status in (401, 403):
             return SheetError(f"Sheets API refused credentials {self.config.credentials!r}: {message}",
                               hint=_CREDENTIALS_HINT)
+        if status >= 500:  # the API's own trouble, for now: nothing for the user to change
+            return SheetError(f"Sheets API at {self.host}: {status} {error.get('status', '')}: "
+                              f"{message.rstrip('.')}; {_AGAIN}".replace("  ", " "))
         return SheetError(f"Sheets API: {status} {error.get('status', '')}: {message}".replace("  ", " "))
 
 
-_CREDENTIALS_HINT = ("set sheet.credentials to a service-account key file the sheet is shared with, or run "
-                     "`gcloud auth application-default login --scopes=openid,"
-                     "https://www.googleapis.com/auth/spreadsheets,https://www.googleapis.com/auth/cloud-platform`")
+_AGAIN = "the next pass tries again"
+
+
+_CREDENTIALS_HINT = ("share the sheet with the key's client_email, or set sheet.credentials to a key file it is "
+                     "shared with (docs/reference.md §3.8)")
 
 
 class _OutOfTime(Exception):
@@ -602,8 +609,8 @@ def _load_credentials(kind: str) -> Any:
         if kind == "default":
             return google.auth.default(scopes=SCOPES)[0]
         return _key_file(Path(os.path.expanduser(kind)))
-    except Exception as e:  # google.auth raises several unrelated types for a missing or bad key
-        raise SheetError(f"Sheets credentials {kind!r}: {_first_line(e)}", hint=_CREDENTIALS_HINT) from None
+    except Exception as e:  # google.auth and the OS raise several unrelated types for a missing or bad key
+        raise SheetError(credentials_message("Sheets", "sheet.credentials", kind, e)) from None
 
 
 def _key_file(path: Path) -> Any:
@@ -758,6 +765,12 @@ class PassSheet:
         memo = load_memo(memo_path)
         age = (time.time() if now is None else now) - memo.read_at
         return cls(config, memo_path, read=memo.read_of != sheet_id(config) or not 0 <= age < config.read_every)
+
+    def read_within(self, seconds: float, now: float | None = None) -> bool:
+        """Whether this sheet's claims were read from the API less than `seconds` ago."""
+        memo = load_memo(self.memo_path)
+        age = (time.time() if now is None else now) - memo.read_at
+        return memo.read_of == sheet_id(self.config) and 0 <= age < seconds
 
     def quiet(self, rows: list[MachineRow]) -> bool:
         """Nothing for the API this pass: no read at its start, and the sheet was last brought to these rows."""

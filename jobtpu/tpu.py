@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, RemoteError
+from .errors import ConfigError, RemoteError, credentials_message
 from .fleet import Machine
 from .nodespec import create_body, recordable
 
@@ -153,7 +153,7 @@ class TpuApi:
             # A service-account key, or a user's ADC file: whatever `gcloud` wrote.
             return google.auth.load_credentials_from_file(kind, scopes=scopes, quota_project_id=project)[0]
         except Exception as e:  # google.auth raises several unrelated types for missing/bad credentials
-            raise CredentialsFailed(f"TPU API credentials {kind!r}: {_first_line(e)}", hint=CREDENTIALS_HINT) from None
+            raise CredentialsFailed(credentials_message("TPU API", "gcp.credentials", kind, e)) from None
 
     def _parent(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}"
@@ -168,8 +168,10 @@ class TpuApi:
             return list(result) if method.startswith("list_") else result
         except auth_exc.GoogleAuthError as e:  # RefreshError, TransportError, DefaultCredentialsError...
             kind = self.gcp.get("credentials") or "default"
-            why = network_reason(str(e)) if isinstance(e, auth_exc.TransportError) else _first_line(e)
-            raise CredentialsFailed(f"TPU API credentials {kind!r}: {why}", hint=CREDENTIALS_HINT) from None
+            if not isinstance(e, auth_exc.TransportError):
+                raise CredentialsFailed(credentials_message("TPU API", "gcp.credentials", kind, e)) from None
+            raise CredentialsFailed(f"TPU API credentials {kind!r}: {network_reason(str(e))}",
+                                    hint=CREDENTIALS_HINT) from None
         except gexc.GoogleAPICallError as e:
             message = f"TPU API {what}: {api_message(e)}"
             status = getattr(e, "code", None)

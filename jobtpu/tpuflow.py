@@ -391,7 +391,8 @@ def _say_credentials(p: Session, nodes_by_zone: dict[str, Any]) -> None:
 
     failure = next((e for e in nodes_by_zone.values() if isinstance(e, CredentialsFailed)), None)
     if failure is not None:
-        p.notes.append(f"jobtpu: {failure.message}; TPU machines wait (hint: {failure.hint})")
+        hint = f" (hint: {failure.hint})" if failure.hint else ""  # a credentials file's line says what to do itself
+        p.notes.append(f"jobtpu: {failure.message}; TPU machines wait{hint}")
 
 
 def _not_listed(p: Session, machine: Machine, record: MachineRecord, view: Any, error: RemoteError) -> None:

@@ -31,6 +31,8 @@ class LaunchSpec:
     home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
     literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
     early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
+    grace: float = 5.0  # seconds between TERM and KILL when it is stopped
+    stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
 
 
 @dataclass(frozen=True)

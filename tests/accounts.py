@@ -65,12 +65,15 @@ class Team:
         return path
 
     def run(self, account: str, *args: str, check: bool = True, timeout: float = 60,
-            cwd: Path | None = None, umask: str = "0022") -> subprocess.CompletedProcess[str]:
-        """`jobtpu ARGS` as `account`, with its own login environment and umask."""
+            cwd: Path | None = None, umask: str = "0022",
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`jobtpu ARGS` as `account`, with its own login environment and umask (and `env`: the
+        timing overrides a test shortens)."""
         home = pwd.getpwnam(account).pw_dir
         script = f"umask {umask}; exec \"$0\" -m jobtpu.cli \"$@\""
         cmd = ["runuser", "-u", account, "--", "env", "-i", f"HOME={home}", f"USER={account}",
                f"LOGNAME={account}", "PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH={REPO}",
+               *(f"{k}={v}" for k, v in (env or {}).items()),
                "bash", "-c", script, sys.executable, *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or self.base)
         if check and done.returncode != 0:

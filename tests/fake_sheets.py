@@ -30,9 +30,9 @@ _CELLS = re.compile(r"^([A-Za-z]*)(\d*)(?::([A-Za-z]*)(\d*))?$")
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, page: bool = False) -> None:
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.page = code, message, page  # page: HTML, as Google's front end answers
 
 
 def column_letters(index: int) -> str:
@@ -164,7 +164,7 @@ class FakeSheetsApi:
         self.lock = threading.RLock()
         self.spreadsheets: dict[str, Spreadsheet] = {}
         self.log: list[dict[str, Any]] = []  # every request: method, path, query, body
-        self._failures: list[tuple[int, str]] = []  # answers for the next calls, in order
+        self._failures: list[tuple[int, str, bool]] = []  # answers for the next calls, in order
         self._dead: str | None = None  # None, "refuse", "hang" or "drip"
         self._wake = threading.Event()  # releases hung requests
         self._stalls: list[tuple[str, str, threading.Event]] = []  # (method, path part, release)
@@ -224,9 +224,10 @@ class FakeSheetsApi:
             return next((r for m, part, r in self._stalls if m == method and part in unquote(path) and not r.is_set()),
                         None)
 
-    def fail_next(self, count: int = 1, code: int = 429, message: str = QUOTA_MESSAGE) -> None:
+    def fail_next(self, count: int = 1, code: int = 429, message: str = QUOTA_MESSAGE, page: bool = False) -> None:
+        """`page`: an HTML error page instead of the API's JSON, as Google's front end sends a 502 or 503."""
         with self.lock:
-            self._failures.extend([(code, message)] * count)
+            self._failures.extend([(code, message, page)] * count)
 
     def go_dead(self, how: str) -> None:
         """`refuse`: nothing listens on the port; `hang`: connections are accepted and never answered;
@@ -239,8 +240,10 @@ class FakeSheetsApi:
             self._stop_server()
 
     def revive(self) -> None:
+        """Answering again: no longer dead, and no failures left to answer (fail_next)."""
         with self.lock:
             was, self._dead = self._dead, None
+            self._failures.clear()
             self._wake.set()
         if was == "refuse":
             self.start()  # the same port: the endpoint in machines.json stays right
@@ -280,8 +283,8 @@ class FakeSheetsApi:
             self.log.append({"method": method, "path": unquote(path), "query": query, "body": body,
                              "write": method != "GET"})
             if self._failures:
-                code, message = self._failures.pop(0)
-                raise ApiError(code, message)
+                code, message, page = self._failures.pop(0)
+                raise ApiError(code, message, page)
         if not path.startswith(_PREFIX):
             raise ApiError(404, "Requested entity was not found.")
         rest = path[len(_PREFIX):]
@@ -463,6 +466,14 @@ def _append(book: Spreadsheet, area: Area, values: list[list[Any]], option: str)
     return {"spreadsheetId": book.key, "tableRange": table.a1(), "updates": updates}
 
 
+def _error_page(status: int) -> bytes:
+    """The page Google's front end sends for an error of its own (no JSON, no API message)."""
+    return (f"<!DOCTYPE html><html lang=en><meta charset=utf-8><title>Error {status} (Server Error)!!1</title>"
+            f"<p><b>{status}.</b> <ins>That's an error.</ins><p>The server encountered a temporary error and "
+            "could not complete your request.<p>Please try again in 30 seconds. <ins>That's all we know.</ins>"
+            ).encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeSheetsApi  # HTTP/1.0: one request per connection, so going dead reaches every client at once
 
@@ -475,23 +486,27 @@ class _Handler(BaseHTTPRequestHandler):
         if self.owner.wait_while_hung():
             self.close_connection = True
             return
+        page = False
         try:
             body = json.loads(raw) if raw else {}
             status, payload = self.owner.handle(method, self.path, body)
         except ApiError as e:
-            status = e.code
+            status, page = e.code, e.page
             payload = {"error": {"code": e.code, "message": e.message, "status": STATUS_BY_CODE.get(e.code, "UNKNOWN")}}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             status = 400
             payload = {"error": {"code": 400, "message": f"Invalid JSON payload received. {e}",
                                  "status": "INVALID_ARGUMENT"}}
         data = json.dumps(payload).encode()
+        kind = "application/json; charset=UTF-8"
+        if page:
+            data, kind = _error_page(status), "text/html; charset=UTF-8"
         stall = self.owner.stall_of(method, self.path)
         if stall is not None:
             stall.wait()
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.owner.dripping:

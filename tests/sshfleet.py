@@ -212,6 +212,7 @@ class SshFleet:
         self._token = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
         self._lock = threading.RLock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # host.addr -> running sshd
+        self._frozen: dict[str, set[int]] = {}  # host.addr -> the processes freeze_host stopped
         self._confs: dict[str, Path] = {}
         self._log_offsets: dict[str, int] = {}
         self.machines: list[FleetMachine] = []
@@ -301,6 +302,29 @@ class SshFleet:
                 return
             self._spawn(host)
             self._await(host, first=False)
+
+    def freeze_host(self, host: Host) -> None:
+        """SIGSTOP that sshd and every process it started: a host that hangs or vanished without a
+        word. Connections stay open and take bytes, nothing answers; a new TCP connect is accepted
+        by the kernel and never greeted. thaw_host undoes it (stop_host works on a frozen host too)."""
+        with self._lock:
+            proc = self._procs.get(host.addr)
+            if proc is None:
+                return
+            table = _proc_table()
+            tree, grew = {proc.pid}, True
+            while grew:
+                kids = {p for p, (pp, _) in table.items() if pp in tree and p not in tree}
+                tree |= kids
+                grew = bool(kids)
+            for pid in tree:
+                _signal(pid, signal.SIGSTOP)
+            self._frozen[host.addr] = tree
+
+    def thaw_host(self, host: Host) -> None:
+        with self._lock:
+            for pid in self._frozen.pop(host.addr, set()):
+                _signal(pid, signal.SIGCONT)
 
     def new_host_key(self, host: Host) -> None:
         """Rotate the host key; a running sshd is restarted (existing connections drop)."""

@@ -41,7 +41,6 @@ from jobtpu.model import (
     Ending,
     IllegalTransition,
     Job,
-    MachineRecord,
     Status,
 )
 from jobtpu.requests import allocate, parse_request, why_not
@@ -950,25 +949,23 @@ def report(job: Job, worker: int, outcome: str, detail: str = "") -> LaunchResul
 
 
 def test_a_launch_every_worker_started_runs_and_an_ssh_machine_is_up() -> None:
-    job, record = launching(), MachineRecord(state="unreachable", since=T0)
-    assert launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}, record, NOW) is None
+    job = launching()  # the machine's record is up by the contacts alone (test_reach)
+    assert launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}, NOW) is None
     assert (job.status, job.current.started if job.current else None) == (Status.RUNNING, NOW)
-    assert (record.state, record.since) == ("up", None)
 
 
 def test_a_launch_no_worker_could_be_reached_goes_back_to_the_queue_as_it_was() -> None:
-    job, record = launching(), MachineRecord()
+    job = launching()  # the machine's record is unreachable by the contacts alone (test_reach)
     gone = NoAnswer("box[0]: connection refused", unreachable=True)
-    assert launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, record, NOW) is None
+    assert launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, NOW) is None
     assert (job.status, job.machine, job.alloc, job.attempts) == (Status.QUEUED, None, {}, [])
     assert job.last_line == "could not launch: box[0]: connection refused"
-    assert (record.state, record.since) == ("unreachable", NOW)
 
 
 def test_a_launch_that_failed_on_one_worker_stops_the_workers_that_started() -> None:
     job = launching()
     kill = launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "fail", "no python3")},
-                    MachineRecord(), NOW)
+                    NOW)
     assert kill == Kill(7, "box", (WorkerRef(7, 0, 0),))
     assert (job.status, job.reason, job.last_line) == (Status.KILLING, model.LAUNCH_FAILED,
                                                         "launch failed on worker 1: no python3")
@@ -978,16 +975,16 @@ def test_a_launch_that_failed_on_one_worker_stops_the_workers_that_started() -> 
 
 def test_a_launch_with_an_unclear_answer_stays_launching_and_says_why() -> None:
     job = launching()
-    launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}, MachineRecord(), NOW)
+    launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}, NOW)
     assert (job.status, job.last_line) == (Status.LAUNCHING, "launch: timed out")
 
 
 def test_a_launch_without_a_clear_answer_for_an_hour_stops_every_worker_and_fails() -> None:
     job = launching()
     unclear = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
-    assert launched(job, gpu_box(hosts=2), unclear, MachineRecord(), T0 + LAUNCH_GIVE_UP - 1) is None
+    assert launched(job, gpu_box(hosts=2), unclear, T0 + LAUNCH_GIVE_UP - 1) is None
     assert job.status is Status.LAUNCHING
-    kill = launched(job, gpu_box(hosts=2), unclear, MachineRecord(), T0 + LAUNCH_GIVE_UP + 1)
+    kill = launched(job, gpu_box(hosts=2), unclear, T0 + LAUNCH_GIVE_UP + 1)
     assert kill == Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))  # worker 1 may have started too
     assert (job.status, job.reason) == (Status.KILLING, model.LAUNCH_FAILED)
     assert job.last_line == "gave up launching after 60 min: rsync: connection reset"

@@ -115,6 +115,18 @@ def test_without_progress_the_work_redone_is_unknown_and_said_so() -> None:
     assert "work redone unknown" in goodput.render_text([report])
 
 
+def test_the_time_a_killed_job_waits_for_a_person_to_resume_it_is_not_counted() -> None:
+    attempts = [AttemptRecord(0, "box", T0, T0 + 100, "killed", chips=2, unit="GPU"),
+                AttemptRecord(1, "box", T0 + 5000, T0 + 5100, "finished", chips=2, unit="GPU", resume=True)]
+    report = goodput.job_report(1, "", attempts, [], {}, now=T0 + 9999)
+    (gap,) = report.interruptions
+    assert gap.by_hand and gap.total == 4900
+    assert report.total == 200 and report.goodput == 1.0  # not 200 of 5100: the person's wait is theirs
+    text = goodput.render_text([report])
+    assert "  attempt 0 on box: wall 1m40s, accelerator 0.06 GPU-h, ran 1m40s, killed" in text
+    assert "  after attempt 0 (killed): 1h21m until it ran again, waiting on a person (not counted)" in text
+
+
 def test_a_running_job_counts_until_now() -> None:
     report = goodput.job_report(1, "", [AttemptRecord(1, "box", T0, None, None, chips=None)], [], {}, now=T0 + 300)
     assert report.total == 300 and report.attempts[0].wall == 300 and report.attempts[0].accelerator is None

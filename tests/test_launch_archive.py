@@ -174,7 +174,7 @@ def test_a_crafted_archive_cannot_write_outside_the_job_folder_or_make_special_f
     assert "unusable" in job["last_line"], job["last_line"]
     assert not ran.exists()
     assert list(outside.iterdir()) == []
-    assert sorted(p.name for p in (home / "run").iterdir()) == ["archives", "jobs", "meta"]
+    assert sorted(p.name for p in (home / "run").iterdir()) == ["archives", "jobs", "meta", "stop"]  # stop: teammates' stop requests
     assert [p.name for p in (home / "run" / "jobs").iterdir()] == []
 
 

@@ -74,6 +74,15 @@ def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:
     assert jobtpu(home, "tail", str(job_id)).stdout == "about to fail\n"
 
 
+def test_a_progress_marker_is_never_the_line_status_shows(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"fail.sh": "echo epoch 1 done\necho JOBTPU_PROGRESS step=5 checkpoint=0\nexit 3\n"})
+    job_id = submit(home, src, "bash fail.sh")
+    job = manage_until(home, [job_id], {"failed"})[job_id]
+    assert job["last_line"] == "epoch 1 done"  # the marker is for `report`, not for people
+    assert "JOBTPU_PROGRESS" not in jobtpu(home, "status", "--all").stdout
+
+
 def test_a_failure_is_classified_from_the_log_s_end_even_when_the_pull_is_behind(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     # 8 MiB of output, then the real cause; a pass pulls at most 1 MiB of a worker's log.
@@ -331,6 +340,18 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     assert not (home / "run").exists()
 
 
+def test_dry_run_says_only_what_it_would_do_never_a_real_pass_line(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "true\n"})
+    job_id = submit(home, src, "bash a.sh")
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert out.splitlines() == [f"would launch job {job_id} attempt 0 on local (1 worker(s))"], out
+    jobtpu(home, "manage")  # launched; its worker exits 0 at once
+    wait_for(lambda: "would end" in (out := jobtpu(home, "manage", "--dry-run").stdout) and out, what="the end")
+    out = jobtpu(home, "manage", "--dry-run").stdout
+    assert out.splitlines() == [f"would end job {job_id}: every worker exited 0"], out
+
+
 def test_status_watch_redraws_a_live_table(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = _src(tmp_path, {"a.sh": "true\n"})
@@ -451,3 +472,38 @@ def test_secret_env_values_stay_out_of_state_listings_and_command_lines(tmp_path
     assert printed[1] and all("s3cr3t" not in text for text in printed), printed
     jobtpu(home, "clean")
     assert "s3cr3t" not in (home / "secrets.json").read_text()
+
+
+def test_every_act_says_what_it_changed_and_a_new_home_says_where(tmp_path: Path) -> None:
+    home = tmp_path / "new-home"
+    src = _src(tmp_path, {"a.sh": "sleep 300\n"})
+    made = jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash a.sh")
+    assert made.stderr.splitlines() == [f"new home {home}"], made.stderr  # once, with the real path
+    second = jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash a.sh", "--name", "two")
+    assert "new home" not in second.stderr, second.stderr
+    first, other = int(made.stdout), int(second.stdout)
+    assert jobtpu(home, "user", "add", "tester").stderr == "added tester to this home's users\n"
+    assert jobtpu(home, "hold", str(other)).stdout == f"hold job {other} (queued, two)\n"
+    assert jobtpu(home, "release", str(other)).stdout == f"release job {other} (queued, two)\n"
+    assert jobtpu(home, "kill", str(first), str(other)).stdout.splitlines() == [
+        f"kill job {first} (queued)", f"kill job {other} (queued, two)"]
+    assert jobtpu(home, "clean", str(first)).stdout == f"clean job {first} (killed)\n"
+    assert jobtpu(home, "resume", str(other)).stdout == f"{other}\n"  # its id, as ever
+
+
+def test_ctrl_c_in_run_follow_leaves_the_job_running_and_says_how_to_follow_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"a.sh": "echo started; sleep 300\n"})
+    proc = subprocess.Popen([*JOBTPU, "--home", str(home), "run", "--follow", "--dir", str(src), "--cmd", "bash a.sh"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "JOBTPU_USER": "tester"})
+    assert proc.stdout is not None
+    job_id = int(proc.stdout.readline())
+    assert proc.stdout.readline() == "started\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (f"jobtpu: stopped following job {job_id}; the job goes on "
+                                    f"(`jobtpu tail -f {job_id}` follows it again)"), err
+    assert status(home)[job_id]["status"] == "running"
+    jobtpu(home, "kill", str(job_id))

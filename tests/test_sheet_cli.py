@@ -17,6 +17,7 @@ import pytest
 
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, status, submit, wait_for, write_tree
+from tests.sshfleet import SshFleet
 from tests.tpufleet import ZONE, TpuFleet, write_machines
 
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
@@ -357,3 +358,95 @@ def test_a_claim_in_the_sheet_used_before_does_not_hold_in_the_next(tmp_path: Pa
     record = manage(home)[job]
     assert (record["status"], record["machine"]) == ("running", "v3-a")
     assert api.grid(other, TAB)[1][:1] == ["v3-a"]
+
+
+
+def test_sheet_sync_right_after_kill_leaves_the_job_off_its_row(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                               ssh_fleet: SshFleet) -> None:
+    box = ssh_fleet.add_machine("box")
+    home = make_home(tmp_path, {"box": {"kind": "ssh", "hosts": [h.address() for h in box.hosts], "user": box.user,
+                                        "identity_file": str(ssh_fleet.identity), "connect_timeout": 2}})
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"] = {"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint, "timeout": 2}
+    (home / "machines.json").write_text(json.dumps(doc))
+    job = submit(home, src, "sleep 600", "--name", "train-a")
+    assert manage(home)[job]["status"] == "running"
+    assert (rows(api)["box"]["User"], rows(api)["box"]["Jobs"]) == ("tester", f"{job} train-a")
+    ssh_fleet.stop_host(box.hosts[0])  # the kill cannot reach it: the job stays killing
+    jobtpu(home, "kill", str(job))
+    assert status(home)[job]["status"] == "killing"
+    assert jobtpu(home, "sheet", "sync").stdout.startswith("sheet: wrote ")
+    row = rows(api)["box"]
+    assert (row["User"], row["Jobs"], row["Since"]) == ("", "", "")  # a job being killed holds no row
+    assert "claimed" not in jobtpu(home, "sheet", "sync").stdout  # the emptied cell is no one's claim
+
+
+def test_a_claim_typed_a_moment_ago_stops_a_launch_there(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                         cleanup: list) -> None:
+    home = sheet_home(tmp_path, api)  # read_every: a minute, so a quiet pass would not read
+    fresh = {"JOBTPU_SHEET_FRESH": "0"}  # the claims' freshness (seconds), shortened
+    jobtpu(home, "manage", env=fresh)
+    api.edit(KEY, TAB, "G2", "bob")  # v3-a's User cell, typed in the browser just now
+    api.clear_log()
+    jobtpu(home, "manage", env=fresh)
+    assert api.requests_made() == []  # nothing to launch: the pass trusts its last read
+    job = start(home, src, cleanup, "--req", "v3")
+    done = jobtpu(home, "manage", env=fresh)
+    record = status(home)[job]
+    assert record["status"] == "queued", done.stderr
+    assert "v3-a is claimed by bob in the sheet" in record["waiting"]
+    assert machines(home)["v3-a"]["claimed_by"] == "bob"
+    assert rows(api)["v3-a"]["User"] == "bob"
+    # with the last read fresh enough, a pass about to launch trusts it
+    other = start(home, src, cleanup, "--req", "v2")
+    api.clear_log()
+    assert status(home)[other]["status"] == "queued"
+    assert jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": "3600"}).returncode == 0
+    assert status(home)[other]["status"] == "running"
+    assert [r["method"] for r in api.requests_made()] == ["GET", "POST"]  # only the end's read and its write
+
+
+def sheet_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "sheet" in line.lower()]
+
+
+@pytest.mark.parametrize("how", ["hang", "drip", "stall", 500, 503, "503-page"])
+def test_a_failing_sheets_api_costs_every_pass_one_line_and_the_next_good_pass_catches_up(
+        tmp_path: Path, api: FakeSheetsApi, src: Path, cleanup: list, how: str | int) -> None:
+    home = sheet_home(tmp_path, api, timeout=1)
+    manage(home)
+    stalled = None
+    if how == "stall":  # writes are carried out, their answers never come
+        stalled = api.stall_answers("POST", "values:batchUpdate")
+    elif how == "503-page":  # Google's front end: an HTML page, not the API's JSON
+        api.fail_next(1000, 503, "", page=True)
+    elif isinstance(how, int):  # the API's own JSON error, as Google words it
+        api.fail_next(1000, how, "The service is currently unavailable." if how == 503 else "Internal error encountered.")
+    else:
+        api.go_dead(how)
+    jobs = []
+    for fresh, req, name in (("0", "v3", "one"), ("3600", "v2", "two")):  # a read before the launch, or none
+        job = start(home, src, cleanup, "--req", req, "--name", name, "--sheet-note", f"{name} note")
+        jobs.append(job)
+        began = time.monotonic()
+        done = jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": fresh})
+        [line] = sheet_lines(done)
+        assert line.startswith("sheet: Sheets API at 127.0.0.1:") and line.endswith("; the next pass tries again")
+        assert "http" not in line and "api_endpoint" not in line and len(line) < 200, line  # nothing to fix
+        assert time.monotonic() - began < 15  # a read and a write (sheet.timeout each); slack for a loaded host
+        assert status(home)[job]["status"] == "running"
+    first, second = jobs
+    jobtpu(home, "kill", str(first))
+    [line] = sheet_lines(jobtpu(home, "manage"))  # a pass that only has rows to write: one line again
+
+    api.revive()
+    if stalled is not None:
+        stalled.set()
+    assert sheet_lines(jobtpu(home, "manage")) == []
+    sheet = rows(api)
+    assert (sheet["v3-a"]["User"], sheet["v3-a"]["Jobs"]) == ("", "")
+    assert (sheet["v2-b"]["User"], sheet["v2-b"]["Jobs"], sheet["v2-b"]["Note"]) == ("tester", f"{second} two", "two note")
+    api.clear_log()
+    assert sheet_lines(jobtpu(home, "manage")) == []
+    assert api.requests_made(writes_only=True) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import tarfile
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
+from tests.accounts import Team
 from tests.helpers import JOBTPU, jobtpu, make_home, status, wait_for, write_tree
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
@@ -198,3 +200,58 @@ def test_a_temporary_archive_left_by_a_dead_submit_is_removed_by_the_next(tmp_pa
                                    f".snapshot.{os.getpid()}.4567cdef.tmp": "still being written"})
     jobtpu(home, "submit", "--dir", str(src), "--cmd", "true")
     assert sorted(p.name for p in (home / "archives").glob("*.tmp")) == [f".snapshot.{os.getpid()}.4567cdef.tmp"]
+
+
+PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+PEM_KEY = "-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize(("rel", "content", "exclude"), [
+    (".ssh/id_ed25519", "key", ".ssh"), (".gnupg/pubring.kbx", "ring", ".gnupg"),
+    (".aws/credentials", "[default]", ".aws"), (".config/gcloud/credentials.db", "db", ".config/gcloud"),
+    ("deploy/id_rsa", "key", "deploy/id_rsa"), ("certs/server.pem", PEM_CERT + PEM_KEY, "certs/server.pem"),
+    ("certs/deploy_key", PEM_KEY, "certs/deploy_key")])
+def test_a_folder_holding_credentials_is_refused_in_one_line_unless_asked(
+        tmp_path: Path, rel: str, content: str, exclude: str) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {**PROJECT, rel: content, "certs/ca.pem": PEM_CERT,
+                                        "keys/id_rsa.pub": "ssh-rsa AAAA\n"})
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", check=False)
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    error, hint = done.stderr.splitlines()
+    assert error.startswith(f"jobtpu: error: the snapshot of {src} would carry {exclude} "), error
+    assert "--allow-secrets" in hint and f"--exclude {exclude}" in hint, hint
+    assert status(home) == {} and not list((home / "archives").glob("*.tar.gz"))
+    kept = json.loads(jobtpu(home, "submit", "--json", "--dir", str(src), "--cmd", "true",
+                             "--exclude", exclude).stdout)  # left out as the hint says
+    assert rel not in archive_members(home, kept["archive"])
+    sent = json.loads(jobtpu(home, "submit", "--json", "--dir", str(src), "--cmd", "true",
+                             "--allow-secrets").stdout)  # meant: taken as it is
+    assert archive_members(home, sent["archive"])[rel] == content.encode()
+    assert "--allow-secrets" in jobtpu(home, "submit", "--help").stdout
+
+
+def test_an_ignored_key_is_not_a_reason_to_refuse(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {**PROJECT, ".gitignore": ".ssh/\n*.pem\n", ".ssh/id_ed25519": "key",
+                                        "server.pem": PEM_KEY})
+    members = archive_members(home, submit_json(home, src)["archive"])
+    assert set(members) == {*PROJECT, ".gitignore"}
+
+
+def test_a_submit_from_the_login_home_folder_is_refused(team: Team) -> None:
+    alice = team.accounts[0]
+    home = team.private_folder(alice, "home")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local",
+                                                                           "resources": {"slot": 1}}}}))
+    os.chown(home / "machines.json", team.uid(alice), team.uid(alice))
+    login = Path(pwd.getpwnam(alice).pw_dir)
+    done = team.run(alice, "--home", str(home), "submit", "--cmd", "true", cwd=login, check=False)
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    error, hint = done.stderr.splitlines()
+    assert error == (f"jobtpu: error: the folder to snapshot is your login home folder {login}: its keys and "
+                     "credentials would go to the team and to the machines"), error
+    assert "--allow-secrets" in hint and "--dir" in hint
+    assert not (home / "state.json").exists() or "jobs\": []" in (home / "state.json").read_text()
+    assert not list((home / "archives").glob("*.tar.gz"))
+    team.run(alice, "--home", str(home), "submit", "--cmd", "true", "--allow-secrets", cwd=login)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import time
 from functools import partial
@@ -212,6 +214,25 @@ def test_quiet_pass_is_one_session_per_host_and_kill_stops_every_worker(ssh_flee
     assert not [a for a in live_args(fm.user) if "sleep 600" in a]
 
 
+def test_report_counts_gpu_hours_on_a_box_and_no_time_a_person_kept_the_job_killed(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("gpu")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"gpu": (fm, {"resources": {"gpu": 4}})})
+    job = submit(home, code_dir(tmp_path), 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 600; fi', "--req", "gpu=2")
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    assert cli(home, "kill", str(job))[0] == 0
+    assert cli(home, "resume", str(job))[0] == 0
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the resumed job to finish")
+    text = run(home, "report", str(job), in_process=True)[0]
+    attempts = re.findall(r"^  attempt (\d) on gpu: wall \S+, accelerator (\S+) (\S+),", text, re.MULTILINE)
+    assert [(n, unit) for n, _, unit in attempts] == [("0", "GPU-h"), ("1", "GPU-h")], text
+    assert all(amount != "0.00" for _, amount, _ in attempts), text  # 2 GPUs for seconds: "<0.01", never 0
+    assert re.search(r"^  after attempt 0 \(killed\): \S+ until it ran again, waiting on a person \(not counted\)$",
+                     text, re.MULTILINE), text
+    assert "interruption after attempt 0" not in text, text
+
+
 def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     h = fm.hosts[0]
@@ -246,6 +267,83 @@ def test_unreachable_host_then_back_finishes_or_is_lost(ssh_fleet: SshFleet, tmp
     state = manage_until(home, lambda s: s[a]["status"] == "finished" and s[b]["status"] == "failed", "the end")
     assert state[a]["reason"] is None and log(home, a).endswith("done\n")
     assert state[b]["reason"] == "lost" and state[b]["attempts"][-1]["outcome"] == "lost"
+
+
+def test_a_kill_on_a_machine_that_is_down_is_said_once_and_ends_when_it_answers(ssh_fleet: SshFleet,
+                                                                                 tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"connect_timeout": 2})})
+    job = submit(home, code_dir(tmp_path), "sleep 600")
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    group = int(meta(fm, job).read_text().split()[0])
+    ssh_fleet.stop_host(fm.hosts[0])  # the job runs on; nobody can reach it
+
+    code, _, err = cli(home, "kill", str(job))
+    assert code == 0, err
+    assert jobs(home)[job]["status"] == "killing"
+    said = [line for line in manage(home).splitlines() if "box" in line]
+    assert len(said) == 1 and said[0].startswith("box: up -> unreachable (box[0]") and "connection refused" in said[0]
+    assert machines_json(home)[0]["state"] == "unreachable"
+    assert "unreachable" not in manage(home)  # said once, not on every pass while it stays so
+    assert jobs(home)[job]["status"] == "killing" and group_alive(group)
+
+    ssh_fleet.start_host(fm.hosts[0])
+    assert "box: unreachable -> up" in manage(home)  # the stop answered: up at once, no pause
+    assert (jobs(home)[job]["status"], machines_json(home)[0]["state"]) == ("killed", "up")
+    assert not group_alive(group)
+
+
+def test_a_killed_or_lost_attempt_s_log_comes_home_whole(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {"resources": {"slot": 2}})})
+    talk = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the last words; sleep 600"  # 3 pulls' worth
+    killed, lost = (submit(home, code_dir(tmp_path, name), talk) for name in ("a", "b"))
+    manage_until(home, lambda s: s[killed]["status"] == s[lost]["status"] == "running", "both to run")
+    for job in (killed, lost):
+        wait_for(lambda job=job: meta(fm, job, ext="log").read_bytes().endswith(b"the last words\n"),
+                 timeout=DEADLINE, what="the job to have talked")
+    manage(home)  # one chunk of each log comes home, the rest is still on the box
+    assert len(log(home, killed)) < 3000000
+
+    code, _, err = cli(home, "kill", str(killed))
+    assert code == 0, err
+    assert jobs(home)[killed]["status"] == "killed"
+    assert log(home, killed) == meta(fm, killed, ext="log").read_text()  # pulled to its end
+
+    os.killpg(int(meta(fm, lost).read_text().split()[0]), signal.SIGKILL)  # gone, no exit record
+    manage_until(home, lambda s: s[lost]["status"] == "failed", "the job to be lost")
+    assert jobs(home)[lost]["reason"] == "lost"
+    assert log(home, lost) == meta(fm, lost, ext="log").read_text()
+
+
+def test_tail_f_on_a_machine_that_is_down_says_so_and_shows_the_log_as_pulled(ssh_fleet: SshFleet,
+                                                                               tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), f"echo before the fall; {WAIT_RELEASE}")
+    manage_until(home, lambda s: s[job]["status"] == "running" and log(home, job), "the first words home")
+    ssh_fleet.stop_host(fm.hosts[0])
+    out, err = tmp_path / "tail.out", tmp_path / "tail.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        follow = subprocess.Popen([*helpers.JOBTPU, "--home", str(home), "tail", "-f", str(job)], stdout=o, stderr=e,
+                                  env={**os.environ, "JOBTPU_USER": "tester"})
+    try:
+        said = wait_for(lambda: "showing the log as last pulled" in (text := err.read_text()) and text,
+                        timeout=DEADLINE, what="tail -f to say the box is down")
+        assert said.startswith("jobtpu: box is unreachable (box[0] ") and "connection refused" in said, said
+        assert out.read_text() == "before the fall\n" and follow.poll() is None
+        ssh_fleet.start_host(fm.hosts[0])  # it follows on, and ends with the job
+        (fm.home / f"release-{job}").touch()
+        assert follow.wait(timeout=DEADLINE) == 0
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+        ssh_fleet.start_host(fm.hosts[0])
+        (fm.home / f"release-{job}").touch()
+    assert err.read_text().count("is unreachable") == 1  # said once, however many times it asked
 
 
 def test_fetch_brings_back_what_the_job_wrote(ssh_fleet: SshFleet, tmp_path: Path) -> None:
@@ -400,3 +498,40 @@ def test_a_launch_on_a_dead_host_goes_to_another_machine(tmp_path: Path, ssh_fle
     assert [a["machine"] for a in final[job_id]["attempts"]] == ["alive"]
     machines = {m["name"]: m for m in machines_json(home)}
     assert machines["dead"]["state"] == "unreachable" and machines["alive"]["state"] == "up"
+
+
+def test_everything_jobtpu_makes_on_a_box_is_the_remote_users_alone(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    root = fm.home / "jobtpu"
+    root.mkdir(mode=0o755)  # as an older jobtpu left it, with the login umask (022)
+    owner = pwd.getpwnam(fm.user)
+    os.chown(root, owner.pw_uid, owner.pw_gid)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "mkdir -p out && touch out/made-by-job && echo done")
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    assert log(home, job) == "done\n"
+    outputs = root / "jobs" / str(job) / "out"
+    # The job's own outputs keep the login umask: they are the user's business.
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (outputs, outputs / "made-by-job")] == [0o755, 0o644]
+    exposed = [f"{p.relative_to(root)} {stat.S_IMODE(p.lstat().st_mode):o}" for p in [root, *root.rglob("*")]
+               if not p.is_symlink() and outputs not in (p, *p.parents) and p.lstat().st_mode & 0o077]
+    assert not exposed, exposed
+    kinds = {p.suffix for p in root.rglob("*")}
+    assert {".gz", ".log", ".pid", ".exit", ".py"} <= kinds, kinds  # archives, meta files and the job tree
+
+
+def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o2770)
+    home.chmod(0o2770)  # a home its group shares (docs/reference.md §1.3)
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    code, _, err = cli(home, "fetch", str(job))
+    assert code == 0, err
+    results = home / "results" / str(job)
+    modes = {str(p.relative_to(results)): stat.S_IMODE(p.stat().st_mode) for p in [results, *results.rglob("*")]}
+    # The worker's 0600 snapshot files and the job's 0644/0755 outputs alike: the group's, never the world's.
+    assert modes == {".": 0o2770, "out": 0o2770, "out/r.txt": 0o660, "train.py": 0o660, "tool": 0o770}, modes

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu.display import DEFAULT_JOB_COLUMNS
 from jobtpu.listing import row
 from jobtpu.model import Attempt, Job, Status
+from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, write_tree
 
 ONE_SLOT = {"local": {"kind": "local", "resources": {"slot": 1}}}
@@ -47,7 +49,8 @@ def test_rows_show_run_time_overrides_resources_and_why_a_job_waits(tmp_path: Pa
         # Two sweep jobs are told apart by their overrides, in the short form the aliases give.
         assert "lr=0.1 bs=32" in rows[ids[0]] and "lr=0.01 bs=32" in rows[ids[1]], table
         running = rows[ids[0]].split()
-        assert running[3] == "running" and re.fullmatch(r"\d+s", running[5]) and "local" in running, table
+        # (your own view: no user column, so the status is the third cell and the run time the fifth)
+        assert running[2] == "running" and re.fullmatch(r"\d+s", running[4]) and "local" in running, table
         # A queued job says why it waits, and where it stands in the queue.
         assert "local fits, busy; next in line" in rows[ids[1]], table
         assert "local fits, busy; 1 job ahead of it" in rows[ids[2]], table
@@ -93,6 +96,83 @@ def test_at_80_columns_the_header_never_wraps_and_every_row_is_one_line(tmp_path
         assert lines[-1].strip() == "2 queued, 2 running", out
     finally:
         _kill_all(home, ids)
+
+
+def _titles(header: str) -> list[str]:
+    """The column titles of a header line, in order ("why / log" is one title)."""
+    return header.replace("why / log", "why/log").split()
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_status_leaves_out_columns_rather_than_cut_a_title_or_a_number_and_shows_what_differs_first(
+        tmp_path: Path, width: int) -> None:
+    home, src = _home(tmp_path)
+    lrs = ("0.1", "0.01", "0.001")  # typed last, after what the jobs share
+    ids = [submit(home, src, "bash train.sh", "--name", "an-experiment-with-a-long-name", "--tag", "ablation-2026",
+                  "config.model.depth=48", "config.data.shuffle_buffer=10000", f"lr={lr}")
+           for lr in lrs]
+    manage(home)
+    try:
+        out = jobtpu(home, "status", env={"COLUMNS": str(width), "NO_COLOR": "1"}).stdout
+        lines = out.splitlines()
+        assert all(len(line) <= width for line in lines) and len(lines) == 1 + len(ids) + 1, out
+        full = _titles(" ".join(DEFAULT_JOB_COLUMNS))
+        titles = _titles(lines[0])
+        # Every title shown is whole, in its place; id and status always; no `user` in your own view.
+        assert set(titles) <= set(full) and titles == [t for t in full if t in titles], out
+        assert {"id", "status"} <= set(titles) and "user" not in titles and "…" not in lines[0], out
+        rows = _rows(out)
+        assert sorted(rows) == ids, out
+        cells = dict(zip(titles, rows[ids[0]].split(), strict=False))  # the first columns hold no spaces
+        assert cells["status"] == "running", out
+        for number in ("att", "run", "age"):
+            assert number not in titles or re.fullmatch(r"\d+[smhd]?", cells[number]), out
+        # The overrides that tell the jobs apart come first, so a cut cell still shows them.
+        for job, lr in zip(ids, lrs, strict=True):
+            assert re.search(rf"lr={re.escape(lr)}[ …]", rows[job]) or width < 80, out
+            assert "lr=0" in rows[job], out
+    finally:
+        _kill_all(home, ids)
+
+
+def test_your_own_view_has_no_user_column_and_a_view_of_others_does(team: Team) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("home")
+    (home / "machines.json").write_text(json.dumps({"machines": ONE_SLOT}))
+    for account in (alice, bob):
+        src = team.private_folder(account, "src")
+        team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--name", account)
+    own = team.run(alice, "--home", str(home), "status").stdout.splitlines()  # piped: 80 columns
+    assert _titles(own[0])[:3] == ["id", "name", "status"] and "user" not in own[0], own
+    assert len(own) == 1 + 1 + 1 and alice in own[1] and bob not in "\n".join(own), own
+    for args in (["--all-users"], ["--user", bob]):
+        shown = team.run(alice, "--home", str(home), "status", *args).stdout.splitlines()
+        assert _titles(shown[0])[:4] == ["id", "name", "user", "status"], shown
+        assert all(row.split()[1] == row.split()[2] for row in shown[1:-1]), shown  # named after their user
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_machines_rules_and_tldr_fit_the_terminal_one_line_per_row(tmp_path: Path, width: int) -> None:
+    home = make_home(tmp_path, {
+        "local": {"kind": "local", "resources": {"slot": 2}},
+        "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"slot": 1, "gpu": 8}},
+        "v3-32": {"kind": "tpu", "node": "v3-32-p1", "zone": "europe-west4-a", "accelerator": "v3-32",
+                  "preemptible": True}}, gcp={"project": "p"})
+    jobtpu(home, "note", "--machine", "box", "disk almost full, ask before using")
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    machines = jobtpu(home, "machines", env=env).stdout.splitlines()  # (at 80x24 this took 31 lines)
+    assert all(len(line) <= width for line in machines) and len(machines) == 1 + 3, machines
+    assert [line.split()[0] for line in machines] == ["name", "local", "box", "v3-32"], machines
+    titles = machines[0].split()
+    assert {"name", "state", "running"} <= set(titles) <= {"name", "kind", "accelerator", "workers", "state",
+                                                           "health", "running", "free", "note", "detail"}, machines
+    rules = jobtpu(home, "rules", env=env).stdout.splitlines()
+    assert all(len(line) <= width for line in rules) and len(rules) == 1 + 5 + 1, rules
+    assert [line.split()[0] for line in rules[1:-1]] == ["pre", "pass", "reapply", "rerun", "resume"], rules
+    assert rules[0].split()[:2] == ["rule", "preempted"] and "…" not in rules[0], rules
+    assert rules[1].split()[1] == "recreate+resume" and rules[-1].strip() == "on exit 0: finished, under every rule"
+    tldr = jobtpu(home, "tldr").stdout.splitlines()
+    assert all(len(line) <= 80 for line in tldr) and sum(line.startswith("jobtpu ") for line in tldr) == 10, tldr
 
 
 def test_status_filters_by_status_tag_and_name(tmp_path: Path) -> None:

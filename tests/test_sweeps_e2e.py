@@ -51,7 +51,7 @@ def test_sweep_runs_every_combination_from_one_archive(tmp_path: Path) -> None:
         got = json.loads((home / "run" / "jobs" / str(i) / "out.json").read_text())
         assert got["sweep"] == str(ids[0])
         seen.append((got["index"], got["argv"]))
-    assert seen == [(str(n), [f"--config.training.learning_rate={lr}", f"--bs={bs}"])
+    assert seen == [(str(n), [f"--config.training.learning_rate={lr}", f"--config.training.batch_size={bs}"])
                     for n, (lr, bs) in enumerate((lr, bs) for lr in ("0.1", "0.01") for bs in ("32", "64", "128"))]
     table = jobtpu(home, "status", "--sweep", str(ids[0])).stdout
     assert f"sweep {ids[0]}: 6 finished" in table

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -225,13 +226,13 @@ def test_a_wrong_notify_entry_is_one_line_and_changes_nothing(tmp_path: Path) ->
 # ---- the dashboard in a real terminal ----------------------------------------------------------------------
 
 class Tmux:
-    """A private tmux server running one command in a 100x30 window."""
+    """A private tmux server running one command in a window of `size` (columns, lines)."""
 
-    def __init__(self, tmp_path: Path, command: list[str]) -> None:
+    def __init__(self, tmp_path: Path, command: list[str], size: tuple[int, int] = (100, 30)) -> None:
         self.socket = f"jobtpu-test-{os.getpid()}-{id(self)}"
         env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)), "JOBTPU_USER": "tester", "TERM": "xterm-256color"}
         line = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *command])
-        self._tmux("new-session", "-d", "-s", "w", "-x", "100", "-y", "30", line)
+        self._tmux("new-session", "-d", "-s", "w", "-x", str(size[0]), "-y", str(size[1]), line)
 
     def _tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
@@ -306,6 +307,60 @@ def test_watch_without_manage_warns_that_no_pass_runs_and_survives_broken_files(
     assert status(home)[job]["status"] == "queued"
 
 
+def test_events_and_watch_show_times_in_the_users_time_zone(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, src_dir(tmp_path), "true")
+    manage_until(home, [job], {"finished"})
+    times = [e["time"] for e in map(json.loads, jobtpu(home, "events", "--json").stdout.splitlines())]
+
+    def shown(seconds: float, hours: int, form: str = "%Y-%m-%d %H:%M:%S") -> str:
+        return (datetime.fromtimestamp(seconds, UTC) + timedelta(hours=hours)).strftime(form)
+
+    for zone, offset in (("UTC", 0), ("Asia/Shanghai", 8)):  # Shanghai keeps UTC+8 all year
+        jobtpu(home, "config", "set", "time_zone", zone)
+        lines = jobtpu(home, "events").stdout.splitlines()
+        assert [line[:19] for line in lines] == [shown(t, offset) for t in times], lines
+    # The dashboard in a real terminal: its clock and its events, in Shanghai's time too.
+    term = Tmux(tmp_path, watch_command(home, "--no-manage", "--interval", "0.3"))
+    try:
+        last = shown(times[-1], 8)
+        screen = wait_for(lambda: (lambda s: s if last in s else None)(term.screen()), timeout=20,
+                          what="the last event in Shanghai's time")
+        clock = re.search(r"jobtpu watch  (\d\d:\d\d:\d\d)", screen)
+        assert clock, screen
+        there = datetime.now(UTC) + timedelta(hours=8)
+        ticked = datetime.combine(there.date(), datetime.strptime(clock[1], "%H:%M:%S").time(), UTC)
+        apart = (there - ticked).total_seconds() % 86400  # (around midnight the dates differ)
+        assert min(apart, 86400 - apart) < 60, (clock[1], there)
+    finally:
+        term.close()
+
+
+def test_status_and_machines_in_a_real_80x24_terminal_are_one_line_per_row(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 1}},
+                                "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"slot": 1, "gpu": 8}},
+                                "v3-32": {"kind": "tpu", "node": "v3-32-p1", "zone": "europe-west4-a",
+                                          "accelerator": "v3-32", "preemptible": True}}, gcp={"project": "p"})
+    src = src_dir(tmp_path)
+    ids = [submit(home, src, "true", "--name", "an-experiment-with-a-long-name", "--tag", "ablation-2026",
+                  "config.model.depth=48", f"lr={lr}") for lr in ("0.1", "0.01")]
+    cli = shlex.join([sys.executable, "-m", "jobtpu.cli", "--home", str(home)])
+    term = Tmux(tmp_path, ["bash", "-c", f"{cli} status 2>/dev/null; {cli} machines 2>/dev/null; echo END; sleep 60"],
+                size=(80, 24))
+    try:
+        screen = wait_for(lambda: (lambda s: s if "END" in s else None)(term.screen()), timeout=20,
+                          what="status and machines on the screen")
+    finally:
+        term.close()
+    lines = screen.splitlines()
+    assert lines[0].replace("why / log", "why/log").split() == ["id", "name", "status", "att", "run", "age", "where",
+                                                                   "config", "tags", "why/log"], screen
+    assert [line.split()[0] for line in lines[1:3]] == [str(i) for i in ids] and "lr=0.1 " in lines[1], screen
+    assert lines[3].strip() == "2 queued", screen
+    assert [line.split()[0] for line in lines[4:8]] == ["name", "local", "box", "v3-32"], screen
+    assert lines[8] == "END", screen
+
+
 # ---- connections kept between rounds -------------------------------------------------------------------------
 
 def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fleet: SshFleet, tmp_path: Path) -> None:
@@ -346,3 +401,55 @@ def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fl
         loop.terminate()
         loop.wait(timeout=30)
     jobtpu(home, "kill", str(job))
+
+
+def _loop_until_dead(ssh_fleet: SshFleet, tmp_path: Path, kill: Any, connect_timeout: int) -> str:
+    """A manage --loop with a running job on a box whose kept connection then dies by `kill(host)`:
+    seconds until the loop says the box is unreachable, and what it said of it."""
+    box = ssh_fleet.add_machine("box")
+    host = box.hosts[0]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "machines.json").write_text(json.dumps({"machines": {"box": {
+        "kind": "ssh", "hosts": [host.address()], "user": box.user, "identity_file": str(ssh_fleet.identity),
+        "connect_timeout": connect_timeout}}}))
+    job = submit(home, src_dir(tmp_path), "sleep 120")
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    err_path = tmp_path / "loop.err"
+    with open(err_path, "wb") as err:
+        loop = subprocess.Popen([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "0.3"],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        wait_for(lambda: status(home)[job]["status"] == "running", timeout=60, what="the job to run")
+
+        def last_pass() -> float:
+            return float(json.loads((home / "state.json").read_text())["last_pass"]["ended"])
+
+        since = last_pass()
+        wait_for(lambda: last_pass() > since + 1, timeout=30, what="rounds on the kept connection")
+        kill(host)
+        killed = time.monotonic()
+        said = wait_for(lambda: "box: up -> unreachable" in (text := err_path.read_text()) and text,
+                        timeout=60, what="the loop to say the box is unreachable")
+        took = time.monotonic() - killed
+    finally:
+        loop.terminate()
+        loop.wait(timeout=30)
+        ssh_fleet.thaw_host(host)
+    jobtpu(home, "kill", str(job))
+    return f"{took:.1f}s: " + said.split("box: up -> unreachable", 1)[1].splitlines()[0]
+
+
+def test_manage_loop_reports_a_kept_connection_s_killed_sshd_unreachable_within_the_round(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    # Its sessions die with it: the kept connection is closed, a fresh one is refused.
+    said = _loop_until_dead(ssh_fleet, tmp_path, ssh_fleet.stop_host, connect_timeout=10)
+    assert float(said.split("s:")[0]) < 5 and "connection refused" in said, said
+
+
+def test_manage_loop_reports_a_kept_connection_s_frozen_host_unreachable_as_a_fresh_connect_would(
+        ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    # A host that hangs: the kept connection takes the probe and never answers. The round fails it
+    # within connect_timeout, as a fresh connect would, not after the probe's timeout (30 s more).
+    said = _loop_until_dead(ssh_fleet, tmp_path, ssh_fleet.freeze_host, connect_timeout=2)
+    assert float(said.split("s:")[0]) < 2 + 5 and "within 2s" in said, said

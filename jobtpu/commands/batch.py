@@ -76,16 +76,17 @@ def apply_extras(job: Job, extras: Extras) -> None:
     job.grace, job.signal, job.signal_before = extras.grace, extras.signal, extras.signal_before
 
 
-def sweep_jobs(job: Job, combinations: list[dict[str, str]], aliases: dict[str, str]) -> list[Job]:
+def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str], own: dict[str, str]) -> list[Job]:
     """One job per combination, copies of `job` (one snapshot) with the combination's overrides after
-    the command line's own; ids, the sweep and its tag are given when they are saved."""
+    the command line's own, through the same three alias levels (`team`, the user's `own`); ids, the
+    sweep and its tag are given when they are saved."""
     import msgspec
 
-    from ..inputs import config_overrides
     from ..limits import check_overrides
+    from ..settings import config_overrides
     from ..sweeps import as_overrides
 
-    jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), aliases)],
+    jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), team, own)],
                                     sweep_index=i, tags=list(job.tags), after=list(job.after),
                                     after_any=list(job.after_any), env=dict(job.env), req=list(job.req))
             for i, c in enumerate(combinations)]

@@ -83,7 +83,8 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
             "health": known.health, "health_description": known.health_description,
             "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
-            "unreachable_since": known.since, "next_try": known.next_try,
+            "unreachable_since": known.since,
+            "next_try": known.next_try if m.is_tpu else None,  # an ssh machine's is its short pause (reach.py)
             "note": known.note,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
@@ -135,7 +136,8 @@ def machines(home: Home, as_json: bool) -> int:
     from ..display import machines_table
     from ..settings import viewer_settings, viewer_zone
 
-    Console().print(machines_table(rows, viewer_zone(viewer_settings(home))))
+    console = Console()
+    console.print(machines_table(rows, console.width, viewer_zone(viewer_settings(home))))
     say_freshness(state.last_pass)
     return 0
 

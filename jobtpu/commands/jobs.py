@@ -46,10 +46,12 @@ class SubmitOptions(NamedTuple):
     stall: str | None = None
     include: list[str] = []
     exclude: list[str] = []
+    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
     user: str | None = None
     log_stage: bool = False
     on_resume: str | None = None
     overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
     priority: int = 0
     sheet_note: str | None = None
@@ -65,10 +67,10 @@ class SubmitOptions(NamedTuple):
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
-    from ..inputs import config_overrides, parse_duration, parse_env
+    from ..inputs import check_overrides_typed, parse_duration, parse_env
     from ..model import Job
     from ..requests import parse_request, why_not
-    from ..settings import effective_aliases, load_settings, source_folder
+    from ..settings import config_overrides, effective_aliases, load_settings, source_folder
 
     user = known_user(home, opts.user)
     settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
@@ -86,7 +88,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
     env = parse_env(opts.env)
-    overrides = config_overrides(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
+    check_overrides_typed(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
+    overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
@@ -113,8 +116,10 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
+    home.ensure()  # the first command in a new home says where it made it
     with sigterm_interrupts():
-        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots)
+        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+                        allow_secrets=opts.allow_secrets)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
@@ -142,6 +147,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     then saved under fresh consecutive ids in one write."""
     from ..fleet import load_fleet
     from ..inputs import parse_duration
+    from ..settings import load_settings
     from ..store import take_next_id, write_id_mark
     from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
 
@@ -157,7 +163,11 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     from ..specs import write_spec
 
     job.env, secret = split_env(job.env)
-    jobs = [job] if extras.combinations is None else sweep_jobs(job, extras.combinations, fleet.config_aliases)
+    if extras.combinations is None:
+        jobs = [job]
+    else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference.md §2.2.3)
+        own = load_settings(home, job.user).aliases
+        jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
     secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
         secrets.check_keeper()
@@ -237,7 +247,21 @@ def _print_submitted(jobs: list[Job], as_json: bool) -> None:
 
 
 def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
-    """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one)."""
+    """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
+    Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
+    try:
+        return _follow(home, job_id, interval)
+    except KeyboardInterrupt as e:
+        from ..errors import EXIT_INTERRUPTED, Terminated
+
+        sys.stdout.flush()
+        note(f"jobtpu: stopped following job {job_id}; the job goes on (`jobtpu tail -f {job_id}` follows it again)")
+        if isinstance(e, Terminated):
+            raise
+        return EXIT_INTERRUPTED
+
+
+def _follow(home: Home, job_id: int, interval: float) -> int:
     from .. import manage
 
     printed: dict[int, int] = {}
@@ -363,9 +387,10 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     from rich.console import Console, Group
 
     from ..display import jobs_table
-    from ..listing import config_aliases, row, status_counts
+    from ..listing import config_aliases, rows, status_counts
 
-    columns, zone = status_view(home)
+    chosen_columns, zone = status_view(home)
+    viewer = viewer_name()
 
     console = Console()
     aliases = config_aliases(home)
@@ -382,8 +407,8 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         counts = (f"sweep {chosen.sweep}: {sweep_summary(jobs)}" if chosen.sweep is not None
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
-        return jobs_table([row(j, now, aliases, zone) for j in shown], console.width,
-                          captions + ([left_out] if left_out else []), columns)
+        return jobs_table(rows(shown, now, aliases, zone), console.width,
+                          captions + ([left_out] if left_out else []), columns_for(chosen_columns, shown, viewer))
 
     if watch is None:
         state = Store(home).load()
@@ -399,13 +424,33 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
             time.sleep(max(0.2, watch))
 
 
-def status_view(home: Home) -> tuple[list[str], Any]:
-    """The columns and the time zone the person looking wants (their settings; else the defaults)."""
-    from ..display import DEFAULT_JOB_COLUMNS
+def status_view(home: Home) -> tuple[list[str] | None, Any]:
+    """The columns (None: the defaults) and the time zone the person looking set."""
     from ..settings import viewer_settings, viewer_zone
 
     settings = viewer_settings(home)
-    return settings.columns or list(DEFAULT_JOB_COLUMNS), viewer_zone(settings)
+    return settings.columns or None, viewer_zone(settings)
+
+
+def viewer_name() -> str | None:
+    """Who is looking (None: a login jobtpu cannot take as a user name, so nobody's own view)."""
+    from ..inputs import resolve_user
+
+    try:
+        return resolve_user(None)
+    except JobtpuError:
+        return None
+
+
+def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
+    """The columns chosen, else the defaults without `user` when every job shown is the viewer's
+    own (it would say the same name on every row)."""
+    from ..display import DEFAULT_JOB_COLUMNS
+
+    if chosen is not None:
+        return chosen
+    own = all(job.user == viewer for job in shown)
+    return [c for c in DEFAULT_JOB_COLUMNS if not (own and c == "user")]
 
 
 # ---- tail -----------------------------------------------------------------------------------------
@@ -430,11 +475,15 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
                             hint="logs are pulled by `jobtpu manage`")
     offset = _print_last_lines(home, rel, lines)
     decoder = _decoder()
+    said: str | None = None  # the machine's trouble, said once while it lasts
     while follow_log:
         from ..operations import pull_logs
 
-        current, workers = pull_logs(home, job_id)  # the job as it stood before this pull
+        current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
         offset = _print_from(home, rel, offset, decoder)
+        if trouble is not None and said is None:
+            note(f"jobtpu: {trouble}; showing the log as last pulled")
+        said = trouble
         if current is None:
             return 1
         if current.ended or current.attempt != attempt:  # a pass saw the attempt end
@@ -532,8 +581,10 @@ def kill(home: Home, sel: Selector, force: bool = False) -> int:
         stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
     for job, owner in stopping:
         if owner is not None:
-            note(f"job {job.id}: its processes on {job.machine} run as {owner}, whose pass started them, and only "
-                 f"{owner} may stop them: it stays killing until a `jobtpu manage` run by {owner} ends it")
+            # Its wrapper did not obey the stop request in time (or predates them): a pass of the
+            # owner's still can, and any pass tries again.
+            note(f"job {job.id}: its processes on {job.machine} run as {owner} and have not stopped yet; "
+                 f"the next pass tries again (one run by {owner} can stop them itself)")
         else:
             note(f"job {job.id}: still stopping on {job.machine}; the next pass will finish it")
     return 0
@@ -580,7 +631,7 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
         if machine is not None:
             machine = session.fleet.resolve(machine).name
         check_owners(jobs, me, force, verb)
-        announce(verb, jobs, sel)
+        announce(verb, jobs, sel, by_id=False)
         if sel.dry_run:
             return 0
         for job in jobs:

@@ -13,6 +13,10 @@ from .common import emit_json
 # How a recovery word reads (docs/reference.md §7.1 uses the same words).
 SAYS = {"resume": "resume", "rerun": "run from the start", "recreate-resume": "recreate the TPU, then resume",
         "recreate-rerun": "recreate the TPU, then run from the start", None: "fail"}
+# The same, shorter, for a terminal too narrow for the table in full words.
+SHORT = {"recreate the TPU, then resume": "recreate+resume", "recreate the TPU, then run from the start":
+         "recreate+rerun", "run from the start": "rerun", "local machine": "local", "ssh machine": "ssh",
+         "preemptible or spot TPU": "spot/preemptible TPU"}
 
 
 def _outcome(rule: str, reasons: tuple[str, ...]) -> str:
@@ -53,5 +57,6 @@ def show_rules(home: Home, as_json: bool) -> int:
 
     from ..display import rules_table
 
-    Console().print(rules_table(rows))
+    console = Console()
+    console.print(rules_table(rows, console.width, SHORT))
     return 0

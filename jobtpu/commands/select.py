@@ -94,12 +94,13 @@ def describe(job: Job) -> str:
     return f"job {job.id} ({', '.join(parts)})"
 
 
-def announce(verb: str, jobs: list[Job], sel: Selector) -> None:
+def announce(verb: str, jobs: list[Job], sel: Selector, by_id: bool = True) -> None:
     """What a bulk command acts on, one line per job on stdout, before it acts (with --dry-run,
-    instead). Said when a selector chose the jobs or in a dry run; jobs named only by id are known."""
+    instead), so every act says what it changed. Jobs named only by id are said too unless `by_id`
+    is false (resume and rerun print their ids instead)."""
     from ..text import printable
 
-    if not (sel.filters or sel.dry_run):
+    if not (sel.filters or sel.dry_run or (by_id and jobs)):
         return
     if not jobs:
         from .common import note

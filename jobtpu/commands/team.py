@@ -113,7 +113,9 @@ def user(home: Home, op: str, name: str | None) -> int:
     if name is None:
         raise JobtpuError(f"`jobtpu user {op}` needs a user name", hint=f"`jobtpu user {op} NAME`")
     if op == "add":
-        if not add_user(home, name):
+        if add_user(home, name):
+            note(f"added {name} to this home's users")
+        else:
             note(f"{name} is already one of this home's users")
         return 0
     remove_user(home, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,31 +100,41 @@ def record_pass_failure(home: Home, error: BaseException) -> None:
 def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
            as_json: bool) -> int:
     from .. import events as ev
+    from ..settings import viewer_settings, viewer_zone
 
+    zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them
     found = ev.follow(home.root, job, machine, since) if follow else ev.read(home.root, job, machine, since)
     for event in found:
         if as_json:
             emit_json(event.to_json())
         else:
-            print(ev.render_line(event), flush=follow)
+            print(ev.render_line(event, zone), flush=follow)
     return 0
 
 
 # ---- report ---------------------------------------------------------------------------------------------
 
-def chips_of(machine: Machine | None) -> int | None:
-    """The accelerator chips a machine holds: a TPU's from its type (v2/v3/v4/v5p names count
-    TensorCores, two a chip; v5e/v6e names count chips), else its `gpu` resource; None when unknown."""
+def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
+    """What an attempt of `job` held on `machine`, and its unit: a TPU's chips from its type (v2/v3/
+    v4/v5p names count TensorCores, two a chip; v5e/v6e names count chips); on a box, the GPUs the
+    job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
-        return None
+        return None, "chip"
     if machine.is_tpu and machine.accelerator:
         generation, _, count = machine.accelerator.lower().rpartition("-")
         if count.isdigit():
             cores = int(count)
-            return cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores
-        return None
-    gpus = machine.resources.get("gpu")
-    return gpus or None
+            return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
+        return None, "chip"
+    if machine.is_tpu:
+        return None, "chip"
+    from ..requests import parse_request
+
+    try:
+        gpus = parse_request(list(job.req)).resources.get("gpu")
+    except JobtpuError:  # a request state.json holds that no longer parses: unknown, not a failed report
+        gpus = None
+    return gpus or None, "GPU"
 
 
 def report_jobs(state: State, ids: list[int], tag: str | None, user: str | None) -> list[Job]:
@@ -155,7 +166,7 @@ def report(home: Home, ids: list[int], tag: str | None, html: str | None) -> int
     now = time.time()
     reports = []
     for job in jobs:
-        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), chips_of(fleet.get(a.machine)))
+        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
                     for a in job.attempts]
         progress = {a.n: goodput.Progress.from_json(a.progress) for a in job.attempts}
         reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
@@ -236,15 +247,16 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     state = _read(lambda: Store(home).load(), problems)
     fleet = _read(lambda: _fleet(home), problems)
     mode = f"a pass every {interval:g} s" if manage else "display only (--no-manage)"
-    header = [_line(f"jobtpu watch  {time.strftime('%H:%M:%S', time.localtime(now))}  {home.root}  ({mode})",
-                    "bold")]
+    zone = _zone(home, problems)
+    clock = datetime.fromtimestamp(now, zone).strftime("%H:%M:%S")
+    header = [_line(f"jobtpu watch  {clock}  {home.root}  ({mode})", "bold")]
     if state is not None:
         header.append(freshness_text(state.last_pass, one_line=True))
     header += [_line(p, "bold red") for p in problems]
     room = height - 1 - len(header) - 4 - len(said)  # a spare line, three section titles, the jobs' header
     jobs = state.jobs if state is not None else []
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
-    latest = [_line(ev.render_line(e), "") for e in ev.latest(home.root, max(room, 1))]
+    latest = [_line(ev.render_line(e, zone), "") for e in ev.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
     wanted = sum(1 for j in jobs if j.status in ACTIVE or j.status == "queued" or j.ended) or 1
     jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))
@@ -254,6 +266,13 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
                         _title("events"), *(latest[-events_room:] if events_room else []),
                         *(_line(s, "yellow") for s in said)]
     return Group(*parts[:height - 1])
+
+
+def _zone(home: Home, problems: list[str]) -> Any:
+    """The viewer's time_zone (None: local time); a broken settings.json is one red line, not the end."""
+    from ..settings import viewer_settings, viewer_zone
+
+    return _read(lambda: viewer_zone(viewer_settings(home)), problems)
 
 
 def _fit(rows: list[Any], room: int) -> list[Any]:
@@ -351,7 +370,7 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
             extra.append(f"node {record.tpu_state or '?'}")
         if machine.queued_resource:
             extra.append(f"queued resource {record.queued_state or 'none'}")
-        if record.next_try is not None and record.next_try > now:
+        if machine.is_tpu and record.next_try is not None and record.next_try > now:  # a create's
             extra.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
         if record.detail:
             extra.append(record.detail)

@@ -13,6 +13,26 @@ jobtpu_own_folder() {
   [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ]
 }
 
+# jobtpu_private_root ROOT : a root made before its folders were private (or by hand) becomes the
+# remote user's alone: the root and its containers lose every group and other bit, so nothing under
+# them is reachable by another account. Never the login folder itself (a root of "~"), nor a folder of
+# another account's; a failure changes nothing and is not one. Only in a remote script (its preamble
+# sets jobtpu_login_umask): the local machine's run root follows the home's modes (transport/local.py).
+jobtpu_private_root() {
+  local r=${1/#-/./-} d
+  [ -n "${jobtpu_login_umask:-}" ] || return 0
+  for d in "$r" "$r/meta" "$r/jobs" "$r/archives" "$r/setup"; do
+    if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && ! [ "$d" -ef ~ ]; then chmod go-rwx -- "$d" 2>/dev/null; fi
+  done
+  return 0
+}
+
+# jobtpu_job_umask : the umask the job's own commands run with: the login's, which a remote script's
+# preamble keeps in jobtpu_login_umask before it sets 077 (jobtpu/scripts.py PRIVATE_PREAMBLE).
+jobtpu_job_umask() {
+  if [ -n "${jobtpu_login_umask:-}" ]; then echo "$jobtpu_login_umask"; else umask; fi
+}
+
 # jobtpu_program FUNCTION... : the text of a program for `bash -c` that defines the given functions
 # (and the constants above) and calls the last one with the program's arguments. A detached process
 # (setsid) starts a new bash, which knows none of this script's functions: this is how it gets them.

@@ -11,18 +11,36 @@ jobtpu_group_alive() {
   ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ {f=1} END {exit !f}'
 }
 
-# jobtpu_kill ROOT HOME_ID STEPS [JOB ATTEMPT WORKER]... : TERM each worker's whole process group and
-# every process that carries its marker (those that left the group by setsid or a double fork too),
-# KILL what is left after STEPS tenths of a second. One `K job attempt worker gone|stuck` line per
-# worker.
+# jobtpu_ask_stop ROOT JOB ATTEMPT : leave a stop request for an attempt whose processes another
+# account runs (the local machine of a shared home, docs/design.md §7): an empty file in ROOT/stop,
+# made new by mktemp and renamed in, so nothing is written through a link planted there. Fails when
+# ROOT/stop is no real folder (a machine whose wrappers watch for none).
+jobtpu_ask_stop() {
+  local d="$1/stop" t
+  [ -d "$d" ] && [ ! -L "$d" ] || return 1
+  [ -f "$d/$2.$3" ] && [ ! -L "$d/$2.$3" ] && return 0
+  t=$(mktemp "$d/.ask.XXXXXX") || return 1
+  mv -T "$t" "$d/$2.$3" 2>/dev/null || { rm -f "$t"; return 1; }
+}
+
+# jobtpu_kill ROOT HOME_ID STEPS ASK_STEPS [JOB ATTEMPT WORKER]... : TERM each worker's whole process
+# group and every process that carries its marker (those that left the group by setsid or a double
+# fork too), KILL what is left after STEPS tenths of a second. A group this account may not signal
+# (another account's) gets a stop request (jobtpu_ask_stop) and ASK_STEPS tenths more for its
+# wrapper to obey it. One `K job attempt worker gone|stuck` line per worker.
 jobtpu_kill() {
-  local r=${1/#-/./-} hid=$2 steps=$3 wanted=" " refs=() groups=() sent=" " ref group left job attempt worker
-  shift 3
+  local r=${1/#-/./-} hid=$2 steps=$3 wanted=" " refs=() groups=() asked=() sent=" " ref group left job attempt worker
+  local ask_steps=$4 stuck=""
+  shift 4
   while [ $# -ge 3 ]; do refs+=("$1 $2 $3"); wanted="$wanted$1.$2.$3 "; shift 3; done
   for ref in ${refs[@]+"${refs[@]}"}; do
     read -r job attempt worker <<< "$ref"
     if group=$(jobtpu_group "$r" "$job" "$attempt" "$worker"); then
-      groups+=("$group"); kill -TERM -- "-$group" 2>/dev/null
+      groups+=("$group")
+      if ! kill -TERM -- "-$group" 2>/dev/null && [ "$ask_steps" -gt 0 ] && jobtpu_group_alive "$group" &&
+        jobtpu_ask_stop "$r" "$job" "$attempt"; then
+        asked+=("$r/stop/$job.$attempt")
+      fi
     fi
   done
   jobtpu_hit "$hid" "$wanted" TERM
@@ -30,6 +48,7 @@ jobtpu_kill() {
   # EPOCHREALTIME; an older bash counts rounds).
   local start=${EPOCHREALTIME:-} now
   start=${start//[!0-9]/}
+  [ ${#asked[@]} -gt 0 ] && steps=$((steps + ask_steps))
   for _ in $(seq "$steps"); do
     if [ -n "$start" ]; then now=${EPOCHREALTIME//[!0-9]/}; [ $((now - start)) -ge $((steps * 100000)) ] && break; fi
     left=0
@@ -49,11 +68,14 @@ jobtpu_kill() {
     rm -f -- "$r/meta/$job/$attempt.$worker.env"
     group=$(jobtpu_group "$r" "$job" "$attempt" "$worker")
     if { [ -n "$group" ] && jobtpu_group_alive "$group"; } || [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then
-      echo "K $job $attempt $worker stuck"
+      echo "K $job $attempt $worker stuck"; stuck=1
     else
       echo "K $job $attempt $worker gone"
     fi
   done
+  # The requests are ours to remove (the folder is sticky) once every worker is gone; a stuck one's
+  # stays for its wrapper, and the next stop finds it made.
+  if [ -z "$stuck" ] && [ ${#asked[@]} -gt 0 ]; then rm -f -- "${asked[@]}"; fi
 }
 
 # jobtpu_ours HOME_ID WANTED : the marked processes of the workers asked about, WANTED being

@@ -8,19 +8,22 @@ jobtpu_launch_init() {
   jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3
 }
 
-# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY [NAME MODE VALUE]...
+# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one line: `LAUNCH job attempt worker ok PID` |
 # `... pending` | `... need-archive` | `... bad-archive WHY` | `... fail WHY`. FRESH=1: start from the
 # snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
 # holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
-# seconds after the start (--signal). The NAME MODE VALUE triples are the job's environment (mode
+# seconds after the start (--signal). POLL (seconds; 0: none) is how often the wrapper looks for a stop
+# request in ROOT/stop, which then stops the job with GRACE tenths between TERM and KILL (the local
+# machine: a teammate's kill, docs/design.md §7). The NAME MODE VALUE triples are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
-  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11}
-  shift 11
+  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13}
+  shift 13
   out="LAUNCH $job $attempt $worker"
-  mkdir -p "$r/meta/$job" "$r/jobs" || { echo "$out fail cannot create $r"; exit; }
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { echo "$out fail cannot create $r"; exit; }
+  jobtpu_private_root "$r"
   bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
   jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
@@ -71,6 +74,8 @@ jobtpu_launch() (
     find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
       -exec rm -rf {} + 2>/dev/null
     t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+    chmod "$(umask -S)" "$t"
     python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
     e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
     if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
@@ -86,8 +91,11 @@ jobtpu_launch() (
   # never appear on a command line that `ps` shows.
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
-  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_timer jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$sig" "$delay" > "$b.log" 2>&1 < /dev/null &
+  ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$grace"); fi
+  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+    JOBTPU_w_load JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_procs JOBTPU_w_stopper jobtpu_wrapper)" \
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi

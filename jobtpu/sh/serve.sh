@@ -2,7 +2,9 @@
 # (a fork of sshd, a login shell) per script.
 
 # jobtpu_serve : reads, until its input ends, a line with a script's length in bytes then the script;
-# answers each with a line `exit_code stdout_bytes stderr_bytes` then both outputs. Each script is
+# answers each with a line `+` once it has the script whole (the sender's sign, within its connect
+# timeout, that the connection still lives), then a line `exit_code stdout_bytes stderr_bytes`
+# once it ran, then both outputs. Each script is
 # read whole before it runs (`.` reads the whole file first), in a subshell of its own with stdin at
 # its end and the options of a new shell, so nothing it does is left for the next one. `head -c` reads exactly that many bytes from
 # a pipe (bash's read counts characters, not bytes, in a UTF-8 locale).
@@ -14,6 +16,7 @@ jobtpu_serve() {
   while IFS= read -r n; do
     case $n in '' | *[!0-9]*) exit 2 ;; esac
     head -c "$n" > "$d/s" || exit 3
+    printf '+\n'
     # shellcheck source=/dev/null
     (set +u && . "$d/s") < /dev/null > "$d/o" 2> "$d/e"
     c=$?

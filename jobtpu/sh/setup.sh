@@ -1,12 +1,13 @@
 # A machine's setup commands, once per incarnation and worker (needs common.sh).
 
-# jobtpu_setup_run STEM [COMMAND]... : the detached setup process: record its pid or start nothing,
-# run each command by bash in turn until one fails, and record the exit code in STEM.exit.
+# jobtpu_setup_run STEM UMASK [COMMAND]... : the detached setup process: record its pid or start nothing,
+# run each command by bash with UMASK (the login's: what setup installs is the user's business) in
+# turn until one fails, and record the exit code in STEM.exit.
 jobtpu_setup_run() {
-  local b=$1 code=0 step
+  local b=$1 mask=$2 code=0 step
   jobtpu_record_pid "$b" || exit "$JOBTPU_NO_PID_RECORD"
-  shift
-  for step; do bash -c -- "$step"; code=$?; [ "$code" = 0 ] || break; done
+  shift 2
+  for step; do (umask "$mask" && exec bash -c -- "$step"); code=$?; [ "$code" = 0 ] || break; done
   echo "$code" > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"
 }
 
@@ -22,6 +23,7 @@ jobtpu_setup() {
   local r=${1/#-/./-} tag=$2 worker=$3 retry=$4 b c w
   shift 4
   mkdir -p "$r/setup" || { echo "SETUP failed 1: cannot create $r/setup"; return 0; }
+  jobtpu_private_root "$r"
   b="$(cd "$r/setup" && pwd -P)/$tag.$worker"
   if [ -s "$b.exit" ]; then
     read -r c < "$b.exit"
@@ -30,7 +32,7 @@ jobtpu_setup() {
     rm -f "$b.exit" "$b.pid"
   fi
   if jobtpu_live_pid "$b.pid" > /dev/null; then echo "SETUP running"; return 0; fi
-  cd ~ && setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid jobtpu_setup_run)" jobtpu-setup "$b" "$@" \
+  cd ~ && setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid jobtpu_setup_run)" jobtpu-setup "$b" "$(jobtpu_job_umask)" "$@" \
     > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 50); do [ -s "$b.exit" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done

@@ -57,11 +57,57 @@ JOBTPU_w_timer() {
   done
 }
 
-# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY] : runs in the login environment (never the job's, so an --env PATH
+# JOBTPU_w_alive PID : the process runs and is no zombie.
+JOBTPU_w_alive() {
+  local JOBTPU_w_st
+  read -r -a JOBTPU_w_st < "/proc/$1/stat" 2>/dev/null && [ "${JOBTPU_w_st[2]}" != Z ]
+}
+
+# JOBTPU_w_procs LEADER : the job worker's processes, its process group's and those that carry its
+# marker (left the group by setsid or a double fork), one pid a line; the caller leaves itself out.
+JOBTPU_w_procs() {
+  local JOBTPU_w_h=${JOBTPU_MARK%.*.*.*} JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k
+  IFS=. read -r JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k <<< "${JOBTPU_MARK#"$JOBTPU_w_h".}"
+  ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}'
+  jobtpu_marked "$JOBTPU_w_h" "$JOBTPU_w_j" "$JOBTPU_w_a" "$JOBTPU_w_k"
+}
+
+# JOBTPU_w_stopper REQUEST POLL GRACE LEADER : run in the background by the wrapper (LEADER) of a job on
+# the local machine. Every POLL seconds it looks for REQUEST (<root>/stop/<job>.<attempt>), which any
+# member of a shared home's group may leave in the group's sticky folder, since only this account may
+# signal the job (docs/design.md §7). Only a regular file counts, never a link, and it is never
+# opened: the name is this attempt's, so a request can stop this job and nothing else. Then TERM the
+# job's processes (the wrapper among them: no exit code, as when a pass stops it), and KILL what is
+# left after GRACE tenths of a second. TERM before a request ends the watch at once, with its sleep.
+JOBTPU_w_stopper() {
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
+  trap 'kill "$JOBTPU_w_s" 2>/dev/null; exit 0' TERM
+  until [ -f "$1" ] && [ ! -L "$1" ]; do
+    sleep "$2" & JOBTPU_w_s=$!
+    wait "$JOBTPU_w_s" || exit 0
+  done
+  trap '' TERM  # its own TERM to the job must not end it before the KILL
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4"); do
+    [ "$JOBTPU_w_p" = "$BASHPID" ] || { kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+  done
+  for _ in $(seq "$3"); do
+    JOBTPU_w_s=""
+    for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+    [ -z "$JOBTPU_w_s" ] && break
+    sleep 0.1
+  done
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4"); do
+    [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
+  done
+}
+
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [REQUEST POLL GRACE]]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
 # command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
-# (JOBTPU_w_timer). STEM is the absolute path stem of the worker's meta files.
+# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper). STEM is the absolute path
+# stem of the worker's meta files. The command runs with UMASK (the login's): the wrapper's own files
+# are private, the job's outputs are the user's business.
 jobtpu_wrapper() {
   if ! jobtpu_record_pid "$1"; then
     rm -f "$1.pid.tmp"
@@ -76,16 +122,20 @@ jobtpu_wrapper() {
   fi
   JOBTPU_w_t=""
   if [ -n "${3:-}" ]; then JOBTPU_w_timer "$3" "$4" "$$" & JOBTPU_w_t=$!; fi
+  JOBTPU_w_r=""
+  if [ -n "${6:-}" ]; then JOBTPU_w_stopper "$6" "$7" "$8" "$$" & JOBTPU_w_r=$!; fi
   (
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
-    set -- "$BASH" "$2"
+    set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
     for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
       JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"
       export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"
     done
+    if [ -n "${5:-}" ]; then umask "$5"; fi
     exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
   )
   JOBTPU_w_c=$?
   if [ -n "$JOBTPU_w_t" ]; then kill "$JOBTPU_w_t" 2>/dev/null; wait "$JOBTPU_w_t"; fi
+  if [ -n "$JOBTPU_w_r" ]; then kill "$JOBTPU_w_r" 2>/dev/null; wait "$JOBTPU_w_r"; fi
   echo "$JOBTPU_w_c" > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
 }

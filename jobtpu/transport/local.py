@@ -15,8 +15,9 @@ from ..scripts import RUN_SCRIPT
 from .base import Endpoint, Result
 
 # The run root's containers (docs/design.md §4): in a shared home setgid and sticky, so every member
-# may add a job's folder and nobody may rename or delete another's; the owner's alone otherwise.
-CONTAINERS = ("meta", "jobs", "archives")
+# may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or delete another's;
+# the owner's alone otherwise.
+CONTAINERS = ("meta", "jobs", "archives", "stop")
 SHARED_CONTAINER = 0o3770
 PRIVATE_FOLDER = 0o700
 
@@ -88,11 +89,22 @@ class LocalTransport:
             local.mkdir(parents=True, exist_ok=True)
             into = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                safefs.copy_into(source, into)
+                self._copy(source, into, local)
             finally:
                 os.close(into)
             return
-        safefs.copy_into(source, into)
+        self._copy(source, into, local)
+
+    def _copy(self, source: Path, into: int, local: Path) -> None:
+        """copy_into, a failure said in one line: which file, why, and that what came before it stays."""
+        try:
+            safefs.copy_into(source, into)
+        except OSError as e:
+            where = e.filename or source
+            raise RemoteError(f"{self.endpoint.machine}: copying {where} into {local} stopped: "
+                              f"{e.strerror or e}; the files copied before it stay",
+                              hint="a file the job's account keeps to itself can only be fetched by that "
+                                   "account (or make it group-readable)") from None
 
     def close(self) -> None:
         pass

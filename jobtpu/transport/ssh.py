@@ -16,6 +16,7 @@ import re
 import select
 import shlex
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..errors import RemoteError, UnreachableError
 from ..fleet import Machine
 from ..home import Home
-from ..scripts import RUN_SCRIPT, make_dirs_script, serve_script
+from ..scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
 from ._paramiko import paramiko
 from .base import Endpoint, Result
 from .hostkeys import (
@@ -186,6 +187,7 @@ class SshTransport:
 
     # ---- running scripts -------------------------------------------------------------------------
     def run(self, script: str, timeout: float | None = None) -> Result:
+        script = PRIVATE_PREAMBLE + script
         # Until the script is sent, a failure means nothing ran there: say so (UnreachableError),
         # so a launch that never happened can go to another machine.
         try:
@@ -302,9 +304,11 @@ class SshTransport:
     def push(self, local: Path, remote: str) -> None:
         """rsync writes a temporary file of its own (mkstemp) next to the target and renames it: atomic
         on the worker, and concurrent copies never share one. --ignore-times: we push only when the
-        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped."""
+        worker asked for it, so a damaged copy with the right size and time is replaced, not skipped.
+        The copy, and any folder --mkpath makes, is the remote user's alone whatever its login umask."""
         mkpath = _rsync_has_mkpath()
-        args = ["-t", "--ignore-times", "--chmod=F644", *(["--mkpath"] if mkpath else []),
+        args = ["-t", "--ignore-times", "--chmod=D700,F600", "--rsync-path=umask 077 && rsync",
+                *(["--mkpath"] if mkpath else []),
                 str(local), self._remote(remote, source=False)]
         if not mkpath:
             self._mkdirs(remote)
@@ -329,7 +333,7 @@ class SshTransport:
         if into is None:
             local.mkdir(parents=True, exist_ok=True)
         dest, fds = (f"/proc/self/fd/{into}/", (into,)) if into is not None else (f"{local}/", ())
-        base = ["-rlpt", "--chmod=u+rwX"]
+        base = ["-rlpt", _pull_modes(os.fstat(into).st_mode if into is not None else local.stat().st_mode)]
         done = self._rsync([*base, self._remote(remote.rstrip("/") + "/", source=True), dest], "pull", fds)
         if done.returncode == 23:  # not a folder (or missing): try it as one file; its error is the one to show
             done = self._rsync([*base, self._remote(remote.rstrip("/"), source=True), dest], "pull", fds)
@@ -366,43 +370,60 @@ class SshTransport:
         except (paramiko.SSHException, OSError, EOFError) as e:  # nothing reached the shell
             self._drop_shell()
             raise UnreachableError(f"{self.label}: the kept SSH session failed: {e or type(e).__name__}") from None
+        late = f"the script did not finish within {timeout:g}s" if timeout is not None else ""
         try:
-            header = self._shell_line(shell, timeout, deadline).split()
+            self._receipt(shell, deadline, late)
+            header = self._shell_line(shell, deadline, late).split()
             if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
                 raise self._fail(f"the kept shell answered {b' '.join(header[:3])!r}, not a result")
             code, n_out, n_err = (int(w) for w in header)
-            out = self._shell_bytes(shell, n_out, timeout, deadline)
-            err = self._shell_bytes(shell, n_err, timeout, deadline)
+            out = self._shell_bytes(shell, n_out, deadline, late)
+            err = self._shell_bytes(shell, n_err, deadline, late)
         except BaseException:
             self._drop_shell()  # in an unknown state: the next script gets a new shell
             raise
         return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def _shell_fill(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> None:
+    def _receipt(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
+        """The kept shell says it has the script before running it (sh/serve.sh), within
+        connect_timeout: a kept connection whose host froze or vanished without closing it fails as
+        soon as a fresh connect would, not a script's whole timeout later. Not an UnreachableError:
+        the script may have arrived and run, only the word back was lost."""
+        limit = self.machine.connect_timeout
+        soon = time.monotonic() + limit
+        if deadline is not None and deadline <= soon:
+            soon, silent = deadline, late
+        else:
+            silent = f"no answer within {limit:g}s on the kept connection (connect_timeout)"
+        word = self._shell_line(shell, soon, silent)
+        if word != b"+":
+            raise self._fail(f"the kept shell answered {word[:40]!r}, not a receipt")
+
+    def _shell_fill(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            raise self._fail(f"the script did not finish within {timeout:g}s")
+            raise self._fail(late)
         shell.settimeout(left)
         try:
             chunk = shell.recv(1 << 16)
         except TimeoutError:
-            raise self._fail(f"the script did not finish within {timeout:g}s") from None
+            raise self._fail(late) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._fail(f"the kept SSH session failed: {e or type(e).__name__}") from None
         if not chunk:
             raise self._fail("the kept shell ended while the script ran (connection lost?)")
         self._shell_buffer += chunk
 
-    def _shell_line(self, shell: paramiko.Channel, timeout: float | None, deadline: float | None) -> bytes:
+    def _shell_line(self, shell: paramiko.Channel, deadline: float | None, late: str) -> bytes:
         while b"\n" not in self._shell_buffer:
-            self._shell_fill(shell, timeout, deadline)
+            self._shell_fill(shell, deadline, late)
         line, _, rest = bytes(self._shell_buffer).partition(b"\n")
         self._shell_buffer = bytearray(rest)
         return line
 
-    def _shell_bytes(self, shell: paramiko.Channel, n: int, timeout: float | None, deadline: float | None) -> bytes:
+    def _shell_bytes(self, shell: paramiko.Channel, n: int, deadline: float | None, late: str) -> bytes:
         while len(self._shell_buffer) < n:
-            self._shell_fill(shell, timeout, deadline)
+            self._shell_fill(shell, deadline, late)
         data = bytes(self._shell_buffer[:n])
         del self._shell_buffer[:n]
         return data
@@ -418,6 +439,15 @@ class SshTransport:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _pull_modes(folder_mode: int) -> str:
+    """What a pull gives what it creates, by the folder it lands in: in one its group may write (a
+    shared home's results/ID) the group's as the home's own files are (setgid folders, never
+    world-readable); elsewhere the worker's modes, made ours to write."""
+    if folder_mode & stat.S_IWGRP:
+        return "--chmod=Dug+rwx,Dg+s,Do-rwx,Fug+rwX,Fo-rwx"
+    return "--chmod=u+rwX"
 
 
 @functools.cache  # asked once a process: the installed rsync does not change under it

@@ -1,0 +1,172 @@
+"""`jobtpu import tpu-manager DATA_JSON`: read the old tool's data.json, print what it would create,
+and unless --dry-run write it through jobtpu's own writers (users.json, each user's settings.json,
+machines.json). The translation itself is importer.py's; docs/guide.md, "Moving from the TPU manager"."""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..errors import JobtpuError
+from ..home import Home
+from ..text import printable
+from .common import note
+
+if TYPE_CHECKING:
+    from ..settings import UserSettings
+
+
+class _Changes(NamedTuple):
+    """What the import would change, planned against the home before anything is written."""
+
+    plan: Any  # importer.Plan: the lines to print, and the differing entries kept
+    machines: dict[str, Any] | None  # machines.json's new document; None when it stays as it is
+    machines_mode: int | None
+    new_users: list[str]
+    settings: dict[str, UserSettings]  # user → their settings with the import applied, for those that change
+
+
+def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project: str | None) -> int:
+    from .. import importer
+    from ..settings import check_may_write
+
+    path = Path(data_json).expanduser()
+    try:
+        found = importer.translate(_read_json(path))
+    except importer.ShapeError as e:
+        raise JobtpuError(f"{path}: {e}", hint="pass the TPU manager's data.json; nothing was changed") from None
+    changes = _plan(home, found, force, project)
+    for user in changes.settings if not dry_run else []:
+        check_may_write(home, user)  # every refusal comes before the first line and the first write
+    _tell(found, changes.plan, dry_run)
+    if not dry_run and changes.plan.lines:
+        _write(home, changes)
+    return 0
+
+
+def _plan(home: Home, found: Any, force: bool, project: str | None) -> _Changes:
+    from .. import importer
+    from ..settings import load_settings
+    from ..users import load_users
+
+    plan = importer.Plan()
+    machines_doc, machines_mode = _machines_doc(home)
+    new_machines = importer.plan_machines(machines_doc, found.tpus, force, plan)
+    _plan_project(new_machines, found.tpus, project, force, plan)
+    if new_machines != machines_doc:
+        _check_loads(home, new_machines)  # a document jobtpu would refuse is never written
+    team = load_users(home) or []
+    new_users = [u.name for u in found.users if u.name not in team]
+    plan.lines[:0] = [f"user {name}" for name in new_users]
+    settings = {}
+    for user in found.users:
+        have = load_settings(home, user.name)
+        wanted = importer.plan_settings(user, have, force, plan)
+        if wanted != have:
+            settings[user.name] = wanted
+    return _Changes(plan, new_machines if new_machines != machines_doc else None, machines_mode, new_users, settings)
+
+
+def _tell(found: Any, plan: Any, dry_run: bool) -> None:
+    """What was left out on stderr; what is (or would be) imported on stdout, a line each."""
+    for line in [*found.refused, *found.skipped, *plan.kept]:
+        note(line)
+    if found.jobs_left:
+        note(f"left {found.jobs_left} job(s) of the old tool: jobs are not imported; "
+             "submit them again with `jobtpu submit` once the old tool has stopped them")
+    for line in plan.lines:
+        print(printable(("would import: " if dry_run else "") + line))
+    if not plan.lines:
+        note("nothing to import: this home already has everything data.json holds")
+
+
+def _write(home: Home, changes: _Changes) -> None:
+    """Through jobtpu's own writers: machines.json atomically, then users.json, then each user's settings."""
+    from ..settings import update_settings
+    from ..users import add_user, load_users
+
+    if changes.new_users and load_users(home) is None:
+        note("started users.json with these users: from now on a user not on it is refused "
+             "(`jobtpu user add NAME` adds one)")
+    if changes.machines is not None:
+        _write_machines(home, changes.machines, changes.machines_mode)
+    for name in changes.new_users:
+        add_user(home, name)
+    for name, wanted in changes.settings.items():
+        update_settings(home, name, functools.partial(_take, wanted=wanted))
+
+
+def _read_json(path: Path) -> Any:
+    import orjson
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise JobtpuError(f"{path}: cannot read it ({e.strerror or e})",
+                          hint="pass the TPU manager's data.json; nothing was changed") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise JobtpuError(f"{path}: not JSON ({e})", hint="pass the TPU manager's data.json; nothing was changed") from None
+
+
+def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
+    """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
+    from ..fleet import load_fleet
+    from ..safefs import read_regular
+    from ..store import parse_json_file
+    from .team import LOCAL_ONLY
+
+    try:
+        data = read_regular(home.machines_file)
+        mode: int | None = stat.S_IMODE(os.stat(home.machines_file).st_mode)
+    except FileNotFoundError:
+        return dict(parse_json_file(home.machines_file, LOCAL_ONLY)), None
+    load_fleet(home)  # a file jobtpu refuses is refused here too, in the same words, before anything is added
+    return dict(parse_json_file(home.machines_file, data)), mode
+
+
+def _plan_project(doc: dict[str, Any], tpus: list[Any], project: str | None, force: bool, plan: Any) -> None:
+    """TPU machines need gcp.project, which data.json does not hold: --project gives it."""
+    found = doc.get("gcp")
+    gcp: dict[str, Any] = found if isinstance(found, dict) else {}
+    have = gcp.get("project")
+    if project is not None and project != have:
+        if have and not force:
+            plan.kept.append(f"kept gcp.project = {have}, differs ({project}): use --force")
+        else:
+            doc["gcp"] = {**gcp, "project": project}
+            plan.lines.append(f"gcp.project = {project}" + (f" (was {have})" if have else ""))
+            return
+    if tpus and not have:
+        raise JobtpuError("data.json's TPUs need the Google Cloud project they live in, which it does not say",
+                          hint="pass --project PROJECT (it goes to machines.json's gcp.project); nothing was changed")
+
+
+def _check_loads(home: Home, doc: dict[str, Any]) -> None:
+    from ..fleet import check_machines
+
+    check_machines(home, _encoded(doc))
+
+
+def _encoded(doc: dict[str, Any]) -> bytes:
+    import json
+
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _write_machines(home: Home, doc: dict[str, Any], mode: int | None) -> None:
+    from ..home import write_atomic
+
+    home.ensure()
+    write_atomic(home.machines_file, _encoded(doc), mode=mode)
+
+
+def _take(settings: UserSettings, wanted: UserSettings) -> None:
+    """The planned values, over what the file holds now (update_settings reads it again under its lock)."""
+    settings.dirs.update(wanted.dirs)
+    settings.aliases.update(wanted.aliases)
+    settings.time_zone = wanted.time_zone

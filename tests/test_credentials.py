@@ -1,0 +1,171 @@
+"""Credentials that cannot be used are one short line naming the file, the cause and what to do
+(jobtpu/errors.py's credentials_message), for the TPU API (gcp.credentials) and the team sheet
+(sheet.credentials): the errors google-auth and the OS raise, then the CLI paths that meet them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobtpu.errors import credentials_cause, credentials_message
+from tests.accounts import Team
+from tests.fake_sheets import FakeSheetsApi
+from tests.helpers import jobtpu, make_home
+
+KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
+INCOMPLETE = '{"type": "service_account", "project_id": "p"}'
+BAD_PEM = json.dumps({"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com", "private_key_id": "1",
+                      "private_key": "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n",
+                      "token_uri": "https://oauth2.googleapis.com/token"})
+# What a key file holds → the cause said (None: no file there).
+FILES = [(None, "no such file"), ("", "not a JSON key file"), ("not json {", "not a JSON key file"),
+         ("[1, 2]", "not a JSON key file"), ('{"type": "api_key"}', 'not a service-account key (no known "type")'),
+         ("{}", 'not a service-account key (no known "type")'),
+         (INCOMPLETE, "an incomplete service-account key (no "), (BAD_PEM, "its private_key is not a valid key")]
+
+
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A folder with a short path, as a key file's usually is (/home/alice/keys): lines are measured with it."""
+    folder = Path(tempfile.mkdtemp(prefix="k"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def key_file(folder: Path, text: str | None) -> Path:
+    path = folder / "sa.json"
+    if text is not None:
+        path.write_text(text)
+    return path
+
+
+def tpu_load(path: Path) -> BaseException:
+    import google.auth
+
+    with pytest.raises(Exception) as raised:
+        google.auth.load_credentials_from_file(str(path), scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    return raised.value
+
+
+def sheet_load(path: Path) -> BaseException:
+    from jobtpu import sheet
+
+    with pytest.raises(Exception) as raised:
+        sheet._key_file(path)
+    return raised.value
+
+
+@pytest.mark.parametrize(("text", "cause"), FILES)
+@pytest.mark.parametrize("load", [tpu_load, sheet_load])
+def test_each_broken_key_file_is_named_with_its_cause_and_the_fix(short: Path, text: str | None, cause: str,
+                                                                  load: object) -> None:
+    path = key_file(short, text)
+    error = load(path)  # type: ignore[operator]
+    assert credentials_cause(error).startswith(cause), (credentials_cause(error), repr(error))
+    line = credentials_message("TPU API", "gcp.credentials", str(path), error)
+    assert line.startswith(f"TPU API credentials '{path}': {cause}")
+    assert line.endswith("; set gcp.credentials to a valid service-account key file")
+    assert len(line) < 200 and "\n" not in line and "http" not in line, line
+
+
+@pytest.mark.parametrize(("error", "cause"), [
+    (PermissionError(13, "Permission denied"), "not readable by this account (permission denied)"),
+    (IsADirectoryError(21, "Is a directory"), "a folder, not a key file"),
+    (ValueError("('Failed to load service account credentials from /k/sa.json', "
+                "MalformedError('Service account info was not in the expected format, missing fields token_uri.'))"),
+     "an incomplete service-account key (no token_uri)"),
+])
+def test_errors_of_the_os_and_of_google_auth_read_alike(error: BaseException, cause: str) -> None:
+    assert credentials_cause(error) == cause
+
+
+def test_missing_application_default_credentials_are_one_short_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    import google.auth
+    from google.auth import exceptions
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # no gcloud login here
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # nor a metadata server
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    with pytest.raises(exceptions.DefaultCredentialsError) as raised:
+        google.auth.default()
+    assert "https://" in str(raised.value)  # Google's text: a paragraph and a URL
+    line = credentials_message("Sheets", "sheet.credentials", "default", raised.value)
+    assert line == ("Sheets credentials 'default': no application-default credentials on this machine; "
+                    "run `gcloud auth application-default login`, or set sheet.credentials to a key file")
+    refused = exceptions.RefreshError("invalid_grant: Invalid JWT Signature.",
+                                      {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+    assert credentials_cause(refused) == "Google refused it (invalid_grant: Invalid JWT Signature.)"
+
+
+# ---- through the CLI ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "cause"), [(None, "no such file"), ("not json {", "not a JSON key file"),
+                                             (INCOMPLETE, "an incomplete service-account key")])
+def test_sheet_sync_with_a_broken_key_file_says_which_and_why_in_one_line(tmp_path: Path, short: Path,
+                                                                         text: str | None, cause: str) -> None:
+    api = FakeSheetsApi().start()
+    api.add_spreadsheet(KEY, ("jobtpu",))
+    try:
+        path = key_file(short, text)
+        home = make_home(tmp_path, {"v3-a": {"kind": "local", "accelerator": "v3-8"}},
+                         sheet={"spreadsheet": KEY, "credentials": str(path), "api_endpoint": api.endpoint})
+        done = jobtpu(home, "sheet", "sync", check=False)
+        assert done.returncode == 1 and done.stdout == "", done.stdout
+        [line] = done.stderr.splitlines()
+        assert line == (f"jobtpu: error: sheet: Sheets credentials '{path}': {cause}"
+                        + line.split(cause, 1)[1]), line
+        assert line.endswith("; set sheet.credentials to a valid service-account key file")
+        assert len(line) < 200 and "http" not in line and "Traceback" not in done.stderr
+        shown = jobtpu(home, "sheet", "show", check=False)  # a command that raises it: the same one line
+        assert shown.returncode == 1 and shown.stderr.splitlines() == [line.replace("error: sheet: ", "error: ")]
+        passed = jobtpu(home, "manage")
+        assert [x for x in passed.stderr.splitlines() if "credentials" in x] == [line.replace("jobtpu: error: ", "")]
+        assert api.requests_made() == []
+    finally:
+        api.close()
+
+
+def test_manage_with_a_broken_gcp_key_file_says_which_and_why_in_one_line(tmp_path: Path, short: Path) -> None:
+    path = key_file(short, "not json {")
+    home = make_home(tmp_path, {"local": {"kind": "local"},
+                                "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}},
+                     gcp={"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": str(path)})
+    for _ in range(2):  # every pass, one line
+        done = jobtpu(home, "manage")
+        assert "Traceback" not in done.stderr, done.stderr
+        [line] = [x for x in done.stderr.splitlines() if "credentials" in x]
+        assert line == (f"jobtpu: TPU API credentials '{path}': not a JSON key file; set gcp.credentials to a valid "
+                        "service-account key file; TPU machines wait"), line
+        assert len(line) < 200
+    detail = {m["name"]: m for m in json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]}["t"]["detail"]
+    assert "not a JSON key file" in detail
+
+
+def test_a_key_file_the_account_cannot_read_is_named_with_the_cause(team: Team, short: Path) -> None:
+    alice = team.accounts[0]
+    key = key_file(short, INCOMPLETE)
+    key.chmod(0o600)  # root's: alice may not read it
+    short.chmod(0o755)
+    home = team.private_folder(alice, "home")
+    (home / "machines.json").write_text(json.dumps({
+        "machines": {"t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}},
+        "gcp": {"project": "p", "api_endpoint": "http://127.0.0.1:9", "credentials": str(key)},
+        "sheet": {"spreadsheet": KEY, "credentials": str(key), "api_endpoint": "http://127.0.0.1:9"}}))
+    os.chown(home / "machines.json", team.uid(alice), team.uid(alice))
+    synced = team.run(alice, "--home", str(home), "sheet", "sync", check=False)
+    assert synced.returncode == 1 and synced.stderr.splitlines() == [
+        f"jobtpu: error: sheet: Sheets credentials '{key}': not readable by this account (permission denied); "
+        "set sheet.credentials to a valid service-account key file"], synced.stderr
+    passed = team.run(alice, "--home", str(home), "manage")
+    assert f"jobtpu: TPU API credentials '{key}': not readable by this account (permission denied); " \
+        "set gcp.credentials to a valid service-account key file; TPU machines wait" in passed.stderr.splitlines()
