@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
-        words = list(sys.argv[1:] if args is None else args)
+        words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
         at = words.index("--") if self.after_dashes and "--" in words else len(words)
         if not self._subparsers:  # a command's own parser: its mistakes are named with its own --help
             self._check_options(words[:at])
@@ -97,6 +97,27 @@ class _Parser(argparse.ArgumentParser):
             self._check_value(action, value)
             return value
         return super()._get_values(action, arg_strings)
+
+
+# Options whose value is itself command-line words, so usually starts with dashes: argparse would
+# take `--on-resume --config.x=1` for two options and say the first lacks its value.
+DASHED_VALUES = frozenset({"--on-resume"})
+
+
+def _attach_dashed_values(words: list[str]) -> list[str]:
+    """`--on-resume VALUE` → `--on-resume=VALUE` (before any "--", after which words are a command's)."""
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i] == "--":
+            return out + words[i:]
+        if words[i] in DASHED_VALUES and i + 1 < len(words):
+            out.append(f"{words[i]}={words[i + 1]}")
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out
 
 
 def _usage_hint(message: str) -> str | None:
@@ -197,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "one whose files include .ssh, .gnupg, .aws, .config/gcloud or a private key (refused otherwise)")
         p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
         p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
+        p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
+                       "{zone}, {region} and {job} are filled in (--on-resume '--config.load_from=gs://ckpt-{region}/run{job}')")
         p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
         p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
                        "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
@@ -283,15 +306,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the same as JSON")
 
     p = add("tpu", "TPU node operations through the TPU API")
-    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete"),
-                   help="describe or status (read), apply (create), reapply (recreate) or delete the node")
+    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup", "restart"),
+                   help="describe or status (read), apply (create), reapply (recreate) or delete the node; "
+                        "setup: run the machine's setup commands again on every worker now; restart: stop "
+                        "and start the node (single-host v4 and newer)")
     p.add_argument("name", help="the TPU machine, as machines.json names it")
     p.add_argument("--json", action="store_true", help="what describe shows, as JSON")
+    p.add_argument("--force", action="store_true", help="setup: run even while a job runs there")
 
     p = add("doctor", "check a machine: reachable, disk, python, TPU device, stale lock file")
     p.add_argument("name", help="the machine, as machines.json names it")
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")
+    p.add_argument("--accelerator", action="store_true",
+                   help="also check the TPU answers on every worker (JAX's devices, else the device files)")
 
     p = add("events", "what happened to jobs and machines (the home's events.jsonl), oldest first")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until interrupted")
@@ -505,8 +533,8 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "release": lambda home, a: batch.hold(home, _selector(a), release=True, force=a.force),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
-    "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix),
-    "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json),
+    "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix, a.accelerator),
+    "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json, a.force),
     "rules": lambda home, a: rules.show_rules(home, a.json),
     "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
     "report": lambda home, a: watch.report(home, a.ids, a.tag, a.html),

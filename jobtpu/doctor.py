@@ -8,7 +8,7 @@ import getpass
 import shutil
 from collections.abc import Callable
 
-from .errors import BusyError, RemoteError
+from .errors import BusyError, JobtpuError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
 from .scripts import (
@@ -35,18 +35,24 @@ LOCAL_TOOLS = ("python3", "tar")
 Line = tuple[str, bool]  # (text, is a problem)
 
 
-def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None]) -> list[str]:
+def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None],
+           accelerator: bool = False) -> list[str]:
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
-    a pass that is launching it."""
-    with pass_lock(home, 60.0) if fix else contextlib.nullcontext(True) as got:
+    a pass that is launching it. `accelerator` adds the check of accelerator.py."""
+    if accelerator and not machine.is_tpu:
+        raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
+                          hint=f"run `jobtpu doctor {machine.name}` without it")
+    # --accelerator too: JAX opens the TPU for a moment, and a job launched meanwhile could not.
+    with pass_lock(home, 60.0) if fix or accelerator else contextlib.nullcontext(True) as got:
         if not got:
             raise BusyError(f"a manage pass has held {home.pass_lock} for over 60s",
                             hint="wait for it to finish, or look for a stuck `jobtpu manage`")
-        return _doctor(home, fleet, machine, fix, report)
+        return _doctor(home, fleet, machine, fix, report, accelerator)
 
 
-def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None]) -> list[str]:
+def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None],
+            accelerator: bool = False) -> list[str]:
     lines: list[Line] = []
     if machine.kind != "local" and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
@@ -68,6 +74,10 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
     for worker_lines in parallel(lambda ep: _check_worker(session, machine, ep, fix), eps):
         lines.extend(worker_lines)
     lines.extend(_tpu_checks(session, machine, eps, fix))
+    if accelerator:
+        from .accelerator import accelerator_checks
+
+        lines.extend(accelerator_checks(session, machine, eps, _label))
     for text, _ in lines:
         report(text)
     return [text for text, problem in lines if problem]

@@ -31,11 +31,15 @@ from .store import parse_json_file
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
     from .sheet import SheetConfig
 
+# Matched case-insensitively, as the old TPU manager did ("GRPC Error" too). The last two of grpc are
+# the machine failing, not the job: libtpu crashing as its runtime tears down, and a worker whose
+# python is gone (a half-set-up or wiped disk); the rule's recovery (resume, or reapply's new node)
+# is what helps, where `exit N` would end the job. "Allocation type" heads XLA's out-of-memory report.
 DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
     "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
-             "UNAVAILABLE: ", "StatusCode.UNAVAILABLE"),
-    "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OutOfMemoryError",
-            "CUDA out of memory", "Ran out of memory in memory space"),
+             "UNAVAILABLE: ", "StatusCode.UNAVAILABLE", "Attempt to free invalid pointer",
+             "python: No such file or directory"),
+    "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "OutOfMemoryError", "Allocation type"),
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MACHINE_NAME = _NAME  # what a machine's name or alias may be (importer.py checks names with it)
@@ -111,10 +115,11 @@ class Gcp(_Keys):
 
 
 class ErrorPatterns(_Keys):
-    """A class given replaces that class's default list."""
+    """A class given replaces that class's default list, or adds to it with `"extend": true`."""
 
     grpc: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
     oom: Annotated[list[NonEmptyText] | UnsetType, Meta(description="must be a list of non-empty strings")] = UNSET
+    extend: Annotated[bool, Meta(description="must be true or false")] = False
 
 
 _Limit = Annotated[Annotated[int, Meta(ge=0)] | None | UnsetType, Meta(description="must be a whole number ≥ 0, or null (no limit)")]
@@ -372,12 +377,22 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
         # the pass had started writing to the home.
         raise _Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
     _check_aliases(machines)
-    patterns = dict(DEFAULT_ERROR_PATTERNS)
-    patterns.update((key, tuple(value)) for key, value in msgspec.to_builtins(doc.error_patterns).items())
+    patterns = error_patterns(doc.error_patterns)
     per_user, user_limits = _limits(doc.limits)
     return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
                  error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
                  notify=_notify(doc.notify))
+
+
+def error_patterns(given: ErrorPatterns) -> dict[str, tuple[str, ...]]:
+    """The defaults, each class given replacing its list (a team's own words only), or with
+    `extend` added after it (the defaults keep matching what they always did)."""
+    patterns = dict(DEFAULT_ERROR_PATTERNS)
+    for key in ("grpc", "oom"):
+        value = getattr(given, key)
+        if value is not UNSET:
+            patterns[key] = tuple(dict.fromkeys((*patterns[key], *value) if given.extend else value))
+    return patterns
 
 
 def _notify(raw: Raw | UnsetType) -> list[Any]:

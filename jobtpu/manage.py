@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from .fleet import Fleet, Machine, load_fleet
 from .goodput import progress_of
 from .home import Home
 from .model import Job, MachineRecord, Status
+from .placement import Place, on_resume_words, place_env
 from .safefs import UnsafePath
 from .scripts import (
     TAIL_BYTES,
@@ -367,13 +369,14 @@ def stop_all(p: Session, kills: list[Kill], now: float) -> None:
             want_back(p.state.machine(machine.name))
 
 
-def job_env(job: Job, machine: Machine, worker: int, workers: int, secrets: dict[str, str]) -> dict[str, str]:
+def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str]) -> dict[str, str]:
     """The job's environment in the order it is applied: jobtpu's own variables first, so that an
     --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
     env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
-        "JOBTPU_NUM_WORKERS": str(workers), "JOBTPU_MACHINE": machine.name,
+        "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
+        **place_env(place, place.hosts[worker], job.id, job.attempt),
     }
     for resource, indices in job.alloc.items():
         if resource != "slot":
@@ -407,10 +410,12 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+    place = place_of(p, machine, eps)
+    command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
 
     def one(ep: Endpoint) -> tuple[int, LaunchReport]:
         spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
-                          job.full_command(), job_env(job, machine, ep.index, action.workers, secrets),
+                          command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
         try:
@@ -421,6 +426,15 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
 
     reports = dict(parallel(one, eps))
     return launched(job, machine, reports, now)
+
+
+def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
+    """Where the attempt runs: a TPU's zone in use (capacity errors may have moved it) and node; a
+    box's workers by the addresses jobtpu reaches them at (the local machine by its host name)."""
+    hosts = tuple(ep.addr or socket.gethostname() for ep in eps)
+    zone = (p.state.machine(machine.name).zone or machine.zone) if machine.is_tpu else machine.zone
+    return Place(zone=zone or "", node=(machine.node or "") if machine.is_tpu else "",
+                 accelerator=machine.accelerator or "", hosts=hosts)
 
 
 def early_signal(job: Job) -> tuple[str, float] | None:

@@ -169,6 +169,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     env: dict[str, str] = msgspec.field(default_factory=dict)
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
+    on_resume: str | None = None  # submit --on-resume: words added on resumed attempts, placeholders unfilled
     max_recoveries: int = 20
     recoveries: int = 0
     timeout: Number | None = None  # seconds of wall time per attempt
@@ -220,11 +221,14 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         """The attempt now launching/running, or the last one that ran."""
         return self.attempts[-1] if self.attempts and self.attempts[-1].n == self.attempt else None
 
-    def full_command(self) -> str:
-        """The command as a shell runs it: cmd plus the config overrides (already shell-quoted)."""
+    def full_command(self, resume_words: str = "") -> str:
+        """The command as a shell runs it: cmd plus the config overrides (already shell-quoted), and
+        on a resumed attempt its --on-resume words (`resume_words`, placeholders filled)."""
         words = list(self.overrides)
         if self.log_stage:
             words.append(f"--config.stage={self.attempt}")
+        if self.resume and resume_words:
+            words.append(resume_words)
         return " ".join([self.cmd, *words]) if words else self.cmd
 
     def queued_by_hand(self) -> None:

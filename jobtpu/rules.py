@@ -21,10 +21,12 @@ RECREATE_RERUN = "recreate-rerun"
 
 
 def classify(exit_code: int, log_tail: str, patterns: Mapping[str, Sequence[str]]) -> str:
-    """A non-zero exit becomes `oom` or `grpc` when the log tail shows it, else `exit N`.
+    """A non-zero exit becomes `oom` or `grpc` when the log tail shows it, else `exit N`; patterns
+    match in any case, as the old TPU manager's did (`GRPC Error`, `grpc error`).
     oom is checked first: an out-of-memory crash often ends in a cascade of RPC errors."""
+    tail = log_tail.casefold()
     for word in (model.OOM, model.GRPC):
-        if any(pattern in log_tail for pattern in patterns.get(word, ())):
+        if any(pattern.casefold() in tail for pattern in patterns.get(word, ())):
             return word
     return model.exit_reason(exit_code)
 

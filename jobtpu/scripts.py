@@ -285,6 +285,25 @@ def parse_tpu_doctor(stdout: str) -> tuple[list[TpuHolder], bool]:
     return holders, lock
 
 
+def tpu_accelerator_script(root: str, device_dir: str) -> str:
+    """`DEVICE path`, `HOLDER pid comm ours|stale`, then `JAX count` | `JAX error TEXT` | `NOJAX`."""
+    return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_accelerator", root, device_dir)])
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceleratorFacts:
+    devices: list[str]
+    holders: list[TpuHolder]
+    jax: str | None  # the device count JAX saw, "error TEXT", or None: no jax (or not run: the device is held)
+
+
+def parse_tpu_accelerator(stdout: str) -> AcceleratorFacts:
+    holders, _ = parse_tpu_doctor(stdout)
+    devices = [line[len("DEVICE "):] for line in stdout.splitlines() if line.startswith("DEVICE ")]
+    jax = next((line[len("JAX "):] for line in stdout.splitlines() if line.startswith("JAX ")), None)
+    return AcceleratorFacts(devices, holders, jax)
+
+
 # ---- machine setup (TPU incarnations) ---------------------------------------------------------------
 
 def setup_tag(incarnation: str) -> str:
@@ -296,6 +315,12 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; report one line:
     `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
+
+
+def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) -> str:
+    """`jobtpu tpu setup`: the setup commands in the foreground, their output, then `SETUP done` |
+    `SETUP failed CODE` | `SETUP running` (a pass's setup still runs there)."""
+    return render(("common.sh", "setup.sh"), [call("jobtpu_setup_now", root, tag, int(worker), *commands)])
 
 
 def setup_outcome(stdout: str) -> str:

@@ -24,7 +24,7 @@ from .model import Job
 from .trust import account_name, why_untrusted
 
 SPECS = "specs"
-LAUNCH_FIELDS = ("user", "cmd", "overrides", "log_stage", "env", "archive")
+LAUNCH_FIELDS = ("user", "cmd", "overrides", "log_stage", "on_resume", "env", "archive")
 MAX_SPEC_BYTES = 1 << 20
 
 
@@ -35,7 +35,8 @@ def spec_path(job_id: int) -> PurePath:
 def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> dict[str, Any]:
     uid = os.geteuid()
     return {"id": job.id, "uid": uid, "account": account_name(uid), "user": job.user, "cmd": job.cmd,
-            "overrides": list(job.overrides), "log_stage": job.log_stage, "env": dict(job.env),
+            "overrides": list(job.overrides), "log_stage": job.log_stage,
+            "on_resume": job.on_resume, "env": dict(job.env),
             "archive": job.archive, "secrets": sorted(secret_names)}
 
 

@@ -270,6 +270,17 @@ class TpuApi:
             return None
         return str(op.operation.name)
 
+    def stop_node(self, machine: Machine) -> str:
+        """Start stopping the node (its VM and disk are kept); the operation's name."""
+        op = self._call(f"stop {machine.node}", "stop_node",
+                        request={"name": f"{self._parent(str(machine.zone))}/nodes/{machine.node}"})
+        return str(op.operation.name)
+
+    def start_node(self, machine: Machine) -> str:
+        op = self._call(f"start {machine.node}", "start_node",
+                        request={"name": f"{self._parent(str(machine.zone))}/nodes/{machine.node}"})
+        return str(op.operation.name)
+
     def operation(self, name: str) -> OpInfo:
         try:
             op = self._call(f"operation {name}", "get_operation", request={"name": name})

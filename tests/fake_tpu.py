@@ -381,7 +381,10 @@ class FakeTpuApi:
             hook: Callable[[str], None] | None = None
             if self.worker_hooks is not None and pend.error is None:
                 hook = {"create": self.worker_hooks.on_create_ready,
-                        "delete": self.worker_hooks.on_delete}.get(pend.kind)
+                        "delete": self.worker_hooks.on_delete,
+                        # A stopped VM keeps its disk and host keys (hooks a fleet may lack).
+                        "stop": getattr(self.worker_hooks, "on_stop", None),
+                        "start": getattr(self.worker_hooks, "on_start", None)}.get(pend.kind)
             try:
                 if hook is not None:
                     hook(key[1])

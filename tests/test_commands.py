@@ -107,3 +107,19 @@ def test_a_short_status_table_leaves_nothing_out(tmp_path: Path) -> None:
         state.next_id = 3
     table = jobtpu(home, "status", env={"COLUMNS": "200"}).stdout
     assert _ids_in_table(table) == [1, 2] and "not shown" not in table
+
+
+def test_on_resume_takes_dashed_words_and_refuses_an_unknown_placeholder(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true",
+                  "--on-resume", "--from=gs://b-{region}/{run_id} --home=${HOME}", check=False)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.splitlines()[0] == "jobtpu: error: --on-resume names unknown placeholder {run_id}"
+    assert "Traceback" not in done.stderr and not (home / "state.json").exists()
+    # A value that starts with dashes is the option's value, not another option (docs/reference.md §2.2).
+    job = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true",
+                 "--on-resume", "--config.load_from=gs://ckpt-{region}/run{job}").stdout.strip()
+    record = json.loads(jobtpu(home, "status", job, "--json").stdout)
+    assert record["jobs"][0]["on_resume"] == "--config.load_from=gs://ckpt-{region}/run{job}"

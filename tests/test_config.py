@@ -95,6 +95,13 @@ def test_the_reference_example(tmp_path: Path) -> None:
     assert fleet.error_patterns["oom"] == DEFAULT_ERROR_PATTERNS["oom"]
 
 
+def test_error_patterns_extend_the_defaults_when_asked(tmp_path: Path) -> None:
+    fleet = load(tmp_path, {"error_patterns": {"extend": True, "grpc": ["NCCL timeout", "Socket closed"]}})
+    assert fleet.error_patterns["grpc"] == (*DEFAULT_ERROR_PATTERNS["grpc"], "NCCL timeout")
+    assert fleet.error_patterns["oom"] == DEFAULT_ERROR_PATTERNS["oom"]
+    assert "'error_patterns.extend' must be true or false" in refused(tmp_path, {"error_patterns": {"extend": "yes"}})
+
+
 def test_defaults_are_overridden_per_machine(tmp_path: Path) -> None:
     fleet = load(tmp_path, {
         "defaults": {"user": "ubuntu", "port": 2222, "root": "/srv/jr", "connect_timeout": 5,
@@ -278,7 +285,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("alias null", {"config_aliases": {"lr": None}}, "'config_aliases' must map short names to config keys"),
     ("patterns null", {"error_patterns": None}, "'error_patterns' must be an object (got None)"),
     ("pattern number", {"error_patterns": {"oom": [5]}}, "'error_patterns.oom' must be a list of non-empty strings"),
-    ("patterns unknown", {"error_patterns": {"hang": ["x"]}}, "unknown key 'hang' in error_patterns (valid: grpc, oom)"),
+    ("patterns unknown", {"error_patterns": {"hang": ["x"]}}, "unknown key 'hang' in error_patterns (valid: grpc, oom, extend)"),
     # one machine
     ("machine null", {"machines": {"t": None}}, "machine 't' must be an object"),
     ("machine array", {"machines": {"t": [TPU_T]}}, "machine 't' must be an object"),

@@ -426,6 +426,22 @@ def test_classify() -> None:
     assert rules.classify(1, "GRPC error", {"grpc": (), "oom": ()}) == "exit 1"
 
 
+@pytest.mark.parametrize(("tail", "reason"), [
+    ("jax.errors.JaxRuntimeError: GRPC Error received", model.GRPC),  # any case, as the old manager
+    ("grpc error: connection reset", model.GRPC),
+    ("Fatal Python error: Attempt to free invalid pointer 0x7f", model.GRPC),
+    ("bash: line 1: /opt/conda/bin/python: No such file or directory", model.GRPC),
+    ("deadline_exceeded while waiting for peers", model.GRPC),
+    ("Allocation type: HLO temp\n==========", model.OOM),
+    ("RuntimeError: CUDA Out Of Memory. Tried to allocate", model.OOM),
+    ("Ran out of memory in memory space hbm; GRPC error follows", model.OOM),  # oom wins over its cascade
+    ("python3: can't open file 'train.py': No such file", "exit 1"),
+    ("", "exit 1"),
+])
+def test_classify_default_words(tail: str, reason: str) -> None:
+    assert rules.classify(1, tail, DEFAULT_ERROR_PATTERNS) == reason
+
+
 # ---- endings and requeue -------------------------------------------------------------------------------------
 
 def test_resume_sets_the_flag_and_next_attempt_rerun_clears_it() -> None:

@@ -8,6 +8,7 @@ import pty
 import re
 import select
 import signal
+import socket
 import subprocess
 import tarfile
 import time
@@ -52,7 +53,10 @@ def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:
     assert re.fullmatch(rf"[0-9a-f]{{16}}\.{job_id}\.0\.0", out["env"].pop("JOBTPU_MARK"))
     assert out["env"] == {"JOBTPU_JOB_ID": str(job_id), "JOBTPU_ATTEMPT": "0", "JOBTPU_RESUME": "0",
                           "JOBTPU_WORKER": "0", "JOBTPU_NUM_WORKERS": "1", "JOBTPU_MACHINE": "local",
-                          "JOBTPU_GPU": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "MY_VAR": "x y"}
+                          "JOBTPU_GPU": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "MY_VAR": "x y",
+                          # Where it runs (§8.2): the local machine has no zone nor accelerator.
+                          "JOBTPU_ZONE": "", "JOBTPU_REGION": "", "JOBTPU_NODE": socket.gethostname(),
+                          "JOBTPU_ACCELERATOR": ""}
     archive = home / "archives" / jobs[job_id]["archive"]
     with tarfile.open(archive) as tar:
         names = {m.name.removeprefix("./") for m in tar.getmembers()}

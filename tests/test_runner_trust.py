@@ -164,6 +164,24 @@ def test_a_rewritten_cmd_in_state_json_never_runs(team: Team) -> None:
     assert (home / "specs").stat().st_mode & stat.S_ISVTX  # no member may rename another's spec
 
 
+def test_on_resume_words_written_into_state_json_never_run(team: Team) -> None:
+    """--on-resume is part of what runs: a member who adds it to another's job (and marks the next
+    attempt a resume) gets the job refused, as for its cmd."""
+    alice, bob = team.accounts
+    home = shared_home(team)
+    marker = team.shared_folder("marks") / "stolen"
+    job = submit(team, alice, home, "echo mine", "--on-resume", "--config.from=gs://b-{region}")
+    state = json.loads((home / "state.json").read_text())
+    for each in state["jobs"]:
+        if each["id"] == job:
+            assert each["on_resume"] == "--config.from=gs://b-{region}"
+            each["on_resume"], each["resume"] = f"; id -un > {marker}; chmod 666 {marker}", True
+    write_as(team, bob, home / "state.json", json.dumps(state))
+    got = ends(team, alice, home, job)
+    assert got["status"] == "failed" and "(on_resume)" in got["last_line"], got
+    assert not marker.exists()
+
+
 def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(team: Team, counter: Counter) -> None:
     alice, bob = team.accounts
     home = shared_home(team)

@@ -52,8 +52,10 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "doctor_script": lambda v: scripts.doctor_script(v, [v, "python3"], home_id=v),
     "tpu_doctor_script": lambda v: scripts.tpu_doctor_script(v, fix=False),
     "tpu_doctor_script:fix": lambda v: scripts.tpu_doctor_script(v, fix=True),
+    "tpu_accelerator_script": lambda v: scripts.tpu_accelerator_script(v, v),
     "setup_script": lambda v: scripts.setup_script(v, v, 0, [v, "echo hi"]),
     "setup_script:retry": lambda v: scripts.setup_script(v, scripts.setup_tag(v), 3, [], retry=True),
+    "setup_now_script": lambda v: scripts.setup_now_script(v, v, 1, [v, "echo hi"]),
     "serve_script": lambda v: scripts.serve_script(),
 }
 

@@ -149,6 +149,47 @@ def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: S
     assert out == f"w=2 n=3 host={fm.hosts[2].addr}\n"
 
 
+# Worker 0 serves the coordinator's address; the others reach it there, as torchrun's and
+# jax.distributed's workers do (docs/reference.md §8.2).
+RENDEZVOUS = """import os, socket, time
+env = {k: os.environ.get(k, '-') for k in ('JOBTPU_ZONE', 'JOBTPU_REGION', 'JOBTPU_NODE', 'JOBTPU_ACCELERATOR',
+                                          'JOBTPU_HOSTS', 'JOBTPU_COORDINATOR')}
+print(' '.join(f'{k}={v}' for k, v in env.items()), flush=True)
+addr, port = env['JOBTPU_COORDINATOR'].rsplit(':', 1)
+if os.environ['JOBTPU_WORKER'] == '0':
+    with socket.create_server((addr, int(port))) as server:
+        server.settimeout(20)
+        print('met', sorted(server.accept()[0].recv(8).decode() for _ in range(2)))
+else:
+    for _ in range(200):
+        try:
+            with socket.create_connection((addr, int(port)), timeout=2) as s:
+                s.sendall(os.environ['JOBTPU_WORKER'].encode())
+                break
+        except OSError:
+            time.sleep(0.1)
+"""
+
+
+def test_every_worker_of_a_box_knows_its_peers_and_meets_them_at_the_coordinator(ssh_fleet: SshFleet,
+                                                                                  tmp_path: Path) -> None:
+    fm = ssh_fleet.add_machine("pod", n_hosts=3)
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"pod": (fm, {"accelerator": "a100", "zone": "us-east1-c"})})
+    src = code_dir(tmp_path)
+    (src / "meet.py").write_text(RENDEZVOUS)
+    job = submit(home, src, "python3 meet.py")
+    state = manage_until(home, lambda s: s[job]["status"] in ("finished", "failed"), "the job to end")
+    assert state[job]["status"] == "finished", state[job]
+    addrs = [h.addr for h in fm.hosts]
+    lines = [log(home, job, 0, w).splitlines()[0] for w in range(3)]
+    coordinator = lines[0].split("JOBTPU_COORDINATOR=")[1]
+    assert coordinator.startswith(f"{addrs[0]}:") and 20000 <= int(coordinator.split(":")[1]) < 32000
+    assert lines == [f"JOBTPU_ZONE=us-east1-c JOBTPU_REGION=us-east1 JOBTPU_NODE={addr} JOBTPU_ACCELERATOR=a100 "
+                     f"JOBTPU_HOSTS={','.join(addrs)} JOBTPU_COORDINATOR={coordinator}" for addr in addrs]
+    assert "met ['1', '2']" in log(home, job, 0, 0)
+
+
 def test_quiet_pass_is_one_session_per_host_and_kill_stops_every_worker(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("pod", n_hosts=3)
     home = tmp_path / "home"

@@ -58,6 +58,14 @@ def test_grpc_failure_resumes_on_the_same_node_without_recreating(tmp_path: Path
     assert tpus.api.count("DELETE", "/nodes") == 0 and tpus.api.count("POST", "/nodes") == 0
 
 
+def test_a_grpc_error_in_any_case_is_resumed_by_the_default_rule(tmp_path: Path, tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first='echo "jax.errors.JaxRuntimeError: GRPC Error" >&2; exit 1'))
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), what="the job to end")
+    assert (job["status"], job["attempt"], job["rule"]) == ("finished", 1, None), job
+    assert [a["outcome"] for a in job["attempts"]] == ["grpc", "finished"]
+
+
 def test_a_hang_under_reapply_stops_the_workers_recreates_the_node_and_resumes(tmp_path: Path,
                                                                                tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
@@ -87,6 +95,40 @@ def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
     tpus.api.preempt(ZONE, "tpu-r")
     job = until(home, job_id, lambda j: j["status"] == "failed", what="the job to fail")
     assert (job["reason"], job["attempt"], job["recoveries"]) == ("preempted", 1, 1)
+
+
+SHOW = ('echo "attempt $JOBTPU_ATTEMPT worker $JOBTPU_WORKER node=$JOBTPU_NODE zone=$JOBTPU_ZONE '
+        'region=$JOBTPU_REGION acc=$JOBTPU_ACCELERATOR hosts=$JOBTPU_HOSTS coord=$JOBTPU_COORDINATOR args=$*"\n'
+        'if [ "$JOBTPU_ATTEMPT" = 0 ]; then sleep 300; fi\n')
+
+
+def test_a_recovered_attempt_gets_the_on_resume_arguments_and_knows_where_it_runs(tmp_path: Path,
+                                                                                 tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus)
+    (tmp_path / "src" / "show.sh").write_text(SHOW)
+    job_id = submit(home, tmp_path / "src", "bash show.sh", "--log-stage",
+                    "--on-resume", "--config.load_from=gs://ckpt-{region}/run{job} --resumes={attempt}")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    def printed() -> bool:
+        manage(home)
+        return all("attempt 0" in jobtpu(home, "tail", str(job_id), "--worker", str(w), check=False).stdout
+                   for w in (0, 1))
+    wait_for(printed, what="both workers of attempt 0 to print")
+    tpus.api.preempt(ZONE, "tpu-r")
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert [a["outcome"] for a in job["attempts"]] == ["preempted", "finished"], job
+    hosts = ",".join(h.addr for h in tpus.nodes["tpu-r"].hosts)
+    where = (f"node=tpu-r zone={ZONE} region=europe-west4 acc=v2-16 hosts={hosts} "
+             f"coord={tpus.nodes['tpu-r'].hosts[0].addr}:")
+    logs = {(a, w): jobtpu(home, "tail", str(job_id), "--attempt", str(a), "--worker", str(w)).stdout
+            for a in (0, 1) for w in (0, 1)}
+    for (attempt, worker), text in logs.items():
+        assert text.startswith(f"attempt {attempt} worker {worker} {where}"), text
+    assert logs[0, 0].endswith(" args=--config.stage=0\n")  # the first attempt: no --on-resume words
+    resumed = f" args=--config.stage=1 --config.load_from=gs://ckpt-europe-west4/run{job_id} --resumes=1\n"
+    assert logs[1, 0].endswith(resumed) and logs[1, 1].endswith(resumed)
+    coordinators = {text.split("coord=")[1].split()[0] for text in logs.values()}
+    assert len(coordinators) == 2  # one per attempt, the same on both workers
 
 
 def test_rule_pass_marks_a_preempted_job_failed(tmp_path: Path, tpus: TpuFleet) -> None:
@@ -222,3 +264,62 @@ def test_an_unreachable_tpu_api_is_said_in_one_short_line_once(tmp_path: Path) -
     assert jobtpu(home, "manage").stderr == ""  # nothing changed: a pass from cron stays quiet
     machine = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]
     assert (machine["state"], machine["detail"]) == ("unknown", reason)
+
+
+def test_tpu_setup_reruns_a_failed_setup_once_fixed_and_asks_for_force_under_a_job(tmp_path: Path,
+                                                                                  tpus: TpuFleet) -> None:
+    home = setup_home(tmp_path, tpus, setup=['test -e ~/fixed || { echo "no ~/fixed yet" >&2; exit 3; }',
+                                             'echo ready'])
+    state = lambda: json.loads(jobtpu(home, "machines", "--json").stdout)["machines"][0]  # noqa: E731
+    wait_for(lambda: manage(home) is not None and state()["state"] == "setup failed", what="the setup to fail")
+
+    failed = jobtpu(home, "tpu", "setup", "v2-16-p", check=False)
+    assert failed.returncode == 1, failed
+    assert failed.stdout.splitlines() == [
+        "[0] no ~/fixed yet", "[1] no ~/fixed yet",
+        "v2-16-p: setup failed on worker 0 (and 1 more): a setup command exited 3; fix it and run "
+        "`jobtpu tpu setup v2-16-p` again"]
+
+    (tpus.nodes["tpu-r"].home / "fixed").touch()
+    done = jobtpu(home, "tpu", "setup", "tpu-r")  # the node's name works as everywhere
+    assert done.stdout.splitlines() == ["[0] ready", "[1] ready", "v2-16-p: setup done on 2 workers"]
+    assert (state()["state"], state()["detail"]) == ("up", "ready (setup run by `jobtpu tpu setup`)")
+
+    job_id = submit(home, tmp_path / "src", "sleep 300")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    refused = jobtpu(home, "tpu", "setup", "v2-16-p", check=False)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines()[0] == f"jobtpu: error: v2-16-p runs job {job_id}: its setup would run under it"
+    forced = jobtpu(home, "tpu", "setup", "v2-16-p", "--force")
+    assert forced.stdout.splitlines()[-1] == "v2-16-p: setup done on 2 workers"
+    assert status(home)[job_id]["status"] == "running"
+
+
+def test_tpu_restart_stops_and_starts_a_single_host_node_and_sends_v3_to_reapply(tmp_path: Path,
+                                                                                 tpus: TpuFleet) -> None:
+    node = tpus.add_node("tpu-s", workers=1, accelerator="v4-8", preemptible=False)
+    tpus.add_node("tpu-r", workers=2, accelerator="v3-16", preemptible=True)
+    home = tpu_home(tmp_path, tpus, {"v4": tpus.machine_spec("tpu-s"), "v3": tpus.machine_spec("tpu-r")})
+    (node.home / "kept").write_text("on the disk")
+    job_id = submit(home, tmp_path / "src", "sleep 300", "--machine", "v4")
+    until(home, job_id, lambda j: j["status"] == "running", what="the job to run")
+    busy = jobtpu(home, "tpu", "restart", "v4", check=False)
+    assert busy.stderr.splitlines()[0] == f"jobtpu: error: v4 runs job {job_id}: a restart would kill it"
+    jobtpu(home, "kill", str(job_id))
+
+    done = jobtpu(home, "tpu", "restart", "v4", timeout=120)
+    assert done.stdout.splitlines() == [
+        "v4: stopping node tpu-s …", "v4: starting node tpu-s …",
+        "v4: node tpu-s restarted (READY); its disk was kept, so setup was not run again "
+        "(`jobtpu tpu setup v4` reruns it)"]
+    assert [e for e in tpus.events if e[1] == "tpu-s"] == [("stop", "tpu-s"), ("start", "tpu-s")]
+    assert tpus.api.count("POST", "/nodes/tpu-s:stop") == 1 and tpus.api.count("POST", "/nodes/tpu-s:start") == 1
+    again = submit(home, tmp_path / "src", "cat ~/kept", "--machine", "v4")
+    assert until(home, again, lambda j: j["status"] in ("finished", "failed"), what="the job after")["status"] == "finished"
+    assert jobtpu(home, "tail", str(again)).stdout == "on the disk"
+
+    refused = jobtpu(home, "tpu", "restart", "v3", check=False)
+    assert (refused.returncode, refused.stderr.splitlines()) == (1, [
+        "jobtpu: error: v3: TPU VMs of type v3-16 cannot be stopped (Google stops v4 and newer only)",
+        "hint: `jobtpu tpu reapply v3` deletes and recreates the node instead"])
+    assert tpus.api.count("POST", "/nodes/tpu-r:stop") == 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu.accelerator import expected_devices, worker_lines
 from jobtpu.scripts import parse_tpu_doctor
 from tests.helpers import jobtpu, wait_for
 from tests.tpufleet import TpuFleet, write_machines
@@ -43,6 +44,48 @@ def test_doctor_names_a_stale_tpu_device_holder_and_fix_stops_it(tpus: TpuFleet,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_doctor_accelerator_names_each_worker_without_a_device_and_who_holds_one(tpus: TpuFleet,
+                                                                                tmp_path: Path) -> None:
+    node = tpus.add_node("tpu-acc", workers=2, accelerator="v3-16")
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-acc"), "here": {"kind": "local"}})
+    labels = [f"v3[{w}] {h.addr}:{h.port}" for w, h in enumerate(node.hosts)]
+
+    # The workers' python3 has no jax: the device files answer, and there are none in /dev.
+    missing = jobtpu(home, "doctor", "v3", "--accelerator", check=False, timeout=120)
+    assert missing.returncode == 1, missing.stderr
+    for label in labels:
+        assert (f"{label}: problem: no TPU device file (/dev/accel*, /dev/vfio/N); the TPU is not attached "
+                "to this worker; `jobtpu tpu reapply v3` recreates the node") in missing.stderr, missing.stderr
+
+    dev = node.home / "dev"  # stand-ins for /dev/accel0-3, as /proc/<pid>/fd shows them
+    dev.mkdir()
+    for i in range(4):
+        (dev / f"accel{i}").touch()
+    env = {"JOBTPU_DEVICE_DIR": str(dev)}
+    found = jobtpu(home, "doctor", "v3", "--accelerator", check=False, timeout=120, env=env)
+    for label in labels:
+        assert (f"{label}: ok: 4 TPU device files ({dev}/accel0, {dev}/accel1, {dev}/accel2, {dev}/accel3), "
+                "held by no process (no jax on python3 to ask further)") in found.stderr, found.stderr
+
+    user = pwd.getpwnam(node.user)
+    with (dev / "accel2").open("rb") as held:
+        holder = subprocess.Popen([shutil.which("sleep") or "sleep", "300"], stdin=held, user=user.pw_uid,
+                                  group=user.pw_gid, cwd=node.home, env={"PATH": os.environ["PATH"]})
+    try:
+        busy = jobtpu(home, "doctor", "v3", "--accelerator", check=False, timeout=120, env=env)
+        assert busy.returncode == 1
+        assert (f"{labels[1]}: problem: the TPU device is held by process {holder.pid} (sleep), no job of "
+                "jobtpu's; `jobtpu doctor v3 --fix` stops it") in busy.stderr, busy.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+    local = jobtpu(home, "doctor", "here", "--accelerator", check=False)
+    assert (local.returncode, local.stderr.splitlines()[0]) == (
+        1, "jobtpu: error: --accelerator checks a TPU machine's workers; here is a local machine")
 
 
 @pytest.mark.fast
@@ -77,3 +120,28 @@ def test_a_setup_command_that_begins_with_a_dash_runs_as_a_script(tpus: TpuFleet
     machines = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     assert (node.home / "setup.log").read_text() == "ran\n", machines
     assert "setup failed" not in json.dumps(machines), machines
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("accelerator", "devices"), [
+    ("v2-8", 8), ("v3-16", 16), ("v4-32", 16), ("v5p-16", 8), ("v5litepod-16", 16), ("v6e-8", 8), ("a100", None),
+])
+def test_expected_devices_per_accelerator_type(accelerator: str, devices: int | None) -> None:
+    assert expected_devices(accelerator) == devices
+
+
+@pytest.mark.fast
+def test_jax_answers_are_read_against_the_accelerator_type() -> None:
+    from jobtpu.fleet import Machine
+    from jobtpu.scripts import parse_tpu_accelerator
+
+    m = Machine(name="v4", kind="tpu", accelerator="v4-32")
+    said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out), workers=4)  # noqa: E731
+    assert said("DEVICE /dev/accel0\nJAX 16\n") == [("v4[1]: ok: JAX sees 16 TPU devices (v4-32)", False)]
+    assert said("JAX 8\n") == [("v4[1]: problem: JAX sees 8 TPU devices where v4-32 has 16; "
+                                "`jobtpu tpu reapply v4` recreates the node", True)]  # 4 workers: no restart
+    one = Machine(name="v4-8", kind="tpu", accelerator="v4-8")
+    assert worker_lines(one, "v4-8[0]", parse_tpu_accelerator("JAX 2\n"), workers=1) == [
+        ("v4-8[0]: problem: JAX sees 2 TPU devices where v4-8 has 4; `jobtpu tpu restart v4-8` stops and "
+         "starts the node", True)]
+    assert said("JAX error RuntimeError: TPU initialization failed\n")[0][1] is True

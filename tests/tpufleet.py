@@ -67,6 +67,15 @@ class TpuFleet:
             self.ssh.stop_host(host)
         self.ssh.kill_user_processes(machine)
 
+    def on_stop(self, node_name: str) -> None:
+        self._take_down("stop", node_name)
+
+    def on_start(self, node_name: str) -> None:
+        """The same VMs come back: their disk and host keys are as they were."""
+        self._record("start", node_name)
+        for host in self.nodes[node_name].hosts:
+            self.ssh.start_host(host)
+
     def on_create_ready(self, node_name: str) -> None:
         self._record("create", node_name)
         machine = self.nodes[node_name]

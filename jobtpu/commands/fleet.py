@@ -142,12 +142,12 @@ def machines(home: Home, as_json: bool) -> int:
     return 0
 
 
-def doctor(home: Home, name: str, fix: bool) -> int:
+def doctor(home: Home, name: str, fix: bool, accelerator: bool = False) -> int:
     """Check a machine's workers; exit 1 when any check found a problem."""
     from ..doctor import doctor as check_machine
     from ..fleet import load_fleet
 
     fleet = load_fleet(home)
     machine = fleet.require(name)
-    problems = check_machine(home, fleet, machine, fix=fix, report=note)
+    problems = check_machine(home, fleet, machine, fix=fix, report=note, accelerator=accelerator)
     return 1 if problems else 0

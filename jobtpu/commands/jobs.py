@@ -49,6 +49,7 @@ class SubmitOptions(NamedTuple):
     allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
     user: str | None = None
     log_stage: bool = False
+    on_resume: str | None = None
     overrides: list[str] = []
     verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
@@ -95,6 +96,12 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     from ..limits import check_submit
 
     check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
+    if opts.on_resume is not None:
+        from ..limits import MAX_OVERRIDES, check_length
+        from ..placement import check_on_resume
+
+        check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
+        check_on_resume(opts.on_resume)
     if opts.progress is not None:
         from ..goodput import compile_progress
 
@@ -115,7 +122,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
                         allow_secrets=opts.allow_secrets)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
-               overrides=overrides, log_stage=opts.log_stage, max_recoveries=opts.max_recoveries,
+               overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
+               max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
 

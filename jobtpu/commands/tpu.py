@@ -1,5 +1,6 @@
-"""`jobtpu tpu describe|status|apply|reapply|delete NAME`: TPU node operations through the TPU API.
-Operations are started, recorded in state.json and followed by later passes; nothing here waits."""
+"""`jobtpu tpu describe|status|apply|reapply|delete|setup|restart NAME`: TPU node operations through the TPU
+API. Operations are started, recorded in state.json and followed by later passes; nothing here waits
+(but `setup` and `restart`, repairs done now: repairs.py)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,23 @@ def _recreate(p: Session, machine: Machine, now: float) -> None:
         carry_out(p, p.tpu_api(), work, now)
 
 
-def tpu(home: Home, op: str, name: str, as_json: bool) -> int:
+def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> int:
+    if force and op != "setup":
+        raise JobtpuError(f"--force is for `jobtpu tpu setup`, not {op}",
+                          hint="reapply and delete are refused while a job runs: `jobtpu kill` it first")
+    if op == "setup":
+        if as_json:
+            raise JobtpuError("`jobtpu tpu setup` prints each worker's output; it has no --json",
+                              hint=f"run `jobtpu tpu setup {name}` without --json")
+        from ..repairs import setup_now
+
+        return setup_now(home, name, force, lambda line: print(printable(line), flush=True))
+    if op == "restart":
+        from ..repairs import restart
+
+        if as_json:
+            raise JobtpuError("`jobtpu tpu restart` has no --json", hint=f"run `jobtpu tpu restart {name}` without it")
+        return restart(home, name, lambda line: print(printable(line), flush=True))
     info = tpu_command(home, op, name)
     if as_json:
         emit_json(info)

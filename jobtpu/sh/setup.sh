@@ -43,3 +43,20 @@ jobtpu_setup() {
     echo "SETUP failed $JOBTPU_NO_PID_RECORD: cannot write the pid record $b.pid (disk full or not writable); setup was not started"
   else echo "SETUP running"; fi
 }
+
+# jobtpu_setup_now ROOT TAG WORKER [COMMAND]... : `jobtpu tpu setup`: run the setup commands again
+# now, in the foreground (the caller shows their output), and record the exit code where a pass's
+# setup of this incarnation (TAG) looks; the last line is `SETUP done`, `SETUP failed CODE`, or
+# `SETUP running` when a pass's detached setup is still running there (nothing else is started).
+jobtpu_setup_now() {
+  local r=${1/#-/./-} tag=$2 worker=$3 b code=0 step
+  shift 3
+  mkdir -p "$r/setup" || { echo "SETUP failed 1: cannot create $r/setup"; return 0; }
+  b="$(cd "$r/setup" && pwd -P)/$tag.$worker"
+  if jobtpu_live_pid "$b.pid" > /dev/null; then echo "SETUP running"; return 0; fi
+  rm -f "$b.exit" "$b.pid"
+  cd ~ || { echo "SETUP failed 1: no home folder"; return 0; }
+  for step; do bash -c -- "$step" < /dev/null 2>&1; code=$?; [ "$code" = 0 ] || break; done
+  echo "$code" > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"
+  if [ "$code" = 0 ]; then echo "SETUP done"; else echo "SETUP failed $code"; fi
+}

@@ -43,3 +43,33 @@ jobtpu_tpu_doctor() {
   done
   if [ -e /tmp/libtpu_lockfile ]; then echo "LOCK yes"; else echo "LOCK no"; fi
 }
+
+# jobtpu_tpu_accelerator ROOT DEV : whether the TPU answers on this worker. `DEVICE path` for each
+# device file under DEV (accel*, vfio/N), `HOLDER pid comm ours|stale` for each process holding one
+# (as jobtpu_tpu_doctor); then, when no process holds the device (JAX would find it busy), `JAX
+# count` (the devices JAX sees), `JAX error TEXT`, or `NOJAX` when python3 has no jax.
+jobtpu_tpu_accelerator() {
+  local r=${1/#-/./-} dev=$2 ours dir pid group name f held=0 out
+  for f in "$dev"/accel* "$dev"/vfio/[0-9]*; do [ -e "$f" ] && echo "DEVICE $f"; done
+  ours=$(jobtpu_our_groups "$r")
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}; [ "$pid" = $$ ] && continue
+    if jobtpu_holds_tpu "$dir"; then
+      held=1
+      group=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' '); name=$(ps -o comm= -p "$pid" 2>/dev/null)
+      case "$ours" in
+        *" $group "*) echo "HOLDER $pid $name ours";;
+        *) echo "HOLDER $pid $name stale";;
+      esac
+    fi
+  done
+  [ "$held" = 0 ] || return 0
+  if ! python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("jax") is None)' 2>/dev/null; then
+    echo "NOJAX"; return 0
+  fi
+  if out=$(cd ~ && timeout 300 python3 -c 'import jax; print(jax.device_count())' 2>&1); then
+    echo "JAX $(printf '%s\n' "$out" | tail -n 1)"
+  else
+    echo "JAX error $(printf '%s\n' "$out" | tail -n 1 | cut -c1-300)"
+  fi
+}
