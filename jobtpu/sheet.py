@@ -807,6 +807,7 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
     """`sheet release NAME [--user U]`: empty a hand claim; with `user`, only when U holds it."""
     snapshot = read_sheet(config)
     row = _require_row(snapshot, name)
+    name = row.name  # the memo knows machines by their names, not by an alias typed on a tpu-manager tab
     _require_column(snapshot, config, "user")
     holder = snapshot.layout.holder(row)
     memo = load_memo(memo_path)

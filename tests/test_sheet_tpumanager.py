@@ -119,6 +119,9 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     assert [line.split()[:2] for line in found[1:]] == [["v2-b", "v2-8"]] and "alice" in found[1]
     assert [line.split()[0] for line in jobtpu(home, "sheet", "show").stdout.splitlines()[1:]] == ["v3-a", "v2-b"]
 
+    api.edit(KEY, TAB, "E2", "carol")  # claimed by hand, then released by its alias
+    assert "v3-a: claimed by carol in the sheet" in jobtpu(home, "sheet", "sync").stdout
+    assert jobtpu(home, "sheet", "release", "a3").stdout.strip() == "v3-a: released (was claimed by carol)"
     api.clear_log()
     job = start_job(home, src, cleanup, "--req", "v3", "--sheet-note", "lr sweep")
     status_of(home, job, "running")
