@@ -379,9 +379,11 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     _check_aliases(machines)
     patterns = error_patterns(doc.error_patterns)
     per_user, user_limits = _limits(doc.limits)
-    return Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
-                 error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
-                 notify=_notify(doc.notify))
+    fleet = Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
+                  error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
+                  notify=_notify(doc.notify))
+    # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
+    return replace(fleet, sheet=replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 
 
 def error_patterns(given: ErrorPatterns) -> dict[str, tuple[str, ...]]:

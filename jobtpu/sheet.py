@@ -3,7 +3,8 @@
 Optional: only a `sheet` object in machines.json turns it on, and gspread (with google-auth and
 requests) is imported only inside the functions that talk to the Sheets API.
 
-How the sheet is kept. Row 1 is a header; jobtpu finds its columns there by title (`Machine`,
+How the sheet is kept (jobtpu's own layout; `sheet.layout: tpu-manager` keeps the older tool's tab as it
+is, see jobtpu/sheetlayout.py). Row 1 is a header; jobtpu finds its columns there by title (`Machine`,
 `Kind`, ... or the column keys), adds the configured ones that are missing at the right end, and
 never touches a column it does not know, so people may add, move and fill their own. A pass reads
 the sheet at its start (for claims) and again at its end, to plan its one `values:batchUpdate` on
@@ -53,24 +54,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from . import sheetlayout
 from .errors import BusyError, ConfigError, JobtpuError, NotFoundError, credentials_message
 from .home import open_lock, write_atomic
 from .limits import MAX_SHEET_NOTE, cell, check_length
+from .sheetlayout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, layout_for, when
 
-# Column keys in their default order, and the header titles jobtpu writes for them.
-TITLES: dict[str, str] = {
-    "name": "Machine", "kind": "Kind", "accelerator": "Accelerator", "zone": "Zone",
-    "provisioning": "Provisioning", "state": "State", "user": "User", "jobs": "Jobs", "since": "Since",
-    "note": "Note", "updated": "Updated",
-}
-COLUMNS = tuple(TITLES)
 DEFAULT_WORKSHEET = "jobtpu"
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_READ_EVERY = 60.0  # seconds a quiet pass trusts the last read (hand claims are seen this late)
 MAX_TIMEOUT = 60.0
 GOOGLE_BASE = "https://sheets.googleapis.com"
 SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]
-_KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "timeout", "read_every")
+_KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "timeout", "read_every", "layout")
 _KEY = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _URL_KEY = re.compile(r"/spreadsheets/d/([A-Za-z0-9_-]+)")
 _NOTE_SEPARATOR = "; "
@@ -92,6 +88,13 @@ class SheetConfig:
     api_endpoint: str = GOOGLE_BASE
     timeout: float = DEFAULT_TIMEOUT  # for everything one read or one write costs, retries included
     read_every: float = DEFAULT_READ_EVERY  # a pass with nothing to write reads no oftener than this
+    layout: str = "jobtpu"  # or "tpu-manager": the older tool's tab as it is (jobtpu/sheetlayout.py)
+    # Fleet.resolve, given by load_fleet: the machine a tpu-manager row's name (or alias) means.
+    resolve: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def tab(self) -> Layout:
+        return layout_for(self.layout, self.resolve)
 
 
 def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
@@ -111,6 +114,11 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
             raise fail(f"{key} must be a non-empty string")
     if "spreadsheet" not in raw:
         raise fail("spreadsheet is missing: the sheet's key or URL")
+    layout = raw.get("layout", "jobtpu")
+    if layout not in sheetlayout.LAYOUTS:
+        raise fail(f"layout must be one of {', '.join(map(repr, sheetlayout.LAYOUTS))}, not {str(layout)[:40]!r}")
+    if layout != "jobtpu" and "columns" in raw:
+        raise fail(f"columns is for the jobtpu layout: the {layout} tab's columns are fixed (docs/reference.md §3.8)")
     timeout = raw.get("timeout", DEFAULT_TIMEOUT)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
         raise fail(f"timeout must be a number of seconds above 0, at most {MAX_TIMEOUT:g}")
@@ -120,9 +128,9 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
     return SheetConfig(spreadsheet=_spreadsheet_key(raw["spreadsheet"].strip(), fail),
                        worksheet=raw.get("worksheet", DEFAULT_WORKSHEET),
                        credentials=raw.get("credentials", "default"),
-                       columns=_columns(raw.get("columns", list(COLUMNS)), fail),
+                       columns=_columns(raw.get("columns", list(sheetlayout.layout_columns(layout))), fail, layout),
                        api_endpoint=_endpoint(raw.get("api_endpoint", GOOGLE_BASE).strip(), fail),
-                       timeout=float(timeout), read_every=float(read_every))
+                       timeout=float(timeout), read_every=float(read_every), layout=layout)
 
 
 def _spreadsheet_key(text: str, fail: Callable[[str], ConfigError]) -> str:
@@ -133,7 +141,9 @@ def _spreadsheet_key(text: str, fail: Callable[[str], ConfigError]) -> str:
     return key
 
 
-def _columns(value: Any, fail: Callable[[str], ConfigError]) -> tuple[str, ...]:
+def _columns(value: Any, fail: Callable[[str], ConfigError], layout: str) -> tuple[str, ...]:
+    if layout != "jobtpu":
+        return tuple(value)
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
         raise fail("columns must be a list of column names")
     for column in value:
@@ -156,50 +166,13 @@ def _endpoint(text: str, fail: Callable[[str], ConfigError]) -> str:
 
 # ----------------------------------------------------------------------------- rows and the sheet
 @dataclass(frozen=True)
-class MachineRow:
-    """What a pass knows about one machine; the pass builds these from its views."""
-
-    name: str
-    kind: str = ""
-    accelerator: str = ""
-    zone: str = ""
-    provisioning: str = ""  # preemptible | spot | on-demand ("" for ssh/local)
-    state: str = ""
-    users: tuple[str, ...] = ()  # who runs jobs there now
-    jobs: tuple[str, ...] = ()  # "12 train-a", ...
-    since: float | None = None  # when the oldest running job started (epoch seconds)
-    note: str | None = None  # a note a starting job brings; None: leave the cell to people
-
-
-@dataclass(frozen=True)
-class SheetRow:
-    """A row as jobtpu reads it: its 1-based row number and its known columns' text."""
-
-    number: int
-    cells: dict[str, str]
-
-    @property
-    def name(self) -> str:
-        return self.cells.get("name", "").strip()  # "v3-a " typed by hand is still v3-a's row
-
-    def get(self, column: str) -> str:
-        return self.cells.get(column, "")
-
-    @property
-    def preemptible(self) -> bool | None:
-        word = self.get("provisioning").strip().lower()
-        if word in ("preemptible", "spot"):
-            return True
-        return False if word in ("on-demand", "ondemand", "standard", "reserved") else None
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """One read of the worksheet: the raw grid and where jobtpu's columns are in it."""
 
     grid: list[list[str]]
     positions: dict[str, int]  # column key → 0-based column in the sheet
     taken: float = 0.0  # when it was read (epoch seconds); 0: not read from the API
+    layout: Layout = JOBTPU
 
     @property
     def rows(self) -> list[SheetRow]:
@@ -210,14 +183,16 @@ class Snapshot:
         if name_at is None:
             return []
         for index, line in enumerate(self.grid[1:], start=1):
-            name = _at(line, name_at).strip()
+            name = self.layout.machine_of(_at(line, name_at).strip())
             if not name or name in seen:
                 continue
             seen.add(name)
-            rows.append(SheetRow(index + 1, {k: _at(line, i) for k, i in self.positions.items()}))
+            cells = {k: _at(line, i) for k, i in self.positions.items()}
+            rows.append(SheetRow(index + 1, {**self.layout.known(name), **cells, "name": name}))
         return rows
 
     def row(self, name: str) -> SheetRow | None:
+        name = self.layout.machine_of(name.strip()) or name  # an alias typed for a tpu-manager row
         return next((r for r in self.rows if r.name == name), None)
 
     def claims(self, memo: Memo, own: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -225,7 +200,7 @@ class Snapshot:
         own = own or {}
         held = {}
         for row in self.rows:
-            holder = row.get("user").strip()
+            holder = self.layout.holder(row)
             if holder and not memo.mine(row.name, holder) and holder != own.get(row.name, ""):
                 held[row.name] = holder
         return held
@@ -235,16 +210,10 @@ def _at(line: list[str], index: int) -> str:
     return line[index] if index < len(line) else ""
 
 
-def snapshot_from_grid(grid: list[list[Any]]) -> Snapshot:
-    """The header row's titles (or column keys), case-insensitively, locate jobtpu's columns."""
+def snapshot_from_grid(grid: list[list[Any]], layout: Layout = JOBTPU) -> Snapshot:
+    """The layout locates jobtpu's columns (on its own layout: by the header row's titles)."""
     rows = [[str(c) for c in line] for line in grid]
-    by_title = {t.lower(): k for k, t in TITLES.items()} | {k: k for k in TITLES}
-    positions: dict[str, int] = {}
-    for index, title in enumerate(rows[0] if rows else []):
-        key = by_title.get(title.strip().lower())
-        if key is not None and key not in positions:
-            positions[key] = index
-    return Snapshot(rows, positions)
+    return Snapshot(rows, layout.positions(rows[0] if rows else []), layout=layout)
 
 
 def claim_reason(holder: str) -> str:
@@ -313,7 +282,7 @@ def sheet_id(config: SheetConfig) -> str:
 
 def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
     """What a pass would bring the sheet to, in a few bytes: the rows, and where and which columns."""
-    doc = [config.spreadsheet, config.worksheet, list(config.columns), [astuple(row) for row in rows]]
+    doc = [config.spreadsheet, config.worksheet, config.layout, list(config.columns), [astuple(row) for row in rows]]
     return hashlib.sha256(json.dumps(doc, default=str).encode()).hexdigest()[:32]
 
 
@@ -355,15 +324,17 @@ def plan_write(snapshot: Snapshot, wanted: Iterable[MachineRow], memo: Memo, col
         if machine.name in memo.unregistered:
             continue
         row = existing.get(machine.name)
+        if row is None and not snapshot.layout.adds_rows:
+            continue  # a tab jobtpu does not keep: only rows people made are written
         if row is None:
             row = SheetRow(next_free + 1, {})
             next_free += 1
-        target = _row_cells(row, machine, memo, after, now)
+        target = _row_cells(snapshot.layout, row, machine, memo, after, now)
         if row.cells:
-            del target["name"]  # found by its name: leave it as typed (" v3-a " included)
+            target.pop("name", None)  # found by its name: leave it as typed (" v3-a " included)
         changed = {k: v for k, v in target.items() if k in positions and v != row.get(k)}
         if changed and "updated" in positions:
-            changed["updated"] = _when(now)
+            changed["updated"] = when(now)
         for key, value in changed.items():
             cells[(row.number - 1, positions[key])] = value
     return WritePlan(cells, after)
@@ -371,6 +342,8 @@ def plan_write(snapshot: Snapshot, wanted: Iterable[MachineRow], memo: Memo, col
 
 def _with_header(snapshot: Snapshot, columns: tuple[str, ...]) -> tuple[dict[str, int], dict[tuple[int, int], str]]:
     """Where each configured column is, adding the missing ones at the header's right end."""
+    if not snapshot.layout.adds_rows:
+        return dict(snapshot.positions), {}  # fixed columns: the tab's header is people's
     positions = {k: i for k, i in snapshot.positions.items() if k in columns}
     header = snapshot.grid[0] if snapshot.grid else []
     cells: dict[tuple[int, int], str] = {}
@@ -383,13 +356,7 @@ def _with_header(snapshot: Snapshot, columns: tuple[str, ...]) -> tuple[dict[str
     return positions, cells
 
 
-def render_row(machine: MachineRow) -> dict[str, str]:
-    """A machine's cells as jobtpu writes them on a sheet with no claims and no notes of people's."""
-    cells = {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator, "zone": machine.zone,
-             "provisioning": machine.provisioning, "state": machine.state, "user": ", ".join(machine.users),
-             "jobs": ", ".join(machine.jobs), "since": _when(machine.since) if machine.users else "",
-             "note": machine.note or ""}
-    return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
+render_row = JOBTPU.render
 
 
 def render_rows(machines: Iterable[MachineRow], columns: tuple[str, ...] = COLUMNS) -> list[list[str]]:
@@ -397,29 +364,26 @@ def render_rows(machines: Iterable[MachineRow], columns: tuple[str, ...] = COLUM
     return [[TITLES[c] for c in columns]] + [[render_row(m).get(c, "") for c in columns] for m in machines]
 
 
-def _row_cells(row: SheetRow, machine: MachineRow, memo: Memo, after: Memo, now: float) -> dict[str, str]:
+def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, after: Memo,
+               now: float) -> dict[str, str]:
     """The text each cell of a machine's row should hold; updates `after` with what jobtpu writes."""
     mine = ", ".join(machine.users)
-    rendered = render_row(machine)
-    target = {k: rendered[k] for k in ("name", "kind", "accelerator", "zone", "provisioning", "state", "jobs")}
-    current = row.get("user").strip()
+    rendered = layout.render(machine)
+    target = {k: rendered[k] for k in layout.always}
+    current = layout.holder(row)
     if current and not memo.mine(machine.name, current) and current != mine:
         if not row.get("since"):  # a claim: the person's cell stays; note when jobtpu first saw it
-            target["since"] = _when(now)
+            target["since"] = when(now)
     else:
-        target["user"], target["since"] = rendered["user"], rendered["since"]
+        target.update({k: rendered[k] for k in layout.held})
         if mine:
             after.users[machine.name] = mine
         else:
             after.users.pop(machine.name, None)
     if machine.note is not None and machine.note != memo.notes.get(machine.name):
-        target["note"] = cell(machine.note)
+        target.update({k: rendered[k] for k in layout.note_cells})
         after.notes[machine.name] = machine.note
     return target
-
-
-def _when(epoch: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch)) if epoch else ""
 
 
 def _a1(row: int, column: int) -> str:
@@ -460,9 +424,9 @@ def find(rows: Iterable[SheetRow], tokens: list[str], preemptible: bool | None =
     return found
 
 
-def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU) -> list[str]:
     """Aligned text lines: a header, then one line per row (a cell's own line breaks become spaces)."""
-    table = [[TITLES[c].upper() for c in columns]]
+    table = [[layout.title(c).upper() for c in columns]]
     table += [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
@@ -668,7 +632,7 @@ class SyncResult:
 def read_sheet(config: SheetConfig) -> Snapshot:
     """One read of the worksheet (SheetError when it cannot be had)."""
     grid = _Api(config).values()
-    return replace(snapshot_from_grid(grid), taken=time.time())
+    return replace(snapshot_from_grid(grid, config.tab), taken=time.time())
 
 
 def write_rows(config: SheetConfig, snapshot: Snapshot, rows: Iterable[MachineRow], memo_path: Path,
@@ -807,7 +771,7 @@ def _require_row(snapshot: Snapshot, name: str) -> SheetRow:
     if row is None:
         names = ", ".join(r.name for r in snapshot.rows[:10]) or "none"
         raise NotFoundError(f"the sheet has no row for {name!r} (rows: {names})",
-                            hint=f"`jobtpu sheet register {name}` adds one")
+                            hint=snapshot.layout.missing_row_hint(name))
     return row
 
 
@@ -823,7 +787,7 @@ def _require_column(snapshot: Snapshot, config: SheetConfig, column: str) -> int
 def _write_cells(config: SheetConfig, snapshot: Snapshot, row: SheetRow, values: dict[str, str], now: float) -> None:
     cells = {(row.number - 1, snapshot.positions[k]): v for k, v in values.items() if k in snapshot.positions}
     if "updated" in snapshot.positions and "updated" in config.columns:
-        cells[(row.number - 1, snapshot.positions["updated"])] = _when(now)
+        cells[(row.number - 1, snapshot.positions["updated"])] = when(now)
     _Api(config).write(WritePlan(cells, Memo()).ranges(config.worksheet))
 
 
@@ -844,8 +808,9 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
     """`sheet release NAME [--user U]`: empty a hand claim; with `user`, only when U holds it."""
     snapshot = read_sheet(config)
     row = _require_row(snapshot, name)
+    name = row.name  # the memo knows machines by their names, not by an alias typed on a tpu-manager tab
     _require_column(snapshot, config, "user")
-    holder = row.get("user").strip()
+    holder = snapshot.layout.holder(row)
     memo = load_memo(memo_path)
     if not holder:
         raise JobtpuError(f"{name} is not claimed in the sheet; nothing was changed")
@@ -856,7 +821,7 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
     if user is not None and user not in holders:
         raise JobtpuError(f"{name} is claimed by {holder}, not {user}; nothing was changed",
                           hint="leave out --user to release it anyway")
-    _write_cells(config, snapshot, row, {"user": "", "since": ""}, time.time() if now is None else now)
+    _write_cells(config, snapshot, row, snapshot.layout.freed(), time.time() if now is None else now)
     with _memo_lock(config, memo_path):  # passes that trust the last read must not keep the claim
         memo = load_memo(memo_path)
         memo.claims.pop(name, None)

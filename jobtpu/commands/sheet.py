@@ -51,7 +51,7 @@ def show(home: Home) -> int:
     from ..sheet import format_rows, read_sheet
 
     _, config = _configured(home)
-    _say(format_rows(read_sheet(config).rows, config.columns))
+    _say(format_rows(read_sheet(config).rows, config.columns, config.tab))
     return 0
 
 
@@ -62,7 +62,7 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
 
     _, config = _configured(home)
     rows = find_rows(read_sheet(config).rows, types, preemptible)
-    _say(format_rows(rows, config.columns) if rows else "no row in the sheet matches")
+    _say(format_rows(rows, config.columns, config.tab) if rows else "no row in the sheet matches")
     return 0
 
 
@@ -89,6 +89,7 @@ def register(home: Home, name: str) -> int:
     from ..sheet import register as register_row
 
     fleet, config = _configured(home)
+    config.tab.check_rows_editable("register")
     rows = {row.name: row for row in sheet_rows(fleet, Store(home).load())} if name in fleet.machines else {}
     _say(register_row(config, name, memo_path(home), rows.get(name)))
     return 0
@@ -99,5 +100,6 @@ def unregister(home: Home, name: str) -> int:
     from ..sheet import unregister as unregister_row
 
     _, config = _configured(home)
+    config.tab.check_rows_editable("unregister")
     _say(unregister_row(config, name, memo_path(home)))
     return 0

@@ -1,0 +1,213 @@
+"""`sheet.layout: tpu-manager` (docs/reference.md §3.8): the older tool's tab kept as it is, through the
+CLI against the fake Sheets API. Columns by letter: B name or alias, C belongs-to, D status, E user,
+F user note, G script note, H env, I other note; K/L are the team's totals, never touched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu.sheetlayout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
+from tests import test_sheet_cli
+from tests.fake_sheets import FakeSheetsApi
+from tests.helpers import jobtpu, make_home, manage, wait_for
+from tests.test_sheet_cli import KEY, machines
+from tests.test_sheet_cli import start as start_job
+
+TAB = "TPUs"
+MACHINES = {"v3-a": {"kind": "local", "accelerator": "v3-8", "aliases": ["a3"]},
+            "v2-b": {"kind": "local", "accelerator": "v2-8"}}
+# The tab as the older tool left it: row 2 is v3-a by its alias and free, row 3 v2-b held by alice,
+# row 4 a TPU of another home; K/L hold the team's totals.
+TABLE = [["#", "TPU", "Belongs", "Status", "User", "User note", "Script note", "Env", "Other", "", "Total", "Free"],
+         ["1", "a3", "lab", FREE, FREE, "", "", "jax 0.4", "", "", "3", "1"],
+         ["2", "v2-b", "lab", "reserved", "alice", "eval until Fri", "", "", "", "", "", ""],
+         ["3", "v4-elsewhere", "lab", "running", "bob", "", "old line", "", "", "", "", ""]]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeSheetsApi]:
+    fake = FakeSheetsApi().start()
+    fake.add_spreadsheet(KEY, (TAB,))
+    for r, line in enumerate(TABLE, start=1):
+        for c, value in enumerate(line):
+            if value:
+                fake.edit(KEY, TAB, f"{'ABCDEFGHIJKL'[c]}{r}", value)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+src, cleanup = test_sheet_cli.src, test_sheet_cli.cleanup  # its fixtures: a job's folder, jobs killed at the end
+
+
+def tab_home(tmp_path: Path, api: FakeSheetsApi, **settings: Any) -> Path:
+    home = make_home(tmp_path, MACHINES)
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"] = {"spreadsheet": KEY, "worksheet": TAB, "layout": "tpu-manager", "credentials": "anonymous",
+                    "api_endpoint": api.endpoint, "timeout": 2, **settings}
+    (home / "machines.json").write_text(json.dumps(doc))
+    return home
+
+
+def written_ranges(api: FakeSheetsApi) -> list[str]:
+    return [d["range"] for r in api.requests_made(writes_only=True) for d in r["body"]["data"]]
+
+
+def others(grid: list[list[str]], *owned: str) -> dict[str, str]:
+    """Every non-empty cell but the `owned` ones (A1 names), to show nothing else moved."""
+    return {f"{'ABCDEFGHIJKL'[c]}{r}": v for r, line in enumerate(grid, start=1) for c, v in enumerate(line)
+            if v and f"{'ABCDEFGHIJKL'[c]}{r}" not in owned}
+
+
+def status_of(home: Path, job: int, wanted: str) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        record = manage(home)[job]
+        return record if record["status"] == wanted else None
+    return wait_for(reached, timeout=30, interval=0.2, what=f"job {job} to be {wanted}")
+
+
+def test_the_old_tab_free_claimed_a_job_start_and_end_write_d_and_e_only(tmp_path: Path, api: FakeSheetsApi,
+                                                                         src: Path, cleanup: list) -> None:
+    home = tab_home(tmp_path, api)
+    before = api.grid(KEY, TAB)
+    manage(home)
+    assert written_ranges(api) == []  # the tab already says what jobtpu would: 闲的 and alice's claim
+    fleet = machines(home)
+    assert fleet["v3-a"]["claimed_by"] is None  # 闲的 in E is free
+    assert fleet["v2-b"]["claimed_by"] == "alice"
+
+    waiting = start_job(home, src, cleanup, "--req", "v2")
+    job = start_job(home, src, cleanup, "--req", "v3")
+    api.clear_log()
+    status_of(home, job, "running")
+    assert "v2-b is claimed by alice in the sheet" in manage(home)[waiting]["waiting"]
+    assert written_ranges(api) == [f"'{TAB}'!D2:E2"]  # status and user of v3-a's row, nothing else
+    assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2")) == ("running", "tester")
+    assert others(api.grid(KEY, TAB), "D2", "E2") == others(before, "D2", "E2")
+
+    api.clear_log()
+    jobtpu(home, "kill", str(job))
+    manage(home)
+    assert written_ranges(api) == [f"'{TAB}'!D2:E2"]
+    assert api.grid(KEY, TAB) == before  # back to free; K/L, headers and other rows never touched
+
+    assert jobtpu(home, "sheet", "release", "v2-b", "--user", "alice").stdout.strip() == \
+        "v2-b: released (was claimed by alice)"
+    assert (api.cell(KEY, TAB, "D3"), api.cell(KEY, TAB, "E3")) == (FREE, FREE)
+    assert status_of(home, waiting, "running")["machine"] == "v2-b"
+    assert api.cell(KEY, TAB, "E3") == "tester"
+    assert api.cell(KEY, TAB, "F3") == "eval until Fri"  # a person's note stays
+
+
+def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeSheetsApi, src: Path,
+                                                    cleanup: list) -> None:
+    home = tab_home(tmp_path, api)
+    api.clear_log()
+    assert jobtpu(home, "sheet", "note", "a3", "long run until Friday").stdout.strip() == \
+        "a3: note: long run until Friday"
+    assert written_ranges(api) == [f"'{TAB}'!F2:F2"]
+    assert api.cell(KEY, TAB, "F2") == "long run until Friday"
+
+    found = jobtpu(home, "sheet", "find", "v2").stdout.splitlines()
+    assert found[0].split()[:2] == ["NAME", "ACCELERATOR"]
+    assert [line.split()[:2] for line in found[1:]] == [["v2-b", "v2-8"]] and "alice" in found[1]
+    assert [line.split()[0] for line in jobtpu(home, "sheet", "show").stdout.splitlines()[1:]] == ["v3-a", "v2-b"]
+
+    api.edit(KEY, TAB, "E2", "carol")  # claimed by hand, then released by its alias
+    assert "v3-a: claimed by carol in the sheet" in jobtpu(home, "sheet", "sync").stdout
+    assert jobtpu(home, "sheet", "release", "a3").stdout.strip() == "v3-a: released (was claimed by carol)"
+    api.clear_log()
+    job = start_job(home, src, cleanup, "--req", "v3", "--sheet-note", "lr sweep")
+    status_of(home, job, "running")
+    assert written_ranges(api) == [f"'{TAB}'!D2:G2"]  # a job's note: F, and G saying whose job it is
+    assert api.cell(KEY, TAB, "F2") == "lr sweep"
+    assert api.cell(KEY, TAB, "G2").startswith(f"job {job} since ")
+
+    for command in (["register", "v3-a"], ["unregister", "v3-a"]):
+        refused = jobtpu(home, "sheet", *command, check=False)
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert refused.stderr.splitlines()[0] == (f"jobtpu: error: sheet {command[0]}: the tpu-manager tab's rows are "
+                                                  "the team's own; nothing was changed")
+    missing = jobtpu(home, "sheet", "note", "v4-elsewhere", "x", check=False)
+    assert missing.returncode != 0 and "column B" in missing.stderr
+    assert api.cell(KEY, TAB, "G4") == "old line"
+
+
+@pytest.mark.parametrize(("sheet", "message"), [
+    ({"layout": "tpu-mgr"}, "sheet.layout must be one of 'jobtpu', 'tpu-manager', not 'tpu-mgr'"),
+    ({"layout": "tpu-manager", "columns": ["name"]}, "sheet.columns is for the jobtpu layout"),
+])
+def test_a_bad_layout_is_one_line(tmp_path: Path, api: FakeSheetsApi, sheet: dict[str, Any], message: str) -> None:
+    home = tab_home(tmp_path, api, **sheet)
+    done = jobtpu(home, "sheet", "show", check=False)
+    assert done.returncode != 0 and message in done.stderr.splitlines()[0] and "Traceback" not in done.stderr
+
+
+# ---- the layout's pure row read and write -------------------------------------------------------------
+
+class _Machine:
+    def __init__(self, name: str) -> None:
+        self.name, self.accelerator, self.is_tpu, self.preemptible, self.spot = name, "v3-8", True, True, False
+
+
+def _resolve(text: str) -> _Machine:
+    from jobtpu.errors import NotFoundError
+
+    if text in ("v3-a", "a3"):
+        return _Machine("v3-a")
+    raise NotFoundError(f"unknown machine {text!r}")
+
+
+TPU_MANAGER = TpuManagerLayout(_resolve)
+NOW = 1_780_000_000.0  # 2026-05-28 20:26 UTC
+
+
+@pytest.mark.parametrize(("machine", "cells"), [
+    (MachineRow("v3-a", state="up"), {"state": FREE, "user": FREE, "note": "", "jobs": ""}),
+    (MachineRow("v3-a", state="preempted"), {"state": GONE, "user": FREE, "note": "", "jobs": ""}),
+    (MachineRow("v3-a", state="unreachable"), {"state": GONE, "user": FREE, "note": "", "jobs": ""}),
+    (MachineRow("v3-a", state="up", users=("ana",), jobs=("12 train",), since=NOW, note="n"),
+     {"state": "running", "user": "ana", "note": "n", "jobs": "job 12 since 05-28 20:26"}),
+    (MachineRow("v3-a", state="preempted", users=("ana", "bo"), jobs=("12 a", "13 b")),
+     {"state": "running", "user": "ana, bo", "note": "", "jobs": "jobs 12, 13"}),
+])
+def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[str, str]) -> None:
+    assert TPU_MANAGER.render(machine) == cells
+    assert script_note(machine) == cells["jobs"]
+
+
+@pytest.mark.parametrize(("user", "holder"), [(FREE, ""), (f" {FREE} ", ""), ("", ""), ("alice", "alice"),
+                                              ("reserved", "reserved")])
+def test_tpu_manager_reads_the_free_marker_as_free(user: str, holder: str) -> None:
+    assert TPU_MANAGER.holder(SheetRow(2, {"user": user})) == holder
+    assert JOBTPU.holder(SheetRow(2, {"user": "alice"})) == "alice"
+
+
+@pytest.mark.parametrize(("text", "machine"), [("v3-a", "v3-a"), ("a3", "v3-a"), ("v4-elsewhere", None), ("", None)])
+def test_tpu_manager_finds_rows_by_a_name_that_resolves(text: str, machine: str | None) -> None:
+    assert TPU_MANAGER.machine_of(text) == machine
+
+
+def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() -> None:
+    from jobtpu.sheet import Memo, plan_write, snapshot_from_grid
+
+    grid = [line[:] for line in TABLE]
+    snapshot = snapshot_from_grid(grid, TPU_MANAGER)
+    assert {k: snapshot.positions[k] for k in ("name", "state", "user", "note", "jobs")} == \
+        {"name": 1, "state": 3, "user": 4, "note": 5, "jobs": 6}
+    [row] = snapshot.rows
+    assert (row.number, row.name, row.get("accelerator"), row.get("provisioning"), row.get("env")) == \
+        (2, "v3-a", "v3-8", "preemptible", "jax 0.4")
+    running = MachineRow("v3-a", state="up", users=("ana",), jobs=("12 t",), since=NOW)
+    plan = plan_write(snapshot, [running, MachineRow("not-on-the-tab")], Memo(), (), NOW)
+    assert plan.cells == {(1, 3): "running", (1, 4): "ana"}
+    assert plan.memo.users == {"v3-a": "ana"}
+    claimed = snapshot_from_grid([TABLE[0], ["1", "a3", "", "reserved", "carol"]], TPU_MANAGER)
+    assert claimed.claims(Memo()) == {"v3-a": "carol"}
+    assert plan_write(claimed, [running], Memo(), (), NOW).cells == {}  # a claim keeps its status and user
