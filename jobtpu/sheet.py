@@ -574,7 +574,7 @@ _AGAIN = "the next pass tries again"
 
 
 _CREDENTIALS_HINT = ("share the sheet with the key's client_email, or set sheet.credentials to a key file it is "
-                     "shared with (docs/reference.md §3.8)")
+                     "shared with (docs/reference/machines-json.md §3.8)")
 
 
 class _OutOfTime(Exception):

@@ -484,7 +484,7 @@ def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
     home.mkdir(mode=0o2770)
-    home.chmod(0o2770)  # a home its group shares (docs/reference.md §1.3)
+    home.chmod(0o2770)  # a home its group shares (docs/reference/home-files.md §1.3)
     write_fleet(home, ssh_fleet, {"box": (fm, {})})
     job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
     manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
