@@ -1,5 +1,5 @@
 """`jobtpu doctor NAME --accelerator`: does the TPU answer on every worker, and which worker is wrong
-(docs/reference.md §2.12). With JAX on the worker: the devices JAX sees against what the accelerator
+(docs/reference/commands.md §2.12). With JAX on the worker: the devices JAX sees against what the accelerator
 type has; without it: the device files and the processes holding them."""
 
 from __future__ import annotations

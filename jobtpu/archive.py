@@ -147,7 +147,7 @@ def _collect(tree: _Tree, include: Sequence[str], exclude: Sequence[str], privat
     return _Listing(out, hidden)
 
 
-# A snapshot's count of files (docs/reference.md "Limits"): past WARN_FILES a note says that it is
+# A snapshot's count of files (docs/reference/commands.md §2.2.7): past WARN_FILES a note says that it is
 # a lot (a dataset or a virtualenv picked up by mistake), past MAX_FILES it is refused before any
 # file is read (a million files cost minutes and gigabytes of memory in every submit).
 WARN_FILES = 20_000

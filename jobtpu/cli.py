@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, text)
         p.add_argument("--cmd", required=True, help="the command to run, by bash, in the snapshot")
         p.add_argument("--dir", help="the folder to snapshot, or N for your working directory N (`jobtpu dir`); "
-                       "default: here, or your working directory 1 when here is not a project (see the README)")
+                       "default: here, or your working directory 1 when here is not a project (docs/reference/commands.md §2.2.1)")
         p.add_argument("--req", action="append", default=[],
                        help="resource or accelerator request, repeatable (default: your `config` req)")
         p.add_argument("--machine", help="run only on this machine (its name, an alias, or a TPU's node name)")

@@ -1,5 +1,5 @@
 """What a snapshot must not carry unless asked to (--allow-secrets): the submitting account's login home
-folder, folders of credentials, and private-key files (docs/reference.md §2.2.1). An archive is
+folder, folders of credentials, and private-key files (docs/reference/commands.md §2.2.1). An archive is
 readable by the whole team in a shared home and is copied to every machine that runs the job.
 
 Speed: the folders and key names are checked on the names the listing already holds (no I/O); only

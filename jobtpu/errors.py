@@ -59,7 +59,7 @@ class Terminated(KeyboardInterrupt):
 
 # ---- credentials --------------------------------------------------------------------------------
 # google-auth and the OS report an unusable credentials file in many shapes, some with a paragraph
-# and a URL; a user needs the file, the cause in a few words and what to do (docs/reference.md §3.8).
+# and a URL; a user needs the file, the cause in a few words and what to do (docs/reference/machines-json.md §3.8).
 # Tried in order against the error and the errors it was raised from, by type name or by text.
 _CREDENTIALS_CAUSES: tuple[tuple[str, str], ...] = (
     ("FileNotFoundError|was not found\\.?$|No such file", "no such file"),

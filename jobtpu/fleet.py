@@ -1,4 +1,4 @@
-"""machines.json → frozen Machine specs and team settings (docs/reference.md §3).
+"""machines.json → frozen Machine specs and team settings (docs/reference/machines-json.md §3).
 
 msgspec decodes the file into the Structs below: their types say what each key holds, and a key they
 do not name is refused, so a typo never passes silently. What a type cannot say (name patterns,

@@ -68,7 +68,7 @@ _MARKER = re.compile(r"JOBTPU_PROGRESS\b(?P<rest>.*)")
 _FIELD = re.compile(r"\b(step|checkpoint)=(\d+)\b")
 
 
-PATTERN_LIMIT = 1000  # characters of a --progress pattern (docs/reference.md "Progress patterns")
+PATTERN_LIMIT = 1000  # characters of a --progress pattern (docs/reference/commands.md §2.2.8)
 MATCH_LIMIT = 4096  # characters of a log line a --progress pattern is matched against (its start)
 
 

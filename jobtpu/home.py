@@ -1,4 +1,4 @@
-"""Which folder is the home (docs/reference.md §1), every local path inside it, and how files in it are written.
+"""Which folder is the home (docs/reference/home-files.md §1), every local path inside it, and how files in it are written.
 
 A home may be shared by several accounts (a group-writable, setgid folder). Then any of them could
 plant a symlink where jobtpu is about to write, so every file is written through the helpers at the
@@ -104,7 +104,7 @@ class Home:
         return self.root / "run"
 
     def ensure(self) -> None:
-        """The home's folder; a command that makes it says where, once (docs/reference.md §1.1)."""
+        """The home's folder; a command that makes it says where, once (docs/reference/home-files.md §1.1)."""
         if make_dirs(self.root):
             import sys
 

@@ -1,4 +1,4 @@
-"""The sizes a job's text may have (docs/reference.md "Limits"): checked at submit, before anything
+"""The sizes a job's text may have (docs/reference/commands.md §2.2.7): checked at submit, before anything
 is read whole or written, so one teammate's value never makes a listing, the team sheet or a pass
 slow or refused for everyone. Pure: each check raises a JobtpuError with one line, or returns."""
 

@@ -1,7 +1,7 @@
 """A job's log files in the home (`logs/<id>/<attempt>.<worker>.log`), read and appended through
 safefs (docs/design.md §2): never through a link, never blocking on a FIFO, a teammate's lock on a
 log costing at most LOCK_WAIT seconds. What is wrong with one job's log is that job's alone: the
-caller turns `UnsafePath` into that job's failure (reason `home_file`, docs/reference.md §4.3)."""
+caller turns `UnsafePath` into that job's failure (reason `home_file`, docs/reference/state-json.md §4.3)."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
         seen = observe(p)
         before_decide(p, seen)
         plan = decide(state.jobs, fleet, seen)
-        if dry_run:  # what it would do, never the lines of a real pass (docs/reference.md, manage)
+        if dry_run:  # what it would do, never the lines of a real pass (docs/reference/commands.md §2.3)
             report.notes.extend(p.notes + plan.would)
             return report
         report.notes.extend(p.notes + plan.notes)
@@ -276,7 +276,7 @@ def note_reachability(p: Session, seen: Observation) -> None:
 
 def _pull_logs(p: Pass, seen: Observation) -> None:
     """Append the new log bytes the probes brought back; remember tails of failed workers. A log
-    that is a link, a FIFO or in a folder we cannot write fails its job alone (docs/reference.md
+    that is a link, a FIFO or in a folder we cannot write fails its job alone (docs/reference/state-json.md
     §4.3, `home_file`); one a teammate holds locked waits for the next pass."""
     for view in seen.machines.values():
         for ref, ws in view.workers.items():

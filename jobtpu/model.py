@@ -30,7 +30,7 @@ class Status(StrEnum):
 ACTIVE = frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING})
 ENDED = frozenset({Status.FINISHED, Status.FAILED, Status.KILLED})
 
-# Reason words (docs/reference.md §4.3). `exit N` is built by exit_reason().
+# Reason words (docs/reference/state-json.md §4.3). `exit N` is built by exit_reason().
 PREEMPTED = "preempted"
 GRPC = "grpc"
 OOM = "oom"
@@ -165,7 +165,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     attempt: int = _always(int)
     attempts: list[Attempt] = _always(_empty)
     tags: list[str] = _always(_empty)
-    rule: str | None = _always(_none)  # None: the machine's default (docs/reference.md §7)
+    rule: str | None = _always(_none)  # None: the machine's default (docs/reference/requests-and-rules.md §7)
     env: dict[str, str] = msgspec.field(default_factory=dict)
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
@@ -188,7 +188,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     forced: list[ForcedAct] = msgspec.field(default_factory=list)
     sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
     note: str = ""  # a person's line about the job (`jobtpu note`)
-    # Sweeps, dependencies, retries, hold, grace and signal (docs/reference.md §2.2.3).
+    # Sweeps, dependencies, retries, hold, grace and signal (docs/reference/commands.md §2.2.3).
     sweep: int | None = None  # the sweep it belongs to: the id of the sweep's first job
     sweep_index: int | None = None  # its combination's index in the sweep, 0 …
     after: list[int] = msgspec.field(default_factory=list)  # jobs that must finish first (--after)
@@ -250,7 +250,7 @@ MAX_WORKERS = 1024
 ARCHIVE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,200}\.tar\.gz$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-# What a user name may be (docs/reference.md §2.1).
+# What a user name may be (docs/reference/commands.md §2.1).
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENDED_WORDS = ", ".join(sorted(s.value for s in ENDED))
 # Integers jobtpu stores must fit 64 bits (what other JSON tools read back exactly).

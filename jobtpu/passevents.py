@@ -157,7 +157,7 @@ def log(home_root: Path, found: list[Event]) -> list[str]:
 def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     """The webhooks users named in their own settings (`jobtpu config set notify`), each hearing of
     its user's jobs; a line for each settings file that cannot be read (its destinations wait, and
-    everyone else's are served: docs/reference.md, notifications)."""
+    everyone else's are served: docs/reference/machines-json.md §3.10)."""
     from .errors import JobtpuError
     from .home import Home
     from .notify import parse_destinations

@@ -1,5 +1,5 @@
 """Where an attempt runs, as its job sees it: the JOBTPU_ZONE … JOBTPU_COORDINATOR variables and the
-`submit --on-resume` arguments with their placeholders filled (docs/reference.md §8.2). Pure."""
+`submit --on-resume` arguments with their placeholders filled (docs/reference/job-environment.md §8.2). Pure."""
 
 from __future__ import annotations
 

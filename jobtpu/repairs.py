@@ -1,4 +1,4 @@
-"""Repairs on demand for a TPU machine (docs/reference.md §2.11). `jobtpu tpu setup NAME` reruns its
+"""Repairs on demand for a TPU machine (docs/reference/commands.md §2.11). `jobtpu tpu setup NAME` reruns its
 setup on every worker now: a pass runs setup once per node incarnation; this is for the time a
 person fixed what made it fail (a bucket's permission, a package index) or changed the commands.
 `jobtpu tpu restart NAME` stops and starts the node through the TPU API, where Google allows it."""
@@ -34,7 +34,7 @@ SETUP_NOW_TIMEOUT = _seconds("JOBTPU_SETUP_TIMEOUT", 3600)
 # How long `tpu restart` waits for each of the stop and the start, and how often it asks.
 RESTART_WAIT = _seconds("JOBTPU_RESTART_WAIT", 900)
 RESTART_POLL = 1.0
-# Generations whose TPU VMs Google cannot stop (docs/reference.md §2.11).
+# Generations whose TPU VMs Google cannot stop (docs/reference/commands.md §2.11).
 _NO_STOP = re.compile(r"^v[23]-")
 
 

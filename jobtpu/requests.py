@@ -1,4 +1,4 @@
-"""What a job asks for (`--req` tokens, docs/reference.md §6) and whether a machine could ever give it. Pure."""
+"""What a job asks for (`--req` tokens, docs/reference/requests-and-rules.md §6) and whether a machine could ever give it. Pure."""
 
 from __future__ import annotations
 

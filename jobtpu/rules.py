@@ -1,4 +1,4 @@
-"""Classify how an attempt failed and decide what its rule does about it (docs/reference.md §7). Pure."""
+"""Classify how an attempt failed and decide what its rule does about it (docs/reference/requests-and-rules.md §7). Pure."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
 # What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
 # job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
 # umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,
-# jobtpu_setup_run), whose files are the user's business (docs/reference.md §3.3).
+# jobtpu_setup_run), whose files are the user's business (docs/reference/machines-json.md §3.3).
 PRIVATE_PREAMBLE = "jobtpu_login_umask=$(umask)\numask 077\n"
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from

@@ -118,7 +118,7 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
     if layout not in sheetlayout.LAYOUTS:
         raise fail(f"layout must be one of {', '.join(map(repr, sheetlayout.LAYOUTS))}, not {str(layout)[:40]!r}")
     if layout != "jobtpu" and "columns" in raw:
-        raise fail(f"columns is for the jobtpu layout: the {layout} tab's columns are fixed (docs/reference.md §3.8)")
+        raise fail(f"columns is for the jobtpu layout: the {layout} tab's columns are fixed (docs/reference/machines-json.md §3.8)")
     timeout = raw.get("timeout", DEFAULT_TIMEOUT)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT:
         raise fail(f"timeout must be a number of seconds above 0, at most {MAX_TIMEOUT:g}")
@@ -538,7 +538,7 @@ _AGAIN = "the next pass tries again"
 
 
 _CREDENTIALS_HINT = ("share the sheet with the key's client_email, or set sheet.credentials to a key file it is "
-                     "shared with (docs/reference.md §3.8)")
+                     "shared with (docs/reference/machines-json.md §3.8)")
 
 
 class _OutOfTime(Exception):

@@ -1,5 +1,5 @@
 """How a tab of the team sheet is laid out: which row is a machine's, which cells say who holds it
-and carry notes, and what jobtpu writes into a row (docs/reference.md §3.8, `sheet.layout`).
+and carry notes, and what jobtpu writes into a row (docs/reference/machines-json.md §3.8, `sheet.layout`).
 
 Two layouts, behind one small interface (`Layout`):
 - `jobtpu` (the default): row 1 titles the columns, found by title; a pass adds missing titles and

@@ -1,5 +1,5 @@
 """"Did you mean": the nearest of a command's names, options or choices to a mistyped word, and the
-verbs of the tool teams used before jobtpu mapped to jobtpu's own (docs/reference.md §2.1). Pure.
+verbs of the tool teams used before jobtpu mapped to jobtpu's own (docs/reference/commands.md §2.1). Pure.
 
 argparse suggests only from Python 3.14 on (`suggest_on_error`); difflib does the same here."""
 

@@ -1,4 +1,4 @@
-"""Sweeps and dependencies, as what a user types becomes (docs/reference.md, `submit`). Pure.
+"""Sweeps and dependencies, as what a user types becomes (docs/reference/commands.md §2.2). Pure.
 
 A sweep is the cross product of `--sweep KEY=V1,V2,...` axes, or the rows of a `--sweep-file` (one
 JSON object per line, or a CSV with a header): a list of combinations, each a KEY → VALUE mapping

@@ -1,4 +1,4 @@
-"""Real Unix accounts in one group, for homes several people share (docs/reference.md §1).
+"""Real Unix accounts in one group, for homes several people share (docs/reference/home-files.md §1).
 
 `Team` creates a group and its accounts with useradd, runs the jobtpu CLI as any of them through
 runuser (so every file it writes is that account's, with that account's umask), and removes them

@@ -118,7 +118,7 @@ def test_on_resume_takes_dashed_words_and_refuses_an_unknown_placeholder(tmp_pat
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     assert done.stderr.splitlines()[0] == "jobtpu: error: --on-resume names unknown placeholder {run_id}"
     assert "Traceback" not in done.stderr and not (home / "state.json").exists()
-    # A value that starts with dashes is the option's value, not another option (docs/reference.md §2.2).
+    # A value that starts with dashes is the option's value, not another option (docs/reference/commands.md §2.2).
     job = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true",
                  "--on-resume", "--config.load_from=gs://ckpt-{region}/run{job}").stdout.strip()
     record = json.loads(jobtpu(home, "status", job, "--json").stdout)

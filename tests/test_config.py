@@ -1,4 +1,4 @@
-"""machines.json (docs/reference.md §3): every kind validated, precise errors, defaults, and the home it lives in."""
+"""machines.json (docs/reference/machines-json.md §3): every kind validated, precise errors, defaults, and the home it lives in."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.helpers import jobtpu
 pytestmark = pytest.mark.fast
 
 
-# The example of docs/reference.md §3.1.
+# The example of docs/reference/machines-json.md §3.1.
 REFERENCE_EXAMPLE = {
     "defaults": {"user": "ubuntu", "port": 22, "identity_file": "~/.ssh/id_ed25519",
                  "root": "jobtpu", "host_key_policy": "accept-new", "connect_timeout": 10},

@@ -1,6 +1,6 @@
 """What a teammate can plant in a shared home (docs/design.md §2, §4): links, FIFOs, held locks and
 folders of their own never make a pass write through them, read through them or hang; the job whose
-file is wrong fails alone (docs/reference.md §4.3, `home_file`). And `tail` reads a log from its end
+file is wrong fails alone (docs/reference/state-json.md §4.3, `home_file`). And `tail` reads a log from its end
 and shows what it holds as text, never as terminal commands."""
 
 from __future__ import annotations

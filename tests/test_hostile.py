@@ -1,4 +1,4 @@
-"""Hostile input through the real command line on the local machine (docs/reference.md §9): what a user types
+"""Hostile input through the real command line on the local machine (docs/reference/guarantees-and-numbers.md §9): what a user types
 arrives byte-exact, and bad input gets one clear line, the right exit status, and changes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Limits a hostile or careless teammate cannot push past (docs/reference.md "Limits"): progress
+"""Limits a hostile or careless teammate cannot push past (docs/reference/commands.md §2.2.7): progress
 patterns matched in linear time, caps on what a submit stores, `--after` cycles, sheet cells."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_a_sweep_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("checkout", [False, True])
 def test_a_snapshot_with_many_files_warns_once_and_past_the_cap_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkout: bool) -> None:
-    """The thresholds are lowered here (the real ones are in docs/reference.md "Limits"); a folder
+    """The thresholds are lowered here (the real ones are in docs/reference/commands.md §2.2.7); a folder
     over the cap is refused before a file is read, with the way out in the hint."""
     import subprocess
 

@@ -190,7 +190,7 @@ def test_resume_and_rerun_queue_a_new_attempt(tmp_path: Path) -> None:
     script = 'echo "attempt $JOBTPU_ATTEMPT"; echo "$JOBTPU_ATTEMPT $JOBTPU_RESUME" >> seen.txt\nexit 1\n'
     src = _src(tmp_path, {"env.sh": script})
     job_id = submit(home, src, "bash env.sh")
-    (src / "env.sh").write_text("echo changed >> seen.txt\n")  # docs/reference.md §8.1: every attempt runs the snapshot
+    (src / "env.sh").write_text("echo changed >> seen.txt\n")  # docs/reference/job-environment.md §8.1: every attempt runs the snapshot
     manage_until(home, [job_id], {"failed"})
     (src / "env.sh").write_text("echo changed again >> seen.txt\n")
     jobtpu(home, "resume", str(job_id))
@@ -233,7 +233,7 @@ def test_clean_moves_ended_jobs_to_history(tmp_path: Path) -> None:
     theirs = submit(home, src, "bash a.sh", "--user", "someone")
     manage_until(home, [done_id, other_id, theirs], {"finished"})
     queued_id = submit(home, src, "bash a.sh", "--machine", "local")
-    mine = json.loads(jobtpu(home, "status", "--json").stdout)["jobs"]  # docs/reference.md §2.4: the current user's
+    mine = json.loads(jobtpu(home, "status", "--json").stdout)["jobs"]  # docs/reference/commands.md §2.4: the current user's
     assert [j["id"] for j in mine] == [done_id, other_id, queued_id]
     jobtpu(home, "clean", "--remote")
     assert list(status(home)) == [theirs, queued_id]  # another user's ended job stays without --all-users
@@ -288,7 +288,7 @@ def test_submit_returns_within_a_second_while_a_pass_waits_on_the_network(tmp_pa
             alone = time.monotonic() - start
             start = time.monotonic()
             late = submit(home, src, "bash a.sh")
-            assert time.monotonic() - start < alone + 1.0, "submit waited for the pass"  # docs/reference.md §2.1
+            assert time.monotonic() - start < alone + 1.0, "submit waited for the pass"  # docs/reference/commands.md §2.1
             assert manage.poll() is None  # the pass was still talking to the fleet meanwhile
         finally:
             _, err = manage.communicate(timeout=30)

@@ -1,5 +1,5 @@
 """The create body: what a recreation sends, from the recorded node, machines.json's overrides and
-gcloud's defaults (pure; the end-to-end checks are in test_tpu_gcloud.py). See docs/reference.md
+gcloud's defaults (pure; the end-to-end checks are in test_tpu_gcloud.py). See docs/reference/machines-json.md §3.3
 on TPU machines."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Config overrides as a user types them (docs/reference.md §2.2.2, §2.2.3): every way of making one
+"""Config overrides as a user types them (docs/reference/commands.md §2.2.2, §2.2.3): every way of making one
 (plain words, --sweep, --sweep-file) names its key in full through the same three alias levels, and
 the old tool's habits and typos get one line saying what to do instead of a silent wrong job."""
 

@@ -1,5 +1,5 @@
 """reach.reachability, the one rule for an ssh machine's up/unreachable: a table over the contacts
-of one pass (docs/reference.md §5, steps 1 and 5)."""
+of one pass (docs/reference/pass.md §5, steps 1 and 5)."""
 
 from __future__ import annotations
 

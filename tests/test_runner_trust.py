@@ -1,4 +1,4 @@
-"""Whose account runs what in a shared home (docs/design.md §7, docs/reference.md §1.3): two real
+"""Whose account runs what in a shared home (docs/design.md §7, docs/reference/home-files.md §1.3): two real
 Unix accounts in one group, alice runs the passes; bob may edit every group-writable file, yet no
 code of his runs as alice, unless alice's own runner.json says so."""
 
@@ -114,7 +114,7 @@ def ends(team: Team, account: str, home: Path, job: int) -> dict[str, Any]:
 
 
 def runner_json(team: Team, account: str, home: Path, doc: dict[str, Any]) -> None:
-    """runner.json as reference §1.3 says to write it: by the runner's account, `chmod 644`."""
+    """runner.json as reference/home-files.md §1.3 says to write it: by the runner's account, `chmod 644`."""
     tmp = team.base / "runner.json.new"
     tmp.write_text(json.dumps(doc))
     tmp.chmod(0o644)
@@ -292,7 +292,7 @@ def test_the_reference_runner_json_example_is_what_a_pass_reads(tmp_path: Path) 
     from jobtpu.privileged import gate
     from jobtpu.trust import load_runner
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "home-files.md").read_text()
     section = text.split("### 1.3 ", 1)[1].split("\n### ", 1)[0]
     example = section.split("```\n", 2)[1].rsplit("```", 1)[0]
     (tmp_path / "runner.json").write_text(example)

@@ -1,4 +1,4 @@
-"""One home shared by two real Unix accounts in a group (docs/reference.md §1): both submit and run
+"""One home shared by two real Unix accounts in a group (docs/reference/home-files.md §1): both submit and run
 passes, and every file jobtpu writes stays the group's, group-writable, never world-writable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`sheet.layout: tpu-manager` (docs/reference.md §3.8): the older tool's tab kept as it is, through the
+"""`sheet.layout: tpu-manager` (docs/reference/machines-json.md §3.8): the older tool's tab kept as it is, through the
 CLI against the fake Sheets API. Columns by letter: B name or alias, C belongs-to, D status, E user,
 F user note, G script note, H env, I other note; K/L are the team's totals, never touched."""
 

@@ -150,7 +150,7 @@ def test_multi_host_job_fails_as_one_and_its_logs_survive_the_hosts(ssh_fleet: S
 
 
 # Worker 0 serves the coordinator's address; the others reach it there, as torchrun's and
-# jax.distributed's workers do (docs/reference.md §8.2).
+# jax.distributed's workers do (docs/reference/job-environment.md §8.2).
 RENDEZVOUS = """import os, socket, time
 env = {k: os.environ.get(k, '-') for k in ('JOBTPU_ZONE', 'JOBTPU_REGION', 'JOBTPU_NODE', 'JOBTPU_ACCELERATOR',
                                           'JOBTPU_HOSTS', 'JOBTPU_COORDINATOR')}
@@ -525,7 +525,7 @@ def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
     home.mkdir(mode=0o2770)
-    home.chmod(0o2770)  # a home its group shares (docs/reference.md §1.3)
+    home.chmod(0o2770)  # a home its group shares (docs/reference/home-files.md §1.3)
     write_fleet(home, ssh_fleet, {"box": (fm, {})})
     job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
     manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")

@@ -1,4 +1,4 @@
-"""state.json (docs/reference.md §4): atomic saves with a .bak, precise refusal of bad edits, hand edits honoured,
+"""state.json (docs/reference/state-json.md §4): atomic saves with a .bak, precise refusal of bad edits, hand edits honoured,
 ids never reused."""
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     job.env, secret = split_env(job.env)
     if extras.combinations is None:
         jobs = [job]
-    else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference.md §2.2.3)
+    else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference/commands.md §2.2.3)
         own = load_settings(home, job.user).aliases
         jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
     secrets = SecretStore(home)

@@ -10,7 +10,7 @@ from typing import Any
 from ..home import Home
 from .common import emit_json
 
-# How a recovery word reads (docs/reference.md §7.1 uses the same words).
+# How a recovery word reads (docs/reference/requests-and-rules.md §7.1 uses the same words).
 SAYS = {"resume": "resume", "rerun": "run from the start", "recreate-resume": "recreate the TPU, then resume",
         "recreate-rerun": "recreate the TPU, then run from the start", None: "fail"}
 # The same, shorter, for a terminal too narrow for the table in full words.
