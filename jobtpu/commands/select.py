@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EXIT_USAGE, JobtpuError
 from ..users import known_user
@@ -22,9 +21,9 @@ class UsageError(JobtpuError):
     exit_code = EXIT_USAGE
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What the user typed to name jobs: ids, and selectors every chosen job must pass."""
+class Selection(NamedTuple):
+    """What the user typed to name jobs: ids, and selectors every chosen job must pass. Immutable;
+    a NamedTuple, not a dataclass: `--help` loads no dataclasses (tests/test_imports.py)."""
 
     ids: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()  # all of them
