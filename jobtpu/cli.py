@@ -241,24 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
 
     p = add("status", "the jobs, as a table")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="only these jobs (default: your jobs)")
-    who = p.add_mutually_exclusive_group()
-    who.add_argument("--user", help="this user's jobs instead of yours")
-    who.add_argument("--all-users", action="store_true", help="every user's jobs")
+    add_selection_args(p, "only these jobs, whoever submitted them (default: your jobs)", history=True)
     p.add_argument("--all", action="store_true", dest="show_all",
                    help=f"every job in the table (default: jobs on a machine, the next {jobs.QUEUED_SHOWN} "
                         f"queued and the {jobs.ENDED_SHOWN} that ended last)")
     p.add_argument("--json", action="store_true", help="every selected job as JSON (the stored records)")
     p.add_argument("--watch", nargs="?", type=_positive_seconds, const=5.0, metavar="SECONDS",
                    help="redraw every SECONDS (default 5) until interrupted")
-    p.add_argument("--status", action="append", type=_status_words, default=[], metavar="S[,S]",
-                   help=f"only jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
-    p.add_argument("--tag", action="append", default=[], metavar="T",
-                   help="only jobs carrying this tag, repeatable (a job must carry every one given)")
-    p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches GLOB (like 'sweep-*')")
-    p.add_argument("--history", action="store_true",
-                   help="the jobs `clean` moved to history.jsonl, newest first, instead of state.json's")
-    p.add_argument("--sweep", type=_job_id, metavar="ID", help="one sweep's jobs, with a line of counts")
 
     p = add("tail", "a job's log (worker 0, latest attempt, last 50 lines)")
     p.add_argument("id", type=int, help="the job")
@@ -274,22 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/")
 
     p = add("kill", "stop jobs on every worker and mark them killed")
-    _add_selectors(p, "the jobs to stop")
+    add_selection_args(p, "the jobs to stop", dry_run=True)
 
     for name, text in (("resume", "queue ended jobs again, continuing from their checkpoints"),
                        ("rerun", "queue ended jobs again, from the start")):
         p = add(name, text)
-        _add_selectors(p, "the ended jobs")
+        add_selection_args(p, "the ended jobs", dry_run=True)
         p.add_argument("--machine", help="run only on this machine from now on (a name or an alias)")
 
     p = add("clean", "move ended jobs from state.json into history.jsonl (default: your ended jobs)")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
-    _add_selectors(p, "only these ended jobs")
+    add_selection_args(p, "only these ended jobs", dry_run=True)
 
     for name, text in (("hold", "keep queued jobs from starting until `jobtpu release`"),
                        ("release", "let held jobs start again")):
         p = add(name, text)
-        _add_selectors(p, "the queued jobs")
+        add_selection_args(p, "the queued jobs", dry_run=True)
 
     p = add("tag", "add (+TAG) and remove (-TAG) tags of jobs")
     p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
@@ -331,8 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("report", "what preemptions and failures cost each job: time per attempt, each interruption "
             "split into detection, delete+create, setup and launch, work redone, goodput")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="these jobs (default: your jobs that ran)")
-    p.add_argument("--tag", help="the jobs with this tag")
+    add_selection_args(p, "these jobs, whoever submitted them (default: your jobs that ran)")
     p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
 
     p = add("watch", "a live full-screen view of jobs, machines and events; runs a manage pass every round")
@@ -482,38 +470,39 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")
 
 
-def _add_selectors(p: argparse.ArgumentParser, ids_help: str) -> None:
-    """Ids and the selectors every bulk command takes (commands/select.py)."""
+def add_selection_args(p: argparse.ArgumentParser, ids_help: str, history: bool = False,
+                       dry_run: bool = False) -> None:
+    """The one set of selectors (commands/select.py) of status, report and the bulk commands, so the
+    same options pick the same jobs everywhere; `history`: status's --history, `dry_run`: a bulk
+    command's --dry-run and --force."""
     p.add_argument("ids", nargs="*", type=_job_id, metavar="ID", help=ids_help)
-    p.add_argument("--tag", action="append", default=[], dest="sel_tags", metavar="TAG",
-                   help="jobs with this tag, repeatable (a job must carry every one given, as in status)")
-    p.add_argument("--name", action="append", default=[], dest="sel_names", metavar="GLOB",
-                   help="jobs whose name matches GLOB, repeatable (any of them)")
-    p.add_argument("--status", action="append", default=[], dest="sel_statuses", type=_status_words,
+    p.add_argument("--tag", action="append", default=[], dest="tags", metavar="TAG",
+                   help="jobs carrying this tag, repeatable (a job must carry every one given)")
+    p.add_argument("--name", action="append", default=[], dest="names", metavar="GLOB",
+                   help="jobs whose whole name matches GLOB (like 'sweep-*'), repeatable (any of them)")
+    p.add_argument("--status", action="append", default=[], dest="statuses", type=_status_words,
                    metavar="S[,S]", help=f"jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
-    p.add_argument("--sweep", action="append", default=[], dest="sel_sweeps", type=_job_id, metavar="ID",
-                   help="the jobs of this sweep, repeatable")
-    p.add_argument("--user", help="this user's jobs (default: yours, unless ids are given)")
-    p.add_argument("--all-users", action="store_true", help="every user's jobs (wins over --user)")
-    p.add_argument("--dry-run", action="store_true", help="print the jobs it would act on; change nothing")
-    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
+    p.add_argument("--sweep", action="append", default=[], dest="sweeps", type=_job_id, metavar="ID",
+                   help="the jobs of sweep ID, whoever submitted them, repeatable (any of them)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--user", help="this user's jobs (default: yours, unless ids or a sweep are given)")
+    who.add_argument("--all-users", action="store_true", help="every user's jobs")
+    if history:
+        p.add_argument("--history", action="store_true",
+                       help="the jobs `clean` moved to history.jsonl, newest first, instead of state.json's")
+    if dry_run:
+        p.add_argument("--dry-run", action="store_true", help="print the jobs it would act on; change nothing")
+        p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
 
 
-def _selector(args: argparse.Namespace) -> select.Selector:
-    return select.Selector(ids=args.ids, tags=args.sel_tags, names=args.sel_names, statuses=[w for words in args.sel_statuses for w in words],
-                           user=args.user, all_users=args.all_users, sweeps=args.sel_sweeps, dry_run=args.dry_run)
+def _selection(args: argparse.Namespace) -> select.Selection:
+    return select.Selection(ids=tuple(args.ids), tags=tuple(args.tags), names=tuple(args.names),
+                            statuses=tuple(w for words in args.statuses for w in words), sweeps=tuple(args.sweeps),
+                            user=args.user, all_users=args.all_users, history=getattr(args, "history", False))
 
 
 def _submit_options(args: argparse.Namespace) -> jobs.SubmitOptions:
     return jobs.SubmitOptions(**{name: getattr(args, name) for name in jobs.SubmitOptions._fields})
-
-
-def _selection(args: argparse.Namespace) -> jobs.Selection:
-    from .listing import Filters
-
-    statuses = frozenset(word for words in args.status for word in words)
-    return jobs.Selection(args.ids, args.user, args.all_users,
-                          Filters(statuses, frozenset(args.tag), args.name), args.history, args.sweep)
 
 
 # Each command's function, called with the home and the parsed arguments (thin adapters to typed calls).
@@ -525,19 +514,19 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "note": lambda home, a: annotate.note(home, a.machine, a.words, a.force),
     "tail": lambda home, a: jobs.tail(home, a.id, a.lines, a.follow, a.worker, a.attempt),
     "fetch": lambda home, a: jobs.fetch(home, a.id, a.path, a.to),
-    "kill": lambda home, a: jobs.kill(home, _selector(a), a.force),
-    "resume": lambda home, a: jobs.requeue(home, _selector(a), a.machine, resume=True, force=a.force),
-    "rerun": lambda home, a: jobs.requeue(home, _selector(a), a.machine, resume=False, force=a.force),
-    "clean": lambda home, a: jobs.clean(home, _selector(a), a.remote, a.force),
-    "hold": lambda home, a: batch.hold(home, _selector(a), release=False, force=a.force),
-    "release": lambda home, a: batch.hold(home, _selector(a), release=True, force=a.force),
+    "kill": lambda home, a: jobs.kill(home, _selection(a), a.force, a.dry_run),
+    "resume": lambda home, a: jobs.requeue(home, _selection(a), a.machine, True, a.force, a.dry_run),
+    "rerun": lambda home, a: jobs.requeue(home, _selection(a), a.machine, False, a.force, a.dry_run),
+    "clean": lambda home, a: jobs.clean(home, _selection(a), a.remote, a.force, a.dry_run),
+    "hold": lambda home, a: batch.hold(home, _selection(a), False, a.force, a.dry_run),
+    "release": lambda home, a: batch.hold(home, _selection(a), True, a.force, a.dry_run),
     "manage": lambda home, a: fleet.manage(home, a.loop, a.dry_run),
     "machines": lambda home, a: fleet.machines(home, a.json),
     "doctor": lambda home, a: fleet.doctor(home, a.name, a.fix, a.accelerator),
     "tpu": lambda home, a: tpu.tpu(home, a.op, a.name, a.json, a.force),
     "rules": lambda home, a: rules.show_rules(home, a.json),
     "events": lambda home, a: watch.events(home, a.follow, a.job, a.machine, a.since, a.json),
-    "report": lambda home, a: watch.report(home, a.ids, a.tag, a.html),
+    "report": lambda home, a: watch.report(home, _selection(a), a.html),
     "watch": lambda home, a: watch.watch(home, a.interval, not a.no_manage),
     "init": lambda home, a: team.init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()), a.shared),
     "user": lambda home, a: team.user(home, a.op, a.name),

@@ -1,11 +1,10 @@
-"""What `status` lists and how each row reads: the filters, the cells of a job's row (run time,
+"""What `status` lists and how each row reads: the cells of a job's row (run time,
 overrides in their short form, resources or allocation, why a queued job waits), the count per
 status, and the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
 machines.json's aliases; rich stays in display.py."""
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
@@ -19,19 +18,6 @@ from .model import Job, Status
 from .safefs import read_regular
 
 STATUS_ORDER = tuple(s.value for s in Status)
-
-
-class Filters(NamedTuple):
-    """`status --status/--tag/--name`: a job is listed when it passes every filter given."""
-
-    statuses: frozenset[str] = frozenset()  # any of these (empty: any status)
-    tags: frozenset[str] = frozenset()  # all of these
-    name: str | None = None  # a shell-style pattern (fnmatch) over the whole name
-
-    def keep(self, job: Job) -> bool:
-        return ((not self.statuses or job.status.value in self.statuses)
-                and self.tags.issubset(job.tags)
-                and (self.name is None or fnmatch.fnmatchcase(job.name, self.name)))
 
 
 def status_counts(jobs: Iterable[Job]) -> str:

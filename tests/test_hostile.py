@@ -232,7 +232,7 @@ def test_wrong_state_for_the_command(busy_home: tuple[Path, Path, int, int]) -> 
 
 
 USAGE_ERRORS: list[tuple[list[str], str]] = [
-    (["status", "abc"], "invalid int value"), (["submit"], "--cmd"), (["frobnicate"], "invalid choice"),
+    (["status", "abc"], "'abc' is not a job id"), (["submit"], "--cmd"), (["frobnicate"], "invalid choice"),
     (["submit", "--cmd", "x", "--rule", "sometimes"], "invalid choice"), (["tail", "1", "-n", "many"], "whole number"),
     (["status", "--user", "a", "--all-users"], "not allowed with"), (["manage", "--loop", "soon"], "seconds"),
     # numbers out of range are refused before anything runs (a zero interval would spin forever)
@@ -291,7 +291,7 @@ def test_the_real_entry_point_prints_no_traceback(busy_home: tuple[Path, Path, i
         (["submit", "--dir", str(src), "--cmd", "true"], 1, "machines.json:3:1:"),
         (["status", "999"], 1, "no job 999"),
         (["submit", "--dir", str(src), "--cmd", "true", "--user", "Bad Name"], 1, "machines.json:3:1:"),
-        (["status", "x"], 2, "invalid int value"),
+        (["status", "x"], 2, "'x' is not a job id"),
     ]:
         done = subprocess.run(["jobtpu", "--home", str(home), *args], capture_output=True, text=True, env=env,
                               timeout=30)

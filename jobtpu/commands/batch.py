@@ -10,7 +10,7 @@ from ..errors import JobtpuError
 from ..home import Home
 from ..users import check_owners, known_user
 from .common import note
-from .select import Selector, announce, require_some, select
+from .select import Selection, announce, require_some, select_current
 
 if TYPE_CHECKING:
     from ..model import Job, State
@@ -174,22 +174,22 @@ def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
 
 # ---- hold / release -------------------------------------------------------------------------------
 
-def hold(home: Home, sel: Selector, release: bool, force: bool = False) -> int:
+def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run: bool = False) -> int:
     """`hold`: queued jobs stay queued until released; `release`: they may start again."""
     from ..session import locked_session
 
     verb = "release" if release else "hold"
     require_some(sel, verb)
     with locked_session(home) as session:
-        chosen = select(home, session.state.jobs, sel, verb)
+        chosen = select_current(home, session.state.jobs, sel, verb)
         if sel.ids:  # named by id: say why one is left as it is
             for job in chosen:
                 if job.status != "queued":
                     note(f"job {job.id} is {job.status}; only a queued job is held or released")
         acting = [j for j in chosen if j.status == "queued" and j.held == release]
         check_owners(acting, known_user(home, None), force, verb)
-        announce(verb, acting, sel)
-        if sel.dry_run:
+        announce(verb, acting, sel, dry_run)
+        if dry_run:
             return 0
         for job in acting:
             job.held = not release

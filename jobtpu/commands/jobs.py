@@ -15,11 +15,10 @@ from ..logfiles import log_rel
 from ..store import Store
 from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
-from .select import Selector, announce, require_some, select
+from .select import Selection, announce, chooser, require_some, select, select_current
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
-    from ..listing import Filters
     from ..model import Job, State
     from ..session import Session
     from ..workers import WorkerRef, WorkerState
@@ -297,46 +296,25 @@ ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
 
 
-class Selection(NamedTuple):
-    """Which jobs `status` lists: ids, or a user's (or everybody's) jobs; then the filters; from
-    state.json or, with `history`, from history.jsonl."""
-
-    ids: list[int]
-    user: str | None = None
-    all_users: bool = False
-    filters: Filters | None = None  # None: every job
-    history: bool = False
-    sweep: int | None = None  # one sweep's jobs, whoever submitted them
-
-    def keep(self, job: Job) -> bool:
-        return self.filters is None or self.filters.keep(job)
-
-
 def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
-    """The selected jobs, in id order (from history: newest first). A job named by id is looked for
-    in state.json, then in history.jsonl, where `clean` moved it. `state`: state.json, already read."""
+    """The jobs `status` lists (select.select over state.json's jobs, or with --history over
+    history.jsonl's, newest first). An id missing from state.json is looked for in history.jsonl,
+    where `clean` moved it; an id or sweep found nowhere is an error. `state`: state.json, already read."""
     from ..listing import find_jobs, history
 
-    jobs = history(home) if chosen.history else (state or Store(home).load()).jobs
-    if chosen.sweep is not None:
-        swept = [j for j in jobs if j.sweep == chosen.sweep]
-        if not swept:
-            raise NotFoundError(f"no sweep {chosen.sweep} in {'history.jsonl' if chosen.history else 'state.json'}",
+    pool = history(home) if chosen.history else (state or Store(home).load()).jobs
+    where = "history.jsonl" if chosen.history else "state.json"
+    missing = sorted(set(chosen.ids) - {j.id for j in pool})
+    if missing and chosen.history:
+        raise NotFoundError(f"no job {missing[0]} in history.jsonl",
+                            hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
+    if missing:  # cleaned jobs named by id, in id order with the rest
+        pool = sorted([*pool, *find_jobs(home, pool, missing)], key=lambda j: j.id)
+    for sweep in chosen.sweeps:
+        if not any(j.sweep == sweep for j in pool):
+            raise NotFoundError(f"no sweep {sweep} in {where}",
                                 hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
-        return [j for j in swept if chosen.keep(j)]
-    if chosen.ids:
-        if chosen.history:
-            found = {j.id: j for j in jobs}
-            missing = [i for i in chosen.ids if i not in found]
-            if missing:
-                raise NotFoundError(f"no job {missing[0]} in history.jsonl",
-                                    hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
-            picked = [found[i] for i in dict.fromkeys(chosen.ids)]
-        else:
-            picked = find_jobs(home, jobs, chosen.ids)
-        return [j for j in picked if chosen.keep(j)]
-    who = None if chosen.all_users else known_user(home, chosen.user)
-    return [j for j in jobs if (who is None or j.user == who) and chosen.keep(j)]
+    return select(pool, chosen, chooser(home, chosen))
 
 
 def _ended_at(job: Job) -> float:
@@ -404,7 +382,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         else:  # only the rows shown become table cells
             shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
         now = time.time()
-        counts = (f"sweep {chosen.sweep}: {sweep_summary(jobs)}" if chosen.sweep is not None
+        counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
         return jobs_table(rows(shown, now, aliases, zone), console.width,
@@ -561,21 +539,21 @@ def _print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.Incremen
 
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
-def kill(home: Home, sel: Selector, force: bool = False) -> int:
+def kill(home: Home, sel: Selection, force: bool = False, dry_run: bool = False) -> int:
     from ..manage import kill_jobs
     from ..session import locked_session
 
     require_some(sel, "kill")
     me = known_user(home, None)
     with locked_session(home) as session:
-        jobs = select(home, session.state.jobs, sel, "kill")  # every id known, or nothing is killed
+        jobs = select_current(home, session.state.jobs, sel, "kill")  # every id known, or nothing is killed
         for job in jobs:
             if job.ended and not sel.filters:
                 note(f"job {job.id} already {job.status}")
         live = [j for j in jobs if not j.ended]
         check_owners(live, me, force, "kill")  # all allowed, or nothing is killed
-        announce("kill", live, sel)
-        if sel.dry_run:
+        announce("kill", live, sel, dry_run)
+        if dry_run:
             return 0
         kill_jobs(session, live, time.time(), by=me)
         stopping = [(j, _local_process_owner(session, j)) for j in live if j.status == "killing"]
@@ -612,7 +590,8 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
         return f"uid {owner}"
 
 
-def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force: bool = False) -> int:
+def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force: bool = False,
+            dry_run: bool = False) -> int:
     """`resume` (from the jobs' checkpoints) or `rerun` (from the start) of ended jobs; prints their ids."""
     from ..decide import requeue as requeue_job
     from ..session import locked_session
@@ -621,7 +600,7 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
     require_some(sel, verb)
     me = known_user(home, None)
     with locked_session(home) as session:
-        jobs = select(home, session.state.jobs, sel, verb)
+        jobs = select_current(home, session.state.jobs, sel, verb)
         if not sel.filters:  # named by id: each must have ended
             for job in jobs:
                 if not job.ended:
@@ -631,8 +610,8 @@ def requeue(home: Home, sel: Selector, machine: str | None, resume: bool, force:
         if machine is not None:
             machine = session.fleet.resolve(machine).name
         check_owners(jobs, me, force, verb)
-        announce(verb, jobs, sel, by_id=False)
-        if sel.dry_run:
+        announce(verb, jobs, sel, dry_run, by_id=False)
+        if dry_run:
             return 0
         for job in jobs:
             requeue_job(job, resume=resume, reason=None, machine=machine)
@@ -656,7 +635,7 @@ def _adopt(home: Home, job: Job) -> None:
     write_spec(home, job, [name for name, value in job.env.items() if value == MASK])
 
 
-def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
+def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run: bool = False) -> int:
     """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too): your ended
     jobs, or the ended ones among those the ids and selectors name."""
     from ..operations import clean_remote
@@ -667,10 +646,10 @@ def clean(home: Home, sel: Selector, remote: bool, force: bool = False) -> int:
 
     me = known_user(home, None)
     with locked_session(home) as session:
-        gone = [j for j in select(home, session.state.jobs, sel, "clean") if j.ended]
+        gone = [j for j in select_current(home, session.state.jobs, sel, "clean") if j.ended]
         check_owners(gone, me, force, "clean")  # history keeps who forced it
-        announce("clean", gone, sel)
-        if sel.dry_run:
+        announce("clean", gone, sel, dry_run)
+        if dry_run:
             return 0
         if remote:
             clean_remote(session, gone)

@@ -1,6 +1,7 @@
-"""Which jobs a bulk command acts on: ids and selectors (`--tag`, `--name`, `--status`, `--user`,
-`--sweep`), for kill, resume, rerun, clean, hold and release. One selection for all of them, so a
-selector means the same everywhere; each command then keeps the jobs it can act on."""
+"""Which jobs a command names: one selection (ids, `--tag`, `--name`, `--status`, `--sweep`,
+`--user`, `--all-users`, and for `status` `--history`) for status, report, kill, resume, rerun,
+clean, hold and release, picked by one pure function, so the same selectors pick the same jobs
+everywhere (docs/reference/commands.md §2.7); each command then keeps the jobs it can act on."""
 
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ class UsageError(JobtpuError):
     exit_code = EXIT_USAGE
 
 
-class Selector(NamedTuple):
-    """What the user typed to name jobs: ids, and filters every selected job must pass."""
+class Selection(NamedTuple):
+    """What the user typed to name jobs: ids, and selectors every chosen job must pass. Immutable;
+    a NamedTuple, not a dataclass: `--help` loads no dataclasses (tests/test_imports.py)."""
 
-    ids: list[int] = []
-    tags: list[str] = []
-    names: list[str] = []  # globs (fnmatch), matched against the job's name
-    statuses: list[str] = []
+    ids: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()  # all of them
+    names: tuple[str, ...] = ()  # globs (fnmatch) over the whole name, any of them
+    statuses: tuple[str, ...] = ()  # any of them
+    sweeps: tuple[int, ...] = ()  # any of them
     user: str | None = None
     all_users: bool = False
-    sweeps: list[int] = []
-    dry_run: bool = False
+    history: bool = False  # status only: history.jsonl's jobs instead of state.json's
 
     @property
     def filters(self) -> bool:
@@ -41,40 +43,53 @@ class Selector(NamedTuple):
     def given(self) -> bool:
         return bool(self.ids) or self.filters
 
+    @property
+    def anyones(self) -> bool:
+        """Whether the jobs are taken whoever submitted them: with --all-users, and for jobs named by
+        id or sweep id (a name points at jobs, whoever they belong to) unless --user narrows them."""
+        return self.all_users or (self.user is None and bool(self.ids or self.sweeps))
 
-def select(home: Home, jobs: Iterable[Job], sel: Selector, act: str) -> list[Job]:
-    """The jobs named by ids (every id must be in state.json) and passing every filter given, in id
-    order. Without ids the filters choose among your jobs (`--user U`: U's, `--all-users`:
-    everyone's); ids are taken whoever submitted them unless `--user` is given too. `act` names the
-    command in the error for an id `clean` moved to history."""
-    jobs = list(jobs)
-    if sel.ids:
-        by_id = {j.id: j for j in jobs}
-        missing = [i for i in sel.ids if i not in by_id]
-        if missing:
-            from ..listing import require_current
 
-            require_current(home, jobs, missing[0], act)  # raises: says where the job went
-        chosen = [by_id[i] for i in sorted(set(sel.ids))]
-        who = None if sel.all_users or sel.user is None else known_user(home, sel.user)
-    else:
-        chosen = sorted(jobs, key=lambda j: j.id)
-        who = None if sel.all_users else known_user(home, sel.user)
+def select(jobs: Iterable[Job], selection: Selection, current_user: str) -> list[Job]:
+    """The jobs passing every selector given, in the order of `jobs`. Jobs are `current_user`'s
+    unless --user names another or the selection takes anyone's (Selection.anyones)."""
     tests: list[Callable[[Job], bool]] = []
-    if who is not None:
-        tests.append(lambda j: j.user == who)
-    if sel.tags:
-        tests.append(lambda j: all(t in j.tags for t in sel.tags))  # narrows, as status --tag does
-    if sel.names:
-        tests.append(lambda j: any(fnmatch.fnmatchcase(j.name, glob) for glob in sel.names))
-    if sel.statuses:
-        tests.append(lambda j: j.status in sel.statuses)
-    if sel.sweeps:
-        tests.append(lambda j: j.sweep in sel.sweeps)
-    return [j for j in chosen if all(test(j) for test in tests)]
+    if selection.ids:
+        tests.append(lambda j: j.id in selection.ids)
+    if not selection.anyones:
+        owner = selection.user or current_user
+        tests.append(lambda j: j.user == owner)
+    if selection.tags:
+        tests.append(lambda j: all(t in j.tags for t in selection.tags))
+    if selection.names:
+        tests.append(lambda j: any(fnmatch.fnmatchcase(j.name, glob) for glob in selection.names))
+    if selection.statuses:
+        tests.append(lambda j: j.status in selection.statuses)
+    if selection.sweeps:
+        tests.append(lambda j: j.sweep in selection.sweeps)
+    return [j for j in jobs if all(test(j) for test in tests)]
 
 
-def require_some(sel: Selector, command: str) -> None:
+def chooser(home: Home, selection: Selection) -> str:
+    """The user whose jobs the selection picks (--user, else you), checked against the home's users
+    only when it matters: "" when it takes anyone's."""
+    return "" if selection.anyones else known_user(home, selection.user)
+
+
+def select_current(home: Home, jobs: Iterable[Job], sel: Selection, act: str) -> list[Job]:
+    """For a command that changes jobs (`act`): the selected jobs of state.json, in id order. Every
+    id must be there, or the error says where the job went (history.jsonl, or nowhere)."""
+    jobs = sorted(jobs, key=lambda j: j.id)
+    known = {j.id for j in jobs}
+    missing = [i for i in sel.ids if i not in known]
+    if missing:
+        from ..listing import require_current
+
+        require_current(home, jobs, missing[0], act)  # raises: says where the job went
+    return select(jobs, sel, chooser(home, sel))
+
+
+def require_some(sel: Selection, command: str) -> None:
     """Commands that change jobs act on nothing unless told which: never on every job by default."""
     if not sel.given:
         raise UsageError(f"{command}: name the jobs, by id or by a selector",
@@ -94,19 +109,19 @@ def describe(job: Job) -> str:
     return f"job {job.id} ({', '.join(parts)})"
 
 
-def announce(verb: str, jobs: list[Job], sel: Selector, by_id: bool = True) -> None:
+def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: bool = True) -> None:
     """What a bulk command acts on, one line per job on stdout, before it acts (with --dry-run,
     instead), so every act says what it changed. Jobs named only by id are said too unless `by_id`
     is false (resume and rerun print their ids instead)."""
     from ..text import printable
 
-    if not (sel.filters or sel.dry_run or (by_id and jobs)):
+    if not (sel.filters or dry_run or (by_id and jobs)):
         return
     if not jobs:
         from .common import note
 
         note(f"jobtpu: no job to {verb} matches the selection")
         return
-    prefix = f"would {verb}" if sel.dry_run else verb
+    prefix = f"would {verb}" if dry_run else verb
     for job in jobs:
         print(printable(f"{prefix} {describe(job)}"))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from ..fleet import Fleet, Machine
     from ..model import Job, LastPass, State
+    from .select import Selection
 
 
 # ---- freshness ----------------------------------------------------------------------------------------
@@ -137,31 +138,25 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     return gpus or None, "GPU"
 
 
-def report_jobs(state: State, ids: list[int], tag: str | None, user: str | None) -> list[Job]:
-    if ids and tag is not None:
-        raise JobtpuError("give job ids or --tag, not both", hint="`jobtpu report 3 4` or `jobtpu report --tag sweep`")
-    if ids:
-        return [state.require_job(i) for i in ids]
-    if tag is not None:
-        chosen = [j for j in state.jobs if tag in j.tags]
-        if not chosen:
-            raise JobtpuError(f"no job in state.json has the tag {printable(repr(tag))}",
-                              hint="`jobtpu status --all-users` shows every job's tags")
-        return chosen
-    return [j for j in state.jobs if j.user == user and j.attempts]
+def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
+    """The jobs the selection names, as `status` picks them (a cleaned job too, by id); without any
+    selector, your jobs that ran."""
+    from .jobs import chosen_jobs
+
+    chosen = chosen_jobs(home, sel, state)
+    return chosen if sel.given else [j for j in chosen if j.attempts]
 
 
-def report(home: Home, ids: list[int], tag: str | None, html: str | None) -> int:
+def report(home: Home, sel: Selection, html: str | None) -> int:
     import msgspec
 
     from .. import events as ev
     from .. import goodput
     from ..fleet import load_fleet
-    from ..inputs import resolve_user
 
     state = Store(home).load()
     fleet = load_fleet(home)
-    jobs = report_jobs(state, ids, tag, None if ids or tag else resolve_user(None))
+    jobs = report_jobs(home, state, sel)
     log = ev.read(home.root)
     now = time.time()
     reports = []
@@ -175,7 +170,8 @@ def report(home: Home, ids: list[int], tag: str | None, html: str | None) -> int
         path.write_text(goodput.render_html(reports, now=now), encoding="utf-8")
         note(f"wrote {path}")
         return 0
-    print(goodput.render_text(reports) if reports else "no job has run yet")
+    print(goodput.render_text(reports) if reports else
+          "no job matches the selection" if sel.given else "no job has run yet")
     return 0
 
 
