@@ -188,3 +188,21 @@ def test_the_readme_first_command_and_the_guides_first_job_run_as_printed(tmp_pa
     fetched = _run(lines[4], clone, env)
     assert fetched.returncode == 0, fetched.stderr
     assert json.loads((clone / "results" / "2" / "result.json").read_text())["steps"] == 100
+
+
+def test_the_readmes_one_minute_local_run_runs_as_printed(tmp_path: Path) -> None:
+    clone, env = _clone_as_home(tmp_path)
+    readme = REPO / "README.md"
+    first = readme.read_text().splitlines()[readme.read_text().splitlines().index("```bash") + 1]
+    assert _run(first.split(" && ", 1)[1], clone, env).returncode == 0  # job 1, as the README says
+    lines = _block_after(readme, "## A one-minute local run")
+    assert [shlex.split(line, comments=True)[:2] for line in lines] == [
+        ["jobtpu", "submit"], ["jobtpu", "manage"], ["jobtpu", "status"], ["jobtpu", "tail"], ["jobtpu", "manage"]]
+    said = [_run(line, clone, env) for line in lines]
+    assert all(done.returncode == 0 for done in said), [done.stderr for done in said]
+    assert said[0].stdout.strip() == "2"
+    assert re.search(r"^\s*2\s.*running", said[2].stdout, re.M), said[2].stdout
+    assert 'done: {"w": ' in said[3].stdout  # tail -f followed the log to its end
+    assert re.search(r"^\s*2\s.*finished", said[4].stdout, re.M), said[4].stdout
+    fetched = _run("jobtpu fetch 2 result.json", clone, env)  # the sentence under the block
+    assert fetched.returncode == 0 and (clone / "results" / "2" / "result.json").is_file(), fetched.stderr
