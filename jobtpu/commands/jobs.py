@@ -15,7 +15,7 @@ from ..logfiles import log_rel
 from ..store import Store
 from ..users import check_owners, known_user
 from .common import emit_json, note, sigterm_interrupts
-from .select import Selection, announce, chooser, require_some, select, select_current
+from .select import Selection, announce, chosen_jobs, require_some, select_current
 
 if TYPE_CHECKING:
     from ..fleet import Fleet
@@ -294,27 +294,6 @@ ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
 HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
-
-
-def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
-    """The jobs `status` lists (select.select over state.json's jobs, or with --history over
-    history.jsonl's, newest first). An id missing from state.json is looked for in history.jsonl,
-    where `clean` moved it; an id or sweep found nowhere is an error. `state`: state.json, already read."""
-    from ..listing import find_jobs, history
-
-    pool = history(home) if chosen.history else (state or Store(home).load()).jobs
-    where = "history.jsonl" if chosen.history else "state.json"
-    missing = sorted(set(chosen.ids) - {j.id for j in pool})
-    if missing and chosen.history:
-        raise NotFoundError(f"no job {missing[0]} in history.jsonl",
-                            hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
-    if missing:  # cleaned jobs named by id, in id order with the rest
-        pool = sorted([*pool, *find_jobs(home, pool, missing)], key=lambda j: j.id)
-    for sweep in chosen.sweeps:
-        if not any(j.sweep == sweep for j in pool):
-            raise NotFoundError(f"no sweep {sweep} in {where}",
-                                hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
-    return select(pool, chosen, chooser(home, chosen))
 
 
 def _ended_at(job: Job) -> float:

@@ -9,12 +9,12 @@ import fnmatch
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import EXIT_USAGE, JobtpuError
+from ..errors import EXIT_USAGE, JobtpuError, NotFoundError
 from ..users import known_user
 
 if TYPE_CHECKING:
     from ..home import Home
-    from ..model import Job
+    from ..model import Job, State
 
 
 class UsageError(JobtpuError):
@@ -125,3 +125,25 @@ def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: b
     prefix = f"would {verb}" if dry_run else verb
     for job in jobs:
         print(printable(f"{prefix} {describe(job)}"))
+
+
+def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
+    """The jobs `status` lists (select.select over state.json's jobs, or with --history over
+    history.jsonl's, newest first). An id missing from state.json is looked for in history.jsonl,
+    where `clean` moved it; an id or sweep found nowhere is an error. `state`: state.json, already read."""
+    from ..listing import find_jobs, history
+    from ..store import Store
+
+    pool = history(home) if chosen.history else (state or Store(home).load()).jobs
+    where = "history.jsonl" if chosen.history else "state.json"
+    missing = sorted(set(chosen.ids) - {j.id for j in pool})
+    if missing and chosen.history:
+        raise NotFoundError(f"no job {missing[0]} in history.jsonl",
+                            hint="`jobtpu status --history --all-users --all` lists every job `clean` moved there")
+    if missing:  # cleaned jobs named by id, in id order with the rest
+        pool = sorted([*pool, *find_jobs(home, pool, missing)], key=lambda j: j.id)
+    for sweep in chosen.sweeps:
+        if not any(j.sweep == sweep for j in pool):
+            raise NotFoundError(f"no sweep {sweep} in {where}",
+                                hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
+    return select(pool, chosen, chooser(home, chosen))

@@ -141,7 +141,7 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
 def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
     """The jobs the selection names, as `status` picks them (a cleaned job too, by id); without any
     selector, your jobs that ran."""
-    from .jobs import chosen_jobs
+    from .select import chosen_jobs
 
     chosen = chosen_jobs(home, sel, state)
     return chosen if sel.given else [j for j in chosen if j.attempts]
