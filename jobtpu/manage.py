@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet, pulls, reach
+from . import logfiles, passevents, passsheet, pulls, reach, timing
 from .decide import (
     Kill,
     Launch,
@@ -455,7 +455,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         return False
     by_worker = {ep.index: ep for ep in p.endpoints(machine)}
     job = next((j for j in p.state.jobs if j.id == action.job), None)
-    grace = grace_of(job) if job is not None else GRACE
+    grace = grace_of(job) if job is not None else timing.current().grace
 
     def one(ref: WorkerRef) -> bool:
         ep = by_worker.get(ref.worker)
@@ -463,18 +463,16 @@ def _stop_workers(p: Session, action: Kill) -> bool:
             return True  # that worker no longer exists
         try:
             script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
-            return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
         except RemoteError:
             return False
 
     return all(parallel(one, action.refs))
 
 
-GRACE = 5.0  # seconds between TERM and KILL unless the job's --grace says otherwise
-
-
 def grace_of(job: Job) -> float:
-    return float(job.grace) if job.grace is not None else GRACE
+    """Seconds between TERM and KILL: the job's --grace, else timing's grace."""
+    return float(job.grace) if job.grace is not None else timing.current().grace
 
 
 # ---- commands that act on the fleet outside a pass ------------------------------------------------

@@ -9,6 +9,7 @@ import time
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import timing
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
 from ..logfiles import log_rel
@@ -483,7 +484,7 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
             return code if code is not None else 1
         code = attempt_exit_code(workers, current.current.workers if current.current else 1)
         if code is None:
-            time.sleep(1.0)
+            time.sleep(timing.current().follow_poll)
             continue
         ours = next((ws for ref, ws in workers.items() if ref.worker == worker), None)
         if ours is None or offset >= ours.log_size:
