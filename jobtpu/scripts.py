@@ -82,7 +82,8 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     `... fail WHY`."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
-    init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source())
+    init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
+                _tenths(timing.current().reset_wait))
     return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [init, *map(_launch_call, specs)])
 
 

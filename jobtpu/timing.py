@@ -21,11 +21,13 @@ class Timing(NamedTuple):
     nor JSON, tests/test_imports.py)."""
 
     lock_wait: float = 5.0  # for a lock a teammate may hold (docs/design.md §2)
+    pass_lock_wait: float = 30.0  # `run` waits this long for another pass to let go of the pass lock
     lock_poll: float = 0.02  # between tries of a held lock
     state_lock_wait: float = 30.0  # for the home's state lock, held by a pass at most for a save
     unreachable_retry: float = 60.0  # an unreachable machine takes no new job this long after a failed contact
     setup_wait: float = 20.0  # a pass waits this long for a setup, so a quick one launches in that pass
     setup_poll: float = 0.5  # between looks at a running setup
+    reset_wait: float = 20.0  # a launch waits this long for another worker replacing the job folder
     claims_fresh: float = 5.0  # a sheet read's claims are trusted this long by a pass about to launch
     claim_stale_minutes: float = 3  # a launch claim with no pid after this long never started (minutes)
     stop_poll: float = 2.0  # how often a local job's wrapper looks for a stop request

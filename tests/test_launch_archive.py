@@ -271,7 +271,7 @@ def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: Ssh
         ["seen-1-0", "seen-1-1", "seen-1-2"]
 
 
-def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) -> None:
+def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from jobtpu.archive import snapshot
     from jobtpu.scripts import claim_stale_minutes, launch_script, parse_launch
     from jobtpu.workers import LaunchSpec, WorkerRef
@@ -283,6 +283,7 @@ def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) ->
     reset = root / "meta" / "7" / "1.reset"
     reset.mkdir(parents=True)  # the pass that began resetting for attempt 1 died
     ref = WorkerRef(7, 1, 0)
+    monkeypatch.setenv("JOBTPU_TIMING", json.dumps({"reset_wait": 0.5}))  # the wait for a reset, shortened
     script = launch_script([LaunchSpec(ref, str(root), snap.name, "cat data.txt", {}, fresh=True)])
 
     def launch() -> str:
