@@ -8,6 +8,7 @@ import getpass
 import shutil
 from collections.abc import Callable
 
+from . import timing
 from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
@@ -39,9 +40,10 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
     a pass that is launching it."""
-    with pass_lock(home, 60.0) if fix else contextlib.nullcontext(True) as got:
+    wait = timing.current().act_lock_wait
+    with pass_lock(home, wait) if fix else contextlib.nullcontext(True) as got:
         if not got:
-            raise BusyError(f"a manage pass has held {home.pass_lock} for over 60s",
+            raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
                             hint="wait for it to finish, or look for a stuck `jobtpu manage`")
         return _doctor(home, fleet, machine, fix, report)
 

@@ -111,12 +111,12 @@ class Pass(Session):
             self._pushed.add(key)
 
 
-def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
+def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
              on_note: Callable[[str], None] | None = None, every: float | None = None) -> PassReport:
     """One pass. `every`: the interval of the loop running this pass (manage --loop, watch), recorded
     with the pass so that `status` knows when passes are late; None for a single pass."""
     report = PassReport(on_note=on_note)
-    with pass_lock(home, wait) as got:
+    with pass_lock(home, timing.current().manage_lock_wait if wait is None else wait) as got:
         if not got:
             report.skipped = True
             report.notes.append("another pass is running; this one did nothing")

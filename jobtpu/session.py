@@ -317,8 +317,9 @@ def load_session(home: Home) -> Session:
 
 
 @contextlib.contextmanager
-def locked_session(home: Home, wait: float = 60.0) -> Iterator[Session]:
+def locked_session(home: Home, wait: float | None = None) -> Iterator[Session]:
     """For kill/resume/rerun/clean/tpu: hold the pass lock (no pass runs meanwhile), commit at the end."""
+    wait = timing.current().act_lock_wait if wait is None else wait
     with pass_lock(home, wait) as got:
         if not got:
             raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",

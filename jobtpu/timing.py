@@ -21,7 +21,9 @@ class Timing(NamedTuple):
     nor JSON, tests/test_imports.py)."""
 
     lock_wait: float = 5.0  # for a lock a teammate may hold (docs/design.md §2)
-    pass_lock_wait: float = 30.0  # `run` waits this long for another pass to let go of the pass lock
+    manage_lock_wait: float = 2.0  # a pass waits this long for another pass to let go of the pass lock
+    run_lock_wait: float = 30.0  # `run`, which must have its pass, waits longer for it
+    act_lock_wait: float = 60.0  # kill/resume/rerun/clean/tpu/doctor --fix wait for a running pass
     lock_poll: float = 0.02  # between tries of a held lock
     state_lock_wait: float = 30.0  # for the home's state lock, held by a pass at most for a save
     unreachable_retry: float = 60.0  # an unreachable machine takes no new job this long after a failed contact

@@ -133,7 +133,7 @@ def test_run_says_so_when_another_pass_holds_the_lock(tmp_path: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         done = jobtpu(home, "run", "--dir", str(src), "--cmd", "true", timeout=90,
-                      env=timing.env(pass_lock_wait=1))  # the wait for the held pass lock, shortened
+                      env=timing.env(run_lock_wait=1))  # the wait for the held pass lock, shortened
     finally:
         os.close(fd)
     job = int(done.stdout.strip())

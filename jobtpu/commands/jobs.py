@@ -218,7 +218,7 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     _print_submitted(submitted, as_json)
     job = submitted[0]
     if not follow_log:
-        wait = timing.current().pass_lock_wait
+        wait = timing.current().run_lock_wait
         if manage.run_pass(home, wait=wait).skipped:
             note(f"jobtpu: another manage pass held the lock for {wait:g} s; job {job.id} stays queued until a pass "
                  "starts it (`jobtpu manage`, or the cron/loop that runs the other pass)")
@@ -262,7 +262,7 @@ def _follow(home: Home, job_id: int, interval: float) -> int:
     decoders: dict[int, codecs.IncrementalDecoder] = {}
     told_busy = False
     while True:
-        if manage.run_pass(home, wait=timing.current().pass_lock_wait).skipped and not told_busy:
+        if manage.run_pass(home, wait=timing.current().run_lock_wait).skipped and not told_busy:
             note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
             told_busy = True
         job = Store(home).load().job(job_id)
