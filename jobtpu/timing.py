@@ -42,6 +42,8 @@ class Timing(NamedTuple):
     keepalive: float = 30.0  # between SSH keepalives on a kept connection
     script_timeout: float = 120.0  # one script run on a worker by a pass
     follow_poll: float = 1.0  # between looks at a followed log with nothing new
+    run_follow_poll: float = 1.0  # between the passes of `run --follow`
+    events_poll: float = 0.5  # between looks at events.jsonl for `events --follow`
 
 
 DEFAULTS = Timing()

@@ -240,11 +240,11 @@ def _print_submitted(jobs: list[Job], as_json: bool) -> None:
         print(id_range([j.id for j in jobs]) if job.sweep is not None else job.id, flush=True)
 
 
-def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
+def follow(home: Home, job_id: int, interval: float | None = None) -> int:
     """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
     Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
     try:
-        return _follow(home, job_id, interval)
+        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval)
     except KeyboardInterrupt as e:
         from ..errors import EXIT_INTERRUPTED, Terminated
 
