@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from . import timing
 from .commands import (
     annotate,
     batch,
@@ -563,6 +564,7 @@ def run_command(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, not midway through a pass
         return run_command(args)
     except JobtpuError as e:
         sys.stdout.flush()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from . import model, rules
+from . import model, rules, timing
 from .fleet import Fleet, Machine
 from .model import Attempt, Ending, Job, Status
 from .requests import Request, allocate, parse_request, why_not
@@ -323,18 +323,18 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
     if errors:  # said as jobtpu's, so it is never taken for the job's own output
         job.last_line = f"launch: {errors[0][-190:]}"
         began = job.current.started if job.current is not None else None
-        if began is not None and now - began > LAUNCH_GIVE_UP:
+        give_up = timing.current().launch_give_up  # a launch without a clear answer from every worker
+        if began is not None and now - began > give_up:
             # A launch that has not got a clear answer for this long (a snapshot copy that keeps
             # failing, a worker that times out) would hold its resources for ever. Some workers may
             # have started: stop every one, then the job ends launch_failed.
-            job.last_line = f"gave up launching after {int(LAUNCH_GIVE_UP // 60)} min: {errors[0][-150:]}"
+            job.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
             job.move(Status.KILLING, model.LAUNCH_FAILED)
             job.ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
             return Kill(job.id, machine.name, refs_of(job))
     return None
 
 
-LAUNCH_GIVE_UP = 3600.0  # seconds a launch may go on without a clear answer from every worker
 
 
 def not_launched(job: Job, why: str) -> None:

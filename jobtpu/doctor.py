@@ -8,6 +8,7 @@ import getpass
 import shutil
 from collections.abc import Callable
 
+from . import timing
 from .errors import BusyError, JobtpuError, RemoteError
 from .fleet import Fleet, Machine
 from .home import Home
@@ -43,10 +44,11 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     if accelerator and not machine.is_tpu:
         raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
                           hint=f"run `jobtpu doctor {machine.name}` without it")
+    wait = timing.current().act_lock_wait
     # --accelerator too: JAX opens the TPU for a moment, and a job launched meanwhile could not.
-    with pass_lock(home, 60.0) if fix or accelerator else contextlib.nullcontext(True) as got:
+    with pass_lock(home, wait) if fix or accelerator else contextlib.nullcontext(True) as got:
         if not got:
-            raise BusyError(f"a manage pass has held {home.pass_lock} for over 60s",
+            raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
                             hint="wait for it to finish, or look for a stuck `jobtpu manage`")
         return _doctor(home, fleet, machine, fix, report, accelerator)
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from . import safefs
+from . import safefs, timing
 from .errors import BusyError
 from .text import printable
 
@@ -311,7 +311,7 @@ def latest(home_root: Path, n: int = 10) -> list[Event]:
 
 
 def follow(home_root: Path, job: int | None = None, machine: str | None = None, since: float | None = None,
-           poll: float = 0.5) -> Iterator[Event]:
+           poll: float | None = None) -> Iterator[Event]:
     """What `read` returns, then each new matching event as it is appended, for ever (the caller
     stops iterating). Survives rotation: the file it was reading is finished before the newer ones,
     so no event is missed or shown twice, even when several rotations happen between two polls."""
@@ -324,7 +324,7 @@ def follow(home_root: Path, job: int | None = None, machine: str | None = None, 
     while True:
         yield from _parse(current.new_lines(), wanted)
         if not current.replaced():
-            time.sleep(poll)
+            time.sleep(timing.current().events_poll if poll is None else poll)
             continue
         yield from _parse(current.new_lines(), wanted)  # what was written before the rotation
         if current.identity:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import logfiles, passevents, passsheet, pulls, reach
+from . import logfiles, passevents, passsheet, pulls, reach, timing
 from .decide import (
     Kill,
     Launch,
@@ -113,12 +113,12 @@ class Pass(Session):
             self._pushed.add(key)
 
 
-def run_pass(home: Home, dry_run: bool = False, wait: float = 2.0,
+def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
              on_note: Callable[[str], None] | None = None, every: float | None = None) -> PassReport:
     """One pass. `every`: the interval of the loop running this pass (manage --loop, watch), recorded
     with the pass so that `status` knows when passes are late; None for a single pass."""
     report = PassReport(on_note=on_note)
-    with pass_lock(home, wait) as got:
+    with pass_lock(home, timing.current().manage_lock_wait if wait is None else wait) as got:
         if not got:
             report.skipped = True
             report.notes.append("another pass is running; this one did nothing")
@@ -469,7 +469,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         return False
     by_worker = {ep.index: ep for ep in p.endpoints(machine)}
     job = next((j for j in p.state.jobs if j.id == action.job), None)
-    grace = grace_of(job) if job is not None else GRACE
+    grace = grace_of(job) if job is not None else timing.current().grace
 
     def one(ref: WorkerRef) -> bool:
         ep = by_worker.get(ref.worker)
@@ -477,18 +477,16 @@ def _stop_workers(p: Session, action: Kill) -> bool:
             return True  # that worker no longer exists
         try:
             script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
-            return parse_kill(p.run_on(machine, ep, script, timeout=grace + 120)).get(ref, False)
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
         except RemoteError:
             return False
 
     return all(parallel(one, action.refs))
 
 
-GRACE = 5.0  # seconds between TERM and KILL unless the job's --grace says otherwise
-
-
 def grace_of(job: Job) -> float:
-    return float(job.grace) if job.grace is not None else GRACE
+    """Seconds between TERM and KILL: the job's --grace, else timing's grace."""
+    return float(job.grace) if job.grace is not None else timing.current().grace
 
 
 # ---- commands that act on the fleet outside a pass ------------------------------------------------

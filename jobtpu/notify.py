@@ -8,7 +8,7 @@ Wiring (the only calls the pass and the CLI make):
   from several files are simply concatenated (identical destinations are merged by `deliver`).
 - At the end of every pass, with the events it saved to tell (passevents.py): `queue(outbox,
   destinations, events)` before `events.append` (an event in the log is then in the outbox too),
-  then `deliver(outbox, destinations, [], DEFAULT_BUDGET)`, one line per problem. Neither raises for
+  then `deliver(outbox, destinations, [])` within timing's notify_budget, one line per problem. Neither raises for
   a destination's fault; a quiet pass (nothing new, nothing pending) costs one stat. A dry run must
   not call them.
 - home.py must count OUTBOX_FILE among the home's own files (never packed in a snapshot).
@@ -57,12 +57,12 @@ from typing import Any
 
 import orjson
 
+from . import timing
 from .errors import ConfigError
 from .events import NOTIFICATIONS, OUTBOX_FILE, Event, describe, notification  # noqa: F401 (OUTBOX_FILE: ours)
 from .home import write_atomic
 from .text import printable
 
-DEFAULT_BUDGET = 5.0  # seconds a pass gives all deliveries together
 MAX_TRIES = 50
 MAX_PENDING = 200
 # A destination whose deliveries ran out of time SLOW_STRIKES passes in a row sits out the next
@@ -265,12 +265,13 @@ _SLOW = frozenset({"timed out", "out of time", "timed out (stopped)"})
 
 
 def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: Sequence[Event],
-            budget_seconds: float = DEFAULT_BUDGET) -> list[str]:
+            budget_seconds: float | None = None) -> list[str]:
     """Queue what `new_events` mean for `destinations`, send everything pending within
     `budget_seconds`, keep what was not taken for the next pass. Returns one line per destination
     that failed (and per dropped batch); never raises for a destination's fault. When it returns,
     no thread or socket of its deliveries is left (a webhook's socket is closed at the deadline)."""
-    deadline = time.monotonic() + budget_seconds
+    budget = timing.current().notify_budget if budget_seconds is None else budget_seconds
+    deadline = time.monotonic() + budget
     by_key = {d.key: d for d in destinations}
     if not outbox_path.exists() and not any(notification(e) for e in new_events):
         return []  # the quiet pass: one stat

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from . import events as ev
-from . import model
+from . import model, timing
 from .errors import JobtpuError
 from .events import Event
 from .logfiles import log_rel, read_from
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
     from .session import Session
     from .store import Encoded
 
-# `status` warns when the last pass is older than this many intervals of the loop that runs passes
-# (one missed pass is noise, three in a row mean the loop or the cron entry is gone).
-STALE_INTERVALS = 3
-# The interval assumed when passes come from cron or by hand (a single pass records none): cron's own.
-DEFAULT_INTERVAL = 60.0
 
 @dataclass
 class _Before:
@@ -136,9 +131,9 @@ def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> lis
         lines += queue(home_root / OUTBOX_FILE, destinations, found)
     lines += log(home_root, found)
     if destinations:
-        from .notify import DEFAULT_BUDGET, deliver
+        from .notify import deliver
 
-        lines += deliver(home_root / OUTBOX_FILE, destinations, [], DEFAULT_BUDGET)
+        lines += deliver(home_root / OUTBOX_FILE, destinations, [], timing.current().notify_budget)
     return lines
 
 

@@ -6,12 +6,12 @@ than `read_every` ago) reads one small file and leaves the API, and its client l
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import timing
 from .model import MachineRecord, Status
 from .sheet import MachineRow, PassSheet
 
@@ -53,15 +53,10 @@ def before_decide(p: Session, seen: Observation, say: Callable[[str], None],
     _STARTED[p] = ps
 
 
-CLAIMS_FRESH = 5.0  # seconds a read's claims are trusted by a pass about to launch (read_every is for the rest)
-
-
 def claims_fresh() -> float:
-    """CLAIMS_FRESH, or $JOBTPU_SHEET_FRESH (tests shorten it, as $JOBTPU_LOCK_WAIT for locks)."""
-    try:
-        return max(0.0, float(os.environ.get("JOBTPU_SHEET_FRESH", CLAIMS_FRESH)))
-    except ValueError:
-        return CLAIMS_FRESH
+    """Seconds a read's claims are trusted by a pass about to launch (read_every is for the rest):
+    timing's claims_fresh, which $JOBTPU_SHEET_FRESH sets."""
+    return timing.current().claims_fresh
 
 
 def after_pass(p: Session, say: Callable[[str], None]) -> None:

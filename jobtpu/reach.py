@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from . import timing
 from .model import MachineRecord
 
 UP, UNREACHABLE = "up", "unreachable"
-RETRY = 60.0  # seconds an unreachable machine takes no new job after its last failed contact
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,14 @@ def reachability(was: Reach, contacts: list[Contact], now: float) -> Reach:
     failed = sorted((c for c in last.values() if c.failure is not None), key=lambda c: c.worker)
     if failed:
         since = was.since if was.state == UNREACHABLE and was.since is not None else now
-        return Reach(UNREACHABLE, failed[0].failure, since, now + RETRY)
+        return Reach(UNREACHABLE, failed[0].failure, since, now + timing.current().unreachable_retry)
     if last:
         return Reach(UP, None, None, None)
     return was
 
 
 def takes_jobs(record: MachineRecord, now: float) -> bool:
-    """An unreachable machine waits RETRY seconds after its last failed contact before it is offered
+    """An unreachable machine waits timing's unreachable_retry seconds after its last failed contact before it is offered
     a job again (a launch there costs a connect timeout); one that answered since is up."""
     return record.state != UNREACHABLE or record.next_try is None or now >= record.next_try
 

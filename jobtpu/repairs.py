@@ -5,12 +5,12 @@ person fixed what made it fail (a bucket's permission, a package index) or chang
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import timing
 from .errors import JobtpuError, RemoteError
 from .home import Home
 from .model import Setup
@@ -21,19 +21,6 @@ if TYPE_CHECKING:
     from .tpu import NodeInfo
 
 
-def _seconds(variable: str, default: float) -> float:
-    """A wait a site may lengthen (a slow setup) through the environment; the default if unreadable."""
-    try:
-        return max(1.0, float(os.environ.get(variable, default)))
-    except ValueError:
-        return default
-
-
-# How long `tpu setup` waits for one worker's commands (pip installs, a disk to mount).
-SETUP_NOW_TIMEOUT = _seconds("JOBTPU_SETUP_TIMEOUT", 3600)
-# How long `tpu restart` waits for each of the stop and the start, and how often it asks.
-RESTART_WAIT = _seconds("JOBTPU_RESTART_WAIT", 900)
-RESTART_POLL = 1.0
 # Generations whose TPU VMs Google cannot stop (docs/reference/commands.md §2.11).
 _NO_STOP = re.compile(r"^v[23]-")
 
@@ -97,7 +84,7 @@ def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) ->
         def one(ep: Any) -> tuple[list[str], str]:
             try:
                 out = p.run_on(machine, ep, setup_now_script(machine.root, tag, ep.index, machine.setup),
-                               timeout=SETUP_NOW_TIMEOUT)
+                               timeout=timing.current().setup_now_timeout)
             except RemoteError as e:
                 return [f"cannot run the setup: {e.message}"], "unreachable"
             lines = out.rstrip("\n").splitlines()
@@ -179,7 +166,8 @@ def restart(home: Home, name: str, say: Callable[[str], None]) -> int:
 
 
 def _wait(api: Any, operation: str, what: str) -> None:
-    deadline = time.monotonic() + RESTART_WAIT
+    wait = timing.current().restart_wait
+    deadline = time.monotonic() + wait
     while True:
         info = api.operation(operation)
         if info.done:
@@ -188,6 +176,6 @@ def _wait(api: Any, operation: str, what: str) -> None:
                                   hint="`jobtpu tpu status` shows the node; `jobtpu tpu reapply` recreates it")
             return
         if time.monotonic() > deadline:
-            raise JobtpuError(f"{what} has not finished after {RESTART_WAIT:.0f}s (operation {operation})",
+            raise JobtpuError(f"{what} has not finished after {wait:.0f}s (operation {operation})",
                               hint="`jobtpu tpu status` shows how the node is; the next pass follows it")
-        time.sleep(RESTART_POLL)
+        time.sleep(timing.current().restart_poll)

@@ -19,6 +19,7 @@ import stat
 import time
 from pathlib import Path, PurePath
 
+from . import timing
 from .errors import JobtpuError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -181,15 +182,10 @@ def read_fd(fd: int, limit: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-LOCK_WAIT = 5.0  # seconds to wait for a lock a teammate may hold (docs/design.md §2)
-
-
 def lock_wait() -> float:
-    """How long to wait for a teammate's lock: LOCK_WAIT, or $JOBTPU_LOCK_WAIT (tests shorten it)."""
-    try:
-        return max(0.0, float(os.environ.get("JOBTPU_LOCK_WAIT", LOCK_WAIT)))
-    except ValueError:
-        return LOCK_WAIT
+    """How long to wait for a lock a teammate may hold (docs/design.md §2): timing's lock_wait, which
+    $JOBTPU_LOCK_WAIT sets."""
+    return timing.current().lock_wait
 
 
 def lock(fd: int, timeout: float, shared: bool = False) -> bool:
@@ -204,7 +200,7 @@ def lock(fd: int, timeout: float, shared: bool = False) -> bool:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.02)
+            time.sleep(timing.current().lock_poll)
 
 
 def relative_to_home(home_root: Path, path: Path) -> PurePath:

@@ -28,13 +28,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
-import os
 import shlex
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from . import unpack
+from . import timing, unpack
 from .unpack import BAD_ARCHIVE_EXIT
 from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
@@ -47,12 +46,6 @@ RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
 PRIVATE_PREAMBLE = "jobtpu_login_umask=$(umask)\numask 077\n"
 LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
-# A claim with no pid after this long means the start never happened (its pass died). Longer than a
-# pass waits for a launch script (120 s), so a slow unpack is never taken for a dead one.
-CLAIM_STALE_MINUTES = 3
-# How often a local job's wrapper looks for a stop request (seconds): a teammate's kill waits at most
-# this long for the job's own account to start stopping it. $JOBTPU_STOP_POLL overrides (tests).
-STOP_POLL = 2.0
 
 # The files in jobtpu/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
@@ -87,7 +80,10 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     """Start every given worker detached, idempotently. One line per worker:
     `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
     `... fail WHY`."""
-    init = call("jobtpu_launch_init", CLAIM_STALE_MINUTES, BAD_ARCHIVE_EXIT, unpack_source())
+    # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
+    # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
+    init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
+                _tenths(timing.current().reset_wait))
     return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [init, *map(_launch_call, specs)])
 
 
@@ -102,13 +98,15 @@ def _launch_call(spec: LaunchSpec) -> str:
                 _tenths(spec.grace), *env)
 
 
+def claim_stale_minutes() -> int:
+    """Whole minutes, as launch.sh's `find -mmin` takes them; at least 1."""
+    return max(1, round(timing.current().claim_stale_minutes))
+
+
 def stop_poll() -> float:
-    """STOP_POLL, or $JOBTPU_STOP_POLL: a positive number of seconds."""
-    try:
-        value = float(os.environ.get("JOBTPU_STOP_POLL", STOP_POLL))
-    except ValueError:
-        return STOP_POLL
-    return value if 0 < value < 3600 else STOP_POLL
+    """How often a local job's wrapper looks for a stop request (seconds): a teammate's kill waits at
+    most this long for the job's own account to start stopping it. A zero would make the wrapper spin."""
+    return timing.current().stop_poll or timing.DEFAULTS.stop_poll
 
 
 def _tenths(seconds: float) -> int:

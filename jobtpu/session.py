@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import timing
 from .connect import endpoints, published_keys, transport
 from .errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from .fleet import Fleet, Machine, load_fleet
@@ -156,8 +157,9 @@ class Session:
                 t.close()  # a failed connection is never reused: the next block reconnects
         self.contacts.add(machine.name, endpoint.index)
 
-    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float = 120) -> str:
+    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float | None = None) -> str:
         """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
+        timeout = timing.current().script_timeout if timeout is None else timeout
         try:
             with self.connected(machine, endpoint) as t:
                 result = t.run(script, timeout=timeout)
@@ -225,7 +227,7 @@ class Session:
 
 # ---- connections kept between rounds (manage --loop, watch) ------------------------------------------
 
-KEEPALIVE = 30.0  # seconds between SSH keepalives on a kept connection: NATs and sshd forget idle ones
+# Kept connections get SSH keepalives (timing's keepalive): NATs and sshd forget idle ones.
 
 
 class _Pool:
@@ -244,7 +246,7 @@ class _Pool:
     def give(self, key: tuple[Any, ...], t: Transport) -> None:
         keep_alive = getattr(t, "keep_alive", None)
         if keep_alive is not None:
-            keep_alive(KEEPALIVE)
+            keep_alive(timing.current().keepalive)
         with self._lock:
             self._idle.setdefault(key, []).append(t)
 
@@ -315,8 +317,9 @@ def load_session(home: Home) -> Session:
 
 
 @contextlib.contextmanager
-def locked_session(home: Home, wait: float = 60.0) -> Iterator[Session]:
+def locked_session(home: Home, wait: float | None = None) -> Iterator[Session]:
     """For kill/resume/rerun/clean/tpu: hold the pass lock (no pass runs meanwhile), commit at the end."""
+    wait = timing.current().act_lock_wait if wait is None else wait
     with pass_lock(home, wait) as got:
         if not got:
             raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",

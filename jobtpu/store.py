@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from . import timing
 from .errors import BusyError, ConfigError
 from .home import Home, open_append, open_lock, regular_fd, rename_synced, write_atomic, write_temp
 from .model import (
@@ -242,9 +243,10 @@ class Store:
         return None
 
     @contextlib.contextmanager
-    def lock(self, timeout: float = 30.0) -> Iterator[None]:
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
         self.home.ensure()
-        with hold_lock(self.home.state_lock, timeout, what="state.json"):
+        wait = timing.current().state_lock_wait if timeout is None else timeout
+        with hold_lock(self.home.state_lock, wait, what="state.json"):
             yield
 
     @contextlib.contextmanager
@@ -412,7 +414,7 @@ def try_lock(fd: int, timeout: float) -> bool:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.02)
+            time.sleep(timing.current().lock_poll)
 
 
 # ---- ids and history: the home's rules for naming jobs and retiring them ------------------------

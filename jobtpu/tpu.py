@@ -10,11 +10,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import timing
 from .errors import ConfigError, RemoteError, credentials_message
 from .fleet import Machine
 from .nodespec import create_body, recordable
-
-API_TIMEOUT = 30.0  # the client has no default timeout: a hung API must not hang a pass
 
 # Node state → (machine health, why). The API decides preemption; SSH failures never do.
 # Transient states are waited on; tpuflow says in `machines` for how long, and past TRANSIENT_LIMIT
@@ -164,7 +163,7 @@ class TpuApi:
         from google.auth import exceptions as auth_exc
 
         try:
-            result = getattr(self.client(), method)(**kwargs, timeout=API_TIMEOUT)
+            result = getattr(self.client(), method)(**kwargs, timeout=timing.current().api_timeout)
             return list(result) if method.startswith("list_") else result
         except auth_exc.GoogleAuthError as e:  # RefreshError, TransportError, DefaultCredentialsError...
             kind = self.gcp.get("credentials") or "default"

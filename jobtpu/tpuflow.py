@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import scripts
+from . import scripts, timing
 from .errors import RemoteError
 from .fleet import Machine
 from .model import MachineRecord, Operation, Refused, Setup, Transient
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from .tpu import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
-SETUP_WAIT = 20.0  # seconds a pass waits for a setup to finish, so a quick one launches in that pass
 SETUP_RETRIES = 3
 ZONE_TRIES = 2  # capacity errors in a row in one zone before asking in the machine's next zone
 # A queued resource fails only after waiting its whole valid_for: one is enough to move on.
@@ -378,7 +377,7 @@ def intend(work: MachineWork, now: float) -> None:
 
 
 def carry_out_all(p: Session, works: list[MachineWork], now: float) -> None:
-    """Every machine's saved steps; machines side by side (a setup may wait up to SETUP_WAIT)."""
+    """Every machine's saved steps; machines side by side (a setup may wait up to timing's setup_wait)."""
     if works:
         api = p.tpu_api()
         parallel(lambda work: carry_out(p, api, work, now), works)
@@ -527,13 +526,14 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
         setup = Setup("running", tries=setup.tries)
     tag = scripts.setup_tag(incarnation)
     eps = p.endpoints(machine)
-    deadline = time.monotonic() + SETUP_WAIT
+    # A pass waits a while for a setup, so a quick one launches in that pass.
+    deadline = time.monotonic() + timing.current().setup_wait
 
     def one(ep: Any) -> str:
         try:
             out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup, retry))
             while scripts.setup_outcome(out) == "running" and time.monotonic() < deadline:
-                time.sleep(0.5)
+                time.sleep(timing.current().setup_poll)
                 out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup))
             return out
         except RemoteError as e:

@@ -3,7 +3,9 @@ what a launch or a probe found. Pure data; jobtpu/scripts.py turns them into she
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from . import timing
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class LaunchSpec:
     home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
     literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
     early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
-    grace: float = 5.0  # seconds between TERM and KILL when it is stopped
+    grace: float = field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
 
 

@@ -1,3 +1,6 @@
+import contextlib
+import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,17 +34,37 @@ def ssh_fleet(tmp_path: Path) -> Iterator[SshFleet]:
         fleet.close()
 
 
-@pytest.fixture
-def tpus(ssh_fleet: SshFleet) -> Iterator[TpuFleet]:
-    """A fake TPU API whose nodes' workers are real sshd hosts of `ssh_fleet`."""
-    api = FakeTpuApi(ready_after=0.3)
-    fleet = TpuFleet(ssh_fleet, api)
-    api.worker_hooks = fleet
-    api.start()
+@contextlib.contextmanager
+def _host_tmp_turn(alone: bool) -> Iterator[None]:
+    """The fake TPU workers share this host's /tmp, and a TPU launch removes /tmp/libtpu_lockfile:
+    a test marked `alone_on_host_tmp` (that plants one) runs while no other TPU test does, even
+    under `pytest -n`. A turnstile: it closes the gate, so no new TPU test starts, then waits for the
+    running ones to end; the others pass the gate and share the room."""
+    gate, room = (os.open(f"/tmp/jobtpu-tests-tpu-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                  for name in ("gate", "room"))
     try:
-        yield fleet
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
     finally:
-        api.close()
+        os.close(room)
+        os.close(gate)
+
+
+@pytest.fixture
+def tpus(ssh_fleet: SshFleet, request: pytest.FixtureRequest) -> Iterator[TpuFleet]:
+    """A fake TPU API whose nodes' workers are real sshd hosts of `ssh_fleet`."""
+    with _host_tmp_turn(alone=request.node.get_closest_marker("alone_on_host_tmp") is not None):
+        api = FakeTpuApi(ready_after=0.3)
+        fleet = TpuFleet(ssh_fleet, api)
+        api.worker_hooks = fleet
+        api.start()
+        try:
+            yield fleet
+        finally:
+            api.close()
 
 
 @pytest.fixture

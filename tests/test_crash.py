@@ -75,7 +75,7 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
 
 
 def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tmp_path: Path) -> None:
-    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.scripts import claim_stale_minutes, launch_script, parse_launch
     from jobtpu.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
@@ -91,7 +91,7 @@ def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tm
         return parse_launch(done.stdout)[ref].outcome
 
     assert launch() == "pending"  # a fresh claim: another launch may be under way
-    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    old = time.time() - 60 * (claim_stale_minutes() + 1)
     os.utime(claim, (old, old))
     assert launch() == "ok"  # a stale claim is taken over and the job starts, once
     assert launch() == "ok"

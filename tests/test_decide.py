@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from jobtpu import model, rules
 from jobtpu.decide import (
-    LAUNCH_GIVE_UP,
     Kill,
     Launch,
     MachineView,
@@ -44,6 +43,7 @@ from jobtpu.model import (
     Status,
 )
 from jobtpu.requests import allocate, parse_request, why_not
+from jobtpu.timing import current
 from jobtpu.workers import LaunchResult, WorkerRef, WorkerState
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -982,13 +982,13 @@ def test_a_launch_with_an_unclear_answer_stays_launching_and_says_why() -> None:
 def test_a_launch_without_a_clear_answer_for_an_hour_stops_every_worker_and_fails() -> None:
     job = launching()
     unclear = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
-    assert launched(job, gpu_box(hosts=2), unclear, T0 + LAUNCH_GIVE_UP - 1) is None
+    assert launched(job, gpu_box(hosts=2), unclear, T0 + current().launch_give_up - 1) is None
     assert job.status is Status.LAUNCHING
-    kill = launched(job, gpu_box(hosts=2), unclear, T0 + LAUNCH_GIVE_UP + 1)
+    kill = launched(job, gpu_box(hosts=2), unclear, T0 + current().launch_give_up + 1)
     assert kill == Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))  # worker 1 may have started too
     assert (job.status, job.reason) == (Status.KILLING, model.LAUNCH_FAILED)
     assert job.last_line == "gave up launching after 60 min: rsync: connection reset"
-    assert killed(job, "box", gone=True, now=T0 + LAUNCH_GIVE_UP + 2) is None
+    assert killed(job, "box", gone=True, now=T0 + current().launch_give_up + 2) is None
     assert (job.status, job.reason) == (Status.FAILED, model.LAUNCH_FAILED)
 
 

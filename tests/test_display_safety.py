@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu import timing
 from tests.helpers import jobtpu, make_home, manage_until, submit, write_tree
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -131,7 +132,8 @@ def test_run_says_so_when_another_pass_holds_the_lock(tmp_path: Path) -> None:
     fd = os.open(home / "manage.lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        done = jobtpu(home, "run", "--dir", str(src), "--cmd", "true", timeout=90)
+        done = jobtpu(home, "run", "--dir", str(src), "--cmd", "true", timeout=90,
+                      env=timing.env(run_lock_wait=1))  # the wait for the held pass lock, shortened
     finally:
         os.close(fd)
     job = int(done.stdout.strip())

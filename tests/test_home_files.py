@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from jobtpu import timing
 from tests.accounts import Team
 from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, submit, wait_for
 
@@ -67,12 +68,16 @@ def alice_secret(team: Team) -> Path:
     return folder
 
 
+# A teammate's held lock costs each pass the lock wait: shortened, the same passes take a second.
+QUICK_LOCKS = timing.env(lock_wait=0.5)
+
+
 def passes(team: Team, home: Path, done: Any, what: str, timeout: float = 90) -> list[str]:
     """alice's passes (each must exit 0) until done(rows) holds; every line they printed."""
     said: list[str] = []
 
     def one() -> bool:
-        run = team.run(team.accounts[0], "--home", str(home), "manage", umask="0077", timeout=120)
+        run = team.run(team.accounts[0], "--home", str(home), "manage", umask="0077", timeout=120, env=QUICK_LOCKS)
         assert "Traceback" not in run.stderr, run.stderr
         said.extend(run.stdout.splitlines() + run.stderr.splitlines())
         return bool(done(rows(team, home)))
@@ -148,8 +153,8 @@ def test_fifos_and_held_locks_never_hang_a_pass_or_events(team: Team, holders: l
     (home / "events.jsonl").unlink()
     as_(team, bob, "mkfifo", "-m", "0660", str(home / "events.jsonl"))
     started = time.monotonic()
-    team.run(alice, "--home", str(home), "manage", umask="0077", timeout=60)
-    shown = team.run(alice, "--home", str(home), "events", check=False, timeout=60)
+    team.run(alice, "--home", str(home), "manage", umask="0077", timeout=60, env=QUICK_LOCKS)
+    shown = team.run(alice, "--home", str(home), "events", check=False, timeout=60, env=QUICK_LOCKS)
     assert shown.returncode == 1 and "events.jsonl: is a FIFO" in shown.stderr.splitlines()[0], shown.stderr
     assert time.monotonic() - started < 40
 

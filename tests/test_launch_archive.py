@@ -271,9 +271,9 @@ def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: Ssh
         ["seen-1-0", "seen-1-1", "seen-1-2"]
 
 
-def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) -> None:
+def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from jobtpu.archive import snapshot
-    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.scripts import claim_stale_minutes, launch_script, parse_launch
     from jobtpu.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
@@ -283,6 +283,7 @@ def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) ->
     reset = root / "meta" / "7" / "1.reset"
     reset.mkdir(parents=True)  # the pass that began resetting for attempt 1 died
     ref = WorkerRef(7, 1, 0)
+    monkeypatch.setenv("JOBTPU_TIMING", json.dumps({"reset_wait": 0.5}))  # the wait for a reset, shortened
     script = launch_script([LaunchSpec(ref, str(root), snap.name, "cat data.txt", {}, fresh=True)])
 
     def launch() -> str:
@@ -291,7 +292,7 @@ def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path) ->
 
     assert launch() == "pending"  # a fresh reset: another worker may be replacing the folder now
     assert (folder / "data.txt").read_text() == "left by attempt 0\n"
-    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    old = time.time() - 60 * (claim_stale_minutes() + 1)
     os.utime(reset, (old, old))
     assert launch() == "ok"
     assert launch() == "ok"
@@ -332,13 +333,13 @@ def test_a_snapshot_unpacks_as_it_was_taken(tmp_path: Path) -> None:
 
 def test_an_unpack_cut_short_is_cleaned_up_by_a_later_launch_once_stale(tmp_path: Path) -> None:
     from jobtpu.archive import snapshot
-    from jobtpu.scripts import CLAIM_STALE_MINUTES, launch_script, parse_launch
+    from jobtpu.scripts import claim_stale_minutes, launch_script, parse_launch
     from jobtpu.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
     snap = snapshot(_src(tmp_path, {"data.txt": "original\n"}), root / "archives")
     stale = write_tree(root / "jobs" / ".unpack.7.0.dead01", {"big.bin": "half written"})
-    old = time.time() - 60 * (CLAIM_STALE_MINUTES + 1)
+    old = time.time() - 60 * (claim_stale_minutes() + 1)
     os.utime(stale, (old, old))
     fresh = write_tree(root / "jobs" / ".unpack.7.0.live01", {"big.bin": "being written now"})
     other = write_tree(root / "jobs" / ".unpack.8.0.dead02", {"big.bin": "another job's"})

@@ -390,15 +390,14 @@ def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     good = (home / "machines.json").read_text()
     src = _src(tmp_path, {"a.sh": "echo looped\n"})
-    said = tmp_path / "loop.err"
+    said = tmp_path / "loop.err"  # a file, so the test can look while the loop runs
     with said.open("w") as err_file:
-        loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"],
-                                stdout=subprocess.DEVNULL, stderr=err_file, text=True,
-                                env={**os.environ, "JOBTPU_USER": "tester"})
+        loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "0.2"], stdout=subprocess.DEVNULL,
+                                stderr=err_file, text=True, env={**os.environ, "JOBTPU_USER": "tester"})
     try:
         (home / "machines.json").write_text(good.replace("{", "{,", 1))
-        wait_for(lambda: "machines.json:1:2:" in said.read_text(), timeout=30, what="a round to meet the broken file")
-        time.sleep(0.5)  # more rounds at 0.2 s meet it too
+        # Until a pass has met the broken file (not a guessed second, which a loaded machine outlasts).
+        wait_for(lambda: "machines.json:1:2:" in said.read_text(), timeout=30, what="a pass to meet the broken file")
         assert loop.poll() is None, "the loop stopped at a broken machines.json"
         (home / "machines.json").write_text(good)
         job_id = submit(home, src, "bash a.sh")

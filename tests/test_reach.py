@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from jobtpu.model import MachineRecord
-from jobtpu.reach import RETRY, Contact, Reach, reachability, takes_jobs
+from jobtpu.reach import Contact, Reach, reachability, takes_jobs
+from jobtpu.timing import current
+
+RETRY = current().unreachable_retry  # the pause after a failed contact (jobtpu/timing.py)
 
 pytestmark = pytest.mark.fast
 

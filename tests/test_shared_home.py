@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from jobtpu import timing
 from tests.accounts import Team
 from tests.helpers import wait_for
 
@@ -179,7 +180,7 @@ def test_a_member_stops_anothers_local_job_at_once_without_its_owners_pass(team:
     team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
     for account in (alice, bob):
         team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
-    quick = {"JOBTPU_STOP_POLL": "0.2"}  # how often the wrapper looks for a stop request
+    quick = timing.env(stop_poll=0.2)  # how often the wrapper looks for a stop request, shortened
     src = team.private_folder(alice, "long")
     job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
                        "sleep 301 & sleep 302 & wait", umask="0077").stdout)

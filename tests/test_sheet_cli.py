@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jobtpu import timing
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, status, submit, wait_for, write_tree
 from tests.sshfleet import SshFleet
@@ -384,7 +385,7 @@ def test_sheet_sync_right_after_kill_leaves_the_job_off_its_row(tmp_path: Path, 
 def test_a_claim_typed_a_moment_ago_stops_a_launch_there(tmp_path: Path, api: FakeSheetsApi, src: Path,
                                                          cleanup: list) -> None:
     home = sheet_home(tmp_path, api)  # read_every: a minute, so a quiet pass would not read
-    fresh = {"JOBTPU_SHEET_FRESH": "0"}  # the claims' freshness (seconds), shortened
+    fresh = timing.env(claims_fresh=0)  # the claims' freshness (seconds), shortened
     jobtpu(home, "manage", env=fresh)
     api.edit(KEY, TAB, "G2", "bob")  # v3-a's User cell, typed in the browser just now
     api.clear_log()
@@ -401,7 +402,7 @@ def test_a_claim_typed_a_moment_ago_stops_a_launch_there(tmp_path: Path, api: Fa
     other = start(home, src, cleanup, "--req", "v2")
     api.clear_log()
     assert status(home)[other]["status"] == "queued"
-    assert jobtpu(home, "manage", env={"JOBTPU_SHEET_FRESH": "3600"}).returncode == 0
+    assert jobtpu(home, "manage", env=timing.env(claims_fresh=3600)).returncode == 0
     assert status(home)[other]["status"] == "running"
     assert [r["method"] for r in api.requests_made()] == ["GET", "POST"]  # only the end's read and its write
 
@@ -426,6 +427,7 @@ def test_a_failing_sheets_api_costs_every_pass_one_line_and_the_next_good_pass_c
     else:
         api.go_dead(how)
     jobs = []
+    # (through $JOBTPU_SHEET_FRESH, the documented setting, which must keep working)
     for fresh, req, name in (("0", "v3", "one"), ("3600", "v2", "two")):  # a read before the launch, or none
         job = start(home, src, cleanup, "--req", req, "--name", name, "--sheet-note", f"{name} note")
         jobs.append(job)

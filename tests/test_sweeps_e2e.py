@@ -101,7 +101,10 @@ def test_sweep_file_and_bad_sweeps_are_refused_before_anything_is_written(tmp_pa
 
 def test_after_waits_for_the_training_job(tmp_path: Path) -> None:
     home = _home(tmp_path)
-    src = write_tree(tmp_path / "src", {"train.sh": "sleep 4; date +%s.%N > ../train.done\n",
+    # The training job runs until the test opens its gate (not for a guessed 4 s, which a loaded
+    # machine outlasts before the test has looked); it gives up after a minute so nothing hangs.
+    train_sh = "for _ in $(seq 600); do [ -e ../go ] && break; sleep 0.1; done; date +%s.%N > ../train.done\n"
+    src = write_tree(tmp_path / "src", {"train.sh": train_sh,
                                         "eval.sh": "test -e ../train.done && date +%s.%N > ../eval.started\n"})
     train = submit(home, src, "bash train.sh")
     evaluate = submit(home, src, "bash eval.sh", "--after", str(train))
@@ -112,6 +115,7 @@ def test_after_waits_for_the_training_job(tmp_path: Path) -> None:
     assert jobs[evaluate]["waiting"] == f"waits for job {train} (running)"
     # (wide enough for the whole reason: at 80 columns the last column is cut short)
     assert f"waits for job {train} (running)" in jobtpu(home, "status", "--all", env={"COLUMNS": "200"}).stdout
+    (home / "run" / "jobs" / "go").touch()
     jobs = manage_until(home, [evaluate], {"finished", "failed"})
     assert jobs[evaluate]["status"] == "finished", jobs[evaluate]
     assert float((home / "run" / "jobs" / "eval.started").read_text()) > \

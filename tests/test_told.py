@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jobtpu import events, notify
+from jobtpu import events, notify, timing
 from jobtpu.events import Event
 from tests.accounts import Team
 from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
@@ -266,7 +266,7 @@ def test_passes_in_one_process_hold_a_bounded_number_of_files_and_threads(tmp_pa
 
     drip = Drip()
     try:
-        monkeypatch.setattr(notify, "DEFAULT_BUDGET", 1.5)
+        monkeypatch.setenv(timing.ENV, json.dumps({"notify_budget": 1.5}))  # a pass's webhook budget, shortened
         home = make_home(tmp_path, notify=[{"webhook": drip.url, "events": ["failed"]}])
         src = tmp_path / "src"
         src.mkdir()

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import jobtpu, manage, status, submit, until, wait_for
 from tests.tpufleet import ZONE, TpuFleet, tpu_home
 
@@ -174,6 +176,7 @@ def test_strict_host_keys_come_from_the_tpu_api_and_follow_recreation(tmp_path: 
         assert host.known_hosts_line() in known
 
 
+@pytest.mark.alone_on_host_tmp  # another TPU test's launch would remove the planted lock file
 def test_doctor_finds_and_fixes_a_stale_tpu_lock_file(tmp_path: Path, tpus: TpuFleet) -> None:
     home = setup_home(tmp_path, tpus)
     manage(home)  # learns the workers' addresses and runs setup

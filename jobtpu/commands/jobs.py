@@ -9,6 +9,7 @@ import time
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import timing
 from ..errors import JobtpuError, NotFoundError
 from ..home import Home
 from ..logfiles import log_rel
@@ -224,8 +225,9 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
     _print_submitted(submitted, as_json)
     job = submitted[0]
     if not follow_log:
-        if manage.run_pass(home, wait=30.0).skipped:
-            note(f"jobtpu: another manage pass held the lock for 30 s; job {job.id} stays queued until a pass "
+        wait = timing.current().run_lock_wait
+        if manage.run_pass(home, wait=wait).skipped:
+            note(f"jobtpu: another manage pass held the lock for {wait:g} s; job {job.id} stays queued until a pass "
                  "starts it (`jobtpu manage`, or the cron/loop that runs the other pass)")
         return 0
     return follow(home, job.id)
@@ -245,11 +247,11 @@ def _print_submitted(jobs: list[Job], as_json: bool) -> None:
         print(id_range([j.id for j in jobs]) if job.sweep is not None else job.id, flush=True)
 
 
-def follow(home: Home, job_id: int, interval: float = 1.0) -> int:
+def follow(home: Home, job_id: int, interval: float | None = None) -> int:
     """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
     Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
     try:
-        return _follow(home, job_id, interval)
+        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval)
     except KeyboardInterrupt as e:
         from ..errors import EXIT_INTERRUPTED, Terminated
 
@@ -267,7 +269,7 @@ def _follow(home: Home, job_id: int, interval: float) -> int:
     decoders: dict[int, codecs.IncrementalDecoder] = {}
     told_busy = False
     while True:
-        if manage.run_pass(home, wait=30.0).skipped and not told_busy:
+        if manage.run_pass(home, wait=timing.current().run_lock_wait).skipped and not told_busy:
             note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
             told_busy = True
         job = Store(home).load().job(job_id)
@@ -448,7 +450,7 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
             return code if code is not None else 1
         code = attempt_exit_code(workers, current.current.workers if current.current else 1)
         if code is None:
-            time.sleep(1.0)
+            time.sleep(timing.current().follow_poll)
             continue
         ours = next((ws for ref, ws in workers.items() if ref.worker == worker), None)
         if ours is None or offset >= ours.log_size:

@@ -41,17 +41,21 @@ def ago(seconds: float) -> str:
 
 def freshness(last: LastPass | None, now: float | None = None) -> tuple[str, bool]:
     """The line that says how fresh state.json is, and whether it is stale: older than
-    STALE_INTERVALS intervals of the loop that ran the last pass (60 s for cron or by hand)."""
-    from ..passevents import DEFAULT_INTERVAL, STALE_INTERVALS
+    timing's stale_intervals intervals of the loop that ran the last pass (60 s for cron or by hand)."""
+    from .. import timing
+
+    # One missed pass is noise, three in a row mean the loop or the cron entry is gone; passes from
+    # cron or by hand record no interval: cron's own is assumed.
+    stale_intervals, default_interval = timing.current().stale_intervals, timing.current().default_interval
 
     now = time.time() if now is None else now
     if last is None:
         return (f"{STALE_WORD}: no manage pass has run yet: jobs start only in passes (run `jobtpu manage` "
                 "from cron, `jobtpu manage --loop 60` or `jobtpu watch`)"), True
-    every = float(last.every or DEFAULT_INTERVAL)
+    every = float(last.every or default_interval)
     age = now - float(last.ended)
     line = f"last pass {ago(age)} ago (took {float(last.took):.1f} s)"
-    if age <= STALE_INTERVALS * every:
+    if age <= stale_intervals * every:
         return line, False
     return (f"{STALE_WORD}: {line}; passes should run every {every:g} s: is `jobtpu manage` still running "
             "(its cron entry or --loop)?"), True

@@ -1,11 +1,12 @@
 # Starting job workers (needs common.sh, wrapper.sh and tpu.sh).
 
-# jobtpu_launch_init CLAIM_STALE_MINUTES UNPACK_BAD_EXIT UNPACK_SOURCE : what every launch of this
-# script shares. A claim with no pid after CLAIM_STALE_MINUTES means its start never happened; the
-# snapshot is checked and unpacked by UNPACK_SOURCE (jobtpu/unpack.py, run by python3 on the worker),
-# whose exit code UNPACK_BAD_EXIT says the archive is damaged.
+# jobtpu_launch_init CLAIM_STALE_MINUTES UNPACK_BAD_EXIT UNPACK_SOURCE RESET_TENTHS : what every launch
+# of this script shares. A claim with no pid after CLAIM_STALE_MINUTES means its start never happened;
+# the snapshot is checked and unpacked by UNPACK_SOURCE (jobtpu/unpack.py, run by python3 on the
+# worker), whose exit code UNPACK_BAD_EXIT says the archive is damaged. Another worker replacing the
+# job folder is given RESET_TENTHS tenths of a second (timing's reset_wait).
 jobtpu_launch_init() {
-  jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3
+  jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3 jobtpu_reset_tenths=$4
 }
 
 # jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE [NAME MODE VALUE]...
@@ -52,8 +53,8 @@ jobtpu_launch() (
     s="$m/$attempt.reset"; own=""
     if [ ! -e "$s/done" ]; then
       if mkdir "$s" 2>/dev/null; then own=1
-      else  # another worker sharing this root is replacing the folder: give it 20 s
-        for _ in $(seq 200); do { [ -e "$s/done" ] || [ ! -d "$s" ]; } && break; sleep 0.1; done
+      else  # another worker sharing this root is replacing the folder: give it a while
+        for _ in $(seq "$jobtpu_reset_tenths"); do { [ -e "$s/done" ] || [ ! -d "$s" ]; } && break; sleep 0.1; done
         if [ ! -e "$s/done" ]; then
           if [ -n "$(find "$s" -maxdepth 0 -mmin "-$jobtpu_stale_minutes" 2>/dev/null)" ]; then s=""; give_up pending; fi
           rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi
