@@ -29,7 +29,9 @@ def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterabl
     if endpoint.addr is None:
         from .transport.local import LocalTransport
         root = Path(machine.root).expanduser()
-        return LocalTransport(endpoint, shared=_in_shared_folder(root), root=root)
+        # The folder the run root is made in decides, not the run root itself: a launch of this pass
+        # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
+        return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root)
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from .transport.ssh import SshTransport
     t = SshTransport(endpoint, machine, home)

@@ -518,3 +518,20 @@ def test_ctrl_c_in_run_follow_leaves_the_job_running_and_says_how_to_follow_it(t
                                     f"(`jobtpu tail -f {job_id}` follows it again)"), err
     assert status(home)[job_id]["status"] == "running"
     jobtpu(home, "kill", str(job_id))
+
+
+@pytest.mark.fast
+def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_jobs_private(tmp_path: Path) -> None:
+    """Two launches of one pass in two threads: one has just made `run` under the pass's umask (0700,
+    its shared modes a moment later) when the other asks whether its run root is shared."""
+    from jobtpu.connect import endpoints, transport
+    from jobtpu.fleet import load_fleet
+    from jobtpu.home import Home
+
+    home = make_home(tmp_path)
+    home.chmod(0o2770)
+    (home / "run").mkdir(mode=0o700)
+    fleet = load_fleet(Home(home))
+    machine = fleet.machines["local"]
+    made = transport(machine, endpoints(machine)[0], Home(home))
+    assert made.shared and made.umask == "umask 0027\n"  # type: ignore[attr-defined]
