@@ -363,24 +363,39 @@ def test_status_and_machines_in_a_real_80x24_terminal_are_one_line_per_row(tmp_p
 
 # ---- connections kept between rounds -------------------------------------------------------------------------
 
-def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+def _box_under_a_loop(ssh_fleet: SshFleet, tmp_path: Path, connect_timeout: int,
+                      **entry: Any) -> tuple[Path, Any, int, subprocess.Popen[bytes], Path]:
+    """A box with a job running on it under `manage --loop 0.3`: (home, host, job, loop, its stderr file)."""
     box = ssh_fleet.add_machine("box")
     host = box.hosts[0]
     home = tmp_path / "home"
     home.mkdir()
     (home / "machines.json").write_text(json.dumps({"machines": {"box": {
         "kind": "ssh", "hosts": [host.address()], "user": box.user, "identity_file": str(ssh_fleet.identity),
-        "connect_timeout": 5, "resources": {"slot": 2}}}}))
+        "connect_timeout": connect_timeout, **entry}}}))
     job = submit(home, src_dir(tmp_path), "sleep 120")
-    env = {**os.environ, "JOBTPU_USER": "tester"}
-    with open(tmp_path / "loop.err", "wb") as err:
+    err_path = tmp_path / "loop.err"
+    with open(err_path, "wb") as err:
         loop = subprocess.Popen([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "0.3"],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env)
+                                stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "JOBTPU_USER": "tester"})
     try:
         wait_for(lambda: status(home)[job]["status"] == "running", timeout=60, what="the job to run")
+    except BaseException:
+        loop.terminate()
+        loop.wait(timeout=30)
+        raise
+    return home, host, job, loop, err_path
 
+
+def _last_pass(home: Path) -> float:
+    return float(json.loads((home / "state.json").read_text())["last_pass"]["ended"])
+
+
+def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fleet: SshFleet, tmp_path: Path) -> None:
+    home, host, job, loop, _ = _box_under_a_loop(ssh_fleet, tmp_path, 5, resources={"slot": 2})
+    try:
         def last_pass() -> float:
-            return float(json.loads((home / "state.json").read_text())["last_pass"]["ended"])
+            return _last_pass(home)
 
         time.sleep(1.0)  # the launch's connections (an rsync of the snapshot) are done
         connections, since = ssh_fleet.session_count(host), last_pass()
@@ -406,24 +421,10 @@ def test_manage_loop_keeps_its_ssh_connection_and_reconnects_after_a_drop(ssh_fl
 def _loop_until_dead(ssh_fleet: SshFleet, tmp_path: Path, kill: Any, connect_timeout: int) -> str:
     """A manage --loop with a running job on a box whose kept connection then dies by `kill(host)`:
     seconds until the loop says the box is unreachable, and what it said of it."""
-    box = ssh_fleet.add_machine("box")
-    host = box.hosts[0]
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "machines.json").write_text(json.dumps({"machines": {"box": {
-        "kind": "ssh", "hosts": [host.address()], "user": box.user, "identity_file": str(ssh_fleet.identity),
-        "connect_timeout": connect_timeout}}}))
-    job = submit(home, src_dir(tmp_path), "sleep 120")
-    env = {**os.environ, "JOBTPU_USER": "tester"}
-    err_path = tmp_path / "loop.err"
-    with open(err_path, "wb") as err:
-        loop = subprocess.Popen([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "0.3"],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env)
+    home, host, job, loop, err_path = _box_under_a_loop(ssh_fleet, tmp_path, connect_timeout)
     try:
-        wait_for(lambda: status(home)[job]["status"] == "running", timeout=60, what="the job to run")
-
         def last_pass() -> float:
-            return float(json.loads((home / "state.json").read_text())["last_pass"]["ended"])
+            return _last_pass(home)
 
         since = last_pass()
         wait_for(lambda: last_pass() > since + 1, timeout=30, what="rounds on the kept connection")
