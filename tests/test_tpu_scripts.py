@@ -53,11 +53,15 @@ def test_doctor_accelerator_names_each_worker_without_a_device_and_who_holds_one
     write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-acc"), "here": {"kind": "local"}})
     labels = [f"v3[{w}] {h.addr}:{h.port}" for w, h in enumerate(node.hosts)]
 
-    # The workers' python3 has no jax: the device files answer, and there are none in /dev.
-    missing = jobtpu(home, "doctor", "v3", "--accelerator", check=False, timeout=120)
+    # The workers' python3 has no jax: the device files answer, and there are none. (An empty stand-in
+    # for /dev: this machine's own /dev may hold a device file another test made for its TPU.)
+    nodev = node.home / "nodev"
+    nodev.mkdir()
+    missing = jobtpu(home, "doctor", "v3", "--accelerator", check=False, timeout=120,
+                     env={"JOBTPU_DEVICE_DIR": str(nodev)})
     assert missing.returncode == 1, missing.stderr
     for label in labels:
-        assert (f"{label}: problem: no TPU device file (/dev/accel*, /dev/vfio/N); the TPU is not attached "
+        assert (f"{label}: problem: no TPU device file ({nodev}/accel*, {nodev}/vfio/N); the TPU is not attached "
                 "to this worker; `jobtpu tpu reapply v3` recreates the node") in missing.stderr, missing.stderr
 
     dev = node.home / "dev"  # stand-ins for /dev/accel0-3, as /proc/<pid>/fd shows them
