@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.manage_scaling import jobtpu  # noqa: E402
+from manage_scaling import jobtpu  # noqa: E402  bench/manage_scaling.py (benches run as scripts)
+
 from tests.sshfleet import Host, SshFleet  # noqa: E402
 
 
