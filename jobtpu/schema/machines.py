@@ -29,7 +29,7 @@ from jobtpu.home.store import parse_json_file
 from jobtpu.tpu.nodespec import NodeSpec, NonEmptyText, default_runtime
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
-    from jobtpu.sheet.api import SheetConfig
+    from jobtpu.sheet.config import SheetConfig
 
 # Matched case-insensitively, as the old TPU manager did ("GRPC Error" too). The last two of grpc are
 # the machine failing, not the job: libtpu crashing as its runtime tears down, and a worker whose
@@ -429,7 +429,7 @@ def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
 def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
     if raw is UNSET:
         return None
-    from jobtpu.sheet.api import parse_config  # only a home with a sheet loads it
+    from jobtpu.sheet.config import parse_config  # only a home with a sheet loads it
 
     return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 
