@@ -148,7 +148,7 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
-    # Where passes send notifications (notify.py checks each entry and says what is wrong in one line).
+    # Where passes send notifications (tell/destinations.py checks each entry and says what is wrong in one line).
     notify: Raw | UnsetType = UNSET
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
@@ -223,7 +223,7 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
-    notify: list[Any] = field(default_factory=list)  # notify.Destination, from machines.json's "notify"
+    notify: list[Any] = field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
@@ -401,7 +401,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
-    from jobtpu.tell.notify import (
+    from jobtpu.tell.destinations import (
         parse_destinations,  # only a fleet that notifies loads urllib and subprocess
     )
 

@@ -9,7 +9,7 @@ Wiring (the only calls the pass and the CLI make):
   `record.to_json()` with the attempt, e.g. as `progress`; `Progress.from_json` reads it back).
 - `jobtpu report [ID | --tag T] [--html FILE]`: for each job,
   `job_report(job.id, job.name, [AttemptRecord.from_json(a.to_json()) for a in job.attempts],
-  events.read(home.root), {a.n: Progress.from_json(a.progress) for a in ...}, now=time.time())`
+  eventlog.read(home.root), {a.n: Progress.from_json(a.progress) for a in ...}, now=time.time())`
   (`chips` of an attempt, when known, is its machine's accelerator chip count), then print
   `render_text(reports)` or write `render_html(reports)` (write it with home.write_atomic or a plain
   open: it is the user's file).
