@@ -103,7 +103,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
         check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
         check_on_resume(opts.on_resume)
     if opts.progress is not None:
-        from jobtpu.views.goodput import compile_progress
+        from jobtpu.views.progress import compile_progress
 
         try:
             compile_progress(opts.progress)

@@ -159,6 +159,8 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
     from jobtpu.schema.machines import load_fleet
     from jobtpu.tell import eventlog
     from jobtpu.views import goodput
+    from jobtpu.views import report as goodput_report
+    from jobtpu.views.progress import Progress
 
     state = Store(home).load()
     fleet = load_fleet(home)
@@ -169,14 +171,14 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
     for job in jobs:
         attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
                     for a in job.attempts]
-        progress = {a.n: goodput.Progress.from_json(a.progress) for a in job.attempts}
+        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
         reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
     if html is not None:
         path = Path(html).expanduser()
-        path.write_text(goodput.render_html(reports, now=now), encoding="utf-8")
+        path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
         note(f"wrote {path}")
         return 0
-    print(goodput.render_text(reports) if reports else
+    print(goodput_report.render_text(reports) if reports else
           "no job matches the selection" if sel.given else "no job has run yet")
     return 0
 

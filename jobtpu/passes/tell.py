@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
-    from jobtpu.views.goodput import ProgressPattern
+    from jobtpu.views.progress import ProgressPattern
 
 
 @dataclass
@@ -379,7 +379,7 @@ _IGNORED: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary(
 def _regex(p: Session, job: Job) -> ProgressPattern | None:
     """The job's --progress pattern compiled by RE2; None (and one line for the pass) for a pattern
     checked at submit but edited in by hand since: it is ignored, never run by Python's `re`."""
-    from jobtpu.views.goodput import compile_progress
+    from jobtpu.views.progress import compile_progress
 
     text = job.progress
     if text is None:
@@ -407,7 +407,7 @@ def progress_notes(p: Session) -> list[str]:
 def track_progress(p: Session, seen: Observation) -> None:
     """For each attempt a probe saw: when it was last alive, and the progress its worker 0 reported
     in the log lines this pass brought home (JOBTPU_PROGRESS, or the job's --progress regex)."""
-    from jobtpu.views.goodput import Progress, scan
+    from jobtpu.views.progress import Progress, scan
 
     by_id = {job.id: job for job in p.state.jobs}
     for view in seen.machines.values():
