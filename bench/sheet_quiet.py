@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobtpu.sheet import api as sheet  # noqa: E402
+from jobtpu.sheet.config import parse_config  # noqa: E402
+from jobtpu.sheet.layout import MachineRow  # noqa: E402
+from jobtpu.sheet.sync import PassSheet, sync  # noqa: E402
 from tests.fake_sheets import FakeSheetsApi  # noqa: E402
 
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
@@ -28,10 +30,10 @@ ONE_PASS = """
 import sys, time
 from pathlib import Path
 started = time.perf_counter()
-from jobtpu.sheet import api as sheet
-config = sheet.parse_config({{"spreadsheet": "{key}", "credentials": "anonymous", "api_endpoint": "{endpoint}"}})
-rows = [sheet.MachineRow(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
-ps = sheet.PassSheet(config, Path("{memo}"))
+from jobtpu.sheet import config as sheetconfig, layout, sync
+config = sheetconfig.parse_config({{"spreadsheet": "{key}", "credentials": "anonymous", "api_endpoint": "{endpoint}"}})
+rows = [layout.MachineRow(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
+ps = sync.PassSheet(config, Path("{memo}"))
 ps.claims()
 result = ps.finish(rows, now=1.0)
 assert ps.problem is None and result.problem is None and not result.wrote, (ps.problem, result)
@@ -49,10 +51,10 @@ def main() -> None:
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         memo = Path(tmp) / "sheet.json"
-        config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint})
-        rows = [sheet.MachineRow(f"v3-{i}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle")
+        config = parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint})
+        rows = [MachineRow(f"v3-{i}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle")
                 for i in range(args.machines)]
-        assert sheet.sync(config, rows, memo, now=1.0).wrote
+        assert sync(config, rows, memo, now=1.0).wrote
         api.clear_log()
         code = ONE_PASS.format(key=KEY, endpoint=api.endpoint, n=args.machines, memo=memo)
         cold = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -60,7 +62,7 @@ def main() -> None:
         warm = []
         for _ in range(args.rounds):
             started = time.perf_counter()
-            ps = sheet.PassSheet(config, memo)
+            ps = PassSheet(config, memo)
             ps.claims()
             assert not ps.finish(rows, now=1.0).wrote
             warm.append(time.perf_counter() - started)

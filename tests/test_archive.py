@@ -13,8 +13,10 @@ import pytest
 from rich.console import Console
 
 from jobtpu.errors import JobtpuError
-from jobtpu.snapshot import archive
-from jobtpu.snapshot.archive import list_files, snapshot
+from jobtpu.snapshot import archive, selection
+from jobtpu.snapshot.archive import snapshot
+from jobtpu.snapshot.selection import list_files
+from jobtpu.snapshot.tree import FolderTree
 from tests.helpers import write_tree as write
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -39,7 +41,7 @@ def git_init(root: Path) -> None:
     subprocess.run(["git", "init", "-q", str(root)], check=True)
 
 
-def members(snap: archive.Snapshot) -> dict[str, tarfile.TarInfo]:
+def members(snap: archive.ArchiveInfo) -> dict[str, tarfile.TarInfo]:
     with tarfile.open(snap.path) as tf:
         return {m.name: m for m in tf.getmembers()}
 
@@ -67,11 +69,11 @@ def test_git_and_parser_agree_on_a_tricky_tree(tmp_path: Path) -> None:
                                      "a/b/tmp/t.txt", "tmp/t.txt", "my secret.txt", "#hash.txt", "sub/x.dat",
                                      "sub/local/l.txt", "sub/deeper/y.dat", "star*.txt", "esc aped.txt",
                                      "logs/a.txt", "logs/keep/k.txt"})
-    assert archive._git_files(str(plain)) is None  # so the gitignore_parser walk answered
+    assert selection._git_files(str(plain)) is None  # so the gitignore_parser walk answered
     assert list_files(plain) == expected
     checkout = write(tmp_path / "checkout", TRICKY)
     git_init(checkout)
-    assert sorted(archive._git_files(str(checkout)) or []) == expected  # and here git itself
+    assert sorted(selection._git_files(str(checkout)) or []) == expected  # and here git itself
     assert list_files(checkout) == expected
 
 
@@ -177,7 +179,7 @@ def test_hash_cache_avoids_rereading(tmp_path: Path, monkeypatch: pytest.MonkeyP
     arch = tmp_path / "archives"
     first = snapshot(src, arch, console=quiet())
     assert (arch / ".hashcache.json").exists()
-    monkeypatch.setattr(archive, "_hash_file", lambda *a: pytest.fail("re-read an unchanged file"))
+    monkeypatch.setattr(archive, "hash_file", lambda *a: pytest.fail("re-read an unchanged file"))
     assert snapshot(src, arch, console=quiet()).name == first.name
 
 
@@ -205,14 +207,14 @@ def test_errors(tmp_path: Path) -> None:
 def test_unreadable_file_names_it_and_suggests_exclude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Tests run as root, who reads everything, so the permission error is raised where a read happens.
     src = write(tmp_path / "src", {"ok.py": "x", "secret.key": "x"})
-    real = archive._hash_file
+    real = archive.hash_file
 
-    def deny(tree: archive._Tree, rel: str, on_bytes: object) -> str:
+    def deny(tree: FolderTree, rel: str, on_bytes: object) -> str:
         if rel.endswith("secret.key"):
             raise PermissionError(13, "Permission denied", os.path.join(tree.root, rel))
         return real(tree, rel, on_bytes)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(archive, "_hash_file", deny)
+    monkeypatch.setattr(archive, "hash_file", deny)
     with pytest.raises(JobtpuError, match="secret.key") as e:
         snapshot(src, tmp_path / "archives", console=quiet())
     assert "--exclude" in (e.value.hint or "")

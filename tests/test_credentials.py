@@ -56,10 +56,10 @@ def tpu_load(path: Path) -> BaseException:
 
 
 def sheet_load(path: Path) -> BaseException:
-    from jobtpu.sheet import api as sheet
+    from jobtpu.sheet import api as sheetapi
 
     with pytest.raises(Exception) as raised:
-        sheet._key_file(path)
+        sheetapi._key_file(path)
     return raised.value
 
 

@@ -13,8 +13,9 @@ import orjson
 import pytest
 
 from jobtpu.home.safefs import UnsafePath
-from jobtpu.tell import events
+from jobtpu.tell import eventlog, events
 from jobtpu.tell.events import Event
+from jobtpu.tell.follow import follow
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -29,15 +30,15 @@ def test_append_writes_one_json_line_per_event_and_reads_back(tmp_path: Path) ->
     batch = [Event(1.5, events.JOB_ENDED, job=3, machine="box", user="ann", attempt=2,
                    detail={"status": "failed", "reason": "exit 1", "exit_code": 1}),
              events.machine_event(2.0, "box", "up", "unreachable", "no route")]
-    events.append(tmp_path, batch)
+    eventlog.append(tmp_path, batch)
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
     assert len(lines) == 2
-    assert events.read(tmp_path) == batch
+    assert eventlog.read(tmp_path) == batch
 
 
 def test_a_private_home_keeps_the_log_to_its_owner(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o700)
-    events.append(tmp_path, _job_events(0, 1))
+    eventlog.append(tmp_path, _job_events(0, 1))
     assert (tmp_path / "events.jsonl").stat().st_mode & 0o777 == 0o600
 
 
@@ -46,19 +47,19 @@ def test_append_refuses_a_symlink_planted_where_the_log_goes(tmp_path: Path) -> 
     target.write_text("")
     (tmp_path / "events.jsonl").symlink_to(target)
     with pytest.raises(UnsafePath, match="events.jsonl: is a symbolic link"):  # one line naming it
-        events.append(tmp_path, _job_events(0, 1))
+        eventlog.append(tmp_path, _job_events(0, 1))
     assert target.read_text() == ""
 
 
 def test_rotation_by_size_keeps_n_files_and_reads_across_them_in_order(tmp_path: Path) -> None:
     line = len(orjson.dumps(_job_events(10, 1)[0].to_json())) + 1
     for i in range(60):  # one event per append, as passes do
-        events.append(tmp_path, _job_events(i, 1), max_bytes=line * 5, keep=3)
+        eventlog.append(tmp_path, _job_events(i, 1), max_bytes=line * 5, keep=3)
     names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("events.jsonl"))
     assert names == ["events.jsonl", "events.jsonl.1", "events.jsonl.2", "events.jsonl.3", "events.jsonl.lock"]
     for path in tmp_path.glob("events.jsonl*"):
         assert path.stat().st_size <= line * 5 or path.name.endswith(".lock")
-    attempts = [e.attempt for e in events.read(tmp_path)]
+    attempts = [e.attempt for e in eventlog.read(tmp_path)]
     assert attempts == list(range(60 - len(attempts), 60))  # the newest ones, in order, none twice
     assert len(attempts) > 10  # three rotated files and the current one
 
@@ -66,14 +67,14 @@ def test_rotation_by_size_keeps_n_files_and_reads_across_them_in_order(tmp_path:
 def test_concurrent_appends_lose_nothing_and_tear_no_line(tmp_path: Path) -> None:
     def writer(job: int) -> None:
         for i in range(50):
-            events.append(tmp_path, _job_events(i, 3, job=job), max_bytes=20_000, keep=50)
+            eventlog.append(tmp_path, _job_events(i, 3, job=job), max_bytes=20_000, keep=50)
 
     threads = [threading.Thread(target=writer, args=(j,)) for j in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    read = events.read(tmp_path)
+    read = eventlog.read(tmp_path)
     assert len(read) == 4 * 50 * 3
     for job in range(4):
         mine = [e.attempt for e in read if e.job == job]
@@ -81,33 +82,33 @@ def test_concurrent_appends_lose_nothing_and_tear_no_line(tmp_path: Path) -> Non
 
 
 def test_filters_by_job_machine_and_since(tmp_path: Path) -> None:
-    events.append(tmp_path, [Event(10.0, events.JOB_LAUNCHED, job=1, machine="a"),
+    eventlog.append(tmp_path, [Event(10.0, events.JOB_LAUNCHED, job=1, machine="a"),
                              Event(20.0, events.JOB_LAUNCHED, job=2, machine="b"),
                              Event(30.0, events.JOB_ENDED, job=1, machine="b", detail={"status": "finished"}),
                              events.machine_event(40.0, "a", "up", "unreachable")])
-    assert [e.time for e in events.read(tmp_path, job=1)] == [10.0, 30.0]
-    assert [e.time for e in events.read(tmp_path, machine="b")] == [20.0, 30.0]
-    assert [e.time for e in events.read(tmp_path, since=25.0)] == [30.0, 40.0]
-    assert [e.time for e in events.read(tmp_path, job=1, machine="b")] == [30.0]
+    assert [e.time for e in eventlog.read(tmp_path, job=1)] == [10.0, 30.0]
+    assert [e.time for e in eventlog.read(tmp_path, machine="b")] == [20.0, 30.0]
+    assert [e.time for e in eventlog.read(tmp_path, since=25.0)] == [30.0, 40.0]
+    assert [e.time for e in eventlog.read(tmp_path, job=1, machine="b")] == [30.0]
 
 
 def test_a_torn_or_foreign_line_costs_only_that_line(tmp_path: Path) -> None:
-    events.append(tmp_path, _job_events(0, 1))
+    eventlog.append(tmp_path, _job_events(0, 1))
     with open(tmp_path / "events.jsonl", "ab") as f:
         f.write(b'{"time": "yesterday", "kind": 3}\n[1, 2]\n{"time": 5, "kind": "x", "job": true}\n{"time": 1')
-    events.append(tmp_path, _job_events(1, 1))  # after a line torn by a crash: on a line of its own
-    events.append(tmp_path, _job_events(2, 1))
-    assert [e.attempt for e in events.read(tmp_path)] == [0, 1, 2]
+    eventlog.append(tmp_path, _job_events(1, 1))  # after a line torn by a crash: on a line of its own
+    eventlog.append(tmp_path, _job_events(2, 1))
+    assert [e.attempt for e in eventlog.read(tmp_path)] == [0, 1, 2]
 
 
 def test_latest_reads_only_the_end(tmp_path: Path) -> None:
-    events.append(tmp_path, _job_events(0, 500))
-    assert [e.attempt for e in events.latest(tmp_path, 3)] == [497, 498, 499]
-    assert events.latest(tmp_path / "nowhere", 3) == []
+    eventlog.append(tmp_path, _job_events(0, 500))
+    assert [e.attempt for e in eventlog.latest(tmp_path, 3)] == [497, 498, 499]
+    assert eventlog.latest(tmp_path / "nowhere", 3) == []
 
 
 def _collect(home: Path, into: list[Event], stop: threading.Event, **filters: object) -> None:
-    for event in events.follow(home, poll=0.02, **filters):  # type: ignore[arg-type]
+    for event in follow(home, poll=0.02, **filters):  # type: ignore[arg-type]
         into.append(event)
         if stop.is_set():
             return
@@ -115,20 +116,20 @@ def _collect(home: Path, into: list[Event], stop: threading.Event, **filters: ob
 
 def test_follow_sees_the_backlog_then_new_events_across_rotations(tmp_path: Path) -> None:
     size = 2000
-    events.append(tmp_path, _job_events(0, 30), max_bytes=size, keep=20)
+    eventlog.append(tmp_path, _job_events(0, 30), max_bytes=size, keep=20)
     seen: list[Event] = []
     stop = threading.Event()
     thread = threading.Thread(target=_collect, args=(tmp_path, seen, stop), daemon=True)
     thread.start()
     for i in range(30, 200):  # many rotations, some of them between two polls
-        events.append(tmp_path, _job_events(i, 1), max_bytes=size, keep=20)
+        eventlog.append(tmp_path, _job_events(i, 1), max_bytes=size, keep=20)
         if i % 7 == 0:
             time.sleep(0.03)
     deadline = time.monotonic() + 10
     while len(seen) < 200 and time.monotonic() < deadline:
         time.sleep(0.05)
     stop.set()
-    events.append(tmp_path, _job_events(200, 1), max_bytes=size, keep=20)  # wakes the follower to stop
+    eventlog.append(tmp_path, _job_events(200, 1), max_bytes=size, keep=20)  # wakes the follower to stop
     thread.join(5)
     assert [e.attempt for e in seen][:200] == list(range(200))
 
@@ -146,12 +147,12 @@ def test_follow_filters_and_waits_for_a_whole_line(tmp_path: Path) -> None:
         f.flush()
         time.sleep(0.1)  # the follower polls a half line: it must wait, not drop it
         f.write(data[10:])
-    events.append(tmp_path, [Event(6.0, events.JOB_LAUNCHED, job=8)])
+    eventlog.append(tmp_path, [Event(6.0, events.JOB_LAUNCHED, job=8)])
     deadline = time.monotonic() + 5
     while not seen and time.monotonic() < deadline:
         time.sleep(0.02)
     stop.set()
-    events.append(tmp_path, [Event(7.0, events.JOB_LAUNCHED, job=7)])
+    eventlog.append(tmp_path, [Event(7.0, events.JOB_LAUNCHED, job=7)])
     thread.join(5)
     assert [e.time for e in seen][:1] == [5.0]
     assert all(e.job == 7 for e in seen)

@@ -16,7 +16,9 @@ import pytest
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
 from jobtpu.views import goodput
-from jobtpu.views.goodput import AttemptRecord, Progress
+from jobtpu.views.goodput import AttemptRecord
+from jobtpu.views.progress import Progress, compile_progress, progress_of, scan
+from jobtpu.views.report import render_html, render_text
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -112,7 +114,7 @@ def test_without_progress_the_work_redone_is_unknown_and_said_so() -> None:
     assert [g.redone for g in report.interruptions] == [None, None]
     assert report.redone_unknown
     assert report.productive == 1040 + 1250 + 2000
-    assert "work redone unknown" in goodput.render_text([report])
+    assert "work redone unknown" in render_text([report])
 
 
 def test_the_time_a_killed_job_waits_for_a_person_to_resume_it_is_not_counted() -> None:
@@ -122,7 +124,7 @@ def test_the_time_a_killed_job_waits_for_a_person_to_resume_it_is_not_counted() 
     (gap,) = report.interruptions
     assert gap.by_hand and gap.total == 4900
     assert report.total == 200 and report.goodput == 1.0  # not 200 of 5100: the person's wait is theirs
-    text = goodput.render_text([report])
+    text = render_text([report])
     assert "  attempt 0 on box: wall 1m40s, accelerator 0.06 GPU-h, ran 1m40s, killed" in text
     assert "  after attempt 0 (killed): 1h21m until it ran again, waiting on a person (not counted)" in text
 
@@ -134,7 +136,7 @@ def test_a_running_job_counts_until_now() -> None:
 
 
 def test_the_text_report_has_a_line_per_attempt_and_interruption() -> None:
-    text = goodput.render_text([_report("bad\x1b[2Jname")])
+    text = render_text([_report("bad\x1b[2Jname")])
     lines = text.splitlines()
     assert lines[0].startswith("job 3 'bad\\x1b[2Jname': goodput 77.7%")
     assert "\x1b" not in text
@@ -144,25 +146,25 @@ def test_the_text_report_has_a_line_per_attempt_and_interruption() -> None:
 
 
 def test_progress_lines_and_a_users_regex() -> None:
-    assert goodput.progress_of("JOBTPU_PROGRESS step=1200") == (1200, None)
-    assert goodput.progress_of("[rank0] JOBTPU_PROGRESS checkpoint=1000 step=1250") == (1250, 1000)
-    assert goodput.progress_of("loss 0.3 step 12") is None
-    assert goodput.progress_of("JOBTPU_PROGRESS nothing") is None
-    one = goodput.compile_progress(r"step (\d+)")
-    assert goodput.progress_of("loss 0.3 step 12", one) == (12, None)
-    named = goodput.compile_progress(r"saved ckpt (?P<checkpoint>\d+)|it (?P<step>\d+)")
-    assert goodput.progress_of("saved ckpt 400", named) == (None, 400)
-    assert goodput.progress_of("it 410", named) == (410, None)
+    assert progress_of("JOBTPU_PROGRESS step=1200") == (1200, None)
+    assert progress_of("[rank0] JOBTPU_PROGRESS checkpoint=1000 step=1250") == (1250, 1000)
+    assert progress_of("loss 0.3 step 12") is None
+    assert progress_of("JOBTPU_PROGRESS nothing") is None
+    one = compile_progress(r"step (\d+)")
+    assert progress_of("loss 0.3 step 12", one) == (12, None)
+    named = compile_progress(r"saved ckpt (?P<checkpoint>\d+)|it (?P<step>\d+)")
+    assert progress_of("saved ckpt 400", named) == (None, 400)
+    assert progress_of("it 410", named) == (410, None)
     for bad, why in ((r"step (\d+", "not a valid regular expression"), (r"step \d+", "must capture"),
                      (r"(a)(b)", "must capture")):
         with pytest.raises(ValueError, match=why):
-            goodput.compile_progress(bad)
+            compile_progress(bad)
 
 
 def test_scan_keeps_the_last_step_and_checkpoint_with_when_they_were_seen() -> None:
-    record = goodput.scan(["JOBTPU_PROGRESS step=10", "noise", "JOBTPU_PROGRESS step=20 checkpoint=10"], now=5.0)
+    record = scan(["JOBTPU_PROGRESS step=10", "noise", "JOBTPU_PROGRESS step=20 checkpoint=10"], now=5.0)
     assert record == Progress(step=20, step_at=5.0, checkpoint=10, checkpoint_at=5.0)
-    record = goodput.scan(["JOBTPU_PROGRESS step=30"], now=9.0, record=record)
+    record = scan(["JOBTPU_PROGRESS step=30"], now=9.0, record=record)
     assert record == Progress(step=30, step_at=9.0, checkpoint=10, checkpoint_at=5.0)
     assert Progress.from_json(record.to_json()) == record
     assert Progress.from_json({"step": "x", "checkpoint": True}) == Progress()
@@ -257,7 +259,7 @@ def _columns(png: bytes) -> dict[bytes, int]:
 def test_the_html_timeline_renders_in_chromium_with_a_bar_per_attempt(tmp_path: Path) -> None:
     other = goodput.job_report(4, "eval", [AttemptRecord(1, "tpu-a", T0 + 200, T0 + 900, "exit 1", chips=8)],
                                [], {}, now=T0 + 9999)
-    page = goodput.render_html([_report(), other], now=T0 + 9999)
+    page = render_html([_report(), other], now=T0 + 9999)
     assert not re.search(r"(src|href)=|https?://|<script", page)  # self-contained, nothing fetched, no script
     dom = _rendered(page, tmp_path)
     rows = {a["data-machine"] for a in dom.having("data-machine")}
@@ -276,7 +278,7 @@ def test_the_bars_and_marks_are_drawn(tmp_path: Path) -> None:
     """Laid out and painted, not only parsed: a screenshot holds each bar's and mark's colour."""
     other = goodput.job_report(4, "eval", [AttemptRecord(1, "tpu-a", T0 + 200, T0 + 900, "exit 1", chips=8)],
                                [], {}, now=T0 + 9999)
-    _chromium(goodput.render_html([_report(), other], now=T0 + 9999), tmp_path,
+    _chromium(render_html([_report(), other], now=T0 + 9999), tmp_path,
               "--window-size=1000,600", f"--screenshot={tmp_path / 'shot.png'}")
     runs = _columns((tmp_path / "shot.png").read_bytes())
     for name, rgb in (("interrupted", (245, 158, 11)), ("finished", (22, 163, 74)), ("failed", (220, 38, 38))):
@@ -288,7 +290,7 @@ def test_hostile_names_stay_text_in_the_page(tmp_path: Path) -> None:
     name = '</title></h2><script>document.title="x"</script><img src=x onerror=alert(1)>'
     machine = '"><svg onload=alert(2)><b data-attempt="forged">'
     report = goodput.job_report(5, name, [AttemptRecord(1, machine, T0, T0 + 60, "finished")], [], {}, now=T0 + 60)
-    dom = _rendered(goodput.render_html([report], title=f"report {name}"), tmp_path)
+    dom = _rendered(render_html([report], title=f"report {name}"), tmp_path)
     tags = {tag for tag, _ in dom.elements}
     assert not tags & {"script", "img", "svg", "b"}
     assert [a["data-attempt"] for a in dom.having("data-attempt")] == ["job 5 attempt 1"]

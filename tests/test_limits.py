@@ -218,11 +218,11 @@ def test_a_snapshot_with_many_files_warns_once_and_past_the_cap_is_refused(
     over the cap is refused before a file is read, with the way out in the hint."""
     import subprocess
 
-    from jobtpu.snapshot import archive
+    from jobtpu.snapshot import selection
     from tests.helpers import cli
 
-    monkeypatch.setattr(archive, "WARN_FILES", 10, raising=False)
-    monkeypatch.setattr(archive, "MAX_FILES", 50, raising=False)
+    monkeypatch.setattr(selection, "WARN_FILES", 10, raising=False)
+    monkeypatch.setattr(selection, "MAX_FILES", 50, raising=False)
     home = make_home(tmp_path)
     src = write_tree(tmp_path / "src", {f"d/f{i}.txt": str(i) for i in range(30)})
     if checkout:

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from jobtpu.errors import ConfigError
-from jobtpu.tell import events, notify
+from jobtpu.tell import destinations, events, notify
 from jobtpu.tell.events import Event
+from jobtpu.tell.outbox import MAX_PENDING, MAX_TRIES, OUTBOX_FILE
 from tests.helpers import pid_alive, wait_for
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -83,8 +84,8 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _dests(*entries: dict[str, Any]) -> list[notify.Destination]:
-    return notify.parse_destinations(list(entries), "machines.json: notify")
+def _dests(*entries: dict[str, Any]) -> list[destinations.Destination]:
+    return destinations.parse_destinations(list(entries), "machines.json: notify")
 
 
 def _failed(job: int, name: str = "train") -> Event:
@@ -97,7 +98,7 @@ def _pending(outbox: Path) -> list[dict[str, Any]]:
 
 
 def test_webhook_receives_a_slack_style_body(tmp_path: Path, hook: Hook) -> None:
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     lines = notify.deliver(outbox, _dests({"webhook": hook.url, "events": ["failed"]}), [_failed(12)], 3)
     assert lines == []
     assert len(hook.bodies) == 1
@@ -116,7 +117,7 @@ def test_only_the_events_a_destination_names_are_sent(tmp_path: Path, hook: Hook
 
 
 def test_a_500_is_retried_on_the_next_call_and_delivered_once(tmp_path: Path, hook: Hook) -> None:
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     dests = _dests({"webhook": hook.url, "events": ["failed"]})
     hook.answers = [500]
     lines = notify.deliver(outbox, dests, [_failed(5)], 3)
@@ -132,7 +133,7 @@ def test_a_500_is_retried_on_the_next_call_and_delivered_once(tmp_path: Path, ho
 
 
 def test_a_redirect_is_not_taken_for_a_delivery(tmp_path: Path, hook: Hook) -> None:
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     hook.answers = [302, 302]  # followed, the POST would become a GET without the event, answered 200
     lines = notify.deliver(outbox, _dests({"webhook": hook.url}), [_failed(6)], 3)
     assert len(lines) == 1 and "HTTP 302" in lines[0]
@@ -144,9 +145,9 @@ def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> 
     destination was being served leaves the item for the next pass."""
     got, crashed = tmp_path / "got", tmp_path / "crashed"
     cmd = f"cat >> {got}; if [ ! -e {crashed} ]; then touch {crashed}; kill -9 $PPID; sleep 5; fi"
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     script = ("import sys, time; from pathlib import Path; from jobtpu.tell import events, notify; "
-              "dests = notify.parse_destinations([{'command': sys.argv[2]}]); "
+              "from jobtpu.tell import destinations; dests = destinations.parse_destinations([{'command': sys.argv[2]}]); "
               "event = events.Event(time.time(), events.JOB_ENDED, job=11, detail={'status': 'failed'}); "
               "notify.deliver(Path(sys.argv[1]), dests, [event], 10)")
     done = subprocess.run([sys.executable, "-c", script, str(outbox), cmd], capture_output=True, timeout=60)
@@ -158,7 +159,7 @@ def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> 
 
 
 def test_a_hanging_webhook_costs_at_most_the_budget_and_is_kept(tmp_path: Path, hook: Hook) -> None:
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     written = tmp_path / "by-command"
     dests = _dests({"webhook": hook.url}, {"command": f"cat >> {written}"})
     hook.hang.set()
@@ -180,7 +181,7 @@ def test_a_refused_connection_is_one_line_and_kept(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed at once: nothing listens there
-    outbox = tmp_path / notify.OUTBOX_FILE
+    outbox = tmp_path / OUTBOX_FILE
     lines = notify.deliver(outbox, _dests({"webhook": f"http://127.0.0.1:{port}/x"}), [_failed(3)], 2)
     assert len(lines) == 1 and "refused" in lines[0].lower()
     assert len(_pending(outbox)) == 1
@@ -251,14 +252,14 @@ def test_a_failing_command_is_retried_on_the_next_call(tmp_path: Path) -> None:
 def test_a_dead_destination_cannot_grow_the_outbox_for_ever(tmp_path: Path) -> None:
     outbox = tmp_path / "outbox"
     dests = _dests({"command": "exit 1"})
-    lines = notify.deliver(outbox, dests, [_failed(i) for i in range(notify.MAX_PENDING + 50)], 3)
-    assert f"notifications: 50 more than {notify.MAX_PENDING} waiting for command exit 1; the oldest dropped" in lines
+    lines = notify.deliver(outbox, dests, [_failed(i) for i in range(MAX_PENDING + 50)], 3)
+    assert f"notifications: 50 more than {MAX_PENDING} waiting for command exit 1; the oldest dropped" in lines
     pending = _pending(outbox)
-    assert len(pending) == notify.MAX_PENDING
+    assert len(pending) == MAX_PENDING
     assert pending[0]["event"]["job"] == 50  # the oldest went first
-    for _ in range(notify.MAX_TRIES - 2):
+    for _ in range(MAX_TRIES - 2):
         notify.deliver(outbox, dests, [], 3)
-    assert len(_pending(outbox)) == notify.MAX_PENDING
+    assert len(_pending(outbox)) == MAX_PENDING
     notify.deliver(outbox, dests, [], 3)  # the last failed pass they may wait through
     lines = notify.deliver(outbox, dests, [], 3)
     assert any("gave up on 200 notification(s)" in line for line in lines)
@@ -308,14 +309,14 @@ def test_hostile_names_cannot_mention_everyone_in_slack(tmp_path: Path, hook: Ho
 ])
 def test_a_bad_destination_is_one_line_naming_where(entry: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        notify.parse_destinations([{"command": "true"}, entry], "machines.json: notify")
+        destinations.parse_destinations([{"command": "true"}, entry], "machines.json: notify")
     assert str(caught.value).startswith("machines.json: notify[1]")
     assert "\n" not in str(caught.value)
 
 
 def test_no_notify_list_is_no_destinations() -> None:
-    assert notify.parse_destinations(None) == []
+    assert destinations.parse_destinations(None) == []
     with pytest.raises(ConfigError, match="must be a list"):
-        notify.parse_destinations({"webhook": "http://x"})
-    assert notify.parse_destinations([{"command": "true"}])[0].events == frozenset(events.NOTIFICATIONS)
+        destinations.parse_destinations({"webhook": "http://x"})
+    assert destinations.parse_destinations([{"command": "true"}])[0].events == frozenset(events.NOTIFICATIONS)
 

@@ -1,4 +1,4 @@
-"""The team's TPU sheet (jobtpu/sheet/api.py) through the real gspread client against the fake Sheets API,
+"""The team's TPU sheet (jobtpu/sheet/) through the real gspread client against the fake Sheets API,
 reached only through `sheet.api_endpoint`, as machines.json would set it."""
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
-from jobtpu.sheet import api as sheet
-from jobtpu.sheet.api import MachineRow, PassSheet, SheetConfig
+from jobtpu.sheet.api import SheetError, read_sheet
+from jobtpu.sheet.config import SheetConfig, parse_config
+from jobtpu.sheet.edits import register, release, set_note, unregister
+from jobtpu.sheet.jobnote import job_note
+from jobtpu.sheet.layout import COLUMNS, MachineRow
+from jobtpu.sheet.rows import claim_reason, find, format_rows, render_rows
+from jobtpu.sheet.sync import PassSheet, sync
 from tests.fake_sheets import FakeSheetsApi
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -41,7 +46,7 @@ def api() -> Iterator[FakeSheetsApi]:
 
 @pytest.fixture
 def config(api: FakeSheetsApi) -> SheetConfig:
-    return sheet.parse_config({"spreadsheet": f"https://docs.google.com/spreadsheets/d/{KEY}/edit#gid=0",
+    return parse_config({"spreadsheet": f"https://docs.google.com/spreadsheets/d/{KEY}/edit#gid=0",
                                "credentials": "anonymous", "api_endpoint": api.endpoint, "timeout": 2})
 
 
@@ -67,12 +72,12 @@ def by_name(api: FakeSheetsApi) -> dict[str, dict[str, str]]:
 
 def test_a_sync_writes_one_row_per_machine_with_who_runs_what(api: FakeSheetsApi, config: SheetConfig,
                                                               memo: Path) -> None:
-    result = sheet.sync(config, fleet(), memo, now=NOW)
+    result = sync(config, fleet(), memo, now=NOW)
     assert result.problem is None and result.wrote
     grid = api.grid(KEY, TAB)
     assert grid[0] == HEADER
     written = [line + [""] * (len(HEADER) - len(line)) for line in grid]
-    assert [line[:-1] for line in written] == [line[:-1] for line in sheet.render_rows(fleet())]
+    assert [line[:-1] for line in written] == [line[:-1] for line in render_rows(fleet())]
     assert grid[1] == ["v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", "alice", "12 train-a",
                        "2026-05-28 19:26 UTC", "", "2026-05-28 20:26 UTC"]
     assert grid[2] == ["v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "idle", "", "", "", "",
@@ -85,16 +90,16 @@ def test_a_sync_writes_one_row_per_machine_with_who_runs_what(api: FakeSheetsApi
 
 def test_a_quiet_sync_writes_nothing_and_one_change_writes_once(api: FakeSheetsApi, config: SheetConfig,
                                                                 memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.clear_log()
-    quiet = sheet.sync(config, fleet(), memo, now=NOW + 60)
+    quiet = sync(config, fleet(), memo, now=NOW + 60)
     assert (quiet.wrote, quiet.problem) == (False, None)
     assert [r["method"] for r in api.requests_made()] == ["GET"]
 
     api.clear_log()
     started = fleet()[:1] + [MachineRow("v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "busy", ("bob",),
                                         ("13 eval",), NOW + 100)] + fleet()[2:]
-    sheet.sync(config, started, memo, now=NOW + 120)
+    sync(config, started, memo, now=NOW + 120)
     [write] = writes(api)
     assert write["body"]["data"] == [{"range": f"'{TAB}'!F3:I3", "values": [["busy", "bob", "13 eval",
                                                                            "2026-05-28 20:28 UTC"]]},
@@ -103,12 +108,12 @@ def test_a_quiet_sync_writes_nothing_and_one_change_writes_once(api: FakeSheetsA
 
 
 def test_a_hand_claim_is_reported_and_survives_syncs(api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "G3", "carol")  # v2-b, typed in the browser
     first = PassSheet(config, memo)
     assert first.problem is None
     assert first.claims() == {"v2-b": "carol"}
-    assert sheet.claim_reason("carol") == "claimed by carol in the sheet"
+    assert claim_reason("carol") == "claimed by carol in the sheet"
     result = first.finish(fleet(), now=NOW + 60)
     assert result.claims == {"v2-b": "carol"}
     assert by_name(api)["v2-b"]["User"] == "carol"
@@ -122,19 +127,19 @@ def test_a_hand_claim_is_reported_and_survives_syncs(api: FakeSheetsApi, config:
 
 def test_a_claim_made_while_jobtpu_runs_there_is_kept_after_its_jobs_end(api: FakeSheetsApi, config: SheetConfig,
                                                                         memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "G2", "dave")
-    assert sheet.sync(config, fleet(), memo, now=NOW + 60).claims == {"v3-a": "dave"}
-    sheet.sync(config, fleet(users=(), jobs=()), memo, now=NOW + 120)
+    assert sync(config, fleet(), memo, now=NOW + 60).claims == {"v3-a": "dave"}
+    sync(config, fleet(users=(), jobs=()), memo, now=NOW + 120)
     row = by_name(api)["v3-a"]
     assert (row["User"], row["Jobs"]) == ("dave", "")
 
 
 def test_claims_still_hold_while_the_sheet_cannot_be_read(api: FakeSheetsApi, config: SheetConfig,
                                                           memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "G4", "erin")
-    sheet.sync(config, fleet(), memo, now=NOW + 60)
+    sync(config, fleet(), memo, now=NOW + 60)
     api.go_dead("refuse")
     blind = PassSheet(config, memo)
     assert blind.problem is not None and "connection refused" in blind.problem
@@ -143,75 +148,75 @@ def test_claims_still_hold_while_the_sheet_cannot_be_read(api: FakeSheetsApi, co
 
 
 def test_release_frees_a_claim_and_checks_the_user(api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "G3", "carol, frank")
-    sheet.sync(config, fleet(), memo, now=NOW + 60)
+    sync(config, fleet(), memo, now=NOW + 60)
     api.clear_log()
     with pytest.raises(JobtpuError, match="v2-b is claimed by carol, frank, not bob; nothing was changed"):
-        sheet.release(config, "v2-b", memo, user="bob")
+        release(config, "v2-b", memo, user="bob")
     assert writes(api) == []
-    assert "released" in sheet.release(config, "v2-b", memo, user="frank", now=NOW + 120)
+    assert "released" in release(config, "v2-b", memo, user="frank", now=NOW + 120)
     row = by_name(api)["v2-b"]
     assert (row["User"], row["Since"], row["Updated"]) == ("", "", "2026-05-28 20:28 UTC")
     assert PassSheet(config, memo).claims() == {}
     with pytest.raises(JobtpuError, match="v2-b is not claimed in the sheet"):
-        sheet.release(config, "v2-b", memo)
+        release(config, "v2-b", memo)
     with pytest.raises(JobtpuError, match="not claimed by hand: jobtpu's jobs of alice run there"):
-        sheet.release(config, "v3-a", memo)
+        release(config, "v3-a", memo)
     with pytest.raises(NotFoundError, match="no row for 'nope'"):
-        sheet.release(config, "nope", memo)
-    assert sheet.sync(config, fleet(), memo, now=NOW + 180).wrote is False  # released stays released
+        release(config, "nope", memo)
+    assert sync(config, fleet(), memo, now=NOW + 180).wrote is False  # released stays released
 
 
 def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
-    sheet.set_note(config, "v2-b", "don't touch, long run until Friday")
-    assert sheet.set_note(config, "v2-b", "ask gina", append=True) == (
+    sync(config, fleet(), memo, now=NOW)
+    set_note(config, "v2-b", "don't touch, long run until Friday")
+    assert set_note(config, "v2-b", "ask gina", append=True) == (
         "v2-b: note: don't touch, long run until Friday; ask gina")
     assert by_name(api)["v2-b"]["Note"] == "don't touch, long run until Friday; ask gina"
-    sheet.set_note(config, "box", "first", append=True)  # appending to nothing sets it
+    set_note(config, "box", "first", append=True)  # appending to nothing sets it
     assert by_name(api)["box"]["Note"] == "first"
     # a job's note is written once, when it arrives; a person's later edit is then left alone
     noted = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
                         NOW - 3600, note="sweep lr=3e-4"), *fleet()[1:]]
-    sheet.sync(config, noted, memo, now=NOW + 60)
+    sync(config, noted, memo, now=NOW + 60)
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4"
     api.edit(KEY, TAB, "J2", "sweep lr=3e-4 (diverged)")
     api.clear_log()
-    assert sheet.sync(config, noted, memo, now=NOW + 120).wrote is False
+    assert sync(config, noted, memo, now=NOW + 120).wrote is False
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4 (diverged)"
 
 
 def test_register_and_unregister_move_rows_with_peoples_columns(api: FakeSheetsApi, config: SheetConfig,
                                                                 memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "L1", "Budget")  # a column of the team's own
     api.edit(KEY, TAB, "L3", "grant A")  # v2-b
     api.edit(KEY, TAB, "L4", "grant B")  # box
-    assert sheet.unregister(config, "v3-a", memo) == "v3-a: removed from the sheet"
+    assert unregister(config, "v3-a", memo) == "v3-a: removed from the sheet"
     grid = api.grid(KEY, TAB)
     assert [(r[0], r[11] if len(r) > 11 else "") for r in grid[1:]] == [("v2-b", "grant A"), ("box", "grant B")]
     api.clear_log()
-    assert sheet.sync(config, fleet(), memo, now=NOW + 60).wrote is False  # passes leave it off
-    assert sheet.register(config, "v3-a", memo, fleet()[0], now=NOW + 120) == "v3-a: added to the sheet"
+    assert sync(config, fleet(), memo, now=NOW + 60).wrote is False  # passes leave it off
+    assert register(config, "v3-a", memo, fleet()[0], now=NOW + 120) == "v3-a: added to the sheet"
     assert [r[0] for r in api.grid(KEY, TAB)[1:]] == ["v2-b", "box", "v3-a"]
     assert by_name(api)["v3-a"]["User"] == "alice"
-    assert sheet.register(config, "tpu-elsewhere", memo) == "tpu-elsewhere: added to the sheet"
-    assert sheet.register(config, "box", memo) == "box: already in the sheet (row 3)"
+    assert register(config, "tpu-elsewhere", memo) == "tpu-elsewhere: added to the sheet"
+    assert register(config, "box", memo) == "box: already in the sheet (row 3)"
     api.clear_log()
-    sheet.sync(config, fleet(), memo, now=NOW + 120)
+    sync(config, fleet(), memo, now=NOW + 120)
     assert writes(api) == []
     with pytest.raises(NotFoundError):
-        sheet.unregister(config, "nope", memo)
+        unregister(config, "nope", memo)
 
 
 def test_columns_are_found_by_title_and_unknown_columns_are_left_alone(api: FakeSheetsApi, memo: Path) -> None:
     for a1, text in {"A1": "Owner notes", "B1": "user", "C1": "TPU stuff", "D1": "machine", "A2": "mine!",
                      "D2": "v3-a", "B2": "alice"}.items():
         api.edit(KEY, TAB, a1, text)
-    config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
+    config = parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
                                  "columns": ["name", "user", "accelerator"]})
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     grid = api.grid(KEY, TAB)
     assert grid[0] == ["Owner notes", "user", "TPU stuff", "machine", "Accelerator"]
     assert grid[1] == ["mine!", "alice", "", "v3-a", "v3-8"]
@@ -221,16 +226,16 @@ def test_columns_are_found_by_title_and_unknown_columns_are_left_alone(api: Fake
 
 def test_find_filters_like_req_and_reads_rows_of_other_homes(api: FakeSheetsApi, config: SheetConfig,
                                                              memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     for row, cells in enumerate([["v3-far", "tpu", "v3-32", "us-east1-d", "spot", "", "hana", "", "", "big run"],
                                  ["v4-x", "tpu", "v4-8", "us-central2-b", "on-demand"],
                                  ["v5-y", "tpu", "v5litepod-4", "us-west4-a", "preemptible"]], start=5):
         for column, text in enumerate(cells):
             api.edit(KEY, TAB, f"{'ABCDEFGHIJ'[column]}{row}", text)
-    rows = sheet.read_sheet(config).rows
+    rows = read_sheet(config).rows
 
     def names(tokens: list[str], preemptible: bool | None = None) -> list[str]:
-        return [r.name for r in sheet.find(rows, tokens, preemptible)]
+        return [r.name for r in find(rows, tokens, preemptible)]
 
     assert names(["v3"], True) == ["v3-a", "v3-far"]
     assert names(["v3"], False) == []
@@ -240,21 +245,21 @@ def test_find_filters_like_req_and_reads_rows_of_other_homes(api: FakeSheetsApi,
     assert names(["v3-32"]) == ["v3-far"]
     assert names(["on-demand"]) == ["v2-b", "v4-x"]
     assert names([], True) == ["v3-a", "v3-far", "v5-y"]
-    lines = sheet.format_rows(sheet.find(rows, ["v3-32"]))
+    lines = format_rows(find(rows, ["v3-32"]))
     assert lines[1].split()[:3] == ["v3-far", "tpu", "v3-32"] and "hana" in lines[1] and "big run" in lines[1]
     with pytest.raises(JobtpuError, match="gpu=... is a resource"):
-        sheet.find(rows, ["gpu=2"])
+        find(rows, ["gpu=2"])
     with pytest.raises(JobtpuError, match="not a resource"):
-        sheet.find(rows, ["tpu3"])
+        find(rows, ["tpu3"])
 
 
 @pytest.mark.parametrize("how", ["hang", "refuse", "drip"])
 def test_a_dead_api_costs_one_line_within_the_timeout_and_the_sheet_catches_up(
         api: FakeSheetsApi, config: SheetConfig, memo: Path, how: str) -> None:
-    sheet.sync(config, fleet(users=()), memo, now=NOW)
+    sync(config, fleet(users=()), memo, now=NOW)
     api.go_dead(how)
     started = time.monotonic()
-    result = sheet.sync(config, fleet(), memo, now=NOW + 60)
+    result = sync(config, fleet(), memo, now=NOW + 60)
     took = time.monotonic() - started
     assert took < config.timeout + 1.0, took
     assert result.problem is not None and not result.wrote
@@ -262,7 +267,7 @@ def test_a_dead_api_costs_one_line_within_the_timeout_and_the_sheet_catches_up(
     expected = "connection refused" if how == "refuse" else "no answer within 2 s"
     assert result.problem == f"sheet: Sheets API at 127.0.0.1:{api.port}: {expected}; the next pass tries again"
     api.revive()
-    assert sheet.sync(config, fleet(), memo, now=NOW + 120).wrote
+    assert sync(config, fleet(), memo, now=NOW + 120).wrote
     assert by_name(api)["v3-a"]["User"] == "alice"
 
 
@@ -278,34 +283,34 @@ def test_a_dead_write_is_bounded_too(api: FakeSheetsApi, config: SheetConfig, me
 
 def test_a_quota_answer_costs_one_line_and_the_next_sync_catches_up(api: FakeSheetsApi, config: SheetConfig,
                                                                     memo: Path) -> None:
-    sheet.sync(config, fleet(users=()), memo, now=NOW)
+    sync(config, fleet(users=()), memo, now=NOW)
     api.fail_next(1)
-    read_failed = sheet.sync(config, fleet(), memo, now=NOW + 60)
+    read_failed = sync(config, fleet(), memo, now=NOW + 60)
     assert read_failed.problem is not None and read_failed.problem.startswith("sheet: Sheets API: 429 RESOURCE_EXHAUSTED: ")
     ps = PassSheet(config, memo)
     api.fail_next(1)
     write_failed = ps.finish(fleet(), now=NOW + 90)
     assert write_failed.problem is not None and "429" in write_failed.problem
     assert by_name(api)["v3-a"]["User"] == ""
-    assert sheet.sync(config, fleet(), memo, now=NOW + 120).wrote
+    assert sync(config, fleet(), memo, now=NOW + 120).wrote
     assert by_name(api)["v3-a"]["User"] == "alice"
     assert PassSheet(config, memo).claims() == {}  # the catch-up write is jobtpu's, not a claim
 
 
 def test_sheet_problems_are_one_line_each(api: FakeSheetsApi, config: SheetConfig, memo: Path,
                                           tmp_path: Path) -> None:
-    missing = sheet.parse_config({"spreadsheet": "x" * 44, "credentials": "anonymous", "api_endpoint": api.endpoint})
-    assert sheet.sync(missing, fleet(), memo).problem == f"sheet: spreadsheet {'x' * 44} not found"
-    no_tab = sheet.parse_config({"spreadsheet": KEY, "worksheet": "TPUs", "credentials": "anonymous",
+    missing = parse_config({"spreadsheet": "x" * 44, "credentials": "anonymous", "api_endpoint": api.endpoint})
+    assert sync(missing, fleet(), memo).problem == f"sheet: spreadsheet {'x' * 44} not found"
+    no_tab = parse_config({"spreadsheet": KEY, "worksheet": "TPUs", "credentials": "anonymous",
                                  "api_endpoint": api.endpoint})
-    assert sheet.sync(no_tab, fleet(), memo).problem == f"sheet: spreadsheet {KEY} has no worksheet 'TPUs'"
+    assert sync(no_tab, fleet(), memo).problem == f"sheet: spreadsheet {KEY} has no worksheet 'TPUs'"
     bad_key = tmp_path / "key.json"
     bad_key.write_text('{"type": "service_account"}')
-    broken = sheet.parse_config({"spreadsheet": KEY, "credentials": str(bad_key), "api_endpoint": api.endpoint})
-    problem = sheet.sync(broken, fleet(), memo).problem
+    broken = parse_config({"spreadsheet": KEY, "credentials": str(bad_key), "api_endpoint": api.endpoint})
+    problem = sync(broken, fleet(), memo).problem
     assert problem is not None and problem.startswith(f"sheet: Sheets credentials '{bad_key}': ") and "\n" not in problem
-    with pytest.raises(sheet.SheetError, match="has no worksheet 'TPUs'"):
-        sheet.set_note(no_tab, "v3-a", "x")
+    with pytest.raises(SheetError, match="has no worksheet 'TPUs'"):
+        set_note(no_tab, "v3-a", "x")
     assert api.requests_made(writes_only=True) == []
 
 
@@ -325,23 +330,23 @@ def test_sheet_problems_are_one_line_each(api: FakeSheetsApi, config: SheetConfi
 ])
 def test_a_bad_sheet_section_is_one_config_error(raw: Any, message: str) -> None:
     with pytest.raises(ConfigError) as error:
-        sheet.parse_config(raw)
+        parse_config(raw)
     assert message in error.value.message and error.value.message.startswith("machines.json: ")
     assert "\n" not in error.value.message and error.value.hint
 
 
 def test_config_defaults_and_keys() -> None:
-    config = sheet.parse_config({"spreadsheet": f"https://docs.google.com/spreadsheets/d/{KEY}/edit",
+    config = parse_config({"spreadsheet": f"https://docs.google.com/spreadsheets/d/{KEY}/edit",
                                  "api_endpoint": "sheets.example.internal/"})
     assert config == SheetConfig(spreadsheet=KEY, worksheet="jobtpu", credentials="default",
-                                 columns=sheet.COLUMNS, api_endpoint="https://sheets.example.internal", timeout=5.0)
+                                 columns=COLUMNS, api_endpoint="https://sheets.example.internal", timeout=5.0)
 
 
 def test_the_pure_parts_load_no_google_stack() -> None:
     """Parsing the section, planning and finding never import gspread, google-auth or requests."""
-    code = ("import sys; from jobtpu.sheet import api as sheet; c = sheet.parse_config({'spreadsheet': 'k'}); "
-            "s = sheet.snapshot_from_grid([]); sheet.plan_write(s, [sheet.MachineRow('a')], sheet.Memo(), c.columns, 1.0);"
-            "sheet.find([], ['v3']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    code = ("import sys; from jobtpu.sheet import config, layout, memo, rows; c = config.parse_config({'spreadsheet': 'k'}); "
+            "s = rows.grid_from_values([]); rows.plan_write(s, [layout.MachineRow('a')], memo.Memo(), c.columns, 1.0);"
+            "rows.find([], ['v3']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('gspread', 'google', 'requests')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
@@ -358,21 +363,21 @@ def test_the_pure_parts_load_no_google_stack() -> None:
 def test_a_jobs_note_comes_from_its_run_config(tmp_path: Path, text: str, note: str | None) -> None:
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "remote_run_config.yml").write_text(text)
-    assert sheet.job_note(tmp_path) == note
-    assert sheet.job_note(tmp_path, given="from submit") == "from submit"
+    assert job_note(tmp_path) == note
+    assert job_note(tmp_path, given="from submit") == "from submit"
 
 
 def test_no_run_config_no_note(tmp_path: Path) -> None:
-    assert sheet.job_note(tmp_path) is None
+    assert job_note(tmp_path) is None
 
 
 def test_a_name_typed_with_spaces_is_the_same_row_and_a_broken_memo_is_survived(
         api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
-    sheet.sync(config, fleet(), memo, now=NOW)
+    sync(config, fleet(), memo, now=NOW)
     api.edit(KEY, TAB, "A3", " v2-b ")
     memo.write_text("{not json")
     api.clear_log()
-    result = sheet.sync(config, fleet(), memo, now=NOW + 60)
+    result = sync(config, fleet(), memo, now=NOW + 60)
     assert result.problem is None and result.claims == {}  # alice's cell matches what jobtpu writes now
     assert [r[0] for r in api.grid(KEY, TAB)[1:]] == ["v3-a", " v2-b ", "box"]
     assert writes(api) == []
@@ -381,7 +386,7 @@ def test_a_name_typed_with_spaces_is_the_same_row_and_a_broken_memo_is_survived(
 
 def test_rows_people_reorder_during_a_pass_get_their_own_machines_cells(api: FakeSheetsApi, config: SheetConfig,
                                                                         memo: Path) -> None:
-    sheet.sync(config, fleet(users=()), memo, now=NOW)
+    sync(config, fleet(users=()), memo, now=NOW)
     ps = PassSheet(config, memo)  # the pass starts: claims read
     grid = api.grid(KEY, TAB)
     for column, (upper, lower) in enumerate(zip(grid[1], grid[2], strict=True)):  # someone sorts rows 2 and 3
@@ -398,31 +403,31 @@ def test_the_memo_is_changed_by_one_command_at_a_time(api: FakeSheetsApi, memo: 
     import fcntl
     import os
 
-    config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
+    config = parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
                                  "timeout": 0.2})
     fd = os.open(memo.with_name("sheet.json.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         started = time.monotonic()
-        assert sheet.sync(config, fleet(), memo).problem == "sheet: sheet.json is held by another jobtpu command"
+        assert sync(config, fleet(), memo).problem == "sheet: sheet.json is held by another jobtpu command"
         assert time.monotonic() - started < 3
         with pytest.raises(JobtpuError, match="held by another jobtpu command"):
-            sheet.register(config, "v3-a", memo)
+            register(config, "v3-a", memo)
     finally:
         os.close(fd)
     assert api.requests_made(writes_only=True) == []
-    assert sheet.sync(config, fleet(), memo).wrote
+    assert sync(config, fleet(), memo).wrote
 
 
 def test_commands_use_the_sheets_own_columns_and_refuse_missing_ones(api: FakeSheetsApi, memo: Path) -> None:
     """A team's User column counts for claims and release even when jobtpu is told not to write it."""
-    config = sheet.parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
+    config = parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint,
                                  "columns": ["name", "state"]})
     for a1, text in {"A1": "Machine", "B1": "State", "C1": "User", "A2": "v3-a", "C2": "ivan"}.items():
         api.edit(KEY, TAB, a1, text)
-    assert sheet.sync(config, fleet(), memo, now=NOW).claims == {"v3-a": "ivan"}
+    assert sync(config, fleet(), memo, now=NOW).claims == {"v3-a": "ivan"}
     assert api.grid(KEY, TAB)[1] == ["v3-a", "busy", "ivan"]
     with pytest.raises(JobtpuError, match="the sheet has no Note column; nothing was changed"):
-        sheet.set_note(config, "v3-a", "x")
-    assert sheet.release(config, "v3-a", memo, user="ivan") == "v3-a: released (was claimed by ivan)"
+        set_note(config, "v3-a", "x")
+    assert release(config, "v3-a", memo, user="ivan") == "v3-a: released (was claimed by ivan)"
     assert api.cell(KEY, TAB, "C2") == ""

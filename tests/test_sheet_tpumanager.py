@@ -195,10 +195,11 @@ def test_tpu_manager_finds_rows_by_a_name_that_resolves(text: str, machine: str 
 
 
 def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() -> None:
-    from jobtpu.sheet.api import Memo, plan_write, snapshot_from_grid
+    from jobtpu.sheet.memo import Memo
+    from jobtpu.sheet.rows import grid_from_values, plan_write
 
     grid = [line[:] for line in TABLE]
-    snapshot = snapshot_from_grid(grid, TPU_MANAGER)
+    snapshot = grid_from_values(grid, TPU_MANAGER)
     assert {k: snapshot.positions[k] for k in ("name", "state", "user", "note", "jobs")} == \
         {"name": 1, "state": 3, "user": 4, "note": 5, "jobs": 6}
     [row] = snapshot.rows
@@ -208,6 +209,6 @@ def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() ->
     plan = plan_write(snapshot, [running, MachineRow("not-on-the-tab")], Memo(), (), NOW)
     assert plan.cells == {(1, 3): "running", (1, 4): "ana"}
     assert plan.memo.users == {"v3-a": "ana"}
-    claimed = snapshot_from_grid([TABLE[0], ["1", "a3", "", "reserved", "carol"]], TPU_MANAGER)
+    claimed = grid_from_values([TABLE[0], ["1", "a3", "", "reserved", "carol"]], TPU_MANAGER)
     assert claimed.claims(Memo()) == {"v3-a": "carol"}
     assert plan_write(claimed, [running], Memo(), (), NOW).cells == {}  # a claim keeps its status and user

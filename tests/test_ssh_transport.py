@@ -18,7 +18,8 @@ from jobtpu.errors import RemoteError
 from jobtpu.home.layout import Home
 from jobtpu.schema.machines import Machine
 from jobtpu.transport.base import Endpoint
-from jobtpu.transport.ssh import SshTransport, forget_command
+from jobtpu.transport.hostkeys import forget_command
+from jobtpu.transport.ssh import SshTransport
 from tests.sshfleet import FleetMachine, Host, SshFleet, _write_keypair
 
 

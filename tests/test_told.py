@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.tell import events, notify
+from jobtpu.tell import destinations, eventlog, events, notify
 from jobtpu.tell.events import Event
+from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.accounts import Team
 from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
 
@@ -77,7 +78,7 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def logged(home: Path, kind: str) -> list[dict[str, Any]]:
-    path = home / events.EVENTS_FILE
+    path = home / eventlog.EVENTS_FILE
     lines = path.read_text().splitlines() if path.exists() else []
     return [doc for doc in map(json.loads, lines) if doc["kind"] == kind]
 
@@ -90,7 +91,7 @@ def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_
     job = submit(home, src, "true")
     jobtpu(home, "manage")  # launched (its events logged: the lock is free)
     env = {**os.environ, "JOBTPU_USER": "tester"}
-    lock = os.open(home / f"{events.EVENTS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(home / f"{eventlog.EVENTS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # the pass that saw the job end blocks on the log, after its save
     try:
         def blocked_after_its_save() -> bool:
@@ -196,8 +197,8 @@ def _ended(job: int) -> Event:
 def test_a_dripping_webhook_leaks_no_socket_or_thread_across_many_rounds(tmp_path: Path) -> None:
     drip = Drip()
     try:
-        dests = notify.parse_destinations([{"webhook": drip.url}])
-        outbox = tmp_path / notify.OUTBOX_FILE
+        dests = destinations.parse_destinations([{"webhook": drip.url}])
+        outbox = tmp_path / OUTBOX_FILE
         fds, threads = _fds(), threading.active_count()
         for round_no in range(6):  # a budget longer than the gap between two bytes: no read times out
             started = time.monotonic()
@@ -213,8 +214,8 @@ def test_a_dripping_webhook_leaks_no_socket_or_thread_across_many_rounds(tmp_pat
 def test_a_webhook_answering_after_its_timeout_backs_off_and_delays_only_itself(tmp_path: Path) -> None:
     slow, fast = Hook(delay=1.5), Hook()
     try:
-        dests = notify.parse_destinations([{"webhook": slow.url}, {"webhook": fast.url}])
-        outbox = tmp_path / notify.OUTBOX_FILE
+        dests = destinations.parse_destinations([{"webhook": slow.url}, {"webhook": fast.url}])
+        outbox = tmp_path / OUTBOX_FILE
         for round_no in range(6):
             started = time.monotonic()
             notify.deliver(outbox, dests, [_ended(round_no)], 0.5)
@@ -279,6 +280,6 @@ def test_passes_in_one_process_hold_a_bounded_number_of_files_and_threads(tmp_pa
         for _ in range(6):
             assert cli(home, "manage")[0] == 0
             assert _fds() <= fds and threading.active_count() <= threads
-        assert json.loads((home / notify.OUTBOX_FILE).read_text())["pending"]  # still waiting, not lost
+        assert json.loads((home / OUTBOX_FILE).read_text())["pending"]  # still waiting, not lost
     finally:
         drip.close()

@@ -103,7 +103,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
         check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
         check_on_resume(opts.on_resume)
     if opts.progress is not None:
-        from jobtpu.views.goodput import compile_progress
+        from jobtpu.views.progress import compile_progress
 
         try:
             compile_progress(opts.progress)
@@ -131,7 +131,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
 def _sheet_note(src: Path, given: str | None) -> str | None:
     """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
     from jobtpu.limits import MAX_SHEET_NOTE, cell
-    from jobtpu.sheet.api import job_note
+    from jobtpu.sheet.jobnote import job_note
 
     found = job_note(src, given)  # --sheet-note was checked; the run config's is cut, with a mark
     return cell(found, MAX_SHEET_NOTE) if found is not None else None

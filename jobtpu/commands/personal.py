@@ -51,7 +51,7 @@ def _notify_value(values: list[str]) -> list[Any]:
     """`config set notify JSON`: the list, checked as a pass will read it."""
     import json
 
-    from jobtpu.tell.notify import parse_destinations
+    from jobtpu.tell.destinations import parse_destinations
 
     try:
         doc = json.loads(" ".join(values))

@@ -11,7 +11,7 @@ from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.schema.machines import Fleet
-    from jobtpu.sheet.api import SheetConfig
+    from jobtpu.sheet.config import SheetConfig
 
 
 def _configured(home: Home) -> tuple[Fleet, SheetConfig]:
@@ -31,8 +31,8 @@ def _say(lines: list[str] | str) -> None:
 
 def sync(home: Home) -> int:
     """Bring the sheet to the fleet's rows now; exit 1 (one line) when the API cannot be used."""
-    from jobtpu.sheet.api import sync as sync_sheet
     from jobtpu.sheet.hook import memo_path, sheet_rows
+    from jobtpu.sheet.sync import sync as sync_sheet
 
     fleet, config = _configured(home)
     result = sync_sheet(config, sheet_rows(fleet, Store(home).load()), memo_path(home))
@@ -48,7 +48,8 @@ def sync(home: Home) -> int:
 
 
 def show(home: Home) -> int:
-    from jobtpu.sheet.api import format_rows, read_sheet
+    from jobtpu.sheet.api import read_sheet
+    from jobtpu.sheet.rows import format_rows
 
     _, config = _configured(home)
     _say(format_rows(read_sheet(config).rows, config.columns, config.tab))
@@ -57,8 +58,9 @@ def show(home: Home) -> int:
 
 def find(home: Home, types: list[str], preemptible: bool | None) -> int:
     """The sheet's rows (this home's machines or not) whose accelerator matches like --req."""
-    from jobtpu.sheet.api import find as find_rows
-    from jobtpu.sheet.api import format_rows, read_sheet
+    from jobtpu.sheet.api import read_sheet
+    from jobtpu.sheet.rows import find as find_rows
+    from jobtpu.sheet.rows import format_rows
 
     _, config = _configured(home)
     rows = find_rows(read_sheet(config).rows, types, preemptible)
@@ -67,7 +69,7 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
 
 
 def release(home: Home, name: str, user: str | None) -> int:
-    from jobtpu.sheet.api import release as release_row
+    from jobtpu.sheet.edits import release as release_row
     from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)
@@ -76,7 +78,7 @@ def release(home: Home, name: str, user: str | None) -> int:
 
 
 def note(home: Home, name: str, text: str, append: bool) -> int:
-    from jobtpu.sheet.api import set_note
+    from jobtpu.sheet.edits import set_note
 
     _, config = _configured(home)
     _say(set_note(config, name, text, append))
@@ -85,7 +87,7 @@ def note(home: Home, name: str, text: str, append: bool) -> int:
 
 def register(home: Home, name: str) -> int:
     """Add NAME's row: filled from the fleet when NAME is one of its machines, else the name alone."""
-    from jobtpu.sheet.api import register as register_row
+    from jobtpu.sheet.edits import register as register_row
     from jobtpu.sheet.hook import memo_path, sheet_rows
 
     fleet, config = _configured(home)
@@ -96,7 +98,7 @@ def register(home: Home, name: str) -> int:
 
 
 def unregister(home: Home, name: str) -> int:
-    from jobtpu.sheet.api import unregister as unregister_row
+    from jobtpu.sheet.edits import unregister as unregister_row
     from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)

@@ -105,10 +105,12 @@ def record_pass_failure(home: Home, error: BaseException) -> None:
 def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
            as_json: bool) -> int:
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.tell import eventlog
     from jobtpu.tell import events as ev
+    from jobtpu.tell.follow import follow as follow_log
 
     zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them
-    found = ev.follow(home.root, job, machine, since) if follow else ev.read(home.root, job, machine, since)
+    found = follow_log(home.root, job, machine, since) if follow else eventlog.read(home.root, job, machine, since)
     for event in found:
         if as_json:
             emit_json(event.to_json())
@@ -155,26 +157,28 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
     import msgspec
 
     from jobtpu.schema.machines import load_fleet
-    from jobtpu.tell import events as ev
+    from jobtpu.tell import eventlog
     from jobtpu.views import goodput
+    from jobtpu.views import report as goodput_report
+    from jobtpu.views.progress import Progress
 
     state = Store(home).load()
     fleet = load_fleet(home)
     jobs = report_jobs(home, state, sel)
-    log = ev.read(home.root)
+    log = eventlog.read(home.root)
     now = time.time()
     reports = []
     for job in jobs:
         attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
                     for a in job.attempts]
-        progress = {a.n: goodput.Progress.from_json(a.progress) for a in job.attempts}
+        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
         reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
     if html is not None:
         path = Path(html).expanduser()
-        path.write_text(goodput.render_html(reports, now=now), encoding="utf-8")
+        path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
         note(f"wrote {path}")
         return 0
-    print(goodput.render_text(reports) if reports else
+    print(goodput_report.render_text(reports) if reports else
           "no job matches the selection" if sel.given else "no job has run yet")
     return 0
 
@@ -239,6 +243,7 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     """The whole screen: a header, the jobs, the machines, the latest events; each row one line."""
     from rich.console import Group
 
+    from jobtpu.tell import eventlog
     from jobtpu.tell import events as ev
 
     now = time.time() if now is None else now
@@ -256,7 +261,7 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     room = height - 1 - len(header) - 4 - len(said)  # a spare line, three section titles, the jobs' header
     jobs = state.jobs if state is not None else []
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
-    latest = [_line(ev.render_line(e, zone), "") for e in ev.latest(home.root, max(room, 1))]
+    latest = [_line(ev.render_line(e, zone), "") for e in eventlog.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
     wanted = sum(1 for j in jobs if j.status in ACTIVE or j.status == "queued" or j.ended) or 1
     jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))

@@ -13,7 +13,7 @@ from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model
 from jobtpu.schema.machines import Fleet, Machine
 from jobtpu.schema.state import Attempt, Ending, Job, Status
-from jobtpu.sheet.api import claim_reason
+from jobtpu.sheet.rows import claim_reason
 
 
 @dataclass

@@ -42,7 +42,7 @@ class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     time_zone: str | None = None
     dirs: dict[str, str] = {}  # "N" → an absolute folder
     aliases: dict[str, str] = {}  # short name → full config key
-    notify: list[Any] = []  # the user's own webhook destinations (notify.parse_destinations checks them)
+    notify: list[Any] = []  # the user's own webhook destinations (destinations.parse_destinations checks them)
 
 
 def settings_file(home: Home, user: str) -> Path:
@@ -94,7 +94,7 @@ def check_settings(settings: UserSettings) -> None:
     if settings.time_zone is not None:
         zone_of(settings.time_zone)
     if settings.notify:
-        from jobtpu.tell.notify import parse_destinations
+        from jobtpu.tell.destinations import parse_destinations
 
         parse_destinations(settings.notify, "'notify'", owner="")
     for number, folder in settings.dirs.items():

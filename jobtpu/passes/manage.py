@@ -64,7 +64,7 @@ from jobtpu.sheet import hook as passsheet
 from jobtpu.snapshot.unpack import problem as archive_problem
 from jobtpu.tpu.flow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
 from jobtpu.transport.base import Endpoint
-from jobtpu.views.goodput import progress_of
+from jobtpu.views.progress import progress_of
 
 ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 

@@ -25,6 +25,7 @@ from jobtpu.errors import JobtpuError
 from jobtpu.home.logfiles import log_rel, read_from
 from jobtpu.schema import state as model
 from jobtpu.schema.state import Attempt, Job, LastPass, MachineRecord, Status
+from jobtpu.tell import eventlog
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
 from jobtpu.views.text import printable
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
-    from jobtpu.views.goodput import ProgressPattern
+    from jobtpu.views.progress import ProgressPattern
 
 
 @dataclass
@@ -97,7 +98,7 @@ def still_untold(home_root: Path, untold: list[dict[str, Any]]) -> list[dict[str
     them (the outbox is written before the log, so one in the log is queued too)."""
     if not untold:
         return []
-    told = {e.id for e in ev.latest(home_root, TOLD_LOOKBACK + len(untold))}
+    told = {e.id for e in eventlog.latest(home_root, TOLD_LOOKBACK + len(untold))}
     return [doc for doc in untold if doc.get("id") not in told]
 
 
@@ -120,14 +121,14 @@ def tell(home_root: Path, destinations: list[Any], untold: list[dict[str, Any]])
 def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> list[str]:
     """Queue the notifications the events mean, append the events to the log, deliver. In that
     order: an event in the log is in the outbox too, so a pass that finds it there need not tell it."""
-    from jobtpu.tell.events import OUTBOX_FILE
+    from jobtpu.tell.outbox import OUTBOX_FILE
 
     lines: list[str] = []
     if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
         own, problems = users_destinations(home_root)
         destinations, lines = [*destinations, *own], lines + problems
     if destinations and any(ev.notification(e) for e in found):
-        from jobtpu.tell.notify import queue
+        from jobtpu.tell.outbox import queue
 
         lines += queue(home_root / OUTBOX_FILE, destinations, found)
     lines += log(home_root, found)
@@ -142,9 +143,9 @@ def log(home_root: Path, found: list[Event]) -> list[str]:
     """Append the events to events.jsonl only (what no notification is made of: a kill, a failed
     pass, told outside a pass, which must not deliver the outbox without machines.json's destinations)."""
     try:
-        ev.append(home_root, found)
+        eventlog.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
-        return [printable(f"events: cannot write {ev.EVENTS_FILE}: {e.strerror or e}")]
+        return [printable(f"events: cannot write {eventlog.EVENTS_FILE}: {e.strerror or e}")]
     except JobtpuError as e:  # a link, a FIFO or a held lock there: one line, never the pass
         return [printable(f"events: {e.message}")]
     return []
@@ -157,7 +158,7 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
     from jobtpu.home.settings import load_settings
-    from jobtpu.tell.notify import parse_destinations
+    from jobtpu.tell.destinations import parse_destinations
 
     home = Home(home_root)
     found: list[Any] = []
@@ -222,7 +223,7 @@ def pass_failed(home_root: Path, destinations: list[Any], error: str) -> list[st
     """A pass raised: say so in the log (`jobtpu events`, the dashboard), once per change: a pass
     failing the same way as the last one, with nothing logged between, writes nothing."""
     first = (error.strip().splitlines() or ["unknown error"])[-1][:300]
-    last = ev.latest(home_root, 1)
+    last = eventlog.latest(home_root, 1)
     if last and last[0].kind == ev.PASS_FAILED and last[0].detail.get("error") == first \
             and not _passed_since(home_root, last[0].time):
         return []
@@ -378,7 +379,7 @@ _IGNORED: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary(
 def _regex(p: Session, job: Job) -> ProgressPattern | None:
     """The job's --progress pattern compiled by RE2; None (and one line for the pass) for a pattern
     checked at submit but edited in by hand since: it is ignored, never run by Python's `re`."""
-    from jobtpu.views.goodput import compile_progress
+    from jobtpu.views.progress import compile_progress
 
     text = job.progress
     if text is None:
@@ -406,7 +407,7 @@ def progress_notes(p: Session) -> list[str]:
 def track_progress(p: Session, seen: Observation) -> None:
     """For each attempt a probe saw: when it was last alive, and the progress its worker 0 reported
     in the log lines this pass brought home (JOBTPU_PROGRESS, or the job's --progress regex)."""
-    from jobtpu.views.goodput import Progress, scan
+    from jobtpu.views.progress import Progress, scan
 
     by_id = {job.id: job for job in p.state.jobs}
     for view in seen.machines.values():

@@ -29,7 +29,7 @@ from jobtpu.home.store import parse_json_file
 from jobtpu.tpu.nodespec import NodeSpec, NonEmptyText, default_runtime
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
-    from jobtpu.sheet.api import SheetConfig
+    from jobtpu.sheet.config import SheetConfig
 
 # Matched case-insensitively, as the old TPU manager did ("GRPC Error" too). The last two of grpc are
 # the machine failing, not the job: libtpu crashing as its runtime tears down, and a worker whose
@@ -148,7 +148,7 @@ class MachinesFile(_Keys):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
-    # Where passes send notifications (notify.py checks each entry and says what is wrong in one line).
+    # Where passes send notifications (tell/destinations.py checks each entry and says what is wrong in one line).
     notify: Raw | UnsetType = UNSET
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
@@ -223,7 +223,7 @@ class Fleet:
     gcp: dict[str, Any] = field(default_factory=dict)
     config_aliases: dict[str, str] = field(default_factory=dict)
     error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
-    notify: list[Any] = field(default_factory=list)  # notify.Destination, from machines.json's "notify"
+    notify: list[Any] = field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
@@ -401,7 +401,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
-    from jobtpu.tell.notify import (
+    from jobtpu.tell.destinations import (
         parse_destinations,  # only a fleet that notifies loads urllib and subprocess
     )
 
@@ -429,7 +429,7 @@ def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
 def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
     if raw is UNSET:
         return None
-    from jobtpu.sheet.api import parse_config  # only a home with a sheet loads it
+    from jobtpu.sheet.config import parse_config  # only a home with a sheet loads it
 
     return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 

@@ -119,7 +119,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     ended: Number | None = _always(_none)
     resume: bool = False
     workers: int = 1
-    # goodput (jobtpu report): the last progress the attempt reported (goodput.Progress.to_json), and
+    # goodput (jobtpu report): the last progress the attempt reported (progress.Progress.to_json), and
     # the last pass that saw a worker of it alive
     progress: dict[str, Number] | None = None
     last_alive: Number | None = None
@@ -182,7 +182,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
-    progress: str | None = None  # submit --progress: a regex whose group is the step (goodput.compile_progress)
+    progress: str | None = None  # submit --progress: a regex whose group is the step (progress.compile_progress)
     # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
     priority: int = 0
     forced: list[ForcedAct] = msgspec.field(default_factory=list)

@@ -1,4 +1,4 @@
-"""The team sheet's part in a manage pass, and the rows jobtpu keeps there (jobtpu/sheet/api.py talks to the API).
+"""The team sheet's part in a manage pass, and the rows jobtpu keeps there (jobtpu/sheet/sync.py reads and writes it).
 
 At the pass's start the claims people made by hand go to dispatch through `seen.claims`; at its end
 the machines' rows are written in one batch. A quiet pass (same rows as last written, sheet read less
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from jobtpu import timing
 from jobtpu.schema.state import MachineRecord, Status
-from jobtpu.sheet.api import MachineRow, PassSheet
+from jobtpu.sheet.layout import MachineRow
+from jobtpu.sheet.sync import PassSheet
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation

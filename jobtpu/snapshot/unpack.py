@@ -74,7 +74,7 @@ def _write_file(dest: str, rel: str, member: tarfile.TarInfo, data: IO[bytes], h
         raise BadArchive(f"member {rel!r} lies under a file") from None
     with os.fdopen(fd, "wb") as out:
         _copy(data, h, out)
-        # Exactly the two modes archive.py records; no setuid, setgid or sticky bit survives. The time
+        # Exactly the two modes tarball.py records; no setuid, setgid or sticky bit survives. The time
         # is the archive's, as tar would set it.
         # The umask cuts them as it would tar's (a private home's run folder keeps them its owner's).
         os.fchmod(out.fileno(), (0o755 if member.mode & 0o111 else 0o644) & ~_umask())

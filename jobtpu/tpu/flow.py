@@ -507,7 +507,7 @@ def forget_keys(p: Session, machine: Machine, addresses: list[str]) -> None:
     """A recreated node has new host keys: forget the old ones rather than trust or refuse them."""
     if machine.host_key_policy == "off" or not p.home.known_hosts.exists():
         return
-    from jobtpu.transport.ssh import forget_host
+    from jobtpu.transport.hostkeys import forget_host
 
     for addr in addresses:
         forget_host(p.home, addr, machine.port)

@@ -1,17 +1,18 @@
 """Goodput: what preemptions and failures cost a job, from its attempts, the event log and the
-progress it reported. Pure functions: no files, no clock (the caller passes `now`).
+progress it reported (progress.py reads it from the logs; report.py renders the result). Pure
+functions: no files, no clock (the caller passes `now`).
 
 Wiring (the only calls the pass and the CLI make):
 
-- submit `--progress REGEX`: `compile_progress(text)` validates it (ValueError, one line); the job keeps
+- submit `--progress REGEX`: `progress.compile_progress(text)` validates it (ValueError, one line); the job keeps
   the text. A pass, for each running attempt, feeds the new complete log lines of worker 0 to
-  `scan(lines, now, regex, record)`, which returns the attempt's updated `Progress` (store
+  `progress.scan(lines, now, regex, record)`, which returns the attempt's updated `Progress` (store
   `record.to_json()` with the attempt, e.g. as `progress`; `Progress.from_json` reads it back).
 - `jobtpu report [ID | --tag T] [--html FILE]`: for each job,
   `job_report(job.id, job.name, [AttemptRecord.from_json(a.to_json()) for a in job.attempts],
-  events.read(home.root), {a.n: Progress.from_json(a.progress) for a in ...}, now=time.time())`
+  eventlog.read(home.root), {a.n: Progress.from_json(a.progress) for a in ...}, now=time.time())`
   (`chips` of an attempt, when known, is its machine's accelerator chip count), then print
-  `render_text(reports)` or write `render_html(reports)` (write it with home.write_atomic or a plain
+  `report.render_text(reports)` or write `report.render_html(reports)` (write it with home.write_atomic or a plain
   open: it is the user's file).
 
 Definitions (all times in seconds):
@@ -44,16 +45,13 @@ Definitions (all times in seconds):
 
 from __future__ import annotations
 
-import html
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
-from jobtpu.views.text import printable
+from jobtpu.views.progress import Progress
 
 FINISHED = "finished"
 KILLED = "killed"  # an attempt a person stopped (`jobtpu kill`): a pass never kills on its own
@@ -61,120 +59,6 @@ KILLED = "killed"  # an attempt a person stopped (`jobtpu kill`): a pass never k
 _MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTED, ev.TPU_DELETE_DONE,
                             ev.TPU_CREATE_STARTED, ev.TPU_CREATE_DONE, ev.TPU_CREATE_FAILED, ev.TPU_SETUP_STARTED,
                             ev.TPU_SETUP_DONE, ev.TPU_SETUP_FAILED})
-
-# ---- progress -----------------------------------------------------------------------------------------
-
-_MARKER = re.compile(r"JOBTPU_PROGRESS\b(?P<rest>.*)")
-_FIELD = re.compile(r"\b(step|checkpoint)=(\d+)\b")
-
-
-PATTERN_LIMIT = 1000  # characters of a --progress pattern (docs/reference/commands.md §2.2.8)
-MATCH_LIMIT = 4096  # characters of a log line a --progress pattern is matched against (its start)
-
-
-class ProgressPattern:
-    """A `--progress` pattern compiled by RE2 (linear time in the line, docs/design.md "Progress
-    patterns"): never Python's backtracking `re`. Built only by `compile_progress`."""
-
-    def __init__(self, regex: Any, text: str) -> None:
-        self._regex, self.text = regex, text
-        self.named = bool(set(regex.groupindex) & {"step", "checkpoint"})
-
-    def search(self, line: str) -> tuple[int | None, int | None] | None:
-        """(step, checkpoint) in the first MATCH_LIMIT characters of `line`, or None."""
-        match = self._regex.search(line[:MATCH_LIMIT])
-        if not match:
-            return None
-        if self.named:
-            groups = match.groupdict()
-            return _int(groups.get("step")), _int(groups.get("checkpoint"))
-        return _int(match.group(1)), None
-
-
-def compile_progress(text: str) -> ProgressPattern:
-    """A user's `--progress` regex in RE2's syntax: one capturing group (the step), or named groups
-    `step` and/or `checkpoint`. ValueError with one line otherwise (a backreference or lookaround
-    included: RE2 cannot take them, and they are what makes a match take exponential time)."""
-    import re2  # only a pass or a submit with a pattern matches one: `status` never loads it
-
-    if len(text) > PATTERN_LIMIT:
-        raise ValueError(f"--progress is {len(text)} characters, over the limit of {PATTERN_LIMIT}")
-    options = re2.Options()
-    options.log_errors = False  # the error comes back to us as one line; RE2 would print its own to stderr
-    try:
-        regex = re2.compile(text, options)
-    except re2.error as e:
-        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise ValueError(f"--progress {text!r} is not a valid regular expression for RE2 ({why}; "
-                         "no backreferences or lookarounds)") from None
-    named = set(regex.groupindex) & {"step", "checkpoint"}
-    if not named and regex.groups != 1:
-        raise ValueError(f"--progress {text!r} must capture the step number in one group, like 'step (\\d+)', "
-                         "or name groups (?P<step>…) and (?P<checkpoint>…)")
-    return ProgressPattern(regex, text)
-
-
-def progress_of(line: str, regex: ProgressPattern | None = None) -> tuple[int | None, int | None] | None:
-    """(step, checkpoint) a log line reports, either possibly None; None for a line that reports
-    nothing. `JOBTPU_PROGRESS step=1200 checkpoint=1000` always counts; `regex` adds the job's own."""
-    marker = _MARKER.search(line)
-    if marker:
-        found = dict(_FIELD.findall(marker.group("rest")))
-        if found:
-            return _int(found.get("step")), _int(found.get("checkpoint"))
-    if regex is None:
-        return None
-    mine = regex.search(line)
-    if mine is None:
-        return None
-    step, checkpoint = mine
-    return None if step is None and checkpoint is None else (step, checkpoint)
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-@dataclass
-class Progress:
-    """The last progress one attempt reported, and when the pass saw it."""
-
-    step: int | None = None
-    step_at: float | None = None
-    checkpoint: int | None = None
-    checkpoint_at: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Progress:
-        if not isinstance(doc, dict):
-            return cls()
-        return cls(**{k: doc[k] for k in ("step", "step_at", "checkpoint", "checkpoint_at")
-                      if isinstance(doc.get(k), int | float) and not isinstance(doc.get(k), bool)})
-
-
-def scan(lines: Iterable[str], now: float, regex: ProgressPattern | None = None,
-         record: Progress | None = None) -> Progress:
-    """`record` updated with what the new complete `lines` report (seen at `now`)."""
-    result = Progress(**(record.__dict__ if record else {}))
-    for line in lines:
-        found = progress_of(line, regex)
-        if found is None:
-            continue
-        step, checkpoint = found
-        if step is not None:
-            result.step, result.step_at = step, now
-        if checkpoint is not None:
-            result.checkpoint, result.checkpoint_at = checkpoint, now
-    return result
-
-
-# ---- the report ---------------------------------------------------------------------------------------
 
 @dataclass
 class AttemptRecord:
@@ -405,154 +289,3 @@ def _marks(log: Sequence[Event], machines: set[str], window: tuple[float, float]
         marks.append(Mark(machine, kind, start, window[1]))
     return [m for m in marks if m.end >= window[0] and m.start <= window[1]]
 
-
-# ---- rendering -----------------------------------------------------------------------------------------
-
-def duration(seconds: float | None) -> str:
-    """2h03m, 4m05s, 12s; ? when unknown."""
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"
-
-
-def _percent(value: float | None) -> str:
-    return "?" if value is None else f"{100 * value:.1f}%"
-
-
-def _chip_hours(chip_seconds: float | None, unit: str = "chip") -> str:
-    """`1.5 GPU-h`, `0.25 chip-h`, `<0.01 chip-h` (a short job's is not 0), `? chip-h` when unknown."""
-    if chip_seconds is None:
-        return f"? {unit}-h"
-    hours = chip_seconds / 3600
-    amount = f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}" if hours >= 0.01 or hours == 0 else "<0.01"
-    return f"{amount} {unit}-h"
-
-
-def render_text(reports: Sequence[JobReport]) -> str:
-    """Plain lines, terminal-safe."""
-    out = []
-    for r in reports:
-        name = f" {r.name!r}" if r.name else ""
-        out.append(f"job {r.job}{name}: goodput {_percent(r.goodput)} "
-                   f"(productive {duration(r.productive)} of {duration(r.total)})")
-        for a in r.attempts:
-            out.append(f"  attempt {a.n} on {a.machine}: wall {duration(a.wall)}, accelerator "
-                       f"{_chip_hours(a.accelerator, a.unit)}, ran {duration(a.running)}, {a.outcome or 'running'}")
-        for g in r.interruptions:
-            if g.by_hand:
-                out.append(f"  after attempt {g.after} (killed): {duration(g.total)} until it ran again, "
-                           "waiting on a person (not counted)")
-                continue
-            steps = f" ({g.redone_steps} steps)" if g.redone_steps is not None else ""
-            out.append(f"  interruption after attempt {g.after} ({g.machine_from} -> {g.machine_to}): "
-                       f"{duration(g.total)} = detection {duration(g.detection)}, delete+create "
-                       f"{duration(g.recreate)}, setup {duration(g.setup)}, launch {duration(g.launch)}; "
-                       f"work redone {duration(g.redone)}{steps}")
-        if r.redone_unknown:
-            out.append("  (work redone unknown where the job reported no progress or checkpoint: "
-                       "print JOBTPU_PROGRESS step=N checkpoint=N)")
-    return "\n".join(printable(line) for line in out)
-
-
-_CSS = """
-body{font:14px system-ui,sans-serif;margin:24px;color:#222}
-h1{font-size:20px} h2{font-size:16px;margin-top:28px}
-.timeline{border:1px solid #ccc;padding:8px;width:100%;box-sizing:border-box}
-.row{display:flex;align-items:stretch;border-top:1px solid #eee}
-.label{width:160px;flex:none;padding:4px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.lane{position:relative;flex:1;min-height:22px}
-.bar{position:absolute;height:16px;min-width:3px;border-radius:2px;background:#3b82f6;
-     overflow:hidden;font-size:11px;line-height:16px;padding-left:3px;box-sizing:border-box;color:#fff;white-space:nowrap}
-.bar.finished{background:#16a34a}.bar.failed{background:#dc2626}.bar.running{background:#3b82f6}
-.bar.interrupted{background:#f59e0b}
-.mark{position:absolute;top:0;bottom:0}
-.mark.preempted{width:3px;margin-left:-1px;background:#7f1d1d}
-.mark.recreate{background:repeating-linear-gradient(45deg,#fca5a5 0 4px,transparent 4px 8px);min-width:3px}
-.mark.setup{background:repeating-linear-gradient(45deg,#c4b5fd 0 4px,transparent 4px 8px);min-width:3px}
-.axis{display:flex;justify-content:space-between;margin-left:169px;color:#666;font-size:12px}
-.legend span{display:inline-block;margin-right:14px}
-.legend i{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle}
-table{border-collapse:collapse;margin-top:8px}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
-td:first-child,th:first-child{text-align:left}
-"""
-
-
-def render_html(reports: Sequence[JobReport], title: str = "jobtpu report", now: float | None = None) -> str:
-    """One self-contained page (no script, no external URL): a timeline with a row per machine and a
-    bar per attempt (`data-attempt="job 3 attempt 1"`), marks for preemptions, recreations and
-    setups, then each job's numbers. Every name from a job or a machine is escaped."""
-    e = html.escape
-    spans = [(a.started, a.ended if a.ended is not None else (now or a.started + a.wall))
-             for r in reports for a in r.attempts]
-    start = min((s for s, _ in spans), default=0.0)
-    end = max((t for _, t in spans), default=start + 1.0)
-    width = max(end - start, 1e-9)
-
-    def x(t: float) -> str:
-        return f"{100 * min(max(t - start, 0.0), width) / width:.3f}%"
-
-    def w(a: float, b: float) -> str:
-        return f"{100 * max(min(b, end) - max(a, start), 0.0) / width:.3f}%"
-
-    machines: dict[str, list[str]] = {}
-    tracks: dict[str, list[float]] = {}  # per machine, where each track's last bar ends
-    for r in reports:
-        for a in sorted(r.attempts, key=lambda a: a.started):
-            a_end = a.ended if a.ended is not None else a.started + a.wall
-            lane = tracks.setdefault(a.machine, [])
-            track = next((i for i, busy in enumerate(lane) if busy <= a.started), len(lane))
-            lane[track:track + 1] = [a_end]  # jobs side by side on one machine get a track each
-            interrupted = any(g.after == a.n for g in r.interruptions)
-            kind = "running" if a.ended is None else "interrupted" if interrupted else (
-                "finished" if a.outcome == FINISHED else "failed")
-            label = f"job {r.job} attempt {a.n}"
-            tip = f"{label}{' ' + r.name if r.name else ''}: {a.outcome or 'running'}, wall {duration(a.wall)}"
-            machines.setdefault(a.machine, []).append(
-                f'<div class="bar {kind}" data-attempt="{e(label)}" data-outcome="{e(a.outcome or "running")}" '
-                f'title="{e(tip)}" style="left:{x(a.started)};width:{w(a.started, a_end)};top:{3 + 20 * track}px">'
-                f"{e(label)}</div>")
-        for m in r.marks:
-            machines.setdefault(m.machine, [])
-            tip = f"{m.kind} {_clock(m.start)}" + (f" – {_clock(m.end)}" if m.end > m.start else "")
-            style = f"left:{x(m.start)}" + (f";width:{w(m.start, m.end)}" if m.kind != "preempted" else "")
-            mark = f'<div class="mark {m.kind}" data-mark="{e(m.kind)}" title="{e(tip)}" style="{style}"></div>'
-            if mark not in machines[m.machine]:  # two jobs on one machine share its marks
-                machines[m.machine].insert(0, mark)
-    rows = "\n".join(f'<div class="row" data-machine="{e(name)}"><div class="label" title="{e(name)}">{e(name)}</div>'
-                     f'<div class="lane" style="height:{6 + 20 * max(1, len(tracks.get(name, [])))}px">'
-                     f'{"".join(items)}</div></div>' for name, items in sorted(machines.items()))
-    legend = ('<p class="legend"><span><i style="background:#16a34a"></i>finished</span>'
-              '<span><i style="background:#f59e0b"></i>interrupted</span><span><i style="background:#dc2626"></i>failed</span>'
-              '<span><i style="background:#3b82f6"></i>running</span><span><i style="background:#7f1d1d"></i>preempted</span>'
-              '<span><i style="background:#fca5a5"></i>delete + create</span><span><i style="background:#c4b5fd"></i>setup</span></p>')
-    tables = "\n".join(_job_table(r) for r in reports)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n<h1>{e(title)}</h1>\n{legend}\n"
-            f'<div class="axis"><span>{_clock(start)}</span><span>{_clock(end)}</span></div>\n'
-            f'<div class="timeline">\n{rows}\n</div>\n{tables}\n</body></html>\n')
-
-
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _job_table(r: JobReport) -> str:
-    e = html.escape
-    head = f"job {r.job}" + (f" {r.name}" if r.name else "")
-    rows = "".join(f"<tr><td>attempt {a.n}</td><td>{e(a.machine)}</td><td>{duration(a.wall)}</td>"
-                   f"<td>{_chip_hours(a.accelerator, a.unit)}</td><td>{duration(a.running)}</td><td>{e(a.outcome or 'running')}</td></tr>"
-                   for a in r.attempts)
-    gaps = "".join(f"<tr><td>after attempt {g.after}</td><td>{duration(g.total)}</td><td>{duration(g.detection)}</td>"
-                   f"<td>{duration(g.recreate)}</td><td>{duration(g.setup)}</td><td>{duration(g.launch)}</td>"
-                   f"<td>{duration(g.redone)}</td></tr>" for g in r.interruptions)
-    gap_table = ("<table><tr><th>interruption</th><th>total</th><th>detection</th><th>delete+create</th>"
-                 f"<th>setup</th><th>launch</th><th>work redone</th></tr>{gaps}</table>") if gaps else ""
-    return (f'<h2 data-job="{r.job}">{e(head)}: goodput {_percent(r.goodput)} (productive {duration(r.productive)} '
-            f"of {duration(r.total)})</h2><table><tr><th>attempt</th><th>machine</th><th>wall</th><th>accelerator</th>"
-            f"<th>ran</th><th>outcome</th></tr>{rows}</table>{gap_table}")

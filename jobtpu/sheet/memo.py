@@ -1,0 +1,105 @@
+"""jobtpu's memory of the sheet (`<home>/sheet.json`): the user and note cells it last wrote, the
+machines taken off the sheet, the hand claims and digest of the last read and write. Read, changed
+and saved under one lock (`memo_lock`)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobtpu.errors import BusyError
+from jobtpu.home.layout import open_lock, write_atomic
+from jobtpu.sheet.config import CALL_GRACE, SheetConfig
+from jobtpu.sheet.layout import MachineRow
+
+
+@dataclass
+class Memo:
+    """What jobtpu last wrote (user and note cells) and the machines taken off the sheet."""
+
+    users: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    unregistered: set[str] = field(default_factory=set)
+    # The hand claims the last good read saw: they still hold while the API cannot be read.
+    claims: dict[str, str] = field(default_factory=dict)
+    # When the sheet was last read (epoch seconds), and the digest of the rows the sheet was last
+    # brought to: a pass whose rows have that digest, within read_every of the read, skips the API.
+    read_at: float = 0.0
+    written: str = ""
+    read_of: str = ""  # the worksheet that read was of: the claims of another sheet are no claims here
+    # User cells a write was sent with but never known to have landed (no answer in time, or the
+    # process killed meanwhile): recorded before the write is sent, so a cell holding one of them is
+    # jobtpu's, not a claim, and the next write brings it to what it should be (docs/design.md).
+    pending: dict[str, str] = field(default_factory=dict)
+
+    def copy(self) -> Memo:
+        return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
+                    self.written, self.read_of, dict(self.pending))
+
+    def mine(self, name: str, holder: str) -> bool:
+        """Whether jobtpu wrote (or may have written) `holder` into the machine's user cell."""
+        return holder == self.users.get(name, "") or holder == self.pending.get(name)
+
+    def to_bytes(self) -> bytes:
+        doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
+               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of,
+               **({"pending": self.pending} if self.pending else {})}
+        return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def load_memo(path: Path) -> Memo:
+    """An unreadable memo counts as empty: at worst a user cell jobtpu wrote looks like a claim
+    until `release` (cells matching the users it runs now never do)."""
+    try:
+        doc = json.loads(path.read_bytes())
+        return Memo(_texts(doc.get("users", {})), _texts(doc.get("notes", {})),
+                    {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})),
+                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")),
+                    _texts(doc.get("pending", {})))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return Memo()
+
+
+def _texts(mapping: dict[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in mapping.items()}
+
+
+def save_memo(path: Path, memo: Memo) -> None:
+    write_atomic(path, memo.to_bytes())
+
+
+
+def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
+    """What a pass would bring the sheet to, in a few bytes: the rows, and where and which columns."""
+    doc = [config.spreadsheet, config.worksheet, config.layout, list(config.columns), [astuple(row) for row in rows]]
+    return hashlib.sha256(json.dumps(doc, default=str).encode()).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def memo_lock(config: SheetConfig, memo_path: Path) -> Iterator[None]:
+    """The memo is read, a write made, and the memo saved as one step: a pass and `sheet register`
+    at once would otherwise lose one's memory. Held at most one write's time, so waited on for two."""
+    fd = open_lock(memo_path.with_name(memo_path.name + ".lock"))
+    try:
+        deadline = time.monotonic() + 2 * (config.timeout + CALL_GRACE)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise BusyError(f"{memo_path.name} is held by another jobtpu command",
+                                    hint="try again in a moment") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+

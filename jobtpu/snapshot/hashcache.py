@@ -1,0 +1,65 @@
+"""The hash cache (`<archives>/.hashcache.json`): a kept file's sha256 by its absolute path, valid while
+its size, mtime, ctime and inode are those recorded, so an unchanged tree is not read again."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from jobtpu.home.layout import write_atomic
+from jobtpu.snapshot.tree import FolderTree
+
+CACHE_NAME = ".hashcache.json"
+RACY_NS = 1_000_000_000  # a file modified this close to the snapshot may change again within its mtime tick
+
+
+def stamp(st: os.stat_result) -> list[int | str]:
+    """What git's index compares too: a same-size edit that restores the mtime still changes the ctime."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def hash_file(tree: FolderTree, rel: str, on_bytes: Callable[[int], None]) -> str:
+    h = hashlib.sha256()
+    with tree.open(rel) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            on_bytes(len(chunk))
+    return h.hexdigest()
+
+
+class HashCache:
+    """The cache as one snapshot of `root` uses it: entries of other roots kept as they are, this
+    root's rebuilt from the hits and the files hashed now (a deleted file's entry goes)."""
+
+    def __init__(self, archives_dir: Path, root: str) -> None:
+        self.path, self.root = archives_dir / CACHE_NAME, root
+        try:  # a lost or damaged cache only costs a re-hash
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            old = {}
+        self.old: dict[str, object] = old if isinstance(old, dict) else {}
+        self.entries: dict[str, list[int | str]] = {k: v for k, v in self.old.items()  # type: ignore[misc]
+                                                    if not k.startswith(root + os.sep)}
+
+    def known(self, rel: str, st: os.stat_result) -> str | None:
+        """The file's sha256 when the cache holds it for exactly this stat, else None."""
+        key = os.path.join(self.root, rel)
+        hit = self.old.get(key)
+        if isinstance(hit, list) and len(hit) == 5 and hit[:4] == stamp(st):
+            self.entries[key] = hit
+            return str(hit[4])
+        return None
+
+    def remember(self, rel: str, st: os.stat_result, sha: str, started_ns: int) -> None:
+        if st.st_mtime_ns < started_ns - RACY_NS:  # as git's racy check: an edit in the same tick is caught
+            self.entries[os.path.join(self.root, rel)] = [*stamp(st), sha]
+
+    def save(self) -> None:
+        """Atomically, when changed; but a cache we cannot write is not worth failing a submit over."""
+        if self.entries != self.old:
+            with contextlib.suppress(OSError):
+                write_atomic(self.path, json.dumps(self.entries, separators=(",", ":")).encode(), sync=False)

@@ -1,0 +1,186 @@
+"""The event log on disk: `<home>/events.jsonl`, appended one batch per write under a lock, rotated
+by size, read back with filters (oldest first) or from its end for a dashboard.
+
+Rotation: when an append would take `events.jsonl` past ROTATE_BYTES (4 MiB), the files shift
+(`events.jsonl` → `.1` → `.2` … → `.KEEP`, the oldest dropped). An event is about 200 bytes, so the
+log keeps roughly the last 100,000 events (20 MiB at most): weeks of a busy fleet, which `jobtpu
+report` needs to split interruptions, while reading all of it stays well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jobtpu.errors import BusyError
+from jobtpu.home import safefs
+from jobtpu.tell.events import Event
+
+EVENTS_FILE = "events.jsonl"
+ROTATE_BYTES = 4 * 1024 * 1024
+KEEP = 4  # rotated files kept besides events.jsonl
+
+
+# ---- writing ----------------------------------------------------------------------------------------
+
+def events_path(home_root: Path) -> Path:
+    return home_root / EVENTS_FILE
+
+
+def rotated_path(home_root: Path, k: int) -> Path:
+    return home_root / f"{EVENTS_FILE}.{k}"
+
+
+def _real_account() -> dict[str, Any]:
+    from jobtpu.home.trust import account_name
+
+    uid = os.getuid()
+    return {"uid": uid, "account": account_name(uid)}
+
+
+def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYTES, keep: int = KEEP) -> None:
+    """Add `events` at the end of the log in one write (readers never see half a batch), rotating
+    first when the batch would take the file past `max_bytes`. Not synced: an event lost to a power
+    cut is a missing log line, not a wrong state, and a pass should not wait for the disk for it."""
+    by = _real_account()  # the account that recorded them, whatever --user said (docs/design.md §7)
+    data = b"".join(orjson.dumps({**e.to_json(), **by}) + b"\n" for e in events)
+    if not data:
+        return
+    path = events_path(home_root)
+    with _locked(home_root):  # one writer at a time, so a rotation never races another append
+        with contextlib.suppress(FileNotFoundError):
+            size = os.stat(path, follow_symlinks=False).st_size
+            if size and size + len(data) > max_bytes:
+                _rotate(home_root, keep)
+        if _ends_mid_line(path):  # a writer died mid-line: end that line, or ours would be glued to it
+            data = b"\n" + data
+        # Never through a link, never blocking on a FIFO (docs/design.md §2): UnsafePath names it.
+        fd = safefs.open_file(home_root, EVENTS_FILE, os.O_WRONLY | os.O_APPEND, create=True)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        fd = open_read(path)
+    except (OSError, safefs.UnsafePath):
+        return False  # none yet (or a planted link or FIFO, which the append refuses next)
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(home_root: Path) -> Iterator[None]:
+    fd = safefs.open_file(home_root, f"{EVENTS_FILE}.lock", os.O_RDWR, create=True)
+    try:
+        wait = safefs.lock_wait()
+        if not safefs.lock(fd, wait):  # a teammate holding it for ever costs one wait, never the pass
+            raise BusyError(f"{EVENTS_FILE}.lock is held by another process for over {wait:g}s; "
+                            "these events are not logged", hint="see who holds it: fuser -v on that file")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _rotate(home_root: Path, keep: int) -> None:
+    """events.jsonl → .1 → .2 … → .keep; renames move a planted symlink, never follow it."""
+    rotated_path(home_root, keep).unlink(missing_ok=True)
+    for k in range(keep - 1, 0, -1):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(rotated_path(home_root, k), rotated_path(home_root, k + 1))
+    if keep > 0:
+        os.rename(events_path(home_root), rotated_path(home_root, 1))
+    else:
+        events_path(home_root).unlink()
+
+
+# ---- reading ----------------------------------------------------------------------------------------
+
+@dataclass
+class Filter:
+    job: int | None = None
+    machine: str | None = None
+    since: float | None = None
+
+    def __call__(self, event: Event) -> bool:
+        return ((self.job is None or event.job == self.job)
+                and (self.machine is None or event.machine == self.machine)
+                and (self.since is None or event.time >= self.since))
+
+
+def log_files(home_root: Path) -> list[Path]:
+    """Every file of the log, oldest first."""
+    rotated = []
+    k = 1
+    while rotated_path(home_root, k).exists():
+        rotated.append(rotated_path(home_root, k))
+        k += 1
+    return [*reversed(rotated), events_path(home_root)]
+
+
+def parse_lines(lines: Iterable[bytes], wanted: Filter) -> Iterator[Event]:
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = Event.from_json(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+        if event is not None and wanted(event):
+            yield event
+
+
+def open_read(path: Path) -> int:
+    """A descriptor reading a file at the top of the home: no link, never blocking on a FIFO."""
+    return safefs.open_file(path.parent, path.name)
+
+
+def read_file(path: Path) -> bytes:
+    try:
+        fd = open_read(path)
+    except FileNotFoundError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def read(home_root: Path, job: int | None = None, machine: str | None = None,
+         since: float | None = None) -> list[Event]:
+    """The events that match, oldest first, across the rotated files. A line that is not a whole
+    event (the unfinished last line of a writer that died) is left out."""
+    wanted = Filter(job, machine, since)
+    found: list[Event] = []
+    for path in log_files(home_root):
+        found.extend(parse_lines(read_file(path).splitlines(), wanted))
+    return found
+
+
+def latest(home_root: Path, n: int = 10) -> list[Event]:
+    """The last `n` events, read from the end of events.jsonl only (cheap enough for a dashboard
+    redrawn every few seconds); fewer right after a rotation."""
+    path = events_path(home_root)
+    try:
+        fd = open_read(path)
+    except (OSError, safefs.UnsafePath):
+        return []
+    with os.fdopen(fd, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        chunk = min(size, max(4096, 512 * n))
+        f.seek(size - chunk)
+        lines = f.read().splitlines()
+    if chunk < size:
+        lines = lines[1:]  # the first line read may be the end of a longer one
+    return list(parse_lines(lines, Filter()))[-n:] if n > 0 else []
