@@ -292,7 +292,6 @@ def _follow(home: Home, job_id: int, interval: float) -> int:
 # recently ended; a sweep's thousands of other rows would take seconds to draw and nobody reads them.
 QUEUED_SHOWN = 20
 ENDED_SHOWN = 20
-ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
 HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
@@ -308,10 +307,10 @@ def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
     ENDED_SHOWN that ended last."""
     queued = [j for j in jobs if j.status == "queued"]
-    ended = [j for j in jobs if j.status not in ACTIVE_ON_MACHINE and j.status != "queued"]
+    ended = [j for j in jobs if j.ended]
     recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
     keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
-    shown = [j for j in jobs if j.status in ACTIVE_ON_MACHINE or id(j) in keep]
+    shown = [j for j in jobs if j.active or id(j) in keep]
     left_out = []
     if len(queued) > QUEUED_SHOWN:
         left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")

@@ -29,18 +29,9 @@ from jobtpu.home.layout import (
     write_atomic,
     write_temp,
 )
-from jobtpu.schema.state import (
-    VERSION,
-    Attempt,
-    Ending,
-    Job,
-    MachineRecord,
-    State,
-    Status,
-    job_problem,
-    machine_problem,
-    unknown_job,
-)
+from jobtpu.schema.job_checks import job_problem
+from jobtpu.schema.records import MachineRecord, machine_problem
+from jobtpu.schema.state import VERSION, Attempt, Ending, Job, State, Status, unknown_job
 
 __all__ = ["State", "Store", "VERSION", "decode_state", "parse_json_file", "unknown_job"]
 

@@ -24,7 +24,7 @@ def load_users(home: Home) -> list[str] | None:
     """The team's user names in the order they were added; None when the home keeps no list."""
     import msgspec
 
-    from jobtpu.schema.state import USER_NAME
+    from jobtpu.schema.names import USER_NAME
 
     path = home.root / "users.json"
     try:
@@ -67,7 +67,7 @@ def known_user(home: Home, explicit: str | None) -> str:
 def add_user(home: Home, name: str) -> bool:
     """Add a name to the list (making the list if there is none); False when it was there already."""
     from jobtpu.home.store import hold_lock
-    from jobtpu.schema.state import USER_NAME
+    from jobtpu.schema.names import USER_NAME
 
     if not USER_NAME.match(name):
         raise JobtpuError(f"user name {name!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting with "

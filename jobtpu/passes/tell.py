@@ -24,7 +24,8 @@ from jobtpu import timing
 from jobtpu.errors import JobtpuError
 from jobtpu.home.logfiles import log_rel, read_from
 from jobtpu.schema import state as model
-from jobtpu.schema.state import Attempt, Job, LastPass, MachineRecord, Status
+from jobtpu.schema.records import MachineRecord
+from jobtpu.schema.state import Attempt, Job, LastPass, Status
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
 from jobtpu.views.text import printable

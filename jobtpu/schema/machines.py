@@ -413,7 +413,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
     """The team's per-user limits, and each named user's (their keys over the team's)."""
-    from jobtpu.schema.state import USER_NAME
+    from jobtpu.schema.names import USER_NAME
 
     def merged(own: UserLimitEntry, base: UserLimit) -> UserLimit:
         return UserLimit(**{key: getattr(base, key) if getattr(own, key) is UNSET else getattr(own, key)

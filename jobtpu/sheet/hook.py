@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
-from jobtpu.schema.state import MachineRecord, Status
+from jobtpu.schema.records import MachineRecord
+from jobtpu.schema.state import Status
 from jobtpu.sheet.api import MachineRow, PassSheet
 
 if TYPE_CHECKING:
