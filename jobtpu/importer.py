@@ -14,7 +14,7 @@ from typing import Any
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.settings import ALIAS_NAME, CONFIG_KEY, UserSettings, dir_number
-from jobtpu.schema.machines import MACHINE_NAME
+from jobtpu.schema.machines_file import MACHINE_NAME
 from jobtpu.schema.names import USER_NAME
 
 # The old tool's two time zones ("us" it calls UTC-4, "cn" UTC+8) as the IANA zones they stand for.

@@ -12,7 +12,7 @@ from jobtpu.home.store import Store
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
 

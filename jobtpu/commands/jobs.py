@@ -21,7 +21,7 @@ from jobtpu.home.users import check_owners, known_user
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
     from jobtpu.remote.workers import WorkerRef, WorkerState
-    from jobtpu.schema.machines import Fleet
+    from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.state import Job, State
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -336,7 +336,7 @@ def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
 
 
 def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
-    from jobtpu.home.store import jobs_document
+    from jobtpu.schema.state_file import jobs_document
 
     if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
         sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
@@ -415,7 +415,7 @@ def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) 
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from jobtpu.home.store import records
+    from jobtpu.schema.state_file import records
     from jobtpu.views.listing import find_job
 
     found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/

@@ -17,7 +17,7 @@ from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
 
 
 def provisioning(machine: Any, record: MachineRecord) -> str:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from jobtpu.commands.select import Selection
-    from jobtpu.schema.machines import Fleet, Machine
+    from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, LastPass, State
 
 

@@ -14,7 +14,8 @@ import msgspec
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home.layout import Home, is_shared, write_atomic
 from jobtpu.home.safefs import read_regular
-from jobtpu.home.store import hold_lock, parse_json_file
+from jobtpu.home.store import hold_lock
+from jobtpu.schema.decode import parse_json_file
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 MASK = "<secret>"  # what state.json and every listing show instead of the value

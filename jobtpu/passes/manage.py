@@ -45,7 +45,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
-from jobtpu.home.store import Snapshot, State, Store
+from jobtpu.home.store import StateVersion, Store
 from jobtpu.passes import tell as passevents
 from jobtpu.passes.session import Session, home_id, parallel, pass_lock
 from jobtpu.remote import pulls
@@ -58,9 +58,10 @@ from jobtpu.remote.scripts import (
     parse_launch,
 )
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
-from jobtpu.schema.machines import Fleet, Machine, load_fleet
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.records import MachineRecord, StepKind
-from jobtpu.schema.state import Job, Status
+from jobtpu.schema.state import Job, State, Status
 from jobtpu.sheet import hook as passsheet
 from jobtpu.snapshot.unpack import problem as archive_problem
 from jobtpu.tpu.flow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
@@ -86,7 +87,7 @@ class PassReport:
 class Pass(Session):
     """A session for one manage pass: it also checks and copies the home's snapshots to workers."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: StateVersion | None = None) -> None:
         super().__init__(home, fleet, state, snapshot)
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.

@@ -32,8 +32,8 @@ from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
-    from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
+    from jobtpu.schema.state_file import Encoded
     from jobtpu.views.goodput import ProgressPattern
 
 

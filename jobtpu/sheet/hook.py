@@ -19,10 +19,9 @@ from jobtpu.sheet.api import MachineRow, PassSheet
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
     from jobtpu.home.layout import Home
-    from jobtpu.home.store import State
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Fleet, Machine
-    from jobtpu.schema.state import Job
+    from jobtpu.schema.fleet import Fleet, Machine
+    from jobtpu.schema.state import Job, State
 
 MEMO = "sheet.json"  # what jobtpu last wrote and read, in the home (one of its own files)
 

@@ -20,7 +20,7 @@ from jobtpu import timing
 from jobtpu.errors import RemoteError
 from jobtpu.passes.session import Session, parallel
 from jobtpu.remote import scripts
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import (
     MachineRecord,
     MachineState,

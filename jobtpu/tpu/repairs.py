@@ -17,7 +17,7 @@ from jobtpu.schema.records import MachineState, Setup, SetupStatus
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
     from jobtpu.tpu.api import NodeInfo
 
 
