@@ -16,7 +16,7 @@ from jobtpu.home.layout import Home
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.home.settings import UserSettings
+    from jobtpu.schema.settings import UserSettings
 
 
 class _Changes(NamedTuple):

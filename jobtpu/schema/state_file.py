@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from jobtpu.errors import ConfigError
-from jobtpu.schema.decode import explain, parse_json_file
+from jobtpu.schema.decode import Refused, decode, explain, parse_json_file
 from jobtpu.schema.job_checks import job_problem
 from jobtpu.schema.records import MachineRecord, machine_problem
 from jobtpu.schema.state import VERSION, Job, State
@@ -55,6 +55,20 @@ def decode_state(raw: bytes | str, path: Path) -> State:
     # Ids are never reused, even if a user deleted the newest job or lowered next_id by hand.
     state.next_id = max([state.next_id, *(j.id + 1 for j in state.jobs)])
     return state
+
+
+def decode_history_line(line: bytes) -> Job:
+    """One line of history.jsonl as the Job it records; Refused saying what is wrong in the same
+    words as state.json's (the path within the line, the job's id first)."""
+    try:
+        return decode(line, Job, paths=_history_label)
+    except msgspec.DecodeError as e:
+        raise Refused(f"not a job record ({str(e)[:100]})") from None
+
+
+def _history_label(path: str, data: Any) -> tuple[str, str]:
+    job_id = data.get("id") if isinstance(data, dict) else None
+    return (f"job {job_id}: " if isinstance(job_id, int) and not isinstance(job_id, bool) else ""), path
 
 
 def _label(path: str, data: Any) -> tuple[str, str]:
