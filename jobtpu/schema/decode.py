@@ -18,7 +18,7 @@ import reprlib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, NoReturn, get_args, get_origin, get_type_hints
 
 import msgspec
 from msgspec import Meta, Raw, Struct
@@ -201,13 +201,13 @@ def _names_of(path: str) -> list[str]:
 
 
 def _enum_words(declared: Any) -> tuple[str, ...]:
-    """The words an enum or Literal at a path may be."""
-    for arg in (declared, *get_args(declared)):
-        if isinstance(arg, type) and issubclass(arg, str) and hasattr(arg, "__members__"):
-            return tuple(member.value for member in arg.__members__.values())
-        if get_origin(arg) is not None and str(get_origin(arg)) == "typing.Literal":
-            return tuple(str(word) for word in get_args(arg))
-        found = _enum_words(arg) if get_args(arg) and get_origin(arg) is not Annotated else ()
+    """The words an enum or Literal at a path may be, looking through unions, lists and Annotated."""
+    if isinstance(declared, type) and issubclass(declared, str) and hasattr(declared, "__members__"):
+        return tuple(member.value for member in declared.__members__.values())
+    if get_origin(declared) is Literal:
+        return tuple(str(word) for word in get_args(declared))
+    for arg in get_args(declared):
+        found = _enum_words(arg)
         if found:
             return found
     return ()
