@@ -26,7 +26,7 @@ from msgspec import Meta, Raw, Struct
 from jobtpu.errors import ConfigError
 
 
-class Refused(Exception):
+class FileRefused(Exception):
     """One line saying what is wrong in a file; the loader names the file and says what to do."""
 
 
@@ -44,7 +44,7 @@ Labeler = Callable[[str, Any], tuple[str, str]]
 
 
 def decode(data: bytes | Raw, kind: Any, *, owner: str | None = None, paths: Labeler | None = None) -> Any:
-    """`data` as `kind`, or Refused saying what is wrong where. `owner` is "machine 'x'" for one
+    """`data` as `kind`, or FileRefused saying what is wrong where. `owner` is "machine 'x'" for one
     machine's entry of machines.json, None for a whole file. `paths`: the file is told in JSON paths,
     and this labels each (a file people write passes None: told in keys). Text that is not JSON raises
     msgspec.DecodeError (the caller says it with line and column)."""
@@ -57,8 +57,8 @@ def decode(data: bytes | Raw, kind: Any, *, owner: str | None = None, paths: Lab
         # said first (this read raises), as a user would fix it first.
         raw = _ANY_VALUE.decode(data)
     except RecursionError:
-        raise Refused("nested too deeply to be a jobtpu file") from None
-    raise Refused(explain(problem, kind, raw, owner=owner, paths=paths))
+        raise FileRefused("nested too deeply to be a jobtpu file") from None
+    raise FileRefused(explain(problem, kind, raw, owner=owner, paths=paths))
 
 
 def plain_values(data: bytes | Raw) -> Any:
@@ -270,16 +270,16 @@ def read_file(data: bytes, kind: Any, path: Path, where: str, hint: str) -> Any:
             return decode(data, kind)
         except msgspec.DecodeError as e:
             refuse_syntax(path, data, e)
-    except Refused as e:
+    except FileRefused as e:
         raise ConfigError(f"{where}: {e}", hint) from None
 
 
 def refuse_syntax(path: Path, data: bytes, error: msgspec.DecodeError) -> NoReturn:
     """What is wrong in the standard library's words, with line and column (parse_json_file raises
-    its ConfigError); Refused when it is not even UTF-8 text."""
+    its ConfigError); FileRefused when it is not even UTF-8 text."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise Refused(f"not UTF-8 text (byte {e.start} cannot be decoded)") from None
+        raise FileRefused(f"not UTF-8 text (byte {e.start} cannot be decoded)") from None
     parse_json_file(path, text)  # raises
-    raise Refused(f"not valid JSON text ({error})")
+    raise FileRefused(f"not valid JSON text ({error})")

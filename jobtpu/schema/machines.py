@@ -21,7 +21,7 @@ from jobtpu.decide.fit import MAX_RESOURCE_COUNT
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath, open_file, read_fd
-from jobtpu.schema.decode import Refused, decode, must, plain_values, refuse_syntax
+from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, NO_LIMIT, Fleet, Machine, UserLimit
 from jobtpu.schema.machines_file import (
     BUILTIN_DEFAULTS,
@@ -50,14 +50,14 @@ def load_fleet(home: Home) -> Fleet:
     if _plainly_own(data) and not os.path.lexists(home.root / "runner.json"):
         try:  # a private home's own file and no runner.json: read as it is (every command's path)
             return _fleet(_read(path, data[0] if data else None), home)
-        except Refused as e:
+        except FileRefused as e:
             raise ConfigError(f"{path.name}: {e}", f"fix {path}; nothing was changed") from None
     from jobtpu.home.privileged import gate
 
     gated = gate(data, home.root)
     try:
         fleet = _fleet(_read(path, gated.data), home)
-    except Refused as e:
+    except FileRefused as e:
         raise ConfigError(f"{path.name}: {e}", f"fix {path}; nothing was changed") from None
     if gated.refused or gated.refused_machines or gated.runner.problem:
         machines = {name: msgspec.structs.replace(m, refused=gated.refused_machines[name]) if name in gated.refused_machines else m
@@ -71,7 +71,7 @@ def check_machines(home: Home, data: bytes) -> None:
     is about to write)."""
     try:
         _fleet(_read(home.machines_file, data), home)
-    except Refused as e:
+    except FileRefused as e:
         raise ConfigError(f"{home.machines_file.name} would be refused: {e}", "nothing was changed") from None
 
 
@@ -109,25 +109,25 @@ def _read(path: Path, data: bytes | None) -> MachinesFile:
 
 def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     if doc.gcp.recreate_backoff is not UNSET and doc.gcp.recreate_backoff < 0:
-        raise Refused(f"{must(MachinesFile, 'gcp', 'recreate_backoff')} (got {doc.gcp.recreate_backoff!r})")
+        raise FileRefused(f"{must(MachinesFile, 'gcp', 'recreate_backoff')} (got {doc.gcp.recreate_backoff!r})")
     entries = {"local": Raw(b'{"kind": "local"}')} if doc.machines is UNSET else doc.machines
     if not entries:
-        raise Refused(must(MachinesFile, "machines"))
+        raise FileRefused(must(MachinesFile, "machines"))
     defaults = Connection(**_connection(doc.defaults, BUILTIN_DEFAULTS))  # complete: no key left UNSET
     machines: dict[str, Machine] = {}
     for name, raw in entries.items():
         if not MACHINE_NAME.match(name):
-            raise Refused(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
+            raise FileRefused(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
         entry = _entry(name, raw)
         try:
             machines[name] = _machine(name, entry, defaults, home)
-        except Refused as e:
-            raise Refused(f"machine {name!r}: {e}") from None
+        except FileRefused as e:
+            raise FileRefused(f"machine {name!r}: {e}") from None
     tpus = sorted(name for name, m in machines.items() if m.is_tpu)
     if tpus and not doc.gcp.project:
         # Said at load, by every command: found only when a pass first asks the TPU API, it came after
         # the pass had started writing to the home.
-        raise Refused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
+        raise FileRefused(f'TPU machines ({", ".join(tpus)}) need gcp.project: add "gcp": {{"project": "..."}}')
     _check_aliases(machines)
     patterns = error_patterns(doc.error_patterns)
     per_user, user_limits = _limits(doc.limits)
@@ -160,7 +160,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     try:
         return parse_destinations(msgspec.json.decode(raw), "notify")
     except ConfigError as e:
-        raise Refused(e.message) from None
+        raise FileRefused(e.message) from None
 
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
@@ -173,7 +173,7 @@ def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
     per_user = merged(entry.per_user, NO_LIMIT)
     for name in entry.users:
         if not USER_NAME.match(name):
-            raise Refused(f"limits.users: {name[:40]!r} is not a user name")
+            raise FileRefused(f"limits.users: {name[:40]!r} is not a user name")
     return per_user, {name: merged(own, per_user) for name, own in entry.users.items()}
 
 
@@ -189,14 +189,14 @@ def _entry(name: str, raw: Raw) -> MachineEntry:
     """One machine's entry as its type; a wrong resource is named by its own check."""
     try:
         entry: MachineEntry = decode(raw, MachineEntry, owner=f"machine {name!r}")
-    except Refused as e:
+    except FileRefused as e:
         if str(e).startswith(f"machine {name!r}: 'resources'"):
             doc = plain_values(raw)
             if isinstance(doc, dict) and isinstance(doc.get("resources"), dict):
                 try:
                     _check_resources(doc["resources"])
-                except Refused as named:
-                    raise Refused(f"machine {name!r}: {named}") from None
+                except FileRefused as named:
+                    raise FileRefused(f"machine {name!r}: {named}") from None
         raise
     return entry
 
@@ -211,7 +211,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
     if queued and len(zones) > 1 and not queued.get("valid_for"):
         # A queued resource waits in its zone until it is served or its valid_for ends: without an
         # end it would never give the next zone its turn.
-        raise Refused("a queued resource with several zones needs queued_resource.valid_for "
+        raise FileRefused("a queued resource with several zones needs queued_resource.valid_for "
                        "(how long to wait in one zone before asking in the next, like 3600)")
     worked_out: dict[str, Any] = dict(
         name=name, hosts=entry.hosts or (), zone=zones[0] if zones else None, zones=zones,
@@ -229,18 +229,18 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
 def _check_kind(entry: MachineEntry) -> None:
     """The keys one kind needs and another refuses."""
     if entry.kind != "ssh" and entry.hosts is not UNSET:
-        raise Refused("'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
+        raise FileRefused("'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
     if entry.kind == "ssh":
         if not entry.hosts or not all(entry.hosts):
-            raise Refused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
+            raise FileRefused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
         for host in entry.hosts:
-            _split_host(host, 22, Refused)
+            _split_host(host, 22, FileRefused)
     if entry.kind == "tpu":
         for key in ("node", "accelerator", "zone"):
             if not getattr(entry, key):
-                raise Refused(f"a tpu machine needs '{key}'")
+                raise FileRefused(f"a tpu machine needs '{key}'")
         if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
-            raise Refused(f"{must(MachineEntry, 'zone')} (got {entry.zone!r})")
+            raise FileRefused(f"{must(MachineEntry, 'zone')} (got {entry.zone!r})")
 
 
 def _check_aliases(machines: Mapping[str, Machine]) -> None:
@@ -249,10 +249,10 @@ def _check_aliases(machines: Mapping[str, Machine]) -> None:
     for machine in machines.values():
         for alias in machine.aliases:
             if not MACHINE_NAME.match(alias):
-                raise Refused(f"machine {machine.name!r}: alias {alias!r} must be letters, digits, '.', '_' or '-'")
+                raise FileRefused(f"machine {machine.name!r}: alias {alias!r} must be letters, digits, '.', '_' or '-'")
             taken = alias if alias in machines else owner.get(alias)
             if taken is not None and taken != machine.name:
-                raise Refused(f"machine {machine.name!r}: alias {alias!r} already names machine {taken!r}")
+                raise FileRefused(f"machine {machine.name!r}: alias {alias!r} already names machine {taken!r}")
             owner[alias] = machine.name
 
 
@@ -260,9 +260,9 @@ def _check_resources(resources: Mapping[str, object]) -> None:
     """Also given the file's raw object when its types are wrong, to name the resource at fault."""
     for res, count in resources.items():
         if not RESOURCE_NAME.match(res) or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise Refused(f"resource {res!r} must be a lowercase name with a count ≥ 0")
+            raise FileRefused(f"resource {res!r} must be a lowercase name with a count ≥ 0")
         if count > MAX_RESOURCE_COUNT:
-            raise Refused(f"resource {res!r} count {count} is more than jobtpu hands out "
+            raise FileRefused(f"resource {res!r} count {count} is more than jobtpu hands out "
                            f"({MAX_RESOURCE_COUNT} at most)")
 
 
@@ -278,9 +278,9 @@ def _connection(entry: Connection, defaults: Connection) -> dict[str, Any]:
 def _check_connection(values: dict[str, Any]) -> None:
     port, timeout = values["port"], values["connect_timeout"]
     if port is None or not 0 < port < 65536:
-        raise Refused(f"port {port} is out of range")
+        raise FileRefused(f"port {port} is out of range")
     if timeout is None or timeout <= 0:
-        raise Refused("connect_timeout must be positive")
+        raise FileRefused("connect_timeout must be positive")
 
 
 def _root(entry: MachineEntry, root: str | None, home: Home) -> str:
@@ -333,7 +333,7 @@ def _node_overrides(entry: MachineEntry) -> dict[str, Any]:
     if "acceleratorConfig" in node_spec:
         overrides.pop("acceleratorType", None)
     if not overrides.get("runtimeVersion") and not default_runtime(entry.accelerator):
-        raise Refused(f"jobtpu does not know the runtime version for {entry.accelerator!r}: "
+        raise FileRefused(f"jobtpu does not know the runtime version for {entry.accelerator!r}: "
                        "set 'runtime_version' (like \"tpu-ubuntu2204-base\")")
     return overrides
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from jobtpu.errors import ConfigError
-from jobtpu.schema.decode import Refused, decode, explain, parse_json_file
+from jobtpu.schema.decode import FileRefused, decode, explain, parse_json_file
 from jobtpu.schema.job_checks import job_problem
 from jobtpu.schema.records import MachineRecord, machine_problem
 from jobtpu.schema.state import VERSION, Job, State
@@ -58,12 +58,12 @@ def decode_state(raw: bytes | str, path: Path) -> State:
 
 
 def decode_history_line(line: bytes) -> Job:
-    """One line of history.jsonl as the Job it records; Refused saying what is wrong in the same
+    """One line of history.jsonl as the Job it records; FileRefused saying what is wrong in the same
     words as state.json's (the path within the line, the job's id first)."""
     try:
         return decode(line, Job, paths=_history_label)
     except msgspec.DecodeError as e:
-        raise Refused(f"not a job record ({str(e)[:100]})") from None
+        raise FileRefused(f"not a job record ({str(e)[:100]})") from None
 
 
 def _history_label(path: str, data: Any) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import read_regular
-from jobtpu.schema.decode import Refused
+from jobtpu.schema.decode import FileRefused
 from jobtpu.schema.state import Job, Status
 from jobtpu.schema.state_file import decode_history_line
 
@@ -209,7 +209,7 @@ def history(home: Home) -> list[Job]:
             continue
         try:
             job = decode_history_line(line)
-        except Refused as e:
+        except FileRefused as e:
             raise ConfigError(f"{path.name}:{number}: {e}", hint=f"fix or delete that line of {path}") from None
         by_id.pop(job.id, None)
         by_id[job.id] = job
