@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobtpu.errors import JobtpuError
-from jobtpu.home.settings import ALIAS_NAME, CONFIG_KEY, UserSettings, dir_number
-from jobtpu.schema.machines import MACHINE_NAME
-from jobtpu.schema.state import USER_NAME
+from jobtpu.home.settings import ALIAS_NAME, CONFIG_KEY, dir_number
+from jobtpu.schema.machines_file import MACHINE_NAME
+from jobtpu.schema.names import USER_NAME
+from jobtpu.schema.settings import UserSettings
 
 # The old tool's two time zones ("us" it calls UTC-4, "cn" UTC+8) as the IANA zones they stand for.
 TIME_ZONES = {"us": "America/New_York", "cn": "Asia/Shanghai"}

@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection
 
 from jobtpu.errors import JobtpuError, UsageError
-from jobtpu.schema.state import USER_NAME
+from jobtpu.schema.names import USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")

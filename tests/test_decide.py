@@ -34,7 +34,7 @@ from jobtpu.decide.fit import allocate, parse_request, why_not
 from jobtpu.errors import JobtpuError
 from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model
-from jobtpu.schema.machines import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
+from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
 from jobtpu.schema.state import (
     ACTIVE,
     ENDED,
@@ -725,8 +725,8 @@ def test_a_queued_job_whose_rule_never_recreates_just_waits() -> None:
 
 
 def test_doctor_accounts_for_a_live_worker_through_its_job_s_active_attempt() -> None:
-    from jobtpu.home.store import State
     from jobtpu.remote.doctor import _why_stray
+    from jobtpu.schema.state import State
 
     running = Job(id=1, user="u", cmd="c", archive="a", created=0.0, status=Status.RUNNING, machine="box", attempt=2)
     ended = msgspec.structs.replace(running, id=2, status=Status.FAILED)
@@ -768,7 +768,7 @@ def test_node_state_decides_the_machine_s_health(node_state: str | None, health:
 
 
 def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
-    from jobtpu.schema.state import MachineRecord
+    from jobtpu.schema.records import MachineRecord
     from jobtpu.tpu.flow import plan_machine
 
     plan = plan_machine(MachineRecord(want_recreate=True), None, None, NOW)

@@ -82,7 +82,8 @@ def test_a_bad_setting_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
     done = jobtpu(home, "submit", "--cmd", "true", cwd=src, check=False)
     _one_error(done, "settings.json of user tester: 'dirs': 'one' is not a working directory number")
     path.write_text('{"rule": 3}')
-    _one_error(jobtpu(home, "config", "get", check=False), "settings.json of user tester: Expected 'str | null'")
+    _one_error(jobtpu(home, "config", "get", check=False),
+               "settings.json of user tester: 'rule' must be a rule (pre, pass, reapply, rerun or resume), or null (got 3)")
     assert status(home) == {}  # the refused submit queued nothing
 
 

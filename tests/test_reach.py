@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobtpu.decide.reach import Contact, Reach, reachability, takes_jobs
-from jobtpu.schema.state import MachineRecord
+from jobtpu.schema.records import MachineRecord
 from jobtpu.timing import current
 
 RETRY = current().unreachable_retry  # the pause after a failed contact (jobtpu/timing.py)

@@ -233,7 +233,7 @@ def test_privileged_keys_in_an_untrusted_machines_json_are_refused(team: Team, c
 @pytest.mark.fast
 def test_the_ssh_transport_never_forwards_an_agent(tmp_path: Path) -> None:
     from jobtpu.home.layout import Home
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
     from jobtpu.transport.base import Endpoint
     from jobtpu.transport.ssh import SshTransport
 

@@ -16,7 +16,7 @@ import pytest
 
 from jobtpu.errors import RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.transport.base import Endpoint
 from jobtpu.transport.hostkeys import forget_command
 from jobtpu.transport.ssh import SshTransport

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from jobtpu.errors import BusyError, ConfigError
 from jobtpu.home import store as store_module
 from jobtpu.home.layout import Home
-from jobtpu.home.store import State, Store, hold_lock
-from jobtpu.schema.state import Attempt, Ending, Job, Status
+from jobtpu.home.store import Store, hold_lock
+from jobtpu.schema.state import Attempt, Ending, Job, State, Status
 from tests.helpers import jobtpu, make_home, manage_until, status, submit
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

@@ -137,7 +137,7 @@ def test_expected_devices_per_accelerator_type(accelerator: str, devices: int | 
 @pytest.mark.fast
 def test_jax_answers_are_read_against_the_accelerator_type() -> None:
     from jobtpu.remote.scripts import parse_tpu_accelerator
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
 
     m = Machine(name="v4", kind="tpu", accelerator="v4-32")
     said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out), workers=4)  # noqa: E731

@@ -55,7 +55,7 @@ def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], aft
 def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
     """`USR1@30` → ("USR1", 30.0): the signal and how many seconds before --timeout it is sent."""
     from jobtpu.inputs import parse_duration
-    from jobtpu.schema.state import SIGNALS
+    from jobtpu.schema.names import SIGNALS
 
     word, sep, when = text.partition("@")
     name = word.strip().upper().removeprefix("SIG")

@@ -12,8 +12,9 @@ from jobtpu.home.store import Store
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.schema.machines import Machine
-    from jobtpu.schema.state import MachineRecord, State
+    from jobtpu.schema.fleet import Machine
+    from jobtpu.schema.records import MachineRecord
+    from jobtpu.schema.state import State
 
 
 # ---- manage ---------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
     from jobtpu.decide.core import used_resources
     from jobtpu.schema.machines import load_fleet
-    from jobtpu.schema.state import MachineRecord
+    from jobtpu.schema.records import MachineRecord
 
     fleet = load_fleet(home)
     state = state or Store(home).load()

@@ -16,7 +16,7 @@ from jobtpu.home.layout import Home
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.home.settings import UserSettings
+    from jobtpu.schema.settings import UserSettings
 
 
 class _Changes(NamedTuple):
@@ -117,7 +117,7 @@ def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
     """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
     from jobtpu.commands.team import LOCAL_ONLY
     from jobtpu.home.safefs import read_regular
-    from jobtpu.home.store import parse_json_file
+    from jobtpu.schema.decode import parse_json_file
     from jobtpu.schema.machines import load_fleet
 
     try:

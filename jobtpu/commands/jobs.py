@@ -21,7 +21,7 @@ from jobtpu.home.users import check_owners, known_user
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
     from jobtpu.remote.workers import WorkerRef, WorkerState
-    from jobtpu.schema.machines import Fleet
+    from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.state import Job, State
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
@@ -292,7 +292,6 @@ def _follow(home: Home, job_id: int, interval: float) -> int:
 # recently ended; a sweep's thousands of other rows would take seconds to draw and nobody reads them.
 QUEUED_SHOWN = 20
 ENDED_SHOWN = 20
-ACTIVE_ON_MACHINE = frozenset({"launching", "running", "killing"})
 
 
 HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
@@ -308,10 +307,10 @@ def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
     Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
     ENDED_SHOWN that ended last."""
     queued = [j for j in jobs if j.status == "queued"]
-    ended = [j for j in jobs if j.status not in ACTIVE_ON_MACHINE and j.status != "queued"]
+    ended = [j for j in jobs if j.ended]
     recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
     keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
-    shown = [j for j in jobs if j.status in ACTIVE_ON_MACHINE or id(j) in keep]
+    shown = [j for j in jobs if j.active or id(j) in keep]
     left_out = []
     if len(queued) > QUEUED_SHOWN:
         left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")
@@ -337,7 +336,7 @@ def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
 
 
 def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
-    from jobtpu.home.store import jobs_document
+    from jobtpu.schema.state_file import jobs_document
 
     if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
         sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
@@ -416,7 +415,7 @@ def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) 
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from jobtpu.home.store import records
+    from jobtpu.schema.state_file import records
     from jobtpu.views.listing import find_job
 
     found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/

@@ -14,7 +14,7 @@ from jobtpu.home.layout import Home
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
     from jobtpu.transport.base import Endpoint
 
 

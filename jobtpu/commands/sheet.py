@@ -10,7 +10,7 @@ from jobtpu.home.store import Store
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.schema.machines import Fleet
+    from jobtpu.schema.fleet import Fleet
     from jobtpu.sheet.config import SheetConfig
 
 

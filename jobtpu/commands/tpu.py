@@ -12,12 +12,12 @@ import msgspec
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.schema.state import MachineRecord, Operation
+from jobtpu.schema.records import MachineRecord, MachineState, Operation
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
 
 
 def provisioning(machine: Any, record: MachineRecord) -> str:
@@ -67,7 +67,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile
                 record.operation = Operation("delete", operation, now)
-            record.state, record.detail = "deleting", "deleted by `jobtpu tpu delete`"
+            record.state, record.detail = MachineState.DELETING, "deleted by `jobtpu tpu delete`"
         # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from jobtpu.commands.select import Selection
-    from jobtpu.schema.machines import Fleet, Machine
+    from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, LastPass, State
 
 
@@ -185,7 +185,6 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
 
 # ---- watch: the dashboard ---------------------------------------------------------------------------------
 
-ACTIVE = ("launching", "running", "killing")
 STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
          "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
@@ -263,7 +262,7 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
     latest = [_line(ev.render_line(e, zone), "") for e in eventlog.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
-    wanted = sum(1 for j in jobs if j.status in ACTIVE or j.status == "queued" or j.ended) or 1
+    wanted = sum(1 for j in jobs if j.active or j.status == "queued" or j.ended) or 1
     jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))
     events_room = max(0, room - machines_room - jobs_room)  # the events take what is left
     parts: list[Any] = [*header, _title("jobs"), _line(JOB_HEADER, "bold"), *job_rows(jobs, jobs_room, now),
@@ -337,7 +336,7 @@ def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
     from rich.text import Text
 
 
-    active = [j for j in jobs if j.status in ACTIVE]
+    active = [j for j in jobs if j.active]
     queued = [j for j in jobs if j.status == "queued"]
     ended = sorted((j for j in jobs if j.ended), key=_ended_at, reverse=True)
     ordered = active + queued + ended
@@ -360,7 +359,7 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
     """Each machine: its state, the jobs it holds, its TPU or queued-resource state, its back-off."""
     from rich.text import Text
 
-    from jobtpu.schema.state import MachineRecord
+    from jobtpu.schema.records import MachineRecord
 
     rows = []
     for machine in fleet.machines.values():

@@ -11,7 +11,7 @@ from jobtpu.decide import rules
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
 from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model
-from jobtpu.schema.machines import Fleet, Machine
+from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Attempt, Ending, Job, Status
 from jobtpu.sheet.rows import claim_reason
 

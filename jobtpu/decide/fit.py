@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from jobtpu.errors import JobtpuError
 
 if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's bound
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
 
 # A machine's resources are handed out by index, one list per job and pass: a count in the billions
 # would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)

@@ -10,9 +10,9 @@ import threading
 from dataclasses import dataclass
 
 from jobtpu import timing
-from jobtpu.schema.state import MachineRecord
+from jobtpu.schema.records import MachineRecord, MachineState
 
-UP, UNREACHABLE = "up", "unreachable"
+UP, UNREACHABLE = MachineState.UP, MachineState.UNREACHABLE
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Contact:
 
 @dataclass(frozen=True)
 class Reach:
-    state: str | None
+    state: MachineState | None
     detail: str | None
     since: float | None  # when it became unreachable
     next_try: float | None  # until when it takes no new job

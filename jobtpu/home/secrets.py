@@ -11,10 +11,12 @@ from pathlib import Path
 
 import msgspec
 
-from jobtpu.errors import ConfigError, JobtpuError
+from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home, is_shared, write_atomic
 from jobtpu.home.safefs import read_regular
-from jobtpu.home.store import hold_lock, parse_json_file
+from jobtpu.home.store import hold_lock
+from jobtpu.schema.decode import read_file
+from jobtpu.schema.secrets import Secrets, SecretsFile
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 MASK = "<secret>"  # what state.json and every listing show instead of the value
@@ -117,21 +119,10 @@ class SecretStore:
                 self._write({k: v for k, v in data.items() if k not in gone})
 
 
-# secrets.json: {"<job id>": {"NAME": "value"}}
-Secrets = dict[str, dict[str, str]]
-_DECODER = msgspec.json.Decoder(Secrets)
-
-
 def decode_secrets(raw: bytes, path: Path) -> Secrets:
     hint = f"fix {path} by hand (or delete it: queued jobs then run without their secrets)"
-    try:
-        data = _DECODER.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        parse_json_file(path, raw)  # not JSON at all: said with its line and column
-        data = None
-    if data is None or not all(k.isascii() and k.isdigit() and len(k) < 19 for k in data):
-        raise ConfigError(f"{path.name}: must map job ids to objects of NAME: value strings", hint=hint)
-    return data
+    secrets: Secrets = read_file(raw, SecretsFile, path, path.name, hint)
+    return secrets
 
 
 def _user_name(uid: int) -> str:

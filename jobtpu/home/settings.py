@@ -19,6 +19,8 @@ import msgspec
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home.layout import Home, make_dirs, write_atomic
 from jobtpu.home.safefs import read_regular
+from jobtpu.schema.decode import read_file
+from jobtpu.schema.settings import UserSettings
 
 # The keys `jobtpu config` sets, and what each means when it is not set.
 CONFIG_KEYS: dict[str, tuple[str, str]] = {  # key → (what it sets, what applies while it is not set)
@@ -35,16 +37,6 @@ ALIAS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONFIG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")  # as inputs.override_parts takes a key
 
 
-class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    rule: str | None = None
-    req: list[str] = []
-    columns: list[str] = []
-    time_zone: str | None = None
-    dirs: dict[str, str] = {}  # "N" → an absolute folder
-    aliases: dict[str, str] = {}  # short name → full config key
-    notify: list[Any] = []  # the user's own webhook destinations (destinations.parse_destinations checks them)
-
-
 def settings_file(home: Home, user: str) -> Path:
     return home.root / "users" / user / "settings.json"
 
@@ -56,14 +48,13 @@ def load_settings(home: Home, user: str) -> UserSettings:
         data = read_regular(path)
     except FileNotFoundError:
         return UserSettings()
+    where = f"{path.name} of user {user}"
+    hint = f"fix {path} by hand, or `jobtpu config reset` and set it again; nothing was changed"
+    settings: UserSettings = read_file(data, UserSettings, path, where, hint)
     try:
-        settings = msgspec.json.decode(data, type=UserSettings)
         check_settings(settings)
-    except (msgspec.DecodeError, JobtpuError) as e:
-        problem = e.message if isinstance(e, JobtpuError) else str(e).replace("`", "'")
-        raise ConfigError(f"{path.name} of user {user}: {problem}",
-                          hint=f"fix {path} by hand, or `jobtpu config reset` and set it again; nothing was changed"
-                          ) from None
+    except JobtpuError as e:
+        raise ConfigError(f"{where}: {e.message}", hint=hint) from None
     return settings
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
+from jobtpu.errors import JobtpuError, NotFoundError
 from jobtpu.home.layout import Home, write_atomic
 from jobtpu.home.safefs import read_regular
 from jobtpu.inputs import resolve_user
@@ -22,9 +22,8 @@ if TYPE_CHECKING:
 
 def load_users(home: Home) -> list[str] | None:
     """The team's user names in the order they were added; None when the home keeps no list."""
-    import msgspec
-
-    from jobtpu.schema.state import USER_NAME
+    from jobtpu.schema.decode import read_file
+    from jobtpu.schema.users import UsersFile
 
     path = home.root / "users.json"
     try:
@@ -32,16 +31,8 @@ def load_users(home: Home) -> list[str] | None:
     except FileNotFoundError:
         return None
     hint = f'fix {path} by hand: {{"users": ["alice", "bob"]}} (or delete it: any user name is then accepted)'
-    try:
-        doc = msgspec.json.decode(raw, type=dict[str, list[str]])
-    except (msgspec.MsgspecError, RecursionError):
-        raise ConfigError(f"{path.name}: must be an object {{\"users\": [names]}}", hint=hint) from None
-    if set(doc) != {"users"}:
-        raise ConfigError(f"{path.name}: must hold exactly one key, \"users\"", hint=hint)
-    bad = [name for name in doc["users"] if not USER_NAME.match(name)]
-    if bad:
-        raise ConfigError(f"{path.name}: {bad[0][:40]!r} is not a valid user name", hint=hint)
-    return doc["users"]
+    names: list[str] = read_file(raw, UsersFile, path, path.name, hint).users
+    return names
 
 
 def _save(home: Home, names: list[str]) -> None:
@@ -67,7 +58,7 @@ def known_user(home: Home, explicit: str | None) -> str:
 def add_user(home: Home, name: str) -> bool:
     """Add a name to the list (making the list if there is none); False when it was there already."""
     from jobtpu.home.store import hold_lock
-    from jobtpu.schema.state import USER_NAME
+    from jobtpu.schema.names import USER_NAME
 
     if not USER_NAME.match(name):
         raise JobtpuError(f"user name {name!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting with "

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -45,7 +45,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
-from jobtpu.home.store import Snapshot, State, Store
+from jobtpu.home.store import StateVersion, Store
 from jobtpu.passes import tell as passevents
 from jobtpu.passes.session import Session, home_id, parallel, pass_lock
 from jobtpu.remote import pulls
@@ -58,8 +58,10 @@ from jobtpu.remote.scripts import (
     parse_launch,
 )
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
-from jobtpu.schema.machines import Fleet, Machine, load_fleet
-from jobtpu.schema.state import Job, MachineRecord, Status
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.machines import load_fleet
+from jobtpu.schema.records import MachineRecord, StepKind
+from jobtpu.schema.state import Job, State, Status
 from jobtpu.sheet import hook as passsheet
 from jobtpu.snapshot.unpack import problem as archive_problem
 from jobtpu.tpu.flow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
@@ -85,7 +87,7 @@ class PassReport:
 class Pass(Session):
     """A session for one manage pass: it also checks and copies the home's snapshots to workers."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: StateVersion | None = None) -> None:
         super().__init__(home, fleet, state, snapshot)
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.
@@ -192,7 +194,7 @@ def after_pass(p: Pass, seen: Observation, plan: Plan, report: PassReport) -> No
     passsheet.after_pass(p, report.say)
 
 
-def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:
+def machine_changes(was: Mapping[str, str | None], now: dict[str, MachineRecord]) -> list[str]:
     """A line per machine whose state changed in this pass, so a pass run from cron says when a
     machine went away or came back (once, not on every pass while it stays so)."""
     lines = []
@@ -262,7 +264,7 @@ def _catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -
     ended = pulls.ended_since(p.state.jobs, was_open)
     for name in list(ended):
         view, work = seen.view(name), p.tpu_work.get(name)
-        if view.preempted or view.reachable is False or (work is not None and work.has("delete")):
+        if view.preempted or view.reachable is False or (work is not None and work.has(StepKind.DELETE)):
             del ended[name]
     p.notes.extend(pulls.catch_up(p, ended))
 
@@ -354,7 +356,7 @@ def _goes_ahead(p: Pass, action: Launch) -> bool:
     """Whether a launch goes ahead: its machine ran no setup in this pass, or that setup is done.
     Otherwise its job goes back to the queue (decide.not_launched), nothing having started."""
     work = p.tpu_work.get(action.machine)
-    if work is None or not work.has("setup") or work.plan.state == "up":
+    if work is None or not work.has(StepKind.SETUP) or work.plan.state == "up":
         return True
     job = p.state.job(action.job)
     if job is not None:

@@ -19,9 +19,11 @@ from jobtpu import timing
 from jobtpu.decide.reach import Contacts
 from jobtpu.errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from jobtpu.home.layout import Home, create_temp, open_lock
-from jobtpu.home.store import Encoded, Snapshot, State, Store, encode, encode_head, encode_jobs, try_lock
-from jobtpu.schema.machines import Fleet, Machine, load_fleet
-from jobtpu.schema.state import Job, LastPass
+from jobtpu.home.store import StateVersion, Store, try_lock
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.machines import load_fleet
+from jobtpu.schema.state import Job, LastPass, State
+from jobtpu.schema.state_file import Encoded, encode, encode_head, encode_jobs
 from jobtpu.transport.base import Endpoint, Transport
 from jobtpu.transport.connect import endpoints, published_keys, transport
 
@@ -95,12 +97,12 @@ class Session:
     """The home, the fleet, the state read from state.json, and the way to each worker. Commands that
     act on the fleet outside a pass (kill, clean, tpu, tail -f, fetch) use one; a pass builds on it."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: StateVersion | None = None) -> None:
         self.home, self.fleet, self.state = home, fleet, state
         self.store = Store(home)
         # What state.json held when read (or last saved): a commit merges against it, and reads the
         # file again only if someone else wrote it meanwhile.
-        self.snapshot = snapshot or Snapshot(None, None)
+        self.snapshot = snapshot or StateVersion(None, None)
         self.base = encode(state)
         self.base_untold = list(state.untold)  # the untold events as on disk (a merge drops what we told)
         self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
@@ -206,7 +208,7 @@ class Session:
                 self.store.save_if_changed(disk, original, snapshot)
                 # The file now holds jobs this session does not (submitted meanwhile): the next
                 # commit must merge with it again, never save the session's own list over it.
-                self.snapshot = Snapshot(None, None)
+                self.snapshot = StateVersion(None, None)
         # What is on disk now is the base of the next commit.
         self.base = encode(self.state)
         self.base_untold = list(self.state.untold)

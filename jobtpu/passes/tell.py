@@ -24,7 +24,8 @@ from jobtpu import timing
 from jobtpu.errors import JobtpuError
 from jobtpu.home.logfiles import log_rel, read_from
 from jobtpu.schema import state as model
-from jobtpu.schema.state import Attempt, Job, LastPass, MachineRecord, Status
+from jobtpu.schema.records import MachineRecord
+from jobtpu.schema.state import Attempt, Job, LastPass, Status
 from jobtpu.tell import eventlog
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
@@ -32,8 +33,8 @@ from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
-    from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
+    from jobtpu.schema.state_file import Encoded
     from jobtpu.views.progress import ProgressPattern
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.home.store import State, Store
+from jobtpu.home.store import Store
 from jobtpu.passes.session import Session, parallel, pass_lock
 from jobtpu.remote.scripts import (
     doctor_script,
@@ -24,7 +24,8 @@ from jobtpu.remote.scripts import (
     tpu_doctor_script,
 )
 from jobtpu.remote.workers import WorkerRef
-from jobtpu.schema.machines import Fleet, Machine
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
 
 DISK_WARN_GB = 5.0

@@ -10,13 +10,14 @@ from typing import NamedTuple
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
-from jobtpu.home.store import State, Store
+from jobtpu.home.store import Store
 from jobtpu.passes.session import Session, parallel
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
-from jobtpu.schema.machines import Fleet, Machine, load_fleet
-from jobtpu.schema.state import Job, Status
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.machines import load_fleet
+from jobtpu.schema.state import Job, State, Status
 from jobtpu.transport.base import Endpoint
 
 

@@ -13,7 +13,7 @@ from jobtpu.home.safefs import UnsafePath
 from jobtpu.passes.session import Session, parallel
 from jobtpu.remote.scripts import parse_probe, probe_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint
 

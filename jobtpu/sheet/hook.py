@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
-from jobtpu.schema.state import MachineRecord, Status
+from jobtpu.schema.records import MachineRecord
+from jobtpu.schema.state import Status
 from jobtpu.sheet.layout import MachineRow
 from jobtpu.sheet.sync import PassSheet
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
     from jobtpu.home.layout import Home
-    from jobtpu.home.store import State
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Fleet, Machine
-    from jobtpu.schema.state import Job
+    from jobtpu.schema.fleet import Fleet, Machine
+    from jobtpu.schema.state import Job, State
 
 MEMO = "sheet.json"  # what jobtpu last wrote and read, in the home (one of its own files)
 

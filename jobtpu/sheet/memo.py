@@ -11,48 +11,15 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
 from jobtpu.errors import BusyError
 from jobtpu.home.layout import open_lock, write_atomic
+from jobtpu.schema.sheet_memo import Memo
 from jobtpu.sheet.config import CALL_GRACE, SheetConfig
 from jobtpu.sheet.layout import MachineRow
-
-
-@dataclass
-class Memo:
-    """What jobtpu last wrote (user and note cells) and the machines taken off the sheet."""
-
-    users: dict[str, str] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-    unregistered: set[str] = field(default_factory=set)
-    # The hand claims the last good read saw: they still hold while the API cannot be read.
-    claims: dict[str, str] = field(default_factory=dict)
-    # When the sheet was last read (epoch seconds), and the digest of the rows the sheet was last
-    # brought to: a pass whose rows have that digest, within read_every of the read, skips the API.
-    read_at: float = 0.0
-    written: str = ""
-    read_of: str = ""  # the worksheet that read was of: the claims of another sheet are no claims here
-    # User cells a write was sent with but never known to have landed (no answer in time, or the
-    # process killed meanwhile): recorded before the write is sent, so a cell holding one of them is
-    # jobtpu's, not a claim, and the next write brings it to what it should be (docs/design.md).
-    pending: dict[str, str] = field(default_factory=dict)
-
-    def copy(self) -> Memo:
-        return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
-                    self.written, self.read_of, dict(self.pending))
-
-    def mine(self, name: str, holder: str) -> bool:
-        """Whether jobtpu wrote (or may have written) `holder` into the machine's user cell."""
-        return holder == self.users.get(name, "") or holder == self.pending.get(name)
-
-    def to_bytes(self) -> bytes:
-        doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
-               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of,
-               **({"pending": self.pending} if self.pending else {})}
-        return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
 def load_memo(path: Path) -> Memo:

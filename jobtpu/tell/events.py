@@ -31,10 +31,10 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobtpu.schema.events import Event
 from jobtpu.views.text import printable
 
 # ---- the vocabulary ---------------------------------------------------------------------------------
@@ -70,46 +70,6 @@ RECREATE_FAILED = "recreate_failed"
 NOTIFICATIONS = (FAILED, RECOVERED, FINISHED, MACHINE_DOWN, MACHINE_UP, RECREATE_FAILED)
 
 UP = "up"
-
-
-@dataclass
-class Event:
-    time: float
-    kind: str
-    job: int | None = None
-    machine: str | None = None
-    user: str | None = None
-    attempt: int | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    id: str | None = None  # given when the event is decided, so a pass telling it again is recognised
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"time": self.time, "kind": self.kind}
-        for key in ("id", "job", "machine", "user", "attempt"):
-            value = getattr(self, key)
-            if value is not None:
-                doc[key] = value
-        if self.detail:
-            doc["detail"] = self.detail
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Event | None:
-        """The event a line holds, or None for anything that is not one (a line torn by a crash, a
-        hand edit): a damaged line costs that line, never the whole log."""
-        if not isinstance(doc, dict):
-            return None
-        when, kind = doc.get("time"), doc.get("kind")
-        if isinstance(when, bool) or not isinstance(when, int | float) or not isinstance(kind, str):
-            return None
-        job, attempt = doc.get("job"), doc.get("attempt")
-        machine, user, detail = doc.get("machine"), doc.get("user"), doc.get("detail") or {}
-        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (job, attempt)):
-            return None
-        if not all(v is None or isinstance(v, str) for v in (machine, user)) or not isinstance(detail, dict):
-            return None
-        ident = doc.get("id")
-        return cls(float(when), kind, job, machine, user, attempt, detail, ident if isinstance(ident, str) else None)
 
 
 def machine_event(now: float, name: str, was: str | None, state: str, detail: str | None = None) -> Event:

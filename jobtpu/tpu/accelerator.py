@@ -11,7 +11,7 @@ from collections.abc import Callable
 from jobtpu.errors import RemoteError
 from jobtpu.passes.session import Session, parallel
 from jobtpu.remote.scripts import AcceleratorFacts, parse_tpu_accelerator, tpu_accelerator_script
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.repairs import why_no_restart
 from jobtpu.transport.base import Endpoint
 

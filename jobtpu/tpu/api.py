@@ -12,7 +12,7 @@ from typing import Any
 
 from jobtpu import timing
 from jobtpu.errors import ConfigError, RemoteError, credentials_message
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.nodespec import create_body, recordable
 
 # Node state → (machine health, why). The API decides preemption; SSH failures never do.

@@ -20,8 +20,17 @@ from jobtpu import timing
 from jobtpu.errors import RemoteError
 from jobtpu.passes.session import Session, parallel
 from jobtpu.remote import scripts
-from jobtpu.schema.machines import Machine
-from jobtpu.schema.state import MachineRecord, Operation, Refused, Setup, Transient
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.records import (
+    MachineRecord,
+    MachineState,
+    Operation,
+    Refused,
+    Setup,
+    SetupStatus,
+    StepKind,
+    Transient,
+)
 from jobtpu.tpu.nodespec import for_zone
 
 if TYPE_CHECKING:
@@ -44,14 +53,14 @@ def backoff(failures: int, first: float = BACKOFF_FIRST) -> float:
 class Step:
     """One thing to do for a machine, decided from its record and what the API said."""
 
-    kind: str  # delete | create | setup | forget-keys
+    kind: StepKind
     detail: str = ""
 
 
 @dataclass
 class MachinePlan:
     steps: list[Step] = field(default_factory=list)
-    state: str = "unknown"  # what `machines` shows
+    state: MachineState = MachineState.UNKNOWN  # what `machines` shows
     detail: str = ""
 
 
@@ -63,7 +72,7 @@ class MachineWork:
     record: MachineRecord
     plan: MachinePlan
 
-    def has(self, kind: str) -> bool:
+    def has(self, kind: StepKind) -> bool:
         return any(step.kind == kind for step in self.plan.steps)
 
 
@@ -88,7 +97,7 @@ def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None
     pending = record.operation
     if pending and op is not None:
         if not op.done:
-            plan.state, plan.detail = "recreating", f"{pending.kind} in progress"
+            plan.state, plan.detail = MachineState.RECREATING, f"{pending.kind} in progress"
             return plan
         record.operation = None
         if pending.kind == "create":
@@ -112,17 +121,17 @@ def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None
     incarnation = node.create_time if node else ""
     if record.incarnation != incarnation:
         if record.incarnation is not None:
-            plan.steps.append(Step("forget-keys"))
+            plan.steps.append(Step(StepKind.FORGET_KEYS))
         record.incarnation = incarnation
         record.setup = None
     setup = record.setup
-    if setup is not None and setup.status == "done":
-        plan.state, plan.detail = "up", why
-    elif setup is not None and setup.status == "failed" and setup.tries >= SETUP_RETRIES:
-        plan.state, plan.detail = "setup failed", setup.error or ""
+    if setup is not None and setup.status == SetupStatus.DONE:
+        plan.state, plan.detail = MachineState.UP, why
+    elif setup is not None and setup.status == SetupStatus.FAILED and setup.tries >= SETUP_RETRIES:
+        plan.state, plan.detail = MachineState.SETUP_FAILED, setup.error or ""
     else:
-        plan.steps.append(Step("setup"))
-        plan.state, plan.detail = "setting up", "running setup commands"
+        plan.steps.append(Step(StepKind.SETUP))
+        plan.state, plan.detail = MachineState.SETTING_UP, "running setup commands"
     return plan
 
 
@@ -136,27 +145,27 @@ def _plan_queued(record: MachineRecord, node: NodeInfo | None, queued: QueuedInf
     health = health_of(node.state if node else None)[0]
     if state is None:
         if node is not None and node.state != "DELETING" and not record.queue_asked:
-            plan.steps.append(Step("delete"))  # a node made without a queued resource, or left over
-            plan.state, plan.detail = "recreating", "deleting the old node"
+            plan.steps.append(Step(StepKind.DELETE))  # a node made without a queued resource, or left over
+            plan.state, plan.detail = MachineState.RECREATING, "deleting the old node"
         elif node is not None:
-            plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+            plan.state, plan.detail = MachineState.RECREATING, f"waiting: the node is {node.state}"
         else:
             record.queue_asked = None
             blocked = _refused_or_waiting(record, now, spec_key, plan)
             if blocked is None:
-                plan.steps.append(Step("create-queued"))
-                plan.state, plan.detail = "queued", "asking for a queued resource"
+                plan.steps.append(Step(StepKind.CREATE_QUEUED))
+                plan.state, plan.detail = MachineState.QUEUED, "asking for a queued resource"
         return plan
     if state in ("FAILED", "SUSPENDED") or (state == "ACTIVE" and health == PREEMPTED):
         why = queued.error if queued and queued.error else f"the queued resource is {state}"
-        plan.steps.append(Step("delete-queued", why if state == "FAILED" else ""))
-        plan.state, plan.detail = "recreating", f"deleting the {state} queued resource (it holds quota)"
+        plan.steps.append(Step(StepKind.DELETE_QUEUED, why if state == "FAILED" else ""))
+        plan.state, plan.detail = MachineState.RECREATING, f"deleting the {state} queued resource (it holds quota)"
         return plan
     if state == "ACTIVE" and health == UP:
         _created(record)
         record.queue_asked = None
         return None
-    plan.state, plan.detail = "queued", f"queued resource {state}"
+    plan.state, plan.detail = MachineState.QUEUED, f"queued resource {state}"
     return plan
 
 
@@ -164,14 +173,14 @@ def _refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: 
     """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
     refused = record.refused
     if refused and refused.spec_key == spec_key:
-        plan.state = "refused"
+        plan.state = MachineState.REFUSED
         plan.detail = (f"create refused: {refused.message}; fix machines.json, or run "
                        "`jobtpu tpu apply` to ask again")
         return plan
     record.refused = None
     if record.next_try is not None and record.next_try > now:
         wait = int(record.next_try - now)
-        plan.state = "backoff"
+        plan.state = MachineState.BACKOFF
         plan.detail = f"create failed ({record.last_error or 'error'}); retry in {wait}s"
         return plan
     return None
@@ -183,13 +192,13 @@ def _plan_recreate(record: MachineRecord, node: NodeInfo | None, now: float, spe
     if blocked is not None:
         return blocked
     if node is not None and node.state not in ("CREATING", "DELETING"):
-        plan.steps.append(Step("delete"))
-        plan.state, plan.detail = "recreating", "deleting the old node"
+        plan.steps.append(Step(StepKind.DELETE))
+        plan.state, plan.detail = MachineState.RECREATING, "deleting the old node"
     elif node is None:
-        plan.steps.append(Step("create"))
-        plan.state, plan.detail = "recreating", "creating the node"
+        plan.steps.append(Step(StepKind.CREATE))
+        plan.state, plan.detail = MachineState.RECREATING, "creating the node"
     else:
-        plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+        plan.state, plan.detail = MachineState.RECREATING, f"waiting: the node is {node.state}"
     return plan
 
 
@@ -200,7 +209,7 @@ def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str,
     delete a node on its own for being slow)."""
     from jobtpu.tpu.api import DOWN, PREEMPTED, TRANSIENT, TRANSIENT_LIMIT
 
-    plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
+    plan.state = {PREEMPTED: MachineState.PREEMPTED, DOWN: MachineState.DOWN}.get(health, MachineState.TRANSIENT)
     plan.detail = why
     if health != TRANSIENT or node is None:
         record.transient = None
@@ -211,7 +220,7 @@ def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str,
     waited = now - float(seen.since or now)
     plan.detail = f"{why} (for {int(waited // 60)} min)"
     if waited > TRANSIENT_LIMIT:
-        plan.state = "stuck"
+        plan.state = MachineState.STUCK
         plan.detail += "; it looks stuck: `jobtpu tpu reapply` recreates it"
     return plan
 
@@ -326,7 +335,7 @@ def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
         view.preempted = health_of(node.state if node else None)[0] == PREEMPTED
         if node is not None and node.state == "READY" and plan.state in ("up", "setting up"):
             if not addresses:
-                _hold(plan, "no address", no_address_reason(machine, node))
+                _hold(plan, MachineState.NO_ADDRESS, no_address_reason(machine, node))
             elif machine.host_key_policy == "strict" and record.host_keys_for != node.create_time:
                 _read_host_keys(api, machine, record, node, plan, len(addresses))
         planned.append(MachineWork(machine, record, plan))
@@ -335,16 +344,16 @@ def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
             p.notes.extend(f"would {step.kind} {work.machine.name}" for step in work.plan.steps)
         else:
             intend(work, seen.now)
-        _show(work, seen.view(work.machine.name), setting_up=not p.dry_run and work.has("setup"))
+        _show(work, seen.view(work.machine.name), setting_up=not p.dry_run and work.has(StepKind.SETUP))
     return planned
 
 
 # Steps the listing cannot tell were done: their cause (a new incarnation) was recorded with the
 # intent, so planning again would not ask for them. Harmless to do twice, so a leftover one is done.
-REDONE_FROM_LEFTOVERS = ("forget-keys",)
+REDONE_FROM_LEFTOVERS = (StepKind.FORGET_KEYS,)
 
 
-def _resume_leftovers(leftover: list[str], plan: MachinePlan) -> None:
+def _resume_leftovers(leftover: list[StepKind], plan: MachinePlan) -> None:
     """Put back the leftover steps planning cannot find again (delete, create and setup it finds
     again from what the API lists and the record says, or sees they were done)."""
     for kind in REDONE_FROM_LEFTOVERS:
@@ -371,9 +380,9 @@ def intend(work: MachineWork, now: float) -> None:
     asked for, never one to delete."""
     record = work.record
     record.steps = [step.kind for step in work.plan.steps] or None
-    if work.has("create") or work.has("create-queued"):
+    if work.has(StepKind.CREATE) or work.has(StepKind.CREATE_QUEUED):
         record.create_sent = now
-    if work.has("create-queued"):
+    if work.has(StepKind.CREATE_QUEUED):
         record.queue_asked = now
 
 
@@ -403,14 +412,14 @@ def _not_listed(p: Session, machine: Machine, record: MachineRecord, view: Any, 
     if isinstance(error, CredentialsFailed):
         record.api_error = error.message  # `machines` shows it; the pass said it once already
     else:
-        record.state, record.detail = "unknown", error.message
+        record.state, record.detail = MachineState.UNKNOWN, error.message
     view.n_workers = len(record.addresses or [])
     p.addresses[machine.name] = list(record.addresses or [])
 
 
-def _hold(plan: MachinePlan, state: str, detail: str) -> None:
+def _hold(plan: MachinePlan, state: MachineState, detail: str) -> None:
     """Nothing is launched or set up on the node this pass: it is not usable yet."""
-    plan.steps = [s for s in plan.steps if s.kind != "setup"]
+    plan.steps = [s for s in plan.steps if s.kind != StepKind.SETUP]
     plan.state, plan.detail = state, detail
 
 
@@ -428,11 +437,11 @@ def _read_host_keys(api: TpuApi, machine: Machine, record: MachineRecord, node: 
     try:
         keys = api.host_keys(machine)
     except RemoteError as e:
-        _hold(plan, "unknown", f"cannot read the node's host keys: {e.message}")
+        _hold(plan, MachineState.UNKNOWN, f"cannot read the node's host keys: {e.message}")
         return
     missing = [i for i in range(workers) if i >= len(keys) or not keys[i]]
     if missing:
-        _hold(plan, "waiting for host keys",
+        _hold(plan, MachineState.WAITING_FOR_HOST_KEYS,
               f"worker(s) {', '.join(map(str, missing))} have not published an SSH host key yet")
         return
     record.host_keys, record.host_keys_for = keys, node.create_time
@@ -443,32 +452,32 @@ def carry_out(p: Session, api: TpuApi, work: MachineWork, now: float) -> None:
     machine, record, plan = work.machine, work.record, work.plan
     for step in plan.steps:
         try:
-            if step.kind == "delete":
+            if step.kind == StepKind.DELETE:
                 name = api.delete_node(machine)
                 if name is not None:
                     record.operation = Operation("delete", name, now)
                 else:  # gone meanwhile: the next pass plans (and saves) the create
-                    plan.state, plan.detail = "recreating", "the old node is gone"
-            elif step.kind == "create":
+                    plan.state, plan.detail = MachineState.RECREATING, "the old node is gone"
+            elif step.kind == StepKind.CREATE:
                 spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
                 record.operation = Operation("create", api.create_node(machine, spec), now)
                 record.recreations += 1
-            elif step.kind == "create-queued":
+            elif step.kind == StepKind.CREATE_QUEUED:
                 spec = for_zone(record.spec or {}, record.spec_zone, str(machine.zone))
                 api.create_queued(machine, spec)
                 record.recreations += 1
-            elif step.kind == "delete-queued":
+            elif step.kind == StepKind.DELETE_QUEUED:
                 api.delete_queued(machine)
                 if step.detail:  # it failed (its valid_for ran out, or Google gave up): back off, next zone
                     create_failed(record, step.detail, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
                     capacity_failed(record, machine.zones, now, QUEUED_ZONE_TRIES, "failed queued resource")
-            elif step.kind == "forget-keys":
+            elif step.kind == StepKind.FORGET_KEYS:
                 forget_keys(p, machine, record.addresses or [])
-            elif step.kind == "setup":
+            elif step.kind == StepKind.SETUP:
                 run_setup(p, machine, record, plan)
         except RemoteError as e:
             record.last_error = short(e.message, 300)
-            if step.kind in ("create", "create-queued"):
+            if step.kind in (StepKind.CREATE, StepKind.CREATE_QUEUED):
                 _create_refused(p, machine, record, plan, e, now)
             else:
                 plan.detail = e.message
@@ -486,12 +495,12 @@ def _create_refused(p: Session, machine: Machine, record: MachineRecord, plan: M
         record.create_sent = record.queue_asked = None  # a definite answer: no node was made
     if isinstance(error, ApiRefused):
         refuse(record, error.message, spec_key(machine))
-        plan.state, plan.detail = "refused", f"create refused: {short(error.message)}"
+        plan.state, plan.detail = MachineState.REFUSED, f"create refused: {short(error.message)}"
     elif isinstance(error, CredentialsFailed):
-        plan.state, plan.detail = "unknown", error.message
+        plan.state, plan.detail = MachineState.UNKNOWN, error.message
     else:
         create_failed(record, error.message, now, p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
-        plan.state, plan.detail = "backoff", f"create failed: {short(error.message)}"
+        plan.state, plan.detail = MachineState.BACKOFF, f"create failed: {short(error.message)}"
         if isinstance(error, ApiCapacity):
             capacity_failed(record, machine.zones, now)
 
@@ -517,14 +526,14 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
     """Start the setup commands detached on every worker (once per incarnation), wait a little."""
 
     incarnation = str(record.incarnation or "")
-    setup = record.setup or Setup("running")
+    setup = record.setup or Setup(SetupStatus.RUNNING)
     if not machine.setup:
-        record.setup = Setup("done", incarnation=incarnation)
-        plan.state, plan.detail = "up", "ready (no setup commands)"
+        record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
+        plan.state, plan.detail = MachineState.UP, "ready (no setup commands)"
         return
-    retry = setup.status == "failed"
+    retry = setup.status == SetupStatus.FAILED
     if retry:
-        setup = Setup("running", tries=setup.tries)
+        setup = Setup(SetupStatus.RUNNING, tries=setup.tries)
     tag = scripts.setup_tag(incarnation)
     eps = p.endpoints(machine)
     # A pass waits a while for a setup, so a quick one launches in that pass.
@@ -543,16 +552,16 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
     results = parallel(one, eps)
     words = [scripts.setup_outcome(r) for r in results]
     if all(w == "done" for w in words):
-        record.setup = Setup("done", incarnation=incarnation)
-        plan.state, plan.detail = "up", "ready"
+        record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
+        plan.state, plan.detail = MachineState.UP, "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
-        setup.status, setup.tries, setup.error = "failed", setup.tries + 1, results[bad].strip()[-300:]
+        setup.status, setup.tries, setup.error = SetupStatus.FAILED, setup.tries + 1, results[bad].strip()[-300:]
         record.setup = setup
-        plan.state, plan.detail = "setup failed", f"worker {bad}: {results[bad].strip()[-200:]}"
+        plan.state, plan.detail = MachineState.SETUP_FAILED, f"worker {bad}: {results[bad].strip()[-200:]}"
     else:
         record.setup = setup
-        plan.state, plan.detail = "setting up", "setup commands running"
+        plan.state, plan.detail = MachineState.SETTING_UP, "setup commands running"
 
 
 def request_recreate(p: Session, machine: Machine, now: float) -> MachineWork | None:

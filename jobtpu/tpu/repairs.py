@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from jobtpu import timing
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.schema.state import Setup
+from jobtpu.schema.records import MachineState, Setup, SetupStatus
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.fleet import Machine
     from jobtpu.tpu.api import NodeInfo
 
 
@@ -121,13 +121,13 @@ def _record(p: Session, machine: Machine, incarnation: str, failed: list[tuple[i
     if record.incarnation != incarnation:
         return
     if not failed:
-        record.setup = Setup("done", incarnation=incarnation)
-        record.state, record.detail = "up", "ready (setup run by `jobtpu tpu setup`)"
+        record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
+        record.state, record.detail = MachineState.UP, "ready (setup run by `jobtpu tpu setup`)"
         return
     i = failed[0][0]
     tail = " ".join(results[i][0])[-300:] or failed[0][1]
-    record.setup = Setup("failed", tries=SETUP_RETRIES, incarnation=incarnation, error=tail)
-    record.state, record.detail = "setup failed", f"worker {i}: {tail[-200:]}"
+    record.setup = Setup(SetupStatus.FAILED, tries=SETUP_RETRIES, incarnation=incarnation, error=tail)
+    record.state, record.detail = MachineState.SETUP_FAILED, f"worker {i}: {tail[-200:]}"
 
 
 def why_no_restart(accelerator: str | None, workers: int) -> str | None:

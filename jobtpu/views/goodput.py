@@ -49,12 +49,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
 from jobtpu.views.progress import Progress
 
-FINISHED = "finished"
-KILLED = "killed"  # an attempt a person stopped (`jobtpu kill`): a pass never kills on its own
 # What happens to a machine, whichever job's pass reported it (a preemption seen through job 4 ended job 3 too).
 _MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTED, ev.TPU_DELETE_DONE,
                             ev.TPU_CREATE_STARTED, ev.TPU_CREATE_DONE, ev.TPU_CREATE_FAILED, ev.TPU_SETUP_STARTED,

@@ -10,12 +10,12 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
-import msgspec
-
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import read_regular
+from jobtpu.schema.decode import FileRefused
 from jobtpu.schema.state import Job, Status
+from jobtpu.schema.state_file import decode_history_line
 
 STATUS_ORDER = tuple(s.value for s in Status)
 
@@ -195,9 +195,6 @@ def config_aliases(home: Home) -> dict[str, str]:
 
 # ---- history --------------------------------------------------------------------------------------
 
-_JOB = msgspec.json.Decoder(Job)
-
-
 def history(home: Home) -> list[Job]:
     """The jobs `clean` moved to history.jsonl, newest first (a job listed twice, after a crash
     between the append and the save, counts once: its last line)."""
@@ -211,10 +208,9 @@ def history(home: Home) -> list[Job]:
         if not line.strip():
             continue
         try:
-            job = _JOB.decode(line)
-        except msgspec.DecodeError as e:
-            raise ConfigError(f"{path.name}:{number}: not a job record ({str(e)[:100]})",
-                              hint=f"fix or delete that line of {path}") from None
+            job = decode_history_line(line)
+        except FileRefused as e:
+            raise ConfigError(f"{path.name}:{number}: {e}", hint=f"fix or delete that line of {path}") from None
         by_id.pop(job.id, None)
         by_id[job.id] = job
     return list(reversed(by_id.values()))

@@ -7,7 +7,8 @@ import html
 from collections.abc import Sequence
 from datetime import datetime
 
-from jobtpu.views.goodput import FINISHED, JobReport
+from jobtpu.schema.state import FINISHED
+from jobtpu.views.goodput import JobReport
 from jobtpu.views.text import printable
 
 

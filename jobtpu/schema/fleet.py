@@ -1,0 +1,149 @@
+"""The fleet as the rest of jobtpu sees it: each Machine (machines.json's entry, its connection keys
+filled from `defaults`, its zones and create fields worked out), the team's limits and settings.
+schema/machines.py builds it from the file's types (schema/machines_file.py)."""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import msgspec
+
+from jobtpu.errors import NotFoundError
+from jobtpu.schema.machines_file import MachineEntry
+
+if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
+    from jobtpu.sheet.config import SheetConfig
+
+
+# Matched case-insensitively, as the old TPU manager did ("GRPC Error" too). The last two of grpc are
+# the machine failing, not the job: libtpu crashing as its runtime tears down, and a worker whose
+# python is gone (a half-set-up or wiped disk); the rule's recovery (resume, or reapply's new node)
+# is what helps, where `exit N` would end the job. "Allocation type" heads XLA's out-of-memory report.
+DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
+    "grpc": ("GRPC error", "DEADLINE_EXCEEDED", "Socket closed", "failed to connect to all addresses",
+             "UNAVAILABLE: ", "StatusCode.UNAVAILABLE", "Attempt to free invalid pointer",
+             "python: No such file or directory"),
+    "oom": ("RESOURCE_EXHAUSTED", "Out of memory", "OutOfMemoryError", "Allocation type"),
+}
+
+
+@dataclass(frozen=True)
+class UserLimit:
+    """One user's limits; None: no limit on that count."""
+
+    jobs: int | None = None
+    machines: int | None = None
+    tpu_machines: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.jobs is not None or self.machines is not None or self.tpu_machines is not None
+
+
+NO_LIMIT = UserLimit()
+
+
+class Machine(MachineEntry, frozen=True, kw_only=True):
+    """One machine: its entry in machines.json (each key as written, declared once there), with the
+    keys worked out from the entry redeclared here with what they came to."""
+
+    name: str
+    hosts: tuple[str, ...] = ()
+    preemptible: bool = False  # Google may take it away: a preemptible or a spot node
+    spot: bool = False
+    zone: str | None = None  # the zone in use (the first of `zones` until capacity errors move it)
+    zones: tuple[str, ...] = ()  # a tpu's zones, in order of preference
+    labels: dict[str, str] = {}
+    # TPU API create fields machines.json sets (its own keys and `node_spec`), over the recorded spec.
+    node_overrides: dict[str, Any] = {}
+    # Provisioned through a queued resource: {"tier": spot|guaranteed|best-effort, "valid_for": seconds}.
+    queued_resource: dict[str, Any] | None = None  # type: ignore[assignment]  # the entry's `true` worked out
+    # The connection keys, each the machine's own else `defaults`'s else the built-in one.
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    root: str = "jobtpu"
+    host_key_policy: Literal["strict", "accept-new", "off"] = "accept-new"
+    connect_timeout: float = 10.0
+    refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """Counts offered, always including `slot` (1 unless declared)."""
+        return {"slot": 1, **self.resources}
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.kind == "tpu"
+
+    def in_zone(self, zone: str | None) -> Machine:
+        """This machine, in one of its zones (the first when `zone` is not one of them)."""
+        return msgspec.structs.replace(
+            self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
+
+    def default_rule(self) -> str:
+        return "pre" if self.is_tpu and self.preemptible else "pass"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    machines: dict[str, Machine]
+    gcp: dict[str, Any] = field(default_factory=dict)
+    config_aliases: dict[str, str] = field(default_factory=dict)
+    error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    notify: list[Any] = field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
+    per_user: UserLimit = NO_LIMIT
+    user_limits: dict[str, UserLimit] = field(default_factory=dict)
+    sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
+    # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
+    refused: tuple[str, ...] = ()
+    runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks
+
+    @cached_property
+    def has_limits(self) -> bool:
+        return self.per_user.any or any(limit.any for limit in self.user_limits.values())
+
+    def limit_for(self, user: str) -> UserLimit:
+        return self.user_limits.get(user, self.per_user)
+
+    def get(self, name: str) -> Machine | None:
+        return self.machines.get(name)
+
+    def require(self, name: str) -> Machine:
+        """The machine, or the one error every command gives for a name it does not know."""
+        return self.resolve(name)
+
+    def resolve(self, name: str) -> Machine:
+        """The machine a user means by `name`: its name in machines.json, one of its `aliases`, or for
+        a TPU machine its node's name (`n`) or full name (`projects/p/locations/z/nodes/n`). Every
+        command that takes a machine name asks here, so each takes the same names."""
+        found = self.machines.get(name) or next((m for m in self.machines.values() if name in m.aliases), None)
+        if found is not None:
+            return found
+        nodes = [m for m in self.machines.values() if m.is_tpu and self._is_node_of(name, m)]
+        if len(nodes) == 1:
+            return nodes[0]
+        if nodes:
+            raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
+                                hint="name the machine as machines.json does")
+        raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {self.names_text()}")
+
+    def _is_node_of(self, name: str, machine: Machine) -> bool:
+        full = _NODE_PATH.fullmatch(name)
+        if full is None:
+            return name == machine.node
+        project = self.gcp.get("project")
+        return (full["node"] == machine.node and full["zone"] in (machine.zones or (machine.zone,))
+                and (not isinstance(project, str) or project == full["project"]))
+
+    def names_text(self) -> str:
+        """Every machine's name, with its aliases in brackets: what an unknown name's hint lists."""
+        return ", ".join(f"{m.name} ({', '.join(m.aliases)})" if m.aliases else m.name for m in self.machines.values())
+
+
+_NODE_PATH = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/nodes/(?P<node>[^/]+)")
+

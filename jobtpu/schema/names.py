@@ -1,0 +1,21 @@
+"""What names and counts state.json and machines.json may hold: the patterns and bounds their
+types and checks share (a hand edit must not make a pass spin or climb out of a folder)."""
+
+from __future__ import annotations
+
+import re
+
+# Counts used in loops and paths: a hand edit must not make a pass spin (a machine offers at most this
+# many of a resource; an attempt runs on at most this many workers).
+MAX_COUNT = 1024
+MAX_WORKERS = 1024
+# An archive is named by its content (<sha256>.tar.gz) and used in paths on remote machines: a bare
+# file name, nothing that could climb out of the archives folder or mean something to a shell.
+ARCHIVE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,200}\.tar\.gz$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# What a user name may be (docs/reference/commands.md §2.1).
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM")  # what --signal may send
+# Integers jobtpu stores must fit 64 bits (what other JSON tools read back exactly).
+INT_RANGE = (-2**63, 2**64 - 1)

@@ -1,0 +1,141 @@
+"""The schema package (docs/reference/state-json.md §4, docs/reference/machines-json.md §3): every
+file jobtpu reads is a msgspec type whose faults one translator tells in one line, and the machine
+record's words are enums that state.json stores as the same strings it always did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobtpu.errors import ConfigError
+from jobtpu.home.layout import Home
+from jobtpu.home.secrets import SecretStore
+from jobtpu.home.settings import load_settings
+from jobtpu.home.store import Store
+from jobtpu.home.users import load_users
+from jobtpu.schema.machines import load_fleet
+from jobtpu.schema.records import MachineState, SetupStatus, StepKind
+from jobtpu.schema.state import Status
+from jobtpu.schema.state_file import encode, render
+from jobtpu.views.listing import history
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+# A state.json byte for byte as jobtpu wrote it before its words were enums: machine records with a
+# state, a setup status and saved TPU steps, jobs in several statuses.
+OLD_STATE = b"""{
+  "version": 1,
+  "next_id": 4,
+  "machines": {
+    "local": {"state":"up"},
+    "v4": {"state":"setting up","detail":"setup commands running","tpu_state":"READY","setup":{"status":"running","tries":1,"incarnation":"2026-01-01T00:00:00Z"},"recreations":2,"steps":["forget-keys","setup"]},
+    "v5": {"state":"recreating","setup":{"status":"failed","tries":3,"error":"boom"},"operation":{"kind":"create","name":"op-1","since":1700000000.5},"steps":["delete-queued","create-queued"]},
+    "box": {"state":"unreachable","detail":"worker 0: refused","since":1700000000,"next_try":1700000030}
+  },
+  "jobs": [
+    {"id":1,"user":"ann","cmd":"echo 1","archive":"a.tar.gz","created":1700000000,"name":"","req":[],"machine":null,"status":"queued","reason":null,"exit_code":null,"attempt":0,"attempts":[],"tags":[],"rule":null,"last_line":""},
+    {"id":2,"user":"ann","cmd":"echo 2","archive":"a.tar.gz","created":1700000000,"name":"","req":[],"machine":"local","status":"running","reason":null,"exit_code":null,"attempt":1,"attempts":[{"n":1,"machine":"local","outcome":null,"exit_code":null,"started":1700000001,"ended":null}],"tags":[],"rule":null,"last_line":""},
+    {"id":3,"user":"ann","cmd":"echo 3","archive":"a.tar.gz","created":1700000000,"name":"","req":[],"machine":"local","status":"failed","reason":"exit 1","exit_code":1,"attempt":1,"attempts":[{"n":1,"machine":"local","outcome":"exit 1","exit_code":1,"started":1700000001,"ended":1700000002}],"tags":[],"rule":null,"last_line":""}
+  ]
+}
+"""
+
+
+def test_an_old_state_json_reads_as_enums_and_saves_byte_for_byte(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    home.state_file.write_bytes(OLD_STATE)
+    state = Store(home).load()
+    v4, v5 = state.machines["v4"], state.machines["v5"]
+    assert isinstance(v4.state, MachineState) and v4.state is MachineState.SETTING_UP and v4.state == "setting up"
+    assert v4.setup is not None and v4.setup.status is SetupStatus.RUNNING and v4.setup.status == "running"
+    assert v4.steps == [StepKind.FORGET_KEYS, StepKind.SETUP] and all(isinstance(s, StepKind) for s in v4.steps)
+    assert v5.steps == ["delete-queued", "create-queued"] and state.machines["box"].state == "unreachable"
+    assert [job.status for job in state.jobs] == [Status.QUEUED, Status.RUNNING, Status.FAILED]
+    assert render(encode(state)) == OLD_STATE
+
+
+@pytest.mark.parametrize(("record", "line"), [
+    ({"state": "sleeping"},
+     "state.json: machine 'm': $.machines['m'].state: invalid enum value 'sleeping' (valid: up, unreachable,"),
+    ({"setup": {"status": "finished"}},
+     "state.json: machine 'm': $.machines['m'].setup.status: invalid enum value 'finished' "
+     "(valid: running, done, failed)"),
+    ({"steps": ["create", "reboot"]},
+     "state.json: machine 'm': $.machines['m'].steps[1]: invalid enum value 'reboot' "
+     "(valid: delete, create, create-queued, delete-queued, forget-keys, setup)"),
+])
+def test_a_machine_record_word_that_is_not_one_is_refused(tmp_path: Path, record: dict[str, object], line: str) -> None:
+    home = Home(tmp_path)
+    home.state_file.write_text(json.dumps({"version": 1, "next_id": 1, "jobs": [], "machines": {"m": record}}))
+    with pytest.raises(ConfigError) as info:
+        Store(home).load()
+    assert info.value.message.startswith(line), info.value.message
+
+
+def _machines(home: Home) -> None:
+    load_fleet(home)
+
+
+def _state(home: Home) -> None:
+    Store(home).load()
+
+
+def _settings(home: Home) -> None:
+    load_settings(home, "ann")
+
+
+def _users(home: Home) -> None:
+    load_users(home)
+
+
+def _secrets(home: Home) -> None:
+    SecretStore(home).check()
+
+
+def _history(home: Home) -> None:
+    history(home)
+
+
+JOB = {"id": 7, "user": "ann", "cmd": "true", "archive": "a.tar.gz", "created": 1}
+
+# Every file kind, one bad field each → the one line that says so.
+FILES = [
+    ("machines.json", {"machines": {"m": {"kind": "ssh", "hosts": ["h"], "port": "22"}}}, _machines,
+     "machines.json: machine 'm': 'port' must be an integer port (got '22')"),
+    ("machines.json", {"gcp": {"projet": "p"}}, _machines,
+     "machines.json: unknown key 'projet' in gcp (valid: project, api_endpoint, credentials, recreate_backoff)"),
+    ("state.json", {"version": 1, "next_id": 8, "jobs": [{**JOB, "tags": "a"}]}, _state,
+     "state.json: job 7: $.jobs[0].tags: expected array, got str"),
+    ("users/ann/settings.json", {"time_zone": 5}, _settings,
+     "settings.json of user ann: 'time_zone' must be a time zone: an IANA name like Asia/Shanghai, UTC or local "
+     "(got 5)"),
+    ("users/ann/settings.json", {"colour": "red"}, _settings,
+     "settings.json of user ann: unknown key 'colour' in the top level (valid: rule, req, columns, time_zone, dirs, "
+     "aliases, notify)"),
+    ("users.json", {"users": ["ann", "Bad Name"]}, _users,
+     "users.json: must be an object {\"users\": [names]}, each name 1–32 of a-z, 0-9, '_' or '-', starting with a "
+     "letter or '_'"),
+    ("secrets.json", {"seven": {"TOKEN": "x"}}, _secrets,
+     "secrets.json: must map job ids to objects of NAME: value strings"),
+    ("secrets.json", {"7": {"TOKEN": 1}}, _secrets,
+     "secrets.json: must map job ids to objects of NAME: value strings"),
+    ("history.jsonl", {**JOB, "attempt": "1"}, _history,
+     "history.jsonl:1: job 7: $.attempt: expected int, got str"),
+]
+
+
+@pytest.mark.parametrize(("name", "doc", "load", "line"), FILES, ids=[f"{f[0]}-{i}" for i, f in enumerate(FILES)])
+def test_each_file_s_bad_field_is_one_line_naming_the_file_and_the_field(
+        tmp_path: Path, name: str, doc: object, load: object, line: str) -> None:
+    home = Home(tmp_path)
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
+    before = path.read_bytes()
+    with pytest.raises(ConfigError) as info:
+        load(home)  # type: ignore[operator]
+    assert info.value.message == line
+    assert path.read_bytes() == before
