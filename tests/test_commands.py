@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.cli import COMMANDS, RULE_NAMES, build_parser
-from jobtpu.commands.jobs import ENDED_SHOWN, QUEUED_SHOWN
+from jobtpu.cli import build_parser
+from jobtpu.commands.status import ENDED_SHOWN, QUEUED_SHOWN
+from jobtpu.commands.submit import RULE_NAMES
 from jobtpu.decide import rules
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
@@ -38,7 +39,9 @@ def test_every_option_of_every_command_has_help() -> None:
 
 
 def test_every_command_is_dispatched_and_rule_names_match_the_rules() -> None:
-    assert set(_subparsers(build_parser())) == set(COMMANDS)
+    # Each command's parser names the function it runs (set_defaults(func=...) beside add_parser).
+    commands = _subparsers(build_parser())
+    assert len(commands) > 20 and [name for name, sub in commands.items() if not callable(sub.get_default("func"))] == []
     assert RULE_NAMES == rules.RULES
 
 
