@@ -126,3 +126,19 @@ def test_on_resume_takes_dashed_words_and_refuses_an_unknown_placeholder(tmp_pat
                  "--on-resume", "--config.load_from=gs://ckpt-{region}/run{job}").stdout.strip()
     record = json.loads(jobtpu(home, "status", job, "--json").stdout)
     assert record["jobs"][0]["on_resume"] == "--config.load_from=gs://ckpt-{region}/run{job}"
+
+
+def test_commands_added_in_one_loop_each_run_their_own_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    """resume/rerun and hold/release are added by one loop each: every parser's function keeps its own
+    flag (one closing over the loop's variable would make both commands act as the last one)."""
+    from jobtpu.commands import hold, requeue
+
+    calls: list[tuple[str, bool]] = []
+    monkeypatch.setattr(requeue, "requeue", lambda home, sel, machine, resume, force, dry_run:
+                        calls.append(("requeue", resume)) or 0)
+    monkeypatch.setattr(hold, "hold", lambda home, sel, release, force, dry_run: calls.append(("hold", release)) or 0)
+    parser = build_parser()
+    for argv in (["resume", "3"], ["rerun", "3"], ["hold", "3"], ["release", "3"]):
+        parsed = parser.parse_args(argv)
+        assert parsed.func(None, parsed) == 0
+    assert calls == [("requeue", True), ("requeue", False), ("hold", False), ("hold", True)]
