@@ -324,6 +324,6 @@ def test_an_unknown_id_points_to_listings_that_show_it(tmp_path: Path) -> None:
 
 
 def test_the_status_words_status_accepts_are_the_model_s() -> None:
-    from jobtpu.cli import STATUS_NAMES
+    from jobtpu.commands.select import STATUS_NAMES
 
     assert tuple(s.value for s in Status) == STATUS_NAMES

@@ -331,7 +331,7 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
 
 
 def test_the_status_words_a_selector_takes_are_the_models() -> None:
-    from jobtpu.cli import STATUS_NAMES
+    from jobtpu.commands.select import STATUS_NAMES
     from jobtpu.schema.state import Status
 
     assert tuple(s.value for s in Status) == STATUS_NAMES

@@ -4,8 +4,10 @@ machine record, so a change made beside a pass could be written over by it."""
 
 from __future__ import annotations
 
+import argparse
 from typing import NamedTuple
 
+from jobtpu.commands import args
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.users import check_owner, check_owners, known_user
@@ -107,3 +109,18 @@ def note(home: Home, machine: str | None, words: list[str], force: bool = False)
             what = f"machine {name}"
     print(printable(f"{what}: note {text!r}" if text else f"{what}: note cleared"))
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "tag", "add (+TAG) and remove (-TAG) tags of jobs")
+    p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="ID... +TAG -TAG",
+                   help="the jobs, then the changes: +best adds the tag best, -draft removes draft")
+    p.set_defaults(func=lambda home, a: tag(home, a.words, a.force))
+
+    p = args.add_command(subparsers, "note", "set a job's note (or with --machine a machine's), shown by status and machines")
+    p.add_argument("--machine", metavar="NAME", help="the machine whose note to set, instead of a job's")
+    p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
+    p.add_argument("words", nargs="+", metavar="[ID] TEXT",
+                   help='the job\'s id (without --machine), then the note; "" clears it')
+    p.set_defaults(func=lambda home, a: note(home, a.machine, a.words, a.force))

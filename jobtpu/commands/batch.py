@@ -1,16 +1,14 @@
-"""What `submit` adds for sweeps, dependencies, retries, grace and an early signal, and the `hold`
-and `release` commands. The pure parts (axes, sweep files, cycles) are in jobtpu/sweeps.py."""
+"""What `submit` adds for sweeps, dependencies, retries, grace and an early signal, and what `clean`
+settles for the jobs that wait on the ones it removes. The pure parts (axes, sweep files, cycles)
+are in jobtpu/sweeps.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from jobtpu.commands.common import note
-from jobtpu.commands.select import Selection, announce, require_some, select_current
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.home.users import check_owners, known_user
 
 if TYPE_CHECKING:
     from jobtpu.schema.state import Job, State
@@ -170,28 +168,3 @@ def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
             continue
         job.after = [i for i in job.after if i not in by_id]
         job.after_any = [i for i in job.after_any if i not in by_id]
-
-
-# ---- hold / release -------------------------------------------------------------------------------
-
-def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run: bool = False) -> int:
-    """`hold`: queued jobs stay queued until released; `release`: they may start again."""
-    from jobtpu.passes.session import locked_session
-
-    verb = "release" if release else "hold"
-    require_some(sel, verb)
-    with locked_session(home) as session:
-        chosen = select_current(home, session.state.jobs, sel, verb)
-        if sel.ids:  # named by id: say why one is left as it is
-            for job in chosen:
-                if job.status != "queued":
-                    note(f"job {job.id} is {job.status}; only a queued job is held or released")
-        acting = [j for j in chosen if j.status == "queued" and j.held == release]
-        check_owners(acting, known_user(home, None), force, verb)
-        announce(verb, acting, sel, dry_run)
-        if dry_run:
-            return 0
-        for job in acting:
-            job.held = not release
-            job.waiting = None if release else "held by hold"
-    return 0

@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
@@ -170,3 +171,14 @@ def _take(settings: UserSettings, wanted: UserSettings) -> None:
     settings.dirs.update(wanted.dirs)
     settings.aliases.update(wanted.aliases)
     settings.time_zone = wanted.time_zone
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "import", "take a team over from another tool: users, working directories, aliases, TPU machines")
+    p.add_argument("source", choices=("tpu-manager",), help="the tool: tpu-manager (its data.json)")
+    p.add_argument("data_json", metavar="DATA_JSON", help="the TPU manager's data.json")
+    p.add_argument("--dry-run", action="store_true", help="print what it would import; change nothing")
+    p.add_argument("--force", action="store_true", help="replace entries this home has with other values")
+    p.add_argument("--project", help="the Google Cloud project of its TPUs (machines.json's gcp.project), "
+                   "when machines.json does not name one")
+    p.set_defaults(func=lambda home, a: tpu_manager(home, a.data_json, a.dry_run, a.force, a.project))

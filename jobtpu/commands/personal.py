@@ -3,10 +3,12 @@ directories) and `alias` (config aliases, over the team's and the built-in ones)
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
 
+from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
@@ -216,3 +218,47 @@ def alias(home: Home, action: str, name: str | None, full: str | None, user: str
             raise NotFoundError(f"no alias {name!r}", hint="`jobtpu alias ls` lists them")
     update_settings(home, who, remove)
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    """config, dir, alias: a user's own settings."""
+    as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
+    p = args.add_command(subparsers, "config", "your defaults: rule, req (submit), columns (status), time_zone (times shown)")
+    p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
+    p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns or time_zone (get/reset: all when absent)")
+    p.add_argument("values", nargs="*", metavar="VALUE", help="the value (req and columns take several)")
+    p.add_argument("--user", help=as_user)
+    p.set_defaults(func=lambda home, a: config(home, a.action, a.key, a.values, a.user))
+
+    p = args.add_command(subparsers, "dir", "your numbered working directories; `submit --dir N` snapshots number N")
+    p.add_argument("action", choices=("set", "ls", "rm", "swap"),
+                   help="set N [PATH] (default: here), ls, rm N, swap N M")
+    p.add_argument("args", nargs="*", metavar="N|PATH", help="the number(s), and for set an optional folder")
+    p.add_argument("--user", help=as_user)
+    p.set_defaults(func=_dir_args)
+
+    p = args.add_command(subparsers, "alias", "config aliases: built-in, the team's (machines.json) and your own")
+    p.add_argument("action", choices=("add", "ls", "rm"), help="add NAME FULL, ls (with where each comes from), rm NAME")
+    p.add_argument("args", nargs="*", metavar="NAME|FULL", help="the alias's name, and for add its full config key")
+    p.add_argument("--user", help=as_user)
+    p.set_defaults(func=_alias_args)
+
+
+def _dir_args(home: Home, a: argparse.Namespace) -> int:
+    low, high = {"set": (1, 2), "ls": (0, 0), "rm": (1, 1), "swap": (2, 2)}[a.action]
+    if not low <= len(a.args) <= high:
+        counts = f"{low}" if low == high else f"{low} or {high}"
+        raise JobtpuError(f"`dir {a.action}` takes {counts} argument(s), got {len(a.args)}",
+                          hint="dir set N [PATH], dir ls, dir rm N, dir swap N M")
+    if a.action == "set":
+        return dir_command(home, "set", a.args[:1], (a.args[1:] or [None])[0], a.user)
+    return dir_command(home, a.action, a.args, None, a.user)
+
+
+def _alias_args(home: Home, a: argparse.Namespace) -> int:
+    needs = {"add": 2, "ls": 0, "rm": 1}[a.action]
+    if len(a.args) != needs:
+        raise JobtpuError(f"`alias {a.action}` takes {needs} argument(s), got {len(a.args)}",
+                          hint="alias add NAME FULL, alias ls, alias rm NAME")
+    name, full = (list(a.args) + [None, None])[:2]
+    return alias(home, a.action, name, full, a.user)

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from jobtpu.commands import args
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home.layout import Home
 
@@ -101,3 +102,26 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
         raise JobtpuError("the OpenSSH client (ssh) is not installed here",
                           hint="install it (e.g. `sudo apt-get install -y openssh-client`)") from None
     return 255  # not reached: execvp returns only by raising
+
+
+def worker_choice(text: str) -> int | None:
+    """--worker K, or `all` (None)."""
+    return None if text == "all" else args.count(text)
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    """exec and ssh: a machine's workers."""
+    p = args.add_command(subparsers, "exec", "run a command on a machine's workers at once; lines prefixed [worker]; exit: the worst")
+    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("--worker", type=worker_choice, default=None, metavar="K|all",
+                   help="only worker K (default: all)")
+    p.add_argument("words", nargs="*", metavar="CMD", help="the command, after `--` (run by the login shell)")
+    p.after_dashes = "words"  # type: ignore[attr-defined]
+    p.set_defaults(func=lambda home, a: exec_command(home, a.name, a.worker, a.words))
+
+    p = args.add_command(subparsers, "ssh", "log in to a machine's worker with its key, port and the home's known_hosts")
+    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("--worker", type=args.count, default=0, metavar="K", help="this worker (default 0)")
+    p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")
+    p.after_dashes = "words"  # type: ignore[attr-defined]
+    p.set_defaults(func=lambda home, a: ssh(home, a.name, a.worker, a.words))

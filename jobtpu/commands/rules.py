@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.home.layout import Home
 
@@ -62,3 +63,9 @@ def show_rules(home: Home, as_json: bool) -> int:
     console = Console()
     console.print(rules_table(rows, console.width, SHORT))
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "rules", "what each rule does when an attempt ends, and which machines default to it")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
+    p.set_defaults(func=lambda home, a: show_rules(home, a.json))

@@ -5,10 +5,12 @@ everywhere (docs/reference/commands.md §2.7); each command then keeps the jobs 
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from jobtpu.commands import args
 from jobtpu.errors import EXIT_USAGE, JobtpuError, NotFoundError
 from jobtpu.home.users import known_user
 
@@ -147,3 +149,53 @@ def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> li
             raise NotFoundError(f"no sweep {sweep} in {where}",
                                 hint="a sweep's id is its first job's id, as `submit --sweep` printed it")
     return select(pool, chosen, chooser(home, chosen))
+
+
+# ---- the selection's arguments ----------------------------------------------------------------------
+
+# The status words as `status --status` accepts them; the same as model.Status (a test holds them equal).
+STATUS_NAMES = ("queued", "launching", "running", "killing", "finished", "failed", "killed")
+
+
+def status_words(text: str) -> list[str]:
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    wrong = [w for w in words if w not in STATUS_NAMES]
+    if wrong or not words:
+        from jobtpu.suggest import nearest
+
+        close = nearest((wrong or [text])[0], STATUS_NAMES)
+        meant = f"did you mean {close!r}? " if close else ""
+        raise argparse.ArgumentTypeError(f"{(wrong or [text])[0]!r} is not a status: {meant}use {', '.join(STATUS_NAMES)}")
+    return words
+
+
+def add_selection_args(p: argparse.ArgumentParser, ids_help: str, history: bool = False,
+                       dry_run: bool = False) -> None:
+    """The one set of selectors (above) of status, report and the bulk commands, so the
+    same options pick the same jobs everywhere; `history`: status's --history, `dry_run`: a bulk
+    command's --dry-run and --force."""
+    p.add_argument("ids", nargs="*", type=args.job_id, metavar="ID", help=ids_help)
+    p.add_argument("--tag", action="append", default=[], dest="tags", metavar="TAG",
+                   help="jobs carrying this tag, repeatable (a job must carry every one given)")
+    p.add_argument("--name", action="append", default=[], dest="names", metavar="GLOB",
+                   help="jobs whose whole name matches GLOB (like 'sweep-*'), repeatable (any of them)")
+    p.add_argument("--status", action="append", default=[], dest="statuses", type=status_words,
+                   metavar="S[,S]", help=f"jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
+    p.add_argument("--sweep", action="append", default=[], dest="sweeps", type=args.job_id, metavar="ID",
+                   help="the jobs of sweep ID, whoever submitted them, repeatable (any of them)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--user", help="this user's jobs (default: yours, unless ids or a sweep are given)")
+    who.add_argument("--all-users", action="store_true", help="every user's jobs")
+    if history:
+        p.add_argument("--history", action="store_true",
+                       help="the jobs `clean` moved to history.jsonl, newest first, instead of state.json's")
+    if dry_run:
+        p.add_argument("--dry-run", action="store_true", help="print the jobs it would act on; change nothing")
+        p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each job)")
+
+
+def selection_from(parsed: argparse.Namespace) -> Selection:
+    """What the selectors add_selection_args added were given, as a Selection."""
+    return Selection(ids=tuple(parsed.ids), tags=tuple(parsed.tags), names=tuple(parsed.names),
+                     statuses=tuple(w for words in parsed.statuses for w in words), sweeps=tuple(parsed.sweeps),
+                     user=parsed.user, all_users=parsed.all_users, history=getattr(parsed, "history", False))

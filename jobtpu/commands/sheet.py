@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from jobtpu.commands import args
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
@@ -105,3 +108,46 @@ def unregister(home: Home, name: str) -> int:
     config.tab.check_rows_editable("unregister")
     _say(unregister_row(config, name, memo_path(home)))
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    parser = args.add_command(subparsers, "sheet", "the team's TPU spreadsheet (machines.json's sheet): sync, show, find, claims, notes")
+    parser.set_defaults(func=_run_op)
+    # Its operations parse as the commands do (one-line errors, did-you-mean): the same parser class.
+    ops = parser.add_subparsers(dest="sheet_op", metavar="OP", parser_class=type(parser))
+    ops.required = True
+
+    def op(name: str, help_text: str) -> argparse.ArgumentParser:
+        return ops.add_parser(name, help=help_text, description=help_text)
+
+    op("sync", "write the machines' rows now (a pass does it on its own)")
+    op("show", "print the sheet as jobtpu reads it")
+    p = op("find", "the sheet's rows whose accelerator matches, like --req (v3, v2,v3, v3+, v3-32)")
+    p.add_argument("types", nargs="*", metavar="TYPE", help="accelerator patterns, all of which must match")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("-p", "--preemptible", action="store_const", const=True, dest="preemptible",
+                      help="only preemptible or spot machines")
+    kind.add_argument("-n", "--on-demand", action="store_const", const=False, dest="preemptible",
+                      help="only on-demand machines")
+    p = op("release", "clear a claim made by hand in the sheet's user cell")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("--user", help="only if this user holds it")
+    p = op("note", "set a machine's note in the sheet")
+    p.add_argument("name", help="the machine's name in the sheet")
+    p.add_argument("text", help="the note (\"\" clears it)")
+    p.add_argument("--append", action="store_true", help="add TEXT after the note instead of replacing it")
+    p = op("register", "add a machine's row (passes write it again)")
+    p.add_argument("name", help="a machine of machines.json, or any name (a TPU another home runs)")
+    p = op("unregister", "remove a machine's row (passes leave it off until register)")
+    p.add_argument("name", help="the machine's name in the sheet")
+
+
+def _run_op(home: Home, a: argparse.Namespace) -> int:
+    calls: dict[str, Callable[[], int]] = {
+        "sync": lambda: sync(home), "show": lambda: show(home),
+        "find": lambda: find(home, a.types, a.preemptible),
+        "release": lambda: release(home, a.name, a.user),
+        "note": lambda: note(home, a.name, a.text, a.append),
+        "register": lambda: register(home, a.name), "unregister": lambda: unregister(home, a.name),
+    }
+    return calls[a.sheet_op]()

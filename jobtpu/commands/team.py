@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home, make_dirs, write_atomic
@@ -121,3 +122,17 @@ def user(home: Home, op: str, name: str | None) -> int:
     remove_user(home, name)
     note(f"removed {name}; their jobs keep their name, and acting as {name} is refused from now on")
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "init", "make a home: the folder and a machines.json with the local machine")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
+    p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: setgid, group-writable, "
+                   "never world-writable")
+    p.set_defaults(func=lambda home, a: init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()),
+                                             a.shared))
+
+    p = args.add_command(subparsers, "user", "the team's user list (users.json): add, ls, rm")
+    p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
+    p.add_argument("name", nargs="?", help="the user name (add, rm)")
+    p.set_defaults(func=lambda home, a: user(home, a.op, a.name))

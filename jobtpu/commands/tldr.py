@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jobtpu.commands import args
+
 # Each line fits 80 columns (the example, aligned, then `# what`): tests/test_status_rows.py checks it.
 TLDR: tuple[tuple[str, str], ...] = (
     ("this folder is working dir 1", "jobtpu dir set 1"),
@@ -23,3 +25,8 @@ def tldr() -> int:
         print(f"{example:<{width}}  # {what}")
     print("\nMore: `jobtpu COMMAND --help`, `jobtpu alias ls`, `jobtpu config get`,\n`jobtpu ssh MACHINE`.")
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "tldr", "the ten commands a new team member needs, one example each")
+    p.set_defaults(func=lambda home, a: tldr())

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
@@ -123,3 +124,15 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
         for key, value in info.items():
             print(printable(f"{key:<{width}}  {value if value not in (None, [], {}) else '-'}"))
     return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "tpu", "TPU node operations through the TPU API")
+    p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup", "restart"),
+                   help="describe or status (read), apply (create), reapply (recreate) or delete the node; "
+                        "setup: run the machine's setup commands again on every worker now; restart: stop "
+                        "and start the node (single-host v4 and newer)")
+    p.add_argument("name", help="the TPU machine, as machines.json names it")
+    p.add_argument("--json", action="store_true", help="what describe shows, as JSON")
+    p.add_argument("--force", action="store_true", help="setup: run even while a job runs there")
+    p.set_defaults(func=lambda home, a: tpu(home, a.op, a.name, a.json, a.force))

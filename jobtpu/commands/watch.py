@@ -1,15 +1,15 @@
-"""Watching the fleet: `events` (the event log), `report` (what preemptions cost), `watch` (the live
-dashboard), and the freshness line `status` and `machines` print under their tables."""
+"""`jobtpu watch`: the live full-screen dashboard of jobs, machines and events, running a manage pass
+every round (unless --no-manage)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobtpu.commands.common import emit_json, error_text, note
+from jobtpu.commands import args
+from jobtpu.commands.common import error_text
+from jobtpu.commands.freshness import freshness_text, record_pass_failure
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
@@ -18,172 +18,9 @@ from jobtpu.views.text import printable
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from jobtpu.commands.select import Selection
-    from jobtpu.schema.fleet import Fleet, Machine
-    from jobtpu.schema.state import Job, LastPass, State
+    from jobtpu.schema.fleet import Fleet
+    from jobtpu.schema.state import Job, State
 
-
-# ---- freshness ----------------------------------------------------------------------------------------
-
-STALE_WORD = "STALE"  # what a script greps for in `status`, `machines` and the dashboard
-
-
-def ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{int(seconds)} s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)} min"
-    if seconds < 172800:
-        return f"{int(seconds // 3600)} h"
-    return f"{int(seconds // 86400)} days"
-
-
-def freshness(last: LastPass | None, now: float | None = None) -> tuple[str, bool]:
-    """The line that says how fresh state.json is, and whether it is stale: older than
-    timing's stale_intervals intervals of the loop that ran the last pass (60 s for cron or by hand)."""
-    from jobtpu import timing
-
-    # One missed pass is noise, three in a row mean the loop or the cron entry is gone; passes from
-    # cron or by hand record no interval: cron's own is assumed.
-    stale_intervals, default_interval = timing.current().stale_intervals, timing.current().default_interval
-
-    now = time.time() if now is None else now
-    if last is None:
-        return (f"{STALE_WORD}: no manage pass has run yet: jobs start only in passes (run `jobtpu manage` "
-                "from cron, `jobtpu manage --loop 60` or `jobtpu watch`)"), True
-    every = float(last.every or default_interval)
-    age = now - float(last.ended)
-    line = f"last pass {ago(age)} ago (took {float(last.took):.1f} s)"
-    if age <= stale_intervals * every:
-        return line, False
-    return (f"{STALE_WORD}: {line}; passes should run every {every:g} s: is `jobtpu manage` still running "
-            "(its cron entry or --loop)?"), True
-
-
-def freshness_text(last: LastPass | None, one_line: bool = False) -> Any:
-    """The freshness line, red when stale; `one_line`: cut to the screen's width (the dashboard)."""
-    from rich.text import Text
-
-    line, stale = freshness(last)
-    return Text(line, style="bold red" if stale else "dim", no_wrap=one_line, overflow="ellipsis" if one_line else "fold")
-
-
-def say_freshness(last: LastPass | None) -> None:
-    """Under `status` and `machines`, on stderr (stdout stays the table scripts read): the stale
-    warning always, the plain `last pass N s ago` only to a person at a terminal."""
-    import sys
-
-    from rich.console import Console
-
-    _, stale = freshness(last)
-    if stale or sys.stderr.isatty():
-        Console(stderr=True).print(freshness_text(last))
-
-
-def last_pass_json(last: LastPass | None) -> dict[str, Any] | None:
-    """What `machines --json` says of the last pass."""
-    if last is None:
-        return {"ended": None, "took": None, "every": None, "age": None, "stale": True}
-    _, stale = freshness(last)
-    return {"ended": last.ended, "took": last.took, "every": last.every,
-            "age": round(time.time() - float(last.ended), 3), "stale": stale}
-
-
-def record_pass_failure(home: Home, error: BaseException) -> None:
-    """A pass raised: an event in the log (best effort: the error itself is what the user sees)."""
-    from jobtpu.passes.tell import pass_failed
-
-    text = error_text(error) if isinstance(error, JobtpuError) else f"{type(error).__name__}: {error}"
-    text = text.removeprefix("jobtpu: error: ").splitlines()[0] if text else ""
-    with contextlib.suppress(Exception):  # never hide the pass's own error behind the log's
-        pass_failed(home.root, [], text)
-
-
-# ---- events ---------------------------------------------------------------------------------------------
-
-def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
-           as_json: bool) -> int:
-    from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.tell import eventlog
-    from jobtpu.tell import events as ev
-    from jobtpu.tell.follow import follow as follow_log
-
-    zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them
-    found = follow_log(home.root, job, machine, since) if follow else eventlog.read(home.root, job, machine, since)
-    for event in found:
-        if as_json:
-            emit_json(event.to_json())
-        else:
-            print(ev.render_line(event, zone), flush=follow)
-    return 0
-
-
-# ---- report ---------------------------------------------------------------------------------------------
-
-def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
-    """What an attempt of `job` held on `machine`, and its unit: a TPU's chips from its type (v2/v3/
-    v4/v5p names count TensorCores, two a chip; v5e/v6e names count chips); on a box, the GPUs the
-    job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
-    if machine is None:
-        return None, "chip"
-    if machine.is_tpu and machine.accelerator:
-        generation, _, count = machine.accelerator.lower().rpartition("-")
-        if count.isdigit():
-            cores = int(count)
-            return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
-        return None, "chip"
-    if machine.is_tpu:
-        return None, "chip"
-    from jobtpu.decide.fit import parse_request
-
-    try:
-        gpus = parse_request(list(job.req)).resources.get("gpu")
-    except JobtpuError:  # a request state.json holds that no longer parses: unknown, not a failed report
-        gpus = None
-    return gpus or None, "GPU"
-
-
-def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
-    """The jobs the selection names, as `status` picks them (a cleaned job too, by id); without any
-    selector, your jobs that ran."""
-    from jobtpu.commands.select import chosen_jobs
-
-    chosen = chosen_jobs(home, sel, state)
-    return chosen if sel.given else [j for j in chosen if j.attempts]
-
-
-def report(home: Home, sel: Selection, html: str | None) -> int:
-    import msgspec
-
-    from jobtpu.schema.machines import load_fleet
-    from jobtpu.tell import eventlog
-    from jobtpu.views import goodput
-    from jobtpu.views import report as goodput_report
-    from jobtpu.views.progress import Progress
-
-    state = Store(home).load()
-    fleet = load_fleet(home)
-    jobs = report_jobs(home, state, sel)
-    log = eventlog.read(home.root)
-    now = time.time()
-    reports = []
-    for job in jobs:
-        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
-                    for a in job.attempts]
-        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
-        reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
-    if html is not None:
-        path = Path(html).expanduser()
-        path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
-        note(f"wrote {path}")
-        return 0
-    print(goodput_report.render_text(reports) if reports else
-          "no job matches the selection" if sel.given else "no job has run yet")
-    return 0
-
-
-# ---- watch: the dashboard ---------------------------------------------------------------------------------
 
 STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
          "finished": "bold green", "failed": "bold red", "killed": "magenta"}
@@ -381,3 +218,12 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
         row.append(printable("  ".join(extra)))
         rows.append(row)
     return rows
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "watch", "a live full-screen view of jobs, machines and events; runs a manage pass every round")
+    p.add_argument("--interval", type=args.positive_seconds, default=5.0, metavar="SECONDS",
+                   help="seconds between rounds (default 5)")
+    p.add_argument("--no-manage", action="store_true",
+                   help="only display (another manage loop or cron runs the passes); warns when they are late")
+    p.set_defaults(func=lambda home, a: watch(home, a.interval, not a.no_manage))

@@ -1,67 +1,20 @@
-"""The fleet commands: manage (the pass), machines (the fleet's state), doctor (check a machine)."""
+"""`jobtpu machines`: the fleet's state as the last pass saw it (no SSH, no API call): kind,
+accelerator, state, running jobs, free resources, claims in the team sheet."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from jobtpu.commands.common import emit_json, error_text, note
-from jobtpu.errors import JobtpuError
+from jobtpu.commands import args
+from jobtpu.commands.common import emit_json
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
-from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Machine
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
 
-
-# ---- manage ---------------------------------------------------------------------------------------
-
-def manage(home: Home, loop: float | None, dry_run: bool) -> int:
-    """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
-    from jobtpu.passes import manage as passes
-    from jobtpu.passes.session import kept_connections
-
-    with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
-        return _manage_rounds(home, loop, dry_run, passes.run_pass)
-
-
-def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
-    from jobtpu.commands.watch import record_pass_failure
-
-    while True:
-        try:
-            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop)
-        except Exception as e:
-            # A loop logs every failed round (nobody may be reading its terminal); a single pass
-            # that fails on the user's mistake (a broken machines.json) changes nothing, as every
-            # command does, and says so: only its other failures (a bug, a full disk) are logged.
-            if not dry_run and (loop is not None or not isinstance(e, JobtpuError)):
-                record_pass_failure(home, e)
-            if loop is None:
-                raise
-            # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
-            # a full disk or a bug (the traceback) is reported, and the next round tries again.
-            if isinstance(e, JobtpuError):
-                note(error_text(e))
-            else:
-                import traceback
-
-                note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
-        else:
-            if dry_run:
-                for line in report.notes or ["nothing to do"]:
-                    print(printable(line))
-            elif report.skipped:
-                note("jobtpu: another manage pass is running; skipped")
-            if loop is None:
-                return 0
-        time.sleep(loop)
-
-
-# ---- machines -------------------------------------------------------------------------------------
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
     from jobtpu.decide.core import used_resources
@@ -126,7 +79,7 @@ def _never_seen(machine: Machine) -> str:
 
 
 def machines(home: Home, as_json: bool) -> int:
-    from jobtpu.commands.watch import last_pass_json, say_freshness
+    from jobtpu.commands.freshness import last_pass_json, say_freshness
 
     state = Store(home).load()
     rows = machine_rows(home, state)
@@ -144,12 +97,7 @@ def machines(home: Home, as_json: bool) -> int:
     return 0
 
 
-def doctor(home: Home, name: str, fix: bool, accelerator: bool = False) -> int:
-    """Check a machine's workers; exit 1 when any check found a problem."""
-    from jobtpu.remote.doctor import doctor as check_machine
-    from jobtpu.schema.machines import load_fleet
-
-    fleet = load_fleet(home)
-    machine = fleet.require(name)
-    problems = check_machine(home, fleet, machine, fix=fix, report=note, accelerator=accelerator)
-    return 1 if problems else 0
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "machines", "the fleet: kind, accelerator, state, running jobs, free resources")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
+    p.set_defaults(func=lambda home, a: machines(home, a.json))

@@ -1,0 +1,37 @@
+"""`jobtpu fetch`: pull a job's remote folder (or a path in it) into results/ID/ or --to DIR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobtpu.commands import args
+from jobtpu.commands.common import note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+
+
+def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
+    """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
+    from jobtpu.remote.operations import fetch as fetch_folder
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.views.listing import find_job
+
+    state = Store(home).load()
+    job = find_job(home, state.jobs, job_id)  # a cleaned job's folder stays until `clean --remote`
+    if not job.attempts:
+        raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
+    if Path(path).is_absolute() or ".." in Path(path).parts:
+        raise JobtpuError(f"PATH {path!r} must be relative to the job's folder, without '..'")
+    target = Path(to).expanduser() if to else home.results(job.id)
+    fetch_folder(home, load_fleet(home), state, job, path, target)
+    note(f"fetched into {target}")
+    return 0
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "fetch", "pull the job's remote folder (or PATH in it) into results/ID/ or --to DIR")
+    p.add_argument("id", type=int, help="the job")
+    p.add_argument("path", nargs="?", default="", help="a file or folder inside the job's folder (default: all)")
+    p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/")
+    p.set_defaults(func=lambda home, a: fetch(home, a.id, a.path, a.to))

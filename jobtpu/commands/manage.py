@@ -1,0 +1,61 @@
+"""`jobtpu manage`: one pass over the fleet, or (--loop) a pass every SECONDS until interrupted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from jobtpu.commands import args
+from jobtpu.commands.common import error_text, note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.views.text import printable
+
+
+def manage(home: Home, loop: float | None, dry_run: bool) -> int:
+    """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
+    from jobtpu.passes import manage as passes
+    from jobtpu.passes.session import kept_connections
+
+    with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
+        return _manage_rounds(home, loop, dry_run, passes.run_pass)
+
+
+def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
+    from jobtpu.commands.freshness import record_pass_failure
+
+    while True:
+        try:
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop)
+        except Exception as e:
+            # A loop logs every failed round (nobody may be reading its terminal); a single pass
+            # that fails on the user's mistake (a broken machines.json) changes nothing, as every
+            # command does, and says so: only its other failures (a bug, a full disk) are logged.
+            if not dry_run and (loop is not None or not isinstance(e, JobtpuError)):
+                record_pass_failure(home, e)
+            if loop is None:
+                raise
+            # The loop babysits jobs at 3 am: a typo in machines.json, a busy state file (one line),
+            # a full disk or a bug (the traceback) is reported, and the next round tries again.
+            if isinstance(e, JobtpuError):
+                note(error_text(e))
+            else:
+                import traceback
+
+                note("jobtpu: the pass failed; trying again next round\n" + traceback.format_exc().rstrip())
+        else:
+            if dry_run:
+                for line in report.notes or ["nothing to do"]:
+                    print(printable(line))
+            elif report.skipped:
+                note("jobtpu: another manage pass is running; skipped")
+            if loop is None:
+                return 0
+        time.sleep(loop)
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "manage", "one pass over the fleet: reap, recover, dispatch, pull logs")
+    p.add_argument("--loop", type=args.positive_seconds, metavar="SECONDS", help="repeat every SECONDS until interrupted")
+    p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
+    p.set_defaults(func=lambda home, a: manage(home, a.loop, a.dry_run))

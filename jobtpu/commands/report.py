@@ -1,0 +1,88 @@
+"""`jobtpu report`: what preemptions and failures cost each job (time per attempt, each interruption
+split into its phases, work redone, goodput), as text or one HTML page."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jobtpu.commands import args
+from jobtpu.commands.common import note
+from jobtpu.commands.select import Selection, add_selection_args, chosen_jobs, selection_from
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+
+if TYPE_CHECKING:
+    from jobtpu.schema.fleet import Machine
+    from jobtpu.schema.state import Job, State
+
+
+def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
+    """What an attempt of `job` held on `machine`, and its unit: a TPU's chips from its type (v2/v3/
+    v4/v5p names count TensorCores, two a chip; v5e/v6e names count chips); on a box, the GPUs the
+    job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
+    if machine is None:
+        return None, "chip"
+    if machine.is_tpu and machine.accelerator:
+        generation, _, count = machine.accelerator.lower().rpartition("-")
+        if count.isdigit():
+            cores = int(count)
+            return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
+        return None, "chip"
+    if machine.is_tpu:
+        return None, "chip"
+    from jobtpu.decide.fit import parse_request
+
+    try:
+        gpus = parse_request(list(job.req)).resources.get("gpu")
+    except JobtpuError:  # a request state.json holds that no longer parses: unknown, not a failed report
+        gpus = None
+    return gpus or None, "GPU"
+
+
+def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
+    """The jobs the selection names, as `status` picks them (a cleaned job too, by id); without any
+    selector, your jobs that ran."""
+    chosen = chosen_jobs(home, sel, state)
+    return chosen if sel.given else [j for j in chosen if j.attempts]
+
+
+def report(home: Home, sel: Selection, html: str | None) -> int:
+    import msgspec
+
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.tell import eventlog
+    from jobtpu.views import goodput
+    from jobtpu.views import report as goodput_report
+    from jobtpu.views.progress import Progress
+
+    state = Store(home).load()
+    fleet = load_fleet(home)
+    jobs = report_jobs(home, state, sel)
+    log = eventlog.read(home.root)
+    now = time.time()
+    reports = []
+    for job in jobs:
+        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
+                    for a in job.attempts]
+        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
+        reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
+    if html is not None:
+        path = Path(html).expanduser()
+        path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
+        note(f"wrote {path}")
+        return 0
+    print(goodput_report.render_text(reports) if reports else
+          "no job matches the selection" if sel.given else "no job has run yet")
+    return 0
+
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "report", "what preemptions and failures cost each job: time per attempt, each interruption "
+                          "split into detection, delete+create, setup and launch, work redone, goodput")
+    add_selection_args(p, "these jobs, whoever submitted them (default: your jobs that ran)")
+    p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
+    p.set_defaults(func=lambda home, a: report(home, selection_from(a), a.html))

@@ -1,0 +1,155 @@
+"""`jobtpu status`: the jobs as a table (what a person reads: active, next queued, last ended), as
+JSON, or redrawn under --watch.
+
+A listing: it imports at the top only what it uses (`jobtpu status` runs from watch and scripts, so
+every module it loads is start-up time paid on every call)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from jobtpu.commands import args
+from jobtpu.commands.select import Selection, add_selection_args, chosen_jobs, selection_from
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+
+if TYPE_CHECKING:
+    from jobtpu.schema.state import Job, State
+
+
+# The table shows what a person looks at: every job on a machine, the next queued ones and the most
+# recently ended; a sweep's thousands of other rows would take seconds to draw and nobody reads them.
+QUEUED_SHOWN = 20
+ENDED_SHOWN = 20
+
+
+HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
+
+
+def _ended_at(job: Job) -> float:
+    ended = job.attempts[-1].ended if job.attempts else None
+    return float(ended if ended is not None else job.created)
+
+
+def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
+    """The jobs the table shows, in id order, and a line saying what it left out (None: nothing).
+    Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
+    ENDED_SHOWN that ended last."""
+    queued = [j for j in jobs if j.status == "queued"]
+    ended = [j for j in jobs if j.ended]
+    recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
+    keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
+    shown = [j for j in jobs if j.active or id(j) in keep]
+    left_out = []
+    if len(queued) > QUEUED_SHOWN:
+        left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")
+    if len(ended) > len(recent):
+        left_out.append(f"{len(ended) - len(recent)} older ended")
+    if not left_out:
+        return shown, None
+    return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
+
+
+def sweep_summary(jobs: list[Job]) -> str:
+    """A sweep's line of counts, most advanced first: `4 finished, 1 running, 1 failed`."""
+    order = ("finished", "running", "launching", "killing", "queued", "failed", "killed")
+    counts = {status: sum(1 for j in jobs if j.status == status) for status in order}
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+
+
+def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
+    """The newest HISTORY_SHOWN of the cleaned jobs (newest first), and what the table leaves out."""
+    if len(jobs) <= HISTORY_SHOWN:
+        return jobs, None
+    return jobs[:HISTORY_SHOWN], f"{len(jobs) - HISTORY_SHOWN} older job(s) not shown (--all shows every job)"
+
+
+def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
+    from jobtpu.schema.state_file import jobs_document
+
+    if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
+        sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
+        sys.stdout.flush()
+        return 0
+    from rich.console import Console, Group
+
+    from jobtpu.views.display import jobs_table
+    from jobtpu.views.listing import config_aliases, rows, status_counts
+
+    chosen_columns, zone = status_view(home)
+    viewer = viewer_name()
+
+    console = Console()
+    aliases = config_aliases(home)
+
+    from jobtpu.commands.freshness import freshness_text, say_freshness
+
+    def table(state: State) -> Any:
+        jobs = chosen_jobs(home, chosen, state)
+        if chosen.ids or show_all:  # jobs named by id are always shown
+            shown, left_out = jobs, None
+        else:  # only the rows shown become table cells
+            shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
+        now = time.time()
+        counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
+                  else status_counts(jobs))
+        captions = [("in history: " if chosen.history else "") + counts]
+        return jobs_table(rows(shown, now, aliases, zone), console.width,
+                          captions + ([left_out] if left_out else []), columns_for(chosen_columns, shown, viewer))
+
+    if watch is None:
+        state = Store(home).load()
+        console.print(table(state))
+        say_freshness(state.last_pass)
+        return 0
+    from rich.live import Live
+
+    with Live(jobs_table([], console.width), console=console, screen=False, auto_refresh=False) as live:
+        while True:
+            state = Store(home).load()
+            live.update(Group(table(state), freshness_text(state.last_pass)), refresh=True)
+            time.sleep(max(0.2, watch))
+
+
+def status_view(home: Home) -> tuple[list[str] | None, Any]:
+    """The columns (None: the defaults) and the time zone the person looking set."""
+    from jobtpu.home.settings import viewer_settings, viewer_zone
+
+    settings = viewer_settings(home)
+    return settings.columns or None, viewer_zone(settings)
+
+
+def viewer_name() -> str | None:
+    """Who is looking (None: a login jobtpu cannot take as a user name, so nobody's own view)."""
+    from jobtpu.inputs import resolve_user
+
+    try:
+        return resolve_user(None)
+    except JobtpuError:
+        return None
+
+
+def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
+    """The columns chosen, else the defaults without `user` when every job shown is the viewer's
+    own (it would say the same name on every row)."""
+    from jobtpu.views.display import DEFAULT_JOB_COLUMNS
+
+    if chosen is not None:
+        return chosen
+    own = all(job.user == viewer for job in shown)
+    return [c for c in DEFAULT_JOB_COLUMNS if not (own and c == "user")]
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "status", "the jobs, as a table")
+    add_selection_args(p, "only these jobs, whoever submitted them (default: your jobs)", history=True)
+    p.add_argument("--all", action="store_true", dest="show_all",
+                   help=f"every job in the table (default: jobs on a machine, the next {QUEUED_SHOWN} "
+                        f"queued and the {ENDED_SHOWN} that ended last)")
+    p.add_argument("--json", action="store_true", help="every selected job as JSON (the stored records)")
+    p.add_argument("--watch", nargs="?", type=args.positive_seconds, const=5.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 5) until interrupted")
+    p.set_defaults(func=lambda home, a: status(home, selection_from(a), a.json, a.watch, a.show_all))

@@ -1,0 +1,297 @@
+"""`jobtpu submit`: check what the user typed, snapshot the folder, queue the job (or a sweep's jobs)
+under fresh ids; its parser's options are `run`'s too."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from jobtpu.commands import args
+from jobtpu.commands.common import emit_json, note, sigterm_interrupts
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.home.users import known_user
+
+if TYPE_CHECKING:
+    from jobtpu.schema.fleet import Fleet
+    from jobtpu.schema.state import Job
+
+# The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): the
+# parser does not import the model, so that `--help` and a cached `status` load as little as they can.
+RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
+
+
+class SubmitOptions(NamedTuple):
+    """What `submit` and `run` take, as the user typed it (checked by build_job)."""
+
+    cmd: str
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
+    req: list[str] = []
+    machine: str | None = None
+    name: str = ""
+    tag: list[str] = []
+    env: list[str] = []
+    rule: str | None = None
+    max_recoveries: int = 20
+    timeout: str | None = None
+    stall: str | None = None
+    include: list[str] = []
+    exclude: list[str] = []
+    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
+    user: str | None = None
+    log_stage: bool = False
+    on_resume: str | None = None
+    overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
+    progress: str | None = None
+    priority: int = 0
+    sheet_note: str | None = None
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = []
+    sweep_file: str | None = None
+    after: list[str] = []
+    after_any: list[str] = []
+    retries: int = 0
+    grace: str | None = None
+    signal: str | None = None
+
+
+def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
+    """Check everything the user typed, then snapshot; raises before anything is written."""
+    from jobtpu.decide.fit import parse_request, why_not
+    from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
+    from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
+    from jobtpu.schema.state import Job
+
+    user = known_user(home, opts.user)
+    settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
+    req = opts.req or settings.req
+    rule = opts.rule if opts.rule is not None else settings.rule
+    if not opts.cmd.strip():
+        raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
+    request = parse_request(req)
+    pin = fleet.resolve(opts.machine).name if opts.machine is not None else None  # an alias pins its machine
+    reasons = {m.name: why_not(m, request, pin) for m in fleet.machines.values()}
+    if all(r is not None for r in reasons.values()):
+        why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+        raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
+                          hint=f"change --req/--machine, or add a machine to {home.machines_file}")
+    timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
+    stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
+    env = parse_env(opts.env)
+    check_overrides_typed(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
+    overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
+    for tag in opts.tag:
+        if not tag.strip():
+            raise JobtpuError("--tag must not be empty")
+    from jobtpu.limits import check_submit
+
+    check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
+    if opts.on_resume is not None:
+        from jobtpu.decide.placement import check_on_resume
+        from jobtpu.limits import MAX_OVERRIDES, check_length
+
+        check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
+        check_on_resume(opts.on_resume)
+    if opts.progress is not None:
+        from jobtpu.views.progress import compile_progress
+
+        try:
+            compile_progress(opts.progress)
+        except ValueError as e:
+            raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
+    src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
+    if chosen_because:
+        note(chosen_because)
+    from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
+
+    # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
+    local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
+    home.ensure()  # the first command in a new home says where it made it
+    with sigterm_interrupts():
+        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+                        allow_secrets=opts.allow_secrets)
+    return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
+               req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
+               overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
+               max_recoveries=opts.max_recoveries,
+               timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
+
+
+def _sheet_note(src: Path, given: str | None) -> str | None:
+    """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
+    from jobtpu.limits import MAX_SHEET_NOTE, cell
+    from jobtpu.sheet.jobnote import job_note
+
+    found = job_note(src, given)  # --sheet-note was checked; the run config's is cut, with a mark
+    return cell(found, MAX_SHEET_NOTE) if found is not None else None
+
+
+def submit(home: Home, opts: SubmitOptions) -> Job:
+    """Queue a job: checked, snapshotted, its secrets filed, then saved under a fresh id."""
+    return submit_jobs(home, opts)[0]
+
+
+def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
+    """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
+    then saved under fresh consecutive ids in one write."""
+    from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
+    from jobtpu.home.settings import load_settings
+    from jobtpu.home.store import take_next_id, write_id_mark
+    from jobtpu.inputs import parse_duration
+    from jobtpu.schema.machines import load_fleet
+
+    fleet = load_fleet(home)
+    read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
+    timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
+    extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
+                          opts.signal, timeout)
+    check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
+    job = build_job(home, fleet, opts)
+    apply_extras(job, extras)
+    from jobtpu.home.secrets import SecretStore, split_env
+    from jobtpu.home.specs import write_spec
+
+    job.env, secret = split_env(job.env)
+    if extras.combinations is None:
+        jobs = [job]
+    else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference/commands.md §2.2.3)
+        own = load_settings(home, job.user).aliases
+        jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
+    secrets = SecretStore(home)
+    if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
+        secrets.check_keeper()
+        secrets.check()
+    try:
+        with Store(home).transaction(start=read) as state:
+            first = take_next_id(home, state)
+            if len(jobs) > 1:  # the sweep's ids, spent at once like one
+                state.next_id = first + len(jobs)
+                write_id_mark(home, first + len(jobs) - 1)
+            check_dependencies(home, state, first, extras.after, extras.after_any)
+            for offset, each in enumerate(jobs):
+                each.id = first + offset
+                if extras.combinations is not None:
+                    each.sweep = first
+                    each.tags.append(sweep_tag(first))
+                secrets.put(each.id, secret)  # before the job exists, so it never runs without them
+                write_spec(home, each, list(secret))  # what it runs, in a file of this account's (design §7)
+            state.jobs.extend(jobs)
+    except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
+        if secret:
+            for each in jobs:
+                if each.id:
+                    _drop_unsaved_secret(home, each.id)
+        raise
+    return jobs
+
+
+def _drop_unsaved_secret(home: Home, job_id: int) -> None:
+    """After a failed submit: drop the job's secret unless the job reached state.json after all (the
+    failure came after the rename). Best effort: `clean` drops any secret no job holds."""
+    from jobtpu.home.secrets import SecretStore
+
+    try:
+        if Store(home).load().job(job_id) is None:
+            SecretStore(home).drop([job_id])
+    except Exception:  # noqa: BLE001 - the first failure is the one to report
+        pass
+
+
+
+def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
+    print_submitted(submit_jobs(home, opts), as_json)
+    return 0
+
+
+def print_submitted(jobs: list[Job], as_json: bool) -> None:
+    """A job's id; a sweep's ids as a range (12-17)."""
+    from jobtpu.sweeps import id_range
+
+    job = jobs[0]
+    if as_json:
+        document: dict[str, Any] = {"id": job.id, "archive": job.archive}
+        if job.sweep is not None:
+            document.update(sweep=job.sweep, ids=[j.id for j in jobs])
+        emit_json(document)
+    else:
+        print(id_range([j.id for j in jobs]) if job.sweep is not None else job.id, flush=True)
+
+
+def options_from(parsed: argparse.Namespace) -> SubmitOptions:
+    """The parsed arguments of `submit` or `run` as the options build_job checks."""
+    return SubmitOptions(**{name: getattr(parsed, name) for name in SubmitOptions._fields})
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "submit", "snapshot the working folder and queue a job; prints its id")
+    add_job_options(p)
+    p.set_defaults(func=lambda home, a: submit_command(home, options_from(a), a.json))
+
+
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """The options `submit` and `run` share: what to run, where, and how to recover it."""
+    p.add_argument("--cmd", required=True, help="the command to run, by bash, in the snapshot")
+    p.add_argument("--dir", help="the folder to snapshot, or N for your working directory N (`jobtpu dir`); "
+                   "default: here, or your working directory 1 when here is not a project (docs/reference/commands.md §2.2.1)")
+    p.add_argument("--req", action="append", default=[],
+                   help="resource or accelerator request, repeatable (default: your `config` req)")
+    p.add_argument("--machine", help="run only on this machine (its name, an alias, or a TPU's node name)")
+    p.add_argument("--name", default="", help="a free-form name shown by status (at most 200 characters)")
+    p.add_argument("--tag", action="append", default=[], help="a label shown by status, repeatable")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="set K for the job, repeatable; $NAME and ${NAME} in V take the worker's value at "
+                        "job start (PATH=/opt/conda/bin:$PATH), nothing else is interpreted; \\$ is a "
+                        "literal $; secret-looking values are taken as they are")
+    p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
+                   "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
+    p.add_argument("--max-recoveries", type=args.count, default=20, metavar="N",
+                   help="automatic recoveries the rule may make (default 20)")
+    p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
+    p.add_argument("--stall", help="stop when the log has not grown for this long")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="snapshot files matching GLOB even if ignored, repeatable")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="leave files matching GLOB out of the snapshot, repeatable")
+    p.add_argument("--allow-secrets", action="store_true", help="snapshot even a login home folder, or "
+                   "one whose files include .ssh, .gnupg, .aws, .config/gcloud or a private key (refused otherwise)")
+    p.add_argument("--user", help="submit as this user (default: $JOBTPU_USER, else your login)")
+    p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
+    p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
+                   "{zone}, {region} and {job} are filled in (--on-resume '--config.load_from=gs://ckpt-{region}/run{job}')")
+    p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+    p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
+                   "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
+                   "`jobtpu report` uses it")
+    p.add_argument("--priority", type=int, default=0, metavar="N",
+                   help="order among your own queued jobs: higher first (default 0); users take turns")
+    p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
+                   "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
+    _add_batch_options(p)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01); after `--`, "
+                   "passed as they are (no check for the old tool's tag=, rule=, dir=, ssn=, w= or empty values)")
+    p.set_defaults(verbatim=[])
+    p.after_dashes = "verbatim"  # type: ignore[attr-defined]
+
+
+def _add_batch_options(p: argparse.ArgumentParser) -> None:
+    """submit/run: sweeps, dependencies, retries, grace and an early signal."""
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
+    p.add_argument("--sweep-file", metavar="FILE",
+                   help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
+    p.add_argument("--after", action="append", default=[], metavar="ID[,ID]",
+                   help="start only after these jobs finished; fail (reason dependency) if one does not")
+    p.add_argument("--after-any", action="append", default=[], metavar="ID[,ID]",
+                   help="start only after these jobs ended, however they ended")
+    p.add_argument("--retries", type=args.count, default=0, metavar="N",
+                   help="retry an attempt that exited non-zero up to N times (not oom, timeout or kill)")
+    p.add_argument("--grace", metavar="DURATION",
+                   help="wait this long between TERM and KILL when the job is stopped (default 5s)")
+    p.add_argument("--signal", metavar="SIG@DURATION",
+                   help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")

@@ -1,0 +1,138 @@
+"""`jobtpu tail`: a job's log, its last lines read from the end; with -f, pulled and streamed until
+the attempt ends. Its log printing (escaped, decoded across reads) is `run --follow`'s too.
+
+A listing: it imports at the top only what it uses (`jobtpu tail` runs from scripts)."""
+
+from __future__ import annotations
+
+import codecs
+import sys
+import time
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+from jobtpu import timing
+from jobtpu.commands import args
+from jobtpu.commands.common import note
+from jobtpu.errors import NotFoundError
+from jobtpu.home.layout import Home
+from jobtpu.home.logfiles import log_rel
+from jobtpu.home.store import Store
+
+if TYPE_CHECKING:
+    from jobtpu.remote.workers import WorkerRef, WorkerState
+
+
+def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
+    """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
+    from jobtpu.schema.state_file import records
+    from jobtpu.views.listing import find_job
+
+    found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
+    job = records([found])[0]
+    tried = [a["n"] for a in job["attempts"]]
+    attempt = job["attempt"] if asked is None else asked
+    if asked is not None and attempt not in tried:
+        raise NotFoundError(f"job {job_id} has no attempt {attempt}",
+                            hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
+    path, rel = home.log_file(job_id, attempt, worker), log_rel(job_id, attempt, worker)
+    if not path.exists() and not follow_log:
+        if job["status"] == "queued" or not tried:
+            raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
+        raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
+                            hint="logs are pulled by `jobtpu manage`")
+    offset = _print_last_lines(home, rel, lines)
+    decoder = new_decoder()
+    said: str | None = None  # the machine's trouble, said once while it lasts
+    while follow_log:
+        from jobtpu.remote.operations import pull_logs
+
+        current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
+        offset = print_from(home, rel, offset, decoder)
+        if trouble is not None and said is None:
+            note(f"jobtpu: {trouble}; showing the log as last pulled")
+        said = trouble
+        if current is None:
+            return 1
+        if current.ended or current.attempt != attempt:  # a pass saw the attempt end
+            code = next((a.exit_code for a in current.attempts if a.n == attempt), None)
+            return code if code is not None else 1
+        code = attempt_exit_code(workers, current.current.workers if current.current else 1)
+        if code is None:
+            time.sleep(timing.current().follow_poll)
+            continue
+        ours = next((ws for ref, ws in workers.items() if ref.worker == worker), None)
+        if ours is None or offset >= ours.log_size:
+            return code  # every worker's exit record is there and the log is home: no pass needed
+        # else the log is still behind its end: pull the next part at once
+    return 0
+
+
+def attempt_exit_code(workers: dict[WorkerRef, WorkerState], expected: int) -> int | None:
+    """The attempt's exit code once its workers' exit records say it is over, as a pass would decide
+    it: the first worker to fail (by its exit record's time, then index), else 0 when all exited 0."""
+    if len(workers) < expected:
+        return None
+    failed = [ws for ws in workers.values() if ws.exit_code not in (None, 0)]
+    if failed:
+        first = min(failed, key=lambda ws: (ws.exited_at if ws.exited_at is not None else float("inf"),
+                                            ws.ref.worker))
+        return first.exit_code
+    if all(ws.exit_code == 0 for ws in workers.values()):
+        return 0
+    return None
+
+
+def new_decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+def _show(text: str) -> None:
+    """Log text as the characters it holds: a job's escape sequences never steer the terminal."""
+    from jobtpu.views.text import printable_lines
+
+    sys.stdout.buffer.write(printable_lines(text).encode("utf-8", errors="replace"))
+    sys.stdout.flush()
+
+
+def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
+    """Print the log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the
+    whole file); the offset the log ended at."""
+    from jobtpu.home.logfiles import TAIL_READ, read_end
+
+    limit = TAIL_READ
+    while True:
+        data, end = read_end(home.root, rel, limit)
+        if data.count(b"\n") > n or len(data) >= end or limit >= TAIL_READ * max(1, n):
+            break
+        limit *= 4
+    lines = data.splitlines(keepends=True)
+    if len(data) < end and lines:
+        lines = lines[1:]  # a line cut by where the read began
+    if n > 0:
+        _show(b"".join(lines[-n:]).decode(errors="replace"))
+    return end
+
+
+def print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.IncrementalDecoder) -> int:
+    """Print what the log holds past `offset`, escaped; the new offset."""
+    from jobtpu.home.logfiles import read_from
+
+    while True:
+        data = read_from(home.root, rel, offset)
+        if not data:
+            return offset
+        offset += len(data)
+        _show(decoder.decode(data))
+
+
+
+def add_parser(subparsers: args.Subparsers) -> None:
+    p = args.add_command(subparsers, "tail", "a job's log (worker 0, latest attempt, last 50 lines)")
+    p.add_argument("id", type=int, help="the job")
+    p.add_argument("-n", type=args.count, default=50, dest="lines", help="how many last lines (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing as the log grows; exit with the attempt's exit code")
+    p.add_argument("--worker", type=args.count, default=0, help="this worker's log (default 0)")
+    p.add_argument("--attempt", type=args.count, help="this attempt's log (default: the latest)")
+    p.set_defaults(func=lambda home, a: tail(home, a.id, a.lines, a.follow, a.worker, a.attempt))
