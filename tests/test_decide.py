@@ -12,25 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu.decide.core import (
-    Kill,
-    Launch,
-    MachineView,
-    NoAnswer,
-    Observation,
-    Recreate,
-    apply_ending,
-    decide,
-    kill_asked,
-    killed,
-    launched,
-    not_launched,
-    requeue,
-    rules,
-    used_resources,
-    wants_recreate,
-)
+from jobtpu.decide import rules
+from jobtpu.decide.core import apply_ending, decide, requeue, wants_recreate
+from jobtpu.decide.dispatch import used_resources
 from jobtpu.decide.fit import allocate, parse_request, why_not
+from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Recreate
+from jobtpu.decide.outcomes import NoAnswer, kill_asked, killed, launched, not_launched
 from jobtpu.errors import JobtpuError
 from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model

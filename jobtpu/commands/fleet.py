@@ -63,7 +63,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
 # ---- machines -------------------------------------------------------------------------------------
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
-    from jobtpu.decide.core import used_resources
+    from jobtpu.decide.dispatch import used_resources
     from jobtpu.schema.machines import load_fleet
     from jobtpu.schema.state import MachineRecord
 

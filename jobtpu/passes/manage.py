@@ -22,22 +22,9 @@ from typing import Any
 
 from jobtpu import timing
 from jobtpu.decide import reach
-from jobtpu.decide.core import (
-    Kill,
-    Launch,
-    LaunchReport,
-    MachineView,
-    NoAnswer,
-    Observation,
-    Plan,
-    Recreate,
-    decide,
-    kill_asked,
-    killed,
-    launched,
-    not_launched,
-    refs_of,
-)
+from jobtpu.decide.core import decide
+from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, killed, launched, not_launched
 from jobtpu.decide.placement import Place, on_resume_words, place_env
 from jobtpu.errors import BusyError, RemoteError, UnreachableError
 from jobtpu.home import logfiles

@@ -30,7 +30,7 @@ from jobtpu.tell.events import Event
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.decide.core import Observation
+    from jobtpu.decide.observation import Observation
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
     from jobtpu.views.goodput import ProgressPattern

@@ -16,7 +16,7 @@ from jobtpu.schema.state import MachineRecord, Status
 from jobtpu.sheet.api import MachineRow, PassSheet
 
 if TYPE_CHECKING:
-    from jobtpu.decide.core import Observation
+    from jobtpu.decide.observation import Observation
     from jobtpu.home.layout import Home
     from jobtpu.home.store import State
     from jobtpu.passes.session import Session

@@ -25,7 +25,7 @@ from jobtpu.schema.state import MachineRecord, Operation, Refused, Setup, Transi
 from jobtpu.tpu.nodespec import for_zone
 
 if TYPE_CHECKING:
-    from jobtpu.decide.core import Observation
+    from jobtpu.decide.observation import Observation
     from jobtpu.tpu.api import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
