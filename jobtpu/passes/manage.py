@@ -34,7 +34,7 @@ from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.home.store import Snapshot, State, Store
 from jobtpu.passes import tell as passevents
-from jobtpu.passes.session import Session, home_id, parallel, pass_lock
+from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
 from jobtpu.remote import pulls
 from jobtpu.remote.scripts import (
     TAIL_BYTES,
@@ -72,8 +72,9 @@ class PassReport:
 class Pass(Session):
     """A session for one manage pass: it also checks and copies the home's snapshots to workers."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
-        super().__init__(home, fleet, state, snapshot)
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None,
+                 kept: KeptConnections | None = None) -> None:
+        super().__init__(home, fleet, state, snapshot, kept)
         # Per pass: the home's snapshots already checked, and the (worker, snapshot) copies made, so
         # jobs that share a new snapshot and launch together check and copy it once, one at a time.
         self._locks_lock = threading.Lock()
@@ -106,9 +107,11 @@ class Pass(Session):
 
 
 def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
-             on_note: Callable[[str], None] | None = None, every: float | None = None) -> PassReport:
+             on_note: Callable[[str], None] | None = None, every: float | None = None,
+             kept: KeptConnections | None = None) -> PassReport:
     """One pass. `every`: the interval of the loop running this pass (manage --loop, watch), recorded
-    with the pass so that `status` knows when passes are late; None for a single pass."""
+    with the pass so that `status` knows when passes are late; None for a single pass. `kept`: that
+    loop's connections and threads, kept between its rounds."""
     report = PassReport(on_note=on_note)
     with pass_lock(home, timing.current().manage_lock_wait if wait is None else wait) as got:
         if not got:
@@ -119,7 +122,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         for line in fleet.refused:  # privileged keys an untrusted machines.json held (docs/design.md §7)
             report.say(line)
         state, snapshot = Store(home).read()
-        p = Pass(home, fleet, state, snapshot)
+        p = Pass(home, fleet, state, snapshot, kept)
         p.dry_run = dry_run
         p.every = every
         if not dry_run:  # a damaged home id stops the pass before it launches what it could not find again
@@ -216,7 +219,7 @@ def observe(p: Pass) -> Observation:
         except RemoteError as e:
             return machine.name, e
 
-    for name, outcome in parallel(one, probes):
+    for name, outcome in p.parallel(one, probes):
         view = seen.view(name)
         if isinstance(outcome, RemoteError):
             view.reachable, view.error = False, outcome.message
@@ -331,9 +334,9 @@ def act(p: Pass, plan: Plan, seen: Observation) -> None:
     kills = [a for a in plan.actions if isinstance(a, Kill)]
     tasks: list[Callable[[], None]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
                                        lambda: stop_all(p, kills, seen.now)]
-    parallel(lambda task: task(), tasks)
+    p.parallel(lambda task: task(), tasks)
     ready = [a for a in launches if _goes_ahead(p, a)]
-    after = [k for k in parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
+    after = [k for k in p.parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
     stop_all(p, after, seen.now)
 
 
@@ -353,7 +356,7 @@ def stop_all(p: Session, kills: list[Kill], now: float) -> None:
     """Stop the workers of each kill; hand whether they are all gone to decide.killed. A stop whose
     rule recreates the TPU asks for it back: the next pass plans that step and saves it first."""
     kills = [k for k in kills if p.state.job(k.job) is not None and p.fleet.get(k.machine) is not None]
-    for kill, gone in zip(kills, parallel(lambda k: _stop_workers(p, k), kills), strict=True):
+    for kill, gone in zip(kills, p.parallel(lambda k: _stop_workers(p, k), kills), strict=True):
         job = p.state.require_job(kill.job)
         recreate = killed(job, kill.machine, gone, now)
         machine = p.fleet.get(recreate.machine) if recreate else None
@@ -416,7 +419,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
             return ep.index, NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
         return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
-    reports = dict(parallel(one, eps))
+    reports = dict(p.parallel(one, eps))
     return launched(job, machine, reports, now)
 
 
@@ -473,7 +476,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         except RemoteError:
             return False
 
-    return all(parallel(one, action.refs))
+    return all(p.parallel(one, action.refs))
 
 
 def grace_of(job: Job) -> float:
