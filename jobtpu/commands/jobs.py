@@ -521,7 +521,7 @@ def _print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.Incremen
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
 def kill(home: Home, sel: Selection, force: bool = False, dry_run: bool = False) -> int:
-    from jobtpu.passes.manage import kill_jobs
+    from jobtpu.passes.act import kill_jobs
     from jobtpu.passes.session import locked_session
 
     require_some(sel, "kill")

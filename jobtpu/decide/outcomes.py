@@ -75,6 +75,17 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
 
 
 
+def goes_ahead(job: Job | None, machine: str, setup: str | None) -> bool:
+    """Whether a launch goes ahead: its machine ran no setup in this pass (`setup` None), or that
+    setup left it up. Otherwise its job goes back to the queue (not_launched), nothing having
+    started: `setup` is the machine's state after it ("setting up", "setup failed")."""
+    if setup is None or setup == "up":
+        return True
+    if job is not None:
+        not_launched(job, f"{machine} is {setup}")
+    return False
+
+
 def not_launched(job: Job, why: str) -> None:
     """A launch the pass did not try (its machine's setup did not finish): queued again, as it was."""
     if job.status is Status.LAUNCHING:
