@@ -216,7 +216,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
                 draw()
 
 
-TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_pass start
+TOLD_AFTER = ("notifications:", "events:")  # how the lines of the events hook's after_pass start (passes/tell.py)
 
 
 def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> list[str]:

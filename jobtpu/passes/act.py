@@ -15,7 +15,7 @@ from jobtpu.decide.placement import Place, on_resume_words, place_env
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
-from jobtpu.passes import tell as passevents
+from jobtpu.passes import tell
 from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.session import Session
@@ -213,9 +213,9 @@ def _tell_ended(p: Session, jobs: list[Job], was_ended: set[int], now: float, by
     ended = [job for job in jobs if job.ended and job.id not in was_ended]
     was_ended.update(job.id for job in ended)
     found = ended_by_hand(ended, now, by)
-    p.state.untold = [*p.state.untold, *passevents.with_ids(found)]
+    p.state.untold = [*p.state.untold, *tell.with_ids(found)]
     p.commit()
     if found:
-        for line in passevents.log(p.home.root, found):  # a kill is no notification
+        for line in tell.log(p.home.root, found):  # a kill is no notification
             p.notes.append(line)
 
