@@ -1,5 +1,6 @@
 """What commands share with the manage pass: the pass lock, the home's id, a bounded thread pool, and
-the session object that knows the fleet, the state it read and how to reach each worker.
+the session object that knows the fleet, the state it read and how to reach each worker, and the
+connections and threads a loop keeps between its rounds (an object the loop owns and hands in).
 
 Below manage.py, tpuflow.py, operations.py, doctor.py and the commands: none of them imports another
 to borrow these."""
