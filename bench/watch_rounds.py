@@ -49,8 +49,8 @@ def main() -> None:
             home = Home(setup_home(base, fleet, hosts, src))
             warm_t, bare_t = [], []
             conns = 0
-            with kept_connections():
-                run_pass(home, every=5.0)  # the first round connects
+            with kept_connections() as kept:
+                run_pass(home, every=5.0, kept=kept)  # the first round connects
                 for _ in range(args.rounds):
                     t = time.perf_counter()
                     bare_probe(hosts, key)
@@ -58,7 +58,7 @@ def main() -> None:
                     time.sleep(0.3)  # let sshd flush its log lines
                     c0, _ = counts(hosts)
                     t = time.perf_counter()
-                    report = run_pass(home, every=5.0)
+                    report = run_pass(home, every=5.0, kept=kept)
                     warm_t.append(time.perf_counter() - t)
                     if report.skipped:
                         raise SystemExit("another pass held the lock")

@@ -12,25 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu.decide.core import (
-    Kill,
-    Launch,
-    MachineView,
-    NoAnswer,
-    Observation,
-    Recreate,
-    apply_ending,
-    decide,
-    kill_asked,
-    killed,
-    launched,
-    not_launched,
-    requeue,
-    rules,
-    used_resources,
-    wants_recreate,
-)
+from jobtpu.decide import rules
+from jobtpu.decide.core import apply_ending, decide, requeue, wants_recreate
+from jobtpu.decide.dispatch import used_resources
 from jobtpu.decide.fit import allocate, parse_request, why_not
+from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Recreate
+from jobtpu.decide.outcomes import NoAnswer, goes_ahead, kill_asked, killed, launched, not_launched
 from jobtpu.errors import JobtpuError
 from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model
@@ -997,6 +984,20 @@ def test_a_launch_not_tried_because_setup_did_not_finish_is_queued_again() -> No
     job = launching(machine="tpu")
     not_launched(job, "tpu is setting up")
     assert (job.status, job.waiting, job.attempts) == (Status.QUEUED, "tpu is setting up", [])
+
+
+@pytest.mark.parametrize(("setup", "goes", "waiting"), [
+    (None, True, None),  # no setup ran on its machine in this pass
+    ("up", True, None),  # the setup this pass ran is done
+    ("setting up", False, "tpu is setting up"),  # it did not finish in time: back to the queue
+    ("setup failed", False, "tpu is setup failed"),
+])
+def test_a_launch_goes_ahead_only_when_its_machine_ran_no_setup_or_that_setup_is_done(
+        setup: str | None, goes: bool, waiting: str | None) -> None:
+    job = launching(machine="tpu")
+    assert goes_ahead(job, "tpu", setup) is goes
+    assert (job.status, job.waiting) == ((Status.LAUNCHING, None) if goes else (Status.QUEUED, waiting))
+    assert goes_ahead(None, "tpu", setup) is goes  # a job gone from state.json meanwhile: nothing to move
 
 
 def test_a_stop_ends_only_once_every_worker_is_gone_and_may_want_the_tpu_back() -> None:

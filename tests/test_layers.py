@@ -97,3 +97,12 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
 
 def test_tpuflow_does_not_reach_back_into_the_pass() -> None:
     assert "jobtpu.passes.manage" not in import_graph()["jobtpu.tpu.flow"]
+
+
+def test_no_module_keeps_state_in_globals_it_rebinds() -> None:
+    """Per-pass and per-loop state travels as values (a pass context, a loop's kept connections):
+    no `global` statement anywhere in the package."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+             for path in sorted(PACKAGE.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.Global)]
+    assert found == []

@@ -70,3 +70,39 @@ def test_old_host_keys_a_dead_pass_meant_to_forget_are_forgotten_by_the_next(tmp
         jobtpu(home, "manage")
     assert (home / "known_hosts").read_text().strip() == ""
     assert "steps" not in json.loads((home / "state.json").read_text())["machines"]["t"]
+
+
+def test_observing_writes_nothing_and_the_pulled_log_is_kept_by_its_own_step(tmp_path: Path) -> None:
+    """Observe only gathers (docs/design.md §1): the state it read is unchanged and the new log bytes
+    its probe brought are not in the home until `bring_logs_home` keeps them."""
+    from jobtpu.decide.observation import Observation
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store, encode
+    from jobtpu.passes.context import Pass
+    from jobtpu.passes.observe import bring_logs_home, observe
+    from jobtpu.schema.machines import load_fleet
+    from tests.helpers import wait_for
+
+    home = make_home(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    job = submit(home, src, "echo seen-by-the-probe; exec sleep 600")
+    jobtpu(home, "manage")
+    log = home / "logs" / str(job) / "0.0.log"
+    try:
+        state, snapshot = Store(Home(home)).read()
+        p = Pass(Home(home), load_fleet(Home(home)), state, snapshot)
+        before = encode(p.state)
+
+        def observed_the_first_line() -> Observation | None:
+            seen = observe(p)
+            pulled = any(ws.log_bytes for view in seen.machines.values() for ws in view.workers.values())
+            return seen if pulled else None
+
+        seen = wait_for(observed_the_first_line, timeout=30, what="the probe to bring the job's first line")
+        assert encode(p.state) == before
+        assert not log.exists() or b"seen-by-the-probe" not in log.read_bytes()
+        bring_logs_home(p, seen)
+        assert b"seen-by-the-probe" in log.read_bytes()
+    finally:
+        jobtpu(home, "kill", str(job))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def kill(home: Home, sel: Selection, force: bool = False, dry_run: bool = False) -> int:
-    from jobtpu.passes.manage import kill_jobs
+    from jobtpu.passes.act import kill_jobs
     from jobtpu.passes.session import locked_session
 
     require_some(sel, "kill")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
-    from jobtpu.decide.core import used_resources
+    from jobtpu.decide.dispatch import used_resources
     from jobtpu.schema.machines import load_fleet
     from jobtpu.schema.records import MachineRecord
 

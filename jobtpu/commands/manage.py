@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -17,8 +18,8 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     from jobtpu.passes import manage as passes
     from jobtpu.passes.session import kept_connections
 
-    with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
-        return _manage_rounds(home, loop, dry_run, passes.run_pass)
+    with kept_connections(loop is not None) as kept:  # a loop keeps its SSH connections open between rounds
+        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept))
 
 
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:

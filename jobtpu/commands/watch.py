@@ -18,6 +18,7 @@ from jobtpu.views.text import printable
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from jobtpu.passes.session import KeptConnections
     from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.state import Job, State
 
@@ -36,7 +37,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
 
     console = Console()
     said: list[str] = []  # the last lines the passes said, shown under the events
-    with kept_connections(manage), Live(console=console, screen=True, auto_refresh=False,
+    with kept_connections(manage) as kept, Live(console=console, screen=True, auto_refresh=False,
                                         redirect_stdout=False, redirect_stderr=False) as live:
         def draw() -> None:
             try:
@@ -48,22 +49,22 @@ def watch(home: Home, interval: float, manage: bool) -> int:
         draw()
         while True:
             if manage:
-                said[:] = (said + _one_pass(home, interval))[-5:]
+                said[:] = (said + _one_pass(home, interval, kept))[-5:]
                 draw()
             time.sleep(interval)
             if not manage:
                 draw()
 
 
-TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_pass start
+TOLD_AFTER = ("notifications:", "events:")  # how the lines of the events hook's after_pass start (passes/tell.py)
 
 
-def _one_pass(home: Home, every: float) -> list[str]:
+def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> list[str]:
     """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
     from jobtpu.passes import manage as passes
 
     try:
-        report = passes.run_pass(home, every=every)
+        report = passes.run_pass(home, every=every, kept=kept)
     except Exception as e:  # noqa: BLE001 - the dashboard babysits like manage --loop does
         record_pass_failure(home, e)
         text = error_text(e) if isinstance(e, JobtpuError) else f"the pass failed: {type(e).__name__}: {e}"

@@ -1,5 +1,6 @@
 """What commands share with the manage pass: the pass lock, the home's id, a bounded thread pool, and
-the session object that knows the fleet, the state it read and how to reach each worker.
+the session object that knows the fleet, the state it read and how to reach each worker, and the
+connections and threads a loop keeps between its rounds (an object the loop owns and hands in).
 
 Below manage.py, tpuflow.py, operations.py, doctor.py and the commands: none of them imports another
 to borrow these."""
@@ -30,27 +31,30 @@ from jobtpu.transport.connect import endpoints, published_keys, transport
 MAX_PARALLEL = 32
 
 
-def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
-    """Run fn over items on a bounded thread pool; results in item order. Inside kept_connections
-    the pool's threads are kept between rounds too (starting 32 threads costs a warm round more
-    than its work); a call from one of them (a nested parallel) gets a pool of its own, so a full
-    pool never waits on itself."""
+def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...],
+             kept: KeptConnections | None = None) -> list[Any]:
+    """Run fn over items on a bounded thread pool; results in item order. With a loop's `kept`
+    connections the pool's threads are kept between rounds too (starting 32 threads costs a warm
+    round more than its work); a call from one of them (a nested parallel) gets a pool of its own,
+    so a full pool never waits on itself."""
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
-    kept = _KEPT_THREADS
-    if kept is not None and not getattr(_IN_POOL, "yes", False):
-        return list(kept.map(fn, items))
+    if kept is not None and not in_pool_thread():
+        return list(kept.threads.map(fn, items))
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items)), initializer=_mark_pool_thread) as pool:
         return list(pool.map(fn, items))
 
 
-_IN_POOL = threading.local()  # set in the threads of parallel's pools
-_KEPT_THREADS: ThreadPoolExecutor | None = None
+_IN_POOL = threading.local()  # set in the threads of every pool parallel runs on, kept or not
 
 
 def _mark_pool_thread() -> None:
     _IN_POOL.yes = True
+
+
+def in_pool_thread() -> bool:
+    return getattr(_IN_POOL, "yes", False)
 
 
 HOME_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -97,8 +101,11 @@ class Session:
     """The home, the fleet, the state read from state.json, and the way to each worker. Commands that
     act on the fleet outside a pass (kill, clean, tpu, tail -f, fetch) use one; a pass builds on it."""
 
-    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: StateVersion | None = None) -> None:
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: StateVersion | None = None,
+                 kept: KeptConnections | None = None) -> None:
         self.home, self.fleet, self.state = home, fleet, state
+        self.kept = kept  # the loop's connections and threads kept between its rounds, if a loop runs this
+        self._last = threading.local()  # whether this thread's last block got a kept connection
         self.store = Store(home)
         # What state.json held when read (or last saved): a commit merges against it, and reads the
         # file again only if someone else wrote it meanwhile.
@@ -129,6 +136,10 @@ class Session:
             self._home_id = home_id(self.home)
         return self._home_id
 
+    def parallel(self, fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
+        """`parallel` on the threads of the loop running this session, when one does."""
+        return parallel(fn, items, self.kept)
+
     def endpoints(self, machine: Machine) -> list[Endpoint]:
         return endpoints(machine, self.addresses.get(machine.name))
 
@@ -136,13 +147,13 @@ class Session:
     def connected(self, machine: Machine, endpoint: Endpoint, reuse: bool = True) -> Iterator[Transport]:
         """A transport to one worker, closed when the block ends however it ends. Under `strict`, a
         TPU worker is trusted through the host keys its node published (recorded by a pass).
-        Inside `kept_connections`, an SSH connection that served a block without failing is kept
-        for the next block to the same worker (the next round of a loop) instead."""
+        With a loop's `kept` connections, an SSH connection that served a block without failing is
+        kept for the next block to the same worker (the next round of the loop) instead."""
         trusted = published_keys(self.state.machines.get(machine.name), endpoint.index)
-        pool = _POOL if endpoint.addr is not None else None
+        pool = self.kept if endpoint.addr is not None else None
         key = _pool_key(machine, endpoint, trusted)
         t = pool.take(key) if pool is not None and reuse else None
-        _LAST.reused = t is not None
+        self._last.reused = t is not None
         if t is None:
             t = transport(machine, endpoint, self.home, trusted)
         served = False
@@ -166,7 +177,7 @@ class Session:
             with self.connected(machine, endpoint) as t:
                 result = t.run(script, timeout=timeout)
         except UnreachableError:
-            if not _LAST.reused:
+            if not self._last.reused:
                 raise
             # A kept connection the worker (or a NAT) dropped while idle: nothing was sent on it
             # (that is what UnreachableError means), so one fresh connection may run the script.
@@ -232,13 +243,16 @@ class Session:
 # Kept connections get SSH keepalives (timing's keepalive): NATs and sshd forget idle ones.
 
 
-class _Pool:
-    """Idle SSH connections by worker. A block takes one for itself (never shared by two threads at
-    once) and gives it back when it ends without failing."""
+class KeptConnections:
+    """Idle SSH connections by worker, and a pool of threads, kept between the rounds of a loop
+    (manage --loop, watch): the loop owns one and hands it to each round's session. A block takes a
+    connection for itself (never shared by two threads at once) and gives it back when it ends
+    without failing."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: dict[tuple[Any, ...], list[Transport]] = {}
+        self.threads = ThreadPoolExecutor(max_workers=MAX_PARALLEL, initializer=_mark_pool_thread)
 
     def take(self, key: tuple[Any, ...]) -> Transport | None:
         with self._lock:
@@ -252,17 +266,15 @@ class _Pool:
         with self._lock:
             self._idle.setdefault(key, []).append(t)
 
-    def close_all(self) -> None:
+    def close(self) -> None:
+        """Stop the threads and close every idle connection: the loop ends."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             idle, self._idle = self._idle, {}
         for ts in idle.values():
             for t in ts:
                 with contextlib.suppress(Exception):
                     t.close()
-
-
-_POOL: _Pool | None = None
-_LAST = threading.local()  # whether this thread's last block got a kept connection
 
 
 def _pool_key(machine: Machine, endpoint: Endpoint, trusted: list[str]) -> tuple[Any, ...]:
@@ -273,22 +285,17 @@ def _pool_key(machine: Machine, endpoint: Endpoint, trusted: list[str]) -> tuple
 
 
 @contextlib.contextmanager
-def kept_connections(enabled: bool = True) -> Iterator[None]:
-    """Meanwhile, sessions keep their SSH connections open between blocks (a loop's rounds then
-    cost no handshake per host), and `parallel` its threads; all are closed when it ends."""
-    global _POOL, _KEPT_THREADS
-    if not enabled or _POOL is not None:
-        yield
+def kept_connections(enabled: bool = True) -> Iterator[KeptConnections | None]:
+    """Connections and threads for a loop's sessions to keep between blocks (its rounds then cost no
+    handshake per host), closed when it ends; None when not enabled."""
+    if not enabled:
+        yield None
         return
-    _POOL = _Pool()
-    _KEPT_THREADS = ThreadPoolExecutor(max_workers=MAX_PARALLEL, initializer=_mark_pool_thread)
+    kept = KeptConnections()
     try:
-        yield
+        yield kept
     finally:
-        pool, _POOL = _POOL, None
-        threads, _KEPT_THREADS = _KEPT_THREADS, None
-        threads.shutdown(wait=False, cancel_futures=True)
-        pool.close_all()
+        kept.close()
 
 
 def merged_untold(base: list[dict[str, Any]], mine: list[dict[str, Any]],

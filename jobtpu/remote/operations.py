@@ -39,7 +39,7 @@ def pull_logs(home: Home, job_id: int) -> Pulled:
     if machine is None:
         return Pulled(job, {})
     p = Session(home, fleet, state)
-    from jobtpu.decide.core import refs_of
+    from jobtpu.decide.observation import refs_of
 
     def one(ep: Endpoint) -> dict[WorkerRef, WorkerState] | str:
         refs = [r for r in refs_of(job) if r.worker == ep.index]

@@ -10,7 +10,7 @@ from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
-from jobtpu.passes.session import Session, parallel
+from jobtpu.passes.session import Session
 from jobtpu.remote.scripts import parse_probe, probe_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
@@ -66,7 +66,7 @@ def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> list[str]:
             mine = [r for r in refs if r.worker == ep.index]
             if mine:
                 work.append((machine, ep, mine))
-    return [line for lines in parallel(lambda item: _catch_up_worker(p, *item), work) for line in lines]
+    return [line for lines in p.parallel(lambda item: _catch_up_worker(p, *item), work) for line in lines]
 
 
 def _catch_up_worker(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> list[str]:

@@ -6,7 +6,6 @@ than `read_every` ago) reads one small file and leaves the API, and its client l
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,56 +17,61 @@ from jobtpu.sheet.layout import MachineRow
 from jobtpu.sheet.sync import PassSheet
 
 if TYPE_CHECKING:
-    from jobtpu.decide.core import Observation
+    from jobtpu.decide.observation import Observation
     from jobtpu.home.layout import Home
     from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, State
+    from jobtpu.schema.state_file import Encoded
 
 MEMO = "sheet.json"  # what jobtpu last wrote and read, in the home (one of its own files)
-
-# The PassSheet a pass started with, until its end: the hooks get the pass, not a place of their own.
-_STARTED: weakref.WeakKeyDictionary[Session, PassSheet] = weakref.WeakKeyDictionary()
 
 
 def memo_path(home: Home) -> Path:
     return home.root / MEMO
 
 
-def before_decide(p: Session, seen: Observation, say: Callable[[str], None],
-                  would_launch: Callable[[], bool] = lambda: False) -> None:
-    """Hand claims for dispatch; one line when the sheet cannot be read (its last claims then hold).
-    A pass that would start a job reads the claims first unless its last read is fresher than
-    `claims_fresh()`: a machine claimed by hand a moment ago is not launched on."""
-    config = p.fleet.sheet
-    if config is None:
-        return
-    path = memo_path(p.home)
-    own = own_users(sheet_rows(p.fleet, p.state))
-    ps = PassSheet.start(config, path)
-    seen.claims = ps.claims(own)
-    if not ps.read and not ps.read_within(claims_fresh()) and would_launch():
-        ps = PassSheet(config, path)
+class SheetHook:
+    """The sheet's part in one pass: claims for dispatch before it decides, the machines' rows after.
+    `would_launch`: whether deciding over an observation starts a queued job (a rehearsal)."""
+
+    def __init__(self, would_launch: Callable[[Observation], bool] = lambda seen: False) -> None:
+        self.would_launch = would_launch
+        self.started: PassSheet | None = None  # the PassSheet the pass started with, until its end
+
+    def before_decide(self, p: Session, seen: Observation) -> list[str]:
+        """Hand claims for dispatch; one line when the sheet cannot be read (its last claims then
+        hold). A pass that would start a job reads the claims first unless its last read is fresher
+        than `claims_fresh()`: a machine claimed by hand a moment ago is not launched on."""
+        config = p.fleet.sheet
+        if config is None:
+            return []
+        path = memo_path(p.home)
+        own = own_users(sheet_rows(p.fleet, p.state))
+        ps = PassSheet.start(config, path)
         seen.claims = ps.claims(own)
-    if ps.problem:
-        say(ps.problem)
-    _STARTED[p] = ps
+        if not ps.read and not ps.read_within(claims_fresh()) and self.would_launch(seen):
+            ps = PassSheet(config, path)
+            seen.claims = ps.claims(own)
+        self.started = ps
+        return [ps.problem] if ps.problem else []
+
+    def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        return None
+
+    def after_pass(self, p: Session, seen: Observation) -> list[str]:
+        """The pass's one write (none when nothing changed); a failure is one line, never the pass's."""
+        ps, self.started = self.started, None
+        if ps is None:
+            return []
+        result = ps.finish(sheet_rows(p.fleet, p.state))
+        return [result.problem] if result.problem else []
 
 
 def claims_fresh() -> float:
     """Seconds a read's claims are trusted by a pass about to launch (read_every is for the rest):
     timing's claims_fresh, which $JOBTPU_SHEET_FRESH sets."""
     return timing.current().claims_fresh
-
-
-def after_pass(p: Session, say: Callable[[str], None]) -> None:
-    """The pass's one write (none when nothing changed); a failure is one line, never the pass's."""
-    ps = _STARTED.pop(p, None)
-    if ps is None:
-        return
-    result = ps.finish(sheet_rows(p.fleet, p.state))
-    if result.problem:
-        say(result.problem)
 
 
 def own_users(rows: list[MachineRow]) -> dict[str, str]:

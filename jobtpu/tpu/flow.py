@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jobtpu import timing
 from jobtpu.errors import RemoteError
-from jobtpu.passes.session import Session, parallel
+from jobtpu.passes.session import Session
 from jobtpu.remote import scripts
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import (
@@ -34,7 +34,7 @@ from jobtpu.schema.records import (
 from jobtpu.tpu.nodespec import for_zone
 
 if TYPE_CHECKING:
-    from jobtpu.decide.core import Observation
+    from jobtpu.decide.observation import Observation
     from jobtpu.tpu.api import NodeInfo, OpInfo, QueuedInfo, TpuApi
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
@@ -299,7 +299,7 @@ def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
         except RemoteError as e:
             return zone, e
 
-    nodes_by_zone = dict(parallel(listing, zones))
+    nodes_by_zone = dict(p.parallel(listing, zones))
     _say_credentials(p, nodes_by_zone)
     planned: list[MachineWork] = []
     for machine in tpus:
@@ -390,7 +390,7 @@ def carry_out_all(p: Session, works: list[MachineWork], now: float) -> None:
     """Every machine's saved steps; machines side by side (a setup may wait up to timing's setup_wait)."""
     if works:
         api = p.tpu_api()
-        parallel(lambda work: carry_out(p, api, work, now), works)
+        p.parallel(lambda work: carry_out(p, api, work, now), works)
 
 
 def _say_credentials(p: Session, nodes_by_zone: dict[str, Any]) -> None:
@@ -549,7 +549,7 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
         except RemoteError as e:
             return f"SETUP error {e.message}"
 
-    results = parallel(one, eps)
+    results = p.parallel(one, eps)
     words = [scripts.setup_outcome(r) for r in results]
     if all(w == "done" for w in words):
         record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)

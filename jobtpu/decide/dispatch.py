@@ -1,0 +1,327 @@
+"""Dispatch: queued jobs offered the machines that are free, in turn, and each one left waiting given
+its pending reason. Pure: it moves jobs and adds Launches (and TPU recreations) to the plan."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from jobtpu.decide import rules
+from jobtpu.decide.fit import Request, allocate, parse_request, why_not
+from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, rule_of
+from jobtpu.schema import state as model
+from jobtpu.schema.machines import Fleet, Machine
+from jobtpu.schema.state import Attempt, Job, Status
+from jobtpu.sheet.rows import claim_reason
+
+
+def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
+    used: dict[str, dict[str, set[int]]] = {}
+    for job in jobs:
+        if job.active and job.machine:
+            for resource, indices in job.alloc.items():
+                used.setdefault(job.machine, {}).setdefault(resource, set()).update(indices)
+    return used
+
+
+# Each question the dispatch asks is one hook function, so fairness, limits, dependencies, holds and
+# sheet claims each change one place, and a queued job's pending reason comes from the same code that
+# kept it waiting.
+
+@dataclass
+class Dispatch:
+    """What one dispatch knows while it places queued jobs: shared by the hooks below."""
+
+    jobs: list[Job]
+    fleet: Fleet
+    seen: Observation
+    plan: Plan
+    used: dict[str, dict[str, set[int]]]
+    recreating: set[str]  # machines about to be deleted and created again: they take no job now
+    by_id: dict[int, Job] = field(default_factory=dict)
+    cycles: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rules.dependency_cycles: never start
+    started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
+    unavailable: dict[str, str | None] = field(default_factory=dict)  # machine -> machine_unavailable's answer
+    # For pending reasons: the machines each kind of request could ever run on, and how many jobs
+    # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
+    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
+    waited: dict[tuple[str, ...], int] = field(default_factory=dict)
+    usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
+
+
+@dataclass
+class UserUse:
+    """What one user's active jobs hold now (and what this dispatch gave them): for per-user limits."""
+
+    jobs: int = 0
+    machines: set[str] = field(default_factory=set)
+    tpu_machines: set[str] = field(default_factory=set)
+
+    def add(self, machine: Machine | None, name: str) -> None:
+        self.jobs += 1
+        self.machines.add(name)
+        if machine is not None and machine.is_tpu:
+            self.tpu_machines.add(name)
+
+
+def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
+    usage: dict[str, UserUse] = {}
+    for job in jobs:
+        if job.active and job.machine:
+            usage.setdefault(job.user, UserUse()).add(fleet.get(job.machine), job.machine)
+    return usage
+
+
+def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
+    """The order queued jobs are offered machines in: users take turns, one job each per round, so
+    one user's long queue delays another's job by at most one turn. The user whose last launch is
+    oldest (or who never launched) goes first in each round; ties go to whoever queued first. A
+    user's own jobs go by --priority (higher first), then in submission order."""
+    mine: dict[str, list[Job]] = {}
+    for job in sorted(queued, key=_job_id):
+        mine.setdefault(job.user, []).append(job)
+    first_queued = {user: jobs[0].id for user, jobs in mine.items()}
+    if any(job.priority for job in queued):
+        for jobs in mine.values():
+            jobs.sort(key=_higher_priority)  # stable: submission order within a priority
+    if len(mine) <= 1:
+        return next(iter(mine.values()), [])
+    last = _last_launch(d.jobs)
+    users = sorted(mine, key=lambda u: (last.get(u, float("-inf")), first_queued[u]))
+    rounds = itertools.zip_longest(*(mine[u] for u in users))
+    return [job for turn in rounds for job in turn if job is not None]
+
+
+def _job_id(job: Job) -> int:
+    return job.id
+
+
+def _higher_priority(job: Job) -> int:
+    return -job.priority
+
+
+def _last_launch(jobs: list[Job]) -> dict[str, float]:
+    """Each user's latest attempt start among the jobs state.json holds: whose turn it is."""
+    last: dict[str, float] = {}
+    for job in jobs:
+        if job.attempts and job.attempts[-1].started is not None:
+            started = float(job.attempts[-1].started)
+            if started > last.get(job.user, float("-inf")):
+                last[job.user] = started
+    return last
+
+
+def _fail_unstarted(job: Job, plan: Plan, why: str) -> None:
+    plan.notes.append(f"job {job.id}: {why}")
+    plan.would.append(f"would fail job {job.id}: {job.last_line}")
+
+
+def held_back(job: Job, d: Dispatch) -> str | None:
+    """Why a queued job may not start in this pass whatever machine is free; None when it may.
+    The text becomes the job's pending reason. A job whose --after dependency failed is failed here
+    (reason `dependency`): it can never start."""
+    if job.after or job.after_any:
+        ring = d.cycles.get(job.id)
+        if ring is not None:  # made by hand in state.json: every job of the ring fails, naming it
+            job.last_line = f"a dependency cycle: {rules.cycle_text(ring)}"
+            job.move(Status.FAILED, model.DEPENDENCY)
+            _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
+            return "dependency cycle"
+        failed = rules.failed_dependency(job, d.by_id)
+        if failed is not None:
+            job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
+                f" ({failed.reason})" if failed.reason else "")
+            job.move(Status.FAILED, model.DEPENDENCY)
+            _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
+            return "dependency failed"
+        waits = rules.waits_for(job, d.by_id)
+        if waits is not None:
+            return waits
+    if job.held:
+        return "held by hold"
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user).jobs
+    if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
+        return f"held by the per-user limit ({_count(limit, 'running job')})"
+    return None
+
+
+def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
+    """Why starting `job` on `machine` would take its user past a per-user limit of machines; None
+    when it would not (a machine they already hold adds nothing)."""
+    if not d.fleet.has_limits:
+        return None
+    limit = d.fleet.limit_for(job.user)
+    if limit.machines is None and limit.tpu_machines is None:
+        return None
+    use = d.usage.get(job.user, UserUse())
+    if machine.name in use.machines:
+        return None
+    if limit.machines is not None and len(use.machines) >= limit.machines:
+        return f"held by the per-user limit ({_count(limit.machines, 'machine')})"
+    if machine.is_tpu and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
+        return f"held by the per-user limit ({_count(limit.tpu_machines, 'TPU machine')})"
+    return None
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
+
+
+def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
+    """Why a machine takes no new job in this pass; None when it may take one."""
+    if machine.refused is not None:
+        return machine.refused
+    view = d.seen.view(machine.name)
+    if machine.name in d.recreating:
+        return f"{machine.name} is being recreated"
+    if view.preempted or view.reachable is False or not view.ready:
+        # A TPU already on its way back (deleted, being created, set up) says so rather than "preempted".
+        return f"{machine.name} is " + ("being recreated" if view.recovering else
+                                         "preempted" if view.preempted else "unreachable")
+    if machine.name in d.seen.claims:
+        return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
+    return None
+
+
+def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
+    """The pending reason of a queued job that found no machine in this pass: which machines could
+    run it and what keeps each from doing so now, and how many waiting jobs are ahead of it for them.
+    Called for every such job in dispatch order (it counts the queue as it goes)."""
+    fits = _fitting_machines(job, request, d)
+    if not fits:
+        return _nothing_offers(job, request, d)
+    ahead = sum(n for names, n in d.waited.items() if not set(names).isdisjoint(fits))
+    d.waited[fits] = d.waited.get(fits, 0) + 1
+    blocked = [why for name in fits if (why := d.unavailable.get(name)) is not None]
+    busy = len(fits) - len(blocked)
+    if not busy:
+        now = "no machine can run it now: " + ", ".join(blocked)
+    elif blocked:
+        now = f"{len(fits)} machines fit: {busy} busy, " + ", ".join(blocked)
+    elif busy == 1:
+        now = f"{fits[0]} fits, busy"
+    else:
+        now = f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
+    queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
+    return f"{now}; {queue}"
+
+
+def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
+    """The machines that could run the job on an empty day (once per kind of request: a sweep's
+    thousands of alike jobs ask the fleet once)."""
+    asks = (tuple(job.req), job.pin)
+    fits = d.fits.get(asks)
+    if fits is None:
+        fits = d.fits[asks] = tuple(m.name for m in d.fleet.machines.values() if why_not(m, request, job.pin) is None)
+    return fits
+
+
+def _nothing_offers(job: Job, request: Request, d: Dispatch) -> str:
+    """Why no machine of the fleet could ever run the job (machines.json changed since its submit)."""
+    if job.pin is not None:
+        pinned = d.fleet.machines.get(job.pin)
+        if pinned is None:
+            return f"it is pinned to {job.pin}, which machines.json no longer has"
+        return f"it is pinned to {job.pin}, which cannot run it: {why_not(pinned, request)}"
+    asked = " ".join(job.req) or "a slot"
+    return f"no machine offers {asked}"
+
+
+def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
+    d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
+                 {a.machine for a in plan.actions if isinstance(a, Recreate)})
+    d.by_id = {j.id: j for j in jobs}
+    d.cycles = rules.dependency_cycles(jobs)
+    d.usage = user_usage(jobs, fleet)
+    unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
+    # Resources only get taken during a dispatch: once a request found no room, every later job asking
+    # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
+    no_room: dict[tuple[tuple[str, ...], str | None, str | None], Request] = {}
+    limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
+    for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
+        held = held_back(job, d)
+        if held is not None:
+            job.waiting = held if job.status is Status.QUEUED else None
+            continue
+        asks = (tuple(job.req), job.pin, job.rule)
+        if (job.user, asks) in limited:
+            job.waiting = limited[(job.user, asks)]
+            continue
+        if asks in no_room:
+            job.waiting = why_waiting(job, no_room[asks], d)
+            continue
+        request = parse_request(job.req)
+        by_limit = local_why = None
+        for machine in fleet.machines.values():
+            if unavailable[machine.name] is not None:
+                continue
+            if why_not(machine, request, job.pin) is not None:
+                continue
+            if machine.kind == "local" and (refusal := seen.local_refusals.get(job.id)) is not None:
+                if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
+                    job.waiting, job.last_line = None, refusal[1]
+                    job.move(Status.FAILED, model.LAUNCH_FAILED)
+                    _fail_unstarted(job, plan, refusal[1])
+                    break
+                local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
+                continue
+            if (limit := over_limit(job, machine, d)) is not None:
+                by_limit = by_limit or limit
+                continue
+            alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
+            if alloc is None:
+                continue
+            _start(job, machine, alloc, d)
+            break
+        else:
+            if by_limit is not None:  # a machine would take it but for its user's limit
+                job.waiting = limited[(job.user, asks)] = by_limit
+                continue
+            if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
+                job.waiting = local_why
+                continue
+            no_room[asks] = request
+            _want_back(job, request, fleet, seen, plan)
+            _note_recreations(d)
+            job.waiting = why_waiting(job, request, d)
+
+
+def _note_recreations(d: Dispatch) -> None:
+    """A TPU asked back during this dispatch is being recreated from now on (its pending reasons say so)."""
+    for action in d.plan.actions:
+        if isinstance(action, Recreate) and action.machine not in d.recreating:
+            d.recreating.add(action.machine)
+            machine = d.fleet.get(action.machine)
+            if machine is not None:
+                d.unavailable[machine.name] = machine_unavailable(machine, d)
+
+
+def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
+    view = d.seen.view(machine.name)
+    for resource, indices in alloc.items():
+        d.used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
+    job.machine, job.alloc, job.waiting = machine.name, alloc, None
+    job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
+                                resume=job.resume, workers=view.n_workers))
+    job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
+    job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
+    d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
+    d.plan.do(Launch(job.id, machine.name, job.attempt, view.n_workers))
+    d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
+    d.started.append(job)
+
+
+def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan) -> None:
+    """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
+    its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
+    coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
+    fits = [m for m in fleet.machines.values() if m.is_tpu and why_not(m, request, job.pin) is None]
+    if any(m.name in coming or seen.view(m.name).recovering for m in fits):
+        return  # one is already on its way back
+    for machine in fits:
+        if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
+            plan.do(Recreate(machine.name), f"job {job.id} waits for it")
+            plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")
+            return

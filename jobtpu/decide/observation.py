@@ -1,0 +1,97 @@
+"""What a pass observed and what it decided to do, as plain values: the observation decide reads,
+the actions of its plan, and the names both sides use for a job's workers and rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobtpu.remote.workers import WorkerRef, WorkerState
+from jobtpu.schema.machines import Machine
+from jobtpu.schema.state import Job
+
+
+@dataclass
+class MachineView:
+    """What one pass learnt about one machine."""
+
+    reachable: bool | None = None  # None: not asked this pass
+    error: str | None = None
+    workers: dict[WorkerRef, WorkerState] = field(default_factory=dict)
+    n_workers: int = 1
+    ready: bool = True  # may take new jobs now
+    preempted: bool = False  # the TPU API says its node is gone or preempted
+    recovering: bool = False  # jobtpu is already recreating it
+    setting_up: bool = False  # its setup runs in this pass's act, before any launch there
+
+
+@dataclass
+class Observation:
+    now: float
+    machines: dict[str, MachineView] = field(default_factory=dict)
+    log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
+    last_lines: dict[int, str] = field(default_factory=dict)
+    claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
+    # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
+    local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
+    bad_files: dict[int, str] = field(default_factory=dict)  # job -> what is wrong with its files in the home
+
+    def view(self, name: str) -> MachineView:
+        return self.machines.setdefault(name, MachineView())
+
+
+@dataclass(frozen=True)
+class Launch:
+    job: int
+    machine: str
+    attempt: int
+    workers: int
+
+
+@dataclass(frozen=True)
+class Kill:
+    job: int
+    machine: str
+    refs: tuple[WorkerRef, ...]
+
+
+@dataclass(frozen=True)
+class Recreate:
+    machine: str
+
+
+Action = Launch | Kill | Recreate
+
+
+@dataclass
+class Plan:
+    actions: list[Action] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one human line per decision, as a real pass says it
+    would: list[str] = field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
+
+    def do(self, action: Action, why: str = "") -> None:
+        self.actions.append(action)
+        self.would.append(f"would {describe(action)}" + (f": {why}" if why else ""))
+
+    def saw(self, line: str) -> None:
+        """A fact, said alike by a pass and a dry run (a machine that does not answer)."""
+        self.notes.append(line)
+        self.would.append(line)
+
+
+def describe(action: Action) -> str:
+    if isinstance(action, Launch):
+        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
+    if isinstance(action, Kill):
+        return f"stop job {action.job} on {action.machine}"
+    return f"recreate {action.machine}"
+
+
+def refs_of(job: Job) -> tuple[WorkerRef, ...]:
+    workers = job.current.workers if job.current else 1
+    return tuple(WorkerRef(job.id, job.attempt, w) for w in range(workers))
+
+
+def rule_of(job: Job, machine: Machine | None) -> str:
+    return job.rule or (machine.default_rule() if machine else "pass")
+
+

@@ -1,0 +1,125 @@
+"""What the reports of a pass's acts mean for the jobs: the I/O layer asks the workers and hands
+back plain reports (launch reports, whether a stop's workers are gone); these functions alone decide
+what they mean for each job (an ssh machine's record is reach.py's, from the contacts). Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobtpu import timing
+from jobtpu.decide.core import apply_ending, wants_recreate
+from jobtpu.decide.observation import Kill, Recreate, refs_of
+from jobtpu.remote.workers import LaunchResult, WorkerRef
+from jobtpu.schema import state as model
+from jobtpu.schema.machines import Machine
+from jobtpu.schema.state import Ending, Job, Status
+
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """A worker whose launch could not be asked or said nothing: why, and whether it was not reached
+    at all (then nothing can have started there)."""
+
+    message: str
+    unreachable: bool = False
+
+
+LaunchReport = LaunchResult | NoAnswer
+
+
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float) -> Kill | None:
+    """Move a launching job as its workers' launch reports say; a Kill when some workers started and
+    another failed (they must be stopped before the job ends as launch_failed)."""
+    if job.status is not Status.LAUNCHING:
+        return None
+    answers = [reports[i] for i in sorted(reports)]
+    if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
+        # Nothing ran anywhere: the job is free to go to another machine on a later pass.
+        message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
+        unlaunch(job)
+        job.last_line = f"could not launch: {message[-180:]}"
+        return None
+    failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "fail"}
+    if failures:
+        first = min(failures)
+        job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
+        ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+        oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "ok")
+        started = tuple(WorkerRef(job.id, job.attempt, i) for i in oks)
+        if not started:
+            apply_ending(job, ending, now)
+            return None
+        job.move(Status.KILLING, ending.reason)
+        job.ending = ending
+        return Kill(job.id, machine.name, started)
+    if all(isinstance(a, LaunchResult) and a.outcome == "ok" for a in answers):
+        job.move(Status.RUNNING, None)
+        if job.current is not None:
+            job.current.started = now
+        return None
+    errors = [a.message for a in answers if isinstance(a, NoAnswer)]
+    if errors:  # said as jobtpu's, so it is never taken for the job's own output
+        job.last_line = f"launch: {errors[0][-190:]}"
+        began = job.current.started if job.current is not None else None
+        give_up = timing.current().launch_give_up  # a launch without a clear answer from every worker
+        if began is not None and now - began > give_up:
+            # A launch that has not got a clear answer for this long (a snapshot copy that keeps
+            # failing, a worker that times out) would hold its resources for ever. Some workers may
+            # have started: stop every one, then the job ends launch_failed.
+            job.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
+            job.move(Status.KILLING, model.LAUNCH_FAILED)
+            job.ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+            return Kill(job.id, machine.name, refs_of(job))
+    return None
+
+
+
+
+def goes_ahead(job: Job | None, machine: str, setup: str | None) -> bool:
+    """Whether a launch goes ahead: its machine ran no setup in this pass (`setup` None), or that
+    setup left it up. Otherwise its job goes back to the queue (not_launched), nothing having
+    started: `setup` is the machine's state after it ("setting up", "setup failed")."""
+    if setup is None or setup == "up":
+        return True
+    if job is not None:
+        not_launched(job, f"{machine} is {setup}")
+    return False
+
+
+def not_launched(job: Job, why: str) -> None:
+    """A launch the pass did not try (its machine's setup did not finish): queued again, as it was."""
+    if job.status is Status.LAUNCHING:
+        unlaunch(job)
+        job.waiting = why
+
+
+def unlaunch(job: Job) -> None:
+    """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
+    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
+        job.attempts.pop()
+    job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
+    job.machine, job.alloc = None, {}
+
+
+def killed(job: Job, machine: str, gone: bool, now: float) -> Recreate | None:
+    """Once every worker of a stopping job is gone, end it as its stop said; a Recreate of its machine
+    when that ending's rule brings the TPU back."""
+    if not gone or job.status is not Status.KILLING:
+        return None
+    ending = job.ending or Ending(Status.KILLED, model.KILLED)
+    apply_ending(job, ending, now)
+    return Recreate(machine) if wants_recreate(ending) else None
+
+
+def kill_asked(job: Job) -> Kill | None:
+    """`jobtpu kill`: a queued job ends at once; an active one stops (a Kill for its workers). One
+    already stopping keeps the ending it has (exit N, timeout)."""
+    if job.status is Status.QUEUED:
+        job.move(Status.KILLED, model.KILLED)
+    elif job.status is not Status.KILLING and job.active:
+        job.move(Status.KILLING, model.KILLED)
+        job.ending = Ending(Status.KILLED, model.KILLED)
+    if job.status is Status.KILLING and job.machine:
+        return Kill(job.id, job.machine, refs_of(job))
+    return None
+

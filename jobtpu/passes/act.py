@@ -1,0 +1,222 @@
+"""A pass's hands: carry out what was decided and saved (TPU steps, stops, launches, the catch-up of
+ended attempts' logs) and hand the plain reports the workers gave to the pure functions that say what
+they mean (decide/outcomes.py). `kill_jobs` does the same for `jobtpu kill`, outside a pass."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+from jobtpu import timing
+from jobtpu.decide.observation import Kill, Launch, Observation, Plan
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, goes_ahead, kill_asked, killed, launched
+from jobtpu.decide.placement import Place, on_resume_words, place_env
+from jobtpu.errors import RemoteError, UnreachableError
+from jobtpu.home.secrets import SecretStore
+from jobtpu.home.specs import local_verdict, records_trusted
+from jobtpu.passes import tell
+from jobtpu.passes.changes import ended_by_hand
+from jobtpu.passes.context import Pass
+from jobtpu.passes.session import Session
+from jobtpu.remote import pulls
+from jobtpu.remote.scripts import kill_script, launch_script, parse_kill, parse_launch
+from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
+from jobtpu.schema.machines import Machine
+from jobtpu.schema.records import StepKind
+from jobtpu.schema.state import Job, Status
+from jobtpu.tpu.flow import carry_out_all, want_back
+from jobtpu.transport.base import Endpoint
+
+ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
+
+
+def act(p: Pass, plan: Plan, seen: Observation) -> None:
+    """Carry out the saved intents: TPU steps and stops side by side, then the launches (a launch on a
+    machine whose setup ran in this pass only once that setup is done)."""
+    launches = [a for a in plan.actions if isinstance(a, Launch)]
+    kills = [a for a in plan.actions if isinstance(a, Kill)]
+    tasks: list[Callable[[], None]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
+                                       lambda: stop_all(p, kills, seen.now)]
+    p.parallel(lambda task: task(), tasks)
+    ready = [a for a in launches if _goes_ahead(p, a)]
+    after = [k for k in p.parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
+    stop_all(p, after, seen.now)
+
+
+def _goes_ahead(p: Pass, action: Launch) -> bool:
+    """Whether a launch goes ahead (outcomes.goes_ahead, over the setup this pass ran on its machine)."""
+    work = p.tpu_work.get(action.machine)
+    setup = work.plan.state if work is not None and work.has(StepKind.SETUP) else None
+    return goes_ahead(p.state.job(action.job), action.machine, setup)
+
+
+def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
+    """The rest of the logs of the attempts that ended in this pass, from the machines that answer
+    (a preempted TPU's workers are gone, as are those of one this pass deleted; an unreachable
+    machine's stay there)."""
+    ended = pulls.ended_since(p.state.jobs, was_open)
+    for name in list(ended):
+        view, work = seen.view(name), p.tpu_work.get(name)
+        if view.preempted or view.reachable is False or (work is not None and work.has(StepKind.DELETE)):
+            del ended[name]
+    p.notes.extend(pulls.catch_up(p, ended))
+
+
+def stop_all(p: Session, kills: list[Kill], now: float) -> None:
+    """Stop the workers of each kill; hand whether they are all gone to decide.killed. A stop whose
+    rule recreates the TPU asks for it back: the next pass plans that step and saves it first."""
+    kills = [k for k in kills if p.state.job(k.job) is not None and p.fleet.get(k.machine) is not None]
+    for kill, gone in zip(kills, p.parallel(lambda k: _stop_workers(p, k), kills), strict=True):
+        job = p.state.require_job(kill.job)
+        recreate = killed(job, kill.machine, gone, now)
+        machine = p.fleet.get(recreate.machine) if recreate else None
+        if machine is not None and machine.is_tpu:
+            want_back(p.state.machine(machine.name))
+
+
+def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str]) -> dict[str, str]:
+    """The job's environment in the order it is applied: jobtpu's own variables first, so that an
+    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
+    env = {
+        "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
+        "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
+        "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
+        **place_env(place, place.hosts[worker], job.id, job.attempt),
+    }
+    for resource, indices in job.alloc.items():
+        if resource != "slot":
+            env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
+    if "gpu" in job.alloc:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
+    if job.sweep is not None:
+        env["JOBTPU_SWEEP"], env["JOBTPU_SWEEP_INDEX"] = str(job.sweep), str(job.sweep_index or 0)
+    for name, value in {**job.env, **secrets}.items():
+        env.setdefault(name, value)
+    return env
+
+
+def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
+    """Launch the job's workers; decide.launched says what their reports mean. A Kill when some
+    workers started and others failed."""
+    job = p.state.job(action.job)
+    machine = p.fleet.get(action.machine)
+    if job is None or machine is None or job.status is not Status.LAUNCHING:
+        return None
+    eps = p.endpoints(machine)[: action.workers]
+    secrets = SecretStore(p.home).get(job.id)
+    if machine.kind == "local" and not records_trusted(p.home):  # checked again as it starts (design §7)
+        team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
+        verdict = local_verdict(p.home, job, team)
+        if verdict.kind != "ok":
+            refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
+                       for ep in eps}
+            return launched(job, machine, dict(refused), now)
+        secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
+
+    # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
+    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+    place = place_of(p, machine, eps)
+    command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
+
+    def one(ep: Endpoint) -> tuple[int, LaunchReport]:
+        spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
+                          command, job_env(job, machine, ep.index, place, secrets),
+                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
+        try:
+            result = _launch_worker(p, machine, ep, spec)
+        except (RemoteError, OSError) as e:
+            return ep.index, NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
+        return ep.index, result or NoAnswer("the launch script said nothing of this worker")
+
+    reports = dict(p.parallel(one, eps))
+    return launched(job, machine, reports, now)
+
+
+def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
+    """Where the attempt runs: a TPU's zone in use (capacity errors may have moved it) and node; a
+    box's workers by the addresses jobtpu reaches them at (the local machine by its host name)."""
+    hosts = tuple(ep.addr or socket.gethostname() for ep in eps)
+    zone = (p.state.machine(machine.name).zone or machine.zone) if machine.is_tpu else machine.zone
+    return Place(zone=zone or "", node=(machine.node or "") if machine.is_tpu else "",
+                 accelerator=machine.accelerator or "", hosts=hosts)
+
+
+def early_signal(job: Job) -> tuple[str, float] | None:
+    """--signal SIG@S: the signal and how long after the start the wrapper sends it (S before the
+    attempt's --timeout ends). The wrapper keeps the time, not the pass: passes may be a minute apart."""
+    if job.signal is None or job.signal_before is None or job.timeout is None:
+        return None
+    return job.signal, max(0.0, job.timeout - job.signal_before)
+
+
+def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
+    """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
+    the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
+    result = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
+    if result is None or result.outcome not in ARCHIVE_OUTCOMES:
+        return result
+    problem = p.home_archive_problem(spec.archive)
+    if problem is not None:
+        return LaunchResult(spec.ref, "fail", detail=f"the snapshot {spec.archive} in the home {problem}")
+    p.push_archive(machine, ep, spec.archive)
+    again = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
+    if again is not None and again.outcome in ARCHIVE_OUTCOMES:
+        why = again.detail or "it is missing right after the copy"
+        return LaunchResult(spec.ref, "fail", detail=f"the copy of the snapshot on the worker is unusable: {why}")
+    return again
+
+
+def _stop_workers(p: Session, action: Kill) -> bool:
+    """Stop the workers; whether every one is gone."""
+    machine = p.fleet.get(action.machine)
+    if machine is None:
+        return False
+    by_worker = {ep.index: ep for ep in p.endpoints(machine)}
+    job = next((j for j in p.state.jobs if j.id == action.job), None)
+    grace = grace_of(job) if job is not None else timing.current().grace
+
+    def one(ref: WorkerRef) -> bool:
+        ep = by_worker.get(ref.worker)
+        if ep is None:
+            return True  # that worker no longer exists
+        try:
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
+            return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
+        except RemoteError:
+            return False
+
+    return all(p.parallel(one, action.refs))
+
+
+def grace_of(job: Job) -> float:
+    """Seconds between TERM and KILL: the job's --grace, else timing's grace."""
+    return float(job.grace) if job.grace is not None else timing.current().grace
+
+
+# ---- commands that act on the fleet outside a pass ------------------------------------------------
+
+def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) -> None:
+    """Mark the jobs stopping (saved first), stop them everywhere, end them as decide.killed says.
+    A job that ends here (a queued one at once, a stopping one whose workers are all gone) gets its
+    `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
+    was_ended = {job.id for job in jobs if job.ended}
+    was_open = pulls.open_attempts(jobs)
+    kills = [k for k in map(kill_asked, jobs) if k is not None]
+    _tell_ended(p, jobs, was_ended, now, by)
+    stop_all(p, kills, now)
+    p.notes.extend(pulls.catch_up(p, pulls.ended_since(jobs, was_open)))  # their logs, whole
+    _tell_ended(p, jobs, was_ended, now, by)
+
+
+def _tell_ended(p: Session, jobs: list[Job], was_ended: set[int], now: float, by: str | None) -> None:
+    ended = [job for job in jobs if job.ended and job.id not in was_ended]
+    was_ended.update(job.id for job in ended)
+    found = ended_by_hand(ended, now, by)
+    p.state.untold = [*p.state.untold, *tell.with_ids(found)]
+    p.commit()
+    if found:
+        for line in tell.log(p.home.root, found):  # a kill is no notification
+            p.notes.append(line)
+

@@ -1,0 +1,122 @@
+"""A pass's eyes: observe gathers what the fleet says (TPU nodes, each worker's processes and new log
+bytes, whether each queued job may run on the local machine) into an Observation, and the log bytes
+the probes brought are then kept in the home. What any of it means is decided elsewhere (decide/,
+reach.py); the TPU listing also plans each TPU machine's steps (tpu/flow.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path, PurePath
+from typing import Any
+
+from jobtpu.decide.observation import Observation, refs_of
+from jobtpu.errors import BusyError, RemoteError
+from jobtpu.home import logfiles
+from jobtpu.home.safefs import UnsafePath
+from jobtpu.home.specs import local_verdict, records_trusted
+from jobtpu.passes.context import Pass
+from jobtpu.remote import pulls
+from jobtpu.remote.scripts import TAIL_BYTES
+from jobtpu.remote.workers import WorkerRef, WorkerState
+from jobtpu.schema.machines import Machine
+from jobtpu.schema.state import Status
+from jobtpu.tpu.flow import observe_tpus
+from jobtpu.transport.base import Endpoint
+from jobtpu.views.progress import progress_of
+
+
+def observe(p: Pass) -> Observation:
+    """What the fleet says now: each machine's view (TPU nodes first: they say where the workers
+    are), each probed worker's state and new log bytes, and the local machine's refusals. Every
+    contact is counted in `p.contacts` for reach.py to judge."""
+    seen = Observation(now=time.time())
+    # TPU node states first: they say where the workers are. Their steps are only planned here.
+    p.tpu_work = {work.machine.name: work for work in observe_tpus(p, seen)}
+    probes: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
+    for machine in p.fleet.machines.values():
+        view = seen.view(machine.name)
+        eps = p.endpoints(machine)
+        view.n_workers = len(eps)
+        jobs = [j for j in p.state.jobs if j.machine == machine.name and j.status is Status.RUNNING]
+        if not jobs or view.preempted or (machine.is_tpu and view.reachable is False):
+            continue
+        for ep in eps:
+            probes.append((machine, ep, [r for j in jobs for r in refs_of(j) if r.worker == ep.index]))
+
+    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
+        machine, ep, refs = item
+        try:
+            return machine.name, pulls.probe(p, machine, ep, refs)
+        except RemoteError as e:
+            return machine.name, e
+
+    for name, outcome in p.parallel(one, probes):
+        view = seen.view(name)
+        if isinstance(outcome, RemoteError):
+            view.reachable, view.error = False, outcome.message
+        else:
+            view.reachable = view.reachable is not False
+            view.workers.update(outcome)
+    _check_local_specs(p, seen)
+    return seen
+
+
+def _check_local_specs(p: Pass, seen: Observation) -> None:
+    """For each queued job: may this pass run it on the local machine, as its own account? Only when
+    state.json is this account's alone (a private home), or the job's spec says so (docs/design.md §7)."""
+    if not any(m.kind == "local" for m in p.fleet.machines.values()) or records_trusted(p.home):
+        return
+    team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
+    for job in p.state.jobs:
+        if job.status is Status.QUEUED and not job.held:
+            verdict = local_verdict(p.home, job, team)
+            if verdict.kind != "ok":
+                seen.local_refusals[job.id] = (verdict.kind, verdict.why)
+
+
+def bring_logs_home(p: Pass, seen: Observation) -> None:
+    """Append the new log bytes the probes brought back (a dry run writes nothing); remember the
+    tails of failed workers and each job's last line, for decide to read. A log
+    that is a link, a FIFO or in a folder we cannot write fails its job alone (docs/reference/state-json.md
+    §4.3, `home_file`); one a teammate holds locked waits for the next pass."""
+    for view in seen.machines.values():
+        for ref, ws in view.workers.items():
+            if ref.job in seen.bad_files:
+                continue
+            try:
+                _pull_one(p, seen, ref, ws)
+            except UnsafePath as e:
+                seen.bad_files[ref.job] = e.message
+            except BusyError as e:
+                p.notes.append(f"job {ref.job}: {e.message}")
+
+
+def _pull_one(p: Pass, seen: Observation, ref: WorkerRef, ws: WorkerState) -> None:
+    rel = logfiles.log_rel(ref.job, ref.attempt, ref.worker)
+    failed = ws.exit_code not in (None, 0)
+    if p.dry_run:  # changes nothing: classify from what is home plus what just arrived
+        if failed:
+            seen.log_tails[ref] = ws.log_end.decode(errors="replace") or \
+                (_tail(p.home.root, rel) + ws.log_bytes.decode(errors="replace"))[-TAIL_BYTES:]
+        return
+    logfiles.append(p.home.root, rel, ws.log_offset, ws.log_bytes)
+    if failed:  # from the log's true end, even when the pull is still behind it
+        seen.log_tails[ref] = ws.log_end.decode(errors="replace") or _tail(p.home.root, rel)
+    if ref.worker == 0:
+        line = last_line(p.home.root, rel)
+        if line is not None:
+            seen.last_lines[ref.job] = line
+
+
+def _tail(root: Path, rel: PurePath, size: int = TAIL_BYTES) -> str:
+    return logfiles.read_end(root, rel, size)[0].decode(errors="replace")
+
+
+def last_line(root: Path, rel: PurePath) -> str | None:
+    """The log's last line worth showing in `status`: a `JOBTPU_PROGRESS step=N` line is for `report`,
+    not for people, so the line the job printed before it is shown instead."""
+    text = _tail(root, rel, 4096)
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and progress_of(ln) is None]
+    return lines[-1][-200:] if lines else None
+
