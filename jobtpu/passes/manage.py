@@ -62,7 +62,8 @@ from jobtpu.schema.machines import Fleet, Machine, load_fleet
 from jobtpu.schema.state import Job, MachineRecord, Status
 from jobtpu.sheet import hook as passsheet
 from jobtpu.snapshot.unpack import problem as archive_problem
-from jobtpu.tpu.flow import MachineWork, carry_out_all, observe_tpus, request_recreate, want_back
+from jobtpu.tpu.flow import carry_out_all, observe_tpus, request_recreate
+from jobtpu.tpu.plan import MachineWork, want_back
 from jobtpu.transport.base import Endpoint
 from jobtpu.views.goodput import progress_of
 
