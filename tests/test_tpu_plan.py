@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from jobtpu.decide.core import MachineView
@@ -14,7 +15,15 @@ from jobtpu.schema.machines import Machine
 from jobtpu.schema.state import MachineRecord, Operation, Refused, Setup
 from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
 from jobtpu.tpu.outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key
-from jobtpu.tpu.plan import MachineWork, Sighting, credentials_line, decide_machine, intend, show
+from jobtpu.tpu.plan import (
+    MachineWork,
+    Sighting,
+    credentials_line,
+    decide_machine,
+    intend,
+    show,
+    wants_host_keys,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -101,9 +110,12 @@ def test_two_capacity_errors_in_a_row_move_the_machine_to_its_next_zone_at_once(
 
 
 @pytest.mark.parametrize(("seen", "state", "detail"), [
-    ({"host_keys": [["ssh-ed25519 A"], ["ssh-ed25519 B"]]}, "setting up", "running setup commands"),
-    ({"host_keys": [["ssh-ed25519 A"], []]}, "waiting for host keys", "worker(s) 1 have not published"),
-    ({"host_keys_error": "HTTP 503"}, "unknown", "cannot read the node's host keys: HTTP 503"),
+    ({"host_keys": [["ssh-ed25519 A"], ["ssh-ed25519 B"]], "host_keys_read": True}, "setting up",
+     "running setup commands"),
+    ({"host_keys": [["ssh-ed25519 A"], []], "host_keys_read": True}, "waiting for host keys",
+     "worker(s) 1 have not published"),
+    ({"host_keys_error": "HTTP 503", "host_keys_read": True}, "unknown", "cannot read the node's host keys: HTTP 503"),
+    ({}, "waiting for host keys", "the node's host keys are read in the next pass"),
 ])
 def test_strict_host_keys_are_recorded_only_once_every_worker_published_one(seen: dict[str, Any], state: str,
                                                                             detail: str) -> None:
@@ -112,6 +124,21 @@ def test_strict_host_keys_are_recorded_only_once_every_worker_published_one(seen
     assert (got_state, got_detail.startswith(detail)) == (state, True)
     assert (record.host_keys_for == "c1") is (state == "setting up")
     assert ("setup" in steps) is (state == "setting up")
+
+
+@pytest.mark.parametrize(("machine", "record", "seen_node", "wanted"), [
+    (STRICT, MachineRecord(), node(), True),
+    (STRICT, MachineRecord(incarnation="c1", host_keys_for="c1", setup=Setup("done")), node(), False),
+    (STRICT, MachineRecord(want_recreate=True), node(), False),  # it is deleted, not used
+    (STRICT, MachineRecord(), node(workers=0), False),
+    (STRICT, MachineRecord(), node("CREATING"), False),
+    (TPU, MachineRecord(), node(), False),
+])
+def test_observing_asks_for_host_keys_exactly_when_deciding_uses_them(machine: Machine, record: MachineRecord,
+                                                                    seen_node: NodeInfo, wanted: bool) -> None:
+    before = msgspec.to_builtins(record)
+    assert wants_host_keys(Sighting(machine, node=seen_node), record, NOW, 30.0) is wanted
+    assert msgspec.to_builtins(record) == before  # decided on a copy
 
 
 def test_a_ready_node_without_addresses_is_held_and_says_why() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from jobtpu import timing
@@ -41,7 +42,7 @@ def first_backoff(p: Session) -> float:
 
 # ---- observe ----------------------------------------------------------------------------------------
 
-def observe_tpu_nodes(p: Session) -> list[Sighting]:
+def observe_tpu_nodes(p: Session, now: float) -> list[Sighting]:
     """One listing per zone (its queued resources too when a machine there uses one), then for each
     machine the operation its record follows and, for strict host keys, the keys its node publishes.
     Each machine is looked for in the zone it is in now (capacity errors may have moved it)."""
@@ -59,27 +60,28 @@ def observe_tpu_nodes(p: Session) -> list[Sighting]:
             return zone, e
 
     listed = dict(parallel(listing, sorted({str(m.zone) for m in tpus})))
-    return parallel(lambda machine: _sighting(p, api, machine, listed[str(machine.zone)]), tpus)
+    return parallel(lambda machine: _sighting(p, api, machine, listed[str(machine.zone)], now), tpus)
 
 
-def _sighting(p: Session, api: TpuApi, machine: Machine, listed: Any) -> Sighting:
+def _sighting(p: Session, api: TpuApi, machine: Machine, listed: Any, now: float) -> Sighting:
     if isinstance(listed, RemoteError):
         return Sighting(machine, listing_error=listed)
     record = p.state.machine(machine.name)
     node = listed[0].get(str(machine.node))
     queued: QueuedInfo | None | Literal[False] = listed[1].get(str(machine.node)) if machine.queued_resource else False
-    op = keys = keys_error = None
+    op = None
     if record.operation:
         try:
             op = api.operation(record.operation.name)
         except RemoteError:
             op = None
-    if wants_host_keys(machine, record, node):
-        try:
-            keys = api.host_keys(machine)
-        except RemoteError as e:
-            keys_error = e.message
-    return Sighting(machine, None, node, op, queued, keys, keys_error)
+    seen = Sighting(machine, None, node, op, queued)
+    if not wants_host_keys(seen, record, now, first_backoff(p)):
+        return seen
+    try:
+        return replace(seen, host_keys=api.host_keys(machine), host_keys_read=True)
+    except RemoteError as e:
+        return replace(seen, host_keys_error=e.message, host_keys_read=True)
 
 
 # ---- decide and record the intents ------------------------------------------------------------------
@@ -112,7 +114,7 @@ def plan_tpus(p: Session, seen: Observation, sightings: list[Sighting]) -> list[
 def observe_tpus(p: Session, seen: Observation) -> list[MachineWork]:
     """The TPU part of a pass's observing: node states gathered, then each machine's steps planned
     and recorded as intents, to be saved before `carry_out_all`."""
-    return plan_tpus(p, seen, observe_tpu_nodes(p))
+    return plan_tpus(p, seen, observe_tpu_nodes(p, seen.now))
 
 
 def request_recreate(p: Session, machine: Machine, now: float) -> MachineWork | None:

@@ -10,7 +10,8 @@ one and deleted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from jobtpu.errors import RemoteError
@@ -49,8 +50,9 @@ class Sighting:
     op: OpInfo | None = None  # the operation the record follows, when the API could say
     # False for a machine without a queued resource, else its queued resource (None: there is none)
     queued: QueuedInfo | None | Literal[False] = False
-    host_keys: list[list[str]] | None = None  # strict host keys, read for a ready node's new incarnation
+    host_keys: list[list[str]] | None = None  # strict host keys, read when deciding needs them
     host_keys_error: str | None = None
+    host_keys_read: bool = False  # whether they were asked for (`wants_host_keys`)
 
 
 @dataclass
@@ -266,8 +268,11 @@ def take_host_keys(sighting: Sighting, record: MachineRecord, node: NodeInfo, pl
                    workers: int) -> None:
     """strict: trust exactly the host keys the node publishes through the TPU API, recorded only
     once every worker has published one (a slow guest agent must not lock jobtpu out for good)."""
+    if not sighting.host_keys_read:
+        hold(plan, "waiting for host keys", "the node's host keys are read in the next pass")
+        return
     if sighting.host_keys_error is not None or sighting.host_keys is None:
-        hold(plan, "unknown", f"cannot read the node's host keys: {sighting.host_keys_error or 'not read'}")
+        hold(plan, "unknown", f"cannot read the node's host keys: {sighting.host_keys_error or 'none'}")
         return
     keys = sighting.host_keys
     missing = [i for i in range(workers) if i >= len(keys) or not keys[i]]
@@ -278,11 +283,14 @@ def take_host_keys(sighting: Sighting, record: MachineRecord, node: NodeInfo, pl
     record.host_keys, record.host_keys_for = keys, node.create_time
 
 
-def wants_host_keys(machine: Machine, record: MachineRecord, node: NodeInfo | None) -> bool:
-    """Whether observing reads the node's published host keys: strict, a ready node with workers
-    whose incarnation's keys are not recorded yet."""
-    return (machine.host_key_policy == "strict" and node is not None and node.state == "READY"
-            and record.host_keys_for != node.create_time and bool(node.addresses(machine.use_external_ip)))
+def wants_host_keys(sighting: Sighting, record: MachineRecord, now: float, first_backoff: float) -> bool:
+    """Whether deciding will use the node's published host keys (strict, a usable node whose
+    incarnation's keys are not recorded yet): decided on a copy of the record, so observing asks the
+    API for them exactly when they are needed."""
+    if sighting.machine.host_key_policy != "strict" or sighting.node is None or sighting.node.state != "READY":
+        return False
+    trial = decide_machine(replace(sighting, host_keys_read=False), copy.deepcopy(record), now, first_backoff)
+    return trial.plan.state == "waiting for host keys"
 
 
 def hold(plan: MachinePlan, state: str, detail: str) -> None:
