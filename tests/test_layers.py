@@ -97,3 +97,21 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
 
 def test_tpuflow_does_not_reach_back_into_the_pass() -> None:
     assert "jobtpu.passes.manage" not in import_graph()["jobtpu.tpu.flow"]
+
+
+def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every package module `module` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["jobtpu.tpu.plan", "jobtpu.tpu.outcomes"])
+def test_the_tpu_rules_do_no_io(module: str) -> None:
+    """The TPU machines' decisions are pure: no session, no connection to a worker, no pass."""
+    reached = reaches(import_graph(), module)
+    assert not {m for m in reached if m.startswith(("jobtpu.passes", "jobtpu.transport", "jobtpu.tpu.flow"))}
