@@ -60,7 +60,14 @@ def observe_tpu_nodes(p: Session, now: float) -> list[Sighting]:
             return zone, e
 
     listed = dict(parallel(listing, sorted({str(m.zone) for m in tpus})))
-    return parallel(lambda machine: _sighting(p, api, machine, listed[str(machine.zone)], now), tpus)
+
+    def sighting(machine: Machine) -> Sighting:
+        return _sighting(p, api, machine, listed[str(machine.zone)], now)
+
+    # Machines that ask the API more (an operation, host keys) side by side; a quiet pass starts no threads.
+    asking = [m for m in tpus if p.state.machine(m.name).operation or m.host_key_policy == "strict"]
+    asked = dict(zip([m.name for m in asking], parallel(sighting, asking), strict=True))
+    return [asked[m.name] if m.name in asked else sighting(m) for m in tpus]
 
 
 def _sighting(p: Session, api: TpuApi, machine: Machine, listed: Any, now: float) -> Sighting:
