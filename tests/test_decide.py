@@ -756,7 +756,7 @@ def test_node_state_decides_the_machine_s_health(node_state: str | None, health:
 
 def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
     from jobtpu.schema.records import MachineRecord
-    from jobtpu.tpu.flow import plan_machine
+    from jobtpu.tpu.plan import plan_machine
 
     plan = plan_machine(MachineRecord(want_recreate=True), None, None, NOW)
     assert [s.kind for s in plan.steps] == ["create"] and plan.state == "recreating"

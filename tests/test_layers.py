@@ -106,3 +106,21 @@ def test_no_module_keeps_state_in_globals_it_rebinds() -> None:
              for path in sorted(PACKAGE.rglob("*.py"))
              for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.Global)]
     assert found == []
+
+
+def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every package module `module` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["jobtpu.tpu.plan", "jobtpu.tpu.outcomes"])
+def test_the_tpu_rules_do_no_io(module: str) -> None:
+    """The TPU machines' decisions are pure: no session, no connection to a worker, no pass."""
+    reached = reaches(import_graph(), module)
+    assert not {m for m in reached if m.startswith(("jobtpu.passes", "jobtpu.transport", "jobtpu.tpu.flow"))}

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import pwd
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import jobtpu, manage, status, submit, until, wait_for
+from tests.helpers import JOBTPU, jobtpu, manage, status, submit, until, wait_for
 from tests.tpufleet import ZONE, TpuFleet, tpu_home
 
 FLAKY = 'if [ "$JOBTPU_ATTEMPT" = 0 ]; then {first}; fi; echo "attempt $JOBTPU_ATTEMPT resume=$JOBTPU_RESUME"'
@@ -240,6 +241,31 @@ def test_tpu_commands_and_machines_show_the_node(tmp_path: Path, tpus: TpuFleet)
     refused = jobtpu(home, "tpu", "reapply", "v2-16-p", check=False)
     assert refused.returncode == 1 and f"jobtpu kill {job_id}" in refused.stderr
     assert "unknown machine" in jobtpu(home, "tpu", "status", "nope", check=False).stderr
+
+
+def test_tpu_delete_saves_its_intent_before_it_calls_the_api(tmp_path: Path, tpus: TpuFleet) -> None:
+    """The record says deleting before the API is asked: `jobtpu tpu delete` killed while its delete is
+    under way leaves that on disk, and one whose call failed leaves the delete to the next pass."""
+    for node in ("tpu-r", "tpu-s"):
+        tpus.add_node(node, workers=1, accelerator="v2-8")
+    home = tpu_home(tmp_path, tpus, {"v2-8-r": tpus.machine_spec("tpu-r"), "v2-8-s": tpus.machine_spec("tpu-s")})
+    manage(home)
+    release = tpus.api.stall_answers("DELETE", "/nodes/tpu-r")
+    deleting = subprocess.Popen([*JOBTPU, "--home", str(home), "tpu", "delete", "v2-8-r"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**os.environ, "JOBTPU_USER": "tester"})
+    wait_for(lambda: tpus.api.count("DELETE", "/nodes/tpu-r") >= 1, timeout=60, what="the delete to be sent")
+    deleting.send_signal(signal.SIGKILL)
+    deleting.wait()
+    release.set()
+    record = json.loads((home / "state.json").read_text())["machines"]["v2-8-r"]
+    assert (record["state"], record["steps"]) == ("deleting", ["delete"])
+    # The delete call fails: the record still says deleting, and the next pass sends it again.
+    tpus.api.inject_error("DELETE", "/nodes/tpu-s", "UNAVAILABLE")
+    assert jobtpu(home, "tpu", "delete", "v2-8-s", check=False).returncode != 0
+    assert json.loads((home / "state.json").read_text())["machines"]["v2-8-s"]["steps"] == ["delete"]
+    wait_for(lambda: manage(home) is not None and tpus.api.node(ZONE, "tpu-s") is None, timeout=30,
+             what="the pass to carry out the saved delete")
+    assert tpus.api.count("DELETE", "/nodes/tpu-s") == 2
 
 
 def test_dry_run_never_touches_the_tpu_api_or_the_logs(tmp_path: Path, tpus: TpuFleet) -> None:

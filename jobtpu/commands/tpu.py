@@ -13,7 +13,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.schema.records import MachineRecord, MachineState, Operation
+from jobtpu.schema.records import MachineRecord, Operation
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
@@ -62,13 +62,16 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         elif op == "delete":
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
-            record.want_recreate = False
-            if machine.queued_resource:  # its queued resource goes too: left behind, it holds quota
+            from jobtpu.tpu.plan import delete_by_hand
+
+            steps = delete_by_hand(record, bool(machine.queued_resource))
+            p.commit()  # the intent is on disk before the API is called, as a pass saves its steps
+            if "delete-queued" in steps:
                 api.delete_queued(machine)
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile
                 record.operation = Operation("delete", operation, now)
-            record.state, record.detail = MachineState.DELETING, "deleted by `jobtpu tpu delete`"
+            record.steps = None
         # describe / status only read: the next pass records what the API says.
         return {
             "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,

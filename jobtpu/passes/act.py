@@ -25,7 +25,8 @@ from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.machines import Machine
 from jobtpu.schema.records import StepKind
 from jobtpu.schema.state import Job, Status
-from jobtpu.tpu.flow import carry_out_all, want_back
+from jobtpu.tpu.flow import carry_out_all
+from jobtpu.tpu.plan import want_back
 from jobtpu.transport.base import Endpoint
 
 ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix

@@ -16,7 +16,7 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.nodespec import create_body, recordable
 
 # Node state → (machine health, why). The API decides preemption; SSH failures never do.
-# Transient states are waited on; tpuflow says in `machines` for how long, and past TRANSIENT_LIMIT
+# Transient states are waited on; tpu/plan.py says in `machines` for how long, and past TRANSIENT_LIMIT
 # that the node looks stuck (`jobtpu tpu reapply` recreates it). jobtpu never deletes a node on its
 # own for being slow: only the API saying it was preempted or is gone recreates one.
 UP, PREEMPTED, TRANSIENT, DOWN = "up", "preempted", "transient", "down"

@@ -115,7 +115,7 @@ def _record(p: Session, machine: Machine, incarnation: str, failed: list[tuple[i
             results: list[tuple[list[str], str]]) -> None:
     """What the passes see: done, or failed for good (a person is on it: passes do not retry it).
     Only for the incarnation the record knows; a pass that meets a new one plans its setup itself."""
-    from jobtpu.tpu.flow import SETUP_RETRIES
+    from jobtpu.tpu.outcomes import SETUP_RETRIES
 
     record = p.state.machine(machine.name)
     if record.incarnation != incarnation:
