@@ -547,9 +547,10 @@ def run_setup(p: Session, machine: Machine, record: MachineRecord, plan: Machine
         plan.state, plan.detail = "up", "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
-        setup.status, setup.tries, setup.error = "failed", setup.tries + 1, results[bad].strip()[-300:]
+        said = scripts.setup_said(results[bad])
+        setup.status, setup.tries, setup.error = "failed", setup.tries + 1, said[-300:]
         record.setup = setup
-        plan.state, plan.detail = "setup failed", f"worker {bad}: {results[bad].strip()[-200:]}"
+        plan.state, plan.detail = "setup failed", f"worker {bad}: {said[-200:]}"
     else:
         record.setup = setup
         plan.state, plan.detail = "setting up", "setup commands running"
