@@ -5,14 +5,14 @@ Each line is `{"kind": KIND, ...}` (written by jobtpu_say in sh/common.sh, which
 so a log tail, a path or a remote error is data, never framing), and decodes into the Struct whose tag
 is KIND. A line that is not one whole report (a job's own output around a setup's report, a line cut
 short by a dropped connection, a field of the wrong type) decodes to nothing: the caller treats it as
-it treats a worker that said nothing (docs/design.md §4.1). Log bytes travel base64 inside their
+it treats a worker that said nothing (docs/design.md §4). Log bytes travel base64 inside their
 report's `data` string, which msgspec turns back into bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -143,8 +143,22 @@ class SetupReport(Report, frozen=True, tag="setup"):
         return f"{self.outcome}{code}" + (f": {self.detail}" if self.detail else "")
 
 
+# ---- a kept connection's shell (sh/serve.sh) --------------------------------------------------------
+
+class Got(Report, frozen=True, tag="got"):
+    """The kept shell has the script whole and runs it."""
+
+
+class Ran(Report, frozen=True, tag="ran"):
+    """The script ran: its exit code, then this many bytes of its stdout and of its stderr follow."""
+
+    code: int
+    stdout: Annotated[int, msgspec.Meta(ge=0)]
+    stderr: Annotated[int, msgspec.Meta(ge=0)]
+
+
 AnyReport = (Launch | Host | Worker | Log | LogEnd | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
-             | Jax | SetupReport)
+             | Jax | SetupReport | Got | Ran)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
 
@@ -155,25 +169,37 @@ def decode(line: str) -> Report | None:
         return None  # the usual non-report (a job's output), without building an error for it
     try:
         return _DECODER.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeEncodeError):  # the latter: a lone surrogate, no UTF-8 at all
         return None
 
 
 def reports(stdout: str) -> list[Report]:
-    """Every report in a script's output, in order; lines that are none are left out."""
-    return [r for r in map(decode, stdout.splitlines()) if r is not None]
+    """Every report in a script's output, in order; lines that are none are left out. Lines end at
+    "\n" only: a string may hold U+2028 or U+0085 as they are, which str.splitlines would break at."""
+    return [r for r in map(decode, stdout.split("\n")) if r is not None]
 
 
 def of_kind(found: Iterable[Report], kind: type[R]) -> list[R]:
     return [r for r in found if isinstance(r, kind)]
 
 
+def is_receipt(line: bytes) -> bool:
+    """Whether a kept shell's line is its `got` report."""
+    return isinstance(decode(line.decode(errors="replace")), Got)
+
+
+def ran_header(line: bytes) -> Ran | None:
+    """A kept shell's `ran` report, which frames the script's outputs; None when the line is none."""
+    report = decode(line.decode(errors="replace"))
+    return report if isinstance(report, Ran) else None
+
+
 def last_setup(stdout: str) -> tuple[list[str], SetupReport | None]:
     """A setup script's output lines before its report, and the report: its last line, or None when
     the last line is no setup report (the script did not run to its end). Only the last line counts:
     a setup command's own output may print anything, a report's look-alike among it."""
-    lines = stdout.rstrip("\n").splitlines()
-    report = decode(lines[-1]) if lines else None
+    before, _, last = stdout.rstrip("\n").rpartition("\n")
+    report = decode(last)
     if isinstance(report, SetupReport):
-        return lines[:-1], report
-    return lines, None
+        return before.splitlines(), report
+    return stdout.rstrip("\n").splitlines(), None

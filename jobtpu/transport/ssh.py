@@ -24,6 +24,7 @@ from pathlib import Path
 
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.home.layout import Home
+from jobtpu.remote import protocol
 from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
 from jobtpu.schema.machines import Machine
 from jobtpu.transport._paramiko import paramiko
@@ -373,16 +374,15 @@ class SshTransport:
         late = f"the script did not finish within {timeout:g}s" if timeout is not None else ""
         try:
             self._receipt(shell, deadline, late)
-            header = self._shell_line(shell, deadline, late).split()
-            if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
-                raise self._fail(f"the kept shell answered {b' '.join(header[:3])!r}, not a result")
-            code, n_out, n_err = (int(w) for w in header)
-            out = self._shell_bytes(shell, n_out, deadline, late)
-            err = self._shell_bytes(shell, n_err, deadline, late)
+            header = self._shell_line(shell, deadline, late)
+            if (ran := protocol.ran_header(header)) is None:
+                raise self._fail(f"the kept shell answered {header[:80]!r}, not a result")
+            out = self._shell_bytes(shell, ran.stdout, deadline, late)
+            err = self._shell_bytes(shell, ran.stderr, deadline, late)
         except BaseException:
             self._drop_shell()  # in an unknown state: the next script gets a new shell
             raise
-        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        return Result(ran.code, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def _receipt(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
         """The kept shell says it has the script before running it (sh/serve.sh), within
@@ -396,7 +396,7 @@ class SshTransport:
         else:
             silent = f"no answer within {limit:g}s on the kept connection (connect_timeout)"
         word = self._shell_line(shell, soon, silent)
-        if word != b"+":
+        if not protocol.is_receipt(word):
             raise self._fail(f"the kept shell answered {word[:40]!r}, not a receipt")
 
     def _shell_fill(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
