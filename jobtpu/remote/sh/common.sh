@@ -110,17 +110,18 @@ jobtpu_our_groups() {
 # data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
 # else false. KIND and the names are the scripts' own words, never a value.
 jobtpu_say() {
-  local line="{\"kind\":\"$1\"" value
+  local line="{\"kind\":\"$1\"" key="" value
   shift
-  while [ $# -ge 2 ]; do
-    value=$2
-    case $1 in
+  # A for loop, not shift: a probe says this once per worker per round (bash's shift copies the rest).
+  for value; do
+    if [ -z "$key" ]; then key=$value; continue; fi
+    case $key in
       s:*) jobtpu_json_string "$value"; value=$jobtpu_json ;;
-      n:*) [[ $value =~ ^-?(0|[1-9][0-9]*)([.][0-9]+)?$ ]] || value=null ;;
+      n:*) [[ $value == ?(-)@(0|[1-9]*([0-9]))?(.+([0-9])) ]] || value=null ;;
       b:*) if [ "$value" = 1 ]; then value=true; else value=false; fi ;;
     esac
-    line+=",\"${1#?:}\":$value"
-    shift 2
+    line+=",\"${key#?:}\":$value"
+    key=""
   done
   printf '%s}\n' "$line"
 }
