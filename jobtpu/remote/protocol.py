@@ -174,12 +174,13 @@ def decode(line: str) -> Report | None:
 
 
 def reports(stdout: str) -> list[Report]:
-    """Every report in a script's output, in order; lines that are none are left out. Lines end at
-    "\n" only: a string may hold U+2028 or U+0085 as they are, which str.splitlines would break at."""
+    """Every report in a script's output, in order; lines that are none are left out. Lines end at a
+    newline only: a string may hold U+2028 or U+0085 as they are, which str.splitlines would break at."""
     return [r for r in map(decode, stdout.split("\n")) if r is not None]
 
 
 def of_kind(found: Iterable[Report], kind: type[R]) -> list[R]:
+    """The reports of one kind (or family, as WorkerReport), in order."""
     return [r for r in found if isinstance(r, kind)]
 
 

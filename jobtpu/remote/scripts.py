@@ -145,16 +145,16 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
     """Each worker's state, with the log bytes that came after its report."""
     states: dict[WorkerRef, WorkerState] = {}
-    for report in protocol.reports(stdout):
+    for report in protocol.of_kind(protocol.reports(stdout), protocol.WorkerReport):
+        ref = _ref(report)
         if isinstance(report, protocol.Worker):
-            states[_ref(report)] = WorkerState(
-                ref=_ref(report), pid=report.pid, alive=report.alive, exit_code=report.exit,
-                log_size=report.size, claimed=report.claimed, exited_at=report.at, marked=report.marked or 0)
-        elif isinstance(report, protocol.Log) and _ref(report) in states:
-            states[_ref(report)] = dataclasses.replace(states[_ref(report)], log_offset=report.offset,
-                                                       log_bytes=report.data)
-        elif isinstance(report, protocol.LogEnd) and _ref(report) in states:
-            states[_ref(report)] = dataclasses.replace(states[_ref(report)], log_end=report.data)
+            states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
+                                      log_size=report.size, claimed=report.claimed, exited_at=report.at,
+                                      marked=report.marked or 0)
+        elif isinstance(report, protocol.Log) and ref in states:
+            states[ref] = dataclasses.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
+        elif isinstance(report, protocol.LogEnd) and ref in states:
+            states[ref] = dataclasses.replace(states[ref], log_end=report.data)
     return states
 
 
