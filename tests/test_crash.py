@@ -103,7 +103,7 @@ def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tm
 
 
 def test_a_setup_whose_process_died_is_started_again_not_awaited_for_ever(tmp_path: Path) -> None:
-    from jobtpu.remote.scripts import setup_script
+    from jobtpu.remote.scripts import setup_outcome, setup_script
 
     setup = tmp_path / "root" / "setup"
     setup.mkdir(parents=True)
@@ -111,7 +111,7 @@ def test_a_setup_whose_process_died_is_started_again_not_awaited_for_ever(tmp_pa
     (setup / "inc.0.pid").write_text(f"{os.getpid()}\n")
     script = setup_script(str(tmp_path / "root"), "inc", 0, ["echo set up"])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, cwd=tmp_path)
-    assert done.stdout.split()[:2] == ["SETUP", "done"] or done.stdout.startswith("SETUP running"), done.stdout
+    assert setup_outcome(done.stdout) in ("done", "running"), done.stdout
     deadline = time.monotonic() + 10
     while not (setup / "inc.0.exit").exists():
         assert time.monotonic() < deadline, "the setup was never started again"

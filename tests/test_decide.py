@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from typing import Any
 
 import msgspec
@@ -766,7 +767,12 @@ def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None
 def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code() -> None:
     from jobtpu.remote.scripts import parse_probe
 
-    out = "H boot 1\nW 4 0 0 100 0 1 10 1 1700000002.5\nW 4 0 1 101 0 7 10 1 1700000001.25\nW 4 0 2 - 0 - 0 0 -\n"
+    def worker(n: int, pid: int | None, code: int | None, at: float | None) -> str:
+        return json.dumps({"kind": "worker", "job": 4, "attempt": 0, "worker": n, "pid": pid, "alive": False,
+                           "exit": code, "size": 10 if pid else 0, "claimed": pid is not None, "at": at})
+
+    out = "\n".join(['{"kind":"host","boot":"boot","now":1}', worker(0, 100, 1, 1700000002.5),
+                     worker(1, 101, 7, 1700000001.25), worker(2, None, None, None)]) + "\n"
     states = parse_probe(out)
     assert [(s.exit_code, s.exited_at) for s in states.values()] == [(1, 1700000002.5), (7, 1700000001.25),
                                                                     (None, None)]

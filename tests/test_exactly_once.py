@@ -81,14 +81,14 @@ def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_
 
 
 def test_a_machine_setup_whose_pid_record_cannot_be_written_is_never_started(tmp_path: Path) -> None:
-    from jobtpu.remote.scripts import setup_script
+    from jobtpu.remote.scripts import setup_said, setup_script
 
     ledger = tmp_path / "ledger"
     (tmp_path / "root" / "setup" / "inc.0.pid.tmp").mkdir(parents=True)
     script = setup_script(str(tmp_path / "root"), "inc", 0, [f"echo ran >> {shlex.quote(str(ledger))}"])
     for _ in range(2):  # a pass, then the next one: neither starts it
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, cwd=tmp_path)
-        assert done.stdout.startswith("SETUP failed 97: cannot write the pid record"), done.stdout
+        assert setup_said(done.stdout).startswith("SETUP failed 97: cannot write the pid record"), done.stdout
     time.sleep(0.3)
     assert _ran(ledger) == 0
 

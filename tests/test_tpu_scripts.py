@@ -95,10 +95,12 @@ def test_doctor_accelerator_names_each_worker_without_a_device_and_who_holds_one
 @pytest.mark.fast
 def test_a_lock_file_is_ours_only_when_a_holder_is() -> None:
     """A stale holder whose command name contains "ours" does not make the lock file a running job's."""
-    holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nHOLDER 13 my tool ours\nLOCK yes\n")
+    stale = '{"kind":"holder","pid":12,"command":"hours","ours":false}\n'
+    holders, lock = parse_tpu_doctor(stale + '{"kind":"holder","pid":13,"command":"my tool","ours":true}\n'
+                                     '{"kind":"lock","present":true}\n')
     assert [(h.pid, h.command, h.ours) for h in holders] == [(12, "hours", False), (13, "my tool", True)]
     assert lock
-    holders, lock = parse_tpu_doctor("HOLDER 12 hours stale\nLOCK no\n")
+    holders, lock = parse_tpu_doctor(stale + '{"kind":"lock","present":false}\n')
     assert not any(h.ours for h in holders) and not lock
 
 
@@ -141,11 +143,16 @@ def test_jax_answers_are_read_against_the_accelerator_type() -> None:
 
     m = Machine(name="v4", kind="tpu", accelerator="v4-32")
     said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out), workers=4)  # noqa: E731
-    assert said("DEVICE /dev/accel0\nJAX 16\n") == [("v4[1]: ok: JAX sees 16 TPU devices (v4-32)", False)]
-    assert said("JAX 8\n") == [("v4[1]: problem: JAX sees 8 TPU devices where v4-32 has 16; "
+
+    def jax(count: str) -> str:
+        return json.dumps({"kind": "jax", "said": count}) + "\n"
+
+    device = '{"kind":"device","path":"/dev/accel0"}\n'
+    assert said(device + jax("16")) == [("v4[1]: ok: JAX sees 16 TPU devices (v4-32)", False)]
+    assert said(jax("8")) == [("v4[1]: problem: JAX sees 8 TPU devices where v4-32 has 16; "
                                 "`jobtpu tpu reapply v4` recreates the node", True)]  # 4 workers: no restart
     one = Machine(name="v4-8", kind="tpu", accelerator="v4-8")
-    assert worker_lines(one, "v4-8[0]", parse_tpu_accelerator("JAX 2\n"), workers=1) == [
+    assert worker_lines(one, "v4-8[0]", parse_tpu_accelerator(jax("2")), workers=1) == [
         ("v4-8[0]: problem: JAX sees 2 TPU devices where v4-8 has 4; `jobtpu tpu restart v4-8` stops and "
          "starts the node", True)]
-    assert said("JAX error RuntimeError: TPU initialization failed\n")[0][1] is True
+    assert said('{"kind":"jax","error":"RuntimeError: TPU initialization failed"}\n')[0][1] is True

@@ -1,9 +1,10 @@
-"""Every shell text jobtpu runs on a machine, and the parsers of their output, side by side.
+"""Every shell text jobtpu runs on a machine, and what their output means, side by side.
 
 The bash itself lives in jobtpu/remote/sh/*.sh, as functions that a linter can read. A script sent to a
 machine is the text of the files it needs followed by calls of those functions, each argument quoted
 with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
-One script per round trip, read whole before it runs (RUN_SCRIPT).
+One script per round trip, read whole before it runs (RUN_SCRIPT). What a script says back is one JSON
+report a line (jobtpu/remote/protocol.py); the parse_* functions below decode it into what callers use.
 
 Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
 machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
@@ -25,7 +26,6 @@ left its process group (setsid, double fork) or when its pid file is missing.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import shlex
@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 
 from jobtpu import timing
+from jobtpu.remote import protocol
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
@@ -78,9 +79,8 @@ def serve_script() -> str:
 # ---- launch ---------------------------------------------------------------------------------------
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
-    """Start every given worker detached, idempotently. One line per worker:
-    `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
-    `... fail WHY`."""
+    """Start every given worker detached, idempotently. One `launch` report per worker (protocol.Launch):
+    ok with its pid | pending | need-archive | bad-archive with why | fail with why."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
     init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
@@ -121,59 +121,41 @@ def unpack_source() -> str:
 
 
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
-    results: dict[WorkerRef, LaunchResult] = {}
-    for line in stdout.splitlines():
-        words = line.split(" ", 5)
-        if len(words) < 5 or words[0] != "LAUNCH":
-            continue
-        ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
-        rest = words[5] if len(words) > 5 else ""
-        pid = int(rest) if words[4] == "ok" and rest.isdigit() else None
-        results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] in ("fail", "bad-archive") else "")
-    return results
+    """Each worker's launch report; a worker with none is missing (its launch said nothing)."""
+    return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == "ok" else None,
+                                           r.detail if r.outcome in ("fail", "bad-archive") else "")
+            for r in protocol.of_kind(protocol.reports(stdout), protocol.Launch)}
+
+
+def _ref(report: protocol.WorkerReport) -> WorkerRef:
+    return WorkerRef(report.job, report.attempt, report.worker)
 
 
 # ---- probe ----------------------------------------------------------------------------------------
 
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
                  home_id: str = "") -> str:
-    """`H boot_id now`, then for each (worker, log bytes already pulled): one `W job attempt worker pid
-    alive exit size claimed at marked` line (marked: how many processes carry its marker), then
-    `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+    """A `host` report, then for each (worker, log bytes already pulled): a `worker` report (protocol.Worker),
+    then a `log` report with the log bytes past that offset (at most `chunk`), and a `log-end` report
+    with the last TAIL_BYTES of an exited worker's log further behind than that."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
     return render(("common.sh", "probe.sh"), [call("jobtpu_probe", root, home_id, int(chunk), TAIL_BYTES, *args)])
 
 
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
+    """Each worker's state, with the log bytes that came after its report."""
     states: dict[WorkerRef, WorkerState] = {}
-    for line in stdout.splitlines():
-        words = line.split(" ")
-        if words[0] == "W" and len(words) in (10, 11):
-            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
-            states[ref] = WorkerState(
-                ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
-                exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
-                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]),
-                marked=int(words[10]) if len(words) == 11 and words[10].isdigit() else 0)
-        elif words[0] == "L" and len(words) in (5, 6):
-            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
-            if ref in states:
-                data = base64.b64decode(words[5]) if len(words) == 6 else b""
-                old = states[ref]
-                states[ref] = dataclasses.replace(old, log_offset=int(words[4]), log_bytes=data)
-        elif words[0] == "T" and len(words) in (4, 5):
-            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
-            if ref in states:
-                end = base64.b64decode(words[4]) if len(words) == 5 else b""
-                states[ref] = dataclasses.replace(states[ref], log_end=end)
+    for report in protocol.of_kind(protocol.reports(stdout), protocol.WorkerReport):
+        ref = _ref(report)
+        if isinstance(report, protocol.Worker):
+            states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
+                                      log_size=report.size, claimed=report.claimed, exited_at=report.at,
+                                      marked=report.marked or 0)
+        elif isinstance(report, protocol.Log) and ref in states:
+            states[ref] = dataclasses.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
+        elif isinstance(report, protocol.LogEnd) and ref in states:
+            states[ref] = dataclasses.replace(states[ref], log_end=report.data)
     return states
-
-
-def _number(word: str) -> float | None:
-    try:
-        return float(word)
-    except ValueError:
-        return None
 
 
 # ---- kill -----------------------------------------------------------------------------------------
@@ -183,7 +165,7 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
     """TERM each worker's whole process group and every process that carries its marker (those that
     left the group by setsid or a double fork too), KILL what is left after `grace` seconds. With
     `ask` (the local machine), a group another account runs gets a stop request its wrapper obeys,
-    and the time for it to. One `K job attempt worker gone|stuck` line per worker."""
+    and the time for it to. One `kill` report per worker: gone or not (stuck)."""
     args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
     ask_steps = _tenths(stop_poll() + grace) + 10 if ask else 0  # its wrapper's poll and grace, and a second
     return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, *args)])
@@ -191,12 +173,7 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
 
 def parse_kill(stdout: str) -> dict[WorkerRef, bool]:
     """worker → True when its processes are gone."""
-    done: dict[WorkerRef, bool] = {}
-    for line in stdout.splitlines():
-        words = line.split()
-        if len(words) == 5 and words[0] == "K":
-            done[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = words[4] == "gone"
-    return done
+    return {_ref(r): r.gone for r in protocol.of_kind(protocol.reports(stdout), protocol.Killed)}
 
 
 # ---- housekeeping ---------------------------------------------------------------------------------
@@ -225,41 +202,36 @@ def make_dirs_script(paths: Iterable[str]) -> str:
 # ---- doctor ---------------------------------------------------------------------------------------
 
 def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"), home_id: str = "") -> str:
-    """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
-    `LIVE job attempt worker pid` line for every live process of this home's jobs on this host: each
-    process that carries a job's marker (an ended job's escaped children among them) and each live
-    process-group leader named by a pid file."""
+    """A `root` report (exists or not), a `disk` report (KiB free where root is or would be), a `tool`
+    report per tool (its path, or none), and a `live` report for every live process of this home's jobs
+    on this host: each process that carries a job's marker (an ended job's escaped children among
+    them) and each live process-group leader named by a pid file."""
     return render(("common.sh", "doctor.sh"), [call("jobtpu_doctor", root, home_id, *tools)])
 
 
 def parse_live(stdout: str) -> dict[WorkerRef, list[int]]:
     """The job workers alive on a host (from doctor_script), with their live processes' pids."""
-    out: dict[WorkerRef, list[int]] = {}
-    for line in stdout.splitlines():
-        words = line.split()
-        if len(words) == 5 and words[0] == "LIVE" and all(w.isdigit() for w in words[1:]):
-            pids = out.setdefault(WorkerRef(int(words[1]), int(words[2]), int(words[3])), [])
-            if int(words[4]) not in pids:
-                pids.append(int(words[4]))
+    out: dict[WorkerRef, set[int]] = {}
+    for report in protocol.of_kind(protocol.reports(stdout), protocol.Live):
+        out.setdefault(_ref(report), set()).add(report.pid)
     return {ref: sorted(pids) for ref, pids in out.items()}
 
 
 def parse_doctor(stdout: str) -> dict[str, str]:
     """{"root": "yes", "disk_kib": "123", "tool:python3": "/usr/bin/python3" or "-"}."""
     out: dict[str, str] = {}
-    for line in stdout.splitlines():
-        words = line.split(" ", 2)
-        if words[0] == "ROOT" and len(words) == 2:
-            out["root"] = words[1]
-        elif words[0] == "DISK" and len(words) == 2:
-            out["disk_kib"] = words[1]
-        elif words[0] == "TOOL" and len(words) == 3:
-            out[f"tool:{words[1]}"] = words[2]
+    for report in protocol.reports(stdout):
+        if isinstance(report, protocol.Root):
+            out["root"] = "yes" if report.exists else "no"
+        elif isinstance(report, protocol.Disk):
+            out["disk_kib"] = str(report.free_kib) if report.free_kib is not None else ""
+        elif isinstance(report, protocol.Tool):
+            out[f"tool:{report.name}"] = report.path or "-"
     return out
 
 
 def tpu_doctor_script(root: str, fix: bool) -> str:
-    """`HOLDER pid comm ours|stale` for each process holding the TPU device, `LOCK yes|no` for
+    """A `holder` report for each process holding the TPU device, a `lock` report for
     /tmp/libtpu_lockfile; with fix, the stale holders are stopped and the lock file removed first."""
     return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_doctor", root, int(fix))])
 
@@ -273,19 +245,14 @@ class TpuHolder:
 
 def parse_tpu_doctor(stdout: str) -> tuple[list[TpuHolder], bool]:
     """The processes holding the TPU device, and whether /tmp/libtpu_lockfile is there."""
-    holders: list[TpuHolder] = []
-    lock = False
-    for line in stdout.splitlines():
-        words = line.split()
-        if words[:1] == ["HOLDER"] and len(words) >= 4 and words[1].isdigit() and words[-1] in ("ours", "stale"):
-            holders.append(TpuHolder(int(words[1]), " ".join(words[2:-1]), words[-1] == "ours"))
-        elif words == ["LOCK", "yes"]:
-            lock = True
-    return holders, lock
+    found = protocol.reports(stdout)
+    holders = [TpuHolder(h.pid, h.command, h.ours) for h in protocol.of_kind(found, protocol.Holder)]
+    return holders, any(lock.present for lock in protocol.of_kind(found, protocol.Lock))
 
 
 def tpu_accelerator_script(root: str, device_dir: str) -> str:
-    """`DEVICE path`, `HOLDER pid comm ours|stale`, then `JAX count` | `JAX error TEXT` | `NOJAX`."""
+    """A `device` report per device file, a `holder` report per process holding one, then (none holding
+    one) a `jax` report: the count JAX printed, its error, or neither (no jax)."""
     return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_accelerator", root, device_dir)])
 
 
@@ -297,9 +264,10 @@ class AcceleratorFacts:
 
 
 def parse_tpu_accelerator(stdout: str) -> AcceleratorFacts:
+    found = protocol.reports(stdout)
     holders, _ = parse_tpu_doctor(stdout)
-    devices = [line[len("DEVICE "):] for line in stdout.splitlines() if line.startswith("DEVICE ")]
-    jax = next((line[len("JAX "):] for line in stdout.splitlines() if line.startswith("JAX ")), None)
+    devices = [d.path for d in protocol.of_kind(found, protocol.Device)]
+    jax = next((f"error {j.error}" if j.error is not None else j.said for j in protocol.of_kind(found, protocol.Jax)), None)
     return AcceleratorFacts(devices, holders, jax)
 
 
@@ -311,20 +279,27 @@ def setup_tag(incarnation: str) -> str:
 
 
 def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retry: bool = False) -> str:
-    """Run the setup commands detached, once per incarnation and worker; report one line:
-    `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
+    """Run the setup commands detached, once per incarnation and worker; one `setup` report
+    (protocol.SetupReport): done | running | failed with its code and log tail. With retry, a failed
+    one starts again."""
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
 
 
 def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) -> str:
-    """`jobtpu tpu setup`: the setup commands in the foreground, their output, then `SETUP done` |
-    `SETUP failed CODE` | `SETUP running` (a pass's setup still runs there)."""
+    """`jobtpu tpu setup`: the setup commands in the foreground, their output, then a `setup` report:
+    done | failed with its code | running (a pass's setup still runs there)."""
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup_now", root, tag, int(worker), *commands)])
 
 
 def setup_outcome(stdout: str) -> str:
     """The setup script's report (its last line): done | running | failed, or error when there is none
     (the script did not run to its end)."""
-    lines = stdout.strip().splitlines()
-    words = lines[-1].split() if lines else []
-    return words[1] if words[:1] == ["SETUP"] and len(words) > 1 and words[1] in ("done", "running", "failed") else "error"
+    _, report = protocol.last_setup(stdout)
+    return report.outcome if report is not None else "error"
+
+
+def setup_said(stdout: str) -> str:
+    """The setup script's report in words (`SETUP failed 3: LOG TAIL`), or its output as it is when
+    it has none."""
+    _, report = protocol.last_setup(stdout)
+    return f"SETUP {report.said}" if report is not None else stdout.strip()

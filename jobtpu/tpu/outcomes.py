@@ -153,9 +153,10 @@ def setup_settled(record: MachineRecord, plan: MachinePlan, outputs: list[str] |
         plan.state, plan.detail = "up", "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
-        setup.status, setup.tries, setup.error = SetupStatus.FAILED, setup.tries + 1, outputs[bad].strip()[-300:]
+        said = scripts.setup_said(outputs[bad])
+        setup.status, setup.tries, setup.error = SetupStatus.FAILED, setup.tries + 1, said[-300:]
         record.setup = setup
-        plan.state, plan.detail = "setup failed", f"worker {bad}: {outputs[bad].strip()[-200:]}"
+        plan.state, plan.detail = "setup failed", f"worker {bad}: {said[-200:]}"
     else:
         record.setup = setup
         plan.state, plan.detail = "setting up", "setup commands running"

@@ -68,6 +68,7 @@ def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) ->
     """Rerun the machine's setup on every worker, under the pass lock; each worker's output as
     `[K] line`, then one result line. 1 when a worker failed."""
     from jobtpu.passes.session import locked_session, parallel
+    from jobtpu.remote.protocol import last_setup
     from jobtpu.remote.scripts import setup_now_script, setup_tag
 
     with locked_session(home) as p:
@@ -87,10 +88,8 @@ def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) ->
                                timeout=timing.current().setup_now_timeout)
             except RemoteError as e:
                 return [f"cannot run the setup: {e.message}"], "unreachable"
-            lines = out.rstrip("\n").splitlines()
-            last = lines[-1].split() if lines else []
-            word = " ".join(last[1:]) if last[:1] == ["SETUP"] and len(last) > 1 else "error"
-            return lines[:-1] if word != "error" else lines, word
+            lines, report = last_setup(out)
+            return lines, report.said if report is not None else "error"
 
         results = parallel(one, p.endpoints(machine))
         for index, (lines, _) in enumerate(results):

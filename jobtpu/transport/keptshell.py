@@ -10,6 +10,7 @@ import shlex
 import time
 
 from jobtpu.errors import UnreachableError
+from jobtpu.remote import protocol
 from jobtpu.remote.scripts import serve_script
 from jobtpu.transport._paramiko import paramiko
 from jobtpu.transport.base import Result
@@ -47,16 +48,15 @@ class KeptShell:
         late = f"the script did not finish within {timeout:g}s" if timeout is not None else ""
         try:
             self._receipt(shell, deadline, late)
-            header = self._line(shell, deadline, late).split()
-            if len(header) != 3 or not all(w.lstrip(b"-").isdigit() for w in header):
-                raise self.login.fail(f"the kept shell answered {b' '.join(header[:3])!r}, not a result")
-            code, n_out, n_err = (int(w) for w in header)
-            out = self._bytes(shell, n_out, deadline, late)
-            err = self._bytes(shell, n_err, deadline, late)
+            header = self._line(shell, deadline, late)
+            if (ran := protocol.ran_header(header)) is None:
+                raise self.login.fail(f"the kept shell answered {header[:80]!r}, not a result")
+            out = self._bytes(shell, ran.stdout, deadline, late)
+            err = self._bytes(shell, ran.stderr, deadline, late)
         except BaseException:
             self.drop()  # in an unknown state: the next script gets a new shell
             raise
-        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        return Result(ran.code, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def _receipt(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:
         """The kept shell says it has the script before running it (sh/serve.sh), within
@@ -70,7 +70,7 @@ class KeptShell:
         else:
             silent = f"no answer within {limit:g}s on the kept connection (connect_timeout)"
         word = self._line(shell, soon, silent)
-        if word != b"+":
+        if not protocol.is_receipt(word):
             raise self.login.fail(f"the kept shell answered {word[:40]!r}, not a receipt")
 
     def _fill(self, shell: paramiko.Channel, deadline: float | None, late: str) -> None:

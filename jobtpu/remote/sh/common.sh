@@ -103,3 +103,43 @@ jobtpu_our_groups() {
   done
   echo "$ours"
 }
+
+# jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
+# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/remote/protocol.py). TYPE s: VALUE is a string,
+# escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays
+# data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
+# else false. KIND and the names are the scripts' own words, never a value.
+jobtpu_say() {
+  local line="{\"kind\":\"$1\"" key="" value
+  shift
+  # A for loop, not shift: a probe says this once per worker per round (bash's shift copies the rest).
+  for value; do
+    if [ -z "$key" ]; then key=$value; continue; fi
+    case $key in
+      s:*) jobtpu_json_string "$value"; value=$jobtpu_json ;;
+      n:*) [[ $value == ?(-)@(0|[1-9]*([0-9]))?(.+([0-9])) ]] || value=null ;;
+      b:*) if [ "$value" = 1 ]; then value=true; else value=false; fi ;;
+    esac
+    line+=",\"${key#?:}\":$value"
+    key=""
+  done
+  printf '%s}\n' "$line"
+}
+
+# jobtpu_json_string TEXT : TEXT as a JSON string, quotes included, in jobtpu_json (a variable, not
+# output: no subshell per value). Backslash and quote are escaped, and every control character
+# becomes \u00XX, so no value can end its string or its line early. Bytes that are no UTF-8 stay as
+# they are: the reader replaces them.
+jobtpu_json_string() {
+  local s=$1 bs=\\ q='"' h c i
+  s=${s//"$bs"/"$bs$bs"}
+  s=${s//"$q"/"$bs$q"}
+  if [[ $s == *[[:cntrl:]]* ]]; then
+    for ((i = 1; i < 32; i++)); do
+      printf -v h '%02x' "$i"
+      printf -v c '%b' "\\x$h"
+      s=${s//"$c"/"${bs}u00$h"}
+    done
+  fi
+  jobtpu_json="\"$s\""
+}

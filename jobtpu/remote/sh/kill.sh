@@ -27,7 +27,7 @@ jobtpu_ask_stop() {
 # group and every process that carries its marker (those that left the group by setsid or a double
 # fork too), KILL what is left after STEPS tenths of a second. A group this account may not signal
 # (another account's) gets a stop request (jobtpu_ask_stop) and ASK_STEPS tenths more for its
-# wrapper to obey it. One `K job attempt worker gone|stuck` line per worker.
+# wrapper to obey it. One `kill` report per worker: gone, or not (stuck).
 jobtpu_kill() {
   local r=${1/#-/./-} hid=$2 steps=$3 wanted=" " refs=() groups=() asked=() sent=" " ref group left job attempt worker
   local ask_steps=$4 stuck=""
@@ -68,9 +68,9 @@ jobtpu_kill() {
     rm -f -- "$r/meta/$job/$attempt.$worker.env"
     group=$(jobtpu_group "$r" "$job" "$attempt" "$worker")
     if { [ -n "$group" ] && jobtpu_group_alive "$group"; } || [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then
-      echo "K $job $attempt $worker stuck"; stuck=1
+      jobtpu_say kill n:job "$job" n:attempt "$attempt" n:worker "$worker" b:gone 0; stuck=1
     else
-      echo "K $job $attempt $worker gone"
+      jobtpu_say kill n:job "$job" n:attempt "$attempt" n:worker "$worker" b:gone 1
     fi
   done
   # The requests are ours to remove (the folder is sticky) once every worker is gone; a stuck one's

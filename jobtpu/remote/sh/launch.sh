@@ -10,8 +10,8 @@ jobtpu_launch_init() {
 }
 
 # jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE [NAME MODE VALUE]...
-# Start one worker detached, idempotently, and print one line: `LAUNCH job attempt worker ok PID` |
-# `... pending` | `... need-archive` | `... bad-archive WHY` | `... fail WHY`. FRESH=1: start from the
+# Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
+# pid | pending | need-archive | bad-archive with why | fail with why). FRESH=1: start from the
 # snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
 # holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
 # seconds after the start (--signal). POLL (seconds; 0: none) is how often the wrapper looks for a stop
@@ -22,19 +22,23 @@ jobtpu_launch_init() {
 jobtpu_launch() (
   r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13}
   shift 13
-  out="LAUNCH $job $attempt $worker"
-  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { echo "$out fail cannot create $r"; exit; }
+  # The one report of this worker's launch: OUTCOME, then the pid (ok) or why.
+  said() {
+    if [ "$1" = ok ]; then jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome ok n:pid "$2"
+    else jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome "$1" s:detail "${2:-}"; fi
+  }
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { said fail "cannot create $r"; exit; }
   jobtpu_private_root "$r"
   bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
-  jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
+  jobtpu_own_folder "$r/meta/$job" || { said fail "$r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
   b="$m/$attempt.$worker"
-  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
   if ! mkdir "$b.claim" 2>/dev/null; then
-    if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then echo "$out pending"; exit; fi
+    if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then said pending; exit; fi
     # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
-    if [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then echo "$out pending"; exit; fi
-    rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || { echo "$out pending"; exit; }
+    if [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then said pending; exit; fi
+    rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || { said pending; exit; }
   fi
 
   # The job's folder "$j" from the snapshot, made with the worker's claim held. The archive is checked
@@ -43,11 +47,12 @@ jobtpu_launch() (
   # replaced, once per attempt: workers that share the root agree through an atomic `mkdir` of
   # "$m/<attempt>.reset" (taken over when stale, like a claim).
   j="$r/jobs/$job"; s=""
-  # Release the claim (and an unfinished reset) and report; nothing was started.
+  # Release the claim (and an unfinished reset) and report "OUTCOME [WHY]"; nothing was started.
   give_up() {
     rmdir "$b.claim"
     if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi
-    echo "$out $1"; exit
+    if [[ $1 == *" "* ]]; then said "${1%% *}" "${1#* }"; else said "$1"; fi
+    exit
   }
   if [ "$fresh" = 1 ]; then
     s="$m/$attempt.reset"; own=""
@@ -87,11 +92,11 @@ jobtpu_launch() (
   if [ -n "$s" ]; then touch "$s/done"; fi
 
   if [ "$tpu_cleanup" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
-  cd "$j" || { rmdir "$b.claim"; echo "$out fail cd"; exit; }
+  cd "$j" || { rmdir "$b.claim"; said fail cd; exit; }
   # The environment goes to a file only the wrapper reads (and deletes): values, secrets among them,
   # never appear on a command line that `ps` shows.
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
-    { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
+    { rm -f "$b.env"; rmdir "$b.claim"; said fail "cannot write the env file $b.env"; exit; }
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
   if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$grace"); fi
   env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
@@ -99,13 +104,13 @@ jobtpu_launch() (
     "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
-  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi
-  jobtpu_ended "$w" || { echo "$out pending"; exit; }
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
+  jobtpu_ended "$w" || { said pending; exit; }
   wait "$w"; c=$?
   # 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
-  [ "$c" = 0 ] && { echo "$out pending"; exit; }
+  [ "$c" = 0 ] && { said pending; exit; }
   rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
   if [ "$c" = "$JOBTPU_NO_PID_RECORD" ]; then
-    echo "$out fail cannot write the pid record $b.pid (disk full or not writable); the command was not started"
-  else echo "$out fail the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
+    said fail "cannot write the pid record $b.pid (disk full or not writable); the command was not started"
+  else said fail "the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
 )

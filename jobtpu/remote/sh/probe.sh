@@ -1,12 +1,12 @@
 # Watching job workers (needs common.sh).
 
-# jobtpu_probe ROOT HOME_ID CHUNK TAIL [JOB ATTEMPT WORKER OFFSET]... : first `H boot_id now`, then
-# for each worker (and the log bytes already pulled, OFFSET) one line
-# `W job attempt worker pid alive exit size claimed at marked` (marked: how many processes carry its
-# marker; `-`, not counted, while every leader asked about lives: only a dead leader's escapees
-# matter), then `L job attempt worker offset BASE64` with the log bytes past OFFSET (at most CHUNK),
-# and for an exited worker whose log is further behind than that, `T job attempt worker BASE64` with
-# the log's last TAIL bytes, to classify its failure from.
+# jobtpu_probe ROOT HOME_ID CHUNK TAIL [JOB ATTEMPT WORKER OFFSET]... : first a `host` report (boot
+# id, clock), then for each worker (and the log bytes already pulled, OFFSET) a `worker` report (pid,
+# alive, exit, size, claimed, at: when the exit record was written, marked: how many processes carry
+# its marker; null, not counted, while every leader asked about lives: only a dead leader's escapees
+# matter), then a `log` report with the log bytes past OFFSET (at most CHUNK, base64), and for an
+# exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
+# bytes, to classify its failure from (jobtpu/remote/protocol.py).
 jobtpu_probe() {
   local r=${1/#-/./-} chunk=$3 tail=$4 all=- job attempt worker boot=- now i a w
   # One scan of /proc for every worker asked about (" job.attempt.worker " once per process), and
@@ -22,7 +22,7 @@ jobtpu_probe() {
   # Builtins, not cat and date: a probe runs on every busy worker every round.
   [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
   printf -v now '%(%s)T' -1
-  echo "H ${boot:--} $now"
+  jobtpu_say host s:boot "$boot" n:now "$now"
   while [ $# -ge 4 ]; do
     jobtpu_probe_worker "$r" "$all" "$chunk" "$tail" "$1" "$2" "$3" "$4"
     shift 4
@@ -40,11 +40,18 @@ jobtpu_probe_worker() {
   [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
   if [ "$rest" = - ]; then n=-; fi
   while [[ $rest == *" $id "* ]]; do n=$((n + 1)); rest=${rest#*" $id "}; rest=" $rest"; done
-  echo "W $5 $6 $7 $pid $alive $ex $size $claim $at $n"
+  jobtpu_say worker n:job "$5" n:attempt "$6" n:worker "$7" n:pid "$pid" b:alive "$alive" n:exit "$ex" \
+    n:size "$size" b:claimed "$claim" n:at "$at" n:marked "$n"
+  # The log bytes go straight from base64 into their report's string (only [A-Za-z0-9+/=]: nothing to
+  # escape), never held in a variable.
   if [ "$size" -gt "$offset" ]; then
-    echo "L $5 $6 $7 $offset $(tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0)"
+    printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$5" "$6" "$7" "$offset"
+    tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
+    printf '"}\n'
   fi
   if [ "$ex" != - ] && [ $((size - offset)) -gt "$chunk" ]; then
-    echo "T $5 $6 $7 $(tail -c "$tail" "$b.log" | base64 -w0)"
+    printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$5" "$6" "$7"
+    tail -c "$tail" "$b.log" | base64 -w0
+    printf '"}\n'
   fi
 }

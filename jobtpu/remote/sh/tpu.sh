@@ -24,52 +24,55 @@ jobtpu_tpu_cleanup() {
   rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null
 }
 
-# jobtpu_tpu_doctor ROOT FIX : `HOLDER pid comm ours|stale` for each process holding the TPU device,
-# `LOCK yes|no` for /tmp/libtpu_lockfile; with FIX=1, the stale holders are stopped and the lock file
+# jobtpu_holder PID OURS : the `holder` report of a process that holds the TPU device: its pid, its
+# command name, and whether its process group is among OURS (" 12 34 ", jobtpu_our_groups).
+jobtpu_holder() {
+  local group name
+  group=$(ps -o pgid= -p "$1" 2>/dev/null | tr -d ' '); name=$(ps -o comm= -p "$1" 2>/dev/null)
+  case "$2" in
+    *" $group "*) jobtpu_say holder n:pid "$1" s:command "$name" b:ours 1;;
+    *) jobtpu_say holder n:pid "$1" s:command "$name" b:ours 0;;
+  esac
+}
+
+# jobtpu_tpu_doctor ROOT FIX : a `holder` report for each process holding the TPU device (jobtpu_holder),
+# a `lock` report for /tmp/libtpu_lockfile; with FIX=1, the stale holders are stopped and the lock file
 # removed first.
 jobtpu_tpu_doctor() {
-  local r=${1/#-/./-} ours dir pid group name
+  local r=${1/#-/./-} ours dir pid
   if [ "$2" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
   ours=$(jobtpu_our_groups "$r")
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     if jobtpu_holds_tpu "$dir"; then
-      group=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' '); name=$(ps -o comm= -p "$pid" 2>/dev/null)
-      case "$ours" in
-        *" $group "*) echo "HOLDER $pid $name ours";;
-        *) echo "HOLDER $pid $name stale";;
-      esac
+      jobtpu_holder "$pid" "$ours"
     fi
   done
-  if [ -e /tmp/libtpu_lockfile ]; then echo "LOCK yes"; else echo "LOCK no"; fi
+  if [ -e /tmp/libtpu_lockfile ]; then jobtpu_say lock b:present 1; else jobtpu_say lock b:present 0; fi
 }
 
-# jobtpu_tpu_accelerator ROOT DEV : whether the TPU answers on this worker. `DEVICE path` for each
-# device file under DEV (accel*, vfio/N), `HOLDER pid comm ours|stale` for each process holding one
-# (as jobtpu_tpu_doctor); then, when no process holds the device (JAX would find it busy), `JAX
-# count` (the devices JAX sees), `JAX error TEXT`, or `NOJAX` when python3 has no jax.
+# jobtpu_tpu_accelerator ROOT DEV : whether the TPU answers on this worker. A `device` report for each
+# device file under DEV (accel*, vfio/N), a `holder` report for each process holding one (as
+# jobtpu_tpu_doctor); then, when no process holds the device (JAX would find it busy), a `jax` report:
+# what it said (the devices it sees), its error, or neither when python3 has no jax.
 jobtpu_tpu_accelerator() {
-  local r=${1/#-/./-} dev=$2 ours dir pid group name f held=0 out
-  for f in "$dev"/accel* "$dev"/vfio/[0-9]*; do [ -e "$f" ] && echo "DEVICE $f"; done
+  local r=${1/#-/./-} dev=$2 ours dir pid f held=0 out
+  for f in "$dev"/accel* "$dev"/vfio/[0-9]*; do if [ -e "$f" ]; then jobtpu_say device s:path "$f"; fi; done
   ours=$(jobtpu_our_groups "$r")
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}; [ "$pid" = $$ ] && continue
     if jobtpu_holds_tpu "$dir"; then
       held=1
-      group=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' '); name=$(ps -o comm= -p "$pid" 2>/dev/null)
-      case "$ours" in
-        *" $group "*) echo "HOLDER $pid $name ours";;
-        *) echo "HOLDER $pid $name stale";;
-      esac
+      jobtpu_holder "$pid" "$ours"
     fi
   done
   [ "$held" = 0 ] || return 0
   if ! python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("jax") is None)' 2>/dev/null; then
-    echo "NOJAX"; return 0
+    jobtpu_say jax; return 0
   fi
   if out=$(cd ~ && timeout 300 python3 -c 'import jax; print(jax.device_count())' 2>&1); then
-    echo "JAX $(printf '%s\n' "$out" | tail -n 1)"
+    jobtpu_say jax s:said "$(printf '%s\n' "$out" | tail -n 1)"
   else
-    echo "JAX error $(printf '%s\n' "$out" | tail -n 1 | cut -c1-300)"
+    jobtpu_say jax s:error "$(printf '%s\n' "$out" | tail -n 1 | cut -c1-300)"
   fi
 }
