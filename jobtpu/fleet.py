@@ -104,6 +104,8 @@ class MachineEntry(Connection, kw_only=True):
     queued_resource: Annotated[bool | QueuedResource | None, Meta(
         description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
     aliases: Annotated[list[str], Meta(description="must be a list of other names for the machine")] = []
+    peer_addresses: Annotated[list[str] | UnsetType, Meta(
+        description="must be a list of addresses, one per worker, where the other workers reach it")] = UNSET
 
 
 class Gcp(_Keys):
@@ -198,6 +200,7 @@ class Machine:
     host_key_policy: str = "accept-new"
     connect_timeout: float = 10.0
     aliases: tuple[str, ...] = ()  # other names the user may type for it (machines.json `aliases`)
+    peer_addresses: tuple[str, ...] = ()  # where the other workers reach each worker (docs/design.md §4.1)
     refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
 
     @property
@@ -454,7 +457,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
         identity_file=connection["identity_file"], root=_root(entry, connection["root"], home),
         host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]),
-        aliases=tuple(entry.aliases),
+        aliases=tuple(entry.aliases), peer_addresses=tuple(entry.peer_addresses or ()),
     )
 
 
@@ -469,12 +472,24 @@ def _check_kind(entry: MachineEntry) -> None:
             raise _Refused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
         for host in entry.hosts:
             _split_host(host, 22, _Refused)
+    if entry.peer_addresses is not UNSET:
+        _check_peer_addresses(entry)
     if entry.kind == "tpu":
         for key in ("node", "accelerator", "zone"):
             if not getattr(entry, key):
                 raise _Refused(f"a tpu machine needs '{key}'")
         if isinstance(entry.zone, list) and (not all(entry.zone) or len(set(entry.zone)) != len(entry.zone)):
             raise _Refused(f"{_must(MachineEntry, 'zone')} (got {entry.zone!r})")
+
+
+def _check_peer_addresses(entry: MachineEntry) -> None:
+    """One address per worker (an ssh machine's hosts; a TPU's workers are checked when the API lists them)."""
+    given = entry.peer_addresses or []
+    if entry.kind == "local" or not given or not all(a.strip() and a.strip() == a and " " not in a for a in given):
+        raise _Refused(f"{_must(MachineEntry, 'peer_addresses')} (got {entry.peer_addresses!r}); only for ssh and tpu machines")
+    if entry.kind == "ssh" and len(given) != len(entry.hosts or ()):
+        raise _Refused(f"'peer_addresses' names {len(given)} addresses for {len(entry.hosts or ())} hosts: "
+                       "give one per host, in the order of 'hosts'")
 
 
 def _check_aliases(machines: Mapping[str, Machine]) -> None:

@@ -26,7 +26,6 @@ from .decide import (
     Launch,
     LaunchReport,
     MachineView,
-    NoAnswer,
     Observation,
     Plan,
     Recreate,
@@ -37,20 +36,19 @@ from .decide import (
     not_launched,
     refs_of,
 )
-from .errors import BusyError, RemoteError, UnreachableError
+from .errors import BusyError, RemoteError
 from .fleet import Fleet, Machine, load_fleet
 from .goodput import progress_of
 from .home import Home
 from .model import Job, MachineRecord, Status
+from .peercopy import launch_workers
 from .placement import Place, on_resume_words, place_env
 from .safefs import UnsafePath
 from .scripts import (
     TAIL_BYTES,
     archive_path,
     kill_script,
-    launch_script,
     parse_kill,
-    parse_launch,
 )
 from .secrets import SecretStore
 from .session import Session, home_id, parallel, pass_lock
@@ -60,8 +58,6 @@ from .tpuflow import MachineWork, carry_out_all, observe_tpus, request_recreate,
 from .transport.base import Endpoint
 from .unpack import problem as archive_problem
 from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
-
-ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 
 
 @dataclass
@@ -89,6 +85,7 @@ class Pass(Session):
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
         self.tpu_work: dict[str, MachineWork] = {}  # TPU machines' steps, planned while observing
+        self.copy_notes: list[tuple[int, int, str]] = []  # (job, worker, line): how launches got their snapshot
         self.every: float | None = None  # the loop's interval, when a loop runs this pass (run_pass)
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:
@@ -147,6 +144,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
+        for *_, line in sorted(p.copy_notes):
+            report.say(line)
         _catch_up_logs(p, seen, was_open)
         note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         changes = machine_changes(was, state.machines)
@@ -413,18 +412,13 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
     place = place_of(p, machine, eps)
     command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
 
-    def one(ep: Endpoint) -> tuple[int, LaunchReport]:
-        spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
+    def spec(ep: Endpoint) -> LaunchSpec:
+        return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
-        try:
-            result = _launch_worker(p, machine, ep, spec)
-        except (RemoteError, OSError) as e:
-            return ep.index, NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
-        return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
-    reports = dict(parallel(one, eps))
+    reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return launched(job, machine, reports, now)
 
 
@@ -443,23 +437,6 @@ def early_signal(job: Job) -> tuple[str, float] | None:
     if job.signal is None or job.signal_before is None or job.timeout is None:
         return None
     return job.signal, max(0.0, job.timeout - job.signal_before)
-
-
-def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
-    """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
-    the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
-    result = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
-    if result is None or result.outcome not in ARCHIVE_OUTCOMES:
-        return result
-    problem = p.home_archive_problem(spec.archive)
-    if problem is not None:
-        return LaunchResult(spec.ref, "fail", detail=f"the snapshot {spec.archive} in the home {problem}")
-    p.push_archive(machine, ep, spec.archive)
-    again = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
-    if again is not None and again.outcome in ARCHIVE_OUTCOMES:
-        why = again.detail or "it is missing right after the copy"
-        return LaunchResult(spec.ref, "fail", detail=f"the copy of the snapshot on the worker is unusable: {why}")
-    return again
 
 
 def _stop_workers(p: Session, action: Kill) -> bool:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from . import timing, unpack
+from . import peerfile, timing, unpack
 from .unpack import BAD_ARCHIVE_EXIT
 from .workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 
@@ -49,7 +49,7 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 
 # The files in jobtpu/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh", "serve.sh")
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh")
 
 
 @functools.cache
@@ -82,9 +82,12 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     `... fail WHY`."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
-    init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
+
+
+def _launch_init() -> str:
+    return call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
                 _tenths(timing.current().reset_wait))
-    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [init, *map(_launch_call, specs)])
 
 
 def _launch_call(spec: LaunchSpec) -> str:
@@ -119,6 +122,12 @@ def unpack_source() -> str:
     return Path(unpack.__file__).read_text(encoding="utf-8")
 
 
+@functools.cache
+def peerfile_source() -> str:
+    """The source of jobtpu/peerfile.py, which the workers run with python3 -c."""
+    return Path(peerfile.__file__).read_text(encoding="utf-8")
+
+
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     results: dict[WorkerRef, LaunchResult] = {}
     for line in stdout.splitlines():
@@ -130,6 +139,56 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
         pid = int(rest) if words[4] == "ok" and rest.isdigit() else None
         results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] in ("fail", "bad-archive") else "")
     return results
+
+
+# ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    port: int | None  # where the worker serves the snapshot; None: it does not
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    ok: bool
+    why: str = ""  # why not: the fetch failed, or the copy is not the snapshot
+
+
+def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
+    """Serve the worker's copy of the snapshot to `peers` fetches, detached: `SERVE ok PORT` | `SERVE fail WHY`."""
+    wait = int(timing.current().peer_copy_wait)
+    return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
+                                                  peerfile_source())])
+
+
+def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
+    """Fetch the snapshot from a peer (`FETCH ok` | `FETCH fail WHY` | `FETCH bad WHY`), then launch the worker
+    as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
+    fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, int(timing.current().peer_copy_wait),
+                 peerfile_source(), unpack_source())
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [_launch_init(), fetch, _launch_call(spec)])
+
+
+def parse_serve(stdout: str) -> Served:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["SERVE", "ok"] and len(words) == 3 and words[2].isdigit():
+            return Served(int(words[2]))
+        if words[:2] == ["SERVE", "fail"]:
+            return Served(None, words[2] if len(words) == 3 else "no reason given")
+    return Served(None, "the serve script said nothing")
+
+
+def parse_fetch(stdout: str) -> Fetched:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["FETCH", "ok"]:
+            return Fetched(True)
+        if words[:2] in (["FETCH", "fail"], ["FETCH", "bad"]):
+            why = words[2].strip() if len(words) == 3 else "no reason given"
+            return Fetched(False, why if words[1] == "fail" else f"the copy was refused: {why}")
+    return Fetched(False, "the fetch script said nothing")
 
 
 # ---- probe ----------------------------------------------------------------------------------------
