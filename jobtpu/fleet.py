@@ -485,8 +485,10 @@ def _check_kind(entry: MachineEntry) -> None:
 def _check_peer_addresses(entry: MachineEntry) -> None:
     """One address per worker (an ssh machine's hosts; a TPU's workers are checked when the API lists them)."""
     given = entry.peer_addresses or []
-    if entry.kind == "local" or not given or not all(a.strip() and a.strip() == a and " " not in a for a in given):
-        raise _Refused(f"{_must(MachineEntry, 'peer_addresses')} (got {entry.peer_addresses!r}); only for ssh and tpu machines")
+    if entry.kind == "local":
+        raise _Refused("'peer_addresses' is only for ssh and tpu machines (a local machine has one worker)")
+    if not given or not all(a.strip() and a.strip() == a and " " not in a for a in given):
+        raise _Refused(f"{_must(MachineEntry, 'peer_addresses')} (got {entry.peer_addresses!r})")
     if entry.kind == "ssh" and len(given) != len(entry.hosts or ()):
         raise _Refused(f"'peer_addresses' names {len(given)} addresses for {len(entry.hosts or ())} hosts: "
                        "give one per host, in the order of 'hosts'")

@@ -88,7 +88,8 @@ def fetch(url: str, out: str, wait: float) -> int:
             shutil.copyfileobj(answer, f, _CHUNK)
     except (OSError, ValueError) as e:  # urllib's errors are OSErrors; a cut transfer too
         reason = getattr(e, "reason", None) or e
-        print(str(reason).replace("\n", " ")[:200], file=sys.stderr)
+        text = getattr(reason, "strerror", None) or str(reason)  # "Connection refused", not "[Errno 111] ..."
+        print(text.replace("\n", " ")[:200], file=sys.stderr)
         return 1
     return 0
 

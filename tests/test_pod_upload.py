@@ -116,7 +116,7 @@ def test_a_refused_fetch_falls_back_to_the_home_and_says_so(pods: PodFleet, tmp_
     for w in (1, 2):
         line = next(ln for ln in said.splitlines() if f"worker {w} could not fetch" in ln)
         assert line.startswith(f"job {job}: worker {w} could not fetch the snapshot from worker 0 (")
-        assert line.endswith("); pushed from the home") and "refused" in line.lower(), line
+        assert line.endswith("); pushed from the home") and "(Connection refused)" in line, line
     assert sorted(home.pushes()) == [archive] * 3  # worker 0's, then each peer's own
     assert {home.folder(w, "jobs", str(job), "tree.txt").read_text() for w in range(3)} == {_expected(src)}
 
@@ -153,3 +153,38 @@ def test_a_copy_that_is_not_the_snapshot_is_refused_and_never_unpacked(pods: Pod
         assert not list(home.folder(w).rglob("evil.txt"))
     assert sorted(home.pushes()) == [archive] * 3  # the first launch's one, and one for each refused copy
     assert not _leftovers(home, 3)
+
+
+# ---- machines.json: peer_addresses --------------------------------------------------------------------
+
+def _load(tmp_path: Path, machine: dict[str, Any]) -> Any:
+    from jobtpu.fleet import load_fleet
+    from jobtpu.home import Home as JobtpuHome
+
+    home = JobtpuHome(tmp_path)
+    doc = {"gcp": {"project": "p"}, "machines": {"m": machine}}
+    home.machines_file.write_text(json.dumps(doc))
+    return home, lambda: load_fleet(home)
+
+
+@pytest.mark.parametrize(("machine", "words"), [
+    ({"kind": "ssh", "hosts": ["10.0.0.5", "10.0.0.6"], "peer_addresses": ["192.168.0.5"]},
+     "'peer_addresses' names 1 addresses for 2 hosts: give one per host, in the order of 'hosts'"),
+    ({"kind": "ssh", "hosts": ["10.0.0.5"], "peer_addresses": "192.168.0.5"}, "'peer_addresses' must be a list"),
+    ({"kind": "ssh", "hosts": ["10.0.0.5"], "peer_addresses": [""]}, "'peer_addresses' must be a list"),
+    ({"kind": "local", "peer_addresses": ["127.0.0.1"]}, "only for ssh and tpu machines"),
+])
+def test_peer_addresses_must_name_one_address_per_worker(tmp_path: Path, machine: dict[str, Any], words: str) -> None:
+    from jobtpu.errors import ConfigError
+
+    home, load = _load(tmp_path, machine)
+    before = home.machines_file.read_text()
+    with pytest.raises(ConfigError) as info:
+        load()
+    assert words in info.value.message and "\n" not in info.value.message, info.value.message
+    assert home.machines_file.read_text() == before
+
+
+def test_peer_addresses_are_read_in_worker_order(tmp_path: Path) -> None:
+    _, load = _load(tmp_path, {"kind": "ssh", "hosts": ["gw:2201", "gw:2202"], "peer_addresses": ["10.1.0.1", "10.1.0.2"]})
+    assert load().machines["m"].peer_addresses == ("10.1.0.1", "10.1.0.2")
