@@ -10,7 +10,9 @@ says so. No key of the home's is ever placed on a worker: the workers fetch from
 
 from __future__ import annotations
 
+import contextlib
 import secrets as random_ids
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import timing
@@ -25,6 +27,7 @@ from .scripts import (
     parse_serve,
     peer_fetch_script,
     peer_serve_script,
+    peer_stop_script,
 )
 from .session import parallel
 from .transport.base import Endpoint
@@ -55,15 +58,24 @@ def launch_workers(p: Pass, machine: Machine, workers: list[Worker]) -> dict[int
     return reports
 
 
+@dataclass(frozen=True)
+class Serving:
+    """A worker serving its copy: where the others fetch it, and the token that names its server."""
+
+    worker: int
+    url: str
+    token: str
+
+
 def _through_a_peer(p: Pass, machine: Machine, first: Worker, reports: dict[int, LaunchReport],
                     lacking: list[Worker]) -> dict[int, LaunchReport]:
     """The home's copy to one worker (none when worker 0 holds one already), the others' from it."""
     archive = lacking[0][1].archive
-    served: Served | str = Served(None)
+    served: Serving | Served = Served(None)
     source, pushed = first, False
     if first not in lacking and isinstance(reports[first[0].index], LaunchResult):
         served = _serve(p, machine, first[0], archive, len(lacking))
-    if isinstance(served, Served):  # worker 0 holds no copy it can serve: the first that lacks one gets the home's
+    if not isinstance(served, Serving):  # worker 0 holds no copy it can serve: the first that lacks one gets the home's
         source, lacking = lacking[0], lacking[1:]
         try:
             p.push_archive(machine, source[0], archive)
@@ -73,37 +85,41 @@ def _through_a_peer(p: Pass, machine: Machine, first: Worker, reports: dict[int,
             return out
         served, pushed = _serve(p, machine, source[0], archive, len(lacking)), True
 
-    def one(w: Worker) -> tuple[int, LaunchReport]:  # the source (when pushed to) launches again meanwhile
+    def one(w: Worker) -> tuple[int, LaunchReport, bool]:  # the source (when pushed to) launches again meanwhile
         if w is source:
-            return w[0].index, _relaunch(p, machine, *w)
-        return w[0].index, _fetch_launch(p, machine, w, source[0].index, served)
+            return w[0].index, _relaunch(p, machine, *w), False
+        return (w[0].index, *_fetch_launch(p, machine, w, source[0].index, served))
 
-    return dict(parallel(one, [source, *lacking] if pushed else lacking))
+    done = parallel(one, [source, *lacking] if pushed else lacking)
+    if isinstance(served, Serving) and sum(fetched for *_, fetched in done) < len(lacking):
+        _stop(p, machine, source[0], served.token)  # some peers never fetched: the server need not wait for them
+    return {index: report for index, report, _ in done}
 
 
-def _fetch_launch(p: Pass, machine: Machine, worker: Worker, source: int, url: Served | str) -> LaunchReport:
-    """Fetch from the source (at `url`; a Served when it serves nothing) and launch, in one round trip;
-    on any failure, the home's copy and a line."""
+def _fetch_launch(p: Pass, machine: Machine, worker: Worker, source: int,
+                  served: Serving | Served) -> tuple[LaunchReport, bool]:
+    """Fetch from the source and launch, in one round trip; on any failure, the home's copy and a line.
+    With whether it fetched from the source's server."""
     ep, spec = worker
-    if isinstance(url, Served):
-        cause = f"worker {source} could not serve it: {url.why}"
+    if isinstance(served, Served):
+        cause = f"worker {source} could not serve it: {served.why}"
     else:
         wait = timing.current().script_timeout + timing.current().peer_copy_wait
         try:
-            out = p.run_on(machine, ep, peer_fetch_script(url, spec), timeout=wait)
+            out = p.run_on(machine, ep, peer_fetch_script(served.url, spec), timeout=wait)
         except (RemoteError, OSError) as e:
-            return _no_answer(e)
+            return _no_answer(e), False
         fetched, result = parse_fetch(out), parse_launch(out).get(spec.ref)
         if fetched.ok and not _lacks(result):
-            return result or NoAnswer("the launch script said nothing of this worker")
+            return result or NoAnswer("the launch script said nothing of this worker"), not fetched.held
         cause = fetched.why if not fetched.ok else f"its copy was unusable: {result.detail if result else ''}"
     p.copy_notes.append((spec.ref.job, ep.index, f"job {spec.ref.job}: worker {ep.index} could not fetch the "
                          f"snapshot from worker {source} ({cause}); pushed from the home"))
-    return pushed_launch(p, machine, ep, spec)
+    return pushed_launch(p, machine, ep, spec), False
 
 
-def _serve(p: Pass, machine: Machine, ep: Endpoint, archive: str, peers: int) -> Served | str:
-    """Start the worker serving its copy to `peers` fetches: the URL they fetch it at, or why not."""
+def _serve(p: Pass, machine: Machine, ep: Endpoint, archive: str, peers: int) -> Serving | Served:
+    """Start the worker serving its copy to `peers` fetches: where they fetch it, or why not."""
     token = random_ids.token_hex(16)
     try:
         served = parse_serve(p.run_on(machine, ep, peer_serve_script(
@@ -113,7 +129,13 @@ def _serve(p: Pass, machine: Machine, ep: Endpoint, archive: str, peers: int) ->
     if served.port is None:
         return served
     addr = reach_address(p, machine, ep)
-    return f"http://{f'[{addr}]' if ':' in addr else addr}:{served.port}/{token}/{archive}"
+    host = f"[{addr}]" if ":" in addr else addr
+    return Serving(ep.index, f"http://{host}:{served.port}/{token}/{archive}", token)
+
+
+def _stop(p: Pass, machine: Machine, ep: Endpoint, token: str) -> None:
+    with contextlib.suppress(RemoteError, OSError):  # it ends by itself after peer_copy_wait anyway
+        p.run_on(machine, ep, peer_stop_script(machine.root, token))
 
 
 def bind_address(p: Pass, machine: Machine, ep: Endpoint) -> str:

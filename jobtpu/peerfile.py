@@ -5,7 +5,8 @@ Self-contained (standard library only, Python 3.7+): its source is sent to the w
 and `python3 -c SOURCE fetch URL OUT WAIT` on each worker that fetches it (jobtpu/sh/peer.sh).
 
 The server answers exactly one path, /TOKEN/<archive name> (TOKEN random, new for every launch), and
-nothing else; it ends once PEERS fetches got the whole file, or after WAIT seconds. It listens on BIND,
+nothing else; it ends once PEERS fetches got the whole file, when a `stop` file appears in the folder
+of its PORTFILE, or after WAIT seconds. It listens on BIND,
 the worker's internal address, or on all of the worker's addresses when BIND is not one of them (a box
 behind NAT or a jump host: which of its addresses the others reach is not known). The fetcher trusts
 nothing it gets: the launch checks the copy against its name (unpack.py) before anything is unpacked."""
@@ -18,6 +19,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -72,7 +74,9 @@ def serve(archive: str, bind: str, token: str, peers: int, wait: float, portfile
         f.write(f"{server.server_address[1]}\n")
     os.replace(portfile + ".tmp", portfile)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    finished.wait(wait)
+    stop, end = os.path.join(os.path.dirname(portfile), "stop"), time.monotonic() + wait
+    while not finished.wait(0.2) and time.monotonic() < end and not os.path.exists(stop):
+        pass  # until every peer fetched, the launch says no more will (jobtpu_peer_stop), or WAIT ran out
     server.shutdown()
     shutil.rmtree(os.path.dirname(portfile), ignore_errors=True)  # its folder, made for it by peer.sh
     return 0

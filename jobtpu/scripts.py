@@ -153,6 +153,7 @@ class Served:
 class Fetched:
     ok: bool
     why: str = ""  # why not: the fetch failed, or the copy is not the snapshot
+    held: bool = False  # it needed none: it shares a disk with the worker the home sent its copy to
 
 
 def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
@@ -160,6 +161,11 @@ def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int
     wait = int(timing.current().peer_copy_wait)
     return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
                                                   peerfile_source())])
+
+
+def peer_stop_script(root: str, token: str) -> str:
+    """End the server of that token now: some of its peers will never fetch."""
+    return render(("peer.sh",), [call("jobtpu_peer_stop", root, token)])
 
 
 def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
@@ -184,7 +190,7 @@ def parse_fetch(stdout: str) -> Fetched:
     for line in stdout.splitlines():
         words = line.split(" ", 2)
         if words[:2] == ["FETCH", "ok"]:
-            return Fetched(True)
+            return Fetched(True, held=words[2:] == ["held"])
         if words[:2] in (["FETCH", "fail"], ["FETCH", "bad"]):
             why = words[2].strip() if len(words) == 3 else "no reason given"
             return Fetched(False, why if words[1] == "fail" else f"the copy was refused: {why}")

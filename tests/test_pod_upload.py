@@ -51,7 +51,7 @@ class Home:
         self.calls = tmp_path / "rsync.calls"
         (hook / "rsync").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{self.calls}"\nexec {shutil.which("rsync")} "$@"\n')
         (hook / "rsync").chmod(0o755)
-        self.env = {"PATH": f"{hook}:{os.environ['PATH']}", **timing.env(peer_copy_wait=10)}
+        self.env = {"PATH": f"{hook}:{os.environ['PATH']}", **timing.env(peer_copy_wait=60)}
 
     def manage(self) -> str:
         return jobtpu(self.root, "manage", env=self.env, timeout=90).stderr
@@ -118,6 +118,8 @@ def test_a_refused_fetch_falls_back_to_the_home_and_says_so(pods: PodFleet, tmp_
         assert line.startswith(f"job {job}: worker {w} could not fetch the snapshot from worker 0 (")
         assert line.endswith("); pushed from the home") and "(Connection refused)" in line, line
     assert sorted(home.pushes()) == [archive] * 3  # worker 0's, then each peer's own
+    # No peer fetched: the pass ends worker 0's server rather than let it wait out peer_copy_wait.
+    wait_for(lambda: not _leftovers(home, 3), timeout=10, what="worker 0's server to be stopped")
     assert {home.folder(w, "jobs", str(job), "tree.txt").read_text() for w in range(3)} == {_expected(src)}
 
 

@@ -3,14 +3,15 @@
 
 # jobtpu_peer_serve ROOT ARCHIVE BIND TOKEN PEERS WAIT SOURCE : serve ROOT/archives/ARCHIVE, detached,
 # to PEERS fetches at /TOKEN/ARCHIVE on BIND (this worker's internal address) for at most WAIT
-# seconds. SOURCE is peerfile.py's text. Prints `SERVE ok PORT` | `SERVE fail WHY`.
+# seconds, or until jobtpu_peer_stop. SOURCE is peerfile.py's text. Prints `SERVE ok PORT` | `SERVE fail WHY`.
 jobtpu_peer_serve() {
   local r=${1/#-/./-} archive=$2 bind=$3 token=$4 peers=$5 wait=$6 source=$7 a d w port
   a="$r/archives/$archive"
   [ -f "$a" ] || { echo "SERVE fail it has no copy of the snapshot"; return 0; }
   command -v python3 > /dev/null || { echo "SERVE fail python3 is needed on the worker"; return 0; }
   jobtpu_peer_leftovers "$r" "$wait"
-  d=$(mktemp -d "$r/archives/.serve.XXXXXX") || { echo "SERVE fail cannot create a folder in $r/archives"; return 0; }
+  d="$r/archives/.serve.$token"
+  mkdir "$d" || { echo "SERVE fail cannot create $d"; return 0; }
   setsid nohup python3 -c "$source" serve "$a" "$bind" "$token" "$peers" "$wait" "$d/port" > "$d/log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 250); do [ -s "$d/port" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
@@ -21,6 +22,13 @@ jobtpu_peer_serve() {
     echo "SERVE fail the server did not start: $(head -c 200 "$d/log" | tr '\n' ' ')"
     kill "$w" 2> /dev/null; rm -rf "$d"
   fi
+  return 0
+}
+
+# jobtpu_peer_stop ROOT TOKEN : the server of that TOKEN ends now (some peers will never fetch).
+jobtpu_peer_stop() {
+  local d="${1/#-/./-}/archives/.serve.$2"
+  if [ -d "$d" ]; then touch "$d/stop"; fi
   return 0
 }
 
@@ -36,12 +44,16 @@ jobtpu_peer_leftovers() {
 # ROOT/archives/ARCHIVE. The copy lands under a temporary folder, is checked against its name by
 # UNPACK_SOURCE (unpack.py, which exits nonzero for a copy that is not what its name says) and only
 # then takes the archive's place: a bad copy is never unpacked. SOURCE is peerfile.py's text. Prints
-# `FETCH ok` | `FETCH fail WHY` | `FETCH bad WHY` (the copy arrived, and is not the snapshot).
+# `FETCH ok` | `FETCH ok held` (it needed none) | `FETCH fail WHY` | `FETCH bad WHY` (the copy arrived, and is not the snapshot).
 jobtpu_peer_fetch() {
   local r=${1/#-/./-} archive=$2 url=$3 wait=$4 source=$5 unpack=$6 t e
   mkdir -p "$r/archives" || { echo "FETCH fail cannot create $r/archives"; return 0; }
   jobtpu_private_root "$r"
   command -v python3 > /dev/null || { echo "FETCH fail python3 is needed on the worker"; return 0; }
+  # Workers that share a disk (an NFS home) may hold the copy the home just sent to the serving one.
+  if [ -f "$r/archives/$archive" ] && python3 -c "$unpack" "$r/archives/$archive" 2> /dev/null < /dev/null; then
+    echo "FETCH ok held"; return 0
+  fi
   jobtpu_peer_leftovers "$r" "$wait"
   t=$(mktemp -d "$r/archives/.fetch.XXXXXX") || { echo "FETCH fail cannot create a folder in $r/archives"; return 0; }
   if ! python3 -c "$source" fetch "$url" "$t/$archive" "$wait" 2> "$t/err" < /dev/null; then
