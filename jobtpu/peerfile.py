@@ -1,8 +1,10 @@
 """Hand one snapshot from one worker of a machine to the others over the machine's own network.
 
 Self-contained (standard library only, Python 3.7+): its source is sent to the workers and run there,
-`python3 -c SOURCE serve ARCHIVE BIND TOKEN PEERS WAIT PORTFILE` on the worker that holds the snapshot
-and `python3 -c SOURCE fetch URL OUT WAIT` on each worker that fetches it (jobtpu/sh/peer.sh).
+`python3 -c SOURCE serve ARCHIVE BIND PEERS WAIT PORTFILE` on the worker that holds the snapshot and
+`python3 -c SOURCE fetch OUT WAIT` on each worker that fetches it (jobtpu/sh/peer.sh). The token and
+the URL come in the environment ($JOBTPU_PEER_TOKEN, $JOBTPU_PEER_URL), which only the worker's own
+account may read: another account's `ps` never shows them.
 
 The server answers exactly one path, /TOKEN/<archive name> (TOKEN random, new for every launch), and
 nothing else; it ends once PEERS fetches got the whole file, when a `stop` file appears in the folder
@@ -100,11 +102,11 @@ def fetch(url: str, out: str, wait: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["serve"] and len(argv) == 7:
-        return serve(argv[1], argv[2], argv[3], int(argv[4]), float(argv[5]), argv[6])
-    if argv[:1] == ["fetch"] and len(argv) == 4:
-        return fetch(argv[1], argv[2], float(argv[3]))
-    print("usage: serve ARCHIVE BIND TOKEN PEERS WAIT PORTFILE | fetch URL OUT WAIT", file=sys.stderr)
+    if argv[:1] == ["serve"] and len(argv) == 6:
+        return serve(argv[1], argv[2], os.environ["JOBTPU_PEER_TOKEN"], int(argv[3]), float(argv[4]), argv[5])
+    if argv[:1] == ["fetch"] and len(argv) == 3:
+        return fetch(os.environ["JOBTPU_PEER_URL"], argv[1], float(argv[2]))
+    print("usage: serve ARCHIVE BIND PEERS WAIT PORTFILE | fetch OUT WAIT", file=sys.stderr)
     return 2
 
 

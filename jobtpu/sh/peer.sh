@@ -12,7 +12,8 @@ jobtpu_peer_serve() {
   jobtpu_peer_leftovers "$r" "$wait"
   d="$r/archives/.serve.$token"
   mkdir "$d" || { echo "SERVE fail cannot create $d"; return 0; }
-  setsid nohup python3 -c "$source" serve "$a" "$bind" "$token" "$peers" "$wait" "$d/port" > "$d/log" 2>&1 < /dev/null &
+  JOBTPU_PEER_TOKEN=$token setsid nohup python3 -c "$source" serve "$a" "$bind" "$peers" "$wait" "$d/port" \
+    > "$d/log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 250); do [ -s "$d/port" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$d/port" ]; then
@@ -56,7 +57,7 @@ jobtpu_peer_fetch() {
   fi
   jobtpu_peer_leftovers "$r" "$wait"
   t=$(mktemp -d "$r/archives/.fetch.XXXXXX") || { echo "FETCH fail cannot create a folder in $r/archives"; return 0; }
-  if ! python3 -c "$source" fetch "$url" "$t/$archive" "$wait" 2> "$t/err" < /dev/null; then
+  if ! JOBTPU_PEER_URL=$url python3 -c "$source" fetch "$t/$archive" "$wait" 2> "$t/err" < /dev/null; then
     e=$(head -c 200 "$t/err" | tr '\n' ' '); rm -rf "$t"; echo "FETCH fail ${e:-no answer}"; return 0
   fi
   if ! python3 -c "$unpack" "$t/$archive" 2> "$t/err" < /dev/null; then
