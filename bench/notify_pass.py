@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobtpu.cli import main as jobtpu_main  # noqa: E402
-from jobtpu.home import Home  # noqa: E402
-from jobtpu.manage import run_pass  # noqa: E402
-from jobtpu.store import Store  # noqa: E402
+from jobtpu.home.layout import Home  # noqa: E402
+from jobtpu.home.store import Store  # noqa: E402
+from jobtpu.passes.manage import run_pass  # noqa: E402
 
 
 def jobtpu(home: Path, *args: str) -> None:

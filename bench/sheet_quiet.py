@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobtpu import sheet  # noqa: E402
+from jobtpu.sheet import api as sheet  # noqa: E402
 from tests.fake_sheets import FakeSheetsApi  # noqa: E402
 
 KEY = "1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms"
@@ -28,7 +28,7 @@ ONE_PASS = """
 import sys, time
 from pathlib import Path
 started = time.perf_counter()
-from jobtpu import sheet
+from jobtpu.sheet import api as sheet
 config = sheet.parse_config({{"spreadsheet": "{key}", "credentials": "anonymous", "api_endpoint": "{endpoint}"}})
 rows = [sheet.MachineRow(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
 ps = sheet.PassSheet(config, Path("{memo}"))

@@ -1,4 +1,4 @@
-"""Benchmark jobtpu.archive.snapshot against `git ls-files -z | tar --null -T - -czf` on a synthetic checkout.
+"""Benchmark jobtpu.snapshot.archive.snapshot against `git ls-files -z | tar --null -T - -czf` on a synthetic checkout.
 
 python bench/snapshot.py [--files 20000 --kept-mb 200 --ignored-mb 1000] [--rounds 3] [--quick]
 Targets: first/baseline <= 1.3, resnapshot/first <= 0.2."""
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 
-from jobtpu.archive import snapshot  # noqa: E402
+from jobtpu.snapshot.archive import snapshot  # noqa: E402
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobtpu.home import Home  # noqa: E402
-from jobtpu.model import Attempt, Job, Status  # noqa: E402
-from jobtpu.store import Store  # noqa: E402
+from jobtpu.home.layout import Home  # noqa: E402
+from jobtpu.home.store import Store  # noqa: E402
+from jobtpu.schema.state import Attempt, Job, Status  # noqa: E402
 
 
 def fake_jobs(n: int) -> list[Job]:

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paramiko  # noqa: E402
 from manage_scaling import bare_probe, counts, setup_home  # noqa: E402
 
-from jobtpu.home import Home  # noqa: E402
-from jobtpu.manage import run_pass  # noqa: E402
-from jobtpu.session import kept_connections  # noqa: E402
+from jobtpu.home.layout import Home  # noqa: E402
+from jobtpu.passes.manage import run_pass  # noqa: E402
+from jobtpu.passes.session import kept_connections  # noqa: E402
 from tests.sshfleet import SshFleet  # noqa: E402
 
 

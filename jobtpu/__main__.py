@@ -1,5 +1,5 @@
 """`python -m jobtpu` runs the command line."""
 
-from .cli import main
+from jobtpu.cli import main
 
 raise SystemExit(main())

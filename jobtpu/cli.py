@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from . import timing
-from .commands import (
+from jobtpu import timing
+from jobtpu.commands import (
     annotate,
     batch,
     fleet,
@@ -28,10 +28,10 @@ from .commands import (
     tpu,
     watch,
 )
-from .commands.common import error_text
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
-from .home import Home, find_home
-from .text import printable
+from jobtpu.commands.common import error_text
+from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
+from jobtpu.home.layout import Home, find_home
+from jobtpu.views.text import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
     def _check_options(self, words: list[str]) -> None:
         """`status --stauts running`: name the option nobody knows (and the one meant) before argparse
         tries the next word as something else. An override typed as an option gets its own hint."""
-        from .suggest import option_for
+        from jobtpu.suggest import option_for
 
         if any(a.nargs == argparse.REMAINDER for a in self._actions):
             return  # `tag 3 --x`: the words are the command's
@@ -78,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: object) -> None:
         if action.choices is None or value in action.choices:
             return
-        from .suggest import command_for, nearest
+        from jobtpu.suggest import command_for, nearest
 
         if isinstance(action, argparse._SubParsersAction) and self.prog == "jobtpu":
             meant = command_for(str(value), action.choices)
@@ -156,7 +156,7 @@ def _count(text: str) -> int:
 
 
 def _since(text: str) -> float:
-    from .events import since_arg  # here: `--help` loads no more than it needs
+    from jobtpu.tell.events import since_arg  # here: `--help` loads no more than it needs
 
     return since_arg(text)
 # The status words as `status --status` accepts them; the same as model.Status (a test holds them equal).
@@ -167,7 +167,7 @@ def _status_words(text: str) -> list[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
     wrong = [w for w in words if w not in STATUS_NAMES]
     if wrong or not words:
-        from .suggest import nearest
+        from jobtpu.suggest import nearest
 
         close = nearest((wrong or [text])[0], STATUS_NAMES)
         meant = f"did you mean {close!r}? " if close else ""

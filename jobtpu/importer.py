@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import JobtpuError
-from .fleet import MACHINE_NAME
-from .model import USER_NAME
-from .settings import ALIAS_NAME, CONFIG_KEY, UserSettings, dir_number
+from jobtpu.errors import JobtpuError
+from jobtpu.home.settings import ALIAS_NAME, CONFIG_KEY, UserSettings, dir_number
+from jobtpu.schema.machines import MACHINE_NAME
+from jobtpu.schema.state import USER_NAME
 
 # The old tool's two time zones ("us" it calls UTC-4, "cn" UTC+8) as the IANA zones they stand for.
 TIME_ZONES = {"us": "America/New_York", "cn": "Asia/Shanghai"}

@@ -6,8 +6,8 @@ import os
 import re
 from collections.abc import Collection
 
-from .errors import JobtpuError, UsageError
-from .model import USER_NAME
+from jobtpu.errors import JobtpuError, UsageError
+from jobtpu.schema.state import USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import JobtpuError
+from jobtpu.errors import JobtpuError
 
 MAX_NAME = 200  # --name: one cell of a table
 MAX_TAG = 100  # each --tag

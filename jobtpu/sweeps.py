@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .errors import JobtpuError
+from jobtpu.errors import JobtpuError
 
 MAX_COMBINATIONS = 10_000  # more is a typo (a stray axis), not a sweep anyone runs
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")

@@ -11,7 +11,7 @@ import functools
 import os
 from typing import NamedTuple
 
-from .errors import JobtpuError
+from jobtpu.errors import JobtpuError
 
 ENV = "JOBTPU_TIMING"
 

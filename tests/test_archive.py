@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from jobtpu import archive
-from jobtpu.archive import list_files, snapshot
 from jobtpu.errors import JobtpuError
+from jobtpu.snapshot import archive
+from jobtpu.snapshot.archive import list_files, snapshot
 from tests.helpers import write_tree as write
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu import rules
 from jobtpu.cli import COMMANDS, RULE_NAMES, build_parser
 from jobtpu.commands.jobs import ENDED_SHOWN, QUEUED_SHOWN
-from jobtpu.home import Home
-from jobtpu.model import Attempt, Job, Status
-from jobtpu.store import Store
+from jobtpu.decide import rules
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.schema.state import Attempt, Job, Status
 from tests.helpers import jobtpu, make_home
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from jobtpu.errors import ConfigError
-from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
-from jobtpu.home import Home, find_home
+from jobtpu.home.layout import Home, find_home
+from jobtpu.schema.machines import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
 from tests.helpers import jobtpu
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

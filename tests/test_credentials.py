@@ -56,7 +56,7 @@ def tpu_load(path: Path) -> BaseException:
 
 
 def sheet_load(path: Path) -> BaseException:
-    from jobtpu import sheet
+    from jobtpu.sheet import api as sheet
 
     with pytest.raises(Exception) as raised:
         sheet._key_file(path)

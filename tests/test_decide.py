@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu import model, rules
-from jobtpu.decide import (
+from jobtpu.decide.core import (
     Kill,
     Launch,
     MachineView,
@@ -27,12 +26,16 @@ from jobtpu.decide import (
     launched,
     not_launched,
     requeue,
+    rules,
     used_resources,
     wants_recreate,
 )
+from jobtpu.decide.fit import allocate, parse_request, why_not
 from jobtpu.errors import JobtpuError
-from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
-from jobtpu.model import (
+from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
+from jobtpu.schema import state as model
+from jobtpu.schema.machines import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
+from jobtpu.schema.state import (
     ACTIVE,
     ENDED,
     TRANSITIONS,
@@ -42,9 +45,7 @@ from jobtpu.model import (
     Job,
     Status,
 )
-from jobtpu.requests import allocate, parse_request, why_not
 from jobtpu.timing import current
-from jobtpu.workers import LaunchResult, WorkerRef, WorkerState
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -724,8 +725,8 @@ def test_a_queued_job_whose_rule_never_recreates_just_waits() -> None:
 
 
 def test_doctor_accounts_for_a_live_worker_through_its_job_s_active_attempt() -> None:
-    from jobtpu.doctor import _why_stray
-    from jobtpu.store import State
+    from jobtpu.home.store import State
+    from jobtpu.remote.doctor import _why_stray
 
     running = Job(id=1, user="u", cmd="c", archive="a", created=0.0, status=Status.RUNNING, machine="box", attempt=2)
     ended = msgspec.structs.replace(running, id=2, status=Status.FAILED)
@@ -761,14 +762,14 @@ def test_a_stopped_job_whose_rule_recreates_asks_for_its_tpu_once_stopped() -> N
     ("SOMETHING_NEW", "transient"),  # an unknown state never recreates a node
 ])
 def test_node_state_decides_the_machine_s_health(node_state: str | None, health: str) -> None:
-    from jobtpu.tpu import health_of
+    from jobtpu.tpu.api import health_of
 
     assert health_of(node_state)[0] == health
 
 
 def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
-    from jobtpu.model import MachineRecord
-    from jobtpu.tpuflow import plan_machine
+    from jobtpu.schema.state import MachineRecord
+    from jobtpu.tpu.flow import plan_machine
 
     plan = plan_machine(MachineRecord(want_recreate=True), None, None, NOW)
     assert [s.kind for s in plan.steps] == ["create"] and plan.state == "recreating"
@@ -776,7 +777,7 @@ def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None
 
 
 def test_the_probe_reports_when_each_worker_exited_for_the_multi_host_exit_code() -> None:
-    from jobtpu.scripts import parse_probe
+    from jobtpu.remote.scripts import parse_probe
 
     out = "H boot 1\nW 4 0 0 100 0 1 10 1 1700000002.5\nW 4 0 1 101 0 7 10 1 1700000001.25\nW 4 0 2 - 0 - 0 0 -\n"
     states = parse_probe(out)

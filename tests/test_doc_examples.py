@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from jobtpu.cli import build_parser
-from jobtpu.fleet import load_fleet
-from jobtpu.home import Home
+from jobtpu.home.layout import Home
+from jobtpu.schema.machines import load_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", REPO / "docs" / "guide.md"]

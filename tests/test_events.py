@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from jobtpu import events
-from jobtpu.events import Event
-from jobtpu.safefs import UnsafePath
+from jobtpu.home.safefs import UnsafePath
+from jobtpu.tell import events
+from jobtpu.tell.events import Event
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast

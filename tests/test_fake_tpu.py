@@ -245,8 +245,8 @@ def test_unknown_route_and_injected_error(api: FakeTpuApi, client: tpu_v2.TpuCli
 
 def test_jobtpu_reads_a_404_as_an_answer_or_as_one_api_failure(api: FakeTpuApi) -> None:
     from jobtpu.errors import RemoteError
-    from jobtpu.fleet import Machine
-    from jobtpu.tpu import TpuApi
+    from jobtpu.schema.machines import Machine
+    from jobtpu.tpu.api import TpuApi
 
     tpu = TpuApi({"project": P, "api_endpoint": api.url, "credentials": "anonymous"})
     gone = Machine(name="t", kind="tpu", node="nope", zone=Z, accelerator="v3-8")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu import events as ev
-from jobtpu import goodput
-from jobtpu.events import Event
-from jobtpu.goodput import AttemptRecord, Progress
+from jobtpu.tell import events as ev
+from jobtpu.tell.events import Event
+from jobtpu.views import goodput
+from jobtpu.views.goodput import AttemptRecord, Progress
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast

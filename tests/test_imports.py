@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.home import Home
-from jobtpu.model import Attempt, Job, Status
-from jobtpu.store import Store
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.schema.state import Attempt, Job, Status
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast

@@ -140,9 +140,9 @@ def test_a_sheet_cell_is_cut_below_googles_limit_with_a_mark(tmp_path: Path) -> 
 # ---- status stays linear -------------------------------------------------------------------------------
 
 def _status_time(home: Path, size: int) -> float:
-    from jobtpu.home import Home
-    from jobtpu.model import Job
-    from jobtpu.store import Store
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+    from jobtpu.schema.state import Job
     from tests.helpers import cli
 
     with Store(Home(home)).transaction() as state:  # a hand-edited record: submit caps overrides
@@ -218,7 +218,7 @@ def test_a_snapshot_with_many_files_warns_once_and_past_the_cap_is_refused(
     over the cap is refused before a file is read, with the way out in the hint."""
     import subprocess
 
-    from jobtpu import archive
+    from jobtpu.snapshot import archive
     from tests.helpers import cli
 
     monkeypatch.setattr(archive, "WARN_FILES", 10, raising=False)

@@ -411,8 +411,8 @@ def test_manage_loop_outlives_a_broken_machines_json(tmp_path: Path) -> None:
 
 def test_manage_loop_outlives_a_pass_that_fails_unexpectedly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from jobtpu import manage
     from jobtpu.cli import main
+    from jobtpu.passes import manage
 
     home = make_home(tmp_path)
     real, calls = manage.run_pass, []
@@ -524,9 +524,9 @@ def test_ctrl_c_in_run_follow_leaves_the_job_running_and_says_how_to_follow_it(t
 def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_jobs_private(tmp_path: Path) -> None:
     """Two launches of one pass in two threads: one has just made `run` under the pass's umask (0700,
     its shared modes a moment later) when the other asks whether its run root is shared."""
-    from jobtpu.connect import endpoints, transport
-    from jobtpu.fleet import load_fleet
-    from jobtpu.home import Home
+    from jobtpu.home.layout import Home
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.transport.connect import endpoints, transport
 
     home = make_home(tmp_path)
     home.chmod(0o2770)

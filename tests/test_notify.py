@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from jobtpu import events, notify
 from jobtpu.errors import ConfigError
-from jobtpu.events import Event
+from jobtpu.tell import events, notify
+from jobtpu.tell.events import Event
 from tests.helpers import pid_alive, wait_for
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -145,7 +145,7 @@ def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> 
     got, crashed = tmp_path / "got", tmp_path / "crashed"
     cmd = f"cat >> {got}; if [ ! -e {crashed} ]; then touch {crashed}; kill -9 $PPID; sleep 5; fi"
     outbox = tmp_path / notify.OUTBOX_FILE
-    script = ("import sys, time; from pathlib import Path; from jobtpu import events, notify; "
+    script = ("import sys, time; from pathlib import Path; from jobtpu.tell import events, notify; "
               "dests = notify.parse_destinations([{'command': sys.argv[2]}]); "
               "event = events.Event(time.time(), events.JOB_ENDED, job=11, detail={'status': 'failed'}); "
               "notify.deliver(Path(sys.argv[1]), dests, [event], 10)")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu.home.settings import full_key
 from jobtpu.inputs import override_mistake
-from jobtpu.settings import full_key
 from jobtpu.suggest import command_for, option_for
 from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, status

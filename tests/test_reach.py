@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobtpu.model import MachineRecord
-from jobtpu.reach import Contact, Reach, reachability, takes_jobs
+from jobtpu.decide.reach import Contact, Reach, reachability, takes_jobs
+from jobtpu.schema.state import MachineRecord
 from jobtpu.timing import current
 
 RETRY = current().unreachable_retry  # the pause after a failed contact (jobtpu/timing.py)

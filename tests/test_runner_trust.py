@@ -232,8 +232,8 @@ def test_privileged_keys_in_an_untrusted_machines_json_are_refused(team: Team, c
 
 @pytest.mark.fast
 def test_the_ssh_transport_never_forwards_an_agent(tmp_path: Path) -> None:
-    from jobtpu.fleet import Machine
-    from jobtpu.home import Home
+    from jobtpu.home.layout import Home
+    from jobtpu.schema.machines import Machine
     from jobtpu.transport.base import Endpoint
     from jobtpu.transport.ssh import SshTransport
 
@@ -289,8 +289,8 @@ def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team
 
 @pytest.mark.fast
 def test_the_reference_runner_json_example_is_what_a_pass_reads(tmp_path: Path) -> None:
-    from jobtpu.privileged import gate
-    from jobtpu.trust import load_runner
+    from jobtpu.home.privileged import gate
+    from jobtpu.home.trust import load_runner
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "home-files.md").read_text()
     section = text.split("### 1.3 ", 1)[1].split("\n### ", 1)[0]

@@ -1,4 +1,4 @@
-"""The shell jobtpu runs on machines (jobtpu/sh/*.sh, and every script rendered from it) passes
+"""The shell jobtpu runs on machines (jobtpu/remote/sh/*.sh, and every script rendered from it) passes
 `bash -n` and `shellcheck`, whatever values a user or a hand-edited file puts into it: every value
 reaches bash as a quoted argument, never as code."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu import scripts
-from jobtpu.workers import LaunchSpec, WorkerRef
+from jobtpu.remote import scripts
+from jobtpu.remote.workers import LaunchSpec, WorkerRef
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -41,7 +41,7 @@ def _launch(v: str) -> str:
     ])
 
 
-# Named by the function in jobtpu/scripts.py that renders the script, then the variant.
+# Named by the function in jobtpu/remote/scripts.py that renders the script, then the variant.
 RENDERERS: dict[str, Callable[[str], str]] = {
     "launch_script": _launch,
     "peer_serve_script": lambda v: scripts.peer_serve_script(v, v, v, v, 7),

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from jobtpu.commands.select import Selection, select
-from jobtpu.model import Job, Status
+from jobtpu.schema.state import Job, Status
 from tests.accounts import Team
 
 ANN, BOB = "ann", "bob"

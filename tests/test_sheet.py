@@ -1,4 +1,4 @@
-"""The team's TPU sheet (jobtpu/sheet.py) through the real gspread client against the fake Sheets API,
+"""The team's TPU sheet (jobtpu/sheet/api.py) through the real gspread client against the fake Sheets API,
 reached only through `sheet.api_endpoint`, as machines.json would set it."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from jobtpu import sheet
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
-from jobtpu.sheet import MachineRow, PassSheet, SheetConfig
+from jobtpu.sheet import api as sheet
+from jobtpu.sheet.api import MachineRow, PassSheet, SheetConfig
 from tests.fake_sheets import FakeSheetsApi
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -339,7 +339,7 @@ def test_config_defaults_and_keys() -> None:
 
 def test_the_pure_parts_load_no_google_stack() -> None:
     """Parsing the section, planning and finding never import gspread, google-auth or requests."""
-    code = ("import sys; from jobtpu import sheet; c = sheet.parse_config({'spreadsheet': 'k'}); "
+    code = ("import sys; from jobtpu.sheet import api as sheet; c = sheet.parse_config({'spreadsheet': 'k'}); "
             "s = sheet.snapshot_from_grid([]); sheet.plan_write(s, [sheet.MachineRow('a')], sheet.Memo(), c.columns, 1.0);"
             "sheet.find([], ['v3']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('gspread', 'google', 'requests')))")

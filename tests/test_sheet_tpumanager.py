@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobtpu.sheetlayout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
+from jobtpu.sheet.layout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
 from tests import test_sheet_cli
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, wait_for
@@ -195,7 +195,7 @@ def test_tpu_manager_finds_rows_by_a_name_that_resolves(text: str, machine: str 
 
 
 def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() -> None:
-    from jobtpu.sheet import Memo, plan_write, snapshot_from_grid
+    from jobtpu.sheet.api import Memo, plan_write, snapshot_from_grid
 
     grid = [line[:] for line in TABLE]
     snapshot = snapshot_from_grid(grid, TPU_MANAGER)

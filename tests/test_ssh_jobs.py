@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jobtpu import manage as manage_module
+from jobtpu.passes import manage as manage_module
 from tests import helpers
 from tests.helpers import cli, run, wait_for
 from tests.sshfleet import FleetMachine, Host, SshFleet

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from jobtpu.errors import RemoteError
-from jobtpu.fleet import Machine
-from jobtpu.home import Home
+from jobtpu.home.layout import Home
+from jobtpu.schema.machines import Machine
 from jobtpu.transport.base import Endpoint
 from jobtpu.transport.ssh import SshTransport, forget_command
 from tests.sshfleet import FleetMachine, Host, SshFleet, _write_keypair

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.display import DEFAULT_JOB_COLUMNS
-from jobtpu.listing import row
-from jobtpu.model import Attempt, Job, Status
+from jobtpu.schema.state import Attempt, Job, Status
+from jobtpu.views.display import DEFAULT_JOB_COLUMNS
+from jobtpu.views.listing import row
 from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, write_tree
 

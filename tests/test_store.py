@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu import store as store_module
 from jobtpu.errors import BusyError, ConfigError
-from jobtpu.home import Home
-from jobtpu.model import Attempt, Ending, Job, Status
-from jobtpu.store import State, Store, hold_lock
+from jobtpu.home import store as store_module
+from jobtpu.home.layout import Home
+from jobtpu.home.store import State, Store, hold_lock
+from jobtpu.schema.state import Attempt, Ending, Job, Status
 from tests.helpers import jobtpu, make_home, manage_until, status, submit
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -329,8 +329,8 @@ def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("knows_its_read", [True, False])
 def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path, knows_its_read: bool) -> None:
-    from jobtpu.fleet import load_fleet
-    from jobtpu.session import Session
+    from jobtpu.passes.session import Session
+    from jobtpu.schema.machines import load_fleet
 
     home = Home(tmp_path)
     old, kept = add(Store(home)), add(Store(home))

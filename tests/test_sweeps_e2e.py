@@ -332,13 +332,13 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
 
 def test_the_status_words_a_selector_takes_are_the_models() -> None:
     from jobtpu.cli import STATUS_NAMES
-    from jobtpu.model import Status
+    from jobtpu.schema.state import Status
 
     assert tuple(s.value for s in Status) == STATUS_NAMES
 
 
 def test_which_failures_a_retry_takes() -> None:
-    from jobtpu import rules
+    from jobtpu.decide import rules
 
     assert rules.retry("pass", "exit 1", 0, 2) == rules.RESUME
     assert rules.retry("rerun", "grpc", 1, 2) == rules.RERUN

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from jobtpu import events, notify, timing
-from jobtpu.events import Event
+from jobtpu import timing
+from jobtpu.tell import events, notify
+from jobtpu.tell.events import Event
 from tests.accounts import Team
 from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.accelerator import expected_devices, worker_lines
-from jobtpu.scripts import parse_tpu_doctor
+from jobtpu.remote.scripts import parse_tpu_doctor
+from jobtpu.tpu.accelerator import expected_devices, worker_lines
 from tests.helpers import jobtpu, wait_for
 from tests.tpufleet import TpuFleet, write_machines
 
@@ -136,8 +136,8 @@ def test_expected_devices_per_accelerator_type(accelerator: str, devices: int | 
 
 @pytest.mark.fast
 def test_jax_answers_are_read_against_the_accelerator_type() -> None:
-    from jobtpu.fleet import Machine
-    from jobtpu.scripts import parse_tpu_accelerator
+    from jobtpu.remote.scripts import parse_tpu_accelerator
+    from jobtpu.schema.machines import Machine
 
     m = Machine(name="v4", kind="tpu", accelerator="v4-32")
     said = lambda out: worker_lines(m, "v4[1]", parse_tpu_accelerator(out), workers=4)  # noqa: E731

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..limits import check_tags
-from ..text import printable
-from ..users import check_owner, check_owners, known_user
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.users import check_owner, check_owners, known_user
+from jobtpu.limits import check_tags
+from jobtpu.views.text import printable
 
 # A note is one line a person reads in a table; a page of text belongs in a file of the job.
 MAX_NOTE = 500
@@ -53,8 +53,8 @@ def parse_tag_words(words: list[str]) -> TagChanges:
 def tag(home: Home, words: list[str], force: bool = False) -> int:
     """Add and remove tags of jobs (all the jobs named, or none when one is unknown); print each
     job's tags as they are now."""
-    from ..listing import require_current
-    from ..session import locked_session
+    from jobtpu.passes.session import locked_session
+    from jobtpu.views.listing import require_current
 
     changes = parse_tag_words(words)
     me = known_user(home, None)
@@ -83,8 +83,8 @@ def note_text(words: list[str]) -> str:
 
 def note(home: Home, machine: str | None, words: list[str], force: bool = False) -> int:
     """`note ID TEXT` sets a job's note; `note --machine NAME TEXT` a machine's. Empty TEXT clears it."""
-    from ..listing import require_current
-    from ..session import locked_session
+    from jobtpu.passes.session import locked_session
+    from jobtpu.views.listing import require_current
 
     if machine is None:
         if not words or not words[0].isdigit():

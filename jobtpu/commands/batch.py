@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..users import check_owners, known_user
-from .common import note
-from .select import Selection, announce, require_some, select_current
+from jobtpu.commands.common import note
+from jobtpu.commands.select import Selection, announce, require_some, select_current
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.users import check_owners, known_user
 
 if TYPE_CHECKING:
-    from ..model import Job, State
+    from jobtpu.schema.state import Job, State
 
 MAX_GRACE = 3600.0  # seconds: a longer TERM→KILL wait holds `kill` (and a pass) for an hour
 
@@ -33,8 +33,8 @@ class Extras(NamedTuple):
 def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], after_any: list[str],
                  retries: int, grace: str | None, signal: str | None, timeout: float | None) -> Extras:
     """Check the options before anything is snapshotted or written; one clear line for each mistake."""
-    from .. import sweeps
-    from ..inputs import parse_duration
+    from jobtpu import sweeps
+    from jobtpu.inputs import parse_duration
 
     if sweep and sweep_file is not None:
         raise JobtpuError("give --sweep or --sweep-file, not both",
@@ -54,8 +54,8 @@ def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], aft
 
 def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
     """`USR1@30` → ("USR1", 30.0): the signal and how many seconds before --timeout it is sent."""
-    from ..inputs import parse_duration
-    from ..model import SIGNALS
+    from jobtpu.inputs import parse_duration
+    from jobtpu.schema.state import SIGNALS
 
     word, sep, when = text.partition("@")
     name = word.strip().upper().removeprefix("SIG")
@@ -82,9 +82,9 @@ def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str
     sweep and its tag are given when they are saved."""
     import msgspec
 
-    from ..limits import check_overrides
-    from ..settings import config_overrides
-    from ..sweeps import as_overrides
+    from jobtpu.home.settings import config_overrides
+    from jobtpu.limits import check_overrides
+    from jobtpu.sweeps import as_overrides
 
     jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), team, own)],
                                     sweep_index=i, tags=list(job.tags), after=list(job.after),
@@ -103,8 +103,8 @@ def sweep_tag(sweep_id: int) -> str:
 def check_dependencies(home: Home, state: State, first_id: int, after: list[int], after_any: list[int]) -> None:
     """Refuse, before anything is saved, an id no job has, a job waiting for itself, a cycle, and an
     --after on a job that already ended without finishing (it could never start)."""
-    from ..model import Status
-    from ..sweeps import check_dependencies as check_graph
+    from jobtpu.schema.state import Status
+    from jobtpu.sweeps import check_dependencies as check_graph
 
     if not after and not after_any:
         return
@@ -115,7 +115,7 @@ def check_dependencies(home: Home, state: State, first_id: int, after: list[int]
         for job_id, status in history_statuses(home, set(missing)).items():
             known[job_id], ended[job_id] = [], status
     check_graph(first_id, [*after, *after_any], known)
-    from ..rules import cycle_text, dependency_cycles
+    from jobtpu.decide.rules import cycle_text, dependency_cycles
 
     rings = dependency_cycles(state.jobs)  # made by hand: a job waiting on one would wait forever
     for job_id in (*after, *after_any):
@@ -156,7 +156,7 @@ def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
     one, or any ended one under --after-any) or fail with reason `dependency` (one that failed or was
     killed, under --after), as the pass would have decided; no queued job is left waiting for an id
     that is no longer in state.json."""
-    from ..model import DEPENDENCY, Status
+    from jobtpu.schema.state import DEPENDENCY, Status
 
     by_id = {j.id: j for j in gone}
     for job in remaining:
@@ -176,7 +176,7 @@ def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
 
 def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run: bool = False) -> int:
     """`hold`: queued jobs stay queued until released; `release`: they may start again."""
-    from ..session import locked_session
+    from jobtpu.passes.session import locked_session
 
     verb = "release" if release else "hold"
     require_some(sel, verb)

@@ -6,8 +6,8 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-from ..errors import JobtpuError, Terminated
-from ..text import printable, printable_lines
+from jobtpu.errors import JobtpuError, Terminated
+from jobtpu.views.text import printable, printable_lines
 
 
 def emit_json(document: object) -> None:

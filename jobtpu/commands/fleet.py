@@ -5,30 +5,30 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..store import Store
-from ..text import printable
-from .common import emit_json, error_text, note
+from jobtpu.commands.common import emit_json, error_text, note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from ..fleet import Machine
-    from ..model import MachineRecord, State
+    from jobtpu.schema.machines import Machine
+    from jobtpu.schema.state import MachineRecord, State
 
 
 # ---- manage ---------------------------------------------------------------------------------------
 
 def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
-    from .. import manage as passes
-    from ..session import kept_connections
+    from jobtpu.passes import manage as passes
+    from jobtpu.passes.session import kept_connections
 
     with kept_connections(loop is not None):  # a loop keeps its SSH connections open between rounds
         return _manage_rounds(home, loop, dry_run, passes.run_pass)
 
 
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
-    from .watch import record_pass_failure
+    from jobtpu.commands.watch import record_pass_failure
 
     while True:
         try:
@@ -63,9 +63,9 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
 # ---- machines -------------------------------------------------------------------------------------
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
-    from ..decide import used_resources
-    from ..fleet import load_fleet
-    from ..model import MachineRecord
+    from jobtpu.decide.core import used_resources
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.schema.state import MachineRecord
 
     fleet = load_fleet(home)
     state = state or Store(home).load()
@@ -96,8 +96,8 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
 
 def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
     """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
-    from ..passsheet import memo_path
-    from ..sheet import claim_reason, load_memo
+    from jobtpu.sheet.api import claim_reason, load_memo
+    from jobtpu.sheet.hook import memo_path
 
     claims = load_memo(memo_path(home)).claims
     for row in rows:
@@ -108,7 +108,7 @@ def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
 
 
 def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
-    from .tpu import provisioning
+    from jobtpu.commands.tpu import provisioning
 
     return {"provisioning": provisioning(machine, known), "zone": known.zone or machine.zone,
             "moved": known.moved,
@@ -124,7 +124,7 @@ def _never_seen(machine: Machine) -> str:
 
 
 def machines(home: Home, as_json: bool) -> int:
-    from .watch import last_pass_json, say_freshness
+    from jobtpu.commands.watch import last_pass_json, say_freshness
 
     state = Store(home).load()
     rows = machine_rows(home, state)
@@ -133,8 +133,8 @@ def machines(home: Home, as_json: bool) -> int:
         return 0
     from rich.console import Console
 
-    from ..display import machines_table
-    from ..settings import viewer_settings, viewer_zone
+    from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.views.display import machines_table
 
     console = Console()
     console.print(machines_table(rows, console.width, viewer_zone(viewer_settings(home))))
@@ -144,8 +144,8 @@ def machines(home: Home, as_json: bool) -> int:
 
 def doctor(home: Home, name: str, fix: bool, accelerator: bool = False) -> int:
     """Check a machine's workers; exit 1 when any check found a problem."""
-    from ..doctor import doctor as check_machine
-    from ..fleet import load_fleet
+    from jobtpu.remote.doctor import doctor as check_machine
+    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)
     machine = fleet.require(name)

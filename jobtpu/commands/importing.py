@@ -10,13 +10,13 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..text import printable
-from .common import note
+from jobtpu.commands.common import note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from ..settings import UserSettings
+    from jobtpu.home.settings import UserSettings
 
 
 class _Changes(NamedTuple):
@@ -30,8 +30,8 @@ class _Changes(NamedTuple):
 
 
 def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project: str | None) -> int:
-    from .. import importer
-    from ..settings import check_may_write
+    from jobtpu import importer
+    from jobtpu.home.settings import check_may_write
 
     path = Path(data_json).expanduser()
     try:
@@ -48,9 +48,9 @@ def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project:
 
 
 def _plan(home: Home, found: Any, force: bool, project: str | None) -> _Changes:
-    from .. import importer
-    from ..settings import load_settings
-    from ..users import load_users
+    from jobtpu import importer
+    from jobtpu.home.settings import load_settings
+    from jobtpu.home.users import load_users
 
     plan = importer.Plan()
     machines_doc, machines_mode = _machines_doc(home)
@@ -85,8 +85,8 @@ def _tell(found: Any, plan: Any, dry_run: bool) -> None:
 
 def _write(home: Home, changes: _Changes) -> None:
     """Through jobtpu's own writers: machines.json atomically, then users.json, then each user's settings."""
-    from ..settings import update_settings
-    from ..users import add_user, load_users
+    from jobtpu.home.settings import update_settings
+    from jobtpu.home.users import add_user, load_users
 
     if changes.new_users and load_users(home) is None:
         note("started users.json with these users: from now on a user not on it is refused "
@@ -115,10 +115,10 @@ def _read_json(path: Path) -> Any:
 
 def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
     """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
-    from ..fleet import load_fleet
-    from ..safefs import read_regular
-    from ..store import parse_json_file
-    from .team import LOCAL_ONLY
+    from jobtpu.commands.team import LOCAL_ONLY
+    from jobtpu.home.safefs import read_regular
+    from jobtpu.home.store import parse_json_file
+    from jobtpu.schema.machines import load_fleet
 
     try:
         data = read_regular(home.machines_file)
@@ -147,7 +147,7 @@ def _plan_project(doc: dict[str, Any], tpus: list[Any], project: str | None, for
 
 
 def _check_loads(home: Home, doc: dict[str, Any]) -> None:
-    from ..fleet import check_machines
+    from jobtpu.schema.machines import check_machines
 
     check_machines(home, _encoded(doc))
 
@@ -159,7 +159,7 @@ def _encoded(doc: dict[str, Any]) -> bytes:
 
 
 def _write_machines(home: Home, doc: dict[str, Any], mode: int | None) -> None:
-    from ..home import write_atomic
+    from jobtpu.home.layout import write_atomic
 
     home.ensure()
     write_atomic(home.machines_file, _encoded(doc), mode=mode)

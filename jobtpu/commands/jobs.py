@@ -9,20 +9,20 @@ import time
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import timing
-from ..errors import JobtpuError, NotFoundError
-from ..home import Home
-from ..logfiles import log_rel
-from ..store import Store
-from ..users import check_owners, known_user
-from .common import emit_json, note, sigterm_interrupts
-from .select import Selection, announce, chosen_jobs, require_some, select_current
+from jobtpu import timing
+from jobtpu.commands.common import emit_json, note, sigterm_interrupts
+from jobtpu.commands.select import Selection, announce, chosen_jobs, require_some, select_current
+from jobtpu.errors import JobtpuError, NotFoundError
+from jobtpu.home.layout import Home
+from jobtpu.home.logfiles import log_rel
+from jobtpu.home.store import Store
+from jobtpu.home.users import check_owners, known_user
 
 if TYPE_CHECKING:
-    from ..fleet import Fleet
-    from ..model import Job, State
-    from ..session import Session
-    from ..workers import WorkerRef, WorkerState
+    from jobtpu.passes.session import Session
+    from jobtpu.remote.workers import WorkerRef, WorkerState
+    from jobtpu.schema.machines import Fleet
+    from jobtpu.schema.state import Job, State
 
 # Listings (status, tail) import only what they use: `jobtpu status` runs from watch and scripts,
 # so every module they load is start-up time paid on every call.
@@ -67,10 +67,10 @@ class SubmitOptions(NamedTuple):
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     """Check everything the user typed, then snapshot; raises before anything is written."""
-    from ..inputs import check_overrides_typed, parse_duration, parse_env
-    from ..model import Job
-    from ..requests import parse_request, why_not
-    from ..settings import config_overrides, effective_aliases, load_settings, source_folder
+    from jobtpu.decide.fit import parse_request, why_not
+    from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
+    from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
+    from jobtpu.schema.state import Job
 
     user = known_user(home, opts.user)
     settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
@@ -93,17 +93,17 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     for tag in opts.tag:
         if not tag.strip():
             raise JobtpuError("--tag must not be empty")
-    from ..limits import check_submit
+    from jobtpu.limits import check_submit
 
     check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
     if opts.on_resume is not None:
-        from ..limits import MAX_OVERRIDES, check_length
-        from ..placement import check_on_resume
+        from jobtpu.decide.placement import check_on_resume
+        from jobtpu.limits import MAX_OVERRIDES, check_length
 
         check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
         check_on_resume(opts.on_resume)
     if opts.progress is not None:
-        from ..goodput import compile_progress
+        from jobtpu.views.goodput import compile_progress
 
         try:
             compile_progress(opts.progress)
@@ -112,7 +112,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
     if chosen_because:
         note(chosen_because)
-    from ..archive import snapshot  # imported late: rich's progress bar is only needed here
+    from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
@@ -130,8 +130,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
     """The note the job brings to its machine's row: --sheet-note, else its run config's wandb_notes."""
-    from ..limits import MAX_SHEET_NOTE, cell
-    from ..sheet import job_note
+    from jobtpu.limits import MAX_SHEET_NOTE, cell
+    from jobtpu.sheet.api import job_note
 
     found = job_note(src, given)  # --sheet-note was checked; the run config's is cut, with a mark
     return cell(found, MAX_SHEET_NOTE) if found is not None else None
@@ -145,11 +145,11 @@ def submit(home: Home, opts: SubmitOptions) -> Job:
 def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
-    from ..fleet import load_fleet
-    from ..inputs import parse_duration
-    from ..settings import load_settings
-    from ..store import take_next_id, write_id_mark
-    from .batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
+    from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
+    from jobtpu.home.settings import load_settings
+    from jobtpu.home.store import take_next_id, write_id_mark
+    from jobtpu.inputs import parse_duration
+    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
@@ -159,8 +159,8 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
     job = build_job(home, fleet, opts)
     apply_extras(job, extras)
-    from ..secrets import SecretStore, split_env
-    from ..specs import write_spec
+    from jobtpu.home.secrets import SecretStore, split_env
+    from jobtpu.home.specs import write_spec
 
     job.env, secret = split_env(job.env)
     if extras.combinations is None:
@@ -199,7 +199,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
     """After a failed submit: drop the job's secret unless the job reached state.json after all (the
     failure came after the rename). Best effort: `clean` drops any secret no job holds."""
-    from ..secrets import SecretStore
+    from jobtpu.home.secrets import SecretStore
 
     try:
         if Store(home).load().job(job_id) is None:
@@ -216,7 +216,7 @@ def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
 
 def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool) -> int:
     """Submit, then one pass (or, following, passes until the job ends: its exit code)."""
-    from .. import manage
+    from jobtpu.passes import manage
 
     if follow_log and (opts.sweep or opts.sweep_file):
         raise JobtpuError("run --follow follows one job, and a sweep is many",
@@ -235,7 +235,7 @@ def run_command(home: Home, opts: SubmitOptions, as_json: bool, follow_log: bool
 
 def _print_submitted(jobs: list[Job], as_json: bool) -> None:
     """A job's id; a sweep's ids as a range (12-17)."""
-    from ..sweeps import id_range
+    from jobtpu.sweeps import id_range
 
     job = jobs[0]
     if as_json:
@@ -253,7 +253,7 @@ def follow(home: Home, job_id: int, interval: float | None = None) -> int:
     try:
         return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval)
     except KeyboardInterrupt as e:
-        from ..errors import EXIT_INTERRUPTED, Terminated
+        from jobtpu.errors import EXIT_INTERRUPTED, Terminated
 
         sys.stdout.flush()
         note(f"jobtpu: stopped following job {job_id}; the job goes on (`jobtpu tail -f {job_id}` follows it again)")
@@ -263,7 +263,7 @@ def follow(home: Home, job_id: int, interval: float | None = None) -> int:
 
 
 def _follow(home: Home, job_id: int, interval: float) -> int:
-    from .. import manage
+    from jobtpu.passes import manage
 
     printed: dict[int, int] = {}
     decoders: dict[int, codecs.IncrementalDecoder] = {}
@@ -337,7 +337,7 @@ def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
 
 
 def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
-    from ..store import jobs_document
+    from jobtpu.home.store import jobs_document
 
     if as_json:  # every selected job, the records as stored, encoded straight from the typed jobs
         sys.stdout.buffer.write(jobs_document(chosen_jobs(home, chosen)))
@@ -345,8 +345,8 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         return 0
     from rich.console import Console, Group
 
-    from ..display import jobs_table
-    from ..listing import config_aliases, rows, status_counts
+    from jobtpu.views.display import jobs_table
+    from jobtpu.views.listing import config_aliases, rows, status_counts
 
     chosen_columns, zone = status_view(home)
     viewer = viewer_name()
@@ -354,7 +354,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     console = Console()
     aliases = config_aliases(home)
 
-    from .watch import freshness_text, say_freshness
+    from jobtpu.commands.watch import freshness_text, say_freshness
 
     def table(state: State) -> Any:
         jobs = chosen_jobs(home, chosen, state)
@@ -385,7 +385,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
 
 def status_view(home: Home) -> tuple[list[str] | None, Any]:
     """The columns (None: the defaults) and the time zone the person looking set."""
-    from ..settings import viewer_settings, viewer_zone
+    from jobtpu.home.settings import viewer_settings, viewer_zone
 
     settings = viewer_settings(home)
     return settings.columns or None, viewer_zone(settings)
@@ -393,7 +393,7 @@ def status_view(home: Home) -> tuple[list[str] | None, Any]:
 
 def viewer_name() -> str | None:
     """Who is looking (None: a login jobtpu cannot take as a user name, so nobody's own view)."""
-    from ..inputs import resolve_user
+    from jobtpu.inputs import resolve_user
 
     try:
         return resolve_user(None)
@@ -404,7 +404,7 @@ def viewer_name() -> str | None:
 def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
     """The columns chosen, else the defaults without `user` when every job shown is the viewer's
     own (it would say the same name on every row)."""
-    from ..display import DEFAULT_JOB_COLUMNS
+    from jobtpu.views.display import DEFAULT_JOB_COLUMNS
 
     if chosen is not None:
         return chosen
@@ -416,8 +416,8 @@ def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) 
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from ..listing import find_job
-    from ..store import records
+    from jobtpu.home.store import records
+    from jobtpu.views.listing import find_job
 
     found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
     job = records([found])[0]
@@ -436,7 +436,7 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
     decoder = _decoder()
     said: str | None = None  # the machine's trouble, said once while it lasts
     while follow_log:
-        from ..operations import pull_logs
+        from jobtpu.remote.operations import pull_logs
 
         current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
         offset = _print_from(home, rel, offset, decoder)
@@ -480,7 +480,7 @@ def _decoder() -> codecs.IncrementalDecoder:
 
 def _show(text: str) -> None:
     """Log text as the characters it holds: a job's escape sequences never steer the terminal."""
-    from ..text import printable_lines
+    from jobtpu.views.text import printable_lines
 
     sys.stdout.buffer.write(printable_lines(text).encode("utf-8", errors="replace"))
     sys.stdout.flush()
@@ -489,7 +489,7 @@ def _show(text: str) -> None:
 def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
     """Print the log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the
     whole file); the offset the log ended at."""
-    from ..logfiles import TAIL_READ, read_end
+    from jobtpu.home.logfiles import TAIL_READ, read_end
 
     limit = TAIL_READ
     while True:
@@ -507,7 +507,7 @@ def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
 
 def _print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.IncrementalDecoder) -> int:
     """Print what the log holds past `offset`, escaped; the new offset."""
-    from ..logfiles import read_from
+    from jobtpu.home.logfiles import read_from
 
     while True:
         data = read_from(home.root, rel, offset)
@@ -521,8 +521,8 @@ def _print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.Incremen
 # ---- kill / resume / rerun / clean / fetch ---------------------------------------------------------
 
 def kill(home: Home, sel: Selection, force: bool = False, dry_run: bool = False) -> int:
-    from ..manage import kill_jobs
-    from ..session import locked_session
+    from jobtpu.passes.manage import kill_jobs
+    from jobtpu.passes.session import locked_session
 
     require_some(sel, "kill")
     me = known_user(home, None)
@@ -574,8 +574,8 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
 def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force: bool = False,
             dry_run: bool = False) -> int:
     """`resume` (from the jobs' checkpoints) or `rerun` (from the start) of ended jobs; prints their ids."""
-    from ..decide import requeue as requeue_job
-    from ..session import locked_session
+    from jobtpu.decide.core import requeue as requeue_job
+    from jobtpu.passes.session import locked_session
 
     verb = "resume" if resume else "rerun"
     require_some(sel, verb)
@@ -607,8 +607,8 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
 def _adopt(home: Home, job: Job) -> None:
     """A job made before homes kept specs gets one from its own account's rerun or resume (a
     teammate's forced rerun keeps the job's spec, or its lack of one: docs/design.md §7)."""
-    from ..secrets import MASK
-    from ..specs import has_spec, write_spec
+    from jobtpu.home.secrets import MASK
+    from jobtpu.home.specs import has_spec, write_spec
 
     if job.uid not in (None, os.getuid()) or has_spec(home, job.id):
         return
@@ -619,11 +619,11 @@ def _adopt(home: Home, job: Job) -> None:
 def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run: bool = False) -> int:
     """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too): your ended
     jobs, or the ended ones among those the ids and selectors name."""
-    from ..operations import clean_remote
-    from ..secrets import SecretStore
-    from ..session import locked_session
-    from ..store import append_to_history
-    from .batch import settle_dependents
+    from jobtpu.commands.batch import settle_dependents
+    from jobtpu.home.secrets import SecretStore
+    from jobtpu.home.store import append_to_history
+    from jobtpu.passes.session import locked_session
+    from jobtpu.remote.operations import clean_remote
 
     me = known_user(home, None)
     with locked_session(home) as session:
@@ -643,7 +643,7 @@ def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run
         # holds is an orphan.
         with Store(home).lock():
             SecretStore(home).keep_only({j.id for j in Store(home).load().jobs} - gone_ids)
-        from ..specs import drop_spec
+        from jobtpu.home.specs import drop_spec
 
         for job_id in sorted(gone_ids):  # another member's spec stays (the sticky folder keeps it theirs)
             drop_spec(home, job_id)
@@ -653,9 +653,9 @@ def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run
 
 def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
     """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
-    from ..fleet import load_fleet
-    from ..listing import find_job
-    from ..operations import fetch as fetch_folder
+    from jobtpu.remote.operations import fetch as fetch_folder
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.views.listing import find_job
 
     state = Store(home).load()
     job = find_job(home, state.jobs, job_id)  # a cleaned job's folder stays until `clean --remote`

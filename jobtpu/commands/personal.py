@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import JobtpuError, NotFoundError
-from ..home import Home
-from ..inputs import resolve_user
-from ..settings import (
+from jobtpu.commands.common import note
+from jobtpu.errors import JobtpuError, NotFoundError
+from jobtpu.home.layout import Home
+from jobtpu.home.settings import (
     CONFIG_KEYS,
     UserSettings,
     alias_levels,
@@ -22,8 +22,8 @@ from ..settings import (
     update_settings,
     zone_of,
 )
-from ..text import printable
-from .common import note
+from jobtpu.inputs import resolve_user
+from jobtpu.views.text import printable
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -51,7 +51,7 @@ def _notify_value(values: list[str]) -> list[Any]:
     """`config set notify JSON`: the list, checked as a pass will read it."""
     import json
 
-    from ..notify import parse_destinations
+    from jobtpu.tell.notify import parse_destinations
 
     try:
         doc = json.loads(" ".join(values))
@@ -64,9 +64,9 @@ def _notify_value(values: list[str]) -> list[Any]:
 def _check_private_webhooks(home: Home, doc: Any) -> None:
     """A member's webhook may not point at loopback or private addresses, which the pass's account
     would post to from its host, unless the home's runner.json allows it (docs/design.md §7)."""
-    from ..home import is_shared
-    from ..trust import load_runner
-    from ..webhooks import check
+    from jobtpu.home.layout import is_shared
+    from jobtpu.home.trust import load_runner
+    from jobtpu.tell.webhooks import check
 
     if not is_shared(home.root) or load_runner(home.root).allow_private_webhooks:
         return  # a private home's settings are its owner's own: nobody else's pass posts them
@@ -183,8 +183,8 @@ def _dir_ls(home: Home, user: str) -> int:
 
 
 def alias(home: Home, action: str, name: str | None, full: str | None, user: str | None) -> int:
-    from ..fleet import load_fleet
-    from ..settings import check_alias
+    from jobtpu.home.settings import check_alias
+    from jobtpu.schema.machines import load_fleet
 
     who = resolve_user(user)
     if action == "ls":

@@ -9,13 +9,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobtpuError, RemoteError
-from ..home import Home
+from jobtpu.errors import JobtpuError, RemoteError
+from jobtpu.home.layout import Home
 
 if TYPE_CHECKING:
-    from ..fleet import Machine
-    from ..session import Session
-    from ..transport.base import Endpoint
+    from jobtpu.passes.session import Session
+    from jobtpu.schema.machines import Machine
+    from jobtpu.transport.base import Endpoint
 
 
 def chosen_workers(session: Session, machine: Machine, worker: int | None) -> list[Endpoint]:
@@ -35,8 +35,8 @@ def chosen_workers(session: Session, machine: Machine, worker: int | None) -> li
 def exec_command(home: Home, name: str, worker: int | None, words: list[str]) -> int:
     """Run the command on the chosen workers at once; each output line prefixed by its worker; the
     worst exit code (255 for a worker that could not be reached)."""
-    from ..execute import Worker, run_everywhere
-    from ..session import load_session, parallel
+    from jobtpu.passes.session import load_session, parallel
+    from jobtpu.remote.execute import Worker, run_everywhere
 
     session = load_session(home)
     machine = session.fleet.resolve(name)
@@ -73,8 +73,8 @@ def _opened(client: Any) -> Any:
 
 def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
     """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
-    from ..connect import published_keys, transport
-    from ..session import load_session
+    from jobtpu.passes.session import load_session
+    from jobtpu.transport.connect import published_keys, transport
 
     session = load_session(home)
     machine = session.fleet.resolve(name)
@@ -83,7 +83,7 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
                           hint=f"run the command here, or `jobtpu exec {machine.name} -- CMD`")
     endpoint = chosen_workers(session, machine, worker)[0]
     t = transport(machine, endpoint, home, published_keys(session.state.machines.get(machine.name), endpoint.index))
-    from ..transport.ssh import SshTransport
+    from jobtpu.transport.ssh import SshTransport
 
     if not isinstance(t, SshTransport):  # a worker without an address is this computer
         t.close()

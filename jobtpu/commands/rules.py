@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..home import Home
-from .common import emit_json
+from jobtpu.commands.common import emit_json
+from jobtpu.home.layout import Home
 
 # How a recovery word reads (docs/reference/requests-and-rules.md §7.1 uses the same words).
 SAYS = {"resume": "resume", "rerun": "run from the start", "recreate-resume": "recreate the TPU, then resume",
@@ -21,15 +21,16 @@ SHORT = {"recreate the TPU, then resume": "recreate+resume", "recreate the TPU, 
 
 def _outcome(rule: str, reasons: tuple[str, ...]) -> str:
     """What `rule` does about an attempt that ended with any of `reasons` (one recovery left)."""
-    from .. import rules
+    from jobtpu.decide import rules
 
     said = {SAYS.get(word, str(word)) for word in (rules.recovery(rule, r, 0, 1) for r in reasons)}
     return " / ".join(sorted(said))
 
 
 def rule_rows(home: Home) -> list[dict[str, Any]]:
-    from .. import model, rules
-    from ..fleet import Machine, load_fleet
+    from jobtpu.decide import rules
+    from jobtpu.schema import state as model
+    from jobtpu.schema.machines import Machine, load_fleet
 
     kinds = {"local machine": Machine(name="local", kind="local"), "ssh machine": Machine(name="box", kind="ssh"),
              "on-demand TPU": Machine(name="tpu", kind="tpu"),
@@ -55,7 +56,7 @@ def show_rules(home: Home, as_json: bool) -> int:
         return 0
     from rich.console import Console
 
-    from ..display import rules_table
+    from jobtpu.views.display import rules_table
 
     console = Console()
     console.print(rules_table(rows, console.width, SHORT))

@@ -9,12 +9,12 @@ import fnmatch
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import EXIT_USAGE, JobtpuError, NotFoundError
-from ..users import known_user
+from jobtpu.errors import EXIT_USAGE, JobtpuError, NotFoundError
+from jobtpu.home.users import known_user
 
 if TYPE_CHECKING:
-    from ..home import Home
-    from ..model import Job, State
+    from jobtpu.home.layout import Home
+    from jobtpu.schema.state import Job, State
 
 
 class UsageError(JobtpuError):
@@ -83,7 +83,7 @@ def select_current(home: Home, jobs: Iterable[Job], sel: Selection, act: str) ->
     known = {j.id for j in jobs}
     missing = [i for i in sel.ids if i not in known]
     if missing:
-        from ..listing import require_current
+        from jobtpu.views.listing import require_current
 
         require_current(home, jobs, missing[0], act)  # raises: says where the job went
     return select(jobs, sel, chooser(home, sel))
@@ -113,12 +113,12 @@ def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: b
     """What a bulk command acts on, one line per job on stdout, before it acts (with --dry-run,
     instead), so every act says what it changed. Jobs named only by id are said too unless `by_id`
     is false (resume and rerun print their ids instead)."""
-    from ..text import printable
+    from jobtpu.views.text import printable
 
     if not (sel.filters or dry_run or (by_id and jobs)):
         return
     if not jobs:
-        from .common import note
+        from jobtpu.commands.common import note
 
         note(f"jobtpu: no job to {verb} matches the selection")
         return
@@ -131,8 +131,8 @@ def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> li
     """The jobs `status` lists (select.select over state.json's jobs, or with --history over
     history.jsonl's, newest first). An id missing from state.json is looked for in history.jsonl,
     where `clean` moved it; an id or sweep found nowhere is an error. `state`: state.json, already read."""
-    from ..listing import find_jobs, history
-    from ..store import Store
+    from jobtpu.home.store import Store
+    from jobtpu.views.listing import find_jobs, history
 
     pool = history(home) if chosen.history else (state or Store(home).load()).jobs
     where = "history.jsonl" if chosen.history else "state.json"

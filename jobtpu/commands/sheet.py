@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..home import Home
-from ..store import Store
-from ..text import printable
+from jobtpu.errors import ConfigError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from ..fleet import Fleet
-    from ..sheet import SheetConfig
+    from jobtpu.schema.machines import Fleet
+    from jobtpu.sheet.api import SheetConfig
 
 
 def _configured(home: Home) -> tuple[Fleet, SheetConfig]:
-    from ..fleet import load_fleet
+    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)
     if fleet.sheet is None:
@@ -31,13 +31,13 @@ def _say(lines: list[str] | str) -> None:
 
 def sync(home: Home) -> int:
     """Bring the sheet to the fleet's rows now; exit 1 (one line) when the API cannot be used."""
-    from ..passsheet import memo_path, sheet_rows
-    from ..sheet import sync as sync_sheet
+    from jobtpu.sheet.api import sync as sync_sheet
+    from jobtpu.sheet.hook import memo_path, sheet_rows
 
     fleet, config = _configured(home)
     result = sync_sheet(config, sheet_rows(fleet, Store(home).load()), memo_path(home))
     if result.problem:
-        from .common import note
+        from jobtpu.commands.common import note
 
         note(f"jobtpu: error: {result.problem}")
         return 1
@@ -48,7 +48,7 @@ def sync(home: Home) -> int:
 
 
 def show(home: Home) -> int:
-    from ..sheet import format_rows, read_sheet
+    from jobtpu.sheet.api import format_rows, read_sheet
 
     _, config = _configured(home)
     _say(format_rows(read_sheet(config).rows, config.columns, config.tab))
@@ -57,8 +57,8 @@ def show(home: Home) -> int:
 
 def find(home: Home, types: list[str], preemptible: bool | None) -> int:
     """The sheet's rows (this home's machines or not) whose accelerator matches like --req."""
-    from ..sheet import find as find_rows
-    from ..sheet import format_rows, read_sheet
+    from jobtpu.sheet.api import find as find_rows
+    from jobtpu.sheet.api import format_rows, read_sheet
 
     _, config = _configured(home)
     rows = find_rows(read_sheet(config).rows, types, preemptible)
@@ -67,8 +67,8 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
 
 
 def release(home: Home, name: str, user: str | None) -> int:
-    from ..passsheet import memo_path
-    from ..sheet import release as release_row
+    from jobtpu.sheet.api import release as release_row
+    from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)
     _say(release_row(config, name, memo_path(home), user))
@@ -76,7 +76,7 @@ def release(home: Home, name: str, user: str | None) -> int:
 
 
 def note(home: Home, name: str, text: str, append: bool) -> int:
-    from ..sheet import set_note
+    from jobtpu.sheet.api import set_note
 
     _, config = _configured(home)
     _say(set_note(config, name, text, append))
@@ -85,8 +85,8 @@ def note(home: Home, name: str, text: str, append: bool) -> int:
 
 def register(home: Home, name: str) -> int:
     """Add NAME's row: filled from the fleet when NAME is one of its machines, else the name alone."""
-    from ..passsheet import memo_path, sheet_rows
-    from ..sheet import register as register_row
+    from jobtpu.sheet.api import register as register_row
+    from jobtpu.sheet.hook import memo_path, sheet_rows
 
     fleet, config = _configured(home)
     config.tab.check_rows_editable("register")
@@ -96,8 +96,8 @@ def register(home: Home, name: str) -> int:
 
 
 def unregister(home: Home, name: str) -> int:
-    from ..passsheet import memo_path
-    from ..sheet import unregister as unregister_row
+    from jobtpu.sheet.api import unregister as unregister_row
+    from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)
     config.tab.check_rows_editable("unregister")

@@ -7,10 +7,10 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import JobtpuError
-from ..home import Home, make_dirs, write_atomic
-from ..users import add_user, load_users, remove_user
-from .common import note
+from jobtpu.commands.common import note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home, make_dirs, write_atomic
+from jobtpu.home.users import add_user, load_users, remove_user
 
 # What `init` writes when the home has no machines.json: the built-in local machine, spelt out.
 LOCAL_ONLY = b'{\n  "machines": {\n    "local": {"kind": "local"}\n  }\n}\n'

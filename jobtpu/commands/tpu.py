@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..model import MachineRecord, Operation
-from ..text import printable
-from .common import emit_json
+from jobtpu.commands.common import emit_json
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.schema.state import MachineRecord, Operation
+from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
-    from ..fleet import Machine
-    from ..session import Session
+    from jobtpu.passes.session import Session
+    from jobtpu.schema.machines import Machine
 
 
 def provisioning(machine: Any, record: MachineRecord) -> str:
@@ -31,7 +31,7 @@ def provisioning(machine: Any, record: MachineRecord) -> str:
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
-    from ..session import locked_session
+    from jobtpu.passes.session import locked_session
 
     with locked_session(home) as p:
         machine = p.fleet.resolve(name)
@@ -87,7 +87,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
 
 def _recreate(p: Session, machine: Machine, now: float) -> None:
     """Plan the first step of bringing the node back, save it, then carry it out (as a pass does)."""
-    from ..tpuflow import carry_out, request_recreate
+    from jobtpu.tpu.flow import carry_out, request_recreate
 
     work = request_recreate(p, machine, now)
     if work is not None:
@@ -103,11 +103,11 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
         if as_json:
             raise JobtpuError("`jobtpu tpu setup` prints each worker's output; it has no --json",
                               hint=f"run `jobtpu tpu setup {name}` without --json")
-        from ..repairs import setup_now
+        from jobtpu.tpu.repairs import setup_now
 
         return setup_now(home, name, force, lambda line: print(printable(line), flush=True))
     if op == "restart":
-        from ..repairs import restart
+        from jobtpu.tpu.repairs import restart
 
         if as_json:
             raise JobtpuError("`jobtpu tpu restart` has no --json", hint=f"run `jobtpu tpu restart {name}` without it")

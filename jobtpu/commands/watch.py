@@ -9,18 +9,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobtpuError
-from ..home import Home
-from ..store import Store
-from ..text import printable
-from .common import emit_json, error_text, note
+from jobtpu.commands.common import emit_json, error_text, note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+from jobtpu.home.store import Store
+from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..fleet import Fleet, Machine
-    from ..model import Job, LastPass, State
-    from .select import Selection
+    from jobtpu.commands.select import Selection
+    from jobtpu.schema.machines import Fleet, Machine
+    from jobtpu.schema.state import Job, LastPass, State
 
 
 # ---- freshness ----------------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def ago(seconds: float) -> str:
 def freshness(last: LastPass | None, now: float | None = None) -> tuple[str, bool]:
     """The line that says how fresh state.json is, and whether it is stale: older than
     timing's stale_intervals intervals of the loop that ran the last pass (60 s for cron or by hand)."""
-    from .. import timing
+    from jobtpu import timing
 
     # One missed pass is noise, three in a row mean the loop or the cron entry is gone; passes from
     # cron or by hand record no interval: cron's own is assumed.
@@ -92,7 +92,7 @@ def last_pass_json(last: LastPass | None) -> dict[str, Any] | None:
 
 def record_pass_failure(home: Home, error: BaseException) -> None:
     """A pass raised: an event in the log (best effort: the error itself is what the user sees)."""
-    from ..passevents import pass_failed
+    from jobtpu.passes.tell import pass_failed
 
     text = error_text(error) if isinstance(error, JobtpuError) else f"{type(error).__name__}: {error}"
     text = text.removeprefix("jobtpu: error: ").splitlines()[0] if text else ""
@@ -104,8 +104,8 @@ def record_pass_failure(home: Home, error: BaseException) -> None:
 
 def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
            as_json: bool) -> int:
-    from .. import events as ev
-    from ..settings import viewer_settings, viewer_zone
+    from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.tell import events as ev
 
     zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them
     found = ev.follow(home.root, job, machine, since) if follow else ev.read(home.root, job, machine, since)
@@ -133,7 +133,7 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
         return None, "chip"
     if machine.is_tpu:
         return None, "chip"
-    from ..requests import parse_request
+    from jobtpu.decide.fit import parse_request
 
     try:
         gpus = parse_request(list(job.req)).resources.get("gpu")
@@ -145,7 +145,7 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
 def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
     """The jobs the selection names, as `status` picks them (a cleaned job too, by id); without any
     selector, your jobs that ran."""
-    from .select import chosen_jobs
+    from jobtpu.commands.select import chosen_jobs
 
     chosen = chosen_jobs(home, sel, state)
     return chosen if sel.given else [j for j in chosen if j.attempts]
@@ -154,9 +154,9 @@ def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
 def report(home: Home, sel: Selection, html: str | None) -> int:
     import msgspec
 
-    from .. import events as ev
-    from .. import goodput
-    from ..fleet import load_fleet
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.tell import events as ev
+    from jobtpu.views import goodput
 
     state = Store(home).load()
     fleet = load_fleet(home)
@@ -192,7 +192,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from ..session import kept_connections
+    from jobtpu.passes.session import kept_connections
 
     console = Console()
     said: list[str] = []  # the last lines the passes said, shown under the events
@@ -220,7 +220,7 @@ TOLD_AFTER = ("notifications:", "events:")  # how the lines of passevents.after_
 
 def _one_pass(home: Home, every: float) -> list[str]:
     """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
-    from .. import manage as passes
+    from jobtpu.passes import manage as passes
 
     try:
         report = passes.run_pass(home, every=every)
@@ -239,7 +239,7 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     """The whole screen: a header, the jobs, the machines, the latest events; each row one line."""
     from rich.console import Group
 
-    from .. import events as ev
+    from jobtpu.tell import events as ev
 
     now = time.time() if now is None else now
     height = max(height, 24)
@@ -270,7 +270,7 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
 
 def _zone(home: Home, problems: list[str]) -> Any:
     """The viewer's time_zone (None: local time); a broken settings.json is one red line, not the end."""
-    from ..settings import viewer_settings, viewer_zone
+    from jobtpu.home.settings import viewer_settings, viewer_zone
 
     return _read(lambda: viewer_zone(viewer_settings(home)), problems)
 
@@ -283,7 +283,7 @@ def _fit(rows: list[Any], room: int) -> list[Any]:
 
 
 def _fleet(home: Home) -> Fleet:
-    from ..fleet import load_fleet
+    from jobtpu.schema.machines import load_fleet
 
     return load_fleet(home)
 
@@ -355,7 +355,7 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
     """Each machine: its state, the jobs it holds, its TPU or queued-resource state, its back-off."""
     from rich.text import Text
 
-    from ..model import MachineRecord
+    from jobtpu.schema.state import MachineRecord
 
     rows = []
     for machine in fleet.machines.values():

@@ -13,9 +13,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..home import Home, open_lock, write_atomic
-from ..safefs import read_regular
-from ._paramiko import paramiko
+from jobtpu.home.layout import Home, open_lock, write_atomic
+from jobtpu.home.safefs import read_regular
+from jobtpu.transport._paramiko import paramiko
 
 _known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
 _cache_lock = threading.Lock()

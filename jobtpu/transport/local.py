@@ -8,11 +8,11 @@ import stat
 import subprocess
 from pathlib import Path
 
-from .. import safefs
-from ..errors import RemoteError
-from ..home import create_temp, make_dirs, rename_synced
-from ..scripts import RUN_SCRIPT
-from .base import Endpoint, Result
+from jobtpu.errors import RemoteError
+from jobtpu.home import safefs
+from jobtpu.home.layout import create_temp, make_dirs, rename_synced
+from jobtpu.remote.scripts import RUN_SCRIPT
+from jobtpu.transport.base import Endpoint, Result
 
 # The run root's containers (docs/design.md §4): in a shared home setgid and sticky, so every member
 # may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or delete another's;

@@ -22,13 +22,13 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import RemoteError, UnreachableError
-from ..fleet import Machine
-from ..home import Home
-from ..scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
-from ._paramiko import paramiko
-from .base import Endpoint, Result
-from .hostkeys import (
+from jobtpu.errors import RemoteError, UnreachableError
+from jobtpu.home.layout import Home
+from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, make_dirs_script, serve_script
+from jobtpu.schema.machines import Machine
+from jobtpu.transport._paramiko import paramiko
+from jobtpu.transport.base import Endpoint, Result
+from jobtpu.transport.hostkeys import (
     HostKeyRefused,
     fingerprint,
     forget_command,

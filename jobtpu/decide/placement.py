@@ -1,0 +1,73 @@
+"""Where an attempt runs, as its job sees it: the JOBTPU_ZONE … JOBTPU_COORDINATOR variables and the
+`submit --on-resume` arguments with their placeholders filled (docs/reference/job-environment.md §8.2). Pure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from jobtpu.errors import JobtpuError
+
+# What --on-resume may name; `${NAME}` is the shell's and left alone.
+PLACEHOLDERS = ("attempt", "zone", "region", "job")
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}]*)\}")
+# Coordinator ports: below Linux's ephemeral range (32768-60999), where outgoing connections take
+# their ports, and above the usual services. The same job and attempt always get the same port.
+PORT_BASE, PORT_SPAN = 20000, 12000
+
+
+@dataclass(frozen=True)
+class Place:
+    """The machine an attempt runs on, in the words of its environment."""
+
+    zone: str  # "" when machines.json names none (ssh, local)
+    node: str  # the TPU node's name, else the worker's host
+    accelerator: str  # machines.json's `accelerator`, "" when it has none
+    hosts: tuple[str, ...]  # every worker's address, in worker order
+
+    @property
+    def region(self) -> str:
+        """us-central2-b → us-central2: the zone minus its last part."""
+        return self.zone.rsplit("-", 1)[0] if "-" in self.zone else self.zone
+
+
+def coordinator_port(job_id: int, attempt: int) -> int:
+    """Worked out alike on every worker, with no round trip: each attempt gets another port, so one
+    still in TIME_WAIT from the attempt before never blocks the next."""
+    return PORT_BASE + (job_id * 7919 + attempt) % PORT_SPAN
+
+
+def place_env(place: Place, worker_host: str, job_id: int, attempt: int) -> dict[str, str]:
+    """The variables of one worker; JOBTPU_HOSTS and JOBTPU_COORDINATOR only when it has peers."""
+    env = {"JOBTPU_ZONE": place.zone, "JOBTPU_REGION": place.region,
+           "JOBTPU_NODE": place.node or worker_host, "JOBTPU_ACCELERATOR": place.accelerator}
+    if len(place.hosts) > 1:
+        env["JOBTPU_HOSTS"] = ",".join(place.hosts)
+        env["JOBTPU_COORDINATOR"] = f"{place.hosts[0]}:{coordinator_port(job_id, attempt)}"
+    return env
+
+
+def check_on_resume(args: str) -> None:
+    """Refuse --on-resume words that name a placeholder jobtpu does not fill, or do not parse."""
+    unknown = sorted({m for m in _PLACEHOLDER.findall(args) if m not in PLACEHOLDERS})
+    if unknown:
+        known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+        raise JobtpuError(f"--on-resume names unknown placeholder {{{unknown[0]}}}",
+                          hint=f"use {known}, or write ${{NAME}} for a shell variable")
+    try:
+        shlex.split(args)
+    except ValueError as e:
+        raise JobtpuError(f"--on-resume does not parse as shell words ({e})",
+                          hint="close every quote, like --on-resume '--config.x=\"a b\"'") from None
+
+
+def on_resume_words(args: str, place: Place, job_id: int, attempt: int) -> str:
+    """The --on-resume arguments with their placeholders filled, each value shell-quoted."""
+    values = {"attempt": str(attempt), "zone": place.zone, "region": place.region, "job": str(job_id)}
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return shlex.quote(values[name]) if name in values else m.group(0)
+
+    return _PLACEHOLDER.sub(fill, args)

@@ -1,0 +1,72 @@
+"""A job's log files in the home (`logs/<id>/<attempt>.<worker>.log`), read and appended through
+safefs (docs/design.md §2): never through a link, never blocking on a FIFO, a teammate's lock on a
+log costing at most LOCK_WAIT seconds. What is wrong with one job's log is that job's alone: the
+caller turns `UnsafePath` into that job's failure (reason `home_file`, docs/reference/state-json.md §4.3)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePath
+
+from jobtpu.errors import BusyError
+from jobtpu.home import safefs
+
+TAIL_READ = 64 << 10  # at most this many bytes from a log's end for `tail`
+
+
+def log_rel(job: int, attempt: int, worker: int) -> PurePath:
+    return PurePath("logs", str(job), f"{attempt}.{worker}.log")
+
+
+def size(root: Path, rel: PurePath) -> int:
+    """The log's length in bytes: 0 when it is not there yet."""
+    try:
+        fd = safefs.open_file(root, rel)
+    except FileNotFoundError:
+        return 0
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def append(root: Path, rel: PurePath, offset: int, data: bytes) -> None:
+    """Append bytes pulled from `offset` of a worker's log, unless someone else already did."""
+    fd = safefs.open_file(root, rel, os.O_WRONLY | os.O_APPEND, create=True)
+    try:
+        wait = safefs.lock_wait()
+        if not safefs.lock(fd, wait):
+            raise BusyError(f"{rel} is locked by another process for over {wait:g}s; its new bytes wait for "
+                            "the next pass", hint="see who holds it: fuser -v on that file")
+        if data and os.fstat(fd).st_size == offset:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def read_end(root: Path, rel: PurePath, limit: int) -> tuple[bytes, int]:
+    """At most `limit` bytes from the log's end, and the log's length: never the whole file."""
+    try:
+        fd = safefs.open_file(root, rel)
+    except FileNotFoundError:
+        return b"", 0
+    try:
+        end = os.fstat(fd).st_size
+        start = max(0, end - limit)
+        return os.pread(fd, end - start, start) if end > start else b"", end
+    finally:
+        os.close(fd)
+
+
+def read_from(root: Path, rel: PurePath, offset: int, limit: int = 4 << 20) -> bytes:
+    """At most `limit` bytes of the log from `offset` (b"" when it is not there)."""
+    try:
+        fd = safefs.open_file(root, rel)
+    except FileNotFoundError:
+        return b""
+    try:
+        return os.pread(fd, limit, offset)
+    finally:
+        os.close(fd)

@@ -1,0 +1,151 @@
+"""Job specs: what a local job runs, in a file its submitter owns (docs/design.md §7).
+
+In a shared home state.json is the group's to write, so a job record's `user`, `cmd`, `env` and
+`overrides` may have been written by any member. At submit, in the same transaction and before the
+job exists in state.json (as its secrets are saved), `specs/<id>.json` is written, owned by the
+submitting account and writable by it alone, holding that account (uid and name) and everything
+that decides what runs. A pass launches a job on the local machine, where it runs as the pass's own
+account, only when the spec is its own account's (or a trusted runner.json names it the team's
+runner) and the record's launch fields equal the spec's. The `specs/` folder of a shared home has
+the sticky bit, so no member can rename or delete another's spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from jobtpu.home import safefs
+from jobtpu.home.layout import Home, is_shared
+from jobtpu.home.trust import account_name, why_untrusted
+from jobtpu.schema.state import Job
+
+SPECS = "specs"
+LAUNCH_FIELDS = ("user", "cmd", "overrides", "log_stage", "on_resume", "env", "archive")
+MAX_SPEC_BYTES = 1 << 20
+
+
+def spec_path(job_id: int) -> PurePath:
+    return PurePath(SPECS, f"{job_id}.json")
+
+
+def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    uid = os.geteuid()
+    return {"id": job.id, "uid": uid, "account": account_name(uid), "user": job.user, "cmd": job.cmd,
+            "overrides": list(job.overrides), "log_stage": job.log_stage,
+            "on_resume": job.on_resume, "env": dict(job.env),
+            "archive": job.archive, "secrets": sorted(secret_names)}
+
+
+def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) -> None:
+    """specs/<id>.json, this account's, 0640 in a shared home (0600 in a private one), written whole
+    (temporary file, fsync, rename) so a pass never reads half of one."""
+    shared = is_shared(home.root)
+    folder = safefs.open_dir(home.root, SPECS, create=True)
+    try:
+        st = os.fstat(folder)
+        if shared and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
+            os.fchmod(folder, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)  # nobody removes another's spec
+        name = f"{job.id}.json"
+        tmp = f".{name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+        try:
+            os.fchmod(fd, 0o640 if shared else 0o600)
+            os.write(fd, json.dumps(spec_of(job, secret_names)).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            os.unlink(tmp, dir_fd=folder)
+            raise
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def has_spec(home: Home, job_id: int) -> bool:
+    try:
+        fd = safefs.open_file(home.root, spec_path(job_id))
+    except (FileNotFoundError, safefs.UnsafePath):
+        return False
+    os.close(fd)
+    return True
+
+
+def drop_spec(home: Home, job_id: int) -> None:
+    try:
+        folder = safefs.open_dir(home.root, SPECS)
+    except (FileNotFoundError, safefs.UnsafePath):
+        return
+    try:
+        os.unlink(f"{job_id}.json", dir_fd=folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether this pass may run a job on the local machine: `ok`, else `foreign` (it waits, with
+    `why` as its pending reason) or `tampered` (it fails with `why`). `secrets`: the names it may take."""
+
+    kind: str
+    why: str = ""
+    secrets: frozenset[str] | None = None  # None: every secret the job has (its record is trusted)
+
+
+OK = Verdict("ok")
+
+
+def records_trusted(home: Home) -> bool:
+    """Whether state.json itself carries this account's consent (a private home): then its records
+    say what runs, as they always have."""
+    try:
+        st = os.stat(home.state_file, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    return why_untrusted(st, os.geteuid()) is None
+
+
+def local_verdict(home: Home, job: Job, runs_for_team: bool) -> Verdict:
+    """What the job's spec says about running it locally as this account (docs/design.md §7)."""
+    where = spec_path(job.id)
+    try:
+        fd = safefs.open_file(home.root, where)
+    except FileNotFoundError:
+        return Verdict("foreign", f"local jobs run as their submitter: job {job.id} has no {where} "
+                                  f"(its owner's `jobtpu rerun {job.id}` writes one)")
+    except safefs.UnsafePath as e:
+        return Verdict("tampered", f"{e.message}: not run")
+    try:
+        st = os.fstat(fd)
+        raw = safefs.read_fd(fd, MAX_SPEC_BYTES)
+    finally:
+        os.close(fd)
+    owner = st.st_uid
+    try:
+        spec = json.loads(raw)
+    except (ValueError, RecursionError):
+        spec = None
+    if (why_untrusted(st, owner) is not None or not isinstance(spec, dict) or spec.get("uid") != owner
+            or spec.get("id") != job.id):
+        return Verdict("tampered", f"its spec {where} is not one its submitter wrote: not run")
+    if owner != os.geteuid() and not runs_for_team:
+        return Verdict("foreign", f"local jobs run as their submitter: waits for a pass run by {account_name(owner)}")
+    differ = [f for f in LAUNCH_FIELDS if _launch_value(job, f) != spec.get(f)]
+    if differ:
+        return Verdict("tampered", f"its record differs from its spec {where} ({', '.join(differ)}): not run")
+    names = spec.get("secrets")
+    return Verdict("ok", secrets=frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list)
+                   else frozenset())
+
+
+def _launch_value(job: Job, name: str) -> Any:
+    value = getattr(job, name)
+    return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value

@@ -1,0 +1,131 @@
+"""Who acts: the team's user list (users.json), the name a command acts as, and the ownership rule
+for acts on a job (kill, resume, rerun, clean, tag, note).
+
+users.json is hand-editable: {"users": ["alice", "bob"]}. Without it any valid name is accepted, as
+in a one-person home; with it, a name not on the list is refused, so a typo never files jobs under a
+user nobody is. Ownership is a guard against mistakes between colleagues, not a security boundary:
+anyone may act as anyone with --user or JOBTPU_USER, and Unix permissions on the home are the limit."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
+from jobtpu.home.layout import Home, write_atomic
+from jobtpu.home.safefs import read_regular
+from jobtpu.inputs import resolve_user
+
+if TYPE_CHECKING:
+    from jobtpu.schema.state import Job
+
+
+def load_users(home: Home) -> list[str] | None:
+    """The team's user names in the order they were added; None when the home keeps no list."""
+    import msgspec
+
+    from jobtpu.schema.state import USER_NAME
+
+    path = home.root / "users.json"
+    try:
+        raw = read_regular(path)
+    except FileNotFoundError:
+        return None
+    hint = f'fix {path} by hand: {{"users": ["alice", "bob"]}} (or delete it: any user name is then accepted)'
+    try:
+        doc = msgspec.json.decode(raw, type=dict[str, list[str]])
+    except (msgspec.MsgspecError, RecursionError):
+        raise ConfigError(f"{path.name}: must be an object {{\"users\": [names]}}", hint=hint) from None
+    if set(doc) != {"users"}:
+        raise ConfigError(f"{path.name}: must hold exactly one key, \"users\"", hint=hint)
+    bad = [name for name in doc["users"] if not USER_NAME.match(name)]
+    if bad:
+        raise ConfigError(f"{path.name}: {bad[0][:40]!r} is not a valid user name", hint=hint)
+    return doc["users"]
+
+
+def _save(home: Home, names: list[str]) -> None:
+    import msgspec
+
+    home.ensure()
+    text = msgspec.json.format(msgspec.json.encode({"users": names}), indent=2) + b"\n"
+    write_atomic(home.root / "users.json", text)
+
+
+def known_user(home: Home, explicit: str | None) -> str:
+    """The user a command acts as (--user, else $JOBTPU_USER, else the login), refused when the home
+    keeps a list that does not name it."""
+    user = resolve_user(explicit)
+    team = load_users(home)
+    if team is not None and user not in team:
+        some = ", ".join(team[:10]) + (", …" if len(team) > 10 else "")
+        raise JobtpuError(f"user {user!r} is not one of this home's users ({some or 'none yet'})",
+                          hint=f"`jobtpu user add {user}` adds it; or pass --user NAME / set JOBTPU_USER")
+    return user
+
+
+def add_user(home: Home, name: str) -> bool:
+    """Add a name to the list (making the list if there is none); False when it was there already."""
+    from jobtpu.home.store import hold_lock
+    from jobtpu.schema.state import USER_NAME
+
+    if not USER_NAME.match(name):
+        raise JobtpuError(f"user name {name!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting with "
+                          "a letter or '_'", hint="a Unix login usually is one: `jobtpu user add $USER`")
+    home.ensure()
+    with hold_lock(home.root / "users.json.lock", 30.0, "users.json"):
+        names = load_users(home) or []
+        if name in names:
+            return False
+        _save(home, [*names, name])
+    return True
+
+
+def remove_user(home: Home, name: str) -> None:
+    from jobtpu.home.store import hold_lock
+
+    with hold_lock(home.root / "users.json.lock", 30.0, "users.json"):
+        names = load_users(home)
+        if names is None or name not in names:
+            raise NotFoundError(f"{name!r} is not one of this home's users",
+                                hint="`jobtpu user ls` lists them")
+        _save(home, [n for n in names if n != name])
+
+
+def check_owner(job: Job, user: str, force: bool, act: str) -> None:
+    """The one ownership rule: `user` may `act` on their own jobs; on another user's only with
+    `force`, and then the act is recorded in the job (job.forced), which the caller saves."""
+    import os
+
+    from jobtpu.home.trust import account_name
+
+    real = os.getuid()
+    if job.user == user and (job.uid is None or job.uid == real):
+        return
+    if not force:
+        if job.user == user:  # the label is the job's, the account is not (JOBTPU_USER names anyone)
+            raise JobtpuError(f"job {job.id} is {job.user}'s, submitted by account {account_name(job.uid or 0)}, "
+                              f"not by {account_name(real)}: {act} refused",
+                              hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
+        raise JobtpuError(f"job {job.id} is {job.user}'s, not {user}'s: {act} refused",
+                          hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
+    from jobtpu.schema.state import ForcedAct
+
+    job.forced.append(ForcedAct(by=user, act=act, at=round(time.time(), 3), uid=real, account=account_name(real)))
+
+
+def check_owners(jobs: list[Job], user: str, force: bool, act: str) -> None:
+    """check_owner for every job an act would touch, all or nothing: without `force`, one line
+    refuses the whole act when any of them is another user's (a bulk act never half happens)."""
+    import os
+
+    real = os.getuid()
+    others = [j for j in jobs if j.user != user or (j.uid is not None and j.uid != real)]
+    if len(others) == 1 or force:
+        for job in others:
+            check_owner(job, user, force, act)
+        return
+    if others:
+        owners = sorted({j.user for j in others})
+        raise JobtpuError(f"{len(others)} of these jobs are other users' ({', '.join(owners)}), not {user}'s: "
+                          f"{act} refused", hint=f"pass --force to {act} them anyway (each job's record keeps who did)")

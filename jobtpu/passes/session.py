@@ -1,0 +1,329 @@
+"""What commands share with the manage pass: the pass lock, the home's id, a bounded thread pool, and
+the session object that knows the fleet, the state it read and how to reach each worker.
+
+Below manage.py, tpuflow.py, operations.py, doctor.py and the commands: none of them imports another
+to borrow these."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets as random_ids
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from jobtpu import timing
+from jobtpu.decide.reach import Contacts
+from jobtpu.errors import BusyError, JobtpuError, RemoteError, UnreachableError
+from jobtpu.home.layout import Home, create_temp, open_lock
+from jobtpu.home.store import Encoded, Snapshot, State, Store, encode, encode_head, encode_jobs, try_lock
+from jobtpu.schema.machines import Fleet, Machine, load_fleet
+from jobtpu.schema.state import Job, LastPass
+from jobtpu.transport.base import Endpoint, Transport
+from jobtpu.transport.connect import endpoints, published_keys, transport
+
+MAX_PARALLEL = 32
+
+
+def parallel(fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Run fn over items on a bounded thread pool; results in item order. Inside kept_connections
+    the pool's threads are kept between rounds too (starting 32 threads costs a warm round more
+    than its work); a call from one of them (a nested parallel) gets a pool of its own, so a full
+    pool never waits on itself."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    kept = _KEPT_THREADS
+    if kept is not None and not getattr(_IN_POOL, "yes", False):
+        return list(kept.map(fn, items))
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items)), initializer=_mark_pool_thread) as pool:
+        return list(pool.map(fn, items))
+
+
+_IN_POOL = threading.local()  # set in the threads of parallel's pools
+_KEPT_THREADS: ThreadPoolExecutor | None = None
+
+
+def _mark_pool_thread() -> None:
+    _IN_POOL.yes = True
+
+
+HOME_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def home_id(home: Home) -> str:
+    """The home's stable random id, made once (file `home_id`): part of the marker in every job
+    process's environment, so that a worker tells this home's jobs from another home's."""
+    path = home.root / "home_id"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        home.ensure()
+        made = random_ids.token_hex(8)
+        fd, tmp = create_temp(path)  # a random name, never through a planted symlink
+        with os.fdopen(fd, "w") as f:
+            f.write(made + "\n")
+        try:
+            os.link(tmp, path)  # all or nothing, and the first of two racing makers wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        text = path.read_text().strip()
+    if not HOME_ID.match(text):
+        raise JobtpuError(f"{path} does not hold a home id (16 hex digits): {text[:40]!r}",
+                          hint="restore it; deleting it gives the home a new id, and its running jobs "
+                               "are then no longer recognised on their machines")
+    return text
+
+
+@contextlib.contextmanager
+def pass_lock(home: Home, wait: float) -> Iterator[bool]:
+    """Hold the home's pass lock (waiting up to `wait` seconds); yields whether it was taken."""
+    home.ensure()
+    fd = open_lock(home.pass_lock)
+    try:
+        yield try_lock(fd, wait)
+    finally:
+        os.close(fd)
+
+
+class Session:
+    """The home, the fleet, the state read from state.json, and the way to each worker. Commands that
+    act on the fleet outside a pass (kill, clean, tpu, tail -f, fetch) use one; a pass builds on it."""
+
+    def __init__(self, home: Home, fleet: Fleet, state: State, snapshot: Snapshot | None = None) -> None:
+        self.home, self.fleet, self.state = home, fleet, state
+        self.store = Store(home)
+        # What state.json held when read (or last saved): a commit merges against it, and reads the
+        # file again only if someone else wrote it meanwhile.
+        self.snapshot = snapshot or Snapshot(None, None)
+        self.base = encode(state)
+        self.base_untold = list(state.untold)  # the untold events as on disk (a merge drops what we told)
+        self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
+        self.notes: list[str] = []
+        self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
+        self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this session
+        self._tpu: Any = None
+        self._home_id: str | None = None
+        self.contacts = Contacts()  # every worker contacted and how it went: a pass's reach.reachability
+        # Until a pass asks the TPU API again, the TPU workers are where the last pass saw them.
+        for name, record in state.machines.items():
+            if record.addresses is not None:
+                self.addresses[name] = list(record.addresses)
+
+    def tpu_api(self) -> Any:
+        if self._tpu is None:
+            from jobtpu.tpu.api import TpuApi  # google-cloud is loaded only when a TPU machine is in play
+            self._tpu = TpuApi(self.fleet.gcp)
+        return self._tpu
+
+    @property
+    def home_id(self) -> str:
+        if self._home_id is None:
+            self._home_id = home_id(self.home)
+        return self._home_id
+
+    def endpoints(self, machine: Machine) -> list[Endpoint]:
+        return endpoints(machine, self.addresses.get(machine.name))
+
+    @contextlib.contextmanager
+    def connected(self, machine: Machine, endpoint: Endpoint, reuse: bool = True) -> Iterator[Transport]:
+        """A transport to one worker, closed when the block ends however it ends. Under `strict`, a
+        TPU worker is trusted through the host keys its node published (recorded by a pass).
+        Inside `kept_connections`, an SSH connection that served a block without failing is kept
+        for the next block to the same worker (the next round of a loop) instead."""
+        trusted = published_keys(self.state.machines.get(machine.name), endpoint.index)
+        pool = _POOL if endpoint.addr is not None else None
+        key = _pool_key(machine, endpoint, trusted)
+        t = pool.take(key) if pool is not None and reuse else None
+        _LAST.reused = t is not None
+        if t is None:
+            t = transport(machine, endpoint, self.home, trusted)
+        served = False
+        try:
+            yield t
+            served = True
+        except RemoteError as e:
+            self.contacts.add(machine.name, endpoint.index, e.message)
+            raise
+        finally:
+            if pool is not None and served:
+                pool.give(key, t)
+            else:
+                t.close()  # a failed connection is never reused: the next block reconnects
+        self.contacts.add(machine.name, endpoint.index)
+
+    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float | None = None) -> str:
+        """Run a script on one worker; its stdout. Raises RemoteError when the worker cannot be reached."""
+        timeout = timing.current().script_timeout if timeout is None else timeout
+        try:
+            with self.connected(machine, endpoint) as t:
+                result = t.run(script, timeout=timeout)
+        except UnreachableError:
+            if not _LAST.reused:
+                raise
+            # A kept connection the worker (or a NAT) dropped while idle: nothing was sent on it
+            # (that is what UnreachableError means), so one fresh connection may run the script.
+            with self.connected(machine, endpoint, reuse=False) as t:
+                result = t.run(script, timeout=timeout)
+        if result.exit_code != 0 and not result.stdout:
+            error = RemoteError(f"{machine.name}[{endpoint.index}]: script failed ({result.exit_code}): "
+                                f"{result.stderr.strip()[-300:]}")
+            self.contacts.add(machine.name, endpoint.index, error.message)  # it answered, but cannot work
+            raise error
+        return result.stdout
+
+    def commit(self, amend: Callable[[Encoded], None] | None = None) -> None:
+        """Merge this session's view of the jobs into state.json: jobs it changed are written, jobs it
+        removed (clean) are removed, jobs submitted or hand-edited meanwhile are kept, jobs deleted
+        by hand stay deleted. Saves only what changed; reads the file again only if another command
+        wrote it since this session read (or saved) it. `amend`: called under the lock with the
+        session's state as encoded, to add to the head what that encoding shows (a pass's untold
+        events) in the same save."""
+        with self.store.lock():
+            now = encode(self.state)
+            if amend is not None:
+                amend(now)
+                now = now._replace(head=encode_head(self.state))
+            if self.store.unchanged(self.snapshot):
+                self.snapshot = self.store.save_encoded(now, self.base, self.snapshot)
+                self.base = now  # what is on disk now is the base of the next commit
+                self.base_untold = list(self.state.untold)
+                return
+            else:
+                disk, snapshot = self.store.read()
+                original = encode(disk)
+                disk.jobs = self._merged(disk.jobs)
+                disk.machines = self.state.machines
+                disk.last_pass = newest_pass(disk.last_pass, self.state.last_pass)
+                disk.untold = merged_untold(self.base_untold, self.state.untold, disk.untold)
+                self.state.untold = list(disk.untold)
+                self.state.next_id = disk.next_id
+                self.store.save_if_changed(disk, original, snapshot)
+                # The file now holds jobs this session does not (submitted meanwhile): the next
+                # commit must merge with it again, never save the session's own list over it.
+                self.snapshot = Snapshot(None, None)
+        # What is on disk now is the base of the next commit.
+        self.base = encode(self.state)
+        self.base_untold = list(self.state.untold)
+
+    def _merged(self, on_disk: list[Job]) -> list[Job]:
+        mine = {job.id: (job, line) for job, line in zip(self.state.jobs, encode_jobs(self.state.jobs), strict=True)}
+        base = dict(zip(self.base.ids, self.base.jobs, strict=True))
+        merged: list[Job] = []
+        for job in on_disk:
+            ours = mine.get(job.id)
+            if ours is None:
+                if job.id not in base:
+                    merged.append(job)  # submitted while we worked
+                continue  # else: this session removed it
+            merged.append(ours[0] if ours[1] != base.get(job.id) else job)
+        return merged
+
+
+# ---- connections kept between rounds (manage --loop, watch) ------------------------------------------
+
+# Kept connections get SSH keepalives (timing's keepalive): NATs and sshd forget idle ones.
+
+
+class _Pool:
+    """Idle SSH connections by worker. A block takes one for itself (never shared by two threads at
+    once) and gives it back when it ends without failing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[Any, ...], list[Transport]] = {}
+
+    def take(self, key: tuple[Any, ...]) -> Transport | None:
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def give(self, key: tuple[Any, ...], t: Transport) -> None:
+        keep_alive = getattr(t, "keep_alive", None)
+        if keep_alive is not None:
+            keep_alive(timing.current().keepalive)
+        with self._lock:
+            self._idle.setdefault(key, []).append(t)
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for ts in idle.values():
+            for t in ts:
+                with contextlib.suppress(Exception):
+                    t.close()
+
+
+_POOL: _Pool | None = None
+_LAST = threading.local()  # whether this thread's last block got a kept connection
+
+
+def _pool_key(machine: Machine, endpoint: Endpoint, trusted: list[str]) -> tuple[Any, ...]:
+    """Everything that decides how a connection is made: a change in machines.json (user, key,
+    policy) or a recreated node (new published keys) makes a new connection, never reuses one."""
+    return (machine.name, endpoint.index, endpoint.addr, endpoint.port, machine.user, machine.identity_file,
+            machine.host_key_policy, machine.connect_timeout, tuple(trusted))
+
+
+@contextlib.contextmanager
+def kept_connections(enabled: bool = True) -> Iterator[None]:
+    """Meanwhile, sessions keep their SSH connections open between blocks (a loop's rounds then
+    cost no handshake per host), and `parallel` its threads; all are closed when it ends."""
+    global _POOL, _KEPT_THREADS
+    if not enabled or _POOL is not None:
+        yield
+        return
+    _POOL = _Pool()
+    _KEPT_THREADS = ThreadPoolExecutor(max_workers=MAX_PARALLEL, initializer=_mark_pool_thread)
+    try:
+        yield
+    finally:
+        pool, _POOL = _POOL, None
+        threads, _KEPT_THREADS = _KEPT_THREADS, None
+        threads.shutdown(wait=False, cancel_futures=True)
+        pool.close_all()
+
+
+def merged_untold(base: list[dict[str, Any]], mine: list[dict[str, Any]],
+                  disk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The untold events after a session's commit over a file another command wrote meanwhile: what
+    the session dropped (told) goes, what it added comes, what the other added stays."""
+    def ids(events: list[dict[str, Any]]) -> set[Any]:
+        return {e.get("id") for e in events}
+
+    dropped = ids(base) - ids(mine)
+    kept = [e for e in disk if e.get("id") not in dropped]
+    known = ids(kept) | ids(base)
+    return kept + [e for e in mine if e.get("id") not in known]
+
+
+def newest_pass(a: LastPass | None, b: LastPass | None) -> LastPass | None:
+    """The later of two records of the last pass: a command that read state.json before a pass
+    saved must not put back an older one when it merges."""
+    if a is None or b is None:
+        return a or b
+    return a if a.ended >= b.ended else b
+
+
+def load_session(home: Home) -> Session:
+    """A session over the home as it is now, without the pass lock (for commands that only read or
+    that act on one job's workers, like `tail -f` and `fetch`)."""
+    return Session(home, load_fleet(home), *Store(home).read())
+
+
+@contextlib.contextmanager
+def locked_session(home: Home, wait: float | None = None) -> Iterator[Session]:
+    """For kill/resume/rerun/clean/tpu: hold the pass lock (no pass runs meanwhile), commit at the end."""
+    wait = timing.current().act_lock_wait if wait is None else wait
+    with pass_lock(home, wait) as got:
+        if not got:
+            raise BusyError(f"a manage pass has held {home.pass_lock} for over {wait:.0f}s",
+                            hint="wait for it to finish, or look for a stuck `jobtpu manage`")
+        session = load_session(home)
+        yield session
+        session.commit()

@@ -1,0 +1,1 @@
+"""What runs on a machine: the shell scripts, their output, and the work done through them."""

@@ -1,0 +1,111 @@
+"""Fleet work outside a pass: pulling one job's logs (tail -f), fetching results, remote clean-up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from jobtpu.errors import JobtpuError, RemoteError
+from jobtpu.home import safefs
+from jobtpu.home.layout import Home
+from jobtpu.home.store import State, Store
+from jobtpu.passes.session import Session, parallel
+from jobtpu.remote.pulls import append_log, probe
+from jobtpu.remote.scripts import job_folder, remove_job_script
+from jobtpu.remote.workers import WorkerRef, WorkerState
+from jobtpu.schema.machines import Fleet, Machine, load_fleet
+from jobtpu.schema.state import Job, Status
+from jobtpu.transport.base import Endpoint
+
+
+class Pulled(NamedTuple):
+    job: Job | None  # the job as state.json held it before the pull (None once it is gone)
+    workers: dict[WorkerRef, WorkerState]  # what the probe saw of its workers (their exit records)
+    unreachable: str | None = None  # why a worker could not be asked, naming its machine
+
+
+def pull_logs(home: Home, job_id: int) -> Pulled:
+    """Bring a running job's new log bytes home now (used by `tail -f` between passes), so the caller
+    reads the job once, sees its workers' exit records, and can say why a machine did not answer."""
+    state = Store(home).load()
+    job = state.job(job_id)
+    if job is None or job.status is not Status.RUNNING or not job.machine:
+        return Pulled(job, {})
+    fleet = load_fleet(home)
+    machine = fleet.get(job.machine)
+    if machine is None:
+        return Pulled(job, {})
+    p = Session(home, fleet, state)
+    from jobtpu.decide.core import refs_of
+
+    def one(ep: Endpoint) -> dict[WorkerRef, WorkerState] | str:
+        refs = [r for r in refs_of(job) if r.worker == ep.index]
+        if not refs:
+            return {}
+        try:
+            states = probe(p, machine, ep, refs)
+        except RemoteError as e:
+            return e.message  # the caller says it; the next pass records it
+        for ref, ws in states.items():
+            append_log(home, ref, ws.log_offset, ws.log_bytes)
+        return states
+
+    seen: dict[WorkerRef, WorkerState] = {}
+    failures: list[str] = []
+    for states in parallel(one, p.endpoints(machine)):
+        if isinstance(states, str):
+            failures.append(states)
+        else:
+            seen.update(states)
+    return Pulled(job, seen, f"{machine.name} is unreachable ({failures[0]})" if failures else None)
+
+
+def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:
+    """Copy the job's remote folder (or `path` inside it) from worker 0 into `target`."""
+    machine = fleet.get(job.attempts[-1].machine)
+    if machine is None:
+        raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
+    p = Session(home, fleet, state)
+    eps = p.endpoints(machine)
+    if not eps:
+        raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
+    remote = job_folder(machine.root, job.id) + (f"/{path.strip('/')}" if path.strip("/") else "")
+    into = _target_folder(home, target)
+    try:
+        with p.connected(machine, eps[0]) as t:
+            t.pull(remote, target, into)
+    finally:
+        os.close(into)
+
+
+def _target_folder(home: Home, target: Path) -> int:
+    """A descriptor of the folder `fetch` writes into. Under the home (results/ID) it is reached one
+    component at a time and must be ours: a link or a teammate's folder there is refused, one line
+    naming it (docs/design.md §2). A folder the user named elsewhere is theirs to choose."""
+    root = Path(os.path.abspath(home.root))
+    absolute = Path(os.path.abspath(target))
+    if absolute == root or root in absolute.parents:
+        return safefs.own_dir(root, absolute.relative_to(root))
+    absolute.mkdir(parents=True, exist_ok=True)
+    return os.open(absolute, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def clean_remote(p: Session, jobs: list[Job]) -> None:
+    """Delete the ended jobs' folders on their machines, and archives no remaining job uses."""
+    leaving = {j.id for j in jobs}
+    keep = sorted({j.archive for j in p.state.jobs if j.id not in leaving})
+    for machine in p.fleet.machines.values():
+        ids = [j.id for j in jobs if any(a.machine == machine.name for a in j.attempts)]
+        script = remove_job_script(machine.root, ids, keep_archives=keep)
+
+        def one(ep: Endpoint, machine: Machine = machine, script: str = script) -> None:
+            # An unreachable machine keeps its files; a later clean removes them.
+            with contextlib.suppress(RemoteError):
+                p.run_on(machine, ep, script)
+
+        parallel(one, p.endpoints(machine))
+    for archive in p.home.archives.glob("*.tar.gz"):
+        if archive.name not in keep:
+            archive.unlink(missing_ok=True)

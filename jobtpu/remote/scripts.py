@@ -1,0 +1,396 @@
+"""Every shell text jobtpu runs on a machine, and the parsers of their output, side by side.
+
+The bash itself lives in jobtpu/remote/sh/*.sh, as functions that a linter can read. A script sent to a
+machine is the text of the files it needs followed by calls of those functions, each argument quoted
+with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
+One script per round trip, read whole before it runs (RUN_SCRIPT).
+
+Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
+machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
+    R/archives/<sha>.tar.gz      code snapshots, content-addressed, copied once per machine
+    R/jobs/<id>/                 the job's folder: its unpacked snapshot, where it runs
+    R/meta/<id>/<a>.reset/       made when attempt a (a rerun) replaced the folder an earlier one left
+    R/meta/<id>/<a>.<w>.pid      "pid starttime" of worker w's process-group leader, attempt a
+    R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
+    R/meta/<id>/<a>.<w>.log      its stdout and stderr
+    R/meta/<id>/<a>.<w>.env      its environment until the wrapper reads it (mode 0600)
+    R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+    R/setup/<incarnation>.<w>.*  the same records for a machine's setup commands
+    R/stop/<id>.<a>              (the local machine) a stop request for attempt a, which any member of a
+                                 shared home may leave and the attempt's wrappers obey (docs/design.md §7)
+Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
+starts with it, children inherit it), so a job's processes are found through /proc even after they
+left its process group (setsid, double fork) or when its pid file is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import shlex
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from jobtpu import timing
+from jobtpu.remote import peerfile
+from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.snapshot import unpack
+from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
+
+# Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
+RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
+# What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
+# job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
+# umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,
+# jobtpu_setup_run), whose files are the user's business (docs/reference/machines-json.md §3.3).
+PRIVATE_PREAMBLE = "jobtpu_login_umask=$(umask)\numask 077\n"
+LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the probe
+TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
+
+# The files in jobtpu/remote/sh/, in the order a script defines them.
+SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh")
+
+
+@functools.cache
+def script_file(name: str) -> str:
+    """The text of one of the .sh files shipped with the package."""
+    return resources.files(__package__).joinpath("sh", name).read_text(encoding="utf-8")
+
+
+def call(function: str, *args: object) -> str:
+    """One line that calls a function of the .sh files with every argument quoted."""
+    return " ".join([function, *(shlex.quote(str(arg)) for arg in args)])
+
+
+def render(files: Iterable[str], calls: Iterable[str]) -> str:
+    """A whole script: the functions of the given files, then the calls."""
+    return "\n".join(["set -u", *(script_file(name) for name in files), *calls]) + "\n"
+
+
+def serve_script() -> str:
+    """What a kept SSH connection runs once: a shell that runs every later script sent to it
+    (transport/ssh.py frames them)."""
+    return render(["serve.sh"], [call("jobtpu_serve")])
+
+
+# ---- launch ---------------------------------------------------------------------------------------
+
+def launch_script(specs: Iterable[LaunchSpec]) -> str:
+    """Start every given worker detached, idempotently. One line per worker:
+    `LAUNCH job attempt worker ok PID` | `... pending` | `... need-archive` | `... bad-archive WHY` |
+    `... fail WHY`."""
+    # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
+    # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
+
+
+def _launch_init() -> str:
+    return call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
+                _tenths(timing.current().reset_wait))
+
+
+def _launch_call(spec: LaunchSpec) -> str:
+    r = spec.ref
+    env = [word for name, value in spec.env.items()
+           for word in (name, "=" if name in spec.literal else "x", value)]
+    signal, delay = spec.early_signal or ("", 0)
+    poll = stop_poll() if spec.stop_requests else 0
+    return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
+                int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), poll,
+                _tenths(spec.grace), *env)
+
+
+def claim_stale_minutes() -> int:
+    """Whole minutes, as launch.sh's `find -mmin` takes them; at least 1."""
+    return max(1, round(timing.current().claim_stale_minutes))
+
+
+def stop_poll() -> float:
+    """How often a local job's wrapper looks for a stop request (seconds): a teammate's kill waits at
+    most this long for the job's own account to start stopping it. A zero would make the wrapper spin."""
+    return timing.current().stop_poll or timing.DEFAULTS.stop_poll
+
+
+def _tenths(seconds: float) -> int:
+    return max(1, int(seconds / 0.1))
+
+
+@functools.cache
+def unpack_source() -> str:
+    """The source of jobtpu/snapshot/unpack.py, which the worker runs with python3 -c."""
+    return Path(unpack.__file__).read_text(encoding="utf-8")
+
+
+@functools.cache
+def peerfile_source() -> str:
+    """The source of jobtpu/remote/peerfile.py, which the workers run with python3 -c."""
+    return Path(peerfile.__file__).read_text(encoding="utf-8")
+
+
+def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
+    results: dict[WorkerRef, LaunchResult] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ", 5)
+        if len(words) < 5 or words[0] != "LAUNCH":
+            continue
+        ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+        rest = words[5] if len(words) > 5 else ""
+        pid = int(rest) if words[4] == "ok" and rest.isdigit() else None
+        results[ref] = LaunchResult(ref, words[4], pid, rest if words[4] in ("fail", "bad-archive") else "")
+    return results
+
+
+# ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    port: int | None  # where the worker serves the snapshot; None: it does not
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    ok: bool
+    why: str = ""  # why not: the fetch failed, or the copy is not the snapshot
+    held: bool = False  # it needed none: it shares a disk with the worker the home sent its copy to
+
+
+def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
+    """Serve the worker's copy of the snapshot to `peers` fetches, detached: `SERVE ok PORT` | `SERVE fail WHY`."""
+    wait = int(timing.current().peer_copy_wait)
+    return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
+                                                  peerfile_source())])
+
+
+def peer_stop_script(root: str, token: str) -> str:
+    """End the server of that token now: some of its peers will never fetch."""
+    return render(("peer.sh",), [call("jobtpu_peer_stop", root, token)])
+
+
+def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
+    """Fetch the snapshot from a peer (`FETCH ok` | `FETCH fail WHY` | `FETCH bad WHY`), then launch the worker
+    as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
+    fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, int(timing.current().peer_copy_wait),
+                 peerfile_source(), unpack_source())
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [_launch_init(), fetch, _launch_call(spec)])
+
+
+def parse_serve(stdout: str) -> Served:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["SERVE", "ok"] and len(words) == 3 and words[2].isdigit():
+            return Served(int(words[2]))
+        if words[:2] == ["SERVE", "fail"]:
+            return Served(None, words[2] if len(words) == 3 else "no reason given")
+    return Served(None, "the serve script said nothing")
+
+
+def parse_fetch(stdout: str) -> Fetched:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["FETCH", "ok"]:
+            return Fetched(True, held=words[2:] == ["held"])
+        if words[:2] in (["FETCH", "fail"], ["FETCH", "bad"]):
+            why = words[2].strip() if len(words) == 3 else "no reason given"
+            return Fetched(False, why if words[1] == "fail" else f"the copy was refused: {why}")
+    return Fetched(False, "the fetch script said nothing")
+
+
+# ---- probe ----------------------------------------------------------------------------------------
+
+def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
+                 home_id: str = "") -> str:
+    """`H boot_id now`, then for each (worker, log bytes already pulled): one `W job attempt worker pid
+    alive exit size claimed at marked` line (marked: how many processes carry its marker), then
+    `L job attempt worker offset BASE64` with the log bytes past that offset (at most `chunk`)."""
+    args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
+    return render(("common.sh", "probe.sh"), [call("jobtpu_probe", root, home_id, int(chunk), TAIL_BYTES, *args)])
+
+
+def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
+    states: dict[WorkerRef, WorkerState] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ")
+        if words[0] == "W" and len(words) in (10, 11):
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            states[ref] = WorkerState(
+                ref=ref, pid=int(words[4]) if words[4].isdigit() else None, alive=words[5] == "1",
+                exit_code=int(words[6]) if words[6].lstrip("-").isdigit() else None,
+                log_size=int(words[7]), claimed=words[8] == "1", exited_at=_number(words[9]),
+                marked=int(words[10]) if len(words) == 11 and words[10].isdigit() else 0)
+        elif words[0] == "L" and len(words) in (5, 6):
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            if ref in states:
+                data = base64.b64decode(words[5]) if len(words) == 6 else b""
+                old = states[ref]
+                states[ref] = dataclasses.replace(old, log_offset=int(words[4]), log_bytes=data)
+        elif words[0] == "T" and len(words) in (4, 5):
+            ref = WorkerRef(int(words[1]), int(words[2]), int(words[3]))
+            if ref in states:
+                end = base64.b64decode(words[4]) if len(words) == 5 else b""
+                states[ref] = dataclasses.replace(states[ref], log_end=end)
+    return states
+
+
+def _number(word: str) -> float | None:
+    try:
+        return float(word)
+    except ValueError:
+        return None
+
+
+# ---- kill -----------------------------------------------------------------------------------------
+
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "",
+                ask: bool = False) -> str:
+    """TERM each worker's whole process group and every process that carries its marker (those that
+    left the group by setsid or a double fork too), KILL what is left after `grace` seconds. With
+    `ask` (the local machine), a group another account runs gets a stop request its wrapper obeys,
+    and the time for it to. One `K job attempt worker gone|stuck` line per worker."""
+    args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
+    ask_steps = _tenths(stop_poll() + grace) + 10 if ask else 0  # its wrapper's poll and grace, and a second
+    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, *args)])
+
+
+def parse_kill(stdout: str) -> dict[WorkerRef, bool]:
+    """worker → True when its processes are gone."""
+    done: dict[WorkerRef, bool] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 5 and words[0] == "K":
+            done[WorkerRef(int(words[1]), int(words[2]), int(words[3]))] = words[4] == "gone"
+    return done
+
+
+# ---- housekeeping ---------------------------------------------------------------------------------
+
+def remove_job_script(root: str, job_ids: Iterable[int], keep_archives: Iterable[str] | None = None) -> str:
+    """Delete jobs' remote folders; with keep_archives, also every archive not in that list."""
+    calls = [call("jobtpu_remove_jobs", root, *(int(job) for job in job_ids))]
+    if keep_archives is not None:
+        calls.append(call("jobtpu_keep_archives", root, *keep_archives))
+    return render(("clean.sh",), calls)
+
+
+def job_folder(root: str, job_id: int) -> str:
+    return f"{root.rstrip('/')}/jobs/{job_id}"
+
+
+def archive_path(root: str, archive: str) -> str:
+    return f"{root.rstrip('/')}/archives/{archive}"
+
+
+def make_dirs_script(paths: Iterable[str]) -> str:
+    """mkdir -p each path (relative to the login folder unless absolute)."""
+    return render(("clean.sh",), [call("jobtpu_make_dirs", *paths)])
+
+
+# ---- doctor ---------------------------------------------------------------------------------------
+
+def doctor_script(root: str, tools: Iterable[str] = ("python3", "rsync", "tar"), home_id: str = "") -> str:
+    """`ROOT yes|no`, `DISK <KiB free where root is or would be>`, `TOOL name path|-` lines, and a
+    `LIVE job attempt worker pid` line for every live process of this home's jobs on this host: each
+    process that carries a job's marker (an ended job's escaped children among them) and each live
+    process-group leader named by a pid file."""
+    return render(("common.sh", "doctor.sh"), [call("jobtpu_doctor", root, home_id, *tools)])
+
+
+def parse_live(stdout: str) -> dict[WorkerRef, list[int]]:
+    """The job workers alive on a host (from doctor_script), with their live processes' pids."""
+    out: dict[WorkerRef, list[int]] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 5 and words[0] == "LIVE" and all(w.isdigit() for w in words[1:]):
+            pids = out.setdefault(WorkerRef(int(words[1]), int(words[2]), int(words[3])), [])
+            if int(words[4]) not in pids:
+                pids.append(int(words[4]))
+    return {ref: sorted(pids) for ref, pids in out.items()}
+
+
+def parse_doctor(stdout: str) -> dict[str, str]:
+    """{"root": "yes", "disk_kib": "123", "tool:python3": "/usr/bin/python3" or "-"}."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[0] == "ROOT" and len(words) == 2:
+            out["root"] = words[1]
+        elif words[0] == "DISK" and len(words) == 2:
+            out["disk_kib"] = words[1]
+        elif words[0] == "TOOL" and len(words) == 3:
+            out[f"tool:{words[1]}"] = words[2]
+    return out
+
+
+def tpu_doctor_script(root: str, fix: bool) -> str:
+    """`HOLDER pid comm ours|stale` for each process holding the TPU device, `LOCK yes|no` for
+    /tmp/libtpu_lockfile; with fix, the stale holders are stopped and the lock file removed first."""
+    return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_doctor", root, int(fix))])
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuHolder:
+    pid: int
+    command: str
+    ours: bool  # a live job of this home's holds it
+
+
+def parse_tpu_doctor(stdout: str) -> tuple[list[TpuHolder], bool]:
+    """The processes holding the TPU device, and whether /tmp/libtpu_lockfile is there."""
+    holders: list[TpuHolder] = []
+    lock = False
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["HOLDER"] and len(words) >= 4 and words[1].isdigit() and words[-1] in ("ours", "stale"):
+            holders.append(TpuHolder(int(words[1]), " ".join(words[2:-1]), words[-1] == "ours"))
+        elif words == ["LOCK", "yes"]:
+            lock = True
+    return holders, lock
+
+
+def tpu_accelerator_script(root: str, device_dir: str) -> str:
+    """`DEVICE path`, `HOLDER pid comm ours|stale`, then `JAX count` | `JAX error TEXT` | `NOJAX`."""
+    return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_accelerator", root, device_dir)])
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceleratorFacts:
+    devices: list[str]
+    holders: list[TpuHolder]
+    jax: str | None  # the device count JAX saw, "error TEXT", or None: no jax (or not run: the device is held)
+
+
+def parse_tpu_accelerator(stdout: str) -> AcceleratorFacts:
+    holders, _ = parse_tpu_doctor(stdout)
+    devices = [line[len("DEVICE "):] for line in stdout.splitlines() if line.startswith("DEVICE ")]
+    jax = next((line[len("JAX "):] for line in stdout.splitlines() if line.startswith("JAX ")), None)
+    return AcceleratorFacts(devices, holders, jax)
+
+
+# ---- machine setup (TPU incarnations) ---------------------------------------------------------------
+
+def setup_tag(incarnation: str) -> str:
+    """A file-name-safe name for one incarnation of a machine."""
+    return "".join(c if c.isalnum() else "-" for c in incarnation)[:64] or "static"
+
+
+def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retry: bool = False) -> str:
+    """Run the setup commands detached, once per incarnation and worker; report one line:
+    `SETUP done` | `SETUP running` | `SETUP failed CODE: LOG TAIL`. With retry, a failed one starts again."""
+    return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
+
+
+def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) -> str:
+    """`jobtpu tpu setup`: the setup commands in the foreground, their output, then `SETUP done` |
+    `SETUP failed CODE` | `SETUP running` (a pass's setup still runs there)."""
+    return render(("common.sh", "setup.sh"), [call("jobtpu_setup_now", root, tag, int(worker), *commands)])
+
+
+def setup_outcome(stdout: str) -> str:
+    """The setup script's report (its last line): done | running | failed, or error when there is none
+    (the script did not run to its end)."""
+    lines = stdout.strip().splitlines()
+    words = lines[-1].split() if lines else []
+    return words[1] if words[:1] == ["SETUP"] and len(words) > 1 and words[1] in ("done", "running", "failed") else "error"

@@ -1,0 +1,105 @@
+# Shared functions of every script jobtpu runs on a machine (sourced text, not run on its own).
+# Every function takes what it needs as arguments; none reads a global set elsewhere.
+# A machine's root is relative to the login folder unless absolute, and may begin with '-': every
+# function that takes one makes it ./-... first (r=${1/#-/./-}), so that no command takes it for an option.
+
+# The exit code of a detached process that could not record its pid: it started nothing.
+JOBTPU_NO_PID_RECORD=97
+
+# jobtpu_own_folder DIR : succeeds when DIR is a real folder (not a link) of this account's that no other
+# account may write to, so nothing another account plants in it is written or read through
+# (docs/design.md §4). Else fails.
+jobtpu_own_folder() {
+  [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ]
+}
+
+# jobtpu_private_root ROOT : a root made before its folders were private (or by hand) becomes the
+# remote user's alone: the root and its containers lose every group and other bit, so nothing under
+# them is reachable by another account. Never the login folder itself (a root of "~"), nor a folder of
+# another account's; a failure changes nothing and is not one. Only in a remote script (its preamble
+# sets jobtpu_login_umask): the local machine's run root follows the home's modes (transport/local.py).
+jobtpu_private_root() {
+  local r=${1/#-/./-} d
+  [ -n "${jobtpu_login_umask:-}" ] || return 0
+  for d in "$r" "$r/meta" "$r/jobs" "$r/archives" "$r/setup"; do
+    if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && ! [ "$d" -ef ~ ]; then chmod go-rwx -- "$d" 2>/dev/null; fi
+  done
+  return 0
+}
+
+# jobtpu_job_umask : the umask the job's own commands run with: the login's, which a remote script's
+# preamble keeps in jobtpu_login_umask before it sets 077 (jobtpu/remote/scripts.py PRIVATE_PREAMBLE).
+jobtpu_job_umask() {
+  if [ -n "${jobtpu_login_umask:-}" ]; then echo "$jobtpu_login_umask"; else umask; fi
+}
+
+# jobtpu_program FUNCTION... : the text of a program for `bash -c` that defines the given functions
+# (and the constants above) and calls the last one with the program's arguments. A detached process
+# (setsid) starts a new bash, which knows none of this script's functions: this is how it gets them.
+jobtpu_program() {
+  declare -p JOBTPU_NO_PID_RECORD
+  declare -f "$@"
+  echo "${!#} \"\$@\""
+}
+
+# jobtpu_record_pid STEM : run by a detached process-group leader: its pid and /proc start time into
+# STEM.pid, atomically, so that jobtpu_live_pid can tell it from a later process that reuses the pid.
+# Fails unless the record reads back whole: a full disk or an unwritable folder must stop the start,
+# not leave a job nobody can see.
+jobtpu_record_pid() {
+  local stat pid start
+  read -r -a stat < "/proc/$$/stat" && echo "$$ ${stat[21]}" > "$1.pid.tmp" &&
+    mv -f "$1.pid.tmp" "$1.pid" && read -r pid start < "$1.pid" && [ "$pid $start" = "$$ ${stat[21]}" ]
+}
+
+# jobtpu_live_pid PIDFILE : the one definition of "this worker's job is alive", for every script that
+# asks: the pid in its pid file runs, is no zombie, and started when the file says (so a reused pid
+# is not taken for the job). Prints the pid (the job's process group) and succeeds, or fails.
+jobtpu_live_pid() {
+  local pid start stat
+  [ -s "$1" ] && read -r pid start < "$1" && [ -r "/proc/$pid/stat" ] &&
+    read -r -a stat < "/proc/$pid/stat" 2>/dev/null && [ "${stat[2]}" != Z ] && [ "${stat[21]:-}" = "$start" ] &&
+    echo "$pid"
+}
+
+# jobtpu_ended PID : succeeds once the process PID (a child of this shell) has exited: gone, or a
+# zombie not yet reaped.
+jobtpu_ended() {
+  local stat
+  read -r -a stat < "/proc/$1/stat" 2>/dev/null || return 0
+  [ "${stat[2]}" = Z ]
+}
+
+# jobtpu_marks HOME_ID : the live processes of this home's jobs, as `pid job attempt worker` lines,
+# read from the marker JOBTPU_MARK=<home id>.<job>.<attempt>.<worker> in /proc/*/environ (readable for
+# the same user, or root). The home id is compared as text, never used as a pattern.
+jobtpu_marks() {
+  local entry pid mark job attempt worker
+  grep -HzoE -- '^JOBTPU_MARK=.*[.][0-9]+[.][0-9]+[.][0-9]+$' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
+    while IFS= read -r entry; do
+      # A line that does not name its process is the rest of a value with a newline in it.
+      [[ $entry == /proc/[0-9]*/environ:JOBTPU_MARK=* ]] || continue
+      pid=${entry#/proc/}; pid=${pid%%/*}; mark=${entry#*:JOBTPU_MARK=}
+      [ "${mark%.*.*.*}" = "$1" ] || continue
+      mark=${mark:${#1}+1}; job=${mark%%.*}; mark=${mark#*.}; attempt=${mark%%.*}; worker=${mark#*.}
+      echo "$pid $job $attempt $worker"
+    done
+}
+
+# jobtpu_marked HOME_ID JOB ATTEMPT WORKER : the pids of the live processes of one worker of a job.
+jobtpu_marked() {
+  local pid job attempt worker
+  jobtpu_marks "$1" | while read -r pid job attempt worker; do
+    if [ "$job $attempt $worker" = "$2 $3 $4" ]; then echo "$pid"; fi
+  done
+}
+
+# jobtpu_our_groups ROOT : the process groups of our live jobs under ROOT (their leaders' pids),
+# as " 12 34 ".
+jobtpu_our_groups() {
+  local file pid ours=" "
+  for file in "$1"/meta/*/*.pid; do
+    pid=$(jobtpu_live_pid "$file") && ours="$ours$pid "
+  done
+  echo "$ours"
+}

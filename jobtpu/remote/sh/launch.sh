@@ -1,0 +1,111 @@
+# Starting job workers (needs common.sh, wrapper.sh and tpu.sh).
+
+# jobtpu_launch_init CLAIM_STALE_MINUTES UNPACK_BAD_EXIT UNPACK_SOURCE RESET_TENTHS : what every launch
+# of this script shares. A claim with no pid after CLAIM_STALE_MINUTES means its start never happened;
+# the snapshot is checked and unpacked by UNPACK_SOURCE (jobtpu/snapshot/unpack.py, run by python3 on the
+# worker), whose exit code UNPACK_BAD_EXIT says the archive is damaged. Another worker replacing the
+# job folder is given RESET_TENTHS tenths of a second (timing's reset_wait).
+jobtpu_launch_init() {
+  jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3 jobtpu_reset_tenths=$4
+}
+
+# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE [NAME MODE VALUE]...
+# Start one worker detached, idempotently, and print one line: `LAUNCH job attempt worker ok PID` |
+# `... pending` | `... need-archive` | `... bad-archive WHY` | `... fail WHY`. FRESH=1: start from the
+# snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
+# holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
+# seconds after the start (--signal). POLL (seconds; 0: none) is how often the wrapper looks for a stop
+# request in ROOT/stop, which then stops the job with GRACE tenths between TERM and KILL (the local
+# machine: a teammate's kill, docs/design.md §7). The NAME MODE VALUE triples are the job's environment (mode
+# `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
+# `exit` below ends this worker's launch only.
+jobtpu_launch() (
+  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13}
+  shift 13
+  out="LAUNCH $job $attempt $worker"
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { echo "$out fail cannot create $r"; exit; }
+  jobtpu_private_root "$r"
+  bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
+  jobtpu_own_folder "$r/meta/$job" || { echo "$out fail $r/meta/$job $bad"; exit; }
+  m=$(cd "$r/meta/$job" && pwd -P) || exit
+  b="$m/$attempt.$worker"
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi
+  if ! mkdir "$b.claim" 2>/dev/null; then
+    if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then echo "$out pending"; exit; fi
+    # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
+    if [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then echo "$out pending"; exit; fi
+    rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || { echo "$out pending"; exit; }
+  fi
+
+  # The job's folder "$j" from the snapshot, made with the worker's claim held. The archive is checked
+  # against its name and unpacked by python3 on the worker, never trusted: a damaged copy is reported
+  # as `bad-archive` for the home to push again. With FRESH, a folder an earlier attempt left is
+  # replaced, once per attempt: workers that share the root agree through an atomic `mkdir` of
+  # "$m/<attempt>.reset" (taken over when stale, like a claim).
+  j="$r/jobs/$job"; s=""
+  # Release the claim (and an unfinished reset) and report; nothing was started.
+  give_up() {
+    rmdir "$b.claim"
+    if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi
+    echo "$out $1"; exit
+  }
+  if [ "$fresh" = 1 ]; then
+    s="$m/$attempt.reset"; own=""
+    if [ ! -e "$s/done" ]; then
+      if mkdir "$s" 2>/dev/null; then own=1
+      else  # another worker sharing this root is replacing the folder: give it a while
+        for _ in $(seq "$jobtpu_reset_tenths"); do { [ -e "$s/done" ] || [ ! -d "$s" ]; } && break; sleep 0.1; done
+        if [ ! -e "$s/done" ]; then
+          if [ -n "$(find "$s" -maxdepth 0 -mmin "-$jobtpu_stale_minutes" 2>/dev/null)" ]; then s=""; give_up pending; fi
+          rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi
+        fi
+      fi
+      if [ -n "$own" ] && { [ -e "$j" ] || [ -L "$j" ]; }; then
+        mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"
+        rm -rf "$s/old"
+      fi
+    fi
+  fi
+  if [ ! -d "$j" ]; then
+    a="$r/archives/$archive"
+    [ -f "$a" ] || give_up need-archive
+    command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
+    # An unpack cut short (the connection dropped, the worker rebooted) leaves its folder behind;
+    # one older than a claim can live is nobody's any more.
+    find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
+      -exec rm -rf {} + 2>/dev/null
+    t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+    chmod "$(umask -S)" "$t"
+    python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
+    e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
+    if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
+    [ "$c" = "$jobtpu_unpack_bad_exit" ] && give_up "bad-archive $e"
+    [ -d "$j" ] || give_up "fail unpack: $e"
+  fi
+  jobtpu_own_folder "$j" || give_up "fail $j $bad"
+  if [ -n "$s" ]; then touch "$s/done"; fi
+
+  if [ "$tpu_cleanup" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
+  cd "$j" || { rmdir "$b.claim"; echo "$out fail cd"; exit; }
+  # The environment goes to a file only the wrapper reads (and deletes): values, secrets among them,
+  # never appear on a command line that `ps` shows.
+  (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
+    { rm -f "$b.env"; rmdir "$b.claim"; echo "$out fail cannot write the env file $b.env"; exit; }
+  ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$grace"); fi
+  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+    JOBTPU_w_load JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_procs JOBTPU_w_stopper jobtpu_wrapper)" \
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
+  w=$!
+  for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; echo "$out ok $p"; exit; fi
+  jobtpu_ended "$w" || { echo "$out pending"; exit; }
+  wait "$w"; c=$?
+  # 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
+  [ "$c" = 0 ] && { echo "$out pending"; exit; }
+  rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
+  if [ "$c" = "$JOBTPU_NO_PID_RECORD" ]; then
+    echo "$out fail cannot write the pid record $b.pid (disk full or not writable); the command was not started"
+  else echo "$out fail the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
+)

@@ -1,0 +1,64 @@
+"""The domain types of job workers on a machine: which worker of which attempt, how to start one, and
+what a launch or a probe found. Pure data; jobtpu/remote/scripts.py turns them into shell calls and back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobtpu import timing
+
+
+@dataclass(frozen=True)
+class WorkerRef:
+    """One worker of one attempt of one job."""
+
+    job: int
+    attempt: int
+    worker: int
+
+    @property
+    def stem(self) -> str:
+        return f"{self.job} {self.attempt} {self.worker}"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    ref: WorkerRef
+    root: str
+    archive: str
+    command: str  # the job's full command, run by bash -c
+    env: dict[str, str]
+    tpu_cleanup: bool = False  # clear stale TPU device holders and the libtpu lock file first
+    fresh: bool = False  # start from the snapshot: replace a folder an earlier attempt left (rerun)
+    home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
+    literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
+    early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
+    grace: float = field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
+    stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    ref: WorkerRef
+    outcome: str  # ok | pending | need-archive | bad-archive | fail
+    pid: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    ref: WorkerRef
+    pid: int | None
+    alive: bool
+    exit_code: int | None
+    log_size: int
+    claimed: bool
+    log_offset: int = 0
+    log_bytes: bytes = b""
+    exited_at: float | None = None  # when the exit record was written (the worker's clock)
+    log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
+    marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
+
+    @property
+    def started(self) -> bool:
+        return self.pid is not None or self.exit_code is not None

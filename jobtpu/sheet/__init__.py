@@ -1,0 +1,1 @@
+"""The team's TPU spreadsheet: its API, how a tab is laid out, and its part in a pass."""

@@ -1,0 +1,119 @@
+"""The team sheet's part in a manage pass, and the rows jobtpu keeps there (jobtpu/sheet/api.py talks to the API).
+
+At the pass's start the claims people made by hand go to dispatch through `seen.claims`; at its end
+the machines' rows are written in one batch. A quiet pass (same rows as last written, sheet read less
+than `read_every` ago) reads one small file and leaves the API, and its client libraries, alone."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jobtpu import timing
+from jobtpu.schema.state import MachineRecord, Status
+from jobtpu.sheet.api import MachineRow, PassSheet
+
+if TYPE_CHECKING:
+    from jobtpu.decide.core import Observation
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import State
+    from jobtpu.passes.session import Session
+    from jobtpu.schema.machines import Fleet, Machine
+    from jobtpu.schema.state import Job
+
+MEMO = "sheet.json"  # what jobtpu last wrote and read, in the home (one of its own files)
+
+# The PassSheet a pass started with, until its end: the hooks get the pass, not a place of their own.
+_STARTED: weakref.WeakKeyDictionary[Session, PassSheet] = weakref.WeakKeyDictionary()
+
+
+def memo_path(home: Home) -> Path:
+    return home.root / MEMO
+
+
+def before_decide(p: Session, seen: Observation, say: Callable[[str], None],
+                  would_launch: Callable[[], bool] = lambda: False) -> None:
+    """Hand claims for dispatch; one line when the sheet cannot be read (its last claims then hold).
+    A pass that would start a job reads the claims first unless its last read is fresher than
+    `claims_fresh()`: a machine claimed by hand a moment ago is not launched on."""
+    config = p.fleet.sheet
+    if config is None:
+        return
+    path = memo_path(p.home)
+    own = own_users(sheet_rows(p.fleet, p.state))
+    ps = PassSheet.start(config, path)
+    seen.claims = ps.claims(own)
+    if not ps.read and not ps.read_within(claims_fresh()) and would_launch():
+        ps = PassSheet(config, path)
+        seen.claims = ps.claims(own)
+    if ps.problem:
+        say(ps.problem)
+    _STARTED[p] = ps
+
+
+def claims_fresh() -> float:
+    """Seconds a read's claims are trusted by a pass about to launch (read_every is for the rest):
+    timing's claims_fresh, which $JOBTPU_SHEET_FRESH sets."""
+    return timing.current().claims_fresh
+
+
+def after_pass(p: Session, say: Callable[[str], None]) -> None:
+    """The pass's one write (none when nothing changed); a failure is one line, never the pass's."""
+    ps = _STARTED.pop(p, None)
+    if ps is None:
+        return
+    result = ps.finish(sheet_rows(p.fleet, p.state))
+    if result.problem:
+        say(result.problem)
+
+
+def own_users(rows: list[MachineRow]) -> dict[str, str]:
+    """Machine → the user cell jobtpu writes for it now: such a cell is no claim."""
+    return {row.name: ", ".join(row.users) for row in rows}
+
+
+# ---- the rows ---------------------------------------------------------------------------------------
+
+def sheet_rows(fleet: Fleet, state: State) -> list[MachineRow]:
+    """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
+    job being killed gives its machine back at the kill, not when the machine confirms it."""
+    on: dict[str, list[Job]] = {}
+    for job in state.jobs:
+        if job.active and job.status is not Status.KILLING and job.machine:
+            on.setdefault(job.machine, []).append(job)
+    return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []))
+            for m in fleet.machines.values()]
+
+
+def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job]) -> MachineRow:
+    jobs = sorted(jobs, key=lambda j: j.id)
+    users = tuple(dict.fromkeys(j.user for j in jobs))
+    started = [j.current.started for j in jobs if j.current is not None and j.current.started]
+    notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
+    return MachineRow(
+        name=machine.name, kind=machine.kind, accelerator=machine.accelerator or "",
+        zone=(record.zone or machine.zone or "") if machine.is_tpu else "",
+        provisioning=_provisioning(machine, record), state=_state(machine, record), users=users,
+        jobs=tuple(f"{j.id} {j.name}".strip() for j in jobs), since=min(started) if started else None,
+        note=notes[-1] if notes else None)  # the note of the job that started last
+
+
+def _started_at(job: Job) -> float:
+    return float(job.current.started or 0) if job.current is not None else 0.0
+
+
+def _state(machine: Machine, record: MachineRecord) -> str:
+    """The word `machines` shows."""
+    if record.api_error:
+        return "unknown"
+    return record.state or ("up" if machine.kind == "local" else "unknown")
+
+
+def _provisioning(machine: Machine, record: MachineRecord) -> str:
+    if not machine.is_tpu:
+        return ""
+    from jobtpu.commands.tpu import provisioning
+
+    return provisioning(machine, record)

@@ -1,0 +1,1 @@
+"""What happened, told: the event log, notifications and their webhooks."""

@@ -1,0 +1,1 @@
+"""TPU machines: the Cloud TPU API, node specs, bringing nodes up and back, repairs."""

@@ -1,0 +1,52 @@
+"""Which workers a machine has and how to reach each: the only module that picks a transport."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from jobtpu.home.layout import Home, is_shared
+from jobtpu.schema.machines import Machine, split_host
+from jobtpu.schema.state import MachineRecord
+from jobtpu.transport.base import Endpoint, Transport
+
+
+def endpoints(machine: Machine, tpu_addresses: list[str] | None = None) -> list[Endpoint]:
+    """One endpoint per worker, in worker order. A TPU's addresses come from the TPU API."""
+    if machine.kind == "local":
+        return [Endpoint(machine.name, 0, None)]
+    if machine.kind == "tpu":
+        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(tpu_addresses or [])]
+    out = []
+    for i, host in enumerate(machine.hosts):
+        addr, port = split_host(host, machine.port)
+        out.append(Endpoint(machine.name, i, addr, port))
+    return out
+
+
+def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+    """`trusted`: "type base64" host keys the TPU API publishes for this worker (strict policy)."""
+    if endpoint.addr is None:
+        from jobtpu.transport.local import LocalTransport
+        root = Path(machine.root).expanduser()
+        # The folder the run root is made in decides, not the run root itself: a launch of this pass
+        # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
+        return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root)
+    # Imported here so that commands which never touch a remote machine never load paramiko.
+    from jobtpu.transport.ssh import SshTransport
+    t = SshTransport(endpoint, machine, home)
+    t.trusted_keys = set(trusted)
+    return t
+
+
+def _in_shared_folder(path: Path) -> bool:
+    """Whether `path`, or the nearest folder above it that exists, is one its group shares."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return is_shared(path)
+
+
+def published_keys(record: MachineRecord | None, worker: int) -> list[str]:
+    """The host keys a TPU node published for one worker, as the last pass recorded them."""
+    keys = (record.host_keys if record is not None else None) or []
+    return list(keys[worker]) if worker < len(keys) else []

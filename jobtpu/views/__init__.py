@@ -1,0 +1,1 @@
+"""What people see: tables, columns, status rows, goodput reports, safe text."""

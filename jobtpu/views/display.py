@@ -1,0 +1,140 @@
+"""Tables for people: pure functions from records to rich renderables (rich is imported only here)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from jobtpu.views.columns import CELL_KEPT, Layout, fit, natural_width
+from jobtpu.views.text import printable
+
+STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
+                "finished": "bold green", "failed": "bold red", "killed": "magenta"}
+
+
+# The status table's columns: (title, the Row field it shows), laid out as columns.py says.
+JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
+               ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
+               ("tags", "tags"), ("why / log", "info"), ("submitted", "submitted"))
+JOB_COLUMN_TITLES = tuple(title for title, _ in JOB_COLUMNS)
+# "submitted" (a clock time in the viewer's time zone) is shown only to those who ask for it
+# (`jobtpu config set columns ...`).
+DEFAULT_JOB_COLUMNS = JOB_COLUMN_TITLES[:-1]
+# Numbers and the status are never cut; id and status are never left out.
+JOB_LAYOUT = Layout(cuttable=frozenset({"info", "tags", "name", "overrides", "where", "user"}),
+                    drop_order=("submitted", "tags", "age", "attempt", "run", "user", "where", "overrides",
+                                "info", "name"),
+                    last="info")
+_RIGHT = frozenset({"id", "attempt", "run", "age", "workers", "running"})
+
+
+def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
+               columns: Collection[str] | None = None) -> Table:
+    """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
+    table (the count per status, what the table leaves out). `columns`: the titles to show, in that
+    order (default: DEFAULT_JOB_COLUMNS)."""
+    fields = dict(JOB_COLUMNS)
+    chosen = [(title, fields[title]) for title in (DEFAULT_JOB_COLUMNS if columns is None else columns)
+              if title in fields]
+    cells = [[str(getattr(r, field)) for _, field in chosen] for r in rows]
+    return fitted_table(chosen, cells, width, JOB_LAYOUT, captions)  # no rows: the count line says "no jobs"
+
+
+def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
+                 captions: list[str] | None = None) -> Table:
+    """A table of one line per row in at most `width` columns (columns.py); `columns`: (title, key)."""
+    cells = [[printable(_cut(value, width)) for value in row] for row in cells]
+    kept, widths = fit(columns, cells, width, layout)
+    caption = "\n".join(printable(c) for c in captions or []) or None
+    table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
+                  caption_style="dim")
+    for i, size in zip(kept, widths, strict=True):
+        title, key = columns[i]
+        table.add_column(title, no_wrap=True, overflow="ellipsis", width=size,
+                         justify="right" if key in _RIGHT else "left")
+    styled = {i for i in kept if columns[i][1] == "status"}
+    for row in cells:
+        table.add_row(*(Text(row[i], style=STATUS_STYLE.get(row[i], "") if i in styled else "", no_wrap=True,
+                             overflow="ellipsis") for i in kept))
+    return table
+
+
+def _cut(text: str, width: int) -> str:
+    """No cell is shown wider than the table: what lies past it is cut before it is measured, so a
+    megabyte-long value costs no more than one a screen wide (the ellipsis still marks the cut)."""
+    keep = 2 * max(width, 1) + 1  # wide characters count two columns; combining ones none
+    return text if len(text) <= keep else text[:keep] + "…"
+
+
+def clock(seconds: float, zone: Any = None) -> str:
+    """A time as month-day hour:minute in `zone` (a tzinfo; None: this machine's local time)."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")
+
+
+# The machines table: name, state and running jobs stay longest; the detail gives way first.
+MACHINE_COLUMNS = [(c, c) for c in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free",
+                                    "note", "detail")]
+MACHINE_LAYOUT = Layout(cuttable=frozenset({"name", "accelerator", "health", "free", "note", "detail"}),
+                        drop_order=("health", "workers", "note", "kind", "accelerator", "free", "detail"),
+                        last="detail", readable=CELL_KEPT)
+
+
+def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> Table:
+    """One line per machine in at most `width` columns; `zone`: the tzinfo clock times are shown in
+    (None: local time)."""
+    cells = []
+    for row in rows:
+        free = " ".join(f"{k}={v}" for k, v in row["free"].items())
+        health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
+        accelerator = row.get("accelerator") or ""
+        if row.get("provisioning"):  # a tpu: spot / preemptible / on-demand, in its zone
+            accelerator += f" ({row['provisioning']}, {row.get('zone')})"
+        if row.get("queued_resource"):
+            accelerator += f" queued resource {row['queued_resource']}"
+        values = (row["name"], row["kind"], accelerator, row.get("workers"), row.get("state"), health,
+                  row["running"], free, row.get("note"), _with_times(row, zone))
+        cells.append(["" if v is None else str(v) for v in values])
+    return fitted_table(MACHINE_COLUMNS, cells, width, MACHINE_LAYOUT)
+
+
+def _with_times(row: dict[str, Any], zone: Any) -> str | None:
+    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
+    times = [f"{what} {clock(row[key], zone)}" for key, what in (("unreachable_since", "since"),
+                                                                    ("next_try", "next try"))
+             if row.get(key) is not None]
+    if not times:
+        return row.get("detail")
+    return " ".join(filter(None, (row.get("detail"), f"({', '.join(times)})")))
+
+
+# The rules table in full, and as it reads on a terminal too narrow for that: shorter words
+# (commands/rules.py gives them), and "on exit 0", the same for every rule, said once under it.
+RULE_COLUMNS = [("rule", "rule"), ("on preempted", "preempted"), ("on grpc, lost, hang", "grpc_lost_hang"),
+                ("on another failure", "other_failure"), ("on exit 0", "exit_0"), ("default for", "default_for"),
+                ("machines here", "machines")]
+SHORT_RULE_COLUMNS = [("rule", "rule"), ("preempted", "preempted"), ("grpc/lost/hang", "grpc_lost_hang"),
+                      ("failure", "other_failure"), ("default for", "default_for"), ("machines here", "machines")]
+RULE_LAYOUT = Layout(cuttable=frozenset({"default_for", "machines"}), drop_order=("machines", "default_for"),
+                     last="default_for")
+
+
+def rules_table(rows: list[dict[str, Any]], width: int, short: Mapping[str, str]) -> Table:
+    """One line per rule in at most `width` columns; `short`: the shorter word for a long one."""
+    def cells(columns: list[tuple[str, str]], words: Mapping[str, str]) -> list[list[str]]:
+        def text(value: Any) -> str:
+            parts = value if isinstance(value, list) else str(value).split(" / ")
+            return (", " if isinstance(value, list) else " / ").join(words.get(p, p) for p in parts) or "-"
+        return [[text(row[key]) for _, key in columns] for row in rows]
+
+    full = cells(RULE_COLUMNS, {})
+    if natural_width(RULE_COLUMNS, full) <= width:
+        return fitted_table(RULE_COLUMNS, full, width, RULE_LAYOUT)
+    exit_0 = {row["exit_0"] for row in rows}
+    said = [f"on exit 0: {', '.join(sorted(exit_0))}, under every rule"] if len(exit_0) == 1 else []
+    columns = SHORT_RULE_COLUMNS + ([] if said else [("exit 0", "exit_0")])
+    return fitted_table(columns, cells(columns, short), width, RULE_LAYOUT, said)

@@ -1,0 +1,257 @@
+"""What `status` lists and how each row reads: the cells of a job's row (run time,
+overrides in their short form, resources or allocation, why a queued job waits), the count per
+status, and the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
+machines.json's aliases; rich stays in display.py."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+
+from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
+from jobtpu.home.layout import Home
+from jobtpu.home.safefs import read_regular
+from jobtpu.schema.state import Job, Status
+
+STATUS_ORDER = tuple(s.value for s in Status)
+
+
+def status_counts(jobs: Iterable[Job]) -> str:
+    """`2 queued, 3 running, 1 failed`: how many of the selected jobs are in each status (in the
+    order a job moves through them), so a table cut short still tells the whole story."""
+    counts = Counter(job.status.value for job in jobs)
+    parts = [f"{counts[s]} {s}" for s in STATUS_ORDER if counts[s]]
+    return ", ".join(parts) if parts else "no jobs"
+
+
+# ---- a row's cells --------------------------------------------------------------------------------
+
+class Row(NamedTuple):
+    """A job's row as text, cell by cell (display.py escapes and lays them out)."""
+
+    id: int
+    name: str
+    user: str
+    status: str
+    attempt: str
+    run: str
+    age: str
+    where: str
+    overrides: str
+    tags: str
+    info: str
+    submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
+
+
+def duration(seconds: float) -> str:
+    """A length of time in its largest whole unit: 45s, 12m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def run_time(job: Job, now: float) -> float | None:
+    """How long the job has run, over all its attempts (a running one up to now); None before its first."""
+    spans = [(a.ended if a.ended is not None else now) - a.started for a in job.attempts if a.started is not None]
+    return sum(spans) if spans else None
+
+
+def where(job: Job) -> str:
+    """On a machine: the machine and what it holds there (`box gpu=0,1`; a bare slot is not named).
+    Queued: what it asks for and where it is pinned (`v3-32 @v3-p1`). Ended: where it last ran."""
+    if job.active and job.machine:
+        held = [f"{resource}={','.join(map(str, indices))}" for resource, indices in job.alloc.items()
+                if resource != "slot"]
+        return " ".join([job.machine, *held])
+    if job.status is Status.QUEUED:
+        return " ".join([*job.req, *([f"@{job.pin}"] if job.pin else [])])
+    return job.attempts[-1].machine if job.attempts else ""
+
+
+def short_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> str:
+    """The job's config overrides as a person typed them: `--config.training.lr=0.01` reads `lr=0.01`
+    when an alias names that key (the shortest such alias), else as the key itself. The keys in
+    `first` come first (what tells the job from its neighbours must survive a cut cell)."""
+    shortest: dict[str, str] = {}
+    for alias, full in aliases.items():
+        if full not in shortest or len(alias) < len(shortest[full]):
+            shortest[full] = alias
+    pairs = sorted(override_pairs(overrides), key=lambda pair: pair[0] not in first)
+    return " ".join(f"{shortest.get(key, key)}{rest}" for key, rest in pairs)
+
+
+def override_pairs(overrides: list[str]) -> list[tuple[str, str]]:
+    """Each override as (its full key, the rest: `=value`), in the order given."""
+    pairs = []
+    for word in overrides:
+        for part in shell_words(word):
+            key, sep, value = part.lstrip("-").partition("=")
+            pairs.append((key, sep + value))
+    return pairs
+
+
+def varying_keys(jobs: Iterable[Job]) -> dict[int | None, frozenset[str]]:
+    """Per sweep (None: the jobs of no sweep), the override keys whose values are not the same in all
+    its jobs listed: the axes that tell its members apart."""
+    groups: dict[int | None, list[dict[str, str]]] = {}
+    for job in jobs:
+        groups.setdefault(job.sweep, []).append(dict(override_pairs(job.overrides)))
+    return {sweep: frozenset(key for key in set().union(*found) if len({o.get(key) for o in found}) > 1)
+            for sweep, found in groups.items()}
+
+
+# One shell word: runs of plain characters, '…', "…" (with \" and \\ inside) and \x, possessive
+# so a match never backtracks: linear in the word however long (shlex.split is quadratic in it).
+_WORD = re.compile(r"""(?:[^\s'"\\]++|'[^']*+'|"(?:[^"\\]++|\\.)*+"|\\.)++""", re.DOTALL)
+_PIECE = re.compile(r"""[^'"\\]++|'([^']*+)'|"((?:[^"\\]++|\\.)*+)"|\\(.)""", re.DOTALL)
+_IN_DOUBLE = re.compile(r"""\\([\\"])""")
+
+
+def shell_words(text: str) -> list[str]:
+    """`text` split as a POSIX shell splits it (what shlex.split gives for the words shlex.quote
+    makes), in linear time; a text a shell could not split (a quote left open) is one word as it is."""
+    words, end = [], 0
+    for match in _WORD.finditer(text):
+        if text[end:match.start()].strip():
+            return [text]
+        words.append("".join(_unquote(piece) for piece in _PIECE.finditer(match.group())))
+        end = match.end()
+    return words if not text[end:].strip() else [text]
+
+
+def _unquote(piece: re.Match[str]) -> str:
+    single, double, escaped = piece.groups()
+    if single is not None:
+        return single
+    if double is not None:
+        return _IN_DOUBLE.sub(r"\1", double)
+    return escaped if escaped is not None else piece.group()
+
+
+def info(job: Job) -> str:
+    """The last column: why it stopped or waits, then its note, then its last log line."""
+    parts = [job.reason or ""]
+    if job.status is Status.QUEUED:
+        parts.append(job.waiting or "no pass has tried it yet")
+    parts.append(f"note: {job.note}" if job.note else "")
+    if job.status is not Status.QUEUED:
+        parts.append(job.last_line)
+    return "; ".join(p for p in parts if p)
+
+
+def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None) -> list[Row]:
+    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys)."""
+    varying = varying_keys(jobs)
+    return [row(job, now, aliases, zone, varying[job.sweep]) for job in jobs]
+
+
+def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = ()) -> Row:
+    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
+    `first`: the override keys shown first."""
+    from jobtpu.views.display import clock
+
+    ran = run_time(job, now)
+    return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
+               attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
+               age=duration(now - job.created), where=where(job),
+               overrides=short_overrides(job.overrides, aliases, first), tags=",".join(job.tags), info=info(job),
+               submitted=clock(job.created, zone))
+
+
+def attempt_text(job: Job) -> str:
+    """The attempt number, and how many recoveries (preemptions, grpc, hangs) and --retries (non-zero
+    exits) led to it, counted apart: `3 (1 rec, 1/2 retry)`."""
+    parts = []
+    if job.recoveries:
+        parts.append(f"{job.recoveries} rec")
+    if job.retries:
+        parts.append(f"{job.retried}/{job.retries} retry")
+    return f"{job.attempt} ({', '.join(parts)})" if parts else str(job.attempt)
+
+
+def config_aliases(home: Home) -> dict[str, str]:
+    """The aliases overrides are shown through: built-in, the team's, the viewer's own. A
+    machines.json that cannot be read costs the team's only: `status` must still work while someone
+    fixes it."""
+    from jobtpu.home.settings import effective_aliases, viewer_settings
+    from jobtpu.schema.machines import load_fleet
+
+    try:
+        team = dict(load_fleet(home).config_aliases)
+    except ConfigError:
+        team = {}
+    try:
+        own = dict(viewer_settings(home).aliases)
+    except JobtpuError:
+        own = {}
+    return effective_aliases(team, own)
+
+
+# ---- history --------------------------------------------------------------------------------------
+
+_JOB = msgspec.json.Decoder(Job)
+
+
+def history(home: Home) -> list[Job]:
+    """The jobs `clean` moved to history.jsonl, newest first (a job listed twice, after a crash
+    between the append and the save, counts once: its last line)."""
+    path = home.history_file
+    try:
+        lines = read_regular(path).splitlines()  # a FIFO there is one line, never a hang
+    except FileNotFoundError:
+        return []
+    by_id: dict[int, Job] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            job = _JOB.decode(line)
+        except msgspec.DecodeError as e:
+            raise ConfigError(f"{path.name}:{number}: not a job record ({str(e)[:100]})",
+                              hint=f"fix or delete that line of {path}") from None
+        by_id.pop(job.id, None)
+        by_id[job.id] = job
+    return list(reversed(by_id.values()))
+
+
+def find_job(home: Home, jobs: list[Job], job_id: int) -> Job:
+    """The job with this id in state.json, else in history.jsonl (a cleaned job keeps its id, logs
+    and results); NotFoundError when neither has it."""
+    return find_jobs(home, jobs, [job_id])[0]
+
+
+def find_jobs(home: Home, jobs: list[Job], ids: list[int]) -> list[Job]:
+    """find_job for several ids (each once, in id order), reading history.jsonl at most once."""
+    wanted = set(ids)
+    by_id = {j.id: j for j in jobs if j.id in wanted}
+    if len(by_id) < len(wanted):
+        by_id.update((j.id, j) for j in history(home) if j.id in wanted and j.id not in by_id)
+    missing = sorted(wanted - by_id.keys())
+    if missing:
+        raise no_such_job(missing[0])
+    return [by_id[i] for i in sorted(wanted)]
+
+
+def require_current(home: Home, jobs: list[Job], job_id: int, act: str) -> Job:
+    """The job with this id in state.json, for a command that changes it (`act`: kill, resume,
+    tag...). A job `clean` moved to history.jsonl is not changed any more: the error says that is
+    where it went, rather than that it does not exist."""
+    job = next((j for j in jobs if j.id == job_id), None)
+    if job is not None:
+        return job
+    if any(j.id == job_id for j in history(home)):
+        raise NotFoundError(f"job {job_id} was moved to history.jsonl by `clean`; {act} changes only the jobs "
+                            "in state.json", hint=f"`jobtpu status {job_id}` shows it; submit it again to run it again")
+    raise no_such_job(job_id)
+
+
+def no_such_job(job_id: int) -> NotFoundError:
+    return NotFoundError(f"no job {job_id} in state.json nor in history.jsonl",
+                         hint="`jobtpu status --all-users --all` lists every job; add --history for those "
+                              "`clean` moved out")
