@@ -395,12 +395,16 @@ class SshFleet:
         with open(host.sshd_log, "ab") as log:
             self._log_offsets[host.addr] = log.tell()
             self._procs[host.addr] = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(conf)],
+                self._sshd_argv(host, conf),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 start_new_session=True,
             )
+
+    def _sshd_argv(self, host: Host, conf: Path) -> list[str]:
+        """How a host's sshd is started (tests/podfleet.py starts it in a mount namespace of its own)."""
+        return [SSHD, "-D", "-e", "-f", str(conf)]
 
     def _await(self, host: Host, first: bool) -> None:
         """Wait until the host's sshd sends its banner; on a first start, move to another port if taken."""

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from jobtpu import timing
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
-from jobtpu.decide.outcomes import LaunchReport, NoAnswer, goes_ahead, kill_asked, killed, launched
+from jobtpu.decide.outcomes import LaunchReport, goes_ahead, kill_asked, killed, launched
 from jobtpu.decide.placement import Place, on_resume_words, place_env
-from jobtpu.errors import RemoteError, UnreachableError
+from jobtpu.errors import RemoteError
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
@@ -20,7 +20,8 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.session import Session
 from jobtpu.remote import pulls
-from jobtpu.remote.scripts import kill_script, launch_script, parse_kill, parse_launch
+from jobtpu.remote.peercopy import launch_workers
+from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.machines import Machine
 from jobtpu.schema.records import StepKind
@@ -28,8 +29,6 @@ from jobtpu.schema.state import Job, Status
 from jobtpu.tpu.flow import carry_out_all
 from jobtpu.tpu.plan import want_back
 from jobtpu.transport.base import Endpoint
-
-ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
 
 
 def act(p: Pass, plan: Plan, seen: Observation) -> None:
@@ -120,18 +119,13 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
     place = place_of(p, machine, eps)
     command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
 
-    def one(ep: Endpoint) -> tuple[int, LaunchReport]:
-        spec = LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
+    def spec(ep: Endpoint) -> LaunchSpec:
+        return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
-        try:
-            result = _launch_worker(p, machine, ep, spec)
-        except (RemoteError, OSError) as e:
-            return ep.index, NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
-        return ep.index, result or NoAnswer("the launch script said nothing of this worker")
 
-    reports = dict(p.parallel(one, eps))
+    reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return launched(job, machine, reports, now)
 
 
@@ -150,23 +144,6 @@ def early_signal(job: Job) -> tuple[str, float] | None:
     if job.signal is None or job.signal_before is None or job.timeout is None:
         return None
     return job.signal, max(0.0, job.timeout - job.signal_before)
-
-
-def _launch_worker(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> LaunchResult | None:
-    """Run the launch script on one worker; when it lacks the snapshot or holds a damaged copy, copy
-    the home's (checked first: a damaged or missing one fails the launch, never runs) and try once more."""
-    result = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
-    if result is None or result.outcome not in ARCHIVE_OUTCOMES:
-        return result
-    problem = p.home_archive_problem(spec.archive)
-    if problem is not None:
-        return LaunchResult(spec.ref, "fail", detail=f"the snapshot {spec.archive} in the home {problem}")
-    p.push_archive(machine, ep, spec.archive)
-    again = parse_launch(p.run_on(machine, ep, launch_script([spec]))).get(spec.ref)
-    if again is not None and again.outcome in ARCHIVE_OUTCOMES:
-        why = again.detail or "it is missing right after the copy"
-        return LaunchResult(spec.ref, "fail", detail=f"the copy of the snapshot on the worker is unusable: {why}")
-    return again
 
 
 def _stop_workers(p: Session, action: Kill) -> bool:

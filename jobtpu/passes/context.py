@@ -43,6 +43,7 @@ class Pass(Session):
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
+        self.copy_notes: list[tuple[int, int, str]] = []  # (job, worker, line): how launches got their snapshot
         self.tpu_work: dict[str, MachineWork] = {}  # TPU machines' steps, planned while observing
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:

@@ -76,6 +76,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
         act(p, plan, seen)
+        for *_, line in sorted(p.copy_notes):
+            report.say(line)
         catch_up_logs(p, seen, before.open_attempts)
         note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         for line in machine_changes(before.machines, p.state.machines):

@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 
 from jobtpu import timing
-from jobtpu.remote import protocol
+from jobtpu.remote import peerfile, protocol
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
@@ -51,7 +51,7 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 
 # The files in jobtpu/remote/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh", "serve.sh")
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh")
 
 
 @functools.cache
@@ -83,9 +83,12 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     ok with its pid | pending | need-archive | bad-archive with why | fail with why."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
-    init = call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
+
+
+def _launch_init() -> str:
+    return call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
                 _tenths(timing.current().reset_wait))
-    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [init, *map(_launch_call, specs)])
 
 
 def _launch_call(spec: LaunchSpec) -> str:
@@ -120,6 +123,12 @@ def unpack_source() -> str:
     return Path(unpack.__file__).read_text(encoding="utf-8")
 
 
+@functools.cache
+def peerfile_source() -> str:
+    """The source of jobtpu/remote/peerfile.py, which the workers run with python3 -c."""
+    return Path(peerfile.__file__).read_text(encoding="utf-8")
+
+
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     """Each worker's launch report; a worker with none is missing (its launch said nothing)."""
     return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == "ok" else None,
@@ -129,6 +138,62 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
 
 def _ref(report: protocol.WorkerReport) -> WorkerRef:
     return WorkerRef(report.job, report.attempt, report.worker)
+
+
+# ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    port: int | None  # where the worker serves the snapshot; None: it does not
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    ok: bool
+    why: str = ""  # why not: the fetch failed, or the copy is not the snapshot
+    held: bool = False  # it needed none: it shares a disk with the worker the home sent its copy to
+
+
+def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
+    """Serve the worker's copy of the snapshot to `peers` fetches, detached: `SERVE ok PORT` | `SERVE fail WHY`."""
+    wait = int(timing.current().peer_copy_wait)
+    return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
+                                                  peerfile_source())])
+
+
+def peer_stop_script(root: str, token: str) -> str:
+    """End the server of that token now: some of its peers will never fetch."""
+    return render(("peer.sh",), [call("jobtpu_peer_stop", root, token)])
+
+
+def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
+    """Fetch the snapshot from a peer (`FETCH ok` | `FETCH fail WHY` | `FETCH bad WHY`), then launch the worker
+    as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
+    fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, int(timing.current().peer_copy_wait),
+                 peerfile_source(), unpack_source())
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [_launch_init(), fetch, _launch_call(spec)])
+
+
+def parse_serve(stdout: str) -> Served:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["SERVE", "ok"] and len(words) == 3 and words[2].isdigit():
+            return Served(int(words[2]))
+        if words[:2] == ["SERVE", "fail"]:
+            return Served(None, words[2] if len(words) == 3 else "no reason given")
+    return Served(None, "the serve script said nothing")
+
+
+def parse_fetch(stdout: str) -> Fetched:
+    for line in stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:2] == ["FETCH", "ok"]:
+            return Fetched(True, held=words[2:] == ["held"])
+        if words[:2] in (["FETCH", "fail"], ["FETCH", "bad"]):
+            why = words[2].strip() if len(words) == 3 else "no reason given"
+            return Fetched(False, why if words[1] == "fail" else f"the copy was refused: {why}")
+    return Fetched(False, "the fetch script said nothing")
 
 
 # ---- probe ----------------------------------------------------------------------------------------

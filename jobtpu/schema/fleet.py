@@ -69,6 +69,7 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
     root: str = "jobtpu"
     host_key_policy: Literal["strict", "accept-new", "off"] = "accept-new"
     connect_timeout: float = 10.0
+    peer_addresses: tuple[str, ...] = ()  # where the other workers reach each worker (docs/design.md §4.1)
     refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
 
     @property

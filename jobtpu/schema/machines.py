@@ -219,12 +219,25 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         spot=entry.spot is True, node_overrides=_node_overrides(entry) if entry.kind == "tpu" else {},
         queued_resource=queued, labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
         identity_file=connection["identity_file"], root=_root(entry, connection["root"], home),
-        host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]))
+        host_key_policy=connection["host_key_policy"], connect_timeout=float(connection["connect_timeout"]),
+        peer_addresses=tuple(entry.peer_addresses or ()))
     as_written = {key: getattr(entry, key) for key in MachineEntry.__struct_fields__}
     return Machine(**{**as_written, **worked_out})
 
 
 # ---- what the types cannot say -------------------------------------------------------------------
+
+def _check_peer_addresses(entry: MachineEntry) -> None:
+    """One address per worker (an ssh machine's hosts; a TPU's workers are checked when the API lists them)."""
+    given = entry.peer_addresses or ()
+    if entry.kind == "local":
+        raise FileRefused("'peer_addresses' is only for ssh and tpu machines (a local machine has one worker)")
+    if not given or not all(a.strip() and a.strip() == a and " " not in a for a in given):
+        raise FileRefused(f"{must(MachineEntry, 'peer_addresses')} (got {list(given)!r})")
+    if entry.kind == "ssh" and len(given) != len(entry.hosts or ()):
+        raise FileRefused(f"'peer_addresses' names {len(given)} addresses for {len(entry.hosts or ())} hosts: "
+                          "give one per host, in the order of 'hosts'")
+
 
 def _check_kind(entry: MachineEntry) -> None:
     """The keys one kind needs and another refuses."""
@@ -235,6 +248,8 @@ def _check_kind(entry: MachineEntry) -> None:
             raise FileRefused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
         for host in entry.hosts:
             _split_host(host, 22, FileRefused)
+    if entry.peer_addresses is not UNSET:
+        _check_peer_addresses(entry)
     if entry.kind == "tpu":
         for key in ("node", "accelerator", "zone"):
             if not getattr(entry, key):

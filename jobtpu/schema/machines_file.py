@@ -71,6 +71,8 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     queued_resource: Annotated[bool | QueuedResource | None, Meta(
         description='must be true or {"tier": "spot", "valid_for": 86400}')] = None
     aliases: Annotated[tuple[str, ...], Meta(description="must be a list of other names for the machine")] = ()
+    peer_addresses: Annotated[tuple[str, ...] | UnsetType, Meta(
+        description="must be a list of addresses, one per worker, where the other workers reach it")] = UNSET
 
 
 class Gcp(_Keys, frozen=True):

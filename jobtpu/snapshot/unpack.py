@@ -7,7 +7,7 @@ paths, never through a symlink. Anything else (devices, fifos, hard links, absol
 setuid bits) means the archive is not one jobtpu wrote: it is refused or, for mode bits, dropped.
 
 This module is self-contained (standard library only, Python 3.7+): the home imports it to check its
-own copy, and its source is sent to each worker and run there with `python3 -c SOURCE ARCHIVE DEST`."""
+own copy, and its source is sent to each worker and run there with `python3 -c SOURCE ARCHIVE [DEST]`."""
 
 from __future__ import annotations
 
@@ -162,7 +162,8 @@ def problem(archive: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    archive, dest = argv
+    """ARCHIVE DEST: check and unpack; ARCHIVE alone: only check it (a copy a peer sent, jobtpu/sh/peer.sh)."""
+    archive, dest = argv[0], (argv[1] if len(argv) > 1 else None)
     try:
         unpack(archive, dest)
     except BadArchive as e:

@@ -1,0 +1,69 @@
+# One upload per machine: a worker serves the snapshot to the machine's other workers (needs
+# common.sh). The serving and fetching are jobtpu/remote/peerfile.py's, run by python3 on the workers.
+
+# jobtpu_peer_serve ROOT ARCHIVE BIND TOKEN PEERS WAIT SOURCE : serve ROOT/archives/ARCHIVE, detached,
+# to PEERS fetches at /TOKEN/ARCHIVE on BIND (this worker's internal address) for at most WAIT
+# seconds, or until jobtpu_peer_stop. SOURCE is peerfile.py's text. Prints `SERVE ok PORT` | `SERVE fail WHY`.
+jobtpu_peer_serve() {
+  local r=${1/#-/./-} archive=$2 bind=$3 token=$4 peers=$5 wait=$6 source=$7 a d w port
+  a="$r/archives/$archive"
+  [ -f "$a" ] || { echo "SERVE fail it has no copy of the snapshot"; return 0; }
+  command -v python3 > /dev/null || { echo "SERVE fail python3 is needed on the worker"; return 0; }
+  jobtpu_peer_leftovers "$r" "$wait"
+  d="$r/archives/.serve.$token"
+  mkdir "$d" || { echo "SERVE fail cannot create $d"; return 0; }
+  JOBTPU_PEER_TOKEN=$token setsid nohup python3 -c "$source" serve "$a" "$bind" "$peers" "$wait" "$d/port" \
+    > "$d/log" 2>&1 < /dev/null &
+  w=$!
+  for _ in $(seq 250); do [ -s "$d/port" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
+  if [ -s "$d/port" ]; then
+    read -r port < "$d/port"
+    echo "SERVE ok $port"  # the server removes its folder when it ends
+  else
+    echo "SERVE fail the server did not start: $(head -c 200 "$d/log" | tr '\n' ' ')"
+    kill "$w" 2> /dev/null; rm -rf "$d"
+  fi
+  return 0
+}
+
+# jobtpu_peer_stop ROOT TOKEN : the server of that TOKEN ends now (some peers will never fetch).
+jobtpu_peer_stop() {
+  local d="${1/#-/./-}/archives/.serve.$2"
+  if [ -d "$d" ]; then touch "$d/stop"; fi
+  return 0
+}
+
+# jobtpu_peer_leftovers ROOT WAIT : the folders of servers and fetches cut short (the worker rebooted,
+# the connection dropped) older than any can live (WAIT whole seconds, and a minute) are nobody's.
+jobtpu_peer_leftovers() {
+  find "${1/#-/./-}/archives" -mindepth 1 -maxdepth 1 \( -name '.serve.*' -o -name '.fetch.*' \) \
+    -mmin "+$(($2 / 60 + 1))" -exec rm -rf {} + 2> /dev/null
+  return 0
+}
+
+# jobtpu_peer_fetch ROOT ARCHIVE URL WAIT SOURCE UNPACK_SOURCE : fetch the snapshot from URL into
+# ROOT/archives/ARCHIVE. The copy lands under a temporary folder, is checked against its name by
+# UNPACK_SOURCE (unpack.py, which exits nonzero for a copy that is not what its name says) and only
+# then takes the archive's place: a bad copy is never unpacked. SOURCE is peerfile.py's text. Prints
+# `FETCH ok` | `FETCH ok held` (it needed none) | `FETCH fail WHY` | `FETCH bad WHY` (the copy arrived, and is not the snapshot).
+jobtpu_peer_fetch() {
+  local r=${1/#-/./-} archive=$2 url=$3 wait=$4 source=$5 unpack=$6 t e
+  mkdir -p "$r/archives" || { echo "FETCH fail cannot create $r/archives"; return 0; }
+  jobtpu_private_root "$r"
+  command -v python3 > /dev/null || { echo "FETCH fail python3 is needed on the worker"; return 0; }
+  # Workers that share a disk (an NFS home) may hold the copy the home just sent to the serving one.
+  if [ -f "$r/archives/$archive" ] && python3 -c "$unpack" "$r/archives/$archive" 2> /dev/null < /dev/null; then
+    echo "FETCH ok held"; return 0
+  fi
+  jobtpu_peer_leftovers "$r" "$wait"
+  t=$(mktemp -d "$r/archives/.fetch.XXXXXX") || { echo "FETCH fail cannot create a folder in $r/archives"; return 0; }
+  if ! JOBTPU_PEER_URL=$url python3 -c "$source" fetch "$t/$archive" "$wait" 2> "$t/err" < /dev/null; then
+    e=$(head -c 200 "$t/err" | tr '\n' ' '); rm -rf "$t"; echo "FETCH fail ${e:-no answer}"; return 0
+  fi
+  if ! python3 -c "$unpack" "$t/$archive" 2> "$t/err" < /dev/null; then
+    e=$(head -c 300 "$t/err" | tr '\n' ' '); rm -rf "$t"; echo "FETCH bad $e"; return 0
+  fi
+  if mv -f "$t/$archive" "$r/archives/$archive"; then echo "FETCH ok"; else echo "FETCH fail cannot move the copy in place"; fi
+  rm -rf "$t"
+  return 0
+}

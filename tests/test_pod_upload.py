@@ -1,0 +1,192 @@
+"""One upload per machine (docs/design.md §4.1): a machine whose workers each have a disk of their own
+gets the snapshot from the home once; its other workers fetch it from that worker, check it and only
+then unpack it, and fall back to the home's copy (saying so) when the fetch fails. Real sshd per worker,
+each in a mount namespace of its own (tests/podfleet.py), real rsync: the home's uploads are counted
+by an rsync first on the pass's PATH that notes each call and runs the real one."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu import timing
+from tests.helpers import jobtpu, status, submit, wait_for, write_tree
+from tests.podfleet import PodFleet
+from tests.sshfleet import FleetMachine
+
+NOWHERE = "127.0.253.1"  # a loopback address no fleet host has (tests/sshfleet.py hands out 127.0.0-252.*)
+# Each worker lists its job folder's files with their digests, in a file on its own disk.
+LISTING = "find . -type f ! -name tree.txt | LC_ALL=C sort | xargs sha256sum > tree.txt"
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[PodFleet]:
+    fleet = PodFleet(tmp_path / "podfleet")
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+class Home:
+    """A home whose one machine is the pod, and whose passes count the rsync pushes they make."""
+
+    def __init__(self, tmp_path: Path, fleet: PodFleet, pod: FleetMachine, **extra: Any) -> None:
+        self.root, self.fleet, self.pod = tmp_path / "home", fleet, pod
+        self.root.mkdir()
+        spec = {"kind": "ssh", "hosts": [h.address() for h in pod.hosts], "user": pod.user,
+                "identity_file": str(fleet.identity), "connect_timeout": 5, **extra}
+        (self.root / "machines.json").write_text(json.dumps({"machines": {"pod": spec}}))
+        hook = tmp_path / "bin"
+        hook.mkdir()
+        self.calls = tmp_path / "rsync.calls"
+        (hook / "rsync").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{self.calls}"\nexec {shutil.which("rsync")} "$@"\n')
+        (hook / "rsync").chmod(0o755)
+        self.env = {"PATH": f"{hook}:{os.environ['PATH']}", **timing.env(peer_copy_wait=60)}
+
+    def manage(self) -> str:
+        return jobtpu(self.root, "manage", env=self.env, timeout=90).stderr
+
+    def pushes(self) -> list[str]:
+        """The archives pushed to workers so far (rsync's push is the call with --ignore-times)."""
+        calls = self.calls.read_text().splitlines() if self.calls.exists() else []
+        return [Path(c.split()[-2]).name for c in calls if "--ignore-times" in c]
+
+    def until_ended(self, job: int) -> tuple[dict[str, Any], str]:
+        """Passes until the job ended; its record and what the passes said."""
+        said: list[str] = []
+
+        def ended() -> dict[str, Any] | None:
+            said.append(self.manage())
+            record = status(self.root)[job]
+            return record if record["status"] in ("finished", "failed") else None
+        return wait_for(ended, timeout=40, interval=0.2, what=f"job {job} to end"), "".join(said)
+
+    def folder(self, worker: int, *rel: str) -> Path:
+        return Path(self.fleet.disk(self.pod.hosts[worker]), "jobtpu", *rel)
+
+
+def _src(tmp_path: Path) -> Path:
+    return write_tree(tmp_path / "src", {"train.py": "print('hi')\n", "conf/model.yaml": "depth: 3\n",
+                                         "data/blob.bin": os.urandom(300_000)})
+
+
+def _expected(src: Path) -> str:
+    files = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+    return "".join(f"{hashlib.sha256((src / f).read_bytes()).hexdigest()}  ./{f}\n" for f in files)
+
+
+def _leftovers(home: Home, workers: int) -> list[Path]:
+    return [p for w in range(workers) for p in home.folder(w, "archives").glob(".*")]
+
+
+def test_an_eight_worker_machine_gets_one_upload_and_runs_one_tree_on_every_disk(pods: PodFleet, tmp_path: Path) -> None:
+    home = Home(tmp_path, pods, pods.add_pod("pod", 8))
+    src = _src(tmp_path)
+    job = submit(home.root, src, LISTING)
+    archive = status(home.root)[job]["archive"]
+    record, said = home.until_ended(job)
+    assert record["status"] == "finished", (record, said)
+    assert home.pushes() == [archive]  # one copy from the home, however many workers
+    assert "could not fetch" not in said
+    trees = {w: home.folder(w, "jobs", str(job), "tree.txt").read_text() for w in range(8)}
+    assert set(trees.values()) == {_expected(src)}, trees
+    home_copy = (home.root / "archives" / archive).read_bytes()
+    assert all(home.folder(w, "archives", archive).read_bytes() == home_copy for w in range(8))
+    wait_for(lambda: not _leftovers(home, 8), timeout=10, what="the server to end and clean up")  # all fetched
+
+
+def test_a_refused_fetch_falls_back_to_the_home_and_says_so(pods: PodFleet, tmp_path: Path) -> None:
+    pod = pods.add_pod("pod", 3)
+    home = Home(tmp_path, pods, pod, peer_addresses=[NOWHERE, pod.hosts[1].addr, pod.hosts[2].addr])
+    src = _src(tmp_path)
+    job = submit(home.root, src, LISTING)
+    archive = status(home.root)[job]["archive"]
+    record, said = home.until_ended(job)
+    assert record["status"] == "finished", (record, said)
+    for w in (1, 2):
+        line = next(ln for ln in said.splitlines() if f"worker {w} could not fetch" in ln)
+        assert line.startswith(f"job {job}: worker {w} could not fetch the snapshot from worker 0 (")
+        assert line.endswith("); pushed from the home") and "(Connection refused)" in line, line
+    assert sorted(home.pushes()) == [archive] * 3  # worker 0's, then each peer's own
+    # No peer fetched: the pass ends worker 0's server rather than let it wait out peer_copy_wait.
+    wait_for(lambda: not _leftovers(home, 3), timeout=10, what="worker 0's server to be stopped")
+    assert {home.folder(w, "jobs", str(job), "tree.txt").read_text() for w in range(3)} == {_expected(src)}
+
+
+def _another_snapshot(path: Path) -> None:
+    """A good .tar.gz that is not the snapshot its name says: what a tampered or mixed-up server sends."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("evil.txt")
+        info.size = 4
+        tf.addfile(info, io.BytesIO(b"evil"))
+    path.write_bytes(buf.getvalue())
+
+
+def test_a_copy_that_is_not_the_snapshot_is_refused_and_never_unpacked(pods: PodFleet, tmp_path: Path) -> None:
+    home = Home(tmp_path, pods, pods.add_pod("pod", 3))
+    src = _src(tmp_path)
+    job = submit(home.root, src, LISTING)
+    archive = status(home.root)[job]["archive"]
+    assert home.until_ended(job)[0]["status"] == "finished"
+    # Workers 1 and 2 lose the snapshot; worker 0 keeps its job folder (a resume needs no archive there)
+    # and serves a file that is not the snapshot.
+    for w in (1, 2):
+        shutil.rmtree(home.folder(w, "jobs", str(job)))
+        home.folder(w, "archives", archive).unlink()
+    _another_snapshot(home.folder(0, "archives", archive))
+    jobtpu(home.root, "resume", str(job))
+    record, said = home.until_ended(job)
+    assert record["status"] == "finished", (record, said)
+    for w in (1, 2):
+        line = next(ln for ln in said.splitlines() if f"worker {w} could not fetch" in ln)
+        assert "does not match its name" in line and line.endswith("; pushed from the home"), line
+        assert home.folder(w, "jobs", str(job), "tree.txt").read_text() == _expected(src)
+        assert not list(home.folder(w).rglob("evil.txt"))
+    assert sorted(home.pushes()) == [archive] * 3  # the first launch's one, and one for each refused copy
+    assert not _leftovers(home, 3)
+
+
+# ---- machines.json: peer_addresses --------------------------------------------------------------------
+
+def _load(tmp_path: Path, machine: dict[str, Any]) -> Any:
+    from jobtpu.home.layout import Home as JobtpuHome
+    from jobtpu.schema.machines import load_fleet
+
+    home = JobtpuHome(tmp_path)
+    doc = {"gcp": {"project": "p"}, "machines": {"m": machine}}
+    home.machines_file.write_text(json.dumps(doc))
+    return home, lambda: load_fleet(home)
+
+
+@pytest.mark.parametrize(("machine", "words"), [
+    ({"kind": "ssh", "hosts": ["10.0.0.5", "10.0.0.6"], "peer_addresses": ["192.168.0.5"]},
+     "'peer_addresses' names 1 addresses for 2 hosts: give one per host, in the order of 'hosts'"),
+    ({"kind": "ssh", "hosts": ["10.0.0.5"], "peer_addresses": "192.168.0.5"}, "'peer_addresses' must be a list"),
+    ({"kind": "ssh", "hosts": ["10.0.0.5"], "peer_addresses": [""]}, "'peer_addresses' must be a list"),
+    ({"kind": "local", "peer_addresses": ["127.0.0.1"]}, "only for ssh and tpu machines"),
+])
+def test_peer_addresses_must_name_one_address_per_worker(tmp_path: Path, machine: dict[str, Any], words: str) -> None:
+    from jobtpu.errors import ConfigError
+
+    home, load = _load(tmp_path, machine)
+    before = home.machines_file.read_text()
+    with pytest.raises(ConfigError) as info:
+        load()
+    assert words in info.value.message and "\n" not in info.value.message, info.value.message
+    assert home.machines_file.read_text() == before
+
+
+def test_peer_addresses_are_read_in_worker_order(tmp_path: Path) -> None:
+    _, load = _load(tmp_path, {"kind": "ssh", "hosts": ["gw:2201", "gw:2202"], "peer_addresses": ["10.1.0.1", "10.1.0.2"]})
+    assert load().machines["m"].peer_addresses == ("10.1.0.1", "10.1.0.2")
