@@ -1,6 +1,9 @@
+import atexit
 import contextlib
 import fcntl
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +13,27 @@ from tests.accounts import Team
 from tests.fake_tpu import FakeTpuApi
 from tests.sshfleet import SshFleet
 from tests.tpufleet import TpuFleet
+
+PYC_PREFIX = "PYTHONPYCACHEPREFIX"
+
+
+def _share_compiled_modules() -> None:
+    """The suite runs the CLI in thousands of fresh Python processes. Under $PYTHONDONTWRITEBYTECODE
+    (and for the test accounts, who may not write into the checkout) each one compiled every jobtpu
+    module again: about a third of a short command's CPU. So the children of one run keep their
+    compiled modules in one folder of that run, outside the checkout; anyone may read it (the test
+    accounts too, tests/accounts.py), only this user may write it. Nothing a test checks depends on
+    where bytecode is kept. Set here, before pytest-xdist starts its workers, so they share it."""
+    if os.environ.get(PYC_PREFIX):
+        return  # a worker of this run, or a caller's own choice
+    folder = tempfile.mkdtemp(prefix="jobtpu-tests-pyc-")
+    os.chmod(folder, 0o755)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ[PYC_PREFIX] = folder
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_share_compiled_modules()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
