@@ -21,13 +21,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _compiled() -> list[str]:
-    """The run's folder of compiled modules (tests/conftest.py), read-only for the accounts: they
-    start as many CLI processes as anyone and need not compile jobtpu each time."""
-    folder = os.environ.get("PYTHONPYCACHEPREFIX")
-    return [f"PYTHONPYCACHEPREFIX={folder}", "PYTHONDONTWRITEBYTECODE=1"] if folder else []
-
-
 class Team:
     def __init__(self, n_accounts: int = 2) -> None:
         if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("runuser") is None:
@@ -79,7 +72,7 @@ class Team:
         home = pwd.getpwnam(account).pw_dir
         script = f"umask {umask}; exec \"$0\" -m jobtpu.cli \"$@\""
         cmd = ["runuser", "-u", account, "--", "env", "-i", f"HOME={home}", f"USER={account}",
-               f"LOGNAME={account}", "PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH={REPO}", *_compiled(),
+               f"LOGNAME={account}", "PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH={REPO}",
                *(f"{k}={v}" for k, v in (env or {}).items()),
                "bash", "-c", script, sys.executable, *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or self.base)
