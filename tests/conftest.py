@@ -1,6 +1,7 @@
 import contextlib
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,19 @@ from tests.accounts import Team
 from tests.fake_tpu import FakeTpuApi
 from tests.sshfleet import SshFleet
 from tests.tpufleet import TpuFleet
+
+
+def _keep_compiled_modules() -> None:
+    """The suite runs the CLI in thousands of fresh Python processes. Under $PYTHONDONTWRITEBYTECODE
+    each one compiled every jobtpu module again: about a third of a short command's CPU. Its
+    children write bytecode as Python does by default (__pycache__, ignored by git), which the test
+    accounts read too. Nothing a test checks depends on it. Set here, before pytest-xdist starts its
+    workers, so they and every CLI they run inherit it."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False  # this process too: the test modules and what they import
+
+
+_keep_compiled_modules()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
@@ -22,6 +36,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
              if item.get_closest_marker("fast") and NEEDS_ROOT & set(getattr(item, "fixturenames", ()))]
     if wrong:
         raise pytest.UsageError("tests marked fast must need no root, sshd nor accounts: " + "; ".join(wrong))
+    items.sort(key=_start_rank)
+
+
+# The fixtures of the longest tests, longest first: a TPU test sits through passes that create nodes.
+_SLOW_FIXTURES = ("tpus", "ssh_fleet", "team")
+
+
+def _start_rank(item: pytest.Item) -> int:
+    """Long tests start first (a stable sort: each file keeps its order within a rank). pytest-xdist
+    hands tests out in this order, so the short ones fill the workers' ends instead of one worker
+    starting a minute-long TPU test as the others run out of work. Without -n it changes nothing a
+    test sees: none depends on another having run."""
+    if item.get_closest_marker("starts_first"):
+        return 0
+    names = set(getattr(item, "fixturenames", ()))
+    return next((rank for rank, name in enumerate(_SLOW_FIXTURES, 1) if name in names), len(_SLOW_FIXTURES) + 1)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,9 @@ from jobtpu.home.layout import Home, find_home
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet
 from jobtpu.schema.machines import load_fleet, split_host
 from tests.helpers import jobtpu
+from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
+from jobtpu.home import Home, find_home
+from tests.helpers import cli, jobtpu
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -353,13 +356,14 @@ def run_malformed(base: Path, index: int, doc: Any) -> tuple[Path, bytes, list[s
     (home / "machines.json").write_bytes(data)
     # The pass and a submit are the commands that write most; either must refuse before writing anything.
     args = ["manage"] if index % 2 else ["submit", "--dir", str(src), "--cmd", "python3 train.py"]
-    return home, data, args, jobtpu(home, *args, check=False)
+    # In this process: eighty interpreters starting only to refuse a file cost more than the checks
+    # (the real entry point's exit and lines are test_cli_reports_a_bad_machines_json_in_one_line's).
+    code, out, err = cli(home, *args)
+    return home, data, args, subprocess.CompletedProcess(args, code, out, err)
 
 
 def test_malformed_files_are_one_line_each_and_change_nothing(tmp_path: Path) -> None:
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        runs = list(pool.map(lambda item: run_malformed(tmp_path, *item),
-                             enumerate(doc for _, doc, _ in MALFORMED)))
+    runs = [run_malformed(tmp_path, i, doc) for i, (_, doc, _) in enumerate(MALFORMED)]
     wrong = []
     for (label, _, needle), (home, data, args, done) in zip(MALFORMED, runs, strict=True):
         lines = done.stderr.splitlines()

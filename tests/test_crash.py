@@ -12,9 +12,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import JOBTPU, manage_until, status
 
 
+@pytest.mark.starts_first  # long: handed out first under -n (tests/conftest.py)
 def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
     from tests.helpers import make_home
 

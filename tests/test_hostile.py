@@ -68,6 +68,7 @@ def literal_env(value: str) -> str:
     return value.replace("$", "\\$")
 
 
+@pytest.mark.starts_first  # long: handed out first under -n (tests/conftest.py)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(job_input(), min_size=1, max_size=3))
 @example(batch=[{"said": "%s", "name": "", "tags": [], "env": "", "env2": "", "overrides": []}])

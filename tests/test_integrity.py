@@ -182,6 +182,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
     return home, src, _template_state(home, src)
 
 
+@pytest.mark.starts_first  # long: handed out first under -n (tests/conftest.py)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
