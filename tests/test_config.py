@@ -13,9 +13,6 @@ from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home, find_home
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet
 from jobtpu.schema.machines import load_fleet, split_host
-from tests.helpers import jobtpu
-from jobtpu.fleet import DEFAULT_ERROR_PATTERNS, Fleet, load_fleet, split_host
-from jobtpu.home import Home, find_home
 from tests.helpers import cli, jobtpu
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
