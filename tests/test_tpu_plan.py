@@ -12,7 +12,7 @@ import pytest
 from jobtpu.decide.core import MachineView
 from jobtpu.errors import RemoteError
 from jobtpu.schema.machines import Machine
-from jobtpu.schema.state import MachineRecord, Operation, Refused, Setup
+from jobtpu.schema.records import MachineRecord, Operation, Refused, Setup
 from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
 from jobtpu.tpu.outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key
 from jobtpu.tpu.plan import (
