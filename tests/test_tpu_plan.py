@@ -29,10 +29,10 @@ pytestmark = pytest.mark.fast
 
 NOW = 1_700_000_000.0
 ZONES = ("zone-a", "zone-b")
-TPU = Machine("t", "tpu", node="n", zone="zone-a", zones=ZONES, accelerator="v3-8")
-STRICT = Machine("t", "tpu", node="n", zone="zone-a", zones=ZONES, host_key_policy="strict")
-QUEUED = Machine("t", "tpu", node="n", zone="zone-a", zones=ZONES, queued_resource={"tier": "spot"})
-SETUP = Machine("t", "tpu", node="n", zone="zone-a", zones=ZONES, setup=("pip install x",))
+TPU = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, accelerator="v3-8")
+STRICT = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, host_key_policy="strict")
+QUEUED = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, queued_resource={"tier": "spot"})
+SETUP = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, setup=("pip install x",))
 
 
 def node(state: str = "READY", created: str = "c1", workers: int = 2) -> NodeInfo:
@@ -239,14 +239,18 @@ def test_a_failed_step_other_than_a_create_only_says_why() -> None:
                                                                               "HTTP 500", None)
 
 
+# The setup script's last line: its report (remote/protocol.py).
+DONE, RUNNING, FAILED = (f'{{"kind": "setup", "outcome": "{word}"}}' for word in ("done", "running", "failed"))
+
+
 @pytest.mark.parametrize(("before", "outputs", "state", "status", "tries"), [
     (None, None, "up", "done", 0),
-    (None, ["SETUP done", "x\nSETUP done"], "up", "done", 0),
-    (None, ["SETUP done", "SETUP running"], "setting up", "running", 0),
-    (None, ["SETUP done", "pip: no such package\nSETUP failed"], "setup failed", "failed", 1),
-    (None, ["SETUP done", "SETUP error ssh: connection refused"], "setup failed", "failed", 1),
-    (Setup("failed", tries=1, error="old"), ["SETUP running", "SETUP running"], "setting up", "running", 1),
-    (Setup("failed", tries=1, error="old"), ["SETUP done", "SETUP failed"], "setup failed", "failed", 2),
+    (None, [DONE, "x\n" + DONE], "up", "done", 0),
+    (None, [DONE, RUNNING], "setting up", "running", 0),
+    (None, [DONE, "pip: no such package\n" + FAILED], "setup failed", "failed", 1),
+    (None, [DONE, "SETUP error ssh: connection refused"], "setup failed", "failed", 1),
+    (Setup("failed", tries=1, error="old"), [RUNNING, RUNNING], "setting up", "running", 1),
+    (Setup("failed", tries=1, error="old"), [DONE, FAILED], "setup failed", "failed", 2),
 ])
 def test_the_setup_outcome_comes_from_every_worker_s_last_output(before: Setup | None, outputs: list[str] | None,
                                                                  state: str, status: str, tries: int) -> None:
@@ -261,8 +265,9 @@ def test_the_setup_outcome_comes_from_every_worker_s_last_output(before: Setup |
 
 def test_the_setup_outcome_is_said_for_the_first_worker_that_failed() -> None:
     record = MachineRecord(incarnation="c1")
-    _, plan = settled("setup", record, machine=SETUP, setup_outputs=["boom\nSETUP failed", "SETUP failed"])
-    assert plan.detail == "worker 0: boom\nSETUP failed"
+    boom = '{"kind": "setup", "outcome": "failed", "code": 1, "detail": "boom"}'
+    _, plan = settled("setup", record, machine=SETUP, setup_outputs=["pip\n" + boom, FAILED])
+    assert plan.detail == "worker 0: SETUP failed 1: boom"
 
 
 @pytest.mark.parametrize(("failures", "first", "wait"), [
