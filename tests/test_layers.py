@@ -124,3 +124,10 @@ def test_the_tpu_rules_do_no_io(module: str) -> None:
     """The TPU machines' decisions are pure: no session, no connection to a worker, no pass."""
     reached = reaches(import_graph(), module)
     assert not {m for m in reached if m.startswith(("jobtpu.passes", "jobtpu.transport", "jobtpu.tpu.flow"))}
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module a reader can hold in mind: one job each, none over 400 lines."""
+    long = {str(path.relative_to(PACKAGE.parent)): n for path in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > 400}
+    assert long == {}
