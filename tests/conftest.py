@@ -1,6 +1,7 @@
 import contextlib
 import fcntl
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,20 @@ def _keep_compiled_modules() -> None:
 
 
 _keep_compiled_modules()
+
+
+def _let_ctrl_c_reach_the_cli() -> None:
+    """Tests press Ctrl-C on the CLI (SIGINT to `run --follow`, `manage --loop`, `status --watch`).
+    A suite started in the background of a non-interactive shell (`.ci/run &`) inherits SIGINT
+    ignored, and so would every CLI it starts: Python installs no KeyboardInterrupt handler for an
+    ignored SIGINT, and those tests would wait out their timeouts. A caught signal is reset to its
+    default at exec, so children see SIGINT as a terminal gives it. Here, before xdist starts its
+    workers (and again in each worker, which loads this file too)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_let_ctrl_c_reach_the_cli()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
