@@ -129,6 +129,24 @@ class Jax(Report, frozen=True, tag="jax"):
     error: str | None = None
 
 
+# ---- one upload per machine (sh/peer.sh) -------------------------------------------------------------
+
+class Serve(Report, frozen=True, tag="serve"):
+    """The serving worker's server: listening on `port`, or not started and why."""
+
+    outcome: Literal["ok", "fail"]
+    port: int | None = None
+    detail: str = ""
+
+
+class Fetch(Report, frozen=True, tag="fetch"):
+    """A peer's fetch: ok, held (it shares the serving worker's disk), fail (no copy came) or bad (a
+    copy came, and is not the snapshot: deleted, never unpacked)."""
+
+    outcome: Literal["ok", "held", "fail", "bad"]
+    detail: str = ""
+
+
 # ---- machine setup (sh/setup.sh) --------------------------------------------------------------------
 
 class SetupReport(Report, frozen=True, tag="setup"):
@@ -158,7 +176,7 @@ class Ran(Report, frozen=True, tag="ran"):
 
 
 AnyReport = (Launch | Host | Worker | Log | LogEnd | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
-             | Jax | SetupReport | Got | Ran)
+             | Jax | SetupReport | Got | Ran | Serve | Fetch)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
 

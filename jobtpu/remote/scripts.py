@@ -156,7 +156,7 @@ class Fetched:
 
 
 def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
-    """Serve the worker's copy of the snapshot to `peers` fetches, detached: `SERVE ok PORT` | `SERVE fail WHY`."""
+    """Serve the worker's copy of the snapshot to `peers` fetches, detached: a `serve` report."""
     wait = int(timing.current().peer_copy_wait)
     return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
                                                   peerfile_source())])
@@ -168,7 +168,7 @@ def peer_stop_script(root: str, token: str) -> str:
 
 
 def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
-    """Fetch the snapshot from a peer (`FETCH ok` | `FETCH fail WHY` | `FETCH bad WHY`), then launch the worker
+    """Fetch the snapshot from a peer (a `fetch` report), then launch the worker
     as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
     fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, int(timing.current().peer_copy_wait),
                  peerfile_source(), unpack_source())
@@ -176,24 +176,23 @@ def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
 
 
 def parse_serve(stdout: str) -> Served:
-    for line in stdout.splitlines():
-        words = line.split(" ", 2)
-        if words[:2] == ["SERVE", "ok"] and len(words) == 3 and words[2].isdigit():
-            return Served(int(words[2]))
-        if words[:2] == ["SERVE", "fail"]:
-            return Served(None, words[2] if len(words) == 3 else "no reason given")
-    return Served(None, "the serve script said nothing")
+    said = protocol.of_kind(protocol.reports(stdout), protocol.Serve)
+    if not said:
+        return Served(None, "the serve script said nothing")
+    if said[0].outcome == "ok" and said[0].port is not None:
+        return Served(said[0].port)
+    return Served(None, said[0].detail.strip() or "no reason given")
 
 
 def parse_fetch(stdout: str) -> Fetched:
-    for line in stdout.splitlines():
-        words = line.split(" ", 2)
-        if words[:2] == ["FETCH", "ok"]:
-            return Fetched(True, held=words[2:] == ["held"])
-        if words[:2] in (["FETCH", "fail"], ["FETCH", "bad"]):
-            why = words[2].strip() if len(words) == 3 else "no reason given"
-            return Fetched(False, why if words[1] == "fail" else f"the copy was refused: {why}")
-    return Fetched(False, "the fetch script said nothing")
+    said = protocol.of_kind(protocol.reports(stdout), protocol.Fetch)
+    if not said:
+        return Fetched(False, "the fetch script said nothing")
+    fetch = said[0]
+    if fetch.outcome in ("ok", "held"):
+        return Fetched(True, held=fetch.outcome == "held")
+    why = fetch.detail.strip() or "no reason given"
+    return Fetched(False, why if fetch.outcome == "fail" else f"the copy was refused: {why}")
 
 
 # ---- probe ----------------------------------------------------------------------------------------

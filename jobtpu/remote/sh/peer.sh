@@ -3,24 +3,24 @@
 
 # jobtpu_peer_serve ROOT ARCHIVE BIND TOKEN PEERS WAIT SOURCE : serve ROOT/archives/ARCHIVE, detached,
 # to PEERS fetches at /TOKEN/ARCHIVE on BIND (this worker's internal address) for at most WAIT
-# seconds, or until jobtpu_peer_stop. SOURCE is peerfile.py's text. Prints `SERVE ok PORT` | `SERVE fail WHY`.
+# seconds, or until jobtpu_peer_stop. SOURCE is peerfile.py's text. Says a `serve` report (remote/protocol.py): ok with its port, or fail and why.
 jobtpu_peer_serve() {
   local r=${1/#-/./-} archive=$2 bind=$3 token=$4 peers=$5 wait=$6 source=$7 a d w port
   a="$r/archives/$archive"
-  [ -f "$a" ] || { echo "SERVE fail it has no copy of the snapshot"; return 0; }
-  command -v python3 > /dev/null || { echo "SERVE fail python3 is needed on the worker"; return 0; }
+  [ -f "$a" ] || { jobtpu_say serve s:outcome fail s:detail "it has no copy of the snapshot"; return 0; }
+  command -v python3 > /dev/null || { jobtpu_say serve s:outcome fail s:detail "python3 is needed on the worker"; return 0; }
   jobtpu_peer_leftovers "$r" "$wait"
   d="$r/archives/.serve.$token"
-  mkdir "$d" || { echo "SERVE fail cannot create $d"; return 0; }
+  mkdir "$d" || { jobtpu_say serve s:outcome fail s:detail "cannot create $d"; return 0; }
   JOBTPU_PEER_TOKEN=$token setsid nohup python3 -c "$source" serve "$a" "$bind" "$peers" "$wait" "$d/port" \
     > "$d/log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 250); do [ -s "$d/port" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$d/port" ]; then
     read -r port < "$d/port"
-    echo "SERVE ok $port"  # the server removes its folder when it ends
+    jobtpu_say serve s:outcome ok n:port "$port"  # the server removes its folder when it ends
   else
-    echo "SERVE fail the server did not start: $(head -c 200 "$d/log" | tr '\n' ' ')"
+    jobtpu_say serve s:outcome fail s:detail "the server did not start: $(head -c 200 "$d/log" | tr '\n' ' ')"
     kill "$w" 2> /dev/null; rm -rf "$d"
   fi
   return 0
@@ -44,26 +44,26 @@ jobtpu_peer_leftovers() {
 # jobtpu_peer_fetch ROOT ARCHIVE URL WAIT SOURCE UNPACK_SOURCE : fetch the snapshot from URL into
 # ROOT/archives/ARCHIVE. The copy lands under a temporary folder, is checked against its name by
 # UNPACK_SOURCE (unpack.py, which exits nonzero for a copy that is not what its name says) and only
-# then takes the archive's place: a bad copy is never unpacked. SOURCE is peerfile.py's text. Prints
-# `FETCH ok` | `FETCH ok held` (it needed none) | `FETCH fail WHY` | `FETCH bad WHY` (the copy arrived, and is not the snapshot).
+# then takes the archive's place: a bad copy is never unpacked. SOURCE is peerfile.py's text. Says a
+# `fetch` report: ok | held (it needed none) | fail and why | bad and why (the copy arrived, and is not the snapshot).
 jobtpu_peer_fetch() {
   local r=${1/#-/./-} archive=$2 url=$3 wait=$4 source=$5 unpack=$6 t e
-  mkdir -p "$r/archives" || { echo "FETCH fail cannot create $r/archives"; return 0; }
+  mkdir -p "$r/archives" || { jobtpu_say fetch s:outcome fail s:detail "cannot create $r/archives"; return 0; }
   jobtpu_private_root "$r"
-  command -v python3 > /dev/null || { echo "FETCH fail python3 is needed on the worker"; return 0; }
+  command -v python3 > /dev/null || { jobtpu_say fetch s:outcome fail s:detail "python3 is needed on the worker"; return 0; }
   # Workers that share a disk (an NFS home) may hold the copy the home just sent to the serving one.
   if [ -f "$r/archives/$archive" ] && python3 -c "$unpack" "$r/archives/$archive" 2> /dev/null < /dev/null; then
-    echo "FETCH ok held"; return 0
+    jobtpu_say fetch s:outcome held; return 0
   fi
   jobtpu_peer_leftovers "$r" "$wait"
-  t=$(mktemp -d "$r/archives/.fetch.XXXXXX") || { echo "FETCH fail cannot create a folder in $r/archives"; return 0; }
+  t=$(mktemp -d "$r/archives/.fetch.XXXXXX") || { jobtpu_say fetch s:outcome fail s:detail "cannot create a folder in $r/archives"; return 0; }
   if ! JOBTPU_PEER_URL=$url python3 -c "$source" fetch "$t/$archive" "$wait" 2> "$t/err" < /dev/null; then
-    e=$(head -c 200 "$t/err" | tr '\n' ' '); rm -rf "$t"; echo "FETCH fail ${e:-no answer}"; return 0
+    e=$(head -c 200 "$t/err" | tr '\n' ' '); rm -rf "$t"; jobtpu_say fetch s:outcome fail s:detail "${e:-no answer}"; return 0
   fi
   if ! python3 -c "$unpack" "$t/$archive" 2> "$t/err" < /dev/null; then
-    e=$(head -c 300 "$t/err" | tr '\n' ' '); rm -rf "$t"; echo "FETCH bad $e"; return 0
+    e=$(head -c 300 "$t/err" | tr '\n' ' '); rm -rf "$t"; jobtpu_say fetch s:outcome bad s:detail "$e"; return 0
   fi
-  if mv -f "$t/$archive" "$r/archives/$archive"; then echo "FETCH ok"; else echo "FETCH fail cannot move the copy in place"; fi
+  if mv -f "$t/$archive" "$r/archives/$archive"; then jobtpu_say fetch s:outcome ok; else jobtpu_say fetch s:outcome fail s:detail "cannot move the copy in place"; fi
   rm -rf "$t"
   return 0
 }
