@@ -77,7 +77,12 @@ def setup_home(base: Path, fleet: SshFleet, hosts: list[Host], src: Path) -> Pat
     (home / "machines.json").write_text(json.dumps({"machines": machines}))
     for i in range(len(hosts)):
         jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 600", "--machine", f"h{i}")
-    deadline = time.monotonic() + 120
+    return start_all(home, 120)
+
+
+def start_all(home: Path, timeout: float) -> Path:
+    """Passes until every submitted job runs (a launch may take a few passes)."""
+    deadline = time.monotonic() + timeout
     while True:
         jobtpu(home, "manage")
         jobs = json.loads(jobtpu(home, "status", "--json", "--all-users"))["jobs"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from manage_scaling import jobtpu  # noqa: E402  bench/manage_scaling.py (benches run as scripts)
+from manage_scaling import jobtpu, start_all  # noqa: E402  bench/manage_scaling.py (benches run as scripts)
 
 from tests.sshfleet import Host, SshFleet  # noqa: E402
 
@@ -46,15 +46,7 @@ def setup_home(base: Path, fleet: SshFleet, hosts: list[Host], src: Path) -> Pat
                "identity_file": str(fleet.identity), "connect_timeout": 20}
     (home / "machines.json").write_text(json.dumps({"machines": {"pod": machine}}))
     jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 600", "--machine", "pod")
-    deadline = time.monotonic() + 300
-    while True:
-        jobtpu(home, "manage")
-        jobs = json.loads(jobtpu(home, "status", "--json", "--all-users"))["jobs"]
-        if all(j["status"] == "running" for j in jobs):
-            return home
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the job did not start: {[(j['id'], j['status'], j['last_line']) for j in jobs]}")
-        time.sleep(0.5)
+    return start_all(home, 300)
 
 
 def measure(home: Path, hosts: list[Host], identity: Path, rounds: int) -> tuple[float, float]:
