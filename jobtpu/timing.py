@@ -41,6 +41,7 @@ class Timing(NamedTuple):
     api_timeout: float = 30.0  # one TPU API call (the client has none: a hung API must not hang a pass)
     keepalive: float = 30.0  # between SSH keepalives on a kept connection
     script_timeout: float = 120.0  # one script run on a worker by a pass
+    log_catch_up: float = 10.0  # a pass pulls the rest of ended attempts' logs this long; later passes go on
     peer_copy_wait: float = 600.0  # a worker serves a launch's snapshot to the others at most this long (whole s)
     follow_poll: float = 1.0  # between looks at a followed log with nothing new
     run_follow_poll: float = 1.0  # between the passes of `run --follow`

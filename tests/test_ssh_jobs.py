@@ -318,6 +318,31 @@ def test_a_killed_or_lost_attempt_s_log_comes_home_whole(ssh_fleet: SshFleet, tm
     assert log(home, lost) == meta(fm, lost, ext="log").read_text()
 
 
+def test_an_ended_log_past_the_pass_s_budget_is_pulled_by_the_next_passes(ssh_fleet: SshFleet, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass's catch-up of ended logs stops at its budget (timing's log_catch_up): a worker that
+    printed a lot cannot make the pass that ends its job slow. The attempt says its log is behind,
+    and the next pass pulls the rest (docs/reference/pass.md §5)."""
+    fm = ssh_fleet.add_machine("box")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    talk = f"head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the last words; {WAIT_RELEASE}"  # 3 pulls' worth
+    job = submit(home, code_dir(tmp_path), talk)
+    manage_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    wait_for(lambda: meta(fm, job, ext="log").read_bytes().endswith(b"the last words\n"),
+             timeout=DEADLINE, what="the job to have talked")
+    monkeypatch.setenv("JOBTPU_TIMING", json.dumps({"log_catch_up": 0}))  # the budget, spent at once
+    (fm.home / f"release-{job}").touch()
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    attempt = json.loads((home / "state.json").read_text())["jobs"][0]["attempts"][0]
+    assert attempt["logs_behind"] is True and len(log(home, job)) < 3000000
+
+    monkeypatch.delenv("JOBTPU_TIMING")
+    manage(home)
+    assert log(home, job) == meta(fm, job, ext="log").read_text()  # the rest, pulled by the next pass
+    assert "logs_behind" not in json.loads((home / "state.json").read_text())["jobs"][0]["attempts"][0]
+
+
 def test_tail_f_on_a_machine_that_is_down_says_so_and_shows_the_log_as_pulled(ssh_fleet: SshFleet,
                                                                                tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")

@@ -54,13 +54,18 @@ def _goes_ahead(p: Pass, action: Launch) -> bool:
 def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
     """The rest of the logs of the attempts that ended in this pass, from the machines that answer
     (a preempted TPU's workers are gone, as are those of one this pass deleted; an unreachable
-    machine's stay there)."""
+    machine's stay there), and those earlier passes left behind, within the pass's budget."""
     ended = pulls.ended_since(p.state.jobs, was_open)
+    gone: list[WorkerRef] = []  # their workers went with their machine: nothing is left to pull
     for name in list(ended):
         view, work = seen.view(name), p.tpu_work.get(name)
-        if view.preempted or view.reachable is False or (work is not None and work.has(StepKind.DELETE)):
-            del ended[name]
-    p.notes.extend(pulls.catch_up(p, ended))
+        if view.preempted or (work is not None and work.has(StepKind.DELETE)) or p.fleet.get(name) is None:
+            gone.extend(ended.pop(name))
+        elif view.reachable is False:
+            del ended[name]  # still behind: a later pass that reaches it pulls the rest
+    done = pulls.catch_up(p, ended)
+    p.notes.extend(done.lines)
+    pulls.mark_behind(p.state.jobs, [*gone, *(r for refs in ended.values() for r in refs)], done.behind)
 
 
 def stop_all(p: Session, kills: list[Kill], now: float) -> None:
@@ -184,7 +189,10 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     kills = [k for k in map(kill_asked, jobs) if k is not None]
     _tell_ended(p, jobs, was_ended, now, by)
     stop_all(p, kills, now)
-    p.notes.extend(pulls.catch_up(p, pulls.ended_since(jobs, was_open)))  # their logs, whole
+    ended = pulls.ended_since(jobs, was_open)
+    done = pulls.catch_up(p, ended)  # their logs, whole as far as the budget goes; passes pull the rest
+    p.notes.extend(done.lines)
+    pulls.mark_behind(jobs, [r for refs in ended.values() for r in refs], done.behind)
     _tell_ended(p, jobs, was_ended, now, by)
 
 

@@ -1,11 +1,17 @@
 """Log bytes from the workers to the home: the probe every pass (and `tail -f`) makes, and the
 catch-up once an attempt ends, so its log at home is whole as far as its machine still has it
-(a probe brings at most a chunk a pass, and an ended attempt is never probed again)."""
+(a probe brings at most a chunk a pass, and an ended attempt is never probed again). Both are
+bounded: a probe brings a chunk per worker, and the catch-up of a pass stops at its time budget
+(timing.log_catch_up); an attempt whose log is still behind is marked so and caught up by the next
+passes (docs/reference/pass.md §5)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
+from jobtpu import timing
 from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
@@ -17,7 +23,7 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint
 
-CATCH_UP_CHUNKS = 64  # probes at most per worker once its attempt ended: a log's first 64 MiB past the pull
+CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ended: 64 MiB a pass
 
 
 def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
@@ -44,19 +50,40 @@ def open_attempts(jobs: Iterable[Job]) -> set[tuple[int, int]]:
 
 
 def ended_since(jobs: Iterable[Job], was_open: set[tuple[int, int]]) -> dict[str, list[WorkerRef]]:
-    """The workers of the attempts that were open and have ended since, by machine."""
+    """The workers of the attempts to catch up, by machine: those that were open and have ended
+    since, and those an earlier pass left behind (Attempt.logs_behind)."""
     ended: dict[str, list[WorkerRef]] = {}
     for job in jobs:
         for a in job.attempts:
-            if a.ended is not None and (job.id, a.n) in was_open:
+            if a.ended is not None and ((job.id, a.n) in was_open or a.logs_behind):
                 ended.setdefault(a.machine, []).extend(WorkerRef(job.id, a.n, w) for w in range(a.workers))
     return ended
 
 
-def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> list[str]:
-    """Pull what is left of these workers' logs, a chunk a round trip, until each is home or
-    CATCH_UP_CHUNKS were pulled. A worker that cannot be reached keeps the rest (its machine's
-    record says why); a log in the home that cannot be written gets one line."""
+@dataclass
+class CatchUp:
+    """What a catch-up did: lines for the pass, and the workers whose logs are still behind."""
+
+    lines: list[str] = field(default_factory=list)
+    behind: set[WorkerRef] = field(default_factory=set)
+
+
+def mark_behind(jobs: Iterable[Job], tried: Iterable[WorkerRef], behind: set[WorkerRef]) -> None:
+    """Each tried attempt is behind exactly when one of its workers' logs is: the next passes pull
+    the rest, a pass's budget at a time."""
+    tried_attempts = {(r.job, r.attempt) for r in tried}
+    behind_attempts = {(r.job, r.attempt) for r in behind}
+    for job in jobs:
+        for a in job.attempts:
+            if (job.id, a.n) in tried_attempts:
+                a.logs_behind = (job.id, a.n) in behind_attempts
+
+
+def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> CatchUp:
+    """Pull what is left of these workers' logs, a chunk a round trip, until each is home, or
+    CATCH_UP_CHUNKS were pulled, or the pass's budget for it is spent. A worker that cannot be
+    reached keeps the rest (its machine's record says why); a log in the home that cannot be
+    written gets one line."""
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for name, refs in sorted(ended.items()):
         machine = p.fleet.get(name)
@@ -66,24 +93,32 @@ def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> list[str]:
             mine = [r for r in refs if r.worker == ep.index]
             if mine:
                 work.append((machine, ep, mine))
-    return [line for lines in p.parallel(lambda item: _catch_up_worker(p, *item), work) for line in lines]
+    deadline = time.monotonic() + timing.current().log_catch_up
+    done = CatchUp()
+    for lines, behind in p.parallel(lambda item: _catch_up_worker(p, item[0], item[1], item[2], deadline), work):
+        done.lines.extend(lines)
+        done.behind.update(behind)
+    return done
 
 
-def _catch_up_worker(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> list[str]:
+def _catch_up_worker(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
+                     deadline: float) -> tuple[list[str], list[WorkerRef]]:
     for _ in range(CATCH_UP_CHUNKS):
+        if time.monotonic() >= deadline:
+            return [], refs
         try:
             states = probe(p, machine, ep, refs)
         except RemoteError:
-            return []
+            return [], refs  # its machine's record says why; a pass that reaches it pulls the rest
         behind = []
         for ref, ws in states.items():
             try:
                 append_log(p.home, ref, ws.log_offset, ws.log_bytes)
             except (UnsafePath, BusyError) as e:
-                return [f"job {ref.job}: {e.message}"]
+                return [f"job {ref.job}: {e.message}"], []
             if ws.log_bytes and ws.log_offset + len(ws.log_bytes) < ws.log_size:
                 behind.append(ref)
         if not behind:
-            return []
+            return [], []
         refs = behind
-    return []
+    return [], refs

@@ -122,6 +122,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     # the last pass that saw a worker of it alive
     progress: dict[str, Number] | None = None
     last_alive: Number | None = None
+    logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
 
 
 class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
