@@ -139,3 +139,53 @@ def test_each_file_s_bad_field_is_one_line_naming_the_file_and_the_field(
         load(home)  # type: ignore[operator]
     assert info.value.message == line
     assert path.read_bytes() == before
+
+
+# The outbox and the hash cache are jobtpu's own files, read on every pass or submit: what a crash
+# or a hand edit leaves costs what each says (docs/reference/home-files.md), never the pass.
+_EVENT = b'{"time":1700000000.5,"kind":"ended","job":4,"detail":{"status":"failed"}}'
+_ITEM = b'{"dest":"cmd-1","name":"failed","event":' + _EVENT + b',"tries":2}'
+
+
+@pytest.mark.parametrize(("text", "pending", "slow", "line"), [
+    (b'{"pending":[' + _ITEM + b'],"slow":{"cmd-1":{"strikes":3,"skip":1}}}', [("cmd-1", "failed", 2)],
+     {"cmd-1": (3, 1)}, None),
+    # a back-off that is not one costs that back-off only: the notifications beside it still go
+    (b'{"pending":[' + _ITEM + b'],"slow":{"cmd-1":{"strikes":true,"skip":1},"x":7}}', [("cmd-1", "failed", 2)],
+     {}, None),
+    (b'{"pending":[{"dest":"cmd-1","event":' + _EVENT + b',"tries":0}]}', [("cmd-1", "", 0)], {}, None),
+    (b'{"pending":[{"dest":"cmd-1","event":' + _EVENT + b',"tries":-1}]}', [], {}, "damaged"),
+    (b'{"pending":[{"dest":"cmd-1","event":[],"tries":0}]}', [], {}, "damaged"),
+    (b'{"pending":{}}', [], {}, "damaged"),
+    (b'{"pend', [], {}, "damaged"),
+    (b'[' * 100_000, [], {}, "damaged"),
+])
+def test_the_outbox_reads_as_its_type_and_a_damaged_one_is_one_line(
+        tmp_path: Path, text: bytes, pending: list[tuple[str, str, int]], slow: dict[str, tuple[int, int]],
+        line: str | None) -> None:
+    from jobtpu.tell.outbox import OUTBOX_FILE, load_outbox, save_outbox
+    path = tmp_path / OUTBOX_FILE
+    path.write_bytes(text)
+    items, backoffs, lines = load_outbox(path)
+    assert [(i.dest, i.name, i.tries) for i in items] == pending
+    assert {k: (b.strikes, b.skip) for k, b in backoffs.items()} == slow
+    assert lines == ([f"notifications: {OUTBOX_FILE} is damaged; pending notifications dropped"] if line else [])
+    if items:  # what is written reads back the same
+        assert save_outbox(path, items, backoffs) == []
+        assert load_outbox(path)[:2] == (items, backoffs)
+        assert json.loads(path.read_bytes())["pending"][0]["event"] == json.loads(_EVENT)
+
+
+_SHA = "ab" * 32
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    (f'{{"/r/a":[1,2,3,4,"{_SHA}"]}}'.encode(), {"/r/a"}),
+    (f'{{"/r/a":[1,2,3,4,"{_SHA}"],"/r/b":[1,2,3,"{_SHA}"]}}'.encode(), set()),  # one bad entry: a re-hash
+    (b'{"/r/a":[1,2,3,4,"not a digest"]}', set()),
+    (b'[]', set()),
+    (b'{"/r/a":', set()),
+])
+def test_a_damaged_hash_cache_reads_as_empty(text: bytes, kept: set[str]) -> None:
+    from jobtpu.schema.hash_cache import read_hash_cache
+    assert set(read_hash_cache(text)) == kept

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from jobtpu.home.layout import write_atomic
+from jobtpu.schema.hash_cache import Entry, HashCacheFile, Stamp, read_hash_cache
 from jobtpu.snapshot.tree import FolderTree
 
 CACHE_NAME = ".hashcache.json"
 RACY_NS = 1_000_000_000  # a file modified this close to the snapshot may change again within its mtime tick
 
 
-def stamp(st: os.stat_result) -> list[int | str]:
+def stamp(st: os.stat_result) -> Stamp:
     """What git's index compares too: a same-size edit that restores the mtime still changes the ctime."""
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def hash_file(tree: FolderTree, rel: str, on_bytes: Callable[[int], None]) -> str:
@@ -38,28 +40,26 @@ class HashCache:
     def __init__(self, archives_dir: Path, root: str) -> None:
         self.path, self.root = archives_dir / CACHE_NAME, root
         try:  # a lost or damaged cache only costs a re-hash
-            old = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            old = {}
-        self.old: dict[str, object] = old if isinstance(old, dict) else {}
-        self.entries: dict[str, list[int | str]] = {k: v for k, v in self.old.items()  # type: ignore[misc]
-                                                    if not k.startswith(root + os.sep)}
+            self.old: HashCacheFile = read_hash_cache(self.path.read_bytes())
+        except OSError:
+            self.old = {}
+        self.entries: dict[str, Entry] = {k: v for k, v in self.old.items() if not k.startswith(root + os.sep)}
 
     def known(self, rel: str, st: os.stat_result) -> str | None:
         """The file's sha256 when the cache holds it for exactly this stat, else None."""
         key = os.path.join(self.root, rel)
         hit = self.old.get(key)
-        if isinstance(hit, list) and len(hit) == 5 and hit[:4] == stamp(st):
+        if hit is not None and hit[:4] == stamp(st):
             self.entries[key] = hit
-            return str(hit[4])
+            return hit[4]
         return None
 
     def remember(self, rel: str, st: os.stat_result, sha: str, started_ns: int) -> None:
         if st.st_mtime_ns < started_ns - RACY_NS:  # as git's racy check: an edit in the same tick is caught
-            self.entries[os.path.join(self.root, rel)] = [*stamp(st), sha]
+            self.entries[os.path.join(self.root, rel)] = (*stamp(st), sha)
 
     def save(self) -> None:
         """Atomically, when changed; but a cache we cannot write is not worth failing a submit over."""
         if self.entries != self.old:
             with contextlib.suppress(OSError):
-                write_atomic(self.path, json.dumps(self.entries, separators=(",", ":")).encode(), sync=False)
+                write_atomic(self.path, msgspec.json.encode(self.entries), sync=False)

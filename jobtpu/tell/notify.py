@@ -43,9 +43,9 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from jobtpu import timing
+from jobtpu.schema.outbox import Pending
 from jobtpu.tell.destinations import Destination
 from jobtpu.tell.events import Event, describe, notification
 from jobtpu.tell.outbox import cap_items, enqueue, load_outbox, save_outbox, strike
@@ -67,33 +67,33 @@ def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: 
     if not outbox_path.exists() and not any(notification(e) for e in new_events):
         return []  # the quiet pass: one stat
     items, slow, lines = load_outbox(outbox_path)
-    items = [i for i in items if i["dest"] in by_key]  # a destination removed from machines.json: forget its items
+    items = [i for i in items if i.dest in by_key]  # a destination removed from machines.json: forget its items
     enqueue(items, list(by_key.values()), new_events)
     items, dropped = cap_items(items, by_key)
     lines += dropped
-    resting = {key for key, backoff in slow.items() if backoff["skip"] > 0 and key in by_key}
+    resting = {key for key, backoff in slow.items() if backoff.skip > 0 and key in by_key}
     for key in resting:
-        slow[key]["skip"] -= 1
+        slow[key].skip -= 1
     lines += save_outbox(outbox_path, items, slow)  # on disk before sending: a crash now sends again, never loses
-    sendable = [i for i in items if i["dest"] not in resting]
+    sendable = [i for i in items if i.dest not in resting]
     if not sendable:
         return lines
     results = _send_all(sendable, by_key, deadline, outbox_path.parent)
     remaining = []
     skipped = dict.fromkeys(results, 0)
     for item in items:  # in their order: each destination's first `sent` items were taken
-        if item["dest"] in resting:
+        if item.dest in resting:
             remaining.append(item)  # sitting out this pass: not a try
             continue
-        sent, _ = results[item["dest"]]
-        if skipped[item["dest"]] < sent:
-            skipped[item["dest"]] += 1
+        sent, _ = results[item.dest]
+        if skipped[item.dest] < sent:
+            skipped[item.dest] += 1
             continue
-        item["tries"] += 1  # only a failed destination leaves items behind
+        item.tries += 1  # only a failed destination leaves items behind
         remaining.append(item)
     for key, (_, error) in results.items():
         if error is not None:
-            waiting = sum(1 for i in remaining if i["dest"] == key)
+            waiting = sum(1 for i in remaining if i.dest == key)
             rest = 0
             if error in _SLOW:
                 rest = strike(slow, key)
@@ -111,7 +111,7 @@ def deliver(outbox_path: Path, destinations: Sequence[Destination], new_events: 
 REAP_SECONDS = 1.0  # after the deadline closed its sockets, how long a delivery waits for its threads
 
 
-def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadline: float,
+def _send_all(items: list[Pending], by_key: dict[str, Destination], deadline: float,
               home: Path) -> dict[str, tuple[int, str | None]]:
     """Each destination's items, in order, on a thread of its own; per destination how many were
     taken and why it stopped. At the deadline every webhook socket is closed (a command's group is
@@ -120,7 +120,7 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
     lock = threading.Lock()
     sockets = Sockets()
 
-    def serve(dest: Destination, queue: list[dict[str, Any]]) -> None:
+    def serve(dest: Destination, queue: list[Pending]) -> None:
         sent = 0
         error: str | None = None
         for item in queue:
@@ -138,7 +138,7 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
 
     threads = []
     for key, dest in by_key.items():
-        queue = [i for i in items if i["dest"] == key]
+        queue = [i for i in items if i.dest == key]
         if queue:
             results[key] = (0, "out of time")  # until the thread says otherwise
             thread = threading.Thread(target=serve, args=(dest, queue), daemon=True, name=f"notify {dest.label}")
@@ -153,23 +153,23 @@ def _send_all(items: list[dict[str, Any]], by_key: dict[str, Destination], deadl
     with lock:
         final = dict(results)
     for key, (sent, error) in final.items():
-        if error is None and sent < sum(1 for i in items if i["dest"] == key):
+        if error is None and sent < sum(1 for i in items if i.dest == key):
             final[key] = (sent, "out of time")
     return final
 
 
-def _send(dest: Destination, item: dict[str, Any], deadline: float, home: Path, sockets: Sockets) -> str | None:
+def _send(dest: Destination, item: Pending, deadline: float, home: Path, sockets: Sockets) -> str | None:
     """Deliver one item; None when taken, else why not (one short line)."""
     left = deadline - time.monotonic()
     if left <= 0:
         return "out of time"
-    event = Event.from_json(item["event"])
-    text = headline(item.get("name", ""), event) if event else "jobtpu event"
+    event = Event.from_json(item.event)
+    text = headline(item.name, event) if event else "jobtpu event"
     if dest.webhook and dest.pinned:
-        return post_pinned(dest.webhook, text, item["event"], left)
+        return post_pinned(dest.webhook, text, item.event, left)
     if dest.webhook:
-        return post_webhook(dest.webhook, text, item["event"], left, sockets)
-    return run_command(dest.command or "", text, item, left, home)
+        return post_webhook(dest.webhook, text, item.event, left, sockets)
+    return run_command(dest.command or "", text, item.name, item.event, left, home)
 
 
 def headline(name: str, event: Event) -> str:

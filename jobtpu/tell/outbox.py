@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import orjson
+import msgspec
 
 from jobtpu.home.layout import write_atomic
+from jobtpu.schema.outbox import Backoff, Outbox, Pending, read_slow
 from jobtpu.tell.destinations import Destination
 from jobtpu.tell.events import Event, notification
 from jobtpu.views.text import printable
@@ -25,7 +25,7 @@ SLOW_STRIKES = 2
 MAX_SKIP = 31
 
 
-def load_outbox(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]], list[str]]:
+def load_outbox(path: Path) -> tuple[list[Pending], dict[str, Backoff], list[str]]:
     """The pending items, each slow destination's backoff, and a line if the file could not be read
     (then it starts afresh: losing notifications beats failing every pass on a damaged file)."""
     try:
@@ -35,35 +35,20 @@ def load_outbox(path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, i
     except OSError as e:
         return [], {}, [f"notifications: cannot read {path.name} ({e.strerror}); pending notifications dropped"]
     try:
-        doc = orjson.loads(raw)
-        items = doc["pending"]
-        if not isinstance(items, list) or not all(_valid_item(i) for i in items):
-            raise ValueError
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        doc = msgspec.json.decode(raw, type=Outbox)
+    except (msgspec.DecodeError, RecursionError):
         return [], {}, [f"notifications: {path.name} is damaged; pending notifications dropped"]
-    slow = doc.get("slow")
-    if not isinstance(slow, dict):
-        slow = {}
-    slow = {k: v for k, v in slow.items() if isinstance(v, dict)
-            and all(isinstance(v.get(f), int) and not isinstance(v.get(f), bool) for f in ("strikes", "skip"))}
-    return items, slow, []
+    return doc.pending, read_slow(doc.slow), []
 
 
-def _valid_item(item: Any) -> bool:
-    return (isinstance(item, dict) and isinstance(item.get("dest"), str) and isinstance(item.get("event"), dict)
-            and isinstance(item.get("tries"), int))
-
-
-def save_outbox(path: Path, items: list[dict[str, Any]], slow: dict[str, dict[str, int]] | None = None) -> list[str]:
+def save_outbox(path: Path, items: list[Pending], slow: dict[str, Backoff] | None = None) -> list[str]:
     """Write the pending items (none: no file); a line when the home refuses (a full disk): the
     deliveries go on, but what fails now is not retried."""
-    slow = {k: v for k, v in (slow or {}).items() if any(i["dest"] == k for i in items)}
+    waiting = {i.dest for i in items}
+    kept = {k: msgspec.Raw(msgspec.json.encode(v)) for k, v in (slow or {}).items() if k in waiting}
     try:
         if items:
-            doc: dict[str, Any] = {"pending": items}
-            if slow:
-                doc["slow"] = slow
-            write_atomic(path, orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
+            write_atomic(path, msgspec.json.encode(Outbox(items, kept)) + b"\n")
         else:
             path.unlink(missing_ok=True)
     except OSError as e:
@@ -71,10 +56,10 @@ def save_outbox(path: Path, items: list[dict[str, Any]], slow: dict[str, dict[st
     return []
 
 
-def enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], new_events: Sequence[Event]) -> None:
+def enqueue(items: list[Pending], destinations: Sequence[Destination], new_events: Sequence[Event]) -> None:
     """One item per destination that wants each event; an event (by its id) already waiting for a
     destination is not queued for it twice (a pass telling what a crashed pass may have queued)."""
-    waiting = {(i["dest"], i["event"].get("id")) for i in items if i["event"].get("id") is not None}
+    waiting = {(i.dest, i.event.get("id")) for i in items if i.event.get("id") is not None}
     for event in new_events:
         name = notification(event)
         if name is None:
@@ -83,31 +68,31 @@ def enqueue(items: list[dict[str, Any]], destinations: Sequence[Destination], ne
             if event.id is not None and (dest.key, event.id) in waiting:
                 continue
             if dest.wants(name, event):
-                items.append({"dest": dest.key, "name": name, "event": event.to_json(), "tries": 0})
+                items.append(Pending(dest.key, event.to_json(), 0, name))
 
 
-def cap_items(items: list[dict[str, Any]], by_key: dict[str, Destination]) -> tuple[list[dict[str, Any]], list[str]]:
+def cap_items(items: list[Pending], by_key: dict[str, Destination]) -> tuple[list[Pending], list[str]]:
     """Drop what waited through MAX_TRIES failed passes, and the oldest beyond MAX_PENDING per
     destination; a line for each destination that lost some."""
     expired: dict[str, int] = {}
     kept = []
     for item in items:
-        if item["tries"] >= MAX_TRIES:
-            expired[item["dest"]] = expired.get(item["dest"], 0) + 1
+        if item.tries >= MAX_TRIES:
+            expired[item.dest] = expired.get(item.dest, 0) + 1
         else:
             kept.append(item)
     lines = [f"notifications: gave up on {n} notification(s) to {by_key[key].label} after {MAX_TRIES} failed passes"
              for key, n in expired.items()]
     excess: dict[str, int] = {}
     for item in kept:
-        excess[item["dest"]] = excess.get(item["dest"], 0) + 1
+        excess[item.dest] = excess.get(item.dest, 0) + 1
     excess = {key: n - MAX_PENDING for key, n in excess.items() if n > MAX_PENDING}
     lines += [f"notifications: {n} more than {MAX_PENDING} waiting for {by_key[key].label}; the oldest dropped"
               for key, n in excess.items()]
     result = []
     for item in kept:  # oldest first: drop from the front of each destination's queue
-        if excess.get(item["dest"], 0) > 0:
-            excess[item["dest"]] -= 1
+        if excess.get(item.dest, 0) > 0:
+            excess[item.dest] -= 1
             continue
         result.append(item)
     return result, lines
@@ -121,18 +106,18 @@ def queue(outbox_path: Path, destinations: Sequence[Destination], new_events: Se
         return []
     by_key = {d.key: d for d in destinations}
     items, slow, lines = load_outbox(outbox_path)
-    items = [i for i in items if i["dest"] in by_key]
+    items = [i for i in items if i.dest in by_key]
     enqueue(items, list(by_key.values()), new_events)
     items, dropped = cap_items(items, by_key)
     return lines + dropped + save_outbox(outbox_path, items, slow)
 
 
 
-def strike(slow: dict[str, dict[str, int]], key: str) -> int:
+def strike(slow: dict[str, Backoff], key: str) -> int:
     """One more pass in a row that `key` ran out of time; how many passes it now sits out."""
-    backoff = slow.setdefault(key, {"strikes": 0, "skip": 0})
-    backoff["strikes"] += 1
-    over = backoff["strikes"] - SLOW_STRIKES
-    backoff["skip"] = min(MAX_SKIP, 2 ** (over + 1) - 1) if over >= 0 else 0
-    return backoff["skip"]
+    backoff = slow.setdefault(key, Backoff())
+    backoff.strikes += 1
+    over = backoff.strikes - SLOW_STRIKES
+    backoff.skip = min(MAX_SKIP, 2 ** (over + 1) - 1) if over >= 0 else 0
+    return backoff.skip
 

@@ -125,8 +125,8 @@ def post_pinned(url: str, text: str, event: dict[str, Any], timeout: float) -> s
     return None if 200 <= status < 300 else f"HTTP {status}"
 
 
-def run_command(command: str, text: str, item: dict[str, Any], timeout: float, home: Path) -> str | None:
-    env = {**os.environ, "JOBTPU_NOTIFY_EVENT": str(item.get("name", "")), "JOBTPU_NOTIFY_TEXT": text}
+def run_command(command: str, text: str, name: str, event: dict[str, Any], timeout: float, home: Path) -> str | None:
+    env = {**os.environ, "JOBTPU_NOTIFY_EVENT": name, "JOBTPU_NOTIFY_TEXT": text}
     # stderr goes to a file, not a pipe: a child that keeps the pipe open could never block us.
     with tempfile.TemporaryFile() as err:
         try:
@@ -135,7 +135,7 @@ def run_command(command: str, text: str, item: dict[str, Any], timeout: float, h
         except OSError as e:
             return f"cannot run bash: {e.strerror}"
         try:
-            proc.communicate(orjson.dumps(item["event"]) + b"\n", timeout=timeout)
+            proc.communicate(orjson.dumps(event) + b"\n", timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return "timed out (stopped)"
