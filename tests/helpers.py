@@ -2,7 +2,10 @@
 where a test runs hundreds of commands), passes until something holds, polling with a deadline.
 
 Every helper that runs the CLI takes `in_process`: False runs `python -m jobtpu.cli` in a
-subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here."""
+subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here. Reading the
+records (`status`, and `manage`'s read after its pass) runs here by default: it only reads, and
+thousands of polls each paid a Python start-up for nothing a test checks; the tests of `status`
+itself run it as a user does."""
 
 from __future__ import annotations
 
@@ -109,7 +112,7 @@ def submit(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = Fals
     return int(run(home, "submit", "--dir", str(src), "--cmd", cmd, *extra, in_process=in_process)[0].strip())
 
 
-def status(home: Path, in_process: bool = False) -> dict[int, dict[str, Any]]:
+def status(home: Path, in_process: bool = True) -> dict[int, dict[str, Any]]:
     doc = json.loads(run(home, "status", "--all-users", "--json", in_process=in_process)[0])
     return {j["id"]: j for j in doc["jobs"]}
 
@@ -120,9 +123,9 @@ def run_pass(home: Path, in_process: bool = False) -> str:
 
 
 def manage(home: Path, in_process: bool = False) -> dict[int, dict[str, Any]]:
-    """One pass; then every job's record."""
+    """One pass (in a subprocess unless `in_process`); then every job's record."""
     run_pass(home, in_process)
-    return status(home, in_process)
+    return status(home)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = "") -> Any:
