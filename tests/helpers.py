@@ -2,14 +2,19 @@
 where a test runs hundreds of commands), passes until something holds, polling with a deadline.
 
 Every helper that runs the CLI takes `in_process`: False runs `python -m jobtpu.cli` in a
-subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here. Reading the
-records (`status`, and `manage`'s read after its pass) runs here by default: it only reads, and
-thousands of polls each paid a Python start-up for nothing a test checks; the tests of `status`
-itself run it as a user does."""
+subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here. Two helpers
+run here by default, because tests call them by the thousand to get somewhere, not to test the
+process: reading the records (`status`), and the passes of `run_pass`, `manage` and the loops over
+them (each paid a Python start-up and, on a TPU home, the Google client's import: most of the
+suite's CPU). A test of what a process does (its exit, its signals, a crash, its output to a
+terminal) runs `jobtpu(home, "manage")` or its own Popen, as a user does. In this process a command
+that hangs is stopped by a watchdog after its timeout, with every thread's stack, instead of
+holding the suite."""
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import json
 import os
@@ -68,13 +73,14 @@ def _user(name: str | None) -> Iterator[None]:
             os.environ["JOBTPU_USER"] = old
 
 
-def cli(home: Path, *args: str, user: str | None = "tester") -> tuple[int, str, str]:
+def cli(home: Path, *args: str, user: str | None = "tester", timeout: float = 120) -> tuple[int, str, str]:
     """`jobtpu --home HOME ARGS…` in this process as `user` (None: no JOBTPU_USER): exit status,
-    stdout, stderr."""
+    stdout, stderr. Past `timeout` the test's process ends with every thread's stack (a subprocess
+    would be killed): a hang is a failure that says where, never a suite that waits for ever."""
     from jobtpu.cli import main
 
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    with _user(user), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _user(user), _watchdog(timeout), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = main(["--home", str(home), *args])
         except SystemExit as e:  # argparse
@@ -84,10 +90,19 @@ def cli(home: Path, *args: str, user: str | None = "tester") -> tuple[int, str, 
     return rc, out.buffer.getvalue().decode(), err.buffer.getvalue().decode()  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def run(home: Path, *args: str, in_process: bool = False, timeout: float = 60) -> tuple[str, str]:
     """A command that must succeed: its stdout and stderr."""
     if in_process:
-        code, out, err = cli(home, *args)
+        code, out, err = cli(home, *args, timeout=timeout)
         assert code == 0, (args, out, err)
         return out, err
     done = jobtpu(home, *args, timeout=timeout)
@@ -117,13 +132,13 @@ def status(home: Path, in_process: bool = True) -> dict[int, dict[str, Any]]:
     return {j["id"]: j for j in doc["jobs"]}
 
 
-def run_pass(home: Path, in_process: bool = False) -> str:
+def run_pass(home: Path, in_process: bool = True) -> str:
     """One pass that must succeed; what it said on stderr."""
     return run(home, "manage", in_process=in_process, timeout=90)[1]
 
 
-def manage(home: Path, in_process: bool = False) -> dict[int, dict[str, Any]]:
-    """One pass (in a subprocess unless `in_process`); then every job's record."""
+def manage(home: Path, in_process: bool = True) -> dict[int, dict[str, Any]]:
+    """One pass; then every job's record."""
     run_pass(home, in_process)
     return status(home)
 
@@ -143,7 +158,7 @@ Jobs = dict[int, dict[str, Any]]
 
 
 def passes_until(home: Path, done: Callable[[Jobs], Any], what: str, timeout: float = 60, interval: float = 0.2,
-                 each: Callable[[Jobs], None] | None = None, in_process: bool = False) -> Jobs:
+                 each: Callable[[Jobs], None] | None = None, in_process: bool = True) -> Jobs:
     """Run passes until done(every job's record) holds (`each` sees every round's records); the records."""
     def one() -> Jobs | None:
         jobs = manage(home, in_process)
