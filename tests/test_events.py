@@ -123,7 +123,7 @@ LINES = [
 ]
 
 
-@pytest.mark.parametrize(("line", "event"), LINES)
+@pytest.mark.parametrize(("line", "event"), LINES, ids=[line[:40].decode() for line, _ in LINES])
 def test_each_line_reads_as_its_event_or_costs_only_itself(line: bytes, event: dict[str, object] | None) -> None:
     found = list(eventlog.parse_lines([line, _WRITTEN], eventlog.Filter()))
     assert [e.to_json() for e in found] == ([event] if event else []) + [LINES[0][1]]

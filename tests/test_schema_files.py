@@ -189,3 +189,59 @@ _SHA = "ab" * 32
 def test_a_damaged_hash_cache_reads_as_empty(text: bytes, kept: set[str]) -> None:
     from jobtpu.schema.hash_cache import read_hash_cache
     assert set(read_hash_cache(text)) == kept
+
+
+# The sheet memo (sheet.json) as jobtpu wrote it before it was encoded by its type: `json.dumps(doc,
+# indent=1, sort_keys=True)`, `pending` present only while a write is in doubt.
+_OLD_MEMO = b"""{
+ "claims": {
+  "v2-b": "carol"
+ },
+ "notes": {
+  "v3-a": "job 4"
+ },
+ "pending": {
+  "v3-a": "ann"
+ },
+ "read_at": 1700000000.5,
+ "read_of": "Sheet1",
+ "unregistered": [
+  "gpu1",
+  "v5-c"
+ ],
+ "users": {
+  "v3-a": "ann"
+ },
+ "written": "d1g3st"
+}
+"""
+
+
+@pytest.mark.parametrize(("text", "users", "unregistered", "read_at"), [
+    (_OLD_MEMO, {"v3-a": "ann"}, {"gpu1", "v5-c"}, 1700000000.5),
+    (b'{"users": {"v3-a": "ann"}, "read_at": 0}', {"v3-a": "ann"}, set(), 0.0),  # absent keys: their default
+    (b'{"users": {"v3-a": "ann"}, "colour": 1}', {"v3-a": "ann"}, set(), 0.0),  # a key it has not: skipped
+    # damaged: an empty memory (a user cell jobtpu wrote looks like a claim until `sheet release`)
+    (b'{"users": {"v3-a": 5}}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "unregistered": "gpu1"}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "read_at": "noon"}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "read_at": true}', {}, set(), 0.0),
+    (b'["users"]', {}, set(), 0.0),
+    (b'{"users": {"v3-', {}, set(), 0.0),
+    (b'[' * 100_000, {}, set(), 0.0),
+], ids=lambda value: value[:40].decode() if isinstance(value, bytes) else None)
+def test_the_sheet_memo_reads_as_its_type_and_a_damaged_one_as_empty(
+        tmp_path: Path, text: bytes, users: dict[str, str], unregistered: set[str], read_at: float) -> None:
+    from jobtpu.schema.sheet_memo import Memo
+    from jobtpu.sheet.memo import load_memo
+    path = tmp_path / "sheet.json"
+    path.write_bytes(text)
+    memo = load_memo(path)
+    assert (memo.users, memo.unregistered, memo.read_at) == (users, unregistered, read_at)
+    if text == _OLD_MEMO:  # what it wrote before reads and is written again byte for byte
+        assert memo.to_bytes() == _OLD_MEMO
+    if not users:
+        assert memo == Memo()
+    idle = Memo({"v3-a": "ann"}, unregistered={"b", "a"})  # no write in doubt: no `pending` key
+    assert json.loads(idle.to_bytes()) == {"users": {"v3-a": "ann"}, "notes": {}, "unregistered": ["a", "b"],
+                                           "claims": {}, "read_at": 0.0, "written": "", "read_of": ""}
