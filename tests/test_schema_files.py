@@ -245,3 +245,44 @@ def test_the_sheet_memo_reads_as_its_type_and_a_damaged_one_as_empty(
     idle = Memo({"v3-a": "ann"}, unregistered={"b", "a"})  # no write in doubt: no `pending` key
     assert json.loads(idle.to_bytes()) == {"users": {"v3-a": "ann"}, "notes": {}, "unregistered": ["a", "b"],
                                            "claims": {}, "read_at": 0.0, "written": "", "read_of": ""}
+
+
+# A job's spec (specs/<id>.json) → what a pass running the job as its own account makes of it
+# (docs/design.md §7): the secrets it may take, or why it is not run. `{uid}` is this account's.
+_SPEC = ('{{"id": 1, "uid": {uid}, "account": "ann", "user": "ann", "cmd": "python train.py", "overrides": [], '
+         '"log_stage": false, "env": {{"TOKEN": "***"}}, "archive": "a.tar.gz", "secrets": ["TOKEN"]{extra}}}')
+_NOT_ITS_SUBMITTERS = "its spec specs/1.json is not one its submitter wrote: not run"
+
+
+@pytest.mark.parametrize(("text", "verdict"), [
+    (None, ("ok", {"TOKEN"})),  # as submit writes it
+    (_SPEC.format(uid="{uid}", extra=""), ("ok", {"TOKEN"})),  # as written before `submit --on-resume`
+    (_SPEC.format(uid="{uid}", extra=', "on_resume": null, "note": "kept"'), ("ok", {"TOKEN"})),
+    (_SPEC.format(uid="{uid}", extra=', "on_resume": "--from=ckpt"'),
+     ("tampered", "its record differs from its spec specs/1.json (on_resume): not run")),
+    (_SPEC.format(uid="{uid}", extra="").replace("train", "evil"),
+     ("tampered", "its record differs from its spec specs/1.json (cmd): not run")),
+    (_SPEC.format(uid="{uid}", extra="").replace('"id": 1', '"id": true'), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('"log_stage": false', '"log_stage": 0'),
+     ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('["TOKEN"]', '["TOKEN", 5]'), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('"cmd": "python train.py", ', ""), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="12345678", extra=""), ("tampered", _NOT_ITS_SUBMITTERS)),
+    ('["id", 1]', ("tampered", _NOT_ITS_SUBMITTERS)),
+    ('{"id": 1, "uid": ', ("tampered", _NOT_ITS_SUBMITTERS)),
+    ("[" * 100_000, ("tampered", _NOT_ITS_SUBMITTERS)),
+], ids=lambda value: value[:60] if isinstance(value, str) else None)
+def test_a_job_spec_reads_as_its_type_and_one_that_is_not_is_tampered(
+        tmp_path: Path, text: str | None, verdict: tuple[str, object]) -> None:
+    import os
+
+    from jobtpu.home.specs import local_verdict, write_spec
+    from jobtpu.schema.state import Job
+    home = Home(tmp_path)
+    job = Job(id=1, user="ann", cmd="python train.py", archive="a.tar.gz", created=1, env={"TOKEN": "***"})
+    write_spec(home, job, ["TOKEN"])
+    spec = tmp_path / "specs" / "1.json"
+    if text is not None:
+        spec.write_text(text.replace("{uid}", str(os.geteuid())))
+    got = local_verdict(home, job, runs_for_team=False)
+    assert (got.kind, got.why or set(got.secrets or ())) == verdict
