@@ -14,6 +14,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.settings import load_settings
 from jobtpu.home.store import Store
+from jobtpu.home.trust import load_runner
 from jobtpu.home.users import load_users
 from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.records import MachineState, SetupStatus, StepKind
@@ -99,6 +100,11 @@ def _history(home: Home) -> None:
     history(home)
 
 
+def _runner(home: Home) -> None:
+    (home.root / "runner.json").chmod(0o644)  # its owner's, nobody else may write it: honoured
+    load_runner(home.root)
+
+
 JOB = {"id": 7, "user": "ann", "cmd": "true", "archive": "a.tar.gz", "created": 1}
 
 # Every file kind, one bad field each → the one line that says so.
@@ -124,6 +130,21 @@ FILES = [
      "secrets.json: must map job ids to objects of NAME: value strings"),
     ("history.jsonl", {**JOB, "attempt": "1"}, _history,
      "history.jsonl:1: job 7: $.attempt: expected int, got str"),
+    ("runner.json", {"runner": ""}, _runner, "runner.json: 'runner' must be an account's login name (got '')"),
+    ("runner.json", {"allow_private_webhooks": "yes"}, _runner,
+     "runner.json: 'allow_private_webhooks' must be true or false (got 'yes')"),
+    ("runner.json", {"runer": "alice"}, _runner,
+     "runner.json: unknown key 'runer' in the top level (valid: runner, allow_private_webhooks, defaults, machines, "
+     "gcp, sheet, notify)"),
+    ("runner.json", {"gcp": {"project": "p"}}, _runner,
+     "runner.json: unknown key 'project' in gcp (valid: credentials, api_endpoint)"),
+    ("runner.json", {"defaults": {"identity_file": 5}}, _runner,
+     "runner.json: 'defaults.identity_file' must be a string (got 5)"),
+    ("runner.json", {"machines": {"gpu1": {"identity_file": ["k"]}}}, _runner,
+     "runner.json: machines.gpu1: 'identity_file' must be a string (got ['k'])"),
+    ("runner.json", {"machines": {"gpu1": {"port": 22}}}, _runner,
+     "runner.json: unknown key 'port' in machines.gpu1 (valid: identity_file, root, setup)"),
+    ("runner.json", {"machines": {"gpu1": "k"}}, _runner, "runner.json: machines.gpu1 must be an object"),
 ]
 
 
@@ -139,6 +160,21 @@ def test_each_file_s_bad_field_is_one_line_naming_the_file_and_the_field(
         load(home)  # type: ignore[operator]
     assert info.value.message == line
     assert path.read_bytes() == before
+
+
+def test_a_good_runner_json_lays_only_the_keys_it_holds_and_a_torn_one_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "runner.json"
+    path.write_text('{"runner": "alice", "defaults": {"identity_file": null}, "machines": {"local": {"setup": []}},'
+                    ' "notify": [{"command": "true"}]}')
+    path.chmod(0o644)
+    runner = load_runner(tmp_path)
+    assert (runner.runner, runner.allow_private_webhooks, runner.problem) == ("alice", False, None)
+    assert runner.privileged == {"defaults": {"identity_file": None}, "machines": {"local": {"setup": []}},
+                                 "notify": [{"command": "true"}]}
+    path.write_text('{"runner": "alice",\n "gcp": {')
+    with pytest.raises(ConfigError) as info:
+        load_runner(tmp_path)
+    assert info.value.message.startswith("runner.json:2:") and info.value.hint.startswith("fix runner.json")
 
 
 # The outbox and the hash cache are jobtpu's own files, read on every pass or submit: what a crash
