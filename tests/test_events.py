@@ -101,6 +101,38 @@ def test_a_torn_or_foreign_line_costs_only_that_line(tmp_path: Path) -> None:
     assert [e.attempt for e in eventlog.read(tmp_path)] == [0, 1, 2]
 
 
+# Each line as events.jsonl may hold it → the event it reads as (its to_json), or None: what it costs.
+_WRITTEN = (b'{"time":1700000000.5,"kind":"job_ended","id":"ab12","job":4,"machine":"box","user":"ann",'
+            b'"attempt":2,"detail":{"status":"failed","exit_code":1},"uid":1000,"account":"ann"}')
+LINES = [
+    (_WRITTEN, {"time": 1700000000.5, "kind": "job_ended", "id": "ab12", "job": 4, "machine": "box", "user": "ann",
+                "attempt": 2, "detail": {"status": "failed", "exit_code": 1}}),
+    (b'{"time":5,"kind":"pass_failed"}', {"time": 5.0, "kind": "pass_failed"}),  # an integer time is a time
+    (b'{"time":5,"kind":"x","detail":{}}', {"time": 5.0, "kind": "x"}),
+    (b'{"time":true,"kind":"x"}', None),  # true is not a number
+    (b'{"time":5,"kind":"x","job":true}', None),  # nor a job
+    (b'{"time":5,"kind":"x","attempt":1.5}', None),
+    (b'{"time":5,"kind":"x","machine":7}', None),
+    (b'{"time":5,"kind":"x","detail":[]}', None),  # detail is an object
+    (b'{"time":5,"kind":"x","detail":null}', None),
+    (b'{"time":5,"kind":"x","id":5}', None),  # an id that is not one is no event either
+    (b'{"time":5}', None),
+    (b'[1, 2]', None),
+    (b'{"time": 1', None),  # torn by a crash
+    (b'[' * 100_000, None),
+]
+
+
+@pytest.mark.parametrize(("line", "event"), LINES, ids=[line[:40].decode() for line, _ in LINES])
+def test_each_line_reads_as_its_event_or_costs_only_itself(line: bytes, event: dict[str, object] | None) -> None:
+    found = list(eventlog.parse_lines([line, _WRITTEN], eventlog.Filter()))
+    assert [e.to_json() for e in found] == ([event] if event else []) + [LINES[0][1]]
+    if event is not None:  # a line jobtpu wrote reads back and is written again byte for byte
+        again = orjson.dumps({**found[0].to_json(), "uid": 1000, "account": "ann"})
+        assert line != _WRITTEN or again == line
+        assert Event.from_json(orjson.loads(line)) == found[0]  # untold events and outbox items read alike
+
+
 def test_latest_reads_only_the_end(tmp_path: Path) -> None:
     eventlog.append(tmp_path, _job_events(0, 500))
     assert [e.attempt for e in eventlog.latest(tmp_path, 3)] == [497, 498, 499]

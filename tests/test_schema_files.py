@@ -14,6 +14,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.settings import load_settings
 from jobtpu.home.store import Store
+from jobtpu.home.trust import load_runner
 from jobtpu.home.users import load_users
 from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.records import MachineState, SetupStatus, StepKind
@@ -99,6 +100,11 @@ def _history(home: Home) -> None:
     history(home)
 
 
+def _runner(home: Home) -> None:
+    (home.root / "runner.json").chmod(0o644)  # its owner's, nobody else may write it: honoured
+    load_runner(home.root)
+
+
 JOB = {"id": 7, "user": "ann", "cmd": "true", "archive": "a.tar.gz", "created": 1}
 
 # Every file kind, one bad field each → the one line that says so.
@@ -124,6 +130,21 @@ FILES = [
      "secrets.json: must map job ids to objects of NAME: value strings"),
     ("history.jsonl", {**JOB, "attempt": "1"}, _history,
      "history.jsonl:1: job 7: $.attempt: expected int, got str"),
+    ("runner.json", {"runner": ""}, _runner, "runner.json: 'runner' must be an account's login name (got '')"),
+    ("runner.json", {"allow_private_webhooks": "yes"}, _runner,
+     "runner.json: 'allow_private_webhooks' must be true or false (got 'yes')"),
+    ("runner.json", {"runer": "alice"}, _runner,
+     "runner.json: unknown key 'runer' in the top level (valid: runner, allow_private_webhooks, defaults, machines, "
+     "gcp, sheet, notify)"),
+    ("runner.json", {"gcp": {"project": "p"}}, _runner,
+     "runner.json: unknown key 'project' in gcp (valid: credentials, api_endpoint)"),
+    ("runner.json", {"defaults": {"identity_file": 5}}, _runner,
+     "runner.json: 'defaults.identity_file' must be a string (got 5)"),
+    ("runner.json", {"machines": {"gpu1": {"identity_file": ["k"]}}}, _runner,
+     "runner.json: machines.gpu1: 'identity_file' must be a string (got ['k'])"),
+    ("runner.json", {"machines": {"gpu1": {"port": 22}}}, _runner,
+     "runner.json: unknown key 'port' in machines.gpu1 (valid: identity_file, root, setup)"),
+    ("runner.json", {"machines": {"gpu1": "k"}}, _runner, "runner.json: machines.gpu1 must be an object"),
 ]
 
 
@@ -139,6 +160,21 @@ def test_each_file_s_bad_field_is_one_line_naming_the_file_and_the_field(
         load(home)  # type: ignore[operator]
     assert info.value.message == line
     assert path.read_bytes() == before
+
+
+def test_a_good_runner_json_lays_only_the_keys_it_holds_and_a_torn_one_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "runner.json"
+    path.write_text('{"runner": "alice", "defaults": {"identity_file": null}, "machines": {"local": {"setup": []}},'
+                    ' "notify": [{"command": "true"}]}')
+    path.chmod(0o644)
+    runner = load_runner(tmp_path)
+    assert (runner.runner, runner.allow_private_webhooks, runner.problem) == ("alice", False, None)
+    assert runner.privileged == {"defaults": {"identity_file": None}, "machines": {"local": {"setup": []}},
+                                 "notify": [{"command": "true"}]}
+    path.write_text('{"runner": "alice",\n "gcp": {')
+    with pytest.raises(ConfigError) as info:
+        load_runner(tmp_path)
+    assert info.value.message.startswith("runner.json:2:") and info.value.hint.startswith("fix runner.json")
 
 
 # The outbox and the hash cache are jobtpu's own files, read on every pass or submit: what a crash
@@ -189,3 +225,100 @@ _SHA = "ab" * 32
 def test_a_damaged_hash_cache_reads_as_empty(text: bytes, kept: set[str]) -> None:
     from jobtpu.schema.hash_cache import read_hash_cache
     assert set(read_hash_cache(text)) == kept
+
+
+# The sheet memo (sheet.json) as jobtpu wrote it before it was encoded by its type: `json.dumps(doc,
+# indent=1, sort_keys=True)`, `pending` present only while a write is in doubt.
+_OLD_MEMO = b"""{
+ "claims": {
+  "v2-b": "carol"
+ },
+ "notes": {
+  "v3-a": "job 4"
+ },
+ "pending": {
+  "v3-a": "ann"
+ },
+ "read_at": 1700000000.5,
+ "read_of": "Sheet1",
+ "unregistered": [
+  "gpu1",
+  "v5-c"
+ ],
+ "users": {
+  "v3-a": "ann"
+ },
+ "written": "d1g3st"
+}
+"""
+
+
+@pytest.mark.parametrize(("text", "users", "unregistered", "read_at"), [
+    (_OLD_MEMO, {"v3-a": "ann"}, {"gpu1", "v5-c"}, 1700000000.5),
+    (b'{"users": {"v3-a": "ann"}, "read_at": 0}', {"v3-a": "ann"}, set(), 0.0),  # absent keys: their default
+    (b'{"users": {"v3-a": "ann"}, "colour": 1}', {"v3-a": "ann"}, set(), 0.0),  # a key it has not: skipped
+    # damaged: an empty memory (a user cell jobtpu wrote looks like a claim until `sheet release`)
+    (b'{"users": {"v3-a": 5}}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "unregistered": "gpu1"}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "read_at": "noon"}', {}, set(), 0.0),
+    (b'{"users": {"v3-a": "ann"}, "read_at": true}', {}, set(), 0.0),
+    (b'["users"]', {}, set(), 0.0),
+    (b'{"users": {"v3-', {}, set(), 0.0),
+    (b'[' * 100_000, {}, set(), 0.0),
+], ids=lambda value: value[:40].decode() if isinstance(value, bytes) else None)
+def test_the_sheet_memo_reads_as_its_type_and_a_damaged_one_as_empty(
+        tmp_path: Path, text: bytes, users: dict[str, str], unregistered: set[str], read_at: float) -> None:
+    from jobtpu.schema.sheet_memo import Memo
+    from jobtpu.sheet.memo import load_memo
+    path = tmp_path / "sheet.json"
+    path.write_bytes(text)
+    memo = load_memo(path)
+    assert (memo.users, memo.unregistered, memo.read_at) == (users, unregistered, read_at)
+    if text == _OLD_MEMO:  # what it wrote before reads and is written again byte for byte
+        assert memo.to_bytes() == _OLD_MEMO
+    if not users:
+        assert memo == Memo()
+    idle = Memo({"v3-a": "ann"}, unregistered={"b", "a"})  # no write in doubt: no `pending` key
+    assert json.loads(idle.to_bytes()) == {"users": {"v3-a": "ann"}, "notes": {}, "unregistered": ["a", "b"],
+                                           "claims": {}, "read_at": 0.0, "written": "", "read_of": ""}
+
+
+# A job's spec (specs/<id>.json) → what a pass running the job as its own account makes of it
+# (docs/design.md §7): the secrets it may take, or why it is not run. `{uid}` is this account's.
+_SPEC = ('{{"id": 1, "uid": {uid}, "account": "ann", "user": "ann", "cmd": "python train.py", "overrides": [], '
+         '"log_stage": false, "env": {{"TOKEN": "***"}}, "archive": "a.tar.gz", "secrets": ["TOKEN"]{extra}}}')
+_NOT_ITS_SUBMITTERS = "its spec specs/1.json is not one its submitter wrote: not run"
+
+
+@pytest.mark.parametrize(("text", "verdict"), [
+    (None, ("ok", {"TOKEN"})),  # as submit writes it
+    (_SPEC.format(uid="{uid}", extra=""), ("ok", {"TOKEN"})),  # as written before `submit --on-resume`
+    (_SPEC.format(uid="{uid}", extra=', "on_resume": null, "note": "kept"'), ("ok", {"TOKEN"})),
+    (_SPEC.format(uid="{uid}", extra=', "on_resume": "--from=ckpt"'),
+     ("tampered", "its record differs from its spec specs/1.json (on_resume): not run")),
+    (_SPEC.format(uid="{uid}", extra="").replace("train", "evil"),
+     ("tampered", "its record differs from its spec specs/1.json (cmd): not run")),
+    (_SPEC.format(uid="{uid}", extra="").replace('"id": 1', '"id": true'), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('"log_stage": false', '"log_stage": 0'),
+     ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('["TOKEN"]', '["TOKEN", 5]'), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="{uid}", extra="").replace('"cmd": "python train.py", ', ""), ("tampered", _NOT_ITS_SUBMITTERS)),
+    (_SPEC.format(uid="12345678", extra=""), ("tampered", _NOT_ITS_SUBMITTERS)),
+    ('["id", 1]', ("tampered", _NOT_ITS_SUBMITTERS)),
+    ('{"id": 1, "uid": ', ("tampered", _NOT_ITS_SUBMITTERS)),
+    ("[" * 100_000, ("tampered", _NOT_ITS_SUBMITTERS)),
+], ids=lambda value: value[:60] if isinstance(value, str) else None)
+def test_a_job_spec_reads_as_its_type_and_one_that_is_not_is_tampered(
+        tmp_path: Path, text: str | None, verdict: tuple[str, object]) -> None:
+    import os
+
+    from jobtpu.home.specs import local_verdict, write_spec
+    from jobtpu.schema.state import Job
+    home = Home(tmp_path)
+    job = Job(id=1, user="ann", cmd="python train.py", archive="a.tar.gz", created=1, env={"TOKEN": "***"})
+    write_spec(home, job, ["TOKEN"])
+    spec = tmp_path / "specs" / "1.json"
+    if text is not None:
+        spec.write_text(text.replace("{uid}", str(os.geteuid())))
+    got = local_verdict(home, job, runs_for_team=False)
+    assert (got.kind, got.why or set(got.secrets or ())) == verdict

@@ -11,20 +11,21 @@ the sticky bit, so no member can rename or delete another's spec."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+import msgspec
+
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, is_shared
 from jobtpu.home.trust import account_name, why_untrusted
+from jobtpu.schema.job_spec import LAUNCH_FIELDS, JobSpec, read_spec
 from jobtpu.schema.state import Job
 
 SPECS = "specs"
-LAUNCH_FIELDS = ("user", "cmd", "overrides", "log_stage", "on_resume", "env", "archive")
 MAX_SPEC_BYTES = 1 << 20
 
 
@@ -32,12 +33,11 @@ def spec_path(job_id: int) -> PurePath:
     return PurePath(SPECS, f"{job_id}.json")
 
 
-def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> JobSpec:
     uid = os.geteuid()
-    return {"id": job.id, "uid": uid, "account": account_name(uid), "user": job.user, "cmd": job.cmd,
-            "overrides": list(job.overrides), "log_stage": job.log_stage,
-            "on_resume": job.on_resume, "env": dict(job.env),
-            "archive": job.archive, "secrets": sorted(secret_names)}
+    return JobSpec(id=job.id, uid=uid, account=account_name(uid), user=job.user, cmd=job.cmd,
+                   overrides=list(job.overrides), log_stage=job.log_stage, on_resume=job.on_resume,
+                   env=dict(job.env), archive=job.archive, secrets=sorted(secret_names))
 
 
 def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) -> None:
@@ -54,7 +54,7 @@ def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) 
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
         try:
             os.fchmod(fd, 0o640 if shared else 0o600)
-            os.write(fd, json.dumps(spec_of(job, secret_names)).encode())
+            os.write(fd, msgspec.json.encode(spec_of(job, secret_names)))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -129,21 +129,15 @@ def local_verdict(home: Home, job: Job, runs_for_team: bool) -> Verdict:
     finally:
         os.close(fd)
     owner = st.st_uid
-    try:
-        spec = json.loads(raw)
-    except (ValueError, RecursionError):
-        spec = None
-    if (why_untrusted(st, owner) is not None or not isinstance(spec, dict) or spec.get("uid") != owner
-            or spec.get("id") != job.id):
+    spec = read_spec(raw)
+    if why_untrusted(st, owner) is not None or spec is None or spec.uid != owner or spec.id != job.id:
         return Verdict("tampered", f"its spec {where} is not one its submitter wrote: not run")
     if owner != os.geteuid() and not runs_for_team:
         return Verdict("foreign", f"local jobs run as their submitter: waits for a pass run by {account_name(owner)}")
-    differ = [f for f in LAUNCH_FIELDS if _launch_value(job, f) != spec.get(f)]
+    differ = [f for f in LAUNCH_FIELDS if _launch_value(job, f) != getattr(spec, f)]
     if differ:
         return Verdict("tampered", f"its record differs from its spec {where} ({', '.join(differ)}): not run")
-    names = spec.get("secrets")
-    return Verdict("ok", secrets=frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list)
-                   else frozenset())
+    return Verdict("ok", secrets=frozenset(spec.secrets))
 
 
 def _launch_value(job: Job, name: str) -> Any:

@@ -61,12 +61,6 @@ def read_checked(root: Path, rel: str, limit: int = MAX_RUNNER_BYTES) -> tuple[b
 
 # ---- runner.json ---------------------------------------------------------------------------------
 
-_TOP = frozenset({"runner", "allow_private_webhooks", "defaults", "machines", "gcp", "sheet", "notify"})
-_MACHINE_KEYS = frozenset({"identity_file", "root", "setup"})
-_SECTION_KEYS = {"defaults": frozenset({"identity_file"}), "gcp": frozenset({"credentials", "api_endpoint"}),
-                 "sheet": frozenset({"credentials", "api_endpoint"})}
-
-
 @dataclass(frozen=True)
 class Runner:
     """What a trusted runner.json says (absent, or not trusted: `Runner()` with `problem` set)."""
@@ -98,49 +92,23 @@ def load_runner(home_root: Path, euid: int | None = None) -> Runner:
 
 
 def parse_runner(data: bytes) -> Runner:
-    import json
+    """runner.json's text as its type (schema/runner.py); anything wrong is one ConfigError naming
+    runner.json and the key."""
+    from msgspec import UnsetType
 
-    where = RUNNER_FILE
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise ConfigError(f"{where}: not valid JSON ({e})", hint=f"fix {where}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{where} must be an object", hint=f"fix {where}")
-    _known(doc, _TOP, where)
-    runner = doc.get("runner")
-    if runner is not None and (not isinstance(runner, str) or not runner):
-        raise ConfigError(f"{where}: 'runner' must be an account's login name", hint=f"fix {where}")
-    allow = doc.get("allow_private_webhooks", False)
-    if not isinstance(allow, bool):
-        raise ConfigError(f"{where}: 'allow_private_webhooks' must be true or false", hint=f"fix {where}")
-    privileged: dict[str, Any] = {}
-    for section, keys in _SECTION_KEYS.items():
-        if section in doc:
-            privileged[section] = _object(doc[section], keys, f"{where}: {section}")
-    if "machines" in doc:
-        machines = doc["machines"]
-        if not isinstance(machines, dict):
-            raise ConfigError(f"{where}: 'machines' must map machine names to objects", hint=f"fix {where}")
-        privileged["machines"] = {name: _object(entry, _MACHINE_KEYS, f"{where}: machines.{name}")
-                                  for name, entry in machines.items()}
-    if "notify" in doc:
-        privileged["notify"] = doc["notify"]  # checked with machines.json's own notify
-    return Runner(runner=runner, allow_private_webhooks=allow, privileged=privileged)
+    from jobtpu.schema.decode import FileRefused, decode, read_file
+    from jobtpu.schema.runner import RunnerFile, RunnerMachine, privileged_keys
 
-
-def _object(value: Any, keys: frozenset[str], where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be an object", hint=f"fix {RUNNER_FILE}")
-    _known(value, keys, where)
-    return value
-
-
-def _known(doc: dict[str, Any], keys: frozenset[str], where: str) -> None:
-    unknown = sorted(set(doc) - keys)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(sorted(keys))})",
-                          hint=f"fix {RUNNER_FILE}")
+    hint = f"fix {RUNNER_FILE}"
+    doc: RunnerFile = read_file(data, RunnerFile, Path(RUNNER_FILE), RUNNER_FILE, hint)
+    machines: dict[str, RunnerMachine] = {}
+    for name, entry in ({} if isinstance(doc.machines, UnsetType) else doc.machines).items():
+        try:
+            machines[name] = decode(entry, RunnerMachine, owner=f"machines.{name}")
+        except FileRefused as e:
+            raise ConfigError(f"{RUNNER_FILE}: {e}", hint=hint) from None
+    return Runner(runner=doc.runner, allow_private_webhooks=doc.allow_private_webhooks,
+                  privileged=privileged_keys(doc, machines))
 
 
 def write_runner(home_root: Path, doc: dict[str, Any]) -> None:

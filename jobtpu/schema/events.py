@@ -9,13 +9,13 @@ import msgspec
 
 
 class Event(msgspec.Struct):
-    time: float
+    time: float  # epoch seconds (an integer reads as one; true or false does not)
     kind: str
     job: int | None = None
     machine: str | None = None
     user: str | None = None
     attempt: int | None = None
-    detail: dict[str, Any] = {}
+    detail: dict[str, Any] = {}  # an object, or the line is not an event
     id: str | None = None  # given when the event is decided, so a pass telling it again is recognised
 
     def to_json(self) -> dict[str, Any]:
@@ -30,18 +30,22 @@ class Event(msgspec.Struct):
 
     @classmethod
     def from_json(cls, doc: Any) -> Event | None:
-        """The event a line holds, or None for anything that is not one (a line torn by a crash, a
-        hand edit): a damaged line costs that line, never the whole log."""
-        if not isinstance(doc, dict):
+        """The event a plain value holds (state.json's `untold`, an outbox item), or None for anything
+        that is not one: a damaged one costs that event, never the others."""
+        try:
+            return msgspec.convert(doc, cls)
+        except msgspec.ValidationError:
             return None
-        when, kind = doc.get("time"), doc.get("kind")
-        if isinstance(when, bool) or not isinstance(when, int | float) or not isinstance(kind, str):
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Event | None:
+        """The event a line of events.jsonl holds, or None for anything that is not one (a line torn
+        by a crash, a hand edit): a damaged line costs that line, never the whole log. The keys an
+        event does not have (the `uid` and `account` each line carries) are left out."""
+        try:
+            return _LINE.decode(line)
+        except (msgspec.DecodeError, RecursionError):
             return None
-        job, attempt = doc.get("job"), doc.get("attempt")
-        machine, user, detail = doc.get("machine"), doc.get("user"), doc.get("detail") or {}
-        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (job, attempt)):
-            return None
-        if not all(v is None or isinstance(v, str) for v in (machine, user)) or not isinstance(detail, dict):
-            return None
-        ident = doc.get("id")
-        return cls(float(when), kind, job, machine, user, attempt, detail, ident if isinstance(ident, str) else None)
+
+
+_LINE = msgspec.json.Decoder(Event)

@@ -3,8 +3,6 @@ sheet and what it last read there, as its type (docs/reference/machines-json.md 
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 
 
@@ -35,7 +33,21 @@ class Memo(msgspec.Struct):
         return holder == self.users.get(name, "") or holder == self.pending.get(name)
 
     def to_bytes(self) -> bytes:
-        doc = {"users": self.users, "notes": self.notes, "unregistered": sorted(self.unregistered),
-               "claims": self.claims, "read_at": self.read_at, "written": self.written, "read_of": self.read_of,
-               **({"pending": self.pending} if self.pending else {})}
-        return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        """The memo's keys in sorted order, `unregistered` sorted, `pending` only when a write is in
+        doubt (an idle memo has none), one key a line."""
+        doc = msgspec.to_builtins(self, order="sorted")
+        if not self.pending:
+            del doc["pending"]
+        return msgspec.json.format(msgspec.json.encode(doc), indent=1) + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Memo:
+        """The memo `data` holds; a damaged one (a crash, a hand edit, a wrong type anywhere) reads
+        as `Memo()`, an empty memory."""
+        try:
+            return _DECODER.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            return Memo()
+
+
+_DECODER = msgspec.json.Decoder(Memo)

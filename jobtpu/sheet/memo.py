@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple
 from pathlib import Path
-from typing import Any
 
 from jobtpu.errors import BusyError
 from jobtpu.home.layout import open_lock, write_atomic
@@ -23,20 +22,13 @@ from jobtpu.sheet.layout import MachineRow
 
 
 def load_memo(path: Path) -> Memo:
-    """An unreadable memo counts as empty: at worst a user cell jobtpu wrote looks like a claim
-    until `release` (cells matching the users it runs now never do)."""
+    """An unreadable or damaged memo counts as empty: at worst a user cell jobtpu wrote looks like a
+    claim until `release` (cells matching the users it runs now never do)."""
     try:
-        doc = json.loads(path.read_bytes())
-        return Memo(_texts(doc.get("users", {})), _texts(doc.get("notes", {})),
-                    {str(n) for n in doc.get("unregistered", [])}, _texts(doc.get("claims", {})),
-                    float(doc.get("read_at", 0.0)), str(doc.get("written", "")), str(doc.get("read_of", "")),
-                    _texts(doc.get("pending", {})))
-    except (OSError, ValueError, AttributeError, TypeError):
+        data = path.read_bytes()
+    except OSError:
         return Memo()
-
-
-def _texts(mapping: dict[Any, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in mapping.items()}
+    return Memo.from_bytes(data)
 
 
 def save_memo(path: Path, memo: Memo) -> None:

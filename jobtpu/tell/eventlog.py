@@ -135,10 +135,7 @@ def parse_lines(lines: Iterable[bytes], wanted: Filter) -> Iterator[Event]:
     for line in lines:
         if not line.strip():
             continue
-        try:
-            event = Event.from_json(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            continue
+        event = Event.from_line(line)
         if event is not None and wanted(event):
             yield event
 
