@@ -1,6 +1,7 @@
 """What the reports of a pass's acts mean for the jobs: the I/O layer asks the workers and hands
 back plain reports (launch reports, whether a stop's workers are gone); these functions alone decide
-what they mean for each job (an ssh machine's record is reach.py's, from the contacts). Pure."""
+what they mean for each job, called by the settle step (settle.py; an ssh machine's record is
+reach.py's, from the contacts). Pure."""
 
 from __future__ import annotations
 
