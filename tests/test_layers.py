@@ -119,9 +119,10 @@ def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("module", ["jobtpu.tpu.plan", "jobtpu.tpu.outcomes"])
+@pytest.mark.parametrize("module", ["jobtpu.tpu.plan", "jobtpu.tpu.outcomes", "jobtpu.decide.settle"])
 def test_the_tpu_rules_do_no_io(module: str) -> None:
-    """The TPU machines' decisions are pure: no session, no connection to a worker, no pass."""
+    """The TPU machines' decisions, and the settling of what a pass's acts reported, are pure: no
+    session, no connection to a worker, no pass."""
     reached = reaches(import_graph(), module)
     assert not {m for m in reached if m.startswith(("jobtpu.passes", "jobtpu.transport", "jobtpu.tpu.flow"))}
 

@@ -432,9 +432,9 @@ def test_a_crash_between_launch_and_save_never_launches_twice(ssh_fleet: SshFlee
     saved: list[bytes] = []
     real_act = manage_module.act
 
-    def act_after_snapshot(*args: Any) -> None:
+    def act_after_snapshot(*args: Any) -> Any:
         saved.append((home / "state.json").read_bytes())  # the intent is on disk; nothing launched yet
-        real_act(*args)
+        return real_act(*args)  # its reports, for the pass to settle
 
     monkeypatch.setattr(manage_module, "act", act_after_snapshot)
     manage(home)

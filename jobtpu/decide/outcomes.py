@@ -1,6 +1,7 @@
 """What the reports of a pass's acts mean for the jobs: the I/O layer asks the workers and hands
 back plain reports (launch reports, whether a stop's workers are gone); these functions alone decide
-what they mean for each job (an ssh machine's record is reach.py's, from the contacts). Pure."""
+what they mean for each job, called by the settle step (settle.py; an ssh machine's record is
+reach.py's, from the contacts). Pure."""
 
 from __future__ import annotations
 
@@ -73,13 +74,16 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
     return None
 
 
+def setup_done(setup: str | None) -> bool:
+    """Whether a launch may go ahead on a machine: it ran no setup in this pass (`setup` None), or
+    that setup left it up (`setup` is the machine's state after it: "setting up", "setup failed")."""
+    return setup is None or setup == "up"
 
 
 def goes_ahead(job: Job | None, machine: str, setup: str | None) -> bool:
-    """Whether a launch goes ahead: its machine ran no setup in this pass (`setup` None), or that
-    setup left it up. Otherwise its job goes back to the queue (not_launched), nothing having
-    started: `setup` is the machine's state after it ("setting up", "setup failed")."""
-    if setup is None or setup == "up":
+    """Whether a launch goes ahead (setup_done). Otherwise its job goes back to the queue
+    (not_launched), nothing having started."""
+    if setup_done(setup):
         return True
     if job is not None:
         not_launched(job, f"{machine} is {setup}")

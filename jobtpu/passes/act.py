@@ -1,6 +1,7 @@
 """A pass's hands: carry out what was decided and saved (TPU steps, stops, launches, the catch-up of
-ended attempts' logs) and hand the plain reports the workers gave to the pure functions that say what
-they mean (decide/outcomes.py). `kill_jobs` does the same for `jobtpu kill`, outside a pass."""
+ended attempts' logs). Launches and stops touch no job record: they return plain reports
+(decide/settle.py's `LaunchHeld`, `LaunchDone`, `StopDone`), and the pass's settle step says what they
+mean. `kill_jobs` stops and settles the same way for `jobtpu kill`, outside a pass."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import Callable
 
 from jobtpu import timing
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
-from jobtpu.decide.outcomes import LaunchReport, goes_ahead, kill_asked, killed, launched
+from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
 from jobtpu.decide.placement import Place, on_resume_words, place_env
+from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.errors import RemoteError
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
@@ -27,28 +29,30 @@ from jobtpu.schema.machines import Machine
 from jobtpu.schema.records import StepKind
 from jobtpu.schema.state import Job, Status
 from jobtpu.tpu.flow import carry_out_all
-from jobtpu.tpu.plan import want_back
 from jobtpu.transport.base import Endpoint
 
 
-def act(p: Pass, plan: Plan, seen: Observation) -> None:
+def act(p: Pass, plan: Plan, seen: Observation) -> list[ActReport]:
     """Carry out the saved intents: TPU steps and stops side by side, then the launches (a launch on a
-    machine whose setup ran in this pass only once that setup is done)."""
+    machine whose setup ran in this pass only once that setup is done). The reports of the stops, of
+    the launches held back, then of the launches, in that order, for the settle step."""
     launches = [a for a in plan.actions if isinstance(a, Launch)]
     kills = [a for a in plan.actions if isinstance(a, Kill)]
-    tasks: list[Callable[[], None]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
-                                       lambda: stop_all(p, kills, seen.now)]
+    stops: list[StopDone] = []
+    tasks: list[Callable[[], object]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
+                                         lambda: stops.extend(stop_all(p, kills))]
     p.parallel(lambda task: task(), tasks)
-    ready = [a for a in launches if _goes_ahead(p, a)]
-    after = [k for k in p.parallel(lambda a: _launch(p, a, seen.now), ready) if k is not None]
-    stop_all(p, after, seen.now)
+    held = [_held_by_setup(p, a) for a in launches]
+    ready = [a for a, h in zip(launches, held, strict=True) if h is None]
+    done = [d for d in p.parallel(lambda a: _launch(p, a), ready) if d is not None]
+    return [*stops, *(h for h in held if h is not None), *done]
 
 
-def _goes_ahead(p: Pass, action: Launch) -> bool:
-    """Whether a launch goes ahead (outcomes.goes_ahead, over the setup this pass ran on its machine)."""
+def _held_by_setup(p: Pass, action: Launch) -> LaunchHeld | None:
+    """A launch the setup this pass ran on its machine holds back (outcomes.setup_done), or None."""
     work = p.tpu_work.get(action.machine)
     setup = work.plan.state if work is not None and work.has(StepKind.SETUP) else None
-    return goes_ahead(p.state.job(action.job), action.machine, setup)
+    return None if setup_done(setup) else LaunchHeld(action.job, action.machine, str(setup))
 
 
 def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:
@@ -68,16 +72,12 @@ def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) ->
     pulls.mark_behind(p.state.jobs, [*gone, *(r for refs in ended.values() for r in refs)], done.behind)
 
 
-def stop_all(p: Session, kills: list[Kill], now: float) -> None:
-    """Stop the workers of each kill; hand whether they are all gone to decide.killed. A stop whose
-    rule recreates the TPU asks for it back: the next pass plans that step and saves it first."""
+def stop_all(p: Session, kills: list[Kill]) -> list[StopDone]:
+    """Stop the workers of each kill, side by side; for each, whether they are all gone (settle says
+    what that means: the job's ending, and the TPU asked back when its rule recreates it)."""
     kills = [k for k in kills if p.state.job(k.job) is not None and p.fleet.get(k.machine) is not None]
-    for kill, gone in zip(kills, p.parallel(lambda k: _stop_workers(p, k), kills), strict=True):
-        job = p.state.require_job(kill.job)
-        recreate = killed(job, kill.machine, gone, now)
-        machine = p.fleet.get(recreate.machine) if recreate else None
-        if machine is not None and machine.is_tpu:
-            want_back(p.state.machine(machine.name))
+    gone = p.parallel(lambda k: _stop_workers(p, k), kills)
+    return [StopDone(k.job, p.fleet.machines[k.machine], all_gone) for k, all_gone in zip(kills, gone, strict=True)]
 
 
 def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str]) -> dict[str, str]:
@@ -101,9 +101,9 @@ def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict
     return env
 
 
-def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
-    """Launch the job's workers; decide.launched says what their reports mean. A Kill when some
-    workers started and others failed."""
+def _launch(p: Pass, action: Launch) -> LaunchDone | None:
+    """Launch the job's workers; what each reported (a local spec refused here: every worker's
+    refusal). None when there is nothing to launch any more."""
     job = p.state.job(action.job)
     machine = p.fleet.get(action.machine)
     if job is None or machine is None or job.status is not Status.LAUNCHING:
@@ -116,7 +116,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
         if verdict.kind != "ok":
             refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
                        for ep in eps}
-            return launched(job, machine, dict(refused), now)
+            return LaunchDone(job.id, machine, dict(refused))
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
@@ -131,7 +131,7 @@ def _launch(p: Pass, action: Launch, now: float) -> Kill | None:
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
-    return launched(job, machine, reports, now)
+    return LaunchDone(job.id, machine, reports)
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
@@ -188,7 +188,7 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     was_open = pulls.open_attempts(jobs)
     kills = [k for k in map(kill_asked, jobs) if k is not None]
     _tell_ended(p, jobs, was_ended, now, by)
-    stop_all(p, kills, now)
+    settle(p.state, stop_all(p, kills), now)
     ended = pulls.ended_since(jobs, was_open)
     done = pulls.catch_up(p, ended)  # their logs, whole as far as the budget goes; passes pull the rest
     p.notes.extend(done.lines)

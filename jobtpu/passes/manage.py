@@ -1,11 +1,12 @@
-"""One manage pass: observe the fleet (parallel I/O), decide (pure), save the intents, act, save the
-results, tell. `run_pass` reads as those steps, each a function over the pass context (context.py)
-and the values the steps before it returned.
+"""One manage pass: observe the fleet (parallel I/O), decide (pure), save the intents, act, settle
+(pure), save the results, tell. `run_pass` reads as those steps, each a function over the pass
+context (context.py) and the values the steps before it returned.
 
 Observing gathers (observe.py); deciding moves the jobs (decide/) and plans what TPU machines need
 (tpu/flow.py). The intents (jobs launching or stopping, TPU steps) are saved before anything is
-started, stopped, deleted or created. Acting only carries them out (act.py) and hands what the
-workers reported to decide/outcomes.py, which says what it means for each job. What the pass tells
+started, stopped, deleted or created. Acting only carries them out (act.py) and returns what the
+workers reported; settling (decide/settle.py) says what it means for each job, and the started
+workers of a launch that half failed are stopped and settled in the same pass. What the pass tells
 (events, notifications, progress, the team sheet) is its hooks' (hooks.py). The pass reads
 state.json once and writes it at most twice.
 
@@ -22,10 +23,11 @@ from jobtpu import timing
 from jobtpu.decide import reach
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
+from jobtpu.decide.settle import settle
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 from jobtpu.passes import hooks
-from jobtpu.passes.act import act, catch_up_logs
+from jobtpu.passes.act import act, catch_up_logs, stop_all
 from jobtpu.passes.context import Pass, PassReport
 from jobtpu.passes.hooks import PassHook
 from jobtpu.passes.observe import bring_logs_home, observe
@@ -75,7 +77,9 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
             report.say(line)
         plan_recreates(p, plan, seen.now)
         p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
-        act(p, plan, seen)
+        reports = act(p, plan, seen)
+        kills = settle(p.state, reports, seen.now)  # what they mean; a half-failed launch's workers to stop
+        settle(p.state, stop_all(p, kills), seen.now)
         for *_, line in sorted(p.copy_notes):
             report.say(line)
         catch_up_logs(p, seen, before.open_attempts)
