@@ -26,6 +26,7 @@ from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimi
 from jobtpu.schema.state import (
     ACTIVE,
     ENDED,
+    STATUS_FIELDS,
     TRANSITIONS,
     Attempt,
     Ending,
@@ -604,6 +605,28 @@ def test_transition_table_is_enforced(frm: Status, to: Status) -> None:
         with pytest.raises(IllegalTransition):
             job.move(to)
         assert job.status is frm
+
+
+@pytest.mark.parametrize(("frm", "to"), [(f, t) for f in Status for t in sorted(TRANSITIONS[f])])
+def test_a_move_keeps_only_the_fields_of_the_status_it_moves_to(frm: Status, to: Status) -> None:
+    """docs/reference/state-json.md §4.3: why a job waits, how a stopping job ends, what it holds and
+    its exit code each belong to some statuses; every allowed move resets those of the others."""
+    job = queued()
+    job.status = frm
+    job.waiting, job.ending, job.alloc, job.exit_code = "no room", Ending(Status.FAILED, "exit 3", 3), {"slot": [0]}, 3
+    job.machine, job.log_size = "box", 7  # where it ran and how much it logged are no status's own
+    job.move(to, "why")
+    kept = {name for name in STATUS_FIELDS if to in STATUS_FIELDS[name]}
+    assert (job.waiting is not None) == ("waiting" in kept)
+    assert (job.ending is not None) == ("ending" in kept)
+    assert bool(job.alloc) == ("alloc" in kept)
+    assert (job.exit_code is not None) == ("exit_code" in kept)
+    assert (job.machine, job.log_size) == ("box", 7)
+
+
+def test_every_status_field_is_a_job_field_and_names_statuses_it_can_be_in() -> None:
+    assert set(STATUS_FIELDS) <= set(Job.__struct_fields__)
+    assert all(statuses and statuses <= set(Status) for statuses in STATUS_FIELDS.values())
 
 
 def test_key_illegal_moves() -> None:

@@ -153,9 +153,7 @@ def apply_ending(job: Job, ending: Ending, now: float) -> None:
     outcome = model.FINISHED if ending.status is Status.FINISHED else ending.reason
     if attempt is not None and attempt.ended is None:
         attempt.outcome, attempt.exit_code, attempt.ended = outcome, ending.exit_code, now
-    job.ending = None
-    job.alloc = {}
-    if ending.recover:
+    if ending.recover:  # either way the move resets what only a stopping job holds (ending, alloc)
         if ending.retry:
             job.retried += 1
         else:
@@ -171,9 +169,7 @@ def requeue(job: Job, resume: bool, reason: str | None, machine: str | None = No
     job.move(Status.QUEUED, reason)
     job.attempt = (job.attempts[-1].n + 1) if job.attempts else job.attempt
     job.resume = resume
-    job.exit_code = None
     job.machine = None
-    job.alloc = {}
     job.log_size, job.log_grew = 0, None
     if machine is not None:
         job.pin = machine

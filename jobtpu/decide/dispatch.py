@@ -261,7 +261,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
                 continue
             if machine.kind == "local" and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
-                    job.waiting, job.last_line = None, refusal[1]
+                    job.last_line = refusal[1]
                     job.move(Status.FAILED, model.LAUNCH_FAILED)
                     _fail_unstarted(job, plan, refusal[1])
                     break
@@ -302,7 +302,7 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
     view = d.seen.view(machine.name)
     for resource, indices in alloc.items():
         d.used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
-    job.machine, job.alloc, job.waiting = machine.name, alloc, None
+    job.machine, job.alloc = machine.name, alloc  # its move to launching clears why it waited
     job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
                                 resume=job.resume, workers=view.n_workers))
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)

@@ -102,7 +102,7 @@ def unlaunch(job: Job) -> None:
     if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
         job.attempts.pop()
     job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
-    job.machine, job.alloc = None, {}
+    job.machine = None
 
 
 def killed(job: Job, machine: str, gone: bool, now: float) -> Recreate | None:

@@ -109,6 +109,21 @@ def _queued() -> Status:
     return Status.QUEUED
 
 
+# The fields of a job that belong to some statuses only (docs/reference/state-json.md §4.3), as pueue's
+# task status carries its own data: a move to another status resets them, in this one place, so a
+# record never says why a job waits once it runs, nor holds a slot once it ended. (They stay flat
+# fields of the job: state.json keeps its shape, and msgspec has no way to move a record from one
+# struct of a tagged union to another in place, which every holder of the job would need.)
+STATUS_FIELDS: dict[str, frozenset[Status]] = {
+    "waiting": frozenset({Status.QUEUED}),  # why it did not start in the last pass
+    "ending": frozenset({Status.KILLING}),  # how it ends once its workers are gone
+    "alloc": frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING}),  # the resources it holds
+    "exit_code": frozenset({Status.FINISHED, Status.FAILED, Status.KILLED}),  # its last attempt's exit
+}
+_RESET: dict[str, Callable[[], Any]] = {"waiting": _none, "ending": _none, "alloc": dict, "exit_code": _none}
+
+
+
 class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     n: int
     machine: str
@@ -207,6 +222,9 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
             raise IllegalTransition(f"job {self.id}: {self.status} → {to} is not allowed")
         self.status = to
         self.reason = reason
+        for name, statuses in STATUS_FIELDS.items():
+            if to not in statuses:
+                setattr(self, name, _RESET[name]())
 
     @property
     def active(self) -> bool:
