@@ -67,11 +67,11 @@ class PodFleet(SshFleet):
     def _fresh_disk(disk: Path, user: str) -> None:
         """The disk as a new VM's: /etc/skel's files only, the user's."""
         disk.mkdir(parents=True, exist_ok=True)
-        for entry in disk.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
+        for old in disk.iterdir():
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
             else:
-                entry.unlink()
+                old.unlink()
         shutil.copytree("/etc/skel", disk, symlinks=True, dirs_exist_ok=True)
         pw = pwd.getpwnam(user)
         for root, dirs, files in os.walk(disk):
