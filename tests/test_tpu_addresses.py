@@ -99,8 +99,7 @@ def test_workers_reached_at_external_addresses_share_the_snapshot_and_coordinato
     assert spy.binds == [internal[0]]
     assert len(spy.urls) == WORKERS - 1 and all(u.startswith(f"http://{internal[0]}:") for u in spy.urls), spy.urls
     # Every worker ran the job from the same tree, on its own disk.
-    trees = {w: Path(tpus.ssh.disk(h), "jobtpu", "jobs", str(job), "tree.txt").read_text()  # type: ignore[attr-defined]
-             for w, h in enumerate(node.hosts)}
+    trees = {w: (tpus.disk("tpu-x", w) / "jobtpu" / "jobs" / str(job) / "tree.txt").read_text() for w in range(WORKERS)}
     assert set(trees.values()) == {_expected(src)}, trees
     # The job's peers and coordinator are on the internal network, whatever address SSH uses.
     lines = {run(home, "tail", str(job), "--worker", str(w), in_process=True)[0] for w in range(WORKERS)}

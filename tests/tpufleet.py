@@ -48,6 +48,12 @@ class TpuFleet:
                           workers=self.workers_for(name, accelerator), **fields)
         return machine
 
+    def disk(self, name: str, worker: int) -> Path:
+        """The worker's own disk (its home folder) of a node added with own_disks=True."""
+        if not isinstance(self.ssh, PodFleet):
+            raise TypeError("own disks need a TpuFleet over a PodFleet (fixture tpu_pods)")
+        return self.ssh.disk(self.nodes[name].hosts[worker])
+
     def internal_address(self, name: str, worker: int) -> str:
         """The worker's address on the node's internal network (its `networkEndpoints[].ipAddress`)."""
         host = self.nodes[name].hosts[worker]
