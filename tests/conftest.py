@@ -10,6 +10,7 @@ import pytest
 
 from tests.accounts import Team
 from tests.fake_tpu import FakeTpuApi
+from tests.podfleet import PodFleet
 from tests.sshfleet import SshFleet
 from tests.tpufleet import TpuFleet
 
@@ -42,7 +43,7 @@ _let_ctrl_c_reach_the_cli()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
-NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "team"})
+NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "tpu_pods", "team"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # The fixtures of the longest tests, longest first: a TPU test sits through passes that create nodes.
-_SLOW_FIXTURES = ("tpus", "ssh_fleet", "team")
+_SLOW_FIXTURES = ("tpus", "tpu_pods", "ssh_fleet", "team")
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -98,18 +99,35 @@ def _host_tmp_turn(alone: bool) -> Iterator[None]:
         os.close(gate)
 
 
-@pytest.fixture
-def tpus(ssh_fleet: SshFleet, request: pytest.FixtureRequest) -> Iterator[TpuFleet]:
-    """A fake TPU API whose nodes' workers are real sshd hosts of `ssh_fleet`."""
+@contextlib.contextmanager
+def _tpu_fleet(ssh: SshFleet, request: pytest.FixtureRequest) -> Iterator[TpuFleet]:
     with _host_tmp_turn(alone=request.node.get_closest_marker("alone_on_host_tmp") is not None):
         api = FakeTpuApi(ready_after=0.3)
-        fleet = TpuFleet(ssh_fleet, api)
+        fleet = TpuFleet(ssh, api)
         api.worker_hooks = fleet
         api.start()
         try:
             yield fleet
         finally:
             api.close()
+
+
+@pytest.fixture
+def tpus(ssh_fleet: SshFleet, request: pytest.FixtureRequest) -> Iterator[TpuFleet]:
+    """A fake TPU API whose nodes' workers are real sshd hosts of `ssh_fleet`."""
+    with _tpu_fleet(ssh_fleet, request) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+def tpu_pods(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TpuFleet]:
+    """As `tpus`, over a PodFleet: a node added with own_disks=True has one disk per worker."""
+    pods = PodFleet(tmp_path / "podfleet")
+    try:
+        with _tpu_fleet(pods, request) as fleet:
+            yield fleet
+    finally:
+        pods.close()
 
 
 @pytest.fixture

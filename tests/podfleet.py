@@ -49,13 +49,32 @@ class PodFleet(SshFleet):
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
                 str(disk), home, super()._sshd_argv(host, conf)[0], str(conf)]
 
+    def wipe_disk(self, machine: FleetMachine) -> None:
+        """As SshFleet's, and each host's own disk too (a recreated TPU's workers each get a new one)."""
+        super().wipe_disk(machine)
+        with self._lock:
+            for host in machine.hosts:
+                if host.addr in self._disks:  # emptied, not replaced: a running sshd has it mounted
+                    self._fresh_disk(self._disks[host.addr], host.user)
+
     def _new_disk(self, host: Host, name: str) -> Path:
         disk = self.base / "disks" / name
-        shutil.copytree("/etc/skel", disk, symlinks=True)
-        pw = pwd.getpwnam(host.user)
+        self._fresh_disk(disk, host.user)
+        self._disks[host.addr] = disk
+        return disk
+
+    @staticmethod
+    def _fresh_disk(disk: Path, user: str) -> None:
+        """The disk as a new VM's: /etc/skel's files only, the user's."""
+        disk.mkdir(parents=True, exist_ok=True)
+        for old in disk.iterdir():
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        shutil.copytree("/etc/skel", disk, symlinks=True, dirs_exist_ok=True)
+        pw = pwd.getpwnam(user)
         for root, dirs, files in os.walk(disk):
             for entry in [root, *(os.path.join(root, n) for n in [*dirs, *files])]:
                 os.lchown(entry, pw.pw_uid, pw.pw_gid)
         disk.chmod(0o750)
-        self._disks[host.addr] = disk
-        return disk

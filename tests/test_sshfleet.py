@@ -10,6 +10,7 @@ import paramiko
 import pytest
 
 from tests import sshfleet
+from tests.podfleet import PodFleet
 from tests.sshfleet import Host, SshFleet
 
 
@@ -145,6 +146,20 @@ def test_wipe_disk_empties_home_and_kills_processes(ssh_fleet: SshFleet) -> None
     assert all(p.stat().st_uid == m.home.stat().st_uid for p in m.home.iterdir())
     assert (m.home / ".bashrc").read_bytes() == Path("/etc/skel/.bashrc").read_bytes()
     assert _ssh(ssh_fleet, h, "ls -A").stdout.split() == sorted(os.listdir("/etc/skel"))
+
+
+def test_wipe_disk_of_a_pod_empties_every_host_disk_its_running_sshd_serves(tmp_path: Path) -> None:
+    pods = PodFleet(tmp_path / "pods")
+    try:
+        m = pods.add_pod("pod", 2)
+        for h in m.hosts:
+            assert _ssh(pods, h, f"mkdir d && echo {h.addr} > d/f").returncode == 0
+        pods.wipe_disk(m)
+        for h in m.hosts:
+            assert sorted(p.name for p in pods.disk(h).iterdir()) == sorted(os.listdir("/etc/skel"))
+            assert _ssh(pods, h, "ls -A").stdout.split() == sorted(os.listdir("/etc/skel"))
+    finally:
+        pods.close()
 
 
 def test_kill_user_processes_kills_every_process_of_the_machine(ssh_fleet: SshFleet) -> None:

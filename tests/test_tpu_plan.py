@@ -146,6 +146,30 @@ def test_a_ready_node_without_addresses_is_held_and_says_why() -> None:
                                                             "the TPU API lists no worker address for the node")
 
 
+INTERNAL, EXTERNAL = ("10.0.0.2", "10.0.0.3", "10.0.0.4"), ("34.0.0.2", "34.0.0.3", "34.0.0.4")
+
+
+@pytest.mark.parametrize(("external", "use_external_ip", "addresses"), [
+    (EXTERNAL, True, list(EXTERNAL)),
+    (EXTERNAL, False, list(INTERNAL)),
+    ((), True, []),  # enableExternalIps is false
+    # One worker lists none (yet): the others' external addresses would take the wrong worker indices.
+    (EXTERNAL[:1] + EXTERNAL[2:], True, []),
+    (EXTERNAL[:1] + EXTERNAL[2:], False, list(INTERNAL)),
+])
+def test_a_node_is_reached_at_one_kind_of_address_for_every_worker(external: tuple[str, ...], use_external_ip: bool,
+                                                                   addresses: list[str]) -> None:
+    assert NodeInfo("n", "READY", internal=INTERNAL, external=external).addresses(use_external_ip) == addresses
+
+
+def test_a_node_whose_workers_lack_some_external_addresses_is_held_and_says_why() -> None:
+    seen = NodeInfo("n", "READY", internal=INTERNAL, external=EXTERNAL[:2], create_time="c1")
+    outside = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, use_external_ip=True)
+    _, state, detail = decided(MachineRecord(), outside, node=seen)
+    assert (state, detail) == ("no address", "1 of the 3 workers have no external IP and use_external_ip is true: "
+                                             "wait for the node to list them all, or set it false")
+
+
 @pytest.mark.parametrize(("record", "seen_node", "steps", "state"), [
     # forget-keys cannot be found again from the listing: a leftover one is done
     (MachineRecord(incarnation="c1", setup=Setup("done"), steps=["forget-keys"]), node(), ["forget-keys"], "up"),

@@ -1,7 +1,13 @@
 """TPU nodes for tests: the fake TPU API's nodes, whose workers are real sshd hosts of an SshFleet.
 
 Preempting a node stops its workers' sshd and kills their processes; a node created again comes up
-with a wiped disk and new host keys, exactly what a recreated TPU VM looks like from outside."""
+with a wiped disk and new host keys, exactly what a recreated TPU VM looks like from outside.
+
+By default a worker's internal and external addresses are one, its sshd's. A node added with
+`own_network=True` gives each worker an internal address of its own, as on Google: another loopback
+address of the host (all of 127.0.0.0/8 is this host's on Linux, so the workers reach each other
+there) on which no sshd listens; its external one is the sshd's. A node added with `own_disks=True`
+over a PodFleet gives each worker a disk of its own (tests/podfleet.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_tpu import FakeTpuApi
-from tests.sshfleet import FleetMachine, SshFleet
+from tests.podfleet import PodFleet
+from tests.sshfleet import FleetMachine, Host, SshFleet
 
 PROJECT, ZONE = "test-project", "europe-west4-a"
 
@@ -24,16 +31,33 @@ class TpuFleet:
         self.nodes: dict[str, FleetMachine] = {}
         self.events: list[tuple[str, str]] = []  # (event, node) in order, for assertions
         self.unpublished: dict[str, set[int]] = {}  # node → workers whose guest agent has no host key out yet
+        self.own_network: set[str] = set()  # nodes whose workers' internal addresses are not their sshd's
         self._lock = threading.Lock()
 
     def add_node(self, name: str, workers: int = 2, accelerator: str = "v3-16", preemptible: bool = True,
-                 zone: str = ZONE, **fields: Any) -> FleetMachine:
+                 zone: str = ZONE, own_network: bool = False, own_disks: bool = False, **fields: Any) -> FleetMachine:
         """A node made out of band; `fields` as FakeTpuApi.add_node takes them (spot, labels, metadata...)."""
-        machine = self.ssh.add_machine(name, workers, same_port=True)
+        if own_disks and not isinstance(self.ssh, PodFleet):
+            raise TypeError("own_disks needs a TpuFleet over a PodFleet (fixture tpu_pods)")
+        if own_network:
+            self.own_network.add(name)
+        machine = (self.ssh.add_pod(name, workers, same_port=True) if own_disks and isinstance(self.ssh, PodFleet)
+                   else self.ssh.add_machine(name, workers, same_port=True))
         self.nodes[name] = machine
         self.api.add_node(PROJECT, zone, name, accelerator_type=accelerator, preemptible=preemptible,
-                          workers=[(h.addr, h.addr) for h in machine.hosts], **fields)
+                          workers=self.workers_for(name, accelerator), **fields)
         return machine
+
+    def disk(self, name: str, worker: int) -> Path:
+        """The worker's own disk (its home folder) of a node added with own_disks=True."""
+        if not isinstance(self.ssh, PodFleet):
+            raise TypeError("own disks need a TpuFleet over a PodFleet (fixture tpu_pods)")
+        return self.ssh.disk(self.nodes[name].hosts[worker])
+
+    def internal_address(self, name: str, worker: int) -> str:
+        """The worker's address on the node's internal network (its `networkEndpoints[].ipAddress`)."""
+        host = self.nodes[name].hosts[worker]
+        return _internal_of(host) if name in self.own_network else host.addr
 
     def port(self, name: str) -> int:
         return self.nodes[name].hosts[0].port
@@ -51,7 +75,8 @@ class TpuFleet:
 
     # ---- WorkerHooks ----------------------------------------------------------------------------
     def workers_for(self, node_name: str, accelerator_type: str) -> list[tuple[str, str]]:
-        return [(h.addr, h.addr) for h in self.nodes[node_name].hosts]
+        """(internal, external) per worker; jobtpu's SSH reaches the external one only with use_external_ip."""
+        return [(self.internal_address(node_name, i), h.addr) for i, h in enumerate(self.nodes[node_name].hosts)]
 
     def on_preempt(self, node_name: str) -> None:
         self._take_down("preempt", node_name)
@@ -91,6 +116,11 @@ class TpuFleet:
     def _record(self, event: str, node: str) -> None:
         with self._lock:
             self.events.append((event, node))
+
+
+def _internal_of(host: Host) -> str:
+    """127.0.x.y → 127.1.x.y: local, one per fleet host (tests/sshfleet.py hands out 127.0.*), no sshd's."""
+    return "127.1." + host.addr.split(".", 2)[2]
 
 
 def write_machines(home: Path, tpus: TpuFleet, machines: dict[str, Any]) -> None:

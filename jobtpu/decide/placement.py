@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobtpu.errors import JobtpuError
@@ -24,12 +25,22 @@ class Place:
     zone: str  # "" when machines.json names none (ssh, local)
     node: str  # the TPU node's name, else the worker's host
     accelerator: str  # machines.json's `accelerator`, "" when it has none
-    hosts: tuple[str, ...]  # every worker's address, in worker order
+    hosts: tuple[str, ...]  # every worker's address as jobtpu reaches it, in worker order
+    peers: tuple[str, ...]  # every worker's address as the others reach it (peer_hosts), in worker order
 
     @property
     def region(self) -> str:
         """us-central2-b → us-central2: the zone minus its last part."""
         return self.zone.rsplit("-", 1)[0] if "-" in self.zone else self.zone
+
+
+def peer_hosts(reached: Sequence[str], internal: Sequence[str], peer_addresses: Sequence[str]) -> tuple[str, ...]:
+    """Where the machine's workers reach each other, in worker order: machines.json's peer_addresses
+    when they name one per worker, else a worker's internal address (a TPU's from the API), else the
+    address jobtpu reaches it at (`reached`, an ssh worker's host). Never the external address that
+    jobtpu's own SSH may use (`use_external_ip`): the workers' traffic stays on their network."""
+    named = tuple(peer_addresses) if len(peer_addresses) == len(reached) else ()
+    return tuple(named[i] if named else internal[i] if i < len(internal) else addr for i, addr in enumerate(reached))
 
 
 def coordinator_port(job_id: int, attempt: int) -> int:
@@ -42,9 +53,9 @@ def place_env(place: Place, worker_host: str, job_id: int, attempt: int) -> dict
     """The variables of one worker; JOBTPU_HOSTS and JOBTPU_COORDINATOR only when it has peers."""
     env = {"JOBTPU_ZONE": place.zone, "JOBTPU_REGION": place.region,
            "JOBTPU_NODE": place.node or worker_host, "JOBTPU_ACCELERATOR": place.accelerator}
-    if len(place.hosts) > 1:
-        env["JOBTPU_HOSTS"] = ",".join(place.hosts)
-        env["JOBTPU_COORDINATOR"] = f"{place.hosts[0]}:{coordinator_port(job_id, attempt)}"
+    if len(place.peers) > 1:  # the workers meet over their own network (docs/reference/job-environment.md §8.2)
+        env["JOBTPU_HOSTS"] = ",".join(place.peers)
+        env["JOBTPU_COORDINATOR"] = f"{place.peers[0]}:{coordinator_port(job_id, attempt)}"
     return env
 
 

@@ -22,7 +22,7 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.session import Session
 from jobtpu.remote import pulls
-from jobtpu.remote.peercopy import launch_workers
+from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.machines import Machine
@@ -135,12 +135,13 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
-    """Where the attempt runs: a TPU's zone in use (capacity errors may have moved it) and node; a
-    box's workers by the addresses jobtpu reaches them at (the local machine by its host name)."""
+    """Where the attempt runs: a TPU's zone in use (capacity errors may have moved it) and node; the
+    workers by the addresses jobtpu reaches them at (the local machine by its host name) and by those
+    they reach each other at (a TPU's internal ones, whatever address jobtpu's SSH uses)."""
     hosts = tuple(ep.addr or socket.gethostname() for ep in eps)
     zone = (p.state.machine(machine.name).zone or machine.zone) if machine.is_tpu else machine.zone
     return Place(zone=zone or "", node=(machine.node or "") if machine.is_tpu else "",
-                 accelerator=machine.accelerator or "", hosts=hosts)
+                 accelerator=machine.accelerator or "", hosts=hosts, peers=peer_addresses_of(p, machine, hosts))
 
 
 def early_signal(job: Job) -> tuple[str, float] | None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import secrets as random_ids
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
+from jobtpu.decide.placement import peer_hosts
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.remote.scripts import (
     Served,
@@ -139,16 +141,26 @@ def _stop(p: Pass, machine: Machine, ep: Endpoint, token: str) -> None:
 
 def bind_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
     """The worker's address on the machine's internal network: a TPU's from the API, an ssh box's host."""
-    node = p.nodes.get(machine.name)
-    internal = node.internal if machine.is_tpu and node is not None else ()
+    internal = _internal(p, machine)
     return internal[ep.index] if ep.index < len(internal) else (ep.addr or "127.0.0.1")
 
 
 def reach_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
     """Where the other workers reach it: machines.json's peer_addresses, else its internal address."""
-    if ep.index < len(machine.peer_addresses):
-        return machine.peer_addresses[ep.index]
-    return bind_address(p, machine, ep)
+    peers = peer_addresses_of(p, machine, [e.addr or "127.0.0.1" for e in p.endpoints(machine)])
+    return peers[ep.index] if ep.index < len(peers) else bind_address(p, machine, ep)
+
+
+def peer_addresses_of(p: Pass, machine: Machine, reached: Sequence[str]) -> tuple[str, ...]:
+    """Where the workers jobtpu reaches at `reached` reach each other (placement.peer_hosts): for the
+    snapshot's peer copy and a job's JOBTPU_HOSTS and JOBTPU_COORDINATOR alike."""
+    return peer_hosts(reached, _internal(p, machine), machine.peer_addresses)
+
+
+def _internal(p: Pass, machine: Machine) -> tuple[str, ...]:
+    """A TPU's workers' internal addresses from the API (its networkEndpoints), in worker order."""
+    node = p.nodes.get(machine.name)
+    return node.internal if machine.is_tpu and node is not None else ()
 
 
 def _addresses_fit(p: Pass, machine: Machine, spec: LaunchSpec) -> bool:

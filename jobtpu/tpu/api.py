@@ -61,7 +61,11 @@ class NodeInfo:
     spec: dict[str, Any] = field(default_factory=dict, compare=False)  # its create fields (nodespec)
 
     def addresses(self, use_external_ip: bool) -> list[str]:
-        return list(self.external if use_external_ip else self.internal)
+        """Where jobtpu's SSH reaches the workers, in worker order. External ones only when every worker
+        has one: a worker without would shift the later workers' indices off their internal addresses."""
+        if not use_external_ip:
+            return list(self.internal)
+        return list(self.external) if len(self.external) == len(self.internal) else []
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,9 @@ def hold(plan: MachinePlan, state: str, detail: str) -> None:
 
 
 def no_address_reason(machine: Machine, node: NodeInfo) -> str:
+    if machine.use_external_ip and node.external:
+        return (f"{len(node.internal) - len(node.external)} of the {len(node.internal)} workers have no external "
+                "IP and use_external_ip is true: wait for the node to list them all, or set it false")
     if machine.use_external_ip and node.internal:
         return ("the workers have no external IP (networkConfig.enableExternalIps is false) and "
                 "use_external_ip is true: set it false to connect inside the VPC")
