@@ -132,3 +132,12 @@ def test_no_module_is_over_400_lines() -> None:
     long = {str(path.relative_to(PACKAGE.parent)): n for path in sorted(PACKAGE.rglob("*.py"))
             if (n := len(path.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_the_design_s_module_map_names_every_module_and_no_other() -> None:
+    """docs/design.md §5 is one row per module: a newcomer's map of the package stays the package."""
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    section = design.split("## 5. Module map", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    modules = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+    assert rows == modules, {"missing from the map": sorted(modules - rows), "no such module": sorted(rows - modules)}
