@@ -1,15 +1,15 @@
 """Shared test helpers: a throwaway home, running the real CLI (in a subprocess, or in this process
 where a test runs hundreds of commands), passes until something holds, polling with a deadline.
 
-Every helper that runs the CLI takes `in_process`: False runs `python -m jobtpu.cli` in a
-subprocess (the default: exactly what a user runs), True calls `jobtpu.cli.main` here. Two helpers
-run here by default, because tests call them by the thousand to get somewhere, not to test the
-process: reading the records (`status`), and the passes of `run_pass`, `manage` and the loops over
-them (each paid a Python start-up and, on a TPU home, the Google client's import: most of the
-suite's CPU). A test of what a process does (its exit, its signals, a crash, its output to a
-terminal) runs `jobtpu(home, "manage")` or its own Popen, as a user does. In this process a command
-that hangs is stopped by a watchdog after its timeout, with every thread's stack, instead of
-holding the suite."""
+Every helper that runs the CLI takes `in_process`: False runs `python -m jobtpu.cli` in a subprocess
+(exactly what a user runs: `jobtpu` and `run` always, by default), True calls `jobtpu.cli.main`
+here. Three run here by default, because tests call them by the thousand to get somewhere, not to test the process: reading
+the records (`status`), queueing a job (`submit`, `submit_json`), and the passes of `run_pass`,
+`manage` and the loops over them (each paid a Python start-up and, on a TPU home, the Google
+client's import: most of the suite's CPU). A test of what a process does (its exit, its signals, a
+crash, its output to a terminal) runs `jobtpu(home, "manage")` or its own Popen, as a user does. In
+this process a command that hangs is stopped by a watchdog after its timeout, with every thread's
+stack, instead of holding the suite."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def run(home: Path, *args: str, in_process: bool = False, timeout: float = 60) -
     return done.stdout, done.stderr
 
 
-def submit_json(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = False,
+def submit_json(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = True,
                 use_home_flag: bool = True, cwd: Path | None = None) -> dict[str, Any]:
     """`submit --json`; `use_home_flag=False` submits as a user does, from `cwd` without --home nor
     $JOBTPU_HOME (the folder's machines.json makes it the home)."""
@@ -123,7 +123,7 @@ def submit_json(home: Path, src: Path, cmd: str, *extra: str, in_process: bool =
     return dict(json.loads(done.stdout))
 
 
-def submit(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = False) -> int:
+def submit(home: Path, src: Path, cmd: str, *extra: str, in_process: bool = True) -> int:
     return int(run(home, "submit", "--dir", str(src), "--cmd", cmd, *extra, in_process=in_process)[0].strip())
 
 
