@@ -46,10 +46,10 @@ JOBTPU_w_load() {
 # JOBTPU_w_timer SIGNAL DELAY LEADER : run in the background by the wrapper (LEADER, whose pid is the
 # job's process group): after DELAY seconds, send SIGNAL to every process of the group but the wrapper
 # and this timer (--signal: the job may checkpoint before its --timeout). TERM ends the timer at once,
-# with its sleep: nothing of it outlives the job.
+# with its sleep, which it waits for: nothing of it outlives the job, whose exit is recorded after.
 JOBTPU_w_timer() {
   local JOBTPU_w_s JOBTPU_w_p
-  trap 'kill "$JOBTPU_w_s" 2>/dev/null; exit 0' TERM
+  trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
   sleep "$2" & JOBTPU_w_s=$!
   wait "$JOBTPU_w_s" || exit 0
   for JOBTPU_w_p in $(ps -eo pid=,pgid= | awk -v g="$3" '$2 == g {print $1}'); do
@@ -81,7 +81,7 @@ JOBTPU_w_procs() {
 # left after GRACE tenths of a second. TERM before a request ends the watch at once, with its sleep.
 JOBTPU_w_stopper() {
   local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
-  trap 'kill "$JOBTPU_w_s" 2>/dev/null; exit 0' TERM
+  trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
   until [ -f "$1" ] && [ ! -L "$1" ]; do
     sleep "$2" & JOBTPU_w_s=$!
     wait "$JOBTPU_w_s" || exit 0
