@@ -1,6 +1,6 @@
 """The wrapper's helpers (jobtpu/remote/sh/wrapper.sh) in a real bash: what they leave behind when the
 job ends. The wrapper records the job's exit only once its --signal timer and its stop watcher are
-gone, so nothing marked with the job may outlive that record (docs/reference/commands.md §2.2.3)."""
+gone, so nothing marked with the job may outlive that record (docs/reference/commands.md §2.2.6)."""
 
 from __future__ import annotations
 
