@@ -7,6 +7,7 @@ Only `Job.move` changes a job's status; every other module asks it to, and an il
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
@@ -120,7 +121,6 @@ STATUS_FIELDS: dict[str, frozenset[Status]] = {
     "alloc": frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING}),  # the resources it holds
     "exit_code": frozenset({Status.FINISHED, Status.FAILED, Status.KILLED}),  # its last attempt's exit
 }
-_RESET: dict[str, Callable[[], Any]] = {"waiting": _none, "ending": _none, "alloc": dict, "exit_code": _none}
 
 
 
@@ -224,7 +224,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         self.reason = reason
         for name, statuses in STATUS_FIELDS.items():
             if to not in statuses:
-                setattr(self, name, _RESET[name]())
+                setattr(self, name, _field_default(name))
 
     @property
     def active(self) -> bool:
@@ -306,3 +306,14 @@ def unknown_job(job_id: int) -> NotFoundError:
     return NotFoundError(f"no job {job_id} in state.json",
                          hint="`jobtpu status --all-users --all` lists every job; `jobtpu status --history "
                               "--all-users` those `clean` moved to history.jsonl")
+
+
+@functools.cache
+def _defaults() -> dict[str, msgspec.structs.FieldInfo]:
+    return {f.name: f for f in msgspec.structs.fields(Job)}
+
+
+def _field_default(name: str) -> Any:
+    """A new value of the job's field as a fresh record has it (its default, or a new one from its factory)."""
+    info = _defaults()[name]
+    return info.default_factory() if info.default is msgspec.NODEFAULT else info.default
