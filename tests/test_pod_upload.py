@@ -20,7 +20,7 @@ import pytest
 
 from jobtpu import timing
 from tests.helpers import jobtpu, status, submit, wait_for, write_tree
-from tests.podfleet import PodFleet
+from tests.podfleet import PodFleet, RsyncCounter
 from tests.sshfleet import FleetMachine
 
 NOWHERE = "127.0.253.1"  # a loopback address no fleet host has (tests/sshfleet.py hands out 127.0.0-252.*)
@@ -46,20 +46,14 @@ class Home:
         spec = {"kind": "ssh", "hosts": [h.address() for h in pod.hosts], "user": pod.user,
                 "identity_file": str(fleet.identity), "connect_timeout": 5, **extra}
         (self.root / "machines.json").write_text(json.dumps({"machines": {"pod": spec}}))
-        hook = tmp_path / "bin"
-        hook.mkdir()
-        self.calls = tmp_path / "rsync.calls"
-        (hook / "rsync").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{self.calls}"\nexec {shutil.which("rsync")} "$@"\n')
-        (hook / "rsync").chmod(0o755)
-        self.env = {"PATH": f"{hook}:{os.environ['PATH']}", **timing.env(peer_copy_wait=60)}
+        self.rsync = RsyncCounter(tmp_path)
+        self.env = {"PATH": self.rsync.path, **timing.env(peer_copy_wait=60)}
 
     def manage(self) -> str:
         return jobtpu(self.root, "manage", env=self.env, timeout=90).stderr
 
     def pushes(self) -> list[str]:
-        """The archives pushed to workers so far (rsync's push is the call with --ignore-times)."""
-        calls = self.calls.read_text().splitlines() if self.calls.exists() else []
-        return [Path(c.split()[-2]).name for c in calls if "--ignore-times" in c]
+        return self.rsync.pushes()
 
     def until_ended(self, job: int) -> tuple[dict[str, Any], str]:
         """Passes until the job ended; its record and what the passes said."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from jobtpu import timing
 from jobtpu.remote import peercopy
 from tests.helpers import run, run_pass, status, submit, wait_for, write_tree
+from tests.podfleet import RsyncCounter
 from tests.tpufleet import TpuFleet, write_machines
 
 WORKERS = 4  # a v3-32
@@ -46,20 +46,11 @@ class Calls:
         monkeypatch.setattr(peercopy, "peer_fetch_script", spy_fetch)
 
 
-def _count_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An rsync first on the pass's PATH that notes each call and runs the real one; the notes' file."""
-    calls, hook = tmp_path / "rsync.calls", tmp_path / "bin"
-    hook.mkdir()
-    (hook / "rsync").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{calls}"\nexec {shutil.which("rsync")} "$@"\n')
-    (hook / "rsync").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{hook}:{os.environ['PATH']}")
-    return calls
-
-
-def _pushes(calls: Path) -> list[str]:
-    """The archives pushed to workers (rsync's push is the call with --ignore-times)."""
-    lines = calls.read_text().splitlines() if calls.exists() else []
-    return [Path(c.split()[-2]).name for c in lines if "--ignore-times" in c]
+def _count_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RsyncCounter:
+    """The pass runs here: the counting rsync goes first on this process's PATH."""
+    counter = RsyncCounter(tmp_path)
+    monkeypatch.setenv("PATH", counter.path)
+    return counter
 
 
 def _expected(src: Path) -> str:
@@ -94,7 +85,7 @@ def test_workers_reached_at_external_addresses_share_the_snapshot_and_coordinato
 
     # One upload from the home; the others fetched it from worker 0's server on its internal address
     # (sshd listens on the external one only, so nothing else answers there).
-    assert _pushes(calls) == [archive]
+    assert calls.pushes() == [archive]
     assert "could not fetch" not in "".join(said), said
     assert spy.binds == [internal[0]]
     assert len(spy.urls) == WORKERS - 1 and all(u.startswith(f"http://{internal[0]}:") for u in spy.urls), spy.urls
