@@ -163,19 +163,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
     home = find_home(args.home)
     if home.root.exists() and not home.root.is_dir():
         raise JobtpuError(f"the home {home.root} is not a folder",
                           hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
+    from jobtpu.home.roles import Layout, role_of
+
+    role = role_of(home.root)
+    if role.is_member and role.layout is Layout.SHARED:  # one writer: a member's acts are requests
+        from jobtpu.commands import relay
+
+        words = relay.command_words(argv, args.command)
+        if args.command in relay.RELAYED:
+            from jobtpu.home.users import known_user
+
+            return relay.send_act(home, role, words, known_user(home, None))
+        if not relay.member_may(args.command, words):
+            raise relay.refuse_runner_only(role, args.command)
     return int(args.func(home, args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(words)
     try:
         timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, not midway through a pass
-        return run_command(args)
+        return run_command(args, words)
     except JobtpuError as e:
         sys.stdout.flush()
         sys.stderr.write(error_text(e) + "\n")

@@ -16,7 +16,9 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def resolve_user(explicit: str | None) -> str:
-    user = explicit or os.environ.get("JOBTPU_USER") or _login_name()
+    from jobtpu.home.actor import user_label
+
+    user = user_label() or explicit or os.environ.get("JOBTPU_USER") or _login_name()
     if not USER_NAME.match(user):
         raise JobtpuError(f"user name {user!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting "
                           "with a letter or '_'", hint="pass --user NAME or set JOBTPU_USER")

@@ -49,6 +49,8 @@ class Timing(NamedTuple):
     setup_now_timeout: float = 3600.0  # `tpu setup`: one worker's setup commands (pip installs, a disk to mount)
     restart_wait: float = 900.0  # `tpu restart`: each of the stop and the start
     restart_poll: float = 1.0  # `tpu restart`: between looks at the operation
+    spool_poll: float = 0.5  # a loop (manage --loop, watch) looks this often for members' requests in a shared home
+    request_wait: float = 10.0  # a member's act waits this long for a running loop to carry it out
 
 
 DEFAULTS = Timing()

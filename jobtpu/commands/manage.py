@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any
 
 from jobtpu.commands import args
@@ -24,9 +23,14 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
 
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
     from jobtpu.commands.freshness import record_pass_failure
+    from jobtpu.commands.intake import take_in
+    from jobtpu.home.spool import wait_for_requests
 
     while True:
         try:
+            if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
+                for line in take_in(home):
+                    note(line)
             report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop)
         except Exception as e:
             # A loop logs every failed round (nobody may be reading its terminal); a single pass
@@ -52,7 +56,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:
                 return 0
-        time.sleep(loop)
+        wait_for_requests(home, loop)  # a member's request starts the next round at once
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

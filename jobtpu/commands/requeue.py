@@ -3,7 +3,6 @@ start, under the pass lock; prints their ids."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from jobtpu.commands import args
@@ -59,12 +58,19 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
 def _adopt(home: Home, job: Job) -> None:
     """A job made before homes kept specs gets one from its own account's rerun or resume (a
     teammate's forced rerun keeps the job's spec, or its lack of one: docs/design.md §7)."""
+    from jobtpu.home.actor import real_uid
+    from jobtpu.home.roles import Layout, role_of
     from jobtpu.home.secrets import MASK
     from jobtpu.home.specs import has_spec, write_spec
 
-    if job.uid not in (None, os.getuid()) or has_spec(home, job.id):
+    if job.uid not in (None, real_uid()):
         return
-    job.uid = os.getuid()
+    if role_of(home.root).layout is Layout.SHARED:  # the runner's record names the account: no spec needed
+        job.uid = real_uid()
+        return
+    if has_spec(home, job.id):
+        return
+    job.uid = real_uid()
     write_spec(home, job, [name for name, value in job.env.items() if value == MASK])
 
 

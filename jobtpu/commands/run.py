@@ -24,9 +24,16 @@ def run_command(home: Home, opts: submit.SubmitOptions, as_json: bool, follow_lo
     if follow_log and (opts.sweep or opts.sweep_file):
         raise JobtpuError("run --follow follows one job, and a sweep is many",
                           hint="`jobtpu run` without --follow, then `jobtpu status --sweep ID`")
+    from jobtpu.commands.intake import take_in
+    from jobtpu.home.roles import role_of
+
     submitted = submit.submit_jobs(home, opts)
     submit.print_submitted(submitted, as_json)
     job = submitted[0]
+    if role_of(home.root).is_member:  # a shared home's runner runs the passes; a member follows them
+        return follow(home, job.id, passes=False) if follow_log else 0
+    for line in take_in(home):
+        note(line)
     if not follow_log:
         wait = timing.current().run_lock_wait
         if manage.run_pass(home, wait=wait).skipped:
@@ -36,11 +43,11 @@ def run_command(home: Home, opts: submit.SubmitOptions, as_json: bool, follow_lo
     return follow(home, job.id)
 
 
-def follow(home: Home, job_id: int, interval: float | None = None) -> int:
+def follow(home: Home, job_id: int, interval: float | None = None, passes: bool = True) -> int:
     """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
     Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
     try:
-        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval)
+        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval, passes)
     except KeyboardInterrupt as e:
         from jobtpu.errors import EXIT_INTERRUPTED, Terminated
 
@@ -51,17 +58,20 @@ def follow(home: Home, job_id: int, interval: float | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _follow(home: Home, job_id: int, interval: float) -> int:
+def _follow(home: Home, job_id: int, interval: float, passes: bool = True) -> int:
     from jobtpu.passes import manage
 
     printed: dict[int, int] = {}
     decoders: dict[int, codecs.IncrementalDecoder] = {}
     told_busy = False
     while True:
-        if manage.run_pass(home, wait=timing.current().run_lock_wait).skipped and not told_busy:
+        if passes and manage.run_pass(home, wait=timing.current().run_lock_wait).skipped and not told_busy:
             note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
             told_busy = True
         job = Store(home).load().job(job_id)
+        if job is None and not passes:  # sent to the runner, not taken in yet
+            time.sleep(interval)
+            continue
         if job is None:
             raise NotFoundError(f"job {job_id} is no longer in state.json")
         for attempt in sorted({a.n for a in job.attempts}):

@@ -60,8 +60,9 @@ class SubmitOptions(NamedTuple):
     signal: str | None = None
 
 
-def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
-    """Check everything the user typed, then snapshot; raises before anything is written."""
+def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | None = None) -> Job:
+    """Check everything the user typed, then snapshot (into `archives`, default the home's);
+    raises before anything is written."""
     from jobtpu.decide.fit import parse_request, why_not
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
     from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
@@ -113,7 +114,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions) -> Job:
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
     home.ensure()  # the first command in a new home says where it made it
     with sigterm_interrupts():
-        snap = snapshot(src, home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+        snap = snapshot(src, archives or home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
                         allow_secrets=opts.allow_secrets)
     return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
@@ -152,7 +153,15 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
                           opts.signal, timeout)
     check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
-    job = build_job(home, fleet, opts)
+    from jobtpu.home.roles import Layout, role_of
+
+    role = role_of(home.root)
+    member = role.is_member and role.layout is Layout.SHARED  # a request to the runner (design §7)
+    if member:
+        from jobtpu.home.spool import member_cache
+
+        cache = member_cache(home)
+    job = build_job(home, fleet, opts, cache if member else None)
     apply_extras(job, extras)
     from jobtpu.home.secrets import SecretStore, split_env
     from jobtpu.home.specs import write_spec
@@ -163,6 +172,10 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference/commands.md §2.2.3)
         own = load_settings(home, job.user).aliases
         jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
+    if member:
+        from jobtpu.commands.spooled import file_submission
+
+        return file_submission(home, role, jobs, secret, read[0], extras, cache)
     secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
         secrets.check_keeper()

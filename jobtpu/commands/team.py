@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from pathlib import Path
 
 from jobtpu.commands import args
@@ -18,7 +16,11 @@ LOCAL_ONLY = b'{\n  "machines": {\n    "local": {"kind": "local"}\n  }\n}\n'
 
 
 def init(home: Home, group: str | None) -> int:
-    """Make the home (and with `group`, share it: setgid, group-owned, group-writable, not world)."""
+    """Make the home; with `group`, share it in the one-writer layout (docs/reference/home-files.md
+    §1.3): this account is its runner and writes every shared file, the group reads them and writes
+    only into the spool and its own folders. A home of the old shared layout is moved to it."""
+    from jobtpu.home.roles import Layout, role_of
+
     root = home.root
     if root.exists() and not root.is_dir():
         raise JobtpuError(f"{root} exists and is not a folder", hint="name a new or existing folder")
@@ -26,11 +28,23 @@ def init(home: Home, group: str | None) -> int:
     make_dirs(root.parent)
     root.mkdir(mode=0o700, exist_ok=True)
     if gid is not None:
-        _share(root, gid, group or "")
+        role = role_of(root)
+        if role.runner_uid is not None and not role.is_runner or os.stat(root).st_uid != os.geteuid():
+            raise JobtpuError(f"{root} is another account's: only its owner makes it a shared home's runner",
+                              hint="ask its owner to run this command")
+        if role.layout is Layout.OLD_SHARED:
+            from jobtpu.home.migrate import migrate
+
+            for line in migrate(home):
+                note(line)
+        from jobtpu.home.migrate import make_one_writer
+
+        for line in make_one_writer(root, gid):
+            note(line)
     if not home.machines_file.exists():
-        write_atomic(home.machines_file, LOCAL_ONLY)
+        write_atomic(home.machines_file, LOCAL_ONLY, mode=0o640 if gid is not None else None)
         note(f"wrote {home.machines_file} with the local machine; add your machines there")
-    shared = f", shared with group {group}" if group else ""
+    shared = f", shared with group {group} (you are its runner: run its passes)" if group else ""
     print(f"{root}{shared}")
     return 0
 
@@ -48,56 +62,6 @@ def _group_id(group: str) -> int:
         raise JobtpuError(f"you are not in the group {group!r}, so you cannot share a home with it",
                           hint="name one of your groups (`id -Gn`), or ask an admin to add you to it")
     return gid
-
-
-def _share(root: Path, gid: int, group: str) -> None:
-    """The folder and what jobtpu already wrote in it become the group's: folders 2770 (setgid, so
-    what is made in them keeps the group), files 0660, nothing for others. An existing private home
-    is shared the same way; an entry another account owns is left as it is and named."""
-    not_mine: list[str] = []
-    for path in [root, *sorted(root.rglob("*"))]:
-        st = path.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        if st.st_uid != os.geteuid() and os.geteuid() != 0:
-            if st.st_gid != gid or st.st_mode & 0o007:
-                not_mine.append(str(path.relative_to(root)) or ".")
-            continue
-        rel = path.relative_to(root).parts
-        try:
-            _give_to_group(path, gid, consent=bool(rel) and rel[0] in ("specs", "runner.json"))
-        except PermissionError as e:
-            raise JobtpuError(f"cannot give {path} to group {group!r}: {e.strerror}",
-                              hint="run `jobtpu init --shared` as the home's owner") from None
-    if not_mine:
-        note(f"left as they are (another account's): {', '.join(not_mine[:5])}; its owner runs "
-             f"`jobtpu init --shared {group}` to share them")
-
-
-def _give_to_group(path: Path, gid: int, consent: bool = False) -> None:
-    """Through a descriptor opened without following a symlink: a group member who swaps an entry for
-    a link meanwhile never gets one of our files elsewhere chmodded. A file that carries its owner's
-    consent (a job spec, runner.json: docs/design.md §7) stays writable by its owner alone (0640),
-    and the specs folder gets the sticky bit."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # became a symlink since it was listed: not ours to change
-            return
-        raise
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() and os.geteuid() != 0:
-            return
-        os.fchown(fd, -1, gid)
-        # A file keeps its owner's execute bit for the group; nothing is ever the world's.
-        folder = stat.S_ISDIR(st.st_mode)
-        if consent:
-            os.fchmod(fd, 0o3770 if folder else 0o640)
-            return
-        os.fchmod(fd, 0o2770 if folder else (0o660 | (0o110 if st.st_mode & 0o100 else 0)))
-    finally:
-        os.close(fd)
 
 
 def user(home: Home, op: str, name: str | None) -> int:
@@ -127,8 +91,8 @@ def user(home: Home, op: str, name: str | None) -> int:
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "init", "make a home: the folder and a machines.json with the local machine")
     p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
-    p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: setgid, group-writable, "
-                   "never world-writable")
+    p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: you run its passes and write "
+                   "its files, the group reads them and sends you submits and acts (never world-readable)")
     p.set_defaults(func=lambda home, a: init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()),
                                              a.shared))
 

@@ -33,8 +33,12 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    from jobtpu.home.roles import role_of
+    from jobtpu.home.spool import wait_for_requests
     from jobtpu.passes.session import kept_connections
 
+    if role_of(home.root).is_member:  # a shared home's passes are its runner's: a member's watch only shows
+        manage = False
     console = Console()
     said: list[str] = []  # the last lines the passes said, shown under the events
     with kept_connections(manage) as kept, Live(console=console, screen=True, auto_refresh=False,
@@ -51,7 +55,9 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             if manage:
                 said[:] = (said + _one_pass(home, interval, kept))[-5:]
                 draw()
-            time.sleep(interval)
+                wait_for_requests(home, interval)  # a member's request starts the next round at once
+            else:
+                time.sleep(interval)
             if not manage:
                 draw()
 
@@ -61,15 +67,17 @@ TOLD_AFTER = ("notifications:", "events:")  # how the lines of the events hook's
 
 def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> list[str]:
     """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
+    from jobtpu.commands.intake import take_in
     from jobtpu.passes import manage as passes
 
     try:
+        taken = take_in(home)  # a shared home's requests (docs/reference/home-files.md §1.3)
         report = passes.run_pass(home, every=every, kept=kept)
     except Exception as e:  # noqa: BLE001 - the dashboard babysits like manage --loop does
         record_pass_failure(home, e)
         text = error_text(e) if isinstance(e, JobtpuError) else f"the pass failed: {type(e).__name__}: {e}"
         return [text.splitlines()[0]]
-    lines = [n for n in report.notes if n.startswith(TOLD_AFTER)]  # the rest are in the events
+    lines = taken + [n for n in report.notes if n.startswith(TOLD_AFTER)]  # the rest are in the events
     if report.skipped:
         lines.append("another manage pass is running; showing what it saves")
     return lines

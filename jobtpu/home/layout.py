@@ -13,6 +13,8 @@ import os
 import stat
 from pathlib import Path
 
+from jobtpu.home import safefs
+
 # What jobtpu itself writes at the top of a home (with their .bak/.lock/.tmp companions): never part
 # of a snapshot, even when the folder snapshotted is the home or holds it. machines.json is the user's.
 _OWN_FOLDERS = frozenset({"archives", "cache", "logs", "results", "run", "specs", "users"})
@@ -142,8 +144,11 @@ def is_shared(folder: Path) -> bool:
 
 
 def file_mode(folder: Path) -> int:
-    """The mode of a new file in `folder`: the owner's alone, or also its group's in a shared folder."""
-    return 0o660 if is_shared(folder) else 0o600
+    """The mode of a new file in `folder` (modes_in)."""
+    try:
+        return safefs.modes_in(os.stat(folder).st_mode)[1]
+    except OSError:
+        return 0o600
 
 
 def make_dirs(folder: Path) -> bool:
@@ -154,7 +159,10 @@ def make_dirs(folder: Path) -> bool:
     parent = folder.parent
     if parent != folder:
         make_dirs(parent)
-    mode = (0o770 | _SETGID) if is_shared(parent) else 0o700
+    try:
+        mode = safefs.modes_in(os.stat(parent).st_mode)[0]
+    except OSError:
+        mode = 0o700
     try:
         os.mkdir(folder, mode)
     except FileExistsError:

@@ -70,14 +70,27 @@ def _why(dir_fd: int, name: str, err: OSError, want: str) -> str:
     return err.strerror or str(err)
 
 
+def modes_in(parent_mode: int) -> tuple[int, int]:
+    """Pure: the modes of a new folder and a new file in a folder of mode `parent_mode`
+    (docs/reference/home-files.md §1.4): the owner's alone in a private folder; in a shared home of the
+    one-writer layout (setgid, the group reads) the group reads them; in the sticky folders members
+    write into (spool/, users/, results/) a member's own entry is theirs, the group reads it; in a
+    folder of the old shared layout (group-writable) the group writes them too. Never the world's."""
+    sticky, setgid = bool(parent_mode & stat.S_ISVTX), bool(parent_mode & _SETGID)
+    if parent_mode & _GROUP_WRITE:
+        return (0o2750, 0o640) if sticky else (0o2770, 0o660)
+    if setgid and parent_mode & stat.S_IRGRP:
+        return 0o2750, 0o640
+    return 0o700, 0o600
+
+
 def folder_mode(parent_fd: int) -> int:
-    """The mode of a new folder in the folder `parent_fd`: setgid and the group's in a group-writable
-    folder (a shared home), the owner's alone otherwise."""
-    return (0o770 | _SETGID) if os.fstat(parent_fd).st_mode & _GROUP_WRITE else 0o700
+    """The mode of a new folder in the folder `parent_fd` (layout.modes_in)."""
+    return modes_in(os.fstat(parent_fd).st_mode)[0]
 
 
 def file_mode_of(dir_fd: int) -> int:
-    return 0o660 if os.fstat(dir_fd).st_mode & _GROUP_WRITE else 0o600
+    return modes_in(os.fstat(dir_fd).st_mode)[1]
 
 
 def open_dir(root: Path, rel: PurePath | str = "", create: bool = False, mode: int | None = None) -> int:
@@ -267,6 +280,21 @@ def _sub_folder(dir_fd: int, name: str) -> int:
     if os.fstat(child).st_uid == os.geteuid():
         os.fchmod(child, new_mode)
     return child
+
+
+def open_subdir(dir_fd: int, name: str) -> int:
+    """The folder `name` in the open folder `dir_fd`, never through a link (UnsafePath otherwise)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise UnsafePath(name, _why(dir_fd, name, e, "a folder")) from None
+
+
+def new_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
+    """A new file in `dir_fd` under a random name next to `name`, open for writing, exactly `mode`."""
+    return _new_temp(dir_fd, name, mode)
 
 
 def _new_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:

@@ -88,9 +88,9 @@ class SecretStore:
         self._read()
 
     def _write(self, data: Secrets) -> None:
-        # The folder's mode: the owner's alone in a private home, the group's in a shared one (every
-        # member's pass reads it), never anyone else's.
-        write_atomic(self.path, msgspec.json.encode(data))
+        # The owner's alone, except in a home of the old shared layout, where every member's pass read
+        # it; in the one-writer layout only the runner's passes read it (docs/reference/home-files.md §1.5).
+        write_atomic(self.path, msgspec.json.encode(data), mode=0o660 if self.shared else 0o600)
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
         if values:

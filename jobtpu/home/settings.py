@@ -41,10 +41,15 @@ def settings_file(home: Home, user: str) -> Path:
     return home.root / "users" / user / "settings.json"
 
 
-def load_settings(home: Home, user: str) -> UserSettings:
-    """The user's settings (all defaults when the file is absent); ConfigError when it is malformed."""
+def load_settings(home: Home, user: str, own: bool = True) -> UserSettings:
+    """The user's settings (all defaults when the file is absent); ConfigError when it is malformed.
+    `own`: for this account's own use (its submit's folders and aliases, its views): in a shared home
+    only a file in a folder of this account's counts, never one another member made (one line says
+    whose it is); False for a runner reading a member's webhooks as data."""
     path = settings_file(home, user)
     try:
+        if own:
+            _check_own(home, user)
         data = read_regular(path)
     except FileNotFoundError:
         return UserSettings()
@@ -67,7 +72,13 @@ def viewer_settings(home: Home) -> UserSettings:
         viewer = resolve_user(None)
     except JobtpuError:
         return UserSettings()
-    return load_settings(home, viewer)
+    try:
+        return load_settings(home, viewer)
+    except NotYours as e:  # a listing still lists: with the defaults, and one line saying why
+        import sys
+
+        sys.stderr.write(f"jobtpu: {e.message}; showing the defaults\n")
+        return UserSettings()
 
 
 def viewer_zone(settings: UserSettings) -> Any:
@@ -172,6 +183,31 @@ def update_settings(home: Home, user: str, change: Callable[[UserSettings], None
 def check_may_write(home: Home, user: str) -> None:
     """update_settings's refusal, asked ahead: `import` checks every user before it writes anything."""
     _check_writer(settings_file(home, user), user)
+
+
+class NotYours(ConfigError):
+    """Settings another account made where this account's would be."""
+
+
+def _check_own(home: Home, user: str) -> None:
+    """In a shared home, users/<user>/ and its settings must be this account's to be used as its own
+    (docs/reference/home-files.md §1.3): another member could have made them first."""
+    import os
+
+    from jobtpu.home.roles import Layout, role_of
+
+    if role_of(home.root).layout is Layout.PRIVATE:
+        return
+    me = os.geteuid()
+    for path in (settings_file(home, user).parent, settings_file(home, user)):
+        owner = os.stat(path, follow_symlinks=False).st_uid  # FileNotFoundError: no settings
+        if owner != me:
+            from jobtpu.home.trust import account_name
+
+            raise NotYours(f"users/{user}/{'' if path.is_dir() else path.name} is account {account_name(owner)}'s, "
+                              f"not {account_name(me)}'s: not used as your settings",
+                              hint=f"use a user name of your own (--user, $JOBTPU_USER), or ask the home's runner "
+                                   f"to remove users/{user}")
 
 
 def _check_writer(path: Path, user: str) -> None:

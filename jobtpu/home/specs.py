@@ -105,7 +105,15 @@ OK = Verdict("ok")
 
 def records_trusted(home: Home) -> bool:
     """Whether state.json itself carries this account's consent (a private home): then its records
-    say what runs, as they always have."""
+    say what runs, as they always have. In a shared home they never do: in the one-writer layout the
+    record names the account that submitted (the runner wrote it) and local_verdict asks that
+    account's consent; in the old layout its spec must agree. A state.json missing from a shared home
+    is no private home's."""
+    from jobtpu.home.roles import Layout, role_of
+
+    layout = role_of(home.root).layout
+    if layout is not Layout.PRIVATE:
+        return False
     try:
         st = os.stat(home.state_file, follow_symlinks=False)
     except FileNotFoundError:
@@ -114,7 +122,12 @@ def records_trusted(home: Home) -> bool:
 
 
 def local_verdict(home: Home, job: Job, runs_for_team: bool) -> Verdict:
-    """What the job's spec says about running it locally as this account (docs/design.md §7)."""
+    """What the job's spec says about running it locally as this account (docs/design.md §7); in a
+    one-writer shared home, what its record says (the runner wrote it, from the submit's owner)."""
+    from jobtpu.home.roles import Layout, role_of
+
+    if role_of(home.root).layout is Layout.SHARED:
+        return shared_verdict(job, os.geteuid(), runs_for_team)
     where = spec_path(job.id)
     try:
         fd = safefs.open_file(home.root, where)
@@ -143,3 +156,15 @@ def local_verdict(home: Home, job: Job, runs_for_team: bool) -> Verdict:
 def _launch_value(job: Job, name: str) -> Any:
     value = getattr(job, name)
     return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+
+
+def shared_verdict(job: Job, euid: int, runs_for_team: bool) -> Verdict:
+    """Pure: may the runner of a one-writer shared home run this job on the local machine, as itself?"""
+    if job.uid == euid or (job.uid is not None and runs_for_team):
+        return OK
+    if job.uid is None:
+        return Verdict("foreign", f"job {job.id} names no submitting account: its owner's `jobtpu rerun {job.id}` "
+                                  "queues it again as theirs")
+    me = account_name(euid)
+    return Verdict("foreign", f"local jobs run as the runner ({me}) only with its consent: runner.json "
+                              f'"runner": "{me}" gives it; {account_name(job.uid)}\'s job waits')

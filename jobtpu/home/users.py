@@ -86,11 +86,10 @@ def remove_user(home: Home, name: str) -> None:
 def check_owner(job: Job, user: str, force: bool, act: str) -> None:
     """The one ownership rule: `user` may `act` on their own jobs; on another user's only with
     `force`, and then the act is recorded in the job (job.forced), which the caller saves."""
-    import os
-
+    from jobtpu.home.actor import real_uid
     from jobtpu.home.trust import account_name
 
-    real = os.getuid()
+    real = real_uid()
     if job.user == user and (job.uid is None or job.uid == real):
         return
     if not force:
@@ -108,9 +107,9 @@ def check_owner(job: Job, user: str, force: bool, act: str) -> None:
 def check_owners(jobs: list[Job], user: str, force: bool, act: str) -> None:
     """check_owner for every job an act would touch, all or nothing: without `force`, one line
     refuses the whole act when any of them is another user's (a bulk act never half happens)."""
-    import os
+    from jobtpu.home.actor import real_uid
 
-    real = os.getuid()
+    real = real_uid()
     others = [j for j in jobs if j.user != user or (j.uid is not None and j.uid != real)]
     if len(others) == 1 or force:
         for job in others:

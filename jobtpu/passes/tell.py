@@ -172,7 +172,7 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
         user = path.parent.name
         where = f"users/{user}/settings.json"
         try:
-            settings = load_settings(home, user)
+            settings = load_settings(home, user, own=False)  # data: the member's own webhooks
             dests = parse_destinations(settings.notify, f"{where}: notify", owner=user)
         except JobtpuError as e:
             lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))

@@ -1,0 +1,235 @@
+"""The runner takes a shared home's requests in (docs/reference/home-files.md §1.3), before each of
+its passes: members' submits become jobs in state.json, members' acts are carried out as their
+senders, and every request gets a reply in `replies/` and leaves the spool.
+
+A request is data from the account that owns its file: a submit's records are rebuilt from the
+fields a submit may set (the account is the file's owner, the status queued, the time now), and
+checked again as `submit` checks them (the user list, the limits, dependencies, the snapshot against
+its name). What is wrong costs that request alone, with one line in its reply."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from jobtpu.commands import relay
+from jobtpu.commands.common import error_text
+from jobtpu.errors import JobtpuError
+from jobtpu.home import safefs, spool
+from jobtpu.home.layout import Home
+from jobtpu.home.roles import Layout, role_of
+from jobtpu.home.trust import account_name
+
+if TYPE_CHECKING:
+    from jobtpu.schema.spool import Submission
+    from jobtpu.schema.state import Job
+
+# The fields of a job a submit sets; everything else starts at its default in the runner's record.
+SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule", "env", "overrides", "log_stage",
+                 "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
+                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before")
+REPLY_KEPT = 86400.0
+
+
+class Refused(JobtpuError):
+    """A request the runner does not carry out: its reply says why."""
+
+
+def take_in(home: Home) -> list[str]:
+    """Carry out what the spool holds (the runner of a shared home only; nothing elsewhere): one
+    line per request for the pass's output."""
+    role = role_of(home.root)
+    if role.layout is Layout.OLD_SHARED and role.is_runner:
+        from jobtpu.home.migrate import migrate
+
+        return migrate(home)
+    if role.layout is not Layout.SHARED or not role.is_runner:
+        return []
+    try:
+        spool_fd = spool.open_spool(home)
+    except (FileNotFoundError, safefs.UnsafePath) as e:
+        return [f"requests not taken in: {e}"]
+    lines: list[str] = []
+    try:
+        found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
+        for entry in found:
+            if entry.kind == "submit":
+                lines.append(_take_submission(home, spool_fd, entry))
+            else:
+                lines.append(_take_act(home, spool_fd, entry))
+    finally:
+        os.close(spool_fd)
+    if found:
+        spool.prune_replies(home, time.time() - REPLY_KEPT)
+    return [line for line in lines if line]
+
+
+def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None) -> None:
+    from jobtpu.schema.spool import Reply
+
+    reply = Reply(request=name, account=account_name(owner), code=code, lines=lines, at=round(time.time(), 3),
+                  ids=ids or [])
+    spool.write_reply(home, name, msgspec.json.encode(reply))
+
+
+# ---- submits -------------------------------------------------------------------------------------
+
+def _take_submission(home: Home, spool_fd: int, entry: spool.Entry) -> str:
+    from jobtpu.schema.spool import MAX_SUBMISSION_BYTES, Submission
+
+    owner = -1
+    archive_name = f"archive-{entry.first}.tar.gz"
+    try:
+        try:
+            raw, owner = spool.read_request(spool_fd, entry.name, MAX_SUBMISSION_BYTES)
+        except FileNotFoundError:
+            return ""
+        try:
+            doc: Submission = msgspec.json.decode(raw, type=Submission)
+        except msgspec.DecodeError as e:
+            raise Refused(f"{entry.name} is not a submit jobtpu wrote: {str(e)[:200]}") from None
+        ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name)
+        _reply(home, entry.name, owner, 0, [], ids)
+        return f"took in {_ids(ids)} from {account_name(owner)}"
+    except (Refused, JobtpuError) as e:
+        if owner >= 0:
+            _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
+        return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
+    finally:
+        spool.remove(spool_fd, archive_name)
+        spool.remove(spool_fd, entry.name)
+
+
+def _ids(ids: list[int]) -> str:
+    return f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}-{ids[-1]}"
+
+
+def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, owner: int,
+               archive_name: str) -> list[int]:
+    from jobtpu.commands.batch import check_dependencies
+    from jobtpu.home.secrets import SecretStore
+    from jobtpu.home.store import Store, read_id_mark, write_id_mark
+
+    if doc.first != entry.first or len(doc.jobs) != entry.n:
+        raise Refused(f"{entry.name} claims ids its content does not hold")
+    mark = read_id_mark(home)
+    if entry.first > mark + spool.MAX_ID_JUMP:
+        raise Refused(f"{entry.name} claims ids far above the last one given ({mark})")
+    jobs = [_rebuilt(home, job, doc.first + i, owner) for i, job in enumerate(doc.jobs)]
+    names = {job.archive for job in jobs}
+    if len(names) != 1:
+        raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
+    _bring_archive(home, spool_fd, archive_name, names.pop(), owner, doc.archive_included)
+    with Store(home).transaction() as state:
+        if any(state.job(job.id) is not None for job in jobs) or entry.first <= mark:
+            raise Refused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
+        check_dependencies(home, state, entry.first, jobs[0].after, jobs[0].after_any)
+        last = entry.first + entry.n - 1
+        write_id_mark(home, last)  # before the claim leaves the spool: no member claims these ids again
+        state.next_id = max(state.next_id, last + 1)
+        if doc.secrets:
+            secrets = SecretStore(home)
+            for job in jobs:
+                secrets.put(job.id, dict(doc.secrets))
+        state.jobs.extend(jobs)
+    return [job.id for job in jobs]
+
+
+def _rebuilt(home: Home, sent: Job, job_id: int, owner: int) -> Job:
+    """The runner's record of a submitted job: the submit's fields, checked; the rest its own."""
+    from jobtpu.home.users import known_user
+    from jobtpu.limits import check_submit
+    from jobtpu.schema.state import Job
+    from jobtpu.snapshot.unpack import check_name
+
+    fields = {name: getattr(sent, name) for name in SUBMIT_FIELDS}
+    job = Job(id=job_id, created=round(time.time(), 3), uid=owner, **fields)
+    try:
+        check_name(job.archive)
+    except Exception:  # noqa: BLE001 - any malformed name is the same refusal
+        raise Refused(f"job {job_id}: {job.archive[:80]!r} is not a snapshot's name") from None
+    if job.sweep is not None and not (0 < job.sweep <= job_id):
+        raise Refused(f"job {job_id}: its sweep id is not one of its submit's")
+    from jobtpu.home.actor import Actor, acting_for
+
+    with acting_for(Actor(owner, account_name(owner), job.user)):
+        known_user(home, job.user)  # a home that keeps a user list takes no other name
+    check_submit(job.cmd, job.name, job.tags, job.overrides, job.sheet_note)
+    return job
+
+
+def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owner: int, included: bool) -> None:
+    """The submit's snapshot into the home's archives/, checked against its name, unless it is there
+    (the runner's copy, checked when it was taken in)."""
+    if home.archive(name).is_file():
+        return
+    if not included:
+        raise Refused(f"its snapshot {name[:16]}… is not in the home and the submit did not bring it")
+    try:
+        src = spool.open_archive(spool_fd, archive_name, owner)
+    except FileNotFoundError:
+        raise Refused(f"its snapshot {archive_name} is missing from the spool") from None
+    archives = safefs.open_dir(home.root, "archives", create=True)
+    try:
+        tmp, out = safefs.new_temp(archives, name, 0o640)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+            os.fsync(out)
+        finally:
+            os.close(out)
+        why = _check_copy(home, tmp, name)
+        if why is not None:
+            os.unlink(tmp, dir_fd=archives)
+            raise Refused(f"its snapshot {why}")
+        os.rename(tmp, name, src_dir_fd=archives, dst_dir_fd=archives)
+    finally:
+        os.close(src)
+        os.close(archives)
+
+
+def _check_copy(home: Home, tmp: str, name: str) -> str | None:
+    """The copied snapshot against its name (the name is the digest of what it holds)."""
+    import shutil
+    import tempfile
+
+    from jobtpu.snapshot.unpack import problem
+
+    with tempfile.TemporaryDirectory(dir=home.archives, prefix=".check-") as folder:
+        target = os.path.join(folder, name)
+        os.link(home.archives / tmp, target)
+        why = problem(target)
+        shutil.rmtree(folder, ignore_errors=True)
+    return why
+
+
+# ---- acts ----------------------------------------------------------------------------------------
+
+def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
+    from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
+
+    owner = -1
+    try:
+        try:
+            raw, owner = spool.read_request(spool_fd, entry.name, MAX_REQUEST_BYTES)
+        except FileNotFoundError:
+            return ""
+        try:
+            req: ActRequest = msgspec.json.decode(raw, type=ActRequest)
+        except msgspec.DecodeError as e:
+            raise Refused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}") from None
+        code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
+        _reply(home, entry.name, owner, code, lines)
+        verb = "done" if code == 0 else f"refused (exit {code})"
+        return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
+    except (Refused, JobtpuError) as e:
+        if owner >= 0:
+            _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
+        return f"refused {entry.name}: {e.message}"
+    finally:
+        spool.remove(spool_fd, entry.name)

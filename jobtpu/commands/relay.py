@@ -1,0 +1,169 @@
+"""A shared home's requests (docs/reference/home-files.md §1.3): a member's acts go into the spool as
+requests, and the runner carries them out, through the same command functions, as the account that
+owns each request file.
+
+Member side: `send_act` writes the command's words and returns at once, or, while the runner's loop
+runs, waits a few seconds for its reply and prints it. Runner side: `carry_out_acts` runs each act
+with `actor.acting_for(sender)` (the ownership rule and every record name the sender), catching what
+it says as its reply. Only the commands in RELAYED travel this way: their words choose jobs and
+values, never a path, a command to run or a credential."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from jobtpu import timing
+from jobtpu.commands.common import error_text, note
+from jobtpu.errors import JobtpuError
+from jobtpu.home import spool
+from jobtpu.home.layout import Home
+from jobtpu.home.roles import Role, runner_name
+
+if TYPE_CHECKING:
+    from jobtpu.schema.spool import Reply
+
+RELAYED = frozenset({"kill", "hold", "release", "rerun", "resume", "tag", "note", "clean"})
+# What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
+RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init"})
+READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
+
+
+def command_words(argv: Sequence[str], command: str) -> list[str]:
+    """Pure: the words from the command on (global options before it, like --home, left out)."""
+    words = list(argv)
+    i = 0
+    while i < len(words) and words[i] != command:
+        i += 2 if words[i] == "--home" else 1
+    return words[i:]
+
+
+def member_may(command: str, words: list[str]) -> bool:
+    """Pure: whether a member of a shared home may run this command itself (it writes nothing of the
+    runner's); False for what only the runner does."""
+    if command not in RUNNER_ONLY:
+        return True
+    allowed = READ_ONLY_USES.get(command, set())
+    return len(words) > 1 and words[1] in allowed
+
+
+def refuse_runner_only(role: Role, command: str) -> JobtpuError:
+    runner = runner_name(role)
+    return JobtpuError(f"`jobtpu {command}` is for this shared home's runner ({runner}): every file of the home "
+                       "but your own folder and your requests is written by that account alone",
+                       hint=f"ask {runner}; your submits and acts (kill, hold, rerun, tag, note…) go to its passes as requests")
+
+
+# ---- member side -------------------------------------------------------------------------------------
+
+def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
+    """Leave an act for the runner; wait for its reply while a loop of the runner's runs."""
+    import msgspec
+
+    from jobtpu.schema.spool import ActRequest
+
+    name = spool.new_act_name()
+    data = msgspec.json.encode(ActRequest(argv=words, user=user, at=round(time.time(), 3)))
+    fd = spool.open_spool(home)
+    try:
+        spool.put_file(fd, name, data)
+    finally:
+        import os
+
+        os.close(fd)
+    runner = runner_name(role)
+    if loop_running(home):
+        reply = wait_reply(home, name, timing.current().request_wait)
+        if reply is not None:
+            return show_reply(reply)
+    note(f"requested: jobtpu {' '.join(words)} (carried out by the next pass of {runner}, this home's runner; "
+         "`jobtpu requests` shows what waits and the answers)")
+    return 0
+
+
+def loop_running(home: Home) -> bool:
+    """Whether the runner's passes run in a loop now (a reply comes within seconds)."""
+    from jobtpu.commands.freshness import freshness
+    from jobtpu.home.store import Store
+
+    try:
+        last = Store(home).load().last_pass
+    except JobtpuError:
+        return False
+    return last is not None and last.every is not None and not freshness(last)[1]
+
+
+def wait_reply(home: Home, name: str, seconds: float) -> Reply | None:
+    deadline = time.monotonic() + seconds
+    while True:
+        reply = read_reply(home, name)
+        if reply is not None or time.monotonic() >= deadline:
+            return reply
+        time.sleep(timing.current().spool_poll / 5)
+
+
+def read_reply(home: Home, name: str) -> Reply | None:
+    import msgspec
+
+    from jobtpu.schema.spool import MAX_REPLY_BYTES, Reply
+
+    raw = spool.read_reply(home, name, MAX_REPLY_BYTES)
+    if raw is None:
+        return None
+    try:
+        reply: Reply = msgspec.json.decode(raw, type=Reply)
+    except msgspec.DecodeError:
+        return None
+    return reply
+
+
+def show_reply(reply: Reply) -> int:
+    import sys
+
+    from jobtpu.views.text import printable_lines
+
+    for line in reply.lines:
+        sys.stderr.write(printable_lines(line) + "\n")
+    return reply.code
+
+
+# ---- runner side -------------------------------------------------------------------------------------
+
+def relay_parser() -> argparse.ArgumentParser:
+    """A parser of the relayed commands alone, built from their own modules (the CLI's parsing)."""
+    from jobtpu.commands import annotate, clean, hold, kill, requeue
+
+    parser = argparse.ArgumentParser(prog="jobtpu", add_help=False, exit_on_error=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (kill, requeue, clean, hold, annotate):
+        module.add_parser(sub)
+    return parser
+
+
+def carry_out(home: Home, words: list[str], actor_uid: int, user: str) -> tuple[int, list[str]]:
+    """One member's act, as that member: its exit code and every line it said."""
+    from jobtpu.home.actor import Actor, acting_for
+    from jobtpu.home.trust import account_name
+
+    if not words or words[0] not in RELAYED:
+        return 2, [f"jobtpu: error: {words[0] if words else 'nothing'!r} is not an act a member may request"]
+    out = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            parsed = relay_parser().parse_args(words)
+            with acting_for(Actor(actor_uid, account_name(actor_uid), user)):
+                code = int(parsed.func(home, parsed) or 0)
+        except SystemExit as e:  # argparse on words that were not the command's
+            code = int(e.code or 2) if isinstance(e.code, int) else 2
+        except argparse.ArgumentError as e:
+            code = 2
+            note(f"jobtpu: error: {e}")
+        except JobtpuError as e:
+            code = e.exit_code
+            note(error_text(e))
+    return code, [line for line in out.getvalue().splitlines() if line.strip()]

@@ -1,0 +1,50 @@
+"""The files members write into a shared home's spool, and the runner's replies (docs/reference/home-files.md §1.3).
+
+Every one of them is untrusted data to the runner that reads it: decoded strictly, bounded, and taken
+as coming from the account that owns the file, whatever it says inside."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from jobtpu.schema.state import Job
+
+MAX_SUBMISSION_BYTES = 64 << 20  # a 10,000-job sweep's records and more
+MAX_REQUEST_BYTES = 64 << 10
+MAX_REPLY_BYTES = 256 << 10
+MAX_ARGS = 256  # words of one act request
+MAX_JOBS = 100_000  # jobs of one submission (a sweep's)
+
+JobId = Annotated[int, msgspec.Meta(ge=1, le=10**12)]
+
+
+class Submission(msgspec.Struct, forbid_unknown_fields=True):
+    """`submit` by a member: the jobs as it checked them, under the ids it claimed (`first` on), and
+    the values of their secret --env variables (the same for every job of a sweep)."""
+
+    first: JobId
+    jobs: Annotated[list[Job], msgspec.Meta(min_length=1, max_length=MAX_JOBS)]
+    secrets: dict[str, str] = msgspec.field(default_factory=dict)
+    archive_included: bool = False  # spool/archive-<first>.tar.gz holds the snapshot (else the home has it)
+
+
+class ActRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """An act by a member (kill, hold, rerun, tag, note…): the command's words as typed after `jobtpu`,
+    and the user name it acts as."""
+
+    argv: Annotated[list[Annotated[str, msgspec.Meta(max_length=100_000)]], msgspec.Meta(min_length=1, max_length=MAX_ARGS)]
+    user: str
+    at: float = 0.0
+
+
+class Reply(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """What the runner did with a request: exit code 0 or not, and the lines the command said."""
+
+    request: str
+    account: str
+    code: int
+    lines: list[str] = msgspec.field(default_factory=list)
+    at: float = 0.0
+    ids: list[int] = msgspec.field(default_factory=list)  # a submission's job ids, when taken in
