@@ -27,6 +27,7 @@ from jobtpu.commands import (
     personal,
     remote,
     report,
+    requests,
     requeue,
     rules,
     run,
@@ -148,7 +149,7 @@ def _usage_hint(message: str) -> str | None:
 
 # The command modules in the order `jobtpu --help` lists their commands; each adds its parsers and
 # sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = (submit, run, manage, status, tail, fetch, kill, requeue, clean, hold, annotate, machines,
+COMMAND_MODULES = (submit, run, manage, status, tail, fetch, kill, requeue, clean, hold, annotate, requests, machines,
                    tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
 
 
@@ -171,10 +172,12 @@ def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
     from jobtpu.home.roles import Layout, role_of
 
     role = role_of(home.root)
-    if role.is_member and role.layout is Layout.SHARED:  # one writer: a member's acts are requests
+    if role.is_member:  # one writer (docs/reference/home-files.md §1.3): a member's acts are requests
         from jobtpu.commands import relay
 
         words = relay.command_words(argv, args.command)
+        if role.layout is Layout.OLD_SHARED and args.command not in relay.READ_ONLY:
+            raise relay.refuse_old_layout(role, args.command)
         if args.command in relay.RELAYED:
             from jobtpu.home.users import known_user
 

@@ -68,6 +68,14 @@ def alice_secret(team: Team) -> Path:
     return folder
 
 
+def plant_fifo(team: Team, account: str, path: Path) -> None:
+    """A FIFO of `account`'s where a file of the home goes, planted as root (the account itself may not
+    write there in a shared home)."""
+    os.mkfifo(path)
+    os.chown(path, team.uid(account), team.gid)
+    path.chmod(0o660)
+
+
 # A teammate's held lock costs each pass the lock wait: shortened, the same passes take a second.
 QUICK_LOCKS = timing.env(lock_wait=0.5)
 
@@ -135,8 +143,13 @@ def test_fifos_and_held_locks_never_hang_a_pass_or_events(team: Team, holders: l
     held_log = home / "logs" / str(locked_job) / "0.0.log"
     passes(team, home, lambda r: log.exists() and held_log.exists() and (home / "events.jsonl.lock").exists(),
            "the jobs' first log bytes to come home")
+    # In a shared home only alice's account writes logs/ and the events log (docs/reference/home-files.md
+    # §1.3): bob cannot put a FIFO there; whatever still does (a slip of alice's, root) costs one line.
+    refused = subprocess.run(["runuser", "-u", bob, "--", "mkfifo", "-m", "0660", str(log.with_name("x"))],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused.stderr
     log.unlink()
-    as_(team, bob, "mkfifo", "-m", "0660", str(log))
+    plant_fifo(team, bob, log)
     for path in (held_log, home / "events.jsonl.lock"):
         assert path.exists(), path
         holders.append(subprocess.Popen(["runuser", "-u", bob, "--", "flock", str(path), "sleep", "600"],
@@ -151,7 +164,7 @@ def test_fifos_and_held_locks_never_hang_a_pass_or_events(team: Team, holders: l
     assert any(f"logs/{locked_job}/0.0.log is locked" in line for line in said), said
     # A FIFO at events.jsonl: a pass goes on, `jobtpu events` says so in one line.
     (home / "events.jsonl").unlink()
-    as_(team, bob, "mkfifo", "-m", "0660", str(home / "events.jsonl"))
+    plant_fifo(team, bob, home / "events.jsonl")
     started = time.monotonic()
     team.run(alice, "--home", str(home), "manage", umask="0077", timeout=60, env=QUICK_LOCKS)
     shown = team.run(alice, "--home", str(home), "events", check=False, timeout=60, env=QUICK_LOCKS)
@@ -240,9 +253,16 @@ def test_a_shared_homes_run_folder_is_never_world_readable_and_refuses_a_planted
     first = submit_as(team, alice, home, "echo my key is 1234")
     passes(team, home, lambda r: r[first]["status"] == "finished", "alice's first job to finish")
     assert not loose_entries(home / "run", 0o070), loose_entries(home / "run", 0o070)
-    # bob makes the next job's folder his own, with a link where its log goes.
+    # bob cannot make the next job's folder his own: run/ is alice's alone in a shared home.
     planted = home / "run" / "meta" / str(first + 1)
-    as_(team, bob, "bash", "-c", f"umask 022; mkdir {planted} && ln -s {secret / 'authorized_keys'} {planted}/0.0.log")
+    refused = subprocess.run(["runuser", "-u", bob, "--", "mkdir", str(planted)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused.stderr
+    # A folder of bob's there all the same (made by root), with a link where the log goes, fails that
+    # launch alone and is never written through.
+    planted.mkdir()
+    os.symlink(secret / "authorized_keys", planted / "0.0.log")
+    os.chown(planted, team.uid(bob), team.gid)
+    os.lchown(planted / "0.0.log", team.uid(bob), team.gid)
     second = submit_as(team, alice, home, "echo overwrite")
     fine = submit_as(team, alice, home, "echo fine")
     assert second == first + 1

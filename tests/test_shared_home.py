@@ -1,212 +1,195 @@
-"""One home shared by two real Unix accounts in a group (docs/reference/home-files.md §1): both submit and run
-passes, and every file jobtpu writes stays the group's, group-writable, never world-writable."""
+"""One home shared by two real Unix accounts in a group, in the one-writer layout
+(docs/reference/home-files.md §1.3): alice made it with `init --shared` and runs its passes; bob's
+submits and acts are requests in the spool that her passes carry out as him; every file but the
+members' own is written by alice alone, readable by the group, never by the world."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
-import time
+import sys
 from pathlib import Path
+from typing import Any
 
 from jobtpu import timing
-from tests.accounts import Team
+from tests.accounts import REPO, Team
 from tests.helpers import wait_for
 
+MEMBER_FOLDERS = ("spool", "users", "results")
 
-def source_of(team: Team, account: str) -> Path:
-    src = team.private_folder(account, "src")
-    (src / "train.sh").write_text("echo trained by $USER\n")
+
+def source_of(team: Team, account: str, text: str = "echo trained by $USER\n") -> Path:
+    src = team.private_folder(account, f"src{len(list(team.base.iterdir()))}")
+    (src / "train.sh").write_text(text)
     os.chown(src / "train.sh", team.uid(account), team.uid(account))
     return src
 
 
-def test_two_accounts_share_a_home_and_its_files_stay_the_groups(team: Team) -> None:
+def init_shared(team: Team, runner_consents: bool = True) -> Path:
     alice, bob = team.accounts
-    home = team.shared_folder("home")
-    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local",
-                                                                           "resources": {"slot": 2}}}}))
-    os.chown(home / "machines.json", team.uid(alice), team.gid)
-    ids = {}
-    for account in (alice, bob):
-        src = source_of(team, account)
-        done = team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "bash train.sh",
-                        "--env", f"RUN_BY={account}", umask="0077")
-        ids[account] = int(done.stdout)
+    home = team.shared_folder("homes") / "home"
+    made = team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    assert made.stdout.strip().startswith(f"{home}, shared with group {team.group}")
+    team.run(alice, "--home", str(home), "user", "add", alice, umask="0077")
+    team.run(alice, "--home", str(home), "user", "add", bob, umask="0077")
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
+    if runner_consents:  # alice's passes run her teammates' local jobs too (as her)
+        write_as_runner(team, home / "runner.json", {"runner": alice})
+    return home
 
-    def both_finished() -> bool:
-        for account in (alice, bob):  # a local job runs as its submitter, so each account's pass runs its own
-            team.run(account, "--home", str(home), "manage", umask="0077")
-        rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
-        return all(r["status"] == "finished" for r in rows) and len(rows) == 2
-    wait_for(both_finished, timeout=60, interval=0.5, what="both accounts' jobs to finish")
-    for account in (alice, bob):
-        tail = team.run(account, "--home", str(home), "tail", str(ids[account])).stdout
-        assert "trained by" in tail
-    # Even with a private umask, what jobtpu writes in the shared home stays the group's to use.
+
+def write_as_runner(team: Team, path: Path, doc: dict[str, Any]) -> None:
+    """A file of the runner's (alice's), 0640, as she would write it with an editor."""
+    path.write_text(json.dumps(doc))
+    os.chown(path, team.uid(team.accounts[0]), team.gid)
+    path.chmod(0o640)
+
+
+def rows(team: Team, home: Path, account: str | None = None) -> dict[int, dict[str, Any]]:
+    done = team.run(account or team.accounts[0], "--home", str(home), "status", "--all-users", "--json")
+    return {r["id"]: r for r in json.loads(done.stdout)["jobs"]}
+
+
+def file_table_breaches(home: Path, runner_uid: int, gid: int) -> list[str]:
+    """What in the home breaks its file table (docs/reference/home-files.md §1.2): every path the
+    runner's and not group-writable, except the member folders (3770) whose entries are their makers'
+    and not group-writable; everything the group's; nothing the world's."""
     bad = []
     for path in [home, *home.rglob("*")]:
         st = path.lstat()
+        rel = str(path.relative_to(home))
         if stat.S_ISLNK(st.st_mode):
+            bad.append(f"{rel}: a link")
             continue
-        if st.st_gid != team.gid:
-            bad.append(f"{path.relative_to(home)}: group {st.st_gid}")
-        if st.st_mode & stat.S_IWOTH:
-            bad.append(f"{path.relative_to(home)}: world-writable")
-    assert not bad, bad
-    for name in ("state.json", "last_id"):
-        assert (home / name).stat().st_mode & stat.S_IWGRP, name
-
-
-def group_modes_kept(home: Path, gid: int) -> list[str]:
-    """What in the home is not the group's, or is world-writable (symlinks aside)."""
-    bad = []
-    for path in [home, *home.rglob("*")]:
-        st = path.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
+        top = rel.split("/")[0]
+        in_member_folder = top in MEMBER_FOLDERS and rel != top
+        if st.st_mode & 0o007:
+            bad.append(f"{rel}: the world's ({stat.filemode(st.st_mode)})")
         if st.st_gid != gid:
-            bad.append(f"{path.relative_to(home)}: group {st.st_gid}")
-        if st.st_mode & stat.S_IWOTH:
-            bad.append(f"{path.relative_to(home)}: world-writable")
+            bad.append(f"{rel}: group {st.st_gid}")
+        if rel in MEMBER_FOLDERS:
+            if st.st_uid != runner_uid or stat.S_IMODE(st.st_mode) != 0o3770:
+                bad.append(f"{rel}: {stat.filemode(st.st_mode)} of uid {st.st_uid}")
+        elif in_member_folder:
+            if st.st_mode & stat.S_IWGRP:
+                bad.append(f"{rel}: group-writable")
+        elif st.st_uid != runner_uid or st.st_mode & stat.S_IWGRP:
+            bad.append(f"{rel}: {stat.filemode(st.st_mode)} of uid {st.st_uid}")
     return bad
 
 
-def test_a_home_made_by_init_shared_serves_two_accounts_with_secrets_and_guards_their_jobs(team: Team) -> None:
+def test_two_accounts_share_a_home_whose_files_only_its_runner_writes(team: Team) -> None:
     alice, bob = team.accounts
-    home = team.shared_folder("homes") / "home"
-    outsider = team.run(alice, "init", "--shared", "root", str(home), check=False, umask="0077")
-    assert outsider.returncode == 1 and "Traceback" not in outsider.stderr, outsider.stderr
-    assert outsider.stderr.startswith("jobtpu: error: you are not in the group 'root'") and not home.exists()
-    made = team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
-    assert made.stdout.strip().endswith(f"{home}, shared with group {team.group}")
-    assert stat.S_IMODE(home.stat().st_mode) == 0o2770 and home.stat().st_gid == team.gid
-    assert stat.S_IMODE((home / "machines.json").stat().st_mode) == 0o660
-    with open(home / "machines.json", "w") as f:  # as an editor would: same file, same owner and mode
-        json.dump({"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}}, f)
-    for account in (alice, bob):
-        team.run(bob, "--home", str(home), "user", "add", account, umask="0077")
+    home = init_shared(team)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o3750 and home.stat().st_gid == team.gid
     ids = {}
     for account in (alice, bob):
-        src = source_of(team, account)
-        (src / "train.sh").write_text('echo "trained by $USER with key $WANDB_API_KEY"\n')
+        src = source_of(team, account, 'echo "trained by $USER with key $WANDB_API_KEY"\n')
         done = team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "bash train.sh",
                         "--env", f"WANDB_API_KEY=key-of-{account}", umask="0077")
         ids[account] = int(done.stdout)
-    assert stat.S_IMODE((home / "secrets.json").stat().st_mode) == 0o660  # bob's pass reads alice's key
+    assert ids[bob] == ids[alice] + 1  # a member's id is claimed at once, before any pass
+    assert "its next pass takes it in" in done.stderr, done.stderr
+    # Before alice's pass, bob's job waits in the spool; his `status` says what waits.
+    waiting = team.run(bob, "--home", str(home), "requests").stdout
+    assert f"submit of job {ids[bob]}" in waiting, waiting
 
     def both_finished() -> bool:
-        for account in (alice, bob):  # a local job runs as its submitter: each pass starts its own (design §7)
-            team.run(account, "--home", str(home), "manage", umask="0077")
-        rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
-        return all(r["status"] == "finished" for r in rows) and len(rows) == 2
-    wait_for(both_finished, timeout=60, interval=0.5, what="both accounts' jobs to finish")
+        team.run(alice, "--home", str(home), "manage", umask="0077")
+        got = rows(team, home, bob)
+        return len(got) == 2 and all(r["status"] == "finished" for r in got.values())
+    wait_for(both_finished, timeout=60, interval=0.3, what="both accounts' jobs to finish")
     for account in (alice, bob):
         tail = team.run(account, "--home", str(home), "tail", str(ids[account])).stdout
-        assert f"with key key-of-{account}" in tail, tail
-
-    # bob's long job runs as bob (his pass started it): alice may not kill it, and with --force the
-    # kill is saved and recorded, and its wrapper (bob's) obeys her stop request at once.
-    src = team.private_folder(bob, "long")
-    long_job = int(team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "sleep 300",
-                            umask="0077").stdout)
-
-    def running() -> bool:
-        team.run(bob, "--home", str(home), "manage", umask="0077")
-        rows = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"]
-        return rows[0]["status"] == "running"
-    wait_for(running, timeout=60, interval=0.5, what="bob's long job to run")
-    before = (home / "state.json").read_bytes()
-    refused = team.run(alice, "--home", str(home), "kill", str(long_job), check=False, umask="0077")
+        assert f"trained by {alice} with key key-of-{account}" in tail, tail  # run as alice, her consent
+    secrets = home / "secrets.json"
+    assert secrets.stat().st_uid == team.uid(alice) and stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    assert not list((home / "spool").glob("submit-*")), "taken in, then removed from the spool"
+    assert file_table_breaches(home, team.uid(alice), team.gid) == []
+    # bob's pass is refused in one line: the passes are the runner's.
+    refused = team.run(bob, "--home", str(home), "manage", check=False, umask="0077")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
-    assert refused.stderr.splitlines()[0] == f"jobtpu: error: job {long_job} is {bob}'s, not {alice}'s: kill refused"
-    assert (home / "state.json").read_bytes() == before
-    forced = team.run(alice, "--home", str(home), "kill", "--force", str(long_job), umask="0077")
-    assert "Traceback" not in forced.stderr, forced.stderr
-    row = json.loads(team.run(alice, "--home", str(home), "status", "--json", str(long_job)).stdout)["jobs"][0]
-    assert row["status"] == "killed" and [(f["by"], f["act"]) for f in row["forced"]] == [(alice, "kill")]
-    assert not group_modes_kept(home, team.gid), group_modes_kept(home, team.gid)
-    for name in ("state.json", "last_id", "secrets.json", "users.json"):
-        assert (home / name).stat().st_mode & stat.S_IWGRP and not (home / name).stat().st_mode & 0o007, name
+    assert refused.stderr.splitlines()[0] == (f"jobtpu: error: `jobtpu manage` is for this shared home's runner "
+                                              f"({alice}): every file of the home but your own folder and your "
+                                              "requests is written by that account alone")
 
 
-def test_a_teammate_fetches_a_local_job_then_its_owner_does_and_all_stays_the_groups(team: Team) -> None:
+def test_a_members_acts_are_carried_out_by_the_runners_loop_as_the_member(team: Team) -> None:
     alice, bob = team.accounts
-    home = team.shared_folder("homes") / "home"
-    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
-    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local",
-                                                                           "resources": {"slot": 4}}}}))
-    team.run(alice, "--home", str(home), "user", "add", alice, umask="0077")
-    src = source_of(team, alice)
-    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
-                       "mkdir -p out/deep && echo result > out/deep/r.txt && printf '#!/bin/sh\\n' > run.sh "
-                       "&& chmod +x run.sh", umask="0077").stdout)
-    private = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
-                           "echo mine > mine.txt && chmod 600 mine.txt", umask="0077").stdout)
+    home = init_shared(team)
+    quick = timing.env(spool_poll=0.1, stop_poll=0.2)
+    mine = int(team.run(alice, "--home", str(home), "submit", "--dir", str(source_of(team, alice)), "--cmd",
+                        "sleep 301", umask="0077").stdout)
+    his = int(team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd",
+                       "sleep 302", umask="0077").stdout)
+    env = {"HOME": f"/home/{alice}", "USER": alice, "LOGNAME": alice, "PATH": "/usr/local/bin:/usr/bin:/bin",
+           "PYTHONPATH": str(REPO), **quick}
+    loop = subprocess.Popen(["runuser", "-u", alice, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                             sys.executable, "-m", "jobtpu.cli", "--home", str(home), "manage", "--loop", "600"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: all(r["status"] == "running" for r in rows(team, home).values()) and len(rows(team, home)) == 2,
+                 timeout=60, interval=0.3, what="both jobs to run")
+        # The loop waits 600 s between passes, yet a request starts its next round at once: bob's
+        # kill of alice's job is answered (refused) before his command returns.
+        refused = team.run(bob, "--home", str(home), "kill", str(mine), check=False, umask="0077", env=quick)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.stderr.splitlines()[0] == f"jobtpu: error: job {mine} is {alice}'s, not {bob}'s: kill refused"
+        assert rows(team, home)[mine]["status"] == "running"
+        done = team.run(bob, "--home", str(home), "kill", str(his), umask="0077", env=quick)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert rows(team, home)[his]["status"] == "killed"
+        forced = team.run(bob, "--home", str(home), "kill", "--force", str(mine), umask="0077", env=quick)
+        assert "Traceback" not in forced.stderr, forced.stderr
+        got = rows(team, home)[mine]
+        assert got["status"] == "killed", got
+        assert [(f["by"], f["act"], f["uid"], f["account"]) for f in got["forced"]] == \
+            [(bob, "kill", team.uid(bob), bob)]
+        # tag and note travel the same way, as bob.
+        team.run(bob, "--home", str(home), "tag", str(his), "+mine", umask="0077", env=quick)
+        team.run(bob, "--home", str(home), "note", str(his), "too slow", umask="0077", env=quick)
+        got = rows(team, home)[his]
+        assert got["tags"] == ["mine"] and got["note"] == "too slow", got
+    finally:
+        os.killpg(loop.pid, signal.SIGINT)
+        loop.wait(timeout=60)
+    assert "Traceback" not in (loop.stderr.read() if loop.stderr else "")
 
-    def finished() -> bool:
-        team.run(alice, "--home", str(home), "manage", umask="0077")
-        rows = json.loads(team.run(alice, "--home", str(home), "status", "--json").stdout)["jobs"]
-        return all(r["status"] == "finished" for r in rows)
-    wait_for(finished, timeout=60, interval=0.5, what="alice's jobs to finish")
+
+def test_without_a_loop_an_act_waits_in_the_spool_for_the_next_pass(team: Team) -> None:
+    alice, bob = team.accounts
+    home = init_shared(team, runner_consents=False)
+    his = int(team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
+                       umask="0077").stdout)
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    got = rows(team, home)[his]
+    assert got["status"] == "queued" and got["waiting"].startswith(
+        f"local jobs run as the runner ({alice}) only with its consent"), got
+    held = team.run(bob, "--home", str(home), "hold", str(his), umask="0077")
+    assert "carried out by the next pass of " + alice in held.stderr, held.stderr
+    assert not rows(team, home)[his].get("held")
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert rows(team, home)[his].get("held") is True
+    answers = team.run(bob, "--home", str(home), "requests").stdout
+    assert f"hold {his}: done" in answers, answers
+
+
+def test_a_teammate_fetches_into_a_results_folder_of_their_own(team: Team) -> None:
+    alice, bob = team.accounts
+    home = init_shared(team)
+    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(source_of(team, alice)), "--cmd",
+                       "mkdir -p out && echo result > out/r.txt && chmod -R g+rX out", umask="0077").stdout)
+    wait_for(lambda: team.run(alice, "--home", str(home), "manage", umask="0077") and
+             rows(team, home)[job]["status"] == "finished", timeout=60, interval=0.3, what="alice's job")
+    fetched = team.run(bob, "--home", str(home), "fetch", str(job), "out", umask="0077", check=False)
+    assert fetched.returncode == 0, fetched.stderr
     results = home / "results" / str(job)
-    for account in (bob, alice):  # a teammate fetches first, then the job's owner into the same folder
-        done = team.run(account, "--home", str(home), "fetch", str(job), umask="0077", check=False)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, (account, done.stderr)
-        read = subprocess.run(["runuser", "-u", account, "--", "cat", str(results / "out/deep/r.txt")],
-                              capture_output=True, text=True)
-        assert read.stdout == "result\n", (account, read.stderr)
-    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == [
-        "out", "out/deep", "out/deep/r.txt", "run.sh", "train.sh"]
-    assert group_modes_kept(home, team.gid) == []
-    exposed = [str(p.relative_to(home)) for p in [home, *home.rglob("*")] if p.lstat().st_mode & 0o007]
-    assert exposed == []  # never world-readable
-    for path in [results, *results.rglob("*")]:  # what either fetched, the other may read and replace
-        mode = path.stat().st_mode
-        expected = 0o2770 if path.is_dir() else 0o770 if path.name == "run.sh" else 0o660
-        assert stat.S_IMODE(mode) == expected, (path, oct(mode))
-    # A copy that cannot read one file says so in one line, naming it.
-    failed = team.run(bob, "--home", str(home), "fetch", str(private), umask="0077", check=False)
-    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
-    error, hint = failed.stderr.splitlines()
-    assert error.startswith("jobtpu: error: local: copying ") and "mine.txt" in error, error
-    assert "Permission denied" in error and hint.startswith("hint: "), error
-
-
-def test_a_member_stops_anothers_local_job_at_once_without_its_owners_pass(team: Team) -> None:
-    alice, bob = team.accounts
-    home = team.shared_folder("homes") / "home"
-    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
-    for account in (alice, bob):
-        team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
-    quick = timing.env(stop_poll=0.2)  # how often the wrapper looks for a stop request, shortened
-    src = team.private_folder(alice, "long")
-    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd",
-                       "sleep 301 & sleep 302 & wait", umask="0077").stdout)
-
-    def sleeps() -> list[str]:
-        out = subprocess.run(["ps", "-u", alice, "-o", "stat=,args="], capture_output=True, text=True).stdout
-        return [ln for ln in out.splitlines() if ln.split()[1:] in (["sleep", "301"], ["sleep", "302"]) and not ln.startswith("Z")]
-
-    def running() -> bool:  # alice's single passes, no loop: nothing of hers runs after this
-        team.run(alice, "--home", str(home), "manage", umask="0077", env=quick)
-        rows = json.loads(team.run(alice, "--home", str(home), "status", "--json", str(job)).stdout)["jobs"]
-        return rows[0]["status"] == "running" and len(sleeps()) == 2
-    wait_for(running, timeout=60, interval=0.5, what="alice's job to run")
-
-    refused = team.run(bob, "--home", str(home), "kill", str(job), check=False, umask="0077", env=quick)
-    assert refused.returncode == 1 and "kill refused" in refused.stderr and len(sleeps()) == 2, refused.stderr
-    started = time.monotonic()
-    forced = team.run(bob, "--home", str(home), "kill", "--force", str(job), umask="0077", env=quick)
-    assert "Traceback" not in forced.stderr and f"run as {alice}" not in forced.stderr, forced.stderr
-    assert not sleeps(), sleeps()  # gone when bob's kill returns, with no pass of alice's
-    assert time.monotonic() - started < 5 + 0.2 + 5, "within the job's grace and a poll"
-    row = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(job)).stdout)["jobs"][0]
-    assert (row["status"], row["reason"]) == ("killed", "killed"), row
-    assert [(f["by"], f["act"], f["account"]) for f in row["forced"]] == [(bob, "kill", bob)]
-    ended = [json.loads(ln) for ln in (home / "events.jsonl").read_text().splitlines()
-             if '"job_ended"' in ln]
-    assert [(e["job"], e["detail"]["status"], e["detail"]["by"], e["account"]) for e in ended] == [
-        (job, "killed", bob, bob)], ended
-    assert not list((home / "run" / "stop").iterdir()), "bob's request is removed once the job is gone"
+    assert results.stat().st_uid == team.uid(bob) and not results.stat().st_mode & (stat.S_IWGRP | 0o007)
+    # alice's fetch into bob's folder is refused in one line, and says where else to put it.
+    again = team.run(alice, "--home", str(home), "fetch", str(job), "out", umask="0077", check=False)
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
+    assert f"results/{job}" in again.stderr.splitlines()[0] and "--to" in again.stderr, again.stderr
+    assert file_table_breaches(home, team.uid(alice), team.gid) == []

@@ -67,11 +67,12 @@ def take_in(home: Home) -> list[str]:
     return [line for line in lines if line]
 
 
-def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None) -> None:
+def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None,
+           what: str = "") -> None:
     from jobtpu.schema.spool import Reply
 
     reply = Reply(request=name, account=account_name(owner), code=code, lines=lines, at=round(time.time(), 3),
-                  ids=ids or [])
+                  ids=ids or [], what=what)
     spool.write_reply(home, name, msgspec.json.encode(reply))
 
 
@@ -92,11 +93,11 @@ def _take_submission(home: Home, spool_fd: int, entry: spool.Entry) -> str:
         except msgspec.DecodeError as e:
             raise Refused(f"{entry.name} is not a submit jobtpu wrote: {str(e)[:200]}") from None
         ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name)
-        _reply(home, entry.name, owner, 0, [], ids)
+        _reply(home, entry.name, owner, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
     except (Refused, JobtpuError) as e:
         if owner >= 0:
-            _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
+            _reply(home, entry.name, owner, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
         return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
     finally:
         spool.remove(spool_fd, archive_name)
@@ -224,7 +225,7 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
         except msgspec.DecodeError as e:
             raise Refused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}") from None
         code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
-        _reply(home, entry.name, owner, code, lines)
+        _reply(home, entry.name, owner, code, lines, what=" ".join(req.argv)[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
         return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:

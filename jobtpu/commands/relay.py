@@ -31,6 +31,9 @@ RELAYED = frozenset({"kill", "hold", "release", "rerun", "resume", "tag", "note"
 # What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
 RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init"})
 READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
+# What reads the home and writes nothing in it: all a member may do in a home of the old shared layout
+# until its runner moves it to the one-writer layout.
+READ_ONLY = frozenset({"status", "tail", "machines", "events", "report", "rules", "tldr", "doctor", "exec", "ssh"})
 
 
 def command_words(argv: Sequence[str], command: str) -> list[str]:
@@ -56,6 +59,14 @@ def refuse_runner_only(role: Role, command: str) -> JobtpuError:
     return JobtpuError(f"`jobtpu {command}` is for this shared home's runner ({runner}): every file of the home "
                        "but your own folder and your requests is written by that account alone",
                        hint=f"ask {runner}; your submits and acts (kill, hold, rerun, tag, note…) go to its passes as requests")
+
+
+def refuse_old_layout(role: Role, command: str) -> JobtpuError:
+    runner = runner_name(role)
+    return JobtpuError(f"this shared home still has the old layout, where every member writes every file: "
+                       f"`jobtpu {command}` waits until its runner ({runner}) moves it to the one-writer layout",
+                       hint=f"{runner} runs `jobtpu init --shared GROUP HOME` (or any pass of theirs does it); "
+                            "status, tail, machines and events work meanwhile")
 
 
 # ---- member side -------------------------------------------------------------------------------------

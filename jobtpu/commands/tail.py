@@ -44,10 +44,17 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
     offset = _print_last_lines(home, rel, lines)
     decoder = new_decoder()
     said: str | None = None  # the machine's trouble, said once while it lasts
+    from jobtpu.home.roles import role_of
+
+    member = role_of(home.root).is_member  # a shared home's logs are its runner's to pull (its passes do)
     while follow_log:
         from jobtpu.remote.operations import pull_logs
 
-        current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
+        if member:
+            no_probe: dict[WorkerRef, WorkerState] = {}
+            current, workers, trouble = Store(home).load().job(job_id), no_probe, None
+        else:
+            current, workers, trouble = pull_logs(home, job_id)  # the job as it stood before this pull
         offset = print_from(home, rel, offset, decoder)
         if trouble is not None and said is None:
             note(f"jobtpu: {trouble}; showing the log as last pulled")

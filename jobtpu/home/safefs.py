@@ -316,7 +316,9 @@ def own_dir(root: Path, rel: PurePath | str) -> int:
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() and not _group_shared(st, os.stat(root).st_gid):
         os.close(fd)
-        raise UnsafePath(rel, "is a folder another account made and does not share with the home's group")
+        error = UnsafePath(rel, "is a folder another account made and does not share with the home's group")
+        error.hint = "fetch into a folder of yours with --to DIR (or ask its owner to remove it)"
+        raise error
     return fd
 
 

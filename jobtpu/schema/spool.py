@@ -45,6 +45,7 @@ class Reply(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     request: str
     account: str
     code: int
+    what: str = ""  # the request in words: "kill 5", "submit of job 12"
     lines: list[str] = msgspec.field(default_factory=list)
     at: float = 0.0
     ids: list[int] = msgspec.field(default_factory=list)  # a submission's job ids, when taken in

@@ -32,7 +32,8 @@ def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterabl
         root = Path(machine.root).expanduser()
         # The folder the run root is made in decides, not the run root itself: a launch of this pass
         # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
-        return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root)
+        return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root,
+                              members_write=_group_writes(root.parent))
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from jobtpu.transport.ssh import SshTransport
     t = SshTransport(endpoint, machine, home)
@@ -41,10 +42,27 @@ def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterabl
 
 
 def _in_shared_folder(path: Path) -> bool:
-    """Whether `path`, or the nearest folder above it that exists, is one its group shares."""
+    """Whether `path`, or the nearest folder above it that exists, is one its group reads: a shared
+    home's (old layout: group-writable; one-writer layout: setgid, the group reads)."""
+    import stat
+
+    path = _existing(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return is_shared(path) or bool(mode & stat.S_ISGID and mode & stat.S_IRGRP)
+
+
+def _group_writes(path: Path) -> bool:
+    """Whether members add entries there themselves (a shared home of the old layout)."""
+    return is_shared(_existing(path))
+
+
+def _existing(path: Path) -> Path:
     while not path.exists() and path.parent != path:
         path = path.parent
-    return is_shared(path)
+    return path
 
 
 def published_keys(record: MachineRecord | None, worker: int) -> list[str]:

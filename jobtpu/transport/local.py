@@ -14,18 +14,22 @@ from jobtpu.home.layout import create_temp, make_dirs, rename_synced
 from jobtpu.remote.scripts import RUN_SCRIPT
 from jobtpu.transport.base import Endpoint, Result
 
-# The run root's containers (docs/design.md §4): in a shared home setgid and sticky, so every member
-# may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or delete another's;
-# the owner's alone otherwise.
+# The run root's containers (docs/design.md §4): in a shared home of the old layout setgid and sticky,
+# so every member may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or
+# delete another's; in the one-writer layout the runner's, the group reads them; the owner's alone
+# otherwise.
 CONTAINERS = ("meta", "jobs", "archives", "stop")
 SHARED_CONTAINER = 0o3770
+RUNNER_CONTAINER = 0o2750
 PRIVATE_FOLDER = 0o700
 
 
 class LocalTransport:
-    def __init__(self, endpoint: Endpoint, shared: bool = False, root: Path | None = None) -> None:
+    def __init__(self, endpoint: Endpoint, shared: bool = False, root: Path | None = None,
+                 members_write: bool = False) -> None:
         self.endpoint = endpoint
         self.shared, self.root = shared, root
+        self.container_mode = (SHARED_CONTAINER if members_write else RUNNER_CONTAINER) if shared else PRIVATE_FOLDER
         # In a home its group shares, what a pass makes in the run root is the group's to read but
         # only its maker's to write (a teammate cannot plant a link in a job's folder); in a private
         # home, the owner's alone whatever the umask and the home folder's own mode (docs/design.md §4).
@@ -36,7 +40,7 @@ class LocalTransport:
         """The run root and its containers, real folders with the modes above (ours: set again)."""
         if self._prepared or self.root is None:
             return
-        mode = SHARED_CONTAINER if self.shared else PRIVATE_FOLDER
+        mode = self.container_mode
         make_dirs(self.root.parent)
         try:
             for rel in ("", *CONTAINERS):
