@@ -122,64 +122,65 @@ def runner_json(team: Team, account: str, home: Path, doc: dict[str, Any]) -> No
     tmp.unlink()
 
 
-def test_another_members_local_job_waits_for_their_own_pass_or_a_named_runner(team: Team) -> None:
+def denied(team: Team, account: str, script: str) -> str:
+    """`script` as `account` must fail for want of permission; what it said."""
+    import subprocess
+
+    done = subprocess.run(["runuser", "-u", account, "--", "bash", "-c", f"umask 0007; {script}"],
+                          capture_output=True, text=True, cwd=team.base)
+    assert done.returncode != 0 and "Permission denied" in done.stderr, (script, done.stderr)
+    return done.stderr
+
+
+def test_another_members_local_job_waits_for_the_runners_consent(team: Team) -> None:
     alice, bob = team.accounts
     home = shared_home(team)
     job = submit(team, bob, home, "id -un")
     out = manage(team, alice, home)
     got = row(team, home, job)
     assert got["status"] == "queued", got
-    assert got["waiting"] == f"local jobs run as their submitter: waits for a pass run by {bob}", got
+    assert got["waiting"] == (f"local jobs run as the runner ({alice}) only with its consent: runner.json "
+                              f'"runner": "{alice}" gives it; {bob}\'s job waits'), got
     assert "launch" not in out
-    assert ends(team, bob, home, job)["status"] == "finished"
-    assert team.run(bob, "--home", str(home), "tail", str(job)).stdout.split() == [bob]
-    # alice's own runner.json naming her: her passes run every member's local jobs.
+    # bob can neither run a pass nor give the consent himself: the top folder is alice's alone.
+    refused = team.run(bob, "--home", str(home), "manage", check=False, umask="0077")
+    assert refused.returncode == 1 and "is for this shared home's runner" in refused.stderr, refused.stderr
+    denied(team, bob, f"echo '{{\"runner\": \"{alice}\"}}' > {home}/runner.json")
+    # alice's own runner.json naming her: her passes run every member's local jobs, as her.
     runner_json(team, alice, home, {"runner": alice})
-    second = submit(team, bob, home, "id -un")
-    assert ends(team, alice, home, second)["status"] == "finished"
-    assert team.run(bob, "--home", str(home), "tail", str(second)).stdout.split() == [alice]
-    # A runner.json bob wrote naming bob is bob's consent, never alice's.
-    as_account(team, alice, f"rm {home}/runner.json")
-    runner_json(team, bob, home, {"runner": alice})
-    third = submit(team, bob, home, "id -un")
-    out = manage(team, alice, home)
-    assert "runner.json is " + bob + "'s" in out and row(team, home, third)["status"] == "queued", out
+    assert ends(team, alice, home, job)["status"] == "finished"
+    assert team.run(bob, "--home", str(home), "tail", str(job)).stdout.split() == [alice]
 
 
-def test_a_rewritten_cmd_in_state_json_never_runs(team: Team) -> None:
-    alice, bob = team.accounts
-    home = shared_home(team)
-    marker = team.shared_folder("marks") / "stolen"
-    job = submit(team, alice, home, "echo mine")
-    state = json.loads((home / "state.json").read_text())
-    for each in state["jobs"]:
-        if each["id"] == job:
-            each["cmd"] = f"id -un > {marker}; chmod 666 {marker}"
-    write_as(team, bob, home / "state.json", json.dumps(state))
-    got = ends(team, alice, home, job)
-    assert got["status"] == "failed" and f"specs/{job}.json" in got["last_line"], got
-    assert not marker.exists()
-    spec = home / "specs" / f"{job}.json"
-    assert spec.stat().st_uid == team.uid(alice) and stat.S_IMODE(spec.stat().st_mode) == 0o640
-    assert (home / "specs").stat().st_mode & stat.S_ISVTX  # no member may rename another's spec
-
-
-def test_on_resume_words_written_into_state_json_never_run(team: Team) -> None:
-    """--on-resume is part of what runs: a member who adds it to another's job (and marks the next
-    attempt a resume) gets the job refused, as for its cmd."""
+def test_a_member_can_rewrite_no_record_nor_move_what_a_pass_trusts(team: Team) -> None:
+    """The reproductions of the one-writer issue (docs/reference/home-files.md §1.3): bob renaming specs/,
+    run/ or state.json away, rewriting alice's records or her settings, planting a stop request or
+    a notification: each is refused by the kernel, and alice's jobs run her own command."""
     alice, bob = team.accounts
     home = shared_home(team)
     marker = team.shared_folder("marks") / "stolen"
     job = submit(team, alice, home, "echo mine", "--on-resume", "--config.from=gs://b-{region}")
+    manage(team, alice, home)
+    team.run(alice, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
     state = json.loads((home / "state.json").read_text())
     for each in state["jobs"]:
-        if each["id"] == job:
-            assert each["on_resume"] == "--config.from=gs://b-{region}"
-            each["on_resume"], each["resume"] = f"; id -un > {marker}; chmod 666 {marker}", True
-    write_as(team, bob, home / "state.json", json.dumps(state))
+        each["cmd"], each["on_resume"] = f"id -un > {marker}; chmod 666 {marker}", f"; id -un > {marker}"
+    forged = team.base / "forged-state.json"
+    forged.write_text(json.dumps(state))
+    forged.chmod(0o644)
+    for script in (f"cat {forged} > {home}/state.json", f"mv {home}/state.json {home}/gone.json",
+                   f"mv {home}/specs {home}/specs.old", f"mv {home}/run {home}/run.old", f"mkdir {home}/specs2",
+                   f"touch {home}/run/stop/{job + 1}.0", f"echo '{{}}' > {home}/notify-outbox.json",
+                   f"echo x >> {home}/events.jsonl", f"cat {forged} > {home}/secrets.json",
+                   f"echo '{{\"dirs\": {{\"1\": \"/tmp\"}}}}' > {home}/users/{alice}/settings.json",
+                   f"mkdir {home}/users/{alice}/x", f"echo 99 > {home}/last_id", f"mkfifo {home}/home_id.new"):
+        denied(team, bob, script)
     got = ends(team, alice, home, job)
-    assert got["status"] == "failed" and "(on_resume)" in got["last_line"], got
-    assert not marker.exists()
+    assert got["status"] == "finished" and not marker.exists(), got
+    assert team.run(alice, "--home", str(home), "tail", str(job)).stdout.split() == ["mine"]
+    rerun = team.run(alice, "--home", str(home), "rerun", str(job), umask="0077")
+    assert rerun.stdout.split() == [str(job)]
+    assert ends(team, alice, home, job)["status"] == "finished" and not marker.exists()
 
 
 def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(team: Team, counter: Counter) -> None:
@@ -188,21 +189,18 @@ def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(tea
     marker = team.shared_folder("marks") / "ran-as-alice"
     machines = {"machines": {"local": {"kind": "local"}},
                 "notify": [{"command": f"touch {marker}"}, {"webhook": f"{counter.url}/hook", "events": ["finished"]}]}
-    write_as(team, bob, home / "machines.json", json.dumps(machines))  # the group-writable file alice made
+    denied(team, bob, f"echo '{{}}' > {home}/machines.json")  # alice's file, the group reads it
+    as_account(team, alice, f"chmod 660 {home}/machines.json")  # alice's slip: her group may now write it
+    write_as(team, bob, home / "machines.json", json.dumps(machines))
     job = submit(team, alice, home, "true")
     assert ends(team, alice, home, job)["status"] == "finished"
     out = manage(team, alice, home)
     assert "its notify[0].command is not used; move it into runner.json" in out, out
     wait_for(lambda: any("/hook" in r for r in counter.requests), timeout=30, what="the webhook to be posted")
     assert not marker.exists()
-    # alice makes machines.json 0640; bob moves a new file of his in its place.
+    # alice makes machines.json 0640 again; bob cannot move a file of his into its place.
     as_account(team, alice, f"chmod 640 {home}/machines.json")
-    new = home / ".bob-machines.json"
-    write_as(team, bob, new, json.dumps(machines))
-    as_account(team, bob, f"mv {new} {home}/machines.json")
-    job = submit(team, alice, home, "true")
-    assert ends(team, alice, home, job)["status"] == "finished"
-    assert f"machines.json is {bob}'s, not {alice}'s: its notify[0].command is not used" in manage(team, alice, home)
+    denied(team, bob, f"cp {home}/machines.json {home}/.bob-machines.json")
     assert not marker.exists()
     # The same command in alice's own runner.json runs.
     runner_json(team, alice, home, {"notify": [{"command": f"touch {marker}", "events": ["finished"]}]})
@@ -221,6 +219,7 @@ def test_privileged_keys_in_an_untrusted_machines_json_are_refused(team: Team, c
                 "gcp": {"project": "p", "api_endpoint": f"{counter.url}/tpu"},
                 "sheet": {"spreadsheet": "s", "credentials": "anonymous", "api_endpoint": f"{counter.url}/sheet",
                           "timeout": 2}}
+    as_account(team, alice, f"chmod 660 {home}/machines.json")  # alice's slip: her group may now write it
     write_as(team, bob, home / "machines.json", json.dumps(machines))
     job = submit(team, alice, home, "true", "--req", "disk=1")
     out = manage(team, alice, home)
@@ -264,13 +263,16 @@ def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team
     alice, bob = team.accounts
     home = shared_home(team)
     job = submit(team, alice, home, "sleep 300")
-    refused = run_labelled(team, bob, alice, "--home", str(home), "kill", str(job))
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
-    assert refused.stderr.splitlines()[0] == (f"jobtpu: error: job {job} is {alice}'s, submitted by account {alice}, "
-                                              f"not by {bob}: kill refused")
-    assert row(team, home, job)["status"] == "queued"
+    sent = run_labelled(team, bob, alice, "--home", str(home), "kill", str(job))
+    assert sent.returncode == 0 and "carried out by the next pass of" in sent.stderr, sent.stderr
+    manage(team, alice, home)  # takes bob's request in: as bob's account, whatever label it carries
+    answers = run_labelled(team, bob, alice, "--home", str(home), "requests").stdout
+    assert (f"kill {job}: refused: jobtpu: error: job {job} is {alice}'s, submitted by account {alice}, "
+            f"not by {bob}: kill refused") in answers, answers
+    assert row(team, home, job)["status"] in ("queued", "running")
     forced = run_labelled(team, bob, alice, "--home", str(home), "kill", "--force", str(job))
     assert forced.returncode == 0, forced.stderr
+    manage(team, alice, home)
     got = row(team, home, job)
     assert got["status"] == "killed"
     assert [(f["by"], f["act"], f["uid"], f["account"]) for f in got["forced"]] == \
@@ -284,7 +286,7 @@ def test_a_label_naming_another_member_does_not_make_their_jobs_yours(team: Team
     assert settings.read_bytes() == before
     ends(team, alice, home, submit(team, alice, home, "true"))
     lines = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()]
-    assert lines and all(e["account"] in (alice, bob) and e["uid"] == team.uid(e["account"]) for e in lines), lines
+    assert lines and all(e["account"] == alice and e["uid"] == team.uid(alice) for e in lines), lines  # one writer
 
 
 @pytest.mark.fast
@@ -319,20 +321,22 @@ def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_all
         team: Team, counter: Counter) -> None:
     alice, bob = team.accounts
     home = shared_home(team)
+    runner_json(team, alice, home, {"runner": alice})
     hook = json.dumps([{"webhook": f"{counter.url}/mine", "events": ["finished"]}])
     refused = team.run(bob, "--home", str(home), "config", "set", "notify", hook, check=False, umask="0077")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert refused.stderr.startswith("jobtpu: error: notify[0].webhook: 127.0.0.1 resolves to a private address")
     team.run(bob, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
     settings = home / "users" / bob / "settings.json"
+    assert settings.stat().st_uid == team.uid(bob) and (home / "users" / bob).stat().st_uid == team.uid(bob)
     doc = json.loads(settings.read_text())
     doc["notify"] = json.loads(hook)
-    write_as(team, bob, settings, json.dumps(doc))  # by hand: a pass must check it too
+    write_as(team, bob, settings, json.dumps(doc))  # his own file, by hand: a pass must check it too
     job = submit(team, bob, home, "true")
     said: list[str] = []
 
     def finished() -> bool:
-        said.append(manage(team, bob, home))
+        said.append(manage(team, alice, home))
         return bool(row(team, home, job)["status"] == "finished")
     wait_for(finished, timeout=60, interval=0.3, what="bob's job to finish")
     assert f"notify: {bob}'s webhook 127.0.0.1: 127.0.0.1 resolves to a private address (127.0.0.1): skipped" \
@@ -344,13 +348,16 @@ def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_all
     wait_for(lambda: any("/mine" in r for r in counter.requests), timeout=30, what="the allowed webhook")
 
 
-def test_sharing_a_private_home_keeps_its_specs_its_owners(team: Team) -> None:
+def test_sharing_a_private_home_makes_its_files_the_runners_for_the_group_to_read(team: Team) -> None:
     alice, _ = team.accounts
     home = team.private_folder(alice, "home")
     team.run(alice, "init", str(home), umask="0077")
-    job = submit(team, alice, home, "id -un")
-    assert stat.S_IMODE((home / "specs" / f"{job}.json").stat().st_mode) == 0o600
+    job = submit(team, alice, home, "id -un", "--env", "WANDB_API_KEY=k")
+    assert stat.S_IMODE((home / "state.json").stat().st_mode) == 0o600
     team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
-    spec = home / "specs" / f"{job}.json"
-    assert stat.S_IMODE(spec.stat().st_mode) == 0o640 and (home / "specs").stat().st_mode & stat.S_ISVTX
+    assert stat.S_IMODE(home.stat().st_mode) == 0o3750
+    for name, mode in (("state.json", 0o640), ("machines.json", 0o640), ("secrets.json", 0o600),
+                       ("archives", 0o2750), ("spool", 0o3770), ("users", 0o3770), ("results", 0o3770)):
+        st = (home / name).stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, team.uid(alice), team.gid), name
     assert ends(team, alice, home, job)["status"] == "finished"

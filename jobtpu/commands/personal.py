@@ -66,11 +66,11 @@ def _notify_value(values: list[str]) -> list[Any]:
 def _check_private_webhooks(home: Home, doc: Any) -> None:
     """A member's webhook may not point at loopback or private addresses, which the pass's account
     would post to from its host, unless the home's runner.json allows it (docs/design.md §7)."""
-    from jobtpu.home.layout import is_shared
+    from jobtpu.home.roles import Layout, role_of
     from jobtpu.home.trust import load_runner
     from jobtpu.tell.webhooks import check
 
-    if not is_shared(home.root) or load_runner(home.root).allow_private_webhooks:
+    if role_of(home.root).layout is Layout.PRIVATE or load_runner(home.root).allow_private_webhooks:
         return  # a private home's settings are its owner's own: nobody else's pass posts them
     for i, entry in enumerate(doc):
         _, why = check(entry["webhook"])
