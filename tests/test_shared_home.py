@@ -193,3 +193,67 @@ def test_a_teammate_fetches_into_a_results_folder_of_their_own(team: Team) -> No
     assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
     assert f"results/{job}" in again.stderr.splitlines()[0] and "--to" in again.stderr, again.stderr
     assert file_table_breaches(home, team.uid(alice), team.gid) == []
+
+
+def old_layout(team: Team, home: Path) -> None:
+    """What `init --shared` made before the one-writer layout: every folder 2770 (specs/ 3770), every
+    file 0660, the group's."""
+    for path in [home, *home.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chown(path, -1, team.gid)
+        mode = (0o3770 if path.name == "specs" else 0o2770) if path.is_dir() else \
+            0o640 if path.parent.name == "specs" else 0o660  # a spec was its submitter's alone
+        path.chmod(mode)
+
+
+def test_a_home_of_the_old_shared_layout_moves_to_one_writer_at_its_runners_pass(team: Team) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", str(home), umask="0077")
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
+    src = source_of(team, alice)
+    mine = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd", "echo mine",
+                        umask="0077").stdout)
+    old_layout(team, home)
+    # What bob could do there: rewrite alice's record (the state file becomes his), add a job of his
+    # with a spec of his, leave a log folder and an event line of his.
+    state = json.loads((home / "state.json").read_text())
+    ours = state["jobs"][0]
+    theirs = {**ours, "id": mine + 1, "user": bob, "uid": team.uid(bob), "cmd": "echo his"}
+    ours["cmd"] = "echo tampered"
+    state["jobs"].append(theirs)
+    spec = {"id": mine + 1, "uid": team.uid(bob), "account": bob, "user": bob, "cmd": "echo his", "overrides": [],
+            "log_stage": False, "env": {}, "archive": ours["archive"], "secrets": []}
+    logs = home / "logs"
+    for folder in (logs, logs / str(mine + 1)):  # bob's pass made them
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, team.uid(bob), team.gid)
+        folder.chmod(0o2770)
+    for path, text, mode in ((home / "state.json", json.dumps(state), 0o660),
+                             (home / "specs" / f"{mine + 1}.json", json.dumps(spec), 0o640),
+                             (logs / str(mine + 1) / "0.0.log", "an old line\n", 0o660),
+                             (home / "events.jsonl", '{"event": "old"}\n', 0o660)):
+        path.write_text(text)
+        os.chown(path, team.uid(bob), team.gid)
+        path.chmod(mode)
+    # Until alice's pass moves it, bob may read but not write.
+    waits = team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
+                     check=False, umask="0077")
+    assert waits.returncode == 1 and "still has the old layout" in waits.stderr.splitlines()[0], waits.stderr
+    assert team.run(bob, "--home", str(home), "status", "--all-users").returncode == 0
+    moved = team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert "moved this shared home to the one-writer layout" in moved.stderr, moved.stderr
+    assert f"job {mine}: its record differed from its spec (cmd); the spec's kept" in moved.stderr, moved.stderr
+    assert file_table_breaches(home, team.uid(alice), team.gid) == []
+    got = rows(team, home)
+    assert got[mine]["cmd"] == "echo mine" and got[mine + 1]["uid"] == team.uid(bob), got
+    assert (home / "logs" / str(mine + 1) / "0.0.log").read_text() == "an old line\n"
+    assert (home / "events.jsonl").read_text().startswith('{"event": "old"}\n')
+    wait_for(lambda: team.run(alice, "--home", str(home), "manage", umask="0077") and
+             rows(team, home)[mine]["status"] == "finished", timeout=60, interval=0.3, what="alice's job")
+    assert team.run(alice, "--home", str(home), "tail", str(mine)).stdout.split() == ["mine"]
+    # Now bob's submits go through the spool.
+    again = team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
+                     umask="0077")
+    assert int(again.stdout) == mine + 2

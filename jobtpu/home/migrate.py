@@ -54,7 +54,7 @@ def make_one_writer(root: Path, gid: int) -> list[str]:
         # First take write away from the group: nobody adds to or renames in the top folder meanwhile.
         os.fchown(top, -1, gid)
         os.fchmod(top, TOP_MODE)
-        _walk(top, "", gid, lines, top_level=True)
+        _walk(top, "", gid, lines)
         for name, mode in ((SPOOL, MEMBER_MODE), ("users", MEMBER_MODE), ("results", MEMBER_MODE),
                            (REPLIES, FOLDER_MODE)):
             _ensure_folder(top, name, gid, mode)
@@ -87,39 +87,47 @@ def _ensure_folder(dir_fd: int, name: str, gid: int, mode: int) -> None:
         os.close(fd)
 
 
-def _walk(dir_fd: int, rel: str, gid: int, lines: list[str], top_level: bool = False) -> None:
+def _walk(dir_fd: int, rel: str, gid: int, lines: list[str]) -> None:
     """Every entry of the open folder (the runner's), made the runner's with its layout mode."""
-    me = os.geteuid()
     for name in sorted(os.listdir(dir_fd)):
         path = f"{rel}/{name}" if rel else name
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if rel == "" and name in MEMBER_FOLDERS and stat.S_ISDIR(st.st_mode):
-            if st.st_uid != me:
-                _adopt_folder(dir_fd, name, gid, path)
-            _fix(dir_fd, name, gid, MEMBER_MODE)
-            continue  # members' own places: each entry in them stays its maker's
-        if any(path == kept or path.startswith(kept + "/") for kept in LEFT_TO_OWNERS) and st.st_uid != me:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if st.st_uid != me:
-                _adopt_folder(dir_fd, name, gid, path)
-                lines.append(f"{path}/: was {_who(st.st_uid)}'s; now the runner's")
-            else:
-                _fix(dir_fd, name, gid, folder_mode(path))
-            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                _walk(child, path, gid, lines)
-            finally:
-                os.close(child)
-        elif stat.S_ISREG(st.st_mode):
-            if st.st_uid != me or st.st_nlink != 1:
-                _adopt_file(dir_fd, name, gid, file_mode(path, st))
-                lines.append(f"{path}: was {_who(st.st_uid)}'s; copied into the runner's file")
-            else:
-                _fix(dir_fd, name, gid, file_mode(path, st))
-        else:  # a link, a FIFO, a socket, a device: never jobtpu's
-            os.unlink(name, dir_fd=dir_fd)
-            lines.append(f"{path}: a {'link' if stat.S_ISLNK(st.st_mode) else 'special file'}; removed")
+        try:
+            _take_over(dir_fd, name, path, rel, gid, lines)
+        except OSError as e:  # root's, or another's not shared with the group: said, and left
+            lines.append(f"{path}: cannot take it over ({e.strerror or e}); move it away by hand")
+
+
+def _take_over(dir_fd: int, name: str, path: str, rel: str, gid: int, lines: list[str]) -> None:
+    """One entry of the runner's folder made the runner's (folders walked)."""
+    me = os.geteuid()
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if rel == "" and name in MEMBER_FOLDERS and stat.S_ISDIR(st.st_mode):
+        if st.st_uid != me:
+            _adopt_folder(dir_fd, name, gid, path)
+        _fix(dir_fd, name, gid, MEMBER_MODE)
+        return  # members' own places: each entry in them stays its maker's
+    if any(path == kept or path.startswith(kept + "/") for kept in LEFT_TO_OWNERS) and st.st_uid != me:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        if st.st_uid != me:
+            _adopt_folder(dir_fd, name, gid, path)
+            lines.append(f"{path}/: was {_who(st.st_uid)}'s; now the runner's")
+        else:
+            _fix(dir_fd, name, gid, folder_mode(path))
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            _walk(child, path, gid, lines)
+        finally:
+            os.close(child)
+    elif stat.S_ISREG(st.st_mode):
+        if st.st_uid != me or st.st_nlink != 1:
+            _adopt_file(dir_fd, name, gid, file_mode(path, st))
+            lines.append(f"{path}: was {_who(st.st_uid)}'s; copied into the runner's file")
+        else:
+            _fix(dir_fd, name, gid, file_mode(path, st))
+    else:  # a link, a FIFO, a socket, a device: never jobtpu's
+        os.unlink(name, dir_fd=dir_fd)
+        lines.append(f"{path}: a {'link' if stat.S_ISLNK(st.st_mode) else 'special file'}; removed")
 
 
 def _fix(dir_fd: int, name: str, gid: int, mode: int) -> None:
