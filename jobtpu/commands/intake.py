@@ -56,10 +56,14 @@ def take_in(home: Home) -> list[str]:
     try:
         found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
         for entry in found:
-            if entry.kind == "submit":
-                lines.append(_take_submission(home, spool_fd, entry))
-            else:
-                lines.append(_take_act(home, spool_fd, entry))
+            try:
+                if entry.kind == "submit":
+                    lines.append(_take_submission(home, spool_fd, entry))
+                else:
+                    lines.append(_take_act(home, spool_fd, entry))
+            except OSError as e:  # what a member left there costs that request alone
+                lines.append(f"refused {entry.name}: {e.strerror or e}")
+                spool.remove(spool_fd, entry.name)
     finally:
         os.close(spool_fd)
     if found:

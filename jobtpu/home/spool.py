@@ -187,8 +187,15 @@ def open_archive(spool_fd: int, name: str, owner: int) -> int:
 
 
 def remove(spool_fd: int, name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    """A request taken in leaves the spool. What is not a file (a member's folder there) cannot be
+    removed by the runner: it is renamed to a dot name, which no intake reads again."""
+    try:
         os.unlink(name, dir_fd=spool_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rename(name, f".refused-{time.time_ns()}-{name}", src_dir_fd=spool_fd, dst_dir_fd=spool_fd)
 
 
 # ---- replies: the runner's answer to each request ----------------------------------------------------

@@ -1,0 +1,232 @@
+"""A hostile member walks the shared home's file table (docs/reference/home-files.md §1.6) with two
+real accounts: alice made the home and runs its passes, bob is a member of its group.
+
+For every path the table says the runner writes, bob tries every way to put something else there (a
+link, a FIFO, a folder, a 3 GB sparse file, garbage, a file of his own) and to rename its parent: the
+kernel refuses each, and the path is as it was. For every path a member writes, bob's own copy of it
+is hostile input to alice's commands: each of them reads it in bounded time, says one line, runs and
+reads nothing as alice that bob chose, and goes on with every other job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu import timing
+from tests.accounts import Team
+from tests.helpers import wait_for
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "reference" / "home-files.md"
+SECRET = "alice-private-token-0123456789abcdef"
+QUICK = timing.env(lock_wait=0.5, state_lock_wait=2)
+# A command that hangs fails the test at this bound; nothing a test waits on is a product constant.
+HANG = 60
+
+
+def table_rows() -> list[tuple[list[str], str]]:
+    """The file table's rows: (the paths in its first cell, who writes them)."""
+    section = DOC.read_text(encoding="utf-8").split("### 1.6 ", 1)[1].split("\n### ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].startswith("`"):
+            continue
+        rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[2]))
+    return rows
+
+
+def test_the_file_table_names_every_path_a_shared_home_holds(team: Team) -> None:
+    """The table is the home: every entry a busy shared home has matches one of its rows."""
+    home, _ = busy_home(team)
+    patterns = [p.rstrip("/") for paths, _ in table_rows() for p in paths]  # "run/ and below": below, skipped
+    regexes = [re.compile("^" + re.sub(r"<[^>]+>", "[^/]+", re.escape(p)) + "$") for p in patterns]
+    unlisted = []
+    for path in home.rglob("*"):
+        rel = str(path.relative_to(home))
+        parts = rel.split("/")
+        if parts[0] in ("run",) or rel.startswith("spool/.cache-") or parts[0] == "results" and len(parts) > 2:
+            continue
+        if parts[0] == "events.jsonl" or re.fullmatch(r"events\.jsonl\.\d", rel):
+            continue
+        if not any(r.match(rel) for r in regexes):
+            unlisted.append(rel)
+    assert unlisted == [], unlisted
+
+
+# ---- the home the walk attacks ------------------------------------------------------------------
+
+def as_(team: Team, account: str, script: str, timeout: float = HANG) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", account, "--", "bash", "-c", f"umask 0022; {script}"],
+                          capture_output=True, text=True, timeout=timeout, cwd=team.base)
+
+
+def busy_home(team: Team) -> tuple[Path, dict[str, int]]:
+    """A shared home that has every file the table names: jobs of both accounts that ran, a request
+    answered, settings, a fetch, a secret of alice's."""
+    alice, bob = team.accounts
+    parent = team.base / "homes"
+    parent.mkdir()
+    os.chown(parent, 0, team.gid)
+    parent.chmod(0o3770)  # like /tmp: a member may not rename another's home away
+    home = parent / "home"
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}}))
+    (home / "runner.json").write_text(json.dumps({"runner": alice}))
+    for name in ("machines.json", "runner.json"):
+        os.chown(home / name, team.uid(alice), team.gid)
+        (home / name).chmod(0o640)
+    for account in (alice, bob):
+        team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
+        team.run(account, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    ids = {}
+    for account in (alice, bob):
+        src = team.private_folder(account, "src")
+        (src / "run.sh").write_text("echo ran as $(id -un); echo out > out.txt\n")
+        os.chown(src / "run.sh", team.uid(account), team.uid(account))
+        ids[account] = int(team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "bash run.sh",
+                                    "--env", f"API_TOKEN={SECRET if account == alice else 'bobs'}",
+                                    umask="0077").stdout)
+
+    def ended() -> bool:
+        team.run(alice, "--home", str(home), "manage", umask="0077")
+        rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
+        return len(rows) == 2 and all(r["status"] == "finished" for r in rows)
+    wait_for(ended, timeout=60, interval=0.3, what="both jobs to finish")
+    team.run(bob, "--home", str(home), "tag", str(ids[bob]), "+done", umask="0077")
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    team.run(alice, "--home", str(home), "fetch", str(ids[alice]), "out.txt", umask="0077")
+    team.run(alice, "--home", str(home), "clean", str(ids[alice]), umask="0077")
+    return home, ids
+
+
+MEMBER_FOLDERS = ("spool", "users", "results")
+
+
+def snapshot_of(path: Path) -> tuple[Any, ...] | None:
+    """What must not change: the entry itself, and for a folder of the runner's, what it holds (a
+    member may add entries of their own to the member folders: their contents are not compared)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if path.name in MEMBER_FOLDERS and path.parent.name == "home":
+        return st.st_ino, st.st_mode, st.st_uid
+    return st.st_ino, st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns
+
+
+ATTACKS = {
+    "link": "ln -sfn {secret} {p} || {{ rm -rf {p} && ln -s {secret} {p}; }}",
+    "fifo": "rm -rf {p}; mkfifo -m 666 {p}",
+    "folder": "rm -rf {p}; mkdir {p}",
+    "sparse 3 GB": "truncate -s 3G {p}",
+    "garbage": "printf '\\x00\\xff{{{{not json' > {p}",
+    "another owner's file": "mv -f {own} {p}",
+    "renamed parent": "mv {parent} {parent}.gone",
+}
+
+
+def concrete(home: Path, ids: dict[str, int], alice: str, pattern: str) -> list[Path]:
+    """The paths of the busy home a table cell names."""
+    words = {"<id>": str(ids[alice]), "<name>": alice, "<sha256>": "*", "<attempt>": "0", "<worker>": "0",
+             "<request>": "*", "<uid>": "*", "<first>": "*", "<count>": "*", "<ns>": "*", "<random>": "*"}
+    pattern = pattern.removesuffix(" and below").replace(" (`.1`–`.4`)", "")
+    if pattern == ".":
+        return [home]
+    for word, value in words.items():
+        pattern = pattern.replace(word, value)
+    found = sorted(home.glob(pattern)) if "*" in pattern else [home / pattern]
+    return found or [home / pattern.replace("*", "x")]
+
+
+def runner_paths(home: Path, ids: dict[str, int], alice: str) -> list[Path]:
+    paths = []
+    for cells, writer in table_rows():
+        if writer.startswith("runner") and not writer.startswith("runner makes it"):
+            for cell in cells:
+                paths += concrete(home, ids, alice, cell)
+    paths += [home / "users" / alice, home / "users" / alice / "settings.json", home / "results" / str(ids[alice]),
+              home / "events.jsonl.1", home / "spool", home / "users", home / "results"]
+    return sorted(set(paths))
+
+
+def test_a_member_cannot_replace_or_move_anything_another_account_writes(team: Team) -> None:
+    alice, bob = team.accounts
+    home, ids = busy_home(team)
+    secret = team.private_folder(alice, "secret") / "token"
+    secret.write_text(SECRET)
+    targets = runner_paths(home, ids, alice)
+    assert len(targets) > 30, targets
+    held: list[str] = []
+    cases = 0
+    for path in targets:
+        for attack, script in ATTACKS.items():
+            before = [snapshot_of(p) for p in (path, path.parent)]
+            own = team.base / f"bobs-{cases}"
+            as_(team, bob, f"echo bob > {own}")
+            done = as_(team, bob, script.format(p=path, secret=secret, own=own, parent=path.parent), timeout=HANG)
+            cases += 1
+            if [snapshot_of(p) for p in (path, path.parent)] != before:
+                held.append(f"{path.relative_to(home.parent)}: {attack} went through ({done.stderr.strip()[:80]})")
+    assert held == [], held
+    # …and every command of alice's still works on the home as it is.
+    assert team.run(alice, "--home", str(home), "status", "--all-users").returncode == 0
+    assert team.run(alice, "--home", str(home), "manage", umask="0077").returncode == 0
+    print(f"{cases} cases over {len(targets)} paths")
+
+
+# ---- what members write: hostile input, read in bounded time, one line, nothing as alice ----------------
+
+def hostile_input_cases() -> list[tuple[str, str]]:
+    return [(kind, attack) for kind in ("submit", "act", "archive", "settings")
+            for attack in ("link", "fifo", "folder", "sparse 3 GB", "garbage", "hard link")]
+
+
+@pytest.mark.parametrize("kind,attack", hostile_input_cases())
+def test_what_a_member_writes_is_read_as_data_in_bounded_time(team: Team, kind: str, attack: str) -> None:
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}}))
+    os.chown(home / "machines.json", team.uid(alice), team.gid)
+    secret = team.private_folder(alice, "secret") / "token"
+    secret.write_text(SECRET + "\n")
+    os.chown(secret, team.uid(alice), team.uid(alice))
+    secret.chmod(0o644)
+    secret.parent.chmod(0o755)  # readable by bob too: what matters is that alice's pass never takes it as bob's
+    src = team.private_folder(bob, "src")
+    (src / "a.sh").write_text("echo hi\n")
+    os.chown(src / "a.sh", team.uid(bob), team.uid(bob))
+    fine = int(team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", umask="0077").stdout)
+    team.run(bob, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    spool = home / "spool"
+    target = {"submit": spool / f"submit-{fine + 1}-1.json", "act": spool / f"act-{time.time_ns()}-0123456789ab.json",
+              "archive": spool / f"archive-{fine}.tar.gz", "settings": home / "users" / bob / "settings.json"}[kind]
+    scripts = {"link": f"rm -f {target}; ln -s {secret} {target}", "fifo": f"rm -f {target}; mkfifo -m 644 {target}",
+               "folder": f"rm -f {target}; mkdir {target}", "sparse 3 GB": f"truncate -s 3G {target}",
+               "garbage": f"printf '\\x00\\xff{{{{not json' > {target}",
+               "hard link": f"rm -f {target}; ln {secret} {target} || cp --preserve=mode {secret} {target}"}
+    if kind == "archive":  # the submit that brings it is bob's own, well made; only its snapshot is hostile
+        assert target.exists()
+    as_(team, bob, scripts[attack])
+    started = time.monotonic()
+    said = []
+    for args in (("manage",), ("status", "--all-users"), ("requests",), ("events",)):
+        done = team.run(alice, "--home", str(home), *args, check=False, umask="0077", env=QUICK, timeout=HANG)
+        said.append(done.stdout + done.stderr)
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+        assert SECRET not in done.stdout + done.stderr, (args, done.stdout, done.stderr)
+        assert done.returncode == 0 or args == ("events",), (args, done.stderr)
+    assert time.monotonic() - started < HANG
+    # Nothing of bob's choosing ran or was read as alice: the token went nowhere, no job holds it.
+    state = (home / "state.json").read_text()
+    assert SECRET not in state and SECRET not in (home / "secrets.json").read_text() if (home / "secrets.json").exists() else True
+    mode = stat.S_IMODE(os.stat(secret).st_mode)
+    assert mode == 0o644 and secret.read_text() == SECRET + "\n"
