@@ -153,6 +153,10 @@ def test_a_members_acts_are_carried_out_by_the_runners_loop_as_the_member(team: 
         team.run(bob, "--home", str(home), "note", str(his), "too slow", umask="0077", env=quick)
         got = rows(team, home)[his]
         assert got["tags"] == ["mine"] and got["note"] == "too slow", got
+        # bob's `run --follow` follows the loop's passes: his log, then his job's exit code.
+        followed = team.run(bob, "--home", str(home), "run", "--follow", "--dir", str(source_of(team, bob)),
+                            "--cmd", "echo followed; exit 3", check=False, umask="0077", env=quick)
+        assert followed.returncode == 3 and "followed" in followed.stdout, (followed.stdout, followed.stderr)
     finally:
         os.killpg(loop.pid, signal.SIGINT)
         loop.wait(timeout=60)

@@ -32,6 +32,7 @@ SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule",
                  "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
                  "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before")
 REPLY_KEPT = 86400.0
+INTAKE_LOCK = "intake.lock"  # one intake at a time: a request is carried out once
 
 
 class Refused(JobtpuError):
@@ -53,22 +54,32 @@ def take_in(home: Home) -> list[str]:
     except (FileNotFoundError, safefs.UnsafePath) as e:
         return [f"requests not taken in: {e}"]
     lines: list[str] = []
+    lock = safefs.open_file(home.root, INTAKE_LOCK, os.O_RDWR, create=True)
     try:
-        found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
-        for entry in found:
-            try:
-                if entry.kind == "submit":
-                    lines.append(_take_submission(home, spool_fd, entry))
-                else:
-                    lines.append(_take_act(home, spool_fd, entry))
-            except OSError as e:  # what a member left there costs that request alone
-                lines.append(f"refused {entry.name}: {e.strerror or e}")
-                spool.remove(spool_fd, entry.name)
+        if not safefs.lock(lock, 0):  # another command of the runner's takes them in right now
+            return []
+        lines = _take_all(home, spool_fd)
     finally:
+        os.close(lock)
         os.close(spool_fd)
+    return [line for line in lines if line]
+
+
+def _take_all(home: Home, spool_fd: int) -> list[str]:
+    lines: list[str] = []
+    found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
+    for entry in found:
+        try:
+            if entry.kind == "submit":
+                lines.append(_take_submission(home, spool_fd, entry))
+            else:
+                lines.append(_take_act(home, spool_fd, entry))
+        except OSError as e:  # what a member left there costs that request alone
+            lines.append(f"refused {entry.name}: {e.strerror or e}")
+            spool.remove(spool_fd, entry.name)
     if found:
         spool.prune_replies(home, time.time() - REPLY_KEPT)
-    return [line for line in lines if line]
+    return lines
 
 
 def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None,
@@ -129,7 +140,10 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
         raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
     _bring_archive(home, spool_fd, archive_name, names.pop(), owner, doc.archive_included)
     with Store(home).transaction() as state:
-        if any(state.job(job.id) is not None for job in jobs) or entry.first <= mark:
+        had = [state.job(job.id) for job in jobs]
+        if all(j is not None and j.uid == owner for j in had):  # taken in already (a crash before removing it)
+            return [job.id for job in jobs]
+        if any(j is not None for j in had) or entry.first <= mark:
             raise Refused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
         check_dependencies(home, state, entry.first, jobs[0].after, jobs[0].after_any)
         last = entry.first + entry.n - 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 from jobtpu.commands import args
@@ -24,8 +25,9 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
-    from jobtpu.home.spool import wait_for_requests
+    from jobtpu.home.spool import wait_for_change
 
+    woken: set[tuple[int, int]] = set()  # (job, attempt) ends that started a round early: once each
     while True:
         try:
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
@@ -56,7 +58,36 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:
                 return 0
-        wait_for_requests(home, loop)  # a member's request starts the next round at once
+        folders, ended = wake_folders(home, woken)
+        if not ended:  # a request, or a local job's end, starts the next round at once
+            wait_for_change(folders, loop)
+
+
+def wake_folders(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool]:
+    """What a loop watches between its rounds: the spool (members' requests), and the folder where
+    each active local job's workers write their exit records (an end is noticed at once, not at the
+    next interval); and whether one has ended already since the pass looked (then no wait at all;
+    once per attempt, in `woken`: a pass that could not settle it waits for the interval as ever).
+    A home that cannot be read now is watched through its spool alone."""
+    from jobtpu.home.roles import SPOOL
+    from jobtpu.home.store import Store
+    from jobtpu.schema.machines import load_fleet
+
+    folders = [home.root / SPOOL]
+    try:
+        fleet, state = load_fleet(home), Store(home).load()
+    except JobtpuError:
+        return folders, False
+    ended = False
+    for job in state.jobs:
+        machine = fleet.machines.get(job.machine) if job.active and job.machine else None
+        if machine is not None and machine.kind == "local":
+            folder = Path(machine.root) / "meta" / str(job.id)
+            folders.append(folder)
+            if (job.id, job.attempt) not in woken and (folder / f"{job.attempt}.0.exit").exists():
+                woken.add((job.id, job.attempt))
+                ended = True
+    return folders, ended
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

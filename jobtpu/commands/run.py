@@ -31,7 +31,7 @@ def run_command(home: Home, opts: submit.SubmitOptions, as_json: bool, follow_lo
     submit.print_submitted(submitted, as_json)
     job = submitted[0]
     if role_of(home.root).is_member:  # a shared home's runner runs the passes; a member follows them
-        return follow(home, job.id, passes=False) if follow_log else 0
+        return follow(home, job.id, passes=False, request=f"submit-{job.id}-{len(submitted)}.json") if follow_log else 0
     for line in take_in(home):
         note(line)
     if not follow_log:
@@ -43,11 +43,13 @@ def run_command(home: Home, opts: submit.SubmitOptions, as_json: bool, follow_lo
     return follow(home, job.id)
 
 
-def follow(home: Home, job_id: int, interval: float | None = None, passes: bool = True) -> int:
+def follow(home: Home, job_id: int, interval: float | None = None, passes: bool = True,
+           request: str | None = None) -> int:
     """Pass after pass, stream worker 0's log, until the job ends; its exit code (1 without one).
     Ctrl-C stops the following, never the job: it says so, and how to follow it again (exit 130)."""
     try:
-        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval, passes)
+        return _follow(home, job_id, timing.current().run_follow_poll if interval is None else interval, passes,
+                       request)
     except KeyboardInterrupt as e:
         from jobtpu.errors import EXIT_INTERRUPTED, Terminated
 
@@ -58,7 +60,7 @@ def follow(home: Home, job_id: int, interval: float | None = None, passes: bool 
         return EXIT_INTERRUPTED
 
 
-def _follow(home: Home, job_id: int, interval: float, passes: bool = True) -> int:
+def _follow(home: Home, job_id: int, interval: float, passes: bool = True, request: str | None = None) -> int:
     from jobtpu.passes import manage
 
     printed: dict[int, int] = {}
@@ -69,7 +71,12 @@ def _follow(home: Home, job_id: int, interval: float, passes: bool = True) -> in
             note(f"jobtpu: another manage pass is running; following job {job_id} as passes run it")
             told_busy = True
         job = Store(home).load().job(job_id)
-        if job is None and not passes:  # sent to the runner, not taken in yet
+        if job is None and request is not None:  # sent to the runner, not taken in yet
+            from jobtpu.commands.relay import read_reply, show_reply
+
+            reply = read_reply(home, request)
+            if reply is not None and reply.code != 0:  # refused: its lines, and its exit code
+                return show_reply(reply)
             time.sleep(interval)
             continue
         if job is None:

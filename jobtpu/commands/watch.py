@@ -33,14 +33,16 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    from jobtpu.commands.manage import wake_folders
     from jobtpu.home.roles import role_of
-    from jobtpu.home.spool import wait_for_requests
+    from jobtpu.home.spool import wait_for_change
     from jobtpu.passes.session import kept_connections
 
     if role_of(home.root).is_member:  # a shared home's passes are its runner's: a member's watch only shows
         manage = False
     console = Console()
     said: list[str] = []  # the last lines the passes said, shown under the events
+    woken: set[tuple[int, int]] = set()  # local jobs' ends that started a round early (manage.wake_folders)
     with kept_connections(manage) as kept, Live(console=console, screen=True, auto_refresh=False,
                                         redirect_stdout=False, redirect_stderr=False) as live:
         def draw() -> None:
@@ -55,7 +57,9 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             if manage:
                 said[:] = (said + _one_pass(home, interval, kept))[-5:]
                 draw()
-                wait_for_requests(home, interval)  # a member's request starts the next round at once
+                folders, ended = wake_folders(home, woken)
+                if not ended:  # a request or a local job's end starts the next round at once
+                    wait_for_change(folders, interval)
             else:
                 time.sleep(interval)
             if not manage:

@@ -243,23 +243,28 @@ def prune_replies(home: Home, older_than: float) -> None:
         os.close(fd)
 
 
-def spool_stamp(home: Home) -> int:
-    """Changes whenever a request is added or taken: what a loop watches between its passes."""
-    try:
-        return os.stat(home.root / SPOOL).st_mtime_ns
-    except OSError:
-        return 0
+def stamps(paths: list[Path]) -> list[int]:
+    """Each folder's modification time (0 when absent): it changes when an entry is added or removed."""
+    found = []
+    for path in paths:
+        try:
+            found.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            found.append(0)
+    return found
 
 
-def wait_for_requests(home: Home, seconds: float) -> bool:
-    """Sleep `seconds`, or less when a request arrives in the spool: True when one did."""
+def wait_for_change(paths: list[Path], seconds: float) -> bool:
+    """Sleep `seconds`, or less when one of the folders changes (a request arrives in the spool, a
+    local job's worker writes its exit record): True when one did. Between looks: timing's spool_poll."""
     deadline = time.monotonic() + seconds
     poll = timing.current().spool_poll
-    start = spool_stamp(home)
+    start = stamps(paths)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         time.sleep(min(poll, left))
-        if spool_stamp(home) != start:
+        if stamps(paths) != start:
             return True
+
