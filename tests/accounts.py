@@ -64,6 +64,20 @@ class Team:
         path.chmod(0o700)
         return path
 
+    def one_writer_home(self, machines: dict[str, object] | None = None) -> Path:
+        """A home the first account made with `init --shared` (its runner, docs/reference/home-files.md
+        §1.3), with `machines` as its machines.json (the runner's file, 0640)."""
+        import json
+
+        runner = self.accounts[0]
+        home = self.shared_folder("homes") / "home"
+        self.run(runner, "init", "--shared", self.group, str(home), umask="0077")
+        if machines is not None:
+            (home / "machines.json").write_text(json.dumps(machines))
+            os.chown(home / "machines.json", self.uid(runner), self.gid)
+            (home / "machines.json").chmod(0o640)
+        return home
+
     def run(self, account: str, *args: str, check: bool = True, timeout: float = 60,
             cwd: Path | None = None, umask: str = "0022",
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -316,6 +316,7 @@ def test_a_shared_home_imported_by_one_account_is_the_other_accounts_own(tmp_pat
     os.chown(src / "train.sh", team.uid(bob), team.uid(bob))
     job = json.loads(team.run(bob, "--home", str(home), "submit", "--json", "--dir", str(src), "--machine", "local",
                               "--cmd", "bash train.sh", "bs=64", umask="0077").stdout)["id"]
+    team.run(alice, "--home", str(home), "manage", umask="0077")  # the runner takes bob's submit in
     record = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(job)).stdout)["jobs"][0]
     assert record["overrides"] == ["--config.training.batch_size=64"]
     team.run(bob, "--home", str(home), "alias", "add", "bs", "config.data.batch_size", umask="0077")

@@ -371,7 +371,9 @@ def modes_in(home: Path) -> dict[str, int]:
 @pytest.mark.parametrize("shared", [False, True])
 def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> None:
     home = make_home(tmp_path)
-    home.chmod(0o2770 if shared else 0o755)
+    home.chmod(0o755)
+    if shared:  # its runner writes, its group reads (docs/reference/home-files.md §1.6)
+        jobtpu(home, "init", "--shared", "root", str(home))
     first = submit(home, src, "echo one", "--env", "WANDB_API_KEY=k")
     second = submit(home, src, "echo two")
     manage_until(home, [first, second], {"finished"})
@@ -380,16 +382,16 @@ def test_file_modes_follow_the_home(tmp_path: Path, src: Path, shared: bool) -> 
     for must in ("state.json", "state.json.bak", "last_id", "history.jsonl", "secrets.json", "state.json.lock",
                  "manage.lock", f"logs/{first}/", f"logs/{first}/0.0.log", "archives/"):
         assert must in modes, sorted(modes)
-    # secrets.json too: the owner's alone in a private home, the group's in a shared one, whose
-    # every member's pass must read it to launch the jobs.
+    # secrets.json is the owner's alone in either: in a shared home only the runner's passes read it.
     for rel, mode in modes.items():
-        if rel.startswith("specs/"):  # a job's spec is its submitter's alone to write (docs/design.md §7)
-            assert mode == ((0o3770 if rel == "specs/" else 0o640) if shared else
-                            (0o700 if rel == "specs/" else 0o600)), (rel, oct(mode))
+        if rel == "secrets.json":
+            assert mode == 0o600, (rel, oct(mode))
+        elif rel in ("spool/", "users/", "results/"):
+            assert shared and mode == 0o3770, (rel, oct(mode))
         elif rel.endswith("/"):
-            assert mode == (0o2770 if shared else 0o700), (rel, oct(mode))
+            assert mode == (0o2750 if shared else 0o700), (rel, oct(mode))
         else:
-            assert mode == (0o660 if shared else 0o600), (rel, oct(mode))
+            assert mode == (0o640 if shared else 0o600), (rel, oct(mode))
 
 
 def test_in_a_private_home_secrets_are_filed_only_by_the_account_that_runs_manage(tmp_path: Path, src: Path) -> None:
@@ -407,23 +409,14 @@ def test_in_a_private_home_secrets_are_filed_only_by_the_account_that_runs_manag
     assert submit(home, src, "true", "--env", "PLAIN=1") == first + 1  # no secret: anyone may submit
 
 
-def test_in_a_shared_home_any_member_files_secrets_unless_the_file_is_still_private(tmp_path: Path, src: Path) -> None:
-    import pwd
-
+def test_in_a_shared_home_the_runner_keeps_every_secret_for_itself(tmp_path: Path, src: Path) -> None:
+    """docs/reference/home-files.md §1.5: in a shared home secrets.json is the runner's alone (only its
+    passes launch jobs); members' secrets reach it through their submit requests."""
     home = make_home(tmp_path)
-    home.chmod(0o2770)  # a shared home: whoever runs manage, any member may file secrets
-    jobtpu(home, "manage")
-    os.chown(home / "manage.lock", pwd.getpwnam("nobody").pw_uid, -1)
+    jobtpu(home, "init", "--shared", "root", str(home))
     first = submit(home, src, "true", "--env", "WANDB_API_KEY=k")
-    assert stat.S_IMODE((home / "secrets.json").stat().st_mode) == 0o660
-    # One left private by an older jobtpu and owned by another account: a pass of ours could not
-    # read it, so nothing is filed, with a line saying who can share it.
-    (home / "secrets.json").chmod(0o600)
-    os.chown(home / "secrets.json", pwd.getpwnam("nobody").pw_uid, -1)
-    before = (home / "state.json").read_bytes()
-    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--env", "HF_TOKEN=t", check=False)
-    one_line_error(done, "secrets.json in this shared home is readable by nobody alone")
-    assert "init --shared" in done.stderr and (home / "state.json").read_bytes() == before
-    assert first == 1
+    secrets = home / "secrets.json"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.stat().st_uid == os.geteuid()
+    assert b'"k"' in secrets.read_bytes() and first == 1
 
 

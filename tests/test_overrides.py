@@ -72,6 +72,7 @@ def _team_home(team: Team) -> Path:
 
 
 def _overrides(team: Team, home: Path, ids: list[int]) -> list[list[str]]:
+    team.run(team.accounts[0], "--home", str(home), "manage", umask="0077")  # the runner takes bob's submits in
     doc = json.loads(team.run(team.accounts[0], "--home", str(home), "status", "--all-users", "--json").stdout)
     by_id = {j["id"]: j["overrides"] for j in doc["jobs"]}
     return [by_id[i] for i in ids]

@@ -63,16 +63,15 @@ def _ids(text: str, pattern: str) -> list[int]:
 
 def test_status_kill_and_report_pick_the_same_jobs_for_the_same_selectors(team: Team) -> None:
     alice, bob = team.accounts
-    home = team.shared_folder("home")
-    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local",
-                                                                           "resources": {"slot": 1}}}}))
+    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 1}}}})
     ids: dict[tuple[str, str], int] = {}
     for account in (alice, bob):
         src = team.private_folder(account, "src")
         for name in ("a", "b", "c"):
             out = team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true",
-                           "--name", name, "--tag", "t", "--json").stdout
+                           "--name", name, "--tag", "t", "--json", "--hold").stdout
             ids[account, name] = json.loads(out)["id"]
+    team.run(alice, "--home", str(home), "manage")  # the runner takes bob's submits in (held: none starts)
 
     def picked(*selectors: str) -> list[list[int]]:
         def run(*args: str) -> str:

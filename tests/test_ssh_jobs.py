@@ -549,14 +549,46 @@ def test_everything_jobtpu_makes_on_a_box_is_the_remote_users_alone(ssh_fleet: S
 def test_a_fetch_into_a_shared_home_lands_group_shared(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     fm = ssh_fleet.add_machine("box")
     home = tmp_path / "home"
-    home.mkdir(mode=0o2770)
-    home.chmod(0o2770)  # a home its group shares (docs/reference/home-files.md §1.3)
+    run(home, "init", "--shared", "root", str(home), in_process=True)  # its group reads it (home-files.md §1.3)
     write_fleet(home, ssh_fleet, {"box": (fm, {})})
+    (home / "machines.json").chmod(0o640)
     job = submit(home, code_dir(tmp_path), "mkdir -p out && echo r > out/r.txt && cp train.py tool && chmod 755 tool")
     manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
     code, _, err = cli(home, "fetch", str(job))
     assert code == 0, err
     results = home / "results" / str(job)
     modes = {str(p.relative_to(results)): stat.S_IMODE(p.stat().st_mode) for p in [results, *results.rglob("*")]}
-    # The worker's 0600 snapshot files and the job's 0644/0755 outputs alike: the group's, never the world's.
-    assert modes == {".": 0o2770, "out": 0o2770, "out/r.txt": 0o660, "train.py": 0o660, "tool": 0o770}, modes
+    # The worker's 0600 snapshot files and the job's 0644/0755 outputs alike: the group's to read, its
+    # fetcher's alone to write, never the world's.
+    assert modes == {".": 0o2750, "out": 0o2750, "out/r.txt": 0o640, "train.py": 0o640, "tool": 0o750}, modes
+
+
+def test_a_loop_brings_a_running_jobs_log_home_between_its_passes(tmp_path: Path, ssh_fleet: SshFleet) -> None:
+    """docs/reference/guarantees-and-numbers.md: under `manage --loop` the running jobs' new lines come
+    home every log_stream seconds, whatever the loop's interval, so a VM that vanishes between two
+    passes takes none of them with it."""
+    from jobtpu import timing
+    from tests.helpers import JOBTPU
+
+    fm = ssh_fleet.add_machine("gpu")
+    home = tmp_path / "home"
+    write_fleet(home, ssh_fleet, {"gpu": (fm, {})})
+    src = code_dir(tmp_path)
+    job = submit(home, src, "echo first; while [ ! -e go ]; do sleep 0.1; done; echo second; sleep 300")
+    env = {**os.environ, "JOBTPU_USER": "tester", **timing.env(log_stream=0.3, spool_poll=0.1)}
+    loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "600"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = home / "logs" / str(job) / "0.0.log"
+    try:
+        wait_for(lambda: log.exists() and "first" in log.read_text(), timeout=DEADLINE, what="the first line home")
+        passes = json.loads(run(home, "status", "--json", in_process=True)[0])
+        last_pass = (home / "state.json").stat().st_mtime_ns
+        remote_folder = fm.home / "jobtpu" / "jobs" / str(job)
+        (remote_folder / "go").touch()
+        wait_for(lambda: "second" in log.read_text(), timeout=DEADLINE, what="the second line, with no pass")
+        assert (home / "state.json").stat().st_mtime_ns == last_pass, "brought home between passes, not by one"
+        assert passes["jobs"][0]["status"] == "running"
+    finally:
+        os.killpg(loop.pid, signal.SIGINT)
+        loop.wait(timeout=60)
+    assert "Traceback" not in (loop.stderr.read() if loop.stderr else "")

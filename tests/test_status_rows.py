@@ -137,11 +137,12 @@ def test_status_leaves_out_columns_rather_than_cut_a_title_or_a_number_and_shows
 
 def test_your_own_view_has_no_user_column_and_a_view_of_others_does(team: Team) -> None:
     alice, bob = team.accounts
-    home = team.shared_folder("home")
-    (home / "machines.json").write_text(json.dumps({"machines": ONE_SLOT}))
+    home = team.one_writer_home({"machines": ONE_SLOT})
     for account in (alice, bob):
         src = team.private_folder(account, "src")
-        team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--name", account)
+        team.run(account, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--name", account,
+                 "--hold")
+    team.run(alice, "--home", str(home), "manage")  # takes bob's submit in
     own = team.run(alice, "--home", str(home), "status").stdout.splitlines()  # piped: 80 columns
     assert _titles(own[0])[:3] == ["id", "name", "status"] and "user" not in own[0], own
     assert len(own) == 1 + 1 + 1 and alice in own[1] and bob not in "\n".join(own), own

@@ -120,9 +120,7 @@ def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_
 
 def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: Team, hook: Hook) -> None:
     alice, bob = team.accounts
-    home = team.shared_folder("home")
-    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}}))
-    os.chown(home / "machines.json", team.uid(alice), team.gid)
+    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
     src = team.private_folder(alice, "src")
     job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true").stdout)
     for account, url in ((alice, hook.url), (bob, "http://127.0.0.1:9/bob")):
@@ -131,6 +129,8 @@ def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: T
         (folder / "settings.json").write_text(json.dumps({"notify": [{"webhook": url, "events": ["finished"]}]}))
         for path in (folder, folder / "settings.json"):
             os.chown(path, team.uid(account), team.gid)
+        folder.chmod(0o2750)  # each member's own folder (docs/reference/home-files.md §1.6)
+        (folder / "settings.json").chmod(0o640)
     (home / "users" / bob / "settings.json").chmod(0o600)
 
     def told() -> bool:

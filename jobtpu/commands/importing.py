@@ -64,7 +64,7 @@ def _plan(home: Home, found: Any, force: bool, project: str | None) -> _Changes:
     plan.lines[:0] = [f"user {name}" for name in new_users]
     settings = {}
     for user in found.users:
-        have = load_settings(home, user.name)
+        have = load_settings(home, user.name, own=False)  # the runner reads a member's as data
         wanted = importer.plan_settings(user, have, force, plan)
         if wanted != have:
             settings[user.name] = wanted

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # The fields of a job a submit sets; everything else starts at its default in the runner's record.
 SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule", "env", "overrides", "log_stage",
                  "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
-                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before")
+                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before", "held")
 REPLY_KEPT = 86400.0
 INTAKE_LOCK = "intake.lock"  # one intake at a time: a request is carried out once
 
@@ -165,7 +165,8 @@ def _rebuilt(home: Home, sent: Job, job_id: int, owner: int) -> Job:
     from jobtpu.snapshot.unpack import check_name
 
     fields = {name: getattr(sent, name) for name in SUBMIT_FIELDS}
-    job = Job(id=job_id, created=round(time.time(), 3), uid=owner, **fields)
+    job = Job(id=job_id, created=round(time.time(), 3), uid=owner, waiting="held by hold" if sent.held else None,
+              **fields)
     try:
         check_name(job.archive)
     except Exception:  # noqa: BLE001 - any malformed name is the same refusal

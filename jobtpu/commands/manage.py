@@ -19,14 +19,12 @@ def manage(home: Home, loop: float | None, dry_run: bool) -> int:
     from jobtpu.passes.session import kept_connections
 
     with kept_connections(loop is not None) as kept:  # a loop keeps its SSH connections open between rounds
-        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept))
+        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept), kept)
 
 
-def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any) -> int:
+def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any, kept: Any = None) -> int:
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
-    from jobtpu.home.spool import wait_for_change
-
     woken: set[tuple[int, int]] = set()  # (job, attempt) ends that started a round early: once each
     while True:
         try:
@@ -58,9 +56,33 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any)
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:
                 return 0
-        folders, ended = wake_folders(home, woken)
-        if not ended:  # a request, or a local job's end, starts the next round at once
-            wait_for_change(folders, loop)
+        between_rounds(home, loop, woken, kept)
+
+
+def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None) -> None:
+    """A loop's wait for its next round: `seconds`, or less when a member's request arrives or a local
+    job ends; meanwhile, every timing's log_stream seconds, the running jobs' new log lines come
+    home through the loop's kept connections (a preempted VM takes none of them with it)."""
+    import time
+
+    from jobtpu import timing
+    from jobtpu.home.spool import wait_for_change
+    from jobtpu.remote.operations import stream_logs
+
+    folders, ended = wake_folders(home, woken)
+    if ended:  # an end the pass did not see yet: the next round now
+        return
+    deadline = time.monotonic() + seconds
+    every = timing.current().log_stream
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or wait_for_change(folders, min(left, every)):
+            return
+        if left > every:
+            try:
+                stream_logs(home, kept)
+            except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
+                note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
 
 
 def wake_folders(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool]:

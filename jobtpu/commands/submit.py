@@ -58,6 +58,7 @@ class SubmitOptions(NamedTuple):
     retries: int = 0
     grace: str | None = None
     signal: str | None = None
+    hold: bool = False  # queued held: it starts only after `jobtpu release`
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | None = None) -> Job:
@@ -121,7 +122,8 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
                overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
                max_recoveries=opts.max_recoveries,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
-               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid())
+               sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid(),
+               held=opts.hold, waiting="held by hold" if opts.hold else None)
 
 
 def _sheet_note(src: Path, given: str | None) -> str | None:
@@ -283,6 +285,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    "`jobtpu report` uses it")
     p.add_argument("--priority", type=int, default=0, metavar="N",
                    help="order among your own queued jobs: higher first (default 0); users take turns")
+    p.add_argument("--hold", action="store_true", help="queue it held: it starts only after `jobtpu release ID` "
+                   "(as sbatch --hold)")
     p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "
                    "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
     _add_batch_options(p)

@@ -33,9 +33,8 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from jobtpu.commands.manage import wake_folders
+    from jobtpu.commands.manage import between_rounds
     from jobtpu.home.roles import role_of
-    from jobtpu.home.spool import wait_for_change
     from jobtpu.passes.session import kept_connections
 
     if role_of(home.root).is_member:  # a shared home's passes are its runner's: a member's watch only shows
@@ -57,9 +56,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             if manage:
                 said[:] = (said + _one_pass(home, interval, kept))[-5:]
                 draw()
-                folders, ended = wake_folders(home, woken)
-                if not ended:  # a request or a local job's end starts the next round at once
-                    wait_for_change(folders, interval)
+                between_rounds(home, interval, woken, kept)  # a request or a local job's end: at once
             else:
                 time.sleep(interval)
             if not manage:

@@ -242,7 +242,7 @@ def _copy_entry(source: Path, dir_fd: int, name: str) -> None:
         finally:
             os.close(child)
     elif stat.S_ISREG(st.st_mode):
-        mode = file_mode_of(dir_fd) | (0o100 | (0o010 if file_mode_of(dir_fd) & 0o020 else 0) if st.st_mode & 0o100 else 0)
+        mode = file_mode_of(dir_fd) | (0o100 | (0o010 if file_mode_of(dir_fd) & 0o040 else 0) if st.st_mode & 0o100 else 0)
         tmp, fd = _new_temp(dir_fd, name, mode)
         try:
             with open(source, "rb") as src:

@@ -52,7 +52,10 @@ def load_settings(home: Home, user: str, own: bool = True) -> UserSettings:
             _check_own(home, user)
         data = read_regular(path)
     except FileNotFoundError:
-        return UserSettings()
+        offered = _offer(home, user)  # what the shared home's runner imported for this user, if anything
+        if offered is None:
+            return UserSettings()
+        path, data = offered_file(home, user), offered
     where = f"{path.name} of user {user}"
     hint = f"fix {path} by hand, or `jobtpu config reset` and set it again; nothing was changed"
     settings: UserSettings = read_file(data, UserSettings, path, where, hint)
@@ -167,9 +170,59 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def offered_file(home: Home, user: str) -> Path:
+    """In a shared home: the settings its runner imported for another member (`import`), read as that
+    member's until the member keeps settings of their own (docs/reference/home-files.md §1.6)."""
+    return home.root / "users" / ".offered" / f"{user}.json"
+
+
+def _offer(home: Home, user: str) -> bytes | None:
+    import os
+
+    from jobtpu.home.roles import Layout, role_of
+
+    role = role_of(home.root)
+    if role.layout is not Layout.SHARED:
+        return None
+    path = offered_file(home, user)
+    try:
+        if os.stat(path, follow_symlinks=False).st_uid != role.runner_uid:
+            return None  # only the runner's offer counts
+        return read_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _offers_instead(home: Home, user: str) -> bool:
+    """Whether this account, a shared home's runner, writes `user`'s settings as an offer: `user` is
+    not its own name and keeps no folder of the runner's."""
+    import os
+
+    from jobtpu.home.roles import Layout, role_of
+    from jobtpu.home.trust import account_name
+
+    role = role_of(home.root)
+    if role.layout is not Layout.SHARED or not role.is_runner or user == account_name(os.geteuid()):
+        return False
+    try:
+        os.stat(settings_file(home, user).parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    return False  # the member's own folder (or the runner's): written there, or refused, as ever
+
+
 def update_settings(home: Home, user: str, change: Callable[[UserSettings], None]) -> UserSettings:
     """Read, change, check and write the user's settings under their lock; a change that raises, or
-    leaves the settings invalid, writes nothing."""
+    leaves the settings invalid, writes nothing. A shared home's runner writing another member's
+    settings (`import`) leaves them as an offer the member's commands read until they keep their own."""
+    if _offers_instead(home, user):
+        path = offered_file(home, user)
+        with _locked(path):
+            settings = load_settings(home, user, own=False)
+            change(settings)
+            check_settings(settings)
+            write_atomic(path, msgspec.json.format(msgspec.json.encode(settings), indent=2) + b"\n")
+        return settings
     path = settings_file(home, user)
     _check_writer(path, user)
     with _locked(path):

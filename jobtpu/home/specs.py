@@ -42,7 +42,12 @@ def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> JobSpec:
 
 def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) -> None:
     """specs/<id>.json, this account's, 0640 in a shared home (0600 in a private one), written whole
-    (temporary file, fsync, rename) so a pass never reads half of one."""
+    (temporary file, fsync, rename) so a pass never reads half of one. A one-writer shared home
+    keeps none: its records are its runner's, and name their submitter (docs/design.md §7)."""
+    from jobtpu.home.roles import Layout, role_of
+
+    if role_of(home.root).layout is Layout.SHARED:
+        return
     shared = is_shared(home.root)
     folder = safefs.open_dir(home.root, SPECS, create=True)
     try:

@@ -11,7 +11,7 @@ from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
-from jobtpu.passes.session import Session, parallel
+from jobtpu.passes.session import KeptConnections, Session, parallel
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
@@ -61,6 +61,45 @@ def pull_logs(home: Home, job_id: int) -> Pulled:
         else:
             seen.update(states)
     return Pulled(job, seen, f"{machine.name} is unreachable ({failures[0]})" if failures else None)
+
+
+def stream_logs(home: Home, kept: KeptConnections | None = None) -> int:
+    """Between a loop's passes: bring every running job's new log bytes home from its remote workers
+    now, through the loop's kept connections, so what a job printed outlives its VM whatever the pass
+    interval (docs/reference/guarantees-and-numbers.md). Local jobs' logs are on this disk already.
+    Best effort: a worker that does not answer waits for the next pass. The bytes brought home."""
+    from jobtpu.decide.observation import refs_of
+
+    state = Store(home).load()
+    running = [j for j in state.jobs if j.status is Status.RUNNING and j.machine]
+    if not running:
+        return 0
+    fleet = load_fleet(home)
+    p = Session(home, fleet, state, kept=kept)
+    work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
+    for job in running:
+        machine = fleet.get(job.machine or "")
+        if machine is None or machine.kind == "local":
+            continue
+        for ep in p.endpoints(machine):
+            refs = [r for r in refs_of(job) if r.worker == ep.index]
+            if refs:
+                work.append((machine, ep, refs))
+
+    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> int:
+        machine, ep, refs = item
+        try:
+            states = probe(p, machine, ep, refs)
+        except (RemoteError, OSError):
+            return 0
+        brought = 0
+        for ref, ws in states.items():
+            with contextlib.suppress(JobtpuError, OSError):  # a log a reader holds: the next pass
+                append_log(home, ref, ws.log_offset, ws.log_bytes)
+                brought += len(ws.log_bytes)
+        return brought
+
+    return sum(p.parallel(one, work))
 
 
 def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:

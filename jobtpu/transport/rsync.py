@@ -126,8 +126,10 @@ def _pull_modes(folder_mode: int) -> str:
     """What a pull gives what it creates, by the folder it lands in: in one its group may write (a
     shared home's results/ID) the group's as the home's own files are (setgid folders, never
     world-readable); elsewhere the worker's modes, made ours to write."""
-    if folder_mode & stat.S_IWGRP:
+    if folder_mode & stat.S_IWGRP and not folder_mode & stat.S_ISVTX:  # a home of the old shared layout
         return "--chmod=Dug+rwx,Dg+s,Do-rwx,Fug+rwX,Fo-rwx"
+    if folder_mode & stat.S_IRGRP and folder_mode & stat.S_ISGID:  # one writer: the group reads, never writes
+        return "--chmod=Du+rwx,Dg+rxs,Dg-w,Do-rwx,Fu+rwX,Fg+rX,Fg-w,Fo-rwx"
     return "--chmod=u+rwX"
 
 
