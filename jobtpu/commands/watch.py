@@ -33,7 +33,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from jobtpu.commands.manage import between_rounds
+    from jobtpu.commands.cadence import between_rounds
     from jobtpu.home.roles import role_of
     from jobtpu.passes.session import kept_connections
 

@@ -1,0 +1,100 @@
+"""How a loop (`manage --loop`, `watch`) waits between its rounds (docs/reference/commands.md §2.3): the
+full interval for a quiet fleet; a short one while work is in flight (a TPU operation, a recreation,
+a setup, a launch or a stop); no wait at all once a member's request arrives or a local job ends; and
+meanwhile the running jobs' new log lines come home through the loop's kept connections."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobtpu import timing
+from jobtpu.commands.common import note
+from jobtpu.errors import JobtpuError
+from jobtpu.home.layout import Home
+
+if TYPE_CHECKING:
+    from jobtpu.schema.records import MachineRecord
+    from jobtpu.schema.state import State
+
+
+def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None) -> None:
+    """Wait for the next round (see the module's docstring)."""
+    from jobtpu.home.spool import wait_for_change
+    from jobtpu.remote.operations import stream_logs
+
+    folders, ended, busy = _look(home, woken)
+    if ended:  # an end the pass did not see yet: the next round now
+        return
+    if busy:  # the next step of work in flight is possible soon: follow it closely
+        seconds = min(seconds, timing.current().busy_interval)
+    deadline = time.monotonic() + seconds
+    every = timing.current().log_stream
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or wait_for_change(folders, min(left, every)):
+            return
+        if left > every:
+            try:
+                stream_logs(home, kept)
+            except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
+                note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
+
+
+def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bool]:
+    """What to watch until the next round: the spool (members' requests) and the folder where each
+    active local job's workers write their exit records; whether one has ended since the pass looked
+    (once per attempt, in `woken`: a pass that could not settle it waits as ever); and whether work is
+    in flight. A home that cannot be read now is watched through its spool alone."""
+    from jobtpu.home.roles import SPOOL
+    from jobtpu.home.store import Store
+    from jobtpu.schema.machines import load_fleet
+
+    folders = [home.root / SPOOL]
+    try:
+        fleet, state = load_fleet(home), Store(home).load()
+    except JobtpuError:
+        return folders, False, False
+    ended = False
+    for job in state.jobs:
+        machine = fleet.machines.get(job.machine) if job.active and job.machine else None
+        if machine is not None and machine.kind == "local":
+            folder = Path(machine.root) / "meta" / str(job.id)
+            folders.append(folder)
+            if (job.id, job.attempt) not in woken and (folder / f"{job.attempt}.0.exit").exists():
+                woken.add((job.id, job.attempt))
+                ended = True
+    return folders, ended, in_flight(state, time.time(), timing.current().busy_interval)
+
+
+def _moving_states() -> frozenset[Any]:
+    """A machine in one of these states moves on at the next pass (a step to carry out or to follow)."""
+    from jobtpu.schema.records import MachineState as S
+
+    return frozenset({S.SETTING_UP, S.RECREATING, S.DELETING, S.DELETED, S.TRANSIENT, S.WAITING_FOR_HOST_KEYS})
+
+
+def in_flight(state: State, now: float, soon: float) -> bool:
+    """Pure: whether a pass within `soon` seconds could take work in flight a step further: a job
+    launching or stopping, or a machine with an operation to follow, a recreation asked, saved steps,
+    a setup running, or a node between states. A machine waiting out its back-off past `soon`, or a
+    queued resource waiting for capacity, is not: Google decides when those move."""
+    from jobtpu.schema.state import Status
+
+    if any(job.status in (Status.LAUNCHING, Status.KILLING) for job in state.jobs):
+        return True
+    moving = _moving_states()
+    return any(_moving(record, now, soon, moving) for record in state.machines.values())
+
+
+def _moving(record: MachineRecord, now: float, soon: float, moving: frozenset[Any]) -> bool:
+    from jobtpu.schema.records import SetupStatus
+
+    if record.next_try is not None and float(record.next_try) > now + soon:
+        return False
+    if record.operation is not None or record.want_recreate or record.steps:
+        return True
+    if record.setup is not None and record.setup.status is SetupStatus.RUNNING:
+        return True
+    return record.state is not None and record.state in moving
