@@ -168,6 +168,9 @@ def test_without_a_loop_an_act_waits_in_the_spool_for_the_next_pass(team: Team) 
     home = init_shared(team, runner_consents=False)
     his = int(team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
                        umask="0077").stdout)
+    pending = team.run(bob, "--home", str(home), "status", str(his), check=False)
+    assert pending.returncode == 1 and pending.stderr.splitlines()[0] == (
+        f"jobtpu: error: job {his} was submitted and waits in the spool for the runner's next pass"), pending.stderr
     team.run(alice, "--home", str(home), "manage", umask="0077")
     got = rows(team, home)[his]
     assert got["status"] == "queued" and got["waiting"].startswith(

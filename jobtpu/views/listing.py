@@ -230,7 +230,7 @@ def find_jobs(home: Home, jobs: list[Job], ids: list[int]) -> list[Job]:
         by_id.update((j.id, j) for j in history(home) if j.id in wanted and j.id not in by_id)
     missing = sorted(wanted - by_id.keys())
     if missing:
-        raise no_such_job(missing[0])
+        raise no_such_job(missing[0], home)
     return [by_id[i] for i in sorted(wanted)]
 
 
@@ -244,10 +244,27 @@ def require_current(home: Home, jobs: list[Job], job_id: int, act: str) -> Job:
     if any(j.id == job_id for j in history(home)):
         raise NotFoundError(f"job {job_id} was moved to history.jsonl by `clean`; {act} changes only the jobs "
                             "in state.json", hint=f"`jobtpu status {job_id}` shows it; submit it again to run it again")
-    raise no_such_job(job_id)
+    raise no_such_job(job_id, home)
 
 
-def no_such_job(job_id: int) -> NotFoundError:
+def no_such_job(job_id: int, home: Home | None = None) -> NotFoundError:
+    if home is not None and _waits_in_spool(home, job_id):
+        return NotFoundError(f"job {job_id} was submitted and waits in the spool for the runner's next pass",
+                             hint="`jobtpu requests` shows what waits; the runner's loop takes it in within seconds")
     return NotFoundError(f"no job {job_id} in state.json nor in history.jsonl",
                          hint="`jobtpu status --all-users --all` lists every job; add --history for those "
                               "`clean` moved out")
+
+
+def _waits_in_spool(home: Home, job_id: int) -> bool:
+    """Whether a submit in a shared home's spool claims this id (docs/reference/home-files.md §1.3)."""
+    import os
+
+    from jobtpu.home.roles import SPOOL
+    from jobtpu.home.spool import entries
+
+    try:
+        names = os.listdir(home.root / SPOOL)
+    except OSError:
+        return False
+    return any(e.kind == "submit" and e.first <= job_id < e.first + e.n for e in entries(names))
