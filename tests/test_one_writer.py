@@ -230,3 +230,28 @@ def test_what_a_member_writes_is_read_as_data_in_bounded_time(team: Team, kind: 
     assert SECRET not in state and SECRET not in (home / "secrets.json").read_text() if (home / "secrets.json").exists() else True
     mode = stat.S_IMODE(os.stat(secret).st_mode)
     assert mode == 0o644 and secret.read_text() == SECRET + "\n"
+
+
+def test_a_members_flood_of_requests_waits_its_turn_and_costs_one_line(team: Team) -> None:
+    """bob fills the spool (and users/) with requests and folders by the thousand: alice's pass carries
+    out at most MAX_PER_ACCOUNT of his a round, says so in one line, and her own job still runs."""
+    from jobtpu.commands.intake import MAX_PER_ACCOUNT
+
+    alice, bob = team.accounts
+    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
+    request = json.dumps({"argv": ["tag", "999999", "+x"], "user": bob, "at": 0})
+    flood = MAX_PER_ACCOUNT + 300
+    done = as_(team, bob, f"cd {home}/spool && for i in $(seq {flood}); do printf '%s' '{request}' > "
+                          f"act-$i-0123456789ab.json; done; for i in $(seq 2000); do mkdir {home}/users/u$i; done")
+    assert done.returncode == 0, done.stderr
+    src = team.private_folder(alice, "src")
+    mine = int(team.run(alice, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true").stdout)
+    said = team.run(alice, "--home", str(home), "manage", umask="0077", timeout=HANG)
+    lines = [line for line in said.stderr.splitlines() if "more requests wait" in line]
+    assert lines == [f"{bob}: 300 more requests wait for the next passes (at most {MAX_PER_ACCOUNT} of one "
+                     "account's a pass)"], said.stderr
+    assert f"{bob}: {MAX_PER_ACCOUNT} requests taken in ({MAX_PER_ACCOUNT} refused)" in said.stderr, said.stderr
+    assert len(said.stderr.splitlines()) < 10, said.stderr  # a flood is a line or two, not one a request
+    wait_for(lambda: team.run(alice, "--home", str(home), "manage", umask="0077") and json.loads(
+        team.run(alice, "--home", str(home), "status", "--json", str(mine)).stdout)["jobs"][0]["status"] == "finished",
+        timeout=HANG, interval=0.3, what="alice's own job to finish")

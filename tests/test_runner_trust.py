@@ -361,3 +361,21 @@ def test_sharing_a_private_home_makes_its_files_the_runners_for_the_group_to_rea
         st = (home / name).stat()
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, team.uid(alice), team.gid), name
     assert ends(team, alice, home, job)["status"] == "finished"
+
+
+def test_settings_a_member_made_under_anothers_name_are_never_used_as_theirs(team: Team) -> None:
+    """bob makes users/newcomer/ before its user ever sets anything, with a working directory of his:
+    the account that then submits as `newcomer` is told whose folder it is, in one line, and nothing
+    of bob's is snapshotted."""
+    alice, bob = team.accounts
+    home = shared_home(team)
+    bobs_code = team.private_folder(bob, "code")
+    settings = json.dumps({"dirs": {"1": str(bobs_code)}})
+    as_account(team, bob, f"mkdir -m 750 {home}/users/newcomer && echo '{settings}' > {home}/users/newcomer/settings.json")
+    before = (home / "state.json").read_bytes() if (home / "state.json").exists() else b""
+    refused = team.run(alice, "--home", str(home), "submit", "--user", "newcomer", "--dir", "1", "--cmd", "true",
+                       check=False, umask="0077")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.splitlines()[0] == (f"jobtpu: error: users/newcomer/ is account {bob}'s, not {alice}'s: "
+                                              "not used as your settings"), refused.stderr
+    assert ((home / "state.json").read_bytes() if (home / "state.json").exists() else b"") == before

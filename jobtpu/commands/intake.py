@@ -32,7 +32,9 @@ SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule",
                  "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
                  "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before", "held")
 REPLY_KEPT = 86400.0
-INTAKE_LOCK = "intake.lock"  # one intake at a time: a request is carried out once
+INTAKE_LOCK = "intake.lock"
+MAX_PER_ACCOUNT = 200  # requests of one account carried out in one intake
+SAID_PER_ACCOUNT = 10  # past this many, one account's requests are said in one line  # one intake at a time: a request is carried out once
 
 
 class Refused(JobtpuError):
@@ -68,15 +70,35 @@ def take_in(home: Home) -> list[str]:
 def _take_all(home: Home, spool_fd: int) -> list[str]:
     lines: list[str] = []
     found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
+    taken: dict[int, int] = {}  # requests carried out per sending account in this intake
+    said: dict[int, list[str]] = {}  # what each account's requests came to, a line each
     for entry in found:
         try:
+            owner = os.stat(entry.name, dir_fd=spool_fd, follow_symlinks=False).st_uid
+        except FileNotFoundError:
+            continue
+        taken[owner] = taken.get(owner, 0) + 1
+        if taken[owner] > MAX_PER_ACCOUNT:  # one member's flood waits its turn; nobody else's does
+            continue
+        try:
             if entry.kind == "submit":
-                lines.append(_take_submission(home, spool_fd, entry))
+                line = _take_submission(home, spool_fd, entry)
             else:
-                lines.append(_take_act(home, spool_fd, entry))
+                line = _take_act(home, spool_fd, entry)
         except OSError as e:  # what a member left there costs that request alone
-            lines.append(f"refused {entry.name}: {e.strerror or e}")
+            line = f"refused {entry.name}: {e.strerror or e}"
             spool.remove(spool_fd, entry.name)
+        said.setdefault(owner, []).append(line)
+    for owner, told in sorted(said.items()):
+        if len(told) > SAID_PER_ACCOUNT:  # a flood is one line, not one a request
+            refused = sum("refused" in line for line in told)
+            lines.append(f"{account_name(owner)}: {len(told)} requests taken in ({refused} refused)")
+        else:
+            lines.extend(told)
+    for owner, n in sorted(taken.items()):
+        if n > MAX_PER_ACCOUNT:
+            lines.append(f"{account_name(owner)}: {n - MAX_PER_ACCOUNT} more requests wait for the next passes "
+                         f"(at most {MAX_PER_ACCOUNT} of one account's a pass)")
     if found:
         spool.prune_replies(home, time.time() - REPLY_KEPT)
     return lines
