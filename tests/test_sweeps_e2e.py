@@ -317,15 +317,17 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
     # The TERM was trapped: KILL came after the grace, not after the default 5 s.
     assert 8.0 <= took < 20.0, took
     assert (home / "run" / "jobs" / f"term.{job}").exists()
-    # A timeout stops the job with the same grace.
+    # A timeout stops the job with the same grace, on its worker, with no pass meanwhile
+    # (docs/reference/commands.md §2.2.6); the next pass records it.
     late = submit(home, src, "bash stubborn.sh", "--timeout", "1", "--grace", "6")
     manage(home)
-    wait_for(lambda: (home / "run" / "jobs" / f"up.{late}").exists(), what="the job to start")
-    time.sleep(1.5)
-    began = time.monotonic()
+    meta = home / "run" / "meta" / str(late)
+    wait_for(lambda: (meta / "0.0.exit").exists(), timeout=60, what="its worker to stop it at its --timeout")
+    termed = float((home / "run" / "jobs" / f"term.{late}").read_text())
+    assert (meta / "0.0.exit").stat().st_mtime - termed >= 6.0 - 0.2  # KILL after the grace, not before
+    assert (meta / "0.0.timedout").exists()
     jobs = manage(home)
     assert (jobs[late]["status"], jobs[late]["reason"]) == ("failed", "timeout")
-    assert time.monotonic() - began >= 6.0 and (home / "run" / "jobs" / f"term.{late}").exists()
     done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--grace", "2h", check=False)
     assert done.returncode == 1 and "--grace" in done.stderr
 

@@ -66,6 +66,14 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
             _end(job, ending, seen.now, plan, why)
         return
     states = [view.workers.get(ref) for ref in refs]
+    if any(s is not None and s.timed_out and not s.alive for s in states):  # its worker kept the --timeout
+        ending, why = Ending(Status.FAILED, model.TIMEOUT), "ran past its --timeout (stopped on its worker)"
+        alive = _alive(refs, view)
+        if alive:
+            _stop(job, machine, ending, alive, plan, why)
+        else:
+            _end(job, ending, seen.now, plan, why)
+        return
     failed = [s for s in states if s is not None and s.exit_code not in (None, 0)]
     if failed:
         # The worker that failed first on its own (the others often fail because of it); a tie,
@@ -86,10 +94,15 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         job.log_size, job.log_grew = size, seen.now
     job.reason = None
     started = job.current.started if job.current and job.current.started else seen.now
-    if job.timeout is not None and seen.now - started > job.timeout:
+    # The worker stops it at its --timeout (launch.sh's LIMIT); a pass stops it only when the worker did
+    # not within its grace and a margin (a worker that lost its wrapper, one launched before workers did).
+    if job.timeout is not None and seen.now - started > job.timeout + (job.grace or 5.0) + TIMEOUT_MARGIN:
         _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
     elif job.stall is not None and seen.now - job.log_grew > job.stall:
         _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
+
+
+TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pass stops the job itself
 
 
 def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:

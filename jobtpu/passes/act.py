@@ -128,7 +128,8 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
-                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local")
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local",
+                          time_limit=job.timeout)
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return LaunchDone(job.id, machine, reports)

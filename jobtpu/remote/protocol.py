@@ -63,6 +63,7 @@ class Worker(WorkerReport, frozen=True, tag="worker"):
     claimed: bool
     at: float | None = None
     marked: int | None = None
+    timedout: bool = False  # its wrapper stopped it at its --timeout
 
 
 class Log(WorkerReport, frozen=True, tag="log"):

@@ -99,7 +99,12 @@ def _launch_call(spec: LaunchSpec) -> str:
     poll = stop_poll() if spec.stop_requests else 0
     return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
                 int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), poll,
-                _tenths(spec.grace), *env)
+                _tenths(spec.grace), _seconds(spec.time_limit), *env)
+
+
+def _seconds(limit: float | None) -> str:
+    """A --timeout as `sleep` takes it (empty: none)."""
+    return "" if limit is None else f"{max(limit, 0.0):.3f}".rstrip("0").rstrip(".")
 
 
 def claim_stale_minutes() -> int:
@@ -215,7 +220,7 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
         if isinstance(report, protocol.Worker):
             states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
                                       log_size=report.size, claimed=report.claimed, exited_at=report.at,
-                                      marked=report.marked or 0)
+                                      marked=report.marked or 0, timed_out=report.timedout)
         elif isinstance(report, protocol.Log) and ref in states:
             states[ref] = dataclasses.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:

@@ -35,6 +35,7 @@ class LaunchSpec:
     early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
     grace: float = field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
+    time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class WorkerState:
     exited_at: float | None = None  # when the exit record was written (the worker's clock)
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
     marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
+    timed_out: bool = False  # its wrapper stopped it at its --timeout (the worker's clock)
 
     @property
     def started(self) -> bool:

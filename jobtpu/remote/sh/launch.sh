@@ -9,19 +9,20 @@ jobtpu_launch_init() {
   jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3 jobtpu_reset_tenths=$4
 }
 
-# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE [NAME MODE VALUE]...
+# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE LIMIT [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
 # pid | pending | need-archive | bad-archive with why | fail with why). FRESH=1: start from the
 # snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
 # holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
 # seconds after the start (--signal). POLL (seconds; 0: none) is how often the wrapper looks for a stop
 # request in ROOT/stop, which then stops the job with GRACE tenths between TERM and KILL (the local
-# machine: a teammate's kill, docs/design.md §7). The NAME MODE VALUE triples are the job's environment (mode
+# machine: a teammate's kill, docs/design.md §7). LIMIT (seconds; empty: none) is the job's --timeout,
+# which the wrapper enforces on the worker (GRACE tenths between TERM and KILL). The NAME MODE VALUE triples are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
-  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13}
-  shift 13
+  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13} limit=${14}
+  shift 14
   # The one report of this worker's launch: OUTCOME, then the pid (ok) or why.
   said() {
     if [ "$1" = ok ]; then jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome ok n:pid "$2"
@@ -98,10 +99,10 @@ jobtpu_launch() (
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; said fail "cannot write the env file $b.env"; exit; }
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
-  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$grace"); fi
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
   env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
     JOBTPU_w_load JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_procs JOBTPU_w_stopper jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
+    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi

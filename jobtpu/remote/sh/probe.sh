@@ -2,7 +2,8 @@
 
 # jobtpu_probe ROOT HOME_ID CHUNK TAIL [JOB ATTEMPT WORKER OFFSET]... : first a `host` report (boot
 # id, clock), then for each worker (and the log bytes already pulled, OFFSET) a `worker` report (pid,
-# alive, exit, size, claimed, at: when the exit record was written, marked: how many processes carry
+# alive, exit, size, claimed, timedout: its wrapper stopped it at its --timeout, at: when the exit
+# record was written, marked: how many processes carry
 # its marker; null, not counted, while every leader asked about lives: only a dead leader's escapees
 # matter), then a `log` report with the log bytes past OFFSET (at most CHUNK, base64), and for an
 # exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
@@ -32,16 +33,17 @@ jobtpu_probe() {
 # jobtpu_probe_worker ROOT MARKED CHUNK TAIL JOB ATTEMPT WORKER OFFSET : the lines of one worker.
 jobtpu_probe_worker() {
   local b="$1/meta/$5/$6.$7" rest=$2 chunk=$3 tail=$4 id="$5.$6.$7" offset=$8
-  local pid=- alive=0 ex=- at=- size=0 claim=0 n=0
+  local pid=- alive=0 ex=- at=- size=0 claim=0 n=0 timedout=0
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
   jobtpu_live_pid "$b.pid" > /dev/null && alive=1
   [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
   [ -e "$b.claim" ] && claim=1
+  [ -e "$b.timedout" ] && timedout=1
   [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
   if [ "$rest" = - ]; then n=-; fi
   while [[ $rest == *" $id "* ]]; do n=$((n + 1)); rest=${rest#*" $id "}; rest=" $rest"; done
   jobtpu_say worker n:job "$5" n:attempt "$6" n:worker "$7" n:pid "$pid" b:alive "$alive" n:exit "$ex" \
-    n:size "$size" b:claimed "$claim" n:at "$at" n:marked "$n"
+    n:size "$size" b:claimed "$claim" n:at "$at" n:marked "$n" b:timedout "$timedout"
   # The log bytes go straight from base64 into their report's string (only [A-Za-z0-9+/=]: nothing to
   # escape), never held in a variable.
   if [ "$size" -gt "$offset" ]; then

@@ -43,24 +43,49 @@ JOBTPU_w_load() {
   done < "$1"
 }
 
-# JOBTPU_w_timer SIGNAL DELAY LEADER : run in the background by the wrapper (LEADER, whose pid is the
-# job's process group): after DELAY seconds, send SIGNAL to every process of the group but the wrapper
-# and this timer (--signal: the job may checkpoint before its --timeout). TERM ends the timer at once,
-# with its sleep, which it waits for: nothing of it outlives the job, whose exit is recorded after.
+# JOBTPU_w_timer SIGNAL DELAY LEADER LIMIT GRACE STEM : run in the background by the wrapper (LEADER, whose
+# pid is the job's process group). With SIGNAL: after DELAY seconds, send it to every process of the
+# group but the wrapper and this timer (--signal: the job may checkpoint before its --timeout). With
+# LIMIT: LIMIT seconds after the start, mark STEM.timedout (the pass reads it: the attempt ran past
+# its --timeout, whatever its exit code) and TERM the job's processes but the wrapper and this timer,
+# KILL what is left after GRACE tenths of a second; the wrapper then records the exit as ever. The
+# worker keeps the time, as Slurm's node does for --time: passes may be a minute apart, or stopped.
+# TERM ends the timer at once, with its sleep, which it waits for: nothing of it outlives the job,
+# whose exit is recorded after.
 JOBTPU_w_timer() {
-  local JOBTPU_w_s JOBTPU_w_p
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
   trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
-  sleep "$2" & JOBTPU_w_s=$!
+  if [ -n "$1" ]; then
+    sleep "$2" & JOBTPU_w_s=$!
+    wait "$JOBTPU_w_s" || exit 0
+    for JOBTPU_w_p in $(ps -eo pid=,pgid= | awk -v g="$3" '$2 == g {print $1}'); do
+      [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
+    done
+  fi
+  [ -n "${4:-}" ] || exit 0
+  sleep "$(awk -v l="$4" -v d="${1:+$2}" 'BEGIN { r = l - d; print (r > 0 ? r : 0) }')" & JOBTPU_w_s=$!
   wait "$JOBTPU_w_s" || exit 0
-  for JOBTPU_w_p in $(ps -eo pid=,pgid= | awk -v g="$3" '$2 == g {print $1}'); do
-    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
+  trap '' TERM
+  : > "${6:?}.timedout"
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3"); do
+    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] ||
+      { kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+  done
+  for _ in $(seq "${5:-50}"); do
+    JOBTPU_w_s=""
+    for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+    [ -z "$JOBTPU_w_s" ] && break
+    sleep 0.1
+  done
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3"); do
+    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
   done
 }
 
 # JOBTPU_w_alive PID : the process runs and is no zombie.
 JOBTPU_w_alive() {
   local JOBTPU_w_st
-  read -r -a JOBTPU_w_st < "/proc/$1/stat" 2>/dev/null && [ "${JOBTPU_w_st[2]}" != Z ]
+  read -r -a JOBTPU_w_st 2>/dev/null < "/proc/$1/stat" && [ "${JOBTPU_w_st[2]}" != Z ]
 }
 
 # JOBTPU_w_procs LEADER : the job worker's processes, its process group's and those that carry its
@@ -81,6 +106,7 @@ JOBTPU_w_procs() {
 # left after GRACE tenths of a second. TERM before a request ends the watch at once, with its sleep.
 JOBTPU_w_stopper() {
   local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
+  trap '' USR1 USR2 INT HUP QUIT ALRM  # a --signal the timer sends the job's group is not for this watch
   trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
   until [ -f "$1" ] && [ ! -L "$1" ]; do
     sleep "$2" & JOBTPU_w_s=$!
@@ -101,10 +127,11 @@ JOBTPU_w_stopper() {
   done
 }
 
-# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [REQUEST POLL GRACE]]] : runs in the login environment (never the job's, so an --env PATH
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL]]]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
 # command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
+# and with LIMIT, stop the job LIMIT seconds after the start, GRACE tenths between TERM and KILL
 # (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper). STEM is the absolute path
 # stem of the worker's meta files. The command runs with UMASK (the login's): the wrapper's own files
 # are private, the job's outputs are the user's business.
@@ -121,9 +148,9 @@ jobtpu_wrapper() {
     echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
   fi
   JOBTPU_w_t=""
-  if [ -n "${3:-}" ]; then JOBTPU_w_timer "$3" "$4" "$$" & JOBTPU_w_t=$!; fi
+  if [ -n "${3:-}" ] || [ -n "${6:-}" ]; then JOBTPU_w_timer "${3:-}" "${4:-0}" "$$" "${6:-}" "${7:-50}" "$1" & JOBTPU_w_t=$!; fi
   JOBTPU_w_r=""
-  if [ -n "${6:-}" ]; then JOBTPU_w_stopper "$6" "$7" "$8" "$$" & JOBTPU_w_r=$!; fi
+  if [ -n "${8:-}" ]; then JOBTPU_w_stopper "$8" "$9" "$7" "$$" & JOBTPU_w_r=$!; fi
   (
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
     set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
