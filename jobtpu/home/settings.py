@@ -18,7 +18,7 @@ import msgspec
 
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home.layout import Home, make_dirs, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_SMALL, read_regular
 from jobtpu.schema.decode import read_file
 from jobtpu.schema.settings import UserSettings
 
@@ -45,7 +45,7 @@ def load_settings(home: Home, user: str) -> UserSettings:
     """The user's settings (all defaults when the file is absent); ConfigError when it is malformed."""
     path = settings_file(home, user)
     try:
-        data = read_regular(path)
+        data = read_regular(home.root, path, CAP_SMALL)
     except FileNotFoundError:
         return UserSettings()
     where = f"{path.name} of user {user}"

@@ -20,7 +20,7 @@ from msgspec import UNSET, Raw, UnsetType
 from jobtpu.decide.fit import MAX_RESOURCE_COUNT
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
-from jobtpu.home.safefs import UnsafePath, open_file, read_fd
+from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
 from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, NO_LIMIT, Fleet, Machine, UserLimit
 from jobtpu.schema.machines_file import (
@@ -92,7 +92,7 @@ def _machines_bytes(home: Home) -> tuple[bytes, os.stat_result] | None:
     except FileNotFoundError:
         return None
     try:
-        return read_fd(fd), os.fstat(fd)
+        return read_capped(fd, home.machines_file.name, CAP_CONFIG), os.fstat(fd)
     finally:
         os.close(fd)
 

@@ -150,8 +150,10 @@ def read_file(path: Path) -> bytes:
         fd = open_read(path)
     except FileNotFoundError:
         return b""
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+    try:
+        return safefs.read_capped(fd, path.name, safefs.CAP_LARGE)
+    finally:
+        os.close(fd)
 
 
 def read(home_root: Path, job: int | None = None, machine: str | None = None,

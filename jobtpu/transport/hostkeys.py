@@ -11,10 +11,9 @@ import os
 import shlex
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 from jobtpu.home.layout import Home, open_lock, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_CONFIG, read_regular
 from jobtpu.transport._paramiko import paramiko
 
 _known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
@@ -56,8 +55,9 @@ def _parse(lines: list[str]) -> list[tuple[list[str], paramiko.PKey]]:
     return out
 
 
-def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
+def _entries(home: Home) -> list[tuple[list[str], paramiko.PKey]]:
     """The parsed file, cached while it does not change (a pass connects to many hosts at once)."""
+    path = home.known_hosts
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -67,7 +67,7 @@ def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
         hit = _hosts_cache.get(str(path))
         if hit is not None and hit[0] == sig:
             return hit[1]
-    entries = _parse(path.read_text(errors="replace").splitlines())
+    entries = _parse(read_regular(home.root, path, CAP_CONFIG).decode(errors="replace").splitlines())
     with _cache_lock:
         _hosts_cache[str(path)] = (sig, entries)
     return entries
@@ -79,7 +79,7 @@ def _keys_for(entries: list[tuple[list[str], paramiko.PKey]], pattern: str) -> d
 
 def known_keys(home: Home, addr: str, port: int) -> dict[str, paramiko.PKey]:
     """key type → key recorded for that host (hashed entries included)."""
-    return _keys_for(_entries(home.known_hosts), host_pattern(addr, port))
+    return _keys_for(_entries(home), host_pattern(addr, port))
 
 
 @contextlib.contextmanager
@@ -91,7 +91,7 @@ def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                lines = read_regular(home.known_hosts).decode().splitlines()
+                lines = read_regular(home.root, home.known_hosts, CAP_CONFIG).decode().splitlines()
             except FileNotFoundError:
                 lines = []
             before = list(lines)

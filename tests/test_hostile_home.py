@@ -1,0 +1,101 @@
+"""Hostile files in the home itself (docs/design.md §2 and §7): what a member of a shared home can put
+where jobtpu reads (a FIFO, a link to a file of secrets, an absurd number, a flood of settings, a
+folder at a rotated log's name) costs one line, never a hang, a traceback, a leak or lost events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import JOBTPU, make_home, passes_until, submit
+
+# Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
+pytestmark = pytest.mark.fast
+
+TOKEN = "ya29.secret-token-" + "x" * 40  # what a member links a home file to, hoping it is echoed
+
+
+def cli_process(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI as a process with a timeout: a command that blocks on a FIFO fails the test, never hangs it."""
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    return subprocess.run([*JOBTPU, "--home", str(home), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def one_error(done: subprocess.CompletedProcess[str], needle: str) -> None:
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines and lines[0].startswith("jobtpu: error: ") and needle in lines[0], done.stderr
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: ")), done.stderr
+    assert "secret-token" not in done.stderr + done.stdout
+
+
+@pytest.fixture
+def queued_home(tmp_path: Path) -> tuple[Path, Path, int]:
+    """A home whose first job finished (so home_id, last_id, the hash cache exist) and whose second waits."""
+    home = make_home(tmp_path, slots=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a")
+    os.utime(src / "a.txt", (1e9, 1e9))  # old enough for the hash cache to keep it
+    first = submit(home, src, "true")
+    passes_until(home, lambda jobs: jobs[first]["status"] == "finished", "the first job to finish", interval=0.05)
+    (src / "b.txt").write_text("b")  # a new snapshot, so the queued job's archive is its own
+    queued = submit(home, src, "true")
+    (tmp_path / "token").write_text(TOKEN)
+    return home, src, queued
+
+
+def plant(path: Path, what: str) -> None:
+    """A FIFO, or a link to the file of secrets next to the home, in place of `path`."""
+    path.unlink()
+    if what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(next(p for p in path.parents if p.name == "home").parent / "token")
+
+
+@pytest.mark.parametrize("what", ["fifo", "link"])
+@pytest.mark.parametrize(("name", "command"), [("home_id", "manage"), ("last_id", "submit")])
+def test_a_fifo_or_a_link_at_an_id_file_is_one_line(queued_home: tuple[Path, Path, int], what: str, name: str,
+                                                    command: str) -> None:
+    home, src, _ = queued_home
+    plant(home / name, what)
+    args = ["submit", "--dir", str(src), "--cmd", "true"] if command == "submit" else ["manage"]
+    kind = "a FIFO" if what == "fifo" else "a symbolic link"
+    one_error(cli_process(home, *args), f"{name}: is {kind}, not a regular file")
+
+
+@pytest.mark.parametrize("what", ["fifo", "link"])
+def test_a_fifo_or_a_link_at_the_hash_cache_costs_a_rehash(queued_home: tuple[Path, Path, int], what: str) -> None:
+    home, src, _ = queued_home
+    cache = home / "archives" / ".hashcache.json"
+    plant(cache, what)
+    done = cli_process(home, "submit", "--dir", str(src), "--cmd", "true")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert cache.is_file() and not cache.is_symlink()  # replaced by a cache of jobtpu's own
+
+
+@pytest.mark.parametrize("what", ["fifo", "link"])
+def test_a_fifo_or_a_link_at_a_queued_jobs_snapshot_fails_that_job_alone(queued_home: tuple[Path, Path, int],
+                                                                         what: str) -> None:
+    home, _, queued = queued_home
+    archive = home / "archives" / json.loads((home / "state.json").read_text())["jobs"][-1]["archive"]
+    plant(archive, what)
+    done = cli_process(home, "manage")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    row = json.loads(cli_process(home, "status", "--json", str(queued)).stdout)["jobs"][0]
+    kind = "a FIFO" if what == "fifo" else "a symbolic link"
+    assert (row["status"], row["reason"]) == ("failed", "launch_failed"), row
+    assert f"is {kind}, not a regular file" in row["last_line"] and "secret-token" not in row["last_line"], row
+
+
+def test_a_state_file_past_its_cap_is_one_line(queued_home: tuple[Path, Path, int]) -> None:
+    home, _, _ = queued_home
+    with open(home / "state.json", "r+b") as f:  # sparse: 300 MiB that cost no disk
+        f.truncate(300 << 20)
+    one_error(cli_process(home, "status"), "state.json: is 314572800 bytes, more than the")
