@@ -99,3 +99,81 @@ def test_a_state_file_past_its_cap_is_one_line(queued_home: tuple[Path, Path, in
     with open(home / "state.json", "r+b") as f:  # sparse: 300 MiB that cost no disk
         f.truncate(300 << 20)
     one_error(cli_process(home, "status"), "state.json: is 314572800 bytes, more than the")
+
+
+# ---- numbers: bounded where they are set and where they are read back --------------------------------
+
+JOB = {"id": 1, "user": "tester", "cmd": "true", "archive": "a" * 64 + ".tar.gz", "created": 1.7e9}
+
+ABSURD_STATE: list[tuple[dict[str, object], str]] = [  # a job's fields → the field the one line names
+    ({"created": 1e300}, "$.jobs[0].created: expected float <= 10000000000.0"),
+    ({"created": 10**30}, "$.jobs[0].created"),
+    ({"created": -1}, "$.jobs[0].created: expected int >= 0"),
+    ({"max_recoveries": 10**19}, "$.jobs[0].max_recoveries"),
+    ({"max_recoveries": 10_001}, "$.jobs[0].max_recoveries: expected int <= 10000"),
+    ({"retries": 99_999}, "$.jobs[0].retries"),
+    ({"priority": -10**7}, "$.jobs[0].priority: expected int >= -1000000"),
+    ({"timeout": 1e12}, "$.jobs[0].timeout"),
+    ({"grace": 1e300}, "$.jobs[0].grace"),
+    ({"attempt": 10**7}, "$.jobs[0].attempt"),
+    ({"forced": [{"by": "x", "act": "kill", "at": 1e300}]}, "$.jobs[0].forced[0].at"),
+    ({"attempts": [{"n": 1, "machine": "local", "started": 1e300}]}, "$.jobs[0].attempts[0].started"),
+]
+
+
+@pytest.mark.parametrize(("fields", "needle"), ABSURD_STATE, ids=[next(iter(f)) + "=" + str(next(iter(f.values())))[:12]
+                                                                   for f, _ in ABSURD_STATE])
+def test_an_absurd_number_in_state_json_is_one_line_naming_the_field(fields: dict[str, object], needle: str) -> None:
+    from jobtpu.errors import ConfigError
+    from jobtpu.schema.state_file import decode_state
+
+    raw = json.dumps({"version": 1, "next_id": 2, "jobs": [{**JOB, **fields}]}).encode()
+    with pytest.raises(ConfigError) as caught:
+        decode_state(raw, Path("/h/state.json"))
+    assert caught.value.message.startswith("state.json: job 1: ") and needle in caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_a_huge_created_time_is_one_line_in_status(queued_home: tuple[Path, Path, int]) -> None:
+    home, _, queued = queued_home
+    doc = json.loads((home / "state.json").read_text())
+    doc["jobs"][-1]["created"] = 1e300
+    (home / "state.json").write_text(json.dumps(doc))
+    for args in (["status"], ["status", "--json"], ["manage"]):
+        one_error(cli_process(home, *args), f"state.json: job {queued}: $.jobs[1].created")
+
+
+@pytest.mark.parametrize(("option", "needle"), [
+    (["--max-recoveries", "99999999999999999999999"], "--max-recoveries: '99999999999999999999999': give 0 to 10000"),
+    (["--retries", "10001"], "--retries: '10001': give 0 to 10000"),
+    (["--priority", "99999999999999999999999"], "give -1000000 to 1000000"),
+    (["--priority=-1000001"], "give -1000000 to 1000000"),
+])
+def test_a_count_past_its_ceiling_is_refused_at_submit(queued_home: tuple[Path, Path, int], option: list[str],
+                                                       needle: str) -> None:
+    home, src, _ = queued_home
+    before = (home / "state.json").read_bytes()
+    done = cli_process(home, "submit", "--dir", str(src), "--cmd", "true", *option)
+    assert done.returncode == 2 and needle in done.stderr.splitlines()[0], done.stderr
+    assert (home / "state.json").read_bytes() == before
+    assert cli_process(home, "status").returncode == 0  # every command still reads the home
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--stall", "--grace"])
+def test_a_duration_past_its_ceiling_is_refused_at_submit(queued_home: tuple[Path, Path, int], option: str) -> None:
+    home, src, _ = queued_home
+    before = (home / "state.json").read_bytes()
+    one_error(cli_process(home, "submit", "--dir", str(src), "--cmd", "true", option, "99999999d"),
+              f"{option} '99999999d' is longer than 3660 days")
+    assert (home / "state.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["defaults", "machine"])
+def test_a_connect_timeout_past_its_ceiling_is_one_line(tmp_path: Path, where: str) -> None:
+    slow = {"connect_timeout": 86400}
+    home = make_home(tmp_path, {"local": {"kind": "local"},
+                                "far": {"kind": "ssh", "hosts": ["192.0.2.1"], **(slow if where == "machine" else {})}},
+                     **({"defaults": slow} if where == "defaults" else {}))
+    key = "defaults.connect_timeout" if where == "defaults" else "connect_timeout"
+    for args in (["manage"], ["machines"]):
+        one_error(cli_process(home, *args), f"{key} 86400 is over 120 seconds, the most a pass waits to reach a host")

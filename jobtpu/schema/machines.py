@@ -34,7 +34,7 @@ from jobtpu.schema.machines_file import (
     QueuedResource,
     UserLimitEntry,
 )
-from jobtpu.schema.names import RESOURCE_NAME, USER_NAME
+from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
 from jobtpu.tpu.nodespec import default_runtime
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
@@ -205,7 +205,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
     _check_kind(entry)
     _check_resources(entry.resources)
     connection = _connection(entry, defaults)
-    _check_connection(connection)
+    _check_connection(connection, "defaults.connect_timeout" if entry.connect_timeout is UNSET else "connect_timeout")
     zones = _zones(entry.zone)
     queued = _queued_resource(entry.queued_resource)
     if queued and len(zones) > 1 and not queued.get("valid_for"):
@@ -290,12 +290,15 @@ def _connection(entry: Connection, defaults: Connection) -> dict[str, Any]:
     return values
 
 
-def _check_connection(values: dict[str, Any]) -> None:
+def _check_connection(values: dict[str, Any], timeout_key: str = "connect_timeout") -> None:
     port, timeout = values["port"], values["connect_timeout"]
     if port is None or not 0 < port < 65536:
         raise FileRefused(f"port {port} is out of range")
     if timeout is None or timeout <= 0:
         raise FileRefused("connect_timeout must be positive")
+    if timeout > MAX_CONNECT_TIMEOUT:  # a host that never answers must not hold every pass for a day
+        raise FileRefused(f"{timeout_key} {timeout:g} is over {MAX_CONNECT_TIMEOUT} seconds, the most a pass "
+                          "waits to reach a host")
 
 
 def _root(entry: MachineEntry, root: str | None, home: Home) -> str:
