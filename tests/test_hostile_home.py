@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,53 @@ def test_a_connect_timeout_past_its_ceiling_is_one_line(tmp_path: Path, where: s
     key = "defaults.connect_timeout" if where == "defaults" else "connect_timeout"
     for args in (["manage"], ["machines"]):
         one_error(cli_process(home, *args), f"{key} 86400 is over 120 seconds, the most a pass waits to reach a host")
+
+
+# ---- the event log's rotated names ------------------------------------------------------------------
+
+def _events(n: int, start: int = 0) -> list[Any]:
+    from jobtpu.tell.events import Event
+
+    return [Event(1.7e9 + i, "job_launched", job=1, attempt=i) for i in range(start, start + n)]
+
+
+@pytest.mark.parametrize("what", ["folder", "fifo", "link"])
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_what_sits_at_a_rotated_name_never_stops_the_log(tmp_path: Path, what: str, k: int) -> None:
+    from jobtpu.tell import eventlog
+
+    line = 1  # every append rotates: each file holds one event
+    eventlog.append(tmp_path, _events(1), max_bytes=line)
+    planted = tmp_path / f"events.jsonl.{k}"
+    (tmp_path / "token").write_text(TOKEN)
+    if what == "folder":
+        planted.mkdir()
+        (planted / "theirs").write_text("a member's file")
+    elif what == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.symlink_to(tmp_path / "token")
+    assert [e.attempt for e in eventlog.read(tmp_path)] == [0]  # passed over when read
+    said = [said for i in range(1, 8) for said in eventlog.append(tmp_path, _events(1, start=i), max_bytes=line)]
+    assert said and all(s.startswith(f"events.jsonl.{k} was ") for s in said), said
+    assert len(said) == 1  # cleared once, at the first rotation
+    kept = [e.attempt for e in eventlog.read(tmp_path)]
+    assert kept == list(range(8 - len(kept), 8)) and len(kept) == 5  # the newest, in order: nothing new lost
+    assert (tmp_path / "token").read_text() == TOKEN  # a link is removed, never followed
+    if what == "folder":
+        aside = [p for p in tmp_path.iterdir() if p.name.startswith(f"events.jsonl.{k}.not-a-log.")]
+        assert len(aside) == 1 and (aside[0] / "theirs").read_text() == "a member's file", said
+
+
+def test_a_folder_at_the_oldest_rotated_name_keeps_a_pass_logging(queued_home: tuple[Path, Path, int]) -> None:
+    home, _, queued = queued_home
+    with open(home / "events.jsonl", "ab") as f:  # a full log: the next pass rotates it
+        f.write(b"#" * (4 << 20) + b"\n")
+    (home / "events.jsonl.4").mkdir()
+    done = cli_process(home, "manage")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    said = [ln for ln in done.stderr.splitlines() if "events.jsonl" in ln]
+    assert len(said) == 1 and said[0].startswith("events: events.jsonl.4 was a folder, not a log file: moved to "), \
+        done.stderr
+    shown = cli_process(home, "events", "--job", str(queued))
+    assert shown.returncode == 0 and "launched" in shown.stdout, (shown.stdout, shown.stderr)

@@ -45,7 +45,7 @@ def _parts(rel: PurePath | str) -> list[str]:
     return parts
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if stat.S_ISFIFO(mode):
@@ -66,7 +66,7 @@ def _why(dir_fd: int, name: str, err: OSError, want: str) -> str:
     except OSError:
         return err.strerror or str(err)
     if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) or (want == "a folder") != stat.S_ISDIR(st.st_mode):
-        return f"is {_kind(st.st_mode)}, not {want}"
+        return f"is {kind_of(st.st_mode)}, not {want}"
     return err.strerror or str(err)
 
 
@@ -152,7 +152,7 @@ def open_in(dir_fd: int, name: str, flags: int = os.O_RDONLY, create: bool = Fal
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(shown, f"is {_kind(st.st_mode)}, not a regular file")
+            raise UnsafePath(shown, f"is {kind_of(st.st_mode)}, not a regular file")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return fd
     except BaseException:

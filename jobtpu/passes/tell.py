@@ -147,12 +147,12 @@ def log(home_root: Path, found: list[Event]) -> list[str]:
     """Append the events to events.jsonl only (what no notification is made of: a kill, a failed
     pass, told outside a pass, which must not deliver the outbox without machines.json's destinations)."""
     try:
-        eventlog.append(home_root, found)
+        cleared = eventlog.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         return [printable(f"events: cannot write {eventlog.EVENTS_FILE}: {e.strerror or e}")]
     except JobtpuError as e:  # a link, a FIFO or a held lock there: one line, never the pass
         return [printable(f"events: {e.message}")]
-    return []
+    return [printable(f"events: {line}") for line in cleared]
 
 
 def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
