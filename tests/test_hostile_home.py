@@ -228,3 +228,42 @@ def test_a_folder_at_the_oldest_rotated_name_keeps_a_pass_logging(queued_home: t
         done.stderr
     shown = cli_process(home, "events", "--job", str(queued))
     assert shown.returncode == 0 and "launched" in shown.stdout, (shown.stdout, shown.stderr)
+
+
+# ---- a flood of users' settings -----------------------------------------------------------------------
+
+def flood_users(home: Path, n: int) -> None:
+    """`n` users' folders, each with a settings file no pass can use."""
+    for i in range(n):
+        folder = home / "users" / f"u{i:05d}"
+        folder.mkdir(parents=True)
+        (folder / "settings.json").write_text("{")
+
+
+def test_a_pass_reads_a_bounded_number_of_users_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobtpu.home import settings
+    from jobtpu.passes.tell import users_destinations
+
+    home = make_home(tmp_path)
+    flood_users(home, 1500)
+    (home / "users" / "not a name").mkdir()
+    (home / "users" / "plainfile").write_text("x")
+    read: list[str] = []
+    real = settings.load_settings
+    monkeypatch.setattr(settings, "load_settings", lambda h, user: read.append(user) or real(h, user))
+    found, lines = users_destinations(home)
+    assert found == [] and read == [f"u{i:05d}" for i in range(settings.MAX_SETTINGS_READ)]
+    assert lines[0] == ("notify: users/ holds 1500 users' folders; only the first 1000 by name had their "
+                        "settings read, the 500 after them are skipped")
+    assert len(lines) == 1 + settings.MAX_SETTINGS_LINES + 1, lines
+    assert lines[-1] == "notify: and 995 more users' settings could not be used; their own destinations are skipped"
+
+
+def test_twenty_thousand_users_folders_cost_a_pass_a_few_lines(queued_home: tuple[Path, Path, int]) -> None:
+    home, _, queued = queued_home
+    flood_users(home, 20_000)
+    done = cli_process(home, "manage", timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    said = [ln for ln in done.stderr.splitlines() if ln.startswith("notify:")]
+    assert len(said) == 7 and "holds 20000 users' folders" in said[0], said[:10]
+    assert json.loads(cli_process(home, "status", "--json", str(queued)).stdout)["jobs"][0]["status"] != "queued"

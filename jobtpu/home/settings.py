@@ -9,6 +9,7 @@ one line naming the file and the key, and nothing is changed.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +36,27 @@ MAX_DIR = 99  # working directories are numbered 1..99
 _DIR_NUMBER = re.compile(r"^[1-9][0-9]?$")
 ALIAS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONFIG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")  # as inputs.override_parts takes a key
+
+
+# The most users' settings a pass reads (their own webhooks), and the most lines it gives for those
+# it cannot use: a member who fills users/ with 20,000 folders costs each pass one line, not 20,000
+# reads and lines (docs/reference/machines-json.md §3.10).
+MAX_SETTINGS_READ = 1000
+MAX_SETTINGS_LINES = 5
+
+
+def settings_users(home: Home) -> tuple[list[str], int]:
+    """The users whose settings a pass reads, by name (at most MAX_SETTINGS_READ of them), and how
+    many more there were. One listing of users/: a plain file, or an entry that is not a valid user
+    name, is no user's settings and is not counted."""
+    from jobtpu.schema.names import USER_NAME
+
+    try:
+        with os.scandir(home.root / "users") as entries:
+            names = sorted(e.name for e in entries if USER_NAME.match(e.name) and not e.is_file(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return [], 0
+    return names[:MAX_SETTINGS_READ], max(0, len(names) - MAX_SETTINGS_READ)
 
 
 def settings_file(home: Home, user: str) -> Path:

@@ -161,27 +161,39 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     everyone else's are served: docs/reference/machines-json.md §3.10)."""
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
-    from jobtpu.home.settings import load_settings
+    from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_file, settings_users
     from jobtpu.tell.destinations import parse_destinations
 
     home = Home(home_root)
     found: list[Any] = []
     lines: list[str] = []
     foreign: list[Any] = []  # from settings another account could have written: checked (design §7)
-    for path in sorted((home_root / "users").glob("*/settings.json")):
-        user = path.parent.name
+    users, left = settings_users(home)
+    if left:
+        lines.append(f"notify: users/ holds {len(users) + left} users' folders; only the first {len(users)} "
+                     f"by name had their settings read, the {left} after them are skipped")
+    skipped = 0
+    for user in users:
+        path = settings_file(home, user)
         where = f"users/{user}/settings.json"
         try:
             settings = load_settings(home, user)
             dests = parse_destinations(settings.notify, f"{where}: notify", owner=user)
         except JobtpuError as e:
-            lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
+            skipped += 1
+            if skipped <= MAX_SETTINGS_LINES:
+                lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
             continue
         except OSError as e:  # unreadable to the account running the pass (a chmod 600), or gone
-            lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
-                                   f"{user}'s own destinations are skipped"))
+            skipped += 1
+            if skipped <= MAX_SETTINGS_LINES:
+                lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
+                                       f"{user}'s own destinations are skipped"))
             continue
         (found if _own_file(path) else foreign).extend(dests)
+    if skipped > MAX_SETTINGS_LINES:
+        lines.append(f"notify: and {skipped - MAX_SETTINGS_LINES} more users' settings could not be used; "
+                     "their own destinations are skipped")
     if foreign and _private_webhooks_allowed(home_root):
         return found + foreign, lines
     checked, lines = _checked_webhooks(foreign, lines)
