@@ -267,3 +267,46 @@ def test_twenty_thousand_users_folders_cost_a_pass_a_few_lines(queued_home: tupl
     said = [ln for ln in done.stderr.splitlines() if ln.startswith("notify:")]
     assert len(said) == 7 and "holds 20000 users' folders" in said[0], said[:10]
     assert json.loads(cli_process(home, "status", "--json", str(queued)).stdout)["jobs"][0]["status"] != "queued"
+
+
+# ---- home discovery: whose folder may become the home ----------------------------------------------------
+
+ME, OTHER, MY_GROUP, OTHER_GROUP = 1000, 1001, 100, 200
+
+
+def st(mode: int, uid: int = ME, gid: int = MY_GROUP) -> os.stat_result:
+    return os.stat_result((mode, 1, 1, 1, uid, gid, 0, 0, 0, 0))
+
+
+FOLDER, FILE = 0o040000, 0o100000
+ADOPTION: list[tuple[str, os.stat_result, os.stat_result, str | None]] = [
+    ("mine, private", st(FOLDER | 0o700), st(FILE | 0o600), None),
+    ("mine, readable", st(FOLDER | 0o755), st(FILE | 0o644), None),
+    ("mine, my group writes it", st(FOLDER | 0o775), st(FILE | 0o664), None),
+    ("world-writable folder (/tmp)", st(FOLDER | 0o1777, uid=0), st(FILE | 0o644, uid=OTHER),
+     "the folder is writable by everyone"),
+    ("world-writable file", st(FOLDER | 0o755), st(FILE | 0o666), "its machines.json is writable by everyone"),
+    ("another account's folder", st(FOLDER | 0o755, uid=OTHER), st(FILE | 0o644), "the folder is uid 1001's, not yours"),
+    ("another account's file", st(FOLDER | 0o755), st(FILE | 0o644, uid=OTHER), "its machines.json is uid 1001's"),
+    ("a group I am not in writes it", st(FOLDER | 0o775, gid=OTHER_GROUP), st(FILE | 0o644),
+     "the folder is writable by the group gid 200, which you are not in"),
+    ("a shared home of my group, a member's file", st(FOLDER | 0o2770, uid=OTHER), st(FILE | 0o660, uid=OTHER), None),
+    ("a shared home of another group", st(FOLDER | 0o2770, uid=OTHER, gid=OTHER_GROUP), st(FILE | 0o660, uid=OTHER, gid=OTHER_GROUP),
+     "the folder is writable by the group gid 200"),
+    ("a shared home of my group, the file another group's", st(FOLDER | 0o2770, uid=OTHER),
+     st(FILE | 0o660, uid=OTHER, gid=OTHER_GROUP), "its machines.json is writable by the group gid 200"),
+    ("a group-writable folder of my group, not setgid, another's", st(FOLDER | 0o770, uid=OTHER), st(FILE | 0o660),
+     "the folder is uid 1001's"),
+    ("a link at machines.json", st(FOLDER | 0o700), st(0o120000 | 0o777), "its machines.json is not a regular file"),
+]
+
+
+@pytest.mark.parametrize(("folder", "machines", "needle"), [a[1:] for a in ADOPTION], ids=[a[0] for a in ADOPTION])
+def test_which_folder_discovery_may_adopt_as_the_home(folder: os.stat_result, machines: os.stat_result,
+                                                      needle: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobtpu.home import layout
+
+    monkeypatch.setattr(layout, "_account_name", lambda uid: f"uid {uid}")  # the ids above name no real account
+    monkeypatch.setattr(layout, "_group_name", lambda gid: f"gid {gid}")
+    why = layout.adoption_refusal(folder, machines, ME, {MY_GROUP})
+    assert (why is None) if needle is None else (why is not None and needle in why), why
