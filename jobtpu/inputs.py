@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection
 
 from jobtpu.errors import JobtpuError, UsageError
-from jobtpu.schema.names import USER_NAME
+from jobtpu.schema.names import MAX_SECONDS, USER_NAME
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -39,7 +39,11 @@ def parse_duration(text: str, option: str) -> float:
     match = _DURATION.match(text.strip())
     if not match or float(match[1]) <= 0:
         raise JobtpuError(f"{option} {text!r} is not a duration", hint="use a number with s, m, h or d, like 30m")
-    return float(match[1]) * _UNITS[match[2]]
+    seconds = float(match[1]) * _UNITS[match[2]]
+    if seconds > MAX_SECONDS:  # state.json holds no longer time (schema/names.py)
+        raise JobtpuError(f"{option} {text!r} is longer than {MAX_SECONDS // 86400} days, the most jobtpu keeps",
+                          hint="give a shorter duration, like 30d")
+    return seconds
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

@@ -27,7 +27,9 @@ class Team:
             raise RuntimeError("Team needs root with useradd and runuser (run the tests as root)")
         token = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
         self.group = f"jtg{token}"
+        self.token = token
         self.accounts: list[str] = []
+        self.outsiders: list[str] = []
         subprocess.run(["groupadd", self.group], check=True)
         try:
             for i in range(n_accounts):
@@ -41,6 +43,13 @@ class Team:
         except BaseException:
             self.close()
             raise
+
+    def add_outsider(self) -> str:
+        """One more account, in none of the team's groups (removed with the team): an attacker."""
+        name = f"jtu{self.token}x{len(self.outsiders)}"
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+        self.outsiders.append(name)
+        return name
 
     @property
     def gid(self) -> int:
@@ -104,7 +113,7 @@ class Team:
                                "(make the folders above both traversable: chmod o+x; .ci/run does)")
 
     def close(self) -> None:
-        for account in self.accounts:
+        for account in [*self.accounts, *getattr(self, "outsiders", [])]:
             subprocess.run(["pkill", "-KILL", "-u", account], capture_output=True)
             subprocess.run(["userdel", "-r", "-f", account], capture_output=True)
         subprocess.run(["groupdel", self.group], capture_output=True)

@@ -264,3 +264,44 @@ def test_a_home_of_the_old_shared_layout_moves_to_one_writer_at_its_runners_pass
     again = team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
                      umask="0077")
     assert int(again.stdout) == mine + 2
+
+
+def test_discovery_never_adopts_an_outsiders_machines_json_above_the_working_folder(team: Team) -> None:
+    """docs/reference/home-files.md §1: with no --home and no $JOBTPU_HOME, a folder others can write
+    (a /tmp, a scratch disk) holding an outsider's machines.json is passed over with one line."""
+    alice, bob = team.accounts
+    eve = team.add_outsider()
+    scratch = team.base / "scratch"  # world-writable and sticky, as /tmp is
+    scratch.mkdir()
+    scratch.chmod(0o1777)
+    planted = json.dumps({"machines": {"local": {"kind": "local"}}})
+    subprocess.run(["runuser", "-u", eve, "--", "sh", "-c", f"echo '{planted}' > {scratch}/machines.json"], check=True)
+    work = scratch / "alice-work"
+    work.mkdir()
+    os.chown(work, team.uid(alice), team.uid(alice))
+    (work / "train.sh").write_text("echo trained\n")
+    done = team.run(alice, "submit", "--dir", ".", "--cmd", "bash train.sh", cwd=work, check=False, umask="0077")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    said = [ln for ln in done.stderr.splitlines() if str(scratch) in ln]
+    assert said == [f"jobtpu: not using {scratch} as the home: the folder is writable by everyone; "
+                    f"give --home {scratch} to use it anyway"], done.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == ["alice-work", "machines.json"]  # nothing of alice's there
+    assert (Path(f"~{alice}").expanduser() / ".jobtpu" / "state.json").exists()  # her own home instead
+    # A private folder of eve's (not writable by others) is eve's: passed over too.
+    eves = team.private_folder(eve, "home")
+    eves.chmod(0o755)
+    (eves / "machines.json").write_text(planted)
+    os.chown(eves / "machines.json", team.uid(eve), team.uid(eve))
+    inside = eves / "sub"
+    inside.mkdir(mode=0o777)
+    inside.chmod(0o777)
+    done = team.run(alice, "status", cwd=inside, check=False)
+    assert done.returncode == 0 and f"jobtpu: not using {eves} as the home: the folder is {eve}'s, not yours" \
+        in done.stderr, done.stderr
+    # A home `init --shared` made for a group alice is in is adopted, bob's machines.json and all.
+    shared = team.shared_folder("homes") / "home"
+    team.run(bob, "init", "--shared", team.group, str(shared), umask="0077")
+    (shared / "proj").mkdir()
+    os.chown(shared / "proj", team.uid(alice), team.gid)
+    done = team.run(alice, "submit", "--dir", ".", "--cmd", "true", cwd=shared / "proj", umask="0077")
+    assert "not using" not in done.stderr and list((shared / "spool").glob("submit-*")), done.stderr

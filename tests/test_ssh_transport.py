@@ -255,3 +255,31 @@ def test_no_agent_reaches_the_worker_while_one_runs_at_home(ssh_fleet: SshFleet,
             t.close()
     finally:
         subprocess.run(["kill", env["SSH_AGENT_PID"]], capture_output=True)
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+def test_a_fifo_or_a_link_at_known_hosts_is_the_machines_one_line(ssh_fleet: SshFleet, home: Home, tmp_path: Path,
+                                                                  policy: str) -> None:
+    """docs/design.md §2: known_hosts is read through safefs, so a FIFO a member put there costs the
+    connection one line, never a hang, and a link there is never read."""
+    fm = ssh_fleet.add_machine("box")
+    h = fm.hosts[0]
+    secret = tmp_path / "token"
+    secret.write_text("ya29.secret-token\n")
+    for plant, kind in ((os.mkfifo, "a FIFO"), (lambda p: p.symlink_to(secret), "a symbolic link")):
+        home.known_hosts.unlink(missing_ok=True)
+        plant(home.known_hosts)
+        outcome: list[BaseException] = []
+
+        def connect(outcome: list[BaseException] = outcome) -> None:
+            try:
+                transport(machine_of(ssh_fleet, fm, host_key_policy=policy), home, h).run("true")
+            except BaseException as e:  # handed to the test's thread
+                outcome.append(e)
+        worker = threading.Thread(target=connect, daemon=True)
+        worker.start()
+        worker.join(60)  # a read blocked on the FIFO would never end: the test fails instead of hanging
+        assert not worker.is_alive(), f"connecting hung on {kind} at known_hosts"
+        assert len(outcome) == 1 and isinstance(outcome[0], RemoteError), outcome
+        assert f"known_hosts: is {kind}, not a regular file" in str(outcome[0]) and "secret" not in str(outcome[0])
+    assert secret.read_text() == "ya29.secret-token\n"

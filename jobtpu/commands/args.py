@@ -37,6 +37,28 @@ def count(text: str) -> int:
     return value
 
 
+def tries(text: str) -> int:
+    """--max-recoveries, --retries: a count up to the ceiling state.json holds (schema/names.py)."""
+    from jobtpu.schema.names import MAX_TRIES
+
+    value = count(text)
+    if value > MAX_TRIES:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to {MAX_TRIES}")
+    return value
+
+
+def priority(text: str) -> int:
+    from jobtpu.schema.names import MAX_PRIORITY
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if abs(value) > MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(f"{text!r}: give -{MAX_PRIORITY} to {MAX_PRIORITY}")
+    return value
+
+
 def since(text: str) -> float:
     from jobtpu.tell.events import since_arg  # here: `--help` loads no more than it needs
 

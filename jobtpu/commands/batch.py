@@ -130,15 +130,19 @@ def history_statuses(home: Home, ids: set[int]) -> dict[int, str]:
     """The status of each of these ids that `clean` moved to history.jsonl."""
     import msgspec
 
+    from jobtpu.home.store import open_history
+
     class Line(msgspec.Struct):
         id: int
         status: str
 
     found: dict[int, str] = {}
-    if not home.history_file.exists():
-        return found
     decoder = msgspec.json.Decoder(Line)
-    with open(home.history_file, "rb") as f:
+    try:
+        f = open_history(home)
+    except FileNotFoundError:
+        return found
+    with f:
         for raw in f:
             try:
                 line = decoder.decode(raw)

@@ -117,12 +117,12 @@ def _read_json(path: Path) -> Any:
 def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
     """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
     from jobtpu.commands.team import LOCAL_ONLY
-    from jobtpu.home.safefs import read_regular
+    from jobtpu.home.safefs import CAP_CONFIG, read_regular
     from jobtpu.schema.decode import parse_json_file
     from jobtpu.schema.machines import load_fleet
 
     try:
-        data = read_regular(home.machines_file)
+        data = read_regular(home.root, home.machines_file, CAP_CONFIG)
         mode: int | None = stat.S_IMODE(os.stat(home.machines_file).st_mode)
     except FileNotFoundError:
         return dict(parse_json_file(home.machines_file, LOCAL_ONLY)), None

@@ -265,7 +265,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                         "literal $; secret-looking values are taken as they are")
     p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
                    "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
-    p.add_argument("--max-recoveries", type=args.count, default=20, metavar="N",
+    p.add_argument("--max-recoveries", type=args.tries, default=20, metavar="N",
                    help="automatic recoveries the rule may make (default 20)")
     p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
     p.add_argument("--stall", help="stop when the log has not grown for this long")
@@ -283,7 +283,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
                    "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
                    "`jobtpu report` uses it")
-    p.add_argument("--priority", type=int, default=0, metavar="N",
+    p.add_argument("--priority", type=args.priority, default=0, metavar="N",
                    help="order among your own queued jobs: higher first (default 0); users take turns")
     p.add_argument("--hold", action="store_true", help="queue it held: it starts only after `jobtpu release ID` "
                    "(as sbatch --hold)")
@@ -306,7 +306,7 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="start only after these jobs finished; fail (reason dependency) if one does not")
     p.add_argument("--after-any", action="append", default=[], metavar="ID[,ID]",
                    help="start only after these jobs ended, however they ended")
-    p.add_argument("--retries", type=args.count, default=0, metavar="N",
+    p.add_argument("--retries", type=args.tries, default=0, metavar="N",
                    help="retry an attempt that exited non-zero up to N times (not oom, timeout or kill)")
     p.add_argument("--grace", metavar="DURATION",
                    help="wait this long between TERM and KILL when the job is stopped (default 5s)")

@@ -116,7 +116,8 @@ class Home:
 
 
 def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
-    """--home, else $JOBTPU_HOME, else the nearest folder up from cwd with a machines.json, else ~/.jobtpu."""
+    """--home, else $JOBTPU_HOME, else the nearest folder up from cwd with a machines.json that this
+    account may adopt (`adoption_refusal`), else ~/.jobtpu. A folder passed over is named on stderr."""
     if explicit:
         return Home(Path(explicit).expanduser().resolve())
     env = os.environ.get("JOBTPU_HOME")
@@ -125,8 +126,69 @@ def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
     here = (cwd or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "machines.json").is_file():
-            return Home(folder)
+            why = _refusal_of(folder)
+            if why is None:
+                return Home(folder)
+            import sys
+
+            from jobtpu.views.text import printable
+
+            sys.stderr.write(printable(f"jobtpu: not using {folder} as the home: {why}; give --home {folder} "
+                                       "to use it anyway") + "\n")
     return Home(Path("~/.jobtpu").expanduser())
+
+
+def _refusal_of(folder: Path) -> str | None:
+    try:
+        folder_st, file_st = os.stat(folder), os.lstat(folder / "machines.json")
+    except OSError as e:
+        return f"cannot look at it ({e.strerror})"
+    return adoption_refusal(folder_st, file_st, os.geteuid(), {os.getegid(), *os.getgroups()})
+
+
+def adoption_refusal(folder: os.stat_result, machines: os.stat_result, euid: int, groups: set[int]) -> str | None:
+    """Why home discovery must not adopt a folder with this stat and this machines.json, for the
+    account `euid` in `groups`; None when it may. Pure. An outsider who writes a machines.json into a
+    folder others can write (/tmp, a scratch disk) above a user's working folder must not receive
+    that user's jobs and secrets: the folder and the file must be the user's, writable by no one
+    else (no world write, no group the user is not in), unless the folder is a home `init --shared`
+    made for a group the user is in: its runner's (setgid, sticky, the group reads; machines.json the
+    runner's too), or one of the old layout (setgid, group-writable), whose members may own it and its
+    machines.json (docs/reference/home-files.md §1)."""
+    if not stat.S_ISREG(machines.st_mode):
+        return "its machines.json is not a regular file"
+    old_layout = (folder.st_mode & (_SETGID | _GROUP_WRITE) == _SETGID | _GROUP_WRITE
+                  and folder.st_gid in groups and not folder.st_mode & 0o002)
+    one_writer = (folder.st_mode & (_SETGID | stat.S_ISVTX | stat.S_IRGRP) == _SETGID | stat.S_ISVTX | stat.S_IRGRP
+                  and not folder.st_mode & (_GROUP_WRITE | 0o002) and folder.st_gid in groups
+                  and machines.st_uid == folder.st_uid)  # the runner's home and fleet (§1.3)
+    shared = old_layout or one_writer
+    for what, st in (("the folder", folder), ("its machines.json", machines)):
+        if st.st_mode & 0o002:
+            return f"{what} is writable by everyone"
+        if st.st_mode & _GROUP_WRITE and st.st_gid not in groups:
+            return f"{what} is writable by the group {_group_name(st.st_gid)}, which you are not in"
+        if st.st_uid != euid and not shared:
+            return f"{what} is {_account_name(st.st_uid)}'s, not yours"
+    return None
+
+
+def _account_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
 
 
 # ---- writing files in the home ----------------------------------------------------------------------

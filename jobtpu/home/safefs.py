@@ -31,9 +31,9 @@ _SETGID = 0o2000
 class UnsafePath(JobtpuError):
     """A path under the home is a link, a special file or a folder jobtpu cannot use."""
 
-    def __init__(self, path: PurePath | str, why: str) -> None:
-        super().__init__(f"{path}: {why}",
-                         hint="remove or rename it (jobtpu never reads or writes through a link or a special file)")
+    def __init__(self, path: PurePath | str, why: str,
+                 hint: str = "remove or rename it (jobtpu never reads or writes through a link or a special file)") -> None:
+        super().__init__(f"{path}: {why}", hint=hint)
         self.path = str(path)
         self.why = why
 
@@ -45,7 +45,7 @@ def _parts(rel: PurePath | str) -> list[str]:
     return parts
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if stat.S_ISFIFO(mode):
@@ -66,7 +66,7 @@ def _why(dir_fd: int, name: str, err: OSError, want: str) -> str:
     except OSError:
         return err.strerror or str(err)
     if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) or (want == "a folder") != stat.S_ISDIR(st.st_mode):
-        return f"is {_kind(st.st_mode)}, not {want}"
+        return f"is {kind_of(st.st_mode)}, not {want}"
     return err.strerror or str(err)
 
 
@@ -165,7 +165,7 @@ def open_in(dir_fd: int, name: str, flags: int = os.O_RDONLY, create: bool = Fal
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(shown, f"is {_kind(st.st_mode)}, not a regular file")
+            raise UnsafePath(shown, f"is {kind_of(st.st_mode)}, not a regular file")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return fd
     except BaseException:
@@ -327,16 +327,34 @@ def _group_shared(st: os.stat_result, gid: int) -> bool:
     return st.st_gid == gid and st.st_mode & shared == shared and not st.st_mode & 0o002
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of `path` if it is a regular file (a link to one is followed, as before): a FIFO, a
-    socket or a device put there raises UnsafePath at once instead of blocking the read for ever.
+# The most bytes jobtpu reads of each kind of file in a home (docs/reference/guarantees-and-numbers.md
+# §10): far above what jobtpu itself writes, so only a planted or runaway file reaches one, and it is then
+# one line instead of a command that reads gigabytes.
+CAP_ID = 4 * 1024  # home_id, last_id
+CAP_SMALL = 1 << 20  # users.json, a user's settings, the sheet memo, notify-outbox.json
+CAP_CONFIG = 16 << 20  # machines.json, known_hosts
+CAP_LARGE = 256 << 20  # state.json, secrets.json, history.jsonl, archives/.hashcache.json
+
+
+def read_capped(fd: int, shown: PurePath | str, cap: int) -> bytes:
+    """The bytes of the open regular file `fd`, refused (UnsafePath naming `shown`) when it holds
+    more than `cap`: checked on its size first, then on what was read (a file still growing)."""
+    size = os.fstat(fd).st_size
+    data = b"" if size > cap else read_fd(fd, cap + 1)
+    if size > cap or len(data) > cap:
+        raise UnsafePath(shown, f"is {max(size, len(data))} bytes, more than the {cap} jobtpu reads of it",
+                         hint="move it away, or restore it from a good copy")
+    return data
+
+
+def read_regular(root: Path, path: PurePath | str, cap: int) -> bytes:
+    """The bytes of the regular file `path` under the home `root` (a path under it, or relative to
+    it), opened as open_file does (no link on the way, never blocking on a FIFO) and at most `cap`
+    of them: anything else raises UnsafePath, one line naming the path and never its content.
     FileNotFoundError as open() raises it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    rel = relative_to_home(root, Path(path))
+    fd = open_file(root, rel)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(path, f"is {_kind(st.st_mode)}, not a regular file")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return read_fd(fd)
+        return read_capped(fd, rel, cap)
     finally:
         os.close(fd)

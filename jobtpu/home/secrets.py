@@ -13,7 +13,7 @@ import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home, is_shared, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_LARGE, read_regular
 from jobtpu.home.store import hold_lock
 from jobtpu.schema.decode import read_file
 from jobtpu.schema.secrets import Secrets, SecretsFile
@@ -37,6 +37,7 @@ class SecretStore:
     file's own lock: `submit` (under the state lock) and `clean` (under the pass lock) may overlap."""
 
     def __init__(self, home: Home) -> None:
+        self.root = home.root
         self.path: Path = home.root / "secrets.json"
         self.lock: Path = home.root / "secrets.json.lock"
         self.pass_lock: Path = home.pass_lock
@@ -79,7 +80,7 @@ class SecretStore:
         """The stored secrets. A damaged file is an error, not an empty one: the next write would
         otherwise drop every other job's secrets."""
         try:
-            raw = read_regular(self.path)
+            raw = read_regular(self.root, self.path, CAP_LARGE)
         except FileNotFoundError:
             return {}
         return decode_secrets(raw, self.path)

@@ -9,6 +9,7 @@ one line naming the file and the key, and nothing is changed.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ import msgspec
 
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home.layout import Home, make_dirs, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_SMALL, read_regular
 from jobtpu.schema.decode import read_file
 from jobtpu.schema.settings import UserSettings
 
@@ -37,6 +38,27 @@ ALIAS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONFIG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")  # as inputs.override_parts takes a key
 
 
+# The most users' settings a pass reads (their own webhooks), and the most lines it gives for those
+# it cannot use: a member who fills users/ with 20,000 folders costs each pass one line, not 20,000
+# reads and lines (docs/reference/machines-json.md §3.10).
+MAX_SETTINGS_READ = 1000
+MAX_SETTINGS_LINES = 5
+
+
+def settings_users(home: Home) -> tuple[list[str], int]:
+    """The users whose settings a pass reads, by name (at most MAX_SETTINGS_READ of them), and how
+    many more there were. One listing of users/: a plain file, or an entry that is not a valid user
+    name, is no user's settings and is not counted."""
+    from jobtpu.schema.names import USER_NAME
+
+    try:
+        with os.scandir(home.root / "users") as entries:
+            names = sorted(e.name for e in entries if USER_NAME.match(e.name) and not e.is_file(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return [], 0
+    return names[:MAX_SETTINGS_READ], max(0, len(names) - MAX_SETTINGS_READ)
+
+
 def settings_file(home: Home, user: str) -> Path:
     return home.root / "users" / user / "settings.json"
 
@@ -50,7 +72,7 @@ def load_settings(home: Home, user: str, own: bool = True) -> UserSettings:
     try:
         if own:
             _check_own(home, user)
-        data = read_regular(path)
+        data = read_regular(home.root, path, CAP_SMALL)
     except FileNotFoundError:
         offered = _offer(home, user)  # what the shared home's runner imported for this user, if anything
         if offered is None:
@@ -188,7 +210,7 @@ def _offer(home: Home, user: str) -> bytes | None:
     try:
         if os.stat(path, follow_symlinks=False).st_uid != role.runner_uid:
             return None  # only the runner's offer counts
-        return read_regular(path)
+        return read_regular(home.root, path, CAP_SMALL)
     except (FileNotFoundError, NotADirectoryError):
         return None
 

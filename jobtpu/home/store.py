@@ -14,15 +14,15 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from jobtpu import timing
 from jobtpu.errors import BusyError, ConfigError
+from jobtpu.home import safefs
 from jobtpu.home.layout import (
     Home,
     open_append,
     open_lock,
-    regular_fd,
     rename_synced,
     write_atomic,
     write_temp,
@@ -58,12 +58,17 @@ class Store:
 
     def read(self) -> tuple[State, StateVersion]:
         """The state and the version of the file it came from (one read)."""
-        try:
-            with open(self.path, "rb", opener=_no_block) as f:  # a FIFO there never hangs the read
-                raw: bytes | None = f.read()
-                stamp: bytes | None = _stamp(os.fstat(f.fileno()))
+        try:  # never through a link, never blocking on a FIFO, never more than its cap (docs/design.md §2)
+            fd = safefs.open_file(self.home.root, self.path.name)
         except FileNotFoundError:
-            raw = stamp = None
+            fd = -1
+        raw: bytes | None = None
+        stamp: bytes | None = None
+        if fd >= 0:
+            try:
+                raw, stamp = safefs.read_capped(fd, self.path.name, safefs.CAP_LARGE), _stamp(os.fstat(fd))
+            finally:
+                os.close(fd)
         return self._parse(raw), StateVersion(raw, stamp)
 
     def load(self) -> State:
@@ -160,17 +165,15 @@ class Store:
         return StateVersion(data, stamp_of(self.path))
 
 
-def _no_block(path: str, flags: int) -> int:
-    """An opener for a file jobtpu reads in the home: a FIFO or a device put there is refused at once."""
-    return regular_fd(os.open(path, flags | os.O_NONBLOCK), Path(path))
-
-
 def _has_content(path: Path) -> bool:
     try:
-        with open(path, "rb", opener=_no_block) as f:
-            return bool(f.read(4096).strip())
-    except OSError:
+        fd = safefs.open_file(path.parent, path.name)
+    except (OSError, safefs.UnsafePath):
         return False
+    try:
+        return bool(safefs.read_fd(fd, 4096).strip())
+    finally:
+        os.close(fd)
 
 
 def append_line(path: Path, line: str) -> None:
@@ -185,11 +188,11 @@ def append_line(path: Path, line: str) -> None:
 def read_id_mark(home: Home) -> int:
     """The highest id ever given out in this home (0 before the first submit)."""
     try:
-        text = home.id_mark.read_text(encoding="utf-8").strip()
+        text = safefs.read_regular(home.root, home.id_mark, safefs.CAP_ID).decode("utf-8", "replace").strip()
     except FileNotFoundError:
         return 0
-    if not text.isdigit() or len(text) > 18:
-        raise ConfigError(f"{home.id_mark.name}: must hold the highest job id given out, a whole number (got {text[:20]!r})",
+    if not text.isdigit() or len(text) > 18:  # its content is never echoed: it may be anything a member put there
+        raise ConfigError(f"{home.id_mark.name}: must hold the highest job id given out, a whole number",
                           hint=f"write into {home.id_mark} the highest id this home ever used (see history.jsonl and logs/)")
     return int(text)
 
@@ -233,10 +236,15 @@ def highest_used_id(home: Home) -> int:
 
     used = [int(p.name) for p in (home.root / "logs").glob("*") if p.name.isdigit()]
     used += [int(p.name) for p in (home.local_run_root / "jobs").glob("*") if p.name.isdigit()]
-    if home.history_file.exists():
-        with open(home.history_file, "rb", opener=_no_block) as f:
-            used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
+    with contextlib.suppress(FileNotFoundError), open_history(home) as f:
+        used += [int(m[1]) for line in f if (m := re.match(rb'\{"id": ?(\d+)', line))]
     return max(used, default=0)
+
+
+def open_history(home: Home) -> BinaryIO:
+    """history.jsonl to read line by line, opened through safefs (no link, no FIFO): FileNotFoundError
+    when there is none, UnsafePath when what is there is not a regular file."""
+    return os.fdopen(safefs.open_file(home.root, home.history_file.name), "rb")
 
 
 def take_next_id(home: Home, state: State) -> int:

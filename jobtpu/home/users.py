@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError, NotFoundError
 from jobtpu.home.layout import Home, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_SMALL, read_regular
 from jobtpu.inputs import resolve_user
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def load_users(home: Home) -> list[str] | None:
 
     path = home.root / "users.json"
     try:
-        raw = read_regular(path)
+        raw = read_regular(home.root, path, CAP_SMALL)
     except FileNotFoundError:
         return None
     hint = f'fix {path} by hand: {{"users": ["alice", "bob"]}} (or delete it: any user name is then accepted)'

@@ -13,7 +13,7 @@ from jobtpu.home.store import State, StateVersion
 from jobtpu.passes.session import KeptConnections, Session
 from jobtpu.remote.scripts import archive_path
 from jobtpu.schema.machines import Fleet, Machine
-from jobtpu.snapshot.unpack import problem as archive_problem
+from jobtpu.snapshot.archive import home_problem
 from jobtpu.tpu.flow import MachineWork
 from jobtpu.transport.base import Endpoint
 
@@ -54,7 +54,7 @@ class Pass(Session):
         """Why the home's copy of a snapshot cannot be sent (missing, damaged), or None; checked once a pass."""
         with self._lock(("check", name)):
             if name not in self._archive_problems:
-                self._archive_problems[name] = archive_problem(str(self.home.archive(name)))
+                self._archive_problems[name] = home_problem(self.home.root, name)
             return self._archive_problems[name]
 
     def push_archive(self, machine: Machine, endpoint: Endpoint, name: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from jobtpu import timing
 from jobtpu.decide.reach import Contacts
 from jobtpu.errors import BusyError, JobtpuError, RemoteError, UnreachableError
+from jobtpu.home import safefs
 from jobtpu.home.layout import Home, create_temp, open_lock
 from jobtpu.home.store import StateVersion, Store, try_lock
 from jobtpu.schema.fleet import Fleet, Machine
@@ -65,7 +66,7 @@ def home_id(home: Home) -> str:
     process's environment, so that a worker tells this home's jobs from another home's."""
     path = home.root / "home_id"
     try:
-        text = path.read_text().strip()
+        text = _read_home_id(home)
     except FileNotFoundError:
         home.ensure()
         made = random_ids.token_hex(8)
@@ -78,12 +79,16 @@ def home_id(home: Home) -> str:
             pass
         finally:
             tmp.unlink()
-        text = path.read_text().strip()
-    if not HOME_ID.match(text):
-        raise JobtpuError(f"{path} does not hold a home id (16 hex digits): {text[:40]!r}",
+        text = _read_home_id(home)
+    if not HOME_ID.match(text):  # never echoed: a member may have linked it to a file of secrets
+        raise JobtpuError(f"{path} does not hold a home id (16 hex digits)",
                           hint="restore it; deleting it gives the home a new id, and its running jobs "
                                "are then no longer recognised on their machines")
     return text
+
+
+def _read_home_id(home: Home) -> str:
+    return safefs.read_regular(home.root, "home_id", safefs.CAP_ID).decode("utf-8", "replace").strip()
 
 
 @contextlib.contextmanager

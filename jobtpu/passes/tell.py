@@ -147,12 +147,12 @@ def log(home_root: Path, found: list[Event]) -> list[str]:
     """Append the events to events.jsonl only (what no notification is made of: a kill, a failed
     pass, told outside a pass, which must not deliver the outbox without machines.json's destinations)."""
     try:
-        eventlog.append(home_root, found)
+        cleared = eventlog.append(home_root, found)
     except OSError as e:  # a full disk costs the log its lines, never the pass
         return [printable(f"events: cannot write {eventlog.EVENTS_FILE}: {e.strerror or e}")]
     except JobtpuError as e:  # a link, a FIFO or a held lock there: one line, never the pass
         return [printable(f"events: {e.message}")]
-    return []
+    return [printable(f"events: {line}") for line in cleared]
 
 
 def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
@@ -161,27 +161,39 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     everyone else's are served: docs/reference/machines-json.md §3.10)."""
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
-    from jobtpu.home.settings import load_settings
+    from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_file, settings_users
     from jobtpu.tell.destinations import parse_destinations
 
     home = Home(home_root)
     found: list[Any] = []
     lines: list[str] = []
     foreign: list[Any] = []  # from settings another account could have written: checked (design §7)
-    for path in sorted((home_root / "users").glob("*/settings.json")):
-        user = path.parent.name
+    users, left = settings_users(home)
+    if left:
+        lines.append(f"notify: users/ holds {len(users) + left} users' folders; only the first {len(users)} "
+                     f"by name had their settings read, the {left} after them are skipped")
+    skipped = 0
+    for user in users:
+        path = settings_file(home, user)
         where = f"users/{user}/settings.json"
         try:
             settings = load_settings(home, user, own=False)  # data: the member's own webhooks
             dests = parse_destinations(settings.notify, f"{where}: notify", owner=user)
         except JobtpuError as e:
-            lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
+            skipped += 1
+            if skipped <= MAX_SETTINGS_LINES:
+                lines.append(printable(f"notify: {e.message}; {user}'s own destinations are skipped"))
             continue
         except OSError as e:  # unreadable to the account running the pass (a chmod 600), or gone
-            lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
-                                   f"{user}'s own destinations are skipped"))
+            skipped += 1
+            if skipped <= MAX_SETTINGS_LINES:
+                lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
+                                       f"{user}'s own destinations are skipped"))
             continue
         (found if _own_file(path) else foreign).extend(dests)
+    if skipped > MAX_SETTINGS_LINES:
+        lines.append(f"notify: and {skipped - MAX_SETTINGS_LINES} more users' settings could not be used; "
+                     "their own destinations are skipped")
     if foreign and _private_webhooks_allowed(home_root):
         return found + foreign, lines
     checked, lines = _checked_webhooks(foreign, lines)

@@ -3,13 +3,16 @@ tell/events.py writes and reads, one per line."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
+
+from jobtpu.schema.names import MAX_TIME
 
 
 class Event(msgspec.Struct):
-    time: float  # epoch seconds (an integer reads as one; true or false does not)
+    time: Annotated[float, Meta(ge=0, le=MAX_TIME)]  # epoch seconds (an integer reads as one; true or false does not)
     kind: str
     job: int | None = None
     machine: str | None = None

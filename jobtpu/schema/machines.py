@@ -20,7 +20,7 @@ from msgspec import UNSET, Raw, UnsetType
 from jobtpu.decide.fit import MAX_RESOURCE_COUNT
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
-from jobtpu.home.safefs import UnsafePath, open_file, read_fd
+from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
 from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, NO_LIMIT, Fleet, Machine, UserLimit
 from jobtpu.schema.machines_file import (
@@ -34,7 +34,7 @@ from jobtpu.schema.machines_file import (
     QueuedResource,
     UserLimitEntry,
 )
-from jobtpu.schema.names import RESOURCE_NAME, USER_NAME
+from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
 from jobtpu.tpu.nodespec import default_runtime
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
@@ -92,7 +92,7 @@ def _machines_bytes(home: Home) -> tuple[bytes, os.stat_result] | None:
     except FileNotFoundError:
         return None
     try:
-        return read_fd(fd), os.fstat(fd)
+        return read_capped(fd, home.machines_file.name, CAP_CONFIG), os.fstat(fd)
     finally:
         os.close(fd)
 
@@ -205,7 +205,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
     _check_kind(entry)
     _check_resources(entry.resources)
     connection = _connection(entry, defaults)
-    _check_connection(connection)
+    _check_connection(connection, "defaults.connect_timeout" if entry.connect_timeout is UNSET else "connect_timeout")
     zones = _zones(entry.zone)
     queued = _queued_resource(entry.queued_resource)
     if queued and len(zones) > 1 and not queued.get("valid_for"):
@@ -290,12 +290,15 @@ def _connection(entry: Connection, defaults: Connection) -> dict[str, Any]:
     return values
 
 
-def _check_connection(values: dict[str, Any]) -> None:
+def _check_connection(values: dict[str, Any], timeout_key: str = "connect_timeout") -> None:
     port, timeout = values["port"], values["connect_timeout"]
     if port is None or not 0 < port < 65536:
         raise FileRefused(f"port {port} is out of range")
     if timeout is None or timeout <= 0:
         raise FileRefused("connect_timeout must be positive")
+    if timeout > MAX_CONNECT_TIMEOUT:  # a host that never answers must not hold every pass for a day
+        raise FileRefused(f"{timeout_key} {timeout:g} is over {MAX_CONNECT_TIMEOUT} seconds, the most a pass "
+                          "waits to reach a host")
 
 
 def _root(entry: MachineEntry, root: str | None, home: Home) -> str:

@@ -5,15 +5,25 @@ to its word, which is what the file holds)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
-from jobtpu.schema.names import MAX_WORKERS
+from jobtpu.schema.names import MAX_ATTEMPTS, MAX_PRIORITY, MAX_SECONDS, MAX_TIME, MAX_TRIES, MAX_WORKERS
 
 # Every number jobtpu reads back as a time or a length of time: an integer stays one (a hand edit
 # reads back as written), a fraction stays a float.
 Number = int | float
+# The same, bounded (docs/reference/state-json.md §4.2): a moment since 1970 and a length of time. A
+# value past them (1e300, 10**30, a negative time) is one line naming the file and the field, never a
+# traceback where a listing makes it a date or a pass adds to it. (A length of time and a count below
+# 0 are schema/job_checks.py's to say, in its words.)
+Time = Annotated[int, Meta(ge=0, le=MAX_TIME)] | Annotated[float, Meta(ge=0, le=MAX_TIME)]
+Seconds = Annotated[int, Meta(le=MAX_SECONDS)] | Annotated[float, Meta(le=MAX_SECONDS)]
+Tries = Annotated[int, Meta(le=MAX_TRIES)]
+Attempts = Annotated[int, Meta(le=MAX_ATTEMPTS)]
+Priority = Annotated[int, Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 
 
 class MachineState(StrEnum):
@@ -62,7 +72,7 @@ class Operation(msgspec.Struct, gc=False):
 
     kind: Literal["create", "delete"]
     name: str
-    since: Number | None = None
+    since: Time | None = None
 
 
 class Setup(msgspec.Struct, omit_defaults=True, gc=False):
@@ -78,7 +88,7 @@ class Transient(msgspec.Struct, gc=False):
     """A transient node state first seen at `since` (how long a node looks stuck)."""
 
     state: str
-    since: Number | None = None
+    since: Time | None = None
 
 
 class Refused(msgspec.Struct, gc=False):
@@ -91,7 +101,7 @@ class Refused(msgspec.Struct, gc=False):
 class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     state: MachineState | None = None  # what `machines` shows
     detail: str | None = None
-    since: Number | None = None  # when an ssh machine became unreachable
+    since: Time | None = None  # when an ssh machine became unreachable
     api_error: str | None = None  # the TPU API could not be asked (credentials)
     # TPU node, as the last listing saw it
     tpu_state: str | None = None
@@ -110,12 +120,12 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     # recreation
     want_recreate: bool = False
     operation: Operation | None = None
-    create_sent: Number | None = None
-    queue_asked: Number | None = None
+    create_sent: Time | None = None
+    queue_asked: Time | None = None
     queued_state: str | None = None
     recreations: int = 0
     failures: int = 0
-    next_try: Number | None = None
+    next_try: Time | None = None
     last_error: str | None = None
     refused: Refused | None = None
     zone_capacity_failures: int = 0

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from jobtpu.errors import NotFoundError
-from jobtpu.schema.records import MachineRecord, Number
+from jobtpu.schema.records import Attempts, MachineRecord, Number, Priority, Seconds, Time, Tries
 
 
 class Status(StrEnum):
@@ -125,18 +125,18 @@ STATUS_FIELDS: dict[str, frozenset[Status]] = {
 
 
 class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
-    n: int
+    n: Attempts
     machine: str
     outcome: str | None = _always(_none)
     exit_code: int | None = _always(_none)
-    started: Number | None = _always(_none)
-    ended: Number | None = _always(_none)
+    started: Time | None = _always(_none)
+    ended: Time | None = _always(_none)
     resume: bool = False
     workers: int = 1
     # goodput (jobtpu report): the last progress the attempt reported (progress.Progress.to_json), and
     # the last pass that saw a worker of it alive
     progress: dict[str, Number] | None = None
-    last_alive: Number | None = None
+    last_alive: Time | None = None
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
 
 
@@ -156,7 +156,7 @@ class ForcedAct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
     by: str  # the --user / JOBTPU_USER label
     act: str  # kill | resume | rerun | clean | tag | note
-    at: Number
+    at: Time
     uid: int | None = None  # the real account that acted (docs/design.md §7)
     account: str | None = None
 
@@ -169,7 +169,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     user: str
     cmd: str
     archive: str
-    created: Number
+    created: Time
     name: str = _always(str)
     req: list[str] = _always(_empty)
     pin: str | None = None
@@ -177,7 +177,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     status: Status = _always(_queued)
     reason: str | None = _always(_none)
     exit_code: int | None = _always(_none)
-    attempt: int = _always(int)
+    attempt: Attempts = _always(int)
     attempts: list[Attempt] = _always(_empty)
     tags: list[str] = _always(_empty)
     rule: str | None = _always(_none)  # None: the machine's default (docs/reference/requests-and-rules.md §7)
@@ -185,21 +185,21 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
     on_resume: str | None = None  # submit --on-resume: words added on resumed attempts, placeholders unfilled
-    max_recoveries: int = 20
-    recoveries: int = 0
-    timeout: Number | None = None  # seconds of wall time per attempt
-    stall: Number | None = None  # seconds without log growth
+    max_recoveries: Tries = 20
+    recoveries: Tries = 0
+    timeout: Seconds | None = None  # seconds of wall time per attempt
+    stall: Seconds | None = None  # seconds without log growth
     resume: bool = False  # the next/current attempt resumes from checkpoints
     alloc: dict[str, list[int]] = msgspec.field(default_factory=dict)
     log_size: int = 0  # bytes of all workers' logs of the current attempt seen so far
-    log_grew: Number | None = None  # when log_size last grew
+    log_grew: Time | None = None  # when log_size last grew
     last_line: str = _always(str)
     ending: Ending | None = None
     dir: str = ""
     waiting: str | None = None  # why a queued job did not start in the last pass (its pending reason)
     progress: str | None = None  # submit --progress: a regex whose group is the step (progress.compile_progress)
     # Teams: the order of a user's own queued jobs (higher first), and acts others forced on the job.
-    priority: int = 0
+    priority: Priority = 0
     forced: list[ForcedAct] = msgspec.field(default_factory=list)
     sheet_note: str | None = None  # the note it brings to its machine's row in the team sheet (submit --sheet-note)
     note: str = ""  # a person's line about the job (`jobtpu note`)
@@ -208,12 +208,12 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     sweep_index: int | None = None  # its combination's index in the sweep, 0 …
     after: list[int] = msgspec.field(default_factory=list)  # jobs that must finish first (--after)
     after_any: list[int] = msgspec.field(default_factory=list)  # jobs that must end first (--after-any)
-    retries: int = 0  # --retries: attempts a non-zero exit may be retried
-    retried: int = 0  # retries made so far (apart from `recoveries`)
+    retries: Tries = 0  # --retries: attempts a non-zero exit may be retried
+    retried: Tries = 0  # retries made so far (apart from `recoveries`)
     held: bool = False  # `jobtpu hold`: stays queued until `jobtpu release`
-    grace: Number | None = None  # seconds between TERM and KILL when stopped (None: 5)
+    grace: Seconds | None = None  # seconds between TERM and KILL when stopped (None: 5)
     signal: str | None = None  # --signal: the signal's name (USR1) sent before --timeout ends
-    signal_before: Number | None = None  # … this many seconds before
+    signal_before: Seconds | None = None  # … this many seconds before
     uid: int | None = None  # the real account that submitted it (its spec says so where it counts: design §7)
 
     # ---- status moves -------------------------------------------------------------------------
@@ -267,9 +267,9 @@ class LastPass(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """When the last manage pass ended, how long it took, and how often its loop runs passes
     (None: a single pass, from cron or by hand): `status` says how fresh what it shows is."""
 
-    ended: Number
-    took: Number
-    every: Number | None = None
+    ended: Time
+    took: Seconds
+    every: Seconds | None = None
 
 
 class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):

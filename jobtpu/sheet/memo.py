@@ -15,6 +15,7 @@ from dataclasses import astuple
 from pathlib import Path
 
 from jobtpu.errors import BusyError
+from jobtpu.home import safefs
 from jobtpu.home.layout import open_lock, write_atomic
 from jobtpu.schema.sheet_memo import Memo
 from jobtpu.sheet.config import CALL_GRACE, SheetConfig
@@ -24,9 +25,9 @@ from jobtpu.sheet.layout import MachineRow
 def load_memo(path: Path) -> Memo:
     """An unreadable or damaged memo counts as empty: at worst a user cell jobtpu wrote looks like a
     claim until `release` (cells matching the users it runs now never do)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    try:  # at the top of the home: no link, no FIFO, no more than a settings file may hold
+        data = safefs.read_regular(path.parent, path.name, safefs.CAP_SMALL)
+    except (OSError, safefs.UnsafePath):
         return Memo()
     return Memo.from_bytes(data)
 

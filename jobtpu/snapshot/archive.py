@@ -12,7 +12,7 @@ import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError
@@ -29,6 +29,29 @@ if TYPE_CHECKING:
 LARGE_SNAPSHOT_BYTES = 300 * 1024 * 1024
 _HASH_FIRST_BYTES = 64 << 20  # below this, hash before archiving: a reverted tree then costs no tar at all
 _PROGRESS_AFTER = 0.5
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def home_problem(home_root: Path, name: str) -> str | None:
+    """Why the home's snapshot `archives/<name>` cannot be sent (missing, damaged, or not a regular
+    file: a link or a FIFO a member put there is refused at once, never followed nor waited on)."""
+    from jobtpu.home import safefs
+    from jobtpu.snapshot.unpack import problem
+
+    try:
+        fd = safefs.open_file(home_root, PurePath("archives", name))
+    except FileNotFoundError:
+        return "is missing"
+    except safefs.UnsafePath as e:
+        return e.why
+    with os.fdopen(fd, "rb") as f:
+        return problem(name, f)
 
 
 @dataclass(frozen=True)
@@ -136,7 +159,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
             cache.remember(rel, st, shas[rel], t0)
         name = content_name(entries, shas)
         final = archives_dir / name
-        reused = final.exists()
+        reused = _is_regular(final)  # a link, a FIFO or a folder planted there is replaced, never read
         if not reused:
             archiver = archiver or Archiver(src_s, entries, tmp)
             while archiver.is_alive():

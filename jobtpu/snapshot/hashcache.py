@@ -7,10 +7,11 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import msgspec
 
+from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
 from jobtpu.schema.hash_cache import Entry, HashCacheFile, Stamp, read_hash_cache
 from jobtpu.snapshot.tree import FolderTree
@@ -39,9 +40,10 @@ class HashCache:
 
     def __init__(self, archives_dir: Path, root: str) -> None:
         self.path, self.root = archives_dir / CACHE_NAME, root
-        try:  # a lost or damaged cache only costs a re-hash
-            self.old: HashCacheFile = read_hash_cache(self.path.read_bytes())
-        except OSError:
+        try:  # a lost, damaged or planted cache (a link, a FIFO) only costs a re-hash; saving replaces it
+            raw = safefs.read_regular(archives_dir.parent, PurePath(archives_dir.name, CACHE_NAME), safefs.CAP_LARGE)
+            self.old: HashCacheFile = read_hash_cache(raw)
+        except (OSError, safefs.UnsafePath):
             self.old = {}
         self.entries: dict[str, Entry] = {k: v for k, v in self.old.items() if not k.startswith(root + os.sep)}
 

@@ -111,14 +111,15 @@ def _make_links(dest: str, links: list[tuple[str, str]]) -> None:
             raise BadArchive(f"member {rel!r} clashes with another member") from None
 
 
-def unpack(archive: str, dest: str | None) -> None:
+def unpack(archive: str, dest: str | None, fileobj: IO[bytes] | None = None) -> None:
     """Check `archive` against its name; with dest (an empty folder), also unpack it there.
-    Raises BadArchive, or OSError when dest cannot be written."""
+    `fileobj`: the archive already opened (the home opens its copy through safefs, never a link or
+    a FIFO). Raises BadArchive, or OSError when dest cannot be written."""
     expected = check_name(os.path.basename(archive))
     digest = hashlib.sha256()
     links: list[tuple[str, str]] = []
     try:
-        with tarfile.open(archive, mode="r:gz", encoding="utf-8", errors="surrogateescape") as tf:
+        with tarfile.open(archive, mode="r:gz", fileobj=fileobj, encoding="utf-8", errors="surrogateescape") as tf:
             for member in tf:
                 rel = _member_path(member.name)
                 kind = _kind(member)
@@ -148,10 +149,11 @@ def unpack(archive: str, dest: str | None) -> None:
         _make_links(dest, links)
 
 
-def problem(archive: str) -> str | None:
-    """Why the archive at this path cannot be used (missing, unreadable, damaged), or None."""
+def problem(archive: str, fileobj: IO[bytes] | None = None) -> str | None:
+    """Why the archive at this path (read from `fileobj` when given) cannot be used (missing,
+    unreadable, damaged), or None."""
     try:
-        unpack(archive, None)
+        unpack(archive, None, fileobj)
     except FileNotFoundError:
         return "is missing"
     except BadArchive as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,20 +45,22 @@ def _real_account() -> dict[str, Any]:
     return {"uid": uid, "account": account_name(uid)}
 
 
-def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYTES, keep: int = KEEP) -> None:
+def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYTES, keep: int = KEEP) -> list[str]:
     """Add `events` at the end of the log in one write (readers never see half a batch), rotating
     first when the batch would take the file past `max_bytes`. Not synced: an event lost to a power
-    cut is a missing log line, not a wrong state, and a pass should not wait for the disk for it."""
+    cut is a missing log line, not a wrong state, and a pass should not wait for the disk for it.
+    Returns a line for each thing a rotation found in its way and cleared (`_clear`)."""
     by = _real_account()  # the account that recorded them, whatever --user said (docs/design.md §7)
     data = b"".join(orjson.dumps({**e.to_json(), **by}) + b"\n" for e in events)
     if not data:
-        return
+        return []
     path = events_path(home_root)
+    lines: list[str] = []
     with _locked(home_root):  # one writer at a time, so a rotation never races another append
         with contextlib.suppress(FileNotFoundError):
-            size = os.stat(path, follow_symlinks=False).st_size
-            if size and size + len(data) > max_bytes:
-                _rotate(home_root, keep)
+            st = os.stat(path, follow_symlinks=False)
+            if st.st_size and st.st_size + len(data) > max_bytes and stat.S_ISREG(st.st_mode):
+                lines += _rotate(home_root, keep)
         if _ends_mid_line(path):  # a writer died mid-line: end that line, or ours would be glued to it
             data = b"\n" + data
         # Never through a link, never blocking on a FIFO (docs/design.md §2): UnsafePath names it.
@@ -68,6 +71,7 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
+    return lines
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -95,8 +99,10 @@ def _locked(home_root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _rotate(home_root: Path, keep: int) -> None:
-    """events.jsonl → .1 → .2 … → .keep; renames move a planted symlink, never follow it."""
+def _rotate(home_root: Path, keep: int) -> list[str]:
+    """events.jsonl → .1 → .2 … → .keep; renames move a planted symlink, never follow it. Whatever a
+    member put at a rotated name is cleared first (`_clear`), so a folder there never stops the log."""
+    lines = [line for k in range(1, keep + 1) for line in _clear(home_root, rotated_path(home_root, k).name)]
     rotated_path(home_root, keep).unlink(missing_ok=True)
     for k in range(keep - 1, 0, -1):
         with contextlib.suppress(FileNotFoundError):
@@ -105,6 +111,27 @@ def _rotate(home_root: Path, keep: int) -> None:
         os.rename(events_path(home_root), rotated_path(home_root, 1))
     else:
         events_path(home_root).unlink()
+    return lines
+
+
+def _clear(home_root: Path, name: str) -> list[str]:
+    """Make `name` in the home free or a regular file: a link, a FIFO or a socket there is removed
+    (unlink never follows it), a folder is moved aside under a name the log never uses (it may hold
+    a member's files: never deleted). One line says what was there and where it went."""
+    path = home_root / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    if stat.S_ISREG(st.st_mode):
+        return []
+    what = safefs.kind_of(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
+        return [f"{name} was {what}, not a log file: removed"]
+    aside = path.with_name(f"{name}.not-a-log.{os.urandom(4).hex()}")
+    os.rename(path, aside)
+    return [f"{name} was {what}, not a log file: moved to {aside.name}"]
 
 
 # ---- reading ----------------------------------------------------------------------------------------
@@ -122,13 +149,22 @@ class Filter:
 
 
 def log_files(home_root: Path) -> list[Path]:
-    """Every file of the log, oldest first."""
+    """Every file of the log, oldest first: what is not a regular file at a rotated name (a link, a
+    FIFO, a folder a member put there) is passed over, and the next rotation clears it."""
     rotated = []
     k = 1
-    while rotated_path(home_root, k).exists():
-        rotated.append(rotated_path(home_root, k))
+    while os.path.lexists(rotated_path(home_root, k)):
+        if _is_regular(rotated_path(home_root, k)):
+            rotated.append(rotated_path(home_root, k))
         k += 1
     return [*reversed(rotated), events_path(home_root)]
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def parse_lines(lines: Iterable[bytes], wanted: Filter) -> Iterator[Event]:
@@ -150,8 +186,10 @@ def read_file(path: Path) -> bytes:
         fd = open_read(path)
     except FileNotFoundError:
         return b""
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+    try:
+        return safefs.read_capped(fd, path.name, safefs.CAP_LARGE)
+    finally:
+        os.close(fd)
 
 
 def read(home_root: Path, job: int | None = None, machine: str | None = None,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
 from jobtpu.schema.outbox import Backoff, Outbox, Pending, read_slow
 from jobtpu.tell.destinations import Destination
@@ -28,12 +29,14 @@ MAX_SKIP = 31
 def load_outbox(path: Path) -> tuple[list[Pending], dict[str, Backoff], list[str]]:
     """The pending items, each slow destination's backoff, and a line if the file could not be read
     (then it starts afresh: losing notifications beats failing every pass on a damaged file)."""
-    try:
-        raw = path.read_bytes()
+    try:  # at the top of the home: no link, no FIFO, no more than its cap
+        raw = safefs.read_regular(path.parent, path.name, safefs.CAP_SMALL)
     except FileNotFoundError:
         return [], {}, []
     except OSError as e:
         return [], {}, [f"notifications: cannot read {path.name} ({e.strerror}); pending notifications dropped"]
+    except safefs.UnsafePath as e:
+        return [], {}, [f"notifications: {e.message}; pending notifications dropped"]
     try:
         doc = msgspec.json.decode(raw, type=Outbox)
     except (msgspec.DecodeError, RecursionError):

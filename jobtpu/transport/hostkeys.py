@@ -11,10 +11,10 @@ import os
 import shlex
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
+from jobtpu.errors import RemoteError
 from jobtpu.home.layout import Home, open_lock, write_atomic
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, read_regular
 from jobtpu.transport._paramiko import paramiko
 
 _known_lock = threading.Lock()  # threads of one process; the flock below covers other processes
@@ -56,8 +56,9 @@ def _parse(lines: list[str]) -> list[tuple[list[str], paramiko.PKey]]:
     return out
 
 
-def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
+def _entries(home: Home) -> list[tuple[list[str], paramiko.PKey]]:
     """The parsed file, cached while it does not change (a pass connects to many hosts at once)."""
+    path = home.known_hosts
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -67,10 +68,19 @@ def _entries(path: Path) -> list[tuple[list[str], paramiko.PKey]]:
         hit = _hosts_cache.get(str(path))
         if hit is not None and hit[0] == sig:
             return hit[1]
-    entries = _parse(path.read_text(errors="replace").splitlines())
+    entries = _parse(_read(home).decode(errors="replace").splitlines())
     with _cache_lock:
         _hosts_cache[str(path)] = (sig, entries)
     return entries
+
+
+def _read(home: Home) -> bytes:
+    """known_hosts through safefs: a link, a FIFO or a file past its cap there is a RemoteError, so the
+    machine being reached is unreachable with that line and the pass goes on."""
+    try:
+        return read_regular(home.root, home.known_hosts, CAP_CONFIG)
+    except UnsafePath as e:
+        raise RemoteError(e.message, hint=e.hint) from None
 
 
 def _keys_for(entries: list[tuple[list[str], paramiko.PKey]], pattern: str) -> dict[str, paramiko.PKey]:
@@ -79,7 +89,7 @@ def _keys_for(entries: list[tuple[list[str], paramiko.PKey]], pattern: str) -> d
 
 def known_keys(home: Home, addr: str, port: int) -> dict[str, paramiko.PKey]:
     """key type → key recorded for that host (hashed entries included)."""
-    return _keys_for(_entries(home.known_hosts), host_pattern(addr, port))
+    return _keys_for(_entries(home), host_pattern(addr, port))
 
 
 @contextlib.contextmanager
@@ -91,7 +101,7 @@ def _locked_known_hosts(home: Home) -> Iterator[list[str]]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                lines = read_regular(home.known_hosts).decode().splitlines()
+                lines = _read(home).decode().splitlines()
             except FileNotFoundError:
                 lines = []
             before = list(lines)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobtpu.errors import RemoteError
 from jobtpu.home import safefs
-from jobtpu.home.layout import create_temp, make_dirs, rename_synced
+from jobtpu.home.layout import create_temp, make_dirs, regular_fd, rename_synced
 from jobtpu.remote.scripts import RUN_SCRIPT
 from jobtpu.transport.base import Endpoint, Result
 
@@ -74,14 +74,23 @@ class LocalTransport:
         self._prepare()
         target = Path(remote).expanduser()
         make_dirs(target.parent)
-        fd, tmp = create_temp(target)  # never through a symlink planted in the run folder
-        try:
-            with os.fdopen(fd, "wb") as out, open(local, "rb") as source:
-                shutil.copyfileobj(source, out)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with os.fdopen(self._open_source(local), "rb") as source:
+            fd, tmp = create_temp(target)  # never through a symlink planted in the run folder
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         rename_synced(tmp, target)
+
+    def _open_source(self, local: Path) -> int:
+        """The home's file to copy, never through a link at its name nor blocking on a FIFO a member
+        swapped in after the pass checked it (docs/design.md §2)."""
+        try:
+            return regular_fd(os.open(local, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), local)
+        except safefs.UnsafePath as e:
+            raise RemoteError(f"{self.endpoint.machine}: {e.message}") from None
 
     def pull(self, remote: str, local: Path, into: int | None = None) -> None:
         """Copy into the folder `into` (a descriptor; `local` names it), never through a link planted

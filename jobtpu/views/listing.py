@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
-from jobtpu.home.safefs import read_regular
+from jobtpu.home.safefs import CAP_LARGE, read_regular
 from jobtpu.schema.decode import FileRefused
 from jobtpu.schema.state import Job, Status
 from jobtpu.schema.state_file import decode_history_line
@@ -200,7 +200,7 @@ def history(home: Home) -> list[Job]:
     between the append and the save, counts once: its last line)."""
     path = home.history_file
     try:
-        lines = read_regular(path).splitlines()  # a FIFO there is one line, never a hang
+        lines = read_regular(home.root, path, CAP_LARGE).splitlines()  # a FIFO there is one line, never a hang
     except FileNotFoundError:
         return []
     by_id: dict[int, Job] = {}
