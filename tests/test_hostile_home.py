@@ -250,7 +250,7 @@ def test_a_pass_reads_a_bounded_number_of_users_settings(tmp_path: Path, monkeyp
     (home / "users" / "plainfile").write_text("x")
     read: list[str] = []
     real = settings.load_settings
-    monkeypatch.setattr(settings, "load_settings", lambda h, user: read.append(user) or real(h, user))
+    monkeypatch.setattr(settings, "load_settings", lambda h, user, **kw: read.append(user) or real(h, user, **kw))
     found, lines = users_destinations(home)
     assert found == [] and read == [f"u{i:05d}" for i in range(settings.MAX_SETTINGS_READ)]
     assert lines[0] == ("notify: users/ holds 1500 users' folders; only the first 1000 by name had their "

@@ -169,7 +169,7 @@ def test_a_member_can_rewrite_no_record_nor_move_what_a_pass_trusts(team: Team) 
     forged.write_text(json.dumps(state))
     forged.chmod(0o644)
     for script in (f"cat {forged} > {home}/state.json", f"mv {home}/state.json {home}/gone.json",
-                   f"mv {home}/specs {home}/specs.old", f"mv {home}/run {home}/run.old", f"mkdir {home}/specs2",
+                   f"mv {home}/archives {home}/archives.old", f"mv {home}/run {home}/run.old", f"mkdir {home}/specs2",
                    f"touch {home}/run/stop/{job + 1}.0", f"echo '{{}}' > {home}/notify-outbox.json",
                    f"echo x >> {home}/events.jsonl", f"cat {forged} > {home}/secrets.json",
                    f"echo '{{\"dirs\": {{\"1\": \"/tmp\"}}}}' > {home}/users/{alice}/settings.json",

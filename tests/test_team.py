@@ -151,7 +151,7 @@ def test_priority_orders_a_users_own_queue(tmp_path: Path, src: Path) -> None:
     assert jobs[urgent]["status"] != "queued" and jobs[plain]["status"] == "queued"
     assert jobs[urgent]["priority"] == 3
     bad = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--priority", "high", check=False)
-    assert bad.returncode == 2 and "invalid int value: 'high'" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "--priority: 'high' is not a whole number" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_job_held_by_a_per_user_limit_says_so_and_starts_when_the_user_is_under_it(

@@ -58,6 +58,11 @@ def make_one_writer(root: Path, gid: int) -> list[str]:
         for name, mode in ((SPOOL, MEMBER_MODE), ("users", MEMBER_MODE), ("results", MEMBER_MODE),
                            (REPLIES, FOLDER_MODE)):
             _ensure_folder(top, name, gid, mode)
+        users = os.open("users", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        try:  # made now: under a member folder, a member could take the name first
+            _ensure_folder(users, ".offered", gid, FOLDER_MODE)
+        finally:
+            os.close(users)
         spool = os.open(SPOOL, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
         try:
             with contextlib.suppress(FileExistsError):
