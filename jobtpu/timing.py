@@ -50,7 +50,7 @@ class Timing(NamedTuple):
     restart_wait: float = 900.0  # `tpu restart`: each of the stop and the start
     restart_poll: float = 1.0  # `tpu restart`: between looks at the operation
     spool_poll: float = 0.5  # a loop (manage --loop, watch) looks this often for members' requests in a shared home
-    busy_interval: float = 5.0  # a loop's interval while work is in flight (a TPU operation, a setup, a launch)
+    busy_interval: float = 2.0  # a loop's interval while work is in flight (a TPU operation, a setup, a launch)
     log_stream: float = 5.0  # between its passes, a loop brings running jobs' new log lines home this often
     request_wait: float = 10.0  # a member's act waits this long for a running loop to carry it out
 

@@ -1,7 +1,8 @@
 """How a loop (`manage --loop`, `watch`) waits between its rounds (docs/reference/commands.md §2.3): the
 full interval for a quiet fleet; a short one while work is in flight (a TPU operation, a recreation,
 a setup, a launch or a stop); no wait at all once a member's request arrives or a local job ends; and
-meanwhile the running jobs' new log lines come home through the loop's kept connections."""
+meanwhile the running jobs' new log lines come home through the loop's kept connections, which also
+notice a remote worker that ended or vanished (the next round then starts at once)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
             return
         if left > every:
             try:
-                stream_logs(home, kept)
+                if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
+                    return
             except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
                 note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
 

@@ -63,17 +63,18 @@ def pull_logs(home: Home, job_id: int) -> Pulled:
     return Pulled(job, seen, f"{machine.name} is unreachable ({failures[0]})" if failures else None)
 
 
-def stream_logs(home: Home, kept: KeptConnections | None = None) -> int:
+def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
     """Between a loop's passes: bring every running job's new log bytes home from its remote workers
     now, through the loop's kept connections, so what a job printed outlives its VM whatever the pass
-    interval (docs/reference/guarantees-and-numbers.md). Local jobs' logs are on this disk already.
-    Best effort: a worker that does not answer waits for the next pass. The bytes brought home."""
+    interval (docs/reference/commands.md §2.3). Local jobs' logs are on this disk already. Best
+    effort: a worker that does not answer waits for the next pass. True when a pass has news to act on
+    now: a worker ended, or did not answer (a preempted VM)."""
     from jobtpu.decide.observation import refs_of
 
     state = Store(home).load()
     running = [j for j in state.jobs if j.status is Status.RUNNING and j.machine]
     if not running:
-        return 0
+        return False
     fleet = load_fleet(home)
     p = Session(home, fleet, state, kept=kept)
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
@@ -86,20 +87,18 @@ def stream_logs(home: Home, kept: KeptConnections | None = None) -> int:
             if refs:
                 work.append((machine, ep, refs))
 
-    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> int:
+    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> bool:
         machine, ep, refs = item
         try:
             states = probe(p, machine, ep, refs)
         except (RemoteError, OSError):
-            return 0
-        brought = 0
+            return True
         for ref, ws in states.items():
             with contextlib.suppress(JobtpuError, OSError):  # a log a reader holds: the next pass
                 append_log(home, ref, ws.log_offset, ws.log_bytes)
-                brought += len(ws.log_bytes)
-        return brought
+        return any(not ws.alive for ws in states.values()) or len(states) < len(refs)
 
-    return sum(p.parallel(one, work))
+    return any(p.parallel(one, work))
 
 
 def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: Path) -> None:
