@@ -57,7 +57,7 @@ def decided(record: MachineRecord, machine: Machine = TPU, **seen: Any) -> tuple
      [], "setup failed"),
     (MachineRecord(incarnation="c1", setup=Setup("failed", tries=1)), {"node": node()}, ["setup"], "setting up"),
     # not up: waited on, never recreated on its own
-    (MachineRecord(), {}, [], "preempted"),
+    (MachineRecord(), {}, [], "no node"),  # an on-demand node nobody made yet: nothing preempted it
     (MachineRecord(), {"node": node("PREEMPTED")}, [], "preempted"),
     (MachineRecord(), {"node": node("STOPPED")}, [], "down"),
     (MachineRecord(), {"node": node("REPAIRING")}, [], "transient"),
@@ -83,6 +83,15 @@ def decided(record: MachineRecord, machine: Machine = TPU, **seen: Any) -> tuple
 def test_a_machine_s_steps_come_from_its_sighting_and_record(record: MachineRecord, seen: dict[str, Any],
                                                              steps: list[str], state: str) -> None:
     assert decided(record, **seen)[:2] == (steps, state)
+
+
+def test_an_on_demand_tpu_with_no_node_says_so_and_how_to_make_it() -> None:
+    """A preemptible node that is gone was preempted; an on-demand one that is not there never was."""
+    _, state, detail = decided(MachineRecord())
+    assert (state, detail) == ("no node", "no node n in zone-a: `jobtpu tpu apply t` creates it (a job whose rule "
+                                          "is pre, reapply or rerun asks for it too)")
+    preemptible = Machine(name="t", kind="tpu", node="n", zone="zone-a", zones=ZONES, preemptible=True)
+    assert decided(MachineRecord(), preemptible)[1] == "preempted"
 
 
 @pytest.mark.parametrize(("queued", "seen_node", "steps", "state"), [
@@ -177,7 +186,7 @@ def test_a_node_whose_workers_lack_some_external_addresses_is_held_and_says_why(
     (MachineRecord(steps=["delete"], state="deleting"), node(), ["delete"], "deleting"),
     (MachineRecord(steps=["delete-queued", "delete"]), node(), ["delete-queued", "delete"], "deleting"),
     (MachineRecord(steps=["delete"]), node("DELETING"), [], "transient"),  # it was sent after all
-    (MachineRecord(steps=["delete"]), None, [], "preempted"),
+    (MachineRecord(steps=["delete"]), None, [], "no node"),  # deleted by hand: an on-demand node, gone
     # a pass's own leftover delete is planned again from the listing
     (MachineRecord(want_recreate=True, steps=["delete"]), None, ["create"], "recreating"),
 ])

@@ -45,6 +45,7 @@ class MachineState(StrEnum):
     STUCK = "stuck"
     QUEUED = "queued"  # a queued resource waits for capacity
     NO_ADDRESS = "no address"
+    NO_NODE = "no node"  # an on-demand TPU whose node does not exist (nothing preempted it)
     WAITING_FOR_HOST_KEYS = "waiting for host keys"
 
 

@@ -226,6 +226,11 @@ def decide_machine(sighting: Sighting, record: MachineRecord, now: float,
     if node is not None and node.spec:
         record.spec_zone = machine.zone
     machine = machine.in_zone(record.zone)  # a capacity error may have moved it just now
+    if node is None and plan.state == "preempted" and not machine.preemptible and sighting.queued is False:
+        # Nothing preempted an on-demand node that is not there: say so, and how to make it.
+        plan.state = "no node"
+        plan.detail = (f"no node {machine.node} in {machine.zone}: `jobtpu tpu apply {machine.name}` creates it "
+                       "(a job whose rule is pre, reapply or rerun asks for it too)")
     addresses = node.addresses(machine.use_external_ip) if node else []
     record.addresses, record.workers = addresses, len(addresses)
     if node is not None and node.state == "READY" and plan.state in ("up", "setting up"):
