@@ -294,3 +294,24 @@ def test_a_fifo_where_a_home_file_goes_is_one_line_never_a_hang(tmp_path: Path, 
     done = jobtpu(home, *args, check=False, timeout=30)  # a hang fails here
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"{name}: is " in done.stderr.splitlines()[0] and "regular file" in done.stderr, done.stderr
+
+
+@pytest.mark.fast
+def test_tail_of_an_attempt_whose_vm_went_says_what_the_home_kept_and_when(tmp_path: Path) -> None:
+    """docs/reference/commands.md §2.3: an attempt preempted with its VM shows what the home kept, and
+    when it went; one of which the home kept nothing says so, never "no log yet" for ever."""
+    home, job, log = finished_job(tmp_path)
+    state = json.loads((home / "state.json").read_text())
+    record = next(j for j in state["jobs"] if j["id"] == job)
+    record["attempts"][0].update(outcome="preempted", ended=1_800_000_000.0)
+    (home / "state.json").write_text(json.dumps(state))
+    kept = jobtpu(home, "tail", str(job), "--attempt", "0")
+    assert kept.stdout == "done\n"
+    assert kept.stderr.startswith(f"jobtpu: job {job} attempt 0 ran on local until it was preempted at "), kept.stderr
+    assert "above is what the home kept (5 bytes)" in kept.stderr, kept.stderr
+    log.unlink()
+    lost = jobtpu(home, "tail", str(job), "--attempt", "0", check=False)
+    assert lost.returncode == 1 and "Traceback" not in lost.stderr, lost.stderr
+    line = lost.stderr.splitlines()[0]
+    assert line.startswith(f"jobtpu: error: job {job} attempt 0 ran on local until it was preempted at ") and \
+        line.endswith("the home kept no log of worker 0: its VM went before a pass or a loop brought any home"), line

@@ -36,12 +36,20 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
         raise NotFoundError(f"job {job_id} has no attempt {attempt}",
                             hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
     path, rel = home.log_file(job_id, attempt, worker), log_rel(job_id, attempt, worker)
+    gone = vm_gone(job, attempt)
     if not path.exists() and not follow_log:
         if job["status"] == "queued" or not tried:
             raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
+        if gone is not None:
+            raise NotFoundError(f"job {job_id} attempt {attempt} {gone}; the home kept no log of worker {worker}: "
+                                "its VM went before a pass or a loop brought any home",
+                                hint="`jobtpu manage --loop` brings running jobs' logs home every few seconds")
         raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
                             hint="logs are pulled by `jobtpu manage`")
     offset = _print_last_lines(home, rel, lines)
+    if gone is not None and not follow_log:
+        note(f"jobtpu: job {job_id} attempt {attempt} {gone}: above is what the home kept ({offset} bytes); "
+             "what it printed after that went with its VM")
     decoder = new_decoder()
     said: str | None = None  # the machine's trouble, said once while it lasts
     from jobtpu.home.roles import role_of
@@ -73,6 +81,18 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
             return code  # every worker's exit record is there and the log is home: no pass needed
         # else the log is still behind its end: pull the next part at once
     return 0
+
+
+def vm_gone(job: dict[str, object], attempt: int) -> str | None:
+    """Pure: for an attempt whose machine went away under it (preempted, lost), the words saying where
+    it ran and when it went; None for any other attempt."""
+    import time
+
+    for each in job.get("attempts") or []:  # type: ignore[attr-defined]
+        if each.get("n") == attempt and each.get("outcome") in ("preempted", "lost") and each.get("ended"):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(each["ended"])))
+            return f"ran on {each.get('machine')} until it was {each['outcome']} at {when}"
+    return None
 
 
 def attempt_exit_code(workers: dict[WorkerRef, WorkerState], expected: int) -> int | None:
