@@ -1,6 +1,6 @@
 """Preemption to running under `jobtpu manage --loop`, side by side: a loop that follows work in flight
-(busy_interval 5 s, as jobtpu does) against the same loop waiting its full interval between every
-stage (busy_interval set to the interval, as before), both against the fake TPU API's own operation
+(busy_interval, and a log stream that notices a vanished worker, as jobtpu does) against the same
+loop waiting its full interval between every stage (both set to the interval, as before), both against the fake TPU API's own operation
 times (tests/fake_tpu.py, driven by the real google-cloud-tpu client; workers are real sshd hosts,
 tests/sshfleet.py: run as root).
 
@@ -55,7 +55,8 @@ def wait(what: str, done, timeout: float) -> None:
 
 def one_round(base: Path, interval: float, busy: float, ready_after: float) -> float:
     """Seconds from preemption to the job running again, under a loop of `interval` seconds that
-    follows work in flight every `busy` seconds."""
+    follows work in flight every `busy` seconds (and, when `busy` is the interval, brings no logs home
+    between rounds either: the loop as it was)."""
     ssh = SshFleet(base / "fleet")
     api = FakeTpuApi(ready_after=ready_after)
     tpus = TpuFleet(ssh, api)
@@ -70,7 +71,8 @@ def one_round(base: Path, interval: float, busy: float, ready_after: float) -> f
         src.mkdir()
         (src / "train.py").write_text("print('hi')\n")
         job = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 600", "--rule", "pre"))
-        env = {**os.environ, "JOBTPU_USER": "bench", **timing.env(busy_interval=busy)}
+        waits = {"busy_interval": busy} if busy < interval else {"busy_interval": busy, "log_stream": interval}
+        env = {**os.environ, "JOBTPU_USER": "bench", **timing.env(**waits)}
         loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", str(interval)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         wait("the job to run", lambda: job_of(home, job)["status"] == "running", 120)
