@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -38,7 +38,23 @@ SAID_PER_ACCOUNT = 10  # past this many, one account's requests are said in one 
 
 
 class Refused(JobtpuError):
-    """A request the runner does not carry out: its reply says why."""
+    """A request the runner does not carry out: its reply says why (to `owner`, its sender, when known)."""
+
+    def __init__(self, message: str, owner: int = -1) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+def _read(spool_fd: int, entry: spool.Entry, limit: int, kind: Any) -> tuple[Any, int] | None:
+    """A request's document as `kind` and its sender; None when it is gone already."""
+    try:
+        raw, owner = spool.read_request(spool_fd, entry.name, limit)
+    except FileNotFoundError:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=kind), owner
+    except msgspec.DecodeError as e:
+        raise Refused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}", owner) from None
 
 
 def take_in(home: Home) -> list[str]:
@@ -121,18 +137,15 @@ def _take_submission(home: Home, spool_fd: int, entry: spool.Entry) -> str:
     owner = -1
     archive_name = f"archive-{entry.first}.tar.gz"
     try:
-        try:
-            raw, owner = spool.read_request(spool_fd, entry.name, MAX_SUBMISSION_BYTES)
-        except FileNotFoundError:
+        found = _read(spool_fd, entry, MAX_SUBMISSION_BYTES, Submission)
+        if found is None:
             return ""
-        try:
-            doc: Submission = msgspec.json.decode(raw, type=Submission)
-        except msgspec.DecodeError as e:
-            raise Refused(f"{entry.name} is not a submit jobtpu wrote: {str(e)[:200]}") from None
+        doc, owner = found
         ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name)
         _reply(home, entry.name, owner, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
     except (Refused, JobtpuError) as e:
+        owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
             _reply(home, entry.name, owner, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
         return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
@@ -257,19 +270,16 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
 
     owner = -1
     try:
-        try:
-            raw, owner = spool.read_request(spool_fd, entry.name, MAX_REQUEST_BYTES)
-        except FileNotFoundError:
+        found = _read(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
+        if found is None:
             return ""
-        try:
-            req: ActRequest = msgspec.json.decode(raw, type=ActRequest)
-        except msgspec.DecodeError as e:
-            raise Refused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}") from None
+        req, owner = found
         code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
         _reply(home, entry.name, owner, code, lines, what=" ".join(req.argv)[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
         return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:
+        owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
             _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
         return f"refused {entry.name}: {e.message}"

@@ -58,21 +58,12 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         return
     refs = refs_of(job)
     if job.id in seen.bad_files:  # a link, FIFO or foreign folder at its log: this job alone fails
-        ending, why = Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id]
-        alive = _alive(refs, view)
-        if alive:
-            _stop(job, machine, ending, alive, plan, why)
-        else:
-            _end(job, ending, seen.now, plan, why)
+        _fail(job, machine, Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id], refs, view, seen, plan)
         return
     states = [view.workers.get(ref) for ref in refs]
     if any(s is not None and s.timed_out and not s.alive for s in states):  # its worker kept the --timeout
-        ending, why = Ending(Status.FAILED, model.TIMEOUT), "ran past its --timeout (stopped on its worker)"
-        alive = _alive(refs, view)
-        if alive:
-            _stop(job, machine, ending, alive, plan, why)
-        else:
-            _end(job, ending, seen.now, plan, why)
+        _fail(job, machine, Ending(Status.FAILED, model.TIMEOUT), "ran past its --timeout (stopped on its worker)",
+              refs, view, seen, plan)
         return
     failed = [s for s in states if s is not None and s.exit_code not in (None, 0)]
     if failed:
@@ -100,6 +91,16 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
     elif job.stall is not None and seen.now - job.log_grew > job.stall:
         _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
+
+
+def _fail(job: Job, machine: Machine, ending: Ending, why: str, refs: tuple[WorkerRef, ...], view: MachineView,
+          seen: Observation, plan: Plan) -> None:
+    """End the attempt with `ending`: stop its workers that still have processes first, if any."""
+    alive = _alive(refs, view)
+    if alive:
+        _stop(job, machine, ending, alive, plan, why)
+    else:
+        _end(job, ending, seen.now, plan, why)
 
 
 TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pass stops the job itself
