@@ -21,6 +21,8 @@ def run_command(home: Home, opts: submit.SubmitOptions, as_json: bool, follow_lo
     """Submit, then one pass (or, following, passes until the job ends: its exit code)."""
     from jobtpu.passes import manage
 
+    if opts.dry_run:
+        return submit.print_resolved(home, opts)
     if follow_log and (opts.sweep or opts.sweep_file):
         raise JobtpuError("run --follow follows one job, and a sweep is many",
                           hint="`jobtpu run` without --follow, then `jobtpu status --sweep ID`")

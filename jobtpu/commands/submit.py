@@ -28,7 +28,7 @@ RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
 class SubmitOptions(NamedTuple):
     """What `submit` and `run` take, as the user typed it (checked by build_job)."""
 
-    cmd: str
+    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
     dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
     req: list[str] = []
     machine: str | None = None
@@ -59,6 +59,7 @@ class SubmitOptions(NamedTuple):
     grace: str | None = None
     signal: str | None = None
     hold: bool = False  # queued held: it starts only after `jobtpu release`
+    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
 
 
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | None = None) -> Job:
@@ -73,7 +74,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     settings = load_settings(home, user)  # the user's defaults for --rule and --req, dirs, aliases
     req = opts.req or settings.req
     rule = opts.rule if opts.rule is not None else settings.rule
-    if not opts.cmd.strip():
+    if not (opts.cmd or "").strip():
         raise JobtpuError("--cmd is empty", hint='give the command to run, like --cmd "python train.py"')
     request = parse_request(req)
     pin = fleet.resolve(opts.machine).name if opts.machine is not None else None  # an alias pins its machine
@@ -92,7 +93,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
             raise JobtpuError("--tag must not be empty")
     from jobtpu.limits import check_submit
 
-    check_submit(opts.cmd, opts.name, opts.tag, overrides, opts.sheet_note)
+    check_submit(opts.cmd or "", opts.name, opts.tag, overrides, opts.sheet_note)
     if opts.on_resume is not None:
         from jobtpu.decide.placement import check_on_resume
         from jobtpu.limits import MAX_OVERRIDES, check_length
@@ -117,7 +118,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     with sigterm_interrupts():
         snap = snapshot(src, archives or home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
                         allow_secrets=opts.allow_secrets)
-    return Job(id=0, user=user, cmd=opts.cmd, archive=snap.name, created=time.time(), name=opts.name,
+    return Job(id=0, user=user, cmd=opts.cmd or "", archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
                max_recoveries=opts.max_recoveries,
@@ -149,7 +150,8 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     from jobtpu.inputs import parse_duration
     from jobtpu.schema.machines import load_fleet
 
-    fleet = load_fleet(home)
+    fleet = load_fleet(home)  # a broken machines.json is said first, as for every command
+    opts = with_job_file(home, opts)
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
@@ -206,6 +208,25 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     return jobs
 
 
+def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:
+    """The options with the defaults of the snapshotted folder's jobtpu.toml under the command line's
+    (docs/reference/commands.md §2.2.9); a command is needed from one or the other."""
+    from jobtpu.home.settings import load_settings, source_folder
+    from jobtpu.jobfile import NAME, merged, read_job_file
+
+    settings = load_settings(home, known_user(home, opts.user))
+    src, _ = source_folder(opts.dir, settings, Path.cwd())
+    from_file = read_job_file(src)
+    if from_file:
+        opts = SubmitOptions(**merged(opts._asdict(), SubmitOptions._field_defaults, from_file))
+    if opts.cmd is None:
+        from jobtpu.errors import UsageError
+
+        raise UsageError("no command to run: give --cmd, or `cmd` in the [job] table of the folder's " + NAME,
+                          hint='like --cmd "python train.py"; `jobtpu submit --help` lists the options')
+    return opts
+
+
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
     """After a failed submit: drop the job's secret unless the job reached state.json after all (the
     failure came after the rename). Best effort: `clean` drops any secret no job holds."""
@@ -220,7 +241,21 @@ def _drop_unsaved_secret(home: Home, job_id: int) -> None:
 
 
 def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
+    if opts.dry_run:
+        return print_resolved(home, opts)
     print_submitted(submit_jobs(home, opts), as_json)
+    return 0
+
+
+def print_resolved(home: Home, opts: SubmitOptions) -> int:
+    """`--dry-run`: the options the job would be submitted with, the job file's and the command
+    line's together, one `name: value` a line (what was left at its default is not shown)."""
+    from jobtpu.views.text import printable
+
+    resolved = with_job_file(home, opts)._asdict()
+    for name, value in resolved.items():
+        if name != "dry_run" and value != SubmitOptions._field_defaults.get(name):
+            print(printable(f"{name.replace('_', '-')}: {value if not isinstance(value, list) else ' '.join(value)}"))
     return 0
 
 
@@ -251,7 +286,8 @@ def add_parser(subparsers: args.Subparsers) -> None:
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
     """The options `submit` and `run` share: what to run, where, and how to recover it."""
-    p.add_argument("--cmd", required=True, help="the command to run, by bash, in the snapshot")
+    p.add_argument("--cmd", help="the command to run, by bash, in the snapshot (default: `cmd` in the folder's "
+                   "jobtpu.toml)")
     p.add_argument("--dir", help="the folder to snapshot, or N for your working directory N (`jobtpu dir`); "
                    "default: here, or your working directory 1 when here is not a project (docs/reference/commands.md §2.2.1)")
     p.add_argument("--req", action="append", default=[],
@@ -280,6 +316,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
                    "{zone}, {region} and {job} are filled in (--on-resume '--config.load_from=gs://ckpt-{region}/run{job}')")
     p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
+    p.add_argument("--dry-run", action="store_true", help="print the job's options as they would be submitted "
+                   "(jobtpu.toml's and the command line's together); snapshot and queue nothing")
     p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
                    "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
                    "`jobtpu report` uses it")
