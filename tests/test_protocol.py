@@ -226,11 +226,11 @@ def test_a_serving_worker_s_refusal_names_a_hostile_root_whole(tmp_path: Path) -
     """The serve script's answer is a report like every other: a root whose name holds a newline and
     a quote comes back whole in the reason, never cut at the break (sh/peer.sh)."""
     root = tmp_path / 'jobs "a"\nserve ok 1'
-    (root / "archives" / ".serve.tok").mkdir(parents=True)  # the server's folder is taken: it cannot start
+    (root / "archives" / ".serve.s1").mkdir(parents=True)  # the server's folder is taken: it cannot start
     (root / "archives" / "snap.tar.gz").write_bytes(b"x")
-    done = subprocess.run(["bash", "-c", peer_serve_script(str(root), "snap.tar.gz", "127.0.0.1", "tok", 1)],
+    done = subprocess.run(["bash", "-c", peer_serve_script(str(root), "snap.tar.gz", "127.0.0.1", "s1", "tok", 1)],
                           capture_output=True, text=True, timeout=30)
-    assert parse_serve(done.stdout).why == f"cannot create {root}/archives/.serve.tok"
+    assert parse_serve(done.stdout).why == f"cannot create {root}/archives/.serve.s1"
     assert parse_serve('{"kind": "serve", "outcome": "ok", "port": 4242}').port == 4242
     assert parse_fetch('x\n{"kind": "fetch", "outcome": "bad", "detail": "not the snapshot"}').why == \
         "the copy was refused: not the snapshot"
