@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from jobtpu.transport.local import job_environment
 from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, pid_alive, status, submit, wait_for
 from tests.sshfleet import SshFleet
 
@@ -223,8 +224,9 @@ def test_an_env_path_that_uses_the_worker_s_path_runs_and_nothing_of_it_runs_a_c
     assert (jobs[job]["status"], jobs[job]["exit_code"]) == ("finished", 0), (jobs[job], _log(home, job))
     assert (folder / "envfile.txt").read_text() == "gone\n"  # deleted before the command started
     got = (folder / "got.txt").read_text().split("\n")
-    assert got[:7] == [f"/opt/nowhere/bin:{os.environ['PATH']}", f"{os.environ['HOME']}/data",
-                       f"{os.environ['HOME']}/data/x", "r0-.", "$HOME",
+    login = job_environment()  # a local job's $PATH and $HOME are a login's, not the pass's (§8.2)
+    assert got[:7] == [f"/opt/nowhere/bin:{login['PATH']}", f"{login['HOME']}/data",
+                       f"{login['HOME']}/data/x", "r0-.", "$HOME",
                        f"$(touch {tmp_path}/pwned) `touch {tmp_path}/pwned`",
                        "k$HOME"]  # a secret's value is never expanded
     assert not (tmp_path / "pwned").exists()

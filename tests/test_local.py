@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import pwd
 import re
 import select
 import signal
@@ -61,6 +62,68 @@ def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:
     with tarfile.open(archive) as tar:
         names = {m.name.removeprefix("./") for m in tar.getmembers()}
     assert "big.bin" not in names and "job.py" in names
+
+
+PASS_ONLY = {"SSH_AUTH_SOCK": "/x", "AWS_SECRET_ACCESS_KEY": "y", "SOME_RANDOM": "z"}
+BASH_OWN = {"PWD", "OLDPWD", "SHLVL", "_"}  # what bash itself sets in every command it starts
+
+
+def test_a_local_job_gets_a_login_s_environment_and_nothing_else_of_the_pass_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference/job-environment.md §8.2: whoever runs manage lends a local job nothing of its own
+    environment (its ssh agent, cloud keys, anything else): the job sees what a login of the account
+    gets, jobtpu's JOBTPU_* and its --env values."""
+    from jobtpu.transport.local import job_environment
+
+    for name, value in PASS_ONLY.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LC_TIME", "C.UTF-8")  # how the account reads dates: kept
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"job.py": "import json, os\njson.dump(dict(os.environ), open('env.json', 'w'))\n"})
+    job_id = submit(home, src, "python3 job.py", "--env", "MY_VAR=x y", "--env", "MY_TOKEN=t0k",
+                    "--env", "FROM_PATH=$PATH")
+    assert manage_until(home, [job_id], {"finished", "failed"})[job_id]["status"] == "finished"
+    env = json.loads((home / "run" / "jobs" / str(job_id) / "env.json").read_text())
+    assert not set(PASS_ONLY) & set(env), env
+    account = pwd.getpwuid(os.geteuid())
+    login = job_environment()
+    assert (env["HOME"], env["USER"], env["LOGNAME"], env["SHELL"]) == (
+        account.pw_dir, account.pw_name, account.pw_name, account.pw_shell)
+    assert env["PATH"] == env["FROM_PATH"] == login["PATH"] and "/usr/bin" in env["PATH"].split(":")
+    assert (env["MY_VAR"], env["MY_TOKEN"], env["JOBTPU_JOB_ID"], env["LC_TIME"]) == ("x y", "t0k", str(job_id), "C.UTF-8")
+    allowed = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "LANG", "TZ", "TMPDIR", "MY_VAR", "MY_TOKEN", "FROM_PATH"}
+    assert {k for k in env if not k.startswith(("JOBTPU_", "LC_"))} - allowed - BASH_OWN == set(), env
+
+
+@pytest.mark.parametrize(("uid", "environment", "login_defs", "path"), [
+    (1000, "", "", "/usr/local/bin:/usr/bin:/bin"),
+    (0, "", "", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    (1000, "", "ENV_SUPATH\tPATH=/s:/sbin\nENV_PATH\tPATH=/u:/bin\n", "/u:/bin"),
+    (0, "", "ENV_SUPATH\tPATH=/s:/sbin\nENV_PATH\tPATH=/u:/bin\n", "/s:/sbin"),
+    (1000, "", "# ENV_PATH PATH=/commented\nENV_PATH /no/prefix\n", "/no/prefix"),
+    (1000, 'LANG=C\nPATH="/etc/env:/bin"\n', "ENV_PATH PATH=/u:/bin\n", "/etc/env:/bin"),  # pam_env sets it last
+    (1000, "#PATH=/commented\n", "ENV_PATH PATH=/u:/bin\n", "/u:/bin"),
+])
+def test_a_local_job_s_path_is_the_one_a_login_starts_with(uid: int, environment: str, login_defs: str,
+                                                           path: str) -> None:
+    from jobtpu.transport.local import login_path
+
+    assert login_path(uid, environment, login_defs) == path
+
+
+def test_the_login_environment_keeps_only_the_account_s_own_and_its_locale() -> None:
+    from jobtpu.transport.local import login_environment
+
+    account = pwd.struct_passwd(("ann", "x", 1000, 1000, "", "/home/ann", "/bin/zsh"))
+    passing = {**PASS_ONLY, "HOME": "/elsewhere", "USER": "bob", "PATH": "/venv/bin", "JOBTPU_HOME": "/h",
+               "LANG": "de_DE.UTF-8", "LC_ALL": "C", "TZ": "UTC", "TMPDIR": "/scratch", "PYTHONPATH": "/p"}
+    assert login_environment(passing, account, "/usr/bin:/bin") == {
+        "HOME": "/home/ann", "USER": "ann", "LOGNAME": "ann", "SHELL": "/bin/zsh", "PATH": "/usr/bin:/bin",
+        "LANG": "de_DE.UTF-8", "LC_ALL": "C", "TZ": "UTC", "TMPDIR": "/scratch"}
+    # An account the passwd database does not know keeps the HOME and names it has, and nothing more.
+    assert login_environment(passing, None, "/bin") == {"HOME": "/elsewhere", "USER": "bob", "PATH": "/bin",
+                                                        "LANG": "de_DE.UTF-8", "LC_ALL": "C", "TZ": "UTC",
+                                                        "TMPDIR": "/scratch"}
 
 
 def test_failing_job_reports_its_exit_code(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from jobtpu.remote.scripts import (
     peer_serve_script,
     probe_script,
     render,
+    serve_script,
     setup_now_script,
     setup_outcome,
     setup_said,
@@ -115,6 +116,28 @@ def test_a_kept_shell_frames_its_outputs_with_reports() -> None:
     assert protocol.ran_header(b'{"kind":"ran","code":2,"stdout":10,"stderr":0}') == protocol.Ran(2, 10, 0)
     assert protocol.ran_header(b"2 10 0") is None and protocol.ran_header(b'{"kind":"got"}') is None
     assert protocol.ran_header(b'{"kind":"ran","code":2,"stdout":10,"stderr":0') is None
+
+
+def test_a_kept_shell_keeps_no_script_s_text_on_disk_once_it_ran(tmp_path: Path) -> None:
+    """A script's text holds a job's secret values or a peer copy's token: the kept shell's copy of it
+    (sh/serve.sh) is emptied once it ran, not left until the next one or the connection's end."""
+    secret = "s3cret-" + os.urandom(8).hex()
+    script = f"x={shlex.quote(secret)}; echo ${{#x}}\n".encode()
+    shell = subprocess.Popen(["bash", "-c", serve_script()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert shell.stdin is not None and shell.stdout is not None
+    try:
+        shell.stdin.write(b"%d\n" % len(script) + script)
+        shell.stdin.flush()
+        assert protocol.is_receipt(shell.stdout.readline().strip())
+        ran = protocol.ran_header(shell.stdout.readline().strip())
+        assert ran is not None and shell.stdout.read(ran.stdout + ran.stderr) == b"%d\n" % len(secret)
+        # It waits for the next script now: what it keeps on disk holds nothing of the last one.
+        kept = [f for f in tmp_path.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+        assert kept == []
+    finally:
+        shell.stdin.close()
+        shell.wait(timeout=30)
 
 
 def test_parsers_skip_what_does_not_decode_and_never_raise() -> None:
@@ -226,11 +249,11 @@ def test_a_serving_worker_s_refusal_names_a_hostile_root_whole(tmp_path: Path) -
     """The serve script's answer is a report like every other: a root whose name holds a newline and
     a quote comes back whole in the reason, never cut at the break (sh/peer.sh)."""
     root = tmp_path / 'jobs "a"\nserve ok 1'
-    (root / "archives" / ".serve.tok").mkdir(parents=True)  # the server's folder is taken: it cannot start
+    (root / "archives" / ".serve.s1").mkdir(parents=True)  # the server's folder is taken: it cannot start
     (root / "archives" / "snap.tar.gz").write_bytes(b"x")
-    done = subprocess.run(["bash", "-c", peer_serve_script(str(root), "snap.tar.gz", "127.0.0.1", "tok", 1)],
+    done = subprocess.run(["bash", "-c", peer_serve_script(str(root), "snap.tar.gz", "127.0.0.1", "s1", "tok", 1)],
                           capture_output=True, text=True, timeout=30)
-    assert parse_serve(done.stdout).why == f"cannot create {root}/archives/.serve.tok"
+    assert parse_serve(done.stdout).why == f"cannot create {root}/archives/.serve.s1"
     assert parse_serve('{"kind": "serve", "outcome": "ok", "port": 4242}').port == 4242
     assert parse_fetch('x\n{"kind": "fetch", "outcome": "bad", "detail": "not the snapshot"}').why == \
         "the copy was refused: not the snapshot"

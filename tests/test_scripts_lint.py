@@ -45,9 +45,9 @@ def _launch(v: str) -> str:
 # Named by the function in jobtpu/remote/scripts.py that renders the script, then the variant.
 RENDERERS: dict[str, Callable[[str], str]] = {
     "launch_script": _launch,
-    "peer_serve_script": lambda v: scripts.peer_serve_script(v, v, v, v, 7),
+    "peer_serve_script": lambda v: scripts.peer_serve_script(v, v, v, v, v, 7),
     "peer_stop_script": lambda v: scripts.peer_stop_script(v, v),
-    "peer_fetch_script": lambda v: scripts.peer_fetch_script(v, LaunchSpec(WorkerRef(1, 0, 2), root=v, archive=v,
+    "peer_fetch_script": lambda v: scripts.peer_fetch_script(v, v, LaunchSpec(WorkerRef(1, 0, 2), root=v, archive=v,
                                                                            command=v, env={v: v}, home_id=v)),
     "probe_script": lambda v: scripts.probe_script(v, [(r, 5) for r in ALL_REFS], home_id=v),
     "kill_script": lambda v: scripts.kill_script(v, ALL_REFS, grace=0.3, home_id=v),

@@ -35,13 +35,13 @@ class Calls:
         self.urls: list[str] = []
         serve, fetch = peercopy.peer_serve_script, peercopy.peer_fetch_script
 
-        def spy_serve(root: str, archive: str, bind: str, token: str, peers: int) -> str:
+        def spy_serve(root: str, archive: str, bind: str, serve_id: str, token: str, peers: int) -> str:
             self.binds.append(bind)
-            return serve(root, archive, bind, token, peers)
+            return serve(root, archive, bind, serve_id, token, peers)
 
-        def spy_fetch(url: str, spec: Any) -> str:
+        def spy_fetch(url: str, token: str, spec: Any) -> str:
             self.urls.append(url)
-            return fetch(url, spec)
+            return fetch(url, token, spec)
         monkeypatch.setattr(peercopy, "peer_serve_script", spy_serve)
         monkeypatch.setattr(peercopy, "peer_fetch_script", spy_fetch)
 

@@ -3,7 +3,8 @@
 The launch script runs on every worker at once. Those that lack the snapshot (or hold a damaged copy)
 get it: when two or more do, the home sends it to one worker only (worker 0 when it holds a copy
 already, else the first that lacks it), which serves it once to each of the others over the machine's
-internal addresses (peerfile.py: a random one-time path, for timing's peer_copy_wait at most); each
+internal addresses (peerfile.py: on the address they reach it at only, to a random token that no
+argument or file name on a worker holds, for timing's peer_copy_wait at most); each
 checks what it fetched against the snapshot's name before the launch unpacks it. A worker whose fetch
 fails (refused, timed out, a copy that is not the snapshot) gets the home's copy pushed, and the pass
 says so. No key of the home's is ever placed on a worker: the workers fetch from each other over HTTP."""
@@ -61,11 +62,13 @@ def launch_workers(p: Pass, machine: Machine, workers: list[Worker]) -> dict[int
 
 @dataclass(frozen=True)
 class Serving:
-    """A worker serving its copy: where the others fetch it, and the token that names its server."""
+    """A worker serving its copy: where the others fetch it, the token they give, and the server's
+    name (no secret: the name of its folder on the worker, for stopping it)."""
 
     worker: int
     url: str
     token: str
+    serve_id: str
 
 
 def _through_a_peer(p: Pass, machine: Machine, first: Worker, reports: dict[int, LaunchReport],
@@ -93,7 +96,7 @@ def _through_a_peer(p: Pass, machine: Machine, first: Worker, reports: dict[int,
 
     done = p.parallel(one, [source, *lacking] if pushed else lacking)
     if isinstance(served, Serving) and sum(fetched for *_, fetched in done) < len(lacking):
-        _stop(p, machine, source[0], served.token)  # some peers never fetched: the server need not wait for them
+        _stop(p, machine, source[0], served.serve_id)  # some peers never fetched: the server need not wait for them
     return {index: report for index, report, _ in done}
 
 
@@ -107,7 +110,7 @@ def _fetch_launch(p: Pass, machine: Machine, worker: Worker, source: int,
     else:
         wait = timing.current().script_timeout + timing.current().peer_copy_wait
         try:
-            out = p.run_on(machine, ep, peer_fetch_script(served.url, spec), timeout=wait)
+            out = p.run_on(machine, ep, peer_fetch_script(served.url, served.token, spec), timeout=wait)
         except (RemoteError, OSError) as e:
             return _no_answer(e), False
         fetched, result = parse_fetch(out), parse_launch(out).get(spec.ref)
@@ -120,26 +123,27 @@ def _fetch_launch(p: Pass, machine: Machine, worker: Worker, source: int,
 
 
 def _serve(p: Pass, machine: Machine, ep: Endpoint, archive: str, peers: int) -> Serving | Served:
-    """Start the worker serving its copy to `peers` fetches: where they fetch it, or why not."""
-    token = random_ids.token_hex(16)
+    """Start the worker serving its copy to `peers` fetches: where they fetch it, or why not. It
+    listens where the peers reach it and nowhere else (never the wildcard address)."""
+    token, serve_id = random_ids.token_hex(16), random_ids.token_hex(8)
+    addr = reach_address(p, machine, ep)
     try:
-        served = parse_serve(p.run_on(machine, ep, peer_serve_script(
-            machine.root, archive, bind_address(p, machine, ep), token, peers)))
+        served = parse_serve(p.run_on(machine, ep, peer_serve_script(machine.root, archive, addr, serve_id, token,
+                                                                     peers)))
     except (RemoteError, OSError) as e:
         return Served(None, str(e))
     if served.port is None:
         return served
-    addr = reach_address(p, machine, ep)
     host = f"[{addr}]" if ":" in addr else addr
-    return Serving(ep.index, f"http://{host}:{served.port}/{token}/{archive}", token)
+    return Serving(ep.index, f"http://{host}:{served.port}/{archive}", token, serve_id)
 
 
-def _stop(p: Pass, machine: Machine, ep: Endpoint, token: str) -> None:
+def _stop(p: Pass, machine: Machine, ep: Endpoint, serve_id: str) -> None:
     with contextlib.suppress(RemoteError, OSError):  # it ends by itself after peer_copy_wait anyway
-        p.run_on(machine, ep, peer_stop_script(machine.root, token))
+        p.run_on(machine, ep, peer_stop_script(machine.root, serve_id))
 
 
-def bind_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
+def internal_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
     """The worker's address on the machine's internal network: a TPU's from the API, an ssh box's host."""
     internal = _internal(p, machine)
     return internal[ep.index] if ep.index < len(internal) else (ep.addr or "127.0.0.1")
@@ -148,7 +152,7 @@ def bind_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
 def reach_address(p: Pass, machine: Machine, ep: Endpoint) -> str:
     """Where the other workers reach it: machines.json's peer_addresses, else its internal address."""
     peers = peer_addresses_of(p, machine, [e.addr or "127.0.0.1" for e in p.endpoints(machine)])
-    return peers[ep.index] if ep.index < len(peers) else bind_address(p, machine, ep)
+    return peers[ep.index] if ep.index < len(peers) else internal_address(p, machine, ep)
 
 
 def peer_addresses_of(p: Pass, machine: Machine, reached: Sequence[str]) -> tuple[str, ...]:

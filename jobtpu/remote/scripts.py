@@ -161,22 +161,24 @@ class Fetched:
     held: bool = False  # it needed none: it shares a disk with the worker the home sent its copy to
 
 
-def peer_serve_script(root: str, archive: str, bind: str, token: str, peers: int) -> str:
-    """Serve the worker's copy of the snapshot to `peers` fetches, detached: a `serve` report."""
+def peer_serve_script(root: str, archive: str, bind: str, serve_id: str, token: str, peers: int) -> str:
+    """Serve the worker's copy of the snapshot on `bind` to `peers` fetches that give `token`, detached:
+    a `serve` report. `serve_id` names the server (for peer_stop_script) and is no secret; the token
+    is only in the script's text, which the worker reads on stdin, never in an argument or a file name."""
     wait = int(timing.current().peer_copy_wait)
-    return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, token, int(peers), wait,
-                                                  peerfile_source())])
+    return render(("common.sh", "peer.sh"), [call("jobtpu_peer_serve", root, archive, bind, serve_id, token,
+                                                  int(peers), wait, peerfile_source())])
 
 
-def peer_stop_script(root: str, token: str) -> str:
-    """End the server of that token now: some of its peers will never fetch."""
-    return render(("peer.sh",), [call("jobtpu_peer_stop", root, token)])
+def peer_stop_script(root: str, serve_id: str) -> str:
+    """End the server started as `serve_id` now: some of its peers will never fetch."""
+    return render(("peer.sh",), [call("jobtpu_peer_stop", root, serve_id)])
 
 
-def peer_fetch_script(url: str, spec: LaunchSpec) -> str:
-    """Fetch the snapshot from a peer (a `fetch` report), then launch the worker
+def peer_fetch_script(url: str, token: str, spec: LaunchSpec) -> str:
+    """Fetch the snapshot from a peer with its token (a `fetch` report), then launch the worker
     as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
-    fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, int(timing.current().peer_copy_wait),
+    fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, token, int(timing.current().peer_copy_wait),
                  peerfile_source(), unpack_source())
     return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [_launch_init(), fetch, _launch_call(spec)])
 

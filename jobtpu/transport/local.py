@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from jobtpu.errors import RemoteError
@@ -22,6 +24,62 @@ CONTAINERS = ("meta", "jobs", "archives", "stop")
 SHARED_CONTAINER = 0o3770
 RUNNER_CONTAINER = 0o2750
 PRIVATE_FOLDER = 0o700
+# What a login's PATH is when neither /etc/environment nor /etc/login.defs names one (login's own defaults).
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_SUPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+KEPT = ("LANG", "TZ", "TMPDIR")  # and every LC_*: how the account's own sessions read text and time
+
+
+def _setting(text: str, name: str, words: bool) -> str:
+    """The last setting of `name` in a system file's text: `NAME=value` lines (/etc/environment,
+    quotes dropped) or, with `words`, `NAME value` lines (/etc/login.defs). Empty when unset."""
+    found = ""
+    for line in text.splitlines():
+        key, _, value = line.strip().replace("\t", " ").partition(" " if words else "=")
+        if key.strip() == name and value.strip():
+            found = value.strip().strip("\"'")
+    return found
+
+
+def login_path(uid: int, environment: str, login_defs: str) -> str:
+    """The PATH a login of that account starts with: /etc/environment's (pam_env sets it last), else
+    /etc/login.defs' ENV_SUPATH (root) or ENV_PATH, else login's defaults."""
+    defs = _setting(login_defs, "ENV_SUPATH" if uid == 0 else "ENV_PATH", words=True).removeprefix("PATH=")
+    return (_setting(environment, "PATH", words=False) or defs
+            or (DEFAULT_SUPATH if uid == 0 else DEFAULT_PATH))
+
+
+def login_environment(passing: Mapping[str, str], account: pwd.struct_passwd | None, path: str) -> dict[str, str]:
+    """What a local job's launch (and so the job) runs with: what the machine gives a login of the
+    account (HOME, USER, LOGNAME, SHELL, PATH) and the pass's LANG, LC_*, TZ and TMPDIR; nothing else
+    of the pass's (its ssh agent, cloud keys, anything of whoever runs manage: docs/design.md §8).
+    jobtpu's own JOBTPU_* reach the job through its environment file, as on every machine."""
+    env = {k: v for k, v in passing.items() if k in KEPT or k.startswith("LC_")}
+    if account is None:  # an account the passwd database does not know: its own HOME and names, if set
+        env.update({k: passing[k] for k in ("HOME", "USER", "LOGNAME", "SHELL") if k in passing})
+    else:
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name,
+                   SHELL=account.pw_shell or "/bin/sh")
+    env["PATH"] = path
+    return env
+
+
+def _system_file(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""  # no such file: the defaults
+
+
+def job_environment() -> dict[str, str]:
+    """login_environment for the account this process runs as."""
+    uid = os.geteuid()
+    try:
+        account: pwd.struct_passwd | None = pwd.getpwuid(uid)
+    except KeyError:
+        account = None
+    path = login_path(uid, _system_file("/etc/environment"), _system_file("/etc/login.defs"))
+    return login_environment(os.environ, account, path)
 
 
 class LocalTransport:
@@ -59,10 +117,11 @@ class LocalTransport:
 
     def run(self, script: str, timeout: float | None = None) -> Result:
         self._prepare()
-        # jobtpu's own settings (JOBTPU_HOME, JOBTPU_USER) belong to the manager, not to its jobs.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTPU_")}
+        # A login's environment, not the pass's: whoever runs manage lends its jobs nothing of its own
+        # (an ssh agent, cloud keys, JOBTPU_HOME), even when the job is another member's.
         try:
-            done = subprocess.run(RUN_SCRIPT, shell=True, input=(self.umask + script).encode(), capture_output=True, env=env,
+            done = subprocess.run(RUN_SCRIPT, shell=True, input=(self.umask + script).encode(), capture_output=True,
+                                  env=job_environment(),
                                   timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{self.endpoint.machine}: a local script took over {timeout:.0f}s") from None

@@ -20,6 +20,7 @@ jobtpu_serve() {
     # shellcheck source=/dev/null
     (set +u && . "$d/s") < /dev/null > "$d/o" 2> "$d/e"
     c=$?
+    : > "$d/s"  # its text (a job's secret values, a peer copy's token) is kept on disk no longer than it runs
     # Read and written by builtins, not stat and cat: a kept connection runs a script per busy worker
     # per round. (Script output is text: a NUL byte would end it.) Lengths in bytes: the C locale,
     # for this line only, so the next script still gets the user's.
