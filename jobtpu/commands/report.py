@@ -3,6 +3,7 @@ split into its phases, work redone, goodput), as text or one HTML page."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +50,7 @@ def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
     return chosen if sel.given else [j for j in chosen if j.attempts]
 
 
-def report(home: Home, sel: Selection, html: str | None) -> int:
+def report(home: Home, sel: Selection, html: str | None, usage_since: float | None = None) -> int:
     import msgspec
 
     from jobtpu.schema.machines import load_fleet
@@ -60,7 +61,12 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
 
     state = Store(home).load()
     fleet = load_fleet(home)
-    jobs = report_jobs(home, state, sel)
+    if usage_since is not None and not sel.given:  # a lead's view: every user's jobs, the cleaned ones too
+        from jobtpu.views.listing import history
+
+        jobs = [*state.jobs, *history(home)]
+    else:
+        jobs = report_jobs(home, state, sel)
     log = eventlog.read(home.root)
     now = time.time()
     reports = []
@@ -69,6 +75,14 @@ def report(home: Home, sel: Selection, html: str | None) -> int:
                     for a in job.attempts]
         progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
         reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
+    if usage_since is not None:
+        from jobtpu.views.usage import render_usage, usage
+
+        users = {job.id: job.user for job in jobs}
+        by_user, by_machine = usage(((users[r.job], r) for r in reports), usage_since, now)
+        since_text = time.strftime("%Y-%m-%d %H:%M", time.localtime(usage_since))
+        print(render_usage(by_user, by_machine, f"since {since_text}"))
+        return 0
     if html is not None:
         path = Path(html).expanduser()
         path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
@@ -85,4 +99,16 @@ def add_parser(subparsers: args.Subparsers) -> None:
                           "split into detection, delete+create, setup and launch, work redone, goodput")
     add_selection_args(p, "these jobs, whoever submitted them (default: your jobs that ran)")
     p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
-    p.set_defaults(func=lambda home, a: report(home, selection_from(a), a.html))
+    p.add_argument("--usage", action="store_true", help="chip-hours and GPU-hours used and lost to preemption, by "
+                   "user and by machine (every user's jobs, cleaned ones too, unless a selector is given)")
+    p.add_argument("--since", type=args.since, metavar="WHEN", help="with --usage: the period's start "
+                   "(2026-12-01, 7d, 12h; default: 7 days ago)")
+    p.set_defaults(func=lambda home, a: report(home, selection_from(a), a.html, _usage_since(a)))
+
+
+def _usage_since(parsed: argparse.Namespace) -> float | None:
+    if parsed.since is not None and not parsed.usage:
+        raise JobtpuError("--since goes with --usage", hint="`jobtpu report --usage --since 7d`")
+    if not parsed.usage:
+        return None
+    return parsed.since if parsed.since is not None else time.time() - 7 * 86400
