@@ -16,6 +16,7 @@ from jobtpu import timing
 from jobtpu.commands import (
     annotate,
     clean,
+    cron,
     doctor,
     events,
     fetch,
@@ -171,7 +172,7 @@ def _usage_hint(message: str) -> str | None:
 
 # The command modules in the order `jobtpu --help` lists their commands; each adds its parsers and
 # sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = (submit, run, manage, status, tail, fetch, kill, requeue, clean, hold, annotate, machines,
+COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, annotate, machines,
                    tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
 
 
