@@ -16,6 +16,7 @@ from jobtpu import timing
 from jobtpu.commands import (
     annotate,
     clean,
+    cron,
     doctor,
     events,
     fetch,
@@ -112,6 +113,29 @@ class _Parser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+class _Version(argparse.Action):
+    """`jobtpu --version`: the installed distribution's version, read only when asked (every other
+    command's start-up stays free of the package metadata scan)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> NoReturn:
+        sys.stdout.write(f"jobtpu {installed_version()}\n")
+        raise SystemExit(0)
+
+
+def installed_version() -> str:
+    """The version pip installed (setup.cfg's `version`); `unknown` for a checkout run without installing."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("jobtpu")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 # Options whose value is itself command-line words, so usually starts with dashes: argparse would
 # take `--on-resume --config.x=1` for two options and say the first lacks its value.
 DASHED_VALUES = frozenset({"--on-resume"})
@@ -149,7 +173,8 @@ def _usage_hint(message: str) -> str | None:
 
 # The command modules in the order `jobtpu --help` lists their commands; each adds its parsers and
 # sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = (submit, run, manage, status, tail, fetch, kill, requeue, clean, hold, annotate, requests, machines,
+COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, annotate, requests,
+                   machines,
                    tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
 
 
@@ -157,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
                      "over SSH, through preemptions.")
     parser.add_argument("--home", help="the folder holding machines.json and state.json")
+    parser.add_argument("--version", action=_Version, help="print jobtpu's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for module in COMMAND_MODULES:

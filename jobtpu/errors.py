@@ -58,6 +58,9 @@ class Terminated(KeyboardInterrupt):
 
 
 # ---- credentials --------------------------------------------------------------------------------
+# What an API's 401 means (a deleted key's self-signed token, an expired login), instead of Google's
+# paragraph and its link: with a key's usual path the whole line stays under 200 characters.
+REFUSED_BY_GOOGLE = "Google refused it (invalid authentication credentials)"
 # google-auth and the OS report an unusable credentials file in many shapes, some with a paragraph
 # and a URL; a user needs the file, the cause in a few words and what to do (docs/reference/machines-json.md §3.8).
 # Tried in order against the error and the errors it was raised from, by type name or by text.
@@ -69,6 +72,7 @@ _CREDENTIALS_CAUSES: tuple[tuple[str, str], ...] = (
     ("JSONDecodeError|UnicodeDecodeError|not a valid json|has no attribute 'get'", "not a JSON key file"),
     ("does not have a valid type|a key file of type", "not a service-account key (no known \"type\")"),
     ("PEM|No key could be detected|deserialize|private key", "its private_key is not a valid key"),
+    ("Unauthenticated|invalid authentication credentials", REFUSED_BY_GOOGLE),
 )
 _MISSING_FIELDS = r"missing fields ([\w, ]+)"
 
@@ -91,18 +95,27 @@ def credentials_cause(error: BaseException) -> str:
     return _text(error)
 
 
-def credentials_message(service: str, setting: str, source: str, error: BaseException) -> str:
+def credentials_message(service: str, setting: str, source: str, error: BaseException | None,
+                        cause: str | None = None) -> str:
     """One line for credentials that cannot be used: whose, which file, why, and what to do.
-    `setting`: the machines.json key (gcp.credentials, sheet.credentials); `source`: what it holds."""
+    `setting`: the machines.json key (gcp.credentials, sheet.credentials); `source`: what it holds;
+    `cause`: the words for why, when not read from `error`."""
+    named = None
     if source == "default":
         from os import environ
 
         named = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-        where = f"{named!r} ($GOOGLE_APPLICATION_CREDENTIALS)" if named else "'default'"
         fix = f"run `gcloud auth application-default login`, or set {setting} to a key file"
     else:
-        where, fix = repr(source), f"set {setting} to a valid service-account key file"
-    return f"{service} credentials {where}: {credentials_cause(error)}; {fix}"
+        fix = f"set {setting} to a valid service-account key file"
+    why = cause if cause is not None else credentials_cause(error) if error is not None else "unusable"
+    return credentials_line(service, named or source, why, fix, from_variable=named is not None)
+
+
+def credentials_line(service: str, path: str, cause: str, then: str, from_variable: bool = False) -> str:
+    """`SERVICE credentials 'PATH': CAUSE; THEN`: which credentials, why in a few words, what to do."""
+    where = f"{path!r} ($GOOGLE_APPLICATION_CREDENTIALS)" if from_variable else repr(path)
+    return f"{service} credentials {where}: {cause}; {then}"
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobtpu.errors import JobtpuError
-from jobtpu.home.settings import ALIAS_NAME, CONFIG_KEY, dir_number
+from jobtpu.home.settings import ALIAS_NAME, BUILTIN_ALIASES, CONFIG_KEY, dir_number, sheet_name_refusal
 from jobtpu.schema.machines_file import MACHINE_NAME
 from jobtpu.schema.names import USER_NAME
 from jobtpu.schema.settings import UserSettings
@@ -39,6 +39,7 @@ class OldUser:
     dirs: dict[str, str]
     aliases: dict[str, str]
     time_zone: str | None
+    sheet_name: str | None = None  # how the team sheet's User cells name them (`Lyy` for lyy)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Translation:
     refused: list[str] = field(default_factory=list)  # names jobtpu cannot take, reported not mangled
     skipped: list[str] = field(default_factory=list)  # what jobtpu has no place for, and why
     jobs_left: int = 0
+    builtin_aliases: set[str] = field(default_factory=set)  # the old tool's copies of jobtpu's built-in ones
 
 
 def accelerator_of(name: str) -> str | None:
@@ -77,8 +79,9 @@ def time_zone_of(value: object) -> str | None:
 
 
 def scheduling_kinds(doc: dict[str, Any]) -> dict[str, str]:
-    """Node name → "preemptible" or "spot", from all_tpus.preemptible and pre_info (a list of names,
-    or an object of name → description: one that mentions spot makes the node spot)."""
+    """Node name → "preemptible" or "spot", from all_tpus.preemptible and pre_info: a list of names,
+    an object of name → description (one that mentions spot makes the node spot), or, in the old
+    tool's newer versions, an object of kind → names ({"preemptible": [...], "spot": [...]})."""
     kinds: dict[str, str] = {}
     all_tpus = doc.get("all_tpus") or {}
     for where, value in ((f"all_tpus.{key}", all_tpus.get(key)) for key in _KIND_LISTS):
@@ -92,10 +95,21 @@ def _kinds_from(value: object, where: str, kinds: dict[str, str]) -> None:
         return
     if isinstance(value, list) and all(isinstance(n, str) for n in value):
         kinds.update((n, kinds.get(n, "preemptible")) for n in value)
+    elif isinstance(value, dict) and value and all(isinstance(names, list) for names in value.values()):
+        _kinds_by_kind(value, where, kinds)
     elif isinstance(value, dict):
         kinds.update((str(n), "spot" if "spot" in str(info).lower() else "preemptible") for n, info in value.items())
     else:
         raise ShapeError(f"{where}: must be a list of TPU names")
+
+
+def _kinds_by_kind(value: dict[str, Any], where: str, kinds: dict[str, str]) -> None:
+    """{"preemptible": [names], "spot": [names]}: spot wins over preemptible for a name in both."""
+    for kind, names in value.items():
+        if kind not in ("preemptible", "spot") or not all(isinstance(n, str) for n in names):
+            raise ShapeError(f"{where}.{str(kind)[:40]}: must be \"preemptible\" or \"spot\", a list of TPU names")
+        for name in names:
+            kinds[name] = "spot" if "spot" in (kind, kinds.get(name)) else "preemptible"
 
 
 def translate(doc: object) -> Translation:
@@ -149,7 +163,9 @@ def _user(name: str, raw: dict[str, Any], out: Translation) -> None:
             out.refused.append(f"not imported: {name}'s working directory {number[:10]} {folder[:80]!r}: {why}")
     aliases: dict[str, str] = {}
     for alias, full in _strings(raw.get("config_aliases"), f"users.{name}.config_aliases").items():
-        if ALIAS_NAME.match(alias) and CONFIG_KEY.match(full):
+        if BUILTIN_ALIASES.get(alias) == full:  # the old tool copied its defaults into every user's
+            out.builtin_aliases.add(alias)
+        elif ALIAS_NAME.match(alias) and CONFIG_KEY.match(full):
             aliases[alias] = full
         else:
             out.refused.append(f"not imported: {name}'s alias {alias[:40]!r} = {full[:80]!r} (not a name and a config key)")
@@ -161,7 +177,19 @@ def _user(name: str, raw: dict[str, Any], out: Translation) -> None:
     others = sorted(k for k in settings if k != "time_zone")
     if others:
         out.skipped.append(f"skipped {name}'s settings {', '.join(others)}: {_NO_EQUIVALENT}")
-    out.users.append(OldUser(name, dirs, aliases, time_zone_of(zone)))
+    out.users.append(OldUser(name, dirs, aliases, time_zone_of(zone), _sheet_name(name, raw.get("spreadsheet_name"), out)))
+
+
+def _sheet_name(user: str, value: object, out: Translation) -> str | None:
+    """The name the old tool wrote in the sheet's user cells for this user, when it is not the user
+    name itself (and is one jobtpu can keep: one printable line)."""
+    if value is None or value == user:
+        return None
+    why = sheet_name_refusal(value)
+    if why is None:
+        return str(value)
+    out.refused.append(f"not imported: {user}'s spreadsheet_name {str(value)[:40]!r}: {why}")
+    return None
 
 
 def _dir_refusal(number: str, folder: str) -> str | None:
@@ -280,6 +308,10 @@ def plan_settings(user: OldUser, have: UserSettings, force: bool, plan: Plan) ->
         zones = {"time_zone": new.time_zone} if new.time_zone is not None else {}
         _plan_value(zones, "time_zone", user.time_zone, f"{user.name}: time_zone", force, plan)
         new.time_zone = zones["time_zone"]
+    if user.sheet_name is not None:
+        names = {"sheet_name": new.sheet_name} if new.sheet_name is not None else {}
+        _plan_value(names, "sheet_name", user.sheet_name, f"{user.name}: sheet_name", force, plan)
+        new.sheet_name = names["sheet_name"]
     return new
 
 

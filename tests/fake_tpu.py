@@ -99,6 +99,12 @@ class WorkerHooks(Protocol):
     def host_keys(self, node_name: str) -> list[str]: ...
 
 
+# Google's own answer to a token it does not accept (a deleted key's self-signed JWT), word for word.
+UNAUTHENTICATED_MESSAGE = ("Request had invalid authentication credentials. Expected OAuth 2 access token, login "
+                           "cookie or other valid authentication credential. "
+                           "See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+
+
 class ApiError(Exception):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
@@ -447,8 +453,7 @@ class FakeTpuApi:
         except ValueError:
             header = {}
         if header.get("kid") in self.revoked_keys:
-            raise ApiError("UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 "
-                           "access token, login cookie or other valid authentication credential.")
+            raise ApiError("UNAUTHENTICATED", UNAUTHENTICATED_MESSAGE)
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """Serve one request; raise ApiError for an error answer."""

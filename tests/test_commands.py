@@ -142,3 +142,13 @@ def test_commands_added_in_one_loop_each_run_their_own_act(monkeypatch: pytest.M
         parsed = parser.parse_args(argv)
         assert parsed.func(None, parsed) == 0
     assert calls == [("requeue", True), ("requeue", False), ("hold", False), ("hold", True)]
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    """`jobtpu --version` (docs/reference/commands.md §2.1): the version package metadata records,
+    on stdout, exit 0, with no command and no home needed."""
+    from importlib import metadata
+
+    done = jobtpu(tmp_path / "nowhere", "--version")
+    assert done.stdout == f"jobtpu {metadata.version('jobtpu')}\n" and done.stderr == ""
+    assert not (tmp_path / "nowhere").exists()

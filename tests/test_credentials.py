@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,79 @@ def test_a_key_file_the_account_cannot_read_is_named_with_the_cause(team: Team, 
     passed = team.run(alice, "--home", str(home), "manage")
     assert f"jobtpu: TPU API credentials '{key}': not readable by this account (permission denied); " \
         "set gcp.credentials to a valid service-account key file; TPU machines wait" in passed.stderr.splitlines()
+
+
+# ---- a key Google no longer accepts, at every call that meets it -------------------------------------
+# A key's path (in `short`: /tmp/kXXXXXXXX/keys/sa.json, as long as /home/alice/keys/sa.json): the
+# line names it whole and stays under 200 characters.
+TEAM_KEY = "keys/sa.json"
+
+
+def deleted_key(folder: Path, key_id: str, token_uri: str) -> Path:
+    """A service-account key file, as the console downloads it, whose key was deleted since."""
+    from tests.test_tpu_gcloud import write_key_file
+
+    path = folder / TEAM_KEY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_key_file(path, key_id)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "token_uri": token_uri}))
+    return path
+
+
+@pytest.fixture
+def google() -> Iterator[Any]:
+    """The fake TPU API, which also serves Google's token endpoint (tests/fake_tpu.py)."""
+    from tests.fake_tpu import FakeTpuApi
+
+    with FakeTpuApi() as api:
+        yield api
+
+
+def test_a_revoked_key_the_tpu_api_answers_401_is_one_short_line_in_a_pass_and_a_command(
+        tmp_path: Path, short: Path, google: Any) -> None:
+    """Google answers the deleted key's self-signed token with its 401 paragraph (tests/fake_tpu.py)."""
+    key = deleted_key(short, "deleted-key-9", f"{google.url}/token")
+    google.revoked_keys.add("deleted-key-9")
+    home = make_home(tmp_path, {"local": {"kind": "local"},
+                                "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}},
+                     gcp={"project": "p", "api_endpoint": google.url, "credentials": str(key)})
+    said = (f"TPU API credentials '{key}': Google refused it (invalid authentication credentials); "
+            "set gcp.credentials to a valid service-account key file")
+    passed = jobtpu(home, "manage")
+    assert [x for x in passed.stderr.splitlines() if "credentials" in x] == [f"jobtpu: {said}; TPU machines wait"]
+    asked = jobtpu(home, "tpu", "status", "t", check=False)
+    assert asked.returncode == 1 and asked.stderr.splitlines() == [f"jobtpu: error: {said}"], asked.stderr
+    for line in (*passed.stderr.splitlines(), *asked.stderr.splitlines()):
+        assert len(line) < 200 and "http" not in line, line
+
+
+def test_a_deleted_key_whose_token_google_refuses_is_one_short_line_for_the_sheet(
+        tmp_path: Path, short: Path, google: Any) -> None:
+    """The sheet's client trades the key for a token first: the token endpoint answers invalid_grant."""
+    api = FakeSheetsApi().start()
+    api.add_spreadsheet(KEY, ("jobtpu",))
+    try:
+        key = deleted_key(short, "deleted-key-8", f"{google.url}/token")
+        home = make_home(tmp_path, {"v3-a": {"kind": "local", "accelerator": "v3-8"}},
+                         sheet={"spreadsheet": KEY, "credentials": str(key), "api_endpoint": api.endpoint})
+        done = jobtpu(home, "sheet", "sync", check=False)
+        assert done.returncode == 1 and done.stderr.splitlines() == [
+            f"jobtpu: error: sheet: Sheets credentials '{key}': Google refused it (invalid_grant: Invalid JWT "
+            "Signature.); set sheet.credentials to a valid service-account key file"], done.stderr
+        assert len(done.stderr.splitlines()[0]) < 200 and api.requests_made() == []
+    finally:
+        api.close()
+
+
+def test_a_sheets_401_is_the_same_short_line_naming_the_credentials() -> None:
+    """A 401 the Sheets API answers after a token was granted (the client refreshes once and asks
+    again): Google's paragraph becomes the credentials line."""
+    from jobtpu.sheet.api import SheetApi
+    from jobtpu.sheet.config import SheetConfig
+    from tests.fake_tpu import UNAUTHENTICATED_MESSAGE
+
+    api = SheetApi(SheetConfig(spreadsheet=KEY, credentials="anonymous"))
+    error = api._refused(401, {"code": 401, "message": UNAUTHENTICATED_MESSAGE, "status": "UNAUTHENTICATED"})
+    assert error.message == ("Sheets credentials 'anonymous': Google refused it (invalid "
+                             "authentication credentials); set sheet.credentials to a valid service-account key file")
+    assert error.hint is None

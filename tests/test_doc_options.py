@@ -88,7 +88,7 @@ def missing_options() -> list[str]:
 
 def test_the_walk_finds_subcommands_and_their_options() -> None:
     walked = dict(every_command(build_parser()))
-    assert walked[()] == ["--home"]
+    assert walked[()] == ["--home", "--version"]
     assert "--preemptible" in walked[("sheet", "find")] and "--on-demand" in walked[("sheet", "find")]
     assert "--sweep" in walked[("kill",)] and "--max-recoveries" in walked[("submit",)]
     assert len(walked) >= 30

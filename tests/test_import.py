@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobtpu.importer import accelerator_of, scheduling_kinds, time_zone_of
+from jobtpu.importer import ShapeError, accelerator_of, scheduling_kinds, time_zone_of
 from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, passes_until, write_tree
 from tests.tpufleet import PROJECT, ZONE, TpuFleet
@@ -36,7 +36,7 @@ def data_json(folder: Path, ann: str = "ann", bob: str = "bob") -> Path:
                   "windows_offset": 42, "logs": []},
             bob: {"id": 1, "name": bob, "tmux_name": bob, "working_dir": {"1": "/srv/bob/code"},
                   "job_data": [{"user": bob, "tpu": "kmh-tpuvm-v2-32-preemptible-1", "status": "finished"}],
-                  "config_aliases": {"bs": "config.training.batch_size"},
+                  "config_aliases": {"bsz": "config.training.batch_size"},
                   "settings": {"time_zone": "cn"}, "windows_offset": 3, "logs": []},
         },
         "user_list": [ann, bob], "id_list": [0, 1], "id_user_dict": {"0": ann, "1": bob},
@@ -73,7 +73,7 @@ ann: alias lr = config.training.lr
 ann: alias dr = config.model.dropout
 ann: time_zone = America/New_York
 bob: working directory 1 = /srv/bob/code
-bob: alias bs = config.training.batch_size
+bob: alias bsz = config.training.batch_size
 bob: time_zone = Asia/Shanghai
 """
 
@@ -116,9 +116,19 @@ def test_the_old_time_zones_become_iana_zones(value: object, zone: str | None) -
     ({"all_tpus": {"preemptible": ["a"]}, "pre_info": {"a": {"type": "spot"}}}, {"a": "spot"}),
     ({"pre_info": ["c"]}, {"c": "preemptible"}),
     ({"all_tpus": {"europe-west4-a": ["a"]}}, {}),
+    # the old tool's newer versions: kind → names
+    ({"pre_info": {"preemptible": ["a", "b"], "spot": ["c"]}}, {"a": "preemptible", "b": "preemptible", "c": "spot"}),
+    ({"all_tpus": {"preemptible": ["a"], "pre_info": {"spot": ["a"], "preemptible": ["b"]}}}, {"a": "spot", "b": "preemptible"}),
+    ({"pre_info": {"spot": ["a"], "preemptible": ["a"]}}, {"a": "spot"}),
 ])
 def test_preemptible_and_spot_come_from_the_preemptible_and_pre_info_lists(doc: dict[str, Any], kinds: dict[str, str]) -> None:
     assert scheduling_kinds(doc) == kinds
+
+
+@fast
+def test_a_pre_info_of_another_kind_is_refused_naming_it() -> None:
+    with pytest.raises(ShapeError, match=r'^pre_info.normal: must be "preemptible" or "spot", a list of TPU names$'):
+        scheduling_kinds({"pre_info": {"spot": ["a"], "normal": ["b"]}})
 
 
 # ---- through the CLI ------------------------------------------------------------------------------
@@ -319,7 +329,7 @@ def test_a_shared_home_imported_by_one_account_is_the_other_accounts_own(tmp_pat
     team.run(alice, "--home", str(home), "manage", umask="0077")  # the runner takes bob's submit in
     record = json.loads(team.run(bob, "--home", str(home), "status", "--json", str(job)).stdout)["jobs"][0]
     assert record["overrides"] == ["--config.training.batch_size=64"]
-    team.run(bob, "--home", str(home), "alias", "add", "bs", "config.data.batch_size", umask="0077")
+    team.run(bob, "--home", str(home), "alias", "add", "bsz", "config.data.batch_size", umask="0077")
     assert "config.data.batch_size" in team.run(bob, "--home", str(home), "alias", "ls").stdout
     # The wandb key is in no file of the shared home.
     assert not any(SECRET.encode() in p.read_bytes() for p in home.rglob("*") if p.is_file())
@@ -329,3 +339,92 @@ def test_a_shared_home_imported_by_one_account_is_the_other_accounts_own(tmp_pat
     assert (refused.returncode, refused.stdout) == (1, ""), refused.stdout
     assert f"jobtpu: error: users/{bob}/settings.json is account {bob}'s" in refused.stderr
     assert home_files(home) == files
+
+
+def newer_data_json(folder: Path, gone: Path, here: Path) -> Path:
+    """data.json as the old tool's newer versions keep it: pre_info by kind, each user's name in the
+    sheet, the built-in aliases copied into every user's, and working folders that moved since."""
+    builtin = {"lr": "config.training.learning_rate", "bs": "config.training.batch_size",
+               "ep": "config.training.num_epochs"}
+    doc = {
+        "users": {
+            "lyy": {"working_dir": {"1": str(here), "2": str(gone)}, "spreadsheet_name": "Lyy",
+                    "config_aliases": {**builtin, "dr": "config.model.dropout"}, "settings": {"time_zone": "cn"}},
+            "ann": {"working_dir": {}, "spreadsheet_name": "ann", "config_aliases": dict(builtin), "settings": {}},
+        },
+        "tpu_aliases": {},
+        "all_tpus": {"europe-west4-a": ["kmh-tpuvm-v3-32-1", "kmh-tpuvm-v3-32-preemptible-2"],
+                     "us-central2-b": ["kmh-tpuvm-v4-8-spot-1"]},
+        "pre_info": {"preemptible": ["kmh-tpuvm-v3-32-preemptible-2"], "spot": ["kmh-tpuvm-v4-8-spot-1"]},
+    }
+    path = folder / "data.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@fast
+def test_a_newer_data_json_pre_info_sheet_names_own_aliases_only_and_moved_folders(tmp_path: Path) -> None:
+    home = team_home(tmp_path)
+    here, gone = tmp_path / "mae", tmp_path / "moved-away"
+    here.mkdir()
+    done = jobtpu(home, "import", "tpu-manager", str(newer_data_json(tmp_path, gone, here)))
+    assert done.stdout.splitlines() == [
+        "user lyy", "user ann",
+        "machine kmh-tpuvm-v3-32-1 (tpu v3-32, europe-west4-a, on-demand)",
+        "machine kmh-tpuvm-v3-32-preemptible-2 (tpu v3-32, europe-west4-a, preemptible)",
+        "machine kmh-tpuvm-v4-8-spot-1 (tpu v4-8, us-central2-b, spot)",
+        f"lyy: working directory 1 = {here}", f"lyy: working directory 2 = {gone}",
+        "lyy: alias dr = config.model.dropout", "lyy: time_zone = Asia/Shanghai", "lyy: sheet_name = Lyy"]
+    err = done.stderr.splitlines()
+    assert [line for line in err if "does not exist" in line] == [
+        f"lyy's working directory 2 {gone} does not exist here: `jobtpu dir set 2 PATH --user lyy` points it elsewhere"]
+    assert "left out the aliases that are jobtpu's built-in ones (bs, ep, lr): every user has them already" in err
+    machines = json.loads((home / "machines.json").read_text())["machines"]
+    assert machines["kmh-tpuvm-v4-8-spot-1"]["spot"] is True
+    assert machines["kmh-tpuvm-v3-32-preemptible-2"]["preemptible"] is True
+    assert jobtpu(home, "config", "get", "sheet_name", "--user", "lyy").stdout == "Lyy\n"
+    assert not (home / "users" / "ann" / "settings.json").exists()  # ann has nothing of her own
+    assert json.loads((home / "users" / "lyy" / "settings.json").read_text())["aliases"] == {"dr": "config.model.dropout"}
+    again = jobtpu(home, "import", "tpu-manager", str(newer_data_json(tmp_path, gone, here)))
+    assert again.stdout == "" and "nothing to import" in again.stderr
+
+
+@fast
+def test_the_sheet_names_a_user_by_their_sheet_name(tmp_path: Path) -> None:
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+    from jobtpu.schema.machines import load_fleet
+    from jobtpu.sheet.hook import sheet_rows
+
+    home = make_home(tmp_path, {"v3-a": {"kind": "local", "accelerator": "v3-8", "resources": {"slot": 2}}})
+    jobtpu(home, "config", "set", "sheet_name", "Lyy", "--user", "lyy")
+    src = write_tree(tmp_path / "src", {"a": "1\n"})
+    for user in ("lyy", "ann"):
+        jobtpu(home, "submit", "--user", user, "--dir", str(src), "--cmd", "sleep 30")
+    jobtpu(home, "manage")
+    try:
+        [row] = sheet_rows(load_fleet(Home(home)), Store(Home(home)).load(), Home(home))
+        assert row.users == ("Lyy", "ann")
+    finally:
+        jobtpu(home, "kill", "--all-users", "--force", "1", "2", check=False)
+    bad = jobtpu(home, "config", "set", "sheet_name", "Lyy,", "Bob", "--user", "lyy", check=False)
+    assert bad.returncode == 1 and "no comma" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@fast
+def test_the_import_says_which_tpus_have_no_node_by_one_listing_per_zone(tmp_path: Path) -> None:
+    from tests.fake_tpu import FakeTpuApi
+
+    here = tmp_path / "mae"
+    here.mkdir()
+    with FakeTpuApi() as api:
+        api.add_node(PROJECT, "europe-west4-a", "kmh-tpuvm-v3-32-1", accelerator_type="v3-32")
+        home = make_home(tmp_path, gcp={"project": PROJECT, "api_endpoint": api.url, "credentials": "anonymous"})
+        done = jobtpu(home, "import", "tpu-manager", str(newer_data_json(tmp_path, here, here)), "--dry-run")
+        absent = [line for line in done.stderr.splitlines() if line.startswith("no node: ")]
+        assert absent == [
+            "no node: kmh-tpuvm-v3-32-preemptible-2 does not exist in europe-west4-a now: a pass creates it for a job "
+            "that needs it (rule pre, reapply or rerun), or `jobtpu tpu apply kmh-tpuvm-v3-32-preemptible-2`",
+            "no node: kmh-tpuvm-v4-8-spot-1 does not exist in us-central2-b now: a pass creates it for a job that "
+            "needs it (rule pre, reapply or rerun), or `jobtpu tpu apply kmh-tpuvm-v4-8-spot-1`"], done.stderr
+        assert api.list_calls("europe-west4-a") == 1 and api.list_calls("us-central2-b") == 1

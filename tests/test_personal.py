@@ -45,7 +45,7 @@ def test_config_sets_the_defaults_submit_takes_and_reset_restores_them(tmp_path:
     assert jobtpu(home, "config", "get", "rule").stdout == "resume\n"
     assert jobtpu(home, "config", "get").stdout.splitlines() == [
         "rule = resume", "req = slot=2", "columns = (not set: every column but 'submitted')",
-        "time_zone = (not set: local)", "notify = (not set: none)"]
+        "time_zone = (not set: local)", "notify = (not set: none)", "sheet_name = (not set: your user name)"]
 
     first = int(jobtpu(home, "submit", "--cmd", "true", cwd=src).stdout)
     chosen = int(jobtpu(home, "submit", "--cmd", "true", "--rule", "pass", "--req", "slot=1", cwd=src).stdout)

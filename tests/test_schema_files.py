@@ -120,7 +120,7 @@ FILES = [
      "(got 5)"),
     ("users/ann/settings.json", {"colour": "red"}, _settings,
      "settings.json of user ann: unknown key 'colour' in the top level (valid: rule, req, columns, time_zone, dirs, "
-     "aliases, notify)"),
+     "aliases, notify, sheet_name)"),
     ("users.json", {"users": ["ann", "Bad Name"]}, _users,
      "users.json: must be an object {\"users\": [names]}, each name 1–32 of a-z, 0-9, '_' or '-', starting with a "
      "letter or '_'"),

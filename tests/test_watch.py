@@ -240,6 +240,10 @@ class Tmux:
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "w")
 
+    def keys(self, *keys: str) -> None:
+        """Type `keys` in the window, as a person at the terminal would."""
+        self._tmux("send-keys", "-t", "w", *keys)
+
     def alive(self) -> bool:
         return self._tmux("list-panes", "-t", "w", "-F", "#{pane_dead}").strip() == "0"
 
@@ -305,6 +309,28 @@ def test_watch_without_manage_warns_that_no_pass_runs_and_survives_broken_files(
         term.close()
     assert (home / "state.json").read_bytes() == before  # only displayed: no pass ran
     assert status(home)[job]["status"] == "queued"
+
+
+def test_watch_says_how_to_leave_and_q_quits_it_in_an_80x24_terminal(tmp_path: Path) -> None:
+    """`q` ends watch at once, even mid-wait of a long interval (docs/reference/commands.md §2.27);
+    its screen says so, and the terminal is given back as it was (the shell reads lines again)."""
+    home = make_home(tmp_path)
+    job = submit(home, src_dir(tmp_path), "sleep 30")
+    line = shlex.join(watch_command(home, "--interval", "600"))
+    term = Tmux(tmp_path, ["bash", "-c", f"{line}; echo watch exited $?; read -r typed; echo read $typed; sleep 60"],
+                size=(80, 24))
+    try:
+        wait_for(lambda: job_status_on(term.screen(), job) == "running", timeout=60, what="the pass's round")
+        first = term.screen().splitlines()[0]
+        assert "q or Ctrl-C to quit" in first, first
+        term.keys("q")
+        wait_for(lambda: "watch exited 0" in term.screen(), timeout=30, what="watch to quit on q")
+        term.keys("back", "Enter")  # echoed and read by lines: the terminal's mode is restored
+        wait_for(lambda: "read back" in term.screen(), timeout=10, what="the shell to read a line")
+        assert re.search(r"^back$", term.screen(), re.MULTILINE), term.screen()
+    finally:
+        term.close()
+    jobtpu(home, "kill", str(job))
 
 
 def test_events_and_watch_show_times_in_the_users_time_zone(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ notice a remote worker that ended or vanished (the next round then starts at onc
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,28 +21,38 @@ if TYPE_CHECKING:
     from jobtpu.schema.state import State
 
 
-def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None) -> None:
-    """Wait for the next round (see the module's docstring)."""
-    from jobtpu.home.spool import wait_for_change
+def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None,
+                   pause: Callable[[float], bool] | None = None) -> bool:
+    """Wait for the next round (see the module's docstring). `pause(s)`: how to spend s seconds (a
+    dashboard's waits for its quit key); True from it ends the wait and is returned (quit)."""
+    from jobtpu.home.spool import stamps
     from jobtpu.remote.operations import stream_logs
 
     folders, ended, busy = _look(home, woken)
     if ended:  # an end the pass did not see yet: the next round now
-        return
+        return False
     if busy:  # the next step of work in flight is possible soon: follow it closely
         seconds = min(seconds, timing.current().busy_interval)
-    deadline = time.monotonic() + seconds
-    every = timing.current().log_stream
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or wait_for_change(folders, min(left, every)):
-            return
-        if left > every:
+    start = time.monotonic()
+    every, poll = timing.current().log_stream, timing.current().spool_poll
+    seen, streamed = stamps(folders), start
+    while (left := start + seconds - time.monotonic()) > 0:
+        step = min(left, poll)
+        if pause is not None:
+            if pause(step):
+                return True
+        else:
+            time.sleep(step)
+        if stamps(folders) != seen:  # a request arrived, or a local job's worker wrote its exit record
+            return False
+        if time.monotonic() - streamed >= every and left > every:
+            streamed = time.monotonic()
             try:
                 if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
-                    return
+                    return False
             except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
                 note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
+    return False
 
 
 def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bool]:

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jobtpu.commands.common import error_text
+from jobtpu.commands.cron import INSTALL
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 
@@ -40,15 +41,15 @@ def freshness(last: LastPass | None, now: float | None = None) -> tuple[str, boo
 
     now = time.time() if now is None else now
     if last is None:
-        return (f"{STALE_WORD}: no manage pass has run yet: jobs start only in passes (run `jobtpu manage` "
-                "from cron, `jobtpu manage --loop 60` or `jobtpu watch`)"), True
+        return (f"{STALE_WORD}: no manage pass has run yet: jobs start only in passes (`{INSTALL}` runs "
+                "one every minute; or `jobtpu manage --loop 60`, `jobtpu watch`)"), True
     every = float(last.every or default_interval)
     age = now - float(last.ended)
     line = f"last pass {ago(age)} ago (took {float(last.took):.1f} s)"
     if age <= stale_intervals * every:
         return line, False
-    return (f"{STALE_WORD}: {line}; passes should run every {every:g} s: is `jobtpu manage` still running "
-            "(its cron entry or --loop)?"), True
+    return (f"{STALE_WORD}: {line}; passes should run every {every:g} s: is their cron entry or loop gone? "
+            f"(`{INSTALL}` runs them from cron)"), True
 
 
 def freshness_text(last: LastPass | None, one_line: bool = False) -> Any:

@@ -43,9 +43,42 @@ def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project:
     for user in changes.settings if not dry_run else []:
         check_may_write(home, user)  # every refusal comes before the first line and the first write
     _tell(found, changes.plan, dry_run)
+    _warn_missing_dirs(found.users)
+    _say_absent_nodes(changes.machines if changes.machines is not None else _machines_doc(home)[0], found.tpus)
     if not dry_run and changes.plan.lines:
         _write(home, changes)
     return 0
+
+
+def _warn_missing_dirs(users: list[Any]) -> None:
+    """A working directory that is gone on this machine is imported all the same (a submit from it
+    says what is wrong), but said now, while the user still remembers where it moved."""
+    for user in users:
+        for number, folder in user.dirs.items():
+            if not os.path.isdir(folder):
+                note(f"{user.name}'s working directory {number} {folder} does not exist here: "
+                     f"`jobtpu dir set {number} PATH --user {user.name}` points it elsewhere")
+
+
+def _say_absent_nodes(machines: dict[str, Any], tpus: list[Any]) -> None:
+    """The imported TPUs that have no node now, by one listing per zone, when machines.json names the
+    TPU API's credentials (the import never goes looking for credentials of its own)."""
+    from jobtpu.errors import RemoteError
+    from jobtpu.tpu.api import TpuApi
+
+    gcp = machines.get("gcp")
+    if not tpus or not isinstance(gcp, dict) or not gcp.get("project") or "credentials" not in gcp:
+        return
+    api = TpuApi(gcp)
+    for zone in sorted({t.zone for t in tpus}):
+        try:
+            listed = api.list_nodes(zone)
+        except RemoteError as e:
+            note(f"could not check which imported TPUs have a node: {e.message}")
+            return
+        for tpu in (t for t in tpus if t.zone == zone and t.node not in listed):
+            note(f"no node: {tpu.node} does not exist in {zone} now: a pass creates it for a job that needs it "
+                 f"(rule pre, reapply or rerun), or `jobtpu tpu apply {tpu.node}`")
 
 
 def _plan(home: Home, found: Any, force: bool, project: str | None) -> _Changes:
@@ -75,6 +108,9 @@ def _tell(found: Any, plan: Any, dry_run: bool) -> None:
     """What was left out on stderr; what is (or would be) imported on stdout, a line each."""
     for line in [*found.refused, *found.skipped, *plan.kept]:
         note(line)
+    if found.builtin_aliases:
+        note(f"left out the aliases that are jobtpu's built-in ones ({', '.join(sorted(found.builtin_aliases))}): "
+             "every user has them already")
     if found.jobs_left:
         note(f"left {found.jobs_left} job(s) of the old tool: jobs are not imported; "
              "submit them again with `jobtpu submit` once the old tool has stopped them")
@@ -171,6 +207,7 @@ def _take(settings: UserSettings, wanted: UserSettings) -> None:
     settings.dirs.update(wanted.dirs)
     settings.aliases.update(wanted.aliases)
     settings.time_zone = wanted.time_zone
+    settings.sheet_name = wanted.sheet_name
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

@@ -12,16 +12,18 @@ from jobtpu.home.layout import Home
 from jobtpu.views.text import printable
 
 
-def manage(home: Home, loop: float | None, dry_run: bool) -> int:
-    """One pass, or (with `loop`) a pass every `loop` seconds until interrupted."""
+def manage(home: Home, loop: float | None, dry_run: bool, every: float | None = None) -> int:
+    """One pass, or (with `loop`) a pass every `loop` seconds until interrupted. `every`: how often
+    something else (cron) runs single passes, recorded with the pass as a loop's interval is."""
     from jobtpu.passes import manage as passes
     from jobtpu.passes.session import kept_connections
 
     with kept_connections(loop is not None) as kept:  # a loop keeps its SSH connections open between rounds
-        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept), kept)
+        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept), every, kept)
 
 
-def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any, kept: Any = None) -> int:
+def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any, every: float | None = None,
+                   kept: Any = None) -> int:
     from jobtpu.commands.cadence import between_rounds
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
@@ -31,7 +33,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
                 for line in take_in(home):
                     note(line)
-            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop or every)
         except Exception as e:
             # A loop logs every failed round (nobody may be reading its terminal); a single pass
             # that fails on the user's mistake (a broken machines.json) changes nothing, as every
@@ -63,4 +65,7 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "manage", "one pass over the fleet: reap, recover, dispatch, pull logs")
     p.add_argument("--loop", type=args.positive_seconds, metavar="SECONDS", help="repeat every SECONDS until interrupted")
     p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
-    p.set_defaults(func=lambda home, a: manage(home, a.loop, a.dry_run))
+    p.add_argument("--every", type=args.positive_seconds, metavar="SECONDS",
+                   help="the interval single passes are run at (cron: `jobtpu cron install` sets it), recorded with "
+                   "the pass so that `status` says when passes are late")
+    p.set_defaults(func=lambda home, a: manage(home, a.loop, a.dry_run, a.every))

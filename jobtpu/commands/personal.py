@@ -21,6 +21,7 @@ from jobtpu.home.settings import (
     check_rule,
     dir_number,
     load_settings,
+    sheet_name_refusal,
     update_settings,
     zone_of,
 )
@@ -36,6 +37,12 @@ def _config_value(key: str, values: list[str]) -> object:
         raise JobtpuError(f"`config set {key}` needs a value", hint=f"{key}: {CONFIG_KEYS[key][0]}")
     if key == "notify":
         return _notify_value(values)
+    if key == "sheet_name":  # a name may hold spaces: the words are joined as typed
+        name = " ".join(values)
+        why = sheet_name_refusal(name)
+        if why is not None:
+            raise JobtpuError(f"sheet_name {name[:40]!r}: {why}", hint="`jobtpu config set sheet_name Lyy`")
+        return name
     if key in ("rule", "time_zone"):
         if len(values) != 1:
             raise JobtpuError(f"{key} takes one value, got {len(values)}: {' '.join(values)}")
@@ -223,9 +230,11 @@ def alias(home: Home, action: str, name: str | None, full: str | None, user: str
 def add_parser(subparsers: args.Subparsers) -> None:
     """config, dir, alias: a user's own settings."""
     as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
-    p = args.add_command(subparsers, "config", "your defaults: rule, req (submit), columns (status), time_zone (times shown)")
+    p = args.add_command(subparsers, "config", "your defaults: rule, req (submit), columns (status), time_zone (times shown), "
+                         "sheet_name (the team sheet)")
     p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
-    p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns or time_zone (get/reset: all when absent)")
+    p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns, time_zone, sheet_name or notify "
+                   "(get/reset: all when absent)")
     p.add_argument("values", nargs="*", metavar="VALUE", help="the value (req and columns take several)")
     p.add_argument("--user", help=as_user)
     p.set_defaults(func=lambda home, a: config(home, a.action, a.key, a.values, a.user))

@@ -38,7 +38,7 @@ def sync(home: Home) -> int:
     from jobtpu.sheet.sync import sync as sync_sheet
 
     fleet, config = _configured(home)
-    result = sync_sheet(config, sheet_rows(fleet, Store(home).load()), memo_path(home))
+    result = sync_sheet(config, sheet_rows(fleet, Store(home).load(), home), memo_path(home))
     if result.problem:
         from jobtpu.commands.common import note
 
@@ -95,7 +95,7 @@ def register(home: Home, name: str) -> int:
 
     fleet, config = _configured(home)
     config.tab.check_rows_editable("register")
-    rows = {row.name: row for row in sheet_rows(fleet, Store(home).load())} if name in fleet.machines else {}
+    rows = {row.name: row for row in sheet_rows(fleet, Store(home).load(), home)} if name in fleet.machines else {}
     _say(register_row(config, name, memo_path(home), rows.get(name)))
     return 0
 

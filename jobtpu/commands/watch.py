@@ -3,7 +3,9 @@ every round (unless --no-manage)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +30,9 @@ STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing":
 
 
 def watch(home: Home, interval: float, manage: bool) -> int:
-    """Redraw every `interval` seconds, running a manage pass first each round unless told not to;
-    a broken state.json or machines.json is shown, and the next round tries again."""
+    """Redraw every `interval` seconds, running a manage pass first each round unless told not to,
+    until `q` (exit 0) or Ctrl-C; a broken state.json or machines.json is shown, and the next round
+    tries again."""
     from rich.console import Console
     from rich.live import Live
 
@@ -52,15 +55,68 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             live.update(screen, refresh=True)
 
         draw()
-        while True:
-            if manage:
-                said[:] = (said + _one_pass(home, interval, kept))[-5:]
-                draw()
-                between_rounds(home, interval, woken, kept)  # a request or a local job's end: at once
-            else:
-                time.sleep(interval)
-            if not manage:
-                draw()
+        with quit_key() as pressed_quit:
+            while True:
+                if manage:
+                    said[:] = (said + _one_pass(home, interval, kept))[-5:]
+                    draw()
+                    # a request, a local job's end or a remote worker's starts the next round at once
+                    if between_rounds(home, interval, woken, kept, pause=pressed_quit):
+                        return 0
+                elif pressed_quit(interval):
+                    return 0
+                if not manage:
+                    draw()
+
+
+QUIT_KEYS = b"qQ"
+QUIT_HINT = "q or Ctrl-C to quit"
+
+
+@contextlib.contextmanager
+def quit_key() -> Iterator[Callable[[float], bool]]:
+    """A wait of up to N seconds that ends early, saying so, when `q` is pressed at the terminal.
+    The terminal is put in cbreak mode (keys arrive unbuffered and unechoed; Ctrl-C still interrupts)
+    and given back as it was, however watch ends. Without a terminal on stdin it is a plain sleep."""
+    import sys
+
+    fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+    if fd is None:
+        yield _sleep_round
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        yield lambda seconds: _wait_for_quit(fd, seconds)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _sleep_round(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def _wait_for_quit(fd: int, seconds: float) -> bool:
+    """Read keys until `seconds` passed (False) or a quit key came (True); other keys are ignored.
+    A key pressed during the pass was kept by the terminal and is read at once."""
+    import os
+    import select
+
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            return False
+        keys = os.read(fd, 64)
+        if not keys:  # the terminal went away: wait out the round
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            return False
+        if any(k in QUIT_KEYS for k in keys):
+            return True
+    return False
 
 
 TOLD_AFTER = ("notifications:", "events:")  # how the lines of the events hook's after_pass start (passes/tell.py)
@@ -100,7 +156,8 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     mode = f"a pass every {interval:g} s" if manage else "display only (--no-manage)"
     zone = _zone(home, problems)
     clock = datetime.fromtimestamp(now, zone).strftime("%H:%M:%S")
-    header = [_line(f"jobtpu watch  {clock}  {home.root}  ({mode})", "bold")]
+    # How to leave comes before the home's path, which a narrow screen cuts first.
+    header = [_line(f"jobtpu watch  {clock}  {QUIT_HINT}  ({mode})  {home.root}", "bold")]
     if state is not None:
         header.append(freshness_text(state.last_pass, one_line=True))
     header += [_line(p, "bold red") for p in problems]

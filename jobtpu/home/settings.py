@@ -31,6 +31,8 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {  # key → (what it sets, what appli
     "time_zone": ("the time zone times are shown in: an IANA name like Asia/Shanghai, UTC or local", "local"),
     "notify": ("your own webhooks for notifications about your jobs, as JSON: "
                '\'[{"webhook": "https://hooks.slack.com/…", "events": ["failed", "finished"]}]\'', "none"),
+    "sheet_name": ("the name the team sheet's User cells show for you (as your teammates know you there)",
+                   "your user name"),
 }
 MAX_DIR = 99  # working directories are numbered 1..99
 _DIR_NUMBER = re.compile(r"^[1-9][0-9]?$")
@@ -120,6 +122,8 @@ def check_settings(settings: UserSettings) -> None:
         check_columns(settings.columns)
     if settings.time_zone is not None:
         zone_of(settings.time_zone)
+    if settings.sheet_name is not None and sheet_name_refusal(settings.sheet_name):
+        raise JobtpuError(f"'sheet_name' {settings.sheet_name[:40]!r}: {sheet_name_refusal(settings.sheet_name)}")
     if settings.notify:
         from jobtpu.tell.destinations import parse_destinations
 
@@ -131,6 +135,16 @@ def check_settings(settings: UserSettings) -> None:
             raise JobtpuError(f"'dirs': {number} must be an absolute path (got {folder!r})")
     for name, full in settings.aliases.items():
         check_alias(name, full)
+
+
+def sheet_name_refusal(name: object) -> str | None:
+    """Why `name` cannot be a user's name in the sheet's User cells (None: it can). Cells jobtpu
+    writes list a machine's users joined by ", ", so a comma would make two names of one."""
+    if not isinstance(name, str) or not name.strip():
+        return "not a name"
+    if len(name) > 64 or not name.isprintable() or "," in name or name != name.strip():
+        return "a sheet name is one line of at most 64 printable characters, no comma, no outer spaces"
+    return None
 
 
 def check_rule(rule: str) -> None:

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from jobtpu import timing
 from jobtpu.errors import BusyError, JobtpuError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
@@ -252,19 +251,3 @@ def stamps(paths: list[Path]) -> list[int]:
         except OSError:
             found.append(0)
     return found
-
-
-def wait_for_change(paths: list[Path], seconds: float) -> bool:
-    """Sleep `seconds`, or less when one of the folders changes (a request arrives in the spool, a
-    local job's worker writes its exit record): True when one did. Between looks: timing's spool_poll."""
-    deadline = time.monotonic() + seconds
-    poll = timing.current().spool_poll
-    start = stamps(paths)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(poll, left))
-        if stamps(paths) != start:
-            return True
-

@@ -21,3 +21,5 @@ class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     aliases: Annotated[dict[str, str], Meta(description="must map alias names to config keys")] = {}
     # the user's own webhook destinations (notify.parse_destinations checks them)
     notify: Annotated[list[Any], Meta(description="must be a list of webhook destinations")] = []
+    # how the team sheet's User cells name this user (the older tool's spreadsheet_name: `Lyy` for lyy)
+    sheet_name: Annotated[str | None, Meta(description="must be the name the team sheet shows for you, or null")] = None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from jobtpu.errors import JobtpuError, credentials_message
+from jobtpu.errors import REFUSED_BY_GOOGLE, JobtpuError, credentials_line, credentials_message
 from jobtpu.sheet.config import CALL_GRACE, GOOGLE_BASE, SheetConfig
 from jobtpu.sheet.rows import SheetGrid, grid_from_values, quote_title
 
@@ -81,7 +81,7 @@ class SheetApi:
             why = "connection refused" if "refused" in str(e).lower() else "cannot connect"
             raise SheetError(f"Sheets API at {self.host}: {why}; {_AGAIN}") from None
         except auth_errors.TransportError as e:  # the token endpoint could not be reached: an outage
-            raise SheetError(f"Sheets credentials {self.config.credentials!r}: {_first_line(e)}; {_AGAIN}") from None
+            raise SheetError(credentials_line("Sheets", self.config.credentials, _first_line(e), _AGAIN)) from None
         except auth_errors.GoogleAuthError as e:  # a key the token endpoint refuses, say
             raise SheetError(credentials_message("Sheets", "sheet.credentials", self.config.credentials, e)) from None
         except (requests.RequestException, GSpreadException, ValueError) as e:
@@ -120,7 +120,10 @@ class SheetApi:
         if status == 400 and "Unable to parse range" in message:
             return SheetError(f"spreadsheet {key} has no worksheet {title!r}",
                               hint="add a tab of that name, or set sheet.worksheet")
-        if status in (401, 403):
+        if status == 401:  # a revoked or deleted key, an expired login: Google's paragraph says only that
+            return SheetError(credentials_message("Sheets", "sheet.credentials", self.config.credentials, None,
+                                                  cause=REFUSED_BY_GOOGLE))
+        if status == 403:
             return SheetError(f"Sheets API refused credentials {self.config.credentials!r}: {message}",
                               hint=_CREDENTIALS_HINT)
         if status >= 500:  # the API's own trouble, for now: nothing for the user to change

@@ -47,7 +47,7 @@ class SheetHook:
         if config is None:
             return []
         path = memo_path(p.home)
-        own = own_users(sheet_rows(p.fleet, p.state))
+        own = own_users(sheet_rows(p.fleet, p.state, p.home))
         ps = PassSheet.start(config, path)
         seen.claims = ps.claims(own)
         if not ps.read and not ps.read_within(claims_fresh()) and self.would_launch(seen):
@@ -64,7 +64,7 @@ class SheetHook:
         ps, self.started = self.started, None
         if ps is None:
             return []
-        result = ps.finish(sheet_rows(p.fleet, p.state))
+        result = ps.finish(sheet_rows(p.fleet, p.state, p.home))
         return [result.problem] if result.problem else []
 
 
@@ -81,20 +81,40 @@ def own_users(rows: list[MachineRow]) -> dict[str, str]:
 
 # ---- the rows ---------------------------------------------------------------------------------------
 
-def sheet_rows(fleet: Fleet, state: State) -> list[MachineRow]:
+def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[MachineRow]:
     """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
-    job being killed gives its machine back at the kill, not when the machine confirms it."""
+    job being killed gives its machine back at the kill, not when the machine confirms it. Users
+    are named as their `sheet_name` setting says, when `home` is given and they have one."""
     on: dict[str, list[Job]] = {}
     for job in state.jobs:
         if job.active and job.status is not Status.KILLING and job.machine:
             on.setdefault(job.machine, []).append(job)
-    return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []))
+    names = sheet_names(home, {j.user for jobs in on.values() for j in jobs}) if home is not None else {}
+    return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []), names)
             for m in fleet.machines.values()]
 
 
-def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job]) -> MachineRow:
+def sheet_names(home: Home, users: set[str]) -> dict[str, str]:
+    """User → the name the sheet knows them by (their settings' sheet_name), for those who set one.
+    A settings file that cannot be read names its user as they are: the sheet is no place to fail."""
+    from jobtpu.errors import JobtpuError
+    from jobtpu.home.settings import load_settings
+
+    names = {}
+    for user in sorted(users):
+        try:
+            name = load_settings(home, user).sheet_name
+        except (JobtpuError, OSError):
+            name = None
+        if name:
+            names[user] = name
+    return names
+
+
+def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
+                names: dict[str, str] | None = None) -> MachineRow:
     jobs = sorted(jobs, key=lambda j: j.id)
-    users = tuple(dict.fromkeys(j.user for j in jobs))
+    users = tuple(dict.fromkeys((names or {}).get(j.user, j.user) for j in jobs))
     started = [j.current.started for j in jobs if j.current is not None and j.current.started]
     notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
     return MachineRow(

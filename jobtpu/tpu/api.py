@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobtpu import timing
-from jobtpu.errors import ConfigError, RemoteError, credentials_message
+from jobtpu.errors import REFUSED_BY_GOOGLE, ConfigError, RemoteError, credentials_line, credentials_message
 from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.nodespec import create_body, recordable
 
@@ -173,14 +173,16 @@ class TpuApi:
             kind = self.gcp.get("credentials") or "default"
             if not isinstance(e, auth_exc.TransportError):
                 raise CredentialsFailed(credentials_message("TPU API", "gcp.credentials", kind, e)) from None
-            raise CredentialsFailed(f"TPU API credentials {kind!r}: {network_reason(str(e))}",
-                                    hint=CREDENTIALS_HINT) from None
+            # The token endpoint could not be reached: the network's fault, not the key's.
+            raise CredentialsFailed(credentials_line("TPU API", kind, f"no token: {network_reason(str(e))}",
+                                                     "check this machine's network")) from None
         except gexc.GoogleAPICallError as e:
             message = f"TPU API {what}: {api_message(e)}"
             status = getattr(e, "code", None)
             if status == 401 or isinstance(e, gexc.Unauthenticated):  # a revoked key signing its own tokens
                 kind = self.gcp.get("credentials") or "default"
-                raise CredentialsFailed(f"TPU API credentials {kind!r}: {api_message(e)}", hint=CREDENTIALS_HINT) from None
+                raise CredentialsFailed(credentials_message("TPU API", "gcp.credentials", kind, e,
+                                                            cause=REFUSED_BY_GOOGLE)) from None
             if isinstance(e, gexc.NotFound) and _reservation_gone(message):
                 raise ApiCapacity(message) from None  # spot capacity gone, not a wrong request
             if isinstance(e, gexc.NotFound):  # a RemoteError like any other, unless the caller expects it
@@ -300,10 +302,6 @@ class TpuApi:
         # The v2 message carries no worker id: entries come in worker order.
         return [[f"{item.key} {item.value}" for item in attrs.query_value.items]
                 for attrs in response.guest_attributes]
-
-
-CREDENTIALS_HINT = ("run `gcloud auth application-default login`, or set gcp.credentials to a valid "
-                    "service-account key file")
 
 
 def _first_line(e: BaseException) -> str:
