@@ -219,8 +219,8 @@ def test_doctor_and_status_say_the_passes_stopped_and_name_the_install_command(t
     late = jobtpu(home, "doctor", check=False)
     assert late.returncode == 1 and late.stderr.splitlines() == [
         "passes: problem: no manage pass for 2 h, and they should run every 60 s: `jobtpu cron install` runs them from cron"]
-    machine = jobtpu(home, "doctor", "local", check=False)  # a machine's checks say it first, and fail for it
-    assert machine.returncode == 1 and machine.stderr.splitlines()[0] == late.stderr.splitlines()[0]
+    machine = jobtpu(home, "doctor", "local", check=False)  # a machine's checks say it last, and fail for it
+    assert machine.returncode == 1 and machine.stderr.splitlines()[-1] == late.stderr.splitlines()[0]
     said = " ".join(jobtpu(home, "status").stderr.split())
     assert "STALE: last pass 2 h ago" in said and "`jobtpu cron install`" in said, said
     _last_pass_ago(home, 20 * 60, every=600)  # passes every 10 min (cron install --every 10): not late yet

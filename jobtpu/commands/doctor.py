@@ -22,16 +22,18 @@ def doctor(home: Home, name: str | None, fix: bool, accelerator: bool = False) -
     if name is None and (fix or accelerator):
         raise UsageError("--fix and --accelerator act on a machine: name it",
                          hint="run `jobtpu doctor NAME --fix` (`jobtpu machines` lists them)")
-    text, problem = passes_check(Store(home).load().last_pass, time.time(), machine_asked=name is not None)
-    note(text)
     if name is None:
+        text, problem = passes_check(Store(home).load().last_pass, time.time())
+        note(text)
         return 1 if problem else 0
     from jobtpu.remote.doctor import doctor as check_machine
     from jobtpu.schema.machines import load_fleet
 
-    fleet = load_fleet(home)
+    fleet = load_fleet(home)  # a broken machines.json or an unknown name is the one line, before any check
     machine = fleet.require(name)
     problems = check_machine(home, fleet, machine, fix=fix, report=note, accelerator=accelerator)
+    text, problem = passes_check(Store(home).load().last_pass, time.time(), machine_asked=True)
+    note(text)  # after the machine's own lines: how its jobs get started
     return 1 if problems or problem else 0
 
 
