@@ -120,7 +120,7 @@ def test_two_accounts_share_a_home_whose_files_only_its_runner_writes(team: Team
 def test_a_members_acts_are_carried_out_by_the_runners_loop_as_the_member(team: Team) -> None:
     alice, bob = team.accounts
     home = init_shared(team)
-    quick = timing.env(spool_poll=0.1, stop_poll=0.2, request_wait=120)  # a member waits for the answer, however busy
+    quick = timing.env(spool_poll=0.1, stop_poll=0.2, request_wait=50)  # a member waits for the answer, however busy
     mine = int(team.run(alice, "--home", str(home), "submit", "--dir", str(source_of(team, alice)), "--cmd",
                         "sleep 301", umask="0077").stdout)
     his = int(team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd",

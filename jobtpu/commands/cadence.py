@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 
 def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None,
-                   pause: Callable[[float], bool] | None = None) -> bool:
+                   pause: Callable[[float], bool] | None = None, spool_seen: int | None = None) -> bool:
     """Wait for the next round (see the module's docstring). `pause(s)`: how to spend s seconds (a
-    dashboard's waits for its quit key); True from it ends the wait and is returned (quit)."""
+    dashboard's waits for its quit key); True from it ends the wait and is returned (quit).
+    `spool_seen`: the spool's stamp when this round took its requests in (`spool_stamp`), so a
+    request that came during the pass starts the next round at once."""
     from jobtpu.home.spool import stamps
     from jobtpu.remote.operations import stream_logs
 
@@ -36,6 +38,8 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
     start = time.monotonic()
     every, poll = timing.current().log_stream, timing.current().spool_poll
     seen, streamed = stamps(folders), start
+    if spool_seen is not None and seen[0] != spool_seen:  # folders[0] is the spool: a request came meanwhile
+        return False
     while (left := start + seconds - time.monotonic()) > 0:
         step = min(left, poll)
         if pause is not None:
@@ -53,6 +57,14 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
             except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
                 note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
     return False
+
+
+def spool_stamp(home: Home) -> int:
+    """The spool's stamp now (take it before a round takes requests in)."""
+    from jobtpu.home.roles import SPOOL
+    from jobtpu.home.spool import stamps
+
+    return stamps([home.root / SPOOL])[0]
 
 
 def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bool]:

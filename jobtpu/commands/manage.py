@@ -24,12 +24,14 @@ def manage(home: Home, loop: float | None, dry_run: bool, every: float | None = 
 
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any, every: float | None = None,
                    kept: Any = None) -> int:
-    from jobtpu.commands.cadence import between_rounds
+    from jobtpu.commands.cadence import between_rounds, spool_stamp
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
     woken: set[tuple[int, int]] = set()  # (job, attempt) ends that started a round early: once each
+    seen: int | None = None
     while True:
         try:
+            seen = spool_stamp(home)
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
                 for line in take_in(home):
                     note(line)
@@ -58,7 +60,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:
                 return 0
-        between_rounds(home, loop, woken, kept)
+        between_rounds(home, loop, woken, kept, spool_seen=seen)
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

@@ -36,7 +36,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from jobtpu.commands.cadence import between_rounds
+    from jobtpu.commands.cadence import between_rounds, spool_stamp
     from jobtpu.home.roles import role_of
     from jobtpu.passes.session import kept_connections
 
@@ -58,10 +58,11 @@ def watch(home: Home, interval: float, manage: bool) -> int:
         with quit_key() as pressed_quit:
             while True:
                 if manage:
+                    seen = spool_stamp(home)
                     said[:] = (said + _one_pass(home, interval, kept))[-5:]
                     draw()
                     # a request, a local job's end or a remote worker's starts the next round at once
-                    if between_rounds(home, interval, woken, kept, pause=pressed_quit):
+                    if between_rounds(home, interval, woken, kept, pause=pressed_quit, spool_seen=seen):
                         return 0
                 elif pressed_quit(interval):
                     return 0
