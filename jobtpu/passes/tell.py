@@ -61,12 +61,29 @@ class EventsHook:
     def __init__(self, every: float | None) -> None:
         self.every = every
         self.before: RecordsAsRead | None = None
+        self.at_intents: set[Any] = set()  # ids of the events saved with the intents, until the result
 
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         """Remember the records as the pass read them (the session's merge base, not yet committed)."""
         self.before = RecordsAsRead(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines),
                                     time.time(), list(p.base_untold))
         return []
+
+    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        """What the intents' save calls: the events the pass's changes so far mean (a job seen ended,
+        a launch decided, a machine's step), in `untold` with that save. A pass killed while it acts
+        has saved them, and the next pass tells them; the result's save replaces them with what the
+        whole pass did (docs/design.md §3)."""
+        before = self.before
+        if before is None:
+            return None
+
+        def amend(encoded: Encoded) -> None:
+            found = with_ids(self._found(p, seen, before, encoded, time.time()))
+            self.at_intents = {doc["id"] for doc in found}
+            p.state.untold = (p.state.untold + found)[-MAX_UNTOLD:]
+
+        return amend
 
     def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
         """Record the pass's time in the state the pass is about to save as its result (one write: a
@@ -80,13 +97,20 @@ class EventsHook:
         p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=self.every)
 
         def amend(encoded: Encoded) -> None:
-            found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
-                                   seen.now, before.observed)
-            found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
-            found.sort(key=lambda e: (e.time, PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
-            p.state.untold = (still_untold(p.home.root, before.untold) + with_ids(found))[-MAX_UNTOLD:]
+            found = self._found(p, seen, before, encoded, now)
+            earlier = [doc for doc in p.state.untold if doc.get("id") not in self.at_intents]
+            p.state.untold = (still_untold(p.home.root, earlier) + with_ids(found))[-MAX_UNTOLD:]
 
         return amend
+
+    @staticmethod
+    def _found(p: Session, seen: Observation, before: RecordsAsRead, encoded: Encoded, now: float) -> list[Event]:
+        """The events of every record the pass changed since it read them, in the order they happened."""
+        found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
+                               seen.now, before.observed)
+        found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
+        found.sort(key=lambda e: (e.time, PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
+        return found
 
     def after_pass(self, p: Session, seen: Observation) -> list[str]:
         """Tell what the pass saved to tell (its result, with `untold`, is saved): queue the
