@@ -24,7 +24,7 @@ from jobtpu.tell import destinations, eventlog, events, notify
 from jobtpu.tell.events import Event
 from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.accounts import Team
-from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
+from tests.helpers import JOBTPU, allow_private_webhooks, jobtpu, make_home, status, submit, wait_for
 
 
 class Hook:
@@ -116,6 +116,23 @@ def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_
     jobtpu(home, "manage")  # told: not told again, and dropped from state.json with that pass's result
     assert len(logged(home, events.JOB_ENDED)) == 1 and hook.jobs() == [job]
     assert "untold" not in json.loads((home / "state.json").read_text())
+
+
+@pytest.mark.fast
+def test_events_are_logged_only_once_their_notifications_are_queued(tmp_path: Path, hook: Hook) -> None:
+    from jobtpu.passes.tell import publish
+
+    allow_private_webhooks(tmp_path)
+    dests = destinations.parse_destinations([{"webhook": hook.url, "events": ["failed"]}])
+    (tmp_path / OUTBOX_FILE).mkdir()  # the outbox cannot be written
+    event = _ended(7)
+    lines = publish(tmp_path, dests, [event])
+    # Logged, a later pass would drop it from `untold` though it waits in no outbox (design §3).
+    assert logged(tmp_path, events.JOB_ENDED) == [] and hook.bodies == []
+    assert any("not logged while the outbox cannot be written" in line for line in lines), lines
+    (tmp_path / OUTBOX_FILE).rmdir()
+    publish(tmp_path, dests, [event])
+    assert [e["id"] for e in logged(tmp_path, events.JOB_ENDED)] == ["e7"] and hook.jobs() == [7]
 
 
 def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: Team, hook: Hook) -> None:

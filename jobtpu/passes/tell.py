@@ -148,18 +148,23 @@ def tell(home_root: Path, destinations: list[Any], untold: list[dict[str, Any]])
 
 def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> list[str]:
     """Queue the notifications the events mean, append the events to the log, deliver. In that
-    order: an event in the log is in the outbox too, so a pass that finds it there need not tell it."""
+    order, the log only once the outbox is saved: an event in the log is in the outbox too, so a
+    pass that finds it there need not tell it."""
     from jobtpu.tell.outbox import OUTBOX_FILE
 
     lines: list[str] = []
     if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
         own, problems = users_destinations(home_root)
         destinations, lines = [*destinations, *own], lines + problems
+    queued = True
     if destinations and any(ev.notification(e) for e in found):
         from jobtpu.tell.outbox import queue
 
-        lines += queue(home_root / OUTBOX_FILE, destinations, found)
-    lines += log(home_root, found)
+        said, queued = queue(home_root / OUTBOX_FILE, destinations, found)
+        lines += said
+    # Logged only once queued: a later pass drops from `untold` what it finds in the log (design §3).
+    lines += log(home_root, found) if queued else ["events: not logged while the outbox cannot be written; "
+                                                   "the next pass tells them again"]
     if destinations:
         from jobtpu.tell.notify import deliver
 
