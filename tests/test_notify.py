@@ -304,6 +304,9 @@ def test_hostile_names_cannot_mention_everyone_in_slack(tmp_path: Path, hook: Ho
     ({"webhook": "http://x", "command": "true"}, "exactly one of"),
     ({"events": ["failed"]}, "exactly one of"),
     ({"webhook": "file:///etc/passwd"}, "http:// or https:// URL"),
+    ({"webhook": "https://x:99999/"}, r"not a valid URL \(Port out of range"),
+    ({"webhook": "https://x:abc/"}, r"not a valid URL \(Port could not be cast"),
+    ({"webhook": "http://[::1/hook"}, r"not a valid URL \(Invalid IPv6 URL"),
     ({"command": "  "}, "non-empty shell command"),
     ("notify-send", "must be an object"),
 ])

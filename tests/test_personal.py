@@ -178,6 +178,15 @@ def test_without_dir_a_project_is_snapshotted_else_working_directory_1(tmp_path:
     assert jobs[in_project]["dir"] == str(project / "src") and jobs[named]["dir"] == str(loose)
 
 
+@pytest.mark.parametrize("url", ["https://x:99999/", "https://x:abc/", "http://[::1/hook"])
+def test_config_set_notify_with_a_bad_url_is_one_line_and_writes_nothing(tmp_path: Path, url: str) -> None:
+    home = make_home(tmp_path)
+    done = jobtpu(home, "config", "set", "notify", json.dumps([{"webhook": url}]), check=False)
+    _one_error(done, "notify[0].webhook is not a valid URL (")
+    assert "hint: " in done.stderr
+    assert not (home / "users" / "tester" / "settings.json").exists()
+
+
 # ---- config aliases -------------------------------------------------------------------------------
 
 def test_config_aliases_come_from_three_levels_yours_first(tmp_path: Path) -> None:
