@@ -86,6 +86,7 @@ def logged(home: Path, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.fast
 def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_path: Path, hook: Hook) -> None:
     home = make_home(tmp_path, notify=[{"webhook": hook.url, "events": ["finished"]}])
+    allow_private_webhooks(home)  # the receiver is on 127.0.0.1
     src = tmp_path / "src"
     src.mkdir()
     job = submit(home, src, "true")
@@ -149,6 +150,8 @@ def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: T
         for path in (folder, folder / "settings.json"):
             os.chown(path, team.uid(account), team.gid)
     (home / "users" / bob / "settings.json").chmod(0o600)
+    allow_private_webhooks(home)  # alice's runner.json: her receiver is on 127.0.0.1
+    os.chown(home / "runner.json", team.uid(alice), team.gid)
 
     def told() -> bool:
         done = team.run(alice, "--home", str(home), "manage", check=False)
@@ -287,6 +290,7 @@ def test_passes_in_one_process_hold_a_bounded_number_of_files_and_threads(tmp_pa
     try:
         monkeypatch.setenv(timing.ENV, json.dumps({"notify_budget": 1.5}))  # a pass's webhook budget, shortened
         home = make_home(tmp_path, notify=[{"webhook": drip.url, "events": ["failed"]}])
+        allow_private_webhooks(home)  # the webhook is on 127.0.0.1
         src = tmp_path / "src"
         src.mkdir()
         job = submit(home, src, "false")

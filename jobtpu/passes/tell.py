@@ -153,11 +153,12 @@ def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> lis
     from jobtpu.tell.outbox import OUTBOX_FILE
 
     lines: list[str] = []
-    if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
+    news = any(ev.notification(e) for e in found)
+    if news or (home_root / OUTBOX_FILE).exists():  # users' own destinations, and the checks: only when there is news
         own, problems = users_destinations(home_root)
-        destinations, lines = [*destinations, *own], lines + problems
+        destinations, lines = checked_webhooks(home_root, [*destinations, *own], lines + problems)
     queued = True
-    if destinations and any(ev.notification(e) for e in found):
+    if destinations and news:
         from jobtpu.tell.outbox import queue
 
         said, queued = queue(home_root / OUTBOX_FILE, destinations, found)
@@ -196,7 +197,6 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     home = Home(home_root)
     found: list[Any] = []
     lines: list[str] = []
-    foreign: list[Any] = []  # from settings another account could have written: checked (design §7)
     for path in sorted((home_root / "users").glob("*/settings.json")):
         user = path.parent.name
         where = f"users/{user}/settings.json"
@@ -210,22 +210,8 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
             lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
                                    f"{user}'s own destinations are skipped"))
             continue
-        (found if _own_file(path) else foreign).extend(dests)
-    if foreign and _private_webhooks_allowed(home_root):
-        return found + foreign, lines
-    checked, lines = _checked_webhooks(foreign, lines)
-    return found + checked, lines
-
-
-def _own_file(path: Path) -> bool:
-    import os
-
-    from jobtpu.home.trust import why_untrusted
-
-    try:
-        return why_untrusted(os.stat(path, follow_symlinks=False), os.geteuid()) is None
-    except OSError:
-        return False
+        found.extend(dests)
+    return found, lines
 
 
 def _private_webhooks_allowed(home_root: Path) -> bool:
@@ -234,18 +220,26 @@ def _private_webhooks_allowed(home_root: Path) -> bool:
     return load_runner(home_root).allow_private_webhooks
 
 
-def _checked_webhooks(found: list[Any], lines: list[str]) -> tuple[list[Any], list[str]]:
-    """Members' webhooks at a private address are skipped with one line; the others are posted only to
-    the address checked at delivery (docs/design.md §7)."""
+def checked_webhooks(home_root: Path, found: list[Any], lines: list[str]) -> tuple[list[Any], list[str]]:
+    """Every webhook, wherever declared, unless the runner's trusted runner.json allows private
+    addresses: one at a private address is skipped with one line; the others are posted only to the
+    address checked when each is sent (docs/design.md §7). A name that does not resolve now is kept:
+    its items wait in the outbox, and the check at sending says why (a passing DNS failure loses none)."""
     from dataclasses import replace
 
     from jobtpu.tell.webhooks import check
 
+    if not any(dest.webhook for dest in found) or _private_webhooks_allowed(home_root):
+        return found, lines
     kept = []
     for dest in found:
-        _, why = check(dest.webhook)
-        if why is not None:
-            lines.append(printable(f"notify: {dest.owner}'s {dest.label}: {why}: skipped (runner.json's "
+        if dest.webhook is None:
+            kept.append(dest)
+            continue
+        checked = check(dest.webhook)
+        if checked.private:
+            whose = f"{dest.owner}'s " if dest.owner is not None else ""
+            lines.append(printable(f"notify: {whose}{dest.label}: {checked.why}: skipped (runner.json's "
                                    '"allow_private_webhooks" allows it)'))
         else:
             kept.append(replace(dest, pinned=True))
