@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,7 +22,7 @@ from jobtpu.errors import ConfigError
 from jobtpu.tell import destinations, events, notify
 from jobtpu.tell.events import Event
 from jobtpu.tell.outbox import MAX_PENDING, MAX_TRIES, OUTBOX_FILE
-from tests.helpers import pid_alive, wait_for
+from tests.helpers import allow_private_webhooks, pid_alive, wait_for
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -304,6 +305,9 @@ def test_hostile_names_cannot_mention_everyone_in_slack(tmp_path: Path, hook: Ho
     ({"webhook": "http://x", "command": "true"}, "exactly one of"),
     ({"events": ["failed"]}, "exactly one of"),
     ({"webhook": "file:///etc/passwd"}, "http:// or https:// URL"),
+    ({"webhook": "https://x:99999/"}, r"not a valid URL \(Port out of range"),
+    ({"webhook": "https://x:abc/"}, r"not a valid URL \(Port could not be cast"),
+    ({"webhook": "http://[::1/hook"}, r"not a valid URL \(Invalid IPv6 URL"),
     ({"command": "  "}, "non-empty shell command"),
     ("notify-send", "must be an object"),
 ])
@@ -312,6 +316,93 @@ def test_a_bad_destination_is_one_line_naming_where(entry: Any, message: str) ->
         destinations.parse_destinations([{"command": "true"}, entry], "machines.json: notify")
     assert str(caught.value).startswith("machines.json: notify[1]")
     assert "\n" not in str(caught.value)
+
+
+# Every spelling of an address a webhook's host may take, and what the pass makes of it (design §7):
+# an IPv6 address carrying an IPv4 one is judged by that one, an IPv4 address in any inet_aton
+# spelling is the address it spells.
+@pytest.mark.parametrize(("url", "verdict"), [
+    ("http://127.0.0.1/", "loopback"),
+    ("http://2130706433/", "loopback"),  # decimal
+    ("http://0177.0.0.1/", "loopback"),  # octal
+    ("http://0x7f.1/", "loopback"),  # hex, two parts
+    ("http://0x7f000001/", "loopback"),
+    ("http://127.1/", "loopback"),
+    ("http://[::1]/", "loopback"),
+    ("http://[::7f00:1]/", "loopback 127.0.0.1 inside"),  # IPv4-compatible
+    ("http://[::127.0.0.1]/", "loopback 127.0.0.1 inside"),
+    ("http://[::ffff:127.0.0.1]/", "loopback 127.0.0.1 inside"),  # IPv4-mapped
+    ("http://[::ffff:0:7f00:1]/", "loopback 127.0.0.1 inside"),  # IPv4-translated
+    ("http://[64:ff9b::7f00:1]/", "loopback 127.0.0.1 inside"),  # NAT64
+    ("http://[64:ff9b:1::7f00:1]/", "loopback 127.0.0.1 inside"),  # local-use NAT64
+    ("http://[64:ff9b:1::808:808]/", "not public"),
+    ("http://[2002:7f00:1::]/", "loopback 127.0.0.1 inside"),  # 6to4
+    ("http://[2002:a00:5::]/", "private 10.0.0.5 inside"),
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "loopback 127.0.0.1 inside"),  # Teredo's client
+    ("http://[2001:0:808:808::f7f7:f7f7]/", "not public"),  # Teredo, both ends public
+    ("http://10.0.0.5:8080/hook", "private"),
+    ("http://012.0.0.5/", "private"),  # 10.0.0.5 in octal
+    ("http://172.16.0.1/", "private"),
+    ("http://192.168.1.1/", "private"),
+    ("http://100.64.0.1/", "private"),  # shared address space (CGNAT)
+    ("http://[fc00::1]/", "private"),
+    ("http://169.254.169.254/", "link-local"),  # a cloud's metadata server
+    ("http://[fe80::1%25eth0]/", "link-local"),
+    ("http://[::ffff:169.254.169.254]/", "link-local 169.254.169.254 inside"),
+    ("http://224.0.0.1/", "multicast"),
+    ("http://[ff02::1]/", "multicast"),
+    ("http://0.0.0.0/", "unspecified"),
+    ("http://0/", "unspecified"),
+    ("http://[::]/", "unspecified"),
+    ("http://240.0.0.1/", "reserved"),
+    ("http://255.255.255.255/", "reserved"),
+    ("https://8.8.8.8/", None),
+    ("https://134744072/", None),  # 8.8.8.8, decimal
+    ("https://[2606:4700::1111]/", None),
+    ("https://[::ffff:8.8.8.8]/", None),
+    ("https://[64:ff9b::808:808]/", None),  # NAT64 of a public address
+    ("https://[2002:808:808::]/", None),  # 6to4 of a public address
+])
+def test_every_spelling_of_a_webhooks_address_is_judged_by_what_it_reaches(url: str, verdict: str | None) -> None:
+    from jobtpu.tell.webhooks import address_of, refusal
+
+    ip = address_of(urllib.parse.urlsplit(url).hostname or "")
+    assert ip is not None, url
+    assert refusal(ip) == verdict, url
+
+
+@pytest.mark.parametrize("host", ["hooks.example.com", "256.1.1.1", "08.1.1.1", "1.2.3.4.5", "0x100000000"])
+def test_a_name_is_not_taken_for_an_address(host: str) -> None:
+    from jobtpu.tell.webhooks import address_of
+
+    assert address_of(host) is None
+
+
+def test_a_machines_json_webhook_at_a_private_address_is_skipped_unless_the_runner_allows_it(
+        tmp_path: Path, hook: Hook) -> None:
+    from jobtpu.passes.tell import publish
+
+    dests = _dests({"webhook": hook.url, "events": ["failed"]},
+                   {"webhook": hook.url.replace("127.0.0.1", "[::ffff:127.0.0.1]"), "events": ["failed"]})
+    lines = publish(tmp_path, dests, [_failed(1)])
+    assert hook.bodies == []
+    assert any("notify: webhook 127.0.0.1: 127.0.0.1 resolves to a private address (127.0.0.1): skipped" in line
+               for line in lines), lines
+    assert any("notify: webhook ::ffff:127.0.0.1: " in line and "skipped" in line for line in lines), lines
+    allow_private_webhooks(tmp_path)
+    publish(tmp_path, dests, [_failed(2)])
+    assert sorted(b["event"]["job"] for b in hook.bodies) == [2, 2]
+
+
+def test_a_checked_webhook_is_checked_again_as_it_is_sent(tmp_path: Path, hook: Hook) -> None:
+    """What the pass checked a moment before is judged again at sending, and nothing reaches the
+    receiver: a destination checked public whose name now resolves to loopback is not posted."""
+    from dataclasses import replace
+
+    dest = replace(_dests({"webhook": hook.url.replace("127.0.0.1", "localhost")})[0], pinned=True)
+    lines = notify.deliver(tmp_path / "outbox", [dest], [_failed(3)], 3)
+    assert hook.bodies == [] and len(lines) == 1, lines
+    assert "skipped: localhost resolves to a private address (127.0.0.1" in lines[0], lines
 
 
 def test_no_notify_list_is_no_destinations() -> None:

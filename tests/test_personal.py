@@ -16,7 +16,7 @@ import pytest
 
 from jobtpu.cli import build_parser
 from jobtpu.commands.tldr import TLDR
-from tests.helpers import JOBTPU, jobtpu, make_home, manage_until, status, write_tree
+from tests.helpers import JOBTPU, allow_private_webhooks, jobtpu, make_home, manage_until, status, write_tree
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -176,6 +176,37 @@ def test_without_dir_a_project_is_snapshotted_else_working_directory_1(tmp_path:
     jobs = status(home)
     assert jobs[before]["dir"] == str(loose) and jobs[int(done.stdout)]["dir"] == str(dir1)
     assert jobs[in_project]["dir"] == str(project / "src") and jobs[named]["dir"] == str(loose)
+
+
+@pytest.mark.parametrize("url", ["https://x:99999/", "https://x:abc/", "http://[::1/hook"])
+def test_config_set_notify_with_a_bad_url_is_one_line_and_writes_nothing(tmp_path: Path, url: str) -> None:
+    home = make_home(tmp_path)
+    done = jobtpu(home, "config", "set", "notify", json.dumps([{"webhook": url}]), check=False)
+    _one_error(done, "notify[0].webhook is not a valid URL (")
+    assert "hint: " in done.stderr
+    assert not (home / "users" / "tester" / "settings.json").exists()
+
+
+def test_config_set_notify_keeps_a_private_webhook_only_when_runner_json_allows_it(tmp_path: Path) -> None:
+    """The pass, run by runner.json's owner, decides at send time (docs/design.md §7): `config set`
+    refuses a private address unless that file allows them, and then keeps it with a warning."""
+    home = make_home(tmp_path)
+    hook = json.dumps([{"webhook": "http://10.0.0.5/hook", "events": ["failed"]}])
+    done = jobtpu(home, "config", "set", "notify", hook, check=False)
+    _one_error(done, "notify[0].webhook: 10.0.0.5 resolves to a private address (10.0.0.5)")
+    assert '"allow_private_webhooks": true in its runner.json' in done.stderr
+    assert not (home / "users" / "tester" / "settings.json").exists()
+    allow_private_webhooks(home)
+    done = jobtpu(home, "config", "set", "notify", hook)
+    warned = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and "runner.json allows private webhooks; passes run by root post it" in warned[0], \
+        done.stderr
+    assert _settings(home)["notify"] == json.loads(hook)
+    # A runner.json its group may rewrite is nobody's consent: refused again, and nothing changes.
+    (home / "runner.json").chmod(0o664)
+    done = jobtpu(home, "config", "set", "notify", json.dumps([{"webhook": "http://[::ffff:10.0.0.6]/"}]), check=False)
+    _one_error(done, "resolves to a private address (::ffff:a00:6)")
+    assert _settings(home)["notify"] == json.loads(hook)
 
 
 # ---- config aliases -------------------------------------------------------------------------------

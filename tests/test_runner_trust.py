@@ -192,6 +192,7 @@ def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(tea
     denied(team, bob, f"echo '{{}}' > {home}/machines.json")  # alice's file, the group reads it
     as_account(team, alice, f"chmod 660 {home}/machines.json")  # alice's slip: her group may now write it
     write_as(team, bob, home / "machines.json", json.dumps(machines))
+    runner_json(team, alice, home, {"allow_private_webhooks": True})  # the test's receiver is on 127.0.0.1
     job = submit(team, alice, home, "true")
     assert ends(team, alice, home, job)["status"] == "finished"
     out = manage(team, alice, home)
@@ -203,7 +204,8 @@ def test_a_notify_command_in_machines_json_runs_only_from_alices_runner_json(tea
     denied(team, bob, f"cp {home}/machines.json {home}/.bob-machines.json")
     assert not marker.exists()
     # The same command in alice's own runner.json runs.
-    runner_json(team, alice, home, {"notify": [{"command": f"touch {marker}", "events": ["finished"]}]})
+    runner_json(team, alice, home, {"allow_private_webhooks": True,
+                                    "notify": [{"command": f"touch {marker}", "events": ["finished"]}]})
     job = submit(team, alice, home, "true")
     assert ends(team, alice, home, job)["status"] == "finished"
     wait_for(lambda: marker.exists(), timeout=30, what="runner.json's command to run")
@@ -346,6 +348,12 @@ def test_a_members_webhook_at_a_private_address_is_refused_unless_the_runner_all
     job = submit(team, bob, home, "true")
     assert ends(team, alice, home, job)["status"] == "finished"
     wait_for(lambda: any("/mine" in r for r in counter.requests), timeout=30, what="the allowed webhook")
+    # alice's runner.json now allows them: bob's `config set` keeps his, with a line saying whose passes post it.
+    other = json.dumps([{"webhook": f"{counter.url}/other", "events": ["finished"]}])
+    kept = team.run(bob, "--home", str(home), "config", "set", "notify", other, umask="0077")
+    assert f"runner.json allows private webhooks; passes run by {alice} post it, others skip it" in kept.stderr, \
+        kept.stderr
+    assert json.loads(settings.read_text())["notify"] == json.loads(other)
 
 
 def test_sharing_a_private_home_makes_its_files_the_runners_for_the_group_to_read(team: Team) -> None:

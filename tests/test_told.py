@@ -24,7 +24,7 @@ from jobtpu.tell import destinations, eventlog, events, notify
 from jobtpu.tell.events import Event
 from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.accounts import Team
-from tests.helpers import JOBTPU, jobtpu, make_home, status, submit, wait_for
+from tests.helpers import JOBTPU, allow_private_webhooks, jobtpu, make_home, status, submit, wait_for
 
 
 class Hook:
@@ -86,6 +86,7 @@ def logged(home: Path, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.fast
 def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_path: Path, hook: Hook) -> None:
     home = make_home(tmp_path, notify=[{"webhook": hook.url, "events": ["finished"]}])
+    allow_private_webhooks(home)  # the receiver is on 127.0.0.1
     src = tmp_path / "src"
     src.mkdir()
     job = submit(home, src, "true")
@@ -118,6 +119,23 @@ def test_a_pass_killed_between_its_save_and_its_telling_is_told_by_the_next(tmp_
     assert "untold" not in json.loads((home / "state.json").read_text())
 
 
+@pytest.mark.fast
+def test_events_are_logged_only_once_their_notifications_are_queued(tmp_path: Path, hook: Hook) -> None:
+    from jobtpu.passes.tell import publish
+
+    allow_private_webhooks(tmp_path)
+    dests = destinations.parse_destinations([{"webhook": hook.url, "events": ["failed"]}])
+    (tmp_path / OUTBOX_FILE).mkdir()  # the outbox cannot be written
+    event = _ended(7)
+    lines = publish(tmp_path, dests, [event])
+    # Logged, a later pass would drop it from `untold` though it waits in no outbox (design §3).
+    assert logged(tmp_path, events.JOB_ENDED) == [] and hook.bodies == []
+    assert any("not logged while the outbox cannot be written" in line for line in lines), lines
+    (tmp_path / OUTBOX_FILE).rmdir()
+    publish(tmp_path, dests, [event])
+    assert [e["id"] for e in logged(tmp_path, events.JOB_ENDED)] == ["e7"] and hook.jobs() == [7]
+
+
 def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: Team, hook: Hook) -> None:
     alice, bob = team.accounts
     home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
@@ -132,6 +150,8 @@ def test_one_members_unreadable_settings_stop_no_one_elses_notifications(team: T
         folder.chmod(0o2750)  # each member's own folder (docs/reference/home-files.md §1.6)
         (folder / "settings.json").chmod(0o640)
     (home / "users" / bob / "settings.json").chmod(0o600)
+    allow_private_webhooks(home)  # alice's runner.json: her receiver is on 127.0.0.1
+    os.chown(home / "runner.json", team.uid(alice), team.gid)
 
     def told() -> bool:
         done = team.run(alice, "--home", str(home), "manage", check=False)
@@ -270,6 +290,7 @@ def test_passes_in_one_process_hold_a_bounded_number_of_files_and_threads(tmp_pa
     try:
         monkeypatch.setenv(timing.ENV, json.dumps({"notify_budget": 1.5}))  # a pass's webhook budget, shortened
         home = make_home(tmp_path, notify=[{"webhook": drip.url, "events": ["failed"]}])
+        allow_private_webhooks(home)  # the webhook is on 127.0.0.1
         src = tmp_path / "src"
         src.mkdir()
         job = submit(home, src, "false")

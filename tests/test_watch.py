@@ -20,7 +20,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import jobtpu, make_home, manage_until, status, submit, wait_for, write_tree
+from tests.helpers import (
+    allow_private_webhooks,
+    jobtpu,
+    make_home,
+    manage_until,
+    status,
+    submit,
+    wait_for,
+    write_tree,
+)
 from tests.sshfleet import SshFleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +158,7 @@ def test_webhook_and_command_hear_failed_and_finished_and_a_dead_webhook_leaves_
     dead_port = free_port()
     with webhook() as (url, received):
         home = make_home(tmp_path)
+        allow_private_webhooks(home)  # the receivers are on 127.0.0.1
         set_top(home, notify=[{"webhook": url, "events": ["failed", "finished"]},
                               {"webhook": f"http://127.0.0.1:{dead_port}/hook", "events": ["failed"]},
                               {"command": "cat >> notified.jsonl", "events": ["failed"]}])
@@ -181,6 +191,7 @@ def test_a_users_own_webhook_hears_of_their_jobs_only_and_may_not_be_a_command(t
     ann, bob = {"JOBTPU_USER": "ann"}, {"JOBTPU_USER": "bob"}
     with webhook() as (url, received):
         home = make_home(tmp_path)
+        allow_private_webhooks(home)  # the receiver is on 127.0.0.1
         hook = json.dumps([{"webhook": url, "events": ["failed"]}])
         jobtpu(home, "config", "set", "notify", hook, env=ann)
         assert json.loads((home / "users" / "ann" / "settings.json").read_text())["notify"] == json.loads(hook)

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.helpers import jobtpu, submit, until
+from tests.helpers import allow_private_webhooks, jobtpu, submit, until
 from tests.test_goodput import _rendered
 from tests.test_tpu_gcloud import home_for
 from tests.test_watch import set_top, webhook
@@ -32,6 +32,7 @@ def test_a_job_preempted_twice_tells_its_story_and_its_cost(tpus: TpuFleet, tmp_
     tpus.add_node(NODE)
     home = home_for(tmp_path, tpus, NODE, preemptible=True)
     with webhook() as (url, received):
+        allow_private_webhooks(home)  # the receiver is on 127.0.0.1
         set_top(home, notify=[{"webhook": url, "events": ["recovered", "finished", "failed"]}])
         job = submit(home, tmp_path / "src", CMD)
         preempt_when_reported(home, tpus, job, 0)

@@ -71,20 +71,38 @@ def _notify_value(values: list[str]) -> list[Any]:
 
 
 def _check_private_webhooks(home: Home, doc: Any) -> None:
-    """A member's webhook may not point at loopback or private addresses, which the pass's account
-    would post to from its host, unless the home's runner.json allows it (docs/design.md §7)."""
-    from jobtpu.home.roles import Layout, role_of
-    from jobtpu.home.trust import load_runner
+    """Each webhook checked as a pass checks it when it sends (docs/design.md §7): one at a private
+    address is refused, unless the home's runner.json (trusted as its owner's) allows private
+    webhooks: then it is kept with a warning, and the pass, run by that owner, decides at send time."""
     from jobtpu.tell.webhooks import check
 
-    if role_of(home.root).layout is Layout.PRIVATE or load_runner(home.root).allow_private_webhooks:
-        return  # a private home's settings are its owner's own: nobody else's pass posts them
+    allowed_by: str | None = None
     for i, entry in enumerate(doc):
-        _, why = check(entry["webhook"])
-        if why is not None:
-            raise JobtpuError(f"notify[{i}].webhook: {why}: the pass would post there from its own host",
-                              hint='name a public address, or have the runner allow it ("allow_private_webhooks" '
-                                   "in runner.json)")
+        checked = check(entry["webhook"])
+        if checked.why is None:
+            continue
+        where = f"notify[{i}].webhook"
+        if not checked.private:
+            raise JobtpuError(f"{where}: {checked.why}", hint="check the URL's host: a pass could not post there either")
+        allowed_by = allowed_by or _runner_allowing_private(home)
+        if allowed_by is None:
+            raise JobtpuError(f"{where}: {checked.why}: the pass would post there from its own host",
+                              hint="name a public address, or ask the account that runs the passes to allow it: "
+                                   '"allow_private_webhooks": true in its runner.json')
+        note(f"warning: {where}: {checked.why}: kept, as runner.json allows private webhooks; "
+             f"passes run by {allowed_by} post it, others skip it")
+
+
+def _runner_allowing_private(home: Home) -> str | None:
+    """The account whose runner.json allows private webhooks, when that file is trusted as its
+    owner's (no link, nobody else can write it): the account whose passes honour it."""
+    from jobtpu.home.trust import RUNNER_FILE, account_name, load_runner
+
+    try:
+        owner = os.stat(home.root / RUNNER_FILE, follow_symlinks=False).st_uid
+    except OSError:
+        return None
+    return account_name(owner) if load_runner(home.root, owner).allow_private_webhooks else None
 
 
 def _shown(key: str, settings: UserSettings) -> str | None:

@@ -1,7 +1,7 @@
 """The one interface through which a pass calls what it tells besides its decisions: events and
 notifications (passes/tell.py), progress (passes/progress.py), the team sheet (sheet/hook.py). Each
 hook is an object with its own state for one pass; run_pass builds the list once and calls it at
-three points, never a named module. A feature that needs a pass adds a hook, not a call in run_pass."""
+four points, never a named module. A feature that needs a pass adds a hook, not a call in run_pass."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ class PassHook(Protocol):
         it may add to `seen`. Returns lines for the pass's notes."""
         ...
 
+    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        """Before the pass saves its intents (never in a dry run): what that save calls with the state
+        as encoded, under the lock; a pass killed before its result keeps what this added."""
+        ...
+
     def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
         """Before the pass saves its result (never in a dry run): it may change the state to save,
         and return what that save calls with the state as encoded, under the lock (docs/design.md §3)."""
@@ -34,9 +39,17 @@ def before_decide(hooks: list[PassHook], p: Session, seen: Observation) -> list[
     return [line for hook in hooks for line in hook.before_decide(p, seen)]
 
 
+def before_intents(hooks: list[PassHook], p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    """Each hook's changes to the intents' save, as one amend."""
+    return _all([amend for hook in hooks if (amend := hook.before_intents(p, seen)) is not None])
+
+
 def before_result(hooks: list[PassHook], p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
     """Each hook's changes to the result, and one amend that runs theirs in order."""
-    amends = [amend for hook in hooks if (amend := hook.before_result(p, seen)) is not None]
+    return _all([amend for hook in hooks if (amend := hook.before_result(p, seen)) is not None])
+
+
+def _all(amends: list[Callable[[Encoded], None]]) -> Callable[[Encoded], None] | None:
     if not amends:
         return None
 

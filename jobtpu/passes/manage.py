@@ -76,7 +76,9 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         for line in p.notes + plan.notes:
             report.say(line)
         plan_recreates(p, plan, seen.now)
-        p.commit()  # intents (launching, killing, TPU steps) are on disk before anything is carried out
+        # Intents (launching, killing, TPU steps) are on disk before anything is carried out, with
+        # the events they mean: a pass killed while it acts has saved what it must tell (design §3).
+        p.commit(hooks.before_intents(pass_hooks, p, seen))
         reports = act(p, plan, seen)
         kills = settle(p.state, reports, seen.now)  # what they mean; a half-failed launch's workers to stop
         settle(p.state, stop_all(p, kills), seen.now)

@@ -32,6 +32,9 @@ class ProgressHook:
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         return []
 
+    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        return None
+
     def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
         track_progress(p, seen, self.ignored)
         return None

@@ -61,12 +61,29 @@ class EventsHook:
     def __init__(self, every: float | None) -> None:
         self.every = every
         self.before: RecordsAsRead | None = None
+        self.at_intents: set[Any] = set()  # ids of the events saved with the intents, until the result
 
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         """Remember the records as the pass read them (the session's merge base, not yet committed)."""
         self.before = RecordsAsRead(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines),
                                     time.time(), list(p.base_untold))
         return []
+
+    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        """What the intents' save calls: the events the pass's changes so far mean (a job seen ended,
+        a launch decided, a machine's step), in `untold` with that save. A pass killed while it acts
+        has saved them, and the next pass tells them; the result's save replaces them with what the
+        whole pass did (docs/design.md §3)."""
+        before = self.before
+        if before is None:
+            return None
+
+        def amend(encoded: Encoded) -> None:
+            found = with_ids(self._found(p, seen, before, encoded, time.time()))
+            self.at_intents = {doc["id"] for doc in found}
+            p.state.untold = (p.state.untold + found)[-MAX_UNTOLD:]
+
+        return amend
 
     def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
         """Record the pass's time in the state the pass is about to save as its result (one write: a
@@ -80,13 +97,20 @@ class EventsHook:
         p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=self.every)
 
         def amend(encoded: Encoded) -> None:
-            found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
-                                   seen.now, before.observed)
-            found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
-            found.sort(key=lambda e: (e.time, PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
-            p.state.untold = (still_untold(p.home.root, before.untold) + with_ids(found))[-MAX_UNTOLD:]
+            found = self._found(p, seen, before, encoded, now)
+            earlier = [doc for doc in p.state.untold if doc.get("id") not in self.at_intents]
+            p.state.untold = (still_untold(p.home.root, earlier) + with_ids(found))[-MAX_UNTOLD:]
 
         return amend
+
+    @staticmethod
+    def _found(p: Session, seen: Observation, before: RecordsAsRead, encoded: Encoded, now: float) -> list[Event]:
+        """The events of every record the pass changed since it read them, in the order they happened."""
+        found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
+                               seen.now, before.observed)
+        found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
+        found.sort(key=lambda e: (e.time, PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
+        return found
 
     def after_pass(self, p: Session, seen: Observation) -> list[str]:
         """Tell what the pass saved to tell (its result, with `untold`, is saved): queue the
@@ -124,18 +148,24 @@ def tell(home_root: Path, destinations: list[Any], untold: list[dict[str, Any]])
 
 def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> list[str]:
     """Queue the notifications the events mean, append the events to the log, deliver. In that
-    order: an event in the log is in the outbox too, so a pass that finds it there need not tell it."""
+    order, the log only once the outbox is saved: an event in the log is in the outbox too, so a
+    pass that finds it there need not tell it."""
     from jobtpu.tell.outbox import OUTBOX_FILE
 
     lines: list[str] = []
-    if found or (home_root / OUTBOX_FILE).exists():  # users' own destinations: only when there is news
+    news = any(ev.notification(e) for e in found)
+    if news or (home_root / OUTBOX_FILE).exists():  # users' own destinations, and the checks: only when there is news
         own, problems = users_destinations(home_root)
-        destinations, lines = [*destinations, *own], lines + problems
-    if destinations and any(ev.notification(e) for e in found):
+        destinations, lines = checked_webhooks(home_root, [*destinations, *own], lines + problems)
+    queued = True
+    if destinations and news:
         from jobtpu.tell.outbox import queue
 
-        lines += queue(home_root / OUTBOX_FILE, destinations, found)
-    lines += log(home_root, found)
+        said, queued = queue(home_root / OUTBOX_FILE, destinations, found)
+        lines += said
+    # Logged only once queued: a later pass drops from `untold` what it finds in the log (design §3).
+    lines += log(home_root, found) if queued else ["events: not logged while the outbox cannot be written; "
+                                                   "the next pass tells them again"]
     if destinations:
         from jobtpu.tell.notify import deliver
 
@@ -161,20 +191,18 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     everyone else's are served: docs/reference/machines-json.md §3.10)."""
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
-    from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_file, settings_users
+    from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_users
     from jobtpu.tell.destinations import parse_destinations
 
     home = Home(home_root)
     found: list[Any] = []
     lines: list[str] = []
-    foreign: list[Any] = []  # from settings another account could have written: checked (design §7)
     users, left = settings_users(home)
     if left:
         lines.append(f"notify: users/ holds {len(users) + left} users' folders; only the first {len(users)} "
                      f"by name had their settings read, the {left} after them are skipped")
     skipped = 0
     for user in users:
-        path = settings_file(home, user)
         where = f"users/{user}/settings.json"
         try:
             settings = load_settings(home, user, own=False)  # data: the member's own webhooks
@@ -190,25 +218,11 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
                 lines.append(printable(f"notify: cannot read {where} ({e.strerror or e}); "
                                        f"{user}'s own destinations are skipped"))
             continue
-        (found if _own_file(path) else foreign).extend(dests)
+        found.extend(dests)  # every webhook is checked where it is sent (tell/webhooks.refusal)
     if skipped > MAX_SETTINGS_LINES:
         lines.append(f"notify: and {skipped - MAX_SETTINGS_LINES} more users' settings could not be used; "
                      "their own destinations are skipped")
-    if foreign and _private_webhooks_allowed(home_root):
-        return found + foreign, lines
-    checked, lines = _checked_webhooks(foreign, lines)
-    return found + checked, lines
-
-
-def _own_file(path: Path) -> bool:
-    import os
-
-    from jobtpu.home.trust import why_untrusted
-
-    try:
-        return why_untrusted(os.stat(path, follow_symlinks=False), os.geteuid()) is None
-    except OSError:
-        return False
+    return found, lines
 
 
 def _private_webhooks_allowed(home_root: Path) -> bool:
@@ -217,18 +231,26 @@ def _private_webhooks_allowed(home_root: Path) -> bool:
     return load_runner(home_root).allow_private_webhooks
 
 
-def _checked_webhooks(found: list[Any], lines: list[str]) -> tuple[list[Any], list[str]]:
-    """Members' webhooks at a private address are skipped with one line; the others are posted only to
-    the address checked at delivery (docs/design.md §7)."""
+def checked_webhooks(home_root: Path, found: list[Any], lines: list[str]) -> tuple[list[Any], list[str]]:
+    """Every webhook, wherever declared, unless the runner's trusted runner.json allows private
+    addresses: one at a private address is skipped with one line; the others are posted only to the
+    address checked when each is sent (docs/design.md §7). A name that does not resolve now is kept:
+    its items wait in the outbox, and the check at sending says why (a passing DNS failure loses none)."""
     from dataclasses import replace
 
     from jobtpu.tell.webhooks import check
 
+    if not any(dest.webhook for dest in found) or _private_webhooks_allowed(home_root):
+        return found, lines
     kept = []
     for dest in found:
-        _, why = check(dest.webhook)
-        if why is not None:
-            lines.append(printable(f"notify: {dest.owner}'s {dest.label}: {why}: skipped (runner.json's "
+        if dest.webhook is None:
+            kept.append(dest)
+            continue
+        checked = check(dest.webhook)
+        if checked.private:
+            whose = f"{dest.owner}'s " if dest.owner is not None else ""
+            lines.append(printable(f"notify: {whose}{dest.label}: {checked.why}: skipped (runner.json's "
                                    '"allow_private_webhooks" allows it)'))
         else:
             kept.append(replace(dest, pinned=True))

@@ -56,6 +56,9 @@ class SheetHook:
         self.started = ps
         return [ps.problem] if ps.problem else []
 
+    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+        return None
+
     def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
         return None
 

@@ -21,7 +21,7 @@ class Destination:
     command: str | None
     events: frozenset[str]
     owner: str | None = None  # a user's own destination (their settings): events of their jobs only
-    pinned: bool = False  # a member's webhook: posted only to an address checked public (webhooks.py)
+    pinned: bool = False  # posted only to an address checked public as it is sent (webhooks.py)
 
     @property
     def key(self) -> str:
@@ -80,7 +80,13 @@ def _destination(entry: Any, where: str) -> Destination:
 
 
 def _check_url(url: Any, where: str) -> None:
-    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+        if parts is not None:
+            parts.port  # noqa: B018  urllib reads (and refuses) the port only when asked
+    except ValueError as e:  # an unclosed [IPv6], a port that is not a number or out of range
+        raise ConfigError(f"{where}.webhook is not a valid URL ({e}): {printable(repr(url))}",
+                          hint='like "https://hooks.example.com/path" or "http://host:8080/path" (a port up to 65535)') from None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}.webhook must be an http:// or https:// URL (got {printable(repr(url))})")
 

@@ -47,9 +47,10 @@ def _real_account() -> dict[str, Any]:
 
 def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYTES, keep: int = KEEP) -> list[str]:
     """Add `events` at the end of the log in one write (readers never see half a batch), rotating
-    first when the batch would take the file past `max_bytes`. Not synced: an event lost to a power
-    cut is a missing log line, not a wrong state, and a pass should not wait for the disk for it.
-    Returns a line for each thing a rotation found in its way and cleared (`_clear`)."""
+    first when the batch would take the file past `max_bytes`. Synced before it returns: a pass
+    drops from state.json's `untold` the events it finds here (docs/design.md §3), so one the disk
+    could still lose must not be found. Returns a line for each thing a rotation found in its way
+    and cleared (`_clear`)."""
     by = _real_account()  # the account that recorded them, whatever --user said (docs/design.md §7)
     data = b"".join(orjson.dumps({**e.to_json(), **by}) + b"\n" for e in events)
     if not data:
@@ -69,6 +70,7 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            os.fsync(fd)
         finally:
             os.close(fd)
     return lines

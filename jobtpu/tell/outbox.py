@@ -102,17 +102,20 @@ def cap_items(items: list[Pending], by_key: dict[str, Destination]) -> tuple[lis
 
 
 
-def queue(outbox_path: Path, destinations: Sequence[Destination], new_events: Sequence[Event]) -> list[str]:
-    """Queue what `new_events` mean for `destinations` in the outbox and save it, sending nothing:
-    a pass does this before it logs the events, so an event in the log is also in the outbox."""
+def queue(outbox_path: Path, destinations: Sequence[Destination],
+          new_events: Sequence[Event]) -> tuple[list[str], bool]:
+    """Queue what `new_events` mean for `destinations` in the outbox and save it (synced), sending
+    nothing; the lines, and whether it is saved. A pass does this before it logs the events, and logs
+    them only once it is saved, so an event in the log is also in the outbox."""
     if not any(notification(e) for e in new_events):
-        return []
+        return [], True
     by_key = {d.key: d for d in destinations}
     items, slow, lines = load_outbox(outbox_path)
     items = [i for i in items if i.dest in by_key]
     enqueue(items, list(by_key.values()), new_events)
     items, dropped = cap_items(items, by_key)
-    return lines + dropped + save_outbox(outbox_path, items, slow)
+    refused = save_outbox(outbox_path, items, slow)
+    return lines + dropped + refused, not refused
 
 
 

@@ -1,5 +1,6 @@
-"""Sending one notification: a webhook's POST (through the environment's proxy, or to an address
-checked public for a member's webhook) or a command run with the event on stdin. Each returns None
+"""Sending one notification: a webhook's POST (to an address checked public at that moment, unless
+the runner allows private ones: then through the environment's proxy) or a command run with the
+event on stdin. Each returns None
 when the destination took it, else one short line why not."""
 
 from __future__ import annotations
@@ -109,12 +110,13 @@ def _proxy(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
 
 
 def post_pinned(url: str, text: str, event: dict[str, Any], timeout: float) -> str | None:
-    """A member's webhook: every address its name resolves to checked now, the checked one used."""
+    """A checked webhook: every address its name resolves to judged now, the checked one used."""
     from jobtpu.tell.webhooks import check, post
 
-    address, why = check(url)
+    checked = check(url)
+    address = checked.address
     if address is None:
-        return f"skipped: {why}"
+        return f"skipped: {checked.why}"
     body = orjson.dumps({"text": _slack_escape(text), "event": event})
     try:
         status = post(url, address, body, {"Content-Type": "application/json", "User-Agent": "jobtpu"}, timeout)
@@ -122,6 +124,8 @@ def post_pinned(url: str, text: str, event: dict[str, Any], timeout: float) -> s
         return "timed out"
     except OSError as e:
         return e.strerror or str(e)
+    except ValueError as e:  # a port that is not one (machines.json is checked when read; a hand edit may race)
+        return str(e)
     return None if 200 <= status < 300 else f"HTTP {status}"
 
 
