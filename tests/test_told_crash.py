@@ -67,9 +67,9 @@ def state(home: Path) -> dict[str, Any]:
     return doc
 
 
-def kill_while_the_log_is_locked(home: Path) -> None:
+def kill_while_the_log_is_locked(home: Path, until_one: bool = True) -> None:
     """Hold events.jsonl's lock, run passes until one has saved its result with events to tell (it
-    then waits for the lock), and kill it there."""
+    then waits for the lock), and kill it there; `until_one` False: one pass, caught there or not."""
     lock = os.open(home / f"{eventlog.EVENTS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
@@ -84,7 +84,10 @@ def kill_while_the_log_is_locked(home: Path) -> None:
             waiting = manager.poll() is None and bool(state(home).get("untold"))
             kill(manager)
             return waiting
-        wait_for(killed_after_its_save, timeout=120, interval=0.05, what="a pass waiting for the log's lock")
+        if until_one:
+            wait_for(killed_after_its_save, timeout=120, interval=0.05, what="a pass waiting for the log's lock")
+        else:
+            killed_after_its_save()
     finally:
         os.close(lock)
 
@@ -108,8 +111,10 @@ def test_every_finished_job_is_told_though_passes_are_killed_at_random(tmp_path:
     jobs = [submit(home, src, "true") for _ in range(JOBS)]
     rng = random.Random(seed)
     for round_no in range(KILLS):
-        if round_no == KILLS // 2:
+        if round_no == 0:  # first, while every job is still to launch: there is news to tell, however slow the machine
             kill_while_the_log_is_locked(home)
+        elif round_no == KILLS // 2:  # and again once jobs end, when this round's timing leaves news then
+            kill_while_the_log_is_locked(home, until_one=False)
         manager = start_pass(home)
         with contextlib.suppress(subprocess.TimeoutExpired):  # the moment to kill it, not a wait for anything
             manager.wait(rng.uniform(0, KILL_WITHIN))

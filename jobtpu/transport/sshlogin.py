@@ -144,7 +144,9 @@ class SshLogin:
             raise self.fail(f"authentication failed as {self.user} ({how}); check 'user' and "
                              "'identity_file' in machines.json") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            if expired.is_set():
+            # paramiko's own banner and auth timers run out at the deadline too, a moment before the
+            # watchdog's: either way the handshake took the whole connect_timeout.
+            if expired.is_set() or time.monotonic() >= deadline - 0.25:
                 raise self.fail(f"SSH handshake did not finish within {limit:g}s (connect_timeout)") from None
             raise self.fail(f"SSH handshake failed: {e or type(e).__name__}") from None
         finally:
