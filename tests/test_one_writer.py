@@ -255,3 +255,41 @@ def test_a_members_flood_of_requests_waits_its_turn_and_costs_one_line(team: Tea
     wait_for(lambda: team.run(alice, "--home", str(home), "manage", umask="0077") and json.loads(
         team.run(alice, "--home", str(home), "status", "--json", str(mine)).stdout)["jobs"][0]["status"] == "finished",
         timeout=HANG, interval=0.3, what="alice's own job to finish")
+
+
+def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(team: Team) -> None:
+    """A member writes requests by hand rather than through jobtpu: a submit whose records claim
+    another account, a status, forced acts and attempts; one with an environment name submit
+    refuses; acts only the runner may do. The runner keeps the sender's account and nothing else of
+    the record's own, and refuses the rest in their replies (docs/reference/home-files.md §1.3)."""
+    alice, bob = team.accounts
+    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
+    team.run(alice, "--home", str(home), "user", "add", bob, umask="0077")
+    src = team.private_folder(bob, "src")
+    ids = [int(team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--hold",
+                        umask="0077").stdout) for _ in range(2)]
+    forged, env_named = (home / "spool" / f"submit-{i}-1.json" for i in ids)
+    doc = json.loads(forged.read_text())  # rewritten in place, as bob could: the file stays his
+    doc["jobs"][0].update(uid=team.uid(alice), status="running", machine="local", attempt=3,
+                          attempts=[{"n": 0, "machine": "local"}], recoveries=7,
+                          forced=[{"by": alice, "act": "kill", "at": 1.0, "uid": team.uid(alice), "account": alice}])
+    forged.write_text(json.dumps(doc))
+    doc = json.loads(env_named.read_text())
+    doc["jobs"][0]["env"] = {"JOBTPU_MARK": "someone.else"}
+    env_named.write_text(json.dumps(doc))
+    for n, argv in enumerate((["user", "add", "mallory"], ["manage"])):
+        request = json.dumps({"argv": argv, "user": bob, "at": 0})
+        assert as_(team, bob, f"printf '%s' '{request}' > {home}/spool/act-{n + 1}-0123456789ab.json").returncode == 0
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    rows = {r["id"]: r for r in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",
+                                                     "--json").stdout)["jobs"]}
+    assert list(rows) == [ids[0]], rows  # the one with JOBTPU_MARK was refused
+    got = rows[ids[0]]
+    assert (got["uid"], got["status"], got["attempts"], got.get("forced", []), got.get("recoveries", 0)) == \
+        (team.uid(bob), "queued", [], [], 0), got
+    answers = team.run(bob, "--home", str(home), "requests").stdout
+    assert f"submit of job {ids[1]}: refused: jobtpu: error: job {ids[1]}: --env JOBTPU_MARK: JOBTPU_* variables " \
+           "are set by jobtpu itself" in answers, answers
+    assert "user add mallory: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
+    assert "manage: refused: jobtpu: error: 'manage' is not an act a member may request" in answers, answers
+    assert "mallory" not in (home / "users.json").read_text()

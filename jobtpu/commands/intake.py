@@ -169,7 +169,7 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
     mark = read_id_mark(home)
     if entry.first > mark + spool.MAX_ID_JUMP:
         raise Refused(f"{entry.name} claims ids far above the last one given ({mark})")
-    jobs = [_rebuilt(home, job, doc.first + i, owner) for i, job in enumerate(doc.jobs)]
+    jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner) for i, job in enumerate(doc.jobs)]
     names = {job.archive for job in jobs}
     if len(names) != 1:
         raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
@@ -192,28 +192,62 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
     return [job.id for job in jobs]
 
 
-def _rebuilt(home: Home, sent: Job, job_id: int, owner: int) -> Job:
-    """The runner's record of a submitted job: the submit's fields, checked; the rest its own."""
+def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
+    """The runner's record of a submitted job: the submit's fields, checked again as `submit` checks
+    what a user types (a member's process could have written anything there); the rest its own."""
+    from jobtpu.home.actor import Actor, acting_for
     from jobtpu.home.users import known_user
-    from jobtpu.limits import check_submit
     from jobtpu.schema.state import Job
-    from jobtpu.snapshot.unpack import check_name
 
     fields = {name: getattr(sent, name) for name in SUBMIT_FIELDS}
     job = Job(id=job_id, created=round(time.time(), 3), uid=owner, waiting="held by hold" if sent.held else None,
               **fields)
+    with acting_for(Actor(owner, account_name(owner), job.user)):
+        known_user(home, job.user)  # a home that keeps a user list takes no other name
+    try:
+        _check_fields(job, first)
+    except JobtpuError as e:
+        raise Refused(f"job {job_id}: {e.message}") from None
+    return job
+
+
+def _check_fields(job: Job, first: int) -> None:
+    """What `submit` refuses in what a user types, refused in a submitted record: the snapshot's
+    name, the sweep, the command, requests, rule, environment names, --on-resume, --progress, tags
+    and every length (numbers are bounded by the record's type)."""
+    from jobtpu.commands.submit import RULE_NAMES
+    from jobtpu.decide.fit import parse_request
+    from jobtpu.decide.placement import check_on_resume
+    from jobtpu.inputs import parse_env
+    from jobtpu.limits import check_submit
+    from jobtpu.snapshot.unpack import check_name
+    from jobtpu.views.progress import compile_progress
+
     try:
         check_name(job.archive)
     except Exception:  # noqa: BLE001 - any malformed name is the same refusal
-        raise Refused(f"job {job_id}: {job.archive[:80]!r} is not a snapshot's name") from None
-    if job.sweep is not None and not (0 < job.sweep <= job_id):
-        raise Refused(f"job {job_id}: its sweep id is not one of its submit's")
-    from jobtpu.home.actor import Actor, acting_for
-
-    with acting_for(Actor(owner, account_name(owner), job.user)):
-        known_user(home, job.user)  # a home that keeps a user list takes no other name
+        raise JobtpuError(f"{job.archive[:80]!r} is not a snapshot's name") from None
+    if job.sweep not in (None, first):
+        raise JobtpuError("its sweep id is not its submit's first id")
+    if not job.cmd.strip():
+        raise JobtpuError("its command is empty")
+    if job.rule is not None and job.rule not in RULE_NAMES:
+        raise JobtpuError(f"{job.rule[:40]!r} is not a rule")
+    if any(not tag.strip() for tag in job.tags):
+        raise JobtpuError("a tag is empty")
+    parse_request(list(job.req))
+    parse_env([f"{name}={value}" for name, value in job.env.items()])  # names only: JOBTPU_* refused
     check_submit(job.cmd, job.name, job.tags, job.overrides, job.sheet_note)
-    return job
+    if job.on_resume is not None:
+        from jobtpu.limits import MAX_OVERRIDES, check_length
+
+        check_length("--on-resume", job.on_resume, MAX_OVERRIDES)
+        check_on_resume(job.on_resume)
+    if job.progress is not None:
+        try:
+            compile_progress(job.progress)
+        except ValueError as e:
+            raise JobtpuError(str(e)) from None
 
 
 def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owner: int, included: bool) -> None:
