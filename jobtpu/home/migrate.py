@@ -61,6 +61,8 @@ def make_one_writer(root: Path, gid: int) -> list[str]:
         users = os.open("users", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
         try:  # made now: under a member folder, a member could take the name first
             _ensure_folder(users, ".offered", gid, FOLDER_MODE)
+        except OSError as e:  # a member took it: imported settings are then offered to nobody
+            lines.append(f"users/.offered: cannot make it the runner's folder ({e.strerror or e}); move it away by hand")
         finally:
             os.close(users)
         spool = os.open(SPOOL, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
@@ -84,12 +86,7 @@ def make_one_writer(root: Path, gid: int) -> list[str]:
 def _ensure_folder(dir_fd: int, name: str, gid: int, mode: int) -> None:
     with contextlib.suppress(FileExistsError):
         os.mkdir(name, 0o700, dir_fd=dir_fd)
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    try:
-        os.fchown(fd, -1, gid)
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+    _fix(dir_fd, name, gid, mode)
 
 
 def _walk(dir_fd: int, rel: str, gid: int, lines: list[str]) -> None:

@@ -292,6 +292,27 @@ def open_subdir(dir_fd: int, name: str) -> int:
         raise UnsafePath(name, _why(dir_fd, name, e, "a folder")) from None
 
 
+def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """`name` in the open folder, whole or not at all: a new file under a random name (never through a
+    link), exactly `mode`, every byte written and synced, then renamed over `name`; a failure leaves
+    no temporary file."""
+    tmp, fd = _new_temp(dir_fd, name, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+
+
 def new_temp(dir_fd: int, name: str, mode: int) -> tuple[str, int]:
     """A new file in `dir_fd` under a random name next to `name`, open for writing, exactly `mode`."""
     return _new_temp(dir_fd, name, mode)

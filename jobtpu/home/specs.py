@@ -54,21 +54,8 @@ def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) 
         st = os.fstat(folder)
         if shared and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
             os.fchmod(folder, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)  # nobody removes another's spec
-        name = f"{job.id}.json"
-        tmp = f".{name}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
-        try:
-            os.fchmod(fd, 0o640 if shared else 0o600)
-            os.write(fd, msgspec.json.encode(spec_of(job, secret_names)))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            os.unlink(tmp, dir_fd=folder)
-            raise
-        os.fsync(folder)
+        safefs.write_in(folder, f"{job.id}.json", msgspec.json.encode(spec_of(job, secret_names)),
+                        0o640 if shared else 0o600)
     finally:
         os.close(folder)
 
@@ -126,12 +113,15 @@ def records_trusted(home: Home) -> bool:
     return why_untrusted(st, os.geteuid()) is None
 
 
-def local_verdict(home: Home, job: Job, runs_for_team: bool) -> Verdict:
+def local_verdict(home: Home, job: Job, runs_for_team: bool, one_writer: bool | None = None) -> Verdict:
     """What the job's spec says about running it locally as this account (docs/design.md §7); in a
-    one-writer shared home, what its record says (the runner wrote it, from the submit's owner)."""
-    from jobtpu.home.roles import Layout, role_of
+    one-writer shared home, what its record says (the runner wrote it, from the submit's owner).
+    `one_writer`: the home's layout, when the caller asks for many jobs (None: looked up)."""
+    if one_writer is None:
+        from jobtpu.home.roles import Layout, role_of
 
-    if role_of(home.root).layout is Layout.SHARED:
+        one_writer = role_of(home.root).layout is Layout.SHARED
+    if one_writer:
         return shared_verdict(job, os.geteuid(), runs_for_team)
     where = spec_path(job.id)
     try:

@@ -104,24 +104,8 @@ def claims_locked(spool_fd: int) -> Iterator[None]:
 
 
 def put_file(spool_fd: int, name: str, data: bytes, mode: int = 0o640) -> None:
-    """`name` in the spool, whole (a temporary file, fsync, rename), this account's, `mode`."""
-    tmp, fd = safefs.new_temp(spool_fd, name, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp, dir_fd=spool_fd)
-        raise
-    os.close(fd)
-    try:
-        os.rename(tmp, name, src_dir_fd=spool_fd, dst_dir_fd=spool_fd)
-    except BaseException:
-        os.unlink(tmp, dir_fd=spool_fd)
-        raise
-    os.fsync(spool_fd)
+    """`name` in the spool, whole (safefs.write_in), this account's, `mode`."""
+    safefs.write_in(spool_fd, name, data, mode)
 
 
 def new_act_name() -> str:
@@ -200,15 +184,10 @@ def remove(spool_fd: int, name: str) -> None:
 # ---- replies: the runner's answer to each request ----------------------------------------------------
 
 def write_reply(home: Home, name: str, data: bytes) -> None:
-    """replies/<request name>, the runner's (0640 in its 2750 folder)."""
+    """replies/<request name>, the runner's (0640 in its 2750 folder), written whole."""
     fd = safefs.open_dir(home.root, REPLIES, create=True, mode=0o2750)
     try:
-        tmp, out = safefs.new_temp(fd, name, 0o640)
-        try:
-            os.write(out, data)
-        finally:
-            os.close(out)
-        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        safefs.write_in(fd, name, data, 0o640)
     finally:
         os.close(fd)
 

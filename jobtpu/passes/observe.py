@@ -13,6 +13,7 @@ from typing import Any
 from jobtpu.decide.observation import Observation, refs_of
 from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
+from jobtpu.home.roles import Layout, role_of
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes.context import Pass
@@ -68,9 +69,10 @@ def _check_local_specs(p: Pass, seen: Observation) -> None:
     if not any(m.kind == "local" for m in p.fleet.machines.values()) or records_trusted(p.home):
         return
     team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
+    one_writer = role_of(p.home.root).layout is Layout.SHARED  # looked up once a pass, not once a job
     for job in p.state.jobs:
         if job.status is Status.QUEUED and not job.held:
-            verdict = local_verdict(p.home, job, team)
+            verdict = local_verdict(p.home, job, team, one_writer)
             if verdict.kind != "ok":
                 seen.local_refusals[job.id] = (verdict.kind, verdict.why)
 
