@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -83,8 +84,6 @@ def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
     try:
         spool.put_file(fd, name, data)
     finally:
-        import os
-
         os.close(fd)
     runner = runner_name(role)
     if loop_running(home):

@@ -143,7 +143,7 @@ def read_request(spool_fd: int, name: str, limit: int) -> tuple[bytes, int]:
         why = _why_refused(st, limit)
         if why is not None:
             raise safefs.UnsafePath(f"{SPOOL}/{name}", why)
-        return safefs.read_fd(fd, limit + 1)[:limit + 1], st.st_uid
+        return safefs.read_fd(fd, limit + 1), st.st_uid  # grown past the cap since: refused as it decodes
     finally:
         os.close(fd)
 
