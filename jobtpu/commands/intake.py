@@ -9,6 +9,7 @@ its name). What is wrong costs that request alone, with one line in its reply.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -215,13 +216,11 @@ def _check_fields(job: Job, first: int) -> None:
     """What `submit` refuses in what a user types, refused in a submitted record: the snapshot's
     name, the sweep, the command, requests, rule, environment names, --on-resume, --progress, tags
     and every length (numbers are bounded by the record's type)."""
-    from jobtpu.commands.submit import RULE_NAMES
+    from jobtpu.commands.submit import RULE_NAMES, check_resume_and_progress
     from jobtpu.decide.fit import parse_request
-    from jobtpu.decide.placement import check_on_resume
     from jobtpu.inputs import parse_env
     from jobtpu.limits import check_submit
     from jobtpu.snapshot.unpack import check_name
-    from jobtpu.views.progress import compile_progress
 
     try:
         check_name(job.archive)
@@ -238,16 +237,7 @@ def _check_fields(job: Job, first: int) -> None:
     parse_request(list(job.req))
     parse_env([f"{name}={value}" for name, value in job.env.items()])  # names only: JOBTPU_* refused
     check_submit(job.cmd, job.name, job.tags, job.overrides, job.sheet_note)
-    if job.on_resume is not None:
-        from jobtpu.limits import MAX_OVERRIDES, check_length
-
-        check_length("--on-resume", job.on_resume, MAX_OVERRIDES)
-        check_on_resume(job.on_resume)
-    if job.progress is not None:
-        try:
-            compile_progress(job.progress)
-        except ValueError as e:
-            raise JobtpuError(str(e)) from None
+    check_resume_and_progress(job.on_resume, job.progress)
 
 
 def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owner: int, included: bool) -> None:
@@ -265,18 +255,20 @@ def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owne
     try:
         tmp, out = safefs.new_temp(archives, name, 0o640)
         try:
-            while chunk := os.read(src, 1 << 20):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
-            os.fsync(out)
-        finally:
-            os.close(out)
-        why = _check_copy(home, tmp, name)
-        if why is not None:
-            os.unlink(tmp, dir_fd=archives)
-            raise Refused(f"its snapshot {why}")
-        os.rename(tmp, name, src_dir_fd=archives, dst_dir_fd=archives)
+            try:
+                while chunk := os.read(src, 1 << 20):
+                    safefs.write_all(out, chunk)
+                os.fsync(out)
+            finally:
+                os.close(out)
+            why = _check_copy(home, tmp, name)
+            if why is not None:
+                raise Refused(f"its snapshot {why}")
+            os.rename(tmp, name, src_dir_fd=archives, dst_dir_fd=archives)
+        except BaseException:  # refused, a full disk, a member's file that fails mid-read: no copy left
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=archives)
+            raise
     finally:
         os.close(src)
         os.close(archives)

@@ -94,19 +94,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     from jobtpu.limits import check_submit
 
     check_submit(opts.cmd or "", opts.name, opts.tag, overrides, opts.sheet_note)
-    if opts.on_resume is not None:
-        from jobtpu.decide.placement import check_on_resume
-        from jobtpu.limits import MAX_OVERRIDES, check_length
-
-        check_length("--on-resume", opts.on_resume, MAX_OVERRIDES)
-        check_on_resume(opts.on_resume)
-    if opts.progress is not None:
-        from jobtpu.views.progress import compile_progress
-
-        try:
-            compile_progress(opts.progress)
-        except ValueError as e:
-            raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
+    check_resume_and_progress(opts.on_resume, opts.progress)
     src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
     if chosen_because:
         note(chosen_because)
@@ -125,6 +113,24 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid(),
                held=opts.hold, waiting="held by hold" if opts.hold else None)
+
+
+def check_resume_and_progress(on_resume: str | None, progress: str | None) -> None:
+    """--on-resume (its length, placeholders, shell words) and --progress (an RE2 pattern with a group),
+    as submit takes them and as the runner takes a member's submitted record."""
+    if on_resume is not None:
+        from jobtpu.decide.placement import check_on_resume
+        from jobtpu.limits import MAX_OVERRIDES, check_length
+
+        check_length("--on-resume", on_resume, MAX_OVERRIDES)
+        check_on_resume(on_resume)
+    if progress is not None:
+        from jobtpu.views.progress import compile_progress
+
+        try:
+            compile_progress(progress)
+        except ValueError as e:
+            raise JobtpuError(str(e), hint="see `jobtpu submit --help`") from None
 
 
 def _sheet_note(src: Path, given: str | None) -> str | None:

@@ -292,6 +292,13 @@ def open_subdir(dir_fd: int, name: str) -> int:
         raise UnsafePath(name, _why(dir_fd, name, e, "a folder")) from None
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data` to `fd` (os.write may take fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     """`name` in the open folder, whole or not at all: a new file under a random name (never through a
     link), exactly `mode`, every byte written and synced, then renamed over `name`; a failure leaves
@@ -299,9 +306,7 @@ def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     tmp, fd = _new_temp(dir_fd, name, mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -67,9 +67,7 @@ def append(home_root: Path, events: Iterable[Event], max_bytes: int = ROTATE_BYT
         # Never through a link, never blocking on a FIFO (docs/design.md §2): UnsafePath names it.
         fd = safefs.open_file(home_root, EVENTS_FILE, os.O_WRONLY | os.O_APPEND, create=True)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            safefs.write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
