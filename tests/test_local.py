@@ -284,7 +284,10 @@ def test_resources_are_counted(tmp_path: Path) -> None:
     jobs = manage_until(home, [ids[2]], {"running"})
     assert jobs[ids[2]]["alloc"]["gpu"] == freed  # the third job gets the device the killed one held
     folder = home / "run" / "jobs"
-    devices = {(folder / str(i) / f"gpus.{i}").read_text().strip() for i in ids[1:]}
+    written = [folder / str(i) / f"gpus.{i}" for i in ids[1:]]
+    # `running` is recorded once the wrapper started the command, maybe before its first line ran
+    wait_for(lambda: all(p.exists() and p.read_text().endswith("\n") for p in written), what="the jobs' device files")
+    devices = {p.read_text().strip() for p in written}
     assert devices == {"0", "1"}
     jobtpu(home, "kill", *map(str, ids[1:]))
 
