@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,3 +68,49 @@ def test_example_survives_two_preemptions(tmp_path: Path, tpus: TpuFleet) -> Non
     shutil.rmtree(bucket)
     assert json.loads((tmp_path / "fetched" / "result.json").read_text()) == \
         json.loads((clean / "result.json").read_text())
+
+
+def test_a_preempted_attempts_log_outlives_its_vms_under_a_minute_loop(tmp_path: Path, tpu_pods: TpuFleet) -> None:
+    """docs/reference/commands.md §2.3: under `manage --loop` with a long interval, what a pod job's
+    workers printed comes home through the kept connections between passes, so a preemption (which
+    wipes each worker's own disk at recreation) takes none of it; the loop notices the preemption and
+    carries the recovery through without waiting its interval, and `tail` of the gone attempt says
+    what the home kept."""
+    from jobtpu import timing
+    from tests.helpers import JOBTPU
+
+    tpus = tpu_pods
+    workers = 4
+    tpus.add_node("tpu-p", workers=workers, accelerator="v3-32", preemptible=True, own_disks=True)
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"v3-32-p1": tpus.machine_spec("tpu-p", runtime_version="tpu-ubuntu2204-base")})
+    src = tmp_path / "src"
+    src.mkdir()
+    cmd = ('for e in 1 2 3 4; do echo "epoch $e of worker $JOBTPU_WORKER"; done; '
+           'if [ "$JOBTPU_RESUME" = 1 ]; then echo resumed; exit 0; fi; sleep 600')
+    job_id = int(jobtpu(home, "submit", "--dir", str(src), "--req", "v3-32", "--cmd", cmd).stdout)
+    env = {**os.environ, "JOBTPU_USER": "tester", **timing.env(log_stream=0.3, spool_poll=0.1, busy_interval=0.3)}
+    # A minute's interval and more: the test ends long before a second interval-paced pass could run.
+    loop = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", "600"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: all("epoch 4" in log_text(home, job_id, 0, w) for w in range(workers)),
+                 timeout=120, interval=0.2, what="every worker's four epochs home")
+        tpus.api.preempt(ZONE, "tpu-p")
+        wait_for(lambda: "resumed" in log_text(home, job_id, 1, 0), timeout=120, interval=0.2,
+                 what="the job resumed on the recreated node, with no pass at the interval")
+        job = wait_for(lambda: (j := json.loads(jobtpu(home, "status", str(job_id), "--json").stdout)["jobs"][0])
+                       ["status"] == "finished" and j, timeout=120, interval=0.2, what="the job to finish")
+    finally:
+        os.killpg(loop.pid, signal.SIGINT)
+        loop.wait(timeout=60)
+    assert "Traceback" not in (loop.stderr.read() if loop.stderr else "")
+    assert [a["outcome"] for a in job["attempts"]] == ["preempted", "finished"], job
+    # The recreated node's disks are new: the attempt's lines survive only in the home.
+    for w in range(workers):
+        meta = tpus.disk("tpu-p", w) / "jobtpu" / "meta" / str(job_id)
+        assert (meta / f"1.{w}.log").exists() and not (meta / f"0.{w}.log").exists()
+        assert log_text(home, job_id, 0, w).splitlines() == [f"epoch {e} of worker {w}" for e in (1, 2, 3, 4)]
+    out = jobtpu(home, "tail", str(job_id), "--attempt", "0", "--worker", "3")
+    assert out.stdout.splitlines() == [f"epoch {e} of worker 3" for e in (1, 2, 3, 4)]
+    assert "above is what the home kept" in out.stderr, out.stderr
