@@ -58,3 +58,39 @@ def test_documented_variables_still_set_their_wait_and_win_over_the_object() -> 
     assert got.grace == timing.DEFAULTS.grace
     with pytest.raises(JobtpuError, match="no wait named"):
         timing.env(nothing=1)
+
+
+def test_a_quick_loop_that_stops_beside_a_slower_one_is_not_late() -> None:
+    """docs/reference/state-json.md §4.1: `watch` (5 s) stops while `manage --loop 60` goes on: the
+    60 s loop's gaps are not late; once that loop too is silent for three of its intervals, they are."""
+    from jobtpu.commands.freshness import freshness
+    from jobtpu.schema.state import recorded
+
+    loop = recorded(None, 1000.0, 0.5, 60.0, 3, 60.0)
+    watch = recorded(loop, 1030.0, 0.2, 5.0, 3, 60.0)
+    watch = recorded(watch, 1035.0, 0.2, 5.0, 3, 60.0)
+    assert (watch.every, watch.slowest, watch.slowest_at) == (5.0, 60.0, 1000.0)
+    assert freshness(watch, 1035 + 50)[1] is False  # watch quit 50 s ago; the loop passes within 60 s
+    assert freshness(watch, 1000 + 181)[1] is True  # nothing from the loop either for 3 × 60 s
+    again = recorded(watch, 1060.0, 0.5, 60.0, 3, 60.0)
+    assert (again.every, again.slowest, again.slowest_at) == (60.0, None, None)
+    # A slow source long gone is forgotten: a 5 s loop alone is late after 15 s.
+    alone = recorded(recorded(loop, 1200.0, 0.2, 5.0, 3, 60.0), 1205.0, 0.2, 5.0, 3, 60.0)
+    assert (alone.slowest, alone.slowest_at) == (None, None)
+    assert freshness(alone, 1205 + 16)[1] is True
+    # Cron (no interval: 60 s assumed) beside a 5 s watch: the same.
+    cron = recorded(None, 2000.0, 0.3, None, 3, 60.0)
+    assert freshness(recorded(cron, 2010.0, 0.2, 5.0, 3, 60.0), 2010 + 40)[1] is False
+
+
+def test_status_after_a_quick_loop_stops_beside_a_slower_one_is_not_stale(tmp_path: Path) -> None:
+    """Through the CLI: passes of a 60 s source, then of a 0.2 s one that stops. A home with only the
+    quick source's pass turns STALE; the one where the 60 s source still passes does not."""
+    both, quick_only = make_home(tmp_path / "both"), make_home(tmp_path / "quick")
+    jobtpu(both, "manage", "--every", "60")
+    for home in (both, quick_only):
+        jobtpu(home, "manage", "--every", "0.2")
+    wait_for(lambda: "STALE: last pass" in jobtpu(quick_only, "status").stderr, timeout=30, interval=0.1,
+             what="the quick source alone to read as late")
+    assert "STALE" not in jobtpu(both, "status").stderr
+    assert "passes: ok: the last pass ended" in jobtpu(both, "doctor").stderr

@@ -43,13 +43,14 @@ def passes_check(last: LastPass | None, now: float, machine_asked: bool = False)
     No pass yet is a problem too, unless a machine is being checked before any job (a new home)."""
     from jobtpu import timing
     from jobtpu.commands.cron import INSTALL
-    from jobtpu.commands.freshness import ago, freshness
+    from jobtpu.commands.freshness import ago, expected_every, freshness
 
     if last is None:
         what = f"no manage pass has run in this home yet: `{INSTALL}` runs one every minute"
         return (f"passes: not yet: {what}", False) if machine_asked else (f"passes: problem: {what}", True)
     _, stale = freshness(last, now)
-    every = float(last.every or timing.current().default_interval)
+    t = timing.current()
+    every = expected_every(last, now, t.stale_intervals, t.default_interval)
     age = now - float(last.ended)
     if not stale:
         return f"passes: ok: the last pass ended {ago(age)} ago (they run every {every:g} s)", False

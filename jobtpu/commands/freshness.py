@@ -43,13 +43,23 @@ def freshness(last: LastPass | None, now: float | None = None) -> tuple[str, boo
     if last is None:
         return (f"{STALE_WORD}: no manage pass has run yet: jobs start only in passes (`{INSTALL}` runs "
                 "one every minute; or `jobtpu manage --loop 60`, `jobtpu watch`)"), True
-    every = float(last.every or default_interval)
+    every = expected_every(last, now, stale_intervals, default_interval)
     age = now - float(last.ended)
     line = f"last pass {ago(age)} ago (took {float(last.took):.1f} s)"
     if age <= stale_intervals * every:
         return line, False
     return (f"{STALE_WORD}: {line}; passes should run every {every:g} s: is their cron entry or loop gone? "
             f"(`{INSTALL}` runs them from cron)"), True
+
+
+def expected_every(last: LastPass, now: float, stale_intervals: float, default_interval: float) -> float:
+    """Pure: how often passes should come: the last pass's source's interval, or a slower source's
+    that still passes (a `manage --loop 60` beside a `watch` that stopped; schema.state.recorded)."""
+    every = float(last.every or default_interval)
+    if last.slowest is not None and last.slowest_at is not None and float(last.slowest) > every \
+            and now - float(last.slowest_at) <= stale_intervals * float(last.slowest):
+        return float(last.slowest)
+    return every
 
 
 def freshness_text(last: LastPass | None, one_line: bool = False) -> Any:

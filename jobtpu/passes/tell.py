@@ -22,7 +22,7 @@ from jobtpu import timing
 from jobtpu.errors import JobtpuError
 from jobtpu.passes.changes import PHASE, job_events, machine_events
 from jobtpu.schema.records import MachineRecord
-from jobtpu.schema.state import LastPass
+from jobtpu.schema.state import recorded
 from jobtpu.tell import eventlog
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
@@ -94,7 +94,9 @@ class EventsHook:
         if before is None:
             return None
         now = time.time()
-        p.state.last_pass = LastPass(ended=round(now, 3), took=round(now - seen.now, 3), every=self.every)
+        t = timing.current()
+        p.state.last_pass = recorded(p.state.last_pass, now, now - seen.now, self.every, t.stale_intervals,
+                                     t.default_interval)
 
         def amend(encoded: Encoded) -> None:
             found = self._found(p, seen, before, encoded, now)
