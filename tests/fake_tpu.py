@@ -100,6 +100,13 @@ class WorkerHooks(Protocol):
 
 
 # Google's own answer to a token it does not accept (a deleted key's self-signed JWT), word for word.
+# Google's 403s, as the API answers them: an API not enabled in the project, and a role that lacks a permission.
+SERVICE_DISABLED_MESSAGE = ("Cloud TPU API has not been used in project 123456789012 before or it is disabled. Enable "
+                            "it by visiting https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?"
+                            "project=123456789012 then retry. If you enabled this API recently, wait a few minutes for "
+                            "the action to propagate to our systems and retry.")
+PERMISSION_MESSAGE = ("Permission 'tpu.nodes.list' denied on resource '//tpu.googleapis.com/projects/{project}/locations/"
+                      "{zone}' (or it may not exist).")
 UNAUTHENTICATED_MESSAGE = ("Request had invalid authentication credentials. Expected OAuth 2 access token, login "
                            "cookie or other valid authentication credential. "
                            "See https://developers.google.com/identity/sign-in/web/devconsole-project.")

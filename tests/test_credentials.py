@@ -246,3 +246,39 @@ def test_a_sheets_401_is_the_same_short_line_naming_the_credentials() -> None:
     assert error.message == ("Sheets credentials 'anonymous': Google refused it (invalid "
                              "authentication credentials); set sheet.credentials to a valid service-account key file")
     assert error.hint is None
+
+
+@pytest.mark.parametrize(("message", "said"), [
+    ("disabled", ": the Cloud TPU API is not enabled in project p (Google answered 403)"),
+    ("permission", ": its credentials lack the permission 'tpu.nodes.list' in project p (Google answered 403)"),
+])
+def test_a_403_of_the_tpu_api_is_one_short_line_with_what_to_do(tmp_path: Path, google: Any, message: str,
+                                                                  said: str) -> None:
+    """Google's 403 paragraphs (an API not enabled, a role without the permission) are one line under
+    200 characters, in a pass and in a command, with what to do."""
+    from tests.fake_tpu import PERMISSION_MESSAGE, SERVICE_DISABLED_MESSAGE
+
+    text = SERVICE_DISABLED_MESSAGE if message == "disabled" else PERMISSION_MESSAGE.format(project="p", zone="z-1")
+    google.inject_error("GET", "/nodes", "PERMISSION_DENIED", n=100, message=text)
+    home = make_home(tmp_path, {"local": {"kind": "local"},
+                                "t": {"kind": "tpu", "node": "n", "zone": "z-1", "accelerator": "v3-8"}},
+                     gcp={"project": "p", "api_endpoint": google.url, "credentials": "anonymous"})
+    passed = jobtpu(home, "manage")
+    asked = jobtpu(home, "tpu", "status", "t", check=False)
+    assert asked.returncode == 1, asked
+    lines = [x for x in (*passed.stderr.splitlines(), *asked.stderr.splitlines()) if "TPU API" in x]
+    assert len(lines) >= 2 and all(said in x for x in lines), lines
+    hints = [x for x in asked.stderr.splitlines() if x.startswith("hint:")]
+    assert hints and ("gcloud services enable tpu.googleapis.com" in hints[0] if message == "disabled"
+                      else "roles/tpu.admin" in hints[0]), asked.stderr
+    for line in (*passed.stderr.splitlines(), *asked.stderr.splitlines()):
+        assert len(line) < 200 and "http" not in line, line
+
+
+def test_a_403_without_a_known_cause_is_googles_first_sentence_cut() -> None:
+    from jobtpu.tpu.api import forbidden
+
+    said, hint = forbidden("The caller does not have permission. " + "x" * 500, "p")
+    assert said == "The caller does not have permission. (Google answered 403)" and "roles" in hint
+    said, _ = forbidden("y" * 300, "p")
+    assert len(said) < 150 and said.endswith("… (Google answered 403)")

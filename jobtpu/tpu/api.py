@@ -187,7 +187,10 @@ class TpuApi:
                 raise ApiCapacity(message) from None  # spot capacity gone, not a wrong request
             if isinstance(e, gexc.NotFound):  # a RemoteError like any other, unless the caller expects it
                 raise ApiNotFound(message) from None
-            if status in (400, 403, 404) or isinstance(e, gexc.InvalidArgument | gexc.PermissionDenied):
+            if status == 403 or isinstance(e, gexc.PermissionDenied):
+                said, hint = forbidden(api_message(e), str(self.gcp.get("project") or "?"))
+                raise ApiRefused(f"TPU API {what}: {said}", hint=hint) from None
+            if status in (400, 404) or isinstance(e, gexc.InvalidArgument):
                 raise ApiRefused(message) from None
             if status == 429 or isinstance(e, gexc.ResourceExhausted):
                 raise ApiCapacity(message) from None
@@ -307,6 +310,23 @@ class TpuApi:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300].rstrip(".") if text else type(e).__name__
+
+
+def forbidden(text: str, project: str) -> tuple[str, str]:
+    """Pure: Google's 403 paragraph as one short line and what to do. Its two common causes are an
+    API not enabled in the project and a role without the permission; anything else is Google's own
+    first sentence."""
+    if "has not been used in project" in text or "it is disabled" in text or "SERVICE_DISABLED" in text:
+        return (f"the Cloud TPU API is not enabled in project {project} (Google answered 403)",
+                f"gcloud services enable tpu.googleapis.com --project {project}; passes retry after a few minutes")
+    found = re.search(r"Permission '([\w.]+)' denied", text)
+    if found:
+        return (f"its credentials lack the permission '{found.group(1)}' in project {project} (Google answered 403)",
+                "give its account roles/tpu.admin (or a role with that permission), or set gcp.credentials "
+                "to a key that has it")
+    first = re.split(r"(?<=\.) ", text, maxsplit=1)[0]
+    return (f"{first if len(first) <= 120 else first[:119] + '…'} (Google answered 403)",
+            "check the project, zone and the credentials' roles in machines.json's gcp")
 
 
 def api_message(e: Any) -> str:
