@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -204,7 +205,16 @@ def test_a_teammate_fetches_into_a_results_folder_of_their_own(team: Team) -> No
 
 def old_layout(team: Team, home: Path) -> None:
     """What `init --shared` made before the one-writer layout: every folder 2770 (specs/ 3770), every
-    file 0660, the group's."""
+    file 0660, the group's; and each job's spec, its submitter's, as that layout's submit wrote it."""
+    specs = home / "specs"
+    specs.mkdir(exist_ok=True)
+    os.chown(specs, home.stat().st_uid, -1)  # made by the home's first submit, its creator's
+    for job in json.loads((home / "state.json").read_text())["jobs"] if (home / "state.json").exists() else []:
+        spec = {"id": job["id"], "uid": job["uid"], "account": pwd.getpwuid(job["uid"]).pw_name, "user": job["user"],
+                "cmd": job["cmd"], "overrides": job.get("overrides", []), "log_stage": job.get("log_stage", False),
+                "on_resume": job.get("on_resume"), "env": job.get("env", {}), "archive": job["archive"], "secrets": []}
+        (specs / f"{job['id']}.json").write_text(json.dumps(spec))
+        os.chown(specs / f"{job['id']}.json", job["uid"], -1)
     for path in [home, *home.rglob("*")]:
         if path.is_symlink():
             continue

@@ -174,7 +174,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     job = build_job(home, fleet, opts, cache if member else None)
     apply_extras(job, extras)
     from jobtpu.home.secrets import SecretStore, split_env
-    from jobtpu.home.specs import write_spec
+    from jobtpu.home.specs import write_specs
 
     job.env, secret = split_env(job.env)
     if extras.combinations is None:
@@ -202,8 +202,9 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
                 if extras.combinations is not None:
                     each.sweep = first
                     each.tags.append(sweep_tag(first))
-                secrets.put(each.id, secret)  # before the job exists, so it never runs without them
-                write_spec(home, each, list(secret))  # what it runs, in a file of this account's (design §7)
+            secrets.put_many([each.id for each in jobs], secret)  # before the jobs exist: none runs without them
+            if role.layout is Layout.OLD_SHARED:  # only its passes read what runs from a file of the submitter's
+                write_specs(home, jobs, list(secret))  # (design §7); a private home's records are its own
             state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
         if secret:

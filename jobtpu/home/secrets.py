@@ -94,11 +94,16 @@ class SecretStore:
         write_atomic(self.path, msgspec.json.encode(data), mode=0o660 if self.shared else 0o600)
 
     def put(self, job_id: int, values: dict[str, str]) -> None:
-        if values:
+        self.put_many([job_id], values)
+
+    def put_many(self, job_ids: list[int], values: dict[str, str]) -> None:
+        """The same values for each job (a sweep's), in one read and one write of secrets.json."""
+        if values and job_ids:
             self.check_keeper()
             with hold_lock(self.lock, 30.0, "secrets.json"):
                 data = self._read()
-                data[str(job_id)] = values
+                for job_id in job_ids:
+                    data[str(job_id)] = dict(values)
                 self._write(data)
 
     def get(self, job_id: int) -> dict[str, str]:

@@ -41,9 +41,14 @@ def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> JobSpec:
 
 
 def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) -> None:
-    """specs/<id>.json, this account's, 0640 in a shared home (0600 in a private one), written whole
-    (temporary file, fsync, rename) so a pass never reads half of one. A one-writer shared home
-    keeps none: its records are its runner's, and name their submitter (docs/design.md §7)."""
+    """specs/<id>.json for one job (write_specs)."""
+    write_specs(home, [job], secret_names)
+
+
+def write_specs(home: Home, jobs: list[Job], secret_names: list[str] | tuple[str, ...]) -> None:
+    """specs/<id>.json for each job, this account's, 0640 in a shared home (0600 in a private one),
+    each written whole (temporary file, fsync, rename) so a pass never reads half of one. A one-writer
+    shared home keeps none: its records are its runner's, and name their submitter (docs/design.md §7)."""
     from jobtpu.home.roles import Layout, role_of
 
     if role_of(home.root).layout is Layout.SHARED:
@@ -54,8 +59,9 @@ def write_spec(home: Home, job: Job, secret_names: list[str] | tuple[str, ...]) 
         st = os.fstat(folder)
         if shared and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
             os.fchmod(folder, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)  # nobody removes another's spec
-        safefs.write_in(folder, f"{job.id}.json", msgspec.json.encode(spec_of(job, secret_names)),
-                        0o640 if shared else 0o600)
+        for job in jobs:
+            safefs.write_in(folder, f"{job.id}.json", msgspec.json.encode(spec_of(job, secret_names)),
+                            0o640 if shared else 0o600)
     finally:
         os.close(folder)
 
