@@ -1,11 +1,17 @@
 """The old TPU manager's command shapes (docs/reference/commands.md §2.1, §2.2.10; docs/guide.md §10):
-its verbs, flags and bare words become jobtpu's commands and options, or one line says what to type."""
+its verbs, flags and bare words become jobtpu's commands and options, or one line says what to type;
+the guide's table of them and its shared-login example are run as printed."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +20,7 @@ from jobtpu.cli import build_parser
 from tests.helpers import cli, jobtpu, make_home, manage_until, status, write_tree
 
 REPO = Path(__file__).resolve().parent.parent
+GUIDE = REPO / "docs" / "guide.md"
 
 
 # ---- the command line, rewritten before it is parsed ---------------------------------------------------
@@ -188,3 +195,70 @@ def test_ack_names_the_pass_that_does_it_and_changes_nothing(tmp_path: Path) -> 
                                        "hint: see `jobtpu --help`\n")
     assert not (home / "state.json").exists()
 
+
+# ---- docs/guide.md §10, as printed ---------------------------------------------------------------------
+
+SECTION = "### One login for the team, and the old commands"
+
+
+def _section() -> str:
+    text = GUIDE.read_text()
+    return text[text.index(SECTION):].split("\n## ", 1)[0]
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", _section(), re.M | re.S)
+
+
+def _table() -> list[tuple[list[str], list[str], str]]:
+    rows = re.findall(r"^\| `(tpu [^`]*)` \| `(jobtpu [^`]*)` \| ([^|]*) \|$", _section(), re.M)
+    return [(shlex.split(old), shlex.split(new), typed.strip()) for old, new, typed in rows]
+
+
+def test_the_guides_table_of_old_commands_is_what_jobtpu_does(tmp_path: Path) -> None:
+    from jobtpu.oldshapes import place_bare_words
+
+    rows = _table()
+    assert len(rows) >= 15 and {typed for *_, typed in rows} >= {"runs it", "says `jobtpu manage`"}
+    home, src = _home(tmp_path)
+    parser = build_parser()
+    for old, new, typed in rows:
+        wanted = vars(parser.parse_args(new[1:]))  # the new command as printed
+        typed_old = old[1:]  # `jobtpu` for `tpu`
+        if typed == "runs it":
+            got = vars(parser.parse_args(parser.old_shapes(typed_old)))
+            if "overrides" in got:  # the bare words, as submit places them in this home
+                got["machine"], got["user"], got["overrides"] = place_bare_words(
+                    got["overrides"], {"v3-32-p1": "local", "local": "local"}, ["xibo", "ann"],
+                    got["machine"], got["user"])
+            assert got == wanted, old
+            continue
+        said = re.fullmatch(r"says `([^`]+)`", typed)
+        assert said, typed
+        code, out, err = cli(home, *typed_old, "--dir", str(src)) if old[1] == "run" else cli(home, *typed_old)
+        assert code in (1, 2) and out == "" and said[1] in err and len(err.splitlines()) == 2, (old, err)
+    assert not (home / "state.json").exists()
+
+
+def test_the_guides_shared_login_example_runs_as_printed(tmp_path: Path) -> None:
+    home, _ = _home(tmp_path)
+    project = tmp_path / "mae"
+    shutil.copytree(REPO / "examples" / "train", project)
+    (project / "jobtpu.toml").write_text(_blocks("toml")[0])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "jobtpu").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m jobtpu.cli "$@"\n')
+    (bin_dir / "jobtpu").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTPU_")}
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}", PYTHONPATH=str(REPO), JOBTPU_HOME=str(home),
+               HOME=str(tmp_path))
+    block = _blocks("bash")[0]
+    assert block.splitlines()[0].startswith("export JOBTPU_USER=xibo")
+    done = subprocess.run(["bash", "-e", "-c", block], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = int(done.stdout.splitlines()[0])
+    assert re.search(rf"^\s*{job}\s.*(launching|running|finished)", done.stdout, re.M), done.stdout  # status: xibo's own
+    jobs = manage_until(home, [job], {"finished"})
+    assert (jobs[job]["user"], jobs[job]["pin"], jobs[job]["cmd"], jobs[job]["overrides"]) == (
+        "xibo", "local", "bash run_remote.sh", ["--config.training.learning_rate=0.01"])
