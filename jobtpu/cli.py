@@ -60,6 +60,8 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
+        if self.prog == "jobtpu":  # the whole command line: the old tool's shapes are jobtpu's too
+            words = self.old_shapes(words)
         at = words.index("--") if self.after_dashes and "--" in words else len(words)
         if not self._subparsers:  # a command's own parser: its mistakes are named with its own --help
             self._check_options(words[:at])
@@ -69,6 +71,23 @@ class _Parser(argparse.ArgumentParser):
         if extras and not self._subparsers:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
+
+    def old_shapes(self, words: list[str]) -> list[str]:
+        """The command line with the old tool's shapes (`rel NAME`, `run … -p`, `kill w=43`) as
+        jobtpu's (docs/reference/commands.md §2.1); jobtpu's own words come back as they are."""
+        from jobtpu.oldshapes import rewrite
+
+        return rewrite(words, self._takes_value)
+
+    def _takes_value(self, command: tuple[str, ...]) -> set[str]:
+        """The options of a command (`("sheet", "release")`) that take the next word as their value."""
+        parser: argparse.ArgumentParser = self
+        for name in command:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if not subs or name not in subs[0].choices:
+                return set()
+            parser = subs[0].choices[name]
+        return {o for a in parser._actions if a.option_strings and a.nargs != 0 for o in a.option_strings}
 
     def _check_options(self, words: list[str]) -> None:
         """`status --stauts running`: name the option nobody knows (and the one meant) before argparse
@@ -178,7 +197,7 @@ COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue
                    tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
                      "over SSH, through preemptions.")
     parser.add_argument("--home", help="the folder holding machines.json and state.json")
@@ -214,8 +233,9 @@ def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(words)
+    parser = build_parser()
+    words = parser.old_shapes(list(sys.argv[1:] if argv is None else argv))  # what a relayed act sends too
+    args = parser.parse_args(words)
     try:
         timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, not midway through a pass
         return run_command(args, words)

@@ -221,6 +221,7 @@ def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:
     from jobtpu.home.settings import load_settings, source_folder
     from jobtpu.jobfile import NAME, merged, read_job_file
 
+    opts = with_bare_words(home, opts)  # first: a bare word may be the user whose settings count
     settings = load_settings(home, known_user(home, opts.user))
     src, _ = source_folder(opts.dir, settings, Path.cwd())
     from_file = read_job_file(src)
@@ -232,6 +233,28 @@ def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:
         raise UsageError("no command to run: give --cmd, or `cmd` in the [job] table of the folder's " + NAME,
                           hint='like --cmd "python train.py"; `jobtpu submit --help` lists the options')
     return opts
+
+
+def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
+    """`run v3-32-p1 xibo lr=0.01`: the options with the old tool's bare words among the overrides
+    given as --machine and --user (docs/reference/commands.md §2.2.10)."""
+    if all("=" in word for word in opts.overrides):
+        return opts
+    from jobtpu.home.users import load_users
+    from jobtpu.inputs import resolve_user
+    from jobtpu.oldshapes import place_bare_words
+    from jobtpu.schema.machines import load_fleet
+
+    fleet = load_fleet(home)
+    machines = {name: name for name in fleet.machines}
+    for each in fleet.machines.values():  # what fleet.resolve takes, but a node's full path
+        machines.update({alias: each.name for alias in each.aliases})
+        if each.is_tpu and each.node:
+            machines.setdefault(each.node, each.name)
+    users = load_users(home)  # without a list, the one user known is the one you act as
+    machine, user, rest = place_bare_words(opts.overrides, machines, users or [resolve_user(opts.user)],
+                                           opts.machine, opts.user)
+    return opts._replace(machine=machine, user=user, overrides=rest)
 
 
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
@@ -336,7 +359,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    "the job runs (default: wandb_notes in the job's utils/remote_run_config.yml)")
     _add_batch_options(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01); after `--`, "
-                   "passed as they are (no check for the old tool's tag=, rule=, dir=, ssn=, w= or empty values)")
+                   "passed as they are (no check for the old tool's tag=, rule=, dir=, ssn=, w= or empty values); "
+                   "before it, a word without = names the machine or the user, as the old tool's `run v3-32-p1 xibo`")
     p.set_defaults(verbatim=[])
     p.after_dashes = "verbatim"  # type: ignore[attr-defined]
 
