@@ -8,16 +8,18 @@ import argparse
 import hashlib
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.home.layout import Home
 from jobtpu.views.text import printable
+
+if TYPE_CHECKING:
+    import subprocess
 
 INSTALL = "jobtpu cron install"  # what doctor, status and watch name when the passes stopped
 MARK = "# jobtpu passes of "  # ends the crontab line of a home: `# jobtpu passes of /abs/home`
@@ -77,6 +79,7 @@ def home_line(crontab: str, home: Path) -> str | None:
 # ---- the crontab ------------------------------------------------------------------------------------
 
 def _crontab_program() -> str:
+    import shutil
     found = shutil.which("crontab")
     if found is None:
         raise JobtpuError("crontab is not installed on this machine",
@@ -86,6 +89,7 @@ def _crontab_program() -> str:
 
 def read_crontab() -> str:
     """The user's crontab; empty when they have none (`crontab -l` then exits 1: no crontab for …)."""
+    import subprocess
     done = subprocess.run([_crontab_program(), "-l"], capture_output=True, text=True)
     if done.returncode != 0:
         if "no crontab" in done.stderr.lower():
@@ -95,6 +99,7 @@ def read_crontab() -> str:
 
 
 def write_crontab(text: str) -> None:
+    import subprocess
     done = subprocess.run([_crontab_program(), "-"], input=text, capture_output=True, text=True)
     if done.returncode != 0:
         raise JobtpuError(f"crontab refused the new table: {_first_line(done.stderr)}",
@@ -135,6 +140,8 @@ def unit_files(home: Path, every: int) -> dict[str, str]:
 
 
 def _systemctl(*words: str) -> subprocess.CompletedProcess[str]:
+    import shutil
+    import subprocess
     program = shutil.which("systemctl")
     if program is None:
         raise JobtpuError("systemctl is not installed on this machine", hint="use cron: `jobtpu cron install`")
@@ -199,6 +206,7 @@ def install(home: Home, every: int, systemd: bool) -> int:
 
 
 def show(home: Home) -> int:
+    import shutil
     root = home.root.absolute()
     found = False
     if shutil.which("crontab") is not None:
@@ -216,6 +224,7 @@ def show(home: Home) -> int:
 
 
 def remove(home: Home) -> int:
+    import shutil
     root = home.root.absolute()
     removed = remove_systemd(root)
     if shutil.which("crontab") is not None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import make_dirs
@@ -66,6 +67,31 @@ class ArchiveInfo:
     largest: list[tuple[str, int]]  # the 5 largest kept files (relpath, bytes), biggest first
 
 
+class _StderrConsole:
+    """rich's stderr Console, made only when something is printed or a bar may be drawn: a small
+    snapshot prints nothing, and importing rich would be a third of a plain submit's time."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def _real(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+        return self._console
+
+    @property
+    def is_terminal(self) -> bool:
+        # rich draws for a terminal, or where FORCE_TERMINAL / TTY_COMPATIBLE say to
+        if self._console is None and not sys.stderr.isatty() and not {"FORCE_TERMINAL", "TTY_COMPATIBLE"} & set(os.environ):
+            return False
+        return self._real().is_terminal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+
 class _Bar:
     """A transient progress bar, shown only once the snapshot has taken _PROGRESS_AFTER seconds, and
     only on a terminal: elsewhere rich draws nothing but leaves an empty line behind when it stops."""
@@ -103,8 +129,7 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
     Refused, unless allow_secrets, for a login home folder or a folder whose kept files hold credentials.
     Interrupted (KeyboardInterrupt or any exception), it stops within a read and leaves no temporary file."""
     if console is None:
-        from rich.console import Console
-        console = Console(stderr=True)
+        console = cast("Console", _StderrConsole())
     from jobtpu.snapshot import private_files as credentials
     root = check_src(src)
     if not allow_secrets:
