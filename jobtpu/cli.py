@@ -5,6 +5,7 @@ place that prints an error or chooses the exit status."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -13,34 +14,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from jobtpu import timing
-from jobtpu.commands import (
-    annotate,
-    clean,
-    cron,
-    doctor,
-    events,
-    fetch,
-    hold,
-    importing,
-    kill,
-    machines,
-    manage,
-    personal,
-    remote,
-    report,
-    requests,
-    requeue,
-    rules,
-    run,
-    sheet,
-    status,
-    submit,
-    tail,
-    team,
-    tldr,
-    tpu,
-    watch,
-)
 from jobtpu.commands.common import error_text
 from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from jobtpu.home.layout import find_home
@@ -190,23 +163,51 @@ def _usage_hint(message: str) -> str | None:
             f"(-- {override}); overrides come after the options")
 
 
-# The command modules in the order `jobtpu --help` lists their commands; each adds its parsers and
-# sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, annotate, requests,
-                   machines,
-                   tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
+# The command modules (jobtpu/commands/) in the order `jobtpu --help` lists their commands; each adds
+# its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
+COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
+                   "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
+                   "importing", "rules", "personal", "remote", "tldr", "sheet")
+# Each command word and the module that adds it, so a command line imports and parses only its own
+# command's module, not all of them (a submit then costs little more than starting Python). Checked
+# against what the modules add by tests/test_commands.py.
+MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron", "status": "status", "tail": "tail",
+             "fetch": "fetch", "kill": "kill", "resume": "requeue", "rerun": "requeue", "clean": "clean",
+             "hold": "hold", "release": "hold", "tag": "annotate", "note": "annotate", "requests": "requests",
+             "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
+             "watch": "watch", "init": "team", "user": "team", "import": "importing", "rules": "rules",
+             "config": "personal", "dir": "personal", "alias": "personal", "exec": "remote", "ssh": "remote",
+             "tldr": "tldr", "sheet": "sheet"}
 
 
-def build_parser() -> _Parser:
+def build_parser(command: str | None = None) -> _Parser:
+    """The command line's parser: with `command` (a word MODULE_OF knows), only that command's;
+    without, every command's (for --help, a mistyped command, completion)."""
     parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
                      "over SSH, through preemptions.")
     parser.add_argument("--home", help="the folder holding machines.json and state.json")
     parser.add_argument("--version", action=_Version, help="print jobtpu's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in COMMAND_MODULES:
-        module.add_parser(sub)
+    for name in (MODULE_OF[command],) if command in MODULE_OF else COMMAND_MODULES:
+        importlib.import_module(f"jobtpu.commands.{name}").add_parser(sub)
     return parser
+
+
+def command_word(words: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not a top-level option (nor --home's
+    value); None when there is none before an option only the full parser knows."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--home":
+            i += 2
+            continue
+        if word.startswith("--home="):
+            i += 1
+            continue
+        return None if word.startswith("-") else word
+    return None
 
 
 def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
@@ -233,8 +234,9 @@ def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    words = parser.old_shapes(list(sys.argv[1:] if argv is None else argv))  # what a relayed act sends too
+    typed = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_word(typed))
+    words = parser.old_shapes(typed)  # what a relayed act sends too
     args = parser.parse_args(words)
     try:
         timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, not midway through a pass

@@ -45,6 +45,29 @@ def test_every_command_is_dispatched_and_rule_names_match_the_rules() -> None:
     assert RULE_NAMES == rules.RULES
 
 
+def test_each_command_word_is_built_by_the_module_the_cli_names_for_it() -> None:
+    """cli.MODULE_OF lets a command line import only its own command's module: it must name, for
+    every command the full parser has, the module that adds it, and a parser built for one command
+    must parse as the full one does."""
+    import importlib
+
+    from jobtpu import cli
+
+    made: dict[str, str] = {}
+    for name in cli.COMMAND_MODULES:
+        parser = cli._Parser(prog="jobtpu")
+        sub = parser.add_subparsers(dest="command", parser_class=cli._Parser)
+        importlib.import_module(f"jobtpu.commands.{name}").add_parser(sub)
+        made.update(dict.fromkeys(sub.choices, name))
+    assert made == cli.MODULE_OF
+    assert list(_subparsers(build_parser())) == list(made)
+    for words in (["--home", "h", "status", "--all"], ["submit", "--cmd", "x", "lr=1"], ["--home=h", "kill", "3"]):
+        assert cli.command_word(words) in made
+        assert vars(build_parser(cli.command_word(words)).parse_args(words)).keys() == \
+            vars(build_parser().parse_args(words)).keys()
+    assert [cli.command_word(w) for w in (["--help"], ["--home", "h"], ["--version"], [])] == [None] * 4
+
+
 def test_rules_prints_what_the_pass_decides_with(tmp_path: Path) -> None:
     home = make_home(tmp_path, {"box": {"kind": "local"},
                                 "v4": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v4-8",
