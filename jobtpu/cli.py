@@ -16,6 +16,7 @@ from jobtpu import timing
 from jobtpu.commands import (
     annotate,
     clean,
+    completion,
     cron,
     doctor,
     events,
@@ -175,7 +176,8 @@ def _usage_hint(message: str) -> str | None:
 # sets `func`, the function the parsed arguments are passed to (with the home).
 COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, annotate, requests,
                    machines,
-                   tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
+                   tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet,
+                   completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
