@@ -16,7 +16,7 @@ from typing import NoReturn
 from jobtpu import timing
 from jobtpu.commands.common import error_text
 from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
-from jobtpu.home.layout import find_home
+from jobtpu.home.layout import Home, find_home
 from jobtpu.views.text import printable
 
 
@@ -167,7 +167,7 @@ def _usage_hint(message: str) -> str | None:
 # its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
 COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
                    "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
-                   "importing", "rules", "personal", "remote", "tldr", "sheet")
+                   "importing", "rules", "personal", "remote", "tldr", "sheet", "completion")
 # Each command word and the module that adds it, so a command line imports and parses only its own
 # command's module, not all of them (a submit then costs little more than starting Python). Checked
 # against what the modules add by tests/test_commands.py.
@@ -177,7 +177,7 @@ MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron
              "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
              "watch": "watch", "init": "team", "user": "team", "import": "importing", "rules": "rules",
              "config": "personal", "dir": "personal", "alias": "personal", "exec": "remote", "ssh": "remote",
-             "tldr": "tldr", "sheet": "sheet"}
+             "tldr": "tldr", "sheet": "sheet", "completion": "completion"}
 
 
 def build_parser(command: str | None = None) -> _Parser:
@@ -211,26 +211,42 @@ def command_word(words: Sequence[str]) -> str | None:
 
 
 def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
-    home = find_home(args.home)
+    home = open_home(args.home)
+    relayed = as_member(home, args.command, argv)
+    if relayed is not None:
+        return relayed
+    return int(args.func(home, args) or 0)
+
+
+def open_home(path: str | None) -> Home:
+    """The home a command works in (--home, $JOBTPU_HOME, or found: layout.find_home); the Python
+    API's `Home` opens it here too."""
+    home = find_home(path)
     if home.root.exists() and not home.root.is_dir():
         raise JobtpuError(f"the home {home.root} is not a folder",
                           hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
+    return home
+
+
+def as_member(home: Home, command: str, argv: Sequence[str]) -> int | None:
+    """A member of a shared home sends an act as a request (its exit status), and is refused what only
+    the runner may do; None: the command runs here (the runner's, or a private home)."""
     from jobtpu.home.roles import Layout, role_of
 
     role = role_of(home.root)
     if role.is_member:  # one writer (docs/reference/home-files.md §1.3): a member's acts are requests
         from jobtpu.commands import relay
 
-        words = relay.command_words(argv, args.command)
-        if role.layout is Layout.OLD_SHARED and args.command not in relay.READ_ONLY:
-            raise relay.refuse_old_layout(role, args.command)
-        if args.command in relay.RELAYED:
+        words = relay.command_words(argv, command)
+        if role.layout is Layout.OLD_SHARED and command not in relay.READ_ONLY:
+            raise relay.refuse_old_layout(role, command)
+        if command in relay.RELAYED:
             from jobtpu.home.users import known_user
 
             return relay.send_act(home, role, words, known_user(home, None))
-        if not relay.member_may(args.command, words):
-            raise relay.refuse_runner_only(role, args.command)
-    return int(args.func(home, args) or 0)
+        if not relay.member_may(command, words):
+            raise relay.refuse_runner_only(role, command)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from contextvars import ContextVar
 
 from jobtpu.errors import JobtpuError, Terminated
 from jobtpu.views.text import printable, printable_lines
@@ -17,10 +18,39 @@ def emit_json(document: object) -> None:
     sys.stdout.flush()
 
 
+# Where a command's lines go while the Python API runs it (jobtpu/api.py): kept for its caller, not
+# printed. Unset (the command line), `note` writes stderr and `say` stdout.
+_kept: ContextVar[list[str] | None] = ContextVar("jobtpu_kept_lines", default=None)
+
+
 def note(text: str) -> None:
     """One line for the user on stderr. Untrusted parts (names, remote messages) are escaped; the
     line breaks our own messages put between lines are kept."""
+    kept = _kept.get()
+    if kept is not None:
+        kept.append(text)
+        return
     sys.stderr.write(printable_lines(text) + "\n")
+
+
+def say(text: object) -> None:
+    """One line of a command's output on stdout (already escaped where it holds untrusted text)."""
+    kept = _kept.get()
+    if kept is not None:
+        kept.append(str(text))
+        return
+    print(text)
+
+
+@contextlib.contextmanager
+def kept_lines() -> Iterator[list[str]]:
+    """Meanwhile, `note` and `say` keep their lines in the list given, in order, instead of printing."""
+    lines: list[str] = []
+    token = _kept.set(lines)
+    try:
+        yield lines
+    finally:
+        _kept.reset(token)
 
 
 def error_text(error: JobtpuError) -> str:

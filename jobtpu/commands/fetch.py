@@ -13,6 +13,13 @@ from jobtpu.home.store import Store
 
 def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
     """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`."""
+    target = fetch_into(home, job_id, path, to)
+    note(f"fetched into {target}")
+    return 0
+
+
+def fetch_into(home: Home, job_id: int, path: str, to: str | None) -> Path:
+    """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`; the folder it went to."""
     from jobtpu.remote.operations import fetch as fetch_folder
     from jobtpu.schema.machines import load_fleet
     from jobtpu.views.listing import find_job
@@ -25,8 +32,7 @@ def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
         raise JobtpuError(f"PATH {path!r} must be relative to the job's folder, without '..'")
     target = Path(to).expanduser() if to else home.results(job.id)
     fetch_folder(home, load_fleet(home), state, job, path, target)
-    note(f"fetched into {target}")
-    return 0
+    return target
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

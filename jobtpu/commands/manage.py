@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 from jobtpu.commands import args
-from jobtpu.commands.common import error_text, note
+from jobtpu.commands.common import error_text, note, say
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.views.text import printable
@@ -55,7 +55,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
         else:
             if dry_run:
                 for line in report.notes or ["nothing to do"]:
-                    print(printable(line))
+                    say(printable(line))
             elif report.skipped:
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:

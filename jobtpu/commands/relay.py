@@ -34,7 +34,8 @@ RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init"})
 READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
 # What reads the home and writes nothing in it: all a member may do in a home of the old shared layout
 # until its runner moves it to the one-writer layout.
-READ_ONLY = frozenset({"status", "tail", "machines", "events", "report", "rules", "tldr", "doctor", "exec", "ssh"})
+READ_ONLY = frozenset({"status", "tail", "machines", "events", "report", "rules", "tldr", "doctor", "exec", "ssh",
+                       "completion"})
 
 
 def command_words(argv: Sequence[str], command: str) -> list[str]:

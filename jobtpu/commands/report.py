@@ -1,9 +1,10 @@
 """`jobtpu report`: what preemptions and failures cost each job (time per attempt, each interruption
-split into its phases, work redone, goodput), as text or one HTML page."""
+split into its phases, work redone, goodput), as text, JSON or one HTML page."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,8 +51,13 @@ def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
     return chosen if sel.given else [j for j in chosen if j.attempts]
 
 
-def report(home: Home, sel: Selection, html: str | None, usage_since: float | None = None) -> int:
+def report(home: Home, sel: Selection, html: str | None, usage_since: float | None = None,
+           as_json: bool = False) -> int:
     import msgspec
+
+    if as_json and (html is not None or usage_since is not None):
+        raise JobtpuError("--json goes without --html and --usage",
+                          hint="give --json alone for the costs as JSON, or drop it for the page or the usage tables")
 
     from jobtpu.schema.machines import load_fleet
     from jobtpu.tell import eventlog
@@ -83,6 +89,12 @@ def report(home: Home, sel: Selection, html: str | None, usage_since: float | No
         since_text = time.strftime("%Y-%m-%d %H:%M", time.localtime(usage_since))
         print(render_usage(by_user, by_machine, f"since {since_text}"))
         return 0
+    if as_json:
+        from jobtpu.schema.published import ReportDocument
+
+        sys.stdout.buffer.write(msgspec.json.encode(ReportDocument(reports)) + b"\n")
+        sys.stdout.flush()
+        return 0
     if html is not None:
         path = Path(html).expanduser()
         path.write_text(goodput_report.render_html(reports, now=now), encoding="utf-8")
@@ -103,7 +115,9 @@ def add_parser(subparsers: args.Subparsers) -> None:
                    "user and by machine (every user's jobs, cleaned ones too, unless a selector is given)")
     p.add_argument("--since", type=args.since, metavar="WHEN", help="with --usage: the period's start "
                    "(2026-12-01, 7d, 12h; default: 7 days ago)")
-    p.set_defaults(func=lambda home, a: report(home, selection_from(a), a.html, _usage_since(a)))
+    p.add_argument("--json", action="store_true", help="each job's costs as JSON (its schema: "
+                   "jobtpu/schemas/report.v1.schema.json)")
+    p.set_defaults(func=lambda home, a: report(home, selection_from(a), a.html, _usage_since(a), a.json))
 
 
 def _usage_since(parsed: argparse.Namespace) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jobtpu.commands import args
+from jobtpu.commands.common import say
 from jobtpu.commands.select import (
     Selection,
     add_selection_args,
@@ -51,7 +52,7 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
             _adopt(home, job)
     if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)
         for job in jobs:
-            print(job.id)
+            say(job.id)
     return 0
 
 

@@ -119,14 +119,14 @@ def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: b
 
     if not (sel.filters or dry_run or (by_id and jobs)):
         return
-    if not jobs:
-        from jobtpu.commands.common import note
+    from jobtpu.commands.common import note, say
 
+    if not jobs:
         note(f"jobtpu: no job to {verb} matches the selection")
         return
     prefix = f"would {verb}" if dry_run else verb
     for job in jobs:
-        print(printable(f"{prefix} {describe(job)}"))
+        say(printable(f"{prefix} {describe(job)}"))
 
 
 def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:

@@ -25,27 +25,7 @@ if TYPE_CHECKING:
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
     """Print the last lines of a job's log; following, stream it until the attempt ends (its exit code)."""
-    from jobtpu.schema.state_file import records
-    from jobtpu.views.listing import find_job
-
-    found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
-    job = records([found])[0]
-    tried = [a["n"] for a in job["attempts"]]
-    attempt = job["attempt"] if asked is None else asked
-    if asked is not None and attempt not in tried:
-        raise NotFoundError(f"job {job_id} has no attempt {attempt}",
-                            hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
-    path, rel = home.log_file(job_id, attempt, worker), log_rel(job_id, attempt, worker)
-    gone = vm_gone(job, attempt)
-    if not path.exists() and not follow_log:
-        if job["status"] == "queued" or not tried:
-            raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
-        if gone is not None:
-            raise NotFoundError(f"job {job_id} attempt {attempt} {gone}; the home kept no log of worker {worker}: "
-                                "its VM went before a pass or a loop brought any home",
-                                hint="`jobtpu manage --loop` brings running jobs' logs home every few seconds")
-        raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
-                            hint="logs are pulled by `jobtpu manage`")
+    attempt, rel, gone = log_of(home, job_id, worker, asked, follow_log)
     offset = _print_last_lines(home, rel, lines)
     if gone is not None and not follow_log:
         note(f"jobtpu: job {job_id} attempt {attempt} {gone}: above is what the home kept ({offset} bytes); "
@@ -81,6 +61,34 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
             return code  # every worker's exit record is there and the log is home: no pass needed
         # else the log is still behind its end: pull the next part at once
     return 0
+
+
+def log_of(home: Home, job_id: int, worker: int, asked: int | None, follow_log: bool = False
+           ) -> tuple[int, PurePath, str | None]:
+    """Which log `tail` reads: the attempt (the latest unless `asked`), the log's path in the home,
+    and, for an attempt whose VM went, the words saying so. Not following, a log not there is an error."""
+    from jobtpu.schema.state_file import records
+    from jobtpu.views.listing import find_job
+
+    found = find_job(home, Store(home).load().jobs, job_id)  # a cleaned job's logs stay in logs/
+    job = records([found])[0]
+    tried = [a["n"] for a in job["attempts"]]
+    attempt = job["attempt"] if asked is None else asked
+    if asked is not None and attempt not in tried:
+        raise NotFoundError(f"job {job_id} has no attempt {attempt}",
+                            hint=f"its attempts: {', '.join(map(str, tried)) or 'none yet'}")
+    path, rel = home.log_file(job_id, attempt, worker), log_rel(job_id, attempt, worker)
+    gone = vm_gone(job, attempt)
+    if not path.exists() and not follow_log:
+        if job["status"] == "queued" or not tried:
+            raise NotFoundError(f"job {job_id} has not started yet", hint="run `jobtpu manage`")
+        if gone is not None:
+            raise NotFoundError(f"job {job_id} attempt {attempt} {gone}; the home kept no log of worker {worker}: "
+                                "its VM went before a pass or a loop brought any home",
+                                hint="`jobtpu manage --loop` brings running jobs' logs home every few seconds")
+        raise NotFoundError(f"no log of job {job_id} attempt {attempt} worker {worker} yet",
+                            hint="logs are pulled by `jobtpu manage`")
+    return attempt, rel, gone
 
 
 def vm_gone(job: dict[str, object], attempt: int) -> str | None:
@@ -123,8 +131,16 @@ def _show(text: str) -> None:
 
 
 def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
-    """Print the log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the
-    whole file); the offset the log ended at."""
+    """Print the log's last `n` lines; the offset the log ended at."""
+    text, end = last_lines(home, rel, n)
+    if n > 0:
+        _show(text)
+    return end
+
+
+def last_lines(home: Home, rel: PurePath, n: int) -> tuple[str, int]:
+    """The log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the whole
+    file), as they are (not escaped), and the offset the log ended at."""
     from jobtpu.home.logfiles import TAIL_READ, read_end
 
     limit = TAIL_READ
@@ -136,9 +152,7 @@ def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
     lines = data.splitlines(keepends=True)
     if len(data) < end and lines:
         lines = lines[1:]  # a line cut by where the read began
-    if n > 0:
-        _show(b"".join(lines[-n:]).decode(errors="replace"))
-    return end
+    return (b"".join(lines[-n:]).decode(errors="replace") if n > 0 else ""), end
 
 
 def print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.IncrementalDecoder) -> int:
