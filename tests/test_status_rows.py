@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -328,3 +330,130 @@ def test_the_status_words_status_accepts_are_the_model_s() -> None:
     from jobtpu.commands.select import STATUS_NAMES
 
     assert tuple(s.value for s in Status) == STATUS_NAMES
+
+
+# ---- machine names, sweeps and reasons at 80 columns ---------------------------------------------
+
+IMPORTED_TPUS = [*(f"kmh-tpuvm-v3-32-preemptible-{n}" for n in (1, 2, 3)), "kmh-tpuvm-v4-64-preemptible-1",
+                 "kmh-tpuvm-v3-32-preemptible-11", "kmh-tpuvm-v3-32-preemptible-12"]  # the last two: no alias
+STARTED = time.time() - 600
+WAITING = "3 machines fit: 2 busy, kmh-tpuvm-v3-32-preemptible-3 is being recreated; 1 job ahead of it"
+
+
+def imported_tpu_home(tmp_path: Path) -> tuple[Path, list[int]]:
+    """A home whose TPUs `jobtpu import` took from the TPU manager (named as their nodes, aliased
+    `v3-32-p1`...), a job running on each of four of them, and a queued one the last pass kept
+    waiting (written as a pass writes them: no TPU API here). Its jobs' ids, the queued one last."""
+    home = make_home(tmp_path, gcp={"project": "p"})
+    aliases = {"v3-32-p1": IMPORTED_TPUS[0], "v3-32-p2": IMPORTED_TPUS[1], "v3-32-p3": IMPORTED_TPUS[2],
+               "v4-64-p1": IMPORTED_TPUS[3]}
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"users": {}, "tpu_aliases": aliases,
+                                "all_tpus": {"europe-west4-a": IMPORTED_TPUS, "preemptible": IMPORTED_TPUS}}))
+    jobtpu(home, "import", "tpu-manager", str(data))
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+
+    on = [IMPORTED_TPUS[0], IMPORTED_TPUS[3], IMPORTED_TPUS[4], IMPORTED_TPUS[5]]
+    with Store(Home(home)).transaction() as state:
+        state.jobs += [Job(id=i, user="tester", cmd="python train.py", archive="a.tar.gz", created=STARTED - 60,
+                           req=["v3-32"], name="resnet-imagenet", status=Status.RUNNING, machine=m, alloc={"slot": [0]},
+                           attempts=[Attempt(0, m, started=STARTED)]) for i, m in enumerate(on, 1)]
+        state.jobs.append(Job(id=5, user="tester", cmd="python train.py", archive="a.tar.gz", created=STARTED,
+                              req=["v3-32"], name="resnet-imagenet", waiting=WAITING))
+        state.next_id = 6
+    return home, [1, 2, 3, 4, 5]
+
+
+def _cells_after(row: str, word: str) -> str:
+    """What a row shows after its first `word` cell."""
+    return row.split(f" {word} ", 1)[1].strip()
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_imported_tpus_read_by_their_short_names_and_rows_stay_apart(tmp_path: Path, width: int) -> None:
+    """docs/reference/commands.md §2.4, §2.10: a machine is its first alias in a table; names cut
+    to fit are cut where they differ; a pending reason keeps a readable head, in short names."""
+    home, ids = imported_tpu_home(tmp_path)
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    out = jobtpu(home, "status", env=env).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= width for line in lines) and "where" in lines[0], out
+    rows = _rows(out)
+    assert sorted(rows) == ids, out
+    wheres = {job: _cells_after(rows[job], "running").split()[-1] for job in ids[:4]}  # the where cell ends it
+    assert wheres[1] == "v3-32-p1" and wheres[2] == "v4-64-p1", out
+    assert len(set(wheres.values())) == 4 and "kmh-tpuvm…" not in out, out  # the alias-less two differ too
+    assert "3 machines fit: " in rows[ids[4]], out  # other columns gave way to the reason's head
+    wide = _rows(jobtpu(home, "status", env={"COLUMNS": "200"}).stdout)
+    assert "v3-32-p3 is being recreated" in wide[ids[4]], wide
+    machines = jobtpu(home, "machines", env=env).stdout.splitlines()
+    assert all(len(line) <= width for line in machines) and len(machines) == 1 + 1 + len(IMPORTED_TPUS), machines
+    names = [line.split()[0] for line in machines[1:]]
+    assert names[:5] == ["local", "v3-32-p1", "v3-32-p2", "v3-32-p3", "v4-64-p1"], machines
+    assert len(set(names)) == len(names) and all(name.endswith(("-11", "-12")) for name in names[5:]), machines
+
+
+def test_machines_lists_aliases_and_shows_one_machine_by_name_or_alias(tmp_path: Path) -> None:
+    home, _ = imported_tpu_home(tmp_path)
+    listed = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
+    assert [(m["name"], m["aliases"]) for m in listed[:2]] == [("local", []), (IMPORTED_TPUS[0], ["v3-32-p1"])]
+    wide = jobtpu(home, "machines", env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout.splitlines()
+    assert "other names" in wide[0] and wide[2].split()[:2] == ["v3-32-p1", IMPORTED_TPUS[0]], wide
+    for name in ("v3-32-p1", IMPORTED_TPUS[0]):
+        shown = jobtpu(home, "machines", name, env={"TZ": "UTC"}).stdout.splitlines()
+        fields = dict(re.match(r"(\w[\w ]*): +(.*)", line).groups() for line in shown)  # type: ignore[union-attr]
+        assert fields["name"] == IMPORTED_TPUS[0] and fields["aliases"] == "v3-32-p1" and fields["kind"] == "tpu"
+        assert fields["accelerator"] == "v3-32 (preemptible)", shown
+        assert fields["node"] == f"{IMPORTED_TPUS[0]} in europe-west4-a", shown
+        assert fields["free"] == "slot 0 of 1 free (1 used)", shown
+        since = datetime.fromtimestamp(STARTED, UTC).strftime("%m-%d %H:%M")
+        assert fields["jobs"] == f"1 tester resnet-imagenet (running since {since})", shown
+        assert fields["state"].startswith("unknown — not asked yet") and "last seen" in fields, shown
+    one = json.loads(jobtpu(home, "machines", "v4-64-p1", "--json").stdout)["machines"]
+    assert [m["name"] for m in one] == [IMPORTED_TPUS[3]]
+    before = (home / "machines.json").read_bytes(), (home / "state.json").read_bytes()
+    unknown = jobtpu(home, "machines", "v3-32-p4", check=False)
+    assert unknown.returncode == 1 and unknown.stdout == "", unknown
+    assert unknown.stderr.splitlines()[0] == "jobtpu: error: unknown machine 'v3-32-p4'", unknown.stderr
+    assert unknown.stderr.splitlines()[1].startswith("hint: did you mean v3-32-p"), unknown.stderr
+    assert len(unknown.stderr.splitlines()) == 2 and "Traceback" not in unknown.stderr
+    assert ((home / "machines.json").read_bytes(), (home / "state.json").read_bytes()) == before
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_a_sweeps_members_are_told_apart_by_what_differs(tmp_path: Path, width: int) -> None:
+    home, src = _home(tmp_path)
+    printed = jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash train.sh", "--name", "resnet50-imagenet-baseline",
+                     "--tag", "ablation-2026", "--hold", "config.model.depth=50", "--sweep", "lr=0.1,0.01,0.001",
+                     "--sweep", "config.model.dropout=0.1,0.2").stdout
+    first, last = map(int, printed.strip().split("-"))
+    ids = list(range(first, last + 1))
+    out = jobtpu(home, "status", env={"COLUMNS": str(width), "NO_COLOR": "1"}).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= width for line in lines) and "config" in lines[0], out
+    rows = _rows(out)
+    assert sorted(rows) == ids, out
+    for job, (lr, dropout) in zip(ids, [(lr, d) for lr in ("0.1", "0.01", "0.001") for d in ("0.1", "0.2")],
+                                  strict=True):
+        assert re.search(rf"\blr={re.escape(lr)} dropout={re.escape(dropout)}\b", rows[job]), out
+    assert "held by" in rows[ids[0]], out
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_a_pending_reason_keeps_a_readable_head_and_other_columns_give_way(tmp_path: Path, width: int) -> None:
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+
+    home = make_home(tmp_path)
+    with Store(Home(home)).transaction() as state:
+        state.jobs += [Job(id=i, user="someone-with-a-long-name", cmd="true", archive="a.tar.gz", created=time.time(),
+                           name=f"a-very-long-experiment-name-{i}", tags=["ablation-study-2026", "baseline"],
+                           overrides=["--config.model.depth=48", f"--config.training.learning_rate={i}e-4"],
+                           req=["v3-32"], waiting=f"v3-32-p1 fits, busy; {i} jobs ahead of it") for i in (1, 2)]
+        state.next_id = 3
+    out = jobtpu(home, "status", "--all-users", env={"COLUMNS": str(width), "NO_COLOR": "1"}).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= width for line in lines) and lines[0].rstrip().endswith("why / log"), out
+    rows = _rows(out)
+    assert sorted(rows) == [1, 2] and all("v3-32-p1 fits, b" in rows[i] for i in (1, 2)), out

@@ -491,3 +491,25 @@ def test_manage_loop_reports_a_kept_connection_s_frozen_host_unreachable_as_a_fr
     # within connect_timeout, as a fresh connect would, not after the probe's timeout (30 s more).
     said = _loop_until_dead(ssh_fleet, tmp_path, ssh_fleet.freeze_host, connect_timeout=2)
     assert float(said.split("s:")[0]) < 2 + 5 and "within 2s" in said, said
+
+
+def test_watch_names_imported_tpus_by_their_short_names_in_an_80x24_terminal(tmp_path: Path) -> None:
+    """docs/reference/commands.md §2.27: a machine reads as its first alias in both sections, and two
+    alias-less names that share their start are cut where they differ."""
+    from tests.test_status_rows import imported_tpu_home
+
+    home, ids = imported_tpu_home(tmp_path)
+    term = Tmux(tmp_path, watch_command(home, "--no-manage", "--interval", "0.3"), size=(80, 24))
+    try:
+        screen = wait_for(lambda: (lambda s: s if re.search(r"^machines\s*$", s, re.M) else None)(term.screen()),
+                          timeout=30, what="the dashboard")
+    finally:
+        term.close()
+    lines = screen.splitlines()
+    jobs = {int(line.split()[0]): line for line in lines if re.match(r"^\s*\d+ (running|queued) ", line)}
+    assert sorted(jobs) == ids, screen
+    wheres = [jobs[job].split()[2] for job in ids[:4]]  # no reason: the machine follows the status
+    assert wheres[:2] == ["v3-32-p1", "v4-64-p1"] and len(set(wheres)) == 4, screen
+    start = lines.index(next(line for line in lines if line.rstrip() == "machines"))
+    shown = [line.split()[0] for line in lines[start + 1:] if line.strip() and not line.startswith("…")]
+    assert shown[:3] == ["local", "v3-32-p1", "v3-32-p2"] and "kmh-tpuvm-v3-32-" not in screen, screen

@@ -31,7 +31,7 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
         api_error = known.api_error  # the TPU API could not be asked this pass (credentials)
         workers = len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None
         rows.append({
-            "name": m.name, "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
+            "name": m.name, "aliases": list(m.aliases), "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
             "workers": known.workers if known.workers is not None else workers,
             "state": "unknown" if api_error else known.state or ("up" if m.kind == "local" else "unknown"),
             "health": known.health, "health_description": known.health_description,
@@ -78,11 +78,13 @@ def _never_seen(machine: Machine) -> str:
     return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"
 
 
-def machines(home: Home, as_json: bool) -> int:
+def machines(home: Home, as_json: bool, name: str | None = None) -> int:
     from jobtpu.commands.freshness import last_pass_json, say_freshness
+    from jobtpu.schema.machines import load_fleet
 
+    machine = load_fleet(home).resolve(name) if name is not None else None  # an unknown name changes nothing
     state = Store(home).load()
-    rows = machine_rows(home, state)
+    rows = [row for row in machine_rows(home, state) if machine is None or row["name"] == machine.name]
     if as_json:
         emit_json({"machines": rows, "last_pass": last_pass_json(state.last_pass)})
         return 0
@@ -92,12 +94,33 @@ def machines(home: Home, as_json: bool) -> int:
     from jobtpu.views.display import machines_table
 
     console = Console()
-    console.print(machines_table(rows, console.width, viewer_zone(viewer_settings(home))))
+    zone = viewer_zone(viewer_settings(home))
+    if machine is None:
+        console.print(machines_table(rows, console.width, zone))
+    else:
+        console.print(_detail(rows[0], machine, state, zone), highlight=False, markup=False, soft_wrap=True)
     say_freshness(state.last_pass)
     return 0
 
 
+def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> str:
+    """`machines NAME`: one line per thing known of the machine (views/machine.py)."""
+    from jobtpu.schema.records import MachineRecord
+    from jobtpu.views.display import clock
+    from jobtpu.views.machine import machine_lines
+    from jobtpu.views.text import printable
+
+    holding = [j for j in state.jobs if j.machine == machine.name and j.active]
+    lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,
+                          lambda t: clock(t, zone), state.last_pass.ended if state.last_pass else None)
+    width = max(len(what) for what, _ in lines)
+    return "\n".join(printable(f"{what + ':':<{width + 1}} {value}") for what, value in lines)
+
+
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "machines", "the fleet: kind, accelerator, state, running jobs, free resources")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="one machine in detail (its name or an alias): where it is, who holds it, what the last "
+                        "pass saw")
     p.add_argument("--json", action="store_true", help="the same as JSON")
-    p.set_defaults(func=lambda home, a: machines(home, a.json))
+    p.set_defaults(func=lambda home, a: machines(home, a.json, a.name))

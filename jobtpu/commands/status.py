@@ -83,7 +83,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     viewer = viewer_name()
 
     console = Console()
-    aliases = config_aliases(home)
+    aliases, short = config_aliases(home)
 
     from jobtpu.commands.freshness import freshness_text, say_freshness
 
@@ -97,7 +97,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
-        return jobs_table(rows(shown, now, aliases, zone), console.width,
+        return jobs_table(rows(shown, now, aliases, zone, short), console.width,
                           captions + ([left_out] if left_out else []), columns_for(chosen_columns, shown, viewer))
 
     if watch is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from jobtpu.commands.freshness import freshness_text, record_pass_failure
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
+from jobtpu.views.names import cut_apart, short_names, with_short_names
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
@@ -165,12 +166,13 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     room = height - 1 - len(header) - 4 - len(said)  # a spare line, three section titles, the jobs' header
     jobs = state.jobs if state is not None else []
     machine_lines = machine_rows(fleet, state, now) if fleet is not None else []
+    short = short_names((m.name, m.aliases) for m in fleet.machines.values()) if fleet is not None else {}
     latest = [_line(ev.render_line(e, zone), "") for e in eventlog.latest(home.root, max(room, 1))]
     machines_room = min(len(machine_lines), max(2, room // 3))
     wanted = sum(1 for j in jobs if j.active or j.status == "queued" or j.ended) or 1
     jobs_room = max(1, min(wanted, room - machines_room - min(len(latest), 3)))
     events_room = max(0, room - machines_room - jobs_room)  # the events take what is left
-    parts: list[Any] = [*header, _title("jobs"), _line(JOB_HEADER, "bold"), *job_rows(jobs, jobs_room, now),
+    parts: list[Any] = [*header, _title("jobs"), _line(JOB_HEADER, "bold"), *job_rows(jobs, jobs_room, now, short),
                         _title("machines"), *_fit(machine_lines, machines_room),
                         _title("events"), *(latest[-events_room:] if events_room else []),
                         *(_line(s, "yellow") for s in said)]
@@ -236,8 +238,9 @@ def _age(seconds: float) -> str:
     return f"{seconds}s"
 
 
-def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
-    """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each."""
+def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | None = None) -> list[Any]:
+    """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each.
+    Machines by their short names (`short`, views/names.py), cut so that different ones differ."""
     from rich.text import Text
 
 
@@ -247,12 +250,15 @@ def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
     ordered = active + queued + ended
     if not ordered:
         return [_line("no jobs", "dim")]
+    short = short or {}
+    machines = [short.get(job.machine, job.machine) if job.machine else "" for job in ordered[:room]]
+    cut = dict(zip(machines, cut_apart(machines, 14), strict=True))
     rows = []
-    for job in ordered[:room]:
+    for job, machine in zip(ordered[:room], machines, strict=True):
         row = Text(no_wrap=True, overflow="ellipsis")
         row.append(f"{job.id:>5} ")
         row.append(f"{job.status:<9} ", style=STYLE.get(job.status, ""))
-        where = (job.waiting or "") if job.status == "queued" else (job.machine or "")
+        where = with_short_names(job.waiting or "", short) if job.status == "queued" else cut[machine]
         row.append(printable(f"{(job.reason or ''):<9.9} {where:<14.14} {job.attempt:>3} {_age(now - job.created):>4} "
                              f"{job.user:<8.8} {job.name:<16.16} {job.last_line}"))
         rows.append(row)
@@ -261,18 +267,20 @@ def job_rows(jobs: list[Job], room: int, now: float) -> list[Any]:
 
 
 def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
-    """Each machine: its state, the jobs it holds, its TPU or queued-resource state, its back-off."""
+    """Each machine by its short name (views/names.py): its state, the jobs it holds, its TPU or
+    queued-resource state, its back-off."""
     from rich.text import Text
 
     from jobtpu.schema.records import MachineRecord
 
+    names = cut_apart([m.aliases[0] if m.aliases else m.name for m in fleet.machines.values()], 16)
     rows = []
-    for machine in fleet.machines.values():
+    for machine, name in zip(fleet.machines.values(), names, strict=True):
         record = (state.machines.get(machine.name) if state is not None else None) or MachineRecord()
         held = [str(j.id) for j in (state.jobs if state is not None else []) if j.machine == machine.name and j.active]
         word = record.state or ("up" if machine.kind == "local" else "unknown")
         row = Text(no_wrap=True, overflow="ellipsis")
-        row.append(printable(f"{machine.name[:16]:<16} {machine.kind:<5} "))
+        row.append(printable(f"{name:<16} {machine.kind:<5} "))
         row.append(f"{word:<13.13} ", style="green" if word == "up" else "yellow" if word != "unknown" else "dim")
         extra = [f"jobs {','.join(held)}" if held else "idle"]
         if machine.is_tpu:

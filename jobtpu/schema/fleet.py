@@ -131,7 +131,11 @@ class Fleet:
         if nodes:
             raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
                                 hint="name the machine as machines.json does")
-        raise NotFoundError(f"unknown machine {name!r}", hint=f"machines in machines.json: {self.names_text()}")
+        from jobtpu.suggest import nearest
+
+        close = nearest(name, [n for m in self.machines.values() for n in (m.name, *m.aliases)])
+        meant = f"did you mean {close}? " if close else ""
+        raise NotFoundError(f"unknown machine {name!r}", hint=f"{meant}machines in machines.json: {self.names_text()}")
 
     def _is_node_of(self, name: str, machine: Machine) -> bool:
         full = _NODE_PATH.fullmatch(name)

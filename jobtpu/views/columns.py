@@ -5,10 +5,13 @@ A column never narrows below its title (the header never wraps), and a column th
 number, a status) keeps its widest cell: when those do not fit, whole columns are left out, in the
 table's drop order. Then the cuttable ones narrow: the `last` column first, down to LAST_KEPT, then
 the widest others down to CELL_KEPT, then the last to its title, then the others to theirs; a cut
-cell ends with "…"."""
+cell ends with "…". A table may give a column a floor of its own (a readable head of a reason, the
+overrides that tell a sweep's members apart): it narrows no further than that, as if it were its
+title. An empty column is left out rather than cut the last one below LAST_KEPT."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from rich.cells import cell_len
@@ -28,13 +31,16 @@ class Layout(NamedTuple):
     # The narrowest a cuttable column counts when choosing what to leave out: its title (0), or at
     # least this much of its cells, so a table keeps fewer columns that each still say something.
     readable: int = 0
+    # Columns of names cut in the middle so that different cells stay different (views/names.py).
+    apart: frozenset[str] = frozenset()
 
 
 def fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
-        layout: Layout) -> tuple[list[int], list[int]]:
-    """The indices of the columns kept (`columns`: (title, key)) and the width of each kept one."""
-    kept = columns_that_fit(columns, cells, width, layout)
-    widths = fit_widths([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], width, layout)
+        layout: Layout, floors: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
+    """The indices of the columns kept (`columns`: (title, key)) and the width of each kept one;
+    `floors`: the narrowest some columns (by key) may be, beside their titles."""
+    kept = columns_that_fit(columns, cells, width, layout, floors)
+    widths = fit_widths([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], width, layout, floors)
     return kept, widths
 
 
@@ -45,27 +51,36 @@ def natural_width(columns: list[tuple[str, str]], cells: list[list[str]]) -> int
 
 
 def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
-                     layout: Layout) -> list[int]:
-    """All the columns when each fits at its narrowest, else without the empty ones, then those first
-    in the drop order."""
-    def narrowest(i: int) -> int:
+                     layout: Layout, floors: Mapping[str, int] | None = None) -> list[int]:
+    """All the columns when each fits at its narrowest, else without the empty ones (also those that
+    would cost the `last` column its first LAST_KEPT characters), then those first in the drop order."""
+    def narrowest(i: int, roomy: bool = False) -> int:
         title, key = columns[i]
         whole = max([len(title), *(cell_len(row[i]) for row in cells)])
-        return min(whole, max(len(title), layout.readable)) if key in layout.cuttable else whole
+        least = max(len(title), layout.readable, (floors or {}).get(key, 0),
+                    LAST_KEPT if roomy and key == layout.last else 0)
+        return min(whole, least) if key in layout.cuttable else whole
+
+    def wider(roomy: bool = False) -> bool:
+        return sum(narrowest(i, roomy) for i in kept) + 2 * GAP * (len(kept) - 1) > width
 
     kept = list(range(len(columns)))
     droppable = [i for key in layout.drop_order for i in kept if columns[i][1] == key]
     droppable.sort(key=lambda i: any(row[i] for row in cells))  # a column with nothing to say goes first
-    while droppable and sum(map(narrowest, kept)) + 2 * GAP * (len(kept) - 1) > width:
+    while droppable and not any(row[droppable[0]] for row in cells) and wider(roomy=True):
+        kept.remove(droppable.pop(0))
+    while droppable and wider():
         kept.remove(droppable.pop(0))
     return kept
 
 
-def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout) -> list[int]:
+def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
+               floors: Mapping[str, int] | None = None) -> list[int]:
     """Each column's width: its widest cell, narrowed as this module says until the table fits in
     `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps)."""
-    titles = [len(title) for title, _ in columns]
-    widths = [max([titles[i], *(cell_len(row[i]) for row in cells)]) for i in range(len(columns))]
+    widths = [max([len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
+    # A floor past a column's widest cell asks for nothing more than that cell.
+    titles = [max(len(title), min((floors or {}).get(key, 0), widths[i])) for i, (title, key) in enumerate(columns)]
     excess = sum(widths) + 2 * GAP * (len(widths) - 1) - width
     last = [i for i, (_, key) in enumerate(columns) if key == layout.last]
     others = [i for i, (_, key) in enumerate(columns) if key in layout.cuttable and key != layout.last]

@@ -8,7 +8,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from jobtpu.views.columns import CELL_KEPT, Layout, fit, natural_width
+from jobtpu.views.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
+from jobtpu.views.names import apart_width, cut_apart
 from jobtpu.views.text import printable
 
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
@@ -27,7 +28,10 @@ DEFAULT_JOB_COLUMNS = JOB_COLUMN_TITLES[:-1]
 JOB_LAYOUT = Layout(cuttable=frozenset({"info", "tags", "name", "overrides", "where", "user"}),
                     drop_order=("submitted", "tags", "age", "attempt", "run", "user", "where", "overrides",
                                 "info", "name"),
-                    last="info")
+                    last="info", apart=frozenset({"where"}))
+# A reason's readable head (`3 machines fit: …`, `v3-32-p1 fits, b…`): `why / log` is narrowed no
+# further (the other columns are left out first); at 80 columns it leaves room for every other one.
+REASON_KEPT = 17
 _RIGHT = frozenset({"id", "attempt", "run", "age", "workers", "running"})
 
 
@@ -40,14 +44,24 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
     chosen = [(title, fields[title]) for title in (DEFAULT_JOB_COLUMNS if columns is None else columns)
               if title in fields]
     cells = [[str(getattr(r, field)) for _, field in chosen] for r in rows]
-    return fitted_table(chosen, cells, width, JOB_LAYOUT, captions)  # no rows: the count line says "no jobs"
+    # Other columns give way before a pending reason is cut past its head, or the overrides that
+    # tell a sweep's members apart (listing.Row.apart) are cut.
+    floors = {"info": REASON_KEPT, "overrides": min(max((r.apart for r in rows), default=0), LAST_KEPT)}
+    return fitted_table(chosen, cells, width, JOB_LAYOUT, captions, floors)  # no rows: the count line says "no jobs"
 
 
 def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
-                 captions: list[str] | None = None) -> Table:
-    """A table of one line per row in at most `width` columns (columns.py); `columns`: (title, key)."""
+                 captions: list[str] | None = None, floors: Mapping[str, int] | None = None) -> Table:
+    """A table of one line per row in at most `width` columns (columns.py); `columns`: (title, key);
+    `floors`: the narrowest some columns may be (by key)."""
     cells = [[printable(_cut(value, width)) for value in row] for row in cells]
-    kept, widths = fit(columns, cells, width, layout)
+    floors = {**(floors or {}), **{key: apart_width((row[i] for row in cells), max(len(title), CELL_KEPT))
+                                   for i, (title, key) in enumerate(columns) if key in layout.apart}}
+    kept, widths = fit(columns, cells, width, layout, floors)
+    for i, size in zip(kept, widths, strict=True):
+        if columns[i][1] in layout.apart:  # cut here, in the middle, where rich would cut the end
+            for row, value in zip(cells, cut_apart([row[i] for row in cells], size), strict=True):
+                row[i] = value
     caption = "\n".join(printable(c) for c in captions or []) or None
     table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
                   caption_style="dim")
@@ -76,12 +90,23 @@ def clock(seconds: float, zone: Any = None) -> str:
     return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")
 
 
-# The machines table: name, state and running jobs stay longest; the detail gives way first.
-MACHINE_COLUMNS = [(c, c) for c in ("name", "kind", "accelerator", "workers", "state", "health", "running", "free",
-                                    "note", "detail")]
-MACHINE_LAYOUT = Layout(cuttable=frozenset({"name", "accelerator", "health", "free", "note", "detail"}),
-                        drop_order=("health", "workers", "note", "kind", "accelerator", "free", "detail"),
-                        last="detail", readable=CELL_KEPT)
+# The machines table: name, state and running jobs stay longest; the other names and the detail
+# give way first. A machine is named by its short name (its first alias); "other names" holds its
+# name in machines.json and its other aliases, where the width allows.
+MACHINE_COLUMNS = [(c, c) for c in ("name", "other names", "kind", "accelerator", "workers", "state", "health",
+                                    "running", "free", "note", "detail")]
+MACHINE_LAYOUT = Layout(cuttable=frozenset({"name", "other names", "accelerator", "health", "free", "note", "detail"}),
+                        drop_order=("other names", "health", "workers", "note", "kind", "accelerator", "free",
+                                    "detail"),
+                        last="detail", readable=CELL_KEPT, apart=frozenset({"name", "other names"}))
+
+
+def machine_names(row: dict[str, Any]) -> tuple[str, str]:
+    """A machines row's (short name, its other names: the name in machines.json, the other aliases)."""
+    aliases = row.get("aliases") or []
+    if not aliases:
+        return row["name"], ""
+    return aliases[0], ", ".join([row["name"], *aliases[1:]])
 
 
 def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> Table:
@@ -96,7 +121,7 @@ def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> 
             accelerator += f" ({row['provisioning']}, {row.get('zone')})"
         if row.get("queued_resource"):
             accelerator += f" queued resource {row['queued_resource']}"
-        values = (row["name"], row["kind"], accelerator, row.get("workers"), row.get("state"), health,
+        values = (*machine_names(row), row["kind"], accelerator, row.get("workers"), row.get("state"), health,
                   row["running"], free, row.get("note"), _with_times(row, zone))
         cells.append(["" if v is None else str(v) for v in values])
     return fitted_table(MACHINE_COLUMNS, cells, width, MACHINE_LAYOUT)

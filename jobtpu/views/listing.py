@@ -1,7 +1,7 @@
 """What `status` lists and how each row reads: the cells of a job's row (run time,
 overrides in their short form, resources or allocation, why a queued job waits), the count per
 status, and the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
-machines.json's aliases; rich stays in display.py."""
+machines.json's aliases and machine names; rich stays in display.py."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from jobtpu.home.safefs import CAP_LARGE, read_regular
 from jobtpu.schema.decode import FileRefused
 from jobtpu.schema.state import Job, Status
 from jobtpu.schema.state_file import decode_history_line
+from jobtpu.views.names import short_names, with_short_names
 
 STATUS_ORDER = tuple(s.value for s in Status)
 
@@ -45,6 +46,7 @@ class Row(NamedTuple):
     tags: str
     info: str
     submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
+    apart: int = 0  # how many leading characters of `overrides` tell the job from its sweep's others
 
 
 def duration(seconds: float) -> str:
@@ -62,28 +64,50 @@ def run_time(job: Job, now: float) -> float | None:
     return sum(spans) if spans else None
 
 
-def where(job: Job) -> str:
+def where(job: Job, short: Mapping[str, str] | None = None) -> str:
     """On a machine: the machine and what it holds there (`box gpu=0,1`; a bare slot is not named).
-    Queued: what it asks for and where it is pinned (`v3-32 @v3-p1`). Ended: where it last ran."""
+    Queued: what it asks for and where it is pinned (`v3-32 @v3-p1`). Ended: where it last ran.
+    Machines by their short names (`short`: name → first alias, views/names.py)."""
+    def named(machine: str) -> str:
+        return (short or {}).get(machine, machine)
+
     if job.active and job.machine:
         held = [f"{resource}={','.join(map(str, indices))}" for resource, indices in job.alloc.items()
                 if resource != "slot"]
-        return " ".join([job.machine, *held])
+        return " ".join([named(job.machine), *held])
     if job.status is Status.QUEUED:
-        return " ".join([*job.req, *([f"@{job.pin}"] if job.pin else [])])
-    return job.attempts[-1].machine if job.attempts else ""
+        return " ".join([*job.req, *([f"@{named(job.pin)}"] if job.pin else [])])
+    return named(job.attempts[-1].machine) if job.attempts else ""
 
 
 def short_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> str:
     """The job's config overrides as a person typed them: `--config.training.lr=0.01` reads `lr=0.01`
     when an alias names that key (the shortest such alias), else as the key itself. The keys in
-    `first` come first (what tells the job from its neighbours must survive a cut cell)."""
+    `first` come first (what tells the job from its neighbours must survive a cut cell), a key of
+    them that no alias names by the shortest end of it that no other of them shares
+    (`config.model.dropout=0.1` reads `dropout=0.1`)."""
+    return " ".join(shown_overrides(overrides, aliases, first))
+
+
+def shown_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> list[str]:
+    """short_overrides' words, those of the keys in `first` first."""
     shortest: dict[str, str] = {}
     for alias, full in aliases.items():
         if full not in shortest or len(alias) < len(shortest[full]):
             shortest[full] = alias
     pairs = sorted(override_pairs(overrides), key=lambda pair: pair[0] not in first)
-    return " ".join(f"{shortest.get(key, key)}{rest}" for key, rest in pairs)
+    return [f"{shortest.get(key) or (key_end(key, first) if key in first else key)}{rest}" for key, rest in pairs]
+
+
+def key_end(key: str, keys: Collection[str]) -> str:
+    """The shortest dotted end of `key` that no other of `keys` ends with: `dropout` for
+    `config.model.dropout` beside `config.model.depth`; the whole key when every end is shared."""
+    parts = key.split(".")
+    for n in range(1, len(parts)):
+        end = ".".join(parts[-n:])
+        if not any(other != key and (other == end or other.endswith("." + end)) for other in keys):
+            return end
+    return key
 
 
 def override_pairs(overrides: list[str]) -> list[tuple[str, str]]:
@@ -134,34 +158,48 @@ def _unquote(piece: re.Match[str]) -> str:
     return escaped if escaped is not None else piece.group()
 
 
-def info(job: Job) -> str:
-    """The last column: why it stopped or waits, then its note, then its last log line."""
+def info(job: Job, short: Mapping[str, str] | None = None) -> str:
+    """The last column: why it stopped or waits (machines by their short names), then its note, then
+    its last log line."""
     parts = [job.reason or ""]
     if job.status is Status.QUEUED:
-        parts.append(job.waiting or "no pass has tried it yet")
+        parts.append(with_short_names(job.waiting, short or {}) if job.waiting else "no pass has tried it yet")
     parts.append(f"note: {job.note}" if job.note else "")
     if job.status is not Status.QUEUED:
         parts.append(job.last_line)
     return "; ".join(p for p in parts if p)
 
 
-def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None) -> list[Row]:
-    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys)."""
+def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
+         short: Mapping[str, str] | None = None) -> list[Row]:
+    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys);
+    `short`: machines' short names (views/names.py)."""
     varying = varying_keys(jobs)
-    return [row(job, now, aliases, zone, varying[job.sweep]) for job in jobs]
+    return [row(job, now, aliases, zone, varying[job.sweep], short) for job in jobs]
 
 
-def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = ()) -> Row:
+def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = (),
+        short: Mapping[str, str] | None = None) -> Row:
     """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
-    `first`: the override keys shown first."""
+    `first`: the override keys shown first; `short`: machines' short names."""
     from jobtpu.views.display import clock
 
     ran = run_time(job, now)
+    words = shown_overrides(job.overrides, aliases, first)
+    told = sum(1 for key, _ in override_pairs(job.overrides) if key in first)
     return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
                attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
-               age=duration(now - job.created), where=where(job),
-               overrides=short_overrides(job.overrides, aliases, first), tags=",".join(job.tags), info=info(job),
-               submitted=clock(job.created, zone))
+               age=duration(now - job.created), where=where(job, short),
+               overrides=" ".join(words), tags=",".join(job.tags), info=info(job, short),
+               submitted=clock(job.created, zone), apart=_apart(words, told))
+
+
+def _apart(words: list[str], told: int) -> int:
+    """How wide the config cell must stay to show its first `told` words whole: one more when more
+    follow, for the "…" a cut cell ends with."""
+    if not told:
+        return 0
+    return len(" ".join(words[:told])) + (1 if told < len(words) else 0)
 
 
 def attempt_text(job: Job) -> str:
@@ -175,22 +213,23 @@ def attempt_text(job: Job) -> str:
     return f"{job.attempt} ({', '.join(parts)})" if parts else str(job.attempt)
 
 
-def config_aliases(home: Home) -> dict[str, str]:
-    """The aliases overrides are shown through: built-in, the team's, the viewer's own. A
-    machines.json that cannot be read costs the team's only: `status` must still work while someone
-    fixes it."""
+def config_aliases(home: Home) -> tuple[dict[str, str], dict[str, str]]:
+    """The aliases overrides are shown through (built-in, the team's, the viewer's own), and the
+    machines' short names (views/names.py). A machines.json that cannot be read costs the team's
+    aliases and the short names only: `status` must still work while someone fixes it."""
     from jobtpu.home.settings import effective_aliases, viewer_settings
     from jobtpu.schema.machines import load_fleet
 
     try:
-        team = dict(load_fleet(home).config_aliases)
+        fleet = load_fleet(home)
+        team, short = dict(fleet.config_aliases), short_names((m.name, m.aliases) for m in fleet.machines.values())
     except ConfigError:
-        team = {}
+        team, short = {}, {}
     try:
         own = dict(viewer_settings(home).aliases)
     except JobtpuError:
         own = {}
-    return effective_aliases(team, own)
+    return effective_aliases(team, own), short
 
 
 # ---- history --------------------------------------------------------------------------------------
