@@ -46,6 +46,7 @@ class MachineRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     next_try: float | None
     note: str | None
     free: dict[str, int]
+    aliases: list[str] = msgspec.field(default_factory=list)  # machines.json's, first the tables' short name
     provisioning: str | None = None
     zone: str | None = None
     moved: str | None = None
