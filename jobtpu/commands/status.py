@@ -102,7 +102,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
 
     if watch is None:
         state = Store(home).load()
-        console.print(table(state))
+        table(state).write(console)  # plain lines to a file or a pipe: 10,000 rows cost what their text does
         say_freshness(state.last_pass)
         return 0
     from rich.live import Live

@@ -1,15 +1,13 @@
-"""Tables for people: pure functions from records to rich renderables (rich is imported only here)."""
+"""Tables for people: pure functions from records to tables fitted to a width (views/table.py draws them)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
 from jobtpu.views.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
 from jobtpu.views.names import apart_width, cut_apart
+from jobtpu.views.table import FittedTable
 from jobtpu.views.text import printable
 
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
@@ -36,7 +34,7 @@ _RIGHT = frozenset({"id", "attempt", "run", "age", "workers", "running"})
 
 
 def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
-               columns: Collection[str] | None = None) -> Table:
+               columns: Collection[str] | None = None) -> FittedTable:
     """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
     table (the count per status, what the table leaves out). `columns`: the titles to show, in that
     order (default: DEFAULT_JOB_COLUMNS)."""
@@ -51,7 +49,7 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
 
 
 def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
-                 captions: list[str] | None = None, floors: Mapping[str, int] | None = None) -> Table:
+                 captions: list[str] | None = None, floors: Mapping[str, int] | None = None) -> FittedTable:
     """A table of one line per row in at most `width` columns (columns.py); `columns`: (title, key);
     `floors`: the narrowest some columns may be (by key)."""
     cells = [[printable(_cut(value, width)) for value in row] for row in cells]
@@ -63,17 +61,10 @@ def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: 
             for row, value in zip(cells, cut_apart([row[i] for row in cells], size), strict=True):
                 row[i] = value
     caption = "\n".join(printable(c) for c in captions or []) or None
-    table = Table(box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left",
-                  caption_style="dim")
-    for i, size in zip(kept, widths, strict=True):
-        title, key = columns[i]
-        table.add_column(title, no_wrap=True, overflow="ellipsis", width=size,
-                         justify="right" if key in _RIGHT else "left")
-    styled = {i for i in kept if columns[i][1] == "status"}
-    for row in cells:
-        table.add_row(*(Text(row[i], style=STATUS_STYLE.get(row[i], "") if i in styled else "", no_wrap=True,
-                             overflow="ellipsis") for i in kept))
-    return table
+    styled = next((n for n, i in enumerate(kept) if columns[i][1] == "status"), None)
+    return FittedTable(titles=[columns[i][0] for i in kept], widths=list(widths),
+                       right=[columns[i][1] in _RIGHT for i in kept], rows=[[row[i] for i in kept] for row in cells],
+                       styled=styled, styles=STATUS_STYLE, caption=caption)
 
 
 def _cut(text: str, width: int) -> str:
@@ -109,7 +100,7 @@ def machine_names(row: dict[str, Any]) -> tuple[str, str]:
     return aliases[0], ", ".join([row["name"], *aliases[1:]])
 
 
-def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> Table:
+def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> FittedTable:
     """One line per machine in at most `width` columns; `zone`: the tzinfo clock times are shown in
     (None: local time)."""
     cells = []
@@ -148,7 +139,7 @@ RULE_LAYOUT = Layout(cuttable=frozenset({"default_for", "machines"}), drop_order
                      last="default_for")
 
 
-def rules_table(rows: list[dict[str, Any]], width: int, short: Mapping[str, str]) -> Table:
+def rules_table(rows: list[dict[str, Any]], width: int, short: Mapping[str, str]) -> FittedTable:
     """One line per rule in at most `width` columns; `short`: the shorter word for a long one."""
     def cells(columns: list[tuple[str, str]], words: Mapping[str, str]) -> list[list[str]]:
         def text(value: Any) -> str:
