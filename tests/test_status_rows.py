@@ -457,3 +457,29 @@ def test_a_pending_reason_keeps_a_readable_head_and_other_columns_give_way(tmp_p
     assert all(len(line) <= width for line in lines) and lines[0].rstrip().endswith("why / log"), out
     rows = _rows(out)
     assert sorted(rows) == [1, 2] and all("v3-32-p1 fits, b" in rows[i] for i in (1, 2)), out
+
+
+def test_a_big_sweeps_queued_members_read_as_one_row_and_each_is_still_its_own_job(tmp_path: Path) -> None:
+    """docs/reference/commands.md §2.4: past 8 queued members a sweep is one row at 80 columns (its ids'
+    span, how many, each axis's first…last value), beside the jobs of no sweep; `--all` and ids show
+    every member on its own row, and a member killed leaves the rest one row."""
+    home, src = _home(tmp_path)
+    printed = jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash train.sh", "--hold", "--sweep",
+                     "lr=" + ",".join(f"0.{i}" for i in range(1, 7)), "--sweep", "bs=16,32,64,128,256").stdout
+    first, last = map(int, printed.strip().split("-"))
+    assert last - first + 1 == 30
+    plain = submit(home, src, "bash train.sh", "--hold")
+    env = {"COLUMNS": "80", "NO_COLOR": "1"}
+    out = jobtpu(home, "status", env=env).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    [swept] = [line for line in lines if line.lstrip().startswith(f"{first}-{last}")]
+    assert re.search(r"\bbs=16…256 lr=0\.1…0\.6\b", swept) and "30 queued:" in swept, out
+    assert list(_rows(out)) == [plain] and "31 queued" in lines[-1], out
+    every = jobtpu(home, "status", "--all", env=env).stdout
+    assert sorted(_rows(every)) == [*range(first, last + 1), plain], every
+    assert list(_rows(jobtpu(home, "status", str(first + 3), env=env).stdout)) == [first + 3]
+    jobtpu(home, "kill", str(first + 3))
+    after = jobtpu(home, "status", env=env).stdout
+    assert any(line.lstrip().startswith(f"{first}-{last}") and "29 queued:" in line for line in after.splitlines()), after
+    assert re.search(rf"^\s*{first + 3}  .*killed", after, re.M), after

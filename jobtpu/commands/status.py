@@ -34,23 +34,53 @@ def _ended_at(job: Job) -> float:
     return float(ended if ended is not None else job.created)
 
 
-def rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
-    """The jobs the table shows, in id order, and a line saying what it left out (None: nothing).
+Shown = list["Job | list[Job]"]  # a job's row, or a sweep's queued members collapsed into one row
+
+
+def rows_to_show(jobs: list[Job]) -> tuple[Shown, str | None]:
+    """What the table shows, in id order, and a line saying what it left out (None: nothing).
     Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
-    ENDED_SHOWN that ended last."""
+    ENDED_SHOWN that ended last. A sweep's queued members, past SWEEP_ROWS of them, are one row,
+    counted as one of those QUEUED_SHOWN (squeue's `39_[0-9999]`); `--all` shows each."""
     queued = [j for j in jobs if j.status == "queued"]
     ended = [j for j in jobs if j.ended]
     recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
-    keep = {id(j) for j in queued[:QUEUED_SHOWN]} | {id(j) for j in recent}
-    shown = [j for j in jobs if j.active or id(j) in keep]
+    next_queued = queued_rows(queued)[:QUEUED_SHOWN]
+    keep = {id(j) for j in next_queued if not isinstance(j, list)} | {id(j) for j in recent}
+    groups: Shown = [g for g in next_queued if isinstance(g, list)]
+    singles: Shown = [j for j in jobs if j.active or id(j) in keep]
+    shown = sorted(singles + groups, key=lambda item: item[0].id if isinstance(item, list) else item.id)
     left_out = []
-    if len(queued) > QUEUED_SHOWN:
-        left_out.append(f"{len(queued) - QUEUED_SHOWN} more queued")
+    hidden = len(queued) - sum(len(item) if isinstance(item, list) else 1 for item in next_queued)
+    if hidden:
+        left_out.append(f"{hidden} more queued")
     if len(ended) > len(recent):
         left_out.append(f"{len(ended) - len(recent)} older ended")
     if not left_out:
         return shown, None
     return shown, f"{' and '.join(left_out)} job(s) not shown (--all shows every job)"
+
+
+# A sweep with more queued members than this reads as one row (a few are shown each with the values
+# that tell them apart; ten thousand would push every other queued job out of the table).
+SWEEP_ROWS = 8
+
+
+def queued_rows(queued: list[Job]) -> Shown:
+    """The queued jobs in their order, the members of a sweep with over SWEEP_ROWS queued collapsed
+    into one list where its first one stands."""
+    members: dict[int, list[Job]] = {}
+    for job in queued:
+        if job.sweep is not None:
+            members.setdefault(job.sweep, []).append(job)
+    out: Shown = []
+    for job in queued:
+        group = members.get(job.sweep) if job.sweep is not None else None
+        if group is None or len(group) <= SWEEP_ROWS:
+            out.append(job)
+        elif group[0] is job:
+            out.append(group)
+    return out
 
 
 def sweep_summary(jobs: list[Job]) -> str:
@@ -60,11 +90,11 @@ def sweep_summary(jobs: list[Job]) -> str:
     return ", ".join(f"{n} {status}" for status, n in counts.items() if n)
 
 
-def history_rows_to_show(jobs: list[Job]) -> tuple[list[Job], str | None]:
+def history_rows_to_show(jobs: list[Job]) -> tuple[Shown, str | None]:
     """The newest HISTORY_SHOWN of the cleaned jobs (newest first), and what the table leaves out."""
     if len(jobs) <= HISTORY_SHOWN:
-        return jobs, None
-    return jobs[:HISTORY_SHOWN], f"{len(jobs) - HISTORY_SHOWN} older job(s) not shown (--all shows every job)"
+        return list(jobs), None
+    return list(jobs[:HISTORY_SHOWN]), f"{len(jobs) - HISTORY_SHOWN} older job(s) not shown (--all shows every job)"
 
 
 def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, show_all: bool) -> int:
@@ -77,7 +107,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     from rich.console import Console, Group
 
     from jobtpu.views.display import jobs_table
-    from jobtpu.views.listing import config_aliases, rows, status_counts
+    from jobtpu.views.listing import config_aliases, rows, status_counts, sweep_row
 
     chosen_columns, zone = status_view(home)
     viewer = viewer_name()
@@ -89,16 +119,24 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
 
     def table(state: State) -> Any:
         jobs = chosen_jobs(home, chosen, state)
-        if chosen.ids or show_all:  # jobs named by id are always shown
-            shown, left_out = jobs, None
+        shown: Shown
+        if chosen.ids or show_all:  # jobs named by id are always shown, each on its row
+            shown, left_out = list(jobs), None
+        elif chosen.history:
+            shown, left_out = history_rows_to_show(jobs)
         else:  # only the rows shown become table cells
-            shown, left_out = (history_rows_to_show if chosen.history else rows_to_show)(jobs)
+            shown, left_out = rows_to_show(jobs)
         now = time.time()
         counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
-        return jobs_table(rows(shown, now, aliases, zone, short), console.width,
-                          captions + ([left_out] if left_out else []), columns_for(chosen_columns, shown, viewer))
+        singles = [item for item in shown if not isinstance(item, list)]
+        made = iter(rows(singles, now, aliases, zone, short))
+        table_rows = [sweep_row(item, now, aliases, zone, short) if isinstance(item, list) else next(made)
+                      for item in shown]
+        owners = [item[0] if isinstance(item, list) else item for item in shown]
+        return jobs_table(table_rows, console.width, captions + ([left_out] if left_out else []),
+                          columns_for(chosen_columns, owners, viewer))
 
     if watch is None:
         state = Store(home).load()

@@ -34,7 +34,7 @@ def status_counts(jobs: Iterable[Job]) -> str:
 class Row(NamedTuple):
     """A job's row as text, cell by cell (display.py escapes and lays them out)."""
 
-    id: int
+    id: int | str  # a job's id; a sweep's queued members collapsed: their first and last id (`12-10011`)
     name: str
     user: str
     status: str
@@ -192,6 +192,32 @@ def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, firs
                age=duration(now - job.created), where=where(job, short),
                overrides=" ".join(words), tags=",".join(job.tags), info=info(job, short),
                submitted=clock(job.created, zone), apart=_apart(words, told))
+
+
+def sweep_row(members: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
+              short: Mapping[str, str] | None = None) -> Row:
+    """One row for a sweep's queued members (in id order), as squeue shows a job array's pending
+    tasks: their ids' span, how many, and what tells them apart as each axis's first…last value
+    (`lr=0.1…0.9`); the rest as its first member's row says it."""
+    first = row(members[0], now, aliases, zone, (), short)
+    axes = sorted(varying_keys(members)[members[0].sweep])
+    values = [dict(override_pairs(job.overrides)) for job in members]
+    same = shown_overrides([f"{key}{rest}" for key, rest in override_pairs(members[0].overrides) if key not in axes],
+                           aliases)
+    spans = [f"{_key_shown(key, aliases, axes)}={values[0].get(key, '').lstrip('=')}…{values[-1].get(key, '').lstrip('=')}"
+             for key in axes]
+    told = " ".join(spans)
+    ids = f"{members[0].id}-{members[-1].id}"
+    oldest = min(job.created for job in members)
+    return first._replace(id=ids, age=duration(now - oldest), overrides=" ".join([*spans, *same]),
+                          info=f"{len(members):,} queued: {first.info}",
+                          apart=len(told) + (1 if same else 0))
+
+
+def _key_shown(key: str, aliases: Mapping[str, str], keys: Collection[str]) -> str:
+    """A sweep axis's key as a row shows it: its shortest alias, else its shortest telling end."""
+    named = [alias for alias, full in aliases.items() if full == key]
+    return min(named, key=len) if named else key_end(key, keys)
 
 
 def _apart(words: list[str], told: int) -> int:
