@@ -50,8 +50,8 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
     in the drop order."""
     def narrowest(i: int) -> int:
         title, key = columns[i]
-        whole = max([len(title), *(cell_len(row[i]) for row in cells)])
-        return min(whole, max(len(title), layout.readable)) if key in layout.cuttable else whole
+        whole = max([cell_len(title), *(cell_len(row[i]) for row in cells)])
+        return min(whole, max(cell_len(title), layout.readable)) if key in layout.cuttable else whole
 
     kept = list(range(len(columns)))
     droppable = [i for key in layout.drop_order for i in kept if columns[i][1] == key]
@@ -64,7 +64,7 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
 def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout) -> list[int]:
     """Each column's width: its widest cell, narrowed as this module says until the table fits in
     `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps)."""
-    titles = [len(title) for title, _ in columns]
+    titles = [cell_len(title) for title, _ in columns]
     widths = [max([titles[i], *(cell_len(row[i]) for row in cells)]) for i in range(len(columns))]
     excess = sum(widths) + 2 * GAP * (len(widths) - 1) - width
     last = [i for i, (_, key) in enumerate(columns) if key == layout.last]
