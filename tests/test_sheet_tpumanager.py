@@ -139,6 +139,21 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     assert api.cell(KEY, TAB, "G4") == "old line"
 
 
+def test_a_note_on_a_row_someone_else_holds_is_written_with_one_warning(tmp_path: Path, api: FakeSheetsApi) -> None:
+    home = tab_home(tmp_path, api)
+    done = jobtpu(home, "sheet", "note", "v2-b", "can I have it Sat?")
+    assert done.stdout.strip() == "v2-b: note: can I have it Sat?"
+    assert done.stderr.splitlines() == ["jobtpu: warning: v2-b is held by alice in the sheet: the note is written "
+                                        "on their row"]
+    assert api.cell(KEY, TAB, "F3") == "can I have it Sat?"
+    api.edit(KEY, TAB, "E2", "Tester")  # the caller's own claim, and a free row: no warning
+    for name in ("a3", "v2-b"):
+        if name == "v2-b":
+            jobtpu(home, "sheet", "release", "v2-b")
+        quiet = jobtpu(home, "sheet", "note", name, "ok")
+        assert quiet.stderr == "" and quiet.stdout.strip() == f"{name}: note: ok"
+
+
 @pytest.mark.parametrize(("sheet", "message"), [
     ({"layout": "tpu-mgr"}, "sheet.layout must be one of 'jobtpu', 'tpu-manager', not 'tpu-mgr'"),
     ({"layout": "tpu-manager", "columns": ["name"]}, "sheet.columns is for the jobtpu layout"),

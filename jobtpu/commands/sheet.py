@@ -81,11 +81,26 @@ def release(home: Home, name: str, user: str | None) -> int:
 
 
 def note(home: Home, name: str, text: str, append: bool) -> int:
+    from jobtpu.commands.common import note as warn
     from jobtpu.sheet.edits import set_note
 
     _, config = _configured(home)
-    _say(set_note(config, name, text, append))
+    _say(set_note(config, name, text, append, me=_my_names(home),
+                  warn=lambda line: warn(f"jobtpu: warning: {line}")))
     return 0
+
+
+def _my_names(home: Home) -> set[str]:
+    """The names the sheet may know the caller by: their user name and their sheet_name."""
+    from jobtpu.errors import JobtpuError
+    from jobtpu.inputs import resolve_user
+    from jobtpu.sheet.hook import sheet_names
+
+    try:
+        user = resolve_user(None)
+    except JobtpuError:
+        return set()
+    return {user, *sheet_names(home, {user}).values()}
 
 
 def register(home: Home, name: str) -> int:
