@@ -187,6 +187,18 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4 (diverged)"
 
 
+def test_sheet_rows_line_up_wide_characters_and_fit_a_terminal() -> None:
+    from jobtpu.sheet.layout import SheetRow
+
+    rows = [SheetRow(2, {"name": "v3-a", "user": "张三", "note": "长时间训练，周五前不要动", "state": "up"}),
+            SheetRow(3, {"name": "v2-b", "user": "bob", "note": "eval", "state": "up"})]
+    whole = format_rows(rows, ("name", "user", "note"), titles=["名字", "User", "Note"])
+    assert whole == ["名字  User  Note", "v3-a  张三  长时间训练，周五前不要动", "v2-b  bob   eval"]
+    # in 30 columns: the empty zone left out, the note cut at a character's edge, name, user, state whole
+    fitted = format_rows(rows, ("name", "user", "note", "state", "zone"), width=30)
+    assert fitted == ["MACHINE  USER  NOTE      STATE", "v3-a     张三  长时间…   up", "v2-b     bob   eval      up"]
+
+
 def test_register_and_unregister_move_rows_with_peoples_columns(api: FakeSheetsApi, config: SheetConfig,
                                                                 memo: Path) -> None:
     sync(config, fleet(), memo, now=NOW)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 
 from jobtpu.sheet.layout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
 from tests import test_sheet_cli
@@ -115,7 +116,7 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     assert api.cell(KEY, TAB, "F2") == "long run until Friday"
 
     found = jobtpu(home, "sheet", "find", "v2").stdout.splitlines()
-    assert found[0].split()[:2] == ["NAME", "ACCELERATOR"]
+    assert found[0].split()[:2] == ["TPU", "Accelerator"]  # the tab's own title of B; the accelerator is jobtpu's
     assert [line.split()[:2] for line in found[1:]] == [["v2-b", "v2-8"]] and "alice" in found[1]
     assert [line.split()[0] for line in jobtpu(home, "sheet", "show").stdout.splitlines()[1:]] == ["v3-a", "v2-b"]
 
@@ -152,6 +153,27 @@ def test_a_note_on_a_row_someone_else_holds_is_written_with_one_warning(tmp_path
             jobtpu(home, "sheet", "release", "v2-b")
         quiet = jobtpu(home, "sheet", "note", name, "ok")
         assert quiet.stderr == "" and quiet.stdout.strip() == f"{name}: note: ok"
+
+
+def test_sheet_show_aligns_wide_characters_under_the_tabs_own_titles_at_80_columns(tmp_path: Path,
+                                                                                 api: FakeSheetsApi) -> None:
+    home = tab_home(tmp_path, api)
+    for a1, text in {"C1": "属于", "D1": "状态", "E1": "用户", "F1": "用户备注", "C2": "实验室", "F2": "长时间训练，周五前不要动",
+                     "E3": "张三", "G3": "评估 eval run (job 7 since 12-04 10:00)", "I3": "别的备注 other note"}.items():
+        api.edit(KEY, TAB, a1, text)
+    lines = jobtpu(home, "sheet", "show", env={"COLUMNS": "80"}).stdout.splitlines()
+    assert lines[0].split()[:7] == ["TPU", "Accelerator", "属于", "状态", "用户", "用户备注", "Script"]
+    assert [line.split()[0] for line in lines[1:]] == ["v3-a", "v2-b"]
+    assert all(cell_len(line) <= 80 for line in lines), lines
+    # every cell starts at the same screen column as its title (a CJK character is two wide)
+    starts = [cell_starts(line) for line in lines]
+    assert len(starts[0]) == 8 and starts[0] == starts[1] == starts[2], lines
+    assert "张三" in lines[2] and "长时间训" in lines[1]
+
+
+def cell_starts(line: str) -> list[int]:
+    """The screen columns where a cell of a `sheet show` line begins (cells are two spaces apart)."""
+    return [cell_len(line[:i]) for i, ch in enumerate(line) if ch != " " and (i == 0 or line[i - 2:i] == "  ")]
 
 
 @pytest.mark.parametrize(("sheet", "message"), [

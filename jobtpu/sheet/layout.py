@@ -89,6 +89,10 @@ class Layout:
     held: tuple[str, ...] = ("user", "since")  # written only while no person claims the row
     note_cells: tuple[str, ...] = ("note",)  # written when a job brings a new note
     titles = TITLES
+    # `sheet show` in a narrow terminal: never cut; cut first; left out first when cutting is not enough
+    whole: tuple[str, ...] = ("name", "user", "state")
+    cut_first = "note"
+    dropped_first: tuple[str, ...] = ("updated", "since", "zone", "kind", "provisioning", "jobs", "accelerator")
 
     def positions(self, header: list[str]) -> dict[str, int]:
         """The header row's titles (or column keys), case-insensitively, locate jobtpu's columns."""
@@ -120,6 +124,10 @@ class Layout:
                  "since": when(machine.since) if machine.users else "", "note": machine.note or ""}
         return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
 
+    def header(self, column: str, tab_title: str) -> str:
+        """A column's title in `sheet show` and `find` (`tab_title`: the tab's own header cell, if any)."""
+        return self.title(column).upper()
+
     def freed(self) -> dict[str, str]:
         """The cells `sheet release` writes."""
         return {"user": "", "since": ""}
@@ -142,6 +150,8 @@ class TpuManagerLayout(Layout):
     always = ()
     held = ("state", "user")  # a claim holds the status the person gave too
     note_cells = ("note", "jobs")  # the user note, and jobtpu's line saying whose job brought it
+    cut_first = "other"
+    dropped_first = ("other", "env", "belongs", "accelerator")
     # Column letters → keys; C, H and I are read (shown), never written.
     LETTERS = {"name": "B", "belongs": "C", "state": "D", "user": "E", "note": "F", "jobs": "G", "env": "H",
                "other": "I"}
@@ -183,6 +193,9 @@ class TpuManagerLayout(Layout):
         state = RUNNING if machine.users else GONE if machine.state in GONE_STATES else FREE
         return {"state": state, "user": cell(", ".join(machine.users) or FREE), "note": cell(machine.note or ""),
                 "jobs": script_note(machine)}
+
+    def header(self, column: str, tab_title: str) -> str:
+        return tab_title.strip() or self.title(column)  # the tab's own words, as people read them there
 
     def freed(self) -> dict[str, str]:
         return {"state": FREE, "user": FREE}

@@ -54,6 +54,12 @@ class SheetGrid:
                 held[row.name] = holder
         return held
 
+    def titles(self, columns: Iterable[str]) -> list[str]:
+        """The columns' titles as `sheet show` prints them: on a tab of fixed columns, its own header."""
+        header = self.cells[0] if self.cells else []
+        at = self.positions
+        return [self.layout.header(c, _at(header, at[c]) if c in at else "") for c in columns]
+
 
 def _at(line: list[str], index: int) -> str:
     return line[index] if index < len(line) else ""
@@ -206,9 +212,34 @@ def find(rows: Iterable[SheetRow], tokens: list[str], preemptible: bool | None =
     return found
 
 
-def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU) -> list[str]:
-    """Aligned text lines: a header, then one line per row (a cell's own line breaks become spaces)."""
-    table = [[layout.title(c).upper() for c in columns]]
-    table += [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
+def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU,
+                titles: list[str] | None = None, width: int | None = None) -> list[str]:
+    """Aligned text lines: a header (`titles`, else the layout's), then one line per row (a cell's own
+    line breaks become spaces). Widths are display cells (a CJK character takes two). With `width`
+    (a terminal's), the table fits it as `status` does (jobtpu/views/columns.py): long cells are cut
+    (`…`), then the layout's least needed columns left out; a machine's name, user and status stay whole."""
+    from rich.cells import cell_len
+
+    from jobtpu.views.columns import Layout as Fit
+    from jobtpu.views.columns import fit
+
+    heads = [" ".join(t.split()) for t in titles or [layout.header(c, "") for c in columns]]
+    cells = [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]
+    if width is None:
+        kept = list(range(len(columns)))
+        widths = [max(cell_len(line[i]) for line in [heads, *cells]) for i in kept]
+    else:
+        how = Fit(frozenset(columns) - set(layout.whole), layout.dropped_first, layout.cut_first, readable=8)
+        kept, widths = fit(list(zip(heads, columns, strict=True)), cells, width, how)
+    lines = ["  ".join(_fit(line[i], w) for i, w in zip(kept, widths, strict=True)).rstrip()
+             for line in [heads, *cells]]
+    return lines if width is None else [_fit(line, width).rstrip() for line in lines]
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` in exactly `width` display cells: padded, or cut with `…`."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) > width:  # cut at a character's edge: a wide one is never split in two
+        text = set_cell_size(text, max(width - 1, 0)).rstrip() + "…" if width > 0 else ""
+    return text + " " * (width - cell_len(text))
