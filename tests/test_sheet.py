@@ -187,6 +187,36 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4 (diverged)"
 
 
+@pytest.mark.parametrize(("claims", "names", "users", "found"), [
+    ({"v3-a": "Lyy"}, {"lyy": "Lyy"}, {"lyy", "bob"}, {"v3-a": {"lyy"}}),
+    ({"v3-a": "LYY"}, {}, {"lyy"}, {"v3-a": {"lyy"}}),  # no sheet_name: the user name, in any case
+    ({"v3-a": "Li Y"}, {"lyy": "Li Y"}, {"lyy"}, {"v3-a": {"lyy"}}),
+    ({"v3-a": "alice,  Lyy "}, {"lyy": "Lyy"}, {"lyy", "alice"}, {"v3-a": {"lyy", "alice"}}),
+    ({"v3-a": "Lyy2"}, {"lyy": "Lyy"}, {"lyy"}, {}),
+    ({"v3-a": "bob", "v2-b": "lyy"}, {}, {"ann"}, {}),
+])
+def test_a_claim_names_the_users_whose_name_or_sheet_name_it_holds(claims: dict[str, str], names: dict[str, str],
+                                                                   users: set[str], found: dict[str, set[str]]) -> None:
+    from jobtpu.sheet.hook import claimants
+
+    assert claimants(claims, names, users) == {m: frozenset(u) for m, u in found.items()}
+
+
+@pytest.mark.parametrize(("written", "seen", "holder", "mine", "claim"), [
+    ({}, {}, "", "", False),
+    ({}, {}, "carol", "", True),
+    ({"v3-a": "alice"}, {}, "alice", "", False),  # jobtpu wrote it: its job ended, the cell is emptied next
+    ({}, {}, "alice", "alice", False),  # what jobtpu writes now, its memo lost: jobtpu's
+    ({}, {"v3-a": "alice"}, "alice", "alice", True),  # typed before alice's job came: hers, kept after it
+])
+def test_what_counts_as_a_claim(written: dict[str, str], seen: dict[str, str], holder: str, mine: str,
+                                claim: bool) -> None:
+    from jobtpu.sheet.memo import Memo
+    from jobtpu.sheet.rows import is_claim
+
+    assert is_claim(Memo(users=written, claims=seen), "v3-a", holder, mine) is claim
+
+
 def test_sheet_rows_line_up_wide_characters_and_fit_a_terminal() -> None:
     from jobtpu.sheet.layout import SheetRow
 

@@ -140,6 +140,35 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     assert api.cell(KEY, TAB, "G4") == "old line"
 
 
+def test_a_claim_in_the_user_column_is_its_persons_own_place_to_run(tmp_path: Path, api: FakeSheetsApi,
+                                                                     src: Path, cleanup: list) -> None:
+    """`Lyy` typed in E is lyy (their sheet_name, in any case): lyy's jobs run there, the claim stays
+    theirs (D and E as typed, after the job too), and another person's jobs still wait."""
+    home = tab_home(tmp_path, api)
+    lyy = {"JOBTPU_USER": "lyy"}
+    jobtpu(home, "config", "set", "sheet_name", "Lyy", env=lyy)
+    api.edit(KEY, TAB, "D2", "reserved")
+    api.edit(KEY, TAB, "E2", "LYY")  # v3-a, claimed by hand
+    manage(home)
+    others = start_job(home, src, cleanup, "--req", "v3")  # tester's
+    job = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 60", "--req", "v3", "--sheet-note", "mine",
+                     env=lyy).stdout)
+    try:
+        record = status_of(home, job, "running")
+        assert record["machine"] == "v3-a"
+        for _ in range(2):
+            assert "v3-a is claimed by LYY in the sheet" in (manage(home)[others]["waiting"] or "")
+        assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2")) == ("reserved", "LYY")
+        assert machines(home)["v3-a"]["claimed_by"] == "LYY"
+    finally:
+        jobtpu(home, "kill", str(job), env=lyy)
+    for _ in range(2):
+        assert manage(home)[others]["status"] == "queued"
+    assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2")) == ("reserved", "LYY")
+    assert jobtpu(home, "sheet", "release", "a3").stdout.strip() == "v3-a: released (was claimed by LYY)"
+    assert status_of(home, others, "running")["machine"] == "v3-a"
+
+
 def test_a_note_on_a_row_someone_else_holds_is_written_with_one_warning(tmp_path: Path, api: FakeSheetsApi) -> None:
     home = tab_home(tmp_path, api)
     done = jobtpu(home, "sheet", "note", "v2-b", "can I have it Sat?")

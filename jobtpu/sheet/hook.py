@@ -53,6 +53,8 @@ class SheetHook:
         if not ps.read and not ps.read_within(claims_fresh()) and self.would_launch(seen):
             ps = PassSheet(config, path)
             seen.claims = ps.claims(own)
+        queued = {j.user for j in p.state.jobs if j.status is Status.QUEUED}
+        seen.claimants = claimants(seen.claims, sheet_names(p.home, queued) if seen.claims else {}, queued)
         self.started = ps
         return [ps.problem] if ps.problem else []
 
@@ -75,6 +77,21 @@ def claims_fresh() -> float:
     """Seconds a read's claims are trusted by a pass about to launch (read_every is for the rest):
     timing's claims_fresh, which $JOBTPU_SHEET_FRESH sets."""
     return timing.current().claims_fresh
+
+
+def claimants(claims: dict[str, str], names: dict[str, str], users: set[str]) -> dict[str, frozenset[str]]:
+    """Machine → the `users` its claim names, as themselves or by their sheet name (`names`), in any
+    case: `Lyy` in the user cell is lyy, whose own jobs the claim does not keep off."""
+    known: dict[str, set[str]] = {}
+    for user in users:
+        for name in {user, names.get(user, user)}:
+            known.setdefault(name.strip().casefold(), set()).add(user)
+    found = {}
+    for machine, holder in claims.items():
+        named = {u for person in holder.split(",") for u in known.get(person.strip().casefold(), ())}
+        if named:
+            found[machine] = frozenset(named)
+    return found
 
 
 def own_users(rows: list[MachineRow]) -> dict[str, str]:

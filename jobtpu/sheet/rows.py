@@ -45,20 +45,26 @@ class SheetGrid:
         return next((r for r in self.rows if r.name == name), None)
 
     def claims(self, memo: Memo, own: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Machine → who holds it by hand: a user cell jobtpu did not write (nor would write now)."""
+        """Machine → who holds it by hand: a user cell jobtpu did not write (nor would write now,
+        unless it was a claim already: a person's own jobs may run on the machine they claimed)."""
         own = own or {}
-        held = {}
-        for row in self.rows:
-            holder = self.layout.holder(row)
-            if holder and not memo.mine(row.name, holder) and holder != own.get(row.name, ""):
-                held[row.name] = holder
-        return held
+        return {row.name: holder for row in self.rows
+                if is_claim(memo, row.name, holder := self.layout.holder(row), own.get(row.name, ""))}
 
     def titles(self, columns: Iterable[str]) -> list[str]:
         """The columns' titles as `sheet show` prints them: on a tab of fixed columns, its own header."""
         header = self.cells[0] if self.cells else []
         at = self.positions
         return [self.layout.header(c, _at(header, at[c]) if c in at else "") for c in columns]
+
+
+def is_claim(memo: Memo, name: str, holder: str, mine: str) -> bool:
+    """Whether a user cell holding `holder` is a person's claim, `mine` being what jobtpu would write
+    there now. A cell jobtpu wrote is none; one that matches `mine` is none either (jobtpu's, its memo
+    lost) unless the last read saw it as a claim: then it was typed before the job came."""
+    if not holder or memo.mine(name, holder):
+        return False
+    return holder != mine or memo.claims.get(name) == holder
 
 
 def _at(line: list[str], index: int) -> str:
@@ -158,8 +164,7 @@ def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, a
     mine = ", ".join(machine.users)
     rendered = layout.render(machine)
     target = {k: rendered[k] for k in layout.always}
-    current = layout.holder(row)
-    if current and not memo.mine(machine.name, current) and current != mine:
+    if is_claim(memo, machine.name, layout.holder(row), mine):
         if not row.get("since"):  # a claim: the person's cell stays; note when jobtpu first saw it
             target["since"] = when(now)
     else:
