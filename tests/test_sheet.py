@@ -187,6 +187,22 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4 (diverged)"
 
 
+def test_a_jobs_note_leaves_with_its_job_unless_a_person_changed_it(api: FakeSheetsApi, config: SheetConfig,
+                                                                    memo: Path) -> None:
+    noted = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
+                        NOW - 3600, note="sweep lr=3e-4"), *fleet()[1:]]
+    ended = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle"), *fleet()[1:]]
+    sync(config, noted, memo, now=NOW)
+    assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4"
+    sync(config, ended, memo, now=NOW + 60)  # ended, killed or failed: its row no longer has the job
+    assert by_name(api)["v3-a"]["Note"] == ""
+    sync(config, noted, memo, now=NOW + 120)
+    api.edit(KEY, TAB, "J2", "sweep lr=3e-4: diverged, keep the logs")
+    sync(config, ended, memo, now=NOW + 180)
+    assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4: diverged, keep the logs"
+    assert json.loads(memo.read_text())["notes"] == {}
+
+
 @pytest.mark.parametrize(("claims", "names", "users", "found"), [
     ({"v3-a": "Lyy"}, {"lyy": "Lyy"}, {"lyy", "bob"}, {"v3-a": {"lyy"}}),
     ({"v3-a": "LYY"}, {}, {"lyy"}, {"v3-a": {"lyy"}}),  # no sheet_name: the user name, in any case

@@ -15,7 +15,7 @@ from rich.cells import cell_len
 from jobtpu.sheet.layout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
 from tests import test_sheet_cli
 from tests.fake_sheets import FakeSheetsApi
-from tests.helpers import jobtpu, make_home, manage, wait_for
+from tests.helpers import jobtpu, make_home, manage, submit, wait_for
 from tests.test_sheet_cli import KEY, machines
 from tests.test_sheet_cli import start as start_job
 
@@ -126,9 +126,9 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     api.clear_log()
     job = start_job(home, src, cleanup, "--req", "v3", "--sheet-note", "lr sweep")
     status_of(home, job, "running")
-    assert written_ranges(api) == [f"'{TAB}'!D2:G2"]  # a job's note: F, and G saying whose job it is
-    assert api.cell(KEY, TAB, "F2") == "lr sweep"
-    assert api.cell(KEY, TAB, "G2").startswith(f"job {job} since ")
+    assert written_ranges(api) == [f"'{TAB}'!D2:E2", f"'{TAB}'!G2:G2"]  # a job's note: G, saying whose job it is
+    assert api.cell(KEY, TAB, "F2") == "long run until Friday"  # F is people's: `sheet note` wrote it
+    assert api.cell(KEY, TAB, "G2").startswith(f"lr sweep (job {job} since ")
 
     for command in (["register", "v3-a"], ["unregister", "v3-a"]):
         refused = jobtpu(home, "sheet", *command, check=False)
@@ -159,14 +159,45 @@ def test_a_claim_in_the_user_column_is_its_persons_own_place_to_run(tmp_path: Pa
         for _ in range(2):
             assert "v3-a is claimed by LYY in the sheet" in (manage(home)[others]["waiting"] or "")
         assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2")) == ("reserved", "LYY")
+        assert api.cell(KEY, TAB, "G2").startswith(f"mine (job {job} since ")
         assert machines(home)["v3-a"]["claimed_by"] == "LYY"
     finally:
         jobtpu(home, "kill", str(job), env=lyy)
     for _ in range(2):
         assert manage(home)[others]["status"] == "queued"
-    assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2")) == ("reserved", "LYY")
+    assert (api.cell(KEY, TAB, "D2"), api.cell(KEY, TAB, "E2"), api.cell(KEY, TAB, "G2")) == ("reserved", "LYY", "")
     assert jobtpu(home, "sheet", "release", "a3").stdout.strip() == "v3-a: released (was claimed by LYY)"
     assert status_of(home, others, "running")["machine"] == "v3-a"
+
+
+def test_a_jobs_note_goes_in_g_only_where_no_person_wrote_and_goes_with_the_job(tmp_path: Path, api: FakeSheetsApi,
+                                                                                src: Path, cleanup: list) -> None:
+    """F is people's and so is a line typed in G: a job's note goes in an empty G and leaves with the job,
+    whether it is killed or fails."""
+    home = tab_home(tmp_path, api)
+    api.edit(KEY, TAB, "F2", "eval until Fri")
+    api.edit(KEY, TAB, "G2", "ask bob first")  # v3-a's G, by hand
+    manage(home)
+    before = api.grid(KEY, TAB)
+    job = start_job(home, src, cleanup, "--req", "v3", "--sheet-note", "lr sweep")
+    status_of(home, job, "running")
+    assert (api.cell(KEY, TAB, "F2"), api.cell(KEY, TAB, "G2")) == ("eval until Fri", "ask bob first")
+    jobtpu(home, "kill", str(job))
+    manage(home)
+    assert api.grid(KEY, TAB) == before
+
+    jobtpu(home, "sheet", "release", "v2-b")
+    flag = tmp_path / "fail-now"
+    failing = submit(home, src, f"while [ ! -e {flag} ]; do sleep 0.1; done; exit 3", "--req", "v2",
+                     "--sheet-note", "eval run")  # fails when the test says so
+    cleanup.append((home, failing))
+    status_of(home, failing, "running")
+    assert api.cell(KEY, TAB, "G3").startswith(f"eval run (job {failing} since ")
+    assert api.cell(KEY, TAB, "F3") == "eval until Fri"  # alice's, kept through release and the job
+    flag.touch()
+    status_of(home, failing, "failed")
+    assert (api.cell(KEY, TAB, "E3"), api.cell(KEY, TAB, "F3"), api.cell(KEY, TAB, "G3")) == \
+        (FREE, "eval until Fri", "")
 
 
 def test_a_note_on_a_row_someone_else_holds_is_written_with_one_warning(tmp_path: Path, api: FakeSheetsApi) -> None:
@@ -234,18 +265,19 @@ TPU_MANAGER = TpuManagerLayout(_resolve)
 NOW = 1_780_000_000.0  # 2026-05-28 20:26 UTC
 
 
-@pytest.mark.parametrize(("machine", "cells"), [
-    (MachineRow("v3-a", state="up"), {"state": FREE, "user": FREE, "note": "", "jobs": ""}),
-    (MachineRow("v3-a", state="preempted"), {"state": GONE, "user": FREE, "note": "", "jobs": ""}),
-    (MachineRow("v3-a", state="unreachable"), {"state": GONE, "user": FREE, "note": "", "jobs": ""}),
+@pytest.mark.parametrize(("machine", "cells", "script"), [
+    (MachineRow("v3-a", state="up"), {"state": FREE, "user": FREE, "jobs": ""}, ""),
+    (MachineRow("v3-a", state="preempted"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
+    (MachineRow("v3-a", state="unreachable"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
     (MachineRow("v3-a", state="up", users=("ana",), jobs=("12 train",), since=NOW, note="n"),
-     {"state": "running", "user": "ana", "note": "n", "jobs": "job 12 since 05-28 20:26"}),
+     {"state": "running", "user": "ana", "jobs": "n (job 12 since 05-28 20:26)"}, "job 12 since 05-28 20:26"),
     (MachineRow("v3-a", state="preempted", users=("ana", "bo"), jobs=("12 a", "13 b")),
-     {"state": "running", "user": "ana, bo", "note": "", "jobs": "jobs 12, 13"}),
+     {"state": "running", "user": "ana, bo", "jobs": ""}, "jobs 12, 13"),
 ])
-def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[str, str]) -> None:
+def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[str, str], script: str) -> None:
+    """D and E always; G (the script note) only with a job's note: F is people's."""
     assert TPU_MANAGER.render(machine) == cells
-    assert script_note(machine) == cells["jobs"]
+    assert script_note(machine) == script
 
 
 @pytest.mark.parametrize(("user", "holder"), [(FREE, ""), (f" {FREE} ", ""), ("", ""), ("alice", "alice"),

@@ -6,9 +6,10 @@ Two layouts, behind one small interface (`Layout`):
   rows, and writes every column it owns.
 - `tpu-manager`: the tab the team's older tool keeps, as it is. Columns by letter (B name or alias,
   C belongs-to, D status, E user, F user note, G script note, H env, I other note), its status words,
-  `闲的` for free. Rows are found by a name in B that resolves to a machine of machines.json; jobtpu
-  writes only D and E (F and G when a note comes), never a header, a new row, or a cell it does not
-  own (K/L totals and the like).
+  `闲的` for free. Rows are found by a name in B that resolves to a machine of machines.json; a pass
+  writes only D and E, and G with a job's note while G is empty or still holds what jobtpu wrote there;
+  never F (people's: only `sheet note` writes it), a header, a new row, or a cell it does not own (K/L
+  totals and the like).
 Pure: no I/O here, and nothing of Google's client is loaded."""
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class Layout:
     adds_rows = True  # a pass adds rows and header titles for what is missing; register works
     always: tuple[str, ...] = ("name", "kind", "accelerator", "zone", "provisioning", "state", "jobs")
     held: tuple[str, ...] = ("user", "since")  # written only while no person claims the row
-    note_cells: tuple[str, ...] = ("note",)  # written when a job brings a new note
+    note_cell = "note"  # where a job's note goes
+    notes_over_people = True  # a job's new note replaces a person's text there (a later edit stays)
     titles = TITLES
     # `sheet show` in a narrow terminal: never cut; cut first; left out first when cutting is not enough
     whole: tuple[str, ...] = ("name", "user", "state")
@@ -124,6 +126,10 @@ class Layout:
                  "since": when(machine.since) if machine.users else "", "note": machine.note or ""}
         return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
 
+    def job_note(self, machine: MachineRow) -> str:
+        """The text of `note_cell` while the machine's jobs are there ("": none of them brings a note)."""
+        return cell(machine.note or "")
+
     def header(self, column: str, tab_title: str) -> str:
         """A column's title in `sheet show` and `find` (`tab_title`: the tab's own header cell, if any)."""
         return self.title(column).upper()
@@ -149,7 +155,8 @@ class TpuManagerLayout(Layout):
     adds_rows = False
     always = ()
     held = ("state", "user")  # a claim holds the status the person gave too
-    note_cells = ("note", "jobs")  # the user note, and jobtpu's line saying whose job brought it
+    note_cell = "jobs"  # G, the script note: F is people's (only `sheet note` writes it)
+    notes_over_people = False  # G may hold a person's line too: a job's note never replaces it
     cut_first = "other"
     dropped_first = ("other", "env", "belongs", "accelerator")
     # Column letters → keys; C, H and I are read (shown), never written.
@@ -191,8 +198,11 @@ class TpuManagerLayout(Layout):
 
     def render(self, machine: MachineRow) -> dict[str, str]:
         state = RUNNING if machine.users else GONE if machine.state in GONE_STATES else FREE
-        return {"state": state, "user": cell(", ".join(machine.users) or FREE), "note": cell(machine.note or ""),
-                "jobs": script_note(machine)}
+        return {"state": state, "user": cell(", ".join(machine.users) or FREE), "jobs": self.job_note(machine)}
+
+    def job_note(self, machine: MachineRow) -> str:
+        """G: the note and whose job brought it, `lr sweep (job 12 since 12-04 10:00)`."""
+        return cell(f"{machine.note} ({script_note(machine)})") if machine.note else ""
 
     def header(self, column: str, tab_title: str) -> str:
         return tab_title.strip() or self.title(column)  # the tab's own words, as people read them there

@@ -173,10 +173,26 @@ def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, a
             after.users[machine.name] = mine
         else:
             after.users.pop(machine.name, None)
-    if machine.note is not None and machine.note != memo.notes.get(machine.name):
-        target.update({k: rendered[k] for k in layout.note_cells})
-        after.notes[machine.name] = machine.note
+    target.update(_note_cell(layout, row, machine, memo, after))
     return target
+
+
+def _note_cell(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, after: Memo) -> dict[str, str]:
+    """The job's note in its cell while the job is there, and gone with it; `after.notes` keeps what
+    jobtpu wrote. A person's edit of that text is theirs (never changed nor cleared); on a layout that
+    keeps people's notes, a cell holding someone's text gets no job's note."""
+    key, name = layout.note_cell, machine.name
+    text, wrote, now = layout.job_note(machine), memo.notes.get(name), row.get(layout.note_cell)
+    ours = now == wrote or (bool(text) and now == text)  # the text jobtpu wrote (or a write whose answer was lost)
+    if text and text != wrote:  # a note arrived, or the jobs bringing it changed
+        if ours or not now.strip() or layout.notes_over_people:
+            after.notes[name] = text
+            return {key: text}
+        after.notes.pop(name, None)  # a person's text stays, and is not jobtpu's to clear later
+    elif not text and wrote is not None:  # the jobs that brought it have gone (ended, killed, failed)
+        after.notes.pop(name, None)
+        return {key: ""} if ours else {}
+    return {}
 
 
 def _a1(row: int, column: int) -> str:
