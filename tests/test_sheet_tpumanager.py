@@ -12,14 +12,24 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
-from jobtpu.sheet.layout import FREE, GONE, JOBTPU, MachineRow, SheetRow, TpuManagerLayout, script_note
+from jobtpu.sheet.layout import (
+    FREE,
+    GONE,
+    JOBTPU,
+    MachineRow,
+    SheetRow,
+    TpuManagerLayout,
+    script_note,
+)
 from tests import test_sheet_cli
 from tests.fake_sheets import FakeSheetsApi
-from tests.helpers import jobtpu, make_home, manage, submit, wait_for
+from tests.helpers import jobtpu, make_home, manage, passes_until, submit, until, wait_for
 from tests.test_sheet_cli import KEY, machines
 from tests.test_sheet_cli import start as start_job
+from tests.tpufleet import ZONE, TpuFleet, tpu_home
 
 TAB = "TPUs"
+NOT_READY = "reserved(error)"  # the tab's status for a machine held for a job that waits to resume there
 MACHINES = {"v3-a": {"kind": "local", "accelerator": "v3-8", "aliases": ["a3"]},
             "v2-b": {"kind": "local", "accelerator": "v2-8"}}
 # The tab as the older tool left it: row 2 is v3-a by its alias and free, row 3 v2-b held by alice,
@@ -138,6 +148,45 @@ def test_notes_find_and_what_the_tab_does_not_allow(tmp_path: Path, api: FakeShe
     missing = jobtpu(home, "sheet", "note", "v4-elsewhere", "x", check=False)
     assert missing.returncode != 0 and "column B" in missing.stderr
     assert api.cell(KEY, TAB, "G4") == "old line"
+
+
+def test_a_tpu_brought_back_for_a_job_stays_its_users_row_marked_not_ready(tmp_path: Path, api: FakeSheetsApi,
+                                                                             tpus: TpuFleet) -> None:
+    """Preempted, the TPU is deleted, created and set up again for the job waiting to resume there: all
+    along D/E say `reserved(error)` and the job's user, never 闲的 (a teammate would take it)."""
+    tpus.add_node("tpu-a", workers=1, accelerator="v3-8", preemptible=True)
+    home = tpu_home(tmp_path, tpus, {"v3-8-p1": tpus.machine_spec("tpu-a", setup=["true"])})
+    doc = json.loads((home / "machines.json").read_text())
+    doc["sheet"] = {"spreadsheet": KEY, "worksheet": TAB, "layout": "tpu-manager", "credentials": "anonymous",
+                    "api_endpoint": api.endpoint, "timeout": 2}
+    (home / "machines.json").write_text(json.dumps(doc))
+    api.edit(KEY, TAB, "B5", "v3-8-p1")
+    api.edit(KEY, TAB, "D5", FREE)
+    api.edit(KEY, TAB, "E5", FREE)
+    job = submit(home, tmp_path / "src", "sleep 300", "--req", "v3-8")
+    until(home, job, lambda j: j["status"] == "running", what="the job to run")
+    assert (api.cell(KEY, TAB, "D5"), api.cell(KEY, TAB, "E5")) == ("running", "tester")
+
+    tpus.api.hold_creating(ZONE, "tpu-a")
+    tpus.api.preempt(ZONE, "tpu-a")
+    seen: set[str] = set()
+
+    def row_while_it_waits(jobs: dict[int, dict[str, Any]]) -> None:
+        if jobs[job]["status"] == "queued":
+            seen.add(machines(home)["v3-8-p1"]["state"])
+            assert (api.cell(KEY, TAB, "D5"), api.cell(KEY, TAB, "E5")) == (NOT_READY, "tester"), seen
+
+    def creating(jobs: dict[int, dict[str, Any]]) -> bool:
+        return (tpus.api.node(ZONE, "tpu-a") or {}).get("state") == "CREATING" and jobs[job]["status"] == "queued"
+    passes_until(home, creating, "the node to be created again", each=row_while_it_waits)
+    tpus.api.hold_creating(ZONE, "tpu-a", False)
+    until(home, job, lambda j: (row_while_it_waits({job: j}), j["status"] == "running")[1], timeout=90,
+          what="the job to resume")
+    assert {"recreating"} <= seen, seen  # rows were checked while the node was away, not only before
+    assert (api.cell(KEY, TAB, "D5"), api.cell(KEY, TAB, "E5")) == ("running", "tester")
+    jobtpu(home, "kill", str(job))
+    manage(home)
+    assert (api.cell(KEY, TAB, "D5"), api.cell(KEY, TAB, "E5")) == (FREE, FREE)
 
 
 def test_a_claim_in_the_user_column_is_its_persons_own_place_to_run(tmp_path: Path, api: FakeSheetsApi,
@@ -278,6 +327,14 @@ def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[s
     """D and E always; G (the script note) only with a job's note: F is people's."""
     assert TPU_MANAGER.render(machine) == cells
     assert script_note(machine) == script
+
+
+def test_tpu_manager_marks_a_machine_brought_back_for_its_job_not_ready() -> None:
+    """A job waiting to resume there: the row stays its user's, reserved and not ready."""
+    for state, note, g in (("recreating", "n", "n (job 12 waits to resume)"), ("setting up", None, "")):
+        machine = MachineRow("v3-a", state=state, users=("ana",), jobs=("12 a",), note=note, recovering=True)
+        assert TPU_MANAGER.render(machine) == {"state": NOT_READY, "user": "ana", "jobs": g}
+        assert script_note(machine) == "job 12 waits to resume"
 
 
 @pytest.mark.parametrize(("user", "holder"), [(FREE, ""), (f" {FREE} ", ""), ("", ""), ("alice", "alice"),

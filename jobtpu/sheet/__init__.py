@@ -10,7 +10,8 @@ never touches a column it does not know, so people may add, move and fill their 
 the sheet at its start (for claims) and again at its end, to plan its one `values:batchUpdate` on
 rows as they are then (people sort and insert rows meanwhile); the write holds only the cells that
 differ, so a quiet pass writes nothing. `Updated` changes only with the row. The `User` cell says
-who holds a machine: jobtpu writes the users of the jobs running there and remembers what it wrote in a small
+who holds a machine: jobtpu writes the users of the jobs running there (or waiting to resume there while
+the machine is brought back) and remembers what it wrote in a small
 memo file; a user cell holding anything else was typed by a person, is a claim, and stays until
 `release` (or the person) empties it; the users it names may still run there (`claimants`). A `Note`
 belongs to people: jobtpu writes one only when a job brings a new one (`submit --sheet-note`, or

@@ -34,6 +34,9 @@ LAYOUTS = ("jobtpu", "tpu-manager")
 FREE = "闲的"  # the older tool's word for free, in its status and user columns
 GONE = "没了!"  # its status for a machine that is not there (preempted, deleted, down)
 RUNNING = "running"
+# Its status for a machine held for a job that waits there to resume (a preempted TPU being deleted,
+# created and set up again): reserved for the user in E, and not ready.
+RESUMING = "reserved(error)"
 # What `machines` shows for a machine that cannot take a job now: "没了!" on the tpu-manager tab.
 GONE_STATES = frozenset({"preempted", "down", "deleted", "unreachable", "recreating"})
 
@@ -52,6 +55,9 @@ class MachineRow:
     jobs: tuple[str, ...] = ()  # "12 train-a", ...
     since: float | None = None  # when the oldest running job started (epoch seconds)
     note: str | None = None  # a note a starting job brings; None: leave the cell to people
+    # `users`' jobs are not running but wait to resume here (the machine is being brought back):
+    # the row stays theirs meanwhile, marked as not ready.
+    recovering: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,8 @@ class TpuManagerLayout(Layout):
         return "" if text == FREE else text
 
     def render(self, machine: MachineRow) -> dict[str, str]:
-        state = RUNNING if machine.users else GONE if machine.state in GONE_STATES else FREE
+        state = (RESUMING if machine.recovering else RUNNING) if machine.users else \
+            GONE if machine.state in GONE_STATES else FREE
         return {"state": state, "user": cell(", ".join(machine.users) or FREE), "jobs": self.job_note(machine)}
 
     def job_note(self, machine: MachineRow) -> str:
@@ -219,10 +226,13 @@ class TpuManagerLayout(Layout):
 
 
 def script_note(machine: MachineRow) -> str:
-    """jobtpu's own line about the jobs on a machine: `job 12 since 12-04 10:00` (UTC)."""
+    """jobtpu's own line about the jobs on a machine: `job 12 since 12-04 10:00` (UTC), or
+    `job 12 waits to resume` while the machine is brought back for it."""
     ids = ", ".join(job.split()[0] for job in machine.jobs if job.split())
     if not ids:
         return ""
+    if machine.recovering:
+        return f"job{'s' if ',' in ids else ''} {ids} {'wait' if ',' in ids else 'waits'} to resume"
     since = time.strftime(" since %m-%d %H:%M", time.gmtime(machine.since)) if machine.since else ""
     return f"job{'s' if ',' in ids else ''} {ids}{since}"
 
