@@ -854,6 +854,23 @@ def test_a_per_user_job_limit_holds_jobs_back_and_says_so() -> None:
     assert jobs[2].status is Status.QUEUED and jobs[2].waiting == "held by the per-user limit (2 running jobs)"
 
 
+def test_a_sheet_claim_keeps_other_users_off_but_not_the_users_it_names() -> None:
+    """`Ann` in a machine's user cell is ann at work there (docs/reference/machines-json.md §3.8): her jobs
+    may start on it, bob's wait; bob's finding no room says nothing of ann's (same request)."""
+    machines = fleet(local("m", slot=8))
+    jobs = [by("bob", 1), by("ann", 2), by("bob", 3)]
+    claimed = Observation(NOW, {"m": MachineView(reachable=True)}, claims={"m": "Ann"},
+                          claimants={"m": frozenset({"ann"})})
+    plan = decide(jobs, machines, claimed)
+    assert [(a.job, a.machine) for a in launches(plan)] == [(2, "m")]
+    assert [j.status for j in jobs] == [Status.QUEUED, Status.LAUNCHING, Status.QUEUED]
+    assert all(j.waiting and j.waiting.startswith("no machine can run it now: m is claimed by Ann in the sheet;")
+               for j in (jobs[0], jobs[2]))
+    down = Observation(NOW, {"m": MachineView(reachable=False)}, claims={"m": "Ann"},
+                       claimants={"m": frozenset({"ann"})})
+    assert launches(decide([by("ann", 4)], machines, down)) == []  # a claim is no way past an unreachable machine
+
+
 def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> None:
     tpus = [tpu("t1"), tpu("t2")]
     machines = dataclasses.replace(fleet(*tpus, local("m", slot=4)), per_user=UserLimit(tpu_machines=1),

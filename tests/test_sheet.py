@@ -187,6 +187,64 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4 (diverged)"
 
 
+def test_a_jobs_note_leaves_with_its_job_unless_a_person_changed_it(api: FakeSheetsApi, config: SheetConfig,
+                                                                    memo: Path) -> None:
+    noted = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
+                        NOW - 3600, note="sweep lr=3e-4"), *fleet()[1:]]
+    ended = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle"), *fleet()[1:]]
+    sync(config, noted, memo, now=NOW)
+    assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4"
+    sync(config, ended, memo, now=NOW + 60)  # ended, killed or failed: its row no longer has the job
+    assert by_name(api)["v3-a"]["Note"] == ""
+    sync(config, noted, memo, now=NOW + 120)
+    api.edit(KEY, TAB, "J2", "sweep lr=3e-4: diverged, keep the logs")
+    sync(config, ended, memo, now=NOW + 180)
+    assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4: diverged, keep the logs"
+    assert json.loads(memo.read_text())["notes"] == {}
+
+
+@pytest.mark.parametrize(("claims", "names", "users", "found"), [
+    ({"v3-a": "Lyy"}, {"lyy": "Lyy"}, {"lyy", "bob"}, {"v3-a": {"lyy"}}),
+    ({"v3-a": "LYY"}, {}, {"lyy"}, {"v3-a": {"lyy"}}),  # no sheet_name: the user name, in any case
+    ({"v3-a": "Li Y"}, {"lyy": "Li Y"}, {"lyy"}, {"v3-a": {"lyy"}}),
+    ({"v3-a": "alice,  Lyy "}, {"lyy": "Lyy"}, {"lyy", "alice"}, {"v3-a": {"lyy", "alice"}}),
+    ({"v3-a": "Lyy2"}, {"lyy": "Lyy"}, {"lyy"}, {}),
+    ({"v3-a": "bob", "v2-b": "lyy"}, {}, {"ann"}, {}),
+])
+def test_a_claim_names_the_users_whose_name_or_sheet_name_it_holds(claims: dict[str, str], names: dict[str, str],
+                                                                   users: set[str], found: dict[str, set[str]]) -> None:
+    from jobtpu.sheet.hook import claimants
+
+    assert claimants(claims, names, users) == {m: frozenset(u) for m, u in found.items()}
+
+
+@pytest.mark.parametrize(("written", "seen", "holder", "mine", "claim"), [
+    ({}, {}, "", "", False),
+    ({}, {}, "carol", "", True),
+    ({"v3-a": "alice"}, {}, "alice", "", False),  # jobtpu wrote it: its job ended, the cell is emptied next
+    ({}, {}, "alice", "alice", False),  # what jobtpu writes now, its memo lost: jobtpu's
+    ({}, {"v3-a": "alice"}, "alice", "alice", True),  # typed before alice's job came: hers, kept after it
+])
+def test_what_counts_as_a_claim(written: dict[str, str], seen: dict[str, str], holder: str, mine: str,
+                                claim: bool) -> None:
+    from jobtpu.sheet.memo import Memo
+    from jobtpu.sheet.rows import is_claim
+
+    assert is_claim(Memo(users=written, claims=seen), "v3-a", holder, mine) is claim
+
+
+def test_sheet_rows_line_up_wide_characters_and_fit_a_terminal() -> None:
+    from jobtpu.sheet.layout import SheetRow
+
+    rows = [SheetRow(2, {"name": "v3-a", "user": "张三", "note": "长时间训练，周五前不要动", "state": "up"}),
+            SheetRow(3, {"name": "v2-b", "user": "bob", "note": "eval", "state": "up"})]
+    whole = format_rows(rows, ("name", "user", "note"), titles=["名字", "User", "Note"])
+    assert whole == ["名字  User  Note", "v3-a  张三  长时间训练，周五前不要动", "v2-b  bob   eval"]
+    # in 30 columns: the empty zone left out, the note cut at a character's edge, name, user, state whole
+    fitted = format_rows(rows, ("name", "user", "note", "state", "zone"), width=30)
+    assert fitted == ["MACHINE  USER  NOTE      STATE", "v3-a     张三  长时间…   up", "v2-b     bob   eval      up"]
+
+
 def test_register_and_unregister_move_rows_with_peoples_columns(api: FakeSheetsApi, config: SheetConfig,
                                                                 memo: Path) -> None:
     sync(config, fleet(), memo, now=NOW)

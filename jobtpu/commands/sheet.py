@@ -55,8 +55,24 @@ def show(home: Home) -> int:
     from jobtpu.sheet.rows import format_rows
 
     _, config = _configured(home)
-    _say(format_rows(read_sheet(config).rows, config.columns, config.tab))
+    grid = read_sheet(config)
+    _say(format_rows(grid.rows, config.columns, config.tab, grid.titles(config.columns), _screen_width()))
     return 0
+
+
+def _screen_width() -> int | None:
+    """The terminal's width ($COLUMNS first), or None when the output goes to a pipe or file:
+    there every cell is printed whole."""
+    import os
+    import sys
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError):
+        return None
 
 
 def find(home: Home, types: list[str], preemptible: bool | None) -> int:
@@ -66,8 +82,10 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
     from jobtpu.sheet.rows import format_rows
 
     _, config = _configured(home)
-    rows = find_rows(read_sheet(config).rows, types, preemptible)
-    _say(format_rows(rows, config.columns, config.tab) if rows else "no row in the sheet matches")
+    grid = read_sheet(config)
+    rows = find_rows(grid.rows, types, preemptible)
+    _say(format_rows(rows, config.columns, config.tab, grid.titles(config.columns), _screen_width())
+         if rows else "no row in the sheet matches")
     return 0
 
 
@@ -81,11 +99,26 @@ def release(home: Home, name: str, user: str | None) -> int:
 
 
 def note(home: Home, name: str, text: str, append: bool) -> int:
+    from jobtpu.commands.common import note as warn
     from jobtpu.sheet.edits import set_note
 
     _, config = _configured(home)
-    _say(set_note(config, name, text, append))
+    _say(set_note(config, name, text, append, me=_my_names(home),
+                  warn=lambda line: warn(f"jobtpu: warning: {line}")))
     return 0
+
+
+def _my_names(home: Home) -> set[str]:
+    """The names the sheet may know the caller by: their user name and their sheet_name."""
+    from jobtpu.errors import JobtpuError
+    from jobtpu.inputs import resolve_user
+    from jobtpu.sheet.hook import sheet_names
+
+    try:
+        user = resolve_user(None)
+    except JobtpuError:
+        return set()
+    return {user, *sheet_names(home, {user}).values()}
 
 
 def register(home: Home, name: str) -> int:

@@ -185,6 +185,14 @@ def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
     return None
 
 
+def own_claim(job: Job, machine: Machine, d: Dispatch) -> bool:
+    """Whether only a sheet claim naming the job's own user keeps the machine from it: a person's
+    name in the user cell is that person working there, never a bar to their own jobs."""
+    holder = d.seen.claims.get(machine.name)
+    return (holder is not None and job.user in d.seen.claimants.get(machine.name, ())
+            and d.unavailable.get(machine.name) == f"{machine.name} is {claim_reason(holder)}")
+
+
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     """The pending reason of a queued job that found no machine in this pass: which machines could
     run it and what keeps each from doing so now, and how many waiting jobs are ahead of it for them.
@@ -238,7 +246,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
-    no_room: dict[tuple[tuple[str, ...], str | None, str | None], Request] = {}
+    no_room: dict[tuple[str | None, tuple[tuple[str, ...], str | None, str | None]], Request] = {}
     limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
@@ -246,16 +254,19 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             job.waiting = held if job.status is Status.QUEUED else None
             continue
         asks = (tuple(job.req), job.pin, job.rule)
+        # A machine one user claimed in the sheet takes that user's jobs only: no room for one user's
+        # request says nothing of another's then.
+        room = (job.user if seen.claimants else None, asks)
         if (job.user, asks) in limited:
             job.waiting = limited[(job.user, asks)]
             continue
-        if asks in no_room:
-            job.waiting = why_waiting(job, no_room[asks], d)
+        if room in no_room:
+            job.waiting = why_waiting(job, no_room[room], d)
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
         for machine in fleet.machines.values():
-            if unavailable[machine.name] is not None:
+            if unavailable[machine.name] is not None and not own_claim(job, machine, d):
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue
@@ -282,7 +293,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 job.waiting = local_why
                 continue
-            no_room[asks] = request
+            no_room[room] = request
             _want_back(job, request, fleet, seen, plan)
             _note_recreations(d)
             job.waiting = why_waiting(job, request, d)

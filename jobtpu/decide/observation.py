@@ -31,6 +31,8 @@ class Observation:
     log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
     last_lines: dict[int, str] = field(default_factory=dict)
     claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
+    # machine -> the users a claim names (as themselves or by their sheet_name): their own jobs may go there
+    claimants: dict[str, frozenset[str]] = field(default_factory=dict)
     # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
     local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
     bad_files: dict[int, str] = field(default_factory=dict)  # job -> what is wrong with its files in the home

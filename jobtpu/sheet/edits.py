@@ -5,6 +5,7 @@ raises a JobtpuError (one line, nothing changed)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from jobtpu.errors import JobtpuError, NotFoundError
@@ -43,16 +44,28 @@ def _write_cells(config: SheetConfig, grid: SheetGrid, row: SheetRow, values: di
     SheetApi(config).write(WritePlan(cells, Memo()).ranges(config.worksheet))
 
 
-def set_note(config: SheetConfig, name: str, text: str, append: bool = False, now: float | None = None) -> str:
-    """`sheet note NAME TEXT [--append]`: the note replaced, or TEXT added after it."""
+def set_note(config: SheetConfig, name: str, text: str, append: bool = False, now: float | None = None,
+             me: Collection[str] = (), warn: Callable[[str], None] | None = None) -> str:
+    """`sheet note NAME TEXT [--append]`: the note replaced, or TEXT added after it. On a row that
+    someone other than `me` (the caller's names: user name, sheet name) holds, `warn` gets one line
+    first; the note is still written (a note is how a team talks about a machine)."""
     check_length("the note", text, MAX_SHEET_NOTE, "keep the note short; it is shown in a sheet cell")
     grid = read_sheet(config)
     row = _require_row(grid, name)
     _require_column(grid, config, "note")
+    others = held_by_others(grid.layout.holder(row), me)
+    if others and warn is not None:
+        warn(f"{row.name} is held by {', '.join(others)} in the sheet: the note is written on their row")
     old = row.get("note").strip()
     note = f"{old}{_NOTE_SEPARATOR}{text}" if append and old else text
     _write_cells(config, grid, row, {"note": note}, time.time() if now is None else now)
     return f"{name}: note: {note}" if note else f"{name}: note cleared"
+
+
+def held_by_others(holder: str, me: Collection[str]) -> list[str]:
+    """The people of a user cell who are not `me` (compared in any case)."""
+    mine = {name.strip().casefold() for name in me}
+    return [h.strip() for h in holder.split(",") if h.strip() and h.strip().casefold() not in mine]
 
 
 def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = None,

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
-from jobtpu.schema.records import MachineRecord
-from jobtpu.schema.state import Status
+from jobtpu.schema.records import MachineRecord, MachineState
+from jobtpu.schema.state import RECOVERING, Status
 from jobtpu.sheet.layout import MachineRow
 from jobtpu.sheet.sync import PassSheet
 
@@ -53,6 +53,8 @@ class SheetHook:
         if not ps.read and not ps.read_within(claims_fresh()) and self.would_launch(seen):
             ps = PassSheet(config, path)
             seen.claims = ps.claims(own)
+        queued = {j.user for j in p.state.jobs if j.status is Status.QUEUED}
+        seen.claimants = claimants(seen.claims, sheet_names(p.home, queued) if seen.claims else {}, queued)
         self.started = ps
         return [ps.problem] if ps.problem else []
 
@@ -77,6 +79,21 @@ def claims_fresh() -> float:
     return timing.current().claims_fresh
 
 
+def claimants(claims: dict[str, str], names: dict[str, str], users: set[str]) -> dict[str, frozenset[str]]:
+    """Machine → the `users` its claim names, as themselves or by their sheet name (`names`), in any
+    case: `Lyy` in the user cell is lyy, whose own jobs the claim does not keep off."""
+    known: dict[str, set[str]] = {}
+    for user in users:
+        for name in {user, names.get(user, user)}:
+            known.setdefault(name.strip().casefold(), set()).add(user)
+    found = {}
+    for machine, holder in claims.items():
+        named = {u for person in holder.split(",") for u in known.get(person.strip().casefold(), ())}
+        if named:
+            found[machine] = frozenset(named)
+    return found
+
+
 def own_users(rows: list[MachineRow]) -> dict[str, str]:
     """Machine → the user cell jobtpu writes for it now: such a cell is no claim."""
     return {row.name: ", ".join(row.users) for row in rows}
@@ -86,15 +103,31 @@ def own_users(rows: list[MachineRow]) -> dict[str, str]:
 
 def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[MachineRow]:
     """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
-    job being killed gives its machine back at the kill, not when the machine confirms it. Users
-    are named as their `sheet_name` setting says, when `home` is given and they have one."""
+    job being killed gives its machine back at the kill, not when the machine confirms it. A machine
+    that is not up, with no such job, is held by the jobs waiting to resume on it (`recovering`).
+    Users are named as their `sheet_name` setting says, when `home` is given and they have one."""
     on: dict[str, list[Job]] = {}
+    back: dict[str, list[Job]] = {}
     for job in state.jobs:
         if job.active and job.status is not Status.KILLING and job.machine:
             on.setdefault(job.machine, []).append(job)
-    names = sheet_names(home, {j.user for jobs in on.values() for j in jobs}) if home is not None else {}
-    return [machine_row(m, state.machines.get(m.name) or MachineRecord(), on.get(m.name, []), names)
-            for m in fleet.machines.values()]
+        elif (resumes_on := resuming_on(job)) is not None:
+            back.setdefault(resumes_on, []).append(job)
+    rows = []
+    for m in fleet.machines.values():
+        record = state.machines.get(m.name) or MachineRecord()
+        waiting = [] if on.get(m.name) or _state(m, record) == MachineState.UP else back.get(m.name, [])
+        rows.append((m, record, on.get(m.name) or waiting, bool(waiting)))
+    names = sheet_names(home, {j.user for row in rows for j in row[2]}) if home is not None else {}
+    return [machine_row(m, record, jobs, names, recovering) for m, record, jobs, recovering in rows]
+
+
+def resuming_on(job: Job) -> str | None:
+    """The machine a queued job waits to resume on: the one its last attempt ran on, when a
+    recovery (a preemption's, say) queued it again."""
+    if job.status is not Status.QUEUED or job.reason != RECOVERING or not job.attempts:
+        return None
+    return job.attempts[-1].machine
 
 
 def sheet_names(home: Home, users: set[str]) -> dict[str, str]:
@@ -115,7 +148,7 @@ def sheet_names(home: Home, users: set[str]) -> dict[str, str]:
 
 
 def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
-                names: dict[str, str] | None = None) -> MachineRow:
+                names: dict[str, str] | None = None, recovering: bool = False) -> MachineRow:
     jobs = sorted(jobs, key=lambda j: j.id)
     users = tuple(dict.fromkeys((names or {}).get(j.user, j.user) for j in jobs))
     started = [j.current.started for j in jobs if j.current is not None and j.current.started]
@@ -125,7 +158,7 @@ def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
         zone=(record.zone or machine.zone or "") if machine.is_tpu else "",
         provisioning=_provisioning(machine, record), state=_state(machine, record), users=users,
         jobs=tuple(f"{j.id} {j.name}".strip() for j in jobs), since=min(started) if started else None,
-        note=notes[-1] if notes else None)  # the note of the job that started last
+        note=notes[-1] if notes else None, recovering=recovering)  # the note of the job that started last
 
 
 def _started_at(job: Job) -> float:

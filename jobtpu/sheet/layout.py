@@ -6,9 +6,10 @@ Two layouts, behind one small interface (`Layout`):
   rows, and writes every column it owns.
 - `tpu-manager`: the tab the team's older tool keeps, as it is. Columns by letter (B name or alias,
   C belongs-to, D status, E user, F user note, G script note, H env, I other note), its status words,
-  `闲的` for free. Rows are found by a name in B that resolves to a machine of machines.json; jobtpu
-  writes only D and E (F and G when a note comes), never a header, a new row, or a cell it does not
-  own (K/L totals and the like).
+  `闲的` for free. Rows are found by a name in B that resolves to a machine of machines.json; a pass
+  writes only D and E, and G with a job's note while G is empty or still holds what jobtpu wrote there;
+  never F (people's: only `sheet note` writes it), a header, a new row, or a cell it does not own (K/L
+  totals and the like).
 Pure: no I/O here, and nothing of Google's client is loaded."""
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ LAYOUTS = ("jobtpu", "tpu-manager")
 FREE = "闲的"  # the older tool's word for free, in its status and user columns
 GONE = "没了!"  # its status for a machine that is not there (preempted, deleted, down)
 RUNNING = "running"
+# Its status for a machine held for a job that waits there to resume (a preempted TPU being deleted,
+# created and set up again): reserved for the user in E, and not ready.
+RESUMING = "reserved(error)"
 # What `machines` shows for a machine that cannot take a job now: "没了!" on the tpu-manager tab.
 GONE_STATES = frozenset({"preempted", "down", "deleted", "unreachable", "recreating"})
 
@@ -51,6 +55,9 @@ class MachineRow:
     jobs: tuple[str, ...] = ()  # "12 train-a", ...
     since: float | None = None  # when the oldest running job started (epoch seconds)
     note: str | None = None  # a note a starting job brings; None: leave the cell to people
+    # `users`' jobs are not running but wait to resume here (the machine is being brought back):
+    # the row stays theirs meanwhile, marked as not ready.
+    recovering: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,13 @@ class Layout:
     adds_rows = True  # a pass adds rows and header titles for what is missing; register works
     always: tuple[str, ...] = ("name", "kind", "accelerator", "zone", "provisioning", "state", "jobs")
     held: tuple[str, ...] = ("user", "since")  # written only while no person claims the row
-    note_cells: tuple[str, ...] = ("note",)  # written when a job brings a new note
+    note_cell = "note"  # where a job's note goes
+    notes_over_people = True  # a job's new note replaces a person's text there (a later edit stays)
     titles = TITLES
+    # `sheet show` in a narrow terminal: never cut; cut first; left out first when cutting is not enough
+    whole: tuple[str, ...] = ("name", "user", "state")
+    cut_first = "note"
+    dropped_first: tuple[str, ...] = ("updated", "since", "zone", "kind", "provisioning", "jobs", "accelerator")
 
     def positions(self, header: list[str]) -> dict[str, int]:
         """The header row's titles (or column keys), case-insensitively, locate jobtpu's columns."""
@@ -120,6 +132,14 @@ class Layout:
                  "since": when(machine.since) if machine.users else "", "note": machine.note or ""}
         return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
 
+    def job_note(self, machine: MachineRow) -> str:
+        """The text of `note_cell` while the machine's jobs are there ("": none of them brings a note)."""
+        return cell(machine.note or "")
+
+    def header(self, column: str, tab_title: str) -> str:
+        """A column's title in `sheet show` and `find` (`tab_title`: the tab's own header cell, if any)."""
+        return self.title(column).upper()
+
     def freed(self) -> dict[str, str]:
         """The cells `sheet release` writes."""
         return {"user": "", "since": ""}
@@ -141,7 +161,10 @@ class TpuManagerLayout(Layout):
     adds_rows = False
     always = ()
     held = ("state", "user")  # a claim holds the status the person gave too
-    note_cells = ("note", "jobs")  # the user note, and jobtpu's line saying whose job brought it
+    note_cell = "jobs"  # G, the script note: F is people's (only `sheet note` writes it)
+    notes_over_people = False  # G may hold a person's line too: a job's note never replaces it
+    cut_first = "other"
+    dropped_first = ("other", "env", "belongs", "accelerator")
     # Column letters → keys; C, H and I are read (shown), never written.
     LETTERS = {"name": "B", "belongs": "C", "state": "D", "user": "E", "note": "F", "jobs": "G", "env": "H",
                "other": "I"}
@@ -180,9 +203,16 @@ class TpuManagerLayout(Layout):
         return "" if text == FREE else text
 
     def render(self, machine: MachineRow) -> dict[str, str]:
-        state = RUNNING if machine.users else GONE if machine.state in GONE_STATES else FREE
-        return {"state": state, "user": cell(", ".join(machine.users) or FREE), "note": cell(machine.note or ""),
-                "jobs": script_note(machine)}
+        state = (RESUMING if machine.recovering else RUNNING) if machine.users else \
+            GONE if machine.state in GONE_STATES else FREE
+        return {"state": state, "user": cell(", ".join(machine.users) or FREE), "jobs": self.job_note(machine)}
+
+    def job_note(self, machine: MachineRow) -> str:
+        """G: the note and whose job brought it, `lr sweep (job 12 since 12-04 10:00)`."""
+        return cell(f"{machine.note} ({script_note(machine)})") if machine.note else ""
+
+    def header(self, column: str, tab_title: str) -> str:
+        return tab_title.strip() or self.title(column)  # the tab's own words, as people read them there
 
     def freed(self) -> dict[str, str]:
         return {"state": FREE, "user": FREE}
@@ -196,10 +226,13 @@ class TpuManagerLayout(Layout):
 
 
 def script_note(machine: MachineRow) -> str:
-    """jobtpu's own line about the jobs on a machine: `job 12 since 12-04 10:00` (UTC)."""
+    """jobtpu's own line about the jobs on a machine: `job 12 since 12-04 10:00` (UTC), or
+    `job 12 waits to resume` while the machine is brought back for it."""
     ids = ", ".join(job.split()[0] for job in machine.jobs if job.split())
     if not ids:
         return ""
+    if machine.recovering:
+        return f"job{'s' if ',' in ids else ''} {ids} {'wait' if ',' in ids else 'waits'} to resume"
     since = time.strftime(" since %m-%d %H:%M", time.gmtime(machine.since)) if machine.since else ""
     return f"job{'s' if ',' in ids else ''} {ids}{since}"
 

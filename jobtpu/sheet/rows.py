@@ -45,14 +45,26 @@ class SheetGrid:
         return next((r for r in self.rows if r.name == name), None)
 
     def claims(self, memo: Memo, own: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Machine → who holds it by hand: a user cell jobtpu did not write (nor would write now)."""
+        """Machine → who holds it by hand: a user cell jobtpu did not write (nor would write now,
+        unless it was a claim already: a person's own jobs may run on the machine they claimed)."""
         own = own or {}
-        held = {}
-        for row in self.rows:
-            holder = self.layout.holder(row)
-            if holder and not memo.mine(row.name, holder) and holder != own.get(row.name, ""):
-                held[row.name] = holder
-        return held
+        return {row.name: holder for row in self.rows
+                if is_claim(memo, row.name, holder := self.layout.holder(row), own.get(row.name, ""))}
+
+    def titles(self, columns: Iterable[str]) -> list[str]:
+        """The columns' titles as `sheet show` prints them: on a tab of fixed columns, its own header."""
+        header = self.cells[0] if self.cells else []
+        at = self.positions
+        return [self.layout.header(c, _at(header, at[c]) if c in at else "") for c in columns]
+
+
+def is_claim(memo: Memo, name: str, holder: str, mine: str) -> bool:
+    """Whether a user cell holding `holder` is a person's claim, `mine` being what jobtpu would write
+    there now. A cell jobtpu wrote is none; one that matches `mine` is none either (jobtpu's, its memo
+    lost) unless the last read saw it as a claim: then it was typed before the job came."""
+    if not holder or memo.mine(name, holder):
+        return False
+    return holder != mine or memo.claims.get(name) == holder
 
 
 def _at(line: list[str], index: int) -> str:
@@ -152,8 +164,7 @@ def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, a
     mine = ", ".join(machine.users)
     rendered = layout.render(machine)
     target = {k: rendered[k] for k in layout.always}
-    current = layout.holder(row)
-    if current and not memo.mine(machine.name, current) and current != mine:
+    if is_claim(memo, machine.name, layout.holder(row), mine):
         if not row.get("since"):  # a claim: the person's cell stays; note when jobtpu first saw it
             target["since"] = when(now)
     else:
@@ -162,10 +173,26 @@ def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, a
             after.users[machine.name] = mine
         else:
             after.users.pop(machine.name, None)
-    if machine.note is not None and machine.note != memo.notes.get(machine.name):
-        target.update({k: rendered[k] for k in layout.note_cells})
-        after.notes[machine.name] = machine.note
+    target.update(_note_cell(layout, row, machine, memo, after))
     return target
+
+
+def _note_cell(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, after: Memo) -> dict[str, str]:
+    """The job's note in its cell while the job is there, and gone with it; `after.notes` keeps what
+    jobtpu wrote. A person's edit of that text is theirs (never changed nor cleared); on a layout that
+    keeps people's notes, a cell holding someone's text gets no job's note."""
+    key, name = layout.note_cell, machine.name
+    text, wrote, now = layout.job_note(machine), memo.notes.get(name), row.get(layout.note_cell)
+    ours = now == wrote or (bool(text) and now == text)  # the text jobtpu wrote (or a write whose answer was lost)
+    if text and text != wrote:  # a note arrived, or the jobs bringing it changed
+        if ours or not now.strip() or layout.notes_over_people:
+            after.notes[name] = text
+            return {key: text}
+        after.notes.pop(name, None)  # a person's text stays, and is not jobtpu's to clear later
+    elif not text and wrote is not None:  # the jobs that brought it have gone (ended, killed, failed)
+        after.notes.pop(name, None)
+        return {key: ""} if ours else {}
+    return {}
 
 
 def _a1(row: int, column: int) -> str:
@@ -206,9 +233,34 @@ def find(rows: Iterable[SheetRow], tokens: list[str], preemptible: bool | None =
     return found
 
 
-def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU) -> list[str]:
-    """Aligned text lines: a header, then one line per row (a cell's own line breaks become spaces)."""
-    table = [[layout.title(c).upper() for c in columns]]
-    table += [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
+def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU,
+                titles: list[str] | None = None, width: int | None = None) -> list[str]:
+    """Aligned text lines: a header (`titles`, else the layout's), then one line per row (a cell's own
+    line breaks become spaces). Widths are display cells (a CJK character takes two). With `width`
+    (a terminal's), the table fits it as `status` does (jobtpu/views/columns.py): long cells are cut
+    (`…`), then the layout's least needed columns left out; a machine's name, user and status stay whole."""
+    from rich.cells import cell_len
+
+    from jobtpu.views.columns import Layout as Fit
+    from jobtpu.views.columns import fit
+
+    heads = [" ".join(t.split()) for t in titles or [layout.header(c, "") for c in columns]]
+    cells = [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]
+    if width is None:
+        kept = list(range(len(columns)))
+        widths = [max(cell_len(line[i]) for line in [heads, *cells]) for i in kept]
+    else:
+        how = Fit(frozenset(columns) - set(layout.whole), layout.dropped_first, layout.cut_first, readable=8)
+        kept, widths = fit(list(zip(heads, columns, strict=True)), cells, width, how)
+    lines = ["  ".join(_fit(line[i], w) for i, w in zip(kept, widths, strict=True)).rstrip()
+             for line in [heads, *cells]]
+    return lines if width is None else [_fit(line, width).rstrip() for line in lines]
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` in exactly `width` display cells: padded, or cut with `…`."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) > width:  # cut at a character's edge: a wide one is never split in two
+        text = set_cell_size(text, max(width - 1, 0)).rstrip() + "…" if width > 0 else ""
+    return text + " " * (width - cell_len(text))

@@ -27,18 +27,23 @@ class SyncResult:
 
 
 def write_rows(config: SheetConfig, grid: SheetGrid, rows: Iterable[MachineRow], memo_path: Path,
-               now: float | None = None) -> SyncResult:
-    """At most one batch write bringing the sheet to `rows`; never raises for the API's sake."""
+               now: float | None = None, seen: Mapping[str, str] | None = None) -> SyncResult:
+    """At most one batch write bringing the sheet to `rows`; never raises for the API's sake.
+    `seen`: the claims the pass's dispatch was given, when a pass writes."""
     try:
         with memo_lock(config, memo_path):
-            return _write_rows(config, grid, list(rows), memo_path, time.time() if now is None else now)
+            return _write_rows(config, grid, list(rows), memo_path, time.time() if now is None else now, seen)
     except (BusyError, OSError) as e:
         return SyncResult(problem=f"sheet: {e}")
 
 
 def _write_rows(config: SheetConfig, grid: SheetGrid, rows: list[MachineRow], memo_path: Path,
-                now: float) -> SyncResult:
+                now: float, seen: Mapping[str, str] | None = None) -> SyncResult:
     memo = load_memo(memo_path)
+    if seen is not None:
+        # A person's claim their own job came to run under keeps being a claim (rows.is_claim), even
+        # when no write since the pass's read recorded it.
+        memo.claims = {**memo.claims, **seen}
     plan = plan_write(grid, rows, memo, config.columns, now)
     claims = grid.claims(memo, {row.name: ", ".join(row.users) for row in rows})
     plan.memo.claims = claims
@@ -86,6 +91,7 @@ class PassSheet:
         self.config, self.memo_path, self.read = config, memo_path, read
         self.grid: SheetGrid | None = None
         self.problem: str | None = None
+        self.given: dict[str, str] | None = None  # the claims `claims` last gave (to dispatch)
         if not read:
             return
         try:
@@ -114,9 +120,8 @@ class PassSheet:
     def claims(self, own: Mapping[str, str] | None = None) -> dict[str, str]:
         """Machine → who holds it in the sheet (`own`: machine → the users jobtpu runs there now)."""
         memo = load_memo(self.memo_path)
-        if self.grid is None:
-            return {name: who for name, who in memo.claims.items() if who != (own or {}).get(name)}
-        return self.grid.claims(memo, own)
+        self.given = dict(memo.claims) if self.grid is None else self.grid.claims(memo, own)
+        return dict(self.given)
 
     def finish(self, rows: Iterable[MachineRow], now: float | None = None) -> SyncResult:
         """The pass's write, planned on a fresh read: rows a person inserted, deleted or sorted
@@ -125,14 +130,15 @@ class PassSheet:
         if self.quiet(rows) or (self.read and self.grid is None):
             # Quiet, or the API failed this pass already (one line is enough, the next pass catches up).
             return SyncResult(claims=self.claims({row.name: ", ".join(row.users) for row in rows}))
-        return sync(self.config, rows, self.memo_path, now)
+        return sync(self.config, rows, self.memo_path, now, self.given)
 
 
-def sync(config: SheetConfig, rows: Iterable[MachineRow], memo_path: Path, now: float | None = None) -> SyncResult:
+def sync(config: SheetConfig, rows: Iterable[MachineRow], memo_path: Path, now: float | None = None,
+         seen: Mapping[str, str] | None = None) -> SyncResult:
     """One read and at most one write, bounded by 2 × timeout; a failure is `problem`, never raised."""
     try:
         grid = read_sheet(config)
     except SheetError as e:
         return SyncResult(problem=f"sheet: {e}")
-    return write_rows(config, grid, rows, memo_path, now)
+    return write_rows(config, grid, rows, memo_path, now, seen)
 

@@ -56,8 +56,8 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
     would cost the `last` column its first LAST_KEPT characters), then those first in the drop order."""
     def narrowest(i: int, roomy: bool = False) -> int:
         title, key = columns[i]
-        whole = max([len(title), *(cell_len(row[i]) for row in cells)])
-        least = max(len(title), layout.readable, (floors or {}).get(key, 0),
+        whole = max([cell_len(title), *(cell_len(row[i]) for row in cells)])
+        least = max(cell_len(title), layout.readable, (floors or {}).get(key, 0),
                     LAST_KEPT if roomy and key == layout.last else 0)
         return min(whole, least) if key in layout.cuttable else whole
 
@@ -78,9 +78,9 @@ def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: in
                floors: Mapping[str, int] | None = None) -> list[int]:
     """Each column's width: its widest cell, narrowed as this module says until the table fits in
     `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps)."""
-    widths = [max([len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
+    widths = [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
     # A floor past a column's widest cell asks for nothing more than that cell.
-    titles = [max(len(title), min((floors or {}).get(key, 0), widths[i])) for i, (title, key) in enumerate(columns)]
+    titles = [max(cell_len(title), min((floors or {}).get(key, 0), widths[i])) for i, (title, key) in enumerate(columns)]
     excess = sum(widths) + 2 * GAP * (len(widths) - 1) - width
     last = [i for i, (_, key) in enumerate(columns) if key == layout.last]
     others = [i for i, (_, key) in enumerate(columns) if key in layout.cuttable and key != layout.last]
