@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from rich.cells import cell_len
+from jobtpu.views.text import cell_width as cell_len
 
 LAST_KEPT = 24
 CELL_KEPT = 10
@@ -39,24 +39,35 @@ def fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
         layout: Layout, floors: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
     """The indices of the columns kept (`columns`: (title, key)) and the width of each kept one;
     `floors`: the narrowest some columns (by key) may be, beside their titles."""
-    kept = columns_that_fit(columns, cells, width, layout, floors)
-    widths = fit_widths([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], width, layout, floors)
+    widest = _widest(columns, cells)
+    kept = columns_that_fit(columns, cells, width, layout, floors, widest)
+    widths = fit_widths([columns[i] for i in kept], [], width, layout, floors, [widest[i] for i in kept])
     return kept, widths
+
+
+def _widest(columns: list[tuple[str, str]], cells: list[list[str]]) -> list[int]:
+    """Each column's width with nothing cut: its widest cell or its title (measured once a table)."""
+    return [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
 
 
 def natural_width(columns: list[tuple[str, str]], cells: list[list[str]]) -> int:
     """How wide the table is with no cell cut."""
-    widths = [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
+    widths = _widest(columns, cells)
     return sum(widths) + 2 * GAP * (len(widths) - 1)
 
 
 def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
-                     layout: Layout, floors: Mapping[str, int] | None = None) -> list[int]:
+                     layout: Layout, floors: Mapping[str, int] | None = None,
+                     widest: list[int] | None = None) -> list[int]:
     """All the columns when each fits at its narrowest, else without the empty ones (also those that
-    would cost the `last` column its first LAST_KEPT characters), then those first in the drop order."""
+    would cost the `last` column its first LAST_KEPT characters), then those first in the drop order.
+    `widest`: _widest's, when the caller has it."""
+    whole_widths = widest if widest is not None else _widest(columns, cells)
+    said = [any(row[i] for row in cells) for i in range(len(columns))]
+
     def narrowest(i: int, roomy: bool = False) -> int:
         title, key = columns[i]
-        whole = max([cell_len(title), *(cell_len(row[i]) for row in cells)])
+        whole = whole_widths[i]
         least = max(cell_len(title), layout.readable, (floors or {}).get(key, 0),
                     LAST_KEPT if roomy and key == layout.last else 0)
         return min(whole, least) if key in layout.cuttable else whole
@@ -66,8 +77,8 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
 
     kept = list(range(len(columns)))
     droppable = [i for key in layout.drop_order for i in kept if columns[i][1] == key]
-    droppable.sort(key=lambda i: any(row[i] for row in cells))  # a column with nothing to say goes first
-    while droppable and not any(row[droppable[0]] for row in cells) and wider(roomy=True):
+    droppable.sort(key=lambda i: said[i])  # a column with nothing to say goes first
+    while droppable and not said[droppable[0]] and wider(roomy=True):
         kept.remove(droppable.pop(0))
     while droppable and wider():
         kept.remove(droppable.pop(0))
@@ -75,10 +86,11 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
 
 
 def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
-               floors: Mapping[str, int] | None = None) -> list[int]:
+               floors: Mapping[str, int] | None = None, widest: list[int] | None = None) -> list[int]:
     """Each column's width: its widest cell, narrowed as this module says until the table fits in
-    `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps)."""
-    widths = [max([cell_len(title), *(cell_len(row[i]) for row in cells)]) for i, (title, _) in enumerate(columns)]
+    `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps).
+    `widest`: _widest's, when the caller has it (then `cells` is not read)."""
+    widths = list(widest) if widest is not None else _widest(columns, cells)
     # A floor past a column's widest cell asks for nothing more than that cell.
     titles = [max(cell_len(title), min((floors or {}).get(key, 0), widths[i])) for i, (title, key) in enumerate(columns)]
     excess = sum(widths) + 2 * GAP * (len(widths) - 1) - width

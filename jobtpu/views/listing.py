@@ -89,13 +89,15 @@ def short_overrides(overrides: list[str], aliases: Mapping[str, str], first: Col
     return " ".join(shown_overrides(overrides, aliases, first))
 
 
-def shown_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> list[str]:
-    """short_overrides' words, those of the keys in `first` first."""
+def shown_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = (),
+                    pairs: list[tuple[str, str]] | None = None) -> list[str]:
+    """short_overrides' words, those of the keys in `first` first (`pairs`: override_pairs', when
+    the caller has them)."""
     shortest: dict[str, str] = {}
     for alias, full in aliases.items():
         if full not in shortest or len(alias) < len(shortest[full]):
             shortest[full] = alias
-    pairs = sorted(override_pairs(overrides), key=lambda pair: pair[0] not in first)
+    pairs = sorted(override_pairs(overrides) if pairs is None else pairs, key=lambda pair: pair[0] not in first)
     return [f"{shortest.get(key) or (key_end(key, first) if key in first else key)}{rest}" for key, rest in pairs]
 
 
@@ -137,9 +139,14 @@ _PIECE = re.compile(r"""[^'"\\]++|'([^']*+)'|"((?:[^"\\]++|\\.)*+)"|\\(.)""", re
 _IN_DOUBLE = re.compile(r"""\\([\\"])""")
 
 
+_PLAIN = re.compile(r"""[\s'"\\]""")
+
+
 def shell_words(text: str) -> list[str]:
     """`text` split as a POSIX shell splits it (what shlex.split gives for the words shlex.quote
     makes), in linear time; a text a shell could not split (a quote left open) is one word as it is."""
+    if not _PLAIN.search(text):  # one plain word (`--config.lr=0.1`): nothing to split or unquote
+        return [text] if text else []
     words, end = [], 0
     for match in _WORD.finditer(text):
         if text[end:match.start()].strip():
@@ -185,8 +192,9 @@ def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, firs
     from jobtpu.views.display import clock
 
     ran = run_time(job, now)
-    words = shown_overrides(job.overrides, aliases, first)
-    told = sum(1 for key, _ in override_pairs(job.overrides) if key in first)
+    pairs = override_pairs(job.overrides)
+    words = shown_overrides(job.overrides, aliases, first, pairs)
+    told = sum(1 for key, _ in pairs if key in first)
     return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
                attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
                age=duration(now - job.created), where=where(job, short),

@@ -16,16 +16,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
+from jobtpu.views.text import cell_width
+
 GAP = "  "  # rich's padding (0, 1) between two columns, none at the edges
-
-
-def cell_width(text: str) -> int:
-    """Columns a string takes on a terminal (wide East Asian characters two)."""
-    if text.isascii():
-        return len(text)
-    from rich.cells import cell_len
-
-    return cell_len(text)
 
 
 def fit_cell(text: str, width: int, right: bool) -> str:

@@ -25,7 +25,18 @@ def _escape(match: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     """`text` with every control character shown as its escape: one line, nothing a terminal obeys."""
+    if text.isascii() and text.isprintable():  # most cells: nothing to escape, no regex run
+        return text
     return _UNSAFE.sub(_escape, text)
+
+
+def cell_width(text: str) -> int:
+    """Columns a string takes on a terminal (wide East Asian characters two, combining ones none)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def printable_lines(text: str) -> str:
