@@ -47,6 +47,7 @@ class Dispatch:
     fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
     waited: dict[tuple[str, ...], int] = field(default_factory=dict)
     usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
+    sweep_active: dict[int, int] = field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
 
 
 @dataclass
@@ -62,6 +63,15 @@ class UserUse:
         self.machines.add(name)
         if machine is not None and machine.is_tpu:
             self.tpu_machines.add(name)
+
+
+def sweep_activity(jobs: list[Job]) -> dict[int, int]:
+    """How many jobs of each sweep are active (launching, running, stopping): what --max-running caps."""
+    active: dict[int, int] = {}
+    for job in jobs:
+        if job.sweep is not None and job.active:
+            active[job.sweep] = active.get(job.sweep, 0) + 1
+    return active
 
 
 def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
@@ -139,6 +149,10 @@ def held_back(job: Job, d: Dispatch) -> str | None:
             return waits
     if job.held:
         return "held by hold"
+    if job.max_running is not None and job.sweep is not None:
+        running = d.sweep_active.get(job.sweep, 0)
+        if running >= job.max_running:  # as sbatch --array=…%N: the sweep's others wait their turn
+            return f"sweep {job.sweep}: {running} of {job.max_running} running (--max-running)"
     if not d.fleet.has_limits:
         return None
     limit = d.fleet.limit_for(job.user).jobs
@@ -235,6 +249,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     d.by_id = {j.id: j for j in jobs}
     d.cycles = rules.dependency_cycles(jobs)
     d.usage = user_usage(jobs, fleet)
+    d.sweep_active = sweep_activity(jobs)
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
@@ -308,6 +323,8 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
     d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
+    if job.sweep is not None:
+        d.sweep_active[job.sweep] = d.sweep_active.get(job.sweep, 0) + 1
     d.plan.do(Launch(job.id, machine.name, job.attempt, view.n_workers))
     d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
     d.started.append(job)
