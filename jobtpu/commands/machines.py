@@ -11,6 +11,8 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
+    import argparse
+
     from jobtpu.schema.fleet import Machine
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
@@ -40,11 +42,17 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
             "unreachable_since": known.since,
             "next_try": known.next_try if m.is_tpu else None,  # an ssh machine's is its short pause (reach.py)
             "note": known.note,
+            "drained": {"reason": known.drained.reason, "by": known.drained.by, "at": known.drained.at}
+            if known.drained else None,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
     if fleet.sheet is not None:
         _sheet_claims(home, rows)
+    for row in rows:  # a drain is said first: why queued jobs pass the machine by
+        if row["drained"] is not None:
+            said = "drained" + (f": {row['drained']['reason']}" if row["drained"]["reason"] else "")
+            row["detail"] = "; ".join(x for x in (said, row["detail"]) if x)
     return rows
 
 
@@ -101,3 +109,23 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "machines", "the fleet: kind, accelerator, state, running jobs, free resources")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     p.set_defaults(func=lambda home, a: machines(home, a.json))
+    _add_drain_parsers(p)
+
+
+def _add_drain_parsers(p: argparse.ArgumentParser) -> None:
+    """`machines drain NAME [--reason TEXT]` and `machines undrain NAME` (commands/drain.py)."""
+    sub = p.add_subparsers(dest="machines_act", metavar="drain|undrain", parser_class=type(p))
+    d = args.add_command(sub, "drain", "start no new job on the machine; what runs there goes on")
+    d.add_argument("name", metavar="NAME", help="the machine (its name, an alias, or a TPU's node name)")
+    d.add_argument("--reason", default="", metavar="TEXT", help="why, shown by `machines` and in queued jobs' "
+                   "pending reasons (one line)")
+    d.set_defaults(func=lambda home, a: _drain(home, a.name, a.reason, undrain=False))
+    u = args.add_command(sub, "undrain", "let queued jobs start on a drained machine again")
+    u.add_argument("name", metavar="NAME", help="the machine")
+    u.set_defaults(func=lambda home, a: _drain(home, a.name, "", undrain=True))
+
+
+def _drain(home: Home, name: str, reason: str, undrain: bool) -> int:
+    from jobtpu.commands.drain import drain  # here: `--help` loads no more than it needs
+
+    return drain(home, name, reason, undrain)

@@ -48,6 +48,7 @@ class Dispatch:
     waited: dict[tuple[str, ...], int] = field(default_factory=dict)
     usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
     sweep_active: dict[int, int] = field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
+    drained_only: set[str] = field(default_factory=set)  # machines kept from new jobs by their drain alone
 
 
 @dataclass
@@ -184,7 +185,18 @@ def _count(n: int, thing: str) -> str:
 
 
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
-    """Why a machine takes no new job in this pass; None when it may take one."""
+    """Why a machine takes no new job in this pass; None when it may take one. A drain is said first:
+    it is a person's choice, and it outlasts whatever else keeps the machine from work."""
+    if machine.refused is not None:
+        return machine.refused
+    if machine.name in d.seen.drained:
+        reason = d.seen.drained[machine.name]
+        return f"{machine.name} drained" + (f": {reason}" if reason else "")
+    return undrained_unavailable(machine, d)
+
+
+def undrained_unavailable(machine: Machine, d: Dispatch) -> str | None:
+    """machine_unavailable but for a drain: whether a job coming back to the machine may go there."""
     if machine.refused is not None:
         return machine.refused
     view = d.seen.view(machine.name)
@@ -222,6 +234,12 @@ def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     return f"{now}; {queue}"
 
 
+def returning(job: Job, machine: str) -> bool:
+    """A job the pass took off this machine to recover it (preempted, lost, retried) goes back to it
+    though it is drained: a drain keeps new jobs away, and this one was there already."""
+    return job.reason == model.RECOVERING and bool(job.attempts) and job.attempts[-1].machine == machine
+
+
 def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
     """The machines that could run the job on an empty day (once per kind of request: a sweep's
     thousands of alike jobs ask the fleet once)."""
@@ -251,6 +269,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     d.usage = user_usage(jobs, fleet)
     d.sweep_active = sweep_activity(jobs)
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
+    d.drained_only = {name for name in seen.drained if name in fleet.machines
+                      and undrained_unavailable(fleet.machines[name], d) is None}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
     no_room: dict[tuple[tuple[str, ...], str | None, str | None], Request] = {}
@@ -264,13 +284,15 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
         if (job.user, asks) in limited:
             job.waiting = limited[(job.user, asks)]
             continue
-        if asks in no_room:
+        back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
+        if asks in no_room and not back:
             job.waiting = why_waiting(job, no_room[asks], d)
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
         for machine in fleet.machines.values():
-            if unavailable[machine.name] is not None:
+            if unavailable[machine.name] is not None and not (
+                    back and machine.name in d.drained_only and returning(job, machine.name)):
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue
@@ -297,7 +319,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 job.waiting = local_why
                 continue
-            no_room[asks] = request
+            if not back:
+                no_room[asks] = request
             _want_back(job, request, fleet, seen, plan)
             _note_recreations(d)
             job.waiting = why_waiting(job, request, d)
@@ -308,6 +331,7 @@ def _note_recreations(d: Dispatch) -> None:
     for action in d.plan.actions:
         if isinstance(action, Recreate) and action.machine not in d.recreating:
             d.recreating.add(action.machine)
+            d.drained_only.discard(action.machine)  # drained or not, it takes no job while being recreated
             machine = d.fleet.get(action.machine)
             if machine is not None:
                 d.unavailable[machine.name] = machine_unavailable(machine, d)
@@ -338,6 +362,8 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
     if any(m.name in coming or seen.view(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:
+        if machine.name in seen.drained and not returning(job, machine.name):
+            continue  # a drained TPU is not brought back for new work
         if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
             plan.do(Recreate(machine.name), f"job {job.id} waits for it")
             plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")
