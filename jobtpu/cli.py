@@ -39,6 +39,7 @@ from jobtpu.commands import (
     team,
     tldr,
     tpu,
+    update,
     watch,
 )
 from jobtpu.commands.common import error_text
@@ -192,7 +193,7 @@ def _usage_hint(message: str) -> str | None:
 
 # The command modules in the order `jobtpu --help` lists their commands; each adds its parsers and
 # sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, annotate, requests,
+COMMAND_MODULES = (submit, run, manage, cron, status, tail, fetch, kill, requeue, clean, hold, update, annotate, requests,
                    machines,
                    tpu, doctor, events, report, watch, team, importing, rules, personal, remote, tldr, sheet)
 
