@@ -8,7 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import cli, jobtpu, make_home, manage, manage_until, passes_until, status, submit, write_tree
+from tests.helpers import (
+    cli,
+    jobtpu,
+    make_home,
+    manage,
+    manage_until,
+    passes_until,
+    status,
+    submit,
+    write_tree,
+)
 
 SHOW = ("import json, os, sys\n"
         "json.dump({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items()\n"
@@ -163,3 +173,41 @@ def test_each_job_of_a_sweep_is_selected_alone_by_id(tmp_path: Path) -> None:
     manage_until(home, ids, {"finished"})
     events = [json.loads(line) for line in jobtpu(home, "events", "--job", str(member), "--json").stdout.splitlines()]
     assert events and {e["job"] for e in events} == {member}
+
+
+JOB = ('echo "starting $JOBTPU_SWEEP_LR"\n'
+       'echo "lr $JOBTPU_SWEEP_LR"\n'
+       'if [ "$JOBTPU_SWEEP_LR" != 0.3 ]; then echo "{\\"lr\\": $JOBTPU_SWEEP_LR}" > result.json; fi\n')
+
+
+def test_tail_and_fetch_across_a_sweep(tmp_path: Path) -> None:
+    home = make_home(tmp_path, slots=4)
+    src = write_tree(tmp_path / "src", {"job.sh": JOB})
+    first = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "bash job.sh", "--sweep", "lr=0.1,0.2,0.3",
+                       "--tag", "grid").stdout.split("-")[0])
+    ids = [first, first + 1, first + 2]
+    held = submit(home, src, "bash job.sh", "--hold", "--tag", "grid")
+    manage_until(home, ids, {"finished"})
+
+    done = jobtpu(home, "tail", "--sweep", str(first), "-n", "1")
+    assert done.stdout.splitlines() == [f"{first}: lr 0.1", f"{first + 1}: lr 0.2", f"{first + 2}: lr 0.3"]
+    done = jobtpu(home, "tail", "--tag", "grid", "-n", "2", check=False)
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[:2] == [f"{first}: starting 0.1", f"{first}: lr 0.1"]
+    assert done.stderr.splitlines() == [f"jobtpu: job {held}: has not started yet"]
+
+    done = jobtpu(home, "fetch", "--sweep", str(first), "result.json", check=False)
+    assert done.returncode == 1
+    for i, lr in ((first, 0.1), (first + 1, 0.2)):
+        assert json.loads((home / "results" / str(i) / "result.json").read_text()) == {"lr": lr}
+    assert not (home / "results" / str(first + 2) / "result.json").exists()
+    lines = done.stderr.splitlines()
+    assert lines[:2] == [f"job {first}: fetched into {home / 'results' / str(first)}",
+                         f"job {first + 1}: fetched into {home / 'results' / str(first + 1)}"]
+    assert len(lines) == 3 and lines[2].startswith(f"jobtpu: job {first + 2}: ") and "result.json" in lines[2]
+
+    for words in (["tail", "--sweep", str(first), "-f"], ["tail", str(first), "--sweep", str(first)],
+                  ["fetch", "--sweep", str(first), "a", "b"], ["fetch"]):
+        done = jobtpu(home, *words, check=False)
+        assert done.returncode == 2 and done.stderr.startswith("jobtpu: error: ") and "Traceback" not in done.stderr
+    assert jobtpu(home, "tail", str(first), "-n", "1").stdout == "lr 0.1\n", "one job's tail is as it was"
