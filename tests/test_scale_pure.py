@@ -174,3 +174,16 @@ def test_update_goes_through_a_shared_homes_relay() -> None:
     assert "update" in RELAYED
     parsed = relay_parser().parse_args(["update", "--sweep", "12", "--max-running", "4"])
     assert parsed.sweeps == [12] and parsed.max_running == 4
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"sweep": 10, "sweep_index": 0, "max_running": 4}, None),
+    ({"max_running": 4}, "field 'max_running' must be 1 or more, in a sweep's job (null: no cap)"),
+    ({"sweep": 10, "sweep_index": 0, "max_running": 0}, "field 'max_running' must be 1 or more"),
+])
+def test_a_hand_edited_max_running_is_checked(fields: dict[str, int], problem: str | None) -> None:
+    from jobtpu.schema.job_checks import job_problem
+
+    job = msgspec.structs.replace(queued(11, **fields), archive="0" * 64 + ".tar.gz")
+    found = job_problem(job)
+    assert found == problem if problem is None else found is not None and found.startswith(problem)

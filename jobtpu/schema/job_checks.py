@@ -49,7 +49,8 @@ def _plainly_fine(job: Job) -> bool:
             and (bool(job.machine) or job.status not in ACTIVE) and -_I64 <= job.priority < _I64
             and 0 <= job.retries < _I64 and 0 <= job.retried < _I64 and job.grace is None and job.signal is None
             and (not job.after or min(job.after) > 0) and (not job.after_any or min(job.after_any) > 0)
-            and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index)) and job.max_running is None)
+            and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index))
+            and (job.max_running is None or (job.sweep is not None and job.max_running >= 1)))
 
 
 def _plain_sweep(sweep: int, index: int | None) -> bool:
