@@ -166,13 +166,14 @@ def _usage_hint(message: str) -> str | None:
 # The command modules (jobtpu/commands/) in the order `jobtpu --help` lists their commands; each adds
 # its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
 COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
-                   "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
+                   "update", "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
                    "importing", "rules", "personal", "remote", "tldr", "sheet", "completion")
 # Each command word and the module that adds it, so a command line imports and parses only its own
 # command's module, not all of them (a submit then costs little more than starting Python). Checked
 # against what the modules add by tests/test_commands.py.
 MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron", "status": "status", "tail": "tail",
              "fetch": "fetch", "kill": "kill", "resume": "requeue", "rerun": "requeue", "clean": "clean",
+             "update": "update",
              "hold": "hold", "release": "hold", "tag": "annotate", "note": "annotate", "requests": "requests",
              "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
              "watch": "watch", "init": "team", "user": "team", "import": "importing", "rules": "rules",

@@ -157,6 +157,40 @@ def as_overrides(combination: Mapping[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in combination.items()]
 
 
+# A sweep's values in its jobs' environment (docs/reference/job-environment.md §8.2): the key upper-cased,
+# every character but A-Z, 0-9 and _ as _. JOBTPU_SWEEP_INDEX is jobtpu's own (the combination's index).
+ENV_PREFIX = "JOBTPU_SWEEP_"
+RESERVED_ENV = frozenset({"JOBTPU_SWEEP_INDEX"})
+_NOT_ENV = re.compile(r"[^A-Z0-9_]")
+
+
+def env_name(key: str) -> str:
+    """`lr` → JOBTPU_SWEEP_LR, `model.depth` → JOBTPU_SWEEP_MODEL_DEPTH."""
+    return ENV_PREFIX + _NOT_ENV.sub("_", key.upper())
+
+
+def check_env_names(combinations: Iterable[Mapping[str, str]]) -> list[str]:
+    """Refuse two keys whose variables would be one (`lr-x` and `lr_x`, `LR` and `lr`): neither
+    value could be told from the other. Returns the keys left out of the environment because their
+    name is jobtpu's own (`index`), for submit to say."""
+    names: dict[str, str] = {}
+    for combination in combinations:
+        for key in combination:
+            name = env_name(key)
+            other = names.setdefault(name, key)
+            if other != key:
+                raise JobtpuError(f"the sweep keys {other!r} and {key!r} would both be ${name} in the job's "
+                                  "environment", hint="rename one of them (every key becomes JOBTPU_SWEEP_ and its "
+                                  "name upper-cased, other characters as _)")
+    return [key for name, key in names.items() if name in RESERVED_ENV]
+
+
+def sweep_env(values: Mapping[str, str]) -> dict[str, str]:
+    """A sweep job's combination as environment variables (not JOBTPU_SWEEP_INDEX: that is jobtpu's)."""
+    env = {env_name(key): value for key, value in values.items()}
+    return {name: value for name, value in env.items() if name not in RESERVED_ENV}
+
+
 def id_range(ids: list[int]) -> str:
     """What submit prints for a sweep: "12-17", or the ids one by one when they are not consecutive."""
     if ids and ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) > 1:

@@ -185,6 +185,29 @@ def test_without_a_loop_an_act_waits_in_the_spool_for_the_next_pass(team: Team) 
     assert f"hold {his}: done" in answers, answers
 
 
+def test_a_members_sweep_cap_and_update_travel_to_the_runner_and_only_the_runner_drains(team: Team) -> None:
+    alice, bob = team.accounts
+    home = init_shared(team, runner_consents=False)  # bob's jobs stay queued: only their records count here
+    out = team.run(bob, "--home", str(home), "submit", "--dir", str(source_of(team, bob)), "--cmd", "true",
+                   "--sweep", "lr=0.1,0.2", "--max-running", "1", umask="0077").stdout
+    first = int(out.split("-")[0])
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    got = rows(team, home)
+    assert [(got[i]["max_running"], got[i]["sweep_values"]) for i in (first, first + 1)] == [
+        (1, {"lr": "0.1"}), (1, {"lr": "0.2"})], "the runner took the member's cap and values in"
+    asked = team.run(bob, "--home", str(home), "update", "--sweep", str(first), "--max-running", "2", umask="0077")
+    assert "carried out by the next pass of " + alice in asked.stderr, asked.stderr
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    got = rows(team, home)
+    assert [got[i]["max_running"] for i in (first, first + 1)] == [2, 2]
+    assert f"update --sweep {first} --max-running 2: done" in team.run(bob, "--home", str(home), "requests").stdout
+    refused = team.run(bob, "--home", str(home), "machines", "drain", "local", check=False, umask="0077")
+    assert refused.returncode == 1 and refused.stderr.splitlines()[0] == (
+        f"jobtpu: error: `jobtpu machines drain` is for this shared home's runner ({alice}): every file of the "
+        "home but your own folder and your requests is written by that account alone"), refused.stderr
+    assert "local" in team.run(bob, "--home", str(home), "machines").stdout, "listing stays every member's"
+
+
 def test_a_teammate_fetches_into_a_results_folder_of_their_own(team: Team) -> None:
     alice, bob = team.accounts
     home = init_shared(team)

@@ -26,10 +26,12 @@ class Extras(NamedTuple):
     grace: float | None
     signal: str | None
     signal_before: float | None
+    max_running: int | None  # --max-running: at most this many of the sweep's jobs active at once (None: no cap)
 
 
 def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], after_any: list[str],
-                 retries: int, grace: str | None, signal: str | None, timeout: float | None) -> Extras:
+                 retries: int, grace: str | None, signal: str | None, timeout: float | None,
+                 max_running: int = 0) -> Extras:
     """Check the options before anything is snapshotted or written; one clear line for each mistake."""
     from jobtpu import sweeps
     from jobtpu.inputs import parse_duration
@@ -42,12 +44,22 @@ def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], aft
         combinations = sweeps.expand(sweeps.parse_axes(sweep))
     elif sweep_file is not None:
         combinations = sweeps.read_file(Path(sweep_file).expanduser())
+    if max_running and combinations is None:
+        raise JobtpuError("--max-running caps how many jobs of a sweep run at once: give it with --sweep or "
+                          "--sweep-file", hint="a single job runs once; `jobtpu update --sweep ID --max-running N` "
+                                               "caps a sweep already queued")
+    if combinations is not None:
+        from jobtpu.commands.common import note
+
+        for key in sweeps.check_env_names(combinations):
+            note(f"jobtpu: the sweep key {key!r} is in the job's arguments but not its environment: "
+                 f"${sweeps.ENV_PREFIX}{key.upper()} is the combination's index")
     grace_s = parse_duration(grace, "--grace") if grace is not None else None
     if grace_s is not None and grace_s > MAX_GRACE:
         raise JobtpuError(f"--grace {grace}: at most {int(MAX_GRACE)} seconds")
     name, before = parse_signal(signal, timeout) if signal is not None else (None, None)
     return Extras(combinations, sweeps.parse_after(after, "--after"), sweeps.parse_after(after_any, "--after-any"),
-                  retries, grace_s, name, before)
+                  retries, grace_s, name, before, max_running or None)
 
 
 def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
@@ -72,6 +84,7 @@ def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
 def apply_extras(job: Job, extras: Extras) -> None:
     job.after, job.after_any, job.retries = list(extras.after), list(extras.after_any), extras.retries
     job.grace, job.signal, job.signal_before = extras.grace, extras.signal, extras.signal_before
+    job.max_running = extras.max_running
 
 
 def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str], own: dict[str, str]) -> list[Job]:
@@ -85,7 +98,7 @@ def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str
     from jobtpu.sweeps import as_overrides
 
     jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), team, own)],
-                                    sweep_index=i, tags=list(job.tags), after=list(job.after),
+                                    sweep_index=i, sweep_values=dict(c), tags=list(job.tags), after=list(job.after),
                                     after_any=list(job.after_any), env=dict(job.env), req=list(job.req))
             for i, c in enumerate(combinations)]
     for one in jobs:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-from jobtpu.commands import args
+from jobtpu.commands import across, args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
@@ -37,7 +38,16 @@ def fetch_into(home: Home, job_id: int, path: str, to: str | None) -> Path:
 
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "fetch", "pull the job's remote folder (or PATH in it) into results/ID/ or --to DIR")
-    p.add_argument("id", type=int, help="the job")
+    p.add_argument("id", nargs="?", metavar="ID", help="the job (or select several: --sweep, --tag, … below)")
     p.add_argument("path", nargs="?", default="", help="a file or folder inside the job's folder (default: all)")
-    p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/")
-    p.set_defaults(func=lambda home, a: fetch(home, a.id, a.path, a.to))
+    p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/ (with a selector, DIR/ID/)")
+    across.add_selectors(p)
+    p.set_defaults(func=_fetch_command)
+
+
+def _fetch_command(home: Home, a: argparse.Namespace) -> int:
+    """One job's folder, or with a selector every selected job's PATH (commands/across.py)."""
+    job_id, path = across.fetch_words(a)
+    if job_id is None:
+        return across.fetch_selected(home, across.selection_of(a), path, a.to)
+    return fetch(home, job_id, path, a.to)

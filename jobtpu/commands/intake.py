@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 # The fields of a job a submit sets; everything else starts at its default in the runner's record.
 SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule", "env", "overrides", "log_stage",
                  "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
-                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before", "held")
+                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before", "held",
+                 "sweep_values", "max_running")
 REPLY_KEPT = 86400.0
 INTAKE_LOCK = "intake.lock"
 MAX_PER_ACCOUNT = 200  # requests of one account carried out in one intake
@@ -228,6 +229,8 @@ def _check_fields(job: Job, first: int) -> None:
         raise JobtpuError(f"{job.archive[:80]!r} is not a snapshot's name") from None
     if job.sweep not in (None, first):
         raise JobtpuError("its sweep id is not its submit's first id")
+    if job.max_running is not None and (job.sweep is None or job.max_running < 1):
+        raise JobtpuError("--max-running is 1 or more, and only in a sweep")
     if not job.cmd.strip():
         raise JobtpuError("its command is empty")
     if job.rule is not None and job.rule not in RULE_NAMES:

@@ -11,6 +11,8 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
+    import argparse
+
     from jobtpu.schema.fleet import Machine
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
@@ -40,11 +42,17 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
             "unreachable_since": known.since,
             "next_try": known.next_try if m.is_tpu else None,  # an ssh machine's is its short pause (reach.py)
             "note": known.note,
+            "drained": {"reason": known.drained.reason, "by": known.drained.by, "at": known.drained.at}
+            if known.drained else None,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
     if fleet.sheet is not None:
         _sheet_claims(home, rows)
+    for row in rows:  # a drain is said first: why queued jobs pass the machine by
+        if row["drained"] is not None:
+            said = "drained" + (f": {row['drained']['reason']}" if row["drained"]["reason"] else "")
+            row["detail"] = "; ".join(x for x in (said, row["detail"]) if x)
     return rows
 
 
@@ -119,8 +127,43 @@ def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> s
 
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "machines", "the fleet: kind, accelerator, state, running jobs, free resources")
-    p.add_argument("name", nargs="?", metavar="NAME",
+    # `machines NAME` (one machine in detail) beside `machines drain NAME` and `machines undrain NAME`:
+    # argparse cannot have an optional NAME and sub-commands at once, so the words are read here.
+    p.add_argument("words", nargs="*", metavar="NAME | drain NAME | undrain NAME",
                    help="one machine in detail (its name or an alias): where it is, who holds it, what the last "
-                        "pass saw")
+                        "pass saw; `drain NAME` starts no new job there (what runs goes on), `undrain NAME` "
+                        "lets queued jobs start there again")
+    p.add_argument("--reason", metavar="TEXT",
+                   help="with drain: why, shown by `machines` and in queued jobs' pending reasons (one line)")
     p.add_argument("--json", action="store_true", help="the same as JSON")
-    p.set_defaults(func=lambda home, a: machines(home, a.json, a.name))
+    p.set_defaults(func=_machines_command)
+
+
+ACTS = ("drain", "undrain")
+
+
+def _machines_command(home: Home, a: argparse.Namespace) -> int:
+    """The words: none (the table), a machine's name (its detail), or drain/undrain and a name."""
+    from jobtpu.errors import UsageError
+
+    words: list[str] = a.words
+    if words and words[0] in ACTS:
+        if len(words) != 2 or a.json:
+            raise UsageError(f"`machines {words[0]}` takes one machine's name" + (" and no --json" if a.json else ""),
+                             hint=f"e.g. `jobtpu machines {words[0]} v3-32-p1" +
+                                  (' --reason "disk full"`' if words[0] == "drain" else "`"))
+        if words[0] == "undrain" and a.reason is not None:
+            raise UsageError("--reason goes with `machines drain`", hint="`jobtpu machines undrain NAME`")
+        return _drain(home, words[1], a.reason or "", undrain=words[0] == "undrain")
+    if a.reason is not None:
+        raise UsageError("--reason goes with `machines drain NAME`", hint='e.g. `jobtpu machines drain box --reason "disk full"`')
+    if len(words) > 1:
+        raise UsageError(f"`machines` takes one machine's name, not {len(words)} words",
+                         hint="`jobtpu machines NAME`, `jobtpu machines drain NAME` or `jobtpu machines undrain NAME`")
+    return machines(home, a.json, words[0] if words else None)
+
+
+def _drain(home: Home, name: str, reason: str, undrain: bool) -> int:
+    from jobtpu.commands.drain import drain  # here: `--help` loads no more than it needs
+
+    return drain(home, name, reason, undrain)

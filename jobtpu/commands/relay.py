@@ -28,7 +28,7 @@ from jobtpu.home.roles import Role, runner_name
 if TYPE_CHECKING:
     from jobtpu.schema.spool import Reply
 
-RELAYED = frozenset({"kill", "hold", "release", "rerun", "resume", "tag", "note", "clean"})
+RELAYED = frozenset({"kill", "hold", "release", "update", "rerun", "resume", "tag", "note", "clean"})
 # What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
 RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init"})
 READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
@@ -146,11 +146,11 @@ def show_reply(reply: Reply) -> int:
 
 def relay_parser() -> argparse.ArgumentParser:
     """A parser of the relayed commands alone, built from their own modules (the CLI's parsing)."""
-    from jobtpu.commands import annotate, clean, hold, kill, requeue
+    from jobtpu.commands import annotate, clean, hold, kill, requeue, update
 
     parser = argparse.ArgumentParser(prog="jobtpu", add_help=False, exit_on_error=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (kill, requeue, clean, hold, annotate):
+    for module in (kill, requeue, clean, hold, update, annotate):
         module.add_parser(sub)
     return parser
 

@@ -58,6 +58,7 @@ class SubmitOptions(NamedTuple):
     retries: int = 0
     grace: str | None = None
     signal: str | None = None
+    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
     hold: bool = False  # queued held: it starts only after `jobtpu release`
     dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
 
@@ -161,7 +162,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
-                          opts.signal, timeout)
+                          opts.signal, timeout, opts.max_running)
     check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
     from jobtpu.home.roles import Layout, role_of
 
@@ -371,6 +372,9 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
     p.add_argument("--sweep-file", metavar="FILE",
                    help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
+    p.add_argument("--max-running", type=args.tries, default=0, metavar="N",
+                   help="with a sweep: at most N of its jobs launching or running at once, as sbatch --array=…%%N "
+                        "(default 0: no cap; `jobtpu update` changes it)")
     p.add_argument("--after", action="append", default=[], metavar="ID[,ID]",
                    help="start only after these jobs finished; fail (reason dependency) if one does not")
     p.add_argument("--after-any", action="append", default=[], metavar="ID[,ID]",

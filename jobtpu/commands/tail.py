@@ -5,6 +5,7 @@ A listing: it imports at the top only what it uses (`jobtpu tail` runs from scri
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
-from jobtpu.commands import args
+from jobtpu.commands import across, args
 from jobtpu.commands.common import note
 from jobtpu.errors import NotFoundError
 from jobtpu.home.layout import Home
@@ -170,10 +171,19 @@ def print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.Increment
 
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "tail", "a job's log (worker 0, latest attempt, last 50 lines)")
-    p.add_argument("id", type=int, help="the job")
+    p.add_argument("id", type=int, nargs="?", help="the job (or select several: --sweep, --tag, … below)")
     p.add_argument("-n", type=args.count, default=50, dest="lines", help="how many last lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing as the log grows; exit with the attempt's exit code")
     p.add_argument("--worker", type=args.count, default=0, help="this worker's log (default 0)")
     p.add_argument("--attempt", type=args.count, help="this attempt's log (default: the latest)")
-    p.set_defaults(func=lambda home, a: tail(home, a.id, a.lines, a.follow, a.worker, a.attempt))
+    across.add_selectors(p)
+    p.set_defaults(func=_tail_command)
+
+
+def _tail_command(home: Home, a: argparse.Namespace) -> int:
+    """One job's log, or with a selector every selected job's last lines (commands/across.py)."""
+    job_id = across.tail_id(a)
+    if job_id is None:
+        return across.tail_selected(home, across.selection_of(a), a.lines, a.worker)
+    return tail(home, job_id, a.lines, a.follow, a.worker, a.attempt)

@@ -47,6 +47,8 @@ class Dispatch:
     fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
     waited: dict[tuple[str, ...], int] = field(default_factory=dict)
     usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
+    sweep_active: dict[int, int] = field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
+    drained_only: set[str] = field(default_factory=set)  # machines kept from new jobs by their drain alone
 
 
 @dataclass
@@ -62,6 +64,15 @@ class UserUse:
         self.machines.add(name)
         if machine is not None and machine.is_tpu:
             self.tpu_machines.add(name)
+
+
+def sweep_activity(jobs: list[Job]) -> dict[int, int]:
+    """How many jobs of each sweep are active (launching, running, stopping): what --max-running caps."""
+    active: dict[int, int] = {}
+    for job in jobs:
+        if job.sweep is not None and job.active:
+            active[job.sweep] = active.get(job.sweep, 0) + 1
+    return active
 
 
 def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
@@ -139,6 +150,10 @@ def held_back(job: Job, d: Dispatch) -> str | None:
             return waits
     if job.held:
         return "held by hold"
+    if job.max_running is not None and job.sweep is not None:
+        running = d.sweep_active.get(job.sweep, 0)
+        if running >= job.max_running:  # as sbatch --array=…%N: the sweep's others wait their turn
+            return f"sweep {job.sweep}: {running} of {job.max_running} running (--max-running)"
     if not d.fleet.has_limits:
         return None
     limit = d.fleet.limit_for(job.user).jobs
@@ -170,7 +185,18 @@ def _count(n: int, thing: str) -> str:
 
 
 def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
-    """Why a machine takes no new job in this pass; None when it may take one."""
+    """Why a machine takes no new job in this pass; None when it may take one. A drain is said first:
+    it is a person's choice, and it outlasts whatever else keeps the machine from work."""
+    if machine.refused is not None:
+        return machine.refused
+    if machine.name in d.seen.drained:
+        reason = d.seen.drained[machine.name]
+        return f"{machine.name} drained" + (f": {reason}" if reason else "")
+    return undrained_unavailable(machine, d)
+
+
+def undrained_unavailable(machine: Machine, d: Dispatch) -> str | None:
+    """machine_unavailable but for a drain: whether a job coming back to the machine may go there."""
     if machine.refused is not None:
         return machine.refused
     view = d.seen.view(machine.name)
@@ -216,6 +242,12 @@ def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     return f"{now}; {queue}"
 
 
+def returning(job: Job, machine: str) -> bool:
+    """A job the pass took off this machine to recover it (preempted, lost, retried) goes back to it
+    though it is drained: a drain keeps new jobs away, and this one was there already."""
+    return job.reason == model.RECOVERING and bool(job.attempts) and job.attempts[-1].machine == machine
+
+
 def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
     """The machines that could run the job on an empty day (once per kind of request: a sweep's
     thousands of alike jobs ask the fleet once)."""
@@ -243,7 +275,10 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     d.by_id = {j.id: j for j in jobs}
     d.cycles = rules.dependency_cycles(jobs)
     d.usage = user_usage(jobs, fleet)
+    d.sweep_active = sweep_activity(jobs)
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
+    d.drained_only = {name for name in seen.drained if name in fleet.machines
+                      and undrained_unavailable(fleet.machines[name], d) is None}
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
     no_room: dict[tuple[str | None, tuple[tuple[str, ...], str | None, str | None]], Request] = {}
@@ -260,13 +295,15 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
         if (job.user, asks) in limited:
             job.waiting = limited[(job.user, asks)]
             continue
-        if room in no_room:
+        back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
+        if room in no_room and not back:
             job.waiting = why_waiting(job, no_room[room], d)
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
         for machine in fleet.machines.values():
-            if unavailable[machine.name] is not None and not own_claim(job, machine, d):
+            if unavailable[machine.name] is not None and not own_claim(job, machine, d) and not (
+                    back and machine.name in d.drained_only and returning(job, machine.name)):
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue
@@ -293,7 +330,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 job.waiting = local_why
                 continue
-            no_room[room] = request
+            if not back:
+                no_room[room] = request
             _want_back(job, request, fleet, seen, plan)
             _note_recreations(d)
             job.waiting = why_waiting(job, request, d)
@@ -304,6 +342,7 @@ def _note_recreations(d: Dispatch) -> None:
     for action in d.plan.actions:
         if isinstance(action, Recreate) and action.machine not in d.recreating:
             d.recreating.add(action.machine)
+            d.drained_only.discard(action.machine)  # drained or not, it takes no job while being recreated
             machine = d.fleet.get(action.machine)
             if machine is not None:
                 d.unavailable[machine.name] = machine_unavailable(machine, d)
@@ -319,6 +358,8 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
     job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
     d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
+    if job.sweep is not None:
+        d.sweep_active[job.sweep] = d.sweep_active.get(job.sweep, 0) + 1
     d.plan.do(Launch(job.id, machine.name, job.attempt, view.n_workers))
     d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
     d.started.append(job)
@@ -332,6 +373,8 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
     if any(m.name in coming or seen.view(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:
+        if machine.name in seen.drained and not returning(job, machine.name):
+            continue  # a drained TPU is not brought back for new work
         if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
             plan.do(Recreate(machine.name), f"job {job.id} waits for it")
             plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")

@@ -36,6 +36,7 @@ class Observation:
     # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
     local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
     bad_files: dict[int, str] = field(default_factory=dict)  # job -> what is wrong with its files in the home
+    drained: dict[str, str] = field(default_factory=dict)  # machine -> why it takes no new job (`machines drain`)
 
     def view(self, name: str) -> MachineView:
         return self.machines.setdefault(name, MachineView())

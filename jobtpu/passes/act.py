@@ -28,6 +28,7 @@ from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.machines import Machine
 from jobtpu.schema.records import StepKind
 from jobtpu.schema.state import Job, Status
+from jobtpu.sweeps import sweep_env
 from jobtpu.tpu.flow import carry_out_all
 from jobtpu.transport.base import Endpoint
 
@@ -96,9 +97,17 @@ def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
     if job.sweep is not None:
         env["JOBTPU_SWEEP"], env["JOBTPU_SWEEP_INDEX"] = str(job.sweep), str(job.sweep_index or 0)
+        env.update(sweep_env(job.sweep_values))  # as given, never expanded (literal_names)
     for name, value in {**job.env, **secrets}.items():
         env.setdefault(name, value)
     return env
+
+
+def literal_names(job: Job, secrets: dict[str, str]) -> frozenset[str]:
+    """The variables whose values reach the job as they are, `$` and all: secrets, and a sweep's
+    values (they are config values, as in the job's arguments, where the shell takes them literally)."""
+    swept = sweep_env(job.sweep_values) if job.sweep is not None else {}
+    return frozenset(secrets) | frozenset(swept)
 
 
 def _launch(p: Pass, action: Launch) -> LaunchDone | None:
@@ -127,7 +136,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=frozenset(secrets),
+                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local",
                           time_limit=job.timeout)
 

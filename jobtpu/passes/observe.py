@@ -32,6 +32,7 @@ def observe(p: Pass) -> Observation:
     are), each probed worker's state and new log bytes, and the local machine's refusals. Every
     contact is counted in `p.contacts` for reach.py to judge."""
     seen = Observation(now=time.time())
+    seen.drained = {name: record.drained.reason for name, record in p.state.machines.items() if record.drained}
     # TPU node states first: they say where the workers are. Their steps are only planned here.
     p.tpu_work = {work.machine.name: work for work in observe_tpus(p, seen)}
     probes: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []

@@ -132,6 +132,16 @@ def with_ids(found: list[Event]) -> list[dict[str, Any]]:
     return [event.to_json() for event in found]
 
 
+def told_by_hand(p: Session, found: list[Event]) -> list[str]:
+    """Events a command outside a pass decided (update, drain): saved in `untold` with the change that
+    caused them, in one commit, then logged (no notification is made of them, as of a kill)."""
+    if not found:
+        return []
+    p.state.untold = [*p.state.untold, *with_ids(found)]
+    p.commit()
+    return log(p.home.root, found)
+
+
 def still_untold(home_root: Path, untold: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of the events an earlier pass saved to tell, those not in events.jsonl: it died before it told
     them (the outbox is written before the log, so one in the log is queued too)."""

@@ -49,7 +49,8 @@ def _plainly_fine(job: Job) -> bool:
             and (bool(job.machine) or job.status not in ACTIVE) and -_I64 <= job.priority < _I64
             and 0 <= job.retries < _I64 and 0 <= job.retried < _I64 and job.grace is None and job.signal is None
             and (not job.after or min(job.after) > 0) and (not job.after_any or min(job.after_any) > 0)
-            and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index)))
+            and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index))
+            and (job.max_running is None or (job.sweep is not None and job.max_running >= 1)))
 
 
 def _plain_sweep(sweep: int, index: int | None) -> bool:
@@ -83,6 +84,8 @@ def _sweep_problem(job: Job) -> str | None:
             return f"field {name!r} must be 0 or more"
     if job.sweep is not None and job.sweep < 1 or job.sweep_index is not None and job.sweep_index < 0:
         return "fields 'sweep' and 'sweep_index' must be a job id and 0 or more"
+    if job.max_running is not None and (job.sweep is None or job.max_running < 1):
+        return "field 'max_running' must be 1 or more, in a sweep's job (null: no cap)"
     if any(i < 1 for i in job.after + job.after_any):
         return "fields 'after' and 'after_any' must list job ids"
     if job.grace is not None and not 0 < job.grace <= 3600:

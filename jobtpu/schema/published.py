@@ -27,6 +27,14 @@ class StatusDocument(msgspec.Struct, forbid_unknown_fields=True):
     jobs: list[Job]
 
 
+class DrainedJson(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A drained machine's drain: why, who drained it (a user label) and when (Unix seconds)."""
+
+    reason: str
+    by: str
+    at: float
+
+
 class MachineRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One machine of `machines --json` (and of the Python API's `Home.machines()`): the fleet as
     the last pass saw it. The TPU fields are there for a TPU machine only, `claimed_by` only when
@@ -47,6 +55,7 @@ class MachineRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     note: str | None
     free: dict[str, int]
     aliases: list[str] = msgspec.field(default_factory=list)  # machines.json's, first the tables' short name
+    drained: DrainedJson | None = None  # `machines drain`: no new job starts there
     provisioning: str | None = None
     zone: str | None = None
     moved: str | None = None

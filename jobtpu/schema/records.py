@@ -99,6 +99,14 @@ class Refused(msgspec.Struct, gc=False):
     spec_key: str = ""
 
 
+class Drained(msgspec.Struct, gc=False):
+    """`jobtpu machines drain`: the machine takes no new job; what runs there goes on."""
+
+    reason: str
+    by: str  # the --user / JOBTPU_USER label of whoever drained it
+    at: Time
+
+
 class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     state: MachineState | None = None  # what `machines` shows
     detail: str | None = None
@@ -132,6 +140,7 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     zone_capacity_failures: int = 0
     moved: str | None = None
     note: str | None = None  # a person's line about the machine (`jobtpu note --machine`)
+    drained: Drained | None = None  # `jobtpu machines drain`: no new job goes there until `undrain`
     # TPU steps (delete, create, setup...) a pass saved before carrying them out; cleared once carried
     # out. Left behind only by a pass that died in between: the next one plans again from the listing.
     steps: list[StepKind] | None = None

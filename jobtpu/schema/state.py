@@ -206,6 +206,8 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     # Sweeps, dependencies, retries, hold, grace and signal (docs/reference/commands.md §2.2.3).
     sweep: int | None = None  # the sweep it belongs to: the id of the sweep's first job
     sweep_index: int | None = None  # its combination's index in the sweep, 0 …
+    sweep_values: dict[str, str] = msgspec.field(default_factory=dict)  # its combination as given: JOBTPU_SWEEP_<KEY>
+    max_running: Tries | None = None  # --max-running: at most this many jobs of its sweep active at once
     after: list[int] = msgspec.field(default_factory=list)  # jobs that must finish first (--after)
     after_any: list[int] = msgspec.field(default_factory=list)  # jobs that must end first (--after-any)
     retries: Tries = 0  # --retries: attempts a non-zero exit may be retried

@@ -55,10 +55,14 @@ TPU_SETUP_STARTED = "tpu_setup_started"
 TPU_SETUP_DONE = "tpu_setup_done"
 TPU_SETUP_FAILED = "tpu_setup_failed"
 PASS_FAILED = "pass_failed"
+JOB_UPDATED = "job_updated"  # `jobtpu update` changed a queued job's fields: detail {"changes": {field: [was, now]}, "by"}
+MACHINE_DRAINED = "machine_drained"  # `jobtpu machines drain`: detail {"reason", "by"}
+MACHINE_UNDRAINED = "machine_undrained"  # `jobtpu machines undrain`: detail {"by"}
 
 KINDS = frozenset({JOB_LAUNCHED, JOB_RUNNING, JOB_ENDED, JOB_RECOVERING, JOB_RESUMED, PREEMPTED, MACHINE_STATE,
                    TPU_DELETE_STARTED, TPU_DELETE_DONE, TPU_CREATE_STARTED, TPU_CREATE_DONE, TPU_CREATE_FAILED,
-                   TPU_SETUP_STARTED, TPU_SETUP_DONE, TPU_SETUP_FAILED, PASS_FAILED})
+                   TPU_SETUP_STARTED, TPU_SETUP_DONE, TPU_SETUP_FAILED, PASS_FAILED, JOB_UPDATED, MACHINE_DRAINED,
+                   MACHINE_UNDRAINED})
 
 # What a notification destination may ask for (machines.json "notify" … "events").
 FAILED = "failed"
@@ -124,6 +128,14 @@ def since_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _was_now(change: Any) -> str:
+    """`[0, 3]` → `0 -> 3`: one field's change in a job_updated event (`(none)` for nothing)."""
+    if isinstance(change, list) and len(change) == 2:
+        was, now = ("(none)" if value in (None, "") else value for value in change)
+        return f"{was} -> {now}"
+    return str(change)
+
+
 def render_line(event: Event, zone: Any = None) -> str:
     """One terminal-safe line: the time in `zone` (a tzinfo; None: this machine's local time), what,
     and where."""
@@ -151,6 +163,15 @@ def describe(event: Event) -> str:
         return f"{event.machine}: {change}" + (f" ({d['detail']})" if d.get("detail") else "")
     if event.kind == PASS_FAILED:
         return f"pass failed: {d.get('error', '')}"
+    by = f" by {d['by']}" if d.get("by") else ""
+    if event.kind == JOB_UPDATED:
+        changes = d.get("changes")
+        if not isinstance(changes, dict):
+            changes = {}
+        return f"{who}: updated{by}: " + "; ".join(f"{name} {_was_now(change)}" for name, change in changes.items())
+    if event.kind in (MACHINE_DRAINED, MACHINE_UNDRAINED):
+        why = f": {d['reason']}" if d.get("reason") else ""
+        return f"{event.machine}: {'drained' if event.kind == MACHINE_DRAINED else 'undrained'}{by}{why}"
     words = event.kind.replace("_", " ")
     if event.kind.startswith("tpu_"):
         words = f"TPU {words[4:]}"
