@@ -1,7 +1,9 @@
 """Bench: jobtpu on homes of 10,000 and 100,000 jobs (2 running, the rest queued), each command side by
 side with the floor of any tool that must read the file: `python3 -c "import json; json.load(...)"`.
 
-Measured, alternating with the floor in one run (medians over --rounds):
+Measured as a user pays it (a fresh process from a pip-installed jobtpu's console script; the floor
+a venv's bare python, bench/clirun.py installed_jobtpu), alternating with the floor in one run
+(medians over --rounds):
 - a quiet `jobtpu manage` pass (nothing to start, nothing ended)    target <= 5x
 - `jobtpu status` (the table)                                      target <= 4x
 - `jobtpu status --json`                                           target <= 3x
@@ -17,17 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from clirun import cli_env, jobtpu, run, timed  # bench/clirun.py (benches run as scripts)
+from clirun import installed_jobtpu, run, timed, user_env  # bench/clirun.py (benches run as scripts)
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"manage": 5.0, "status": 4.0, "status --json": 3.0, "submit": 4.0}
 
 
-def build_home(root: Path, n_jobs: int, env: dict[str, str]) -> tuple[Path, Path]:
+def build_home(root: Path, n_jobs: int, env: dict[str, str], jobtpu: Any) -> tuple[Path, Path]:
     """Two jobs running for real on the local machine (2 slots, both taken), then n_jobs - 2 queued."""
     home, src = root / "home", root / "src"
     home.mkdir()
@@ -58,8 +60,13 @@ def build_home(root: Path, n_jobs: int, env: dict[str, str]) -> tuple[Path, Path
 
 def measure(n_jobs: int, rounds: int, env: dict[str, str]) -> dict[str, tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        home, src = build_home(Path(tmp), n_jobs, env)
-        floor = [sys.executable, "-c", f"import json; json.load(open({str(home / 'state.json')!r}))"]
+        # As a user runs them: a pip-installed jobtpu's console script, and a bare venv's python.
+        program, python = installed_jobtpu(Path(tmp), REPO)
+
+        def jobtpu(home: Path, *words: str) -> list[str]:
+            return [*program, "--home", str(home), *words]
+        home, src = build_home(Path(tmp), n_jobs, env, jobtpu)
+        floor = [*python, "-c", f"import json; json.load(open({str(home / 'state.json')!r}))"]
         commands = {"manage": jobtpu(home, "manage"), "status": jobtpu(home, "status"),
                     "status --json": jobtpu(home, "status", "--json"),
                     "submit": jobtpu(home, "submit", "--dir", str(src), "--cmd", "python train.py --lr 0.01")}
@@ -84,7 +91,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    env = cli_env(REPO, JOBTPU_USER="alice", COLUMNS="120")
+    env = user_env(JOBTPU_USER="alice", COLUMNS="120")
     for n_jobs in args.jobs:
         results = measure(n_jobs, args.rounds, env)
         floor_t = next(iter(results.values()))[1]

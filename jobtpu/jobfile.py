@@ -15,7 +15,6 @@ file and the key."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,8 @@ def read_job_file(folder: Path) -> dict[str, Any]:
 
 def parse_job_file(data: bytes, path: Path) -> dict[str, Any]:
     """Pure: the checked [job] table of a job file's bytes."""
+    import tomllib  # here: a folder without a job file parses none
+
     hint = f"fix {path}: a [job] table of submit's options (cmd, req, rule, env, tags…), see `jobtpu submit --help`"
     try:
         doc = tomllib.loads(data.decode("utf-8"))

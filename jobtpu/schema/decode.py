@@ -12,7 +12,6 @@ and column."""
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import reprlib
 from collections.abc import Callable
@@ -226,6 +225,8 @@ def parse_json_file(path: Path, text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass
+    import json  # only for a file orjson refused
+
     # orjson refused it: the standard library names the line and column of a syntax error, and the
     # hooks refuse what orjson could not write back (NaN, Infinity, integers beyond 64 bits).
     try:

@@ -8,7 +8,6 @@ import fnmatch
 import os
 import re
 import stat
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +159,8 @@ def _maybe_checkout(src: str) -> bool:
 
 def _git_files(src: str) -> list[str] | None:
     """What git keeps under src (relative to it), or None when src is not in a git checkout."""
+    import subprocess  # here: a folder no checkout holds runs no git (_maybe_checkout)
+
     cmd = ["git", "-C", src, "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     try:
         proc = subprocess.run(cmd, capture_output=True, env=_env(), check=False)
@@ -177,6 +178,8 @@ def _git_files(src: str) -> list[str] | None:
 def _git_ignores(src: str) -> Callable[[], bool]:
     """Starts asking whether the checkout's ignore rules cover src itself (git then lists none of its
     untracked files); the answer, False outside a checkout, comes from calling the result."""
+    import subprocess
+
     cmd = ["git", "-C", src, "check-ignore", "-q", "."]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

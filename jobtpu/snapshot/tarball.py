@@ -4,18 +4,19 @@ on a thread beside the hashing, into a temporary file of this process that an ab
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import secrets
 import stat
-import tarfile
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import open_new
 from jobtpu.snapshot.tree import FolderTree, exclude_hint
+
+if TYPE_CHECKING:
+    import tarfile
 
 COMPRESS_LEVEL = 1  # half the time of level 6 for ~10% more bytes to upload (measured with bench/snapshot.py)
 TMP_PREFIX = ".snapshot."  # + "<pid>.<random>.tmp": a later snapshot removes those of dead processes
@@ -39,6 +40,9 @@ class Archiver(threading.Thread):
         self.start()
 
     def run(self) -> None:
+        import gzip  # here: a snapshot whose archive exists already writes none
+        import tarfile
+
         try:
             with FolderTree(self.src) as tree, os.fdopen(open_new(self.tmp), "wb") as out:
                 with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=COMPRESS_LEVEL,
@@ -65,6 +69,8 @@ class Archiver(threading.Thread):
                 tf.addfile(info, _AbortableReader(f, self))
 
     def _info(self, tree: FolderTree, rel: str, st: os.stat_result) -> tarfile.TarInfo:
+        import tarfile
+
         info = tarfile.TarInfo(rel)  # uid, gid 0 and uname, gname "" already; never a hard link
         info.mtime = 0
         if stat.S_ISLNK(st.st_mode):
