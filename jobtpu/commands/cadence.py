@@ -30,7 +30,7 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
     from jobtpu.home.spool import stamps
     from jobtpu.remote.operations import stream_logs
 
-    folders, ended, busy = _look(home, woken)
+    folders, ended, busy, remote = _look(home, woken)
     if ended:  # an end the pass did not see yet: the next round now
         return False
     if busy:  # the next step of work in flight is possible soon: follow it closely
@@ -49,7 +49,7 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
             time.sleep(step)
         if stamps(folders) != seen:  # a request arrived, or a local job's worker wrote its exit record
             return False
-        if time.monotonic() - streamed >= every and left > every:
+        if remote and time.monotonic() - streamed >= every and left > every:  # a quiet fleet: nothing to bring
             streamed = time.monotonic()
             try:
                 if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
@@ -67,11 +67,12 @@ def spool_stamp(home: Home) -> int:
     return stamps([home.root / SPOOL])[0]
 
 
-def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bool]:
+def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bool, bool]:
     """What to watch until the next round: the spool (members' requests) and the folder where each
     active local job's workers write their exit records; whether one has ended since the pass looked
-    (once per attempt, in `woken`: a pass that could not settle it waits as ever); and whether work is
-    in flight. A home that cannot be read now is watched through its spool alone."""
+    (once per attempt, in `woken`: a pass that could not settle it waits as ever); whether work is
+    in flight; and whether a job runs on a remote machine (whose log lines to bring home meanwhile).
+    A home that cannot be read now is watched through its spool alone."""
     from jobtpu.home.roles import SPOOL
     from jobtpu.home.store import Store
     from jobtpu.schema.machines import load_fleet
@@ -80,17 +81,19 @@ def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bo
     try:
         fleet, state = load_fleet(home), Store(home).load()
     except JobtpuError:
-        return folders, False, False
-    ended = False
+        return folders, False, False, False
+    ended = remote = False
     for job in state.jobs:
         machine = fleet.machines.get(job.machine) if job.active and job.machine else None
-        if machine is not None and machine.kind == "local":
+        if machine is not None and machine.kind != "local":
+            remote = True
+        elif machine is not None:
             folder = Path(machine.root) / "meta" / str(job.id)
             folders.append(folder)
             if (job.id, job.attempt) not in woken and (folder / f"{job.attempt}.0.exit").exists():
                 woken.add((job.id, job.attempt))
                 ended = True
-    return folders, ended, in_flight(state, time.time(), timing.current().busy_interval)
+    return folders, ended, in_flight(state, time.time(), timing.current().busy_interval), remote
 
 
 def _moving_states() -> frozenset[Any]:
