@@ -248,6 +248,22 @@ def test_timeout_and_stall(tmp_path: Path) -> None:
         assert not pid_alive(leader)
 
 
+def test_a_time_limit_holds_on_the_worker_with_no_pass_running(tmp_path: Path) -> None:
+    """docs/reference/commands.md §2.2: --timeout is kept by the job's wrapper, as slurmd keeps
+    --time: one pass launches the job, none runs after, and the job is stopped at its limit all the
+    same; the next pass records it as a timeout."""
+    home = make_home(tmp_path)
+    src = _src(tmp_path, {"long.sh": "echo started; sleep 300\n"})
+    job = submit(home, src, "bash long.sh", "--timeout", "2s", "--grace", "1")
+    manage_until(home, [job], {"running"})
+    meta = home / "run" / "meta" / str(job)
+    leader = int((meta / "0.0.pid").read_text().split()[0])
+    wait_for(lambda: not pid_alive(leader), timeout=60, what="the wrapper to stop the job at its limit, no pass running")
+    assert (meta / "0.0.timedout").exists() and status(home)[job]["status"] == "running"  # no pass saw it yet
+    jobs = manage_until(home, [job], {"failed"})
+    assert jobs[job]["reason"] == "timeout"
+
+
 def test_resume_and_rerun_queue_a_new_attempt(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     script = 'echo "attempt $JOBTPU_ATTEMPT"; echo "$JOBTPU_ATTEMPT $JOBTPU_RESUME" >> seen.txt\nexit 1\n'
