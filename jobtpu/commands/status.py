@@ -130,13 +130,13 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
+        owners = [item[0] if isinstance(item, list) else item for item in shown]
+        columns = columns_for(chosen_columns, owners, viewer)
         singles = [item for item in shown if not isinstance(item, list)]
-        made = iter(rows(singles, now, aliases, zone, short))
+        made = iter(rows(singles, now, aliases, zone, short, clocks="submitted" in columns))
         table_rows = [sweep_row(item, now, aliases, zone, short) if isinstance(item, list) else next(made)
                       for item in shown]
-        owners = [item[0] if isinstance(item, list) else item for item in shown]
-        return jobs_table(table_rows, console.width, captions + ([left_out] if left_out else []),
-                          columns_for(chosen_columns, owners, viewer))
+        return jobs_table(table_rows, console.width, captions + ([left_out] if left_out else []), columns)
 
     if watch is None:
         state = Store(home).load()

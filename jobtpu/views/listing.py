@@ -178,15 +178,16 @@ def info(job: Job, short: Mapping[str, str] | None = None) -> str:
 
 
 def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
-         short: Mapping[str, str] | None = None) -> list[Row]:
+         short: Mapping[str, str] | None = None, clocks: bool = True) -> list[Row]:
     """Each job's row, the overrides that tell a sweep's members apart first (varying_keys);
-    `short`: machines' short names (views/names.py)."""
+    `short`: machines' short names (views/names.py); `clocks`: whether the submitted column is
+    shown (its clock time costs a date conversion a row)."""
     varying = varying_keys(jobs)
-    return [row(job, now, aliases, zone, varying[job.sweep], short) for job in jobs]
+    return [row(job, now, aliases, zone, varying[job.sweep], short, clocks) for job in jobs]
 
 
 def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = (),
-        short: Mapping[str, str] | None = None) -> Row:
+        short: Mapping[str, str] | None = None, clocks: bool = True) -> Row:
     """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
     `first`: the override keys shown first; `short`: machines' short names."""
     from jobtpu.views.display import clock
@@ -199,7 +200,7 @@ def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, firs
                attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
                age=duration(now - job.created), where=where(job, short),
                overrides=" ".join(words), tags=",".join(job.tags), info=info(job, short),
-               submitted=clock(job.created, zone), apart=_apart(words, told))
+               submitted=clock(job.created, zone) if clocks else "", apart=_apart(words, told))
 
 
 def sweep_row(members: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,

@@ -27,14 +27,15 @@ def fit_cell(text: str, width: int, right: bool) -> str:
     its trailing spaces first)."""
     if right:
         text = text.rstrip()
+    if text.isascii():  # most cells: a character a column
+        if len(text) <= width:
+            return text.rjust(width) if right else text.ljust(width)
+        return text[:width - 1] + "…" if width > 0 else ""
     size = cell_width(text)
     if size > width:
-        if text.isascii():
-            text = text[:max(width - 1, 0)] + "…" if width > 0 else ""
-        else:
-            from rich.cells import set_cell_size
+        from rich.cells import set_cell_size
 
-            text = set_cell_size(text, width - 1) + "…" if width > 0 else ""
+        text = set_cell_size(text, width - 1) + "…" if width > 0 else ""
         size = width
     pad = " " * (width - size)
     return pad + text if right else text + pad
