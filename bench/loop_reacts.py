@@ -32,7 +32,7 @@ def one(tmp: Path, n_jobs: int, interval: float, env: dict[str, str]) -> float:
     doc["machines"] = {"local": {"kind": "local", "resources": {"slot": SLOTS}}}
     (home / "machines.json").write_text(json.dumps(doc))
     start = time.time()
-    run(jobtpu(home, "submit", "--dir", str(src), "--cmd", f"sleep {SECONDS}", "--sweep",
+    run(jobtpu(home, "submit", "--dir", str(src), "--cmd", f"bash -c 'sleep {SECONDS}' job", "--sweep",
                "i=" + ",".join(map(str, range(n_jobs)))), env)
     loop = subprocess.Popen(jobtpu(home, "manage", "--loop", str(interval)), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
