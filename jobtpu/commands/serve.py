@@ -31,9 +31,9 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
     from jobtpu.home.users import known_user
     from jobtpu.web import guard
 
-    if not home.state_file.exists():
-        raise JobtpuError(f"{home.root} is not a jobtpu home yet (no state.json)",
-                          hint="pass --home DIR naming the home to show, or submit a job first")
+    if not home.machines_file.exists():
+        raise JobtpuError(f"{home.root} is not a jobtpu home (no machines.json)",
+                          hint="pass --home DIR (or set $JOBTPU_HOME) naming the home to show")
     user = known_user(home, None)
     folder = guard.private_folder()
     secret = guard.load_secret(folder)
