@@ -164,7 +164,7 @@ def test_kills_a_forced_act_and_a_sweeps_bulk_rerun_after_previews(site: Site) -
     # A sweep that ran, rerun as a whole from its view after the preview lists each member.
     sweep_src = source(site.team, alice, "echo ok\n", "sweep")
     first = int(site.run(alice, "submit", "--dir", str(sweep_src), "--cmd", "bash run.sh",
-                         "--sweep", "lr=1,2,3").split()[0])
+                         "--sweep", "lr=1,2,3").split("-")[0])
     members = list(range(first, first + 3))
 
     def ended() -> bool:
