@@ -100,6 +100,7 @@ def make_app(config: Config) -> Starlette:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.filters["shown"] = _shown
+    env.filters["clock"] = _clock
     csrf = guard.csrf_token(config.secret)
     poll = timing.current().serve_poll
 
@@ -125,7 +126,9 @@ def make_app(config: Config) -> Starlette:
 
         state = watcher.state()
         line, stale = freshness(state.last_pass)
-        values = {"title": title, "user": config.user, "account": config.account, "fresh": line, "stale": stale,
+        from jobtpu.home.settings import viewer_settings, viewer_zone
+
+        values = {"zone": viewer_zone(viewer_settings(config.home)), "title": title, "user": config.user, "account": config.account, "fresh": line, "stale": stale,
                   "csrf": csrf, "read_only": config.read_only, "poll": poll, "gen": watcher.generation, **values}
         part = request.headers.get("x-jobtpu-part") == "1"
         template = env.get_template(name)
@@ -139,7 +142,9 @@ def make_app(config: Config) -> Starlette:
                     request.headers.get("if-none-match") == f'"{watcher.generation}"':
                 return Response(status_code=304, headers={"etag": f'"{watcher.generation}"'})
             try:
-                response: Response = await in_thread(lambda: handler(request))
+                # A page looks at the home's files itself too: just after a pass's save it shows
+                # the save, without waiting for the watcher's next look.
+                response: Response = await in_thread(lambda: (watcher.look(), handler(request))[1])
             except JobtpuError as e:
                 return error_page(request, e)
             response.headers["etag"] = f'"{watcher.generation}"'
@@ -278,7 +283,7 @@ async def _watch(watcher: pages.Watcher) -> None:
     """The server's one watcher of the home's files."""
     every = timing.current().serve_watch
     while True:
-        if await anyio.to_thread.run_sync(watcher.look):
+        if watcher.look():  # a few stats: cheaper here than a thread's hop (an idle server stays idle)
             await anyio.to_thread.run_sync(watcher.state)  # read once here, not by the first page asking
         await anyio.sleep(every)
 
@@ -296,6 +301,14 @@ def _number(text: str, what: str) -> int:
 def _with(query: Any, **changes: str) -> str:
     items = [(k, v) for k, v in query.multi_items() if k not in changes]
     return "?" + urllib.parse.urlencode([*items, *changes.items()])
+
+
+@jinja2.pass_context
+def _clock(context: Any, seconds: float | None) -> str:
+    """A time as the viewer's `time_zone` reads it (the terminal views' clock)."""
+    from jobtpu.views.display import clock
+
+    return "" if seconds is None else clock(float(seconds), context.get("zone"))
 
 
 def _shown(text: object) -> str:

@@ -18,6 +18,7 @@ from jobtpu.home.layout import Home
 
 if TYPE_CHECKING:
     from jobtpu.commands.select import Selection
+    from jobtpu.schema.events import Event
     from jobtpu.schema.state import Job, State
 
 # A page draws at most this many job rows (a browser tab stays quick); `all` pages through the rest.
@@ -36,15 +37,17 @@ class Watcher:
         self._seen: tuple[tuple[int, int, int], ...] | None = None
         self._state: tuple[int, State] | None = None
         self._lock = threading.Lock()
+        self._looking = threading.Lock()
 
     def look(self) -> bool:
-        """One look; whether anything changed since the last."""
-        seen = tuple(_signature(self.home.root / name) for name in WATCHED)
-        if seen == self._seen:
-            return False
-        self._seen = seen
-        self.generation += 1
-        return True
+        """One look; whether anything changed since the last (the watcher's loop and pages look)."""
+        with self._looking:
+            seen = tuple(_signature(self.home.root / name) for name in WATCHED)
+            if seen == self._seen:
+                return False
+            self._seen = seen
+            self.generation += 1
+            return True
 
     def state(self) -> State:
         """state.json as of the current generation, read once per generation."""
@@ -235,12 +238,31 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
     return out
 
 
-def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[str], int]:
-    """`events`' lines with its filters, the newest EVENTS_SHOWN, and how many older were left out."""
+def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[str], bool]:
+    """`events`' lines with its filters, the newest EVENTS_SHOWN, and whether older ones were left
+    out. Read from the newest end: a full log (its rotated files too) is not parsed for one page."""
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.tell import eventlog
     from jobtpu.tell import events as ev
 
-    found = eventlog.read(home.root, job, machine, since)
+    found, more = newest_events(home, job, machine, since, EVENTS_SHOWN)
     zone = viewer_zone(viewer_settings(home))
-    return [ev.render_line(e, zone) for e in found[-EVENTS_SHOWN:]], max(0, len(found) - EVENTS_SHOWN)
+    return [ev.render_line(e, zone) for e in found], more
+
+
+def newest_events(home: Home, job: int | None, machine: str | None, since: float | None,
+                  n: int) -> tuple[list[Event], bool]:
+    """The newest `n` events that match, oldest first, and whether any older one matches too."""
+    from jobtpu.tell.eventlog import Filter, log_files, parse_lines, read_file
+
+    wanted = Filter(job, machine, since)
+    found: list[Event] = []
+    for path in reversed(log_files(home.root)):  # newest file first
+        lines = read_file(path).splitlines()
+        end = len(lines)
+        while end > 0:
+            start = max(0, end - 4 * n)
+            found = [*parse_lines(lines[start:end], wanted), *found]
+            end = start
+            if len(found) > n:
+                return found[-n:], True
+    return found, False
