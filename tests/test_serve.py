@@ -134,3 +134,39 @@ def test_every_refused_request_changes_nothing(served: tuple[Team, Path, Served,
     job = record(team, alice, home, bob_job)
     assert not job.get("held")
     assert [(f["act"], f["account"]) for f in job["forced"]] == [("release", alice)]  # type: ignore[union-attr,index]
+
+
+def test_an_act_waits_for_a_running_pass_and_says_so_while_other_pages_go_on(
+        served: tuple[Team, Path, Served, int]) -> None:
+    import fcntl
+    import threading
+
+    from tests.helpers import wait_for
+
+    team, home, server, bob_job = served
+    alice = team.accounts[0]
+    mine = server.cookie_header(cookie_name(home))
+    csrf = csrf_of(server.request("GET", "/", mine)[2])
+    posting = {**mine, "Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://{server.host}"}
+    body = form([("csrf", csrf), ("verb", "release"), ("id", str(bob_job)), ("force", "1"), ("confirm", "1")])
+    answers: list[tuple[int, dict[str, str], str]] = []
+    fd = os.open(home / "manage.lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a pass runs
+    try:
+        acting = threading.Thread(target=lambda: answers.append(server.request("POST", "/act", posting, body)))
+        acting.start()
+        server_pids = subprocess.run(["pgrep", "-u", alice, "-f", "serve"], capture_output=True, text=True).stdout.split()
+
+        def waits_on_the_lock() -> bool:
+            return any(os.path.realpath(f"/proc/{pid}/fd/{fd_name}") == str(home / "manage.lock")
+                       for pid in server_pids for fd_name in os.listdir(f"/proc/{pid}/fd"))
+        wait_for(waits_on_the_lock, timeout=30, what="the act to wait for the pass lock")
+        code, _, page = server.request("GET", "/?all_users=1", mine)  # another page, meanwhile
+        assert code == 200 and f'data-id="{bob_job}"' in page
+        assert acting.is_alive() and record(team, alice, home, bob_job)["held"] is True
+    finally:
+        os.close(fd)  # the pass ends
+    acting.join(timeout=60)
+    code, _, page = answers[0]
+    assert code == 200 and "a pass was running: this waited" in page, page
+    assert not record(team, alice, home, bob_job).get("held")

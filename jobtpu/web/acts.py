@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 
 from jobtpu.errors import JobtpuError, UsageError
@@ -76,14 +77,18 @@ def preview_words(words: list[str]) -> list[str] | None:
 
 
 def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
-    """The act, as this account and `user`: its exit code and the lines it said."""
+    """The act, as this account and `user`: its exit code and the lines it said (first, when it had
+    to wait for a running pass, how long: the command line's wait, in the server's worker thread)."""
     from jobtpu.commands import relay
     from jobtpu.home.roles import role_of
 
     with _ONE_AT_A_TIME:
         role = role_of(home.root)
         if not role.is_member:
-            return relay.carry_out(home, words, os.getuid(), user)
+            busy, start = pass_running(home), time.monotonic()
+            code, lines = relay.carry_out(home, words, os.getuid(), user)
+            waited = [f"a pass was running: this waited {time.monotonic() - start:.1f} s for it to end"] if busy else []
+            return code, [*waited, *lines]
         from jobtpu.commands.common import error_text, kept_lines
 
         out = io.StringIO()
@@ -95,3 +100,20 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
                 code = e.exit_code
                 lines.append(error_text(e))
         return code, [*lines, *(line for line in out.getvalue().splitlines() if line.strip())]
+
+
+def pass_running(home: Home) -> bool:
+    """Whether a pass holds the home's pass lock now (asked without waiting, and let go at once)."""
+    import fcntl
+
+    try:
+        fd = os.open(home.pass_lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing lets go of the shared lock, if taken
+    return False
