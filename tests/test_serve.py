@@ -18,6 +18,8 @@ import pytest
 from tests.accounts import REPO, Team
 from tests.serving import Served, cookie_name, csrf_of, form, record, shared_home, source
 
+BOBS_TOKEN = "bobs-api-token-0123456789"
+
 
 @pytest.fixture
 def served(team: Team) -> Iterator[tuple[Team, Path, Served, int]]:
@@ -25,7 +27,7 @@ def served(team: Team) -> Iterator[tuple[Team, Path, Served, int]]:
     alice, bob = team.accounts
     home = shared_home(team)
     bob_job = int(team.run(bob, "--home", str(home), "submit", "--dir", str(source(team, bob, "sleep 600\n")),
-                           "--cmd", "bash run.sh", "--hold", umask="0077").stdout)
+                           "--cmd", "bash run.sh", "--hold", "--env", f"API_TOKEN={BOBS_TOKEN}", umask="0077").stdout)
     team.run(alice, "--home", str(home), "manage", umask="0077")  # takes bob's request in: the job is queued
     server = Served(team, alice, home)
     try:
@@ -68,7 +70,7 @@ def test_the_socket_and_the_secret_are_the_accounts_own(served: tuple[Team, Path
 
 
 def test_the_link_is_swapped_for_a_strict_http_only_cookie(served: tuple[Team, Path, Served, int]) -> None:
-    _, home, server, _ = served
+    _, home, server, bob_job = served
     code, headers, _ = server.request("GET", f"/login?k={server.secret}")
     assert code == 303 and headers["location"] == "/"
     cookie = headers["set-cookie"]
@@ -79,6 +81,8 @@ def test_the_link_is_swapped_for_a_strict_http_only_cookie(served: tuple[Team, P
     assert "script-src 'self'" in headers["content-security-policy"]
     assert "default-src 'none'" in headers["content-security-policy"]
     assert "unsafe-inline" not in headers["content-security-policy"]
+    _, _, job_page = server.request("GET", f"/job/{bob_job}", server.cookie_header(cookie_name(home)))
+    assert "API_TOKEN" in job_page and BOBS_TOKEN not in job_page  # a secret --env value is never shown
 
 
 def test_every_refused_request_changes_nothing(served: tuple[Team, Path, Served, int]) -> None:

@@ -15,6 +15,7 @@ from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.home.layout import Home
 
 LOCAL_PORT = 8787  # the laptop's end of the printed `ssh -L` line
+SOCKET_PATH_MAX = 108  # sockaddr_un's sun_path on Linux, its closing NUL included
 
 
 def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> int:
@@ -45,6 +46,9 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
               "date_header": False, "access_log": False}
     if port is None:
         path = folder / f"{key}.sock"
+        if len(os.fsencode(path)) >= SOCKET_PATH_MAX:
+            raise JobtpuError(f"the socket's path {path} is longer than a Unix socket's path may be "
+                              f"({SOCKET_PATH_MAX - 1} bytes)", hint="use --port N (127.0.0.1 only)")
         _clear_socket(path)
         out = (f"serving {home.root} as {user} on {path}\n"
                f"from your laptop: ssh -N -L {LOCAL_PORT}:{path} {socket.getfqdn()}\n"

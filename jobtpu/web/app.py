@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobtpu import timing
-from jobtpu.errors import JobtpuError, UsageError
+from jobtpu.errors import JobtpuError, NotFoundError, UsageError
 from jobtpu.home.layout import Home
 from jobtpu.web import acts, guard, pages
 
@@ -121,11 +121,18 @@ def make_app(config: Config) -> Starlette:
                 return work()
         return await anyio.to_thread.run_sync(as_user)
 
-    def render(request: Request, name: str, title: str, **values: Any) -> Response:
+    def fresh_line() -> tuple[str, bool]:
+        """status's freshness line, or what is wrong with state.json (red)."""
+        from jobtpu.commands.common import error_text
         from jobtpu.commands.freshness import freshness
 
-        state = watcher.state()
-        line, stale = freshness(state.last_pass)
+        try:
+            return freshness(watcher.state().last_pass)
+        except JobtpuError as e:
+            return error_text(e).replace("\n", " "), True
+
+    def render(request: Request, name: str, title: str, **values: Any) -> Response:
+        line, stale = fresh_line()
         from jobtpu.home.settings import viewer_settings, viewer_zone
 
         values = {"zone": viewer_zone(viewer_settings(config.home)), "title": title, "user": config.user, "account": config.account, "fresh": line, "stale": stale,
@@ -152,14 +159,12 @@ def make_app(config: Config) -> Starlette:
         return endpoint
 
     def error_page(request: Request, e: JobtpuError) -> Response:
-        from jobtpu.commands.freshness import freshness
-
-        state = watcher.state()
-        line, stale = freshness(state.last_pass)
+        line, stale = fresh_line()
         html = env.get_template("error.html").render(
             title="error", user=config.user, account=config.account, fresh=line, stale=stale, csrf=csrf,
             read_only=config.read_only, poll=poll, gen=watcher.generation, message=e.message, hint=e.hint or "")
-        return HTMLResponse(html, status_code=400 if isinstance(e, UsageError) else 404)
+        return HTMLResponse(html, status_code=400 if isinstance(e, UsageError) else 404 if isinstance(e, NotFoundError)
+                            else 503)  # the home cannot be read as it is: a state.json broken by hand
 
     def jobs(request: Request) -> Response:
         from jobtpu.api import _selection
@@ -201,9 +206,7 @@ def make_app(config: Config) -> Starlette:
 
     async def fresh(request: Request) -> Response:
         """The freshness line and the generation: what every open page asks for each poll."""
-        from jobtpu.commands.freshness import freshness
-
-        line, stale = freshness(watcher.state().last_pass)
+        line, stale = await anyio.to_thread.run_sync(fresh_line) if watcher.stale_cache else fresh_line()
         tag = '"' + hashlib.sha256(f"{watcher.generation}|{line}".encode()).hexdigest()[:16] + '"'
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"etag": tag})
@@ -215,14 +218,17 @@ def make_app(config: Config) -> Starlette:
         from jobtpu.views.text import printable_lines
 
         q = request.query_params
-        job_id = _number(request.path_params["id"], "job id")
-        attempt, worker = _number(q.get("attempt", ""), "attempt"), _number(q.get("worker", "0"), "worker")
-        if "before" in q:
-            got = await anyio.to_thread.run_sync(
-                lambda: pages.log_tail(config.home, job_id, attempt, worker, _number(q["before"], "before")))
+        try:
+            job_id = _number(request.path_params["id"], "job id")
+            attempt, worker = _number(q.get("attempt", ""), "attempt"), _number(q.get("worker", "0"), "worker")
+            before = _number(q["before"], "before") if "before" in q else None
+            after = _number(q.get("from", "0"), "from")
+        except JobtpuError as e:
+            return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=400)
+        if before is not None:
+            got = await anyio.to_thread.run_sync(lambda: pages.log_tail(config.home, job_id, attempt, worker, before))
             return JSONResponse({"text": printable_lines(got.text), "start": got.start})
-        text, end = await anyio.to_thread.run_sync(
-            lambda: pages.log_since(config.home, job_id, attempt, worker, _number(q.get("from", "0"), "from")))
+        text, end = await anyio.to_thread.run_sync(lambda: pages.log_since(config.home, job_id, attempt, worker, after))
         return JSONResponse({"text": printable_lines(text), "end": end})
 
     async def act(request: Request) -> Response:
@@ -267,7 +273,10 @@ def make_app(config: Config) -> Starlette:
     async def metrics(request: Request) -> Response:
         from jobtpu.web.metrics import metrics_text
 
-        text = await in_thread(lambda: metrics_text(config.home, watcher.state()))
+        try:
+            text = await in_thread(lambda: metrics_text(config.home, watcher.state()))
+        except JobtpuError as e:
+            return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=503)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     routes = [Route("/", page(jobs)), Route("/job/{id}", page(job)), Route("/machines", page(machines)),
@@ -284,7 +293,8 @@ async def _watch(watcher: pages.Watcher) -> None:
     every = timing.current().serve_watch
     while True:
         if watcher.look():  # a few stats: cheaper here than a thread's hop (an idle server stays idle)
-            await anyio.to_thread.run_sync(watcher.state)  # read once here, not by the first page asking
+            with contextlib.suppress(JobtpuError, OSError):  # a broken state.json: each page says so
+                await anyio.to_thread.run_sync(watcher.state)  # read once here, not by the first page asking
         await anyio.sleep(every)
 
 

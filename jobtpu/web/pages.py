@@ -49,6 +49,11 @@ class Watcher:
             self.generation += 1
             return True
 
+    @property
+    def stale_cache(self) -> bool:
+        """Whether state() would read state.json (else it answers from memory)."""
+        return self._state is None or self._state[0] != self.generation
+
     def state(self) -> State:
         """state.json as of the current generation, read once per generation."""
         from jobtpu.home.store import Store
