@@ -128,3 +128,45 @@ def test_jobtpu_metrics_prints_the_prometheus_text(tmp_path: Path) -> None:
     assert json.dumps(sorted(families)) == json.dumps(sorted([
         "jobtpu_jobs", "jobtpu_oldest_queued_seconds", "jobtpu_machines", "jobtpu_last_pass_age_seconds",
         "jobtpu_last_pass_duration_seconds", "jobtpu_accelerator_hours_used", "jobtpu_accelerator_hours_lost"]))
+
+
+def test_a_page_draws_at_most_500_rows_and_says_what_it_left_out(tmp_path: Path) -> None:
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+    from jobtpu.schema.state import Job, Status
+
+    home = make_home(tmp_path)
+    with Store(Home(home)).transaction() as state:
+        state.jobs = [Job(id=i, user="tester", cmd="true", archive="a" * 64 + ".tar.gz", created=1.7e9 + i,
+                          status=Status.QUEUED) for i in range(1, 1101)]
+        state.next_id = 1101
+    person = Path(tempfile.mkdtemp(prefix="jtp-"))
+    server = Local(home, person)
+    try:
+        code, page = server.get("/")
+        assert code == 200 and page.count('<tr data-id="') == 20
+        assert "1080 more queued job(s) not shown" in page
+        code, page = server.get("/?all=1")
+        assert page.count('<tr data-id="') == 500 and "page 1 of 3: jobs 1–500 of 1100" in page
+        assert 'href="?all=1&amp;page=2"' in page
+        code, page = server.get("/?all=1&page=3")
+        assert page.count('<tr data-id="') == 100 and 'data-id="1100"' in page and "page 3 of 3" in page
+        # What an open page asks each poll: a 304 while nothing changed.
+        conn = http.client.HTTPConnection("localhost")
+        conn.sock = socket.socket(socket.AF_UNIX)
+        conn.sock.connect(server.socket)
+        headers = {"Host": "localhost:8787", "Cookie": server.cookie}
+        conn.request("GET", "/fresh", headers=headers)
+        first = conn.getresponse()
+        generation = json.loads(first.read())["gen"]
+        conn.request("GET", "/fresh", headers={**headers, "If-None-Match": first.getheader("etag") or ""})
+        again = conn.getresponse()
+        again.read()
+        conn.request("GET", "/?all=1", headers={**headers, "X-Jobtpu-Part": "1", "If-None-Match": f'"{generation}"'})
+        part = conn.getresponse()
+        part.read()
+        conn.close()
+        assert (first.status, again.status, part.status) == (200, 304, 304)
+    finally:
+        assert "Traceback" not in server.stop()
+        shutil.rmtree(person, ignore_errors=True)
