@@ -170,3 +170,35 @@ def test_a_page_draws_at_most_500_rows_and_says_what_it_left_out(tmp_path: Path)
     finally:
         assert "Traceback" not in server.stop()
         shutil.rmtree(person, ignore_errors=True)
+
+
+def test_a_machines_note_and_a_jobs_tags_after_their_preview(served: tuple[Path, Local]) -> None:
+    import urllib.parse
+
+    home, server = served
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', server.get("/machines")[1]).group(1)  # type: ignore[union-attr]
+
+    def post(fields: list[tuple[str, str]]) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("localhost")
+        conn.sock = socket.socket(socket.AF_UNIX)
+        conn.sock.connect(server.socket)
+        try:
+            conn.request("POST", "/act", body=urllib.parse.urlencode([("csrf", csrf), *fields]),
+                         headers={"Host": "localhost:8787", "Cookie": server.cookie, "Origin": "http://localhost:8787",
+                                  "Content-Type": "application/x-www-form-urlencoded"})
+            got = conn.getresponse()
+            return got.status, got.read().decode()
+        finally:
+            conn.close()
+
+    note = [("verb", "note"), ("machine", "local"), ("value", "disk <full>")]
+    code, page = post(note)
+    assert code == 200 and "would run: jobtpu note --machine=local -- disk &lt;full&gt;" in page
+    assert "disk" not in server.get("/machines")[1]
+    code, page = post([*note, ("confirm", "1")])
+    assert code == 200 and "machine local: note" in page
+    assert "<dd>disk &lt;full&gt;</dd>" in server.get("/machines")[1]
+    code, page = post([("verb", "tag"), ("id", "1"), ("value", "+best"), ("confirm", "1")])
+    assert code == 200 and json.loads(jobtpu(home, "status", "--json", "1").stdout)["jobs"][0]["tags"] == ["best"]
+    code, page = post([("verb", "tag"), ("id", "1"), ("value", "best")])
+    assert code == 400 and "tag needs jobs and changes like +best -draft" in page
