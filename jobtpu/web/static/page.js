@@ -20,6 +20,10 @@
   }
 
   async function redraw(gen) {
+    const typing = document.activeElement;
+    if (typing && live.contains(typing) && /^(INPUT|SELECT|TEXTAREA)$/.test(typing.tagName) && typing.type !== "checkbox") {
+      return;  // not under the cursor of someone writing a note: the next poll redraws
+    }
     const r = await fetch(location.pathname + location.search,
       {cache: "no-store", headers: {"X-Jobtpu-Part": "1", "If-None-Match": '"' + live.dataset.gen + '"'}});
     if (r.status !== 200) return;
