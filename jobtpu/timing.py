@@ -53,6 +53,8 @@ class Timing(NamedTuple):
     busy_interval: float = 2.0  # a loop's interval while work is in flight (a TPU operation, a setup, a launch)
     log_stream: float = 5.0  # between its passes, a loop brings running jobs' new log lines home this often
     request_wait: float = 10.0  # a member's act waits this long for a running loop to carry it out
+    serve_watch: float = 0.5  # `serve`: its one watcher looks at the home's files this often
+    serve_poll: float = 1.0  # `serve`: an open page asks whether anything changed this often (an ETag answer)
 
 
 DEFAULTS = Timing()

@@ -99,3 +99,22 @@ def test_the_check_would_see_a_heavy_import(home: Path, tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", runner, str(record), "--home", str(home), "status"],
                    capture_output=True, text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"})
     assert "paramiko" in json.loads(record.read_text())
+
+
+WEB = ("starlette", "uvicorn", "jinja2", "anyio", "jobtpu.web.app")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--all-users", "--json"], ["manage"],
+                                  ["metrics"], ["serve", "--help"]])
+def test_status_manage_and_help_load_none_of_the_web_stack(tmp_path: Path, args: list[str]) -> None:
+    """`jobtpu serve` is an optional extra (docs/reference/commands.md §2.29): nothing else loads it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local"}}}))
+    record = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(record), "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"})
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(record.read_text())
+    web = [m for m in modules if any(m == w or m.startswith(w + ".") for w in WEB)]
+    assert web == [], f"`jobtpu {' '.join(args)}` loaded {web[:5]}"

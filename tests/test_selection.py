@@ -96,3 +96,6 @@ def test_status_kill_and_report_pick_the_same_jobs_for_the_same_selectors(team: 
             "jobtpu: error: argument --all-users: not allowed with argument --user"), done.stderr
     assert {j["status"] for j in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",
                                                      "--json").stdout)["jobs"]} == {"queued"}
+    # --dry-run --force on bob's jobs recorded no forced act either
+    assert [j["forced"] for j in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",
+                                                     "--json").stdout)["jobs"] if j.get("forced")] == []

@@ -17,8 +17,10 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
-    from jobtpu.schema.fleet import Machine
+    from jobtpu.schema.events import Event
+    from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, State
+    from jobtpu.views.goodput import JobReport
 
 
 def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
@@ -51,6 +53,22 @@ def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
     return chosen if sel.given else [j for j in chosen if j.attempts]
 
 
+def job_reports(fleet: Fleet, jobs: list[Job], log: list[Event], now: float) -> list[JobReport]:
+    """What each job's attempts and interruptions cost (also the dashboard's and `metrics`' figures)."""
+    import msgspec
+
+    from jobtpu.views import goodput
+    from jobtpu.views.progress import Progress
+
+    reports = []
+    for job in jobs:
+        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
+                    for a in job.attempts]
+        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
+        reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
+    return reports
+
+
 def report(home: Home, sel: Selection, html: str | None, usage_since: float | None = None,
            as_json: bool = False) -> int:
     import msgspec
@@ -61,9 +79,7 @@ def report(home: Home, sel: Selection, html: str | None, usage_since: float | No
 
     from jobtpu.schema.machines import load_fleet
     from jobtpu.tell import eventlog
-    from jobtpu.views import goodput
     from jobtpu.views import report as goodput_report
-    from jobtpu.views.progress import Progress
 
     state = Store(home).load()
     fleet = load_fleet(home)
@@ -73,14 +89,8 @@ def report(home: Home, sel: Selection, html: str | None, usage_since: float | No
         jobs = [*state.jobs, *history(home)]
     else:
         jobs = report_jobs(home, state, sel)
-    log = eventlog.read(home.root)
     now = time.time()
-    reports = []
-    for job in jobs:
-        attempts = [goodput.AttemptRecord.from_json(msgspec.to_builtins(a), *chips_of(fleet.get(a.machine), job))
-                    for a in job.attempts]
-        progress = {a.n: Progress.from_json(a.progress) for a in job.attempts}
-        reports.append(goodput.job_report(job.id, job.name, attempts, log, progress, now))
+    reports = job_reports(fleet, jobs, eventlog.read(home.root), now)
     if usage_since is not None:
         from jobtpu.views.usage import render_usage, usage
 

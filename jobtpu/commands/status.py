@@ -83,6 +83,21 @@ def queued_rows(queued: list[Job]) -> Shown:
     return out
 
 
+def owners_of(shown: Shown) -> list[Job]:
+    """Each row's job (a collapsed sweep's: its first queued member)."""
+    return [item[0] if isinstance(item, list) else item for item in shown]
+
+
+def shown_rows(shown: Shown, now: float, aliases: Any, zone: Any, short: Any, clocks: bool = True) -> list[Any]:
+    """The rows of what rows_to_show chose: a job's (listing.rows), or a collapsed sweep's
+    (listing.sweep_row), in its order."""
+    from jobtpu.views.listing import rows, sweep_row
+
+    singles = [item for item in shown if not isinstance(item, list)]
+    made = iter(rows(singles, now, aliases, zone, short, clocks))
+    return [sweep_row(item, now, aliases, zone, short) if isinstance(item, list) else next(made) for item in shown]
+
+
 def sweep_summary(jobs: list[Job]) -> str:
     """A sweep's line of counts, most advanced first: `4 finished, 1 running, 1 failed`."""
     order = ("finished", "running", "launching", "killing", "queued", "failed", "killed")
@@ -107,7 +122,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
     from rich.console import Console, Group
 
     from jobtpu.views.display import jobs_table
-    from jobtpu.views.listing import config_aliases, rows, status_counts, sweep_row
+    from jobtpu.views.listing import config_aliases, status_counts
 
     chosen_columns, zone = status_view(home)
     viewer = viewer_name()
@@ -130,12 +145,8 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         counts = (f"sweep {', '.join(map(str, chosen.sweeps))}: {sweep_summary(jobs)}" if chosen.sweeps
                   else status_counts(jobs))
         captions = [("in history: " if chosen.history else "") + counts]
-        owners = [item[0] if isinstance(item, list) else item for item in shown]
-        columns = columns_for(chosen_columns, owners, viewer)
-        singles = [item for item in shown if not isinstance(item, list)]
-        made = iter(rows(singles, now, aliases, zone, short, clocks="submitted" in columns))
-        table_rows = [sweep_row(item, now, aliases, zone, short) if isinstance(item, list) else next(made)
-                      for item in shown]
+        columns = columns_for(chosen_columns, owners_of(shown), viewer)
+        table_rows = shown_rows(shown, now, aliases, zone, short, clocks="submitted" in columns)
         return jobs_table(table_rows, console.width, captions + ([left_out] if left_out else []), columns)
 
     if watch is None:

@@ -83,9 +83,10 @@ def remove_user(home: Home, name: str) -> None:
         _save(home, [n for n in names if n != name])
 
 
-def check_owner(job: Job, user: str, force: bool, act: str) -> None:
+def check_owner(job: Job, user: str, force: bool, act: str, record: bool = True) -> None:
     """The one ownership rule: `user` may `act` on their own jobs; on another user's only with
-    `force`, and then the act is recorded in the job (job.forced), which the caller saves."""
+    `force`, and then the act is recorded in the job (job.forced), which the caller saves; not by a
+    `--dry-run` (`record` false), which changes nothing."""
     from jobtpu.home.actor import real_uid
     from jobtpu.home.trust import account_name
 
@@ -99,12 +100,14 @@ def check_owner(job: Job, user: str, force: bool, act: str) -> None:
                               hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
         raise JobtpuError(f"job {job.id} is {job.user}'s, not {user}'s: {act} refused",
                           hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
+    if not record:
+        return
     from jobtpu.schema.state import ForcedAct
 
     job.forced.append(ForcedAct(by=user, act=act, at=round(time.time(), 3), uid=real, account=account_name(real)))
 
 
-def check_owners(jobs: list[Job], user: str, force: bool, act: str) -> None:
+def check_owners(jobs: list[Job], user: str, force: bool, act: str, record: bool = True) -> None:
     """check_owner for every job an act would touch, all or nothing: without `force`, one line
     refuses the whole act when any of them is another user's (a bulk act never half happens)."""
     from jobtpu.home.actor import real_uid
@@ -113,7 +116,7 @@ def check_owners(jobs: list[Job], user: str, force: bool, act: str) -> None:
     others = [j for j in jobs if j.user != user or (j.uid is not None and j.uid != real)]
     if len(others) == 1 or force:
         for job in others:
-            check_owner(job, user, force, act)
+            check_owner(job, user, force, act, record)
         return
     if others:
         owners = sorted({j.user for j in others})

@@ -1,0 +1,329 @@
+"""The Starlette application of `jobtpu serve` (docs/reference/commands.md §2.29).
+
+Every request passes `Guard` first: a loopback Host (or the --bind address), then the person's
+cookie (only /login takes the secret itself, once, from the printed link), and for a POST a
+same-origin Origin; the form's CSRF token is checked where the form is read. Every answer carries a
+Content-Security-Policy that allows this server's own script and style files only. Pages render
+from templates with autoescaping on; no template is chosen or built from request data.
+
+Live updates: each page asks `/fresh` every `serve_poll` seconds with If-None-Match (a 304 while
+nothing changed: short requests, so eight tabs never hold the six connections a browser allows one
+host); when the watcher's generation moved, it asks for its page's part again."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request, cookie_parser
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobtpu import timing
+from jobtpu.errors import JobtpuError, NotFoundError, UsageError
+from jobtpu.home.layout import Home
+from jobtpu.web import acts, guard, pages
+
+HERE = Path(__file__).resolve().parent
+MAX_FORM = 64 * 1024
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
+
+
+@dataclass
+class Config:
+    home: Home
+    user: str  # the jobtpu user every act is done as, fixed at start
+    account: str
+    secret: str
+    cookie: str
+    bind: str | None = None
+    read_only: bool = False
+
+
+class Guard:
+    """Host, cookie and Origin checks before any route; security headers on every answer."""
+
+    def __init__(self, app: ASGIApp, config: Config) -> None:
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            return await PlainTextResponse(refusal[1] + "\n", status_code=refusal[0])(scope, receive, with_headers)
+        await self.app(scope, receive, with_headers)
+
+    def refusal(self, scope: Scope) -> tuple[int, str] | None:
+        """Pure but for the config: why this request is refused (status, line), or None."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host")
+        if not guard.host_allowed(host, self.config.bind):
+            return 403, "refused: this server answers only to a loopback name (Host header)"
+        method = scope["method"]
+        if method not in ("GET", "HEAD", "POST"):
+            return 405, "refused: GET shows, POST acts; nothing else"
+        if scope["path"] == "/login" and method == "GET":
+            return None  # the link's secret is checked there
+        cookie = cookie_parser(headers.get("cookie", "")).get(self.config.cookie)
+        if not guard.same_secret(cookie, self.config.secret):
+            return 401, ("not logged in: open the link `jobtpu serve` printed (it carries your secret once; "
+                         "the page keeps it as a cookie)")
+        if method == "POST" and not guard.origin_allowed(headers.get("origin"), host):
+            return 403, "refused: a POST must come from this server's own pages (Origin)"
+        return None
+
+
+def make_app(config: Config) -> Starlette:
+    watcher = pages.Watcher(config.home)
+    watcher.look()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["shown"] = _shown
+    env.filters["clock"] = _clock
+    csrf = guard.csrf_token(config.secret)
+    poll = timing.current().serve_poll
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_watch, watcher)
+            yield
+            tasks.cancel_scope.cancel()
+
+    async def in_thread(work: Callable[[], Any]) -> Any:
+        """Reading the home (and acting) off the event loop: a slow read or an act waiting for a
+        running pass never holds up another page."""
+        from jobtpu.home.actor import Actor, acting_for
+
+        def as_user() -> Any:
+            with acting_for(Actor(os.getuid(), config.account, config.user)):
+                return work()
+        return await anyio.to_thread.run_sync(as_user)
+
+    def fresh_line() -> tuple[str, bool]:
+        """status's freshness line, or what is wrong with state.json (red)."""
+        from jobtpu.commands.common import error_text
+        from jobtpu.commands.freshness import freshness
+
+        try:
+            return freshness(watcher.state().last_pass)
+        except JobtpuError as e:
+            return error_text(e).replace("\n", " "), True
+
+    def render(request: Request, name: str, title: str, **values: Any) -> Response:
+        line, stale = fresh_line()
+        from jobtpu.home.settings import viewer_settings, viewer_zone
+
+        values = {"zone": viewer_zone(viewer_settings(config.home)), "title": title, "user": config.user, "account": config.account, "fresh": line, "stale": stale,
+                  "csrf": csrf, "read_only": config.read_only, "poll": poll, "gen": watcher.generation, **values}
+        part = request.headers.get("x-jobtpu-part") == "1"
+        template = env.get_template(name)
+        if part:  # the page's live part alone, which the script puts in place of the old one
+            return HTMLResponse("".join(template.blocks["live"](template.new_context(values))))
+        return HTMLResponse(template.render(**values), headers={"etag": f'"{watcher.generation}"'})
+
+    def page(handler: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if request.headers.get("x-jobtpu-part") == "1" and \
+                    request.headers.get("if-none-match") == f'"{watcher.generation}"':
+                return Response(status_code=304, headers={"etag": f'"{watcher.generation}"'})
+            try:
+                # A page looks at the home's files itself too: just after a pass's save it shows
+                # the save, without waiting for the watcher's next look.
+                response: Response = await in_thread(lambda: (watcher.look(), handler(request))[1])
+            except JobtpuError as e:
+                return error_page(request, e)
+            response.headers["etag"] = f'"{watcher.generation}"'
+            return response
+        return endpoint
+
+    def error_page(request: Request, e: JobtpuError) -> Response:
+        line, stale = fresh_line()
+        html = env.get_template("error.html").render(
+            title="error", user=config.user, account=config.account, fresh=line, stale=stale, csrf=csrf,
+            read_only=config.read_only, poll=poll, gen=watcher.generation, message=e.message, hint=e.hint or "")
+        return HTMLResponse(html, status_code=400 if isinstance(e, UsageError) else 404 if isinstance(e, NotFoundError)
+                            else 503)  # the home cannot be read as it is: a state.json broken by hand
+
+    def jobs(request: Request) -> Response:
+        from jobtpu.api import _selection
+        from jobtpu.commands.status import viewer_name
+
+        q = request.query_params
+        sel = _selection(q.getlist("id"), q.getlist("tag"), q.getlist("name"), q.getlist("status"),
+                         [_number(s, "sweep") for s in q.getlist("sweep")], q.get("user") or None,
+                         q.get("all_users") == "1", q.get("history") == "1")
+        view = pages.jobs_page(config.home, watcher.state(), sel, q.get("all") == "1",
+                               _number(q.get("page", "1"), "page"), viewer_name())
+        selectors = [("sel_tag", v) for v in sel.tags] + [("sel_name", v) for v in sel.names] + \
+            [("sel_status", v) for v in sel.statuses] + [("sel_sweep", str(v)) for v in sel.sweeps] + \
+            ([("sel_user", sel.user)] if sel.user else []) + ([("sel_all_users", "1")] if sel.all_users else [])
+        links = {"prev": _with(q, page=str(view.page - 1)), "next": _with(q, page=str(view.page + 1))}
+        return render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
+                      filtered=bool(sel.given))
+
+    def job(request: Request) -> Response:
+        job_id = _number(request.path_params["id"], "job id")
+        view = pages.job_page(config.home, watcher.state(), job_id)
+        return render(request, "job.html", f"job {job_id}", view=view)
+
+    def machines(request: Request) -> Response:
+        return render(request, "machines.html", "machines", view=pages.machines_page(config.home, watcher.state()))
+
+    def events(request: Request) -> Response:
+        from jobtpu.tell.events import parse_since
+
+        q = request.query_params
+        since = q.get("since") or None
+        job_id = _number(q["job"], "job") if q.get("job") else None
+        try:
+            since_at = parse_since(since) if since else None
+        except ValueError as e:
+            raise UsageError(f"since: {e}", hint="a duration ago (10m, 2h, 1d) or an ISO time (2026-01-31T12:00)") from None
+        lines, older = pages.events_page(config.home, job_id, q.get("machine") or None, since_at)
+        return render(request, "events.html", "events", lines=lines, older=older, query=q)
+
+    async def fresh(request: Request) -> Response:
+        """The freshness line and the generation: what every open page asks for each poll."""
+        line, stale = await anyio.to_thread.run_sync(fresh_line) if watcher.stale_cache else fresh_line()
+        tag = '"' + hashlib.sha256(f"{watcher.generation}|{line}".encode()).hexdigest()[:16] + '"'
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={"etag": tag})
+        return JSONResponse({"line": line, "stale": stale, "gen": watcher.generation}, headers={"etag": tag})
+
+    async def log(request: Request) -> Response:
+        """A worker's log past `from` (following), or the LOG_TAIL bytes before `before` (older parts):
+        by job, attempt and worker number, never a path."""
+        from jobtpu.views.text import printable_lines
+
+        q = request.query_params
+        try:
+            job_id = _number(request.path_params["id"], "job id")
+            attempt, worker = _number(q.get("attempt", ""), "attempt"), _number(q.get("worker", "0"), "worker")
+            before = _number(q["before"], "before") if "before" in q else None
+            after = _number(q.get("from", "0"), "from")
+        except JobtpuError as e:
+            return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=400)
+        if before is not None:
+            got = await anyio.to_thread.run_sync(lambda: pages.log_tail(config.home, job_id, attempt, worker, before))
+            return JSONResponse({"text": printable_lines(got.text), "start": got.start})
+        text, end = await anyio.to_thread.run_sync(lambda: pages.log_since(config.home, job_id, attempt, worker, after))
+        return JSONResponse({"text": printable_lines(text), "end": end})
+
+    async def act(request: Request) -> Response:
+        if config.read_only:
+            return PlainTextResponse("refused: this server shows the home read-only (--read-only)\n", status_code=403)
+        body = await request.body()
+        if len(body) > MAX_FORM:
+            return PlainTextResponse("refused: the form is too large\n", status_code=413)
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        if not guard.same_secret(next(iter(form.get("csrf") or []), None), csrf):
+            return PlainTextResponse("refused: the form's token is missing or wrong (reload the page)\n", status_code=403)
+        try:
+            words = acts.act_words(form)
+        except JobtpuError as e:
+            return error_page(request, e)
+        fields = [(k, v) for k, values in form.items() if k not in ("csrf", "confirm") for v in values]
+        if (form.get("confirm") or [""])[0] != "1":
+            dry = acts.preview_words(words)
+            code, lines = (await in_thread(lambda: acts.run(config.home, dry, config.user))) if dry else \
+                (0, ["would run: jobtpu " + " ".join(words)])
+            return await in_thread(lambda: render(request, "confirm.html", "confirm", words=" ".join(words),
+                                                  lines=lines, code=code, fields=fields,
+                                                  forced="--force" in words))
+        code, lines = await in_thread(lambda: acts.run(config.home, words, config.user))
+        return await in_thread(lambda: render(request, "done.html", "done", words=" ".join(words), lines=lines,
+                                              code=code, back=request.headers.get("referer") or "/"))
+
+    async def login(request: Request) -> Response:
+        if not guard.same_secret(request.query_params.get("k"), config.secret):
+            return PlainTextResponse("not logged in: open the link `jobtpu serve` printed\n", status_code=401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(config.cookie, config.secret, httponly=True, samesite="strict", path="/")
+        return response
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        kinds = {"page.js": "text/javascript", "page.css": "text/css"}
+        if name not in kinds:  # a fixed list: no path from the request reaches the file system
+            return PlainTextResponse("not found\n", status_code=404)
+        return Response((HERE / "static" / name).read_bytes(), media_type=kinds[name])
+
+    async def metrics(request: Request) -> Response:
+        from jobtpu.web.metrics import metrics_text
+
+        try:
+            text = await in_thread(lambda: metrics_text(config.home, watcher.state()))
+        except JobtpuError as e:
+            return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=503)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    routes = [Route("/", page(jobs)), Route("/job/{id}", page(job)), Route("/machines", page(machines)),
+              Route("/events", page(events)), Route("/fresh", fresh), Route("/job/{id}/log", log),
+              Route("/act", act, methods=["POST"]), Route("/login", login), Route("/static/{name}", static),
+              Route("/metrics", metrics)]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(Guard, config=config)
+    return app
+
+
+async def _watch(watcher: pages.Watcher) -> None:
+    """The server's one watcher of the home's files."""
+    every = timing.current().serve_watch
+    while True:
+        if watcher.look():  # a few stats: cheaper here than a thread's hop (an idle server stays idle)
+            with contextlib.suppress(JobtpuError, OSError):  # a broken state.json: each page says so
+                await anyio.to_thread.run_sync(watcher.state)  # read once here, not by the first page asking
+        await anyio.sleep(every)
+
+
+def _number(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{what}: {text[:40]!r} is not a whole number", hint="fix the address") from None
+    if value < 0:
+        raise UsageError(f"{what}: {value} is below 0", hint="fix the address")
+    return value
+
+
+def _with(query: Any, **changes: str) -> str:
+    items = [(k, v) for k, v in query.multi_items() if k not in changes]
+    return "?" + urllib.parse.urlencode([*items, *changes.items()])
+
+
+@jinja2.pass_context
+def _clock(context: Any, seconds: float | None) -> str:
+    """A time as the viewer's `time_zone` reads it (the terminal views' clock)."""
+    from jobtpu.views.display import clock
+
+    return "" if seconds is None else clock(float(seconds), context.get("zone"))
+
+
+def _shown(text: object) -> str:
+    """Text from the home as the terminal would show it: control characters (ANSI) as their escapes."""
+    from jobtpu.views.text import printable_lines
+
+    return printable_lines(str(text if text is not None else ""))
+
