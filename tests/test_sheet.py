@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from jobtpu.decide.observation import claim_reason
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.sheet.api import SheetError, read_sheet
 from jobtpu.sheet.config import SheetConfig, parse_config
 from jobtpu.sheet.edits import register, release, set_note, unregister
 from jobtpu.sheet.jobnote import job_note
 from jobtpu.sheet.layout import COLUMNS, MachineRow
-from jobtpu.sheet.rows import claim_reason, find, format_rows, render_rows
+from jobtpu.sheet.rows import find, format_rows, render_rows
 from jobtpu.sheet.sync import PassSheet, sync
 from tests.fake_sheets import FakeSheetsApi
 

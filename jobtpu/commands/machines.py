@@ -58,9 +58,9 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
 
 def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
     """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
+    from jobtpu.decide.observation import claim_reason
     from jobtpu.sheet.hook import memo_path
     from jobtpu.sheet.memo import load_memo
-    from jobtpu.sheet.rows import claim_reason
 
     claims = load_memo(memo_path(home)).claims
     for row in rows:

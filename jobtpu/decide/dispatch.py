@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 from jobtpu.decide import rules
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
-from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, rule_of
+from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, claim_reason, rule_of
 from jobtpu.schema import state as model
 from jobtpu.schema.machines import Fleet, Machine
 from jobtpu.schema.state import Attempt, Job, Status
-from jobtpu.sheet.rows import claim_reason
 
 
 def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:

@@ -98,3 +98,6 @@ def rule_of(job: Job, machine: Machine | None) -> str:
     return job.rule or (machine.default_rule() if machine else "pass")
 
 
+def claim_reason(holder: str) -> str:
+    """Why a machine a person claimed in the team sheet takes no job of anyone else's."""
+    return f"claimed by {holder} in the sheet"

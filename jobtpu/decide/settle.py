@@ -3,7 +3,7 @@
 Acting (passes/act.py) carries out launches and stops and hands back only what happened: a launch its
 machine's setup held back, each worker's launch report, whether a stop's workers are all gone. This
 step alone applies what they mean, through decide/outcomes.py's pure functions (`goes_ahead`,
-`launched`, `killed`) and, for a stop whose rule brings its TPU back, `tpu/plan.want_back`. The same
+`launched`, `killed`) and, for a stop whose rule brings its TPU back, `want_back`. The same
 step settles `jobtpu kill`'s stops outside a pass. No I/O."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
 from jobtpu.schema.machines import Machine
+from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
-from jobtpu.tpu.plan import want_back
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,9 @@ def settle_one(state: State, report: ActReport, now: float) -> Kill | None:
     if recreate is not None and report.machine.is_tpu:
         want_back(state.machine(recreate.machine))  # the next pass plans that step and saves it first
     return None
+
+
+def want_back(record: MachineRecord) -> None:
+    """After a stop whose rule recreates the TPU: the next pass plans (and saves) the first step."""
+    if not (record.want_recreate or record.operation):
+        record.want_recreate = True

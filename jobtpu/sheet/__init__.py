@@ -23,7 +23,7 @@ Wiring (the few calls the rest of jobtpu makes):
 - A pass (jobtpu/sheet/hook.py): at its start `ps = sync.PassSheet.start(config, memo_path)` (one read, unless
   the last one is younger than `read_every`; memo_path: `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)) but for the users the claim names, giving
-  `rows.claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
+  `decide.observation.claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
   machine and `result = ps.finish(rows)`; print `result.problem` when set. Neither ever raises for
   the API's sake; the start costs at most `sheet.timeout`, the end two (and nothing when the start
   failed, or when it did not read and the rows are those last written: a quiet pass). The memo (sheet/memo.py) is jobtpu's own file: `sheet.json` is one of the home's own files (never snapshotted).

@@ -14,7 +14,6 @@ from jobtpu import timing
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import RECOVERING, Status
 from jobtpu.sheet.layout import MachineRow
-from jobtpu.sheet.sync import PassSheet
 
 if TYPE_CHECKING:
     from jobtpu.decide.observation import Observation
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, State
     from jobtpu.schema.state_file import Encoded
+    from jobtpu.sheet.sync import PassSheet
 
 MEMO = "sheet.json"  # what jobtpu last wrote and read, in the home (one of its own files)
 
@@ -46,6 +46,8 @@ class SheetHook:
         config = p.fleet.sheet
         if config is None:
             return []
+        from jobtpu.sheet.sync import PassSheet  # here: a home without a sheet loads no Sheets client
+
         path = memo_path(p.home)
         own = own_users(sheet_rows(p.fleet, p.state, p.home))
         ps = PassSheet.start(config, path)

@@ -77,10 +77,6 @@ def grid_from_values(values: list[list[Any]], layout: Layout = JOBTPU) -> SheetG
     return SheetGrid(rows, layout.positions(rows[0] if rows else []), layout=layout)
 
 
-def claim_reason(holder: str) -> str:
-    return f"claimed by {holder} in the sheet"
-
-
 @dataclass
 class WritePlan:
     """Cells to change, as (0-based row, 0-based column) → text, and the memo after the write."""

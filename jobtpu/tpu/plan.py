@@ -361,9 +361,3 @@ def intend(work: MachineWork, now: float) -> None:
         record.create_sent = now
     if work.has("create-queued"):
         record.queue_asked = now
-
-
-def want_back(record: MachineRecord) -> None:
-    """After a stop whose rule recreates the TPU: the next pass plans (and saves) the first step."""
-    if not (record.want_recreate or record.operation):
-        record.want_recreate = True
