@@ -35,7 +35,7 @@ from pathlib import Path
 
 from jobtpu import timing
 from jobtpu.remote import protocol
-from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 
@@ -137,8 +137,9 @@ def peerfile_source() -> str:
 
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     """Each worker's launch report; a worker with none is missing (its launch said nothing)."""
-    return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == "ok" else None,
-                                           r.detail if r.outcome in ("fail", "bad-archive") else "")
+    return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == LaunchOutcome.OK else None,
+                                           r.detail if r.outcome in (LaunchOutcome.FAIL, LaunchOutcome.BAD_ARCHIVE)
+                                           else "")
             for r in protocol.of_kind(protocol.reports(stdout), protocol.Launch)}
 
 
