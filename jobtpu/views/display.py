@@ -1,4 +1,4 @@
-"""Tables for people: pure functions from records to rich renderables (rich is imported only here)."""
+"""Tables for people: pure functions from records to rich renderables."""
 
 from __future__ import annotations
 
