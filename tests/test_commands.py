@@ -68,6 +68,57 @@ def test_each_command_word_is_built_by_the_module_the_cli_names_for_it() -> None
     assert [cli.command_word(w) for w in (["--help"], ["--home", "h"], ["--version"], [])] == [None] * 4
 
 
+def _every_parser(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(" ".join(words), parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _every_parser(sub, (*words, name))
+    return found
+
+
+def test_every_parser_keeps_its_own_record_of_its_arguments_and_commands() -> None:
+    """cli.py and completion read the command line's arguments from the parsers' own record
+    (args.Parser), not argparse's private lists: the record must hold every argument, those of a
+    mutually exclusive group too, in argparse's order, and the subcommands."""
+    from jobtpu.commands import args
+
+    parsers = _every_parser(build_parser())
+    assert len(parsers) > 40
+    for words, parser in parsers:
+        assert isinstance(parser, args.Parser), words
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        assert parser.arguments == [a for a in parser._actions if a not in subs], words
+        assert parser.commands is (subs[0] if subs else None), words
+        for action in parser.arguments:
+            assert all(parser.option(o) is action for o in action.option_strings), words
+
+
+def test_cli_and_completion_read_no_private_part_of_argparse_but_two_narrow_overrides() -> None:
+    """Python 3.11's argparse gives no public hook for a subcommand word's check (_check_value) nor
+    for `--name=--` (_get_values): those two overrides stay, commented; nothing else private."""
+    private = {name for name in [*dir(argparse.ArgumentParser()), *vars(argparse.ArgumentParser())]
+               if name.startswith("_") and not name.startswith("__")}
+    private |= {f"argparse.{name}" for name in vars(argparse) if name.startswith("_") and not name.startswith("__")}
+    for module in ("cli.py", "commands/completion.py", "commands/args.py"):
+        text = (Path(__file__).parent.parent / "jobtpu" / module).read_text(encoding="utf-8")
+        text = re.sub(r"(?m)^if TYPE_CHECKING:\n(    .*\n|\n)*", "", text)  # a type's name is no use of it
+        used = {name.removeprefix(".") for name in re.findall(r"argparse\._\w+|\._\w+", text)} & private
+        assert used <= {"_check_value", "_get_values", "_get_value"}, (module, used)
+
+
+def test_submit_options_are_the_parser_s_options_with_its_defaults() -> None:
+    """SubmitOptions names each option of submit's parser, and takes each default from it."""
+    from jobtpu.commands.submit import SubmitOptions, add_job_options
+
+    parser = argparse.ArgumentParser()
+    add_job_options(parser)
+    defaults = vars(parser.parse_args([]))
+    assert set(SubmitOptions._fields) == set(defaults) - {"json"}
+    assert SubmitOptions._field_defaults == {name: defaults[name] for name in SubmitOptions._fields}
+    assert SubmitOptions().max_recoveries == parser.get_default("max_recoveries") == 20
+
+
 def test_rules_prints_what_the_pass_decides_with(tmp_path: Path) -> None:
     home = make_home(tmp_path, {"box": {"kind": "local"},
                                 "v4": {"kind": "tpu", "node": "n", "zone": "z", "accelerator": "v4-8",

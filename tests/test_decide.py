@@ -407,6 +407,14 @@ def test_rules_recovery_table() -> None:
         assert rules.recovery(rule, reason, 20, 20) is None
 
 
+def test_recovery_words_are_their_enum_from_the_rules_to_the_ending() -> None:
+    said = {rules.recovery(rule, reason, 0, 20) for rule in rules.RULES for reason in (model.PREEMPTED, model.GRPC)}
+    said |= {rules.retry(rule, "exit 1", 0, 1) for rule in rules.RULES}
+    assert said - {None} == set(model.Recovery) and all(type(w) is model.Recovery for w in said - {None})
+    decoded = msgspec.json.decode(b'{"status": "failed", "recover": "recreate-rerun"}', type=Ending)
+    assert decoded.recovery is model.Recovery.RECREATE_RERUN and Ending(Status.KILLED).recovery is None
+
+
 def test_classify() -> None:
     p = DEFAULT_ERROR_PATTERNS
     assert rules.classify(3, "", p) == "exit 3"

@@ -38,6 +38,20 @@ def _ran(ledger: Path) -> int:
     return len(ledger.read_text().split()) if ledger.exists() else 0
 
 
+def _runs(home: Path, job: int) -> bool:
+    """Whether a live process carries the job's marker (JOBTPU_MARK=<home id>.<job>.<attempt>.<worker>):
+    a copy started at any time, detached or not, is one from its start until it ends."""
+    mark = f"JOBTPU_MARK={(home / 'home_id').read_text().strip()}.{job}.".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            words, stat = environ.read_bytes().split(b"\0"), (environ.parent / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z" and any(w.startswith(mark) for w in words):
+            return True
+    return False
+
+
 # ---- started exactly once ------------------------------------------------------------------------------
 
 def test_a_job_whose_pid_record_cannot_be_written_is_never_started(tmp_path: Path) -> None:
@@ -53,8 +67,8 @@ def test_a_job_whose_pid_record_cannot_be_written_is_never_started(tmp_path: Pat
     # No copy runs now, nor after more passes (the claim left behind is no excuse to start again).
     for _ in range(3):
         jobtpu(home, "manage")
-    time.sleep(0.5)
-    assert _ran(ledger) == 0
+    # A copy would still run (its command sleeps 30 s): none does now, and none ran.
+    assert not _runs(home, job) and _ran(ledger) == 0
 
 
 def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_path: Path) -> None:
@@ -75,8 +89,7 @@ def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_
         assert not list(folder.glob("*.env"))
         for _ in range(2):
             jobtpu(home, "manage")
-        time.sleep(0.5)
-        assert _ran(ledger) == 0
+        assert not _runs(home, job) and _ran(ledger) == 0  # a copy would still run (it sleeps 30 s)
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
@@ -90,7 +103,7 @@ def test_a_machine_setup_whose_pid_record_cannot_be_written_is_never_started(tmp
     for _ in range(2):  # a pass, then the next one: neither starts it
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, cwd=tmp_path)
         assert setup_said(done.stdout).startswith("SETUP failed 97: cannot write the pid record"), done.stdout
-    time.sleep(0.3)
+    # No wait: the script says failed 97 only once it has reaped the detached process (setup.sh).
     assert _ran(ledger) == 0
 
 

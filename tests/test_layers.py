@@ -5,6 +5,7 @@ dodge it) and hide which module owns what."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
     assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
 
 
-def test_tpuflow_does_not_reach_back_into_the_pass() -> None:
+def test_tpu_flow_does_not_reach_back_into_the_pass() -> None:
     assert "jobtpu.passes.manage" not in import_graph()["jobtpu.tpu.flow"]
 
 
@@ -141,3 +142,44 @@ def test_the_design_s_module_map_names_every_module_and_no_other() -> None:
     rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
     modules = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
     assert rows == modules, {"missing from the map": sorted(modules - rows), "no such module": sorted(rows - modules)}
+
+
+FILE_SUFFIXES = {"py", "json", "jsonl", "lock", "sh", "md", "toml", "bak"}
+
+
+def _defines(text: str, name: str) -> bool:
+    """Whether a module's source defines or imports `name` (a function, class, constant or field)."""
+    return re.search(rf"^\s*(def|class) {name}\b|^\s*(\w+, )*{name}(, \w+)*\s*[:=]|import [^\n]*\b{name}\b",
+                     text, re.M) is not None
+
+
+def test_the_design_names_only_code_that_exists() -> None:
+    """docs/design.md's code references (`tpu/plan.decide_machine`, `scripts.probe_script`,
+    `bring_logs_home`) name what the package has: a renamed or removed function leaves no stale
+    name behind. A `module.name` is looked up in the module it names (by path, by file name, or by
+    the alias the code imports it as); a bare snake_case name must occur in the package, its shell
+    or its tests."""
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    sources = {str(p.relative_to(PACKAGE).with_suffix("")): p.read_text(encoding="utf-8")
+               for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    aliases: dict[str, set[str]] = {}
+    for text in sources.values():
+        for where, name, alias in re.findall(r"from jobtpu\.([\w.]+) import (\w+) as (\w+)", text):
+            aliases.setdefault(alias, set()).add(f"{where.replace('.', '/')}/{name}")
+    everything = "\n".join([*sources.values(), *(p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.sh")),
+                            *(p.read_text(encoding="utf-8") for p in PACKAGE.parent.joinpath("tests").glob("*.py"))])
+    stale = []
+    for token in sorted(set(re.findall(r"`([^`\s]+)`", design))):
+        token = token.removesuffix("()")
+        if dotted := re.fullmatch(r"([a-z_/]+)\.([A-Za-z_]\w*)", token):
+            module, name = dotted.groups()
+            if name in FILE_SUFFIXES or module in packages:  # a file, or a key of machines.json's `sheet`
+                continue
+            found = {m for m in sources if m == module or m.endswith(f"/{module}")} | \
+                {m for m in aliases.get(module, ()) if m in sources}
+            if found and not any(_defines(sources[m], name) for m in found):
+                stale.append(token)
+        elif re.fullmatch(r"_?[a-z][a-z0-9]*(_[a-z0-9]+)+", token) and not re.search(rf"\b{token}\b", everything):
+            stale.append(token)
+    assert stale == []

@@ -216,15 +216,13 @@ def test_what_a_member_writes_is_read_as_data_in_bounded_time(team: Team, kind: 
     if kind == "archive":  # the submit that brings it is bob's own, well made; only its snapshot is hostile
         assert target.exists()
     as_(team, bob, scripts[attack])
-    started = time.monotonic()
-    said = []
+    said = []  # each run's timeout is its hang guard: none waits on what bob planted
     for args in (("manage",), ("status", "--all-users"), ("requests",), ("events",)):
         done = team.run(alice, "--home", str(home), *args, check=False, umask="0077", env=QUICK, timeout=HANG)
         said.append(done.stdout + done.stderr)
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert SECRET not in done.stdout + done.stderr, (args, done.stdout, done.stderr)
         assert done.returncode == 0 or args == ("events",), (args, done.stderr)
-    assert time.monotonic() - started < HANG
     # Nothing of bob's choosing ran or was read as alice: the token went nowhere, no job holds it.
     state = (home / "state.json").read_text()
     assert SECRET not in state and SECRET not in (home / "secrets.json").read_text() if (home / "secrets.json").exists() else True

@@ -1,5 +1,6 @@
 """How often a pass touches state.json, counted from the system calls of the real CLI (strace): one
-read, and at most two writes (its intents, then its result); a quiet pass writes nothing. And what
+read, and at most two writes (its intents, then its result); a quiet pass writes once (its result:
+when it ran, the jobs' last sign of life). And what
 the next pass does with intents a dead pass saved but never carried out."""
 
 from __future__ import annotations

@@ -150,6 +150,7 @@ def test_parsers_skip_what_does_not_decode_and_never_raise() -> None:
         assert parse("LAUNCH x y z ok\nW a b c\nK 1 2\n{\"kind\":") == {}
     assert parse_tpu_doctor("HOLDER 1 x ours\nLOCK yes\n") == ([], False)
     assert parse_tpu_accelerator("JAX 4\n").jax is None
+    assert [type(r.outcome) for r in parse_launch(out).values()] == [protocol.LaunchOutcome] * 2
 
 
 def test_a_worker_report_carries_its_log_bytes_exactly() -> None:

@@ -67,10 +67,9 @@ def test_run_returns_results_and_costs_one_connection_and_one_session(ssh_fleet:
 def test_a_script_over_its_timeout_is_a_remote_error(ssh_fleet: SshFleet, home: Home) -> None:
     fm = ssh_fleet.add_machine("a")
     t = transport(machine_of(ssh_fleet, fm), home, fm.hosts[0])
-    start = time.monotonic()
+    # A script that cannot end while the test runs: its error is the timeout's, whatever the machine's load.
     with pytest.raises(RemoteError, match=r"^a\[0\] .*: the script did not finish within 0.5s"):
-        t.run("sleep 5", timeout=0.5)
-    assert time.monotonic() - start < 2
+        t.run("sleep 600", timeout=0.5)
     t.close()
 
 
@@ -102,7 +101,7 @@ def test_a_host_that_accepts_tcp_but_never_answers_costs_connect_timeout(ssh_fle
         start = time.monotonic()
         with pytest.raises(RemoteError, match=r"did not finish within 1.5s \(connect_timeout\)"):
             transport(m, home, h).run("true")
-        assert 1.4 < time.monotonic() - start < 2.5
+        assert time.monotonic() - start > 1.4  # it waited; that it ended at all is the timeout's (nobody answers)
 
 
 def test_accept_new_records_keys_of_many_hosts_at_once(ssh_fleet: SshFleet, home: Home) -> None:

@@ -99,11 +99,10 @@ def test_stop_host_kills_its_sessions_and_refuses_then_start_host_restores(ssh_f
     transport = client.get_transport()
     assert transport is not None
     ssh_fleet.stop_host(h0)
-    t = time.monotonic()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((h0.addr, h0.port), timeout=2).close()
     r = _ssh(ssh_fleet, h0, "true")
-    assert r.returncode == 255 and time.monotonic() - t < 2
+    assert r.returncode == 255  # refused (above), not a wait: no clock needed to tell
     _wait_for(lambda: not transport.is_active())
     ps = subprocess.run(["ps", "-u", m.user, "-o", "args="], capture_output=True, text=True).stdout
     assert "sleep 60" not in ps and "jtsurvivor" in ps  # only h0's processes died

@@ -264,18 +264,22 @@ def test_signal_reaches_the_job_before_its_timeout(tmp_path: Path) -> None:
     home = _home(tmp_path)
     src = write_tree(tmp_path / "src", {
         "job.sh": "trap 'date +%s.%N > ../got.usr1' USR1\n"
-                  "date +%s.%N > ../started\n"
                   "for _ in $(seq 200); do sleep 0.1; done\n"})
-    job = submit(home, src, "bash job.sh", "--timeout", "6", "--signal", "USR1@3")
+    job = submit(home, src, "bash job.sh", "--timeout", "8", "--signal", "USR1@3")
     manage(home)
-    got = wait_for(lambda: (home / "run" / "jobs" / "got.usr1").exists(), timeout=20, what="the USR1 handler")
-    assert got
-    started = float((home / "run" / "jobs" / "started").read_text())
-    handled = float((home / "run" / "jobs" / "got.usr1").read_text())
-    assert 2.0 <= handled - started <= 5.0, handled - started
+    got, meta = home / "run" / "jobs" / "got.usr1", home / "run" / "meta" / str(job)
+    # Events, not the wall clock (a busy machine runs all of it late): the signal or the timeout.
+    wait_for(lambda: got.exists() or (meta / "0.0.timedout").exists(), timeout=60, what="the USR1 handler")
+    assert got.exists(), "the timeout came and the USR1 handler never ran"
     assert status(home)[job]["status"] == "running", "the job lives on after the early signal"
     jobs = manage_until(home, [job], {"failed"})
     assert jobs[job]["reason"] == "timeout"
+    # Not before its delay, counted from the wrapper's pid record, written before its timer starts (a
+    # file's time lags the clock by at most a tick: the gap only looks longer), and before the
+    # timeout stopped the job.
+    handled = float(got.read_text())
+    assert handled - (meta / "0.0.pid").stat().st_mtime >= 3.0, handled
+    assert handled < (meta / "0.0.timedout").stat().st_mtime, handled
     # A job that ends before its signal is due leaves no timer behind: nothing of it runs on.
     quick = submit(home, src, "true", "--timeout", "60", "--signal", "USR1@10")
     manage_until(home, [quick], {"finished"})
@@ -314,8 +318,9 @@ def test_grace_is_the_time_between_term_and_kill(tmp_path: Path) -> None:
     jobtpu(home, "kill", str(job))
     took = time.monotonic() - began
     assert status(home)[job]["status"] == "killed"
-    # The TERM was trapped: KILL came after the grace, not after the default 5 s.
-    assert 8.0 <= took < 20.0, took
+    # The TERM was trapped: KILL came after the grace, not after the default 5 s. (No upper bound: a
+    # busy machine makes every step late, and the grace is what this shows.)
+    assert took >= 8.0, took
     assert (home / "run" / "jobs" / f"term.{job}").exists()
     # A timeout stops the job with the same grace, on its worker, with no pass meanwhile
     # (docs/reference/commands.md §2.2.6); the next pass records it.

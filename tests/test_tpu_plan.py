@@ -12,7 +12,7 @@ import pytest
 from jobtpu.decide.core import MachineView
 from jobtpu.errors import RemoteError
 from jobtpu.schema.machines import Machine
-from jobtpu.schema.records import MachineRecord, Operation, Refused, Setup
+from jobtpu.schema.records import MachineRecord, MachineState, Operation, Refused, Setup, StepKind
 from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
 from jobtpu.tpu.outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key
 from jobtpu.tpu.plan import (
@@ -312,3 +312,16 @@ def test_creates_back_off_doubling_up_to_a_cap(failures: int, first: float, wait
 def test_work_knows_its_steps() -> None:
     work = MachineWork(TPU, MachineRecord(), MachinePlan([Step("setup")]))
     assert work.has("setup") and not work.has("delete")
+
+
+def test_steps_and_states_are_their_enums_and_a_word_that_is_none_fails_at_once() -> None:
+    """A typo in a step or a state is refused where the plan is made, never met as a KeyError in act."""
+    record = MachineRecord(incarnation="c0", setup=Setup("done", incarnation="c0"))
+    work = decide_machine(Sighting(TPU, node=node()), record, NOW, first_backoff=30.0)
+    intend(work, NOW)
+    assert [type(s.kind) for s in work.plan.steps] == [StepKind, StepKind] and type(work.plan.state) is MachineState
+    assert [type(s) for s in record.steps or []] == [StepKind, StepKind]
+    with pytest.raises(ValueError, match="reboot"):
+        Step("reboot")
+    with pytest.raises(ValueError, match="sleeping"):
+        MachinePlan(state="sleeping")

@@ -165,7 +165,8 @@ def test_webhook_and_command_hear_failed_and_finished_and_a_dead_webhook_leaves_
         src = src_dir(tmp_path)
         good, bad = submit(home, src, "true"), submit(home, src, "exit 3")
         jobtpu(home, "manage")  # launches both; they end at once
-        time.sleep(1.0)
+        wait_for(lambda: all((home / "run" / "meta" / str(j) / "0.0.exit").exists() for j in (good, bad)),
+                 what="both jobs' exit records")
         dry = jobtpu(home, "manage", "--dry-run")  # sees them end, but a dry run tells nobody
         assert "job 2" in dry.stdout and not received and not (home / "notified.jsonl").exists(), dry.stdout
         assert "job_ended" not in (home / "events.jsonl").read_text()

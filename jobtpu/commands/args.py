@@ -1,15 +1,95 @@
-"""What every command's `add_parser` shares: how a command joins the command line, and the argument
+"""What every command's `add_parser` shares: how a command joins the command line, the parser that
+keeps its own record of its arguments and subcommands (argparse keeps them private), and the argument
 types whose bad values are one usage line (exit 2) saying what to type instead."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that keeps its own record of what is added to it, as it is added: its
+    arguments in order (`arguments`, a mutually exclusive group's among them) and its subcommands
+    (`commands`), which argparse keeps only in private attributes. An argument with `choices` gets a
+    `type` (Choice) that names the nearest choice of a mistyped word."""
+
+    def __init__(self, *names: Any, **options: Any) -> None:
+        self.arguments: list[argparse.Action] = []  # before argparse's own __init__ adds --help
+        self.commands: Subparsers | None = None
+        super().__init__(*names, **options)
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action:
+        return self._kept(super().add_argument(*names, **with_choice_type(options)))
+
+    def add_subparsers(self, **options: Any) -> Any:
+        self.commands = super().add_subparsers(**options)
+        return self.commands
+
+    def add_mutually_exclusive_group(self, **options: Any) -> Any:
+        return self._recording(super().add_mutually_exclusive_group(**options))
+
+    def add_argument_group(self, *names: Any, **options: Any) -> Any:
+        return self._recording(super().add_argument_group(*names, **options))
+
+    def _recording(self, group: Any) -> Any:
+        """A group whose arguments are recorded as this parser's (a group adds them past add_argument)."""
+        add = group.add_argument
+
+        def add_argument(*names: str, **given: Any) -> argparse.Action:
+            return self._kept(add(*names, **with_choice_type(given)))
+
+        group.add_argument = add_argument
+        return group
+
+    def _kept(self, action: argparse.Action) -> argparse.Action:
+        self.arguments.append(action)
+        return action
+
+    def option(self, name: str) -> argparse.Action | None:
+        """The argument an option string (`--machine`, `-p`) names, if this parser takes it."""
+        return next((a for a in self.arguments if name in a.option_strings), None)
+
+
+class Choice:
+    """The `type` of an argument with choices: a word that is none of them is one usage line, with the
+    nearest choice when one is close (`invalid choice: 'ls': did you mean 'rm'? (choose from ...)`)."""
+
+    def __init__(self, choices: Collection[Any], convert: Callable[[str], Any] | None = None) -> None:
+        self.choices, self.convert = choices, convert
+        self.__name__ = getattr(convert, "__name__", "choice")  # what argparse names a type that raised ValueError
+
+    def __call__(self, text: str) -> Any:
+        value = self.convert(text) if self.convert is not None else text
+        refusal = self.refusal(value)
+        if refusal is not None:
+            raise argparse.ArgumentTypeError(refusal)
+        return value
+
+    def refusal(self, value: Any) -> str | None:
+        """Why `value` is none of the choices, in argparse's words; None when it is one."""
+        if value in self.choices:
+            return None
+        from jobtpu.suggest import nearest
+
+        close = nearest(str(value), map(str, self.choices))
+        listed = ", ".join(map(repr, self.choices))
+        if close is None:
+            return f"invalid choice: {value!r} (choose from {listed})"
+        return f"invalid choice: {value!r}: did you mean {close!r}? (choose from {listed})"
+
+
+def with_choice_type(options: dict[str, Any]) -> dict[str, Any]:
+    """add_argument's options, an argument with choices given a Choice type (over its own type)."""
+    if options.get("choices") is None:
+        return options
+    return {**options, "type": Choice(options["choices"], options.get("type"))}
 
 
 def add_command(subparsers: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:

@@ -103,7 +103,7 @@ def complete(words: Sequence[str], parser: argparse.ArgumentParser,
     if action is not None:
         offered = _values_of(action, command, home, values)
     elif current.startswith("-"):
-        offered = sorted(o for a in command._actions for o in a.option_strings if o.startswith("--"))
+        offered = sorted(o for a in _arguments(command) for o in a.option_strings if o.startswith("--"))
     elif _subcommands(command) is not None:
         offered = list(_subcommands(command).choices)  # type: ignore[union-attr]
     else:
@@ -126,17 +126,22 @@ def _joined(words: list[str]) -> list[str]:
     return out
 
 
+def _arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """What the parser records of its arguments (args.Parser: every parser of the command line is one)."""
+    return parser.arguments if isinstance(parser, args.Parser) else []
+
+
 def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
-    return parser._option_string_actions.get(name)
+    return parser.option(name) if isinstance(parser, args.Parser) else None
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
-    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+def _subcommands(parser: argparse.ArgumentParser) -> args.Subparsers | None:
+    return parser.commands if isinstance(parser, args.Parser) else None
 
 
 def _positional(parser: argparse.ArgumentParser, seen: int) -> argparse.Action | None:
     """The positional argument the next word fills, after `seen` words (one taking many keeps them)."""
-    for action in (a for a in parser._actions if not a.option_strings):
+    for action in (a for a in _arguments(parser) if not a.option_strings):
         if action.nargs in ("*", "+", argparse.REMAINDER) or seen == 0:
             return action
         seen -= 1

@@ -25,44 +25,6 @@ if TYPE_CHECKING:
 RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
 
 
-class SubmitOptions(NamedTuple):
-    """What `submit` and `run` take, as the user typed it (checked by build_job)."""
-
-    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
-    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
-    req: list[str] = []
-    machine: str | None = None
-    name: str = ""
-    tag: list[str] = []
-    env: list[str] = []
-    rule: str | None = None
-    max_recoveries: int = 20
-    timeout: str | None = None
-    stall: str | None = None
-    include: list[str] = []
-    exclude: list[str] = []
-    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
-    user: str | None = None
-    log_stage: bool = False
-    on_resume: str | None = None
-    overrides: list[str] = []
-    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
-    progress: str | None = None
-    priority: int = 0
-    sheet_note: str | None = None
-    # sweeps, dependencies, retries, grace and signal (batch.py)
-    sweep: list[str] = []
-    sweep_file: str | None = None
-    after: list[str] = []
-    after_any: list[str] = []
-    retries: int = 0
-    grace: str | None = None
-    signal: str | None = None
-    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
-    hold: bool = False  # queued held: it starts only after `jobtpu release`
-    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
-
-
 def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | None = None) -> Job:
     """Check everything the user typed, then snapshot (into `archives`, default the home's);
     raises before anything is written."""
@@ -333,7 +295,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
                    "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
     p.add_argument("--max-recoveries", type=args.tries, default=20, metavar="N",
-                   help="automatic recoveries the rule may make (default 20)")
+                   help="automatic recoveries the rule may make (default %(default)s)")
     p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
     p.add_argument("--stall", help="stop when the log has not grown for this long")
     p.add_argument("--include", action="append", default=[], metavar="GLOB",
@@ -385,3 +347,53 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="wait this long between TERM and KILL when the job is stopped (default 5s)")
     p.add_argument("--signal", metavar="SIG@DURATION",
                    help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")
+
+
+def _parser_defaults() -> dict[str, Any]:
+    """What submit's parser gives each of its options when the command line leaves it out."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_job_options(parser)
+    return vars(parser.parse_args([]))
+
+
+_DEFAULTS = _parser_defaults()
+
+
+class SubmitOptions(NamedTuple):
+    """What `submit` and `run` take, as the user typed it (checked by build_job). Each default is the
+    parser's (add_job_options), the one place one is written; tests/test_commands.py holds the fields
+    to the parser's options."""
+
+    cmd: str | None = _DEFAULTS["cmd"]  # --cmd, else the job file's (jobfile.py)
+    dir: str | None = _DEFAULTS["dir"]  # a folder, a working directory's number, or None (see settings.source_folder)
+    req: list[str] = _DEFAULTS["req"]
+    machine: str | None = _DEFAULTS["machine"]
+    name: str = _DEFAULTS["name"]
+    tag: list[str] = _DEFAULTS["tag"]
+    env: list[str] = _DEFAULTS["env"]
+    rule: str | None = _DEFAULTS["rule"]
+    max_recoveries: int = _DEFAULTS["max_recoveries"]
+    timeout: str | None = _DEFAULTS["timeout"]
+    stall: str | None = _DEFAULTS["stall"]
+    include: list[str] = _DEFAULTS["include"]
+    exclude: list[str] = _DEFAULTS["exclude"]
+    allow_secrets: bool = _DEFAULTS["allow_secrets"]  # snapshot a login home, or credentials, all the same
+    user: str | None = _DEFAULTS["user"]
+    log_stage: bool = _DEFAULTS["log_stage"]
+    on_resume: str | None = _DEFAULTS["on_resume"]
+    overrides: list[str] = _DEFAULTS["overrides"]
+    verbatim: list[str] = _DEFAULTS["verbatim"]  # overrides after `--`: not checked for the old tool's habits
+    progress: str | None = _DEFAULTS["progress"]
+    priority: int = _DEFAULTS["priority"]
+    sheet_note: str | None = _DEFAULTS["sheet_note"]
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = _DEFAULTS["sweep"]
+    sweep_file: str | None = _DEFAULTS["sweep_file"]
+    after: list[str] = _DEFAULTS["after"]
+    after_any: list[str] = _DEFAULTS["after_any"]
+    retries: int = _DEFAULTS["retries"]
+    grace: str | None = _DEFAULTS["grace"]
+    signal: str | None = _DEFAULTS["signal"]
+    max_running: int = _DEFAULTS["max_running"]  # a sweep's cap on its jobs active at once (0: none)
+    hold: bool = _DEFAULTS["hold"]  # queued held: it starts only after `jobtpu release`
+    dry_run: bool = _DEFAULTS["dry_run"]  # print the job as it would be submitted; snapshot and write nothing

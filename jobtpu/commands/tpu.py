@@ -13,7 +13,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.schema.records import MachineRecord, Operation
+from jobtpu.schema.records import MachineRecord, Operation, StepKind
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
 
             steps = delete_by_hand(record, bool(machine.queued_resource))
             p.commit()  # the intent is on disk before the API is called, as a pass saves its steps
-            if "delete-queued" in steps:
+            if StepKind.DELETE_QUEUED in steps:
                 api.delete_queued(machine)
             operation = api.delete_node(machine)
             if operation is not None:  # None: the node went away by itself meanwhile

@@ -158,7 +158,7 @@ def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
 
 def wants_recreate(ending: Ending) -> bool:
     """The rule's answer to this ending brings the job's TPU back through the API first."""
-    return ending.recover in (rules.RECREATE_RESUME, rules.RECREATE_RERUN)
+    return ending.recovery in (rules.RECREATE_RESUME, rules.RECREATE_RERUN)
 
 
 def apply_ending(job: Job, ending: Ending, now: float) -> None:
@@ -172,7 +172,7 @@ def apply_ending(job: Job, ending: Ending, now: float) -> None:
             job.retried += 1
         else:
             job.recoveries += 1
-        requeue(job, resume=ending.recover in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
+        requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
         return
     job.exit_code = ending.exit_code
     job.move(ending.status, ending.reason)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
 from jobtpu.decide.observation import Kill, Recreate, refs_of
-from jobtpu.remote.workers import LaunchResult, WorkerRef
+from jobtpu.remote.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.machines import Machine
 from jobtpu.schema.state import Ending, Job, Status
@@ -40,12 +40,12 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         unlaunch(job)
         job.last_line = f"could not launch: {message[-180:]}"
         return None
-    failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "fail"}
+    failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.FAIL}
     if failures:
         first = min(failures)
         job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
         ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
-        oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == "ok")
+        oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.OK)
         started = tuple(WorkerRef(job.id, job.attempt, i) for i in oks)
         if not started:
             apply_ending(job, ending, now)
@@ -53,7 +53,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         job.move(Status.KILLING, ending.reason)
         job.ending = ending
         return Kill(job.id, machine.name, started)
-    if all(isinstance(a, LaunchResult) and a.outcome == "ok" for a in answers):
+    if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
         job.move(Status.RUNNING, None)
         if job.current is not None:
             job.current.started = now

@@ -14,10 +14,9 @@ RULES = model.RULES
 RETRIABLE = frozenset({model.GRPC, model.LOST, model.HANG})
 
 # Recovery words, stored in an Ending and acted on by the pass.
-RESUME = "resume"
-RERUN = "rerun"
-RECREATE_RESUME = "recreate-resume"
-RECREATE_RERUN = "recreate-rerun"
+Recovery = model.Recovery
+RESUME, RERUN = Recovery.RESUME, Recovery.RERUN
+RECREATE_RESUME, RECREATE_RERUN = Recovery.RECREATE_RESUME, Recovery.RECREATE_RERUN
 
 
 def classify(exit_code: int, log_tail: str, patterns: Mapping[str, Sequence[str]]) -> str:
@@ -31,7 +30,7 @@ def classify(exit_code: int, log_tail: str, patterns: Mapping[str, Sequence[str]
     return model.exit_reason(exit_code)
 
 
-def recovery(rule: str, reason: str, recoveries: int, max_recoveries: int) -> str | None:
+def recovery(rule: str, reason: str, recoveries: int, max_recoveries: int) -> Recovery | None:
     """What to do with an attempt that ended with `reason`: a recovery word, or None to mark it failed."""
     if recoveries >= max_recoveries:
         return None
@@ -44,7 +43,7 @@ def recovery(rule: str, reason: str, recoveries: int, max_recoveries: int) -> st
 
 # ---- --retries and dependencies ------------------------------------------------------------------
 
-def retry(rule: str, reason: str, retried: int, retries: int) -> str | None:
+def retry(rule: str, reason: str, retried: int, retries: int) -> Recovery | None:
     """--retries: an attempt that exited non-zero (`exit N`, or `grpc` the rule did not recover; never
     oom, timeout, hang, lost or killed) goes again while retries are left, through the rule's rerun
     when the rule is `rerun`, else resuming from its checkpoints. None: no retry."""

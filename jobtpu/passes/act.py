@@ -24,7 +24,7 @@ from jobtpu.passes.session import Session
 from jobtpu.remote import pulls
 from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
-from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef
+from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.machines import Machine
 from jobtpu.schema.records import StepKind
 from jobtpu.schema.state import Job, Status
@@ -123,7 +123,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
         team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
         verdict = local_verdict(p.home, job, team)
         if verdict.kind != "ok":
-            refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), "fail", detail=verdict.why)
+            refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=verdict.why)
                        for ep in eps}
             return LaunchDone(job.id, machine, dict(refused))
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}

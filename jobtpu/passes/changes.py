@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from jobtpu.schema import state as model
+from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import Attempt, Job, MachineRecord, Status
 from jobtpu.tell import events as ev
 from jobtpu.tell.events import Event
@@ -131,12 +132,12 @@ def _setup_steps(name: str, was: MachineRecord, now: MachineRecord, observed: fl
     if new is None or new == old:
         return []
     found = []
-    going = old is not None and old.status == "running" and old.incarnation == new.incarnation
+    going = old is not None and old.status == SetupStatus.RUNNING and old.incarnation == new.incarnation
     if not going:
         found.append(Event(observed, ev.TPU_SETUP_STARTED, machine=name))
-    if new.status == "done":
+    if new.status == SetupStatus.DONE:
         found.append(Event(setups_ended, ev.TPU_SETUP_DONE, machine=name))
-    elif new.status == "failed":
+    elif new.status == SetupStatus.FAILED:
         found.append(Event(setups_ended, ev.TPU_SETUP_FAILED, machine=name, detail={"error": new.error}))
     return found
 

@@ -128,7 +128,7 @@ def note_reachability(p: Session, seen: Observation) -> None:
     recently and was not asked again takes no new jobs. Applied after observing and after acting."""
     for machine in p.fleet.machines.values():
         if machine.kind != "ssh":
-            continue  # a TPU's state is the API's (tpuflow); the local machine is always up
+            continue  # a TPU's state is the API's (tpu/flow.py); the local machine is always up
         record = p.state.machine(machine.name)
         reach.apply(record, p.contacts.of(machine.name), seen.now)
         if not reach.takes_jobs(record, seen.now):

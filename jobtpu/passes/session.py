@@ -2,7 +2,7 @@
 the session object that knows the fleet, the state it read and how to reach each worker, and the
 connections and threads a loop keeps between its rounds (an object the loop owns and hands in).
 
-Below manage.py, tpuflow.py, operations.py, doctor.py and the commands: none of them imports another
+Below manage.py, tpu/flow.py, operations.py, doctor.py and the commands: none of them imports another
 to borrow these."""
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from jobtpu.remote.scripts import (
 )
 from jobtpu.remote.workers import WorkerRef
 from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
 
@@ -202,7 +203,7 @@ def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line
     out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
            if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
     setup = record.setup
-    if machine.setup and (setup is None or setup.status != "done" or record.incarnation != node.create_time):
+    if machine.setup and (setup is None or setup.status != SetupStatus.DONE or record.incarnation != node.create_time):
         what = (setup.error or setup.status) if setup is not None else "not run"
         out.append((f"{machine.name}: problem: setup has not completed on this node "
                     f"({what}); `jobtpu manage` runs it", True))

@@ -31,14 +31,14 @@ from jobtpu.remote.scripts import (
     peer_serve_script,
     peer_stop_script,
 )
-from jobtpu.remote.workers import LaunchResult, LaunchSpec
+from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec
 from jobtpu.schema.machines import Machine
 from jobtpu.transport.base import Endpoint
 
 if TYPE_CHECKING:
     from jobtpu.passes.context import Pass
 
-ARCHIVE_OUTCOMES = ("need-archive", "bad-archive")  # launch outcomes a copy of the home's snapshot may fix
+ARCHIVE_OUTCOMES = (LaunchOutcome.NEED_ARCHIVE, LaunchOutcome.BAD_ARCHIVE)  # launch outcomes a copy of the home's snapshot may fix
 Worker = tuple[Endpoint, LaunchSpec]
 
 
@@ -51,7 +51,7 @@ def launch_workers(p: Pass, machine: Machine, workers: list[Worker]) -> dict[int
     problem = p.home_archive_problem(lacking[0][1].archive)
     if problem is not None:
         for ep, spec in lacking:
-            reports[ep.index] = LaunchResult(spec.ref, "fail", detail=f"the snapshot {spec.archive} in the home {problem}")
+            reports[ep.index] = LaunchResult(spec.ref, LaunchOutcome.FAIL, detail=f"the snapshot {spec.archive} in the home {problem}")
         return reports
     if len(lacking) < 2 or not _addresses_fit(p, machine, lacking[0][1]):
         reports.update(p.parallel(lambda w: (w[0].index, pushed_launch(p, machine, *w)), lacking))
@@ -192,7 +192,7 @@ def _relaunch(p: Pass, machine: Machine, ep: Endpoint, spec: LaunchSpec) -> Laun
     again = _attempt(p, machine, ep, spec, launch_script([spec]))
     if isinstance(again, LaunchResult) and again.outcome in ARCHIVE_OUTCOMES:
         why = again.detail or "it is missing right after the copy"
-        return LaunchResult(spec.ref, "fail", detail=f"the copy of the snapshot on the worker is unusable: {why}")
+        return LaunchResult(spec.ref, LaunchOutcome.FAIL, detail=f"the copy of the snapshot on the worker is unusable: {why}")
     return again
 
 

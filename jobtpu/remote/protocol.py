@@ -12,6 +12,7 @@ report's `data` string, which msgspec turns back into bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import Annotated, Literal, TypeVar
 
 import msgspec
@@ -31,7 +32,14 @@ class WorkerReport(Report, frozen=True):
 
 # ---- launch (sh/launch.sh) --------------------------------------------------------------------------
 
-LaunchOutcome = Literal["ok", "pending", "need-archive", "bad-archive", "fail"]
+class LaunchOutcome(StrEnum):
+    """What launch.sh says of a worker (jobtpu_launch_one's `outcome`)."""
+
+    OK = "ok"
+    PENDING = "pending"
+    NEED_ARCHIVE = "need-archive"
+    BAD_ARCHIVE = "bad-archive"
+    FAIL = "fail"
 
 
 class Launch(WorkerReport, frozen=True, tag="launch"):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from jobtpu import timing
 from jobtpu.remote import protocol
-from jobtpu.remote.workers import LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 
@@ -65,6 +65,13 @@ def call(function: str, *args: object) -> str:
     return " ".join([function, *(shlex.quote(str(arg)) for arg in args)])
 
 
+def named(function: str, args: dict[str, object], *rest: object) -> str:
+    """One line that calls a function of the .sh files by named arguments (`name=value` words, read by
+    jobtpu_named in sh/common.sh), then `--` and `rest`, every word quoted: the call says what each
+    value is, and the function refuses a name it does not take or one left out."""
+    return call(function, *(f"{name}={value}" for name, value in args.items()), "--", *rest)
+
+
 def render(files: Iterable[str], calls: Iterable[str]) -> str:
     """A whole script: the functions of the given files, then the calls."""
     return "\n".join(["set -u", *(script_file(name) for name in files), *calls]) + "\n"
@@ -87,8 +94,9 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
 
 
 def _launch_init() -> str:
-    return call("jobtpu_launch_init", claim_stale_minutes(), BAD_ARCHIVE_EXIT, unpack_source(),
-                _tenths(timing.current().reset_wait))
+    return named("jobtpu_launch_init", {"stale_minutes": claim_stale_minutes(), "unpack_bad_exit": BAD_ARCHIVE_EXIT,
+                                        "unpack_source": unpack_source(),
+                                        "reset_tenths": _tenths(timing.current().reset_wait)})
 
 
 def _launch_call(spec: LaunchSpec) -> str:
@@ -97,9 +105,11 @@ def _launch_call(spec: LaunchSpec) -> str:
            for word in (name, "=" if name in spec.literal else "x", value)]
     signal, delay = spec.early_signal or ("", 0)
     poll = stop_poll() if spec.stop_requests else 0
-    return call("jobtpu_launch", spec.root, spec.home_id, r.job, r.attempt, r.worker, spec.archive,
-                int(spec.fresh), int(spec.tpu_cleanup), spec.command, signal, int(delay), poll,
-                _tenths(spec.grace), _seconds(spec.time_limit), *env)
+    return named("jobtpu_launch", {
+        "root": spec.root, "home_id": spec.home_id, "job": r.job, "attempt": r.attempt, "worker": r.worker,
+        "archive": spec.archive, "fresh": int(spec.fresh), "tpu_cleanup": int(spec.tpu_cleanup),
+        "command": spec.command, "signal": signal, "delay": int(delay), "poll": poll, "grace": _tenths(spec.grace),
+        "limit": _seconds(spec.time_limit)}, *env)
 
 
 def _seconds(limit: float | None) -> str:
@@ -137,8 +147,9 @@ def peerfile_source() -> str:
 
 def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     """Each worker's launch report; a worker with none is missing (its launch said nothing)."""
-    return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == "ok" else None,
-                                           r.detail if r.outcome in ("fail", "bad-archive") else "")
+    return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == LaunchOutcome.OK else None,
+                                           r.detail if r.outcome in (LaunchOutcome.FAIL, LaunchOutcome.BAD_ARCHIVE)
+                                           else "")
             for r in protocol.of_kind(protocol.reports(stdout), protocol.Launch)}
 
 
@@ -211,7 +222,7 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
     then a `log` report with the log bytes past that offset (at most `chunk`), and a `log-end` report
     with the last TAIL_BYTES of an exited worker's log further behind than that."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
-    return render(("common.sh", "probe.sh"), [call("jobtpu_probe", root, home_id, int(chunk), TAIL_BYTES, *args)])
+    return render(("common.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES}, *args)])
 
 
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
@@ -354,7 +365,8 @@ def setup_script(root: str, tag: str, worker: int, commands: Iterable[str], retr
     """Run the setup commands detached, once per incarnation and worker; one `setup` report
     (protocol.SetupReport): done | running | failed with its code and log tail. With retry, a failed
     one starts again."""
-    return render(("common.sh", "setup.sh"), [call("jobtpu_setup", root, tag, int(worker), int(retry), *commands)])
+    return render(("common.sh", "setup.sh"), [named("jobtpu_setup", {"root": root, "tag": tag, "worker": int(worker), "retry": int(retry)},
+                                                      *commands)])
 
 
 def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) -> str:

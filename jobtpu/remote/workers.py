@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobtpu import timing
+from jobtpu.remote.protocol import LaunchOutcome
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class LaunchSpec:
 @dataclass(frozen=True)
 class LaunchResult:
     ref: WorkerRef
-    outcome: str  # ok | pending | need-archive | bad-archive | fail
+    outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
 

@@ -85,7 +85,18 @@ class IllegalTransition(RuntimeError):
 
 # The rule names a job may carry (rules.py says what each does).
 RULES = ("pre", "pass", "reapply", "rerun", "resume")
-RECOVERIES = (None, "resume", "rerun", "recreate-resume", "recreate-rerun")
+
+
+class Recovery(StrEnum):
+    """What a rule (or --retries) does with an attempt that ended badly: an Ending's `recover`."""
+
+    RESUME = "resume"
+    RERUN = "rerun"
+    RECREATE_RESUME = "recreate-resume"
+    RECREATE_RERUN = "recreate-rerun"
+
+
+RECOVERIES = (None, *Recovery)
 
 # Structs of state.json: unknown fields are refused (a typo in a hand edit is not silently dropped);
 # gc=False because they hold no reference cycles, which makes decoding 100k jobs much cheaper.
@@ -147,8 +158,15 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=
     status: Status
     reason: str | None = _always(_none)
     exit_code: int | None = _always(_none)
-    recover: str | None = _always(_none)  # "resume" | "rerun" | "recreate-resume" | "recreate-rerun" | None
+    # A Recovery word, or None. Read as a string so that a hand edit's wrong word is told in
+    # job_checks' words (the ones allowed); code reads it through `recovery`.
+    recover: str | None = _always(_none)
     retry: bool = False  # the recovery is one of --retries, counted apart from the rule's recoveries
+
+    @property
+    def recovery(self) -> Recovery | None:
+        """`recover` as its enum (state.json's reader refused any other word)."""
+        return None if self.recover is None else Recovery(self.recover)
 
 
 class ForcedAct(msgspec.Struct, forbid_unknown_fields=True, gc=False):

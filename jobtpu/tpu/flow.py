@@ -17,7 +17,7 @@ from jobtpu.errors import RemoteError
 from jobtpu.passes.session import Session
 from jobtpu.remote import scripts
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.records import MachineState
+from jobtpu.schema.records import SetupStatus, StepKind
 from jobtpu.tpu.api import QueuedInfo, TpuApi
 from jobtpu.tpu.nodespec import for_zone
 from jobtpu.tpu.outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
@@ -114,7 +114,7 @@ def plan_tpus(p: Session, seen: Observation, sightings: list[Sighting]) -> list[
             p.notes.extend(f"would {step.kind} {name}" for step in work.plan.steps)
         else:
             intend(work, seen.now)
-        show(work, seen.view(name), setting_up=not p.dry_run and work.has("setup"))
+        show(work, seen.view(name), setting_up=not p.dry_run and work.has(StepKind.SETUP))
         planned.append(work)
     return planned
 
@@ -141,7 +141,7 @@ def request_recreate(p: Session, machine: Machine, now: float) -> MachineWork | 
                         queued=queued)
     work = MachineWork(machine, record, plan)
     intend(work, now)
-    record.state, record.detail = MachineState(plan.state), plan.detail
+    record.state, record.detail = plan.state, plan.detail
     return work
 
 
@@ -163,15 +163,15 @@ def carry_out(p: Session, api: TpuApi, work: MachineWork, now: float) -> None:
 def carry_out_step(p: Session, api: TpuApi, work: MachineWork, step: Step) -> StepReport:
     """One step's call; what came back, undecided."""
     machine, record = work.machine, work.record
-    calls: dict[str, Callable[[], StepReport]] = {
-        "delete": lambda: StepReport(step, operation=api.delete_node(machine)),
-        "create": lambda: StepReport(step, operation=api.create_node(
+    calls: dict[StepKind, Callable[[], StepReport]] = {
+        StepKind.DELETE: lambda: StepReport(step, operation=api.delete_node(machine)),
+        StepKind.CREATE: lambda: StepReport(step, operation=api.create_node(
             machine, for_zone(record.spec or {}, record.spec_zone, str(machine.zone)))),
-        "create-queued": lambda: StepReport(step, operation=api.create_queued(
+        StepKind.CREATE_QUEUED: lambda: StepReport(step, operation=api.create_queued(
             machine, for_zone(record.spec or {}, record.spec_zone, str(machine.zone)))),
-        "delete-queued": lambda: StepReport(step, operation=api.delete_queued(machine)),
-        "forget-keys": lambda: forget_keys(p, machine, record.addresses or [], step),
-        "setup": lambda: run_setup(p, work, step),
+        StepKind.DELETE_QUEUED: lambda: StepReport(step, operation=api.delete_queued(machine)),
+        StepKind.FORGET_KEYS: lambda: forget_keys(p, machine, record.addresses or [], step),
+        StepKind.SETUP: lambda: run_setup(p, work, step),
     }
     try:
         return calls[step.kind]()
@@ -195,7 +195,7 @@ def run_setup(p: Session, work: MachineWork, step: Step) -> StepReport:
     machine, record = work.machine, work.record
     if not machine.setup:
         return StepReport(step, setup_outputs=None)
-    retry = record.setup is not None and record.setup.status == "failed"
+    retry = record.setup is not None and record.setup.status == SetupStatus.FAILED
     tag = scripts.setup_tag(str(record.incarnation or ""))
     # A pass waits a while for a setup, so a quick one launches in that pass.
     deadline = time.monotonic() + timing.current().setup_wait

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from jobtpu.errors import RemoteError
 from jobtpu.remote import scripts
 from jobtpu.schema.machines import Machine
-from jobtpu.schema.records import MachineRecord, MachineState, Operation, Refused, Setup, SetupStatus
+from jobtpu.schema.records import (
+    MachineRecord,
+    MachineState,
+    Operation,
+    Refused,
+    Setup,
+    SetupStatus,
+    StepKind,
+)
 from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, OpInfo
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
@@ -29,15 +37,21 @@ QUEUED_ZONE_TRIES = 1
 class Step:
     """One thing to do for a machine, decided from its record and what the API said."""
 
-    kind: str  # delete | create | create-queued | delete-queued | setup | forget-keys
+    kind: StepKind
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        self.kind = StepKind(self.kind)  # a word that is no step fails here, not in a live pass's act
 
 
 @dataclass
 class MachinePlan:
     steps: list[Step] = field(default_factory=list)
-    state: str = "unknown"  # what `machines` shows
+    state: MachineState = MachineState.UNKNOWN  # what `machines` shows
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        self.state = MachineState(self.state)
 
 
 @dataclass(frozen=True)
@@ -124,12 +138,12 @@ def create_call_failed(machine: Machine, record: MachineRecord, plan: MachinePla
         record.create_sent = record.queue_asked = None  # a definite answer: no node was made
     if isinstance(error, ApiRefused):
         refuse(record, error.message, spec_key(machine))
-        plan.state, plan.detail = "refused", f"create refused: {short(error.message)}"
+        plan.state, plan.detail = MachineState.REFUSED, f"create refused: {short(error.message)}"
     elif isinstance(error, CredentialsFailed):
-        plan.state, plan.detail = "unknown", error.message
+        plan.state, plan.detail = MachineState.UNKNOWN, error.message
     else:
         create_failed(record, error.message, now, first_backoff)
-        plan.state, plan.detail = "backoff", f"create failed: {short(error.message)}"
+        plan.state, plan.detail = MachineState.BACKOFF, f"create failed: {short(error.message)}"
         if isinstance(error, ApiCapacity):
             capacity_failed(record, machine.zones, now)
 
@@ -142,24 +156,24 @@ def setup_settled(record: MachineRecord, plan: MachinePlan, outputs: list[str] |
     incarnation = str(record.incarnation or "")
     if outputs is None:
         record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
-        plan.state, plan.detail = "up", "ready (no setup commands)"
+        plan.state, plan.detail = MachineState.UP, "ready (no setup commands)"
         return
     setup = record.setup or Setup(SetupStatus.RUNNING)
-    if setup.status == "failed":  # this pass ran it again
+    if setup.status == SetupStatus.FAILED:  # this pass ran it again
         setup = Setup(SetupStatus.RUNNING, tries=setup.tries)
     words = [scripts.setup_outcome(out) for out in outputs]
     if all(w == "done" for w in words):
         record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
-        plan.state, plan.detail = "up", "ready"
+        plan.state, plan.detail = MachineState.UP, "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
         said = scripts.setup_said(outputs[bad])
         setup.status, setup.tries, setup.error = SetupStatus.FAILED, setup.tries + 1, said[-300:]
         record.setup = setup
-        plan.state, plan.detail = "setup failed", f"worker {bad}: {said[-200:]}"
+        plan.state, plan.detail = MachineState.SETUP_FAILED, f"worker {bad}: {said[-200:]}"
     else:
         record.setup = setup
-        plan.state, plan.detail = "setting up", "setup commands running"
+        plan.state, plan.detail = MachineState.SETTING_UP, "setup commands running"
 
 
 # ---- every report of a machine ----------------------------------------------------------------------
@@ -170,25 +184,25 @@ def settle_step(machine: Machine, record: MachineRecord, plan: MachinePlan, repo
     kind = report.step.kind
     if report.error is not None:
         record.last_error = short(report.error.message, 300)
-        if kind in ("create", "create-queued"):
+        if kind in (StepKind.CREATE, StepKind.CREATE_QUEUED):
             create_call_failed(machine, record, plan, report.error, now, first_backoff)
         else:
             plan.detail = report.error.message
-    elif kind == "delete":
+    elif kind == StepKind.DELETE:
         if report.operation is not None:
             record.operation = Operation("delete", report.operation, now)
         else:  # gone meanwhile: the next pass plans (and saves) the create
-            plan.state, plan.detail = "recreating", "the old node is gone"
-    elif kind == "create":
+            plan.state, plan.detail = MachineState.RECREATING, "the old node is gone"
+    elif kind == StepKind.CREATE:
         record.operation = Operation("create", str(report.operation), now)
         record.recreations += 1
-    elif kind == "create-queued":
+    elif kind == StepKind.CREATE_QUEUED:
         record.recreations += 1
-    elif kind == "delete-queued" and report.step.detail:
+    elif kind == StepKind.DELETE_QUEUED and report.step.detail:
         # it failed (its valid_for ran out, or Google gave up): back off, then the next zone
         create_failed(record, report.step.detail, now, first_backoff)
         capacity_failed(record, machine.zones, now, QUEUED_ZONE_TRIES, "failed queued resource")
-    elif kind == "setup":
+    elif kind == StepKind.SETUP:
         setup_settled(record, plan, report.setup_outputs)
 
 
@@ -198,4 +212,4 @@ def settle(machine: Machine, record: MachineRecord, plan: MachinePlan, reports: 
     for report in reports:
         settle_step(machine, record, plan, report, now, first_backoff)
     record.steps = None
-    record.state, record.detail = MachineState(plan.state), plan.detail
+    record.state, record.detail = plan.state, plan.detail

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from jobtpu.errors import RemoteError
 from jobtpu.schema.machines import Machine
-from jobtpu.schema.records import MachineRecord, MachineState, StepKind, Transient
+from jobtpu.schema.records import MachineRecord, MachineState, SetupStatus, StepKind, Transient
 from jobtpu.tpu.api import (
     DOWN,
     PREEMPTED,
@@ -64,7 +64,7 @@ class MachineWork:
     plan: MachinePlan
     addresses: list[str] = field(default_factory=list)
 
-    def has(self, kind: str) -> bool:
+    def has(self, kind: StepKind) -> bool:
         return any(step.kind == kind for step in self.plan.steps)
 
 
@@ -87,7 +87,7 @@ def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None
     pending = record.operation
     if pending and op is not None:
         if not op.done:
-            plan.state, plan.detail = "recreating", f"{pending.kind} in progress"
+            plan.state, plan.detail = MachineState.RECREATING, f"{pending.kind} in progress"
             return plan
         record.operation = None
         if pending.kind == "create":
@@ -111,17 +111,17 @@ def plan_machine(record: MachineRecord, node: NodeInfo | None, op: OpInfo | None
     incarnation = node.create_time if node else ""
     if record.incarnation != incarnation:
         if record.incarnation is not None:
-            plan.steps.append(Step("forget-keys"))
+            plan.steps.append(Step(StepKind.FORGET_KEYS))
         record.incarnation = incarnation
         record.setup = None
     setup = record.setup
-    if setup is not None and setup.status == "done":
-        plan.state, plan.detail = "up", why
-    elif setup is not None and setup.status == "failed" and setup.tries >= SETUP_RETRIES:
-        plan.state, plan.detail = "setup failed", setup.error or ""
+    if setup is not None and setup.status == SetupStatus.DONE:
+        plan.state, plan.detail = MachineState.UP, why
+    elif setup is not None and setup.status == SetupStatus.FAILED and setup.tries >= SETUP_RETRIES:
+        plan.state, plan.detail = MachineState.SETUP_FAILED, setup.error or ""
     else:
-        plan.steps.append(Step("setup"))
-        plan.state, plan.detail = "setting up", "running setup commands"
+        plan.steps.append(Step(StepKind.SETUP))
+        plan.state, plan.detail = MachineState.SETTING_UP, "running setup commands"
     return plan
 
 
@@ -133,27 +133,27 @@ def _plan_queued(record: MachineRecord, node: NodeInfo | None, queued: QueuedInf
     health = health_of(node.state if node else None)[0]
     if state is None:
         if node is not None and node.state != "DELETING" and not record.queue_asked:
-            plan.steps.append(Step("delete"))  # a node made without a queued resource, or left over
-            plan.state, plan.detail = "recreating", "deleting the old node"
+            plan.steps.append(Step(StepKind.DELETE))  # a node made without a queued resource, or left over
+            plan.state, plan.detail = MachineState.RECREATING, "deleting the old node"
         elif node is not None:
-            plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+            plan.state, plan.detail = MachineState.RECREATING, f"waiting: the node is {node.state}"
         else:
             record.queue_asked = None
             blocked = _refused_or_waiting(record, now, spec_key, plan)
             if blocked is None:
-                plan.steps.append(Step("create-queued"))
-                plan.state, plan.detail = "queued", "asking for a queued resource"
+                plan.steps.append(Step(StepKind.CREATE_QUEUED))
+                plan.state, plan.detail = MachineState.QUEUED, "asking for a queued resource"
         return plan
     if state in ("FAILED", "SUSPENDED") or (state == "ACTIVE" and health == PREEMPTED):
         why = queued.error if queued and queued.error else f"the queued resource is {state}"
-        plan.steps.append(Step("delete-queued", why if state == "FAILED" else ""))
-        plan.state, plan.detail = "recreating", f"deleting the {state} queued resource (it holds quota)"
+        plan.steps.append(Step(StepKind.DELETE_QUEUED, why if state == "FAILED" else ""))
+        plan.state, plan.detail = MachineState.RECREATING, f"deleting the {state} queued resource (it holds quota)"
         return plan
     if state == "ACTIVE" and health == UP:
         created(record)
         record.queue_asked = None
         return None
-    plan.state, plan.detail = "queued", f"queued resource {state}"
+    plan.state, plan.detail = MachineState.QUEUED, f"queued resource {state}"
     return plan
 
 
@@ -161,14 +161,14 @@ def _refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: 
     """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
     refused = record.refused
     if refused and refused.spec_key == spec_key:
-        plan.state = "refused"
+        plan.state = MachineState.REFUSED
         plan.detail = (f"create refused: {refused.message}; fix machines.json, or run "
                        "`jobtpu tpu apply` to ask again")
         return plan
     record.refused = None
     if record.next_try is not None and record.next_try > now:
         wait = int(record.next_try - now)
-        plan.state = "backoff"
+        plan.state = MachineState.BACKOFF
         plan.detail = f"create failed ({record.last_error or 'error'}); retry in {wait}s"
         return plan
     return None
@@ -180,13 +180,13 @@ def _plan_recreate(record: MachineRecord, node: NodeInfo | None, now: float, spe
     if blocked is not None:
         return blocked
     if node is not None and node.state not in ("CREATING", "DELETING"):
-        plan.steps.append(Step("delete"))
-        plan.state, plan.detail = "recreating", "deleting the old node"
+        plan.steps.append(Step(StepKind.DELETE))
+        plan.state, plan.detail = MachineState.RECREATING, "deleting the old node"
     elif node is None:
-        plan.steps.append(Step("create"))
-        plan.state, plan.detail = "recreating", "creating the node"
+        plan.steps.append(Step(StepKind.CREATE))
+        plan.state, plan.detail = MachineState.RECREATING, "creating the node"
     else:
-        plan.state, plan.detail = "recreating", f"waiting: the node is {node.state}"
+        plan.state, plan.detail = MachineState.RECREATING, f"waiting: the node is {node.state}"
     return plan
 
 
@@ -195,7 +195,7 @@ def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str,
     """A node that is not ready. A transient state is waited on, and `machines` says for how long;
     past TRANSIENT_LIMIT it says the node looks stuck and how to recreate it (jobtpu does not
     delete a node on its own for being slow)."""
-    plan.state = {PREEMPTED: "preempted", DOWN: "down"}.get(health, "transient")
+    plan.state = {PREEMPTED: MachineState.PREEMPTED, DOWN: MachineState.DOWN}.get(health, MachineState.TRANSIENT)
     plan.detail = why
     if health != TRANSIENT or node is None:
         record.transient = None
@@ -206,7 +206,7 @@ def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str,
     waited = now - float(seen.since or now)
     plan.detail = f"{why} (for {int(waited // 60)} min)"
     if waited > TRANSIENT_LIMIT:
-        plan.state = "stuck"
+        plan.state = MachineState.STUCK
         plan.detail += "; it looks stuck: `jobtpu tpu reapply` recreates it"
     return plan
 
@@ -222,20 +222,20 @@ def decide_machine(sighting: Sighting, record: MachineRecord, now: float,
     leftover = list(record.steps or [])  # saved by a pass that died before carrying them out
     plan = plan_machine(record, node, sighting.op, now, first_backoff, spec_key(machine), machine.zones,
                         sighting.queued)
-    resume_leftovers([str(step) for step in leftover], record, node, plan)
+    resume_leftovers(leftover, record, node, plan)
     if node is not None and node.spec:
         record.spec_zone = machine.zone
     machine = machine.in_zone(record.zone)  # a capacity error may have moved it just now
-    if node is None and plan.state == "preempted" and not machine.preemptible and sighting.queued is False:
+    if node is None and plan.state == MachineState.PREEMPTED and not machine.preemptible and sighting.queued is False:
         # Nothing preempted an on-demand node that is not there: say so, and how to make it.
-        plan.state = "no node"
+        plan.state = MachineState.NO_NODE
         plan.detail = (f"no node {machine.node} in {machine.zone}: `jobtpu tpu apply {machine.name}` creates it "
                        "(a job whose rule is pre, reapply or rerun asks for it too)")
     addresses = node.addresses(machine.use_external_ip) if node else []
     record.addresses, record.workers = addresses, len(addresses)
-    if node is not None and node.state == "READY" and plan.state in ("up", "setting up"):
+    if node is not None and node.state == "READY" and plan.state in (MachineState.UP, MachineState.SETTING_UP):
         if not addresses:
-            hold(plan, "no address", no_address_reason(machine, node))
+            hold(plan, MachineState.NO_ADDRESS, no_address_reason(machine, node))
         elif machine.host_key_policy == "strict" and record.host_keys_for != node.create_time:
             take_host_keys(sighting, record, node, plan, len(addresses))
     return MachineWork(machine, record, plan, addresses)
@@ -243,30 +243,30 @@ def decide_machine(sighting: Sighting, record: MachineRecord, now: float,
 
 # Steps the listing cannot tell were done: their cause (a new incarnation) was recorded with the
 # intent, so planning again would not ask for them. Harmless to do twice, so a leftover one is done.
-REDONE_FROM_LEFTOVERS = ("forget-keys",)
+REDONE_FROM_LEFTOVERS = (StepKind.FORGET_KEYS,)
 BY_HAND = "deleted by `jobtpu tpu delete`"
 
 
-def resume_leftovers(leftover: list[str], record: MachineRecord, node: NodeInfo | None, plan: MachinePlan) -> None:
+def resume_leftovers(leftover: list[StepKind], record: MachineRecord, node: NodeInfo | None, plan: MachinePlan) -> None:
     """Put back the leftover steps planning cannot find again (delete, create and setup it finds
     again from what the API lists and the record says, or sees they were done). A delete left by
     `jobtpu tpu delete` (no recreation wanted) is done if the node is still there."""
     for kind in REDONE_FROM_LEFTOVERS:
         if kind in leftover and all(step.kind != kind for step in plan.steps):
             plan.steps.insert(0, Step(kind))
-    if "delete" in leftover and not record.want_recreate and node is not None and node.state != "DELETING":
-        plan.steps = [Step(kind) for kind in leftover if kind in ("delete-queued", "delete")]
-        plan.state, plan.detail = "deleting", BY_HAND
+    if StepKind.DELETE in leftover and not record.want_recreate and node is not None and node.state != "DELETING":
+        plan.steps = [Step(kind) for kind in leftover if kind in (StepKind.DELETE_QUEUED, StepKind.DELETE)]
+        plan.state, plan.detail = MachineState.DELETING, BY_HAND
 
 
-def delete_by_hand(record: MachineRecord, queued_resource: bool) -> list[str]:
+def delete_by_hand(record: MachineRecord, queued_resource: bool) -> list[StepKind]:
     """`jobtpu tpu delete`'s intent, saved before it calls the API: a crash in between leaves the
     record saying deleting, and the next pass carries the delete out. Its queued resource goes too:
     left behind, it holds quota."""
     record.want_recreate = False
     record.steps = [StepKind.DELETE_QUEUED, StepKind.DELETE] if queued_resource else [StepKind.DELETE]
     record.state, record.detail = MachineState.DELETING, BY_HAND
-    return [str(step) for step in record.steps]
+    return list(record.steps)
 
 
 def take_host_keys(sighting: Sighting, record: MachineRecord, node: NodeInfo, plan: MachinePlan,
@@ -274,15 +274,15 @@ def take_host_keys(sighting: Sighting, record: MachineRecord, node: NodeInfo, pl
     """strict: trust exactly the host keys the node publishes through the TPU API, recorded only
     once every worker has published one (a slow guest agent must not lock jobtpu out for good)."""
     if not sighting.host_keys_read:
-        hold(plan, "waiting for host keys", "the node's host keys are read in the next pass")
+        hold(plan, MachineState.WAITING_FOR_HOST_KEYS, "the node's host keys are read in the next pass")
         return
     if sighting.host_keys_error is not None or sighting.host_keys is None:
-        hold(plan, "unknown", f"cannot read the node's host keys: {sighting.host_keys_error or 'none'}")
+        hold(plan, MachineState.UNKNOWN, f"cannot read the node's host keys: {sighting.host_keys_error or 'none'}")
         return
     keys = sighting.host_keys
     missing = [i for i in range(workers) if i >= len(keys) or not keys[i]]
     if missing:
-        hold(plan, "waiting for host keys",
+        hold(plan, MachineState.WAITING_FOR_HOST_KEYS,
              f"worker(s) {', '.join(map(str, missing))} have not published an SSH host key yet")
         return
     record.host_keys, record.host_keys_for = keys, node.create_time
@@ -295,12 +295,12 @@ def wants_host_keys(sighting: Sighting, record: MachineRecord, now: float, first
     if sighting.machine.host_key_policy != "strict" or sighting.node is None or sighting.node.state != "READY":
         return False
     trial = decide_machine(replace(sighting, host_keys_read=False), copy.deepcopy(record), now, first_backoff)
-    return trial.plan.state == "waiting for host keys"
+    return trial.plan.state == MachineState.WAITING_FOR_HOST_KEYS
 
 
-def hold(plan: MachinePlan, state: str, detail: str) -> None:
+def hold(plan: MachinePlan, state: MachineState, detail: str) -> None:
     """Nothing is launched or set up on the node this pass: it is not usable yet."""
-    plan.steps = [s for s in plan.steps if s.kind != "setup"]
+    plan.steps = [s for s in plan.steps if s.kind != StepKind.SETUP]
     plan.state, plan.detail = state, detail
 
 
@@ -340,10 +340,10 @@ def show(work: MachineWork, view: Any, setting_up: bool) -> None:
     """What the pass's decisions see of the machine. One whose setup runs in this pass may be given
     jobs: their launches wait for the setup, and go back to the queue if it does not finish."""
     record, plan = work.record, work.plan
-    record.state, record.detail = MachineState(plan.state), plan.detail
+    record.state, record.detail = plan.state, plan.detail
     view.n_workers = len(work.addresses)
     view.preempted = health_of(record.tpu_state)[0] == PREEMPTED  # no node at all is preempted too
-    view.ready = plan.state == "up" or setting_up
+    view.ready = plan.state == MachineState.UP or setting_up
     view.setting_up = setting_up
     view.recovering = bool(record.want_recreate or record.operation)
     if not view.ready:
@@ -356,8 +356,8 @@ def intend(work: MachineWork, now: float) -> None:
     marked sent now: if the pass dies after sending it, the node the next listing shows is the one
     asked for, never one to delete."""
     record = work.record
-    record.steps = [StepKind(step.kind) for step in work.plan.steps] or None
-    if work.has("create") or work.has("create-queued"):
+    record.steps = [step.kind for step in work.plan.steps] or None
+    if work.has(StepKind.CREATE) or work.has(StepKind.CREATE_QUEUED):
         record.create_sent = now
-    if work.has("create-queued"):
+    if work.has(StepKind.CREATE_QUEUED):
         record.queue_asked = now

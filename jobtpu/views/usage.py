@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from jobtpu.schema.state import LOST, PREEMPTED
 from jobtpu.views.goodput import JobReport
 
-INTERRUPTED = ("preempted", "lost")
+INTERRUPTED = (PREEMPTED, LOST)  # the reason words of attempts whose work may be done again
 
 
 @dataclass

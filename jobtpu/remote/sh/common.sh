@@ -104,6 +104,33 @@ jobtpu_our_groups() {
   echo "$ours"
 }
 
+# jobtpu_named NAMES [NAME=VALUE]... [-- REST...] : the named arguments of a call (jobtpu/remote/scripts.py
+# `named`), each into the variable of its name, which the calling function declared local: NAMES (one
+# word, space-separated) are the names it takes, each exactly once, in any order. jobtpu_named_n is how
+# many words they took, `--` included, for the caller's shift. A name it does not take, one missing or
+# one given twice is a fault of the renderer's, never of a value: one line on stderr, and it fails.
+jobtpu_named() {
+  # Its own names are prefixed: they must not hide the caller's variables it assigns.
+  local jobtpu_n_names=" $1 " jobtpu_n_word jobtpu_n_key jobtpu_n_seen=" " jobtpu_n_all
+  shift
+  jobtpu_named_n=0
+  for jobtpu_n_word; do
+    jobtpu_named_n=$((jobtpu_named_n + 1))
+    [ "$jobtpu_n_word" = -- ] && break
+    jobtpu_n_key=${jobtpu_n_word%%=*}
+    if [[ $jobtpu_n_word != *=* || $jobtpu_n_names != *" $jobtpu_n_key "* || $jobtpu_n_seen == *" $jobtpu_n_key "* ]]; then
+      echo "jobtpu: ${FUNCNAME[1]}: an argument it does not take, or twice: ${jobtpu_n_key@Q}" >&2
+      return 1
+    fi
+    printf -v "$jobtpu_n_key" '%s' "${jobtpu_n_word#*=}"
+    jobtpu_n_seen+="$jobtpu_n_key "
+  done
+  read -r -a jobtpu_n_all <<< "$jobtpu_n_names"
+  for jobtpu_n_key in "${jobtpu_n_all[@]}"; do
+    [[ $jobtpu_n_seen == *" $jobtpu_n_key "* ]] || { echo "jobtpu: ${FUNCNAME[1]}: no $jobtpu_n_key given" >&2; return 1; }
+  done
+}
+
 # jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
 # {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/remote/protocol.py). TYPE s: VALUE is a string,
 # escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays

@@ -1,28 +1,38 @@
 # Starting job workers (needs common.sh, wrapper.sh and tpu.sh).
 
-# jobtpu_launch_init CLAIM_STALE_MINUTES UNPACK_BAD_EXIT UNPACK_SOURCE RESET_TENTHS : what every launch
-# of this script shares. A claim with no pid after CLAIM_STALE_MINUTES means its start never happened;
-# the snapshot is checked and unpacked by UNPACK_SOURCE (jobtpu/snapshot/unpack.py, run by python3 on the
-# worker), whose exit code UNPACK_BAD_EXIT says the archive is damaged. Another worker replacing the
-# job folder is given RESET_TENTHS tenths of a second (timing's reset_wait).
+# jobtpu_launch_init stale_minutes=M unpack_bad_exit=C unpack_source=TEXT reset_tenths=T : what every
+# launch of this script shares (named arguments, jobtpu_named). A claim with no pid after M minutes
+# means its start never happened; the snapshot is checked and unpacked by TEXT
+# (jobtpu/snapshot/unpack.py, run by python3 on the worker), whose exit code C says the archive is
+# damaged. Another worker replacing the job folder is given T tenths of a second (timing's reset_wait).
 jobtpu_launch_init() {
-  jobtpu_stale_minutes=$1 jobtpu_unpack_bad_exit=$2 jobtpu_unpack_source=$3 jobtpu_reset_tenths=$4
+  local stale_minutes="" unpack_bad_exit="" unpack_source="" reset_tenths=""
+  jobtpu_named "stale_minutes unpack_bad_exit unpack_source reset_tenths" "$@" || return 1
+  jobtpu_stale_minutes=$stale_minutes jobtpu_unpack_bad_exit=$unpack_bad_exit
+  jobtpu_unpack_source=$unpack_source jobtpu_reset_tenths=$reset_tenths
 }
 
-# jobtpu_launch ROOT HOME_ID JOB ATTEMPT WORKER ARCHIVE FRESH TPU_CLEANUP COMMAND SIGNAL DELAY POLL GRACE LIMIT [NAME MODE VALUE]...
+# jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
+#   poll= grace= limit= -- [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
-# pid | pending | need-archive | bad-archive with why | fail with why). FRESH=1: start from the
-# snapshot, replacing a folder an earlier attempt left (a rerun). TPU_CLEANUP=1: clear stale TPU device
-# holders and the libtpu lock file first. SIGNAL (empty: none) is sent to the job's processes DELAY
-# seconds after the start (--signal). POLL (seconds; 0: none) is how often the wrapper looks for a stop
-# request in ROOT/stop, which then stops the job with GRACE tenths between TERM and KILL (the local
-# machine: a teammate's kill, docs/design.md §7). LIMIT (seconds; empty: none) is the job's --timeout,
-# which the wrapper enforces on the worker (GRACE tenths between TERM and KILL). The NAME MODE VALUE triples are the job's environment (mode
+# pid | pending | need-archive | bad-archive with why | fail with why). Named arguments (jobtpu_named),
+# every one given. fresh=1: start from the snapshot, replacing a folder an earlier attempt left (a
+# rerun). tpu_cleanup=1: clear stale TPU device holders and the libtpu lock file first. signal (empty:
+# none) is sent to the job's processes `delay` seconds after the start (--signal). poll (seconds; 0:
+# none) is how often the wrapper looks for a stop request in ROOT/stop, which then stops the job with
+# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7). limit
+# (seconds; empty: none) is the job's --timeout, which the wrapper enforces on the worker (`grace`
+# tenths between TERM and KILL). The NAME MODE VALUE triples after `--` are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
-  r=${1/#-/./-} hid=$2 job=$3 attempt=$4 worker=$5 archive=$6 fresh=$7 tpu_cleanup=$8 command=$9 sig=${10} delay=${11} poll=${12} grace=${13} limit=${14}
-  shift 14
+  local root="" home_id="" job="" attempt="" worker="" archive="" fresh="" tpu_cleanup="" command="" signal="" delay=""
+  local poll="" grace="" limit="" r
+  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit" "$@" ||
+    exit
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
   # The one report of this worker's launch: OUTCOME, then the pid (ok) or why.
   said() {
     if [ "$1" = ok ]; then jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome ok n:pid "$2"
@@ -38,7 +48,7 @@ jobtpu_launch() (
   if ! mkdir "$b.claim" 2>/dev/null; then
     if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then said pending; exit; fi
     # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
-    if [ -n "$(jobtpu_marked "$hid" "$job" "$attempt" "$worker")" ]; then said pending; exit; fi
+    if [ -n "$(jobtpu_marked "$home_id" "$job" "$attempt" "$worker")" ]; then said pending; exit; fi
     rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || { said pending; exit; }
   fi
 
@@ -100,9 +110,9 @@ jobtpu_launch() (
     { rm -f "$b.env"; rmdir "$b.claim"; said fail "cannot write the env file $b.env"; exit; }
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
   if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
-  env "JOBTPU_MARK=$hid.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+  env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
     JOBTPU_w_load JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_procs JOBTPU_w_stopper jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$sig" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
+    "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi

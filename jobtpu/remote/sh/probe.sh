@@ -1,6 +1,7 @@
 # Watching job workers (needs common.sh).
 
-# jobtpu_probe ROOT HOME_ID CHUNK TAIL [JOB ATTEMPT WORKER OFFSET]... : first a `host` report (boot
+# jobtpu_probe root=ROOT home_id=HOME_ID chunk=CHUNK tail=TAIL -- [JOB ATTEMPT WORKER OFFSET]... (named
+# arguments, jobtpu_named, then the workers asked about) : first a `host` report (boot
 # id, clock), then for each worker (and the log bytes already pulled, OFFSET) a `worker` report (pid,
 # alive, exit, size, claimed, timedout: its wrapper stopped it at its --timeout, at: when the exit
 # record was written, marked: how many processes carry
@@ -9,17 +10,20 @@
 # exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
 # bytes, to classify its failure from (jobtpu/remote/protocol.py).
 jobtpu_probe() {
-  local r=${1/#-/./-} chunk=$3 tail=$4 all=- job attempt worker boot=- now i a w
+  local root="" home_id="" chunk="" tail="" r all=- job attempt worker boot=- now i a w
+  jobtpu_named "root home_id chunk tail" "$@" || return 1
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
   # One scan of /proc for every worker asked about (" job.attempt.worker " once per process), and
   # only when one of them has no live leader: the usual round, every job running, reads no environ.
-  for ((i = 5; i + 3 <= $#; i += 4)); do
+  for ((i = 1; i + 3 <= $#; i += 4)); do
     a=$((i + 1)) w=$((i + 2))
     if ! jobtpu_live_pid "$r/meta/${!i}/${!a}.${!w}.pid" > /dev/null; then
-      all=" $(jobtpu_marks "$2" | while read -r _ job attempt worker; do printf '%s ' "$job.$attempt.$worker"; done)"
+      all=" $(jobtpu_marks "$home_id" | while read -r _ job attempt worker; do printf '%s ' "$job.$attempt.$worker"; done)"
       break
     fi
   done
-  shift 4
   # Builtins, not cat and date: a probe runs on every busy worker every round.
   [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
   printf -v now '%(%s)T' -1

@@ -22,12 +22,16 @@ jobtpu_setup_failed() {
   jobtpu_setup_said failed "$2" "$(tail -c 300 "$1.log" | tr '\n' ' ')"
 }
 
-# jobtpu_setup ROOT TAG WORKER RETRY [COMMAND]... : run the setup commands detached, once per
-# incarnation (TAG) and worker; report one line (jobtpu_setup_said): done | running | failed with its
-# exit code and log tail. With RETRY=1, a failed one starts again.
+# jobtpu_setup root=ROOT tag=TAG worker=WORKER retry=RETRY -- [COMMAND]... (named arguments,
+# jobtpu_named, then the commands) : run the setup commands detached, once per incarnation (TAG) and
+# worker; report one line (jobtpu_setup_said): done | running | failed with its exit code and log
+# tail. With RETRY=1, a failed one starts again.
 jobtpu_setup() {
-  local r=${1/#-/./-} tag=$2 worker=$3 retry=$4 b c w
-  shift 4
+  local root="" tag="" worker="" retry="" r b c w
+  jobtpu_named "root tag worker retry" "$@" || return 1
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
   mkdir -p "$r/setup" || { jobtpu_setup_said failed 1 "cannot create $r/setup"; return 0; }
   jobtpu_private_root "$r"
   b="$(cd "$r/setup" && pwd -P)/$tag.$worker"
