@@ -6,7 +6,6 @@ argparse suggests only from Python 3.14 on (`suggest_on_error`); difflib does th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from difflib import get_close_matches
 
 # The old tool's verbs (`tpu monitor`, `tpu add-user`, ...) whose jobtpu command has another name: a
 # closeness score would not find `watch` from `monitor`.
@@ -22,6 +21,8 @@ OLD_VERBS = {
 
 def nearest(word: str, choices: Iterable[str]) -> str | None:
     """The choice closest to `word` when one is close enough to be what was meant, else None."""
+    from difflib import get_close_matches  # here: only a mistake pays for it
+
     found = get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return found[0] if found else None
 

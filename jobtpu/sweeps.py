@@ -9,10 +9,8 @@ before a job may start; what is refused at submit and what a waiting job is told
 
 from __future__ import annotations
 
-import csv
 import io
 import itertools
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -94,6 +92,8 @@ def _bounded_text(path: Path) -> str:
 
 
 def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
+    import json  # a --sweep-file's: a sweep typed on the command line loads no parser
+
     rows: list[dict[str, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -112,6 +112,8 @@ def _json_lines(text: str, path: Path) -> list[dict[str, str]]:
 
 
 def _csv_rows(text: str, path: Path) -> list[dict[str, str]]:
+    import csv
+
     reader = (row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row))
     first = next(reader, None)
     if first is None:
@@ -135,7 +137,7 @@ def _combination(row: Mapping[str, object], where: str) -> dict[str, str]:
         if not _KEY.match(key):
             raise JobtpuError(f"--sweep-file {where}: {key!r} is not a config key")
         if isinstance(value, bool) or value is None:
-            value = json.dumps(value)  # true/false/null, as the program's own config would spell them
+            value = {True: "true", False: "false", None: "null"}[value]  # true/false/null, as the program's own config would spell them
         elif isinstance(value, int | float | str):
             value = str(value).strip()
         else:

@@ -137,7 +137,6 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     job = build_job(home, fleet, opts, cache if member else None)
     apply_extras(job, extras)
     from jobtpu.home.secrets import SecretStore, split_env
-    from jobtpu.home.specs import write_specs
 
     job.env, secret = split_env(job.env)
     if extras.combinations is None:
@@ -167,7 +166,9 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
                     each.tags.append(sweep_tag(first))
             secrets.put_many([each.id for each in jobs], secret)  # before the jobs exist: none runs without them
             if role.layout is Layout.OLD_SHARED:  # only its passes read what runs from a file of the submitter's
-                write_specs(home, jobs, list(secret))  # (design §7); a private home's records are its own
+                from jobtpu.home.specs import write_specs  # (design §7); a private home's records are its own
+
+                write_specs(home, jobs, list(secret))
             state.jobs.extend(jobs)
     except BaseException:  # a full disk, an unwritable file, Ctrl-C: the job was not saved
         if secret:
