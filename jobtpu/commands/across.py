@@ -7,6 +7,7 @@ with nothing to show is one line on stderr, and the command then exits 1."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,8 +78,9 @@ def tail_selected(home: Home, sel: Selection, lines: int, worker: int) -> int:
 
 def last_lines(home: Home, job: Job, n: int, worker: int) -> list[str]:
     """The last `n` lines of the job's log (latest attempt, `worker`), read from its end, escaped."""
+    from jobtpu.commands.tail import last_lines as log_end
     from jobtpu.errors import NotFoundError
-    from jobtpu.home.logfiles import TAIL_READ, log_rel, read_end
+    from jobtpu.home.logfiles import log_rel
     from jobtpu.views.text import printable
 
     if not job.attempts:
@@ -86,16 +88,11 @@ def last_lines(home: Home, job: Job, n: int, worker: int) -> list[str]:
     rel = log_rel(job.id, job.attempt, worker)
     if not home.log_file(job.id, job.attempt, worker).exists():
         raise NotFoundError(f"job {job.id} has no log of attempt {job.attempt} worker {worker} yet")
-    limit = TAIL_READ
-    while True:
-        data, end = read_end(home.root, rel, limit)
-        if data.count(b"\n") > n or len(data) >= end or limit >= TAIL_READ * max(1, n):
-            break
-        limit *= 4
-    kept = data.splitlines()
-    if len(data) < end and kept:
-        kept = kept[1:]  # a line cut by where the read began
-    return [printable(line.decode(errors="replace")) for line in kept[-n:]] if n > 0 else []
+    text, _ = log_end(home, rel, n)  # the same read from the end as `tail -n` (commands/tail.py)
+    lines = re.split(r"\r\n|\r|\n", text)  # the breaks bytes.splitlines knows: others are shown escaped
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [printable(line) for line in lines]
 
 
 def _show_prefixed(job_id: int, lines: list[str]) -> None:
