@@ -78,7 +78,10 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         plan_recreates(p, plan, seen.now)
         # Intents (launching, killing, TPU steps) are on disk before anything is carried out, with
         # the events they mean: a pass killed while it acts has saved what it must tell (design §3).
-        p.commit(hooks.before_intents(pass_hooks, p, seen))
+        # A pass with nothing to carry out and no ended attempt's log to fetch goes straight to its
+        # result: killed before it, it saved nothing, and the next pass sees and decides the same.
+        if plan.actions or p.tpu_work or pulls.ended_since(p.state.jobs, before.open_attempts):
+            p.commit(hooks.before_intents(pass_hooks, p, seen))
         reports = act(p, plan, seen)
         kills = settle(p.state, reports, seen.now)  # what they mean; a half-failed launch's workers to stop
         settle(p.state, stop_all(p, kills), seen.now)
