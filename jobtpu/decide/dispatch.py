@@ -45,6 +45,9 @@ class Dispatch:
     # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
     fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
     waited: dict[tuple[str, ...], int] = field(default_factory=dict)
+    # What keeps each such set of machines from a job now (the machines' reasons hold for the whole
+    # dispatch): worded once, not once per waiting job of a sweep's thousands.
+    kept_by: dict[tuple[str, ...], str] = field(default_factory=dict)
     usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
     sweep_active: dict[int, int] = field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
     drained_only: set[str] = field(default_factory=set)  # machines kept from new jobs by their drain alone
@@ -225,20 +228,26 @@ def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     fits = _fitting_machines(job, request, d)
     if not fits:
         return _nothing_offers(job, request, d)
-    ahead = sum(n for names, n in d.waited.items() if not set(names).isdisjoint(fits))
+    ahead = sum(n for names, n in d.waited.items() if names == fits or not set(names).isdisjoint(fits))
     d.waited[fits] = d.waited.get(fits, 0) + 1
+    now = d.kept_by.get(fits)
+    if now is None:
+        now = d.kept_by[fits] = _kept_by(fits, d)
+    queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
+    return f"{now}; {queue}"
+
+
+def _kept_by(fits: tuple[str, ...], d: Dispatch) -> str:
+    """What keeps the machines that fit a job from it now: busy, or each one's reason."""
     blocked = [why for name in fits if (why := d.unavailable.get(name)) is not None]
     busy = len(fits) - len(blocked)
     if not busy:
-        now = "no machine can run it now: " + ", ".join(blocked)
-    elif blocked:
-        now = f"{len(fits)} machines fit: {busy} busy, " + ", ".join(blocked)
-    elif busy == 1:
-        now = f"{fits[0]} fits, busy"
-    else:
-        now = f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
-    queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
-    return f"{now}; {queue}"
+        return "no machine can run it now: " + ", ".join(blocked)
+    if blocked:
+        return f"{len(fits)} machines fit: {busy} busy, " + ", ".join(blocked)
+    if busy == 1:
+        return f"{fits[0]} fits, busy"
+    return f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
 
 
 def returning(job: Job, machine: str) -> bool:
@@ -345,6 +354,7 @@ def _note_recreations(d: Dispatch) -> None:
             machine = d.fleet.get(action.machine)
             if machine is not None:
                 d.unavailable[machine.name] = machine_unavailable(machine, d)
+                d.kept_by.clear()  # worded again with the machine's new reason
 
 
 def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
