@@ -78,8 +78,8 @@ def tail_selected(home: Home, sel: Selection, lines: int, worker: int) -> int:
 
 def last_lines(home: Home, job: Job, n: int, worker: int) -> list[str]:
     """The last `n` lines of the job's log (latest attempt, `worker`), read from its end, escaped."""
-    from jobtpu.commands.tail import last_lines as log_end
     from jobtpu.errors import NotFoundError
+    from jobtpu.home.logfiles import last_lines as log_end
     from jobtpu.home.logfiles import log_rel
     from jobtpu.views.text import printable
 
@@ -88,7 +88,7 @@ def last_lines(home: Home, job: Job, n: int, worker: int) -> list[str]:
     rel = log_rel(job.id, job.attempt, worker)
     if not home.log_file(job.id, job.attempt, worker).exists():
         raise NotFoundError(f"job {job.id} has no log of attempt {job.attempt} worker {worker} yet")
-    text, _ = log_end(home, rel, n)  # the same read from the end as `tail -n` (commands/tail.py)
+    text, _ = log_end(home.root, rel, n)  # the same read from the end as `tail -n`
     lines = re.split(r"\r\n|\r|\n", text)  # the breaks bytes.splitlines knows: others are shown escaped
     if lines and lines[-1] == "":
         lines.pop()

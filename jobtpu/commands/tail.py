@@ -140,20 +140,10 @@ def _print_last_lines(home: Home, rel: PurePath, n: int) -> int:
 
 
 def last_lines(home: Home, rel: PurePath, n: int) -> tuple[str, int]:
-    """The log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the whole
-    file), as they are (not escaped), and the offset the log ended at."""
-    from jobtpu.home.logfiles import TAIL_READ, read_end
+    """The log's last `n` lines as they are, and the offset it ended at (home/logfiles.last_lines)."""
+    from jobtpu.home.logfiles import last_lines as read_last
 
-    limit = TAIL_READ
-    while True:
-        data, end = read_end(home.root, rel, limit)
-        if data.count(b"\n") > n or len(data) >= end or limit >= TAIL_READ * max(1, n):
-            break
-        limit *= 4
-    lines = data.splitlines(keepends=True)
-    if len(data) < end and lines:
-        lines = lines[1:]  # a line cut by where the read began
-    return (b"".join(lines[-n:]).decode(errors="replace") if n > 0 else ""), end
+    return read_last(home.root, rel, n)
 
 
 def print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.IncrementalDecoder) -> int:

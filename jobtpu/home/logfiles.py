@@ -70,3 +70,18 @@ def read_from(root: Path, rel: PurePath, offset: int, limit: int = 4 << 20) -> b
         return os.pread(fd, limit, offset)
     finally:
         os.close(fd)
+
+
+def last_lines(root: Path, rel: PurePath, n: int) -> tuple[str, int]:
+    """The log's last `n` lines, read from its end (at most TAIL_READ bytes a line, never the whole
+    file), as they are (not escaped), and the offset the log ended at."""
+    limit = TAIL_READ
+    while True:
+        data, end = read_end(root, rel, limit)
+        if data.count(b"\n") > n or len(data) >= end or limit >= TAIL_READ * max(1, n):
+            break
+        limit *= 4
+    lines = data.splitlines(keepends=True)
+    if len(data) < end and lines:
+        lines = lines[1:]  # a line cut by where the read began
+    return (b"".join(lines[-n:]).decode(errors="replace") if n > 0 else ""), end
