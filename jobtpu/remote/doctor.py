@@ -188,7 +188,8 @@ def _why_stray(state: State, ref: WorkerRef) -> str | None:
 
 def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
-    from jobtpu.tpu.api import TpuApi, health_of
+    from jobtpu.tpu.answers import health_of
+    from jobtpu.tpu.api import TpuApi
 
     record = state.machine(machine.name)
     machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from jobtpu import timing
 from jobtpu.errors import RemoteError
 from jobtpu.passes.session import Session
-from jobtpu.remote import scripts
+from jobtpu.remote import protocol, scripts
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import SetupStatus, StepKind
-from jobtpu.tpu.api import QueuedInfo, TpuApi
+from jobtpu.tpu.answers import QueuedInfo
+from jobtpu.tpu.api import TpuApi
 from jobtpu.tpu.nodespec import for_zone
 from jobtpu.tpu.outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
 from jobtpu.tpu.plan import (
@@ -203,7 +204,7 @@ def run_setup(p: Session, work: MachineWork, step: Step) -> StepReport:
     def one(ep: Any) -> str:
         try:
             out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup, retry))
-            while scripts.setup_outcome(out) == "running" and time.monotonic() < deadline:
+            while protocol.setup_outcome(out) == "running" and time.monotonic() < deadline:
                 time.sleep(timing.current().setup_poll)
                 out = p.run_on(machine, ep, scripts.setup_script(machine.root, tag, ep.index, machine.setup))
             return out

@@ -18,7 +18,7 @@ from jobtpu.schema.records import MachineState, Setup, SetupStatus
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Machine
-    from jobtpu.tpu.api import NodeInfo
+    from jobtpu.tpu.answers import NodeInfo
 
 
 # Generations whose TPU VMs Google cannot stop (docs/reference/commands.md §2.11).
@@ -41,7 +41,7 @@ def refuse_if_busy(p: Session, name: str, force: bool, what: str, hint: str = "a
 
 def ready_node(p: Session, machine: Machine) -> NodeInfo:
     """The machine's node, which must be up for its workers to be reached."""
-    from jobtpu.tpu.api import UP, health_of
+    from jobtpu.tpu.answers import UP, health_of
 
     node = p.tpu_api().get_node(str(machine.zone), str(machine.node))
     if node is None:
