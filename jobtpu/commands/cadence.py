@@ -73,9 +73,9 @@ def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bo
     (once per attempt, in `woken`: a pass that could not settle it waits as ever); whether work is
     in flight; and whether a job runs on a remote machine (whose log lines to bring home meanwhile).
     A home that cannot be read now is watched through its spool alone."""
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.roles import SPOOL
     from jobtpu.home.store import Store
-    from jobtpu.schema.machines import load_fleet
 
     folders = [home.root / SPOOL]
     try:

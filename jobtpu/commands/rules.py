@@ -30,9 +30,9 @@ def _outcome(rule: str, reasons: tuple[str, ...]) -> str:
 
 def rule_rows(home: Home) -> list[dict[str, Any]]:
     from jobtpu.decide import rules
+    from jobtpu.home.machines import load_fleet
     from jobtpu.schema import state as model
     from jobtpu.schema.fleet import Machine
-    from jobtpu.schema.machines import load_fleet
 
     kinds = {"local machine": Machine(name="local", kind="local"), "ssh machine": Machine(name="box", kind="ssh"),
              "on-demand TPU": Machine(name="tpu", kind="tpu"),

@@ -114,10 +114,10 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
     from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import load_settings
     from jobtpu.home.store import take_next_id, write_id_mark
     from jobtpu.inputs import parse_duration
-    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)  # a broken machines.json is said first, as for every command
     opts = with_job_file(home, opts)
@@ -203,10 +203,10 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     given as --machine and --user (docs/reference/commands.md §2.2.10)."""
     if all("=" in word for word in opts.overrides):
         return opts
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.users import load_users
     from jobtpu.inputs import resolve_user
     from jobtpu.oldshapes import place_bare_words
-    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)
     machines = {name: name for name in fleet.machines}

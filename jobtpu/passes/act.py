@@ -25,7 +25,7 @@ from jobtpu.remote import pulls
 from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import StepKind
 from jobtpu.schema.state import Job, Status
 from jobtpu.sweeps import sweep_env

@@ -25,6 +25,7 @@ from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
 from jobtpu.decide.settle import settle
 from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
 from jobtpu.passes import hooks
 from jobtpu.passes.act import act, catch_up_logs, stop_all
@@ -35,7 +36,6 @@ from jobtpu.passes.progress import ProgressHook
 from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
 from jobtpu.passes.tell import EventsHook
 from jobtpu.remote import pulls
-from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.state import MachineRecord, Status
 from jobtpu.sheet.hook import SheetHook
 from jobtpu.tpu.flow import request_recreate

@@ -20,7 +20,7 @@ from jobtpu.passes.context import Pass
 from jobtpu.remote import pulls
 from jobtpu.remote.scripts import TAIL_BYTES
 from jobtpu.remote.workers import WorkerRef, WorkerState
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Status
 from jobtpu.tpu.flow import observe_tpus
 from jobtpu.transport.base import Endpoint

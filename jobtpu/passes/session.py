@@ -21,9 +21,9 @@ from jobtpu.decide.reach import Contacts
 from jobtpu.errors import BusyError, JobtpuError, RemoteError, UnreachableError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, create_temp, open_lock
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import StateVersion, Store, try_lock
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.state import Job, LastPass, State
 from jobtpu.schema.state_file import Encoded, encode, encode_head, encode_jobs
 from jobtpu.transport.base import Endpoint, Transport

@@ -10,13 +10,13 @@ from typing import NamedTuple
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
 from jobtpu.passes.session import KeptConnections, Session, parallel
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.state import Job, State, Status
 from jobtpu.transport.base import Endpoint
 

@@ -1,6 +1,6 @@
 """The fleet as the rest of jobtpu sees it: each Machine (machines.json's entry, its connection keys
 filled from `defaults`, its zones and create fields worked out), the team's limits and settings.
-schema/machines.py builds it from the file's types (schema/machines_file.py)."""
+home/machines.py builds it from the file's types (schema/machines_file.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from jobtpu.errors import RemoteError
 from jobtpu.remote.protocol import setup_outcome, setup_said
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import (
     MachineRecord,
     MachineState,

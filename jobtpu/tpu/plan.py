@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from jobtpu.errors import RemoteError
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, MachineState, SetupStatus, StepKind, Transient
 from jobtpu.tpu.answers import (
     DOWN,

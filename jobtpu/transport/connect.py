@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jobtpu.home.layout import Home, is_shared
+from jobtpu.home.machines import split_host
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.machines import split_host
 from jobtpu.schema.records import MachineRecord
 from jobtpu.transport.base import Endpoint, Transport
 

@@ -1,4 +1,5 @@
-"""machines.json → the Fleet (docs/reference/machines-json.md §3).
+"""machines.json → the Fleet (docs/reference/machines-json.md §3): the loader, beside the files it
+reads; schema/fleet.py holds the types.
 
 msgspec decodes the file into its types (schema/machines_file.py); schema/decode.py says what a wrong
 key holds. What a type cannot say (what each kind of machine needs, names that must not clash, the
