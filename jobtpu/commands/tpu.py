@@ -13,21 +13,13 @@ from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.schema.records import MachineRecord, Operation, StepKind
+from jobtpu.schema.records import Operation, StepKind
+from jobtpu.tpu.nodespec import provisioning
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Machine
-
-
-def provisioning(machine: Any, record: MachineRecord) -> str:
-    """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
-    asked = {**(record.spec or {}).get("schedulingConfig", {}),
-             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
-    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
-        return "spot"
-    return "preemptible" if asked.get("preemptible") else "on-demand"
 
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:

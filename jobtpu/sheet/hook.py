@@ -177,6 +177,6 @@ def _state(machine: Machine, record: MachineRecord) -> str:
 def _provisioning(machine: Machine, record: MachineRecord) -> str:
     if not machine.is_tpu:
         return ""
-    from jobtpu.commands.tpu import provisioning
+    from jobtpu.tpu.nodespec import provisioning
 
     return provisioning(machine, record)
