@@ -99,15 +99,20 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
         if as_json:
             raise JobtpuError("`jobtpu tpu setup` prints each worker's output; it has no --json",
                               hint=f"run `jobtpu tpu setup {name}` without --json")
+        from jobtpu.passes.session import locked_session
         from jobtpu.tpu.repairs import setup_now
 
-        return setup_now(home, name, force, lambda line: print(printable(line), flush=True))
+        with locked_session(home) as p:
+            return setup_now(p, name, force, lambda line: print(printable(line), flush=True))
     if op == "restart":
         from jobtpu.tpu.repairs import restart
 
         if as_json:
             raise JobtpuError("`jobtpu tpu restart` has no --json", hint=f"run `jobtpu tpu restart {name}` without it")
-        return restart(home, name, lambda line: print(printable(line), flush=True))
+        from jobtpu.passes.session import locked_session
+
+        with locked_session(home) as p:
+            return restart(p, name, lambda line: print(printable(line), flush=True))
     info = tpu_command(home, op, name)
     if as_json:
         emit_json(info)

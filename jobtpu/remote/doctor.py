@@ -11,8 +11,7 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.home.store import Store
-from jobtpu.passes.session import Session, parallel, pass_lock
+from jobtpu.home.store import Store, pass_lock
 from jobtpu.remote.scripts import (
     doctor_script,
     kill_script,
@@ -28,6 +27,7 @@ from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
+from jobtpu.transport.reach import Reach, parallel
 
 DISK_WARN_GB = 5.0
 # What a remote worker needs: bash scripts, rsync for archives and fetch, python3 to check and unpack
@@ -61,7 +61,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
     if machine.kind != "local" and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
-    session = Session(home, fleet, Store(home).load())
+    session = Reach(home, fleet, Store(home).load())
     known = session.state.machines.get(machine.name)
     addresses = known.addresses if known is not None else None
     node_lines: list[Line] = []
@@ -94,7 +94,7 @@ def _label(machine: Machine, ep: Endpoint) -> str:
     return f"{machine.name}[{ep.index}] {host}:{ep.port}"
 
 
-def _check_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _check_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
     ok = lambda text: (f"{label}: ok: {text}", False)  # noqa: E731
     bad = lambda text: (f"{label}: problem: {text}", True)  # noqa: E731
@@ -211,7 +211,7 @@ def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line
     return out, node.addresses(machine.use_external_ip)
 
 
-def _tpu_checks(session: Session, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
+def _tpu_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
     if not machine.is_tpu:
@@ -219,7 +219,7 @@ def _tpu_checks(session: Session, machine: Machine, eps: list[Endpoint], fix: bo
     return [line for worker in parallel(lambda ep: _tpu_worker(session, machine, ep, fix), eps) for line in worker]
 
 
-def _tpu_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _tpu_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
     try:
         with session.connected(machine, ep) as t:
