@@ -245,3 +245,25 @@ def test_every_import_goes_down_the_layers() -> None:
     imports nothing that reads a file, opens a socket or runs a process; the loaders live with the
     I/O; remote/ and tpu/ never reach the pass; home/ never reaches a decision's code or a view."""
     assert layer_violations() == []
+
+
+def _kind_compares(path: Path) -> list[int]:
+    """Lines comparing a machine's `kind` with one of the kinds' words."""
+    kinds = {"local", "ssh", "tpu"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            words = {n.value for side in sides for n in ast.walk(side) if isinstance(n, ast.Constant)}
+            if words & kinds and any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_pass_and_the_io_ask_the_driver_not_the_kind() -> None:
+    """docs/design.md §5.1: what a pass, a transport or the remote work does differently per kind of
+    machine is asked of remote/drivers.py, the one place that says it."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}"
+             for folder in ("passes", "transport", "remote") for path in sorted((PACKAGE / folder).rglob("*.py"))
+             if path.name != "drivers.py" for line in _kind_compares(path)]
+    assert found == []

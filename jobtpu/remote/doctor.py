@@ -12,6 +12,7 @@ from jobtpu import timing
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store, pass_lock
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.scripts import (
     doctor_script,
     kill_script,
@@ -58,7 +59,7 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
 def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None],
             accelerator: bool = False) -> list[str]:
     lines: list[Line] = []
-    if machine.kind != "local" and shutil.which("rsync") is None:
+    if driver_for(machine).remote and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     session = Reach(home, fleet, Store(home).load())

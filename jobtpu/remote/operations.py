@@ -12,6 +12,7 @@ from jobtpu.home import safefs
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
@@ -80,7 +81,7 @@ def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for job in running:
         machine = fleet.get(job.machine or "")
-        if machine is None or machine.kind == "local":
+        if machine is None or not driver_for(machine).remote:
             continue
         for ep in p.endpoints(machine):
             refs = [r for r in refs_of(job) if r.worker == ep.index]
