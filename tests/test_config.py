@@ -11,8 +11,8 @@ import pytest
 
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home, find_home
+from jobtpu.home.machines import load_fleet, split_host
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet
-from jobtpu.schema.machines import load_fleet, split_host
 from tests.helpers import cli, jobtpu
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

@@ -106,7 +106,8 @@ def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tm
 
 
 def test_a_setup_whose_process_died_is_started_again_not_awaited_for_ever(tmp_path: Path) -> None:
-    from jobtpu.remote.scripts import setup_outcome, setup_script
+    from jobtpu.remote.protocol import setup_outcome
+    from jobtpu.remote.scripts import setup_script
 
     setup = tmp_path / "root" / "setup"
     setup.mkdir(parents=True)

@@ -781,7 +781,7 @@ def test_a_stopped_job_whose_rule_recreates_asks_for_its_tpu_once_stopped() -> N
     ("SOMETHING_NEW", "transient"),  # an unknown state never recreates a node
 ])
 def test_node_state_decides_the_machine_s_health(node_state: str | None, health: str) -> None:
-    from jobtpu.tpu.api import health_of
+    from jobtpu.tpu.answers import health_of
 
     assert health_of(node_state)[0] == health
 

@@ -22,7 +22,7 @@ import pytest
 
 from jobtpu.cli import build_parser
 from jobtpu.home.layout import Home
-from jobtpu.schema.machines import load_fleet
+from jobtpu.home.machines import load_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", REPO / "docs" / "guide.md"]

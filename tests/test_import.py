@@ -392,8 +392,8 @@ def test_a_newer_data_json_pre_info_sheet_names_own_aliases_only_and_moved_folde
 @fast
 def test_the_sheet_names_a_user_by_their_sheet_name(tmp_path: Path) -> None:
     from jobtpu.home.layout import Home
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.store import Store
-    from jobtpu.schema.machines import load_fleet
     from jobtpu.sheet.hook import sheet_rows
 
     home = make_home(tmp_path, {"v3-a": {"kind": "local", "accelerator": "v3-8", "resources": {"slot": 2}}})

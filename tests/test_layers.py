@@ -91,7 +91,7 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
     """The check is not blind: the imports a module makes inside functions are edges too, and a cycle
     made of them is found."""
     graph = import_graph()
-    assert "jobtpu.tpu.api" in graph["jobtpu.passes.session"]  # `from .tpu import TpuApi` inside Session.tpu_api
+    assert "jobtpu.tpu.api" in graph["jobtpu.transport.reach"]  # `from jobtpu.tpu.api import TpuApi` inside Reach.tpu_api
     assert "jobtpu.transport.ssh" in graph["jobtpu.transport.connect"]  # `from .transport.ssh import ...` in a function
     assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
 
@@ -183,3 +183,87 @@ def test_the_design_names_only_code_that_exists() -> None:
         elif re.fullmatch(r"_?[a-z][a-z0-9]*(_[a-z0-9]+)+", token) and not re.search(rf"\b{token}\b", everything):
             stale.append(token)
     assert stale == []
+
+
+def layer_table() -> list[tuple[str, list[str], set[str]]]:
+    """docs/design.md §5.1, bottom layer first: each layer's name, its entries (`views/text.py`, `home/`)
+    and the layers it may import."""
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    section = design.split("### 5.1 Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| layer ")]
+    return [(name, re.findall(r"`([^`]+)`", entries), set(re.findall(r"[a-z]+", may)) - {"nothing"})
+            for name, entries, may in rows]
+
+
+def layer_of(module: str, table: list[tuple[str, list[str], set[str]]]) -> str | None:
+    """The layer of the most specific entry naming a module: the module itself, else its package."""
+    parts = module.split(".")[1:]
+    path = "/".join(parts) + ".py"
+    if not (PACKAGE / path).exists():  # a package: its __init__.py
+        path = "/".join([*parts, "__init__.py"])
+    package = path.split("/")[0] + "/" if "/" in path else None
+    by_entry = {entry: name for name, entries, _ in table for entry in entries}
+    return by_entry.get(path) or (by_entry.get(package) if package else None)
+
+
+def _names_its_package_only(module: str) -> bool:
+    """A package's __init__.py that holds its docstring and nothing else: importing one of its modules
+    runs it, but it brings nothing with it."""
+    path = PACKAGE.parent.joinpath(*module.split("."), "__init__.py")
+    if not path.exists():
+        return False
+    body = ast.parse(path.read_text()).body
+    return all(isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) or
+               isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__" for stmt in body)
+
+
+def layer_violations() -> list[str]:
+    """Every import of a module from a layer its own layer may not import."""
+    table = layer_table()
+    may = {name: allowed for name, _, allowed in table}
+    graph = import_graph()
+    layers = {module: layer_of(module, table) for module in graph}
+    return sorted(f"{module} ({layers[module]}) -> {dep} ({layers[dep]})"
+                  for module, deps in graph.items() for dep in deps
+                  if layers[dep] != layers[module] and layers[dep] not in may[str(layers[module])]
+                  and not _names_its_package_only(dep))
+
+
+def test_the_layer_table_points_one_way_and_places_every_module() -> None:
+    table = layer_table()
+    names = [name for name, _, _ in table]
+    assert names[:2] == ["base", "core"] and "pass" in names  # the walk found the table
+    for index, (name, _, allowed) in enumerate(table):
+        assert allowed <= set(names[:index]), f"layer {name} may import a layer above it"
+    unplaced = sorted(module for module in import_graph() if layer_of(module, table) is None)
+    assert unplaced == []
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    """docs/design.md §5.1: the core (types, decisions, fit, placement, TPU plans and outcomes)
+    imports nothing that reads a file, opens a socket or runs a process; the loaders live with the
+    I/O; remote/ and tpu/ never reach the pass; home/ never reaches a decision's code or a view."""
+    assert layer_violations() == []
+
+
+def _kind_compares(path: Path) -> list[int]:
+    """Lines comparing a machine's `kind` with one of the kinds' words."""
+    kinds = {"local", "ssh", "tpu"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            words = {n.value for side in sides for n in ast.walk(side) if isinstance(n, ast.Constant)}
+            if words & kinds and any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_pass_and_the_io_ask_the_driver_not_the_kind() -> None:
+    """docs/design.md §5.1: what a pass, a transport or the remote work does differently per kind of
+    machine is asked of remote/drivers.py, the one place that says it."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}"
+             for folder in ("passes", "transport", "remote") for path in sorted((PACKAGE / folder).rglob("*.py"))
+             if path.name != "drivers.py" for line in _kind_compares(path)]
+    assert found == []

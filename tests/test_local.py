@@ -607,7 +607,7 @@ def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_job
     """Two launches of one pass in two threads: one has just made `run` under the pass's umask (0700,
     its shared modes a moment later) when the other asks whether its run root is shared."""
     from jobtpu.home.layout import Home
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
     from jobtpu.transport.connect import endpoints, transport
 
     home = make_home(tmp_path)

@@ -80,10 +80,10 @@ def test_observing_writes_nothing_and_the_pulled_log_is_kept_by_its_own_step(tmp
     its probe brought are not in the home until `bring_logs_home` keeps them."""
     from jobtpu.decide.observation import Observation
     from jobtpu.home.layout import Home
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.store import Store, encode
     from jobtpu.passes.context import Pass
     from jobtpu.passes.observe import bring_logs_home, observe
-    from jobtpu.schema.machines import load_fleet
     from tests.helpers import wait_for
 
     home = make_home(tmp_path)

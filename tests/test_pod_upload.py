@@ -285,7 +285,7 @@ def test_a_copy_that_is_not_the_snapshot_is_refused_and_never_unpacked(pods: Pod
 
 def _load(tmp_path: Path, machine: dict[str, Any]) -> Any:
     from jobtpu.home.layout import Home as JobtpuHome
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     home = JobtpuHome(tmp_path)
     doc = {"gcp": {"project": "p"}, "machines": {"m": machine}}

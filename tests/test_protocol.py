@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from jobtpu.remote import protocol
+from jobtpu.remote.protocol import setup_outcome, setup_said
 from jobtpu.remote.scripts import (
     parse_doctor,
     parse_fetch,
@@ -28,8 +29,6 @@ from jobtpu.remote.scripts import (
     render,
     serve_script,
     setup_now_script,
-    setup_outcome,
-    setup_said,
 )
 from jobtpu.remote.workers import LaunchResult, WorkerRef
 

@@ -11,12 +11,12 @@ import pytest
 
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.settings import load_settings
 from jobtpu.home.store import Store
 from jobtpu.home.trust import load_runner
 from jobtpu.home.users import load_users
-from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.records import MachineState, SetupStatus, StepKind
 from jobtpu.schema.state import Status
 from jobtpu.schema.state_file import encode, render

@@ -14,7 +14,7 @@ from jobtpu.decide.outcomes import LaunchReport, NoAnswer
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.remote.workers import LaunchResult, WorkerRef
 from jobtpu.schema import state as model
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Attempt, Ending, Job, State, Status
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

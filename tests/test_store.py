@@ -329,8 +329,8 @@ def test_cli_refuses_an_invalid_edit_and_leaves_both_files(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("knows_its_read", [True, False])
 def test_a_session_that_removes_jobs_keeps_jobs_submitted_meanwhile(tmp_path: Path, knows_its_read: bool) -> None:
+    from jobtpu.home.machines import load_fleet
     from jobtpu.passes.session import Session
-    from jobtpu.schema.machines import load_fleet
 
     home = Home(tmp_path)
     old, kept = add(Store(home)), add(Store(home))

@@ -11,7 +11,7 @@ import pytest
 
 from jobtpu.decide.core import MachineView
 from jobtpu.errors import RemoteError
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, MachineState, Operation, Refused, Setup, StepKind
 from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
 from jobtpu.tpu.outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key

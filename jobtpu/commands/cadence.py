@@ -73,9 +73,10 @@ def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bo
     (once per attempt, in `woken`: a pass that could not settle it waits as ever); whether work is
     in flight; and whether a job runs on a remote machine (whose log lines to bring home meanwhile).
     A home that cannot be read now is watched through its spool alone."""
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.roles import SPOOL
     from jobtpu.home.store import Store
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.remote.drivers import driver_for
 
     folders = [home.root / SPOOL]
     try:
@@ -85,7 +86,7 @@ def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bo
     ended = remote = False
     for job in state.jobs:
         machine = fleet.machines.get(job.machine) if job.active and job.machine else None
-        if machine is not None and machine.kind != "local":
+        if machine is not None and driver_for(machine).remote:
             remote = True
         elif machine is not None:
             folder = Path(machine.root) / "meta" / str(job.id)

@@ -199,14 +199,14 @@ def _sweeps(home: Home) -> list[str]:
 
 
 def _machines(home: Home) -> list[str]:
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     fleet = load_fleet(home)
     return [n for m in fleet.machines.values() for n in (m.name, *m.aliases)]
 
 
 def _req(home: Home) -> list[str]:
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     fleet = load_fleet(home)
     accelerators = sorted({m.accelerator for m in fleet.machines.values() if m.accelerator})
@@ -222,9 +222,9 @@ def _config(home: Home) -> list[str]:
 
 def _alias_names(home: Home) -> list[str]:
     """Config alias names: yours, the team's (machines.json) and the built-in ones."""
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import effective_aliases, load_settings
     from jobtpu.inputs import resolve_user
-    from jobtpu.schema.machines import load_fleet
 
     own = load_settings(home, resolve_user(None)).aliases
     return sorted(effective_aliases(load_fleet(home).config_aliases, own))

@@ -153,9 +153,9 @@ def _read_json(path: Path) -> Any:
 def _machines_doc(home: Home) -> tuple[dict[str, Any], int | None]:
     """machines.json as a plain document (the built-in local machine when there is none), and its mode."""
     from jobtpu.commands.team import LOCAL_ONLY
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.safefs import CAP_CONFIG, read_regular
     from jobtpu.schema.decode import parse_json_file
-    from jobtpu.schema.machines import load_fleet
 
     try:
         data = read_regular(home.root, home.machines_file, CAP_CONFIG)
@@ -184,7 +184,7 @@ def _plan_project(doc: dict[str, Any], tpus: list[Any], project: str | None, for
 
 
 def _check_loads(home: Home, doc: dict[str, Any]) -> None:
-    from jobtpu.schema.machines import check_machines
+    from jobtpu.home.machines import check_machines
 
     check_machines(home, _encoded(doc))
 

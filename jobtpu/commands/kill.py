@@ -59,8 +59,10 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
     import os
     import pwd
 
+    from jobtpu.remote.drivers import driver_for
+
     machine = session.fleet.get(job.machine) if job.machine else None
-    if machine is None or machine.kind != "local" or os.geteuid() == 0:
+    if machine is None or driver_for(machine).remote or os.geteuid() == 0:
         return None
     pid_file = Path(machine.root) / "meta" / str(job.id) / f"{job.attempt}.0.pid"
     try:

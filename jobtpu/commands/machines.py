@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
     from jobtpu.decide.dispatch import used_resources
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
     from jobtpu.schema.records import MachineRecord
 
     fleet = load_fleet(home)
@@ -88,7 +88,7 @@ def _never_seen(machine: Machine) -> str:
 
 def machines(home: Home, as_json: bool, name: str | None = None) -> int:
     from jobtpu.commands.freshness import last_pass_json, say_freshness
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     machine = load_fleet(home).resolve(name) if name is not None else None  # an unknown name changes nothing
     state = Store(home).load()

@@ -210,8 +210,8 @@ def _dir_ls(home: Home, user: str) -> int:
 
 
 def alias(home: Home, action: str, name: str | None, full: str | None, user: str | None) -> int:
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import check_alias
-    from jobtpu.schema.machines import load_fleet
 
     who = resolve_user(user)
     if action == "ls":

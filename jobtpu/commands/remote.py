@@ -75,11 +75,12 @@ def _opened(client: Any) -> Any:
 def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
     """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
     from jobtpu.passes.session import load_session
+    from jobtpu.remote.drivers import driver_for
     from jobtpu.transport.connect import published_keys, transport
 
     session = load_session(home)
     machine = session.fleet.resolve(name)
-    if machine.kind == "local":
+    if not driver_for(machine).remote:
         raise JobtpuError(f"{machine.name} is this computer: there is nothing to ssh to",
                           hint=f"run the command here, or `jobtpu exec {machine.name} -- CMD`")
     endpoint = chosen_workers(session, machine, worker)[0]

@@ -77,7 +77,7 @@ def report(home: Home, sel: Selection, html: str | None, usage_since: float | No
         raise JobtpuError("--json goes without --html and --usage",
                           hint="give --json alone for the costs as JSON, or drop it for the page or the usage tables")
 
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
     from jobtpu.tell import eventlog
     from jobtpu.views import report as goodput_report
 

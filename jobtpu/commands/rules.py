@@ -30,13 +30,14 @@ def _outcome(rule: str, reasons: tuple[str, ...]) -> str:
 
 def rule_rows(home: Home) -> list[dict[str, Any]]:
     from jobtpu.decide import rules
+    from jobtpu.home.machines import load_fleet
     from jobtpu.schema import state as model
-    from jobtpu.schema.fleet import Machine
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.schema.fleet import Machine, MachineKind
 
-    kinds = {"local machine": Machine(name="local", kind="local"), "ssh machine": Machine(name="box", kind="ssh"),
-             "on-demand TPU": Machine(name="tpu", kind="tpu"),
-             "preemptible or spot TPU": Machine(name="tpu", kind="tpu", preemptible=True)}
+    kinds = {"local machine": Machine(name="local", kind=MachineKind.LOCAL),
+             "ssh machine": Machine(name="box", kind=MachineKind.SSH),
+             "on-demand TPU": Machine(name="tpu", kind=MachineKind.TPU),
+             "preemptible or spot TPU": Machine(name="tpu", kind=MachineKind.TPU, preemptible=True)}
     # The home's own machines, when it has a machines.json (a broken one is reported, as everywhere).
     fleet = load_fleet(home).machines.values() if home.machines_file.exists() else []
     other = (model.OOM, model.TIMEOUT, model.LAUNCH_FAILED, model.KILLED, model.exit_reason(1))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _configured(home: Home) -> tuple[Fleet, SheetConfig]:
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     fleet = load_fleet(home)
     if fleet.sheet is None:

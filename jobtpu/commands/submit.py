@@ -31,6 +31,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     from jobtpu.decide.fit import parse_request, why_not
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
     from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
+    from jobtpu.remote.drivers import driver_for
     from jobtpu.schema.state import Job
 
     user = known_user(home, opts.user)
@@ -64,7 +65,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
-    local_roots = [Path(m.root) for m in fleet.machines.values() if m.kind == "local"]
+    local_roots = [Path(m.root) for m in fleet.machines.values() if not driver_for(m).remote]
     home.ensure()  # the first command in a new home says where it made it
     with sigterm_interrupts():
         snap = snapshot(src, archives or home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
@@ -114,10 +115,10 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
     from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import load_settings
     from jobtpu.home.store import take_next_id, write_id_mark
     from jobtpu.inputs import parse_duration
-    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)  # a broken machines.json is said first, as for every command
     opts = with_job_file(home, opts)
@@ -204,10 +205,10 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     given as --machine and --user (docs/reference/commands.md §2.2.10)."""
     if all("=" in word for word in opts.overrides):
         return opts
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.users import load_users
     from jobtpu.inputs import resolve_user
     from jobtpu.oldshapes import place_bare_words
-    from jobtpu.schema.machines import load_fleet
 
     fleet = load_fleet(home)
     machines = {name: name for name in fleet.machines}

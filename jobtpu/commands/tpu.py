@@ -13,21 +13,13 @@ from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.schema.records import MachineRecord, Operation, StepKind
+from jobtpu.schema.records import Operation, StepKind
+from jobtpu.tpu.nodespec import provisioning
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Machine
-
-
-def provisioning(machine: Any, record: MachineRecord) -> str:
-    """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
-    asked = {**(record.spec or {}).get("schedulingConfig", {}),
-             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
-    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
-        return "spot"
-    return "preemptible" if asked.get("preemptible") else "on-demand"
 
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
@@ -107,15 +99,20 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
         if as_json:
             raise JobtpuError("`jobtpu tpu setup` prints each worker's output; it has no --json",
                               hint=f"run `jobtpu tpu setup {name}` without --json")
+        from jobtpu.passes.session import locked_session
         from jobtpu.tpu.repairs import setup_now
 
-        return setup_now(home, name, force, lambda line: print(printable(line), flush=True))
+        with locked_session(home) as p:
+            return setup_now(p, name, force, lambda line: print(printable(line), flush=True))
     if op == "restart":
         from jobtpu.tpu.repairs import restart
 
         if as_json:
             raise JobtpuError("`jobtpu tpu restart` has no --json", hint=f"run `jobtpu tpu restart {name}` without it")
-        return restart(home, name, lambda line: print(printable(line), flush=True))
+        from jobtpu.passes.session import locked_session
+
+        with locked_session(home) as p:
+            return restart(p, name, lambda line: print(printable(line), flush=True))
     info = tpu_command(home, op, name)
     if as_json:
         emit_json(info)

@@ -194,7 +194,7 @@ def _fit(rows: list[Any], room: int) -> list[Any]:
 
 
 def _fleet(home: Home) -> Fleet:
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
 
     return load_fleet(home)
 

@@ -10,7 +10,7 @@ from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
 from jobtpu.remote.workers import WorkerRef
 from jobtpu.schema import state as model
-from jobtpu.schema.machines import Fleet, Machine
+from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Ending, Job, Status
 
 

@@ -12,7 +12,7 @@ from jobtpu.decide.core import apply_ending, wants_recreate
 from jobtpu.decide.observation import Kill, Recreate, refs_of
 from jobtpu.remote.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Ending, Job, Status
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
 

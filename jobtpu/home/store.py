@@ -1,5 +1,5 @@
 """state.json: the lock, the load (schema/state_file.py decodes it), atomic save with a .bak of the
-last good copy; the id mark and history.jsonl.
+last good copy; the id mark and history.jsonl; the pass lock.
 
 Readers take no lock (a save is an atomic rename, so they see a whole file); every
 read-modify-write happens inside `Store.transaction`, which holds the state lock only for as long
@@ -263,3 +263,14 @@ def append_to_history(home: Home, jobs: list[Job]) -> None:
     if not jobs:
         return
     append_line(home.history_file, b"\n".join(encode_jobs(jobs)).decode())
+
+
+@contextlib.contextmanager
+def pass_lock(home: Home, wait: float) -> Iterator[bool]:
+    """Hold the home's pass lock (waiting up to `wait` seconds); yields whether it was taken."""
+    home.ensure()
+    fd = open_lock(home.pass_lock)
+    try:
+        yield try_lock(fd, wait)
+    finally:
+        os.close(fd)

@@ -22,11 +22,12 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.session import Session
 from jobtpu.remote import pulls
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
-from jobtpu.schema.machines import Machine
-from jobtpu.schema.records import StepKind
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
 from jobtpu.sweeps import sweep_env
 from jobtpu.tpu.flow import carry_out_all
@@ -119,7 +120,8 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
         return None
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
-    if machine.kind == "local" and not records_trusted(p.home):  # checked again as it starts (design §7)
+    driver = driver_for(machine)
+    if driver.runs_as_this_account and not records_trusted(p.home):  # checked again as it starts (design §7)
         team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
         verdict = local_verdict(p.home, job, team)
         if verdict.kind != "ok":
@@ -136,8 +138,8 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets),
-                          tpu_cleanup=machine.is_tpu, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
-                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=machine.kind == "local",
+                          tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
+                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
                           time_limit=job.timeout)
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
@@ -149,8 +151,8 @@ def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
     workers by the addresses jobtpu reaches them at (the local machine by its host name) and by those
     they reach each other at (a TPU's internal ones, whatever address jobtpu's SSH uses)."""
     hosts = tuple(ep.addr or socket.gethostname() for ep in eps)
-    zone = (p.state.machine(machine.name).zone or machine.zone) if machine.is_tpu else machine.zone
-    return Place(zone=zone or "", node=(machine.node or "") if machine.is_tpu else "",
+    zone, node = driver_for(machine).zone_and_node(machine, p.state.machines.get(machine.name) or MachineRecord())
+    return Place(zone=zone, node=node,
                  accelerator=machine.accelerator or "", hosts=hosts, peers=peer_addresses_of(p, machine, hosts))
 
 
@@ -176,7 +178,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=machine.kind == "local")
+            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=driver_for(machine).stops_by_request)
             return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
         except RemoteError:
             return False

@@ -12,7 +12,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import State, StateVersion
 from jobtpu.passes.session import KeptConnections, Session
 from jobtpu.remote.scripts import archive_path
-from jobtpu.schema.machines import Fleet, Machine
+from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.snapshot.archive import home_problem
 from jobtpu.tpu.flow import MachineWork
 from jobtpu.transport.base import Endpoint

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobtpu import timing
-from jobtpu.decide import reach
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
 from jobtpu.decide.settle import settle
 from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
 from jobtpu.passes import hooks
 from jobtpu.passes.act import act, catch_up_logs, stop_all
@@ -35,7 +35,7 @@ from jobtpu.passes.progress import ProgressHook
 from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
 from jobtpu.passes.tell import EventsHook
 from jobtpu.remote import pulls
-from jobtpu.schema.machines import load_fleet
+from jobtpu.remote.drivers import driver_for
 from jobtpu.schema.state import MachineRecord, Status
 from jobtpu.sheet.hook import SheetHook
 from jobtpu.tpu.flow import request_recreate
@@ -127,14 +127,11 @@ def would_start_a_job(p: Pass, seen: Observation) -> bool:
 
 
 def note_reachability(p: Session, seen: Observation) -> None:
-    """Each ssh machine's record as this pass's contacts say (reach.reachability); one that failed
-    recently and was not asked again takes no new jobs. Applied after observing and after acting."""
+    """Each machine's record as its driver judges this pass's contacts (an ssh machine's by
+    reach.reachability); one that failed recently and was not asked again takes no new jobs. Applied
+    after observing and after acting."""
     for machine in p.fleet.machines.values():
-        if machine.kind != "ssh":
-            continue  # a TPU's state is the API's (tpu/flow.py); the local machine is always up
-        record = p.state.machine(machine.name)
-        reach.apply(record, p.contacts.of(machine.name), seen.now)
-        if not reach.takes_jobs(record, seen.now):
+        if not driver_for(machine).judge_reach(p.state, machine, p.contacts.of(machine.name), seen.now):
             seen.view(machine.name).ready = False
 
 

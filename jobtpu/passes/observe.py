@@ -18,9 +18,10 @@ from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes.context import Pass
 from jobtpu.remote import pulls
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.scripts import TAIL_BYTES
 from jobtpu.remote.workers import WorkerRef, WorkerState
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Status
 from jobtpu.tpu.flow import observe_tpus
 from jobtpu.transport.base import Endpoint
@@ -41,7 +42,7 @@ def observe(p: Pass) -> Observation:
         eps = p.endpoints(machine)
         view.n_workers = len(eps)
         jobs = [j for j in p.state.jobs if j.machine == machine.name and j.status is Status.RUNNING]
-        if not jobs or view.preempted or (machine.is_tpu and view.reachable is False):
+        if not jobs or view.preempted or not driver_for(machine).probes(view.reachable):
             continue
         for ep in eps:
             probes.append((machine, ep, [r for j in jobs for r in refs_of(j) if r.worker == ep.index]))
@@ -67,7 +68,7 @@ def observe(p: Pass) -> Observation:
 def _check_local_specs(p: Pass, seen: Observation) -> None:
     """For each queued job: may this pass run it on the local machine, as its own account? Only when
     state.json is this account's alone (a private home), or the job's spec says so (docs/design.md §7)."""
-    if not any(m.kind == "local" for m in p.fleet.machines.values()) or records_trusted(p.home):
+    if not any(driver_for(m).runs_as_this_account for m in p.fleet.machines.values()) or records_trusted(p.home):
         return
     team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
     one_writer = role_of(p.home.root).layout is Layout.SHARED  # looked up once a pass, not once a job

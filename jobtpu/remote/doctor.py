@@ -11,8 +11,8 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.home.store import Store
-from jobtpu.passes.session import Session, parallel, pass_lock
+from jobtpu.home.store import Store, pass_lock
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.scripts import (
     doctor_script,
     kill_script,
@@ -28,6 +28,7 @@ from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
+from jobtpu.transport.reach import Reach, parallel
 
 DISK_WARN_GB = 5.0
 # What a remote worker needs: bash scripts, rsync for archives and fetch, python3 to check and unpack
@@ -58,10 +59,10 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
 def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None],
             accelerator: bool = False) -> list[str]:
     lines: list[Line] = []
-    if machine.kind != "local" and shutil.which("rsync") is None:
+    if driver_for(machine).remote and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
-    session = Session(home, fleet, Store(home).load())
+    session = Reach(home, fleet, Store(home).load())
     known = session.state.machines.get(machine.name)
     addresses = known.addresses if known is not None else None
     node_lines: list[Line] = []
@@ -94,7 +95,7 @@ def _label(machine: Machine, ep: Endpoint) -> str:
     return f"{machine.name}[{ep.index}] {host}:{ep.port}"
 
 
-def _check_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _check_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
     ok = lambda text: (f"{label}: ok: {text}", False)  # noqa: E731
     bad = lambda text: (f"{label}: problem: {text}", True)  # noqa: E731
@@ -188,7 +189,8 @@ def _why_stray(state: State, ref: WorkerRef) -> str | None:
 
 def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
-    from jobtpu.tpu.api import TpuApi, health_of
+    from jobtpu.tpu.answers import health_of
+    from jobtpu.tpu.api import TpuApi
 
     record = state.machine(machine.name)
     machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone
@@ -210,7 +212,7 @@ def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line
     return out, node.addresses(machine.use_external_ip)
 
 
-def _tpu_checks(session: Session, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
+def _tpu_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
     if not machine.is_tpu:
@@ -218,7 +220,7 @@ def _tpu_checks(session: Session, machine: Machine, eps: list[Endpoint], fix: bo
     return [line for worker in parallel(lambda ep: _tpu_worker(session, machine, ep, fix), eps) for line in worker]
 
 
-def _tpu_worker(session: Session, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
+def _tpu_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
     label = _label(machine, ep)
     try:
         with session.connected(machine, ep) as t:

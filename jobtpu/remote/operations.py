@@ -10,15 +10,16 @@ from typing import NamedTuple
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
-from jobtpu.passes.session import KeptConnections, Session, parallel
+from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.machines import load_fleet
 from jobtpu.schema.state import Job, State, Status
 from jobtpu.transport.base import Endpoint
+from jobtpu.transport.reach import KeptConnections, Reach, parallel
 
 
 class Pulled(NamedTuple):
@@ -38,7 +39,7 @@ def pull_logs(home: Home, job_id: int) -> Pulled:
     machine = fleet.get(job.machine)
     if machine is None:
         return Pulled(job, {})
-    p = Session(home, fleet, state)
+    p = Reach(home, fleet, state)
     from jobtpu.decide.observation import refs_of
 
     def one(ep: Endpoint) -> dict[WorkerRef, WorkerState] | str:
@@ -76,11 +77,11 @@ def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
     if not running:
         return False
     fleet = load_fleet(home)
-    p = Session(home, fleet, state, kept=kept)
+    p = Reach(home, fleet, state, kept)
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for job in running:
         machine = fleet.get(job.machine or "")
-        if machine is None or machine.kind == "local":
+        if machine is None or not driver_for(machine).remote:
             continue
         for ep in p.endpoints(machine):
             refs = [r for r in refs_of(job) if r.worker == ep.index]
@@ -106,7 +107,7 @@ def fetch(home: Home, fleet: Fleet, state: State, job: Job, path: str, target: P
     machine = fleet.get(job.attempts[-1].machine)
     if machine is None:
         raise JobtpuError(f"job {job.id} ran on {job.attempts[-1].machine}, which is not in machines.json")
-    p = Session(home, fleet, state)
+    p = Reach(home, fleet, state)
     eps = p.endpoints(machine)
     if not eps:
         raise RemoteError(f"{machine.name} has no reachable worker now", hint="see `jobtpu machines`")
@@ -131,7 +132,7 @@ def _target_folder(home: Home, target: Path) -> int:
     return os.open(absolute, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
-def clean_remote(p: Session, jobs: list[Job]) -> None:
+def clean_remote(p: Reach, jobs: list[Job]) -> None:
     """Delete the ended jobs' folders on their machines, and archives no remaining job uses."""
     leaving = {j.id for j in jobs}
     keep = sorted({j.archive for j in p.state.jobs if j.id not in leaving})

@@ -32,7 +32,7 @@ from jobtpu.remote.scripts import (
     peer_stop_script,
 )
 from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.transport.base import Endpoint
 
 if TYPE_CHECKING:

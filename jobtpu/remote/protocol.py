@@ -231,3 +231,17 @@ def last_setup(stdout: str) -> tuple[list[str], SetupReport | None]:
     if isinstance(report, SetupReport):
         return before.splitlines(), report
     return stdout.rstrip("\n").splitlines(), None
+
+
+def setup_outcome(stdout: str) -> str:
+    """The setup script's report (its last line): done | running | failed, or error when there is none
+    (the script did not run to its end)."""
+    _, report = last_setup(stdout)
+    return report.outcome if report is not None else "error"
+
+
+def setup_said(stdout: str) -> str:
+    """The setup script's report in words (`SETUP failed 3: LOG TAIL`), or its output as it is when
+    it has none."""
+    _, report = last_setup(stdout)
+    return f"SETUP {report.said}" if report is not None else stdout.strip()

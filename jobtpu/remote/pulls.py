@@ -16,17 +16,17 @@ from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
-from jobtpu.passes.session import Session
 from jobtpu.remote.scripts import parse_probe, probe_script
 from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint
+from jobtpu.transport.reach import Reach
 
 CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ended: 64 MiB a pass
 
 
-def probe(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
+def probe(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
     script = probe_script(machine.root, [(r, local_size(p.home, r)) for r in refs], home_id=p.home_id)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
@@ -79,7 +79,7 @@ def mark_behind(jobs: Iterable[Job], tried: Iterable[WorkerRef], behind: set[Wor
                 a.logs_behind = (job.id, a.n) in behind_attempts
 
 
-def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> CatchUp:
+def catch_up(p: Reach, ended: dict[str, list[WorkerRef]]) -> CatchUp:
     """Pull what is left of these workers' logs, a chunk a round trip, until each is home, or
     CATCH_UP_CHUNKS were pulled, or the pass's budget for it is spent. A worker that cannot be
     reached keeps the rest (its machine's record says why); a log in the home that cannot be
@@ -101,7 +101,7 @@ def catch_up(p: Session, ended: dict[str, list[WorkerRef]]) -> CatchUp:
     return done
 
 
-def _catch_up_worker(p: Session, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
+def _catch_up_worker(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
                      deadline: float) -> tuple[list[str], list[WorkerRef]]:
     for _ in range(CATCH_UP_CHUNKS):
         if time.monotonic() >= deadline:

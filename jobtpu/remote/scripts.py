@@ -373,17 +373,3 @@ def setup_now_script(root: str, tag: str, worker: int, commands: Iterable[str]) 
     """`jobtpu tpu setup`: the setup commands in the foreground, their output, then a `setup` report:
     done | failed with its code | running (a pass's setup still runs there)."""
     return render(("common.sh", "setup.sh"), [call("jobtpu_setup_now", root, tag, int(worker), *commands)])
-
-
-def setup_outcome(stdout: str) -> str:
-    """The setup script's report (its last line): done | running | failed, or error when there is none
-    (the script did not run to its end)."""
-    _, report = protocol.last_setup(stdout)
-    return report.outcome if report is not None else "error"
-
-
-def setup_said(stdout: str) -> str:
-    """The setup script's report in words (`SETUP failed 3: LOG TAIL`), or its output as it is when
-    it has none."""
-    _, report = protocol.last_setup(stdout)
-    return f"SETUP {report.said}" if report is not None else stdout.strip()

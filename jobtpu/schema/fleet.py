@@ -1,12 +1,13 @@
 """The fleet as the rest of jobtpu sees it: each Machine (machines.json's entry, its connection keys
 filled from `defaults`, its zones and create fields worked out), the team's limits and settings.
-schema/machines.py builds it from the file's types (schema/machines_file.py)."""
+home/machines.py builds it from the file's types (schema/machines_file.py)."""
 
 from __future__ import annotations
 
 import re
 import typing
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal
 
@@ -47,11 +48,21 @@ class UserLimit:
 NO_LIMIT = UserLimit()
 
 
+class MachineKind(StrEnum):
+    """What a machine is (machines.json's `kind`): each compares equal to its word. What each kind does
+    differently in a pass is one place, remote/drivers.py."""
+
+    LOCAL = "local"
+    SSH = "ssh"
+    TPU = "tpu"
+
+
 class Machine(MachineEntry, frozen=True, kw_only=True):
     """One machine: its entry in machines.json (each key as written, declared once there), with the
     keys worked out from the entry redeclared here with what they came to."""
 
     name: str
+    kind: MachineKind  # type: ignore[assignment]  # the entry's word, as its enum
     hosts: tuple[str, ...] = ()
     preemptible: bool = False  # Google may take it away: a preemptible or a spot node
     spot: bool = False
@@ -79,7 +90,7 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
 
     @property
     def is_tpu(self) -> bool:
-        return self.kind == "tpu"
+        return self.kind == MachineKind.TPU
 
     def in_zone(self, zone: str | None) -> Machine:
         """This machine, in one of its zones (the first when `zone` is not one of them)."""

@@ -169,14 +169,16 @@ def _started_at(job: Job) -> float:
 
 def _state(machine: Machine, record: MachineRecord) -> str:
     """The word `machines` shows."""
+    from jobtpu.remote.drivers import driver_for
+
     if record.api_error:
         return "unknown"
-    return record.state or ("up" if machine.kind == "local" else "unknown")
+    return driver_for(machine).state_word(record)
 
 
 def _provisioning(machine: Machine, record: MachineRecord) -> str:
     if not machine.is_tpu:
         return ""
-    from jobtpu.commands.tpu import provisioning
+    from jobtpu.tpu.nodespec import provisioning
 
     return provisioning(machine, record)

@@ -9,11 +9,11 @@ import re
 from collections.abc import Callable
 
 from jobtpu.errors import RemoteError
-from jobtpu.passes.session import Session, parallel
 from jobtpu.remote.scripts import AcceleratorFacts, parse_tpu_accelerator, tpu_accelerator_script
 from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.repairs import why_no_restart
 from jobtpu.transport.base import Endpoint
+from jobtpu.transport.reach import Reach, parallel
 
 Line = tuple[str, bool]  # (text, is a problem), as doctor.py's
 
@@ -65,7 +65,7 @@ def worker_lines(machine: Machine, label: str, facts: AcceleratorFacts, workers:
              f"({shown}), held by no process (no jax on python3 to ask further)", False)]
 
 
-def accelerator_checks(session: Session, machine: Machine, eps: list[Endpoint],
+def accelerator_checks(session: Reach, machine: Machine, eps: list[Endpoint],
                        label: Callable[[Machine, Endpoint], str]) -> list[Line]:
     def one(ep: Endpoint) -> list[Line]:
         try:

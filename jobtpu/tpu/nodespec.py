@@ -5,9 +5,12 @@ from the three. Pure: no google-cloud import (tpu.py turns the body into a reque
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
+
+if TYPE_CHECKING:
+    from jobtpu.schema.records import MachineRecord
 
 NonEmptyText = Annotated[str, Meta(min_length=1)]
 # Each field's Meta description ends the sentence "'node_spec.field' ..." of the error a wrong value gets.
@@ -184,3 +187,12 @@ def for_zone(spec: dict[str, Any], recorded_in: str | None, zone: str) -> dict[s
 
 def _region(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
+
+
+def provisioning(machine: Any, record: MachineRecord) -> str:
+    """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
+    asked = {**(record.spec or {}).get("schedulingConfig", {}),
+             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
+    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
+        return "spot"
+    return "preemptible" if asked.get("preemptible") else "on-demand"

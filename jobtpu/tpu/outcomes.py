@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 
 from jobtpu.errors import RemoteError
-from jobtpu.remote import scripts
-from jobtpu.schema.machines import Machine
+from jobtpu.remote.protocol import setup_outcome, setup_said
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import (
     MachineRecord,
     MachineState,
@@ -24,7 +24,7 @@ from jobtpu.schema.records import (
     SetupStatus,
     StepKind,
 )
-from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, OpInfo
+from jobtpu.tpu.answers import ApiCapacity, ApiRefused, CredentialsFailed, OpInfo
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_RETRIES = 3
@@ -161,13 +161,13 @@ def setup_settled(record: MachineRecord, plan: MachinePlan, outputs: list[str] |
     setup = record.setup or Setup(SetupStatus.RUNNING)
     if setup.status == SetupStatus.FAILED:  # this pass ran it again
         setup = Setup(SetupStatus.RUNNING, tries=setup.tries)
-    words = [scripts.setup_outcome(out) for out in outputs]
+    words = [setup_outcome(out) for out in outputs]
     if all(w == "done" for w in words):
         record.setup = Setup(SetupStatus.DONE, incarnation=incarnation)
         plan.state, plan.detail = MachineState.UP, "ready"
     elif any(w in ("failed", "error") for w in words):
         bad = next(i for i, w in enumerate(words) if w in ("failed", "error"))
-        said = scripts.setup_said(outputs[bad])
+        said = setup_said(outputs[bad])
         setup.status, setup.tries, setup.error = SetupStatus.FAILED, setup.tries + 1, said[-300:]
         record.setup = setup
         plan.state, plan.detail = MachineState.SETUP_FAILED, f"worker {bad}: {said[-200:]}"

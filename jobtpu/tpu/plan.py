@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from jobtpu.errors import RemoteError
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, MachineState, SetupStatus, StepKind, Transient
-from jobtpu.tpu.api import (
+from jobtpu.tpu.answers import (
     DOWN,
     PREEMPTED,
     TRANSIENT,

@@ -12,24 +12,23 @@ from typing import TYPE_CHECKING, Any
 
 from jobtpu import timing
 from jobtpu.errors import JobtpuError, RemoteError
-from jobtpu.home.layout import Home
 from jobtpu.schema.records import MachineState, Setup, SetupStatus
 
 if TYPE_CHECKING:
-    from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Machine
-    from jobtpu.tpu.api import NodeInfo
+    from jobtpu.tpu.answers import NodeInfo
+    from jobtpu.transport.reach import Reach
 
 
 # Generations whose TPU VMs Google cannot stop (docs/reference/commands.md §2.11).
 _NO_STOP = re.compile(r"^v[23]-")
 
 
-def running_jobs(p: Session, name: str) -> list[int]:
+def running_jobs(p: Reach, name: str) -> list[int]:
     return [j.id for j in p.state.jobs if j.machine == name and j.active]
 
 
-def refuse_if_busy(p: Session, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:
+def refuse_if_busy(p: Reach, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:
     """One line naming the jobs a repair would run under (or end), unless --force."""
     busy = running_jobs(p, name)
     if busy and not force:
@@ -39,9 +38,9 @@ def refuse_if_busy(p: Session, name: str, force: bool, what: str, hint: str = "a
                           hint=f"{hint}`jobtpu kill {ids}` first")
 
 
-def ready_node(p: Session, machine: Machine) -> NodeInfo:
+def ready_node(p: Reach, machine: Machine) -> NodeInfo:
     """The machine's node, which must be up for its workers to be reached."""
-    from jobtpu.tpu.api import UP, health_of
+    from jobtpu.tpu.answers import UP, health_of
 
     node = p.tpu_api().get_node(str(machine.zone), str(machine.node))
     if node is None:
@@ -56,7 +55,7 @@ def ready_node(p: Session, machine: Machine) -> NodeInfo:
     return node
 
 
-def tpu_machine(p: Session, name: str) -> Machine:
+def tpu_machine(p: Reach, name: str) -> Machine:
     """The TPU machine `name` means, in the zone it is in now."""
     machine = p.fleet.resolve(name)
     if not machine.is_tpu:
@@ -64,53 +63,51 @@ def tpu_machine(p: Session, name: str) -> Machine:
     return machine.in_zone(p.state.machine(machine.name).zone)
 
 
-def setup_now(home: Home, name: str, force: bool, say: Callable[[str], None]) -> int:
-    """Rerun the machine's setup on every worker, under the pass lock; each worker's output as
-    `[K] line`, then one result line. 1 when a worker failed."""
-    from jobtpu.passes.session import locked_session, parallel
+def setup_now(p: Reach, name: str, force: bool, say: Callable[[str], None]) -> int:
+    """Rerun the machine's setup on every worker, under the pass lock (the caller's session holds it);
+    each worker's output as `[K] line`, then one result line. 1 when a worker failed."""
     from jobtpu.remote.protocol import last_setup
     from jobtpu.remote.scripts import setup_now_script, setup_tag
 
-    with locked_session(home) as p:
-        machine = tpu_machine(p, name)
-        if not machine.setup:
-            raise JobtpuError(f"{machine.name} has no setup commands",
-                              hint=f"add \"setup\": [...] to its entry in {home.machines_file}")
-        refuse_if_busy(p, machine.name, force, "its setup would run under {them}")
-        node = ready_node(p, machine)
-        incarnation = str(node.create_time or "")
-        # The tag of this incarnation: a pass that has not seen it yet finds the setup done.
-        tag = setup_tag(incarnation)
+    machine = tpu_machine(p, name)
+    if not machine.setup:
+        raise JobtpuError(f"{machine.name} has no setup commands",
+                          hint=f"add \"setup\": [...] to its entry in {p.home.machines_file}")
+    refuse_if_busy(p, machine.name, force, "its setup would run under {them}")
+    node = ready_node(p, machine)
+    incarnation = str(node.create_time or "")
+    # The tag of this incarnation: a pass that has not seen it yet finds the setup done.
+    tag = setup_tag(incarnation)
 
-        def one(ep: Any) -> tuple[list[str], str]:
-            try:
-                out = p.run_on(machine, ep, setup_now_script(machine.root, tag, ep.index, machine.setup),
-                               timeout=timing.current().setup_now_timeout)
-            except RemoteError as e:
-                return [f"cannot run the setup: {e.message}"], "unreachable"
-            lines, report = last_setup(out)
-            return lines, report.said if report is not None else "error"
+    def one(ep: Any) -> tuple[list[str], str]:
+        try:
+            out = p.run_on(machine, ep, setup_now_script(machine.root, tag, ep.index, machine.setup),
+                           timeout=timing.current().setup_now_timeout)
+        except RemoteError as e:
+            return [f"cannot run the setup: {e.message}"], "unreachable"
+        lines, report = last_setup(out)
+        return lines, report.said if report is not None else "error"
 
-        results = parallel(one, p.endpoints(machine))
-        for index, (lines, _) in enumerate(results):
-            for line in lines:
-                say(f"[{index}] {line}")
-        failed = [(i, word) for i, (_, word) in enumerate(results) if word != "done"]
-        _record(p, machine, incarnation, failed, results)
-        if not failed:
-            say(f"{machine.name}: setup done on {len(results)} worker{'s' if len(results) > 1 else ''}")
-            return 0
-        i, word = failed[0]
-        why = {"running": "a pass's setup is still running there; wait for it and try again",
-               "unreachable": "it could not be reached", "error": "the setup script did not run to its end"
-               }.get(word, f"a setup command exited {word.removeprefix('failed ')}")
-        others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        say(f"{machine.name}: setup failed on worker {i}{others}: {why}; fix it and run "
-            f"`jobtpu tpu setup {machine.name}` again")
-        return 1
+    results = p.parallel(one, p.endpoints(machine))
+    for index, (lines, _) in enumerate(results):
+        for line in lines:
+            say(f"[{index}] {line}")
+    failed = [(i, word) for i, (_, word) in enumerate(results) if word != "done"]
+    _record(p, machine, incarnation, failed, results)
+    if not failed:
+        say(f"{machine.name}: setup done on {len(results)} worker{'s' if len(results) > 1 else ''}")
+        return 0
+    i, word = failed[0]
+    why = {"running": "a pass's setup is still running there; wait for it and try again",
+           "unreachable": "it could not be reached", "error": "the setup script did not run to its end"
+           }.get(word, f"a setup command exited {word.removeprefix('failed ')}")
+    others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    say(f"{machine.name}: setup failed on worker {i}{others}: {why}; fix it and run "
+        f"`jobtpu tpu setup {machine.name}` again")
+    return 1
 
 
-def _record(p: Session, machine: Machine, incarnation: str, failed: list[tuple[int, str]],
+def _record(p: Reach, machine: Machine, incarnation: str, failed: list[tuple[int, str]],
             results: list[tuple[list[str], str]]) -> None:
     """What the passes see: done, or failed for good (a person is on it: passes do not retry it).
     Only for the incarnation the record knows; a pass that meets a new one plans its setup itself."""
@@ -138,30 +135,28 @@ def why_no_restart(accelerator: str | None, workers: int) -> str | None:
     return None
 
 
-def restart(home: Home, name: str, say: Callable[[str], None]) -> int:
-    """Stop the node, then start it, waiting for each; under the pass lock, so no pass meanwhile
-    takes the stopped node for preempted. Its disk is kept: setup is not run again."""
-    from jobtpu.passes.session import locked_session
-
-    with locked_session(home) as p:
-        machine = tpu_machine(p, name)
-        refuse_if_busy(p, machine.name, False, "a restart would kill {them}", hint="")
-        api = p.tpu_api()
-        node = api.get_node(str(machine.zone), str(machine.node))
-        if node is None:
-            raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",
-                              hint=f"`jobtpu tpu apply {machine.name}` creates it")
-        why = why_no_restart(node.accelerator or machine.accelerator, len(node.addresses(False)))
-        if why is not None:
-            raise JobtpuError(f"{machine.name}: {why}",
-                              hint=f"`jobtpu tpu reapply {machine.name}` deletes and recreates the node instead")
-        for step, doing, begin in (("stop", "stopping", api.stop_node), ("start", "starting", api.start_node)):
-            say(f"{machine.name}: {doing} node {machine.node} …")
-            _wait(api, begin(machine), f"{machine.name}: the {step}")
-        after = api.get_node(str(machine.zone), str(machine.node))
-        say(f"{machine.name}: node {machine.node} restarted ({after.state if after else 'gone'}); its disk "
-            f"was kept, so setup was not run again (`jobtpu tpu setup {machine.name}` reruns it)")
-        return 0
+def restart(p: Reach, name: str, say: Callable[[str], None]) -> int:
+    """Stop the node, then start it, waiting for each; under the pass lock (the caller's session holds
+    it), so no pass meanwhile takes the stopped node for preempted. Its disk is kept: setup is not run
+    again."""
+    machine = tpu_machine(p, name)
+    refuse_if_busy(p, machine.name, False, "a restart would kill {them}", hint="")
+    api = p.tpu_api()
+    node = api.get_node(str(machine.zone), str(machine.node))
+    if node is None:
+        raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",
+                          hint=f"`jobtpu tpu apply {machine.name}` creates it")
+    why = why_no_restart(node.accelerator or machine.accelerator, len(node.addresses(False)))
+    if why is not None:
+        raise JobtpuError(f"{machine.name}: {why}",
+                          hint=f"`jobtpu tpu reapply {machine.name}` deletes and recreates the node instead")
+    for step, doing, begin in (("stop", "stopping", api.stop_node), ("start", "starting", api.start_node)):
+        say(f"{machine.name}: {doing} node {machine.node} …")
+        _wait(api, begin(machine), f"{machine.name}: the {step}")
+    after = api.get_node(str(machine.zone), str(machine.node))
+    say(f"{machine.name}: node {machine.node} restarted ({after.state if after else 'gone'}); its disk "
+        f"was kept, so setup was not run again (`jobtpu tpu setup {machine.name}` reruns it)")
+    return 0
 
 
 def _wait(api: Any, operation: str, what: str) -> None:

@@ -6,23 +6,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jobtpu.home.layout import Home, is_shared
+from jobtpu.remote.drivers import driver_for
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.machines import split_host
 from jobtpu.schema.records import MachineRecord
 from jobtpu.transport.base import Endpoint, Transport
 
 
 def endpoints(machine: Machine, tpu_addresses: list[str] | None = None) -> list[Endpoint]:
     """One endpoint per worker, in worker order. A TPU's addresses come from the TPU API."""
-    if machine.kind == "local":
-        return [Endpoint(machine.name, 0, None)]
-    if machine.kind == "tpu":
-        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(tpu_addresses or [])]
-    out = []
-    for i, host in enumerate(machine.hosts):
-        addr, port = split_host(host, machine.port)
-        out.append(Endpoint(machine.name, i, addr, port))
-    return out
+    return driver_for(machine).endpoints(machine, tpu_addresses)
 
 
 def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:

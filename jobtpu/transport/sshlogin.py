@@ -13,7 +13,7 @@ import time
 
 from jobtpu.errors import RemoteError
 from jobtpu.home.layout import Home
-from jobtpu.schema.machines import Machine
+from jobtpu.schema.fleet import Machine
 from jobtpu.transport._paramiko import paramiko
 from jobtpu.transport.base import Endpoint
 from jobtpu.transport.hostkeys import (

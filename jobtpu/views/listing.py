@@ -252,8 +252,8 @@ def config_aliases(home: Home) -> tuple[dict[str, str], dict[str, str]]:
     """The aliases overrides are shown through (built-in, the team's, the viewer's own), and the
     machines' short names (views/names.py). A machines.json that cannot be read costs the team's
     aliases and the short names only: `status` must still work while someone fixes it."""
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import effective_aliases, viewer_settings
-    from jobtpu.schema.machines import load_fleet
 
     try:
         fleet = load_fleet(home)

@@ -31,7 +31,7 @@ def _family(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, 
 def metrics_text(home: Home, state: State, now: float | None = None) -> str:
     from jobtpu.commands.machines import machine_rows
     from jobtpu.commands.report import job_reports
-    from jobtpu.schema.machines import load_fleet
+    from jobtpu.home.machines import load_fleet
     from jobtpu.tell import eventlog
     from jobtpu.views.listing import history
     from jobtpu.views.usage import usage

@@ -155,8 +155,8 @@ def job_page(home: Home, state: State, job_id: int) -> JobPage:
     import json
 
     from jobtpu.commands.report import job_reports
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.schema.machines import load_fleet
     from jobtpu.schema.state_file import records
     from jobtpu.tell import eventlog
     from jobtpu.tell import events as ev
@@ -231,8 +231,8 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
     import msgspec
 
     from jobtpu.commands.machines import machine_rows
+    from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.schema.machines import load_fleet
     from jobtpu.schema.published import MachineRow
     from jobtpu.schema.records import MachineRecord
     from jobtpu.views.display import clock

@@ -1,4 +1,5 @@
-"""machines.json → the Fleet (docs/reference/machines-json.md §3).
+"""machines.json → the Fleet (docs/reference/machines-json.md §3): the loader, beside the files it
+reads; schema/fleet.py holds the types.
 
 msgspec decodes the file into its types (schema/machines_file.py); schema/decode.py says what a wrong
 key holds. What a type cannot say (what each kind of machine needs, names that must not clash, the
@@ -22,7 +23,7 @@ from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
 from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
-from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, NO_LIMIT, Fleet, Machine, UserLimit
+from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, NO_LIMIT, Fleet, Machine, MachineKind, UserLimit
 from jobtpu.schema.machines_file import (
     BUILTIN_DEFAULTS,
     MACHINE_NAME,
@@ -214,7 +215,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         raise FileRefused("a queued resource with several zones needs queued_resource.valid_for "
                        "(how long to wait in one zone before asking in the next, like 3600)")
     worked_out: dict[str, Any] = dict(
-        name=name, hosts=entry.hosts or (), zone=zones[0] if zones else None, zones=zones,
+        name=name, kind=MachineKind(entry.kind), hosts=entry.hosts or (), zone=zones[0] if zones else None, zones=zones,
         preemptible=bool(entry.preemptible is True or entry.spot is True or (queued or {}).get("tier") == "spot"),
         spot=entry.spot is True, node_overrides=_node_overrides(entry) if entry.kind == "tpu" else {},
         queued_resource=queued, labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],

@@ -1,0 +1,86 @@
+"""remote/drivers.py: what each kind of machine does differently, asked in one place (docs/design.md
+§5.1): a table per question over the three kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobtpu.decide.reach import Contact
+from jobtpu.remote.drivers import driver_for
+from jobtpu.schema.fleet import Machine, MachineKind
+from jobtpu.schema.records import MachineRecord, MachineState
+from jobtpu.schema.state import State
+from jobtpu.transport.base import Endpoint
+
+pytestmark = pytest.mark.fast
+
+LOCAL = Machine(name="local", kind=MachineKind.LOCAL, zone="here")
+SSH = Machine(name="box", kind=MachineKind.SSH, hosts=("10.0.0.1", "10.0.0.2:2222"), port=22, zone="lab")
+TPU = Machine(name="v4", kind=MachineKind.TPU, zone="us-central2-b", zones=("us-central2-b", "europe-west4-a"),
+              node="node-1", port=2200)
+
+
+@pytest.mark.parametrize(("machine", "addresses", "expected"), [
+    (LOCAL, ["1.2.3.4"], [Endpoint("local", 0, None)]),
+    (SSH, None, [Endpoint("box", 0, "10.0.0.1", 22), Endpoint("box", 1, "10.0.0.2", 2222)]),
+    (TPU, ["10.1.0.5", "10.1.0.6"], [Endpoint("v4", 0, "10.1.0.5", 2200), Endpoint("v4", 1, "10.1.0.6", 2200)]),
+    (TPU, None, []),  # no address known yet: no worker to reach
+])
+def test_each_kind_finds_its_workers(machine: Machine, addresses: list[str] | None, expected: list[Endpoint]) -> None:
+    assert driver_for(machine).endpoints(machine, addresses) == expected
+
+
+@pytest.mark.parametrize(("machine", "remote", "this_account", "by_request", "frees"), [
+    (LOCAL, False, True, True, False),
+    (SSH, True, False, False, False),
+    (TPU, True, False, False, True),
+])
+def test_how_a_launch_and_a_stop_go_on_each_kind(machine: Machine, remote: bool, this_account: bool,
+                                                 by_request: bool, frees: bool) -> None:
+    driver = driver_for(machine)
+    assert (driver.remote, driver.runs_as_this_account, driver.stops_by_request, driver.frees_accelerator) == \
+        (remote, this_account, by_request, frees)
+
+
+@pytest.mark.parametrize(("machine", "reachable", "probes"), [
+    (LOCAL, None, True), (SSH, False, True), (TPU, None, True), (TPU, True, True),
+    (TPU, False, False),  # the API says its workers are gone: nothing to ask them
+])
+def test_whose_workers_a_pass_probes(machine: Machine, reachable: bool | None, probes: bool) -> None:
+    assert driver_for(machine).probes(reachable) is probes
+
+
+def test_only_an_ssh_machine_is_judged_by_its_contacts() -> None:
+    """A failed contact makes an ssh machine unreachable (decide/reach.py); a TPU's state is the
+    API's and the local machine is up, so their records are left as they are (none is made)."""
+    state = State()
+    failed = [Contact(0, "box[0]: connection refused")]
+    assert driver_for(SSH).judge_reach(state, SSH, failed, 100.0) is False
+    assert state.machines["box"].state == MachineState.UNREACHABLE
+    for machine in (LOCAL, TPU):
+        assert driver_for(machine).judge_reach(state, machine, failed, 100.0) is True
+    assert sorted(state.machines) == ["box"]
+
+
+@pytest.mark.parametrize(("machine", "record", "expected"), [
+    (LOCAL, MachineRecord(), ("here", "")),
+    (SSH, MachineRecord(zone="elsewhere"), ("lab", "")),
+    (TPU, MachineRecord(), ("us-central2-b", "node-1")),
+    (TPU, MachineRecord(zone="europe-west4-a"), ("europe-west4-a", "node-1")),  # capacity moved it
+])
+def test_where_a_job_sees_it_runs(machine: Machine, record: MachineRecord, expected: tuple[str, str]) -> None:
+    assert driver_for(machine).zone_and_node(machine, record) == expected
+
+
+@pytest.mark.parametrize(("machine", "record", "word"), [
+    (LOCAL, MachineRecord(), "up"), (SSH, MachineRecord(), "unknown"), (TPU, MachineRecord(), "unknown"),
+    (LOCAL, MachineRecord(state=MachineState.UP), "up"),
+    (SSH, MachineRecord(state=MachineState.UNREACHABLE), "unreachable"),
+])
+def test_the_state_word_of_a_machine_no_pass_has_described(machine: Machine, record: MachineRecord,
+                                                            word: str) -> None:
+    assert driver_for(machine).state_word(record) == word
+
+
+def test_a_machine_built_with_its_kind_as_a_word_has_a_driver() -> None:
+    assert driver_for(Machine(name="box", kind="ssh")).kind is MachineKind.SSH
