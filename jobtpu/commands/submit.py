@@ -183,6 +183,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
 def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:
     """The options with the defaults of the snapshotted folder's jobtpu.toml under the command line's
     (docs/reference/commands.md §2.2.9); a command is needed from one or the other."""
+    from jobtpu.commands.bare_words import with_bare_words
     from jobtpu.home.settings import load_settings, source_folder
     from jobtpu.jobfile import NAME, merged, read_job_file
 
@@ -198,28 +199,6 @@ def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:
         raise UsageError("no command to run: give --cmd, or `cmd` in the [job] table of the folder's " + NAME,
                           hint='like --cmd "python train.py"; `jobtpu submit --help` lists the options')
     return opts
-
-
-def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
-    """`run v3-32-p1 xibo lr=0.01`: the options with the old tool's bare words among the overrides
-    given as --machine and --user (docs/reference/commands.md §2.2.10)."""
-    if all("=" in word for word in opts.overrides):
-        return opts
-    from jobtpu.home.machines import load_fleet
-    from jobtpu.home.users import load_users
-    from jobtpu.inputs import resolve_user
-    from jobtpu.oldshapes import place_bare_words
-
-    fleet = load_fleet(home)
-    machines = {name: name for name in fleet.machines}
-    for each in fleet.machines.values():  # what fleet.resolve takes, but a node's full path
-        machines.update({alias: each.name for alias in each.aliases})
-        if each.is_tpu and each.node:
-            machines.setdefault(each.node, each.name)
-    users = load_users(home)  # without a list, the one user known is the one you act as
-    machine, user, rest = place_bare_words(opts.overrides, machines, users or [resolve_user(opts.user)],
-                                           opts.machine, opts.user)
-    return opts._replace(machine=machine, user=user, overrides=rest)
 
 
 def _drop_unsaved_secret(home: Home, job_id: int) -> None:
