@@ -3,6 +3,7 @@ accelerator, state, running jobs, free resources, claims in the team sheet."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobtpu.commands import args
@@ -13,18 +14,25 @@ from jobtpu.home.store import Store
 if TYPE_CHECKING:
     import argparse
 
-    from jobtpu.schema.fleet import Machine
+    from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
 
 
 def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]:
-    from jobtpu.decide.dispatch import used_resources
+    """Each machine as `machines --json` gives it (schema/published.py's MachineRow), with its
+    claim in the team sheet when the home has one (as the last pass's read of it saw them)."""
     from jobtpu.home.machines import load_fleet
-    from jobtpu.schema.records import MachineRecord
 
     fleet = load_fleet(home)
-    state = state or Store(home).load()
+    return fleet_rows(fleet, state or Store(home).load(), _sheet_claims(home) if fleet.sheet is not None else None)
+
+
+def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """machine_rows' rows from the fleet, state.json and the sheet's claims (None: no sheet)."""
+    from jobtpu.decide.dispatch import used_resources
+    from jobtpu.schema.records import MachineRecord
+
     used = used_resources(state.jobs)
     rows = []
     for m in fleet.machines.values():
@@ -47,8 +55,8 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
             **(_tpu_columns(m, known) if m.is_tpu else {}),
         })
-    if fleet.sheet is not None:
-        _sheet_claims(home, rows)
+    if claims is not None:
+        _with_claims(rows, claims)
     for row in rows:  # a drain is said first: why queued jobs pass the machine by
         if row["drained"] is not None:
             said = "drained" + (f": {row['drained']['reason']}" if row["drained"]["reason"] else "")
@@ -56,13 +64,17 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
     return rows
 
 
-def _sheet_claims(home: Home, rows: list[dict[str, Any]]) -> None:
+def _sheet_claims(home: Home) -> Mapping[str, str]:
     """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
-    from jobtpu.decide.observation import claim_reason
     from jobtpu.sheet.hook import memo_path
     from jobtpu.sheet.memo import load_memo
 
-    claims = load_memo(memo_path(home)).claims
+    return load_memo(memo_path(home)).claims
+
+
+def _with_claims(rows: list[dict[str, Any]], claims: Mapping[str, str]) -> None:
+    from jobtpu.decide.observation import claim_reason
+
     for row in rows:
         holder = claims.get(row["name"])
         row["claimed_by"] = holder
@@ -90,21 +102,29 @@ def machines(home: Home, as_json: bool, name: str | None = None) -> int:
     from jobtpu.commands.freshness import last_pass_json, say_freshness
     from jobtpu.home.machines import load_fleet
 
-    machine = load_fleet(home).resolve(name) if name is not None else None  # an unknown name changes nothing
+    fleet = load_fleet(home)
+    machine = fleet.resolve(name) if name is not None else None  # an unknown name changes nothing
     state = Store(home).load()
-    rows = [row for row in machine_rows(home, state) if machine is None or row["name"] == machine.name]
+    rows = [row for row in fleet_rows(fleet, state, _sheet_claims(home) if fleet.sheet is not None else None)
+            if machine is None or row["name"] == machine.name]
     if as_json:
         emit_json({"machines": rows, "last_pass": last_pass_json(state.last_pass)})
         return 0
+    import time
+
+    import msgspec
     from rich.console import Console
 
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.schema.published import MachineRow
     from jobtpu.views.display import machines_table
+    from jobtpu.views.rows import machine_rows as table_rows
 
     console = Console()
     zone = viewer_zone(viewer_settings(home))
     if machine is None:
-        console.print(machines_table(rows, console.width, zone))
+        typed = msgspec.convert(rows, list[MachineRow])
+        console.print(machines_table(table_rows(fleet, state, typed, time.time(), zone), console.width))
     else:
         console.print(_detail(rows[0], machine, state, zone), highlight=False, markup=False, soft_wrap=True)
     say_freshness(state.last_pass)

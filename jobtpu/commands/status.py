@@ -18,6 +18,7 @@ from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
     from jobtpu.schema.state import Job, State
+    from jobtpu.views.rows import JobRow
 
 
 # The table shows what a person looks at: every job on a machine, the next queued ones and the most
@@ -29,11 +30,6 @@ ENDED_SHOWN = 20
 HISTORY_SHOWN = 20  # `status --history` shows the newest this many (--all: every one)
 
 
-def _ended_at(job: Job) -> float:
-    ended = job.attempts[-1].ended if job.attempts else None
-    return float(ended if ended is not None else job.created)
-
-
 Shown = list["Job | list[Job]"]  # a job's row, or a sweep's queued members collapsed into one row
 
 
@@ -42,9 +38,11 @@ def rows_to_show(jobs: list[Job]) -> tuple[Shown, str | None]:
     Shown: every job on a machine, the first QUEUED_SHOWN queued (the next to be dispatched) and the
     ENDED_SHOWN that ended last. A sweep's queued members, past SWEEP_ROWS of them, are one row,
     counted as one of those QUEUED_SHOWN (squeue's `39_[0-9999]`); `--all` shows each."""
+    from jobtpu.views.rows import ended_at
+
     queued = [j for j in jobs if j.status == "queued"]
     ended = [j for j in jobs if j.ended]
-    recent = sorted(ended, key=_ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
+    recent = sorted(ended, key=ended_at)[-ENDED_SHOWN:] if ENDED_SHOWN else []
     next_queued = queued_rows(queued)[:QUEUED_SHOWN]
     keep = {id(j) for j in next_queued if not isinstance(j, list)} | {id(j) for j in recent}
     groups: Shown = [g for g in next_queued if isinstance(g, list)]
@@ -88,13 +86,13 @@ def owners_of(shown: Shown) -> list[Job]:
     return [item[0] if isinstance(item, list) else item for item in shown]
 
 
-def shown_rows(shown: Shown, now: float, aliases: Any, zone: Any, short: Any, clocks: bool = True) -> list[Any]:
-    """The rows of what rows_to_show chose: a job's (listing.rows), or a collapsed sweep's
-    (listing.sweep_row), in its order."""
-    from jobtpu.views.listing import rows, sweep_row
+def shown_rows(shown: Shown, now: float, aliases: Any, zone: Any, short: Any, clocks: bool = True) -> list[JobRow]:
+    """The rows of what rows_to_show chose: a job's (rows.job_rows), or a collapsed sweep's
+    (rows.sweep_row), in its order."""
+    from jobtpu.views.rows import job_rows, sweep_row
 
     singles = [item for item in shown if not isinstance(item, list)]
-    made = iter(rows(singles, now, aliases, zone, short, clocks))
+    made = iter(job_rows(singles, now, aliases, zone, short, clocks))
     return [sweep_row(item, now, aliases, zone, short) if isinstance(item, list) else next(made) for item in shown]
 
 

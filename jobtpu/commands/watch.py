@@ -15,7 +15,7 @@ from jobtpu.commands.freshness import freshness_text, record_pass_failure
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
-from jobtpu.views.names import cut_apart, short_names, with_short_names
+from jobtpu.views.names import cut_apart, short_names
 from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from jobtpu.passes.session import KeptConnections
     from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.state import Job, State
-
-
-STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
-         "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
 
 def watch(home: Home, interval: float, manage: bool) -> int:
@@ -221,79 +217,58 @@ def _title(text: str) -> Any:
     return Text(text, style="bold underline", no_wrap=True)
 
 
-def _ended_at(job: Job) -> float:
-    ended = job.attempts[-1].ended if job.attempts else None
-    return float(ended if ended is not None else job.created)
-
-
 JOB_HEADER = f"{'id':>5} {'status':<9} {'reason':<9} {'machine/wait':<14} {'try':>3} {'age':>4} {'user':<8} {'name':<16} last line"
 
 
-def _age(seconds: float) -> str:
-    """4s, 5m, 3h, 2d: an age in four columns."""
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | None = None) -> list[Any]:
-    """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each.
-    Machines by their short names (`short`, views/names.py), cut so that different ones differ."""
+    """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each
+    (views/rows.py's rows in fixed columns). Machines by their short names (`short`,
+    views/names.py), cut so that different ones differ."""
     from rich.text import Text
 
+    from jobtpu.views.display import STATUS_STYLE
+    from jobtpu.views.rows import job_row, live_order
 
-    active = [j for j in jobs if j.active]
-    queued = [j for j in jobs if j.status == "queued"]
-    ended = sorted((j for j in jobs if j.ended), key=_ended_at, reverse=True)
-    ordered = active + queued + ended
+    ordered = live_order(jobs)
     if not ordered:
         return [_line("no jobs", "dim")]
-    short = short or {}
-    machines = [short.get(job.machine, job.machine) if job.machine else "" for job in ordered[:room]]
+    shown = [job_row(job, now, {}, short=short, clocks=False) for job in ordered[:room]]
+    machines = [row.machine for row in shown]
     cut = dict(zip(machines, cut_apart(machines, 14), strict=True))
-    rows = []
-    for job, machine in zip(ordered[:room], machines, strict=True):
-        row = Text(no_wrap=True, overflow="ellipsis")
-        row.append(f"{job.id:>5} ")
-        row.append(f"{job.status:<9} ", style=STYLE.get(job.status, ""))
-        where = with_short_names(job.waiting or "", short) if job.status == "queued" else cut[machine]
-        row.append(printable(f"{(job.reason or ''):<9.9} {where:<14.14} {job.attempt:>3} {_age(now - job.created):>4} "
-                             f"{job.user:<8.8} {job.name:<16.16} {job.last_line}"))
-        rows.append(row)
-    return _fit(rows, room) if len(ordered) <= room else [*rows[:room - 1],
-                                                          _line(f"… {len(ordered) - room + 1} more", "dim")]
+    lines = []
+    for row in shown:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"{row.id:>5} ")
+        line.append(f"{row.status:<9} ", style=STATUS_STYLE.get(row.status, ""))
+        where = row.waiting if row.status == "queued" else cut[row.machine]
+        line.append(printable(f"{row.reason:<9.9} {where:<14.14} {row.tries:>3} {row.age:>4} "
+                              f"{row.user:<8.8} {row.name:<16.16} {row.last_line}"))
+        lines.append(line)
+    return _fit(lines, room) if len(ordered) <= room else [*lines[:room - 1],
+                                                            _line(f"… {len(ordered) - room + 1} more", "dim")]
 
 
 def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
     """Each machine by its short name (views/names.py): its state, the jobs it holds, its TPU or
-    queued-resource state, its back-off."""
+    queued-resource state, its back-off (views/rows.py's rows in fixed columns)."""
+    import msgspec
     from rich.text import Text
 
-    from jobtpu.schema.records import MachineRecord
+    from jobtpu.commands.machines import fleet_rows
+    from jobtpu.schema.published import MachineRow
+    from jobtpu.schema.state import State
+    from jobtpu.views.rows import machine_rows as rows_of
 
-    names = cut_apart([m.aliases[0] if m.aliases else m.name for m in fleet.machines.values()], 16)
-    rows = []
-    for machine, name in zip(fleet.machines.values(), names, strict=True):
-        record = (state.machines.get(machine.name) if state is not None else None) or MachineRecord()
-        held = [str(j.id) for j in (state.jobs if state is not None else []) if j.machine == machine.name and j.active]
-        word = record.state or ("up" if machine.kind == "local" else "unknown")
-        row = Text(no_wrap=True, overflow="ellipsis")
-        row.append(printable(f"{name:<16} {machine.kind:<5} "))
-        row.append(f"{word:<13.13} ", style="green" if word == "up" else "yellow" if word != "unknown" else "dim")
-        extra = [f"jobs {','.join(held)}" if held else "idle"]
-        if machine.is_tpu:
-            extra.append(f"node {record.tpu_state or '?'}")
-        if machine.queued_resource:
-            extra.append(f"queued resource {record.queued_state or 'none'}")
-        if machine.is_tpu and record.next_try is not None and record.next_try > now:  # a create's
-            extra.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
-        if record.detail:
-            extra.append(record.detail)
-        row.append(printable("  ".join(extra)))
-        rows.append(row)
-    return rows
+    state = state if state is not None else State()
+    rows = rows_of(fleet, state, msgspec.convert(fleet_rows(fleet, state), list[MachineRow]), now)
+    lines = []
+    for row, name in zip(rows, cut_apart([row.short for row in rows], 16), strict=True):
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(printable(f"{name:<16} {row.kind:<5} "))
+        line.append(f"{row.seen:<13.13} ", style="green" if row.seen == "up" else "yellow" if row.seen != "unknown" else "dim")
+        line.append(printable(row.doing))
+        lines.append(line)
+    return lines
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobtpu.views.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
 from jobtpu.views.names import apart_width, cut_apart
 from jobtpu.views.table import FittedTable
 from jobtpu.views.text import printable
 
+if TYPE_CHECKING:
+    from jobtpu.views.rows import JobRow, MachineRow
+
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
 
-# The status table's columns: (title, the Row field it shows), laid out as columns.py says.
+# The status table's columns: (title, the JobRow field it shows), laid out as columns.py says.
 JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
                ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
                ("tags", "tags"), ("why / log", "info"), ("submitted", "submitted"))
@@ -33,9 +36,9 @@ REASON_KEPT = 17
 _RIGHT = frozenset({"id", "attempt", "run", "age", "workers", "running"})
 
 
-def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
+def jobs_table(rows: list[JobRow], width: int, captions: list[str] | None = None,
                columns: Collection[str] | None = None) -> FittedTable:
-    """One row per listing.Row given, in at most `width` columns; `captions` are lines under the
+    """One row per JobRow given (views/rows.py), in at most `width` columns; `captions` are lines under the
     table (the count per status, what the table leaves out). `columns`: the titles to show, in that
     order (default: DEFAULT_JOB_COLUMNS)."""
     fields = dict(JOB_COLUMNS)
@@ -43,7 +46,7 @@ def jobs_table(rows: list[Any], width: int, captions: list[str] | None = None,
               if title in fields]
     cells = [[str(getattr(r, field)) for _, field in chosen] for r in rows]
     # Other columns give way before a pending reason is cut past its head, or the overrides that
-    # tell a sweep's members apart (listing.Row.apart) are cut.
+    # tell a sweep's members apart (JobRow.apart) are cut.
     floors = {"info": REASON_KEPT, "overrides": min(max((r.apart for r in rows), default=0), LAST_KEPT)}
     return fitted_table(chosen, cells, width, JOB_LAYOUT, captions, floors)  # no rows: the count line says "no jobs"
 
@@ -83,49 +86,20 @@ def clock(seconds: float, zone: Any = None) -> str:
 
 # The machines table: name, state and running jobs stay longest; the other names and the detail
 # give way first. A machine is named by its short name (its first alias); "other names" holds its
-# name in machines.json and its other aliases, where the width allows.
-MACHINE_COLUMNS = [(c, c) for c in ("name", "other names", "kind", "accelerator", "workers", "state", "health",
-                                    "running", "free", "note", "detail")]
-MACHINE_LAYOUT = Layout(cuttable=frozenset({"name", "other names", "accelerator", "health", "free", "note", "detail"}),
-                        drop_order=("other names", "health", "workers", "note", "kind", "accelerator", "free",
+# name in machines.json and its other aliases, where the width allows. (title, the MachineRow field.)
+MACHINE_COLUMNS = [("name", "short"), ("other names", "other_names"),
+                   *((c, c) for c in ("kind", "accelerator", "workers", "state", "health", "running", "free", "note",
+                                      "detail"))]
+MACHINE_LAYOUT = Layout(cuttable=frozenset({"short", "other_names", "accelerator", "health", "free", "note", "detail"}),
+                        drop_order=("other_names", "health", "workers", "note", "kind", "accelerator", "free",
                                     "detail"),
-                        last="detail", readable=CELL_KEPT, apart=frozenset({"name", "other names"}))
+                        last="detail", readable=CELL_KEPT, apart=frozenset({"short", "other_names"}))
 
 
-def machine_names(row: dict[str, Any]) -> tuple[str, str]:
-    """A machines row's (short name, its other names: the name in machines.json, the other aliases)."""
-    aliases = row.get("aliases") or []
-    if not aliases:
-        return row["name"], ""
-    return aliases[0], ", ".join([row["name"], *aliases[1:]])
-
-
-def machines_table(rows: list[dict[str, Any]], width: int, zone: Any = None) -> FittedTable:
-    """One line per machine in at most `width` columns; `zone`: the tzinfo clock times are shown in
-    (None: local time)."""
-    cells = []
-    for row in rows:
-        free = " ".join(f"{k}={v}" for k, v in row["free"].items())
-        health = " — ".join(x for x in (row.get("health"), row.get("health_description")) if x)
-        accelerator = row.get("accelerator") or ""
-        if row.get("provisioning"):  # a tpu: spot / preemptible / on-demand, in its zone
-            accelerator += f" ({row['provisioning']}, {row.get('zone')})"
-        if row.get("queued_resource"):
-            accelerator += f" queued resource {row['queued_resource']}"
-        values = (*machine_names(row), row["kind"], accelerator, row.get("workers"), row.get("state"), health,
-                  row["running"], free, row.get("note"), _with_times(row, zone))
-        cells.append(["" if v is None else str(v) for v in values])
+def machines_table(rows: list[MachineRow], width: int) -> FittedTable:
+    """One line per machine (views/rows.py's rows) in at most `width` columns."""
+    cells = [[getattr(row, key) for _, key in MACHINE_COLUMNS] for row in rows]
     return fitted_table(MACHINE_COLUMNS, cells, width, MACHINE_LAYOUT)
-
-
-def _with_times(row: dict[str, Any], zone: Any) -> str | None:
-    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
-    times = [f"{what} {clock(row[key], zone)}" for key, what in (("unreachable_since", "since"),
-                                                                    ("next_try", "next try"))
-             if row.get(key) is not None]
-    if not times:
-        return row.get("detail")
-    return " ".join(filter(None, (row.get("detail"), f"({', '.join(times)})")))
 
 
 # The rules table in full, and as it reads on a terminal too narrow for that: shorter words

@@ -1,6 +1,6 @@
-"""What `status` lists and how each row reads: the cells of a job's row (run time,
-overrides in their short form, resources or allocation, why a queued job waits), the count per
-status, and the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
+"""What `status` lists and how its cells read (run time, overrides in their short form, resources
+or allocation, why a queued job waits; rows.py makes the rows of them), the count per status, and
+the jobs `clean` moved to history.jsonl. Pure but for reading history.jsonl and
 machines.json's aliases and machine names; rich stays in display.py."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, NamedTuple
 
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
@@ -30,33 +29,6 @@ def status_counts(jobs: Iterable[Job]) -> str:
 
 
 # ---- a row's cells --------------------------------------------------------------------------------
-
-class Row(NamedTuple):
-    """A job's row as text, cell by cell (display.py escapes and lays them out)."""
-
-    id: int | str  # a job's id; a sweep's queued members collapsed: their first and last id (`12-10011`)
-    name: str
-    user: str
-    status: str
-    attempt: str
-    run: str
-    age: str
-    where: str
-    overrides: str
-    tags: str
-    info: str
-    submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
-    apart: int = 0  # how many leading characters of `overrides` tell the job from its sweep's others
-
-
-def duration(seconds: float) -> str:
-    """A length of time in its largest whole unit: 45s, 12m, 3h, 2d."""
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
 
 def run_time(job: Job, now: float) -> float | None:
     """How long the job has run, over all its attempts (a running one up to now); None before its first."""
@@ -165,76 +137,18 @@ def _unquote(piece: re.Match[str]) -> str:
     return escaped if escaped is not None else piece.group()
 
 
-def info(job: Job, short: Mapping[str, str] | None = None) -> str:
-    """The last column: why it stopped or waits (machines by their short names), then its note, then
-    its last log line."""
+def info(job: Job, short: Mapping[str, str] | None = None, waiting: str | None = None) -> str:
+    """The last column: why it stopped or waits (machines by their short names; `waiting`: that
+    reason so written, when the caller has it), then its note, then its last log line."""
     parts = [job.reason or ""]
     if job.status is Status.QUEUED:
-        parts.append(with_short_names(job.waiting, short or {}) if job.waiting else "no pass has tried it yet")
+        if waiting is None:
+            waiting = with_short_names(job.waiting, short or {}) if job.waiting else ""
+        parts.append(waiting or "no pass has tried it yet")
     parts.append(f"note: {job.note}" if job.note else "")
     if job.status is not Status.QUEUED:
         parts.append(job.last_line)
     return "; ".join(p for p in parts if p)
-
-
-def rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
-         short: Mapping[str, str] | None = None, clocks: bool = True) -> list[Row]:
-    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys);
-    `short`: machines' short names (views/names.py); `clocks`: whether the submitted column is
-    shown (its clock time costs a date conversion a row)."""
-    varying = varying_keys(jobs)
-    return [row(job, now, aliases, zone, varying[job.sweep], short, clocks) for job in jobs]
-
-
-def row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = (),
-        short: Mapping[str, str] | None = None, clocks: bool = True) -> Row:
-    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
-    `first`: the override keys shown first; `short`: machines' short names."""
-    from jobtpu.views.display import clock
-
-    ran = run_time(job, now)
-    pairs = override_pairs(job.overrides)
-    words = shown_overrides(job.overrides, aliases, first, pairs)
-    told = sum(1 for key, _ in pairs if key in first)
-    return Row(id=job.id, name=job.name, user=job.user, status=job.status.value,
-               attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
-               age=duration(now - job.created), where=where(job, short),
-               overrides=" ".join(words), tags=",".join(job.tags), info=info(job, short),
-               submitted=clock(job.created, zone) if clocks else "", apart=_apart(words, told))
-
-
-def sweep_row(members: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
-              short: Mapping[str, str] | None = None) -> Row:
-    """One row for a sweep's queued members (in id order), as squeue shows a job array's pending
-    tasks: their ids' span, how many, and what tells them apart as each axis's first…last value
-    (`lr=0.1…0.9`); the rest as its first member's row says it."""
-    first = row(members[0], now, aliases, zone, (), short)
-    axes = sorted(varying_keys(members)[members[0].sweep])
-    values = [dict(override_pairs(job.overrides)) for job in members]
-    same = shown_overrides([f"{key}{rest}" for key, rest in override_pairs(members[0].overrides) if key not in axes],
-                           aliases)
-    spans = [f"{_key_shown(key, aliases, axes)}={values[0].get(key, '').lstrip('=')}…{values[-1].get(key, '').lstrip('=')}"
-             for key in axes]
-    told = " ".join(spans)
-    ids = f"{members[0].id}-{members[-1].id}"
-    oldest = min(job.created for job in members)
-    return first._replace(id=ids, age=duration(now - oldest), overrides=" ".join([*spans, *same]),
-                          info=f"{len(members):,} queued: {first.info}",
-                          apart=len(told) + (1 if same else 0))
-
-
-def _key_shown(key: str, aliases: Mapping[str, str], keys: Collection[str]) -> str:
-    """A sweep axis's key as a row shows it: its shortest alias, else its shortest telling end."""
-    named = [alias for alias, full in aliases.items() if full == key]
-    return min(named, key=len) if named else key_end(key, keys)
-
-
-def _apart(words: list[str], told: int) -> int:
-    """How wide the config cell must stay to show its first `told` words whole: one more when more
-    follow, for the "…" a cut cell ends with."""
-    if not told:
-        return 0
-    return len(" ".join(words[:told])) + (1 if told < len(words) else 0)
 
 
 def attempt_text(job: Job) -> str:

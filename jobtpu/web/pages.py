@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from jobtpu.commands.select import Selection
     from jobtpu.schema.events import Event
     from jobtpu.schema.state import Job, State
+    from jobtpu.views.rows import JobRow, MachineRow
 
 # A page draws at most this many job rows (a browser tab stays quick); `all` pages through the rest.
 PAGE_ROWS = 500
@@ -76,8 +77,8 @@ def _signature(path: Path) -> tuple[int, int, int]:
 
 @dataclass
 class JobsPage:
-    columns: list[tuple[str, str]]
-    rows: list[dict[str, Any]]
+    columns: list[tuple[str, str]]  # (title, the JobRow field it shows)
+    rows: list[JobRow]
     captions: list[str]
     page: int = 1
     pages: int = 1
@@ -121,11 +122,10 @@ def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: in
     owners = owners_of(shown)
     titles = [t for t in columns_for(chosen, owners, viewer) if t in keys]
     counts = f"sweep {', '.join(map(str, sel.sweeps))}: {sweep_summary(jobs)}" if sel.sweeps else status_counts(jobs)
-    # A collapsed sweep's row (its members' id span) names its sweep: the page links to the sweep's
-    # view rather than to a job, and offers no box to tick for it.
-    cells = [{**r._asdict(), "sweep": owner.sweep if isinstance(item, list) else None}
-             for r, owner, item in zip(shown_rows(shown, time.time(), aliases, zone, short), owners, shown, strict=True)]
-    return JobsPage(columns=[(t, keys[t]) for t in titles], rows=cells,
+    # A collapsed sweep's row (its members' id span, JobRow.collapsed) names its sweep: the page links
+    # to the sweep's view rather than to a job, and offers no box to tick for it.
+    rows = shown_rows(shown, time.time(), aliases, zone, short)
+    return JobsPage(columns=[(t, keys[t]) for t in titles], rows=rows,
                     captions=[("in history: " if sel.history else "") + counts, *([left_out] if left_out else [])],
                     page=page, pages=pages, ids=[j.id for j in owners])
 
@@ -223,6 +223,7 @@ def log_since(home: Home, job_id: int, attempt: int, worker: int, offset: int) -
 @dataclass
 class MachineView:
     row: Any  # the published MachineRow
+    cells: MachineRow  # its row as `machines` shows it
     lines: list[tuple[str, str]]
 
 
@@ -233,21 +234,24 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
     from jobtpu.commands.machines import machine_rows
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.schema.published import MachineRow
+    from jobtpu.schema.published import MachineRow as MachineJson
     from jobtpu.schema.records import MachineRecord
     from jobtpu.views.display import clock
     from jobtpu.views.machine import machine_lines
+    from jobtpu.views.rows import machine_rows as table_rows
 
     fleet = load_fleet(home)
     zone = viewer_zone(viewer_settings(home))
     last = float(state.last_pass.ended) if state.last_pass is not None else None
+    found = machine_rows(home, state)
+    typed = msgspec.convert(found, list[MachineJson])
     out = []
-    for row in machine_rows(home, state):
+    for row, published, cells in zip(found, typed, table_rows(fleet, state, typed, time.time(), zone), strict=True):
         machine = fleet.machines[row["name"]]
         holding = [j for j in state.jobs if j.machine == machine.name and j.active]
         lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,
                               lambda t: clock(t, zone), last)
-        out.append(MachineView(msgspec.convert(row, MachineRow), lines))
+        out.append(MachineView(published, cells, lines))
     return out
 
 

@@ -1,0 +1,225 @@
+"""The rows of jobs and machines every listing shows, typed: one model, made from records by pure
+functions, that `status`, `watch`, `machines` and the web pages each lay out their own way.
+display.py fits status's and machines' rows to the terminal, watch gives its columns fixed widths,
+the web its templates (docs/design.md §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from jobtpu.schema.state import Job, Status
+from jobtpu.views.listing import (
+    attempt_text,
+    info,
+    key_end,
+    override_pairs,
+    run_time,
+    shown_overrides,
+    varying_keys,
+    where,
+)
+from jobtpu.views.names import with_short_names
+
+if TYPE_CHECKING:
+    from jobtpu.schema.fleet import Fleet, Machine
+    from jobtpu.schema.published import MachineRow as MachineJson
+    from jobtpu.schema.records import MachineRecord
+    from jobtpu.schema.state import State
+
+
+class JobRow(msgspec.Struct, frozen=True):
+    """A job's row: every cell a table of jobs may show, as text (a layout escapes and fits them)."""
+
+    id: int | str  # a job's id; a sweep's queued members collapsed: their first and last id (`12-10011`)
+    name: str
+    user: str
+    status: str
+    attempt: str  # its number, and the recoveries and retries that led to it: `3 (1 rec, 1/2 retry)`
+    run: str  # how long it ran, over all its attempts
+    age: str  # since it was submitted
+    where: str  # the machine and what it holds there; queued: what it asks for and where it is pinned
+    overrides: str
+    tags: str
+    info: str  # why it stopped or waits, its note, its last log line
+    submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
+    apart: int = 0  # how many leading characters of `overrides` tell the job from its sweep's others
+    tries: int = 0  # the attempt number alone
+    reason: str = ""  # why its last attempt ended
+    machine: str = ""  # the machine it was given, by its short name
+    waiting: str = ""  # queued: why it waits (machines by their short names)
+    last_line: str = ""  # its log's last line
+    collapsed: int | None = None  # a sweep's queued members in one row: that sweep (the web links to it)
+
+
+def duration(seconds: float) -> str:
+    """A length of time in its largest whole unit: 45s, 12m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def ended_at(job: Job) -> float:
+    """When the job's last attempt ended (its submission, when it never ran): how ended jobs sort."""
+    ended = job.attempts[-1].ended if job.attempts else None
+    return float(ended if ended is not None else job.created)
+
+
+def job_rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
+             short: Mapping[str, str] | None = None, clocks: bool = True) -> list[JobRow]:
+    """Each job's row, the overrides that tell a sweep's members apart first (varying_keys);
+    `short`: machines' short names (views/names.py); `clocks`: whether the submitted column is
+    shown (its clock time costs a date conversion a row)."""
+    varying = varying_keys(jobs)
+    return [job_row(job, now, aliases, zone, varying[job.sweep], short, clocks) for job in jobs]
+
+
+def job_row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, first: Collection[str] = (),
+            short: Mapping[str, str] | None = None, clocks: bool = True) -> JobRow:
+    """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
+    `first`: the override keys shown first; `short`: machines' short names."""
+    from jobtpu.views.display import clock
+
+    short = short or {}
+    ran = run_time(job, now)
+    pairs = override_pairs(job.overrides)
+    words = shown_overrides(job.overrides, aliases, first, pairs)
+    told = sum(1 for key, _ in pairs if key in first)
+    waiting = with_short_names(job.waiting, short) if job.status is Status.QUEUED and job.waiting else ""
+    return JobRow(id=job.id, name=job.name, user=job.user, status=job.status.value,
+                  attempt=attempt_text(job) if job.attempts else "", run="" if ran is None else duration(ran),
+                  age=duration(now - job.created), where=where(job, short),
+                  overrides=" ".join(words), tags=",".join(job.tags), info=info(job, short, waiting),
+                  submitted=clock(job.created, zone) if clocks else "", apart=_apart(words, told),
+                  tries=job.attempt, reason=job.reason or "",
+                  machine=short.get(job.machine, job.machine) if job.machine else "",
+                  waiting=waiting, last_line=job.last_line)
+
+
+def sweep_row(members: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
+              short: Mapping[str, str] | None = None) -> JobRow:
+    """One row for a sweep's queued members (in id order), as squeue shows a job array's pending
+    tasks: their ids' span, how many, and what tells them apart as each axis's first…last value
+    (`lr=0.1…0.9`); the rest as its first member's row says it."""
+    first = job_row(members[0], now, aliases, zone, (), short)
+    axes = sorted(varying_keys(members)[members[0].sweep])
+    values = [dict(override_pairs(job.overrides)) for job in members]
+    same = shown_overrides([f"{key}{rest}" for key, rest in override_pairs(members[0].overrides) if key not in axes],
+                           aliases)
+    spans = [f"{_key_shown(key, aliases, axes)}={values[0].get(key, '').lstrip('=')}…{values[-1].get(key, '').lstrip('=')}"
+             for key in axes]
+    told = " ".join(spans)
+    ids = f"{members[0].id}-{members[-1].id}"
+    oldest = min(job.created for job in members)
+    return msgspec.structs.replace(first, id=ids, age=duration(now - oldest), overrides=" ".join([*spans, *same]),
+                                   info=f"{len(members):,} queued: {first.info}",
+                                   apart=len(told) + (1 if same else 0), collapsed=members[0].sweep)
+
+
+def _key_shown(key: str, aliases: Mapping[str, str], keys: Collection[str]) -> str:
+    """A sweep axis's key as a row shows it: its shortest alias, else its shortest telling end."""
+    named = [alias for alias, full in aliases.items() if full == key]
+    return min(named, key=len) if named else key_end(key, keys)
+
+
+def _apart(words: list[str], told: int) -> int:
+    """How wide the config cell must stay to show its first `told` words whole: one more when more
+    follow, for the "…" a cut cell ends with."""
+    if not told:
+        return 0
+    return len(" ".join(words[:told])) + (1 if told < len(words) else 0)
+
+
+def live_order(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs a live view shows first: those on machines, then the queued in their order, then the
+    ended, the latest first."""
+    active = [j for j in jobs if j.active]
+    queued = [j for j in jobs if j.status is Status.QUEUED]
+    ended = sorted((j for j in jobs if j.ended), key=ended_at, reverse=True)
+    return active + queued + ended
+
+
+# ---- machines ---------------------------------------------------------------------------------------
+
+class MachineRow(msgspec.Struct, frozen=True):
+    """A machine's row: every cell a table of machines may show, as text. Made from the record
+    `machines --json` gives (schema/published.py) and what the last pass saw of the machine."""
+
+    name: str  # machines.json's
+    short: str  # what tables call it: its first alias, else its name
+    other_names: str  # its name and its other aliases, when it has an alias
+    kind: str
+    accelerator: str  # a TPU's with its provisioning and zone; a queued resource's state
+    workers: str
+    state: str  # as `machines` says it: unknown while the TPU API cannot be asked
+    health: str
+    running: str  # how many jobs are on it
+    free: str  # `slot=1 gpu=6`
+    note: str
+    detail: str  # the pass's detail, its drain or claim, when it became unreachable or will be asked again
+    seen: str  # the state the last pass recorded (the live view's word)
+    doing: str  # the jobs it holds (`jobs 3,4`, else `idle`), its node, queued resource, back-off, detail
+
+
+def machine_rows(fleet: Fleet, state: State, published: Sequence[MachineJson], now: float,
+                 zone: Any = None) -> list[MachineRow]:
+    """The row of each machine `published` gives (`machines --json`'s records, in their order)."""
+    from jobtpu.schema.records import MachineRecord
+
+    held: dict[str, list[int]] = {}
+    for job in state.jobs:
+        if job.active and job.machine:
+            held.setdefault(job.machine, []).append(job.id)
+    return [machine_row(row, fleet.machines[row.name], state.machines.get(row.name) or MachineRecord(),
+                        held.get(row.name, ()), now, zone) for row in published]
+
+
+def machine_row(row: MachineJson, machine: Machine, record: MachineRecord, held: Sequence[int], now: float,
+                zone: Any = None) -> MachineRow:
+    """`row`: the machine as `machines --json` gives it; `record`: what the last pass saw of it;
+    `held`: the ids of the active jobs on it; `zone`: the tzinfo clock times are shown in."""
+    short, others = (row.aliases[0], ", ".join([row.name, *row.aliases[1:]])) if row.aliases else (row.name, "")
+    health = " — ".join(x for x in (row.health, row.health_description) if x)
+    accelerator = row.accelerator or ""
+    if row.provisioning:  # a tpu: spot / preemptible / on-demand, in its zone
+        accelerator += f" ({row.provisioning}, {row.zone})"
+    if row.queued_resource:
+        accelerator += f" queued resource {row.queued_resource}"
+    return MachineRow(name=row.name, short=short, other_names=others, kind=row.kind, accelerator=accelerator,
+                      workers=_text(row.workers), state=row.state, health=health, running=str(row.running),
+                      free=" ".join(f"{k}={v}" for k, v in row.free.items()), note=row.note or "",
+                      detail=_with_times(row, zone), seen=str(record.state) if record.state else ("up" if machine.kind == "local" else "unknown"),
+                      doing="  ".join(_doing(machine, record, held, now)))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _with_times(row: MachineJson, zone: Any) -> str:
+    """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
+    from jobtpu.views.display import clock
+
+    times = [f"{what} {clock(at, zone)}" for at, what in ((row.unreachable_since, "since"), (row.next_try, "next try"))
+             if at is not None]
+    if not times:
+        return row.detail or ""
+    return " ".join(filter(None, (row.detail, f"({', '.join(times)})")))
+
+
+def _doing(machine: Machine, record: MachineRecord, held: Sequence[int], now: float) -> list[str]:
+    """What the live view says a machine does: its jobs, its TPU's node and queued resource, a create's back-off."""
+    said = [f"jobs {','.join(map(str, held))}" if held else "idle"]
+    if machine.is_tpu:
+        said.append(f"node {record.tpu_state or '?'}")
+    if machine.queued_resource:
+        said.append(f"queued resource {record.queued_state or 'none'}")
+    if machine.is_tpu and record.next_try is not None and record.next_try > now:  # a create's
+        said.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
+    if record.detail:
+        said.append(record.detail)
+    return said
