@@ -19,10 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clirun import cli_env, timed  # noqa: E402  # bench/clirun.py (benches run as scripts)
-from status_scale import fake_jobs  # noqa: E402
-
-from jobtpu.home.layout import Home  # noqa: E402
-from jobtpu.home.store import Store  # noqa: E402
+from status_scale import fake_home  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,10 +30,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        (home / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
-        with Store(Home(home)).transaction() as state:  # saved as jobtpu saves it
-            state.jobs, state.next_id = fake_jobs(args.jobs), args.jobs + 1
+        fake_home(Path(tmp), args.jobs)
         env = cli_env(REPO, JOBTPU_USER="alice", JOBTPU_HOME=tmp)
         complete = [sys.executable, "-P", "-m", "jobtpu.tab", "bash"]
         runs = {

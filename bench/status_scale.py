@@ -40,6 +40,14 @@ def fake_jobs(n: int) -> list[Job]:
     return jobs
 
 
+def fake_home(folder: Path, n_jobs: int) -> Path:
+    """A home of `n_jobs` fake_jobs on the local machine, saved as jobtpu saves it."""
+    (folder / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
+    with Store(Home(folder)).transaction() as state:
+        state.jobs, state.next_id = fake_jobs(n_jobs), n_jobs + 1
+    return folder
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
@@ -52,10 +60,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        (home / "machines.json").write_text('{"machines": {"local": {"kind": "local"}}}')
-        with Store(Home(home)).transaction() as state:  # saved as jobtpu saves it
-            state.jobs, state.next_id = fake_jobs(args.jobs), args.jobs + 1
+        home = fake_home(Path(tmp), args.jobs)
         env = {**os.environ, "JOBTPU_USER": "alice"}
         # What the `jobtpu` console script runs (without a shim in front of the interpreter).
         ours = [sys.executable, "-c", "import sys; from jobtpu.cli import main; sys.exit(main())",
