@@ -228,7 +228,9 @@ JOBTPU_w_load() {
 # whose exit is recorded after.
 JOBTPU_w_timer() {
   local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
-  trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
+  # Every child it started, even a sleep forked just before its pid was kept: TERM may come between.
+  # shellcheck disable=SC2046  # one word per pid
+  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; exit 0' TERM
   if [ -n "$1" ]; then
     sleep "$2" & JOBTPU_w_s=$!
     wait "$JOBTPU_w_s" || exit 0
@@ -281,7 +283,9 @@ JOBTPU_w_procs() {
 JOBTPU_w_stopper() {
   local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
   trap '' USR1 USR2 INT HUP QUIT ALRM  # a --signal the timer sends the job's group is not for this watch
-  trap 'kill "${JOBTPU_w_s:-}" 2>/dev/null; wait "${JOBTPU_w_s:-}" 2>/dev/null; exit 0' TERM
+  # Every child it started, even a sleep forked just before its pid was kept: TERM may come between.
+  # shellcheck disable=SC2046  # one word per pid
+  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; exit 0' TERM
   until [ -f "$1" ] && [ ! -L "$1" ]; do
     sleep "$2" & JOBTPU_w_s=$!
     wait "$JOBTPU_w_s" || exit 0
