@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.settings import ALIAS_NAME, BUILTIN_ALIASES, CONFIG_KEY, dir_number, sheet_name_refusal
@@ -33,8 +34,7 @@ class ShapeError(Exception):
     """data.json is not shaped like the TPU manager's: one line naming the key at fault."""
 
 
-@dataclass(frozen=True)
-class OldUser:
+class OldUser(msgspec.Struct, frozen=True):
     name: str
     dirs: dict[str, str]
     aliases: dict[str, str]
@@ -42,8 +42,7 @@ class OldUser:
     sheet_name: str | None = None  # how the team sheet's User cells name them (`Lyy` for lyy)
 
 
-@dataclass(frozen=True)
-class OldTpu:
+class OldTpu(msgspec.Struct, frozen=True):
     node: str
     zone: str
     accelerator: str
@@ -59,14 +58,13 @@ class OldTpu:
         return f"machine {self.node} (tpu {self.accelerator}, {self.zone}, {self.kind})"
 
 
-@dataclass
-class Translation:
-    users: list[OldUser] = field(default_factory=list)
-    tpus: list[OldTpu] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)  # names jobtpu cannot take, reported not mangled
-    skipped: list[str] = field(default_factory=list)  # what jobtpu has no place for, and why
+class Translation(msgspec.Struct):
+    users: list[OldUser] = msgspec.field(default_factory=list)
+    tpus: list[OldTpu] = msgspec.field(default_factory=list)
+    refused: list[str] = msgspec.field(default_factory=list)  # names jobtpu cannot take, reported not mangled
+    skipped: list[str] = msgspec.field(default_factory=list)  # what jobtpu has no place for, and why
     jobs_left: int = 0
-    builtin_aliases: set[str] = field(default_factory=set)  # the old tool's copies of jobtpu's built-in ones
+    builtin_aliases: set[str] = msgspec.field(default_factory=set)  # the old tool's copies of jobtpu's built-in ones
 
 
 def accelerator_of(name: str) -> str | None:
@@ -237,12 +235,11 @@ def _tpus(doc: dict[str, Any], out: Translation) -> None:
 
 # ---- against what the home has ---------------------------------------------------------------------
 
-@dataclass
-class Plan:
+class Plan(msgspec.Struct):
     """What an import would do: `lines` (one per change), `kept` (differing entries left alone)."""
 
-    lines: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
+    lines: list[str] = msgspec.field(default_factory=list)
+    kept: list[str] = msgspec.field(default_factory=list)
 
 
 def plan_machines(doc: dict[str, Any], tpus: list[OldTpu], force: bool, plan: Plan) -> dict[str, Any]:

@@ -26,11 +26,16 @@ def resolve_user(explicit: str | None) -> str:
 
 
 def _login_name() -> str:
-    import getpass  # here, not at the top: `jobtpu status` starts on every watch tick
+    """The login name as getpass.getuser() finds it (the environment's names, then the password
+    database), without importing getpass: it brings termios, which no command here needs."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    import pwd
 
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return "unknown"
 
 

@@ -183,8 +183,8 @@ def test_lowest_failed_worker_wins_a_tie() -> None:
 def test_the_worker_that_failed_first_gives_the_exit_code() -> None:
     # Worker 2 crashed; worker 0 died a moment later of the broken collective: worker 2's code counts.
     job = active(workers=3)
-    states = [dataclasses.replace(ws(job, 0, False, 1), exited_at=NOW - 1.0), ws(job, 1),
-              dataclasses.replace(ws(job, 2, False, 7), exited_at=NOW - 1.5)]
+    states = [msgspec.structs.replace(ws(job, 0, False, 1), exited_at=NOW - 1.0), ws(job, 1),
+              msgspec.structs.replace(ws(job, 2, False, 7), exited_at=NOW - 1.5)]
     decide([job], fleet(gpu_box("m", hosts=3)), seen("m", *states))
     assert job.ending is not None and (job.ending.reason, job.ending.exit_code) == ("exit 7", 7)
 

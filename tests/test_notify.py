@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from jobtpu.errors import ConfigError
@@ -397,9 +398,7 @@ def test_a_machines_json_webhook_at_a_private_address_is_skipped_unless_the_runn
 def test_a_checked_webhook_is_checked_again_as_it_is_sent(tmp_path: Path, hook: Hook) -> None:
     """What the pass checked a moment before is judged again at sending, and nothing reaches the
     receiver: a destination checked public whose name now resolves to loopback is not posted."""
-    from dataclasses import replace
-
-    dest = replace(_dests({"webhook": hook.url.replace("127.0.0.1", "localhost")})[0], pinned=True)
+    dest = msgspec.structs.replace(_dests({"webhook": hook.url.replace("127.0.0.1", "localhost")})[0], pinned=True)
     lines = notify.deliver(tmp_path / "outbox", [dest], [_failed(3)], 3)
     assert hook.bodies == [] and len(lines) == 1, lines
     assert "skipped: localhost resolves to a private address (127.0.0.1" in lines[0], lines

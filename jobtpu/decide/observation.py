@@ -3,20 +3,19 @@ the actions of its plan, and the names both sides use for a job's workers and ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 
 
-@dataclass
-class MachineView:
+class MachineView(msgspec.Struct):
     """What one pass learnt about one machine."""
 
     reachable: bool | None = None  # None: not asked this pass
     error: str | None = None
-    workers: dict[WorkerRef, WorkerState] = field(default_factory=dict)
+    workers: dict[WorkerRef, WorkerState] = msgspec.field(default_factory=dict)
     n_workers: int = 1
     ready: bool = True  # may take new jobs now
     preempted: bool = False  # the TPU API says its node is gone or preempted
@@ -24,52 +23,47 @@ class MachineView:
     setting_up: bool = False  # its setup runs in this pass's act, before any launch there
 
 
-@dataclass
-class Observation:
+class Observation(msgspec.Struct):
     now: float
-    machines: dict[str, MachineView] = field(default_factory=dict)
-    log_tails: dict[WorkerRef, str] = field(default_factory=dict)  # for workers that exited non-zero
-    last_lines: dict[int, str] = field(default_factory=dict)
-    claims: dict[str, str] = field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
+    machines: dict[str, MachineView] = msgspec.field(default_factory=dict)
+    log_tails: dict[WorkerRef, str] = msgspec.field(default_factory=dict)  # for workers that exited non-zero
+    last_lines: dict[int, str] = msgspec.field(default_factory=dict)
+    claims: dict[str, str] = msgspec.field(default_factory=dict)  # machine -> who claimed it by hand (team sheet)
     # machine -> the users a claim names (as themselves or by their sheet_name): their own jobs may go there
-    claimants: dict[str, frozenset[str]] = field(default_factory=dict)
+    claimants: dict[str, frozenset[str]] = msgspec.field(default_factory=dict)
     # Queued jobs this pass may not run on the local machine: id -> (specs.Verdict kind, why) (design §7).
-    local_refusals: dict[int, tuple[str, str]] = field(default_factory=dict)
-    bad_files: dict[int, str] = field(default_factory=dict)  # job -> what is wrong with its files in the home
-    drained: dict[str, str] = field(default_factory=dict)  # machine -> why it takes no new job (`machines drain`)
+    local_refusals: dict[int, tuple[str, str]] = msgspec.field(default_factory=dict)
+    bad_files: dict[int, str] = msgspec.field(default_factory=dict)  # job -> what is wrong with its files in the home
+    drained: dict[str, str] = msgspec.field(default_factory=dict)  # machine -> why it takes no new job (`machines drain`)
 
     def view(self, name: str) -> MachineView:
         return self.machines.setdefault(name, MachineView())
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(msgspec.Struct, frozen=True):
     job: int
     machine: str
     attempt: int
     workers: int
 
 
-@dataclass(frozen=True)
-class Kill:
+class Kill(msgspec.Struct, frozen=True):
     job: int
     machine: str
     refs: tuple[WorkerRef, ...]
 
 
-@dataclass(frozen=True)
-class Recreate:
+class Recreate(msgspec.Struct, frozen=True):
     machine: str
 
 
 Action = Launch | Kill | Recreate
 
 
-@dataclass
-class Plan:
-    actions: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # one human line per decision, as a real pass says it
-    would: list[str] = field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
+class Plan(msgspec.Struct):
+    actions: list[Action] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)  # one human line per decision, as a real pass says it
+    would: list[str] = msgspec.field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
 
     def do(self, action: Action, why: str = "") -> None:
         self.actions.append(action)

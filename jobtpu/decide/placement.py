@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 
@@ -18,8 +19,7 @@ _PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}]*)\}")
 PORT_BASE, PORT_SPAN = 20000, 12000
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(msgspec.Struct, frozen=True):
     """The machine an attempt runs on, in the words of its environment."""
 
     zone: str  # "" when machines.json names none (ssh, local)

@@ -7,7 +7,8 @@ failed probe would, and the first contact that works says the machine is up agai
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.schema.records import MachineRecord, MachineState
@@ -15,16 +16,14 @@ from jobtpu.schema.records import MachineRecord, MachineState
 UP, UNREACHABLE = MachineState.UP, MachineState.UNREACHABLE
 
 
-@dataclass(frozen=True)
-class Contact:
+class Contact(msgspec.Struct, frozen=True):
     """One contact with a worker: None if it answered, else why not (one line naming the worker)."""
 
     worker: int
     failure: str | None = None
 
 
-@dataclass(frozen=True)
-class Reach:
+class Reach(msgspec.Struct, frozen=True):
     state: MachineState | None
     detail: str | None
     since: float | None  # when it became unreachable

@@ -136,7 +136,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
                   error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
                   notify=_notify(doc.notify))
     # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
-    return replace(fleet, sheet=replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
+    return replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 
 
 def error_patterns(given: ErrorPatterns) -> dict[str, tuple[str, ...]]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import ConfigError
 from jobtpu.home.trust import Runner, load_runner, why_untrusted
@@ -20,14 +21,13 @@ from jobtpu.home.trust import Runner, load_runner, why_untrusted
 _SECTIONS = {"gcp": ("credentials", "api_endpoint"), "sheet": ("credentials", "api_endpoint")}
 
 
-@dataclass
-class Gated:
+class Gated(msgspec.Struct):
     data: bytes | None  # machines.json's text as the pass may use it (None: the home has none)
     runner: Runner
-    refused: list[str] = field(default_factory=list)  # the keys taken out, as "machines.gpu.identity_file"
-    refused_machines: dict[str, str] = field(default_factory=dict)  # machine -> why it takes no job
+    refused: list[str] = msgspec.field(default_factory=list)  # the keys taken out, as "machines.gpu.identity_file"
+    refused_machines: dict[str, str] = msgspec.field(default_factory=dict)  # machine -> why it takes no job
     why: str | None = None  # why machines.json is not trusted
-    unknown: list[str] = field(default_factory=list)  # machines runner.json names that machines.json lacks
+    unknown: list[str] = msgspec.field(default_factory=list)  # machines runner.json names that machines.json lacks
 
     def lines(self) -> tuple[str, ...]:
         """One line per refused key (and one for a runner.json not honoured)."""

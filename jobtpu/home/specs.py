@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -88,8 +87,7 @@ def drop_spec(home: Home, job_id: int) -> None:
         os.close(folder)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """Whether this pass may run a job on the local machine: `ok`, else `foreign` (it waits, with
     `why` as its pending reason) or `tampered` (it fails with `why`). `secrets`: the names it may take."""
 

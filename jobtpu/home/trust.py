@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import pwd
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import ConfigError
 from jobtpu.home import safefs
@@ -61,13 +62,12 @@ def read_checked(root: Path, rel: str, limit: int = MAX_RUNNER_BYTES) -> tuple[b
 
 # ---- runner.json ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Runner:
+class Runner(msgspec.Struct, frozen=True):
     """What a trusted runner.json says (absent, or not trusted: `Runner()` with `problem` set)."""
 
     runner: str | None = None  # the account whose passes run every member's local jobs
     allow_private_webhooks: bool = False
-    privileged: dict[str, Any] = field(default_factory=dict)  # machines.json's shape, privileged keys only
+    privileged: dict[str, Any] = msgspec.field(default_factory=dict)  # machines.json's shape, privileged keys only
     problem: str | None = None  # one line: why a runner.json present was not honoured
 
     def runs_for_team(self, euid: int) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from jobtpu.home.layout import Home
 from jobtpu.home.store import State, StateVersion
@@ -18,9 +19,8 @@ from jobtpu.tpu.flow import MachineWork
 from jobtpu.transport.base import Endpoint
 
 
-@dataclass
-class PassReport:
-    notes: list[str] = field(default_factory=list)
+class PassReport(msgspec.Struct):
+    notes: list[str] = msgspec.field(default_factory=list)
     skipped: bool = False  # another pass was running
     on_note: Callable[[str], None] | None = None  # shows a line as the pass goes (a cron pass's stderr)
 

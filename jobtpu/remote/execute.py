@@ -11,8 +11,9 @@ from __future__ import annotations
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TextIO
+
+import msgspec
 
 from jobtpu.errors import RemoteError
 from jobtpu.views.text import printable
@@ -20,8 +21,7 @@ from jobtpu.views.text import printable
 UNREACHABLE = 255  # what ssh exits with when it cannot reach the host
 
 
-@dataclass(frozen=True)
-class Worker:
+class Worker(msgspec.Struct, frozen=True):
     index: int
     # Returns a connected paramiko SSHClient, or None for this computer (the local machine).
     connect: Callable[[], Any]

@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import secrets as random_ids
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
@@ -60,8 +61,7 @@ def launch_workers(p: Pass, machine: Machine, workers: list[Worker]) -> dict[int
     return reports
 
 
-@dataclass(frozen=True)
-class Serving:
+class Serving(msgspec.Struct, frozen=True):
     """A worker serving its copy: where the others fetch it, the token they give, and the server's
     name (no secret: the name of its folder on the worker, for stopping it)."""
 

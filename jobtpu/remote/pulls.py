@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.errors import BusyError, RemoteError
@@ -60,12 +61,11 @@ def ended_since(jobs: Iterable[Job], was_open: set[tuple[int, int]]) -> dict[str
     return ended
 
 
-@dataclass
-class CatchUp:
+class CatchUp(msgspec.Struct):
     """What a catch-up did: lines for the pass, and the workers whose logs are still behind."""
 
-    lines: list[str] = field(default_factory=list)
-    behind: set[WorkerRef] = field(default_factory=set)
+    lines: list[str] = msgspec.field(default_factory=list)
+    behind: set[WorkerRef] = msgspec.field(default_factory=set)
 
 
 def mark_behind(jobs: Iterable[Job], tried: Iterable[WorkerRef], behind: set[WorkerRef]) -> None:

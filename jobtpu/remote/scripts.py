@@ -26,12 +26,13 @@ left its process group (setsid, double fork) or when its pid file is missing.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import shlex
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.remote import protocol
@@ -159,14 +160,12 @@ def _ref(report: protocol.WorkerReport) -> WorkerRef:
 
 # ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
 
-@dataclasses.dataclass(frozen=True)
-class Served:
+class Served(msgspec.Struct, frozen=True):
     port: int | None  # where the worker serves the snapshot; None: it does not
     why: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class Fetched:
+class Fetched(msgspec.Struct, frozen=True):
     ok: bool
     why: str = ""  # why not: the fetch failed, or the copy is not the snapshot
     held: bool = False  # it needed none: it shares a disk with the worker the home sent its copy to
@@ -235,9 +234,9 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
                                       log_size=report.size, claimed=report.claimed, exited_at=report.at,
                                       marked=report.marked or 0, timed_out=report.timedout)
         elif isinstance(report, protocol.Log) and ref in states:
-            states[ref] = dataclasses.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
+            states[ref] = msgspec.structs.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:
-            states[ref] = dataclasses.replace(states[ref], log_end=report.data)
+            states[ref] = msgspec.structs.replace(states[ref], log_end=report.data)
     return states
 
 
@@ -319,8 +318,7 @@ def tpu_doctor_script(root: str, fix: bool) -> str:
     return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_doctor", root, int(fix))])
 
 
-@dataclasses.dataclass(frozen=True)
-class TpuHolder:
+class TpuHolder(msgspec.Struct, frozen=True):
     pid: int
     command: str
     ours: bool  # a live job of this home's holds it
@@ -339,8 +337,7 @@ def tpu_accelerator_script(root: str, device_dir: str) -> str:
     return render(("common.sh", "tpu.sh"), [call("jobtpu_tpu_accelerator", root, device_dir)])
 
 
-@dataclasses.dataclass(frozen=True)
-class AcceleratorFacts:
+class AcceleratorFacts(msgspec.Struct, frozen=True):
     devices: list[str]
     holders: list[TpuHolder]
     jax: str | None  # the device count JAX saw, "error TEXT", or None: no jax (or not run: the device is held)

@@ -3,14 +3,13 @@ what a launch or a probe found. Pure data; jobtpu/remote/scripts.py turns them i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from jobtpu import timing
 from jobtpu.remote.protocol import LaunchOutcome
 
 
-@dataclass(frozen=True)
-class WorkerRef:
+class WorkerRef(msgspec.Struct, frozen=True):
     """One worker of one attempt of one job."""
 
     job: int
@@ -22,8 +21,7 @@ class WorkerRef:
         return f"{self.job} {self.attempt} {self.worker}"
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
+class LaunchSpec(msgspec.Struct, frozen=True):
     ref: WorkerRef
     root: str
     archive: str
@@ -34,21 +32,19 @@ class LaunchSpec:
     home_id: str = ""  # the home's stable id, part of the marker every process of the job carries
     literal: frozenset[str] = frozenset()  # env names whose values are never expanded (secrets)
     early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
-    grace: float = field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
+    grace: float = msgspec.field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
 
 
-@dataclass(frozen=True)
-class LaunchResult:
+class LaunchResult(msgspec.Struct, frozen=True):
     ref: WorkerRef
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class WorkerState:
+class WorkerState(msgspec.Struct, frozen=True):
     ref: WorkerRef
     pid: int | None
     alive: bool

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from jobtpu.errors import ConfigError
 from jobtpu.sheet import layout as sheetlayout
@@ -24,8 +25,7 @@ _KEY = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _URL_KEY = re.compile(r"/spreadsheets/d/([A-Za-z0-9_-]+)")
 
 
-@dataclass(frozen=True)
-class SheetConfig:
+class SheetConfig(msgspec.Struct, frozen=True):
     spreadsheet: str  # the key (the id in the sheet's URL)
     worksheet: str = DEFAULT_WORKSHEET
     credentials: str = "default"  # a key file's path, "default" (ADC) or "anonymous" (tests, proxies)
@@ -35,7 +35,7 @@ class SheetConfig:
     read_every: float = DEFAULT_READ_EVERY  # a pass with nothing to write reads no oftener than this
     layout: str = "jobtpu"  # or "tpu-manager": the older tool's tab as it is (jobtpu/sheet/layout.py)
     # Fleet.resolve, given by load_fleet: the machine a tpu-manager row's name (or alias) means.
-    resolve: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+    resolve: Callable[[str], Any] | None = None
 
     @property
     def tab(self) -> Layout:

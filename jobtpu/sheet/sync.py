@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from jobtpu.errors import BusyError
 from jobtpu.sheet.api import SheetApi, SheetError, read_sheet
@@ -17,11 +18,10 @@ from jobtpu.sheet.memo import load_memo, memo_lock, rows_digest, save_memo
 from jobtpu.sheet.rows import SheetGrid, plan_write
 
 
-@dataclass(frozen=True)
-class SyncResult:
+class SyncResult(msgspec.Struct, frozen=True):
     wrote: bool = False
     cells: int = 0
-    claims: dict[str, str] = field(default_factory=dict)
+    claims: dict[str, str] = msgspec.field(default_factory=dict)
     problem: str | None = None  # one line for the pass to print; the sheet catches up next time
 
 

@@ -12,9 +12,10 @@ import stat
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import make_dirs
@@ -55,8 +56,7 @@ def home_problem(home_root: Path, name: str) -> str | None:
         return problem(name, f)
 
 
-@dataclass(frozen=True)
-class ArchiveInfo:
+class ArchiveInfo(msgspec.Struct, frozen=True):
     """The archive a snapshot made, or found already made, and what it holds."""
 
     name: str  # "<64-hex sha256>.tar.gz": the hash of the sorted (relpath, kind, content-sha256) list

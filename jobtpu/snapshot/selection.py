@@ -9,9 +9,10 @@ import os
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import is_own_entry
@@ -73,8 +74,7 @@ def _inside(real_src: str, path: Path) -> str | None:
     return None if rel == ".." or rel.startswith("../") else rel.replace(os.sep, "/")
 
 
-@dataclass
-class Listing:
+class Listing(msgspec.Struct):
     entries: list[tuple[str, os.stat_result]]
     through_symlinks: dict[str, int]  # symlinked folder (relpath) -> how many listed files it would bring in
 

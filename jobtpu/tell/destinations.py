@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import ConfigError
 from jobtpu.tell.events import NOTIFICATIONS, Event
@@ -15,8 +16,7 @@ from jobtpu.views.text import printable
 _KEYS = frozenset({"webhook", "command", "events"})
 
 
-@dataclass(frozen=True)
-class Destination:
+class Destination(msgspec.Struct, frozen=True):
     webhook: str | None
     command: str | None
     events: frozenset[str]

@@ -13,10 +13,10 @@ import contextlib
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from jobtpu.errors import BusyError
@@ -136,8 +136,7 @@ def _clear(home_root: Path, name: str) -> list[str]:
 
 # ---- reading ----------------------------------------------------------------------------------------
 
-@dataclass
-class Filter:
+class Filter(msgspec.Struct):
     job: int | None = None
     machine: str | None = None
     since: float | None = None

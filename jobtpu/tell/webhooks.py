@@ -18,8 +18,9 @@ import ipaddress
 import re
 import socket
 import urllib.parse
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, IPv6Network
+
+import msgspec
 
 Address = IPv4Address | IPv6Address
 
@@ -87,8 +88,7 @@ def is_private(address: str) -> bool:
     return ip is None or refusal(ip) is not None
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(msgspec.Struct, frozen=True):
     """What `check` found for a webhook's URL."""
 
     address: str | None  # the address to connect to, when every address the host resolves to passed

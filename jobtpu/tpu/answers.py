@@ -5,8 +5,9 @@ client (tpu/api.py) that asks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import RemoteError
 
@@ -43,8 +44,7 @@ def health_of(state: str | None) -> tuple[str, str]:
     return HEALTH.get(state, (TRANSIENT, f"the node is in state {state}, which this jobtpu does not know"))
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(msgspec.Struct, frozen=True):
     name: str  # the short node id
     state: str
     health: str | None = None  # the API's own health word (HEALTHY, UNHEALTHY_TENSORFLOW, ...)
@@ -53,7 +53,7 @@ class NodeInfo:
     internal: tuple[str, ...] = ()
     external: tuple[str, ...] = ()
     create_time: str = ""
-    spec: dict[str, Any] = field(default_factory=dict, compare=False)  # its create fields (nodespec)
+    spec: dict[str, Any] = msgspec.field(default_factory=dict)  # its create fields (nodespec)
 
     def addresses(self, use_external_ip: bool) -> list[str]:
         """Where jobtpu's SSH reaches the workers, in worker order. External ones only when every worker
@@ -63,8 +63,7 @@ class NodeInfo:
         return list(self.external) if len(self.external) == len(self.internal) else []
 
 
-@dataclass(frozen=True)
-class OpInfo:
+class OpInfo(msgspec.Struct, frozen=True):
     name: str
     done: bool
     error_code: int | None = None  # google.rpc.Code: 8 is RESOURCE_EXHAUSTED
@@ -82,8 +81,7 @@ class OpInfo:
         return self.error_code in (3, 7, 9) or (self.error_code == 5 and not reservation_gone(self.error_message))
 
 
-@dataclass(frozen=True)
-class QueuedInfo:
+class QueuedInfo(msgspec.Struct, frozen=True):
     """A queued resource: its state (WAITING_FOR_RESOURCES, ACCEPTED, PROVISIONING, ACTIVE,
     SUSPENDING, SUSPENDED, FAILED, DELETING, ...) and, when it failed, why."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from jobtpu import timing
@@ -26,10 +25,12 @@ from jobtpu.tpu.answers import (
 from jobtpu.tpu.nodespec import create_body, recordable
 
 
-@dataclass
 class TpuApi:
-    gcp: dict[str, Any]
-    _client: Any = field(default=None, init=False)
+    """The TPU API of machines.json's `gcp` settings; its client is made on first use."""
+
+    def __init__(self, gcp: dict[str, Any]) -> None:
+        self.gcp = gcp
+        self._client: Any = None
 
     @property
     def project(self) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.errors import RemoteError
@@ -88,9 +89,9 @@ def _sighting(p: Reach, api: TpuApi, machine: Machine, listed: Any, now: float) 
     if not wants_host_keys(seen, record, now, first_backoff(p)):
         return seen
     try:
-        return replace(seen, host_keys=api.host_keys(machine), host_keys_read=True)
+        return msgspec.structs.replace(seen, host_keys=api.host_keys(machine), host_keys_read=True)
     except RemoteError as e:
-        return replace(seen, host_keys_error=e.message, host_keys_read=True)
+        return msgspec.structs.replace(seen, host_keys_error=e.message, host_keys_read=True)
 
 
 # ---- decide and record the intents ------------------------------------------------------------------

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+
+import msgspec
 
 from jobtpu.errors import RemoteError
 from jobtpu.remote.protocol import setup_outcome, setup_said
@@ -33,8 +34,7 @@ ZONE_TRIES = 2  # capacity errors in a row in one zone before asking in the mach
 QUEUED_ZONE_TRIES = 1
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     """One thing to do for a machine, decided from its record and what the API said."""
 
     kind: StepKind
@@ -44,9 +44,8 @@ class Step:
         self.kind = StepKind(self.kind)  # a word that is no step fails here, not in a live pass's act
 
 
-@dataclass
-class MachinePlan:
-    steps: list[Step] = field(default_factory=list)
+class MachinePlan(msgspec.Struct):
+    steps: list[Step] = msgspec.field(default_factory=list)
     state: MachineState = MachineState.UNKNOWN  # what `machines` shows
     detail: str = ""
 
@@ -54,8 +53,7 @@ class MachinePlan:
         self.state = MachineState(self.state)
 
 
-@dataclass(frozen=True)
-class StepReport:
+class StepReport(msgspec.Struct, frozen=True):
     """What carrying out one step came to, as it came back: nothing here is decided yet."""
 
     step: Step

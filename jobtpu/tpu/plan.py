@@ -11,8 +11,9 @@ one and deleted."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+import msgspec
 
 from jobtpu.errors import RemoteError
 from jobtpu.schema.fleet import Machine
@@ -40,8 +41,7 @@ from jobtpu.tpu.outcomes import (
 )
 
 
-@dataclass(frozen=True)
-class Sighting:
+class Sighting(msgspec.Struct, frozen=True):
     """What one pass learned of a TPU machine through the API; nothing decided yet."""
 
     machine: Machine  # in the zone it was looked for (the one its record says it is in now)
@@ -55,14 +55,13 @@ class Sighting:
     host_keys_read: bool = False  # whether they were asked for (`wants_host_keys`)
 
 
-@dataclass
-class MachineWork:
+class MachineWork(msgspec.Struct):
     """One TPU machine's plan for this pass: decided after observing, saved as intents, carried out in act."""
 
     machine: Machine  # in the zone it is in now
     record: MachineRecord
     plan: MachinePlan
-    addresses: list[str] = field(default_factory=list)
+    addresses: list[str] = msgspec.field(default_factory=list)
 
     def has(self, kind: StepKind) -> bool:
         return any(step.kind == kind for step in self.plan.steps)
@@ -294,7 +293,7 @@ def wants_host_keys(sighting: Sighting, record: MachineRecord, now: float, first
     API for them exactly when they are needed."""
     if sighting.machine.host_key_policy != "strict" or sighting.node is None or sighting.node.state != "READY":
         return False
-    trial = decide_machine(replace(sighting, host_keys_read=False), copy.deepcopy(record), now, first_backoff)
+    trial = decide_machine(msgspec.structs.replace(sighting, host_keys_read=False), copy.deepcopy(record), now, first_backoff)
     return trial.plan.state == MachineState.WAITING_FOR_HOST_KEYS
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
 
-@dataclass(frozen=True)
-class Result:
+
+class Result(msgspec.Struct, frozen=True):
     """What a script did on a worker: its exit code and its output, as values (like invoke's Result)."""
 
     exit_code: int
@@ -20,8 +20,7 @@ class Result:
         return self.exit_code == 0
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     """One worker's address: the host it is on and how to log in there."""
 
     machine: str

@@ -46,8 +46,9 @@ Definitions (all times in seconds):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
 from jobtpu.tell import events as ev
@@ -59,8 +60,7 @@ _MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTE
                             ev.TPU_CREATE_STARTED, ev.TPU_CREATE_DONE, ev.TPU_CREATE_FAILED, ev.TPU_SETUP_STARTED,
                             ev.TPU_SETUP_DONE, ev.TPU_SETUP_FAILED})
 
-@dataclass
-class AttemptRecord:
+class AttemptRecord(msgspec.Struct):
     n: int
     machine: str
     started: float | None = None
@@ -79,8 +79,7 @@ class AttemptRecord:
         return cls(**known, chips=chips if chips is not None else doc.get("chips"), unit=unit)
 
 
-@dataclass
-class AttemptCost:
+class AttemptCost(msgspec.Struct):
     n: int
     machine: str
     outcome: str | None
@@ -94,8 +93,7 @@ class AttemptCost:
     unit: str = "chip"
 
 
-@dataclass
-class Interruption:
+class Interruption(msgspec.Struct):
     after: int  # the attempt interrupted
     before: int  # the attempt that followed
     machine_from: str
@@ -115,23 +113,21 @@ class Interruption:
         return self.back_at - self.lost_at
 
 
-@dataclass
-class Mark:
+class Mark(msgspec.Struct):
     machine: str
     kind: str  # preempted | recreate | setup
     start: float
     end: float
 
 
-@dataclass
-class JobReport:
+class JobReport(msgspec.Struct):
     job: int
     name: str
     attempts: list[AttemptCost]
     interruptions: list[Interruption]
     total: float
     productive: float
-    marks: list[Mark] = field(default_factory=list)
+    marks: list[Mark] = msgspec.field(default_factory=list)
     redone_unknown: bool = False
 
     @property

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 _MARKER = re.compile(r"JOBTPU_PROGRESS\b(?P<rest>.*)")
 _FIELD = re.compile(r"\b(step|checkpoint)=(\d+)\b")
@@ -83,8 +84,7 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-@dataclass
-class Progress:
+class Progress(msgspec.Struct):
     """The last progress one attempt reported, and when the pass saw it."""
 
     step: int | None = None
@@ -93,7 +93,7 @@ class Progress:
     checkpoint_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
     @classmethod
     def from_json(cls, doc: Any) -> Progress:
@@ -106,7 +106,7 @@ class Progress:
 def scan(lines: Iterable[str], now: float, regex: ProgressPattern | None = None,
          record: Progress | None = None) -> Progress:
     """`record` updated with what the new complete `lines` report (seen at `now`)."""
-    result = Progress(**(record.__dict__ if record else {}))
+    result = msgspec.structs.replace(record) if record else Progress()
     for line in lines:
         found = progress_of(line, regex)
         if found is None:

@@ -10,11 +10,12 @@ holds it to rich's own output."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
+
+import msgspec
 
 from jobtpu.views.text import cell_width
 
@@ -41,8 +42,7 @@ def fit_cell(text: str, width: int, right: bool) -> str:
     return pad + text if right else text + pad
 
 
-@dataclass(frozen=True)
-class FittedTable:
+class FittedTable(msgspec.Struct, frozen=True):
     """`rows` of cells (strings), one per kept column, drawn `widths` wide. `styles`: a style per
     cell value of the column `styled` (a status's colour). `caption`: lines under the table, dim."""
 

@@ -10,7 +10,8 @@ attempt counts, and the table says so."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from jobtpu.schema.state import LOST, PREEMPTED
 from jobtpu.views.goodput import JobReport
@@ -18,12 +19,11 @@ from jobtpu.views.goodput import JobReport
 INTERRUPTED = (PREEMPTED, LOST)  # the reason words of attempts whose work may be done again
 
 
-@dataclass
-class Usage:
+class Usage(msgspec.Struct):
     """One row: chip- and GPU-seconds used and lost."""
 
-    used: dict[str, float] = field(default_factory=dict)  # unit ("chip", "GPU") → seconds × count
-    lost: dict[str, float] = field(default_factory=dict)
+    used: dict[str, float] = msgspec.field(default_factory=dict)  # unit ("chip", "GPU") → seconds × count
+    lost: dict[str, float] = msgspec.field(default_factory=dict)
     whole_attempts: bool = False  # some loss counted whole attempts (no progress reported)
 
 

@@ -17,12 +17,12 @@ import hashlib
 import os
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import jinja2
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request, cookie_parser
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -42,8 +42,7 @@ HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options
            (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
 
 
-@dataclass
-class Config:
+class Config(msgspec.Struct):
     home: Home
     user: str  # the jobtpu user every act is done as, fixed at start
     account: str

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from jobtpu.home.layout import Home
 
@@ -75,14 +76,13 @@ def _signature(path: Path) -> tuple[int, int, int]:
 
 # ---- the jobs page -----------------------------------------------------------------------------------
 
-@dataclass
-class JobsPage:
+class JobsPage(msgspec.Struct):
     columns: list[tuple[str, str]]  # (title, the JobRow field it shows)
     rows: list[JobRow]
     captions: list[str]
     page: int = 1
     pages: int = 1
-    ids: list[int] = field(default_factory=list)
+    ids: list[int] = msgspec.field(default_factory=list)
 
 
 def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: int, viewer: str | None) -> JobsPage:
@@ -132,8 +132,7 @@ def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: in
 
 # ---- one job -----------------------------------------------------------------------------------------
 
-@dataclass
-class LogTail:
+class LogTail(msgspec.Struct):
     attempt: int
     worker: int
     text: str
@@ -141,8 +140,7 @@ class LogTail:
     end: int  # the log's size when read: where following goes on
 
 
-@dataclass
-class JobPage:
+class JobPage(msgspec.Struct):
     job: Job
     record: str  # as `status --json` gives it, pretty
     attempts: list[dict[str, Any]]
@@ -220,8 +218,7 @@ def log_since(home: Home, job_id: int, attempt: int, worker: int, offset: int) -
 
 # ---- machines and events -----------------------------------------------------------------------------
 
-@dataclass
-class MachineView:
+class MachineView(msgspec.Struct):
     row: Any  # the published MachineRow
     cells: MachineRow  # its row as `machines` shows it
     lines: list[tuple[str, str]]
