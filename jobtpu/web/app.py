@@ -93,79 +93,84 @@ class Guard:
         return None
 
 
-def make_app(config: Config) -> Starlette:
-    watcher = pages.Watcher(config.home)
-    watcher.look()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
-    env.filters["shown"] = _shown
-    env.filters["clock"] = _clock
-    csrf = guard.csrf_token(config.secret)
-    poll = timing.current().serve_poll
+class Site:
+    """The pages and endpoints of one server, each a method: the home's watcher, the templates and
+    the form token they share."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.watcher = pages.Watcher(config.home)
+        self.watcher.look()
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                                      undefined=jinja2.StrictUndefined)
+        self.env.filters["shown"] = _shown
+        self.env.filters["clock"] = _clock
+        self.csrf = guard.csrf_token(config.secret)
+        self.poll = timing.current().serve_poll
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_watch, watcher)
+            tasks.start_soon(_watch, self.watcher)
             yield
             tasks.cancel_scope.cancel()
 
-    async def in_thread(work: Callable[[], Any]) -> Any:
+    async def in_thread(self, work: Callable[[], Any]) -> Any:
         """Reading the home (and acting) off the event loop: a slow read or an act waiting for a
         running pass never holds up another page."""
         from jobtpu.home.actor import Actor, acting_for
 
         def as_user() -> Any:
-            with acting_for(Actor(os.getuid(), config.account, config.user)):
+            with acting_for(Actor(os.getuid(), self.config.account, self.config.user)):
                 return work()
         return await anyio.to_thread.run_sync(as_user)
 
-    def fresh_line() -> tuple[str, bool]:
+    def fresh_line(self) -> tuple[str, bool]:
         """status's freshness line, or what is wrong with state.json (red)."""
         from jobtpu.commands.common import error_text
         from jobtpu.commands.freshness import freshness
 
         try:
-            return freshness(watcher.state().last_pass)
+            return freshness(self.watcher.state().last_pass)
         except JobtpuError as e:
             return error_text(e).replace("\n", " "), True
 
-    def render(request: Request, name: str, title: str, **values: Any) -> Response:
-        line, stale = fresh_line()
+    def render(self, request: Request, name: str, title: str, **values: Any) -> Response:
+        line, stale = self.fresh_line()
         from jobtpu.home.settings import viewer_settings, viewer_zone
 
-        values = {"zone": viewer_zone(viewer_settings(config.home)), "title": title, "user": config.user, "account": config.account, "fresh": line, "stale": stale,
-                  "csrf": csrf, "read_only": config.read_only, "poll": poll, "gen": watcher.generation, **values}
+        values = {"zone": viewer_zone(viewer_settings(self.config.home)), "title": title, "user": self.config.user, "account": self.config.account, "fresh": line, "stale": stale,
+                  "csrf": self.csrf, "read_only": self.config.read_only, "poll": self.poll, "gen": self.watcher.generation, **values}
         part = request.headers.get("x-jobtpu-part") == "1"
-        template = env.get_template(name)
+        template = self.env.get_template(name)
         if part:  # the page's live part alone, which the script puts in place of the old one
             return HTMLResponse("".join(template.blocks["live"](template.new_context(values))))
-        return HTMLResponse(template.render(**values), headers={"etag": f'"{watcher.generation}"'})
+        return HTMLResponse(template.render(**values), headers={"etag": f'"{self.watcher.generation}"'})
 
-    def page(handler: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
+    def page(self, handler: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             if request.headers.get("x-jobtpu-part") == "1" and \
-                    request.headers.get("if-none-match") == f'"{watcher.generation}"':
-                return Response(status_code=304, headers={"etag": f'"{watcher.generation}"'})
+                    request.headers.get("if-none-match") == f'"{self.watcher.generation}"':
+                return Response(status_code=304, headers={"etag": f'"{self.watcher.generation}"'})
             try:
                 # A page looks at the home's files itself too: just after a pass's save it shows
                 # the save, without waiting for the watcher's next look.
-                response: Response = await in_thread(lambda: (watcher.look(), handler(request))[1])
+                response: Response = await self.in_thread(lambda: (self.watcher.look(), handler(request))[1])
             except JobtpuError as e:
-                return error_page(request, e)
-            response.headers["etag"] = f'"{watcher.generation}"'
+                return self.error_page(request, e)
+            response.headers["etag"] = f'"{self.watcher.generation}"'
             return response
         return endpoint
 
-    def error_page(request: Request, e: JobtpuError) -> Response:
-        line, stale = fresh_line()
-        html = env.get_template("error.html").render(
-            title="error", user=config.user, account=config.account, fresh=line, stale=stale, csrf=csrf,
-            read_only=config.read_only, poll=poll, gen=watcher.generation, message=e.message, hint=e.hint or "")
+    def error_page(self, request: Request, e: JobtpuError) -> Response:
+        line, stale = self.fresh_line()
+        html = self.env.get_template("error.html").render(
+            title="error", user=self.config.user, account=self.config.account, fresh=line, stale=stale, csrf=self.csrf,
+            read_only=self.config.read_only, poll=self.poll, gen=self.watcher.generation, message=e.message, hint=e.hint or "")
         return HTMLResponse(html, status_code=400 if isinstance(e, UsageError) else 404 if isinstance(e, NotFoundError)
                             else 503)  # the home cannot be read as it is: a state.json broken by hand
 
-    def jobs(request: Request) -> Response:
+    def jobs(self, request: Request) -> Response:
         from jobtpu.api import _selection
         from jobtpu.commands.status import viewer_name
 
@@ -173,24 +178,24 @@ def make_app(config: Config) -> Starlette:
         sel = _selection(q.getlist("id"), q.getlist("tag"), q.getlist("name"), q.getlist("status"),
                          [_number(s, "sweep") for s in q.getlist("sweep")], q.get("user") or None,
                          q.get("all_users") == "1", q.get("history") == "1")
-        view = pages.jobs_page(config.home, watcher.state(), sel, q.get("all") == "1",
+        view = pages.jobs_page(self.config.home, self.watcher.state(), sel, q.get("all") == "1",
                                _number(q.get("page", "1"), "page"), viewer_name())
         selectors = [("sel_tag", v) for v in sel.tags] + [("sel_name", v) for v in sel.names] + \
             [("sel_status", v) for v in sel.statuses] + [("sel_sweep", str(v)) for v in sel.sweeps] + \
             ([("sel_user", sel.user)] if sel.user else []) + ([("sel_all_users", "1")] if sel.all_users else [])
         links = {"prev": _with(q, page=str(view.page - 1)), "next": _with(q, page=str(view.page + 1))}
-        return render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
+        return self.render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
                       filtered=bool(sel.given))
 
-    def job(request: Request) -> Response:
+    def job(self, request: Request) -> Response:
         job_id = _number(request.path_params["id"], "job id")
-        view = pages.job_page(config.home, watcher.state(), job_id)
-        return render(request, "job.html", f"job {job_id}", view=view)
+        view = pages.job_page(self.config.home, self.watcher.state(), job_id)
+        return self.render(request, "job.html", f"job {job_id}", view=view)
 
-    def machines(request: Request) -> Response:
-        return render(request, "machines.html", "machines", view=pages.machines_page(config.home, watcher.state()))
+    def machines(self, request: Request) -> Response:
+        return self.render(request, "machines.html", "machines", view=pages.machines_page(self.config.home, self.watcher.state()))
 
-    def events(request: Request) -> Response:
+    def events(self, request: Request) -> Response:
         from jobtpu.tell.events import parse_since
 
         q = request.query_params
@@ -200,18 +205,18 @@ def make_app(config: Config) -> Starlette:
             since_at = parse_since(since) if since else None
         except ValueError as e:
             raise UsageError(f"since: {e}", hint="a duration ago (10m, 2h, 1d) or an ISO time (2026-01-31T12:00)") from None
-        lines, older = pages.events_page(config.home, job_id, q.get("machine") or None, since_at)
-        return render(request, "events.html", "events", lines=lines, older=older, query=q)
+        lines, older = pages.events_page(self.config.home, job_id, q.get("machine") or None, since_at)
+        return self.render(request, "events.html", "events", lines=lines, older=older, query=q)
 
-    async def fresh(request: Request) -> Response:
+    async def fresh(self, request: Request) -> Response:
         """The freshness line and the generation: what every open page asks for each poll."""
-        line, stale = await anyio.to_thread.run_sync(fresh_line) if watcher.stale_cache else fresh_line()
-        tag = '"' + hashlib.sha256(f"{watcher.generation}|{line}".encode()).hexdigest()[:16] + '"'
+        line, stale = await anyio.to_thread.run_sync(self.fresh_line) if self.watcher.stale_cache else self.fresh_line()
+        tag = '"' + hashlib.sha256(f"{self.watcher.generation}|{line}".encode()).hexdigest()[:16] + '"'
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"etag": tag})
-        return JSONResponse({"line": line, "stale": stale, "gen": watcher.generation}, headers={"etag": tag})
+        return JSONResponse({"line": line, "stale": stale, "gen": self.watcher.generation}, headers={"etag": tag})
 
-    async def log(request: Request) -> Response:
+    async def log(self, request: Request) -> Response:
         """A worker's log past `from` (following), or the LOG_TAIL bytes before `before` (older parts):
         by job, attempt and worker number, never a path."""
         from jobtpu.views.text import printable_lines
@@ -225,64 +230,68 @@ def make_app(config: Config) -> Starlette:
         except JobtpuError as e:
             return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=400)
         if before is not None:
-            got = await anyio.to_thread.run_sync(lambda: pages.log_tail(config.home, job_id, attempt, worker, before))
+            got = await anyio.to_thread.run_sync(lambda: pages.log_tail(self.config.home, job_id, attempt, worker, before))
             return JSONResponse({"text": printable_lines(got.text), "start": got.start})
-        text, end = await anyio.to_thread.run_sync(lambda: pages.log_since(config.home, job_id, attempt, worker, after))
+        text, end = await anyio.to_thread.run_sync(lambda: pages.log_since(self.config.home, job_id, attempt, worker, after))
         return JSONResponse({"text": printable_lines(text), "end": end})
 
-    async def act(request: Request) -> Response:
-        if config.read_only:
+    async def act(self, request: Request) -> Response:
+        if self.config.read_only:
             return PlainTextResponse("refused: this server shows the home read-only (--read-only)\n", status_code=403)
         body = await request.body()
         if len(body) > MAX_FORM:
             return PlainTextResponse("refused: the form is too large\n", status_code=413)
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-        if not guard.same_secret(next(iter(form.get("csrf") or []), None), csrf):
+        if not guard.same_secret(next(iter(form.get("csrf") or []), None), self.csrf):
             return PlainTextResponse("refused: the form's token is missing or wrong (reload the page)\n", status_code=403)
         try:
             words = acts.act_words(form)
         except JobtpuError as e:
-            return error_page(request, e)
+            return self.error_page(request, e)
         fields = [(k, v) for k, values in form.items() if k not in ("csrf", "confirm") for v in values]
         if (form.get("confirm") or [""])[0] != "1":
             dry = acts.preview_words(words)
-            code, lines = (await in_thread(lambda: acts.run(config.home, dry, config.user))) if dry else \
+            code, lines = (await self.in_thread(lambda: acts.run(self.config.home, dry, self.config.user))) if dry else \
                 (0, ["would run: jobtpu " + " ".join(words)])
-            return await in_thread(lambda: render(request, "confirm.html", "confirm", words=" ".join(words),
+            return await self.in_thread(lambda: self.render(request, "confirm.html", "confirm", words=" ".join(words),
                                                   lines=lines, code=code, fields=fields,
                                                   forced="--force" in words))
-        code, lines = await in_thread(lambda: acts.run(config.home, words, config.user))
-        return await in_thread(lambda: render(request, "done.html", "done", words=" ".join(words), lines=lines,
+        code, lines = await self.in_thread(lambda: acts.run(self.config.home, words, self.config.user))
+        return await self.in_thread(lambda: self.render(request, "done.html", "done", words=" ".join(words), lines=lines,
                                               code=code, back=request.headers.get("referer") or "/"))
 
-    async def login(request: Request) -> Response:
-        if not guard.same_secret(request.query_params.get("k"), config.secret):
+    async def login(self, request: Request) -> Response:
+        if not guard.same_secret(request.query_params.get("k"), self.config.secret):
             return PlainTextResponse("not logged in: open the link `jobtpu serve` printed\n", status_code=401)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(config.cookie, config.secret, httponly=True, samesite="strict", path="/")
+        response.set_cookie(self.config.cookie, self.config.secret, httponly=True, samesite="strict", path="/")
         return response
 
-    async def static(request: Request) -> Response:
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         kinds = {"page.js": "text/javascript", "page.css": "text/css"}
         if name not in kinds:  # a fixed list: no path from the request reaches the file system
             return PlainTextResponse("not found\n", status_code=404)
         return Response((HERE / "static" / name).read_bytes(), media_type=kinds[name])
 
-    async def metrics(request: Request) -> Response:
+    async def metrics(self, request: Request) -> Response:
         from jobtpu.web.metrics import metrics_text
 
         try:
-            text = await in_thread(lambda: metrics_text(config.home, watcher.state()))
+            text = await self.in_thread(lambda: metrics_text(self.config.home, self.watcher.state()))
         except JobtpuError as e:
             return PlainTextResponse(f"jobtpu: error: {e.message}\n", status_code=503)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    routes = [Route("/", page(jobs)), Route("/job/{id}", page(job)), Route("/machines", page(machines)),
-              Route("/events", page(events)), Route("/fresh", fresh), Route("/job/{id}/log", log),
-              Route("/act", act, methods=["POST"]), Route("/login", login), Route("/static/{name}", static),
-              Route("/metrics", metrics)]
-    app = Starlette(routes=routes, lifespan=lifespan)
+
+def make_app(config: Config) -> Starlette:
+    site = Site(config)
+    routes = [Route("/", site.page(site.jobs)), Route("/job/{id}", site.page(site.job)),
+              Route("/machines", site.page(site.machines)), Route("/events", site.page(site.events)),
+              Route("/fresh", site.fresh), Route("/job/{id}/log", site.log),
+              Route("/act", site.act, methods=["POST"]), Route("/login", site.login),
+              Route("/static/{name}", site.static), Route("/metrics", site.metrics)]
+    app = Starlette(routes=routes, lifespan=site.lifespan)
     app.add_middleware(Guard, config=config)
     return app
 
