@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobtpu.sheet.config import parse_config  # noqa: E402
-from jobtpu.sheet.layout import MachineRow  # noqa: E402
+from jobtpu.decide.sheet_layout import MachineRow  # noqa: E402
+from jobtpu.schema.sheet_config import parse_config  # noqa: E402
 from jobtpu.sheet.sync import PassSheet, sync  # noqa: E402
 from tests.fake_sheets import FakeSheetsApi  # noqa: E402
 
@@ -30,7 +30,9 @@ ONE_PASS = """
 import sys, time
 from pathlib import Path
 started = time.perf_counter()
-from jobtpu.sheet import config as sheetconfig, layout, sync
+from jobtpu.sheet import sync
+from jobtpu.schema import sheet_config as sheetconfig
+from jobtpu.decide import sheet_layout as layout
 config = sheetconfig.parse_config({{"spreadsheet": "{key}", "credentials": "anonymous", "api_endpoint": "{endpoint}"}})
 rows = [layout.MachineRow(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
 ps = sync.PassSheet(config, Path("{memo}"))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jobtpu.decide.workers import WorkerRef, WorkerState  # noqa: E402
 from jobtpu.remote.scripts import parse_probe, probe_script, render  # noqa: E402
-from jobtpu.remote.workers import WorkerRef, WorkerState  # noqa: E402
 
 SAY = ('jobtpu_say worker n:job "$i" n:attempt 0 n:worker 3 n:pid 12345 b:alive 1 n:exit - n:size 1048576 '
        "b:claimed 1 n:at - n:marked -")

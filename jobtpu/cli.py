@@ -18,7 +18,7 @@ from jobtpu.commands import args as arguments
 from jobtpu.commands.common import error_text
 from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
 from jobtpu.home.layout import Home, find_home
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 
 class _Parser(arguments.Parser):

@@ -78,8 +78,8 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
 
 
 def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tmp_path: Path) -> None:
+    from jobtpu.decide.workers import LaunchSpec, WorkerRef
     from jobtpu.remote.scripts import claim_stale_minutes, launch_script, parse_launch
-    from jobtpu.remote.workers import LaunchSpec, WorkerRef
 
     root = tmp_path / "root"
     (root / "jobs" / "7").mkdir(parents=True)  # unpacked before the pass died
@@ -106,8 +106,8 @@ def test_a_claim_left_by_a_pass_that_died_mid_launch_is_taken_over_once_stale(tm
 
 
 def test_a_setup_whose_process_died_is_started_again_not_awaited_for_ever(tmp_path: Path) -> None:
-    from jobtpu.remote.protocol import setup_outcome
     from jobtpu.remote.scripts import setup_script
+    from jobtpu.schema.worker_protocol import setup_outcome
 
     setup = tmp_path / "root" / "setup"
     setup.mkdir(parents=True)

@@ -237,8 +237,8 @@ def test_a_deleted_key_whose_token_google_refuses_is_one_short_line_for_the_shee
 def test_a_sheets_401_is_the_same_short_line_naming_the_credentials() -> None:
     """A 401 the Sheets API answers after a token was granted (the client refreshes once and asks
     again): Google's paragraph becomes the credentials line."""
+    from jobtpu.schema.sheet_config import SheetConfig
     from jobtpu.sheet.api import SheetApi
-    from jobtpu.sheet.config import SheetConfig
     from tests.fake_tpu import UNAUTHENTICATED_MESSAGE
 
     api = SheetApi(SheetConfig(spreadsheet=KEY, credentials="anonymous"))

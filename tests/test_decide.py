@@ -19,8 +19,8 @@ from jobtpu.decide.dispatch import used_resources
 from jobtpu.decide.fit import allocate, parse_request, why_not
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Recreate
 from jobtpu.decide.outcomes import NoAnswer, goes_ahead, kill_asked, killed, launched, not_launched
+from jobtpu.decide.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.errors import JobtpuError
-from jobtpu.remote.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine, UserLimit
 from jobtpu.schema.state import (
@@ -781,14 +781,14 @@ def test_a_stopped_job_whose_rule_recreates_asks_for_its_tpu_once_stopped() -> N
     ("SOMETHING_NEW", "transient"),  # an unknown state never recreates a node
 ])
 def test_node_state_decides_the_machine_s_health(node_state: str | None, health: str) -> None:
-    from jobtpu.tpu.answers import health_of
+    from jobtpu.schema.tpu_answers import health_of
 
     assert health_of(node_state)[0] == health
 
 
 def test_a_missing_node_is_preempted_and_recreated_when_a_job_wants_it() -> None:
+    from jobtpu.decide.tpu_plan import plan_machine
     from jobtpu.schema.records import MachineRecord
-    from jobtpu.tpu.plan import plan_machine
 
     plan = plan_machine(MachineRecord(want_recreate=True), None, None, NOW)
     assert [s.kind for s in plan.steps] == ["create"] and plan.state == "recreating"

@@ -12,9 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from jobtpu.decide import events
+from jobtpu.decide.events import Event
 from jobtpu.home.safefs import UnsafePath
-from jobtpu.tell import eventlog, events
-from jobtpu.tell.events import Event
+from jobtpu.tell import eventlog
 from jobtpu.tell.follow import follow
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

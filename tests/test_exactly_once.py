@@ -95,8 +95,8 @@ def test_a_job_whose_disk_is_full_when_its_pid_is_recorded_is_never_started(tmp_
 
 
 def test_a_machine_setup_whose_pid_record_cannot_be_written_is_never_started(tmp_path: Path) -> None:
-    from jobtpu.remote.protocol import setup_said
     from jobtpu.remote.scripts import setup_script
+    from jobtpu.schema.worker_protocol import setup_said
 
     ledger = tmp_path / "ledger"
     (tmp_path / "root" / "setup" / "inc.0.pid.tmp").mkdir(parents=True)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.tell import events as ev
-from jobtpu.tell.events import Event
-from jobtpu.views import goodput
-from jobtpu.views.goodput import AttemptRecord
-from jobtpu.views.progress import Progress, compile_progress, progress_of, scan
+from jobtpu.decide import events as ev
+from jobtpu.decide import goodput
+from jobtpu.decide.events import Event
+from jobtpu.decide.goodput import AttemptRecord
+from jobtpu.decide.progress import Progress, compile_progress, progress_of, scan
 from jobtpu.views.report import render_html, render_text
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.

@@ -183,7 +183,7 @@ def test_a_connect_timeout_past_its_ceiling_is_one_line(tmp_path: Path, where: s
 # ---- the event log's rotated names ------------------------------------------------------------------
 
 def _events(n: int, start: int = 0) -> list[Any]:
-    from jobtpu.tell.events import Event
+    from jobtpu.decide.events import Event
 
     return [Event(1.7e9 + i, "job_launched", job=1, attempt=i) for i in range(start, start + n)]
 

@@ -272,8 +272,8 @@ def test_rerun_on_workers_sharing_one_root_resets_the_folder_once(ssh_fleet: Ssh
 
 
 def test_a_reset_left_by_a_dead_pass_is_taken_over_once_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobtpu.decide.workers import LaunchSpec, WorkerRef
     from jobtpu.remote.scripts import claim_stale_minutes, launch_script, parse_launch
-    from jobtpu.remote.workers import LaunchSpec, WorkerRef
     from jobtpu.snapshot.archive import snapshot
 
     root = tmp_path / "root"
@@ -332,8 +332,8 @@ def test_a_snapshot_unpacks_as_it_was_taken(tmp_path: Path) -> None:
 
 
 def test_an_unpack_cut_short_is_cleaned_up_by_a_later_launch_once_stale(tmp_path: Path) -> None:
+    from jobtpu.decide.workers import LaunchSpec, WorkerRef
     from jobtpu.remote.scripts import claim_stale_minutes, launch_script, parse_launch
-    from jobtpu.remote.workers import LaunchSpec, WorkerRef
     from jobtpu.snapshot.archive import snapshot
 
     root = tmp_path / "root"

@@ -120,7 +120,7 @@ def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("module", ["jobtpu.tpu.plan", "jobtpu.tpu.outcomes", "jobtpu.decide.settle"])
+@pytest.mark.parametrize("module", ["jobtpu.decide.tpu_plan", "jobtpu.decide.tpu_outcomes", "jobtpu.decide.settle"])
 def test_the_tpu_rules_do_no_io(module: str) -> None:
     """The TPU machines' decisions, and the settling of what a pass's acts reported, are pure: no
     session, no connection to a worker, no pass."""
@@ -154,7 +154,7 @@ def _defines(text: str, name: str) -> bool:
 
 
 def test_the_design_names_only_code_that_exists() -> None:
-    """docs/design.md's code references (`tpu/plan.decide_machine`, `scripts.probe_script`,
+    """docs/design.md's code references (`decide/tpu_plan.decide_machine`, `scripts.probe_script`,
     `bring_logs_home`) name what the package has: a renamed or removed function leaves no stale
     name behind. A `module.name` is looked up in the module it names (by path, by file name, or by
     the alias the code imports it as); a bare snake_case name must occur in the package, its shell
@@ -186,7 +186,7 @@ def test_the_design_names_only_code_that_exists() -> None:
 
 
 def layer_table() -> list[tuple[str, list[str], set[str]]]:
-    """docs/design.md §5.1, bottom layer first: each layer's name, its entries (`views/text.py`, `home/`)
+    """docs/design.md §5.1, bottom layer first: each layer's name, its entries (`render/text.py`, `home/`)
     and the layers it may import."""
     design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
     section = design.split("### 5.1 Layers", 1)[1].split("\n## ", 1)[0]
@@ -238,6 +238,16 @@ def test_the_layer_table_points_one_way_and_places_every_module() -> None:
         assert allowed <= set(names[:index]), f"layer {name} may import a layer above it"
     unplaced = sorted(module for module in import_graph() if layer_of(module, table) is None)
     assert unplaced == []
+
+
+def test_every_package_is_in_one_layer() -> None:
+    """docs/design.md §5.1: the table places whole packages (and the top-level modules), never one
+    module of a package apart from its folder, so that the folders' graph points one way too."""
+    apart = [entry for _, entries, _ in layer_table() for entry in entries if "/" in entry.rstrip("/")]
+    assert apart == []
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    placed = {entry.rstrip("/") for _, entries, _ in layer_table() for entry in entries if entry.endswith("/")}
+    assert folders == placed
 
 
 def test_every_import_goes_down_the_layers() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobtpu.tpu.nodespec import create_body, for_zone, type_of_config
+from jobtpu.schema.nodespec import create_body, for_zone, type_of_config
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast

@@ -19,9 +19,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from jobtpu.decide import events
+from jobtpu.decide.events import Event
 from jobtpu.errors import ConfigError
-from jobtpu.tell import destinations, events, notify
-from jobtpu.tell.events import Event
+from jobtpu.schema import destinations
+from jobtpu.tell import notify
 from jobtpu.tell.outbox import MAX_PENDING, MAX_TRIES, OUTBOX_FILE
 from tests.helpers import allow_private_webhooks, pid_alive, wait_for
 
@@ -148,8 +150,8 @@ def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> 
     got, crashed = tmp_path / "got", tmp_path / "crashed"
     cmd = f"cat >> {got}; if [ ! -e {crashed} ]; then touch {crashed}; kill -9 $PPID; sleep 5; fi"
     outbox = tmp_path / OUTBOX_FILE
-    script = ("import sys, time; from pathlib import Path; from jobtpu.tell import events, notify; "
-              "from jobtpu.tell import destinations; dests = destinations.parse_destinations([{'command': sys.argv[2]}]); "
+    script = ("import sys, time; from pathlib import Path; from jobtpu.decide import events; "
+              "from jobtpu.tell import notify; from jobtpu.schema import destinations; dests = destinations.parse_destinations([{'command': sys.argv[2]}]); "
               "event = events.Event(time.time(), events.JOB_ENDED, job=11, detail={'status': 'failed'}); "
               "notify.deliver(Path(sys.argv[1]), dests, [event], 10)")
     done = subprocess.run([sys.executable, "-c", script, str(outbox), cmd], capture_output=True, timeout=60)

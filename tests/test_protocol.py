@@ -1,4 +1,4 @@
-"""The worker protocol (jobtpu/remote/protocol.py): each line a worker script prints is one JSON report.
+"""The worker protocol (jobtpu/schema/worker_protocol.py): each line a worker script prints is one JSON report.
 Table tests of the decoder (good lines, hostile strings, truncated and foreign lines), the bash side's
 escaping round-tripped through a real bash in two locales, and the scripts' own reports read back."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from jobtpu.remote import protocol
-from jobtpu.remote.protocol import setup_outcome, setup_said
+from jobtpu.decide.workers import LaunchResult, WorkerRef
 from jobtpu.remote.scripts import (
     parse_doctor,
     parse_fetch,
@@ -30,7 +29,8 @@ from jobtpu.remote.scripts import (
     serve_script,
     setup_now_script,
 )
-from jobtpu.remote.workers import LaunchResult, WorkerRef
+from jobtpu.schema import worker_protocol as protocol
+from jobtpu.schema.worker_protocol import setup_outcome, setup_said
 
 pytestmark = pytest.mark.fast
 
@@ -226,8 +226,8 @@ def test_the_probe_brings_a_hostile_log_back_byte_for_byte(tmp_path: Path) -> No
 
 
 def test_a_launch_that_fails_names_a_hostile_root_exactly(tmp_path: Path) -> None:
+    from jobtpu.decide.workers import LaunchSpec
     from jobtpu.remote.scripts import launch_script
-    from jobtpu.remote.workers import LaunchSpec
 
     (tmp_path / "file").write_text("")
     root = str(tmp_path / "file" / 'we"ird\\ \x1b[2J\nroot')  # under a file: mkdir fails

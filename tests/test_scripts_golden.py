@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from jobtpu import timing
+from jobtpu.decide.workers import LaunchSpec, WorkerRef
 from jobtpu.remote import scripts
-from jobtpu.remote.workers import LaunchSpec, WorkerRef
 
 pytestmark = pytest.mark.fast
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu.decide.workers import LaunchSpec, WorkerRef
 from jobtpu.remote import scripts
-from jobtpu.remote.workers import LaunchSpec, WorkerRef
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast

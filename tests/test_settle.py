@@ -12,7 +12,7 @@ from jobtpu.decide import rules
 from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
-from jobtpu.remote.workers import LaunchResult, WorkerRef
+from jobtpu.decide.workers import LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Attempt, Ending, Job, State, Status

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from jobtpu.decide.observation import claim_reason
+from jobtpu.decide.sheet_layout import COLUMNS, MachineRow
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
+from jobtpu.schema.sheet_config import SheetConfig, parse_config
 from jobtpu.sheet.api import SheetError, read_sheet
-from jobtpu.sheet.config import SheetConfig, parse_config
 from jobtpu.sheet.edits import register, release, set_note, unregister
 from jobtpu.sheet.jobnote import job_note
-from jobtpu.sheet.layout import COLUMNS, MachineRow
 from jobtpu.sheet.rows import find, format_rows, render_rows
 from jobtpu.sheet.sync import PassSheet, sync
 from tests.fake_sheets import FakeSheetsApi
@@ -235,7 +235,7 @@ def test_what_counts_as_a_claim(written: dict[str, str], seen: dict[str, str], h
 
 
 def test_sheet_rows_line_up_wide_characters_and_fit_a_terminal() -> None:
-    from jobtpu.sheet.layout import SheetRow
+    from jobtpu.decide.sheet_layout import SheetRow
 
     rows = [SheetRow(2, {"name": "v3-a", "user": "张三", "note": "长时间训练，周五前不要动", "state": "up"}),
             SheetRow(3, {"name": "v2-b", "user": "bob", "note": "eval", "state": "up"})]
@@ -403,7 +403,8 @@ def test_config_defaults_and_keys() -> None:
 
 def test_the_pure_parts_load_no_google_stack() -> None:
     """Parsing the section, planning and finding never import gspread, google-auth or requests."""
-    code = ("import sys; from jobtpu.sheet import config, layout, memo, rows; c = config.parse_config({'spreadsheet': 'k'}); "
+    code = ("import sys; from jobtpu.sheet import memo, rows; from jobtpu.schema import sheet_config as config; "
+            "from jobtpu.decide import sheet_layout as layout; c = config.parse_config({'spreadsheet': 'k'}); "
             "s = rows.grid_from_values([]); rows.plan_write(s, [layout.MachineRow('a')], memo.Memo(), c.columns, 1.0);"
             "rows.find([], ['v3']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('gspread', 'google', 'requests')))")

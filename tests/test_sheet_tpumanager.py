@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
-from jobtpu.sheet.layout import (
+from jobtpu.decide.sheet_layout import (
     FREE,
     GONE,
     JOBTPU,

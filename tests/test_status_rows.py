@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from jobtpu.render.display import DEFAULT_JOB_COLUMNS
 from jobtpu.schema.state import Attempt, Job, Status
-from jobtpu.views.display import DEFAULT_JOB_COLUMNS
 from jobtpu.views.rows import job_row as row
 from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage, manage_until, status, submit, write_tree

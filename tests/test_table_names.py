@@ -1,12 +1,12 @@
-"""How tables name machines and keep rows apart (jobtpu/views/names.py, docs/reference/commands.md
+"""How tables name machines and keep rows apart (jobtpu/render/names.py, docs/reference/commands.md
 §2.4): pure functions, one table each."""
 
 from __future__ import annotations
 
 import pytest
 
+from jobtpu.render.names import apart_width, cut_apart, short_names, with_short_names
 from jobtpu.views.listing import key_end, shown_overrides
-from jobtpu.views.names import apart_width, cut_apart, short_names, with_short_names
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""views/table.py draws what rich's Table (box=None, pad_edge=False, no_wrap, ellipsis) draws, at
+"""render/table.py draws what rich's Table (box=None, pad_edge=False, no_wrap, ellipsis) draws, at
 the cost of a string a row: held to rich's own output over many seeded random tables (wide
 characters, cuts, right-justified cells, styled columns, wrapped captions), plain and on a terminal."""
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jobtpu.views.table import FittedTable
+from jobtpu.render.table import FittedTable
 
 pytestmark = pytest.mark.fast
 

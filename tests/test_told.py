@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.tell import destinations, eventlog, events, notify
-from jobtpu.tell.events import Event
+from jobtpu.decide import events
+from jobtpu.decide.events import Event
+from jobtpu.schema import destinations
+from jobtpu.tell import eventlog, notify
 from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.accounts import Team
 from tests.helpers import JOBTPU, allow_private_webhooks, jobtpu, make_home, status, submit, wait_for

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.tell import eventlog, events
+from jobtpu.decide import events
+from jobtpu.tell import eventlog
 from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.helpers import JOBTPU, allow_private_webhooks, make_home, submit, wait_for
 from tests.test_told import Hook

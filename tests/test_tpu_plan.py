@@ -1,5 +1,5 @@
 """The TPU machines' pure rules, table by table: the steps a machine's sighting and record decide
-(tpu/plan.py) and what each carried-out step's report means for the record (tpu/outcomes.py). No
+(decide/tpu_plan.py) and what each carried-out step's report means for the record (decide/tpu_outcomes.py). No
 I/O: records, nodes, operations and reports are built by hand."""
 
 from __future__ import annotations
@@ -10,12 +10,8 @@ import msgspec
 import pytest
 
 from jobtpu.decide.core import MachineView
-from jobtpu.errors import RemoteError
-from jobtpu.schema.fleet import Machine
-from jobtpu.schema.records import MachineRecord, MachineState, Operation, Refused, Setup, StepKind
-from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
-from jobtpu.tpu.outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key
-from jobtpu.tpu.plan import (
+from jobtpu.decide.tpu_outcomes import MachinePlan, Step, StepReport, backoff, settle, spec_key
+from jobtpu.decide.tpu_plan import (
     MachineWork,
     Sighting,
     credentials_line,
@@ -24,6 +20,10 @@ from jobtpu.tpu.plan import (
     show,
     wants_host_keys,
 )
+from jobtpu.errors import RemoteError
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.records import MachineRecord, MachineState, Operation, Refused, Setup, StepKind
+from jobtpu.tpu.api import ApiCapacity, ApiRefused, CredentialsFailed, NodeInfo, OpInfo, QueuedInfo
 
 pytestmark = pytest.mark.fast
 
@@ -272,7 +272,7 @@ def test_a_failed_step_other_than_a_create_only_says_why() -> None:
                                                                               "HTTP 500", None)
 
 
-# The setup script's last line: its report (remote/protocol.py).
+# The setup script's last line: its report (schema/worker_protocol.py).
 DONE, RUNNING, FAILED = (f'{{"kind": "setup", "outcome": "{word}"}}' for word in ("done", "running", "failed"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.views.goodput import AttemptRecord, job_report
+from jobtpu.decide.goodput import AttemptRecord, job_report
 from jobtpu.views.usage import render_usage, usage
 from tests.helpers import jobtpu, make_home, manage_until, submit, write_tree
 

@@ -81,7 +81,7 @@ def last_lines(home: Home, job: Job, n: int, worker: int) -> list[str]:
     from jobtpu.errors import NotFoundError
     from jobtpu.home.logfiles import last_lines as log_end
     from jobtpu.home.logfiles import log_rel
-    from jobtpu.views.text import printable
+    from jobtpu.render.text import printable
 
     if not job.attempts:
         raise NotFoundError(f"job {job.id} has not started yet")

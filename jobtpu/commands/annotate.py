@@ -12,7 +12,7 @@ from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.users import check_owner, check_owners, known_user
 from jobtpu.limits import check_tags
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 # A note is one line a person reads in a table; a page of text belongs in a file of the job.
 MAX_NOTE = 500

@@ -140,7 +140,7 @@ def priority(text: str) -> int:
 
 
 def since(text: str) -> float:
-    from jobtpu.tell.events import since_arg  # here: `--help` loads no more than it needs
+    from jobtpu.decide.events import since_arg  # here: `--help` loads no more than it needs
 
     return since_arg(text)
 

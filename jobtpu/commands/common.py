@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 from jobtpu.errors import JobtpuError, Terminated
-from jobtpu.views.text import printable, printable_lines
+from jobtpu.render.text import printable, printable_lines
 
 
 def emit_json(document: object) -> None:

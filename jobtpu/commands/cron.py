@@ -16,7 +16,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.home.layout import Home
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     import subprocess

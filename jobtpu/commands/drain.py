@@ -11,17 +11,17 @@ from jobtpu.commands.annotate import note_text
 from jobtpu.commands.common import note
 from jobtpu.home.layout import Home
 from jobtpu.home.users import known_user
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 
 def drain(home: Home, name: str, reason: str = "", undrain: bool = False) -> int:
     """Drain the machine (or undrain it with `undrain`); one line says what changed, and an event
     records it."""
+    from jobtpu.decide import events as ev
+    from jobtpu.decide.events import Event
     from jobtpu.passes.session import locked_session
     from jobtpu.passes.tell import told_by_hand
     from jobtpu.schema.records import Drained
-    from jobtpu.tell import events as ev
-    from jobtpu.tell.events import Event
 
     _runner_only(home, "undrain" if undrain else "drain")
     text = note_text([reason])  # one line, at most a note's length

@@ -9,9 +9,9 @@ from jobtpu.home.layout import Home
 
 def events(home: Home, follow: bool, job: int | None, machine: str | None, since: float | None,
            as_json: bool) -> int:
+    from jobtpu.decide import events as ev
     from jobtpu.home.settings import viewer_settings, viewer_zone
     from jobtpu.tell import eventlog
-    from jobtpu.tell import events as ev
     from jobtpu.tell.follow import follow as follow_log
 
     zone = None if as_json else viewer_zone(viewer_settings(home))  # times as the user's time_zone reads them

@@ -14,7 +14,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.schema.settings import UserSettings

@@ -116,8 +116,8 @@ def machines(home: Home, as_json: bool, name: str | None = None) -> int:
     from rich.console import Console
 
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.render.display import machines_table
     from jobtpu.schema.published import MachineRow
-    from jobtpu.views.display import machines_table
     from jobtpu.views.rows import machine_rows as table_rows
 
     console = Console()
@@ -133,10 +133,10 @@ def machines(home: Home, as_json: bool, name: str | None = None) -> int:
 
 def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> str:
     """`machines NAME`: one line per thing known of the machine (views/machine.py)."""
+    from jobtpu.render.display import clock
+    from jobtpu.render.text import printable
     from jobtpu.schema.records import MachineRecord
-    from jobtpu.views.display import clock
     from jobtpu.views.machine import machine_lines
-    from jobtpu.views.text import printable
 
     holding = [j for j in state.jobs if j.machine == machine.name and j.active]
     lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,

@@ -9,7 +9,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import error_text, note, say
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 
 def manage(home: Home, loop: float | None, dry_run: bool, every: float | None = None) -> int:

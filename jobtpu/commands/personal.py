@@ -26,7 +26,7 @@ from jobtpu.home.settings import (
     zone_of,
 )
 from jobtpu.inputs import resolve_user
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def _notify_value(values: list[str]) -> list[Any]:
     """`config set notify JSON`: the list, checked as a pass will read it."""
     import json
 
-    from jobtpu.tell.destinations import parse_destinations
+    from jobtpu.schema.destinations import parse_destinations
 
     try:
         doc = json.loads(" ".join(values))

@@ -135,7 +135,7 @@ def read_reply(home: Home, name: str) -> Reply | None:
 def show_reply(reply: Reply) -> int:
     import sys
 
-    from jobtpu.views.text import printable_lines
+    from jobtpu.render.text import printable_lines
 
     for line in reply.lines:
         sys.stderr.write(printable_lines(line) + "\n")

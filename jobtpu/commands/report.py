@@ -17,10 +17,10 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
+    from jobtpu.decide.goodput import JobReport
     from jobtpu.schema.events import Event
     from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job, State
-    from jobtpu.views.goodput import JobReport
 
 
 def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
@@ -57,8 +57,8 @@ def job_reports(fleet: Fleet, jobs: list[Job], log: list[Event], now: float) -> 
     """What each job's attempts and interruptions cost (also the dashboard's and `metrics`' figures)."""
     import msgspec
 
-    from jobtpu.views import goodput
-    from jobtpu.views.progress import Progress
+    from jobtpu.decide import goodput
+    from jobtpu.decide.progress import Progress
 
     reports = []
     for job in jobs:

@@ -20,8 +20,8 @@ def requests(home: Home) -> int:
     from jobtpu.home import safefs, spool
     from jobtpu.home.roles import REPLIES
     from jobtpu.home.trust import account_name
+    from jobtpu.render.text import printable
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
-    from jobtpu.views.text import printable
 
     role = role_of(home.root)
     if role.layout is not Layout.SHARED:

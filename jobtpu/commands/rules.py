@@ -59,7 +59,7 @@ def show_rules(home: Home, as_json: bool) -> int:
         return 0
     from rich.console import Console
 
-    from jobtpu.views.display import rules_table
+    from jobtpu.render.display import rules_table
 
     console = Console()
     console.print(rules_table(rows, console.width, SHORT))

@@ -115,7 +115,7 @@ def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: b
     """What a bulk command acts on, one line per job on stdout, before it acts (with --dry-run,
     instead), so every act says what it changed. Jobs named only by id are said too unless `by_id`
     is false (resume and rerun print their ids instead)."""
-    from jobtpu.views.text import printable
+    from jobtpu.render.text import printable
 
     if not (sel.filters or dry_run or (by_id and jobs)):
         return

@@ -10,11 +10,11 @@ from jobtpu.commands import args
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Fleet
-    from jobtpu.sheet.config import SheetConfig
+    from jobtpu.schema.sheet_config import SheetConfig
 
 
 def _configured(home: Home) -> tuple[Fleet, SheetConfig]:

@@ -119,7 +119,7 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         return 0
     from rich.console import Console, Group
 
-    from jobtpu.views.display import jobs_table
+    from jobtpu.render.display import jobs_table
     from jobtpu.views.listing import config_aliases, status_counts
 
     chosen_columns, zone = status_view(home)
@@ -182,7 +182,7 @@ def viewer_name() -> str | None:
 def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
     """The columns chosen, else the defaults without `user` when every job shown is the viewer's
     own (it would say the same name on every row)."""
-    from jobtpu.views.display import DEFAULT_JOB_COLUMNS
+    from jobtpu.render.display import DEFAULT_JOB_COLUMNS
 
     if chosen is not None:
         return chosen

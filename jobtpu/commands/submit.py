@@ -89,7 +89,7 @@ def check_resume_and_progress(on_resume: str | None, progress: str | None) -> No
         check_length("--on-resume", on_resume, MAX_OVERRIDES)
         check_on_resume(on_resume)
     if progress is not None:
-        from jobtpu.views.progress import compile_progress
+        from jobtpu.decide.progress import compile_progress
 
         try:
             compile_progress(progress)
@@ -224,7 +224,7 @@ def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
 def print_resolved(home: Home, opts: SubmitOptions) -> int:
     """`--dry-run`: the options the job would be submitted with, the job file's and the command
     line's together, one `name: value` a line (what was left at its default is not shown)."""
-    from jobtpu.views.text import printable
+    from jobtpu.render.text import printable
 
     resolved = with_job_file(home, opts)._asdict()
     for name, value in resolved.items():

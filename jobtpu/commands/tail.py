@@ -21,7 +21,7 @@ from jobtpu.home.logfiles import log_rel
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
-    from jobtpu.remote.workers import WorkerRef, WorkerState
+    from jobtpu.decide.workers import WorkerRef, WorkerState
 
 
 def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, asked: int | None) -> int:
@@ -125,7 +125,7 @@ def new_decoder() -> codecs.IncrementalDecoder:
 
 def _show(text: str) -> None:
     """Log text as the characters it holds: a job's escape sequences never steer the terminal."""
-    from jobtpu.views.text import printable_lines
+    from jobtpu.render.text import printable_lines
 
     sys.stdout.buffer.write(printable_lines(text).encode("utf-8", errors="replace"))
     sys.stdout.flush()

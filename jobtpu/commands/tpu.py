@@ -13,9 +13,9 @@ from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
+from jobtpu.render.text import printable
+from jobtpu.schema.nodespec import provisioning
 from jobtpu.schema.records import Operation, StepKind
-from jobtpu.tpu.nodespec import provisioning
-from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.passes.session import Session
@@ -54,7 +54,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
         elif op == "delete":
             if node is None:
                 raise JobtpuError(f"{name}: node {machine.node} does not exist")
-            from jobtpu.tpu.plan import delete_by_hand
+            from jobtpu.decide.tpu_plan import delete_by_hand
 
             steps = delete_by_hand(record, bool(machine.queued_resource))
             p.commit()  # the intent is on disk before the API is called, as a pass saves its steps

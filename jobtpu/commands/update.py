@@ -26,7 +26,7 @@ from jobtpu.commands.select import (
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.users import check_owners, known_user
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Fleet
@@ -129,11 +129,11 @@ def update(home: Home, sel: Selection, changes: Changes, force: bool = False, dr
     """Change the selected queued jobs; one line per job says what changed."""
     import msgspec
 
+    from jobtpu.decide import events as ev
+    from jobtpu.decide.events import Event
     from jobtpu.home.settings import load_settings
     from jobtpu.passes.session import locked_session
     from jobtpu.passes.tell import told_by_hand
-    from jobtpu.tell import events as ev
-    from jobtpu.tell.events import Event
 
     require_some(sel, "update")
     if not changes.any:

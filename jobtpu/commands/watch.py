@@ -15,8 +15,8 @@ from jobtpu.commands.freshness import freshness_text, record_pass_failure
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
-from jobtpu.views.names import cut_apart, short_names
-from jobtpu.views.text import printable
+from jobtpu.render.names import cut_apart, short_names
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -143,8 +143,8 @@ def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: 
     """The whole screen: a header, the jobs, the machines, the latest events; each row one line."""
     from rich.console import Group
 
+    from jobtpu.decide import events as ev
     from jobtpu.tell import eventlog
-    from jobtpu.tell import events as ev
 
     now = time.time() if now is None else now
     height = max(height, 24)
@@ -223,10 +223,10 @@ JOB_HEADER = f"{'id':>5} {'status':<9} {'reason':<9} {'machine/wait':<14} {'try'
 def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | None = None) -> list[Any]:
     """Active jobs first, then the next queued, then the latest ended: as many as fit, one line each
     (views/rows.py's rows in fixed columns). Machines by their short names (`short`,
-    views/names.py), cut so that different ones differ."""
+    render/names.py), cut so that different ones differ."""
     from rich.text import Text
 
-    from jobtpu.views.display import STATUS_STYLE
+    from jobtpu.render.display import STATUS_STYLE
     from jobtpu.views.rows import job_row, live_order
 
     ordered = live_order(jobs)
@@ -249,7 +249,7 @@ def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | 
 
 
 def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
-    """Each machine by its short name (views/names.py): its state, the jobs it holds, its TPU or
+    """Each machine by its short name (render/names.py): its state, the jobs it holds, its TPU or
     queued-resource state, its back-off (views/rows.py's rows in fixed columns)."""
     import msgspec
     from rich.text import Text

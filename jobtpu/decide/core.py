@@ -8,7 +8,7 @@ from __future__ import annotations
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
-from jobtpu.remote.workers import WorkerRef
+from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Ending, Job, Status

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from jobtpu.remote.workers import WorkerRef, WorkerState
+from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
 from jobtpu.decide.observation import Kill, Recreate, refs_of
-from jobtpu.remote.workers import LaunchOutcome, LaunchResult, WorkerRef
+from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Ending, Job, Status

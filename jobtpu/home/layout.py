@@ -110,7 +110,7 @@ class Home:
         if make_dirs(self.root):
             import sys
 
-            from jobtpu.views.text import printable
+            from jobtpu.render.text import printable
 
             sys.stderr.write(printable(f"new home {self.root}") + "\n")
 
@@ -131,7 +131,7 @@ def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
                 return Home(folder)
             import sys
 
-            from jobtpu.views.text import printable
+            from jobtpu.render.text import printable
 
             sys.stderr.write(printable(f"jobtpu: not using {folder} as the home: {why}; give --home {folder} "
                                        "to use it anyway") + "\n")

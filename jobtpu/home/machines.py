@@ -36,10 +36,10 @@ from jobtpu.schema.machines_file import (
     UserLimitEntry,
 )
 from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
-from jobtpu.tpu.nodespec import default_runtime
+from jobtpu.schema.nodespec import default_runtime
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
-    from jobtpu.sheet.config import SheetConfig
+    from jobtpu.schema.sheet_config import SheetConfig
 
 
 def load_fleet(home: Home) -> Fleet:
@@ -154,7 +154,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
-    from jobtpu.tell.destinations import (
+    from jobtpu.schema.destinations import (
         parse_destinations,  # only a fleet that notifies loads urllib and subprocess
     )
 
@@ -181,7 +181,7 @@ def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:
 def _sheet(raw: Raw | UnsetType, home: Home) -> SheetConfig | None:
     if raw is UNSET:
         return None
-    from jobtpu.sheet.config import parse_config  # only a home with a sheet loads it
+    from jobtpu.schema.sheet_config import parse_config  # only a home with a sheet loads it
 
     return parse_config(msgspec.json.decode(raw), where=home.machines_file.name)
 

@@ -125,7 +125,7 @@ def check_settings(settings: UserSettings) -> None:
     if settings.sheet_name is not None and sheet_name_refusal(settings.sheet_name):
         raise JobtpuError(f"'sheet_name' {settings.sheet_name[:40]!r}: {sheet_name_refusal(settings.sheet_name)}")
     if settings.notify:
-        from jobtpu.tell.destinations import parse_destinations
+        from jobtpu.schema.destinations import parse_destinations
 
         parse_destinations(settings.notify, "'notify'", owner="")
     for number, folder in settings.dirs.items():
@@ -161,7 +161,7 @@ def check_req(tokens: list[str]) -> None:
 
 
 def check_columns(columns: list[str]) -> None:
-    from jobtpu.views.display import JOB_COLUMN_TITLES
+    from jobtpu.render.display import JOB_COLUMN_TITLES
 
     for column in columns:
         if column not in JOB_COLUMN_TITLES:

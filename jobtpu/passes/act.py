@@ -14,6 +14,7 @@ from jobtpu.decide.observation import Kill, Launch, Observation, Plan
 from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
 from jobtpu.decide.placement import Place, on_resume_words, place_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
+from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.errors import RemoteError
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
@@ -25,7 +26,6 @@ from jobtpu.remote import pulls
 from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
-from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status

@@ -8,11 +8,11 @@ from typing import Any
 
 import msgspec
 
+from jobtpu.decide import events as ev
+from jobtpu.decide.events import Event
 from jobtpu.schema import state as model
 from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import Attempt, Job, MachineRecord, Status
-from jobtpu.tell import events as ev
-from jobtpu.tell.events import Event
 
 _JOB = msgspec.json.Decoder(Job)
 

@@ -11,6 +11,8 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from jobtpu.decide.observation import Observation, refs_of
+from jobtpu.decide.progress import progress_of
+from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
 from jobtpu.home.roles import Layout, role_of
@@ -20,12 +22,10 @@ from jobtpu.passes.context import Pass
 from jobtpu.remote import pulls
 from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.scripts import TAIL_BYTES
-from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Status
 from jobtpu.tpu.flow import observe_tpus
 from jobtpu.transport.base import Endpoint
-from jobtpu.views.progress import progress_of
 
 
 def observe(p: Pass) -> Observation:

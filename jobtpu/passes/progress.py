@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.logfiles import log_rel, read_from
+from jobtpu.render.text import printable
 from jobtpu.schema.state import Job
-from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.decide.observation import Observation
+    from jobtpu.decide.progress import ProgressPattern
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
-    from jobtpu.views.progress import ProgressPattern
 
 # A pattern as compiled, or why RE2 cannot take it: a cache of pure results, shared by every pass.
 _REGEXES: dict[str, ProgressPattern | str] = {}
@@ -46,7 +46,7 @@ class ProgressHook:
 def _regex(job: Job, ignored: list[str]) -> ProgressPattern | None:
     """The job's --progress pattern compiled by RE2; None (and one line in `ignored`) for a pattern
     checked at submit but edited in by hand since: it is ignored, never run by Python's `re`."""
-    from jobtpu.views.progress import compile_progress
+    from jobtpu.decide.progress import compile_progress
 
     text = job.progress
     if text is None:
@@ -68,7 +68,7 @@ def _regex(job: Job, ignored: list[str]) -> ProgressPattern | None:
 def track_progress(p: Session, seen: Observation, ignored: list[str]) -> None:
     """For each attempt a probe saw: when it was last alive, and the progress its worker 0 reported
     in the log lines this pass brought home (JOBTPU_PROGRESS, or the job's --progress regex)."""
-    from jobtpu.views.progress import Progress, scan
+    from jobtpu.decide.progress import Progress, scan
 
     by_id = {job.id: job for job in p.state.jobs}
     for view in seen.machines.values():

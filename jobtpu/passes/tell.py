@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from jobtpu import timing
+from jobtpu.decide import events as ev
+from jobtpu.decide.events import Event
 from jobtpu.errors import JobtpuError
 from jobtpu.passes.changes import PHASE, job_events, machine_events
+from jobtpu.render.text import printable
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import recorded
 from jobtpu.tell import eventlog
-from jobtpu.tell import events as ev
-from jobtpu.tell.events import Event
-from jobtpu.views.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.decide.observation import Observation
@@ -204,7 +204,7 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
     from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_users
-    from jobtpu.tell.destinations import parse_destinations
+    from jobtpu.schema.destinations import parse_destinations
 
     home = Home(home_root)
     found: list[Any] = []

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Callable
 
 from jobtpu import timing
+from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store, pass_lock
@@ -23,7 +24,6 @@ from jobtpu.remote.scripts import (
     parse_tpu_doctor,
     tpu_doctor_script,
 )
-from jobtpu.remote.workers import WorkerRef
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import State
@@ -189,7 +189,7 @@ def _why_stray(state: State, ref: WorkerRef) -> str | None:
 
 def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
     """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
-    from jobtpu.tpu.answers import health_of
+    from jobtpu.schema.tpu_answers import health_of
     from jobtpu.tpu.api import TpuApi
 
     record = state.machine(machine.name)

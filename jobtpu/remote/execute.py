@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import msgspec
 
 from jobtpu.errors import RemoteError
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 UNREACHABLE = 255  # what ssh exits with when it cannot reach the host
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
@@ -15,7 +16,6 @@ from jobtpu.home.store import Store
 from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
-from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Job, State, Status
 from jobtpu.transport.base import Endpoint

@@ -21,6 +21,7 @@ import msgspec
 from jobtpu import timing
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
 from jobtpu.decide.placement import peer_hosts
+from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.remote.scripts import (
     Served,
@@ -32,7 +33,6 @@ from jobtpu.remote.scripts import (
     peer_serve_script,
     peer_stop_script,
 )
-from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec
 from jobtpu.schema.fleet import Machine
 from jobtpu.transport.base import Endpoint
 

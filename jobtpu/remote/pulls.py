@@ -13,12 +13,12 @@ from collections.abc import Iterable
 import msgspec
 
 from jobtpu import timing
+from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.remote.scripts import parse_probe, probe_script
-from jobtpu.remote.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint

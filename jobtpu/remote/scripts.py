@@ -4,7 +4,7 @@ The bash itself lives in jobtpu/remote/sh/*.sh, as functions that a linter can r
 machine is the text of the files it needs followed by calls of those functions, each argument quoted
 with shlex.quote: Python never builds shell code from a value, so nothing a user typed can run as code.
 One script per round trip, read whole before it runs (RUN_SCRIPT). What a script says back is one JSON
-report a line (jobtpu/remote/protocol.py); the parse_* functions below decode it into what callers use.
+report a line (jobtpu/schema/worker_protocol.py); the parse_* functions below decode it into what callers use.
 
 Remote layout under a machine's root R, the remote user's alone (PRIVATE_PREAMBLE; workers of one
 machine may share it, e.g. over NFS, so every per-worker file is named by attempt and worker index):
@@ -35,8 +35,8 @@ from pathlib import Path
 import msgspec
 
 from jobtpu import timing
-from jobtpu.remote import protocol
-from jobtpu.remote.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.schema import worker_protocol as protocol
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 

@@ -1,5 +1,5 @@
 """An event of the home's event log (events.jsonl, docs/reference/commands.md §2.25), as its type: what
-tell/events.py writes and reads, one per line."""
+decide/events.py writes and reads, one per line."""
 
 from __future__ import annotations
 

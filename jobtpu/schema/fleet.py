@@ -17,7 +17,7 @@ from jobtpu.errors import NotFoundError
 from jobtpu.schema.machines_file import MachineEntry
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
-    from jobtpu.sheet.config import SheetConfig
+    from jobtpu.schema.sheet_config import SheetConfig
 
 
 # Matched case-insensitively, as the old TPU manager did ("GRPC Error" too). The last two of grpc are

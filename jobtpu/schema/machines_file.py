@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from jobtpu.tpu.nodespec import NodeSpec, NonEmptyText
+from jobtpu.schema.nodespec import NodeSpec, NonEmptyText
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # what a machine's name or alias may be
 
@@ -117,7 +117,7 @@ class MachinesFile(_Keys, frozen=True):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
-    # Where passes send notifications (tell/destinations.py checks each entry and says what is wrong in one line).
+    # Where passes send notifications (schema/destinations.py checks each entry and says what is wrong in one line).
     notify: Raw | UnsetType = UNSET
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).

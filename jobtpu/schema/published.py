@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
+from jobtpu.decide.goodput import JobReport
 from jobtpu.schema.events import Event
 from jobtpu.schema.state import Job
-from jobtpu.views.goodput import JobReport
 
 # A document's version: raised when a field changes meaning or goes away (a new field keeps it).
 VERSION = 1

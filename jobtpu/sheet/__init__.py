@@ -4,7 +4,7 @@ Optional: only a `sheet` object in machines.json turns it on, and gspread (with 
 requests) is imported only inside the functions that talk to the Sheets API (sheet/api.py).
 
 How the sheet is kept (jobtpu's own layout; `sheet.layout: tpu-manager` keeps the older tool's tab as it
-is, see jobtpu/sheet/layout.py). Row 1 is a header; jobtpu finds its columns there by title (`Machine`,
+is, see jobtpu/decide/sheet_layout.py). Row 1 is a header; jobtpu finds its columns there by title (`Machine`,
 `Kind`, ... or the column keys), adds the configured ones that are missing at the right end, and
 never touches a column it does not know, so people may add, move and fill their own. A pass reads
 the sheet at its start (for claims) and again at its end, to plan its one `values:batchUpdate` on

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from jobtpu.errors import REFUSED_BY_GOOGLE, JobtpuError, credentials_line, credentials_message
-from jobtpu.sheet.config import CALL_GRACE, GOOGLE_BASE, SheetConfig
+from jobtpu.schema.sheet_config import CALL_GRACE, GOOGLE_BASE, SheetConfig
 from jobtpu.sheet.rows import SheetGrid, grid_from_values, quote_title
 
 SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]

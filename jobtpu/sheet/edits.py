@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from jobtpu.decide.sheet_layout import TITLES, MachineRow, SheetRow, when
 from jobtpu.errors import JobtpuError, NotFoundError
 from jobtpu.limits import MAX_SHEET_NOTE, check_length
+from jobtpu.schema.sheet_config import SheetConfig
 from jobtpu.sheet.api import SheetApi, read_sheet
-from jobtpu.sheet.config import SheetConfig
-from jobtpu.sheet.layout import TITLES, MachineRow, SheetRow, when
 from jobtpu.sheet.memo import Memo, load_memo, memo_lock, save_memo
 from jobtpu.sheet.rows import SheetGrid, WritePlan, plan_write
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
+from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import RECOVERING, Status
-from jobtpu.sheet.layout import MachineRow
 
 if TYPE_CHECKING:
     from jobtpu.decide.observation import Observation
@@ -179,6 +179,6 @@ def _state(machine: Machine, record: MachineRecord) -> str:
 def _provisioning(machine: Machine, record: MachineRecord) -> str:
     if not machine.is_tpu:
         return ""
-    from jobtpu.tpu.nodespec import provisioning
+    from jobtpu.schema.nodespec import provisioning
 
     return provisioning(machine, record)

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import astuple
 from pathlib import Path
 
+from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.errors import BusyError
 from jobtpu.home import safefs
 from jobtpu.home.layout import open_lock, write_atomic
+from jobtpu.schema.sheet_config import CALL_GRACE, SheetConfig
 from jobtpu.schema.sheet_memo import Memo
-from jobtpu.sheet.config import CALL_GRACE, SheetConfig
-from jobtpu.sheet.layout import MachineRow
 
 
 def load_memo(path: Path) -> Memo:

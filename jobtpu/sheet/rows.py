@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jobtpu.decide.sheet_layout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, when
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
-from jobtpu.sheet.layout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, when
 from jobtpu.sheet.memo import Memo
 
 
@@ -233,12 +233,12 @@ def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout
                 titles: list[str] | None = None, width: int | None = None) -> list[str]:
     """Aligned text lines: a header (`titles`, else the layout's), then one line per row (a cell's own
     line breaks become spaces). Widths are display cells (a CJK character takes two). With `width`
-    (a terminal's), the table fits it as `status` does (jobtpu/views/columns.py): long cells are cut
+    (a terminal's), the table fits it as `status` does (jobtpu/render/columns.py): long cells are cut
     (`…`), then the layout's least needed columns left out; a machine's name, user and status stay whole."""
     from rich.cells import cell_len
 
-    from jobtpu.views.columns import Layout as Fit
-    from jobtpu.views.columns import fit
+    from jobtpu.render.columns import Layout as Fit
+    from jobtpu.render.columns import fit
 
     heads = [" ".join(t.split()) for t in titles or [layout.header(c, "") for c in columns]]
     cells = [[" ".join((r.get(c) or "-").split()) for c in columns] for r in rows]

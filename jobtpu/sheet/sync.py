@@ -10,10 +10,10 @@ from pathlib import Path
 
 import msgspec
 
+from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.errors import BusyError
+from jobtpu.schema.sheet_config import SheetConfig, sheet_id
 from jobtpu.sheet.api import SheetApi, SheetError, read_sheet
-from jobtpu.sheet.config import SheetConfig, sheet_id
-from jobtpu.sheet.layout import MachineRow
 from jobtpu.sheet.memo import load_memo, memo_lock, rows_digest, save_memo
 from jobtpu.sheet.rows import SheetGrid, plan_write
 

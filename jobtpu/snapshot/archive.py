@@ -204,7 +204,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
     if size > LARGE_SNAPSHOT_BYTES:
         from rich.markup import escape
 
-        from jobtpu.views.text import printable
+        from jobtpu.render.text import printable
         names = ", ".join(f"{escape(printable(rel))} ({n / 1e6:.0f} MB)" for rel, n in largest)
         console.print(f"[yellow]warning:[/] the snapshot of {escape(printable(src_s))} holds {size / 1e6:.0f} MB in "
                       f"{len(entries)} files; largest: {names}. Leave some out with .gitignore or --exclude.")

@@ -19,9 +19,9 @@ from typing import Any
 import msgspec
 import orjson
 
+from jobtpu.decide.events import Event
 from jobtpu.errors import BusyError
 from jobtpu.home import safefs
-from jobtpu.tell.events import Event
 
 EVENTS_FILE = "events.jsonl"
 ROTATE_BYTES = 4 * 1024 * 1024

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobtpu import timing
+from jobtpu.decide.events import Event
 from jobtpu.tell.eventlog import Filter, events_path, log_files, open_read, parse_lines, read_file
-from jobtpu.tell.events import Event
 
 
 def follow(home_root: Path, job: int | None = None, machine: str | None = None, since: float | None = None,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import msgspec
 
+from jobtpu.decide.events import Event, notification
 from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
+from jobtpu.render.text import printable
+from jobtpu.schema.destinations import Destination
 from jobtpu.schema.outbox import Backoff, Outbox, Pending, read_slow
-from jobtpu.tell.destinations import Destination
-from jobtpu.tell.events import Event, notification
-from jobtpu.views.text import printable
 
 OUTBOX_FILE = "notify-outbox.json"
 MAX_TRIES = 50

@@ -1,6 +1,6 @@
 """The Cloud TPU API (google-cloud-tpu, v2, REST): the only module that imports google-cloud.
 
-It turns API answers into the plain values and errors of tpu/answers.py (NodeInfo, OpInfo,
+It turns API answers into the plain values and errors of schema/tpu_answers.py (NodeInfo, OpInfo,
 ApiRefused, ...)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 from jobtpu import timing
 from jobtpu.errors import REFUSED_BY_GOOGLE, ConfigError, RemoteError, credentials_line, credentials_message
 from jobtpu.schema.fleet import Machine
-from jobtpu.tpu.answers import (
+from jobtpu.schema.nodespec import create_body, recordable
+from jobtpu.schema.tpu_answers import (
     ApiCapacity,
     ApiNotFound,
     ApiRefused,
@@ -22,7 +23,6 @@ from jobtpu.tpu.answers import (
     QueuedInfo,
     reservation_gone,
 )
-from jobtpu.tpu.nodespec import create_body, recordable
 
 
 class TpuApi:

@@ -1,6 +1,6 @@
 """Bringing TPU machines up and back, the I/O side: what the TPU API says of each machine (one
-listing per zone), and carrying out the steps tpu/plan.py decided, each returning a plain report
-whose meaning tpu/outcomes.py decides.
+listing per zone), and carrying out the steps decide/tpu_plan.py decided, each returning a plain report
+whose meaning decide/tpu_outcomes.py decides.
 
 A pass observes (`observe_tpu_nodes`: gathers, writes no record), plans each machine's steps and
 records them as intents (`plan_tpus`), saves, and only then carries them out (`carry_out_all`)."""
@@ -14,15 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from jobtpu import timing
-from jobtpu.errors import RemoteError
-from jobtpu.remote import protocol, scripts
-from jobtpu.schema.fleet import Machine
-from jobtpu.schema.records import SetupStatus, StepKind
-from jobtpu.tpu.answers import QueuedInfo
-from jobtpu.tpu.api import TpuApi
-from jobtpu.tpu.nodespec import for_zone
-from jobtpu.tpu.outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
-from jobtpu.tpu.plan import (
+from jobtpu.decide.tpu_outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
+from jobtpu.decide.tpu_plan import (
     MachineWork,
     Sighting,
     credentials_line,
@@ -33,6 +26,14 @@ from jobtpu.tpu.plan import (
     show,
     wants_host_keys,
 )
+from jobtpu.errors import RemoteError
+from jobtpu.remote import scripts
+from jobtpu.schema import worker_protocol as protocol
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.nodespec import for_zone
+from jobtpu.schema.records import SetupStatus, StepKind
+from jobtpu.schema.tpu_answers import QueuedInfo
+from jobtpu.tpu.api import TpuApi
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation

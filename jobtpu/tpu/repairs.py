@@ -16,7 +16,7 @@ from jobtpu.schema.records import MachineState, Setup, SetupStatus
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Machine
-    from jobtpu.tpu.answers import NodeInfo
+    from jobtpu.schema.tpu_answers import NodeInfo
     from jobtpu.transport.reach import Reach
 
 
@@ -40,7 +40,7 @@ def refuse_if_busy(p: Reach, name: str, force: bool, what: str, hint: str = "add
 
 def ready_node(p: Reach, machine: Machine) -> NodeInfo:
     """The machine's node, which must be up for its workers to be reached."""
-    from jobtpu.tpu.answers import UP, health_of
+    from jobtpu.schema.tpu_answers import UP, health_of
 
     node = p.tpu_api().get_node(str(machine.zone), str(machine.node))
     if node is None:
@@ -66,8 +66,8 @@ def tpu_machine(p: Reach, name: str) -> Machine:
 def setup_now(p: Reach, name: str, force: bool, say: Callable[[str], None]) -> int:
     """Rerun the machine's setup on every worker, under the pass lock (the caller's session holds it);
     each worker's output as `[K] line`, then one result line. 1 when a worker failed."""
-    from jobtpu.remote.protocol import last_setup
     from jobtpu.remote.scripts import setup_now_script, setup_tag
+    from jobtpu.schema.worker_protocol import last_setup
 
     machine = tpu_machine(p, name)
     if not machine.setup:
@@ -111,7 +111,7 @@ def _record(p: Reach, machine: Machine, incarnation: str, failed: list[tuple[int
             results: list[tuple[list[str], str]]) -> None:
     """What the passes see: done, or failed for good (a person is on it: passes do not retry it).
     Only for the incarnation the record knows; a pass that meets a new one plans its setup itself."""
-    from jobtpu.tpu.outcomes import SETUP_RETRIES
+    from jobtpu.decide.tpu_outcomes import SETUP_RETRIES
 
     record = p.state.machine(machine.name)
     if record.incarnation != incarnation:

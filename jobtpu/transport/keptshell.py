@@ -10,8 +10,8 @@ import shlex
 import time
 
 from jobtpu.errors import UnreachableError
-from jobtpu.remote import protocol
 from jobtpu.remote.scripts import serve_script
+from jobtpu.schema import worker_protocol as protocol
 from jobtpu.transport._paramiko import paramiko
 from jobtpu.transport.base import Result
 from jobtpu.transport.sshlogin import SshLogin

@@ -1,1 +1,1 @@
-"""What people see: tables, columns, status rows, goodput reports, safe text."""
+"""What people see, built from the home's files: the job and machine rows, listings, reports, usage."""

@@ -12,10 +12,10 @@ from collections.abc import Collection, Iterable, Mapping
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import CAP_LARGE, read_regular
+from jobtpu.render.names import short_names, with_short_names
 from jobtpu.schema.decode import FileRefused
 from jobtpu.schema.state import Job, Status
 from jobtpu.schema.state_file import decode_history_line
-from jobtpu.views.names import short_names, with_short_names
 
 STATUS_ORDER = tuple(s.value for s in Status)
 
@@ -39,7 +39,7 @@ def run_time(job: Job, now: float) -> float | None:
 def where(job: Job, short: Mapping[str, str] | None = None) -> str:
     """On a machine: the machine and what it holds there (`box gpu=0,1`; a bare slot is not named).
     Queued: what it asks for and where it is pinned (`v3-32 @v3-p1`). Ended: where it last ran.
-    Machines by their short names (`short`: name → first alias, views/names.py)."""
+    Machines by their short names (`short`: name → first alias, render/names.py)."""
     def named(machine: str) -> str:
         return (short or {}).get(machine, machine)
 
@@ -164,7 +164,7 @@ def attempt_text(job: Job) -> str:
 
 def config_aliases(home: Home) -> tuple[dict[str, str], dict[str, str]]:
     """The aliases overrides are shown through (built-in, the team's, the viewer's own), and the
-    machines' short names (views/names.py). A machines.json that cannot be read costs the team's
+    machines' short names (render/names.py). A machines.json that cannot be read costs the team's
     aliases and the short names only: `status` must still work while someone fixes it."""
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import effective_aliases, viewer_settings

@@ -7,9 +7,9 @@ import html
 from collections.abc import Sequence
 from datetime import datetime
 
+from jobtpu.decide.goodput import JobReport
+from jobtpu.render.text import printable
 from jobtpu.schema.state import FINISHED
-from jobtpu.views.goodput import JobReport
-from jobtpu.views.text import printable
 
 
 def duration(seconds: float | None) -> str:

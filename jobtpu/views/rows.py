@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from jobtpu.render.names import with_short_names
 from jobtpu.schema.state import Job, Status
 from jobtpu.views.listing import (
     attempt_text,
@@ -21,7 +22,6 @@ from jobtpu.views.listing import (
     varying_keys,
     where,
 )
-from jobtpu.views.names import with_short_names
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Fleet, Machine
@@ -72,7 +72,7 @@ def ended_at(job: Job) -> float:
 def job_rows(jobs: list[Job], now: float, aliases: Mapping[str, str], zone: Any = None,
              short: Mapping[str, str] | None = None, clocks: bool = True) -> list[JobRow]:
     """Each job's row, the overrides that tell a sweep's members apart first (varying_keys);
-    `short`: machines' short names (views/names.py); `clocks`: whether the submitted column is
+    `short`: machines' short names (render/names.py); `clocks`: whether the submitted column is
     shown (its clock time costs a date conversion a row)."""
     varying = varying_keys(jobs)
     return [job_row(job, now, aliases, zone, varying[job.sweep], short, clocks) for job in jobs]
@@ -82,7 +82,7 @@ def job_row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, 
             short: Mapping[str, str] | None = None, clocks: bool = True) -> JobRow:
     """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
     `first`: the override keys shown first; `short`: machines' short names."""
-    from jobtpu.views.display import clock
+    from jobtpu.render.display import clock
 
     short = short or {}
     ran = run_time(job, now)
@@ -202,7 +202,7 @@ def _text(value: Any) -> str:
 
 def _with_times(row: MachineJson, zone: Any) -> str:
     """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
-    from jobtpu.views.display import clock
+    from jobtpu.render.display import clock
 
     times = [f"{what} {clock(at, zone)}" for at, what in ((row.unreachable_since, "since"), (row.next_try, "next try"))
              if at is not None]

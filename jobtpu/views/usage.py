@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from jobtpu.decide.goodput import JobReport
 from jobtpu.schema.state import LOST, PREEMPTED
-from jobtpu.views.goodput import JobReport
 
 INTERRUPTED = (PREEMPTED, LOST)  # the reason words of attempts whose work may be done again
 

@@ -196,7 +196,7 @@ class Site:
         return self.render(request, "machines.html", "machines", view=pages.machines_page(self.config.home, self.watcher.state()))
 
     def events(self, request: Request) -> Response:
-        from jobtpu.tell.events import parse_since
+        from jobtpu.decide.events import parse_since
 
         q = request.query_params
         since = q.get("since") or None
@@ -219,7 +219,7 @@ class Site:
     async def log(self, request: Request) -> Response:
         """A worker's log past `from` (following), or the LOG_TAIL bytes before `before` (older parts):
         by job, attempt and worker number, never a path."""
-        from jobtpu.views.text import printable_lines
+        from jobtpu.render.text import printable_lines
 
         q = request.query_params
         try:
@@ -324,14 +324,14 @@ def _with(query: Any, **changes: str) -> str:
 @jinja2.pass_context
 def _clock(context: Any, seconds: float | None) -> str:
     """A time as the viewer's `time_zone` reads it (the terminal views' clock)."""
-    from jobtpu.views.display import clock
+    from jobtpu.render.display import clock
 
     return "" if seconds is None else clock(float(seconds), context.get("zone"))
 
 
 def _shown(text: object) -> str:
     """Text from the home as the terminal would show it: control characters (ANSI) as their escapes."""
-    from jobtpu.views.text import printable_lines
+    from jobtpu.render.text import printable_lines
 
     return printable_lines(str(text if text is not None else ""))
 

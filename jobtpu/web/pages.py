@@ -99,7 +99,7 @@ def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: in
         status_view,
         sweep_summary,
     )
-    from jobtpu.views.display import JOB_COLUMNS
+    from jobtpu.render.display import JOB_COLUMNS
     from jobtpu.views.listing import config_aliases, status_counts
 
     jobs = chosen_jobs(home, sel, state)
@@ -153,11 +153,11 @@ def job_page(home: Home, state: State, job_id: int) -> JobPage:
     import json
 
     from jobtpu.commands.report import job_reports
+    from jobtpu.decide import events as ev
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
     from jobtpu.schema.state_file import records
     from jobtpu.tell import eventlog
-    from jobtpu.tell import events as ev
     from jobtpu.views.listing import find_job
 
     job = find_job(home, state.jobs, job_id)
@@ -231,9 +231,9 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
     from jobtpu.commands.machines import machine_rows
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.render.display import clock
     from jobtpu.schema.published import MachineRow as MachineJson
     from jobtpu.schema.records import MachineRecord
-    from jobtpu.views.display import clock
     from jobtpu.views.machine import machine_lines
     from jobtpu.views.rows import machine_rows as table_rows
 
@@ -255,8 +255,8 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
 def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[str], bool]:
     """`events`' lines with its filters, the newest EVENTS_SHOWN, and whether older ones were left
     out. Read from the newest end: a full log (its rotated files too) is not parsed for one page."""
+    from jobtpu.decide import events as ev
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.tell import events as ev
 
     found, more = newest_events(home, job, machine, since, EVENTS_SHOWN)
     zone = viewer_zone(viewer_settings(home))

@@ -133,7 +133,7 @@ jobtpu_named() {
 }
 
 # jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
-# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/remote/protocol.py). TYPE s: VALUE is a string,
+# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/schema/worker_protocol.py). TYPE s: VALUE is a string,
 # escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays
 # data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
 # else false. KIND and the names are the scripts' own words, never a value.
@@ -559,7 +559,7 @@ jobtpu_launch() (
 # at /ARCHIVE to PEERS fetches that give TOKEN, on BIND only (where the other workers reach this one),
 # for at most WAIT seconds, or until jobtpu_peer_stop ROOT ID. SOURCE is peerfile.py's text. The token
 # reaches the server on its stdin from a builtin (printf): no argument and no file name holds it, so
-# `ps` and `ls` on the worker never show it. Says a `serve` report (remote/protocol.py): ok with its port, or fail and why.
+# `ps` and `ls` on the worker never show it. Says a `serve` report (schema/worker_protocol.py): ok with its port, or fail and why.
 jobtpu_peer_serve() {
   local r=${1/#-/./-} archive=$2 bind=$3 id=$4 token=$5 peers=$6 wait=$7 source=$8 a d w port
   a="$r/archives/$archive"

@@ -133,7 +133,7 @@ jobtpu_named() {
 }
 
 # jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
-# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/remote/protocol.py). TYPE s: VALUE is a string,
+# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/schema/worker_protocol.py). TYPE s: VALUE is a string,
 # escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays
 # data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
 # else false. KIND and the names are the scripts' own words, never a value.
@@ -182,7 +182,7 @@ jobtpu_json_string() {
 # its marker; null, not counted, while every leader asked about lives: only a dead leader's escapees
 # matter), then a `log` report with the log bytes past OFFSET (at most CHUNK, base64), and for an
 # exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
-# bytes, to classify its failure from (jobtpu/remote/protocol.py).
+# bytes, to classify its failure from (jobtpu/schema/worker_protocol.py).
 jobtpu_probe() {
   local root="" home_id="" chunk="" tail="" r all=- job attempt worker boot=- now i a w
   jobtpu_named "root home_id chunk tail" "$@" || return 1

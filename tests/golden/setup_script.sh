@@ -133,7 +133,7 @@ jobtpu_named() {
 }
 
 # jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
-# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/remote/protocol.py). TYPE s: VALUE is a string,
+# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/schema/worker_protocol.py). TYPE s: VALUE is a string,
 # escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays
 # data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
 # else false. KIND and the names are the scripts' own words, never a value.

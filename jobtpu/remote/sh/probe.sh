@@ -8,7 +8,7 @@
 # its marker; null, not counted, while every leader asked about lives: only a dead leader's escapees
 # matter), then a `log` report with the log bytes past OFFSET (at most CHUNK, base64), and for an
 # exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
-# bytes, to classify its failure from (jobtpu/remote/protocol.py).
+# bytes, to classify its failure from (jobtpu/schema/worker_protocol.py).
 jobtpu_probe() {
   local root="" home_id="" chunk="" tail="" r all=- job attempt worker boot=- now i a w
   jobtpu_named "root home_id chunk tail" "$@" || return 1

@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
+from jobtpu.decide.events import NOTIFICATIONS, Event
 from jobtpu.errors import ConfigError
-from jobtpu.tell.events import NOTIFICATIONS, Event
-from jobtpu.views.text import printable
+from jobtpu.render.text import printable
 
 _KEYS = frozenset({"webhook", "command", "events"})
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from jobtpu.views.text import cell_width as cell_len
+from jobtpu.render.text import cell_width as cell_len
 
 LAST_KEPT = 24
 CELL_KEPT = 10
@@ -31,7 +31,7 @@ class Layout(NamedTuple):
     # The narrowest a cuttable column counts when choosing what to leave out: its title (0), or at
     # least this much of its cells, so a table keeps fewer columns that each still say something.
     readable: int = 0
-    # Columns of names cut in the middle so that different cells stay different (views/names.py).
+    # Columns of names cut in the middle so that different cells stay different (render/names.py).
     apart: frozenset[str] = frozenset()
 
 

@@ -34,8 +34,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from jobtpu.render.text import printable
 from jobtpu.schema.events import Event
-from jobtpu.views.text import printable
 
 # ---- the vocabulary ---------------------------------------------------------------------------------
 

@@ -50,10 +50,10 @@ from typing import Any
 
 import msgspec
 
+from jobtpu.decide import events as ev
+from jobtpu.decide.events import Event
+from jobtpu.decide.progress import Progress
 from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
-from jobtpu.tell import events as ev
-from jobtpu.tell.events import Event
-from jobtpu.views.progress import Progress
 
 # What happens to a machine, whichever job's pass reported it (a preemption seen through job 4 ended job 3 too).
 _MACHINE_KINDS = frozenset({ev.PREEMPTED, ev.MACHINE_STATE, ev.TPU_DELETE_STARTED, ev.TPU_DELETE_DONE,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 import msgspec
 
-from jobtpu.views.text import cell_width
+from jobtpu.render.text import cell_width
 
 GAP = "  "  # rich's padding (0, 1) between two columns, none at the edges
 

@@ -12,7 +12,7 @@ import msgspec
 from jobtpu.errors import RemoteError
 
 # Node state → (machine health, why). The API decides preemption; SSH failures never do.
-# Transient states are waited on; tpu/plan.py says in `machines` for how long, and past TRANSIENT_LIMIT
+# Transient states are waited on; decide/tpu_plan.py says in `machines` for how long, and past TRANSIENT_LIMIT
 # that the node looks stuck (`jobtpu tpu reapply` recreates it). jobtpu never deletes a node on its
 # own for being slow: only the API saying it was preempted or is gone recreates one.
 UP, PREEMPTED, TRANSIENT, DOWN = "up", "preempted", "transient", "down"

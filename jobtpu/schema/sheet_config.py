@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from jobtpu.decide import sheet_layout as sheetlayout
+from jobtpu.decide.sheet_layout import COLUMNS, TITLES, Layout, layout_for
 from jobtpu.errors import ConfigError
-from jobtpu.sheet import layout as sheetlayout
-from jobtpu.sheet.layout import COLUMNS, TITLES, Layout, layout_for
 
 DEFAULT_WORKSHEET = "jobtpu"
 DEFAULT_TIMEOUT = 5.0
@@ -33,7 +33,7 @@ class SheetConfig(msgspec.Struct, frozen=True):
     api_endpoint: str = GOOGLE_BASE
     timeout: float = DEFAULT_TIMEOUT  # for everything one read or one write costs, retries included
     read_every: float = DEFAULT_READ_EVERY  # a pass with nothing to write reads no oftener than this
-    layout: str = "jobtpu"  # or "tpu-manager": the older tool's tab as it is (jobtpu/sheet/layout.py)
+    layout: str = "jobtpu"  # or "tpu-manager": the older tool's tab as it is (jobtpu/decide/sheet_layout.py)
     # Fleet.resolve, given by load_fleet: the machine a tpu-manager row's name (or alias) means.
     resolve: Callable[[str], Any] | None = None
 

@@ -14,7 +14,6 @@ import json
 import msgspec
 
 from jobtpu.errors import RemoteError
-from jobtpu.remote.protocol import setup_outcome, setup_said
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import (
     MachineRecord,
@@ -25,7 +24,8 @@ from jobtpu.schema.records import (
     SetupStatus,
     StepKind,
 )
-from jobtpu.tpu.answers import ApiCapacity, ApiRefused, CredentialsFailed, OpInfo
+from jobtpu.schema.tpu_answers import ApiCapacity, ApiRefused, CredentialsFailed, OpInfo
+from jobtpu.schema.worker_protocol import setup_outcome, setup_said
 
 BACKOFF_FIRST, BACKOFF_MAX = 30.0, 900.0
 SETUP_RETRIES = 3

@@ -15,10 +15,19 @@ from typing import Any, Literal
 
 import msgspec
 
+from jobtpu.decide.tpu_outcomes import (
+    BACKOFF_FIRST,
+    SETUP_RETRIES,
+    MachinePlan,
+    Step,
+    create_finished,
+    created,
+    spec_key,
+)
 from jobtpu.errors import RemoteError
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, MachineState, SetupStatus, StepKind, Transient
-from jobtpu.tpu.answers import (
+from jobtpu.schema.tpu_answers import (
     DOWN,
     PREEMPTED,
     TRANSIENT,
@@ -29,15 +38,6 @@ from jobtpu.tpu.answers import (
     OpInfo,
     QueuedInfo,
     health_of,
-)
-from jobtpu.tpu.outcomes import (
-    BACKOFF_FIRST,
-    SETUP_RETRIES,
-    MachinePlan,
-    Step,
-    create_finished,
-    created,
-    spec_key,
 )
 
 

@@ -1,14 +1,14 @@
-"""Tables for people: pure functions from records to tables fitted to a width (views/table.py draws them)."""
+"""Tables for people: pure functions from records to tables fitted to a width (render/table.py draws them)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobtpu.views.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
-from jobtpu.views.names import apart_width, cut_apart
-from jobtpu.views.table import FittedTable
-from jobtpu.views.text import printable
+from jobtpu.render.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
+from jobtpu.render.names import apart_width, cut_apart
+from jobtpu.render.table import FittedTable
+from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
     from jobtpu.views.rows import JobRow, MachineRow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from jobtpu import timing
-from jobtpu.remote.protocol import LaunchOutcome
+from jobtpu.schema.worker_protocol import LaunchOutcome
 
 
 class WorkerRef(msgspec.Struct, frozen=True):
