@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
@@ -41,8 +42,7 @@ RESUMING = "reserved(error)"
 GONE_STATES = frozenset({"preempted", "down", "deleted", "unreachable", "recreating"})
 
 
-@dataclass(frozen=True)
-class MachineRow:
+class MachineRow(msgspec.Struct, frozen=True):
     """What a pass knows about one machine; the pass builds these from its views."""
 
     name: str
@@ -60,8 +60,7 @@ class MachineRow:
     recovering: bool = False
 
 
-@dataclass(frozen=True)
-class SheetRow:
+class SheetRow(msgspec.Struct, frozen=True):
     """A row as jobtpu reads it: its 1-based row number and its known columns' text."""
 
     number: int

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from jobtpu import timing
 from jobtpu.decide.core import decide
@@ -41,8 +42,7 @@ from jobtpu.sheet.hook import SheetHook
 from jobtpu.tpu.flow import request_recreate
 
 
-@dataclass(frozen=True)
-class Before:
+class Before(msgspec.Struct, frozen=True):
     """What the pass compares its result with: each machine's state, and the attempts still open."""
 
     machines: dict[str, str | None]

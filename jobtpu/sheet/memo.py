@@ -11,8 +11,9 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import astuple
 from pathlib import Path
+
+import msgspec
 
 from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.errors import BusyError
@@ -39,7 +40,7 @@ def save_memo(path: Path, memo: Memo) -> None:
 
 def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
     """What a pass would bring the sheet to, in a few bytes: the rows, and where and which columns."""
-    doc = [config.spreadsheet, config.worksheet, config.layout, list(config.columns), [astuple(row) for row in rows]]
+    doc = [config.spreadsheet, config.worksheet, config.layout, list(config.columns), [msgspec.structs.astuple(row) for row in rows]]
     return hashlib.sha256(json.dumps(doc, default=str).encode()).hexdigest()[:32]
 
 

@@ -5,8 +5,9 @@ finding and printing rows for `sheet find` and `sheet show`. Pure: no API, no fi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from jobtpu.decide.sheet_layout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, when
 from jobtpu.errors import JobtpuError
@@ -14,8 +15,7 @@ from jobtpu.limits import cell
 from jobtpu.sheet.memo import Memo
 
 
-@dataclass(frozen=True)
-class SheetGrid:
+class SheetGrid(msgspec.Struct, frozen=True):
     """One read of the worksheet: its cells and where jobtpu's columns are in them."""
 
     cells: list[list[str]]
@@ -77,8 +77,7 @@ def grid_from_values(values: list[list[Any]], layout: Layout = JOBTPU) -> SheetG
     return SheetGrid(rows, layout.positions(rows[0] if rows else []), layout=layout)
 
 
-@dataclass
-class WritePlan:
+class WritePlan(msgspec.Struct):
     """Cells to change, as (0-based row, 0-based column) → text, and the memo after the write."""
 
     cells: dict[tuple[int, int], str]
