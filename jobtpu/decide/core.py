@@ -142,8 +142,7 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
 
 
 def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...], plan: Plan, why: str) -> None:
-    job.move(Status.KILLING, ending.reason)  # docs/reference/state-json.md §4.3: a stopping job says why (timeout, hang, exit N)
-    job.ending = ending
+    job.stop(ending)
     plan.do(Kill(job.id, machine.name, refs), why)
     plan.notes.append(f"job {job.id}: stopping on {machine.name}: {why}")
 

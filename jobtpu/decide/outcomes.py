@@ -50,8 +50,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         if not started:
             apply_ending(job, ending, now)
             return None
-        job.move(Status.KILLING, ending.reason)
-        job.ending = ending
+        job.stop(ending)
         return Kill(job.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
         job.move(Status.RUNNING, None)
@@ -68,8 +67,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
             # failing, a worker that times out) would hold its resources for ever. Some workers may
             # have started: stop every one, then the job ends launch_failed.
             job.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
-            job.move(Status.KILLING, model.LAUNCH_FAILED)
-            job.ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
+            job.stop(Ending(Status.FAILED, model.LAUNCH_FAILED))
             return Kill(job.id, machine.name, refs_of(job))
     return None
 
@@ -121,8 +119,7 @@ def kill_asked(job: Job) -> Kill | None:
     if job.status is Status.QUEUED:
         job.move(Status.KILLED, model.KILLED)
     elif job.status is not Status.KILLING and job.active:
-        job.move(Status.KILLING, model.KILLED)
-        job.ending = Ending(Status.KILLED, model.KILLED)
+        job.stop(Ending(Status.KILLED, model.KILLED))
     if job.status is Status.KILLING and job.machine:
         return Kill(job.id, job.machine, refs_of(job))
     return None

@@ -246,6 +246,12 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
             if to not in statuses:
                 setattr(self, name, _field_default(name))
 
+    def stop(self, ending: Ending) -> None:
+        """Move to killing, saying why (its ending's reason: timeout, hang, exit N), and keep the ending
+        it gets once its workers are gone (docs/reference/state-json.md §4.3)."""
+        self.move(Status.KILLING, ending.reason)
+        self.ending = ending
+
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
