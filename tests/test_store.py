@@ -419,3 +419,23 @@ def test_what_no_type_bounds_is_one_line_too(tmp_path: Path, text: str, needle: 
         done = jobtpu(home, *args, check=False)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.splitlines()[0].startswith(f"jobtpu: error: {needle}"), done.stderr
+
+
+def test_untold_events_are_typed_and_keep_their_bytes(tmp_path: Path) -> None:
+    """state.json's `untold` reads as Events (docs/design.md §3) and is written back byte for byte:
+    the keys of an event line in the same order, a key at its default left out."""
+    from jobtpu.schema.events import Event
+    from jobtpu.schema.state_file import decode_state, encode_head
+
+    untold = ('[{"time":1700000000.5,"kind":"job_ended","id":"ab12","job":3,"user":"ann","attempt":0,'
+              '"detail":{"status":"failed","reason":"exit 1","exit_code":1}},{"time":1700000001.25,"kind":"pass_failed",'
+              '"id":"cd34","detail":{"error":"boom"}}]')
+    raw = '{\n  "version": 1,\n  "next_id": 4,\n  "untold": ' + untold + ',\n  "jobs": [],\n  "machines": {}\n}\n'
+    state = decode_state(raw.encode(), tmp_path / "state.json")
+    assert [type(e) for e in state.untold] == [Event, Event]
+    assert state.untold[0].detail["exit_code"] == 1 and state.untold[1].job is None
+    assert f'  "untold": {untold},\n'.encode() in encode_head(state)
+    assert state.untold[0].to_json() == json.loads(untold)[0]
+    bad = raw.replace('"kind":"pass_failed"', '"kind":7')
+    with pytest.raises(ConfigError, match=r"untold\[1\]\.kind"):
+        decode_state(bad.encode(), tmp_path / "state.json")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from jobtpu import timing
 from jobtpu.errors import BusyError
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import StateVersion, Store, pass_lock
+from jobtpu.schema.events import Event
 from jobtpu.schema.fleet import Fleet
 from jobtpu.schema.state import Job, LastPass, State
 from jobtpu.schema.state_file import Encoded, encode, encode_head, encode_jobs
@@ -88,17 +88,16 @@ class Session(Reach):
         return merged
 
 
-def merged_untold(base: list[dict[str, Any]], mine: list[dict[str, Any]],
-                  disk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merged_untold(base: list[Event], mine: list[Event], disk: list[Event]) -> list[Event]:
     """The untold events after a session's commit over a file another command wrote meanwhile: what
     the session dropped (told) goes, what it added comes, what the other added stays."""
-    def ids(events: list[dict[str, Any]]) -> set[Any]:
-        return {e.get("id") for e in events}
+    def ids(events: list[Event]) -> set[str | None]:
+        return {e.id for e in events}
 
     dropped = ids(base) - ids(mine)
-    kept = [e for e in disk if e.get("id") not in dropped]
+    kept = [e for e in disk if e.id not in dropped]
     known = ids(kept) | ids(base)
-    return kept + [e for e in mine if e.get("id") not in known]
+    return kept + [e for e in mine if e.id not in known]
 
 
 def newest_pass(a: LastPass | None, b: LastPass | None) -> LastPass | None:

@@ -39,7 +39,7 @@ class RecordsAsRead:
     jobs: dict[int, bytes]  # each job's state.json line as the pass read it
     machines: list[bytes]  # each machine's `"name": {...}` as the pass read it
     observed: float  # when the pass finished observing (setups it ran had ended by then)
-    untold: list[dict[str, Any]]  # what the last pass (or kill) saved to tell, as this pass read it
+    untold: list[Event]  # what the last pass (or kill) saved to tell, as this pass read it
 
 
 _MACHINES = msgspec.json.Decoder(dict[str, MachineRecord])
@@ -80,7 +80,7 @@ class EventsHook:
 
         def amend(encoded: Encoded) -> None:
             found = with_ids(self._found(p, seen, before, encoded, time.time()))
-            self.at_intents = {doc["id"] for doc in found}
+            self.at_intents = {event.id for event in found}
             p.state.untold = (p.state.untold + found)[-MAX_UNTOLD:]
 
         return amend
@@ -100,7 +100,7 @@ class EventsHook:
 
         def amend(encoded: Encoded) -> None:
             found = self._found(p, seen, before, encoded, now)
-            earlier = [doc for doc in p.state.untold if doc.get("id") not in self.at_intents]
+            earlier = [event for event in p.state.untold if event.id not in self.at_intents]
             p.state.untold = (still_untold(p.home.root, earlier) + with_ids(found))[-MAX_UNTOLD:]
 
         return amend
@@ -124,12 +124,12 @@ class EventsHook:
         return tell(p.home.root, p.fleet.notify, p.state.untold)
 
 
-def with_ids(found: list[Event]) -> list[dict[str, Any]]:
+def with_ids(found: list[Event]) -> list[Event]:
     """The events as state.json's `untold` keeps them, each with an id of its own."""
     for event in found:
         if event.id is None:
             event.id = random_ids.token_hex(8)
-    return [event.to_json() for event in found]
+    return found
 
 
 def told_by_hand(p: Session, found: list[Event]) -> list[str]:
@@ -142,20 +142,19 @@ def told_by_hand(p: Session, found: list[Event]) -> list[str]:
     return log(p.home.root, found)
 
 
-def still_untold(home_root: Path, untold: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def still_untold(home_root: Path, untold: list[Event]) -> list[Event]:
     """Of the events an earlier pass saved to tell, those not in events.jsonl: it died before it told
     them (the outbox is written before the log, so one in the log is queued too)."""
     if not untold:
         return []
     told = {e.id for e in eventlog.latest(home_root, TOLD_LOOKBACK + len(untold))}
-    return [doc for doc in untold if doc.get("id") not in told]
+    return [event for event in untold if event.id not in told]
 
 
-def tell(home_root: Path, destinations: list[Any], untold: list[dict[str, Any]]) -> list[str]:
+def tell(home_root: Path, destinations: list[Any], untold: list[Event]) -> list[str]:
     """Tell events saved in state.json's `untold`: they stay there until a later save finds them in
     the log (`still_untold`)."""
-    found = [e for e in map(Event.from_json, untold) if e is not None]
-    return publish(home_root, destinations, found)
+    return publish(home_root, destinations, list(untold))
 
 
 def publish(home_root: Path, destinations: list[Any], found: list[Event]) -> list[str]:

@@ -11,15 +11,18 @@ from msgspec import Meta
 from jobtpu.schema.names import MAX_TIME
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, omit_defaults=True):
+    """Encoded, as in state.json's `untold`, with the keys of to_json() in its order: a key holding its
+    default (None, no detail) is left out."""
+
     time: Annotated[float, Meta(ge=0, le=MAX_TIME)]  # epoch seconds (an integer reads as one; true or false does not)
     kind: str
+    id: str | None = None  # given when the event is decided, so a pass telling it again is recognised
     job: int | None = None
     machine: str | None = None
     user: str | None = None
     attempt: int | None = None
     detail: dict[str, Any] = {}  # an object, or the line is not an event
-    id: str | None = None  # given when the event is decided, so a pass telling it again is recognised
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"time": self.time, "kind": self.kind}

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from jobtpu.errors import NotFoundError
+from jobtpu.schema.events import Event
 from jobtpu.schema.records import Attempts, MachineRecord, Number, Priority, Seconds, Time, Tries
 
 
@@ -330,7 +331,7 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     last_pass: LastPass | None = None
     # Events a pass (or kill) decided with the result it saved and tells right after that save: each an
     # event's JSON with its "id"; a later save drops those found told (docs/design.md §3).
-    untold: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    untold: list[Event] = msgspec.field(default_factory=list)  # events saved to tell (docs/design.md §3)
 
     def job(self, job_id: int) -> Job | None:
         return next((j for j in self.jobs if j.id == job_id), None)
