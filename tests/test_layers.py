@@ -258,22 +258,33 @@ def test_every_import_goes_down_the_layers() -> None:
 
 
 def _kind_compares(path: Path) -> list[int]:
-    """Lines comparing a machine's `kind` with one of the kinds' words."""
+    """Lines that ask a machine its kind: a comparison of a `kind` with one of the kinds' words or a
+    MachineKind member, or the `is_tpu` that stood for one."""
     kinds = {"local", "ssh", "tpu"}
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Compare):
+        if isinstance(node, ast.Attribute) and node.attr == "is_tpu":
+            found.append(node.lineno)
+        elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             words = {n.value for side in sides for n in ast.walk(side) if isinstance(n, ast.Constant)}
-            if words & kinds and any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides):
+            members = any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "MachineKind"
+                          for side in sides for n in ast.walk(side))
+            if members or (words & kinds and any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides)):
                 found.append(node.lineno)
     return found
 
 
-def test_the_pass_and_the_io_ask_the_driver_not_the_kind() -> None:
-    """docs/design.md §5.1: what a pass, a transport or the remote work does differently per kind of
-    machine is asked of remote/drivers.py, the one place that says it."""
-    found = [f"{path.relative_to(PACKAGE.parent)}:{line}"
-             for folder in ("passes", "transport", "remote") for path in sorted((PACKAGE / folder).rglob("*.py"))
-             if path.name != "drivers.py" for line in _kind_compares(path)]
+# What may read a machine's kind (docs/design.md §5.1): the drivers, the properties that name what
+# differs, and the loader's checks of each kind's keys.
+READS_THE_KIND = {"remote/drivers.py", "schema/fleet.py", "home/machines.py"}
+
+
+def test_nothing_but_the_drivers_and_the_loader_asks_a_machine_its_kind() -> None:
+    """docs/design.md §5.1: everywhere else asks the machine's driver (I/O) or a named property
+    (`cloud_node`, `runs_here`, ...): a new kind of machine changes those places, not every branch."""
+    found = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if str(path.relative_to(PACKAGE)) not in READS_THE_KIND for line in _kind_compares(path)]
     assert found == []
+
+

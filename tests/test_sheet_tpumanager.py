@@ -299,7 +299,7 @@ def test_a_bad_layout_is_one_line(tmp_path: Path, api: FakeSheetsApi, sheet: dic
 
 class _Machine:
     def __init__(self, name: str) -> None:
-        self.name, self.accelerator, self.is_tpu, self.preemptible, self.spot = name, "v3-8", True, True, False
+        self.name, self.accelerator, self.cloud_node, self.preemptible, self.spot = name, "v3-8", True, True, False
 
 
 def _resolve(text: str) -> _Machine:

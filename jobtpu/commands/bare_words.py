@@ -25,7 +25,7 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     machines = {name: name for name in fleet.machines}
     for each in fleet.machines.values():  # what fleet.resolve takes, but a node's full path
         machines.update({alias: each.name for alias in each.aliases})
-        if each.is_tpu and each.node:
+        if each.cloud_node and each.node:
             machines.setdefault(each.node, each.name)
     users = load_users(home)  # without a list, the one user known is the one you act as
     machine, user, rest = place_bare_words(opts.overrides, machines, users or [resolve_user(opts.user)],

@@ -39,21 +39,21 @@ def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = No
         known = state.machines.get(m.name) or MachineRecord()
         taken = used.get(m.name, {})
         api_error = known.api_error  # the TPU API could not be asked this pass (credentials)
-        workers = len(m.hosts) if m.kind == "ssh" else 1 if m.kind == "local" else None
+        workers = m.known_workers
         rows.append({
             "name": m.name, "aliases": list(m.aliases), "kind": m.kind, "accelerator": m.accelerator, "preemptible": m.preemptible,
             "workers": known.workers if known.workers is not None else workers,
-            "state": "unknown" if api_error else known.state or ("up" if m.kind == "local" else "unknown"),
+            "state": "unknown" if api_error else known.state or ("up" if m.runs_here else "unknown"),
             "health": known.health, "health_description": known.health_description,
-            "detail": api_error or (known.detail if known.state is not None or m.kind == "local" else _never_seen(m)),
+            "detail": api_error or (known.detail if known.state is not None or m.runs_here else _never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "unreachable_since": known.since,
-            "next_try": known.next_try if m.is_tpu else None,  # an ssh machine's is its short pause (reach.py)
+            "next_try": known.next_try if m.cloud_node else None,  # an ssh machine's is its short pause (reach.py)
             "note": known.note,
             "drained": {"reason": known.drained.reason, "by": known.drained.by, "at": known.drained.at}
             if known.drained else None,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
-            **(_tpu_columns(m, known) if m.is_tpu else {}),
+            **(_tpu_columns(m, known) if m.cloud_node else {}),
         })
     if claims is not None:
         _with_claims(rows, claims)
@@ -92,7 +92,7 @@ def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
 
 
 def _never_seen(machine: Machine) -> str:
-    if machine.is_tpu:
+    if machine.cloud_node:
         return "not asked yet: the next `jobtpu manage` asks the TPU API"
     # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
     return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"

@@ -29,13 +29,13 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
         return None, "chip"
-    if machine.is_tpu and machine.accelerator:
+    if machine.cloud_node and machine.accelerator:
         generation, _, count = machine.accelerator.lower().rpartition("-")
         if count.isdigit():
             cores = int(count)
             return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
         return None, "chip"
-    if machine.is_tpu:
+    if machine.cloud_node:
         return None, "chip"
     from jobtpu.decide.fit import parse_request
 

@@ -29,7 +29,7 @@ def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
     with locked_session(home) as p:
         machine = p.fleet.resolve(name)
         name = machine.name  # an alias or the node's name, as machines.json names the machine
-        if not machine.is_tpu:
+        if not machine.cloud_node:
             raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
         record = p.state.machine(name)
         machine = machine.in_zone(record.zone)  # the zone it is in now

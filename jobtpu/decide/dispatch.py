@@ -64,7 +64,7 @@ class UserUse:
     def add(self, machine: Machine | None, name: str) -> None:
         self.jobs += 1
         self.machines.add(name)
-        if machine is not None and machine.is_tpu:
+        if machine is not None and machine.cloud_node:
             self.tpu_machines.add(name)
 
 
@@ -177,7 +177,7 @@ def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
         return None
     if limit.machines is not None and len(use.machines) >= limit.machines:
         return f"held by the per-user limit ({_count(limit.machines, 'machine')})"
-    if machine.is_tpu and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
+    if machine.cloud_node and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
         return f"held by the per-user limit ({_count(limit.tpu_machines, 'TPU machine')})"
     return None
 
@@ -315,7 +315,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
                 continue
             if why_not(machine, request, job.pin) is not None:
                 continue
-            if machine.kind == "local" and (refusal := seen.local_refusals.get(job.id)) is not None:
+            if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
                     job.last_line = refusal[1]
                     job.move(Status.FAILED, model.LAUNCH_FAILED)
@@ -378,7 +378,7 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
     """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
     its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
     coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
-    fits = [m for m in fleet.machines.values() if m.is_tpu and why_not(m, request, job.pin) is None]
+    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None]
     if any(m.name in coming or seen.view(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:

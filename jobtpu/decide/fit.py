@@ -82,7 +82,7 @@ def why_not(machine: Machine, request: Request, pin: str | None = None) -> str |
         if not any(accelerator_matches(p, machine.accelerator) for p in alternatives):
             have = machine.accelerator or "no accelerator"
             return f"has {have}, the job asks {','.join(alternatives)}"
-    if request.preemptible is not None and (machine.is_tpu and machine.preemptible) != request.preemptible:
+    if request.preemptible is not None and (machine.cloud_node and machine.preemptible) != request.preemptible:
         return "is on-demand" if request.preemptible else "is preemptible"
     capacity = machine.capacity
     for resource, count in request.needs().items():

@@ -67,7 +67,7 @@ def settle_one(state: State, report: ActReport, now: float) -> Kill | None:
     if isinstance(report, LaunchDone):
         return launched(job, report.machine, report.reports, now)
     recreate = killed(job, report.machine.name, report.all_gone, now)
-    if recreate is not None and report.machine.is_tpu:
+    if recreate is not None and report.machine.cloud_node:
         want_back(state.machine(recreate.machine))  # the next pass plans that step and saves it first
     return None
 

@@ -194,7 +194,7 @@ class TpuManagerLayout(Layout):
         if machine is None:
             return {}
         kind = ("spot" if machine.spot else "preemptible" if machine.preemptible else "on-demand") \
-            if machine.is_tpu else ""
+            if machine.cloud_node else ""
         return {"accelerator": machine.accelerator or "", "provisioning": kind}
 
     def holder(self, row: SheetRow) -> str:

@@ -124,7 +124,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
             machines[name] = _machine(name, entry, defaults, home)
         except FileRefused as e:
             raise FileRefused(f"machine {name!r}: {e}") from None
-    tpus = sorted(name for name, m in machines.items() if m.is_tpu)
+    tpus = sorted(name for name, m in machines.items() if m.cloud_node)
     if tpus and not doc.gcp.project:
         # Said at load, by every command: found only when a pass first asks the TPU API, it came after
         # the pass had started writing to the home.

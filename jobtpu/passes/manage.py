@@ -140,7 +140,7 @@ def plan_recreates(p: Pass, plan: Plan, now: float) -> None:
     is saved with the rest before it is carried out."""
     for name in sorted({a.machine for a in plan.actions if isinstance(a, Recreate)}):
         machine = p.fleet.get(name)
-        if machine is not None and machine.is_tpu:
+        if machine is not None and machine.cloud_node:
             work = request_recreate(p, machine, now)
             if work is not None:
                 p.tpu_work[name] = work

@@ -44,7 +44,7 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
     a pass that is launching it. `accelerator` adds the check of accelerator.py."""
-    if accelerator and not machine.is_tpu:
+    if accelerator and not machine.cloud_node:
         raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
                           hint=f"run `jobtpu doctor {machine.name}` without it")
     wait = timing.current().act_lock_wait
@@ -66,7 +66,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
     known = session.state.machines.get(machine.name)
     addresses = known.addresses if known is not None else None
     node_lines: list[Line] = []
-    if machine.is_tpu:  # the API says where the workers are now
+    if machine.cloud_node:  # the API says where the workers are now
         node_lines, live = _node_check(session.state, fleet, machine)
         addresses = live if live is not None else addresses
     lines.extend(node_lines)
@@ -215,7 +215,7 @@ def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line
 def _tpu_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
-    if not machine.is_tpu:
+    if not machine.cloud_node:
         return []
     return [line for worker in parallel(lambda ep: _tpu_worker(session, machine, ep, fix), eps) for line in worker]
 

@@ -164,7 +164,7 @@ def peer_addresses_of(p: Pass, machine: Machine, reached: Sequence[str]) -> tupl
 def _internal(p: Pass, machine: Machine) -> tuple[str, ...]:
     """A TPU's workers' internal addresses from the API (its networkEndpoints), in worker order."""
     node = p.nodes.get(machine.name)
-    return node.internal if machine.is_tpu and node is not None else ()
+    return node.internal if machine.cloud_node and node is not None else ()
 
 
 def _addresses_fit(p: Pass, machine: Machine, spec: LaunchSpec) -> bool:

@@ -88,9 +88,29 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         """Counts offered, always including `slot` (1 unless declared)."""
         return {"slot": 1, **self.resources}
 
+    # What differs between kinds, named by what it means (docs/design.md §5.1): the one place outside
+    # remote/drivers.py and the loader that reads a machine's kind.
     @property
-    def is_tpu(self) -> bool:
+    def cloud_node(self) -> bool:
+        """A node the TPU API owns: the API says where its workers are and whether it is up, Google
+        may preempt it, and a pass deletes and creates it again (zones, node spec, queued resources)."""
         return self.kind == MachineKind.TPU
+
+    @property
+    def runs_here(self) -> bool:
+        """Its jobs run on this host, under this home: up without being reached."""
+        return self.kind == MachineKind.LOCAL
+
+    @property
+    def listed_hosts(self) -> bool:
+        """Its workers are the hosts machines.json lists, reached over SSH."""
+        return self.kind == MachineKind.SSH
+
+    @property
+    def known_workers(self) -> int | None:
+        """How many workers it has before anything is asked: its listed hosts, one here; a cloud
+        node's come from the API."""
+        return len(self.hosts) if self.listed_hosts else 1 if self.runs_here else None
 
     def in_zone(self, zone: str | None) -> Machine:
         """This machine, in one of its zones (the first when `zone` is not one of them)."""
@@ -98,7 +118,7 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
             self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
 
     def default_rule(self) -> str:
-        return "pre" if self.is_tpu and self.preemptible else "pass"
+        return "pre" if self.cloud_node and self.preemptible else "pass"
 
 
 @dataclass(frozen=True)
@@ -136,7 +156,7 @@ class Fleet:
         found = self.machines.get(name) or next((m for m in self.machines.values() if name in m.aliases), None)
         if found is not None:
             return found
-        nodes = [m for m in self.machines.values() if m.is_tpu and self._is_node_of(name, m)]
+        nodes = [m for m in self.machines.values() if m.cloud_node and self._is_node_of(name, m)]
         if len(nodes) == 1:
             return nodes[0]
         if nodes:

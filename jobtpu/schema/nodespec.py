@@ -192,7 +192,7 @@ def _region(zone: str) -> str:
 def provisioning(machine: Any, record: MachineRecord) -> str:
     """spot, preemptible or on-demand: what the node is (its recorded spec), else what machines.json asks."""
     asked = {**(record.spec or {}).get("schedulingConfig", {}),
-             **machine.node_overrides.get("schedulingConfig", {})} if machine.is_tpu else {}
-    if asked.get("spot") or (machine.is_tpu and (machine.queued_resource or {}).get("tier") == "spot"):
+             **machine.node_overrides.get("schedulingConfig", {})} if machine.cloud_node else {}
+    if asked.get("spot") or (machine.cloud_node and (machine.queued_resource or {}).get("tier") == "spot"):
         return "spot"
     return "preemptible" if asked.get("preemptible") else "on-demand"

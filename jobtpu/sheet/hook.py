@@ -157,7 +157,7 @@ def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
     notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
     return MachineRow(
         name=machine.name, kind=machine.kind, accelerator=machine.accelerator or "",
-        zone=(record.zone or machine.zone or "") if machine.is_tpu else "",
+        zone=(record.zone or machine.zone or "") if machine.cloud_node else "",
         provisioning=_provisioning(machine, record), state=_state(machine, record), users=users,
         jobs=tuple(f"{j.id} {j.name}".strip() for j in jobs), since=min(started) if started else None,
         note=notes[-1] if notes else None, recovering=recovering)  # the note of the job that started last
@@ -177,7 +177,7 @@ def _state(machine: Machine, record: MachineRecord) -> str:
 
 
 def _provisioning(machine: Machine, record: MachineRecord) -> str:
-    if not machine.is_tpu:
+    if not machine.cloud_node:
         return ""
     from jobtpu.schema.nodespec import provisioning
 

@@ -50,7 +50,7 @@ def observe_tpu_nodes(p: Reach, now: float) -> list[Sighting]:
     """One listing per zone (its queued resources too when a machine there uses one), then for each
     machine the operation its record follows and, for strict host keys, the keys its node publishes.
     Each machine is looked for in the zone it is in now (capacity errors may have moved it)."""
-    tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.is_tpu]
+    tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.cloud_node]
     if not tpus:
         return []
     api = p.tpu_api()

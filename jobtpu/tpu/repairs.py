@@ -58,7 +58,7 @@ def ready_node(p: Reach, machine: Machine) -> NodeInfo:
 def tpu_machine(p: Reach, name: str) -> Machine:
     """The TPU machine `name` means, in the zone it is in now."""
     machine = p.fleet.resolve(name)
-    if not machine.is_tpu:
+    if not machine.cloud_node:
         raise JobtpuError(f"{machine.name} is a {machine.kind} machine, not a TPU")
     return machine.in_zone(p.state.machine(machine.name).zone)
 

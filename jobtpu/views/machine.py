@@ -38,13 +38,13 @@ def machine_lines(row: dict[str, Any], machine: Machine, record: MachineRecord, 
 
 
 def _where(row: dict[str, Any], machine: Machine, record: MachineRecord) -> list[tuple[str, str]]:
-    if machine.is_tpu:
+    if machine.cloud_node:
         accelerator = f"{machine.accelerator or '?'} ({row.get('provisioning')})"
         node = f"{machine.node or machine.name} in {row.get('zone') or '?'}"
         return [("accelerator", accelerator), ("node", node),
                 ("addresses", ", ".join(record.addresses or []) or "not listed yet")]
     where = [("accelerator", machine.accelerator)] if machine.accelerator else []
-    if machine.kind == "ssh":
+    if machine.listed_hosts:
         where.append(("hosts", ", ".join(machine.hosts)))
     return where
 

@@ -192,7 +192,7 @@ def machine_row(row: MachineJson, machine: Machine, record: MachineRecord, held:
     return MachineRow(name=row.name, short=short, other_names=others, kind=row.kind, accelerator=accelerator,
                       workers=_text(row.workers), state=row.state, health=health, running=str(row.running),
                       free=" ".join(f"{k}={v}" for k, v in row.free.items()), note=row.note or "",
-                      detail=_with_times(row, zone), seen=str(record.state) if record.state else ("up" if machine.kind == "local" else "unknown"),
+                      detail=_with_times(row, zone), seen=str(record.state) if record.state else ("up" if machine.runs_here else "unknown"),
                       doing="  ".join(_doing(machine, record, held, now)))
 
 
@@ -214,11 +214,11 @@ def _with_times(row: MachineJson, zone: Any) -> str:
 def _doing(machine: Machine, record: MachineRecord, held: Sequence[int], now: float) -> list[str]:
     """What the live view says a machine does: its jobs, its TPU's node and queued resource, a create's back-off."""
     said = [f"jobs {','.join(map(str, held))}" if held else "idle"]
-    if machine.is_tpu:
+    if machine.cloud_node:
         said.append(f"node {record.tpu_state or '?'}")
     if machine.queued_resource:
         said.append(f"queued resource {record.queued_state or 'none'}")
-    if machine.is_tpu and record.next_try is not None and record.next_try > now:  # a create's
+    if machine.cloud_node and record.next_try is not None and record.next_try > now:  # a create's
         said.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
     if record.detail:
         said.append(record.detail)
