@@ -3,7 +3,6 @@ requests and the transition table. No I/O."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 from typing import Any
@@ -852,7 +851,7 @@ def test_priority_orders_a_users_own_jobs_only() -> None:
 
 
 def test_a_per_user_job_limit_holds_jobs_back_and_says_so() -> None:
-    limits = dataclasses.replace(fleet(local("m", slot=8)), per_user=UserLimit(jobs=2))
+    limits = msgspec.structs.replace(fleet(local("m", slot=8)), per_user=UserLimit(jobs=2))
     running = by("ann", 1, status=Status.RUNNING, machine="m", attempts=[Attempt(0, "m", started=T0)],
                  alloc={"slot": [0]})
     jobs = [running, by("ann", 2), by("ann", 3), by("bob", 4)]
@@ -881,7 +880,7 @@ def test_a_sheet_claim_keeps_other_users_off_but_not_the_users_it_names() -> Non
 
 def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> None:
     tpus = [tpu("t1"), tpu("t2")]
-    machines = dataclasses.replace(fleet(*tpus, local("m", slot=4)), per_user=UserLimit(tpu_machines=1),
+    machines = msgspec.structs.replace(fleet(*tpus, local("m", slot=4)), per_user=UserLimit(tpu_machines=1),
                                    user_limits={"lead": UserLimit(tpu_machines=2)})
     jobs = [by("ann", 1, req=["v3-32"]), by("ann", 2, req=["v3-32"]), by("ann", 3), by("lead", 4, req=["v3-32"]),
             by("lead", 5, req=["v3-32"])]
@@ -891,7 +890,7 @@ def test_per_user_machine_limits_count_machines_held_and_name_the_limit() -> Non
     assert jobs[1].waiting == "held by the per-user limit (1 TPU machine)"
     assert jobs[4].waiting != jobs[1].waiting  # lead's limit is 2: job 5 waits only for a free TPU
     # A machine a user already holds adds nothing: two jobs of ann share one machine under machines=1.
-    one_box = dataclasses.replace(fleet(local("a", slot=2), local("b", slot=2)), per_user=UserLimit(machines=1))
+    one_box = msgspec.structs.replace(fleet(local("a", slot=2), local("b", slot=2)), per_user=UserLimit(machines=1))
     jobs = [by("ann", 1), by("ann", 2), by("ann", 3)]
     plan = decide(jobs, one_box, Observation(NOW))
     assert {a.job: a.machine for a in launches(plan)} == {1: "a", 2: "a"}

@@ -412,3 +412,14 @@ def test_no_notify_list_is_no_destinations() -> None:
         destinations.parse_destinations({"webhook": "http://x"})
     assert destinations.parse_destinations([{"command": "true"}])[0].events == frozenset(events.NOTIFICATIONS)
 
+
+
+def test_a_public_webhook_is_kept_pinned_and_a_private_one_skipped(tmp_path: Path) -> None:
+    """The pass's check of every webhook (docs/design.md §7): a public address goes on, pinned to the
+    check at sending; a private one is skipped with one line."""
+    from jobtpu.passes.tell import checked_webhooks
+
+    public, private = _dests({"webhook": "https://93.184.216.34/hook"})[0], _dests({"webhook": "http://10.1.2.3/x"})[0]
+    kept, lines = checked_webhooks(tmp_path, [public, private], [])
+    assert [(dest.webhook, dest.pinned) for dest in kept] == [("https://93.184.216.34/hook", True)]
+    assert len(lines) == 1 and "skipped" in lines[0] and public.pinned is False

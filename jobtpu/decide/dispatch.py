@@ -4,7 +4,8 @@ its pending reason. Pure: it moves jobs and adds Launches (and TPU recreations) 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+
+import msgspec
 
 from jobtpu.decide import rules
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
@@ -27,8 +28,7 @@ def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
 # sheet claims each change one place, and a queued job's pending reason comes from the same code that
 # kept it waiting.
 
-@dataclass
-class Dispatch:
+class Dispatch(msgspec.Struct):
     """What one dispatch knows while it places queued jobs: shared by the hooks below."""
 
     jobs: list[Job]
@@ -37,29 +37,28 @@ class Dispatch:
     plan: Plan
     used: dict[str, dict[str, set[int]]]
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
-    by_id: dict[int, Job] = field(default_factory=dict)
-    cycles: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rules.dependency_cycles: never start
-    started: list[Job] = field(default_factory=list)  # jobs this dispatch launched, in order
-    unavailable: dict[str, str | None] = field(default_factory=dict)  # machine -> machine_unavailable's answer
+    by_id: dict[int, Job] = msgspec.field(default_factory=dict)
+    cycles: dict[int, tuple[int, ...]] = msgspec.field(default_factory=dict)  # rules.dependency_cycles: never start
+    started: list[Job] = msgspec.field(default_factory=list)  # jobs this dispatch launched, in order
+    unavailable: dict[str, str | None] = msgspec.field(default_factory=dict)  # machine -> machine_unavailable's answer
     # For pending reasons: the machines each kind of request could ever run on, and how many jobs
     # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
-    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = field(default_factory=dict)
-    waited: dict[tuple[str, ...], int] = field(default_factory=dict)
+    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = msgspec.field(default_factory=dict)
+    waited: dict[tuple[str, ...], int] = msgspec.field(default_factory=dict)
     # What keeps each such set of machines from a job now (the machines' reasons hold for the whole
     # dispatch): worded once, not once per waiting job of a sweep's thousands.
-    kept_by: dict[tuple[str, ...], str] = field(default_factory=dict)
-    usage: dict[str, UserUse] = field(default_factory=dict)  # per user: what their active jobs hold
-    sweep_active: dict[int, int] = field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
-    drained_only: set[str] = field(default_factory=set)  # machines kept from new jobs by their drain alone
+    kept_by: dict[tuple[str, ...], str] = msgspec.field(default_factory=dict)
+    usage: dict[str, UserUse] = msgspec.field(default_factory=dict)  # per user: what their active jobs hold
+    sweep_active: dict[int, int] = msgspec.field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
+    drained_only: set[str] = msgspec.field(default_factory=set)  # machines kept from new jobs by their drain alone
 
 
-@dataclass
-class UserUse:
+class UserUse(msgspec.Struct):
     """What one user's active jobs hold now (and what this dispatch gave them): for per-user limits."""
 
     jobs: int = 0
-    machines: set[str] = field(default_factory=set)
-    tpu_machines: set[str] = field(default_factory=set)
+    machines: set[str] = msgspec.field(default_factory=set)
+    tpu_machines: set[str] = msgspec.field(default_factory=set)
 
     def add(self, machine: Machine | None, name: str) -> None:
         self.jobs += 1

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from jobtpu.errors import JobtpuError
 
@@ -19,9 +20,8 @@ _COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
 _ACCEL = re.compile(r"^v(\d+)[a-z]*(-\d+)?\+?$")
 
 
-@dataclass(frozen=True)
-class Request:
-    resources: dict[str, int] = field(default_factory=dict)
+class Request(msgspec.Struct, frozen=True):
+    resources: dict[str, int] = msgspec.field(default_factory=dict)
     accelerators: tuple[tuple[str, ...], ...] = ()  # every token must match; a token is alternatives
     preemptible: bool | None = None
 

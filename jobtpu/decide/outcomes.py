@@ -5,7 +5,7 @@ reach.py's, from the contacts). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
@@ -16,8 +16,7 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Ending, Job, Status
 
 
-@dataclass(frozen=True)
-class NoAnswer:
+class NoAnswer(msgspec.Struct, frozen=True):
     """A worker whose launch could not be asked or said nothing: why, and whether it was not reached
     at all (then nothing can have started there)."""
 

@@ -9,7 +9,8 @@ step settles `jobtpu kill`'s stops outside a pass. No I/O."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
@@ -18,8 +19,7 @@ from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
 
 
-@dataclass(frozen=True)
-class LaunchHeld:
+class LaunchHeld(msgspec.Struct, frozen=True):
     """A launch not tried: the setup this pass ran on its machine left it `setup` ("setting up",
     "setup failed"), so nothing started."""
 
@@ -28,8 +28,7 @@ class LaunchHeld:
     setup: str
 
 
-@dataclass(frozen=True)
-class LaunchDone:
+class LaunchDone(msgspec.Struct, frozen=True):
     """A launch carried out: each worker's report, undecided (a local-spec refusal is a report too)."""
 
     job: int
@@ -37,8 +36,7 @@ class LaunchDone:
     reports: dict[int, LaunchReport]
 
 
-@dataclass(frozen=True)
-class StopDone:
+class StopDone(msgspec.Struct, frozen=True):
     """A stop carried out: whether every worker of the job is gone."""
 
     job: int

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +62,8 @@ def load_fleet(home: Home) -> Fleet:
     if gated.refused or gated.refused_machines or gated.runner.problem:
         machines = {name: msgspec.structs.replace(m, refused=gated.refused_machines[name]) if name in gated.refused_machines else m
                     for name, m in fleet.machines.items()}
-        fleet = replace(fleet, machines=machines, refused=gated.lines())
-    return replace(fleet, runner=gated.runner) if gated.runner.runner or gated.runner.allow_private_webhooks else fleet
+        fleet = msgspec.structs.replace(fleet, machines=machines, refused=gated.lines())
+    return msgspec.structs.replace(fleet, runner=gated.runner) if gated.runner.runner or gated.runner.allow_private_webhooks else fleet
 
 
 def check_machines(home: Home, data: bytes) -> None:
@@ -136,7 +135,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
                   error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
                   notify=_notify(doc.notify))
     # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
-    return replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
+    return msgspec.structs.replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 
 
 def error_patterns(given: ErrorPatterns) -> dict[str, tuple[str, ...]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import secrets as random_ids
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +33,7 @@ if TYPE_CHECKING:
     from jobtpu.schema.state_file import Encoded
 
 
-@dataclass
-class RecordsAsRead:
+class RecordsAsRead(msgspec.Struct):
     jobs: dict[int, bytes]  # each job's state.json line as the pass read it
     machines: list[bytes]  # each machine's `"name": {...}` as the pass read it
     observed: float  # when the pass finished observing (setups it ran had ended by then)
@@ -247,8 +245,6 @@ def checked_webhooks(home_root: Path, found: list[Any], lines: list[str]) -> tup
     addresses: one at a private address is skipped with one line; the others are posted only to the
     address checked when each is sent (docs/design.md §7). A name that does not resolve now is kept:
     its items wait in the outbox, and the check at sending says why (a passing DNS failure loses none)."""
-    from dataclasses import replace
-
     from jobtpu.tell.webhooks import check
 
     if not any(dest.webhook for dest in found) or _private_webhooks_allowed(home_root):
@@ -264,7 +260,7 @@ def checked_webhooks(home_root: Path, found: list[Any], lines: list[str]) -> tup
             lines.append(printable(f"notify: {whose}{dest.label}: {checked.why}: skipped (runner.json's "
                                    '"allow_private_webhooks" allows it)'))
         else:
-            kept.append(replace(dest, pinned=True))
+            kept.append(msgspec.structs.replace(dest, pinned=True))
     return kept, lines
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import re
 import typing
-from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
@@ -32,8 +30,7 @@ DEFAULT_ERROR_PATTERNS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class UserLimit:
+class UserLimit(msgspec.Struct, frozen=True):
     """One user's limits; None: no limit on that count."""
 
     jobs: int | None = None
@@ -121,21 +118,20 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         return "pre" if self.cloud_node and self.preemptible else "pass"
 
 
-@dataclass(frozen=True)
-class Fleet:
+class Fleet(msgspec.Struct, frozen=True):
     machines: dict[str, Machine]
-    gcp: dict[str, Any] = field(default_factory=dict)
-    config_aliases: dict[str, str] = field(default_factory=dict)
-    error_patterns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
-    notify: list[Any] = field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
+    gcp: dict[str, Any] = msgspec.field(default_factory=dict)
+    config_aliases: dict[str, str] = msgspec.field(default_factory=dict)
+    error_patterns: dict[str, tuple[str, ...]] = msgspec.field(default_factory=lambda: dict(DEFAULT_ERROR_PATTERNS))
+    notify: list[Any] = msgspec.field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
     per_user: UserLimit = NO_LIMIT
-    user_limits: dict[str, UserLimit] = field(default_factory=dict)
+    user_limits: dict[str, UserLimit] = msgspec.field(default_factory=dict)
     sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
     # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
     refused: tuple[str, ...] = ()
     runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks
 
-    @cached_property
+    @property
     def has_limits(self) -> bool:
         return self.per_user.any or any(limit.any for limit in self.user_limits.values())
 
