@@ -1109,3 +1109,17 @@ def test_a_pass_fails_every_job_of_a_cycle_with_reason_dependency_naming_it() ->
     # 4 waited for a ring member (--after): it fails as that one ended failed, naming it
     assert jobs[3].status is Status.FAILED and jobs[3].reason == model.DEPENDENCY
     assert jobs[3].last_line == "job 3 it waited for (--after) ended failed (dependency)"
+
+
+def test_a_request_is_parsed_once_per_distinct_tokens() -> None:
+    """decide/fit.parse_request: every read of state.json checks each job's request and each pass
+    places every queued job, so 10,000 jobs of one sweep parse their request once, not 10,000 times;
+    a bad request is refused every time it is met."""
+    from jobtpu.decide.fit import parse_request
+
+    first = parse_request(["v3-32", "gpu=2"])
+    assert parse_request(("v3-32", "gpu=2")) is first and parse_request(["gpu=2", "v3-32"]) is not first
+    assert first.resources == {"gpu": 2} and first.accelerators == (("v3-32",),)
+    for _ in range(2):
+        with pytest.raises(JobtpuError, match="a resource request is NAME=COUNT"):
+            parse_request(["gpu=two"])

@@ -237,7 +237,7 @@ def _check_fields(job: Job, first: int) -> None:
         raise JobtpuError(f"{job.rule[:40]!r} is not a rule")
     if any(not tag.strip() for tag in job.tags):
         raise JobtpuError("a tag is empty")
-    parse_request(list(job.req))
+    parse_request(job.req)
     parse_env([f"{name}={value}" for name, value in job.env.items()])  # names only: JOBTPU_* refused
     check_submit(job.cmd, job.name, job.tags, job.overrides, job.sheet_note)
     check_resume_and_progress(job.on_resume, job.progress)

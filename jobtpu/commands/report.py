@@ -40,7 +40,7 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     from jobtpu.decide.fit import parse_request
 
     try:
-        gpus = parse_request(list(job.req)).resources.get("gpu")
+        gpus = parse_request(job.req).resources.get("gpu")
     except JobtpuError:  # a request state.json holds that no longer parses: unknown, not a failed report
         gpus = None
     return gpus or None, "GPU"

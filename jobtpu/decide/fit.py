@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from jobtpu.errors import JobtpuError
+from jobtpu.schema.accelerator import accelerator
 
 if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's bound
     from jobtpu.schema.fleet import Machine
@@ -31,7 +34,15 @@ class Request(msgspec.Struct, frozen=True):
         return asked or {"slot": 1}
 
 
-def parse_request(tokens: list[str]) -> Request:
+def parse_request(tokens: Sequence[str]) -> Request:
+    """The request `--req` tokens make, parsed once per distinct list: a pass over 10,000 queued jobs
+    (and every read of state.json, which checks each job's) parses each request it meets once. The
+    Request is shared: never change one."""
+    return _parsed(tuple(tokens))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(tokens: tuple[str, ...]) -> Request:
     resources: dict[str, int] = {}
     accelerators: list[tuple[str, ...]] = []
     preemptible: bool | None = None
@@ -59,19 +70,10 @@ def parse_request(tokens: list[str]) -> Request:
     return Request(resources=resources, accelerators=tuple(accelerators), preemptible=preemptible)
 
 
-def accelerator_matches(pattern: str, accelerator: str | None) -> bool:
-    if not accelerator:
-        return False
-    if pattern.endswith("+"):
-        return _version(accelerator) >= _version(pattern)
-    if "-" in pattern:
-        return accelerator == pattern
-    return accelerator.split("-", 1)[0] == pattern
-
-
-def _version(text: str) -> int:
-    match = re.match(r"^v(\d+)", text)
-    return int(match[1]) if match else -1
+def accelerator_matches(pattern: str, name: str | None) -> bool:
+    """Whether a machine's accelerator type takes a request's pattern (schema/accelerator.py)."""
+    found = accelerator(name)
+    return found is not None and found.matches(pattern)
 
 
 def why_not(machine: Machine, request: Request, pin: str | None = None) -> str | None:

@@ -165,7 +165,7 @@ def _request_problem(tokens: tuple[str, ...]) -> str | None:
     from jobtpu.errors import JobtpuError
 
     try:
-        parse_request(list(tokens))
+        parse_request(tokens)
     except JobtpuError as e:
         return f"field 'req': {e.message}"
     return None

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from jobtpu.schema.accelerator import accelerator as parse_accelerator
+
 if TYPE_CHECKING:
     from jobtpu.schema.records import MachineRecord
 
@@ -97,9 +99,11 @@ _CONFIG_GENERATION = {"V2": "v2", "V3": "v3", "V4": "v4", "V5LITE_POD": "v5litep
 def default_runtime(accelerator: str | None) -> str | None:
     """gcloud's runtime version for an accelerator type like "v5p-8"; None for a generation jobtpu
     does not know."""
-    generation = (accelerator or "").split("-", 1)[0].lower()
-    return RUNTIME_BY_GENERATION.get(generation) or RUNTIME_BY_GENERATION.get(
-        _CONFIG_GENERATION.get(generation.upper(), ""))
+    found = parse_accelerator((accelerator or "").lower())
+    if found is None:
+        return None
+    return RUNTIME_BY_GENERATION.get(found.generation) or RUNTIME_BY_GENERATION.get(
+        _CONFIG_GENERATION.get(found.generation.upper(), ""))
 
 
 def type_of_config(config: Any) -> str | None:

@@ -5,11 +5,11 @@ type has; without it: the device files and the processes holding them."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 
 from jobtpu.errors import RemoteError
 from jobtpu.remote.scripts import AcceleratorFacts, parse_tpu_accelerator, tpu_accelerator_script
+from jobtpu.schema.accelerator import accelerator
 from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.repairs import why_no_restart
 from jobtpu.transport.base import Endpoint
@@ -19,19 +19,12 @@ Line = tuple[str, bool]  # (text, is a problem), as doctor.py's
 
 # Where the device files are; tests point it at a folder of stand-ins.
 DEVICE_DIR = os.environ.get("JOBTPU_DEVICE_DIR", "/dev")
-_TYPE = re.compile(r"^(v\d+[a-z]*|v5litepod)-(\d+)$")
-# The generations whose type counts TensorCores while JAX sees one device per chip of two (megacore).
-_MEGACORE = frozenset({"v4", "v5p"})
 
 
-def expected_devices(accelerator: str | None) -> int | None:
-    """The devices JAX sees on the whole node: v3-16 → 16 (a core each), v4-32 → 16 (a chip each),
-    v5litepod-16 / v6e-16 → 16. None for a type this does not know."""
-    m = _TYPE.match(accelerator or "")
-    if m is None:
-        return None
-    count = int(m.group(2))
-    return count // 2 if m.group(1) in _MEGACORE else count
+def expected_devices(name: str | None) -> int | None:
+    """The devices JAX sees on the whole node (schema/accelerator.py); None for a type this does not know."""
+    found = accelerator(name)
+    return found.devices if found is not None else None
 
 
 def worker_lines(machine: Machine, label: str, facts: AcceleratorFacts, workers: int = 1) -> list[Line]:

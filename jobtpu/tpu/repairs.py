@@ -5,13 +5,13 @@ person fixed what made it fail (a bucket's permission, a package index) or chang
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jobtpu import timing
 from jobtpu.errors import JobtpuError, RemoteError
+from jobtpu.schema.accelerator import accelerator as parse_accelerator
 from jobtpu.schema.records import MachineState, Setup, SetupStatus
 
 if TYPE_CHECKING:
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from jobtpu.transport.reach import Reach
 
 
-# Generations whose TPU VMs Google cannot stop (docs/reference/commands.md §2.11).
-_NO_STOP = re.compile(r"^v[23]-")
 
 
 def running_jobs(p: Reach, name: str) -> list[int]:
@@ -128,7 +126,8 @@ def _record(p: Reach, machine: Machine, incarnation: str, failed: list[tuple[int
 
 def why_no_restart(accelerator: str | None, workers: int) -> str | None:
     """Why Google will not stop this node, or None. Pure."""
-    if _NO_STOP.match(accelerator or ""):
+    found = parse_accelerator(accelerator)
+    if found is not None and found.count is not None and not found.can_stop:
         return f"TPU VMs of type {accelerator} cannot be stopped (Google stops v4 and newer only)"
     if workers > 1:
         return f"Google stops single-host TPU nodes only, and this one has {workers} workers"
