@@ -1123,3 +1123,35 @@ def test_a_request_is_parsed_once_per_distinct_tokens() -> None:
     for _ in range(2):
         with pytest.raises(JobtpuError, match="a resource request is NAME=COUNT"):
             parse_request(["gpu=two"])
+
+
+# ---- what a pass decided, as values ------------------------------------------------------------------
+
+def _failed_first() -> list[Job]:
+    first = queued(1)
+    first.status, first.reason = Status.FAILED, "exit 1"
+    return [first, queued(2, after=[1])]
+
+
+@pytest.mark.parametrize(("jobs", "machines", "observed", "moves"), [
+    pytest.param(lambda: [queued(1)], [local("m", slot=1)], lambda jobs: seen("m"),
+                 [(1, Status.QUEUED, Status.LAUNCHING, None, None, 0)], id="queued to launching"),
+    pytest.param(lambda: [active(workers=2, timeout=60.0)], [gpu_box("m", hosts=2)],
+                 lambda jobs: seen("m", ws(jobs[0], 0, log=5), ws(jobs[0], 1, log=5)),
+                 [(1, Status.RUNNING, Status.KILLING, model.TIMEOUT, None, 0)], id="running to killing on timeout"),
+    pytest.param(lambda: [active(status=Status.LAUNCHING, machine="tpu", workers=4)], [tpu()],
+                 lambda jobs: seen("tpu", preempted=True, ready=False),
+                 [(1, Status.LAUNCHING, Status.QUEUED, model.RECOVERING, None, 0)], id="preempted, queued to resume"),
+    pytest.param(_failed_first, [local("m", slot=1)], lambda jobs: seen("m"),
+                 [(2, Status.QUEUED, Status.FAILED, model.DEPENDENCY, None, 0)], id="its dependency failed"),
+    pytest.param(lambda: [active()], [local("m", slot=1)],
+                 lambda jobs: seen("m", ws(jobs[0], 0, alive=False, exit_code=0)),
+                 [(1, Status.RUNNING, Status.FINISHED, None, None, 0)], id="every worker exited 0"),
+])
+def test_decide_returns_the_moves_it_made(jobs: Any, machines: list[Machine], observed: Any,
+                                          moves: list[tuple[Any, ...]]) -> None:
+    """docs/design.md §3: decide returns each status change it made as a value (the job, from, to,
+    why, the reason before, the attempt), in order; the pass's events are made from these."""
+    made = jobs()
+    plan = decide(made, fleet(*machines), observed(made))
+    assert [(m.job, m.was, m.now, m.reason, m.was_reason, m.attempt) for m in plan.moves] == moves

@@ -11,7 +11,7 @@ from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Pl
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.state import Ending, Job, Status
+from jobtpu.schema.state import Ending, Job, Status, Transition
 
 
 def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
@@ -142,7 +142,7 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
 
 
 def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...], plan: Plan, why: str) -> None:
-    job.stop(ending)
+    plan.moves.append(job.stop(ending))
     plan.do(Kill(job.id, machine.name, refs), why)
     plan.notes.append(f"job {job.id}: stopping on {machine.name}: {why}")
 
@@ -150,7 +150,7 @@ def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...
 def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
     plan.would.append(f"would end job {job.id}: {why}")
-    apply_ending(job, ending, now)
+    plan.moves.append(apply_ending(job, ending, now))
     if wants_recreate(ending) and job.attempts:
         plan.do(Recreate(job.attempts[-1].machine))
 
@@ -160,7 +160,7 @@ def wants_recreate(ending: Ending) -> bool:
     return ending.recovery in (rules.RECREATE_RESUME, rules.RECREATE_RERUN)
 
 
-def apply_ending(job: Job, ending: Ending, now: float) -> None:
+def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
     """Close the current attempt with its outcome; then queue the job again or end it."""
     attempt = job.current
     outcome = model.FINISHED if ending.status is Status.FINISHED else ending.reason
@@ -171,19 +171,18 @@ def apply_ending(job: Job, ending: Ending, now: float) -> None:
             job.retried += 1
         else:
             job.recoveries += 1
-        requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
-        return
+        return requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
     job.exit_code = ending.exit_code
-    job.move(ending.status, ending.reason)
+    return job.move(ending.status, ending.reason)
 
 
-def requeue(job: Job, resume: bool, reason: str | None, machine: str | None = None) -> None:
+def requeue(job: Job, resume: bool, reason: str | None, machine: str | None = None) -> Transition:
     """Queue the job for its next attempt (same snapshot). `machine` pins it when given."""
-    job.move(Status.QUEUED, reason)
+    moved = job.move(Status.QUEUED, reason)
     job.attempt = (job.attempts[-1].n + 1) if job.attempts else job.attempt
     job.resume = resume
     job.machine = None
     job.log_size, job.log_grew = 0, None
     if machine is not None:
         job.pin = machine
-
+    return moved

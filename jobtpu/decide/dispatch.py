@@ -136,14 +136,14 @@ def held_back(job: Job, d: Dispatch) -> str | None:
         ring = d.cycles.get(job.id)
         if ring is not None:  # made by hand in state.json: every job of the ring fails, naming it
             job.last_line = f"a dependency cycle: {rules.cycle_text(ring)}"
-            job.move(Status.FAILED, model.DEPENDENCY)
+            d.plan.move(job, Status.FAILED, model.DEPENDENCY)
             _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency cycle"
         failed = rules.failed_dependency(job, d.by_id)
         if failed is not None:
             job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
                 f" ({failed.reason})" if failed.reason else "")
-            job.move(Status.FAILED, model.DEPENDENCY)
+            d.plan.move(job, Status.FAILED, model.DEPENDENCY)
             _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency failed"
         waits = rules.waits_for(job, d.by_id)
@@ -317,7 +317,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
                     job.last_line = refusal[1]
-                    job.move(Status.FAILED, model.LAUNCH_FAILED)
+                    plan.move(job, Status.FAILED, model.LAUNCH_FAILED)
                     _fail_unstarted(job, plan, refusal[1])
                     break
                 local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
@@ -363,7 +363,7 @@ def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch)
     job.machine, job.alloc = machine.name, alloc  # its move to launching clears why it waited
     job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
                                 resume=job.resume, workers=view.n_workers))
-    job.move(Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
+    d.plan.move(job, Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
     d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
     if job.sweep is not None:

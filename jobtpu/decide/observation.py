@@ -7,7 +7,7 @@ import msgspec
 
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.state import Job
+from jobtpu.schema.state import Job, Status, Transition
 
 
 class MachineView(msgspec.Struct):
@@ -62,12 +62,16 @@ Action = Launch | Kill | Recreate
 
 class Plan(msgspec.Struct):
     actions: list[Action] = msgspec.field(default_factory=list)
+    moves: list[Transition] = msgspec.field(default_factory=list)  # every status change decided, in order
     notes: list[str] = msgspec.field(default_factory=list)  # one human line per decision, as a real pass says it
     would: list[str] = msgspec.field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
 
     def do(self, action: Action, why: str = "") -> None:
         self.actions.append(action)
         self.would.append(f"would {describe(action)}" + (f": {why}" if why else ""))
+
+    def move(self, job: Job, to: Status, reason: str | None = None) -> None:
+        self.moves.append(job.move(to, reason))
 
     def saw(self, line: str) -> None:
         """A fact, said alike by a pass and a dry run (a machine that does not answer)."""

@@ -13,7 +13,7 @@ from jobtpu.decide.observation import Kill, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.state import Ending, Job, Status
+from jobtpu.schema.state import Ending, Job, Status, Transition
 
 
 class NoAnswer(msgspec.Struct, frozen=True):
@@ -27,16 +27,19 @@ class NoAnswer(msgspec.Struct, frozen=True):
 LaunchReport = LaunchResult | NoAnswer
 
 
-def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float) -> Kill | None:
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float,
+             moved: list[Transition] | None = None) -> Kill | None:
     """Move a launching job as its workers' launch reports say; a Kill when some workers started and
-    another failed (they must be stopped before the job ends as launch_failed)."""
+    another failed (they must be stopped before the job ends as launch_failed). Each status change
+    is added to `moved`."""
+    moved = moved if moved is not None else []
     if job.status is not Status.LAUNCHING:
         return None
     answers = [reports[i] for i in sorted(reports)]
     if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
-        unlaunch(job)
+        moved.append(unlaunch(job))
         job.last_line = f"could not launch: {message[-180:]}"
         return None
     failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.FAIL}
@@ -47,12 +50,12 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.OK)
         started = tuple(WorkerRef(job.id, job.attempt, i) for i in oks)
         if not started:
-            apply_ending(job, ending, now)
+            moved.append(apply_ending(job, ending, now))
             return None
-        job.stop(ending)
+        moved.append(job.stop(ending))
         return Kill(job.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
-        job.move(Status.RUNNING, None)
+        moved.append(job.move(Status.RUNNING, None))
         if job.current is not None:
             job.current.started = now
         return None
@@ -66,7 +69,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
             # failing, a worker that times out) would hold its resources for ever. Some workers may
             # have started: stop every one, then the job ends launch_failed.
             job.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
-            job.stop(Ending(Status.FAILED, model.LAUNCH_FAILED))
+            moved.append(job.stop(Ending(Status.FAILED, model.LAUNCH_FAILED)))
             return Kill(job.id, machine.name, refs_of(job))
     return None
 
@@ -77,38 +80,43 @@ def setup_done(setup: str | None) -> bool:
     return setup is None or setup == "up"
 
 
-def goes_ahead(job: Job | None, machine: str, setup: str | None) -> bool:
+def goes_ahead(job: Job | None, machine: str, setup: str | None, moved: list[Transition] | None = None) -> bool:
     """Whether a launch goes ahead (setup_done). Otherwise its job goes back to the queue
     (not_launched), nothing having started."""
     if setup_done(setup):
         return True
     if job is not None:
-        not_launched(job, f"{machine} is {setup}")
+        not_launched(job, f"{machine} is {setup}", moved)
     return False
 
 
-def not_launched(job: Job, why: str) -> None:
+def not_launched(job: Job, why: str, moved: list[Transition] | None = None) -> None:
     """A launch the pass did not try (its machine's setup did not finish): queued again, as it was."""
     if job.status is Status.LAUNCHING:
-        unlaunch(job)
+        change = unlaunch(job)
+        if moved is not None:
+            moved.append(change)
         job.waiting = why
 
 
-def unlaunch(job: Job) -> None:
+def unlaunch(job: Job) -> Transition:
     """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
     if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
         job.attempts.pop()
-    job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
+    moved = job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
     job.machine = None
+    return moved
 
 
-def killed(job: Job, machine: str, gone: bool, now: float) -> Recreate | None:
+def killed(job: Job, machine: str, gone: bool, now: float, moved: list[Transition] | None = None) -> Recreate | None:
     """Once every worker of a stopping job is gone, end it as its stop said; a Recreate of its machine
     when that ending's rule brings the TPU back."""
     if not gone or job.status is not Status.KILLING:
         return None
     ending = job.ending or Ending(Status.KILLED, model.KILLED)
-    apply_ending(job, ending, now)
+    change = apply_ending(job, ending, now)
+    if moved is not None:
+        moved.append(change)
     return Recreate(machine) if wants_recreate(ending) else None
 
 

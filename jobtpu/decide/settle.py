@@ -16,7 +16,7 @@ from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord
-from jobtpu.schema.state import State
+from jobtpu.schema.state import State, Transition
 
 
 class LaunchHeld(msgspec.Struct, frozen=True):
@@ -47,24 +47,27 @@ class StopDone(msgspec.Struct, frozen=True):
 ActReport = LaunchHeld | LaunchDone | StopDone
 
 
-def settle(state: State, reports: Sequence[ActReport], now: float) -> list[Kill]:
+def settle(state: State, reports: Sequence[ActReport], now: float,
+           moves: list[Transition] | None = None) -> list[Kill]:
     """Apply each report to its job (and machine), in the order given; the Kills a launch that half
-    failed needs: its started workers, to be stopped in the same pass before it ends launch_failed."""
-    kills = [settle_one(state, report, now) for report in reports]
+    failed needs: its started workers, to be stopped in the same pass before it ends launch_failed.
+    Every status change made is added to `moves`, in order."""
+    moved: list[Transition] = moves if moves is not None else []
+    kills = [settle_one(state, report, now, moved) for report in reports]
     return [kill for kill in kills if kill is not None]
 
 
-def settle_one(state: State, report: ActReport, now: float) -> Kill | None:
+def settle_one(state: State, report: ActReport, now: float, moves: list[Transition]) -> Kill | None:
     """What one report means; a job gone from state.json meanwhile has nothing to move."""
     job = state.job(report.job)
     if job is None:
         return None
     if isinstance(report, LaunchHeld):
-        goes_ahead(job, report.machine, report.setup)  # held back: queued again, waiting for that setup
+        goes_ahead(job, report.machine, report.setup, moves)  # held back: queued again, waiting for that setup
         return None
     if isinstance(report, LaunchDone):
-        return launched(job, report.machine, report.reports, now)
-    recreate = killed(job, report.machine.name, report.all_gone, now)
+        return launched(job, report.machine, report.reports, now, moves)
+    recreate = killed(job, report.machine.name, report.all_gone, now, moves)
     if recreate is not None and report.machine.cloud_node:
         want_back(state.machine(recreate.machine))  # the next pass plans that step and saves it first
     return None

@@ -1,21 +1,20 @@
-"""The events a pass's changes to the records mean: each job and machine record as the pass read it
-compared with what it saves, so no decision code has to remember to report anything: whatever changed
-a record is seen here. Pure (passes/tell.py keeps and tells what these find)."""
+"""The events a pass's changes mean. A job's come from the status changes the pass made, as decide
+and settle return them (Transition values), read against its record as saved: what was launched,
+began running, ended or is recovering, and when. A machine's come from comparing its record as the
+pass read it with what it saves (its steps are decided in tpu/, whose reports land in the record).
+A change a person made between passes is no move of the pass's: the command that made it tells its
+own events (kill, update, drain). Pure (passes/tell.py keeps and tells what these find)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
-
-import msgspec
 
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.schema import state as model
 from jobtpu.schema.records import SetupStatus
-from jobtpu.schema.state import Attempt, Job, MachineRecord, Status
-
-_JOB = msgspec.json.Decoder(Job)
-
+from jobtpu.schema.state import ACTIVE, ENDED, Attempt, Job, MachineRecord, Status, Transition
 
 # Events stamped with the same time happen in this order within a pass: what it observed of the
 # jobs, then the machines' steps (recreations it started because of that, setups), then launches.
@@ -23,40 +22,43 @@ PHASE = {ev.PREEMPTED: 0, ev.JOB_ENDED: 0, ev.JOB_RECOVERING: 0, ev.JOB_LAUNCHED
           ev.JOB_RUNNING: 3}
 
 
-def job_events(before: dict[int, bytes], jobs: list[Job], lines: list[bytes], acted: float,
-               now: float) -> list[Event]:
-    """What happened to each job whose record the pass changed. `acted`: when the pass began to act
+def job_events(moves: Sequence[Transition], jobs: list[Job], acted: float, now: float) -> list[Event]:
+    """What the status changes a pass made (`moves`, in order, as decide and settle returned them)
+    mean, read against each job's record as the pass saves it. `acted`: when the pass began to act
     (launches happen then, after the machines' steps); `now`: when it ended."""
+    by_job: dict[int, list[Transition]] = {}
+    for move in moves:
+        by_job.setdefault(move.job, []).append(move)
     found: list[Event] = []
-    for job, line in zip(jobs, lines, strict=True):
-        old_line = before.get(job.id)
-        if old_line is None or old_line == line:
-            continue  # unchanged, or submitted while the pass ran (it did nothing to it)
-        found += _job_changes(_JOB.decode(old_line), job, acted, now)
+    for job in jobs:  # in the file's order, as the records are
+        if job.id in by_job:
+            found += _job_changes(by_job[job.id], job, acted, now)
     return found
 
 
-def _job_changes(old: Job, new: Job, acted: float, now: float) -> list[Event]:
+def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) -> list[Event]:
     found: list[Event] = []
-    known = {a.n: a for a in old.attempts}
+    first = moves[0]  # its status as the pass read it is where its first move started
+    launched = {m.attempt for m in moves if m.now is Status.LAUNCHING}
+    ended = {m.attempt for m in moves if m.was in ACTIVE and m.now not in ACTIVE}  # apply_ending's moves
     detail = {"name": new.name} if new.name else {}
 
     def event(when: float, kind: str, attempt: Attempt | None, **more: Any) -> None:
         found.append(Event(when, kind, job=new.id, machine=attempt.machine if attempt else new.machine,
                            user=new.user, attempt=attempt.n if attempt else None, detail={**detail, **more}))
 
+    by_hand = first.was is Status.QUEUED and first.was_reason is None  # resume/rerun by a person
     for i, attempt in enumerate(new.attempts):
-        was = known.get(attempt.n)
-        if was is None:
-            launched = max(float(attempt.started or acted), acted)
-            event(launched, ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
-            by_hand = old.status is Status.QUEUED and old.reason is None  # resume/rerun by a person
+        if attempt.n in launched:
+            at = max(float(attempt.started or acted), acted)
+            event(at, ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
             if i > 0 and not by_hand:
-                event(launched, ev.JOB_RESUMED, attempt, resume=attempt.resume)
+                event(at, ev.JOB_RESUMED, attempt, resume=attempt.resume)
         last = attempt.n == new.attempt
-        if last and new.status is Status.RUNNING and (was is None or old.status is not Status.RUNNING):
+        if last and new.status is Status.RUNNING and any(m.now is Status.RUNNING for m in moves) \
+                and first.was is not Status.RUNNING:
             event(now, ev.JOB_RUNNING, attempt)
-        if attempt.ended is not None and (was is None or was.ended is None):
+        if attempt.ended is not None and attempt.n in ended:
             when = float(attempt.ended)
             if attempt.outcome == model.PREEMPTED:
                 event(when, ev.PREEMPTED, attempt)
@@ -66,7 +68,7 @@ def _job_changes(old: Job, new: Job, acted: float, now: float) -> list[Event]:
             else:
                 event(when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
                       recover="resume" if new.resume else "rerun")
-    if new.ended and not old.ended and not any(e.kind == ev.JOB_ENDED for e in found):
+    if new.ended and first.was not in ENDED and not any(e.kind == ev.JOB_ENDED for e in found):
         event(acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
               exit_code=new.exit_code)
     return found

@@ -9,9 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobtpu.decide.observation import Observation
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
+    from jobtpu.schema.state import Transition
 
 
 class PassHook(Protocol):
@@ -20,12 +23,12 @@ class PassHook(Protocol):
         it may add to `seen`. Returns lines for the pass's notes."""
         ...
 
-    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_intents(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         """Before the pass saves its intents (never in a dry run): what that save calls with the state
         as encoded, under the lock; a pass killed before its result keeps what this added."""
         ...
 
-    def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_result(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         """Before the pass saves its result (never in a dry run): it may change the state to save,
         and return what that save calls with the state as encoded, under the lock (docs/design.md §3)."""
         ...
@@ -39,14 +42,16 @@ def before_decide(hooks: list[PassHook], p: Session, seen: Observation) -> list[
     return [line for hook in hooks for line in hook.before_decide(p, seen)]
 
 
-def before_intents(hooks: list[PassHook], p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+def before_intents(hooks: list[PassHook], p: Session, seen: Observation,
+                   moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
     """Each hook's changes to the intents' save, as one amend."""
-    return _all([amend for hook in hooks if (amend := hook.before_intents(p, seen)) is not None])
+    return _all([amend for hook in hooks if (amend := hook.before_intents(p, seen, moves)) is not None])
 
 
-def before_result(hooks: list[PassHook], p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+def before_result(hooks: list[PassHook], p: Session, seen: Observation,
+                  moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
     """Each hook's changes to the result, and one amend that runs theirs in order."""
-    return _all([amend for hook in hooks if (amend := hook.before_result(p, seen)) is not None])
+    return _all([amend for hook in hooks if (amend := hook.before_result(p, seen, moves)) is not None])
 
 
 def _all(amends: list[Callable[[Encoded], None]]) -> Callable[[Encoded], None] | None:

@@ -81,17 +81,18 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         # A pass with nothing to carry out and no ended attempt's log to fetch goes straight to its
         # result: killed before it, it saved nothing, and the next pass sees and decides the same.
         if plan.actions or p.tpu_work or pulls.ended_since(p.state.jobs, before.open_attempts):
-            p.commit(hooks.before_intents(pass_hooks, p, seen))
+            p.commit(hooks.before_intents(pass_hooks, p, seen, plan.moves))
         reports = act(p, plan, seen)
-        kills = settle(p.state, reports, seen.now)  # what they mean; a half-failed launch's workers to stop
-        settle(p.state, stop_all(p, kills), seen.now)
+        moves = list(plan.moves)  # every status change of the pass, in order: its events are made from them
+        kills = settle(p.state, reports, seen.now, moves)  # what they mean; a half-failed launch's workers to stop
+        settle(p.state, stop_all(p, kills), seen.now, moves)
         for *_, line in sorted(p.copy_notes):
             report.say(line)
         catch_up_logs(p, seen, before.open_attempts)
         note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         for line in machine_changes(before.machines, p.state.machines):
             report.say(line)
-        p.commit(hooks.before_result(pass_hooks, p, seen))  # the result, with what the pass is to tell
+        p.commit(hooks.before_result(pass_hooks, p, seen, moves))  # the result, with what the pass is to tell
         for line in hooks.after_pass(pass_hooks, p, seen):
             report.say(line)
     return report

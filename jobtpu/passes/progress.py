@@ -13,10 +13,13 @@ from jobtpu.render.text import printable
 from jobtpu.schema.state import Job
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobtpu.decide.observation import Observation
     from jobtpu.decide.progress import ProgressPattern
     from jobtpu.home.store import Encoded
     from jobtpu.passes.session import Session
+    from jobtpu.schema.state import Transition
 
 # A pattern as compiled, or why RE2 cannot take it: a cache of pure results, shared by every pass.
 _REGEXES: dict[str, ProgressPattern | str] = {}
@@ -32,10 +35,10 @@ class ProgressHook:
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         return []
 
-    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_intents(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         return None
 
-    def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_result(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         track_progress(p, seen, self.ignored)
         return None
 

@@ -2,9 +2,10 @@
 the notifications they mean (notify.py), and when the pass ran (state.json's `last_pass`, for the
 freshness line of `status`).
 
-Events are derived by comparing each job and machine record as the pass read them with what it saved
-(passes/changes.py). The pass's `EventsHook` remembers the records as read before it decides, keeps
-the events in the result it saves, and tells them after; `pass_failed` is called by whoever runs
+A job's events are made from the status changes the pass made (decide's and settle's Transitions), a
+machine's from its record as the pass read it against what it saves (passes/changes.py). The pass's
+`EventsHook` remembers the machine records as read before it decides, keeps the events in the result
+it saves, and tells them after; `pass_failed` is called by whoever runs
 passes when one raises."""
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from jobtpu.schema.state import recorded
 from jobtpu.tell import eventlog
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobtpu.decide.observation import Observation
     from jobtpu.passes.session import Session
+    from jobtpu.schema.state import Transition
     from jobtpu.schema.state_file import Encoded
 
 
 class RecordsAsRead(msgspec.Struct):
-    jobs: dict[int, bytes]  # each job's state.json line as the pass read it
     machines: list[bytes]  # each machine's `"name": {...}` as the pass read it
     observed: float  # when the pass finished observing (setups it ran had ended by then)
     untold: list[Event]  # what the last pass (or kill) saved to tell, as this pass read it
@@ -63,11 +66,10 @@ class EventsHook:
 
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         """Remember the records as the pass read them (the session's merge base, not yet committed)."""
-        self.before = RecordsAsRead(dict(zip(p.base.ids, p.base.jobs, strict=True)), list(p.base.machines),
-                                    time.time(), list(p.base_untold))
+        self.before = RecordsAsRead(list(p.base.machines), time.time(), list(p.base_untold))
         return []
 
-    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_intents(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         """What the intents' save calls: the events the pass's changes so far mean (a job seen ended,
         a launch decided, a machine's step), in `untold` with that save. A pass killed while it acts
         has saved them, and the next pass tells them; the result's save replaces them with what the
@@ -77,13 +79,13 @@ class EventsHook:
             return None
 
         def amend(encoded: Encoded) -> None:
-            found = with_ids(self._found(p, seen, before, encoded, time.time()))
+            found = with_ids(self._found(p, seen, before, moves, time.time()))
             self.at_intents = {event.id for event in found}
             p.state.untold = (p.state.untold + found)[-MAX_UNTOLD:]
 
         return amend
 
-    def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_result(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         """Record the pass's time in the state the pass is about to save as its result (one write: a
         pass writes state.json at most twice, intents and result). Returns what the result's commit
         calls with the state as encoded: it decides the pass's events and keeps them, with what an
@@ -97,18 +99,19 @@ class EventsHook:
                                      t.default_interval)
 
         def amend(encoded: Encoded) -> None:
-            found = self._found(p, seen, before, encoded, now)
+            found = self._found(p, seen, before, moves, now)
             earlier = [event for event in p.state.untold if event.id not in self.at_intents]
             p.state.untold = (still_untold(p.home.root, earlier) + with_ids(found))[-MAX_UNTOLD:]
 
         return amend
 
     @staticmethod
-    def _found(p: Session, seen: Observation, before: RecordsAsRead, encoded: Encoded, now: float) -> list[Event]:
-        """The events of every record the pass changed since it read them, in the order they happened."""
+    def _found(p: Session, seen: Observation, before: RecordsAsRead, moves: Sequence[Transition],
+               now: float) -> list[Event]:
+        """The events of the pass's moves and of every machine record it changed, in the order they happened."""
         found = machine_events(_MACHINES.decode(b"{" + b",".join(before.machines) + b"}"), p.state.machines,
                                seen.now, before.observed)
-        found += job_events(before.jobs, p.state.jobs, encoded.jobs, before.observed, now)
+        found += job_events(moves, p.state.jobs, before.observed, now)
         found.sort(key=lambda e: (e.time, PHASE.get(e.kind, 1)))  # stable: what one record says keeps its order
         return found
 

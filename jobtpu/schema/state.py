@@ -152,6 +152,17 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
 
 
+class Transition(msgspec.Struct, frozen=True, gc=False):
+    """One change of a job's status, as Job.move returns it to the decision that made it."""
+
+    job: int
+    was: Status
+    now: Status
+    reason: str | None  # the job's reason once moved
+    was_reason: str | None  # its reason before (a queued job's `recovering`, or none when queued by hand)
+    attempt: int  # the job's attempt number as it moved
+
+
 class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """How a job in `killing` ends once its processes are gone. (`retry` is written only when true,
     so an ending reads as it always did.)"""
@@ -238,20 +249,25 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     uid: int | None = None  # the real account that submitted it (its spec says so where it counts: design §7)
 
     # ---- status moves -------------------------------------------------------------------------
-    def move(self, to: Status, reason: str | None = None) -> None:
+    def move(self, to: Status, reason: str | None = None) -> Transition:
+        """The one way a job's status changes; returns the change as a value, for whoever decided it
+        to hand on (a pass's events are made from these, docs/design.md §3)."""
         if to not in TRANSITIONS[self.status]:
             raise IllegalTransition(f"job {self.id}: {self.status} → {to} is not allowed")
+        moved = Transition(self.id, self.status, to, reason, self.reason, self.attempt)
         self.status = to
         self.reason = reason
         for name, statuses in STATUS_FIELDS.items():
             if to not in statuses:
                 setattr(self, name, _field_default(name))
+        return moved
 
-    def stop(self, ending: Ending) -> None:
+    def stop(self, ending: Ending) -> Transition:
         """Move to killing, saying why (its ending's reason: timeout, hang, exit N), and keep the ending
         it gets once its workers are gone (docs/reference/state-json.md §4.3)."""
-        self.move(Status.KILLING, ending.reason)
+        moved = self.move(Status.KILLING, ending.reason)
         self.ending = ending
+        return moved
 
     @property
     def active(self) -> bool:

@@ -16,11 +16,13 @@ from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import RECOVERING, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobtpu.decide.observation import Observation
     from jobtpu.home.layout import Home
     from jobtpu.passes.session import Session
     from jobtpu.schema.fleet import Fleet, Machine
-    from jobtpu.schema.state import Job, State
+    from jobtpu.schema.state import Job, State, Transition
     from jobtpu.schema.state_file import Encoded
     from jobtpu.sheet.sync import PassSheet
 
@@ -60,10 +62,10 @@ class SheetHook:
         self.started = ps
         return [ps.problem] if ps.problem else []
 
-    def before_intents(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_intents(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         return None
 
-    def before_result(self, p: Session, seen: Observation) -> Callable[[Encoded], None] | None:
+    def before_result(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
         return None
 
     def after_pass(self, p: Session, seen: Observation) -> list[str]:
