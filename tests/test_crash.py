@@ -35,7 +35,6 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
         env=env) for k in range(3)]
     rng = random.Random(1234)
     kills = in_pass = 0  # in_pass: kills that landed while the pass held its lock (not during start-up)
-    deadline = time.monotonic() + 150
     lock_fd = os.open(home / "manage.lock", os.O_RDWR | os.O_CREAT, 0o644)
 
     def pass_holds_lock() -> bool:
@@ -47,8 +46,9 @@ def test_sigkill_manage_at_random_moments(tmp_path: Path) -> None:
         return False
 
     round_no = 0
+    # No clock bounds the loop: on a loaded machine it takes longer, not differently (the suite's
+    # timeout catches a loop that never ends).
     while any(p.poll() is None for p in submitters) or kills < 15 or in_pass < 5:
-        assert time.monotonic() < deadline, f"the crash loop took too long ({kills} kills, {in_pass} in a pass)"
         manager = subprocess.Popen([*base, "manage"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         round_no += 1
         if round_no % 2:
