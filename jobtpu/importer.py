@@ -15,6 +15,7 @@ import msgspec
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.settings import ALIAS_NAME, BUILTIN_ALIASES, CONFIG_KEY, dir_number, sheet_name_refusal
+from jobtpu.schema.accelerator import in_name
 from jobtpu.schema.machines_file import MACHINE_NAME
 from jobtpu.schema.names import USER_NAME
 from jobtpu.schema.settings import UserSettings
@@ -23,8 +24,6 @@ from jobtpu.schema.settings import UserSettings
 TIME_ZONES = {"us": "America/New_York", "cn": "Asia/Shanghai"}
 # A user setting of the old tool that jobtpu has no counterpart for (its monitor window's knobs).
 _NO_EQUIVALENT = "no equivalent in jobtpu"
-# The accelerator inside a TPU's name: kmh-tpuvm-v3-32-1 → v3-32, …-v5litepod-16-… → v5litepod-16.
-_ACCELERATOR = re.compile(r"(?:^|-)(v(?:2|3|4|5p|5e|5litepod|6e))-([0-9]+)(?=-|$)")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 # Keys of all_tpus that are lists of names with a scheduling kind, not zones.
 _KIND_LISTS = ("preemptible", "pre_info")
@@ -68,8 +67,9 @@ class Translation(msgspec.Struct):
 
 
 def accelerator_of(name: str) -> str | None:
-    found = _ACCELERATOR.search(name)
-    return f"{found.group(1)}-{found.group(2)}" if found else None
+    """The accelerator inside a TPU's name (schema/accelerator.py): kmh-tpuvm-v3-32-1 → v3-32."""
+    found = in_name(name)
+    return found.text if found else None
 
 
 def time_zone_of(value: object) -> str | None:

@@ -29,14 +29,11 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
         return None, "chip"
-    if machine.cloud_node and machine.accelerator:
-        generation, _, count = machine.accelerator.lower().rpartition("-")
-        if count.isdigit():
-            cores = int(count)
-            return (cores // 2 if generation in ("v2", "v3", "v4", "v5p") else cores), "chip"
-        return None, "chip"
     if machine.cloud_node:
-        return None, "chip"
+        from jobtpu.schema.accelerator import accelerator
+
+        found = accelerator((machine.accelerator or "").lower())
+        return (found.chips if found is not None else None), "chip"
     from jobtpu.decide.fit import parse_request
 
     try:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's 
 MAX_RESOURCE_COUNT = 1024
 
 _COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
-_ACCEL = re.compile(r"^v(\d+)[a-z]*(-\d+)?\+?$")
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -61,7 +60,8 @@ def _parsed(tokens: tuple[str, ...]) -> Request:
             continue
         alternatives = tuple(a.strip() for a in token.split(","))
         for alt in alternatives:
-            if not _ACCEL.match(alt) or (alt.endswith("+") and "-" in alt):
+            found = accelerator(alt)
+            if found is None or found.config_spelling:
                 raise JobtpuError(
                     f"--req {token!r}: not a resource (gpu=2) nor an accelerator pattern",
                     hint="accelerator patterns: v3-32 (exact), v3 (family), v2-32,v3-32 (either), v3+ (v3 or newer),"

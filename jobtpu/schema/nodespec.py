@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from jobtpu.schema.accelerator import TWO_CORES_A_CHIP
 from jobtpu.schema.accelerator import accelerator as parse_accelerator
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def default_runtime(accelerator: str | None) -> str | None:
     """gcloud's runtime version for an accelerator type like "v5p-8"; None for a generation jobtpu
     does not know."""
     found = parse_accelerator((accelerator or "").lower())
-    if found is None:
+    if found is None or found.or_newer:  # `v3+` is a request's pattern, no type to create
         return None
     return RUNTIME_BY_GENERATION.get(found.generation) or RUNTIME_BY_GENERATION.get(
         _CONFIG_GENERATION.get(found.generation.upper(), ""))
@@ -118,7 +119,7 @@ def type_of_config(config: Any) -> str | None:
     chips = 1
     for part in parts:
         chips *= int(part)
-    return f"{generation}-{chips * 2 if generation in ('v2', 'v3', 'v4', 'v5p') else chips}"
+    return f"{generation}-{chips * 2 if generation in TWO_CORES_A_CHIP else chips}"
 
 
 def recordable(node: dict[str, Any]) -> dict[str, Any]:
