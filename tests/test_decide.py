@@ -1120,6 +1120,9 @@ def test_a_request_is_parsed_once_per_distinct_tokens() -> None:
     first = parse_request(["v3-32", "gpu=2"])
     assert parse_request(("v3-32", "gpu=2")) is first and parse_request(["gpu=2", "v3-32"]) is not first
     assert first.resources == {"gpu": 2} and first.accelerators == (("v3-32",),)
+    with pytest.raises(TypeError):  # shared by every job that asks the same: no caller may change it
+        first.resources["gpu"] = 8  # type: ignore[index]
+    assert parse_request(["v3-32", "gpu=2"]).needs() == {"gpu": 2}
     for _ in range(2):
         with pytest.raises(JobtpuError, match="a resource request is NAME=COUNT"):
             parse_request(["gpu=two"])

@@ -298,3 +298,14 @@ def test_the_package_defines_no_dataclass() -> None:
              if isinstance(node, ast.ClassDef)
              and any("dataclass" in ast.unparse(d) for d in node.decorator_list)]
     assert found == []
+
+
+def test_nothing_calls_dataclasses_helpers_on_a_struct() -> None:
+    """With no dataclass in the package, `dataclasses.replace`, `asdict` or `astuple` on one of its
+    values raises at run time (a pass once pinned a webhook so): msgspec.structs has each of them."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+             for path in sorted(PACKAGE.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Import) and any(a.name == "dataclasses" for a in node.names)
+             or isinstance(node, ast.ImportFrom) and node.module == "dataclasses"]
+    assert found == []

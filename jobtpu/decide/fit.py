@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -23,7 +24,10 @@ _COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
 
 
 class Request(msgspec.Struct, frozen=True):
-    resources: dict[str, int] = msgspec.field(default_factory=dict)
+    """What a job asks for. parse_request shares one Request between every job that asks the same, so
+    nothing in it can be changed: the counts are a read-only mapping."""
+
+    resources: Mapping[str, int] = msgspec.field(default_factory=lambda: MappingProxyType({}))
     accelerators: tuple[tuple[str, ...], ...] = ()  # every token must match; a token is alternatives
     preemptible: bool | None = None
 
@@ -36,7 +40,7 @@ class Request(msgspec.Struct, frozen=True):
 def parse_request(tokens: Sequence[str]) -> Request:
     """The request `--req` tokens make, parsed once per distinct list: a pass over 10,000 queued jobs
     (and every read of state.json, which checks each job's) parses each request it meets once. The
-    Request is shared: never change one."""
+    Request is shared, and read-only."""
     return _parsed(tuple(tokens))
 
 
@@ -67,7 +71,7 @@ def _parsed(tokens: tuple[str, ...]) -> Request:
                     hint="accelerator patterns: v3-32 (exact), v3 (family), v2-32,v3-32 (either), v3+ (v3 or newer),"
                          " preemptible, on-demand")
         accelerators.append(alternatives)
-    return Request(resources=resources, accelerators=tuple(accelerators), preemptible=preemptible)
+    return Request(resources=MappingProxyType(resources), accelerators=tuple(accelerators), preemptible=preemptible)
 
 
 def accelerator_matches(pattern: str, name: str | None) -> bool:
