@@ -1,5 +1,5 @@
 """`python -m jobtpu` runs the command line."""
 
-from jobtpu.cli import main
+from jobtpu.cli import command_line
 
-raise SystemExit(main())
+raise SystemExit(command_line())

@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import msgspec
-
 from jobtpu.errors import UsageError
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job as _StoredJob
 
 if TYPE_CHECKING:

@@ -11,12 +11,11 @@ import copy
 import re
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.home.settings import ALIAS_NAME, BUILTIN_ALIASES, CONFIG_KEY, dir_number, sheet_name_refusal
 from jobtpu.schema.accelerator import in_name
 from jobtpu.schema.machines_file import MACHINE_NAME
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.names import USER_NAME
 from jobtpu.schema.settings import UserSettings
 
@@ -294,7 +293,7 @@ def _plan_alias(machines: dict[str, Any], node: str, alias: str, force: bool, pl
 def plan_settings(user: OldUser, have: UserSettings, force: bool, plan: Plan) -> UserSettings:
     """The user's settings with the import applied (a copy): set where unset, replaced where they
     differ only with `force`."""
-    import msgspec
+    from jobtpu.schema.msgspec_lib import msgspec
 
     new = msgspec.structs.replace(have, dirs=dict(have.dirs), aliases=dict(have.aliases))
     for number, folder in user.dirs.items():

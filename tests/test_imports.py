@@ -118,3 +118,40 @@ def test_status_manage_and_help_load_none_of_the_web_stack(tmp_path: Path, args:
     modules = json.loads(record.read_text())
     web = [m for m in modules if any(m == w or m.startswith(w + ".") for w in WEB)]
     assert web == [], f"`jobtpu {' '.join(args)}` loaded {web[:5]}"
+
+
+def test_submit_loads_msgspec_without_typing_extensions(tmp_path: Path) -> None:
+    """docs/design.md §9.2: msgspec comes through schema/msgspec_lib.py, which keeps typing_extensions
+    (and inspect, ast, dis behind it: 8 ms) out of a submit; msgspec then uses typing's own functions."""
+    home, src = tmp_path / "home", tmp_path / "src"
+    home.mkdir()
+    src.mkdir()
+    (src / "train.py").write_text("print(1)\n")
+    (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local"}}}))
+    record = tmp_path / "modules.json"
+    runner = RUNNER.replace("sys.exit(code)", "import msgspec._utils as u, typing\n"
+                            "assert u._get_type_hints is typing.get_type_hints and u.NotRequired is typing.NotRequired\n"
+                            "sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", runner, str(record), "--home", str(home), "submit", "--dir", str(src),
+                           "--cmd", "true"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "JOBTPU_USER": "tester"})
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(record.read_text())
+    assert "msgspec" in modules and "jobtpu.commands.submit" in modules  # the record is real
+    assert "typing_extensions" not in modules
+
+
+def test_msgspec_takes_typing_extensions_where_it_was_loaded_first() -> None:
+    """The loader hides nothing from a process that already holds typing_extensions (the TPU client
+    imports it): msgspec's usual import, and a later `import typing_extensions` finds the real module."""
+    code = ("import typing_extensions, jobtpu.schema.msgspec_lib, msgspec._utils as u\n"
+            "assert u._get_type_hints is typing_extensions.get_type_hints\n"
+            "import sys; sys.modules.pop('typing_extensions')\n"
+            "import typing_extensions as again; assert again.get_type_hints\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    after = ("import jobtpu.schema.msgspec_lib, sys\n"
+             "assert 'typing_extensions' not in sys.modules\n"
+             "import typing_extensions; assert typing_extensions.get_type_hints\n")
+    done = subprocess.run([sys.executable, "-c", after], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -309,3 +309,14 @@ def test_nothing_calls_dataclasses_helpers_on_a_struct() -> None:
              if isinstance(node, ast.Import) and any(a.name == "dataclasses" for a in node.names)
              or isinstance(node, ast.ImportFrom) and node.module == "dataclasses"]
     assert found == []
+
+
+def test_only_the_loader_imports_msgspec() -> None:
+    """docs/design.md §9.2: msgspec is loaded once, by schema/msgspec_lib.py, without typing_extensions;
+    a module that imported it first would load typing_extensions (8 ms of every command) again."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+             for path in sorted(PACKAGE.rglob("*.py")) if path.name != "msgspec_lib.py"
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "msgspec" for a in node.names)
+             or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "msgspec"]
+    assert found == []

@@ -91,10 +91,9 @@ def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str
     """One job per combination, copies of `job` (one snapshot) with the combination's overrides after
     the command line's own, through the same three alias levels (`team`, the user's `own`); ids, the
     sweep and its tag are given when they are saved."""
-    import msgspec
-
     from jobtpu.home.settings import config_overrides
     from jobtpu.limits import check_overrides
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.sweeps import as_overrides
 
     jobs = [msgspec.structs.replace(job, overrides=[*job.overrides, *config_overrides(as_overrides(c), team, own)],
@@ -141,9 +140,8 @@ def check_dependencies(home: Home, state: State, first_id: int, after: list[int]
 
 def history_statuses(home: Home, ids: set[int]) -> dict[int, str]:
     """The status of each of these ids that `clean` moved to history.jsonl."""
-    import msgspec
-
     from jobtpu.home.store import open_history
+    from jobtpu.schema.msgspec_lib import msgspec
 
     class Line(msgspec.Struct):
         id: int

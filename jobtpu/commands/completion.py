@@ -12,9 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from jobtpu.commands import args
+from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
     from jobtpu.home.layout import Home

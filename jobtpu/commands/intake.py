@@ -14,8 +14,6 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from jobtpu.commands import relay
 from jobtpu.commands.common import error_text
 from jobtpu.errors import JobtpuError
@@ -23,6 +21,7 @@ from jobtpu.home import safefs, spool
 from jobtpu.home.layout import Home
 from jobtpu.home.roles import Layout, role_of
 from jobtpu.home.trust import account_name
+from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
     from jobtpu.schema.spool import Submission

@@ -112,11 +112,11 @@ def machines(home: Home, as_json: bool, name: str | None = None) -> int:
         return 0
     import time
 
-    import msgspec
     from rich.console import Console
 
     from jobtpu.home.settings import viewer_settings, viewer_zone
     from jobtpu.render.display import machines_table
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.published import MachineRow
     from jobtpu.views.rows import machine_rows as table_rows
 

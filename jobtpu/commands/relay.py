@@ -75,8 +75,7 @@ def refuse_old_layout(role: Role, command: str) -> JobtpuError:
 
 def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
     """Leave an act for the runner; wait for its reply while a loop of the runner's runs."""
-    import msgspec
-
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import ActRequest
 
     name = spool.new_act_name()
@@ -118,8 +117,7 @@ def wait_reply(home: Home, name: str, seconds: float) -> Reply | None:
 
 
 def read_reply(home: Home, name: str) -> Reply | None:
-    import msgspec
-
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import MAX_REPLY_BYTES, Reply
 
     raw = spool.read_reply(home, name, MAX_REPLY_BYTES)

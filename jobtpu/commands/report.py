@@ -52,10 +52,9 @@ def report_jobs(home: Home, state: State, sel: Selection) -> list[Job]:
 
 def job_reports(fleet: Fleet, jobs: list[Job], log: list[Event], now: float) -> list[JobReport]:
     """What each job's attempts and interruptions cost (also the dashboard's and `metrics`' figures)."""
-    import msgspec
-
     from jobtpu.decide import goodput
     from jobtpu.decide.progress import Progress
+    from jobtpu.schema.msgspec_lib import msgspec
 
     reports = []
     for job in jobs:
@@ -68,7 +67,7 @@ def job_reports(fleet: Fleet, jobs: list[Job], log: list[Event], now: float) -> 
 
 def report(home: Home, sel: Selection, html: str | None, usage_since: float | None = None,
            as_json: bool = False) -> int:
-    import msgspec
+    from jobtpu.schema.msgspec_lib import msgspec
 
     if as_json and (html is not None or usage_since is not None):
         raise JobtpuError("--json goes without --html and --usage",

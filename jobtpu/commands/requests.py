@@ -14,13 +14,12 @@ SHOWN_ANSWERS = 20
 
 
 def requests(home: Home) -> int:
-    import msgspec
-
     from jobtpu.commands.relay import read_reply
     from jobtpu.home import safefs, spool
     from jobtpu.home.roles import REPLIES
     from jobtpu.home.trust import account_name
     from jobtpu.render.text import printable
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
 
     role = role_of(home.root)

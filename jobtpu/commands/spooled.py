@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], state: State,
                     extras: Extras, cache: Path) -> list[Job]:
-    import msgspec
-
     from jobtpu.commands.batch import check_dependencies, sweep_tag
     from jobtpu.home.store import read_id_mark
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import Submission
 
     archive = jobs[0].archive

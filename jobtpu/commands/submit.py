@@ -252,6 +252,47 @@ def options_from(parsed: argparse.Namespace) -> SubmitOptions:
     return SubmitOptions(**{name: getattr(parsed, name) for name in SubmitOptions._fields})
 
 
+class SubmitOptions(NamedTuple):
+    """What `submit` and `run` take, as the user typed it (checked by build_job). The one place each
+    default is written: the parser takes them from here (add_job_options), and tests/test_commands.py
+    holds the fields to its options."""
+
+    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
+    req: list[str] = []
+    machine: str | None = None
+    name: str = ""
+    tag: list[str] = []
+    env: list[str] = []
+    rule: str | None = None
+    max_recoveries: int = 20
+    timeout: str | None = None
+    stall: str | None = None
+    include: list[str] = []
+    exclude: list[str] = []
+    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
+    user: str | None = None
+    log_stage: bool = False
+    on_resume: str | None = None
+    overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
+    progress: str | None = None
+    priority: int = 0
+    sheet_note: str | None = None
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = []
+    sweep_file: str | None = None
+    after: list[str] = []
+    after_any: list[str] = []
+    retries: int = 0
+    grace: str | None = None
+    signal: str | None = None
+    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
+    hold: bool = False  # queued held: it starts only after `jobtpu release`
+    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
+
+
+
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "submit", "snapshot the working folder and queue a job; prints its id")
     add_job_options(p)
@@ -264,24 +305,24 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    "jobtpu.toml)")
     p.add_argument("--dir", help="the folder to snapshot, or N for your working directory N (`jobtpu dir`); "
                    "default: here, or your working directory 1 when here is not a project (docs/reference/commands.md §2.2.1)")
-    p.add_argument("--req", action="append", default=[],
+    p.add_argument("--req", action="append",
                    help="resource or accelerator request, repeatable (default: your `config` req)")
     p.add_argument("--machine", help="run only on this machine (its name, an alias, or a TPU's node name)")
-    p.add_argument("--name", default="", help="a free-form name shown by status (at most 200 characters)")
-    p.add_argument("--tag", action="append", default=[], help="a label shown by status, repeatable")
-    p.add_argument("--env", action="append", default=[], metavar="K=V",
+    p.add_argument("--name", help="a free-form name shown by status (at most 200 characters)")
+    p.add_argument("--tag", action="append", help="a label shown by status, repeatable")
+    p.add_argument("--env", action="append", metavar="K=V",
                    help="set K for the job, repeatable; $NAME and ${NAME} in V take the worker's value at "
                         "job start (PATH=/opt/conda/bin:$PATH), nothing else is interpreted; \\$ is a "
                         "literal $; secret-looking values are taken as they are")
     p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
                    "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
-    p.add_argument("--max-recoveries", type=args.tries, default=20, metavar="N",
+    p.add_argument("--max-recoveries", type=args.tries, metavar="N",
                    help="automatic recoveries the rule may make (default %(default)s)")
     p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
     p.add_argument("--stall", help="stop when the log has not grown for this long")
-    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+    p.add_argument("--include", action="append", metavar="GLOB",
                    help="snapshot files matching GLOB even if ignored, repeatable")
-    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+    p.add_argument("--exclude", action="append", metavar="GLOB",
                    help="leave files matching GLOB out of the snapshot, repeatable")
     p.add_argument("--allow-secrets", action="store_true", help="snapshot even a login home folder, or "
                    "one whose files include .ssh, .gnupg, .aws, .config/gcloud or a private key (refused otherwise)")
@@ -295,7 +336,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", metavar="REGEX", help="a regex (RE2 syntax: no backreferences or lookarounds) "
                    "whose group is the step number in the job's log, like 'step (\\d+)' (JOBTPU_PROGRESS step=N checkpoint=N lines always count); "
                    "`jobtpu report` uses it")
-    p.add_argument("--priority", type=args.priority, default=0, metavar="N",
+    p.add_argument("--priority", type=args.priority, metavar="N",
                    help="order among your own queued jobs: higher first (default 0); users take turns")
     p.add_argument("--hold", action="store_true", help="queue it held: it starts only after `jobtpu release ID` "
                    "(as sbatch --hold)")
@@ -305,76 +346,28 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (lr=0.01); after `--`, "
                    "passed as they are (no check for the old tool's tag=, rule=, dir=, ssn=, w= or empty values); "
                    "before it, a word without = names the machine or the user, as the old tool's `run v3-32-p1 xibo`")
-    p.set_defaults(verbatim=[])
+    # Every default comes from SubmitOptions, the one place it is written; a positional's would be
+    # handed out as the very list, so `overrides` keeps argparse's fresh [].
+    p.set_defaults(**{k: v for k, v in SubmitOptions._field_defaults.items() if k != "overrides"})
     p.after_dashes = "verbatim"  # type: ignore[attr-defined]
 
 
 def _add_batch_options(p: argparse.ArgumentParser) -> None:
     """submit/run: sweeps, dependencies, retries, grace and an early signal."""
-    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+    p.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
                    help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
     p.add_argument("--sweep-file", metavar="FILE",
                    help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
-    p.add_argument("--max-running", type=args.tries, default=0, metavar="N",
+    p.add_argument("--max-running", type=args.tries, metavar="N",
                    help="with a sweep: at most N of its jobs launching or running at once, as sbatch --array=…%%N "
                         "(default 0: no cap; `jobtpu update` changes it)")
-    p.add_argument("--after", action="append", default=[], metavar="ID[,ID]",
+    p.add_argument("--after", action="append", metavar="ID[,ID]",
                    help="start only after these jobs finished; fail (reason dependency) if one does not")
-    p.add_argument("--after-any", action="append", default=[], metavar="ID[,ID]",
+    p.add_argument("--after-any", action="append", metavar="ID[,ID]",
                    help="start only after these jobs ended, however they ended")
-    p.add_argument("--retries", type=args.tries, default=0, metavar="N",
+    p.add_argument("--retries", type=args.tries, metavar="N",
                    help="retry an attempt that exited non-zero up to N times (not oom, timeout or kill)")
     p.add_argument("--grace", metavar="DURATION",
                    help="wait this long between TERM and KILL when the job is stopped (default 5s)")
     p.add_argument("--signal", metavar="SIG@DURATION",
                    help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")
-
-
-def _parser_defaults() -> dict[str, Any]:
-    """What submit's parser gives each of its options when the command line leaves it out."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_job_options(parser)
-    return vars(parser.parse_args([]))
-
-
-_DEFAULTS = _parser_defaults()
-
-
-class SubmitOptions(NamedTuple):
-    """What `submit` and `run` take, as the user typed it (checked by build_job). Each default is the
-    parser's (add_job_options), the one place one is written; tests/test_commands.py holds the fields
-    to the parser's options."""
-
-    cmd: str | None = _DEFAULTS["cmd"]  # --cmd, else the job file's (jobfile.py)
-    dir: str | None = _DEFAULTS["dir"]  # a folder, a working directory's number, or None (see settings.source_folder)
-    req: list[str] = _DEFAULTS["req"]
-    machine: str | None = _DEFAULTS["machine"]
-    name: str = _DEFAULTS["name"]
-    tag: list[str] = _DEFAULTS["tag"]
-    env: list[str] = _DEFAULTS["env"]
-    rule: str | None = _DEFAULTS["rule"]
-    max_recoveries: int = _DEFAULTS["max_recoveries"]
-    timeout: str | None = _DEFAULTS["timeout"]
-    stall: str | None = _DEFAULTS["stall"]
-    include: list[str] = _DEFAULTS["include"]
-    exclude: list[str] = _DEFAULTS["exclude"]
-    allow_secrets: bool = _DEFAULTS["allow_secrets"]  # snapshot a login home, or credentials, all the same
-    user: str | None = _DEFAULTS["user"]
-    log_stage: bool = _DEFAULTS["log_stage"]
-    on_resume: str | None = _DEFAULTS["on_resume"]
-    overrides: list[str] = _DEFAULTS["overrides"]
-    verbatim: list[str] = _DEFAULTS["verbatim"]  # overrides after `--`: not checked for the old tool's habits
-    progress: str | None = _DEFAULTS["progress"]
-    priority: int = _DEFAULTS["priority"]
-    sheet_note: str | None = _DEFAULTS["sheet_note"]
-    # sweeps, dependencies, retries, grace and signal (batch.py)
-    sweep: list[str] = _DEFAULTS["sweep"]
-    sweep_file: str | None = _DEFAULTS["sweep_file"]
-    after: list[str] = _DEFAULTS["after"]
-    after_any: list[str] = _DEFAULTS["after_any"]
-    retries: int = _DEFAULTS["retries"]
-    grace: str | None = _DEFAULTS["grace"]
-    signal: str | None = _DEFAULTS["signal"]
-    max_running: int = _DEFAULTS["max_running"]  # a sweep's cap on its jobs active at once (0: none)
-    hold: bool = _DEFAULTS["hold"]  # queued held: it starts only after `jobtpu release`
-    dry_run: bool = _DEFAULTS["dry_run"]  # print the job as it would be submitted; snapshot and write nothing

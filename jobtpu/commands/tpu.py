@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.render.text import printable
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.nodespec import provisioning
 from jobtpu.schema.records import Operation, StepKind
 

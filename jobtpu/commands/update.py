@@ -127,13 +127,12 @@ def said(changed: dict[str, list[Any]]) -> str:
 
 def update(home: Home, sel: Selection, changes: Changes, force: bool = False, dry_run: bool = False) -> int:
     """Change the selected queued jobs; one line per job says what changed."""
-    import msgspec
-
     from jobtpu.decide import events as ev
     from jobtpu.decide.events import Event
     from jobtpu.home.settings import load_settings
     from jobtpu.passes.session import locked_session
     from jobtpu.passes.tell import told_by_hand
+    from jobtpu.schema.msgspec_lib import msgspec
 
     require_some(sel, "update")
     if not changes.any:

@@ -251,10 +251,10 @@ def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | 
 def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
     """Each machine by its short name (render/names.py): its state, the jobs it holds, its TPU or
     queued-resource state, its back-off (views/rows.py's rows in fixed columns)."""
-    import msgspec
     from rich.text import Text
 
     from jobtpu.commands.machines import fleet_rows
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.published import MachineRow
     from jobtpu.schema.state import State
     from jobtpu.views.rows import machine_rows as rows_of

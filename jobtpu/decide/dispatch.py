@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import itertools
 
-import msgspec
-
 from jobtpu.decide import rules
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, claim_reason, rule_of
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Attempt, Job, Status
 
 

@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.schema.accelerator import accelerator
+from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's bound
     from jobtpu.schema.fleet import Machine

@@ -48,11 +48,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.decide.progress import Progress
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
 
 # What happens to a machine, whichever job's pass reported it (a preemption seen through job 4 ended job 3 too).

@@ -3,10 +3,9 @@ the actions of its plan, and the names both sides use for a job's workers and ru
 
 from __future__ import annotations
 
-import msgspec
-
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job, Status, Transition
 
 

@@ -5,14 +5,13 @@ reach.py's, from the contacts). Pure."""
 
 from __future__ import annotations
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
 from jobtpu.decide.observation import Kill, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Ending, Job, Status, Transition
 
 

@@ -7,9 +7,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
+from jobtpu.schema.msgspec_lib import msgspec
 
 # What --on-resume may name; `${NAME}` is the shell's and left alone.
 PLACEHOLDERS = ("attempt", "zone", "region", "job")

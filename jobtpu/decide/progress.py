@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 _MARKER = re.compile(r"JOBTPU_PROGRESS\b(?P<rest>.*)")
 _FIELD = re.compile(r"\b(step|checkpoint)=(\d+)\b")

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import threading
 
-import msgspec
-
 from jobtpu import timing
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord, MachineState
 
 UP, UNREACHABLE = MachineState.UP, MachineState.UNREACHABLE

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
-
 from jobtpu.decide.observation import Kill
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State, Transition
 

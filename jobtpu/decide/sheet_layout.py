@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
+from jobtpu.schema.msgspec_lib import msgspec
 
 # jobtpu's column keys in their default order, and the header titles jobtpu writes for them.
 TITLES: dict[str, str] = {

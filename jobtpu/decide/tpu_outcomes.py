@@ -11,10 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-import msgspec
-
 from jobtpu.errors import RemoteError
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import (
     MachineRecord,
     MachineState,

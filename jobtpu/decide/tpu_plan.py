@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-import msgspec
-
 from jobtpu.decide.tpu_outcomes import (
     BACKOFF_FIRST,
     SETUP_RETRIES,
@@ -26,6 +24,7 @@ from jobtpu.decide.tpu_outcomes import (
 )
 from jobtpu.errors import RemoteError
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord, MachineState, SetupStatus, StepKind, Transient
 from jobtpu.schema.tpu_answers import (
     DOWN,

@@ -3,9 +3,8 @@ what a launch or a probe found. Pure data; jobtpu/remote/scripts.py turns them i
 
 from __future__ import annotations
 
-import msgspec
-
 from jobtpu import timing
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.worker_protocol import LaunchOutcome
 
 

@@ -14,9 +14,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from msgspec import UNSET, Raw, UnsetType
-
 from jobtpu.decide.fit import MAX_RESOURCE_COUNT
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
@@ -34,6 +31,7 @@ from jobtpu.schema.machines_file import (
     QueuedResource,
     UserLimitEntry,
 )
+from jobtpu.schema.msgspec_lib import UNSET, Raw, UnsetType, msgspec
 from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
 from jobtpu.schema.nodespec import default_runtime
 

@@ -13,10 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import ConfigError
 from jobtpu.home.trust import Runner, load_runner, why_untrusted
+from jobtpu.schema.msgspec_lib import msgspec
 
 _SECTIONS = {"gcp": ("credentials", "api_endpoint"), "sheet": ("credentials", "api_endpoint")}
 

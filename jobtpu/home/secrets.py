@@ -9,13 +9,12 @@ import os
 import re
 from pathlib import Path
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home, is_shared, write_atomic
 from jobtpu.home.safefs import CAP_LARGE, read_regular
 from jobtpu.home.store import hold_lock
 from jobtpu.schema.decode import read_file
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.secrets import Secrets, SecretsFile
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)

@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home.layout import Home, make_dirs, write_atomic
 from jobtpu.home.safefs import CAP_SMALL, read_regular
 from jobtpu.schema.decode import read_file
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.settings import UserSettings
 
 # The keys `jobtpu config` sets, and what each means when it is not set.

@@ -16,12 +16,11 @@ import stat
 from pathlib import PurePath
 from typing import Any
 
-import msgspec
-
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, is_shared
 from jobtpu.home.trust import account_name, why_untrusted
 from jobtpu.schema.job_spec import LAUNCH_FIELDS, JobSpec, read_spec
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 
 SPECS = "specs"

@@ -18,10 +18,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import ConfigError
 from jobtpu.home import safefs
+from jobtpu.schema.msgspec_lib import msgspec
 
 RUNNER_FILE = "runner.json"
 MAX_RUNNER_BYTES = 1 << 20
@@ -94,9 +93,8 @@ def load_runner(home_root: Path, euid: int | None = None) -> Runner:
 def parse_runner(data: bytes) -> Runner:
     """runner.json's text as its type (schema/runner.py); anything wrong is one ConfigError naming
     runner.json and the key."""
-    from msgspec import UnsetType
-
     from jobtpu.schema.decode import FileRefused, decode, read_file
+    from jobtpu.schema.msgspec_lib import UnsetType
     from jobtpu.schema.runner import RunnerFile, RunnerMachine, privileged_keys
 
     hint = f"fix {RUNNER_FILE}"

@@ -36,7 +36,7 @@ def load_users(home: Home) -> list[str] | None:
 
 
 def _save(home: Home, names: list[str]) -> None:
-    import msgspec
+    from jobtpu.schema.msgspec_lib import msgspec
 
     home.ensure()
     text = msgspec.json.format(msgspec.json.encode({"users": names}), indent=2) + b"\n"

@@ -7,13 +7,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import msgspec
-
 from jobtpu.home.layout import Home
 from jobtpu.home.store import State, StateVersion
 from jobtpu.passes.session import KeptConnections, Session
 from jobtpu.remote.scripts import archive_path
 from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.archive import home_problem
 from jobtpu.tpu.flow import MachineWork
 from jobtpu.transport.base import Endpoint

@@ -18,8 +18,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
@@ -37,6 +35,7 @@ from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
 from jobtpu.passes.tell import EventsHook
 from jobtpu.remote import pulls
 from jobtpu.remote.drivers import driver_for
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import MachineRecord, Status
 from jobtpu.sheet.hook import SheetHook
 from jobtpu.tpu.flow import request_recreate

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.errors import JobtpuError
 from jobtpu.passes.changes import PHASE, job_events, machine_events
 from jobtpu.render.text import printable
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import recorded
 from jobtpu.tell import eventlog

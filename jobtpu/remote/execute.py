@@ -13,10 +13,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-import msgspec
-
 from jobtpu.errors import RemoteError
 from jobtpu.render.text import printable
+from jobtpu.schema.msgspec_lib import msgspec
 
 UNREACHABLE = 255  # what ssh exits with when it cannot reach the host
 

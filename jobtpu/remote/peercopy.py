@@ -16,8 +16,6 @@ import secrets as random_ids
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
 from jobtpu.decide.placement import peer_hosts
@@ -34,6 +32,7 @@ from jobtpu.remote.scripts import (
     peer_stop_script,
 )
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.transport.base import Endpoint
 
 if TYPE_CHECKING:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
@@ -20,6 +18,7 @@ from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.remote.scripts import parse_probe, probe_script
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint
 from jobtpu.transport.reach import Reach

@@ -32,11 +32,10 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.schema import worker_protocol as protocol
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot import unpack
 from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
-import msgspec
-
 from jobtpu.render.text import cell_width
+from jobtpu.schema.msgspec_lib import msgspec
 
 GAP = "  "  # rich's padding (0, 1) between two columns, none at the edges
 

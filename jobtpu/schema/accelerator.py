@@ -8,7 +8,7 @@ import functools
 import itertools
 import re
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 # A count or a `+` (this version or newer), never both; `_` only as gcloud's configs spell a generation.
 _TYPE = re.compile(r"^v(\d+)([a-z_]*)(?:-(\d+)|(\+))?$")

@@ -19,10 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, get_args, get_origin, get_type_hints
 
-import msgspec
-from msgspec import Meta, Raw, Struct
-
 from jobtpu.errors import ConfigError
+from jobtpu.schema.msgspec_lib import Meta, Raw, Struct, msgspec
 
 
 class FileRefused(Exception):

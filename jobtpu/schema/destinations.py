@@ -7,11 +7,10 @@ import hashlib
 import urllib.parse
 from typing import Any
 
-import msgspec
-
 from jobtpu.decide.events import NOTIFICATIONS, Event
 from jobtpu.errors import ConfigError
 from jobtpu.render.text import printable
+from jobtpu.schema.msgspec_lib import msgspec
 
 _KEYS = frozenset({"webhook", "command", "events"})
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
-from msgspec import Meta
-
+from jobtpu.schema.msgspec_lib import Meta, msgspec
 from jobtpu.schema.names import MAX_TIME
 
 

@@ -9,10 +9,9 @@ import typing
 from enum import StrEnum
 from typing import Any, Literal
 
-import msgspec
-
 from jobtpu.errors import NotFoundError
 from jobtpu.schema.machines_file import MachineEntry
+from jobtpu.schema.msgspec_lib import msgspec
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
     from jobtpu.schema.sheet_config import SheetConfig

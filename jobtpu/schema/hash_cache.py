@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import msgspec
-from msgspec import Meta
+from jobtpu.schema.msgspec_lib import Meta, msgspec
 
 Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 Stamp = tuple[int, int, int, int]

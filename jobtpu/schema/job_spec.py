@@ -4,7 +4,7 @@ writes it and compares a job's record with it before a pass runs the job as its 
 
 from __future__ import annotations
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 
 class JobSpec(msgspec.Struct, kw_only=True):

@@ -7,9 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-import msgspec
-from msgspec import UNSET, Meta, Raw, Struct, UnsetType
-
+from jobtpu.schema.msgspec_lib import UNSET, Meta, Raw, Struct, UnsetType, msgspec
 from jobtpu.schema.nodespec import NodeSpec, NonEmptyText
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # what a machine's name or alias may be

@@ -7,10 +7,9 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Annotated, Any
 
-from msgspec import UNSET, Meta, Struct, UnsetType
-
 from jobtpu.schema.accelerator import TWO_CORES_A_CHIP
 from jobtpu.schema.accelerator import accelerator as parse_accelerator
+from jobtpu.schema.msgspec_lib import UNSET, Meta, Struct, UnsetType
 
 if TYPE_CHECKING:
     from jobtpu.schema.records import MachineRecord

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
-from msgspec import Meta
+from jobtpu.schema.msgspec_lib import Meta, msgspec
 
 Count = Annotated[int, Meta(ge=0)]
 

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from jobtpu.decide.goodput import JobReport
 from jobtpu.schema.events import Event
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 
 # A document's version: raised when a field changes meaning or goes away (a new field keeps it).

@@ -7,9 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-import msgspec
-from msgspec import Meta
-
+from jobtpu.schema.msgspec_lib import Meta, msgspec
 from jobtpu.schema.names import MAX_ATTEMPTS, MAX_PRIORITY, MAX_SECONDS, MAX_TIME, MAX_TRIES, MAX_WORKERS
 
 # Every number jobtpu reads back as a time or a length of time: an integer stays one (a hand edit

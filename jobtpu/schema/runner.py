@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import msgspec
-from msgspec import UNSET, Meta, Raw, Struct, UnsetType
+from jobtpu.schema.msgspec_lib import UNSET, Meta, Raw, Struct, UnsetType, msgspec
 
 _Text = Annotated[str | None | UnsetType, Meta(description="must be a string")]
 _Object = Meta(description="must be an object")

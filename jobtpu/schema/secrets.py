@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from msgspec import Meta
+from jobtpu.schema.msgspec_lib import Meta
 
 JobIdKey = Annotated[str, Meta(pattern=r"^[0-9]{1,18}$")]
 Secrets = dict[str, dict[str, str]]

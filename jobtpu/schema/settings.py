@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
-from msgspec import Meta
+from jobtpu.schema.msgspec_lib import Meta, msgspec
 
 
 class UserSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
-
 from jobtpu.decide import sheet_layout as sheetlayout
 from jobtpu.decide.sheet_layout import COLUMNS, TITLES, Layout, layout_for
 from jobtpu.errors import ConfigError
+from jobtpu.schema.msgspec_lib import msgspec
 
 DEFAULT_WORKSHEET = "jobtpu"
 DEFAULT_TIMEOUT = 5.0

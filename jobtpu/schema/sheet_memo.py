@@ -3,7 +3,7 @@ sheet and what it last read there, as its type (docs/reference/machines-json.md 
 
 from __future__ import annotations
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 
 class Memo(msgspec.Struct):

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import msgspec
-
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 
 MAX_SUBMISSION_BYTES = 64 << 20  # a 10,000-job sweep's records and more

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import NotFoundError
 from jobtpu.schema.events import Event
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import Attempts, MachineRecord, Number, Priority, Seconds, Time, Tries
 
 

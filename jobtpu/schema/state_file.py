@@ -8,11 +8,10 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import msgspec
-
 from jobtpu.errors import ConfigError
 from jobtpu.schema.decode import FileRefused, decode, explain, parse_json_file
 from jobtpu.schema.job_checks import job_problem
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord, machine_problem
 from jobtpu.schema.state import VERSION, Job, State
 

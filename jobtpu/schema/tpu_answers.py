@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from jobtpu.errors import RemoteError
+from jobtpu.schema.msgspec_lib import msgspec
 
 # Node state → (machine health, why). The API decides preemption; SSH failures never do.
 # Transient states are waited on; decide/tpu_plan.py says in `machines` for how long, and past TRANSIENT_LIMIT

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal, TypeVar
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 
 class Report(msgspec.Struct, frozen=True, tag_field="kind"):

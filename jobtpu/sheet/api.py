@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import msgspec
-
 from jobtpu.errors import REFUSED_BY_GOOGLE, JobtpuError, credentials_line, credentials_message
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import CALL_GRACE, GOOGLE_BASE, SheetConfig
 from jobtpu.sheet.rows import SheetGrid, grid_from_values, quote_title
 

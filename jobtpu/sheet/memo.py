@@ -13,12 +13,11 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import msgspec
-
 from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.errors import BusyError
 from jobtpu.home import safefs
 from jobtpu.home.layout import open_lock, write_atomic
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import CALL_GRACE, SheetConfig
 from jobtpu.schema.sheet_memo import Memo
 

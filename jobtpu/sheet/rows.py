@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import msgspec
-
 from jobtpu.decide.sheet_layout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, when
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.sheet.memo import Memo
 
 

@@ -8,10 +8,9 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import msgspec
-
 from jobtpu.decide.sheet_layout import MachineRow
 from jobtpu.errors import BusyError
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import SheetConfig, sheet_id
 from jobtpu.sheet.api import SheetApi, SheetError, read_sheet
 from jobtpu.sheet.memo import load_memo, memo_lock, rows_digest, save_memo

@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, cast
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import make_dirs
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.hashcache import HashCache, hash_file
 from jobtpu.snapshot.selection import NeverPacked, check_src, collect, say_left_out, say_many
 from jobtpu.snapshot.tarball import Archiver, remove_dead_tmps, tmp_name

@@ -9,11 +9,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
-import msgspec
-
 from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
 from jobtpu.schema.hash_cache import Entry, HashCacheFile, Stamp, read_hash_cache
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.tree import FolderTree
 
 CACHE_NAME = ".hashcache.json"

@@ -12,10 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import is_own_entry
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.gitignore import Rule, ignored, parse_gitignore
 from jobtpu.snapshot.tree import FolderTree, SymlinkedFolder, exclude_hint
 

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 
 from jobtpu.decide.events import Event
 from jobtpu.errors import BusyError
 from jobtpu.home import safefs
+from jobtpu.schema.msgspec_lib import msgspec
 
 EVENTS_FILE = "events.jsonl"
 ROTATE_BYTES = 4 * 1024 * 1024

@@ -20,7 +20,7 @@ import socket
 import urllib.parse
 from ipaddress import IPv4Address, IPv6Address, IPv6Network
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 Address = IPv4Address | IPv6Address
 

@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-import msgspec
-
 from jobtpu import timing
 from jobtpu.decide.tpu_outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
 from jobtpu.decide.tpu_plan import (
@@ -30,6 +28,7 @@ from jobtpu.errors import RemoteError
 from jobtpu.remote import scripts
 from jobtpu.schema import worker_protocol as protocol
 from jobtpu.schema.fleet import Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.nodespec import for_zone
 from jobtpu.schema.records import SetupStatus, StepKind
 from jobtpu.schema.tpu_answers import QueuedInfo

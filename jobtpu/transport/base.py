@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-import msgspec
+from jobtpu.schema.msgspec_lib import msgspec
 
 
 class Result(msgspec.Struct, frozen=True):

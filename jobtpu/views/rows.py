@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from jobtpu.render.names import with_short_names
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job, Status
 from jobtpu.views.listing import (
     attempt_text,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import msgspec
-
 from jobtpu.decide.goodput import JobReport
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import LOST, PREEMPTED
 
 INTERRUPTED = (PREEMPTED, LOST)  # the reason words of attempts whose work may be done again

@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 import jinja2
-import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request, cookie_parser
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -32,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobtpu import timing
 from jobtpu.errors import JobtpuError, NotFoundError, UsageError
 from jobtpu.home.layout import Home
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.web import acts, guard, pages
 
 HERE = Path(__file__).resolve().parent

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from jobtpu.home.layout import Home
+from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
     from jobtpu.commands.select import Selection
@@ -226,12 +225,11 @@ class MachineView(msgspec.Struct):
 
 def machines_page(home: Home, state: State) -> list[MachineView]:
     """`machines`' rows, each with `machines NAME`'s lines (its sheet claim, whose jobs it holds since when)."""
-    import msgspec
-
     from jobtpu.commands.machines import machine_rows
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
     from jobtpu.render.display import clock
+    from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.published import MachineRow as MachineJson
     from jobtpu.schema.records import MachineRecord
     from jobtpu.views.machine import machine_lines
