@@ -5,6 +5,8 @@ types whose bad values are one usage line (exit 2) saying what to type instead."
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +54,29 @@ class Parser(argparse.ArgumentParser):
         self.arguments.append(action)
         return action
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument added (to check its metavar), and a formatter
+        # given no width imports shutil to ask the terminal's: 2 ms of every command, for help only.
+        return self.formatter_class(prog=self.prog, width=help_width())  # type: ignore[call-arg]
+
     def option(self, name: str) -> argparse.Action | None:
         """The argument an option string (`--machine`, `-p`) names, if this parser takes it."""
         return next((a for a in self.arguments if name in a.option_strings), None)
+
+
+def help_width() -> int:
+    """The width argparse's help takes by shutil.get_terminal_size's rule ($COLUMNS, else the terminal
+    on stdout, else 80 columns), less its margin of 2."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
 
 
 class Choice:

@@ -31,7 +31,6 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     from jobtpu.decide.fit import parse_request, why_not
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
     from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
-    from jobtpu.remote.drivers import driver_for
     from jobtpu.schema.state import Job
 
     user = known_user(home, opts.user)
@@ -65,7 +64,7 @@ def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | No
     from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
 
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
-    local_roots = [Path(m.root) for m in fleet.machines.values() if not driver_for(m).remote]
+    local_roots = [Path(m.root) for m in fleet.machines.values() if m.runs_here]
     home.ensure()  # the first command in a new home says where it made it
     with sigterm_interrupts():
         snap = snapshot(src, archives or home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,

@@ -1,8 +1,6 @@
 """An event of the home's event log (events.jsonl, docs/reference/commands.md §2.25), as its type: what
 decide/events.py writes and reads, one per line."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 from jobtpu.schema.msgspec_lib import Meta, msgspec
@@ -33,7 +31,7 @@ class Event(msgspec.Struct, omit_defaults=True):
         return doc
 
     @classmethod
-    def from_json(cls, doc: Any) -> Event | None:
+    def from_json(cls, doc: Any) -> "Event | None":
         """The event a plain value holds (state.json's `untold`, an outbox item), or None for anything
         that is not one: a damaged one costs that event, never the others."""
         try:
@@ -42,7 +40,7 @@ class Event(msgspec.Struct, omit_defaults=True):
             return None
 
     @classmethod
-    def from_line(cls, line: bytes) -> Event | None:
+    def from_line(cls, line: bytes) -> "Event | None":
         """The event a line of events.jsonl holds, or None for anything that is not one (a line torn
         by a crash, a hand edit): a damaged line costs that line, never the whole log. The keys an
         event does not have (the `uid` and `account` each line carries) are left out."""

@@ -1,8 +1,6 @@
 """The hash cache (`<archives>/.hashcache.json`, docs/reference/home-files.md) as its type: by a kept
 file's absolute path, its stamp (size, mtime, ctime and inode, in nanoseconds) and its sha256."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from jobtpu.schema.msgspec_lib import Meta, msgspec

@@ -2,8 +2,6 @@
 holds, and a key they do not name is refused, so a typo never passes silently. Each key's Meta
 description ends the sentence "'key' ..." of the error a wrong value gets (schema/decode.py)."""
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Literal
 

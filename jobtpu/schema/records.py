@@ -2,8 +2,6 @@
 its saved TPU steps may be (enums: a typo in code or a hand edit is refused, and each compares equal
 to its word, which is what the file holds)."""
 
-from __future__ import annotations
-
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 

@@ -1,8 +1,6 @@
 """secrets.json, the secret --env values kept out of state.json (docs/reference/job-environment.md §8.3), as its msgspec
 type: {"<job id>": {"NAME": "value"}}. Any fault is told as what the whole file must be."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from jobtpu.schema.msgspec_lib import Meta

@@ -2,8 +2,6 @@
 msgspec type; home/settings.py reads, checks and writes it. Each key's description ends the sentence
 "'key' ..." of the one line a wrong value gets (schema/decode.py)."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 from jobtpu.schema.msgspec_lib import Meta, msgspec

@@ -5,8 +5,6 @@ cannot say is checked by schema/job_checks.py.)
 
 Only `Job.move` changes a job's status; every other module asks it to, and an illegal move raises."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable
 from enum import StrEnum

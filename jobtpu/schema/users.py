@@ -1,8 +1,6 @@
 """users.json, the home's list of user names (docs/reference/commands.md §2.15), as its msgspec type:
 one key, `users`, each name a valid user name. Any fault is told as what the whole file must be."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from jobtpu.schema.msgspec_lib import Meta, msgspec

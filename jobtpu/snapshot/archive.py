@@ -6,6 +6,7 @@ folder, and the home's own files (state, secrets, archives, logs, ...) are never
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -20,16 +21,18 @@ from jobtpu.home.layout import make_dirs
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.hashcache import HashCache, hash_file
 from jobtpu.snapshot.selection import NeverPacked, check_src, collect, say_left_out, say_many
-from jobtpu.snapshot.tarball import Archiver, remove_dead_tmps, tmp_name
 from jobtpu.snapshot.tree import FolderTree, exclude_hint
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
+    from jobtpu.snapshot.tarball import Archiver
+
 LARGE_SNAPSHOT_BYTES = 300 * 1024 * 1024
 _HASH_FIRST_BYTES = 64 << 20  # below this, hash before archiving: a reverted tree then costs no tar at all
 _PROGRESS_AFTER = 0.5
+TMP_PREFIX = ".snapshot."  # + "<pid>.<random>.tmp": a later snapshot removes those of dead processes
 
 
 def _is_regular(path: Path) -> bool:
@@ -144,6 +147,13 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
         return _archive(tree, listing.entries, archives_dir, console, t0)
 
 
+def _archiver(src: str, entries: list[tuple[str, os.stat_result]], tmp: Path) -> Archiver:
+    # A thread and tarfile: loaded only when an archive is written, not for a snapshot found made.
+    from jobtpu.snapshot.tarball import Archiver
+
+    return Archiver(src, entries, tmp)
+
+
 def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archives_dir: Path, console: Console,
              t0: int) -> ArchiveInfo:
     src_s = tree.root
@@ -173,7 +183,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
 
     try:  # from here on, any exception (Ctrl-C, SIGTERM) stops the archiver and removes tmp
         if miss_bytes > _HASH_FIRST_BYTES:
-            archiver = Archiver(src_s, entries, tmp)
+            archiver = _archiver(src_s, entries, tmp)
         for rel, st in misses:
             try:
                 shas[rel] = hash_file(tree, rel, on_bytes)
@@ -185,7 +195,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
         final = archives_dir / name
         reused = _is_regular(final)  # a link, a FIFO or a folder planted there is replaced, never read
         if not reused:
-            archiver = archiver or Archiver(src_s, entries, tmp)
+            archiver = archiver or _archiver(src_s, entries, tmp)
             while archiver.is_alive():
                 archiver.join(0.1)
                 bar.update(hashed + archiver.done)
@@ -218,3 +228,28 @@ def content_name(entries: list[tuple[str, os.stat_result]], shas: dict[str, str]
         kind = "l" if stat.S_ISLNK(st.st_mode) else "x" if st.st_mode & 0o111 else "f"
         digest.update(b"%s\0%s\0%s\n" % (os.fsencode(rel), kind.encode(), shas[rel].encode()))
     return f"{digest.hexdigest()}.tar.gz"
+
+
+def tmp_name(archives_dir: Path) -> Path:
+    # os.urandom, not the secrets module: its imports (random, hmac, base64) would cost every submit.
+    return archives_dir / f"{TMP_PREFIX}{os.getpid()}.{os.urandom(8).hex()}.tmp"
+
+
+def remove_dead_tmps(archives_dir: Path) -> None:
+    """Temporary files left by a snapshot whose process died (SIGKILL, a power cut) before its cleanup."""
+    for path in archives_dir.glob(f"{TMP_PREFIX}*.tmp"):
+        pid = path.name[len(TMP_PREFIX):].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process
+        return True
+    return True
+

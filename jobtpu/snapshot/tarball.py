@@ -3,7 +3,6 @@ on a thread beside the hashing, into a temporary file of this process that an ab
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import threading
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
     import tarfile
 
 COMPRESS_LEVEL = 1  # half the time of level 6 for ~10% more bytes to upload (measured with bench/snapshot.py)
-TMP_PREFIX = ".snapshot."  # + "<pid>.<random>.tmp": a later snapshot removes those of dead processes
 _COPY_BYTES = 1 << 20  # the archiver's read size, so also how far it reads past an abort
 
 
@@ -103,28 +101,3 @@ class _AbortableReader:
         data = self.f.read(n)
         self.archiver.done += len(data)
         return data
-
-
-def tmp_name(archives_dir: Path) -> Path:
-    # os.urandom, not the secrets module: its imports (random, hmac, base64) would cost every submit.
-    return archives_dir / f"{TMP_PREFIX}{os.getpid()}.{os.urandom(8).hex()}.tmp"
-
-
-def remove_dead_tmps(archives_dir: Path) -> None:
-    """Temporary files left by a snapshot whose process died (SIGKILL, a power cut) before its cleanup."""
-    for path in archives_dir.glob(f"{TMP_PREFIX}*.tmp"):
-        pid = path.name[len(TMP_PREFIX):].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            with contextlib.suppress(OSError):
-                path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # someone else's process
-        return True
-    return True
-
