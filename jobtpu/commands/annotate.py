@@ -2,8 +2,6 @@
 under the pass lock, as `kill` does: a pass commits its own view of the jobs it touched and of every
 machine record, so a change made beside a pass could be written over by it."""
 
-from __future__ import annotations
-
 import argparse
 from typing import NamedTuple
 
@@ -111,7 +109,7 @@ def note(home: Home, machine: str | None, words: list[str], force: bool = False)
     return 0
 
 
-def add_parser(subparsers: args.Subparsers) -> None:
+def add_parser(subparsers: "args.Subparsers") -> None:
     p = args.add_command(subparsers, "tag", "add (+TAG) and remove (-TAG) tags of jobs")
     p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
     p.add_argument("words", nargs=argparse.REMAINDER, metavar="ID... +TAG -TAG",

@@ -2,8 +2,6 @@
 settles for the jobs that wait on the ones it removes. The pure parts (axes, sweep files, cycles)
 are in jobtpu/sweeps.py."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -81,13 +79,13 @@ def parse_signal(text: str, timeout: float | None) -> tuple[str, float]:
     return name, before
 
 
-def apply_extras(job: Job, extras: Extras) -> None:
+def apply_extras(job: "Job", extras: Extras) -> None:
     job.after, job.after_any, job.retries = list(extras.after), list(extras.after_any), extras.retries
     job.grace, job.signal, job.signal_before = extras.grace, extras.signal, extras.signal_before
     job.max_running = extras.max_running
 
 
-def sweep_jobs(job: Job, combinations: list[dict[str, str]], team: dict[str, str], own: dict[str, str]) -> list[Job]:
+def sweep_jobs(job: "Job", combinations: list[dict[str, str]], team: dict[str, str], own: dict[str, str]) -> "list[Job]":
     """One job per combination, copies of `job` (one snapshot) with the combination's overrides after
     the command line's own, through the same three alias levels (`team`, the user's `own`); ids, the
     sweep and its tag are given when they are saved."""
@@ -110,7 +108,7 @@ def sweep_tag(sweep_id: int) -> str:
     return f"sweep:{sweep_id}"
 
 
-def check_dependencies(home: Home, state: State, first_id: int, after: list[int], after_any: list[int]) -> None:
+def check_dependencies(home: Home, state: "State", first_id: int, after: list[int], after_any: list[int]) -> None:
     """Refuse, before anything is saved, an id no job has, a job waiting for itself, a cycle, and an
     --after on a job that already ended without finishing (it could never start)."""
     from jobtpu.schema.state import Status
@@ -164,7 +162,7 @@ def history_statuses(home: Home, ids: set[int]) -> dict[int, str]:
     return found
 
 
-def settle_dependents(remaining: list[Job], gone: list[Job]) -> None:
+def settle_dependents(remaining: "list[Job]", gone: "list[Job]") -> None:
     """Before `clean` moves ended jobs to history: jobs still waiting for them stop waiting (a finished
     one, or any ended one under --after-any) or fail with reason `dependency` (one that failed or was
     killed, under --after), as the pass would have decided; no queued job is left waiting for an id

@@ -2,8 +2,6 @@
 and unless --dry-run write it through jobtpu's own writers (users.json, each user's settings.json,
 machines.json). The translation itself is importer.py's; docs/guide.md, "Moving from the TPU manager"."""
 
-from __future__ import annotations
-
 import functools
 import os
 import stat
@@ -27,7 +25,7 @@ class _Changes(NamedTuple):
     machines: dict[str, Any] | None  # machines.json's new document; None when it stays as it is
     machines_mode: int | None
     new_users: list[str]
-    settings: dict[str, UserSettings]  # user → their settings with the import applied, for those that change
+    settings: "dict[str, UserSettings]"  # user → their settings with the import applied, for those that change
 
 
 def tpu_manager(home: Home, data_json: str, dry_run: bool, force: bool, project: str | None) -> int:
@@ -202,7 +200,7 @@ def _write_machines(home: Home, doc: dict[str, Any], mode: int | None) -> None:
     write_atomic(home.machines_file, _encoded(doc), mode=mode)
 
 
-def _take(settings: UserSettings, wanted: UserSettings) -> None:
+def _take(settings: "UserSettings", wanted: "UserSettings") -> None:
     """The planned values, over what the file holds now (update_settings reads it again under its lock)."""
     settings.dirs.update(wanted.dirs)
     settings.aliases.update(wanted.aliases)
@@ -210,7 +208,7 @@ def _take(settings: UserSettings, wanted: UserSettings) -> None:
     settings.sheet_name = wanted.sheet_name
 
 
-def add_parser(subparsers: args.Subparsers) -> None:
+def add_parser(subparsers: "args.Subparsers") -> None:
     p = args.add_command(subparsers, "import", "take a team over from another tool: users, working directories, aliases, TPU machines")
     p.add_argument("source", choices=("tpu-manager",), help="the tool: tpu-manager (its data.json)")
     p.add_argument("data_json", metavar="DATA_JSON", help="the TPU manager's data.json")

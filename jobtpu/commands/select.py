@@ -3,8 +3,6 @@
 clean, hold and release, picked by one pure function, so the same selectors pick the same jobs
 everywhere (docs/reference/commands.md §2.7); each command then keeps the jobs it can act on."""
 
-from __future__ import annotations
-
 import argparse
 import fnmatch
 from collections.abc import Callable, Iterable
@@ -52,7 +50,7 @@ class Selection(NamedTuple):
         return self.all_users or (self.user is None and bool(self.ids or self.sweeps))
 
 
-def select(jobs: Iterable[Job], selection: Selection, current_user: str) -> list[Job]:
+def select(jobs: "Iterable[Job]", selection: Selection, current_user: str) -> "list[Job]":
     """The jobs passing every selector given, in the order of `jobs`. Jobs are `current_user`'s
     unless --user names another or the selection takes anyone's (Selection.anyones)."""
     tests: list[Callable[[Job], bool]] = []
@@ -72,13 +70,13 @@ def select(jobs: Iterable[Job], selection: Selection, current_user: str) -> list
     return [j for j in jobs if all(test(j) for test in tests)]
 
 
-def chooser(home: Home, selection: Selection) -> str:
+def chooser(home: "Home", selection: Selection) -> str:
     """The user whose jobs the selection picks (--user, else you), checked against the home's users
     only when it matters: "" when it takes anyone's."""
     return "" if selection.anyones else known_user(home, selection.user)
 
 
-def select_current(home: Home, jobs: Iterable[Job], sel: Selection, act: str) -> list[Job]:
+def select_current(home: "Home", jobs: "Iterable[Job]", sel: Selection, act: str) -> "list[Job]":
     """For a command that changes jobs (`act`): the selected jobs of state.json, in id order. Every
     id must be there, or the error says where the job went (history.jsonl, or nowhere)."""
     jobs = sorted(jobs, key=lambda j: j.id)
@@ -99,7 +97,7 @@ def require_some(sel: Selection, command: str) -> None:
                               "(--tag, --name, --status, --user, --all-users, --sweep)")
 
 
-def describe(job: Job) -> str:
+def describe(job: "Job") -> str:
     """One line about a job for a bulk command's listing: id, status, name and overrides."""
     parts = [str(job.status)]
     if job.name:
@@ -111,7 +109,7 @@ def describe(job: Job) -> str:
     return f"job {job.id} ({', '.join(parts)})"
 
 
-def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: bool = True) -> None:
+def announce(verb: str, jobs: "list[Job]", sel: Selection, dry_run: bool, by_id: bool = True) -> None:
     """What a bulk command acts on, one line per job on stdout, before it acts (with --dry-run,
     instead), so every act says what it changed. Jobs named only by id are said too unless `by_id`
     is false (resume and rerun print their ids instead)."""
@@ -129,7 +127,7 @@ def announce(verb: str, jobs: list[Job], sel: Selection, dry_run: bool, by_id: b
         say(printable(f"{prefix} {describe(job)}"))
 
 
-def chosen_jobs(home: Home, chosen: Selection, state: State | None = None) -> list[Job]:
+def chosen_jobs(home: "Home", chosen: Selection, state: "State | None" = None) -> "list[Job]":
     """The jobs `status` lists (select.select over state.json's jobs, or with --history over
     history.jsonl's, newest first). An id missing from state.json is looked for in history.jsonl,
     where `clean` moved it; an id or sweep found nowhere is an error. `state`: state.json, already read."""

@@ -1,8 +1,6 @@
 """`jobtpu submit`: check what the user typed, snapshot the folder, queue the job (or a sweep's jobs)
 under fresh ids; its parser's options are `run`'s too."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import time
@@ -25,7 +23,48 @@ if TYPE_CHECKING:
 RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
 
 
-def build_job(home: Home, fleet: Fleet, opts: SubmitOptions, archives: Path | None = None) -> Job:
+class SubmitOptions(NamedTuple):
+    """What `submit` and `run` take, as the user typed it (checked by build_job). The one place each
+    default is written: the parser takes them from here (add_job_options), and tests/test_commands.py
+    holds the fields to its options."""
+
+    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
+    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
+    req: list[str] = []
+    machine: str | None = None
+    name: str = ""
+    tag: list[str] = []
+    env: list[str] = []
+    rule: str | None = None
+    max_recoveries: int = 20
+    timeout: str | None = None
+    stall: str | None = None
+    include: list[str] = []
+    exclude: list[str] = []
+    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
+    user: str | None = None
+    log_stage: bool = False
+    on_resume: str | None = None
+    overrides: list[str] = []
+    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
+    progress: str | None = None
+    priority: int = 0
+    sheet_note: str | None = None
+    # sweeps, dependencies, retries, grace and signal (batch.py)
+    sweep: list[str] = []
+    sweep_file: str | None = None
+    after: list[str] = []
+    after_any: list[str] = []
+    retries: int = 0
+    grace: str | None = None
+    signal: str | None = None
+    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
+    hold: bool = False  # queued held: it starts only after `jobtpu release`
+    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
+
+
+
+def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | None = None) -> "Job":
     """Check everything the user typed, then snapshot (into `archives`, default the home's);
     raises before anything is written."""
     from jobtpu.decide.fit import parse_request, why_not
@@ -105,12 +144,12 @@ def _sheet_note(src: Path, given: str | None) -> str | None:
     return cell(found, MAX_SHEET_NOTE) if found is not None else None
 
 
-def submit(home: Home, opts: SubmitOptions) -> Job:
+def submit(home: Home, opts: SubmitOptions) -> "Job":
     """Queue a job: checked, snapshotted, its secrets filed, then saved under a fresh id."""
     return submit_jobs(home, opts)[0]
 
 
-def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
+def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write."""
     from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
@@ -136,9 +175,11 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
         cache = member_cache(home)
     job = build_job(home, fleet, opts, cache if member else None)
     apply_extras(job, extras)
-    from jobtpu.home.secrets import SecretStore, split_env
+    secret: dict[str, str] = {}
+    if job.env:  # secrets.py is loaded only for a job with an environment to split
+        from jobtpu.home.secrets import split_env
 
-    job.env, secret = split_env(job.env)
+        job.env, secret = split_env(job.env)
     if extras.combinations is None:
         jobs = [job]
     else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference/commands.md §2.2.3)
@@ -148,8 +189,10 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
         from jobtpu.commands.spooled import file_submission
 
         return file_submission(home, role, jobs, secret, read[0], extras, cache)
-    secrets = SecretStore(home)
     if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
+        from jobtpu.home.secrets import SecretStore
+
+        secrets = SecretStore(home)
         secrets.check_keeper()
         secrets.check()
     try:
@@ -164,7 +207,8 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> list[Job]:
                 if extras.combinations is not None:
                     each.sweep = first
                     each.tags.append(sweep_tag(first))
-            secrets.put_many([each.id for each in jobs], secret)  # before the jobs exist: none runs without them
+            if secret:  # before the jobs exist: none runs without them
+                secrets.put_many([each.id for each in jobs], secret)
             if role.layout is Layout.OLD_SHARED:  # only its passes read what runs from a file of the submitter's
                 from jobtpu.home.specs import write_specs  # (design §7); a private home's records are its own
 
@@ -232,7 +276,7 @@ def print_resolved(home: Home, opts: SubmitOptions) -> int:
     return 0
 
 
-def print_submitted(jobs: list[Job], as_json: bool) -> None:
+def print_submitted(jobs: "list[Job]", as_json: bool) -> None:
     """A job's id; a sweep's ids as a range (12-17)."""
     from jobtpu.sweeps import id_range
 
@@ -251,48 +295,7 @@ def options_from(parsed: argparse.Namespace) -> SubmitOptions:
     return SubmitOptions(**{name: getattr(parsed, name) for name in SubmitOptions._fields})
 
 
-class SubmitOptions(NamedTuple):
-    """What `submit` and `run` take, as the user typed it (checked by build_job). The one place each
-    default is written: the parser takes them from here (add_job_options), and tests/test_commands.py
-    holds the fields to its options."""
-
-    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
-    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
-    req: list[str] = []
-    machine: str | None = None
-    name: str = ""
-    tag: list[str] = []
-    env: list[str] = []
-    rule: str | None = None
-    max_recoveries: int = 20
-    timeout: str | None = None
-    stall: str | None = None
-    include: list[str] = []
-    exclude: list[str] = []
-    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
-    user: str | None = None
-    log_stage: bool = False
-    on_resume: str | None = None
-    overrides: list[str] = []
-    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
-    progress: str | None = None
-    priority: int = 0
-    sheet_note: str | None = None
-    # sweeps, dependencies, retries, grace and signal (batch.py)
-    sweep: list[str] = []
-    sweep_file: str | None = None
-    after: list[str] = []
-    after_any: list[str] = []
-    retries: int = 0
-    grace: str | None = None
-    signal: str | None = None
-    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
-    hold: bool = False  # queued held: it starts only after `jobtpu release`
-    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
-
-
-
-def add_parser(subparsers: args.Subparsers) -> None:
+def add_parser(subparsers: "args.Subparsers") -> None:
     p = args.add_command(subparsers, "submit", "snapshot the working folder and queue a job; prints its id")
     add_job_options(p)
     p.set_defaults(func=lambda home, a: submit_command(home, options_from(a), a.json))

@@ -4,8 +4,6 @@ request, priority, config overrides, machine and a sweep's --max-running (docs/r
 changes are recorded as a `job_updated` event. The changes to one job are worked out by a pure
 function (`apply_changes`), so a table test covers them."""
 
-from __future__ import annotations
-
 import argparse
 import shlex
 import time
@@ -61,7 +59,7 @@ def _override_key(word: str) -> str | None:
     return parts[0].partition("=")[0].lstrip("-")
 
 
-def apply_changes(job: Job, changes: Changes, fleet: Fleet, team: Mapping[str, str],
+def apply_changes(job: "Job", changes: Changes, fleet: "Fleet", team: Mapping[str, str],
                   own: Mapping[str, str]) -> dict[str, list[Any]]:
     """Pure: change a queued job as asked; each field that changed → [was, now]. Raises, changing
     nothing, when the result could not run: a request or machine no machine could ever give, a
@@ -183,7 +181,7 @@ def changes_from(parsed: argparse.Namespace) -> Changes:
                    no_machine=parsed.no_machine, max_running=parsed.max_running)
 
 
-def add_parser(subparsers: args.Subparsers) -> None:
+def add_parser(subparsers: "args.Subparsers") -> None:
     p = args.add_command(subparsers, "update", "change queued jobs' request, priority, overrides, machine or "
                          "a sweep's --max-running")
     add_selection_args(p, "the queued jobs", dry_run=True)

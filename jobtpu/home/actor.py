@@ -5,8 +5,6 @@ member's request from the spool: then, while it does, the request's sender (the 
 owner of the request file) is the account that the ownership rule and every record name, and the
 user name is the one the request carries. Nothing else changes whom a command acts for."""
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 import os

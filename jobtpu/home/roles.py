@@ -8,8 +8,6 @@ not group-writable; the group writes only the sticky `spool/`, `users/` and `res
 entry there its maker's. A home whose top folder is group-writable is a shared home of the old
 layout, where every member wrote every file: its runner's next command moves it to the new one."""
 
-from __future__ import annotations
-
 import enum
 import os
 import stat

@@ -17,8 +17,6 @@ Names:
 - `.cache-<uid>/`: a member's own snapshot cache (never read by the runner).
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import re

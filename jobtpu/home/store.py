@@ -5,8 +5,6 @@ Readers take no lock (a save is an atomic rename, so they see a whole file); eve
 read-modify-write happens inside `Store.transaction`, which holds the state lock only for as long
 as the caller's in-memory edit takes — never across network work."""
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import os

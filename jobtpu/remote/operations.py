@@ -1,7 +1,5 @@
 """Fleet work outside a pass: pulling one job's logs (tail -f), fetching results, remote clean-up."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 from pathlib import Path

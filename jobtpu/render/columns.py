@@ -9,8 +9,6 @@ cell ends with "…". A table may give a column a floor of its own (a readable h
 overrides that tell a sweep's members apart): it narrows no further than that, as if it were its
 title. An empty column is left out rather than cut the last one below LAST_KEPT."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import NamedTuple
 

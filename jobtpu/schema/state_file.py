@@ -2,8 +2,6 @@
 schema/decode.py tells in JSON paths with the job's id or the machine's name first, and the file's
 layout (one job per line), written so that two States are equal exactly when their files are."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
