@@ -1,12 +1,12 @@
 """msgspec, as every jobtpu module takes it: loaded here, the first time, without typing_extensions.
 
 msgspec imports typing_extensions whenever it is installed (the TPU client's grpcio installs it) for
-two things Python 3.11's typing holds the same of: `get_type_hints(..., include_extras=True)`, which
-typing_extensions passes straight to typing's before 3.13 only to strip what msgspec asks it to keep,
-and `Required`/`NotRequired`, the very objects typing has. Importing it costs about 8 ms (inspect, ast,
-dis and tokenize come with it), a tenth of a submit (docs/design.md §9.2). Loaded while that name is
-marked absent, msgspec takes typing's, so it decodes exactly as before; a process that has already
-loaded typing_extensions (the TPU client, a test) keeps msgspec's usual import.
+two things the typing of Python 3.11 and later holds the same of: `get_type_hints`, which asked with
+`include_extras=True` (as msgspec asks) returns typing's answer unchanged, and `Required` and
+`NotRequired`, the very objects typing has. Importing it costs about 8 ms (inspect, ast, dis and
+tokenize come with it), a tenth of a submit (docs/design.md §9.2). Loaded while that name is marked
+absent, msgspec takes typing's, so it decodes exactly as before; a process that has already loaded
+typing_extensions (the TPU client, a test) keeps msgspec's usual import.
 
 tests/test_layers.py holds every other module to importing msgspec from here."""
 
