@@ -63,7 +63,6 @@ class SubmitOptions(NamedTuple):
     dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
 
 
-
 def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | None = None) -> "Job":
     """Check everything the user typed, then snapshot (into `archives`, default the home's);
     raises before anything is written."""
