@@ -8,13 +8,14 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from jobtpu.errors import JobtpuError
 from jobtpu.snapshot import archive, selection
-from jobtpu.snapshot.archive import snapshot
+from jobtpu.snapshot.archive import content_name, snapshot
 from jobtpu.snapshot.selection import list_files
 from jobtpu.snapshot.tree import FolderTree
 from tests.helpers import write_tree as write
@@ -181,6 +182,48 @@ def test_hash_cache_avoids_rereading(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert (arch / ".hashcache.json").exists()
     monkeypatch.setattr(archive, "hash_file", lambda *a: pytest.fail("re-read an unchanged file"))
     assert snapshot(src, arch, console=quiet()).name == first.name
+
+
+def _old(src: Path) -> None:
+    for p in src.rglob("*"):  # old enough not to be racy: the hash cache remembers them
+        os.utime(p, ns=(10**18, 10**18), follow_symlinks=False)
+
+
+def _unchanged(src: Path) -> None:
+    pass
+
+
+def _edit_keeping_size_and_mtime(src: Path) -> None:
+    (src / "a.py").write_text("A")
+    os.utime(src / "a.py", ns=(10**18, 10**18))
+
+
+@pytest.mark.parametrize("change", [
+    _unchanged,
+    _edit_keeping_size_and_mtime,
+    lambda src: (src / "a.py").rename(src / "renamed.py"),
+    lambda src: (src / "b" / "c.txt").unlink(),
+    lambda src: (src / "new.txt").write_text("new"),
+    lambda src: os.chmod(src / "a.py", 0o755),
+    lambda src: (src / ".gitignore").write_text("*.txt\n"),
+    lambda src: os.symlink("a.py", src / "link"),
+], ids=["unchanged", "edit-keeping-size-and-mtime", "rename", "delete", "add", "chmod", "ignore-rule", "symlink"])
+def test_a_name_from_the_hash_cache_is_the_name_made_afresh(tmp_path: Path, change: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/design.md §9.1: a snapshot that keeps the same files unchanged takes its archive's name
+    from the hash cache, without hashing; any change names it anew, as a snapshot with no cache would."""
+    src = write(tmp_path / "src", {"a.py": "a", "b/c.txt": "c", ".gitignore": "*.o\n"})
+    _old(src)
+    arch = tmp_path / "archives"
+    first = snapshot(src, arch, console=quiet())
+    change(src)
+    made = []
+    monkeypatch.setattr(archive, "content_name", lambda *a: made.append(1) or content_name(*a))
+    again = snapshot(src, arch, console=quiet())
+    fresh = snapshot(src, tmp_path / "fresh", console=quiet())
+    assert again.name == fresh.name
+    assert (again.name == first.name) == (change is _unchanged)
+    assert made == ([1] if change is _unchanged else [1, 1])  # only the fresh one hashed, when unchanged
 
 
 def test_system_tar_extracts_it(tmp_path: Path) -> None:

@@ -122,23 +122,29 @@ def test_status_manage_and_help_load_none_of_the_web_stack(tmp_path: Path, args:
 
 def test_submit_loads_msgspec_without_typing_extensions(tmp_path: Path) -> None:
     """docs/design.md §9.2: msgspec comes through schema/msgspec_lib.py, which keeps typing_extensions
-    (and inspect, ast, dis behind it: 8 ms) out of a submit; msgspec then uses typing's own functions."""
+    (and inspect, ast, dis behind it: 8 ms) out of a submit; msgspec then uses typing's own functions.
+    §9.1: a resubmit of an unchanged folder names its archive from the hash cache, without hashlib."""
     home, src = tmp_path / "home", tmp_path / "src"
     home.mkdir()
     src.mkdir()
     (src / "train.py").write_text("print(1)\n")
+    os.utime(src / "train.py", ns=(10**18, 10**18))  # not racy: the hash cache remembers it
     (home / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local"}}}))
-    record = tmp_path / "modules.json"
     runner = RUNNER.replace("sys.exit(code)", "import msgspec._utils as u, typing\n"
                             "assert u._get_type_hints is typing.get_type_hints and u.NotRequired is typing.NotRequired\n"
                             "sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", runner, str(record), "--home", str(home), "submit", "--dir", str(src),
-                           "--cmd", "true"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "JOBTPU_USER": "tester"})
-    assert done.returncode == 0, done.stderr
-    modules = json.loads(record.read_text())
-    assert "msgspec" in modules and "jobtpu.commands.submit" in modules  # the record is real
-    assert "typing_extensions" not in modules
+    loaded = []
+    for n in range(2):
+        record = tmp_path / f"modules{n}.json"
+        done = subprocess.run([sys.executable, "-c", runner, str(record), "--home", str(home), "submit", "--dir",
+                               str(src), "--cmd", "true"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "JOBTPU_USER": "tester"})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(n + 1)
+        loaded.append(set(json.loads(record.read_text())))
+    assert {"msgspec", "jobtpu.commands.submit", "hashlib"} <= loaded[0]  # the record is real
+    assert "typing_extensions" not in loaded[0] | loaded[1]
+    assert "hashlib" not in loaded[1]
 
 
 def test_msgspec_takes_typing_extensions_where_it_was_loaded_first() -> None:

@@ -215,16 +215,22 @@ def test_the_outbox_reads_as_its_type_and_a_damaged_one_is_one_line(
 _SHA = "ab" * 32
 
 
-@pytest.mark.parametrize(("text", "kept"), [
-    (f'{{"/r/a":[1,2,3,4,"{_SHA}"]}}'.encode(), {"/r/a"}),
-    (f'{{"/r/a":[1,2,3,4,"{_SHA}"],"/r/b":[1,2,3,"{_SHA}"]}}'.encode(), set()),  # one bad entry: a re-hash
-    (b'{"/r/a":[1,2,3,4,"not a digest"]}', set()),
-    (b'[]', set()),
-    (b'{"/r/a":', set()),
+_NAME = "cd" * 32 + ".tar.gz"
+
+
+@pytest.mark.parametrize(("text", "kept", "named"), [
+    (f'{{"files":{{"/r/a":[1,2,3,4,"{_SHA}"]}},"names":{{"/r":["{_NAME}",[["a","f"]]]}}}}'.encode(), {"/r/a"}, {"/r"}),
+    (f'{{"files":{{"/r/a":[1,2,3,4,"{_SHA}"],"/r/b":[1,2,3,"{_SHA}"]}}}}'.encode(), set(), set()),  # a bad entry
+    (f'{{"files":{{"/r/a":[1,2,3,4,"{_SHA}"]}},"names":{{"/r":["x.tar.gz",[]]}}}}'.encode(), set(), set()),
+    (b'{"files":{"/r/a":[1,2,3,4,"not a digest"]}}', set(), set()),
+    (f'{{"/r/a":[1,2,3,4,"{_SHA}"]}}'.encode(), set(), set()),  # the shape of before: one re-hash
+    (b'[]', set(), set()),
+    (b'{"files":', set(), set()),
 ])
-def test_a_damaged_hash_cache_reads_as_empty(text: bytes, kept: set[str]) -> None:
+def test_a_damaged_hash_cache_reads_as_empty(text: bytes, kept: set[str], named: set[str]) -> None:
     from jobtpu.schema.hash_cache import read_hash_cache
-    assert set(read_hash_cache(text)) == kept
+    cache = read_hash_cache(text)
+    assert (set(cache.files), set(cache.names)) == (kept, named)
 
 
 # The sheet memo (sheet.json) as jobtpu wrote it before it was encoded by its type: `json.dumps(doc,

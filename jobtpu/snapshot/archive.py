@@ -7,7 +7,6 @@ folder, and the home's own files (state, secrets, archives, logs, ...) are never
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
 import sys
@@ -164,7 +163,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
     misses: list[tuple[str, os.stat_result]] = []
     for rel, st in entries:
         if stat.S_ISLNK(st.st_mode):
-            shas[rel] = hashlib.sha256(os.fsencode(tree.readlink(rel))).hexdigest()
+            shas[rel] = _sha256(os.fsencode(tree.readlink(rel)))
         elif (known := cache.known(rel, st)) is not None:
             shas[rel] = known
         else:
@@ -191,7 +190,9 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
                 where = e.filename or os.path.join(src_s, rel)
                 raise JobtpuError(f"cannot read {where}: {e.strerror}", hint=exclude_hint(rel)) from e
             cache.remember(rel, st, shas[rel], t0)
-        name = content_name(entries, shas)
+        kept = [(rel, kind_of(st)) for rel, st in entries]
+        name = cache.named(kept) or content_name(entries, shas)  # the same files unchanged: the same name
+        cache.name(kept, name)
         final = archives_dir / name
         reused = _is_regular(final)  # a link, a FIFO or a folder planted there is replaced, never read
         if not reused:
@@ -220,14 +221,26 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
     return ArchiveInfo(name, final, len(entries), size, reused, largest)
 
 
+def kind_of(st: os.stat_result) -> str:
+    """A kept file's kind as its archive's name counts it: a link, an executable or a plain file."""
+    return "l" if stat.S_ISLNK(st.st_mode) else "x" if st.st_mode & 0o111 else "f"
+
+
 def content_name(entries: list[tuple[str, os.stat_result]], shas: dict[str, str]) -> str:
     """The archive's name: the sha256 of its sorted (relpath, kind, content sha256) list, so the same
     files make the same name whoever snapshots them, and unpack.py can check an archive against it."""
+    import hashlib  # here: a snapshot that names its archive from the hash cache never loads it
+
     digest = hashlib.sha256()
     for rel, st in entries:
-        kind = "l" if stat.S_ISLNK(st.st_mode) else "x" if st.st_mode & 0o111 else "f"
-        digest.update(b"%s\0%s\0%s\n" % (os.fsencode(rel), kind.encode(), shas[rel].encode()))
+        digest.update(b"%s\0%s\0%s\n" % (os.fsencode(rel), kind_of(st).encode(), shas[rel].encode()))
     return f"{digest.hexdigest()}.tar.gz"
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def tmp_name(archives_dir: Path) -> Path:

@@ -1,17 +1,18 @@
 """The hash cache (`<archives>/.hashcache.json`): a kept file's sha256 by its absolute path, valid while
-its size, mtime, ctime and inode are those recorded, so an unchanged tree is not read again."""
+its size, mtime, ctime and inode are those recorded, so an unchanged tree is not read again; and the
+archive a folder's last snapshot named, with the files it named it from, so a snapshot that keeps the
+same files unchanged names its archive without hashing anything (nor loading hashlib)."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
 from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
-from jobtpu.schema.hash_cache import Entry, HashCacheFile, Stamp, read_hash_cache
+from jobtpu.schema.hash_cache import Entry, HashCacheFile, Kept, Named, Stamp, read_hash_cache
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.tree import FolderTree
 
@@ -25,6 +26,8 @@ def stamp(st: os.stat_result) -> Stamp:
 
 
 def hash_file(tree: FolderTree, rel: str, on_bytes: Callable[[int], None]) -> str:
+    import hashlib  # here: a snapshot that names its archive from the cache never loads it (OpenSSL, 2.6 ms)
+
     h = hashlib.sha256()
     with tree.open(rel) as f:
         while chunk := f.read(1 << 20):
@@ -43,24 +46,45 @@ class HashCache:
             raw = safefs.read_regular(archives_dir.parent, PurePath(archives_dir.name, CACHE_NAME), safefs.CAP_LARGE)
             self.old: HashCacheFile = read_hash_cache(raw)
         except (OSError, safefs.UnsafePath):
-            self.old = {}
-        self.entries: dict[str, Entry] = {k: v for k, v in self.old.items() if not k.startswith(root + os.sep)}
+            self.old = HashCacheFile()
+        self.entries: dict[str, Entry] = {k: v for k, v in self.old.files.items() if not k.startswith(root + os.sep)}
+        self.names: dict[str, Named] = dict(self.old.names)
+        self.all_known = True  # every kept file so far a hit
 
     def known(self, rel: str, st: os.stat_result) -> str | None:
         """The file's sha256 when the cache holds it for exactly this stat, else None."""
         key = os.path.join(self.root, rel)
-        hit = self.old.get(key)
+        hit = self.old.files.get(key)
         if hit is not None and hit[:4] == stamp(st):
             self.entries[key] = hit
             return hit[4]
+        self.all_known = False
         return None
 
     def remember(self, rel: str, st: os.stat_result, sha: str, started_ns: int) -> None:
         if st.st_mtime_ns < started_ns - RACY_NS:  # as git's racy check: an edit in the same tick is caught
             self.entries[os.path.join(self.root, rel)] = (*stamp(st), sha)
 
+    def named(self, kept: list[Kept]) -> str | None:
+        """The archive name of the last snapshot of this folder, when it kept these very files (the
+        same paths and kinds, in order) and each of them is a hit now: the name is a function of the
+        paths, kinds and contents (archive.content_name), and a hit's content is the one recorded."""
+        last = self.names.get(self.root)
+        if not self.all_known or last is None or last.kept != kept or any(kind == "l" for _, kind in kept):
+            return None  # a link's target is read each time, not stamped: a folder with one names anew
+        return last.archive
+
+    def name(self, kept: list[Kept], archive: str) -> None:
+        """Record the archive this snapshot named from `kept`; forgotten unless every file is remembered
+        (a racy one is hashed again next time, so the name must be made again too)."""
+        if all(kind != "l" and os.path.join(self.root, rel) in self.entries for rel, kind in kept):
+            self.names[self.root] = Named(archive, kept)
+        else:
+            self.names.pop(self.root, None)
+
     def save(self) -> None:
         """Atomically, when changed; but a cache we cannot write is not worth failing a submit over."""
-        if self.entries != self.old:
+        new = HashCacheFile(self.entries, self.names)
+        if new != self.old:
             with contextlib.suppress(OSError):
-                write_atomic(self.path, msgspec.json.encode(self.entries), sync=False)
+                write_atomic(self.path, msgspec.json.encode(new), sync=False)
