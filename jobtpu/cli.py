@@ -255,6 +255,7 @@ def as_member(home: Home, command: str, argv: Sequence[str]) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    standard_streams()
     typed = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(command_word(typed))
     words = parser.old_shapes(typed)  # what a relayed act sends too
@@ -283,6 +284,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def standard_streams() -> None:
+    """A process started with stdin, stdout or stderr closed (`jobtpu status >&-`, a daemon's child)
+    gets /dev/null there, as a daemon does for itself. Python leaves such a stream None, so every
+    write would raise; and the next file opened would take the free descriptor, so a child (rsync,
+    ssh) would write its output into state.json."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:  # the process's own stream, for its whole life: never closed
+            stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
+
+
 def _in_home(args: argparse.Namespace, path: str) -> bool:
     home = find_home(args.home).root
     return Path(path).resolve().is_relative_to(home) or home.is_relative_to(Path(path).resolve())
@@ -295,9 +314,10 @@ def command_line() -> int:
     code = main()
     if nothing_left_but_memory():
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except OSError:  # a reader that left: the interpreter's own exit says so, as it always did
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # None: started with that descriptor closed (`>&-`)
+                    stream.flush()
+        except (OSError, ValueError):  # a reader that left, a stream closed: the usual exit says so, as ever
             pass
         else:
             os._exit(code)

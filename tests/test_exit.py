@@ -11,6 +11,7 @@ import sys
 import sysconfig
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,9 +34,12 @@ PATH = [str(Path(__file__).resolve().parent.parent), sysconfig.get_paths()["pure
 TEARDOWN = "# cleanup"
 
 
-def _run(home: Path, args: list[str], setup: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-S", "-v", "-c", PROGRAM.format(path=PATH, setup=setup), "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"})
+def _run(home: Path, args: list[str], setup: str = "", verbose: bool = True,
+         **how: Any) -> subprocess.CompletedProcess[str]:
+    how = {"capture_output": True, **how}
+    flags = ["-S", "-v"] if verbose else ["-S"]
+    return subprocess.run([sys.executable, *flags, "-c", PROGRAM.format(path=PATH, setup=setup), "--home", str(home),
+                           *args], text=True, timeout=60, env={**os.environ, "JOBTPU_USER": "tester"}, **how)
 
 
 @pytest.fixture()
@@ -64,6 +68,30 @@ def test_an_error_keeps_its_exit_status(home: Path) -> None:
     done = _run(home, ["tail", "999"])
     assert done.returncode == 1
     assert "no job 999" in done.stderr and TEARDOWN not in done.stderr
+
+
+def test_a_closed_stdout_is_no_error(home: Path) -> None:
+    """Started with stdout closed (`jobtpu status >&-`), Python has no sys.stdout: nothing to flush."""
+    done = _run(home, ["status", "--json"], capture_output=False, stdout=None, stderr=subprocess.PIPE,
+                preexec_fn=lambda: os.close(1))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and TEARDOWN not in done.stderr
+
+
+def _close_standard_streams() -> None:
+    for fd in (0, 1, 2):
+        os.close(fd)
+
+
+def test_a_pass_started_with_every_standard_stream_closed_keeps_its_files_whole(home: Path) -> None:
+    """A daemon's child may start with 0, 1 and 2 closed: the next file opened would take one of them,
+    and a job's wrapper or rsync would write into it. /dev/null stands there instead."""
+    # Without -v: Python's own start fails under -v with no stderr to tell its imports to.
+    done = _run(home, ["manage"], verbose=False, capture_output=False, preexec_fn=_close_standard_streams)
+    assert done.returncode == 0
+    state = json.loads((home / "state.json").read_text())
+    assert {job["status"] for job in state["jobs"]} <= {"launching", "running", "finished", "queued"}
+    assert any(job["status"] != "queued" for job in state["jobs"])  # the pass launched some
 
 
 def test_an_atexit_callback_gets_the_usual_exit(home: Path) -> None:
