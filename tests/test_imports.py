@@ -156,6 +156,13 @@ def test_msgspec_takes_typing_extensions_where_it_was_loaded_first() -> None:
             "import typing_extensions as again; assert again.get_type_hints\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    # Another thread might import typing_extensions while the name is marked absent: not hidden then.
+    threaded = ("import threading; go = threading.Event(); t = threading.Thread(target=go.wait); t.start()\n"
+                "import jobtpu.schema.msgspec_lib, msgspec._utils as u, typing_extensions\n"
+                "go.set(); t.join()\n"
+                "assert u._get_type_hints is typing_extensions.get_type_hints\n")
+    done = subprocess.run([sys.executable, "-c", threaded], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
     after = ("import jobtpu.schema.msgspec_lib, sys\n"
              "assert 'typing_extensions' not in sys.modules\n"
              "import typing_extensions; assert typing_extensions.get_type_hints\n")

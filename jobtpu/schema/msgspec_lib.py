@@ -5,8 +5,9 @@ two things the typing of Python 3.11 and later holds the same of: `get_type_hint
 `include_extras=True` (as msgspec asks) returns typing's answer unchanged, and `Required` and
 `NotRequired`, the very objects typing has. Importing it costs about 8 ms (inspect, ast, dis and
 tokenize come with it), a tenth of a submit (docs/design.md §9.2). Loaded while that name is marked
-absent, msgspec takes typing's, so it decodes exactly as before; a process that has already loaded
-typing_extensions (the TPU client, a test) keeps msgspec's usual import.
+absent, msgspec takes typing's, so it decodes exactly as before. A process that has already loaded
+typing_extensions (the TPU client, a test), or runs another thread that might import it meanwhile,
+keeps msgspec's usual import.
 
 tests/test_layers.py holds every other module to importing msgspec from here."""
 
@@ -16,7 +17,9 @@ import sys
 
 
 def _load_without_typing_extensions() -> None:
-    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+    threading = sys.modules.get("threading")
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules or (
+            threading is not None and threading.active_count() > 1):  # another thread may import it meanwhile
         return
     sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # `import` raises ImportError
     try:
