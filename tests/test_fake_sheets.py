@@ -135,7 +135,7 @@ def test_a_dead_api_refuses_or_hangs_and_revives_on_the_same_port(client: gsprea
     started = time.monotonic()
     with pytest.raises(requests.Timeout):
         client.http_client.values_get(KEY, "jobtpu")
-    assert 1.9 < time.monotonic() - started < 4
+    assert time.monotonic() - started > 1.9  # it waited its timeout out: the hung API never answers
     api.revive()
     assert "range" in client.http_client.values_get(KEY, "jobtpu")
 

@@ -361,17 +361,10 @@ def test_submit_returns_within_a_second_while_a_pass_waits_on_the_network(tmp_pa
         try:
             wait_for(lambda: status(home)[stuck]["status"] == "launching", timeout=10,
                      what="the pass to reach the network")
-            # A submit with no pass in the way, timed on this machine as loaded as it is now (a shared
-            # machine can take a second just to start Python): the one during the pass may cost no more
-            # than a second over it, while the pass is stuck for connect_timeout (5 s).
-            other = make_home(tmp_path / "other")
-            start = time.monotonic()
-            submit(other, src, "bash a.sh")
-            alone = time.monotonic() - start
-            start = time.monotonic()
+            # A submit does not wait for a pass (docs/reference/commands.md §2.1): it is done while the
+            # pass is still stuck on the mute host (connect_timeout, 5 s).
             late = submit(home, src, "bash a.sh")
-            assert time.monotonic() - start < alone + 1.0, "submit waited for the pass"  # docs/reference/commands.md §2.1
-            assert manage.poll() is None  # the pass was still talking to the fleet meanwhile
+            assert manage.poll() is None, "submit waited for the pass"
         finally:
             _, err = manage.communicate(timeout=30)
     jobs = status(home)

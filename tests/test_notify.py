@@ -41,13 +41,16 @@ class Hook:
         self.answers: list[int] = []
         self.hang = threading.Event()
         self.release = threading.Event()
+        self.held = 0  # requests being held by a hang right now
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if hook.hang.is_set():
-                    hook.release.wait(30)
+                    hook.held += 1
+                    hook.release.wait()
+                    hook.held -= 1
                     return
                 code = hook.answers.pop(0) if hook.answers else 200
                 if code == 200:
@@ -167,10 +170,8 @@ def test_a_hanging_webhook_costs_at_most_the_budget_and_is_kept(tmp_path: Path, 
     written = tmp_path / "by-command"
     dests = _dests({"webhook": hook.url}, {"command": f"cat >> {written}"})
     hook.hang.set()
-    started = time.monotonic()
     lines = notify.deliver(outbox, dests, [_failed(1), _failed(2)], 1.0)
-    took = time.monotonic() - started
-    assert took < 1.0 + 0.6, took
+    assert hook.held == 1  # it gave up at its budget while the webhook still held its request
     assert len(lines) == 1 and "webhook 127.0.0.1" in lines[0]
     assert [json.loads(line)["job"] for line in written.read_text().splitlines()] == [1, 2]  # the other one is served
     assert [i["event"]["job"] for i in _pending(outbox)] == [1, 2]
@@ -204,9 +205,9 @@ def test_a_webhook_answering_garbage_is_one_line(tmp_path: Path) -> None:
 
         threading.Thread(target=answer, daemon=True).start()
         url = f"http://127.0.0.1:{server.getsockname()[1]}/"
-        started = time.monotonic()
-        lines = notify.deliver(tmp_path / "outbox", _dests({"webhook": url}), [_failed(1)], 5)
-    assert time.monotonic() - started < 2  # a failure, said at once: not a thread dying, waited on till the budget
+        # A failure is said at once, not a thread dying and waited on till the budget: with a budget
+        # longer than the suite's timeout, waiting it out would fail the test.
+        lines = notify.deliver(tmp_path / "outbox", _dests({"webhook": url}), [_failed(1)], 3600)
     assert len(lines) == 1 and lines[0].startswith("notifications: webhook 127.0.0.1: BadStatusLine")
     assert len(_pending(tmp_path / "outbox")) == 1
 
@@ -231,11 +232,9 @@ def test_a_command_gets_the_event_on_stdin_and_the_line_in_its_environment(tmp_p
 
 def test_a_hanging_command_is_killed_with_its_group_at_the_budget(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    cmd = f"sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait"
-    started = time.monotonic()
+    cmd = f"sleep 3600 & echo $! >> {pids}; echo $$ >> {pids}; wait"  # longer than the suite's timeout
     lines = notify.deliver(tmp_path / "outbox", _dests({"command": cmd}), [_failed(1)], 1.0)
-    assert time.monotonic() - started < 1.6
-    assert len(lines) == 1 and "timed out" in lines[0]
+    assert len(lines) == 1 and "timed out" in lines[0]  # at its budget: the command would never end
     for pid in map(int, pids.read_text().split()):
         wait_for(lambda pid=pid: not pid_alive(pid), timeout=5, what=f"process {pid} to be stopped")
     assert len(_pending(tmp_path / "outbox")) == 1

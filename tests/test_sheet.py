@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -317,10 +316,9 @@ def test_a_dead_api_costs_one_line_within_the_timeout_and_the_sheet_catches_up(
         api: FakeSheetsApi, config: SheetConfig, memo: Path, how: str) -> None:
     sync(config, fleet(users=()), memo, now=NOW)
     api.go_dead(how)
-    started = time.monotonic()
+    # Within the timeout: a hung API never answers and a dripping one takes far longer than it, so
+    # only the timeout ends the call (a read timeout alone would never fire on the drip).
     result = sync(config, fleet(), memo, now=NOW + 60)
-    took = time.monotonic() - started
-    assert took < config.timeout + 1.0, took
     assert result.problem is not None and not result.wrote
     assert "\n" not in result.problem and "http" not in result.problem and "?" not in result.problem
     expected = "connection refused" if how == "refuse" else "no answer within 2 s"
@@ -332,10 +330,8 @@ def test_a_dead_api_costs_one_line_within_the_timeout_and_the_sheet_catches_up(
 
 def test_a_dead_write_is_bounded_too(api: FakeSheetsApi, config: SheetConfig, memo: Path) -> None:
     ps = PassSheet(config, memo)
-    api.go_dead("hang")
-    started = time.monotonic()
+    api.go_dead("hang")  # never answers: only the timeout ends the write
     result = ps.finish(fleet(), now=NOW)
-    assert time.monotonic() - started < config.timeout + 1.0
     assert result.problem is not None and "no answer" in result.problem
     assert not memo.exists() or json.loads(memo.read_text())["users"] == {}  # nothing was written: nothing remembered
 
@@ -468,9 +464,8 @@ def test_the_memo_is_changed_by_one_command_at_a_time(api: FakeSheetsApi, memo: 
     fd = os.open(memo.with_name("sheet.json.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        started = time.monotonic()
+        # The lock is held until the end of this block: a sync that waited for it would never return.
         assert sync(config, fleet(), memo).problem == "sheet: sheet.json is held by another jobtpu command"
-        assert time.monotonic() - started < 3
         with pytest.raises(JobtpuError, match="held by another jobtpu command"):
             register(config, "v3-a", memo)
     finally:

@@ -9,11 +9,11 @@ import os
 import pwd
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from jobtpu import timing
 from jobtpu.remote.scripts import parse_tpu_doctor
 from jobtpu.tpu.accelerator import expected_devices, worker_lines
 from tests.helpers import jobtpu, wait_for
@@ -110,12 +110,11 @@ def test_a_failed_setup_that_printed_the_running_word_is_reported_at_once(tpus: 
     tpus.add_node("tpu-set", workers=1, accelerator="v3-8")
     home = tmp_path / "home"
     write_machines(home, tpus, {"v3": tpus.machine_spec("tpu-set", setup=["echo SETUP running; exit 3"])})
-    started = time.monotonic()
-    jobtpu(home, "manage", timeout=120)
-    took = time.monotonic() - started
+    # The setup wait is as long as the suite's timeout: a pass that kept polling the failed setup
+    # till it ran out would not return.
+    jobtpu(home, "manage", timeout=120, env=timing.env(setup_wait=3600))
     machines = json.loads(jobtpu(home, "machines", "--json").stdout)["machines"]
     assert "setup failed" in json.dumps(machines), machines
-    assert took < 10, f"the pass took {took:.1f}s: it kept polling a setup that had failed"
 
 
 def test_a_setup_command_that_begins_with_a_dash_runs_as_a_script(tpus: TpuFleet, tmp_path: Path) -> None:
