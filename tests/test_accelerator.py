@@ -28,7 +28,7 @@ def test_a_type_s_parts(name: str, generation: str, version: int, count: int | N
 
 
 @pytest.mark.parametrize("name", [None, "", "gpu", "v", "3-8", "v3-", "v3-8-p1", "V3-8", "v3--8", "v3-8+", "v3++",
-                                  "+", "v+"])
+                                  "+", "v+", "v\u0663-32", "v3-\uff13\uff12", "v3-32\n", "v3\n", "v3+\n"])
 def test_what_is_no_type(name: str | None) -> None:
     assert accelerator(name) is None
 
@@ -76,15 +76,21 @@ def test_a_request_s_patterns(tokens: list[str], accelerators: tuple[tuple[str, 
 
 
 @pytest.mark.parametrize("token", ["v3-8+", "v3++", "V3", "v5lite_pod", "v5lite_pod-16", "v3-", "tpu", "v3,", "3-8",
-                                   "v3-32,gpu"])
+                                   "v3-32,gpu", "v\u0663", "v\u0663+"])
 def test_what_no_request_s_pattern_is(token: str) -> None:
     with pytest.raises(JobtpuError, match="not a resource .gpu=2. nor an accelerator pattern"):
         parse_request([token])
 
 
+def test_a_count_is_ascii_digits() -> None:
+    with pytest.raises(JobtpuError, match="a resource request is NAME=COUNT"):
+        parse_request(["gpu=\uff12"])
+
+
 @pytest.mark.parametrize(("name", "type_"), [
     ("kmh-tpuvm-v3-32-1", "v3-32"), ("v2-8", "v2-8"), ("a-v7-8-v4-8", "v4-8"), ("a-v3-v4-8", "v4-8"),
     ("kmh-v5e-4", "v5e-4"), ("a_v3-32", None), ("v3-32.x", None), ("v3-x-8", None), ("kmh-v3+-8", None),
+    ("kmh-v3-\uff13\uff12-1", None),
 ])
 def test_the_type_a_tpu_s_name_holds(name: str, type_: str | None) -> None:
     found = in_name(name)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # for annotations only: the fleet's checks use this module's 
 # would make every pass spin. (The same bound as a job's stored allocation; see model.MAX_COUNT.)
 MAX_RESOURCE_COUNT = 1024
 
-_COUNT = re.compile(r"^([a-z][a-z0-9_]{0,31})=(\d+)$")
+_COUNT = re.compile(r"([a-z][a-z0-9_]{0,31})=([0-9]+)")  # whole (fullmatch), in ASCII digits
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -54,7 +54,7 @@ def _parsed(tokens: tuple[str, ...]) -> Request:
             preemptible = token == "preemptible"
             continue
         if "=" in token:
-            match = _COUNT.match(token)
+            match = _COUNT.fullmatch(token)
             if not match:
                 raise JobtpuError(f"--req {token!r}: a resource request is NAME=COUNT, like gpu=2")
             if len(match[2]) > 9 or int(match[2]) > MAX_RESOURCE_COUNT:  # no machine offers more

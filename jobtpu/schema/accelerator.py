@@ -2,8 +2,6 @@
 request's pattern of them (`v3`, `v3+`), taken apart in one place: its generation, its version, its
 count and what that count means. Pure."""
 
-from __future__ import annotations
-
 import functools
 import itertools
 import re
@@ -11,7 +9,8 @@ import re
 from jobtpu.schema.msgspec_lib import msgspec
 
 # A count or a `+` (this version or newer), never both; `_` only as gcloud's configs spell a generation.
-_TYPE = re.compile(r"^v(\d+)([a-z_]*)(?:-(\d+)|(\+))?$")
+# ASCII digits and the whole text (fullmatch): no `v٣`, no `v3-32` with a newline after it.
+_TYPE = re.compile(r"v([0-9]+)([a-z_]*)(?:-([0-9]+)|(\+))?")
 # The generations whose type counts TensorCores while JAX sees one device per chip of two (megacore).
 _MEGACORE = frozenset({"v4", "v5p"})
 # The generations whose type counts TensorCores, two a chip (a report's chip-hours, docs/reference/commands.md §2.26).
@@ -74,7 +73,7 @@ class Accelerator(msgspec.Struct, frozen=True):
 @functools.lru_cache(maxsize=256)
 def accelerator(text: str | None) -> Accelerator | None:
     """The type or pattern `text` names, or None for one that is no TPU type's shape."""
-    found = _TYPE.match(text or "")
+    found = _TYPE.fullmatch(text or "")
     if found is None:
         return None
     return Accelerator(text=str(text), generation=f"v{found[1]}{found[2]}", version=int(found[1]),
@@ -86,6 +85,6 @@ def in_name(name: str) -> Accelerator | None:
     …-v5litepod-16-… → v5litepod-16; None when no two parts make a type of a known generation."""
     for first, second in itertools.pairwise(name.split("-")):
         found = accelerator(f"{first}-{second}")
-        if found is not None and found.generation in KNOWN and second.isascii():
+        if found is not None and found.generation in KNOWN:
             return found
     return None
