@@ -322,6 +322,15 @@ def test_only_the_loader_imports_msgspec() -> None:
     assert found == []
 
 
+def test_no_schema_module_postpones_its_annotations() -> None:
+    """docs/design.md §9.3: msgspec evaluates a Struct's string annotations when a decoder is first
+    built for it (Decoder(State) 1.8 ms from strings, 0.6 from values); the schema's types keep theirs
+    as values, every module of the package, so none is missed when a new decoder appears."""
+    found = [str(path.relative_to(PACKAGE.parent)) for path in sorted((PACKAGE / "schema").glob("*.py"))
+             if "from __future__ import annotations" in path.read_text()]
+    assert found == []
+
+
 def test_no_named_tuple_sits_under_postponed_annotations() -> None:
     """docs/design.md §9.3: typing.NamedTuple compiles every string annotation of its fields when
     the class is made (a ForwardRef each, 52 in a submit once, about 1 ms); a module that defines one

@@ -9,8 +9,6 @@ told in JSON paths and msgspec's words, with the job's id or the machine's name 
 person repairing it by hand searches for. A syntax error is told by parse_json_file, with its line
 and column."""
 
-from __future__ import annotations
-
 import itertools
 import re
 import reprlib

@@ -1,8 +1,6 @@
 """Notification destinations: the `notify` lists of machines.json and of users' settings, parsed
 into Destinations (a webhook or a command, the notification names it wants, whose jobs it hears of)."""
 
-from __future__ import annotations
-
 import hashlib
 import urllib.parse
 from typing import Any

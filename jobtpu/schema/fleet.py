@@ -2,8 +2,6 @@
 filled from `defaults`, its zones and create fields worked out), the team's limits and settings.
 home/machines.py builds it from the file's types (schema/machines_file.py)."""
 
-from __future__ import annotations
-
 import re
 import typing
 from enum import StrEnum
@@ -108,7 +106,7 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         node's come from the API."""
         return len(self.hosts) if self.listed_hosts else 1 if self.runs_here else None
 
-    def in_zone(self, zone: str | None) -> Machine:
+    def in_zone(self, zone: str | None) -> "Machine":
         """This machine, in one of its zones (the first when `zone` is not one of them)."""
         return msgspec.structs.replace(
             self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
@@ -125,7 +123,7 @@ class Fleet(msgspec.Struct, frozen=True):
     notify: list[Any] = msgspec.field(default_factory=list)  # destinations.Destination, from machines.json's "notify"
     per_user: UserLimit = NO_LIMIT
     user_limits: dict[str, UserLimit] = msgspec.field(default_factory=dict)
-    sheet: SheetConfig | None = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
+    sheet: "SheetConfig | None" = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
     # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
     refused: tuple[str, ...] = ()
     runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks

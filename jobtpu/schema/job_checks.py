@@ -1,8 +1,6 @@
 """What state.json's types cannot say about a job: its words (reasons, rules, signals), requests that
 must parse, and the fields that only make sense together. One line says what is wrong."""
 
-from __future__ import annotations
-
 import functools
 
 from jobtpu.schema.names import (

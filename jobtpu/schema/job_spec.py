@@ -2,8 +2,6 @@
 job and everything that decides what it runs, written at submit by that account. home/specs.py
 writes it and compares a job's record with it before a pass runs the job as its own account."""
 
-from __future__ import annotations
-
 from jobtpu.schema.msgspec_lib import msgspec
 
 

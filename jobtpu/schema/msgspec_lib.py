@@ -11,8 +11,6 @@ keeps msgspec's usual import.
 
 tests/test_layers.py holds every other module to importing msgspec from here."""
 
-from __future__ import annotations
-
 import sys
 
 

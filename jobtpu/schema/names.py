@@ -1,8 +1,6 @@
 """What names and counts state.json and machines.json may hold: the patterns and bounds their
 types and checks share (a hand edit must not make a pass spin or climb out of a folder)."""
 
-from __future__ import annotations
-
 import re
 
 # Counts used in loops and paths: a hand edit must not make a pass spin (a machine offers at most this

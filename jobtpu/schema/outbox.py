@@ -1,8 +1,6 @@
 """The notification outbox (`<home>/notify-outbox.json`, docs/reference/home-files.md) as its type:
 the notifications not yet taken by their destination, and each slow destination's back-off."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 from jobtpu.schema.msgspec_lib import Meta, msgspec

@@ -3,8 +3,6 @@
 events.jsonl and each notification body. `python -m jobtpu.schema.published` writes the files into
 jobtpu/schemas/; a test holds the files equal to what the types make, and real outputs valid."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path

@@ -4,8 +4,6 @@ machines.json's shape. A key they do not name is refused, listing the valid ones
 description ends the sentence "'key' ..." of the one line a wrong value gets (schema/decode.py).
 Each machine's entry stays raw until it is decoded on its own, so that its error names it."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from jobtpu.schema.msgspec_lib import UNSET, Meta, Raw, Struct, UnsetType, msgspec

@@ -1,8 +1,6 @@
 """The machines.json `sheet` section: which spreadsheet and tab, how to reach the API, how long
 to wait for it. `parse_config` turns the raw object into a SheetConfig or one ConfigError line."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable
 from typing import Any

@@ -1,8 +1,6 @@
 """The sheet memo (the sheet's memo file in the home): what jobtpu last wrote into the team's
 sheet and what it last read there, as its type (docs/reference/machines-json.md §3.8)."""
 
-from __future__ import annotations
-
 from jobtpu.schema.msgspec_lib import msgspec
 
 
@@ -24,7 +22,7 @@ class Memo(msgspec.Struct):
     # jobtpu's, not a claim, and the next write brings it to what it should be (docs/design.md).
     pending: dict[str, str] = {}
 
-    def copy(self) -> Memo:
+    def copy(self) -> "Memo":
         return Memo(dict(self.users), dict(self.notes), set(self.unregistered), dict(self.claims), self.read_at,
                     self.written, self.read_of, dict(self.pending))
 
@@ -41,7 +39,7 @@ class Memo(msgspec.Struct):
         return msgspec.json.format(msgspec.json.encode(doc), indent=1) + b"\n"
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Memo:
+    def from_bytes(cls, data: bytes) -> "Memo":
         """The memo `data` holds; a damaged one (a crash, a hand edit, a wrong type anywhere) reads
         as `Memo()`, an empty memory."""
         try:

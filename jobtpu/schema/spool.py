@@ -3,8 +3,6 @@
 Every one of them is untrusted data to the runner that reads it: decoded strictly, bounded, and taken
 as coming from the account that owns the file, whatever it says inside."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from jobtpu.schema.msgspec_lib import msgspec

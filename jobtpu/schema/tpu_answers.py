@@ -3,8 +3,6 @@ queued resource (QueuedInfo), the errors its failures become, and the one table 
 state to a machine's health. Pure, so the TPU plans and outcomes read them without importing the
 client (tpu/api.py) that asks."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from jobtpu.errors import RemoteError

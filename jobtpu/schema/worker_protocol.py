@@ -9,8 +9,6 @@ it treats a worker that said nothing (docs/design.md §4). Log bytes travel base
 report's `data` string, which msgspec turns back into bytes.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal, TypeVar
