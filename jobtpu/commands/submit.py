@@ -15,6 +15,7 @@ from jobtpu.home.store import Store
 from jobtpu.home.users import known_user
 
 if TYPE_CHECKING:
+    from jobtpu.home.secrets import SecretStore
     from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.state import Job
 
@@ -188,12 +189,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
         from jobtpu.commands.spooled import file_submission
 
         return file_submission(home, role, jobs, secret, read[0], extras, cache)
-    if secret:  # a damaged secrets.json, or one another account keeps, before anything is written
-        from jobtpu.home.secrets import SecretStore
-
-        secrets = SecretStore(home)
-        secrets.check_keeper()
-        secrets.check()
+    secrets = _checked_secret_store(home) if secret else None
     try:
         with Store(home).transaction(start=read) as state:
             first = take_next_id(home, state)
@@ -206,7 +202,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
                 if extras.combinations is not None:
                     each.sweep = first
                     each.tags.append(sweep_tag(first))
-            if secret:  # before the jobs exist: none runs without them
+            if secrets is not None:  # before the jobs exist: none runs without them
                 secrets.put_many([each.id for each in jobs], secret)
             if role.layout is Layout.OLD_SHARED:  # only its passes read what runs from a file of the submitter's
                 from jobtpu.home.specs import write_specs  # (design §7); a private home's records are its own
@@ -220,6 +216,17 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
                     _drop_unsaved_secret(home, each.id)
         raise
     return jobs
+
+
+def _checked_secret_store(home: Home) -> "SecretStore":
+    """secrets.json, for a job with secret values: a damaged one, or one another account keeps, is
+    said before anything is written (secrets.py is loaded only then)."""
+    from jobtpu.home.secrets import SecretStore
+
+    store = SecretStore(home)
+    store.check_keeper()
+    store.check()
+    return store
 
 
 def with_job_file(home: Home, opts: SubmitOptions) -> SubmitOptions:

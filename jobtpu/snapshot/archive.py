@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import make_dirs
+from jobtpu.schema.hash_cache import Kept
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.hashcache import HashCache, hash_file
 from jobtpu.snapshot.selection import NeverPacked, check_src, collect, say_left_out, say_many
@@ -191,7 +192,7 @@ def _archive(tree: FolderTree, entries: list[tuple[str, os.stat_result]], archiv
                 raise JobtpuError(f"cannot read {where}: {e.strerror}", hint=exclude_hint(rel)) from e
             cache.remember(rel, st, shas[rel], t0)
         kept = [(rel, kind_of(st)) for rel, st in entries]
-        name = cache.named(kept) or content_name(entries, shas)  # the same files unchanged: the same name
+        name = cache.named(kept) or content_name(kept, shas)  # the same files unchanged: the same name
         cache.name(kept, name)
         final = archives_dir / name
         reused = _is_regular(final)  # a link, a FIFO or a folder planted there is replaced, never read
@@ -226,14 +227,14 @@ def kind_of(st: os.stat_result) -> str:
     return "l" if stat.S_ISLNK(st.st_mode) else "x" if st.st_mode & 0o111 else "f"
 
 
-def content_name(entries: list[tuple[str, os.stat_result]], shas: dict[str, str]) -> str:
+def content_name(kept: list[Kept], shas: dict[str, str]) -> str:
     """The archive's name: the sha256 of its sorted (relpath, kind, content sha256) list, so the same
     files make the same name whoever snapshots them, and unpack.py can check an archive against it."""
     import hashlib  # here: a snapshot that names its archive from the hash cache never loads it
 
     digest = hashlib.sha256()
-    for rel, st in entries:
-        digest.update(b"%s\0%s\0%s\n" % (os.fsencode(rel), kind_of(st).encode(), shas[rel].encode()))
+    for rel, kind in kept:
+        digest.update(b"%s\0%s\0%s\n" % (os.fsencode(rel), kind.encode(), shas[rel].encode()))
     return f"{digest.hexdigest()}.tar.gz"
 
 

@@ -49,7 +49,6 @@ class HashCache:
             self.old = HashCacheFile()
         self.entries: dict[str, Entry] = {k: v for k, v in self.old.files.items() if not k.startswith(root + os.sep)}
         self.names: dict[str, Named] = dict(self.old.names)
-        self.all_known = True  # every kept file so far a hit
 
     def known(self, rel: str, st: os.stat_result) -> str | None:
         """The file's sha256 when the cache holds it for exactly this stat, else None."""
@@ -58,7 +57,6 @@ class HashCache:
         if hit is not None and hit[:4] == stamp(st):
             self.entries[key] = hit
             return hit[4]
-        self.all_known = False
         return None
 
     def remember(self, rel: str, st: os.stat_result, sha: str, started_ns: int) -> None:
@@ -70,9 +68,15 @@ class HashCache:
         same paths and kinds, in order) and each of them is a hit now: the name is a function of the
         paths, kinds and contents (archive.content_name), and a hit's content is the one recorded."""
         last = self.names.get(self.root)
-        if not self.all_known or last is None or last.kept != kept or any(kind == "l" for _, kind in kept):
-            return None  # a link's target is read each time, not stamped: a folder with one names anew
+        if last is None or last.kept != kept or not all(self._hit(rel, kind) for rel, kind in kept):
+            return None
         return last.archive
+
+    def _hit(self, rel: str, kind: str) -> bool:
+        """This snapshot took the file's sha256 from the cache (known() kept the old entry as it was).
+        A link's target is read each time, not stamped: a folder with one names its archive anew."""
+        key = os.path.join(self.root, rel)
+        return kind != "l" and key in self.old.files and self.entries.get(key) is self.old.files[key]
 
     def name(self, kept: list[Kept], archive: str) -> None:
         """Record the archive this snapshot named from `kept`; forgotten unless every file is remembered
