@@ -29,6 +29,7 @@ from typing import NamedTuple
 from jobtpu.errors import BusyError, JobtpuError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
+from jobtpu.home.places import own_folder
 from jobtpu.home.roles import REPLIES, SPOOL
 
 CLAIMS_LOCK = ".claims.lock"
@@ -114,50 +115,10 @@ def member_cache(home: Home) -> Path:
     none. A name another member took first costs nothing (docs/reference/home-files.md §1.6)."""
     spool_fd = open_spool(home)
     try:
-        name = own_folder(spool_fd, f".cache-{os.geteuid()}", 0o2700)
+        name = own_folder(spool_fd, f".cache-{os.geteuid()}", 0o2700, SPOOL)
     finally:
         os.close(spool_fd)
     return home.root / SPOOL / name
-
-
-def own_folder(dir_fd: int, name: str, mode: int) -> str:
-    """The name of this account's folder for `name` in a sticky folder every member adds to: `name`
-    itself when it is free or this account's folder, else `name-<random>` (one of this account's
-    found first, or a new one, which no other member can have taken first). Kept at `mode`."""
-    me = os.geteuid()
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, mode, dir_fd=dir_fd)
-    candidates = [name, *sorted(n for n in names_in(dir_fd) if OWN_ALTERNATE.fullmatch(n) and n.startswith(f"{name}-"))]
-    for each in candidates:
-        try:
-            st = os.stat(each, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if st.st_uid == me and stat.S_ISDIR(st.st_mode):
-            _keep_mode(dir_fd, each, mode)
-            return each
-    while True:
-        alternate = f"{name}-{os.urandom(6).hex()}"
-        try:
-            os.mkdir(alternate, mode, dir_fd=dir_fd)
-        except FileExistsError:
-            continue
-        _keep_mode(dir_fd, alternate, mode)
-        return alternate
-
-
-OWN_ALTERNATE = re.compile(r".+-[0-9a-f]{12}")
-
-
-def _keep_mode(dir_fd: int, name: str, mode: int) -> None:
-    fd = safefs.open_subdir(dir_fd, name)
-    try:
-        if os.fstat(fd).st_uid != os.geteuid():
-            raise safefs.UnsafePath(f"{SPOOL}/{name}", "is another account's folder")
-        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:  # setgid: what it makes stays the group's
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
 
 
 def read_request(spool_fd: int, name: str, limit: int) -> tuple[bytes, int]:
