@@ -233,3 +233,25 @@ def test_a_name_another_member_took_first_in_the_spool_costs_nothing(trio: Team,
                                                                                    follow_symlinks=False).st_uid
             == trio.uid(carol)]
     assert len(mine) == 1, mine
+
+
+def test_a_settings_folder_made_under_another_accounts_name_speaks_for_nobody(trio: Team) -> None:
+    """bob makes users/carol/ with a webhook of his: the runner's pass never reads it as carol's
+    (his webhook would hear of her jobs), moves it aside with one line, and carol keeps settings of
+    her own under her name from then on."""
+    from jobtpu.passes.tell import users_destinations
+
+    alice, bob, carol = trio.accounts
+    home = shared_home(trio)
+    plant = (f"mkdir users/{carol} && printf '%s' '{json.dumps({'notify': [{'webhook': 'https://example.com/bob', 'events': ['failed']}]})}'"
+             f" > users/{carol}/settings.json")
+    done = subprocess.run(["runuser", "-u", bob, "--", "bash", "-c", plant], capture_output=True, text=True,
+                          cwd=home, timeout=HANG)
+    assert done.returncode == 0, done.stderr
+    found, lines = users_destinations(home)
+    assert [d.webhook for d in found] == [] and any(f"users/{carol}/ is account {bob}'s" in line for line in lines), lines
+    said = trio.run(alice, "--home", str(home), "manage", umask="0077")
+    assert f"users/{carol}/ is account {bob}'s, not {carol}'s" in said.stderr, said.stderr
+    trio.run(carol, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
+    assert os.stat(home / "users" / carol / "settings.json").st_uid == trio.uid(carol)
+    assert "pass" in trio.run(carol, "--home", str(home), "config", "get", "rule").stdout

@@ -78,7 +78,10 @@ def take_in(home: Home) -> list[str]:
     try:
         if not safefs.lock(lock, 0):  # another command of the runner's takes them in right now
             return []
-        lines = _take_all(home, spool_fd)
+        from jobtpu.home.places import reclaim_user_folders
+        from jobtpu.home.settings import MAX_SETTINGS_READ
+
+        lines = reclaim_user_folders(home.root, MAX_SETTINGS_READ) + _take_all(home, spool_fd)
     finally:
         os.close(lock)
         os.close(spool_fd)

@@ -76,3 +76,59 @@ def results_target(home: Home, job_id: int) -> Path:
     if role_of(home.root).layout is not Layout.SHARED:
         return home.results(job_id)
     return results_folder(home.root, job_id)
+
+
+def named_account(name: str) -> int | None:
+    """The uid of the account called `name` on this box, or None when there is none."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+def settings_owner_refusal(home_root: Path, user: str) -> str | None:
+    """Why users/<user>/ cannot be user <user>'s in a shared home (None: it can): when an account of
+    that name exists, the folder must be that account's; another member who made it first speaks for
+    nobody (their webhooks would hear of the other's jobs)."""
+    uid = named_account(user)
+    if uid is None:
+        return None
+    try:
+        owner = os.stat(home_root / "users" / user, follow_symlinks=False).st_uid
+    except OSError:
+        return None
+    if owner == uid:
+        return None
+    from jobtpu.home.trust import account_name
+
+    return f"users/{user}/ is account {account_name(owner)}'s, not {user}'s: not read as {user}'s settings"
+
+
+def reclaim_user_folders(home_root: Path, limit: int) -> list[str]:
+    """The runner's pass, in a shared home: a folder in users/ named after an account that another
+    account made is moved aside (`users/.taken-<ns>-<name>`; the runner owns users/, so the sticky bit
+    lets it rename), so the account can keep settings under its own name. One line each, and one for
+    the rest past `limit` names looked at."""
+    import time
+
+    from jobtpu.schema.names import USER_NAME
+
+    try:
+        fd = safefs.open_dir(home_root, "users")
+    except (FileNotFoundError, safefs.UnsafePath):
+        return []
+    lines: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(fd) if USER_NAME.match(n))[:limit]
+        for name in names:
+            why = settings_owner_refusal(home_root, name)
+            if why is None:
+                continue
+            with contextlib.suppress(OSError):
+                os.rename(name, f".taken-{time.time_ns()}-{name}", src_dir_fd=fd, dst_dir_fd=fd)
+                lines.append(f"{why}; moved aside, so {name} can keep settings of their own")
+    finally:
+        os.close(fd)
+    return lines[:5] + ([f"and {len(lines) - 5} more such folders moved aside"] if len(lines) > 5 else [])
