@@ -219,10 +219,16 @@ def test_a_teammate_fetches_into_a_results_folder_of_their_own(team: Team) -> No
     assert fetched.returncode == 0, fetched.stderr
     results = home / "results" / str(job)
     assert results.stat().st_uid == team.uid(bob) and not results.stat().st_mode & (stat.S_IWGRP | 0o007)
-    # alice's fetch into bob's folder is refused in one line, and says where else to put it.
+    # bob's folder decides nothing for alice: her fetch goes into a folder of her own, named in its line,
+    # and bob's is as he left it (docs/reference/home-files.md §1.6).
+    before = sorted(p.name for p in results.rglob("*"))
     again = team.run(alice, "--home", str(home), "fetch", str(job), "out", umask="0077", check=False)
-    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
-    assert f"results/{job}" in again.stderr.splitlines()[0] and "--to" in again.stderr, again.stderr
+    assert again.returncode == 0, again.stderr
+    hers = [p for p in (home / "results").iterdir() if p.name.startswith(f"{job}-")]
+    assert len(hers) == 1 and hers[0].stat().st_uid == team.uid(alice), hers
+    assert f"fetched into {hers[0]}" in again.stderr, again.stderr
+    assert [p.read_text() for p in hers[0].rglob("r.txt")] == ["result\n"]
+    assert sorted(p.name for p in results.rglob("*")) == before
     assert file_table_breaches(home, team.uid(alice), team.gid) == []
 
 

@@ -109,6 +109,7 @@ def fetch_selected(home: Home, sel: Selection, path: str, to: str | None) -> int
     from concurrent.futures import ThreadPoolExecutor
 
     from jobtpu.home.machines import load_fleet
+    from jobtpu.home.places import results_target
     from jobtpu.home.store import Store
     from jobtpu.remote.operations import fetch as fetch_folder
 
@@ -118,10 +119,10 @@ def fetch_selected(home: Home, sel: Selection, path: str, to: str | None) -> int
     fleet, state = load_fleet(home), Store(home).load()
 
     def one(job: Job) -> tuple[Job, Path | JobtpuError]:
-        target = Path(to).expanduser() / str(job.id) if to else home.results(job.id)
         if not job.attempts:
             return job, JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
         try:
+            target = Path(to).expanduser() / str(job.id) if to else results_target(home, job.id)
             fetch_folder(home, fleet, state, job, path, target)
         except JobtpuError as e:
             return job, e

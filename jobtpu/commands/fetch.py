@@ -31,7 +31,9 @@ def fetch_into(home: Home, job_id: int, path: str, to: str | None) -> Path:
         raise JobtpuError(f"job {job.id} has not run yet; there is nothing to fetch")
     if Path(path).is_absolute() or ".." in Path(path).parts:
         raise JobtpuError(f"PATH {path!r} must be relative to the job's folder, without '..'")
-    target = Path(to).expanduser() if to else home.results(job.id)
+    from jobtpu.home.places import results_target
+
+    target = Path(to).expanduser() if to else results_target(home, job.id)
     fetch_folder(home, load_fleet(home), state, job, path, target)
     return target
 

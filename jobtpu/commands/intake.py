@@ -24,6 +24,7 @@ from jobtpu.home.trust import account_name
 from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
+    from jobtpu.home.claims import Claim
     from jobtpu.schema.spool import Submission
     from jobtpu.schema.state import Job
 
@@ -77,7 +78,10 @@ def take_in(home: Home) -> list[str]:
     try:
         if not safefs.lock(lock, 0):  # another command of the runner's takes them in right now
             return []
-        lines = _take_all(home, spool_fd)
+        from jobtpu.home.places import reclaim_user_folders
+        from jobtpu.home.settings import MAX_SETTINGS_READ
+
+        lines = reclaim_user_folders(home.root, MAX_SETTINGS_READ) + _take_all(home, spool_fd)
     finally:
         os.close(lock)
         os.close(spool_fd)
@@ -87,6 +91,7 @@ def take_in(home: Home) -> list[str]:
 def _take_all(home: Home, spool_fd: int) -> list[str]:
     lines: list[str] = []
     found = spool.entries(spool.names_in(spool_fd))[:spool.MAX_ENTRIES]
+    waiting = _holding(home, spool_fd)  # the claims that hold their ids, until each is taken in or refused
     taken: dict[int, int] = {}  # requests carried out per sending account in this intake
     said: dict[int, list[str]] = {}  # what each account's requests came to, a line each
     for entry in found:
@@ -99,7 +104,7 @@ def _take_all(home: Home, spool_fd: int) -> list[str]:
             continue
         try:
             if entry.kind == "submit":
-                line = _take_submission(home, spool_fd, entry)
+                line = _take_submission(home, spool_fd, entry, waiting)
             else:
                 line = _take_act(home, spool_fd, entry)
         except OSError as e:  # what a member left there costs that request alone
@@ -118,7 +123,36 @@ def _take_all(home: Home, spool_fd: int) -> list[str]:
                          f"(at most {MAX_PER_ACCOUNT} of one account's a pass)")
     if found:
         spool.prune_replies(home, time.time() - REPLY_KEPT)
+        _catch_up(home, spool_fd)
     return lines
+
+
+def _holding(home: Home, spool_fd: int) -> dict[str, Claim]:
+    """The spool's claims that hold their ids now, by name (home/claims.py), read under the claims
+    lock: a member's claim is there whole and checked, or not yet."""
+    from jobtpu.home import claims
+    from jobtpu.home.store import Store, read_id_mark
+
+    with spool.claims_locked(spool_fd):
+        state = Store(home).load()
+        held = claims.holding(claims.read_claims(spool_fd, spool.names_in(spool_fd)), read_id_mark(home),
+                              {job.id for job in state.jobs})
+    return {c.name: c for c in held}
+
+
+def _catch_up(home: Home, spool_fd: int) -> None:
+    """last_id up to the ids the runner's own submits gave while claims waited below them, now that
+    none (or fewer) wait: ids are never given twice even if state.json is lost."""
+    from jobtpu.home import claims
+    from jobtpu.home.store import Store, read_id_mark, write_id_mark
+
+    with spool.claims_locked(spool_fd):
+        state, mark = Store(home).load(), read_id_mark(home)
+        held = claims.holding(claims.read_claims(spool_fd, spool.names_in(spool_fd)), mark,
+                              {job.id for job in state.jobs})
+        top = claims.mark_below(state.next_id - 1, held)
+        if top > mark:
+            write_id_mark(home, top)
 
 
 def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None,
@@ -132,20 +166,26 @@ def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: 
 
 # ---- submits -------------------------------------------------------------------------------------
 
-def _take_submission(home: Home, spool_fd: int, entry: spool.Entry) -> str:
+def _take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dict[str, Claim]) -> str:
     from jobtpu.schema.spool import MAX_SUBMISSION_BYTES, Submission
 
     owner = -1
-    archive_name = f"archive-{entry.first}.tar.gz"
+    claim = waiting.pop(entry.name, None)
+    archive_name = spool.archive_name(entry.name)
     try:
         found = _read(spool_fd, entry, MAX_SUBMISSION_BYTES, Submission)
         if found is None:
             return ""
         doc, owner = found
-        ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name)
+        if claim is None:
+            ids = _taken_already(home, entry, owner)
+        else:
+            ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name, waiting)
         _reply(home, entry.name, owner, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
     except (Refused, JobtpuError) as e:
+        if claim is not None:
+            _spend(home, claim, waiting)
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
             _reply(home, entry.name, owner, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
@@ -159,17 +199,39 @@ def _ids(ids: list[int]) -> str:
     return f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}-{ids[-1]}"
 
 
+def _taken_already(home: Home, entry: spool.Entry, owner: int) -> list[int]:
+    """A submit that holds no ids: taken in already (a crash before its file left the spool), or
+    refused: what it names is no claim, or an earlier claim holds its ids (home/claims.py)."""
+    from jobtpu.home.store import Store
+
+    state = Store(home).load()
+    ids = list(range(entry.first, entry.first + entry.n))
+    if all((j := state.job(i)) is not None and j.uid == owner for i in ids):
+        return ids
+    raise Refused(f"{entry.name} holds no ids: it is not a claim a submit makes, or an earlier submit holds "
+                  f"ids {entry.first}-{entry.first + entry.n - 1}; submit again")
+
+
+def _spend(home: Home, claim: Claim, waiting: dict[str, Claim]) -> None:
+    """A refused claim's ids stay spent: its sender was shown them, and nobody else ever gets them."""
+    from jobtpu.home.claims import mark_below
+    from jobtpu.home.store import Store, read_id_mark, write_id_mark
+
+    with Store(home).transaction() as state:
+        state.next_id = max(state.next_id, claim.last + 1)
+        top = mark_below(claim.last, waiting.values())
+        if top > read_id_mark(home):
+            write_id_mark(home, top)
+
+
 def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, owner: int,
-               archive_name: str) -> list[int]:
+               archive_name: str, waiting: dict[str, Claim]) -> list[int]:
     from jobtpu.commands.batch import check_dependencies
+    from jobtpu.home.claims import mark_below
     from jobtpu.home.secrets import SecretStore
     from jobtpu.home.store import Store, read_id_mark, write_id_mark
 
-    if doc.first != entry.first or len(doc.jobs) != entry.n:
-        raise Refused(f"{entry.name} claims ids its content does not hold")
     mark = read_id_mark(home)
-    if entry.first > mark + spool.MAX_ID_JUMP:
-        raise Refused(f"{entry.name} claims ids far above the last one given ({mark})")
     jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner) for i, job in enumerate(doc.jobs)]
     names = {job.archive for job in jobs}
     if len(names) != 1:
@@ -183,7 +245,8 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
             raise Refused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
         check_dependencies(home, state, entry.first, jobs[0].after, jobs[0].after_any)
         last = entry.first + entry.n - 1
-        write_id_mark(home, last)  # before the claim leaves the spool: no member claims these ids again
+        if mark_below(last, waiting.values()) > mark:  # before the claim leaves the spool; never up to a waiting claim
+            write_id_mark(home, mark_below(last, waiting.values()))
         state.next_id = max(state.next_id, last + 1)
         if doc.secrets:
             secrets = SecretStore(home)

@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu.commands.common import note
+from jobtpu.errors import BusyError
 from jobtpu.home import spool
 from jobtpu.home.layout import Home
 from jobtpu.home.roles import Role, runner_name
+
+CLAIM_TRIES = 5  # placings of one submit's ids before it gives up (each lost only to a file made without the lock)
 
 if TYPE_CHECKING:
     from jobtpu.commands.batch import Extras
@@ -21,34 +24,62 @@ if TYPE_CHECKING:
 
 def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], state: State,
                     extras: Extras, cache: Path) -> list[Job]:
-    from jobtpu.commands.batch import check_dependencies, sweep_tag
-    from jobtpu.home.store import read_id_mark
-    from jobtpu.schema.msgspec_lib import msgspec
-    from jobtpu.schema.spool import Submission
-
-    archive = jobs[0].archive
-    bring = not home.archive(archive).is_file()  # the home has it already: the runner reuses its copy
+    bring = not home.archive(archive_of(jobs)).is_file()  # the home has it already: the runner reuses its copy
     fd = spool.open_spool(home)
     try:
         with spool.claims_locked(fd):
-            mark = max(read_id_mark(home), state.next_id - 1)
-            first = spool.claimed_up_to(spool.names_in(fd), mark) + 1
-            check_dependencies(home, state, first, extras.after, extras.after_any)
-            for offset, each in enumerate(jobs):
-                each.id = first + offset
-                each.uid = os.getuid()
-                if extras.combinations is not None:
-                    each.sweep = first
-                    each.tags.append(sweep_tag(first))
-            if bring:
-                _move_into_spool(cache / archive, fd, f"archive-{first}.tar.gz")
-            doc = Submission(first=first, jobs=jobs, secrets=secret, archive_included=bring)
-            spool.put_file(fd, f"submit-{first}-{len(jobs)}.json", msgspec.json.encode(doc))
+            _claim_ids(home, fd, jobs, secret, extras, cache, bring)
     finally:
         os.close(fd)
     note(f"sent to {runner_name(role)}, this home's runner: its next pass takes "
          f"{'it' if len(jobs) == 1 else 'them'} in (`jobtpu requests` shows what waits)")
     return jobs
+
+
+def _claim_ids(home: Home, fd: int, jobs: list[Job], secret: dict[str, str], extras: Extras, cache: Path,
+               bring: bool) -> int:
+    """Under the claims lock: the jobs' ids placed as every submit places them (home/claims.py), the
+    claim left in the spool, then checked once the spool's clock has passed it: a claim that another
+    account's file, made without the lock, beat to those ids is taken back and placed again."""
+    from jobtpu.commands.batch import check_dependencies, sweep_tag
+    from jobtpu.home import claims
+    from jobtpu.home.store import Store, read_id_mark
+    from jobtpu.schema.msgspec_lib import msgspec
+    from jobtpu.schema.spool import Submission
+
+    known: dict[tuple[str, int, int], claims.Claim | None] = {}
+    tags = [list(each.tags) for each in jobs]
+    for _ in range(CLAIM_TRIES):
+        state = Store(home).load()  # read under the lock: the runner's own submits write it holding the lock
+        mark, taken = read_id_mark(home), {job.id for job in state.jobs}
+        first, _ = claims.placed(fd, mark, state.next_id, taken, len(jobs), known)
+        check_dependencies(home, state, first, extras.after, extras.after_any)
+        for offset, each in enumerate(jobs):
+            each.id = first + offset
+            each.uid = os.getuid()
+            if extras.combinations is not None:
+                each.sweep = first
+                each.tags = [*tags[offset], sweep_tag(first)]
+        tail = os.urandom(6).hex()
+        name = f"submit-{first}-{len(jobs)}-{tail}.json"
+        if bring:
+            _move_into_spool(cache / archive_of(jobs), fd, f"archive-{first}-{tail}.tar.gz")
+        doc = Submission(first=first, jobs=jobs, secrets=secret, archive_included=bring)
+        spool.put_file(fd, name, msgspec.json.encode(doc))
+        made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ctime_ns
+        claims.settle(fd, made)
+        held = claims.holding(claims.read_claims(fd, spool.names_in(fd), known), mark, taken)
+        if any(c.name == name for c in held):
+            return first
+        spool.remove(fd, name)  # beaten: the snapshot goes back to the cache and the ids are placed again
+        if bring:
+            os.rename(f"archive-{first}-{tail}.tar.gz", cache / archive_of(jobs), src_dir_fd=fd)
+    raise BusyError("other files in the spool kept taking the ids this submit claimed",
+                    hint="submit again; if it keeps happening, tell the home's runner (`jobtpu requests` shows the spool)")
+
+
+def archive_of(jobs: list[Job]) -> str:
+    return jobs[0].archive
 
 
 def _move_into_spool(path: Path, spool_fd: int, name: str) -> None:

@@ -192,10 +192,15 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
     secrets = _checked_secret_store(home) if secret else None
     try:
         with Store(home).transaction(start=read) as state:
-            first = take_next_id(home, state)
-            if len(jobs) > 1:  # the sweep's ids, spent at once like one
-                state.next_id = first + len(jobs)
-                write_id_mark(home, first + len(jobs) - 1)
+            if role.layout is Layout.SHARED:  # the runner's: its ids clear of every member's claim (home/claims.py)
+                from jobtpu.home.claims import runner_ids
+
+                first = runner_ids(home, state, len(jobs))
+            else:
+                first = take_next_id(home, state)
+                if len(jobs) > 1:  # the sweep's ids, spent at once like one
+                    state.next_id = first + len(jobs)
+                    write_id_mark(home, first + len(jobs) - 1)
             check_dependencies(home, state, first, extras.after, extras.after_any)
             for offset, each in enumerate(jobs):
                 each.id = first + offset

@@ -294,8 +294,8 @@ def _check_own(home: Home, user: str) -> None:
 
             raise NotYours(f"users/{user}/{'' if path.is_dir() else path.name} is account {account_name(owner)}'s, "
                               f"not {account_name(me)}'s: not used as your settings",
-                              hint=f"use a user name of your own (--user, $JOBTPU_USER), or ask the home's runner "
-                                   f"to remove users/{user}")
+                              hint=f"the runner's next pass moves users/{user} aside when {user} is your account's "
+                                   "name; else use a user name of your own (--user, $JOBTPU_USER)")
 
 
 def _check_writer(path: Path, user: str) -> None:

@@ -9,10 +9,10 @@ other links, a file someone else can write or one over its size is refused with 
 that request alone.
 
 Names:
-- `submit-<first>-<count>.json`: a submit, claiming job ids first … first+count-1. Claims are made
-  under a lock (`.claims.lock`, the runner's) after reading `last_id` and the claims already there,
-  so two members never claim one id; the runner writes `last_id` before it removes a claim.
-- `archive-<first>.tar.gz`: that submit's snapshot, when the home does not have it yet.
+- `submit-<first>-<count>-<random>.json`: a submit, claiming job ids first … first+count-1 (which
+  file counts as a claim, and which claim holds an id: home/claims.py). The random part makes the
+  name one no other member can take first.
+- `archive-<first>-<random>.tar.gz`: that submit's snapshot, when the home does not have it yet.
 - `act-<ns>-<random>.json`: an act (kill, hold, rerun, tag, note…), carried out in the order made.
 - `.cache-<uid>/`: a member's own snapshot cache (never read by the runner).
 """
@@ -29,12 +29,12 @@ from typing import NamedTuple
 from jobtpu.errors import BusyError, JobtpuError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
+from jobtpu.home.places import own_folder
 from jobtpu.home.roles import REPLIES, SPOOL
 
 CLAIMS_LOCK = ".claims.lock"
-SUBMIT = re.compile(r"submit-([1-9][0-9]{0,11})-([1-9][0-9]{0,5})\.json")
+SUBMIT = re.compile(r"submit-([1-9][0-9]{0,11})-([1-9][0-9]{0,5})(-[0-9a-f]{12})?\.json")
 ACT = re.compile(r"act-([0-9]{1,20})-([0-9a-f]{12})\.json")
-MAX_ID_JUMP = 1_000_000  # a claim further above last_id than this is refused: no member moves every id
 MAX_ENTRIES = 10_000  # requests read in one intake; the rest wait for the next
 
 
@@ -56,14 +56,13 @@ def entries(names: list[str]) -> list[Entry]:
     return sorted(submits, key=lambda e: e.first) + [e for _, e in sorted(acts)]
 
 
-def claimed_up_to(names: list[str], mark: int) -> int:
-    """Pure: the highest id claimed by the submits among `names`, or `mark` (last_id) when higher;
-    claims beyond the refused jump do not count."""
-    top = mark
-    for entry in entries(names):
-        if entry.kind == "submit" and entry.first <= mark + MAX_ID_JUMP:
-            top = max(top, entry.first + entry.n - 1)
-    return top
+def archive_name(claim_name: str) -> str:
+    """Pure: the spool name of the snapshot a submit's claim brings (`submit-5-2-ab….json` brings
+    `archive-5-ab….tar.gz`; a claim of an older jobtpu, `submit-5-2.json`, brings `archive-5.tar.gz`)."""
+    m = SUBMIT.fullmatch(claim_name)
+    if m is None:
+        raise ValueError(claim_name)
+    return f"archive-{m[1]}{m[3] or ''}.tar.gz"
 
 
 def open_spool(home: Home) -> int:
@@ -111,22 +110,12 @@ def new_act_name() -> str:
 
 
 def member_cache(home: Home) -> Path:
-    """This account's own folder in the spool for its snapshot cache: made 2700, refused when it is
-    not this account's folder."""
-    name = f".cache-{os.geteuid()}"
+    """This account's own folder in the spool for its snapshot cache (2700): `.cache-<uid>` when that
+    is this account's folder, else one of its own named `.cache-<uid>-<random>`, made when there is
+    none. A name another member took first costs nothing (docs/reference/home-files.md §1.6)."""
     spool_fd = open_spool(home)
     try:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o2700, dir_fd=spool_fd)
-        fd = safefs.open_subdir(spool_fd, name)
-        try:
-            st = os.fstat(fd)
-            if st.st_uid != os.geteuid():
-                raise safefs.UnsafePath(f"{SPOOL}/{name}", "is another account's folder")
-            if stat.S_IMODE(st.st_mode) != 0o2700:  # setgid: what it makes stays the group's
-                os.fchmod(fd, 0o2700)
-        finally:
-            os.close(fd)
+        name = own_folder(spool_fd, f".cache-{os.geteuid()}", 0o2700, SPOOL)
     finally:
         os.close(spool_fd)
     return home.root / SPOOL / name

@@ -202,10 +202,13 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     everyone else's are served: docs/reference/machines-json.md §3.10)."""
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
+    from jobtpu.home.places import settings_owner_refusal
+    from jobtpu.home.roles import Layout, role_of
     from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_users
     from jobtpu.schema.destinations import parse_destinations
 
     home = Home(home_root)
+    shared = role_of(home_root).layout is Layout.SHARED
     found: list[Any] = []
     lines: list[str] = []
     users, left = settings_users(home)
@@ -216,6 +219,9 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     for user in users:
         where = f"users/{user}/settings.json"
         try:
+            refusal = settings_owner_refusal(home_root, user) if shared else None
+            if refusal is not None:
+                raise JobtpuError(refusal)
             settings = load_settings(home, user, own=False)  # data: the member's own webhooks
             dests = parse_destinations(settings.notify, f"{where}: notify", owner=user)
         except JobtpuError as e:
