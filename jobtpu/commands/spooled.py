@@ -22,10 +22,15 @@ if TYPE_CHECKING:
 def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], state: State,
                     extras: Extras, cache: Path) -> list[Job]:
     from jobtpu.commands.batch import check_dependencies, sweep_tag
+    from jobtpu.home.sealing import public_of, reply_key, runner_public_key, seal
     from jobtpu.home.store import read_id_mark
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import Submission
 
+    # What the group must not read travels sealed (docs/design.md §7): the secret values to the
+    # runner's key, checked before any id is claimed; the reply to this member's own key.
+    sealed = seal(runner_public_key(home.root, runner_name(role)), msgspec.json.encode(secret)) if secret else b""
+    private = reply_key(cache)
     archive = jobs[0].archive
     bring = not home.archive(archive).is_file()  # the home has it already: the runner reuses its copy
     fd = spool.open_spool(home)
@@ -42,7 +47,8 @@ def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, s
                     each.tags.append(sweep_tag(first))
             if bring:
                 _move_into_spool(cache / archive, fd, f"archive-{first}.tar.gz")
-            doc = Submission(first=first, jobs=jobs, secrets=secret, archive_included=bring)
+            doc = Submission(first=first, jobs=jobs, sealed=sealed, reply_key=public_of(private),
+                             archive_included=bring)
             spool.put_file(fd, f"submit-{first}-{len(jobs)}.json", msgspec.json.encode(doc))
     finally:
         os.close(fd)
