@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.home.sealing import why_not_private_key, why_not_public_key
+from jobtpu.home.sealing import public_of, why_not_private_key, why_not_public_key
 from tests.accounts import Team
 from tests.helpers import wait_for
-from tests.test_shared_home import rows, source_of, write_as_runner
+from tests.test_shared_home import init_shared, old_layout, rows, source_of, write_as_runner
 
 WANDB = "wandb-key-of-bob-5f1d0c9e7a"
 HANG = 60  # a command that hangs fails the test at this bound
@@ -151,6 +151,47 @@ def test_a_public_key_that_is_not_the_runners_is_refused_by_a_members_submit(tri
     first = refused.stderr.splitlines()[0]
     assert first.startswith("jobtpu: error: ") and why in first and "nothing was sent" in first, refused.stderr
     assert list((home / "spool").glob("submit-*")) == [] and list((home / "spool").glob("archive-*")) == []
+
+
+def test_a_home_without_runner_keys_gets_them_at_its_runners_next_pass(team: Team) -> None:
+    """A home made before runner keys: a member's secret waits for them (one line, nothing sent)
+    rather than going out unsealed; the runner's next pass makes them."""
+    alice, bob = team.accounts
+    home = init_shared(team)
+    for name in ("runner.key", "runner.pub"):
+        (home / name).unlink(missing_ok=True)
+    early = submit(team, bob, home, "--env", f"WANDB_API_KEY={WANDB}", check=False)
+    assert early.returncode == 1 and early.stderr.splitlines()[0] == (
+        "jobtpu: error: this shared home has no runner.pub yet, so your secret --env values cannot be sealed to its "
+        "runner; nothing was sent"), early.stderr
+    assert list((home / "spool").glob("submit-*")) == []
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    for name, mode in (("runner.key", 0o600), ("runner.pub", 0o640)):
+        st = (home / name).stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (team.uid(alice), mode), name
+    job = int(submit(team, bob, home, "--env", f"WANDB_API_KEY={WANDB}").stdout)
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert json.loads((home / "secrets.json").read_text())[str(job)] == {"WANDB_API_KEY": WANDB}
+
+
+def test_the_move_from_the_old_layout_replaces_a_key_pair_a_member_left(team: Team) -> None:
+    """In the old layout any member could write the top folder: a runner.key bob left there (he knows
+    it) must not become the runner's when the home moves to the one-writer layout."""
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", str(home), umask="0077")
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
+    old_layout(team, home)
+    bobs = os.urandom(32)
+    for name, data in (("runner.key", bobs), ("runner.pub", public_of(bobs))):
+        (home / name).write_bytes(data)
+        os.chown(home / name, team.uid(bob), team.gid)
+        (home / name).chmod(0o660)
+    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
+    key, pub = (home / "runner.key"), (home / "runner.pub")
+    assert (key.stat().st_uid, key.stat().st_mode & 0o777) == (team.uid(alice), 0o600)
+    assert (pub.stat().st_uid, pub.stat().st_mode & 0o777) == (team.uid(alice), 0o640)
+    assert key.read_bytes() != bobs and pub.read_bytes() == public_of(key.read_bytes())
 
 
 @pytest.mark.fast
