@@ -211,3 +211,21 @@ def test_which_key_files_are_used(mode: int, uid: int, links: int, size: int, pr
     st = os.stat_result((mode, 0, 0, links, uid, 0, size, 0, 0, 0))
     assert why_not_private_key(st, 7) == private
     assert why_not_public_key(st, 7) == public
+
+
+def test_a_folder_where_the_runner_key_goes_is_one_line_at_each_pass(team: Team) -> None:
+    """A folder bob made as runner.key in the old layout: the runner cannot write its key there; the
+    move and each pass say so in one line (no traceback), and everything else goes on."""
+    alice, bob = team.accounts
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", str(home), umask="0077")
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
+    old_layout(team, home)
+    (home / "runner.key").mkdir()
+    os.chown(home / "runner.key", team.uid(bob), team.gid)
+    line = ("runner.key, runner.pub: cannot make the runner's key pair (Is a directory); move them away by hand "
+            "(members cannot send secret --env values until then)")
+    moved = team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert line in moved.stderr.splitlines() and "Traceback" not in moved.stderr, moved.stderr
+    again = team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert again.stderr.splitlines().count(line) == 1, again.stderr

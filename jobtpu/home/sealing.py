@@ -117,8 +117,12 @@ def ensure_runner_keys(root: Path, check_pair: bool = False) -> list[str]:
         why = None if key_st is None else why_not_private_key(key_st, me)
         if key_st is None or why is not None:
             private = _new_private()
-            safefs.write_in(top, RUNNER_KEY, private, 0o600)
-            safefs.write_in(top, RUNNER_PUB, public_of(private), 0o640)
+            try:
+                safefs.write_in(top, RUNNER_KEY, private, 0o600)
+                safefs.write_in(top, RUNNER_PUB, public_of(private), 0o640)
+            except OSError as e:  # a folder of that name, left in the old layout: not ours to remove
+                return [f"{RUNNER_KEY}, {RUNNER_PUB}: cannot make the runner's key pair ({e.strerror or e}); move "
+                        "them away by hand (members cannot send secret --env values until then)"]
             return [] if why is None else [f"{RUNNER_KEY} {why}: replaced by a new key pair (secrets sealed to the "
                                            "old one are refused; their senders submit again)"]
         pub_st = _lstat(top, RUNNER_PUB)
