@@ -145,6 +145,8 @@ def test_submit_loads_msgspec_without_typing_extensions(tmp_path: Path) -> None:
     assert {"msgspec", "jobtpu.commands.submit", "hashlib"} <= loaded[0]  # the record is real
     assert "typing_extensions" not in loaded[0] | loaded[1]
     assert "hashlib" not in loaded[1]
+    # PyNaCl seals a shared home's requests (docs/design.md §7): a private home's submit never loads it.
+    assert [m for m in loaded[0] | loaded[1] if m == "nacl" or m.startswith("nacl.")] == []
 
 
 @pytest.mark.parametrize("program", [

@@ -144,7 +144,7 @@ def test_the_design_s_module_map_names_every_module_and_no_other() -> None:
     assert rows == modules, {"missing from the map": sorted(modules - rows), "no such module": sorted(rows - modules)}
 
 
-FILE_SUFFIXES = {"py", "json", "jsonl", "lock", "sh", "md", "toml", "bak"}
+FILE_SUFFIXES = {"py", "json", "jsonl", "lock", "sh", "md", "toml", "bak", "key", "pub"}
 
 
 def _defines(text: str, name: str) -> bool:

@@ -9,6 +9,7 @@ reads nothing as alice that bob chose, and goes on with every other job."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
+from jobtpu.home.sealing import public_of
 from tests.accounts import Team
 from tests.helpers import wait_for
 
@@ -276,8 +278,11 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     doc = json.loads(env_named.read_text())
     doc["jobs"][0]["env"] = {"JOBTPU_MARK": "someone.else"}
     env_named.write_text(json.dumps(doc))
+    # With bob's reply key, as jobtpu sends it: the runner seals its answer to him (a request without
+    # one is answered with its exit code alone).
+    reply_key = base64.b64encode(public_of((home / "spool" / f".cache-{team.uid(bob)}" / "reply.key").read_bytes()))
     for n, argv in enumerate((["user", "add", "mallory"], ["manage"])):
-        request = json.dumps({"argv": argv, "user": bob, "at": 0})
+        request = json.dumps({"argv": argv, "user": bob, "at": 0, "reply_key": reply_key.decode()})
         assert as_(team, bob, f"printf '%s' '{request}' > {home}/spool/act-{n + 1}-0123456789ab.json").returncode == 0
     team.run(alice, "--home", str(home), "manage", umask="0077")
     rows = {r["id"]: r for r in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",

@@ -73,6 +73,12 @@ def take_in(home: Home) -> list[str]:
         spool_fd = spool.open_spool(home)
     except (FileNotFoundError, safefs.UnsafePath) as e:
         return [f"requests not taken in: {e}"]
+    try:  # members seal their secrets to it: a home made before it had none (docs/reference/home-files.md §1.3)
+        from jobtpu.home.sealing import ensure_runner_keys
+
+        made = ensure_runner_keys(home.root)
+    except (OSError, safefs.UnsafePath) as e:
+        made = [f"runner.key not made: {e}"]
     lines: list[str] = []
     lock = safefs.open_file(home.root, INTAKE_LOCK, os.O_RDWR, create=True)
     try:
@@ -85,7 +91,7 @@ def take_in(home: Home) -> list[str]:
     finally:
         os.close(lock)
         os.close(spool_fd)
-    return [line for line in lines if line]
+    return [line for line in made + lines if line]
 
 
 def _take_all(home: Home, spool_fd: int) -> list[str]:
@@ -155,13 +161,15 @@ def _catch_up(home: Home, spool_fd: int) -> None:
             write_id_mark(home, top)
 
 
-def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: list[int] | None = None,
+def _reply(home: Home, name: str, owner: int, key: bytes, code: int, lines: list[str], ids: list[int] | None = None,
            what: str = "") -> None:
+    """The reply, its words sealed to the sender's reply `key` (the group reads replies/)."""
+    from jobtpu.home.sealing import sealed_reply
     from jobtpu.schema.spool import Reply
 
     reply = Reply(request=name, account=account_name(owner), code=code, lines=lines, at=round(time.time(), 3),
                   ids=ids or [], what=what)
-    spool.write_reply(home, name, msgspec.json.encode(reply))
+    spool.write_reply(home, name, msgspec.json.encode(sealed_reply(reply, key)))
 
 
 # ---- submits -------------------------------------------------------------------------------------
@@ -169,7 +177,7 @@ def _reply(home: Home, name: str, owner: int, code: int, lines: list[str], ids: 
 def _take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dict[str, Claim]) -> str:
     from jobtpu.schema.spool import MAX_SUBMISSION_BYTES, Submission
 
-    owner = -1
+    owner, key = -1, b""
     claim = waiting.pop(entry.name, None)
     archive_name = spool.archive_name(entry.name)
     try:
@@ -177,18 +185,19 @@ def _take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dic
         if found is None:
             return ""
         doc, owner = found
+        key = doc.reply_key
         if claim is None:
             ids = _taken_already(home, entry, owner)
         else:
             ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name, waiting)
-        _reply(home, entry.name, owner, 0, [], ids, what=f"submit of {_ids(ids)}")
+        _reply(home, entry.name, owner, key, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
     except (Refused, JobtpuError) as e:
         if claim is not None:
             _spend(home, claim, waiting)
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
-            _reply(home, entry.name, owner, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
+            _reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
         return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
     finally:
         spool.remove(spool_fd, archive_name)
@@ -233,6 +242,7 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
 
     mark = read_id_mark(home)
     jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner) for i, job in enumerate(doc.jobs)]
+    secret = _opened_secrets(home, doc)
     names = {job.archive for job in jobs}
     if len(names) != 1:
         raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
@@ -248,12 +258,29 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
         if mark_below(last, waiting.values()) > mark:  # before the claim leaves the spool; never up to a waiting claim
             write_id_mark(home, mark_below(last, waiting.values()))
         state.next_id = max(state.next_id, last + 1)
-        if doc.secrets:
-            secrets = SecretStore(home)
-            for job in jobs:
-                secrets.put(job.id, dict(doc.secrets))
+        if secret:
+            SecretStore(home).put_many([job.id for job in jobs], secret)
         state.jobs.extend(jobs)
     return [job.id for job in jobs]
+
+
+def _opened_secrets(home: Home, doc: Submission) -> dict[str, str]:
+    """The submit's secret --env values, opened with the runner's key. Plain values (an older jobtpu's
+    submit) are refused: the whole group could read them in the spool."""
+    from jobtpu.home.sealing import runner_private_key, unseal
+
+    if doc.secrets:
+        raise Refused("its secret --env values came unsealed, readable by the whole group: the member's jobtpu "
+                      "is older than this home's (update jobtpu, then submit again)")
+    if not doc.sealed:
+        return {}
+    raw = unseal(runner_private_key(home.root), doc.sealed)
+    if raw is None:  # forged, damaged, or sealed to a runner.key since replaced
+        raise Refused("its sealed secret --env values do not open with this home's runner.key: submit again")
+    try:
+        return msgspec.json.decode(raw, type=dict[str, str])
+    except msgspec.DecodeError as e:
+        raise Refused(f"its sealed secret --env values are not names and values: {str(e)[:120]}") from None
 
 
 def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
@@ -359,20 +386,21 @@ def _check_copy(home: Home, tmp: str, name: str) -> str | None:
 def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
 
-    owner = -1
+    owner, key = -1, b""
     try:
         found = _read(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
         if found is None:
             return ""
         req, owner = found
+        key = req.reply_key
         code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
-        _reply(home, entry.name, owner, code, lines, what=" ".join(req.argv)[:200])
+        _reply(home, entry.name, owner, key, code, lines, what=" ".join(req.argv)[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
         return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
-            _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
+            _reply(home, entry.name, owner, key, e.exit_code, [error_text(e)])
         return f"refused {entry.name}: {e.message}"
     finally:
         spool.remove(spool_fd, entry.name)

@@ -75,11 +75,14 @@ def refuse_old_layout(role: Role, command: str) -> JobtpuError:
 
 def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
     """Leave an act for the runner; wait for its reply while a loop of the runner's runs."""
+    from jobtpu.home.sealing import public_of, reply_key
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import ActRequest
 
     name = spool.new_act_name()
-    data = msgspec.json.encode(ActRequest(argv=words, user=user, at=round(time.time(), 3)))
+    private = reply_key(spool.member_cache(home))
+    data = msgspec.json.encode(ActRequest(argv=words, user=user, at=round(time.time(), 3),
+                                          reply_key=public_of(private)))  # the runner seals its reply to it
     fd = spool.open_spool(home)
     try:
         spool.put_file(fd, name, data)
@@ -87,7 +90,7 @@ def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
         os.close(fd)
     runner = runner_name(role)
     if loop_running(home):
-        reply = wait_reply(home, name, timing.current().request_wait)
+        reply = wait_reply(home, name, timing.current().request_wait, private)
         if reply is not None:
             return show_reply(reply)
     note(f"requested: jobtpu {' '.join(words)} (carried out by the next pass of {runner}, this home's runner; "
@@ -107,16 +110,19 @@ def loop_running(home: Home) -> bool:
     return last is not None and last.every is not None and not freshness(last)[1]
 
 
-def wait_reply(home: Home, name: str, seconds: float) -> Reply | None:
+def wait_reply(home: Home, name: str, seconds: float, private: bytes | None) -> Reply | None:
     deadline = time.monotonic() + seconds
     while True:
-        reply = read_reply(home, name)
+        reply = read_reply(home, name, private)
         if reply is not None or time.monotonic() >= deadline:
             return reply
         time.sleep(timing.current().spool_poll / 5)
 
 
-def read_reply(home: Home, name: str) -> Reply | None:
+def read_reply(home: Home, name: str, private: bytes | None = None) -> Reply | None:
+    """The runner's reply to `name`, its words opened with `private` (this member's reply key, read
+    when not given); a reply sealed to another key says only whether it was done."""
+    from jobtpu.home.sealing import opened_reply
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import MAX_REPLY_BYTES, Reply
 
@@ -127,7 +133,19 @@ def read_reply(home: Home, name: str) -> Reply | None:
         reply: Reply = msgspec.json.decode(raw, type=Reply)
     except msgspec.DecodeError:
         return None
-    return reply
+    if reply.sealed and private is None:
+        private = own_reply_key(home)
+    return opened_reply(reply, private)
+
+
+def own_reply_key(home: Home) -> bytes | None:
+    """This member's reply key, when it has one (the runner has none: members' replies are sealed to them)."""
+    from jobtpu.home.roles import role_of
+    from jobtpu.home.sealing import reply_key_if_any
+
+    if not role_of(home.root).is_member:
+        return None
+    return reply_key_if_any(spool.member_cache(home))
 
 
 def show_reply(reply: Reply) -> int:

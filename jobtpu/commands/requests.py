@@ -14,7 +14,7 @@ SHOWN_ANSWERS = 20
 
 
 def requests(home: Home) -> int:
-    from jobtpu.commands.relay import read_reply
+    from jobtpu.commands.relay import own_reply_key, read_reply
     from jobtpu.home import safefs, spool
     from jobtpu.home.roles import REPLIES
     from jobtpu.home.trust import account_name
@@ -58,8 +58,9 @@ def requests(home: Home) -> int:
         names = sorted(os.listdir(home.root / REPLIES), reverse=True)
     except OSError:
         names = []
+    private = own_reply_key(home) if names else None  # the runner's own view opens no member's words
     for name in names:
-        reply = read_reply(home, name)
+        reply = read_reply(home, name, private)
         if reply is None or (reply.account != me and not role.is_runner):
             continue
         verdict = "done" if reply.code == 0 else f"refused: {reply.lines[0] if reply.lines else 'exit ' + str(reply.code)}"

@@ -24,11 +24,18 @@ if TYPE_CHECKING:
 
 def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], state: State,
                     extras: Extras, cache: Path) -> list[Job]:
+    from jobtpu.home.sealing import public_of, reply_key, runner_public_key, seal
+    from jobtpu.schema.msgspec_lib import msgspec
+
+    # What the group must not read travels sealed (docs/design.md §7): the secret values to the
+    # runner's key, checked before any id is claimed; the reply to this member's own key.
+    sealed = seal(runner_public_key(home.root, runner_name(role)), msgspec.json.encode(secret)) if secret else b""
+    reply_public = public_of(reply_key(cache))
     bring = not home.archive(archive_of(jobs)).is_file()  # the home has it already: the runner reuses its copy
     fd = spool.open_spool(home)
     try:
         with spool.claims_locked(fd):
-            _claim_ids(home, fd, jobs, secret, extras, cache, bring)
+            _claim_ids(home, fd, jobs, (sealed, reply_public), extras, cache, bring)
     finally:
         os.close(fd)
     note(f"sent to {runner_name(role)}, this home's runner: its next pass takes "
@@ -36,7 +43,7 @@ def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, s
     return jobs
 
 
-def _claim_ids(home: Home, fd: int, jobs: list[Job], secret: dict[str, str], extras: Extras, cache: Path,
+def _claim_ids(home: Home, fd: int, jobs: list[Job], keys: tuple[bytes, bytes], extras: Extras, cache: Path,
                bring: bool) -> int:
     """Under the claims lock: the jobs' ids placed as every submit places them (home/claims.py), the
     claim left in the spool, then checked once the spool's clock has passed it: a claim that another
@@ -64,7 +71,7 @@ def _claim_ids(home: Home, fd: int, jobs: list[Job], secret: dict[str, str], ext
         name = f"submit-{first}-{len(jobs)}-{tail}.json"
         if bring:
             _move_into_spool(cache / archive_of(jobs), fd, f"archive-{first}-{tail}.tar.gz")
-        doc = Submission(first=first, jobs=jobs, secrets=secret, archive_included=bring)
+        doc = Submission(first=first, jobs=jobs, sealed=keys[0], reply_key=keys[1], archive_included=bring)
         spool.put_file(fd, name, msgspec.json.encode(doc))
         made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ctime_ns
         claims.settle(fd, made)

@@ -20,7 +20,7 @@ from jobtpu.home import safefs
 _OWN_FOLDERS = frozenset({"archives", "cache", "logs", "results", "run", "specs", "users"})
 _OWN_FILES = frozenset({"state.json", "secrets.json", ".secrets.json", "history.jsonl", "known_hosts", "manage.lock",
                         "last_id", "home_id", ".home_id", "events.jsonl", "notify-outbox.json", "sheet.json",
-                        "users.json", "runner.json"})
+                        "users.json", "runner.json", "runner.key", "runner.pub"})
 _OWN_COMPANIONS = tuple(f"{name}." for name in sorted(_OWN_FILES))
 
 

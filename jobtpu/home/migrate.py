@@ -27,7 +27,7 @@ TOP_MODE = 0o3750  # setgid, sticky, the group reads
 MEMBER_FOLDERS = frozenset({SPOOL, "users", "results"})  # 3770: the group adds entries, each its maker's
 MEMBER_MODE = 0o3770
 FOLDER_MODE = 0o2750
-PRIVATE_FILES = frozenset({"secrets.json", ".secrets.json", "notify-outbox.json"})  # the runner's alone
+PRIVATE_FILES = frozenset({"secrets.json", ".secrets.json", "notify-outbox.json", "runner.key"})  # the runner's alone
 LEFT_TO_OWNERS = ("run/jobs", "run/meta")  # a running job's own folders, used by its processes
 
 
@@ -54,6 +54,11 @@ def make_one_writer(root: Path, gid: int) -> list[str]:
         # First take write away from the group: nobody adds to or renames in the top folder meanwhile.
         os.fchown(top, -1, gid)
         os.fchmod(top, TOP_MODE)
+        # Before the walk, which would adopt a runner.key another account left as the runner's: a key
+        # anyone but the runner made or could read is replaced by a new pair.
+        from jobtpu.home.sealing import ensure_runner_keys
+
+        lines += ensure_runner_keys(root, check_pair=True)
         _walk(top, "", gid, lines)
         for name, mode in ((SPOOL, MEMBER_MODE), ("users", MEMBER_MODE), ("results", MEMBER_MODE),
                            (REPLIES, FOLDER_MODE)):

@@ -15,16 +15,23 @@ MAX_ARGS = 256  # words of one act request
 MAX_JOBS = 100_000  # jobs of one submission (a sweep's)
 
 JobId = Annotated[int, msgspec.Meta(ge=1, le=10**12)]
+# A member's reply key (Curve25519, raw; base64 in JSON): the runner seals its reply to it.
+ReplyKey = Annotated[bytes, msgspec.Meta(max_length=32)]
+MAX_SEALED_SECRETS = 1 << 20
 
 
 class Submission(msgspec.Struct, forbid_unknown_fields=True):
     """`submit` by a member: the jobs as it checked them, under the ids it claimed (`first` on), and
-    the values of their secret --env variables (the same for every job of a sweep)."""
+    the values of their secret --env variables (the same for every job of a sweep), sealed to the
+    runner's key: a JSON object of names and values that only `runner.key` opens."""
 
     first: JobId
     jobs: Annotated[list[Job], msgspec.Meta(min_length=1, max_length=MAX_JOBS)]
+    # Plain secret values, as an older jobtpu sent them: refused (the group could read them).
     secrets: dict[str, str] = msgspec.field(default_factory=dict)
     archive_included: bool = False  # spool/archive-<first>.tar.gz holds the snapshot (else the home has it)
+    sealed: Annotated[bytes, msgspec.Meta(max_length=MAX_SEALED_SECRETS)] = b""
+    reply_key: ReplyKey = b""
 
 
 class ActRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -34,10 +41,13 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True):
     argv: Annotated[list[Annotated[str, msgspec.Meta(max_length=100_000)]], msgspec.Meta(min_length=1, max_length=MAX_ARGS)]
     user: str
     at: float = 0.0
+    reply_key: ReplyKey = b""
 
 
 class Reply(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """What the runner did with a request: exit code 0 or not, and the lines the command said."""
+    """What the runner did with a request: exit code 0 or not, and the lines the command said. On
+    disk `what`, `lines` and `ids` are sealed to the sender's reply key (`sealed`, a ReplyContent),
+    or left out when the request carried no key: the group reads replies/."""
 
     request: str
     account: str
@@ -46,3 +56,12 @@ class Reply(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     lines: list[str] = msgspec.field(default_factory=list)
     at: float = 0.0
     ids: list[int] = msgspec.field(default_factory=list)  # a submission's job ids, when taken in
+    sealed: bytes = b""
+
+
+class ReplyContent(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A reply's own words, sealed to its sender."""
+
+    what: str = ""
+    lines: list[str] = msgspec.field(default_factory=list)
+    ids: list[int] = msgspec.field(default_factory=list)
