@@ -14,8 +14,6 @@ others, or a file that is no claim, moves nobody's ids. The claims lock is advis
 skips it can only lose to the honest submits it races, since they check their claim once the file
 system's clock has passed it (`settle`)."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import stat
@@ -81,7 +79,7 @@ def lowest_fit(floor: int, held: Iterable[Claim], n: int) -> int:
     return start
 
 
-def read_claims(spool_fd: int, names: Iterable[str], known: dict[tuple[str, int, int], Claim | None] | None = None
+def read_claims(spool_fd: int, names: Iterable[str], known: "dict[tuple[str, int, int], Claim | None] | None" = None
                 ) -> list[Claim]:
     """The spool's submits that are claims (see the module's docstring); what is not one is left out.
     `known` keeps what was read by (name, inode, stamp), for a second look."""
@@ -154,7 +152,7 @@ def mark_below(last: int, held: Iterable[Claim]) -> int:
     return min([last, *(c.first - 1 for c in held)])
 
 
-def runner_ids(home: Home, state: State, n: int) -> int:
+def runner_ids(home: "Home", state: "State", n: int) -> int:
     """Inside a transaction of the runner's: the first of `n` fresh ids for its own submit, placed
     under the claims lock clear of every claim that holds ids, spent at once (state.json's next id,
     and last_id as far as no waiting claim lies below: the pass takes those in above it)."""
