@@ -104,6 +104,24 @@ def test_a_forged_or_plain_secret_is_refused_for_that_submit_alone(trio: Team) -
     assert f"submit of job {fine}: done" in answers, answers
 
 
+def test_sealed_values_are_only_for_the_names_the_job_shows_as_secret(trio: Team) -> None:
+    """bob seals values to the runner's key himself, for a name his job does not show as <secret>
+    (JOBTPU_MARK, which no --env may set): his submit is refused in one line, a well-made one is taken in."""
+    from jobtpu.home.sealing import seal
+
+    alice, bob, _ = trio.accounts
+    home = shared_home(trio)
+    forged, fine = (int(submit(trio, bob, home, "--env", f"WANDB_API_KEY={WANDB}", "--hold").stdout) for _ in range(2))
+    values = {"WANDB_API_KEY": WANDB, "JOBTPU_MARK": "someone.else"}
+    blob = seal((home / "runner.pub").read_bytes(), json.dumps(values).encode())
+    _rewrite(next((home / "spool").glob(f"submit-{forged}-1-*.json")), sealed=base64.b64encode(blob).decode())
+    said = trio.run(alice, "--home", str(home), "manage", umask="0077").stderr
+    assert list(rows(trio, home)) == [fine], said
+    answers = trio.run(bob, "--home", str(home), "requests").stdout
+    assert (f"submit of job {forged}: refused: jobtpu: error: job {forged}: its secret values are not for the "
+            "--env names it shows as <secret>") in answers, answers
+
+
 def test_replies_are_sealed_to_their_sender(trio: Team) -> None:
     alice, bob, carol = trio.accounts
     home = shared_home(trio)

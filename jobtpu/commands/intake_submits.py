@@ -128,6 +128,11 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
     mark = read_id_mark(home)
     jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner) for i, job in enumerate(doc.jobs)]
     secret = _opened_secrets(home, doc)
+    from jobtpu.home.secrets import MASK
+
+    for job in jobs:  # exactly the names the job shows as <secret>: those passed every check of an --env name
+        if set(secret) != {name for name, value in job.env.items() if value == MASK}:
+            raise Refused(f"job {job.id}: its secret values are not for the --env names it shows as {MASK}")
     names = {job.archive for job in jobs}
     if len(names) != 1:
         raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
