@@ -13,7 +13,7 @@ from jobtpu.commands.common import note, say
 from jobtpu.errors import ConfigError, JobtpuError
 from jobtpu.home import aside, safefs
 from jobtpu.home.layout import Home
-from jobtpu.render.text import printable, printable_lines
+from jobtpu.render.text import printable
 
 
 class Damaged(JobtpuError):
@@ -96,8 +96,9 @@ def _show(folder: int, items: list[str]) -> int:
             say(printable(f"aside/{item}: cannot read it ({e.strerror or e})"))
             continue
         say(printable(f"{item} (was {origin}): `jobtpu adopt {item}` brings back {brings[0]}"))
-        for line in brings[1:]:
-            say("    " + printable_lines(line))
+        for text in brings[1:]:
+            for line in text.splitlines():
+                say("    " + printable(line))
     return 0
 
 
@@ -106,7 +107,7 @@ def _brings(item: str, data: bytes) -> list[str]:
     text = data.decode("utf-8", "replace")
     if item == aside.MACHINES:
         _, taken, names = aside.split_privileged(_json(item, data))
-        return [f"these privileged keys into machines.json: {', '.join(names) or 'none'}", json.dumps(taken, indent=2)]
+        return [f"these privileged keys into machines.json: {', '.join(names) or 'none'}", json.dumps(taken)]
     if item == "runner.json":
         return ["this runner.json (its consent and privileged keys, used by your passes):", text.rstrip()]
     if item == "known_hosts":

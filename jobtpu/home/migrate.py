@@ -6,7 +6,8 @@ Every path of the home is the runner's and read-only to the group, except three 
 group writes into (`spool/`, `users/`, `results/`), each entry there its maker's. What another
 account made where only the runner may write is copied into a file of the runner's and the old one
 removed; links, FIFOs and devices there are removed. Job folders under `run/` that another account's
-processes may still use are left as they are."""
+processes may still use are left as they are. Copying moves bytes, never trust: first, what the group
+could write and trust hangs on is set aside (aside.py) for the runner to adopt on purpose."""
 
 from __future__ import annotations
 
