@@ -131,7 +131,8 @@ def attack_and_move(team: Team) -> Moved:
                   "bobs_root": list(bobs_root.iterdir()), "carols": rows(team, home)[carols]["status"],
                   "known_hosts": (home / "known_hosts").read_text() if (home / "known_hosts").exists() else "",
                   "home_id": (home / "home_id").read_text().strip(), "carols_dirs": moved.carols_dirs(),
-                  "aside": sorted(p.name for p in (home / "aside").iterdir()) if (home / "aside").is_dir() else []}
+                  "aside": {p.name: (p.stat().st_uid, oct(p.stat().st_mode & 0o7777), p.stat().st_gid)
+                            for p in (home / "aside").iterdir()} if (home / "aside").is_dir() else {}}
     return moved
 
 
@@ -249,10 +250,40 @@ def test_what_the_group_could_write_is_set_aside_until_the_runner_adopts_it(
     assert said and f"aside/{item}" in said[0] and f"`jobtpu adopt {item}`" in said[0], moved.out
     if path == "machines.json":
         assert key in said[0] or key == "notify command" and "notify command" in said[0], said
-    assert item in moved.seen["aside"] and oct((moved.home / "aside").stat().st_mode & 0o777) == "0o700"
+    assert moved.seen["aside"].get(item) == (moved.team.uid(moved.team.accounts[0]), "0o600", moved.team.gid)
+    assert oct((moved.home / "aside").stat().st_mode & 0o7777) == "0o700"
     adopted = moved.adopt(item)
     assert adopted.startswith(f"{item}: adopted"), adopted
     assert used(moved), f"{path}'s {key} is not used after `jobtpu adopt {item}`"
+
+
+def test_a_home_id_its_running_jobs_carry_is_kept_and_said(team: Team) -> None:
+    """docs/reference/home-files.md §1.3: a new home id would lose the processes of a job running now,
+    so the move keeps it, says so, and the job is still found (and stopped) by the runner's passes."""
+    alice = team.accounts[0]
+    home = team.shared_folder("homes") / "home"
+    team.run(alice, "init", str(home), umask="0077")
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
+    job = int(team.run(alice, "--home", str(home), "submit", "--dir", str(source_of(team, alice)), "--cmd",
+                       "sleep 300", umask="0077").stdout)
+
+    def running() -> bool:
+        team.run(alice, "--home", str(home), "manage", umask="0077")
+        return bool(rows(team, home)[job]["status"] == "running")
+    wait_for(running, timeout=60, interval=0.3, what=f"job {job} to run")
+    mark = (home / "home_id").read_text()
+    old_layout(team, home)
+    moved = team.run(alice, "--home", str(home), "manage", umask="0077").stderr
+    kept = [line for line in moved.splitlines() if line.startswith("home_id: ")]
+    assert kept and kept[0].startswith(f"home_id: kept although the group could write it: jobs {job} run with it"), \
+        moved
+    assert (home / "home_id").read_text() == mark and not (home / "aside" / "home_id").exists()
+    team.run(alice, "--home", str(home), "kill", str(job), umask="0077")
+
+    def killed() -> bool:
+        team.run(alice, "--home", str(home), "manage", umask="0077")
+        return bool(rows(team, home)[job]["status"] == "killed")
+    wait_for(killed, timeout=60, interval=0.3, what=f"job {job} to be killed")
 
 
 # ---- the pure parts ---------------------------------------------------------------------------------

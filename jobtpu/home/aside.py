@@ -145,6 +145,12 @@ class _Aside:
             self.fd = open_aside(self.top, create=True)
         return self.fd
 
+    def write(self, item: str, data: bytes) -> None:
+        """aside/<item>, 0600, in the home's group as every path of the home is (docs/reference/home-files.md §1.6)."""
+        fd = self.open()
+        safefs.write_in(fd, item, data, FILE_MODE)
+        os.chown(item, -1, os.fstat(self.top).st_gid, dir_fd=fd, follow_symlinks=False)
+
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
@@ -218,7 +224,7 @@ def _move(dir_fd: int, name: str, aside: _Aside, item: str, why: str, origin: st
             data = safefs.read_capped(fd, origin, safefs.CAP_CONFIG)
         finally:
             os.close(fd)
-        safefs.write_in(aside.open(), item, data, FILE_MODE)
+        aside.write(item, data)
         os.unlink(name, dir_fd=dir_fd)
     except (OSError, safefs.UnsafePath) as e:
         return f"{origin}: {why}, and it cannot be set aside ({getattr(e, 'strerror', None) or e}); move it away by hand"
@@ -245,7 +251,7 @@ def _machines(top: int, top_st: os.stat_result, aside: _Aside, me: int) -> list[
     if not names:
         return []
     try:
-        safefs.write_in(aside.open(), MACHINES, data, FILE_MODE)
+        aside.write(MACHINES, data)
         safefs.write_in(top, MACHINES, (json.dumps(kept, indent=2) + "\n").encode(), 0o640)
     except OSError as e:
         return [f"{MACHINES}: {why}, and its privileged keys cannot be set aside ({e.strerror or e}); "
