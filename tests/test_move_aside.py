@@ -121,6 +121,10 @@ def attack_and_move(team: Team) -> Moved:
           team.uid(alice), gid)
     plant(home / "users" / carol / "settings.json", json.dumps({"dirs": {"1": "/bobs/settings"}}),
           team.uid(carol), gid)
+    planted = home / "aside"  # and a folder where the move would keep what it sets aside, with an item of his
+    planted.mkdir()
+    os.chown(planted, team.uid(bob), gid)
+    plant(planted / f"offered-{alice}.json", json.dumps({"dirs": {"1": "/bobs/planted"}}), team.uid(bob), gid)
     # ONE routine pass of alice's: it moves the home, then runs her job.
     done = team.run(alice, "--home", str(home), "manage", umask="0077")
     assert "Traceback" not in done.stderr and "moved this shared home" in done.stderr, done.stderr
@@ -161,6 +165,16 @@ def test_the_reviewers_reproduction_runs_no_notify_command_as_the_runner(old_hom
     assert not {"runner-json-notify", "machines-json-notify"} & set(old_home_moved.seen["marks"]), \
         old_home_moved.seen["marks"]
     assert old_home_moved.seen["carols"] == "queued"  # and his runner.json gives no consent
+
+
+def test_an_aside_folder_a_member_planted_brings_nothing_back(old_home_moved: Moved) -> None:
+    moved = old_home_moved
+    said = [line for line in moved.out.splitlines() if line.startswith("aside: ")]
+    assert said and said[0].startswith("aside: not the runner's own folder as a move leaves it; renamed to aside."), \
+        moved.out
+    assert f"offered-{moved.team.accounts[0]}.json" not in moved.seen["aside"]
+    listed = moved.run(moved.team.accounts[0], "adopt").stdout
+    assert "/bobs/planted" not in listed and f"offered-{moved.team.accounts[0]}" not in listed, listed
 
 
 def test_a_member_cannot_adopt_and_changes_nothing(old_home_moved: Moved) -> None:

@@ -180,10 +180,11 @@ def set_aside(top: int, top_st: os.stat_result, active: Sequence[int]) -> list[s
     aside = _Aside(top)
     lines: list[str] = []
     me = os.geteuid()
-    if top_st.st_mode & stat.S_IWGRP and _lstat(top, ASIDE) is not None:  # a member's, or one members wrote into
-        away = f"{ASIDE}.{os.urandom(6).hex()}.old"
+    if top_st.st_mode & stat.S_IWGRP and _lstat(top, ASIDE) is not None and not _as_a_move_left_it(top):
+        away = f"{ASIDE}.{os.urandom(6).hex()}.old"  # a member's, or a folder a member renamed there
         os.rename(ASIDE, away, src_dir_fd=top, dst_dir_fd=top)
-        lines.append(f"{ASIDE}: the group could write it; renamed to {away} (nothing in it is adopted)")
+        lines.append(f"{ASIDE}: not the runner's own folder as a move leaves it; renamed to {away} (nothing in it "
+                     "is adopted)")
     try:
         for name in WHOLE:
             st = _lstat(top, name)
@@ -200,6 +201,28 @@ def set_aside(top: int, top_st: os.stat_result, active: Sequence[int]) -> list[s
     finally:
         aside.close()
     return [line for line in lines if line]
+
+
+def _as_a_move_left_it(top: int) -> bool:
+    """Whether aside/ is the runner's, 0700, holding only files of the runner's, 0600, one link each:
+    nobody else could have put anything into it, even in a top folder the group could write."""
+    me = os.geteuid()
+    try:
+        fd = os.open(ASIDE, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != me or stat.S_IMODE(st.st_mode) != FOLDER_MODE:
+            return False
+        for name in os.listdir(fd):
+            entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if (not stat.S_ISREG(entry.st_mode) or entry.st_uid != me or stat.S_IMODE(entry.st_mode) != FILE_MODE
+                    or entry.st_nlink != 1):
+                return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
