@@ -106,7 +106,7 @@ def _brings(item: str, data: bytes) -> list[str]:
     """What adopting `item` would bring back: a summary, then the text itself."""
     text = data.decode("utf-8", "replace")
     if item == aside.MACHINES:
-        _, taken, names = aside.split_privileged(_json(item, data))
+        _, taken, names = aside.split_privileged(_json("it", data))
         return [f"these privileged keys into machines.json: {', '.join(names) or 'none'}", json.dumps(taken)]
     if item == "runner.json":
         return ["this runner.json (its consent and privileged keys, used by your passes):", text.rstrip()]
@@ -118,13 +118,13 @@ def _brings(item: str, data: bytes) -> list[str]:
     return [f"these settings of user {user}:", text.rstrip()]
 
 
-def _json(item: str, data: bytes) -> dict[str, object]:
+def _json(what: str, data: bytes) -> dict[str, object]:
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict):
-        raise Damaged("is not a JSON object")
+        raise Damaged(f"{what} is not a JSON object")
     return doc
 
 
@@ -140,8 +140,11 @@ def _adopt_one(home: Home, top: int, folder: int, item: str) -> str:
         _write_new(top, "runner.json", data, 0o644)
         return "runner.json: adopted; your passes use it from the next one"
     if item == aside.MACHINES:
-        _, taken, names = aside.split_privileged(_json(item, data))
-        current = _json(aside.MACHINES, _read(top, aside.MACHINES, aside.MACHINES))
+        _, taken, names = aside.split_privileged(_json("it", data))
+        try:
+            current = _json("the home's machines.json", _read(top, aside.MACHINES, aside.MACHINES))
+        except FileNotFoundError:
+            raise Damaged("the home has no machines.json to put its keys back into") from None
         safefs.write_in(top, aside.MACHINES, (json.dumps(aside.put_back(current, taken), indent=2) + "\n").encode(),
                         0o640)
         return f"machines.json: adopted its privileged keys ({', '.join(names) or 'none'})"

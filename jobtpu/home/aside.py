@@ -16,7 +16,7 @@ transport/reach.py, transport/hostkeys.py):
 - `users/.offered/<name>.json`: read as that member's settings because the runner wrote it;
 - `users/<name>/settings.json`: read as that member's own (the owner of the file is the proof).
 What is left is safe whoever wrote it: state.json's records are held to their submitters' specs
-(migrate.settle_records), secrets.json gives a job only the names its spec lists, users.json is a
+(migrate.settle_records), a snapshot is checked against its name (a digest) before it is sent, secrets.json gives a job only the names its spec lists, users.json is a
 guard against typos rather than a boundary (users.py), the outbox and the sheet memo name only
 destinations and cells the current files name."""
 
