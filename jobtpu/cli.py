@@ -171,7 +171,7 @@ def _usage_hint(message: str) -> str | None:
 # its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
 COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
                    "update", "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
-                   "importing", "rules", "personal", "remote", "tldr", "sheet", "completion", "serve", "metrics")
+                   "adopt", "importing", "rules", "personal", "remote", "tldr", "sheet", "completion", "serve", "metrics")
 # Each command word and the module that adds it, so a command line imports and parses only its own
 # command's module, not all of them (a submit then costs little more than starting Python). Checked
 # against what the modules add by tests/test_commands.py.
@@ -180,7 +180,7 @@ MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron
              "update": "update",
              "hold": "hold", "release": "hold", "tag": "annotate", "note": "annotate", "requests": "requests",
              "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
-             "watch": "watch", "init": "team", "user": "team", "import": "importing", "rules": "rules",
+             "watch": "watch", "init": "team", "user": "team", "adopt": "adopt", "import": "importing", "rules": "rules",
              "config": "personal", "dir": "personal", "alias": "personal", "exec": "remote", "ssh": "remote",
              "tldr": "tldr", "sheet": "sheet", "completion": "completion", "serve": "serve", "metrics": "metrics"}
 

@@ -43,7 +43,7 @@ _let_ctrl_c_reach_the_cli()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
-NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "tpu_pods", "team"})
+NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "tpu_pods", "team", "old_home_moved"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # The fixtures of the longest tests, longest first: a TPU test sits through passes that create nodes.
-_SLOW_FIXTURES = ("tpus", "tpu_pods", "ssh_fleet", "team")
+_SLOW_FIXTURES = ("tpus", "tpu_pods", "ssh_fleet", "team", "old_home_moved")
 
 
 def _start_rank(item: pytest.Item) -> int:

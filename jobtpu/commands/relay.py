@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 RELAYED = frozenset({"kill", "hold", "release", "update", "rerun", "resume", "tag", "note", "clean"})
 # What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
-RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init"})
+RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init", "adopt"})
 READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
 # What reads the home and writes nothing in it: all a member may do in a home of the old shared layout
 # until its runner moves it to the one-writer layout.

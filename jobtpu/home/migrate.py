@@ -6,7 +6,8 @@ Every path of the home is the runner's and read-only to the group, except three 
 group writes into (`spool/`, `users/`, `results/`), each entry there its maker's. What another
 account made where only the runner may write is copied into a file of the runner's and the old one
 removed; links, FIFOs and devices there are removed. Job folders under `run/` that another account's
-processes may still use are left as they are."""
+processes may still use are left as they are. Copying moves bytes, never trust: first, what the group
+could write and trust hangs on is set aside (aside.py) for the runner to adopt on purpose."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from jobtpu.home.aside import ASIDE
 from jobtpu.home.roles import REPLIES, SPOOL
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from jobtpu.home.layout import Home
@@ -45,16 +48,22 @@ def folder_mode(rel: str) -> int:
     return MEMBER_MODE if rel in MEMBER_FOLDERS else FOLDER_MODE
 
 
-def make_one_writer(root: Path, gid: int) -> list[str]:
+def make_one_writer(root: Path, gid: int, active: Sequence[int] = ()) -> list[str]:
     """Bring the home at `root` to the one-writer layout for group `gid`, as its runner (this account);
-    one line per entry that was another account's."""
-    lines: list[str] = []
+    one line per entry that was another account's, and per file set aside (aside.py; `active`: the
+    jobs whose processes may run now)."""
+    from jobtpu.home.aside import set_aside
+
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
+        was = os.fstat(top)
         # First take write away from the group: nobody adds to or renames in the top folder meanwhile.
         os.fchown(top, -1, gid)
         os.fchmod(top, TOP_MODE)
-        # Before the walk, which would adopt a runner.key another account left as the runner's: a key
+        # Then what carries trust and the group could write goes aside, before the walk copies
+        # anything into a file of the runner's: trust never transfers by copying.
+        lines = set_aside(top, was, active)
+        # And before the walk, which would adopt a runner.key another account left as the runner's: a key
         # anyone but the runner made or could read is replaced by a new pair.
         from jobtpu.home.sealing import ensure_runner_keys
 
@@ -108,6 +117,9 @@ def _take_over(dir_fd: int, name: str, path: str, rel: str, gid: int, lines: lis
     """One entry of the runner's folder made the runner's (folders walked)."""
     me = os.geteuid()
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if rel == "" and name == ASIDE and stat.S_ISDIR(st.st_mode) and st.st_uid == me:
+        _fix(dir_fd, name, gid, 0o700)  # the runner's alone; its files were written 0600
+        return
     if rel == "" and name in MEMBER_FOLDERS and stat.S_ISDIR(st.st_mode):
         if st.st_uid != me:
             _adopt_folder(dir_fd, name, gid, path)
@@ -194,13 +206,14 @@ def _who(uid: int) -> str:
 def migrate(home: Home) -> list[str]:
     """The runner's pass in a home of the old shared layout moves it to the one-writer layout first,
     under the pass lock; the lines say what it took over."""
-    from jobtpu.home.store import hold_lock
+    from jobtpu.home.store import Store, hold_lock
     from jobtpu.timing import current
 
     gid = os.stat(home.root).st_gid
     with hold_lock(home.pass_lock, current().act_lock_wait, "the pass lock (manage.lock)"):
         lines = settle_records(home)
-        lines += make_one_writer(home.root, gid)
+        active = [job.id for job in Store(home).load().jobs if job.active]
+        lines += make_one_writer(home.root, gid, active)
     return ["moved this shared home to the one-writer layout (docs/reference/home-files.md §1.3): every file "
             "is now written by its runner alone; members' submits and acts go through spool/", *lines]
 

@@ -17,7 +17,7 @@ from jobtpu.errors import ConfigError
 from jobtpu.home.trust import Runner, load_runner, why_untrusted
 from jobtpu.schema.msgspec_lib import msgspec
 
-_SECTIONS = {"gcp": ("credentials", "api_endpoint"), "sheet": ("credentials", "api_endpoint")}
+SECTIONS = {"gcp": ("credentials", "api_endpoint"), "sheet": ("credentials", "api_endpoint")}
 
 
 class Gated(msgspec.Struct):
@@ -83,7 +83,7 @@ def _strip(doc: dict[str, Any], gated: Gated) -> None:
                 if entry.get(key):
                     del entry[key]
                     gated.refused.append(f"machines.{name}.{key}")
-    for section, keys in _SECTIONS.items():
+    for section, keys in SECTIONS.items():
         part = doc.get(section)
         for key in keys:
             if isinstance(part, dict) and part.get(key) is not None:
@@ -115,7 +115,7 @@ def _overlay(doc: dict[str, Any], privileged: dict[str, Any], gated: Gated) -> N
         entry.update(keys)
         if "identity_file" in keys:
             gated.refused_machines.pop(name, None)
-    for section in _SECTIONS:
+    for section in SECTIONS:
         if section in privileged:
             part = doc.get(section)
             if section == "gcp" and part is None:
