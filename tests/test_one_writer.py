@@ -237,7 +237,7 @@ def test_a_members_flood_of_requests_waits_its_turn_and_costs_one_line(team: Tea
 
     alice, bob = team.accounts
     home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
-    request = json.dumps({"argv": ["tag", "999999", "+x"], "user": bob, "at": 0})
+    request = json.dumps({"v": 2, "command": "tag", "args": {"words": ["999999", "+x"]}, "user": bob, "at": 0})
     flood = MAX_PER_ACCOUNT + 300
     done = as_(team, bob, f"cd {home}/spool && for i in $(seq {flood}); do printf '%s' '{request}' > "
                           f"act-$i-0123456789ab.json; done; for i in $(seq 2000); do mkdir {home}/users/u$i; done")
@@ -275,8 +275,8 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     doc = json.loads(env_named.read_text())
     doc["jobs"][0]["env"] = {"JOBTPU_MARK": "someone.else"}
     env_named.write_text(json.dumps(doc))
-    for n, argv in enumerate((["user", "add", "mallory"], ["manage"])):
-        request = json.dumps({"argv": argv, "user": bob, "at": 0})
+    for n, command in enumerate(("user", "manage")):
+        request = json.dumps({"v": 2, "command": command, "args": {"words": ["add", "mallory"]}, "user": bob, "at": 0})
         assert as_(team, bob, f"printf '%s' '{request}' > {home}/spool/act-{n + 1}-0123456789ab.json").returncode == 0
     team.run(alice, "--home", str(home), "manage", umask="0077")
     rows = {r["id"]: r for r in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",
@@ -288,6 +288,6 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     answers = team.run(bob, "--home", str(home), "requests").stdout
     assert f"submit of job {ids[1]}: refused: jobtpu: error: job {ids[1]}: --env JOBTPU_MARK: JOBTPU_* variables " \
            "are set by jobtpu itself" in answers, answers
-    assert "user add mallory: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
+    assert "user: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
     assert "manage: refused: jobtpu: error: 'manage' is not an act a member may request" in answers, answers
     assert "mallory" not in (home / "users.json").read_text()

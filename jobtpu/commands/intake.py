@@ -294,22 +294,57 @@ def _check_copy(home: Home, tmp: str, name: str) -> str | None:
 # ---- acts ----------------------------------------------------------------------------------------
 
 def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
+    from jobtpu.commands.act_request import decode, in_words
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
 
     owner = -1
+    what = ""
     try:
-        found = _read(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
+        try:
+            found = _read(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
+        except Refused as e:
+            _refuse_old(spool_fd, entry, e)
+            raise
         if found is None:
             return ""
         req, owner = found
-        code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
-        _reply(home, entry.name, owner, code, lines, what=" ".join(req.argv)[:200])
+        what = req.command[:40]
+        act = decode(req)
+        what = in_words(act)
+        code, lines = relay.carry_out(home, act, owner, req.user)
+        _reply(home, entry.name, owner, code, lines, what=what[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
-        return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
+        return f"{account_name(owner)}'s request `{what[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
-            _reply(home, entry.name, owner, e.exit_code, [error_text(e)])
+            _reply(home, entry.name, owner, e.exit_code, [error_text(e)], what=what[:200])
         return f"refused {entry.name}: {e.message}"
     finally:
         spool.remove(spool_fd, entry.name)
+
+
+def _refuse_old(spool_fd: int, entry: spool.Entry, refused: Refused) -> None:
+    """An act an older jobtpu left (its words, version 1): refused with a line asking for it again,
+    never parsed here (docs/reference/home-files.md §1.6)."""
+    from jobtpu.schema.spool import MAX_REQUEST_BYTES, OldActRequest
+
+    try:
+        old = _read(spool_fd, entry, MAX_REQUEST_BYTES, OldActRequest)
+    except Refused:
+        return
+    if old is not None:
+        words = " ".join(old[0].argv)[:120]
+        raise Refused(f"`{words}` was sent by an older jobtpu, as words this one no longer parses: "
+                      "send it again with this jobtpu", refused.owner)
+
+
+def internal_error(home: Home, spool_fd: int, entry: spool.Entry, owner: int, error: BaseException) -> str:
+    """A request whose carrying-out raised what nobody expected (a bug, not the member's mistake):
+    its reply says so in one line, and the round goes on with the others."""
+    what = f"{type(error).__name__}: {str(error)[:200]}"
+    with contextlib.suppress(Exception):
+        _reply(home, entry.name, owner, 1, [f"jobtpu: internal error while carrying out this request ({what}); "
+                                            "nothing more was done for it, and the runner's other requests went on"])
+    spool.remove(spool_fd, entry.name)
+    return f"internal error in {entry.name} of {account_name(owner)} ({what}): the round goes on"
