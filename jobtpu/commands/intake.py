@@ -105,6 +105,8 @@ def _take_all(home: Home, spool_fd: int) -> list[str]:
         except OSError as e:  # what a member left there costs that request alone
             line = f"refused {entry.name}: {e.strerror or e}"
             spool.remove(spool_fd, entry.name)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - anything else too: a bug costs its request alone
+            line = internal_error(home, spool_fd, entry, owner, e)
         said.setdefault(owner, []).append(line)
     for owner, told in sorted(said.items()):
         if len(told) > SAID_PER_ACCOUNT:  # a flood is one line, not one a request
