@@ -175,8 +175,9 @@ def test_the_relayed_commands_are_the_structs_commands() -> None:
 @pytest.mark.parametrize("words,said", [
     (["kill", "5", "--name=--", "--force"], "kill --name=-- --force 5"),
     (["update", "3", "--priority", "-2", "--set", "lr=1", "--no-machine"],
-     "update --priority=-2 --set=lr=1 --no-machine 3"),
-    (["rerun", "--status", "failed,killed", "--machine", "m"], "rerun --status=failed --status=killed --machine=m"),
+     "update --priority=-2 --set lr=1 --no-machine 3"),
+    (["rerun", "--status", "failed,killed", "--machine", "m"], "rerun --status failed --status killed --machine m"),
+    (["hold", "--name", "a b", "--name="], "hold --name=a b --name="),
     (["note", "4", "lr too high"], "note 4 lr too high"),
     (["tag", "--force", "1", "+a", "-b"], "tag --force 1 +a -b"),
 ])

@@ -111,7 +111,7 @@ def function_of(command: str) -> Callable[["Home", argparse.Namespace], Any]:
 
 
 def in_words(act: Act) -> str:
-    """Pure: the act as a command line a person reads (`kill 5 --name=sweep-*`), for replies and
+    """Pure: the act as a command line a person reads (`kill --name sweep-* 5`), for replies and
     listings; never parsed."""
     words = [act.command]
     tail: list[str] = []
@@ -124,7 +124,13 @@ def in_words(act: Act) -> str:
         if value is True:
             words.append(option)
         elif isinstance(value, list):
-            words += [f"{option}={v}" for v in value]
+            words += [_given(option, v) for v in value]
         elif value is not None and value is not False:
-            words.append(f"{option}={value}")
+            words.append(_given(option, value))
     return " ".join(words + tail)
+
+
+def _given(option: str, value: object) -> str:
+    """`--sweep 12`, as people type it; `--name=--` where a value could be read as an option or nothing."""
+    text = str(value)
+    return f"{option}={text}" if not text or text.startswith("-") or " " in text else f"{option} {text}"
