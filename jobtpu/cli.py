@@ -1,223 +1,34 @@
-"""The command line: assemble the commands' parsers (each command module adds its own, beside the
-function it runs), parse, call the function the parser chose, turn errors into one line. The only
-place that prints an error or chooses the exit status."""
+"""The command line: parse (commands/parsing.py assembles the commands' parsers), call the function
+the parser chose, turn errors into one line. The only place that prints an error or chooses the
+exit status."""
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from jobtpu import timing
-from jobtpu.commands import args as arguments
 from jobtpu.commands.common import error_text
-from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, JobtpuError, Terminated
+from jobtpu.commands.parsing import (  # noqa: F401 - the command line's parts, named from here too
+    COMMAND_MODULES,
+    MODULE_OF,
+    build_parser,
+    command_word,
+    installed_version,
+    parse_command_line,
+)
+from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, JobtpuError, Terminated
 from jobtpu.home.layout import Home, find_home
 from jobtpu.render.text import printable
 
 
-class _Parser(arguments.Parser):
-    def error(self, message: str) -> NoReturn:  # bad usage: exit 2, one line and a pointer to --help
-        sys.stderr.write(f"jobtpu: error: {message}\nhint: {_usage_hint(message) or f'see `{self.prog} --help`'}\n")
-        raise SystemExit(EXIT_USAGE)
-
-    # Where every word after the first "--" goes, verbatim: `exec` and `ssh` a command's words (argparse
-    # would settle an optional positional before it reached them, and call them unrecognized), `submit`
-    # and `run` overrides that are not checked for the old tool's habits.
-    after_dashes: str | None = None
-
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
-        words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
-        if self.prog == "jobtpu":  # the whole command line: the old tool's shapes are jobtpu's too
-            words = self.old_shapes(words)
-        at = words.index("--") if self.after_dashes and "--" in words else len(words)
-        if self.commands is None:  # a command's own parser: its mistakes are named with its own --help
-            self._check_options(words[:at])
-        parsed, extras = super().parse_known_args(words[:at], namespace)
-        if self.after_dashes and at < len(words):
-            setattr(parsed, self.after_dashes, [*getattr(parsed, self.after_dashes, []), *words[at + 1:]])
-        if extras and self.commands is None:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
-
-    def old_shapes(self, words: list[str]) -> list[str]:
-        """The command line with the old tool's shapes (`rel NAME`, `run … -p`, `kill w=43`) as
-        jobtpu's (docs/reference/commands.md §2.1); jobtpu's own words come back as they are."""
-        from jobtpu.oldshapes import rewrite
-
-        return rewrite(words, self._takes_value)
-
-    def _takes_value(self, command: tuple[str, ...]) -> set[str]:
-        """The options of a command (`("sheet", "release")`) that take the next word as their value."""
-        parser: argparse.ArgumentParser = self
-        for name in command:
-            commands = parser.commands if isinstance(parser, arguments.Parser) else None
-            if commands is None or name not in commands.choices:
-                return set()
-            parser = commands.choices[name]
-        kept = parser.arguments if isinstance(parser, arguments.Parser) else []
-        return {o for a in kept if a.option_strings and a.nargs != 0 for o in a.option_strings}
-
-    def _check_options(self, words: list[str]) -> None:
-        """`status --stauts running`: name the option nobody knows (and the one meant) before argparse
-        tries the next word as something else. An override typed as an option gets its own hint."""
-        from jobtpu.suggest import option_for
-
-        if any(a.nargs == argparse.REMAINDER for a in self.arguments):
-            return  # `tag 3 --x`: the words are the command's
-        known = [o for a in self.arguments for o in a.option_strings if o.startswith("--")]
-        takes_overrides = any(a.dest == "overrides" for a in self.arguments)
-        for word in (w for w in words if w.startswith("--") and w != "--"):
-            name = word.partition("=")[0]
-            if any(o.startswith(name) for o in known) or ("=" in word and takes_overrides):
-                continue  # an option or a unique prefix of one, as argparse takes it
-            if " " in word:
-                continue  # argparse takes a word with a space as a value (`note 3 "-- see above"`)
-            meant = option_for(word, known)
-            self.error(f"unrecognized option {name}" + (f": did you mean {meant}?" if meant else ""))
-
-    def _check_value(self, action: argparse.Action, value: object) -> None:
-        # Narrow, and kept on purpose: argparse (3.11) has no public hook for the word that names a
-        # subcommand (a `type` on the subparsers would be applied to every word after it too). Every
-        # other argument's choices are checked by its `type` (arguments.Choice), in the same words.
-        commands = self.commands
-        if commands is None or action is not commands or value in commands.choices:
-            return super()._check_value(action, value)
-        if self.prog == "jobtpu":
-            from jobtpu.suggest import command_for
-
-            meant = command_for(str(value), commands.choices)
-            if meant:
-                raise argparse.ArgumentError(None, f"{value!r} is not a jobtpu command: did you mean `{meant}`?")
-        raise argparse.ArgumentError(action, str(arguments.Choice(commands.choices).refusal(value)))
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
-        # Narrow, and kept on purpose: Python 3.11's argparse strips a "--" even from an option's
-        # attached value, so `--name=--` would arrive as [] (and `--tag=--` as [[]]), and offers no
-        # public way around it. An attached "--" is the user's value, verbatim.
-        if action.option_strings and action.nargs in (None, argparse.OPTIONAL) and arg_strings == ["--"]:
-            value = self._get_value(action, "--")
-            self._check_value(action, value)
-            return value
-        return super()._get_values(action, arg_strings)
-
-
-class _Version(argparse.Action):
-    """`jobtpu --version`: the installed distribution's version, read only when asked (every other
-    command's start-up stays free of the package metadata scan)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> NoReturn:
-        sys.stdout.write(f"jobtpu {installed_version()}\n")
-        raise SystemExit(0)
-
-
-def installed_version() -> str:
-    """The version pip installed (setup.cfg's `version`); `unknown` for a checkout run without installing."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("jobtpu")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-# Options whose value is itself command-line words, so usually starts with dashes: argparse would
-# take `--on-resume --config.x=1` for two options and say the first lacks its value.
-DASHED_VALUES = frozenset({"--on-resume"})
-
-
-def _attach_dashed_values(words: list[str]) -> list[str]:
-    """`--on-resume VALUE` → `--on-resume=VALUE` (before any "--", after which words are a command's)."""
-    out: list[str] = []
-    i = 0
-    while i < len(words):
-        if words[i] == "--":
-            return out + words[i:]
-        if words[i] in DASHED_VALUES and i + 1 < len(words):
-            out.append(f"{words[i]}={words[i + 1]}")
-            i += 2
-            continue
-        out.append(words[i])
-        i += 1
-    return out
-
-
-def _usage_hint(message: str) -> str | None:
-    """For `submit --cmd x --wd=0.1`: a config override typed as an option. argparse can only call it
-    an unrecognized argument; say how to pass it."""
-    if not message.startswith("unrecognized arguments: "):
-        return None
-    words = message.removeprefix("unrecognized arguments: ").split()
-    override = next((w for w in words if re.fullmatch(r"--?[A-Za-z_][A-Za-z0-9_.\-]*=.*", w)), None)
-    if override is None:
-        return None
-    bare = override.lstrip("-")
-    return (f"{override} looks like a config override: write it without dashes ({bare}), or after `--` "
-            f"(-- {override}); overrides come after the options")
-
-
-# The command modules (jobtpu/commands/) in the order `jobtpu --help` lists their commands; each adds
-# its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
-                   "update", "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
-                   "adopt", "importing", "rules", "personal", "remote", "tldr", "sheet", "completion", "serve", "metrics")
-# Each command word and the module that adds it, so a command line imports and parses only its own
-# command's module, not all of them (a submit then costs little more than starting Python). Checked
-# against what the modules add by tests/test_commands.py.
-MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron", "status": "status", "tail": "tail",
-             "fetch": "fetch", "kill": "kill", "resume": "requeue", "rerun": "requeue", "clean": "clean",
-             "update": "update",
-             "hold": "hold", "release": "hold", "tag": "annotate", "note": "annotate", "requests": "requests",
-             "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
-             "watch": "watch", "init": "team", "user": "team", "adopt": "adopt", "import": "importing", "rules": "rules",
-             "config": "personal", "dir": "personal", "alias": "personal", "exec": "remote", "ssh": "remote",
-             "tldr": "tldr", "sheet": "sheet", "completion": "completion", "serve": "serve", "metrics": "metrics"}
-
-
-def build_parser(command: str | None = None) -> _Parser:
-    """The command line's parser: with `command` (a word MODULE_OF knows), only that command's;
-    without, every command's (for --help, a mistyped command, completion)."""
-    parser = _Parser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
-                     "over SSH, through preemptions.")
-    parser.add_argument("--home", help="the folder holding machines.json and state.json")
-    parser.add_argument("--version", action=_Version, help="print jobtpu's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    for name in (MODULE_OF[command],) if command in MODULE_OF else COMMAND_MODULES:
-        importlib.import_module(f"jobtpu.commands.{name}").add_parser(sub)
-    return parser
-
-
-def command_word(words: Sequence[str]) -> str | None:
-    """The command a command line names: its first word that is not a top-level option (nor --home's
-    value); None when there is none before an option only the full parser knows."""
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if word == "--home":
-            i += 2
-            continue
-        if word.startswith("--home="):
-            i += 1
-            continue
-        return None if word.startswith("-") else word
-    return None
-
-
 def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
     home = open_home(args.home)
-    relayed = as_member(home, args.command, argv)
+    relayed = as_member(home, args.command, argv, args)
     if relayed is not None:
         return relayed
     return int(args.func(home, args) or 0)
@@ -233,9 +44,11 @@ def open_home(path: str | None) -> Home:
     return home
 
 
-def as_member(home: Home, command: str, argv: Sequence[str]) -> int | None:
+def as_member(home: Home, command: str, argv: Sequence[str], parsed: argparse.Namespace | None = None) -> int | None:
     """A member of a shared home sends an act as a request (its exit status), and is refused what only
-    the runner may do; None: the command runs here (the runner's, or a private home)."""
+    the runner may do; None: the command runs here (the runner's, or a private home). `parsed`: the
+    command line's parse of `argv`, when made already (else the act's words are parsed here, by the
+    same parser)."""
     from jobtpu.home.roles import Layout, role_of
 
     role = role_of(home.root)
@@ -246,9 +59,11 @@ def as_member(home: Home, command: str, argv: Sequence[str]) -> int | None:
         if role.layout is Layout.OLD_SHARED and command not in relay.READ_ONLY:
             raise relay.refuse_old_layout(role, command)
         if command in relay.RELAYED:
+            from jobtpu.commands.act_request import act_of, parse_act
             from jobtpu.home.users import known_user
 
-            return relay.send_act(home, role, words, known_user(home, None))
+            act = act_of(command, parsed) if parsed is not None else parse_act(words)
+            return relay.send_act(home, role, act, known_user(home, None))
         if not relay.member_may(command, words):
             raise relay.refuse_runner_only(role, command)
     return None
@@ -257,9 +72,7 @@ def as_member(home: Home, command: str, argv: Sequence[str]) -> int | None:
 def main(argv: Sequence[str] | None = None) -> int:
     standard_streams()
     typed = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(command_word(typed))
-    words = parser.old_shapes(typed)  # what a relayed act sends too
-    args = parser.parse_args(words)
+    args, words = parse_command_line(typed)  # a relayed act sends what this parse made
     try:
         timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, not midway through a pass
         return run_command(args, words)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobtpu.cli import build_parser
+from jobtpu.commands.parsing import CommandParser
 from jobtpu.commands.status import ENDED_SHOWN, QUEUED_SHOWN
 from jobtpu.commands.submit import RULE_NAMES
 from jobtpu.decide import rules
@@ -55,8 +56,8 @@ def test_each_command_word_is_built_by_the_module_the_cli_names_for_it() -> None
 
     made: dict[str, str] = {}
     for name in cli.COMMAND_MODULES:
-        parser = cli._Parser(prog="jobtpu")
-        sub = parser.add_subparsers(dest="command", parser_class=cli._Parser)
+        parser = CommandParser(prog="jobtpu")
+        sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
         importlib.import_module(f"jobtpu.commands.{name}").add_parser(sub)
         made.update(dict.fromkeys(sub.choices, name))
     assert made == cli.MODULE_OF

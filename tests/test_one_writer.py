@@ -240,7 +240,7 @@ def test_a_members_flood_of_requests_waits_its_turn_and_costs_one_line(team: Tea
 
     alice, bob = team.accounts
     home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
-    request = json.dumps({"argv": ["tag", "999999", "+x"], "user": bob, "at": 0})
+    request = json.dumps({"v": 2, "command": "tag", "args": {"words": ["999999", "+x"]}, "user": bob, "at": 0})
     flood = MAX_PER_ACCOUNT + 300
     done = as_(team, bob, f"cd {home}/spool && for i in $(seq {flood}); do printf '%s' '{request}' > "
                           f"act-$i-0123456789ab.json; done; for i in $(seq 2000); do mkdir {home}/users/u$i; done")
@@ -281,8 +281,9 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     # With bob's reply key, as jobtpu sends it: the runner seals its answer to him (a request without
     # one is answered with its exit code alone).
     reply_key = base64.b64encode(public_of((home / "spool" / f".cache-{team.uid(bob)}" / "reply.key").read_bytes()))
-    for n, argv in enumerate((["user", "add", "mallory"], ["manage"])):
-        request = json.dumps({"argv": argv, "user": bob, "at": 0, "reply_key": reply_key.decode()})
+    for n, command in enumerate(("user", "manage")):
+        request = json.dumps({"v": 2, "command": command, "args": {"words": ["add", "mallory"]}, "user": bob, "at": 0,
+                              "reply_key": reply_key.decode()})
         assert as_(team, bob, f"printf '%s' '{request}' > {home}/spool/act-{n + 1}-0123456789ab.json").returncode == 0
     team.run(alice, "--home", str(home), "manage", umask="0077")
     rows = {r["id"]: r for r in json.loads(team.run(alice, "--home", str(home), "status", "--all-users",
@@ -294,6 +295,6 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     answers = team.run(bob, "--home", str(home), "requests").stdout
     assert f"submit of job {ids[1]}: refused: jobtpu: error: job {ids[1]}: --env JOBTPU_MARK: JOBTPU_* variables " \
            "are set by jobtpu itself" in answers, answers
-    assert "user add mallory: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
+    assert "user: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
     assert "manage: refused: jobtpu: error: 'manage' is not an act a member may request" in answers, answers
     assert "mallory" not in (home / "users.json").read_text()

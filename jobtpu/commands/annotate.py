@@ -30,7 +30,7 @@ def parse_tag_words(words: list[str]) -> TagChanges:
     for word in words:
         if word == "--":  # the usual end of options: nothing to change
             continue
-        if word.isdigit():
+        if word.isascii() and word.isdigit():  # "²" is a digit to str.isdigit, and no number to int()
             ids.append(int(word))
         elif word.startswith("--"):
             raise JobtpuError(f"{word!r} after the job ids is not a tag change",
@@ -87,7 +87,7 @@ def note(home: Home, machine: str | None, words: list[str], force: bool = False)
     from jobtpu.views.listing import require_current
 
     if machine is None:
-        if not words or not words[0].isdigit():
+        if not words or not (words[0].isascii() and words[0].isdigit()):
             raise JobtpuError("give the job's id, then the note",
                               hint='like `jobtpu note 5 "lr too high"`, or `jobtpu note --machine NAME TEXT`')
         job_id, words = int(words[0]), words[1:]

@@ -9,6 +9,7 @@ its name). What is wrong costs that request alone, with one line in its reply.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -84,6 +85,8 @@ def _take_all(home: Home, spool_fd: int) -> list[str]:
         except OSError as e:  # what a member left there costs that request alone
             line = f"refused {entry.name}: {e.strerror or e}"
             spool.remove(spool_fd, entry.name)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - anything else too: a bug costs its request alone
+            line = internal_error(home, spool_fd, entry, owner, e)
         said.setdefault(owner, []).append(line)
     for owner, told in sorted(said.items()):
         if len(told) > SAID_PER_ACCOUNT:  # a flood is one line, not one a request
@@ -104,23 +107,58 @@ def _take_all(home: Home, spool_fd: int) -> list[str]:
 # ---- acts ----------------------------------------------------------------------------------------
 
 def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
+    from jobtpu.commands.act_request import decode, in_words
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
 
     owner, key = -1, b""
+    what = ""
     try:
-        found = read_request(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
+        try:
+            found = read_request(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
+        except Refused as e:
+            _refuse_old(spool_fd, entry, e)
+            raise
         if found is None:
             return ""
         req, owner = found
         key = req.reply_key
-        code, lines = relay.carry_out(home, list(req.argv), owner, req.user)
-        reply(home, entry.name, owner, key, code, lines, what=" ".join(req.argv)[:200])
+        what = req.command[:40]
+        act = decode(req)
+        what = in_words(act)
+        code, lines = relay.carry_out(home, act, owner, req.user)
+        reply(home, entry.name, owner, key, code, lines, what=what[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
-        return f"{account_name(owner)}'s request `{' '.join(req.argv)[:120]}`: {verb}"
+        return f"{account_name(owner)}'s request `{what[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
         if owner >= 0:
-            reply(home, entry.name, owner, key, e.exit_code, [error_text(e)])
+            reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=what[:200])
         return f"refused {entry.name}: {e.message}"
     finally:
         spool.remove(spool_fd, entry.name)
+
+
+def _refuse_old(spool_fd: int, entry: spool.Entry, refused: Refused) -> None:
+    """An act an older jobtpu left (its words, version 1): refused with a line asking for it again,
+    never parsed here (docs/reference/home-files.md §1.6)."""
+    from jobtpu.schema.spool import MAX_REQUEST_BYTES, OldActRequest
+
+    try:
+        old = read_request(spool_fd, entry, MAX_REQUEST_BYTES, OldActRequest)
+    except Refused:
+        return
+    if old is not None:
+        words = " ".join(old[0].argv)[:120]
+        raise Refused(f"`{words}` was sent by an older jobtpu, as words this one no longer parses: "
+                      "send it again with this jobtpu", refused.owner)
+
+
+def internal_error(home: Home, spool_fd: int, entry: spool.Entry, owner: int, error: BaseException) -> str:
+    """A request whose carrying-out raised what nobody expected (a bug, not the member's mistake):
+    its reply says so in one line, and the round goes on with the others."""
+    what = f"{type(error).__name__}: {str(error)[:200]}"
+    with contextlib.suppress(Exception):
+        reply(home, entry.name, owner, b"", 1, [f"jobtpu: internal error while carrying out this request ({what}); "
+                                                "nothing more was done for it, and the runner's other requests went on"])
+    spool.remove(spool_fd, entry.name)
+    return f"internal error in {entry.name} of {account_name(owner)} ({what}): the round goes on"

@@ -2,15 +2,15 @@
 requests, and the runner carries them out, through the same command functions, as the account that
 owns each request file.
 
-Member side: `send_act` writes the command's words and returns at once, or, while the runner's loop
-runs, waits a few seconds for its reply and prints it. Runner side: `carry_out_acts` runs each act
-with `actor.acting_for(sender)` (the ownership rule and every record name the sender), catching what
-it says as its reply. Only the commands in RELAYED travel this way: their words choose jobs and
+Member side: `send_act` writes the act's values, as the command line's one parser made them
+(commands/act_request.py), and returns at once, or, while the runner's loop runs, waits a few seconds
+for its reply and prints it. Runner side: `carry_out` runs an act's command function with
+`actor.acting_for(sender)` (the ownership rule and every record name the sender), catching what it
+says as its reply. Only the commands in RELAYED travel this way: their values choose jobs and
 values, never a path, a command to run or a credential."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -26,8 +26,10 @@ from jobtpu.home.layout import Home
 from jobtpu.home.roles import Role, runner_name
 
 if TYPE_CHECKING:
+    from jobtpu.commands.act_request import Act
     from jobtpu.schema.spool import Reply
 
+# The same commands as schema/acts.py's ARGS, the structs of their values (a test holds them equal).
 RELAYED = frozenset({"kill", "hold", "release", "update", "rerun", "resume", "tag", "note", "clean"})
 # What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
 RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init", "adopt"})
@@ -73,16 +75,15 @@ def refuse_old_layout(role: Role, command: str) -> JobtpuError:
 
 # ---- member side -------------------------------------------------------------------------------------
 
-def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
+def send_act(home: Home, role: Role, act: Act, user: str) -> int:
     """Leave an act for the runner; wait for its reply while a loop of the runner's runs."""
+    from jobtpu.commands.act_request import encode, in_words
     from jobtpu.home.sealing import public_of, reply_key
-    from jobtpu.schema.msgspec_lib import msgspec
-    from jobtpu.schema.spool import ActRequest
+    from jobtpu.schema.spool import MAX_REQUEST_BYTES
 
     name = spool.new_act_name()
     private = reply_key(spool.member_cache(home))
-    data = msgspec.json.encode(ActRequest(argv=words, user=user, at=round(time.time(), 3),
-                                          reply_key=public_of(private)))  # the runner seals its reply to it
+    data = encode(act, user, MAX_REQUEST_BYTES, public_of(private))  # the runner seals its reply to that key
     fd = spool.open_spool(home)
     try:
         spool.put_file(fd, name, data)
@@ -93,7 +94,7 @@ def send_act(home: Home, role: Role, words: list[str], user: str) -> int:
         reply = wait_reply(home, name, timing.current().request_wait, private)
         if reply is not None:
             return show_reply(reply)
-    note(f"requested: jobtpu {' '.join(words)} (carried out by the next pass of {runner}, this home's runner; "
+    note(f"requested: jobtpu {in_words(act)} (carried out by the next pass of {runner}, this home's runner; "
          "`jobtpu requests` shows what waits and the answers)")
     return 0
 
@@ -160,37 +161,33 @@ def show_reply(reply: Reply) -> int:
 
 # ---- runner side -------------------------------------------------------------------------------------
 
-def relay_parser() -> argparse.ArgumentParser:
-    """A parser of the relayed commands alone, built from their own modules (the CLI's parsing)."""
-    from jobtpu.commands import annotate, clean, hold, kill, requeue, update
-
-    parser = argparse.ArgumentParser(prog="jobtpu", add_help=False, exit_on_error=False)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in (kill, requeue, clean, hold, update, annotate):
-        module.add_parser(sub)
-    return parser
-
-
-def carry_out(home: Home, words: list[str], actor_uid: int, user: str) -> tuple[int, list[str]]:
-    """One member's act, as that member: its exit code and every line it said."""
+def carry_out(home: Home, act: Act, actor_uid: int, user: str) -> tuple[int, list[str]]:
+    """One member's act, as that member: its exit code and every line it said. Only what the
+    command's function raises as a JobtpuError is said here; anything else is the caller's to catch."""
+    from jobtpu.commands.act_request import function_of, namespace
     from jobtpu.home.actor import Actor, acting_for
     from jobtpu.home.trust import account_name
 
-    if not words or words[0] not in RELAYED:
-        return 2, [f"jobtpu: error: {words[0] if words else 'nothing'!r} is not an act a member may request"]
     out = io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
-            parsed = relay_parser().parse_args(words)
+            func = function_of(act.command)
             with acting_for(Actor(actor_uid, account_name(actor_uid), user)):
-                code = int(parsed.func(home, parsed) or 0)
-        except SystemExit as e:  # argparse on words that were not the command's
-            code = int(e.code or 2) if isinstance(e.code, int) else 2
-        except argparse.ArgumentError as e:
-            code = 2
-            note(f"jobtpu: error: {e}")
+                code = int(func(home, namespace(act)) or 0)
         except JobtpuError as e:
             code = e.exit_code
             note(error_text(e))
     return code, [line for line in out.getvalue().splitlines() if line.strip()]
+
+
+def carry_out_words(home: Home, words: list[str], actor_uid: int, user: str) -> tuple[int, list[str]]:
+    """An act given as its words (the command first), parsed by the command line's one parser, then
+    carried out as `carry_out` does; a mistake in the words is its one line."""
+    from jobtpu.commands.act_request import parse_act
+
+    try:
+        act = parse_act(words)
+    except JobtpuError as e:
+        return e.exit_code, [error_text(e)]
+    return carry_out(home, act, actor_uid, user)

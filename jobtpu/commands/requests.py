@@ -14,7 +14,9 @@ SHOWN_ANSWERS = 20
 
 
 def requests(home: Home) -> int:
+    from jobtpu.commands.act_request import decode, in_words
     from jobtpu.commands.relay import own_reply_key, read_reply
+    from jobtpu.errors import JobtpuError
     from jobtpu.home import safefs, spool
     from jobtpu.home.roles import REPLIES
     from jobtpu.home.trust import account_name
@@ -44,8 +46,8 @@ def requests(home: Home) -> int:
                 continue
             try:
                 raw, _ = spool.read_request(fd, entry.name, MAX_REQUEST_BYTES)
-                words = " ".join(msgspec.json.decode(raw, type=ActRequest).argv)
-            except (OSError, safefs.UnsafePath, msgspec.DecodeError):
+                words = in_words(decode(msgspec.json.decode(raw, type=ActRequest)))
+            except (OSError, safefs.UnsafePath, msgspec.DecodeError, JobtpuError):
                 words = entry.name
             waiting.append(f"{words}{who}")
     finally:

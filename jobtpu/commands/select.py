@@ -177,7 +177,7 @@ def add_selection_args(p: argparse.ArgumentParser, ids_help: str, history: bool 
                    help="jobs carrying this tag, repeatable (a job must carry every one given)")
     p.add_argument("--name", action="append", default=[], dest="names", metavar="GLOB",
                    help="jobs whose whole name matches GLOB (like 'sweep-*'), repeatable (any of them)")
-    p.add_argument("--status", action="append", default=[], dest="statuses", type=status_words,
+    p.add_argument("--status", action="extend", default=[], dest="statuses", type=status_words,
                    metavar="S[,S]", help=f"jobs in one of these statuses ({', '.join(STATUS_NAMES)}), repeatable")
     p.add_argument("--sweep", action="append", default=[], dest="sweeps", type=args.job_id, metavar="ID",
                    help="the jobs of sweep ID, whoever submitted them, repeatable (any of them)")
@@ -195,5 +195,5 @@ def add_selection_args(p: argparse.ArgumentParser, ids_help: str, history: bool 
 def selection_from(parsed: argparse.Namespace) -> Selection:
     """What the selectors add_selection_args added were given, as a Selection."""
     return Selection(ids=tuple(parsed.ids), tags=tuple(parsed.tags), names=tuple(parsed.names),
-                     statuses=tuple(w for words in parsed.statuses for w in words), sweeps=tuple(parsed.sweeps),
+                     statuses=tuple(parsed.statuses), sweeps=tuple(parsed.sweeps),
                      user=parsed.user, all_users=parsed.all_users, history=getattr(parsed, "history", False))

@@ -3,7 +3,7 @@
 Every one of them is untrusted data to the runner that reads it: decoded strictly, bounded, and taken
 as coming from the account that owns the file, whatever it says inside."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
@@ -11,7 +11,6 @@ from jobtpu.schema.state import Job
 MAX_SUBMISSION_BYTES = 64 << 20  # a 10,000-job sweep's records and more
 MAX_REQUEST_BYTES = 64 << 10
 MAX_REPLY_BYTES = 256 << 10
-MAX_ARGS = 256  # words of one act request
 MAX_JOBS = 100_000  # jobs of one submission (a sweep's)
 
 JobId = Annotated[int, msgspec.Meta(ge=1, le=10**12)]
@@ -35,10 +34,23 @@ class Submission(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ActRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """An act by a member (kill, hold, rerun, tag, note…): the command's words as typed after `jobtpu`,
-    and the user name it acts as."""
+    """An act by a member (kill, hold, rerun, tag, note…), version 2: the command and its values as
+    the command line parsed them (`args`: the command's struct of schema/acts.py, decoded once the
+    command is known), and the user name it acts as. No words: the runner parses none."""
 
-    argv: Annotated[list[Annotated[str, msgspec.Meta(max_length=100_000)]], msgspec.Meta(min_length=1, max_length=MAX_ARGS)]
+    v: Literal[2]
+    command: Annotated[str, msgspec.Meta(max_length=40)]
+    args: msgspec.Raw
+    user: Annotated[str, msgspec.Meta(max_length=1000)]
+    at: float = 0.0
+    reply_key: ReplyKey = b""  # the sender's: the runner seals its reply to it
+
+
+class OldActRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """An act as jobtpu wrote it before version 2 (the command's words): recognised, to ask for it
+    again, and never carried out."""
+
+    argv: list[str]
     user: str
     at: float = 0.0
     reply_key: ReplyKey = b""

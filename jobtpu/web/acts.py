@@ -1,9 +1,9 @@
 """The acts of `jobtpu serve` (kill, resume, rerun, hold, release, tag, note): a submitted form
 becomes the command's own words (pure: `act_words`), which run through the CLI's own functions as
-the server's account and its jobtpu user, fixed at start: `relay.carry_out` (the function a shared
-home's runner uses for a member's request: the same parsing, ownership rule, `--force` recorded as
-a forced act, and wait for a running pass), or, where this account is a member of a shared home,
-`relay.send_act` (a request, as the command line sends it)."""
+the server's account and its jobtpu user, fixed at start: `relay.carry_out_words` (the command
+line's one parser, then the function a shared home's runner uses for a member's request: the same
+ownership rule, `--force` recorded as a forced act, and wait for a running pass), or, where this
+account is a member of a shared home, `relay.send_act` (a request, as the command line sends it)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
         role = role_of(home.root)
         if not role.is_member:
             busy, start = pass_running(home), time.monotonic()
-            code, lines = relay.carry_out(home, words, os.getuid(), user)
+            code, lines = relay.carry_out_words(home, words, os.getuid(), user)
             waited = [f"a pass was running: this waited {time.monotonic() - start:.1f} s for it to end"] if busy else []
             return code, [*waited, *lines]
         from jobtpu.commands.common import error_text, kept_lines
@@ -95,7 +95,9 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
         code = 0
         with kept_lines() as lines, contextlib.redirect_stderr(out):
             try:
-                code = relay.send_act(home, role, words, user)
+                from jobtpu.commands.act_request import parse_act
+
+                code = relay.send_act(home, role, parse_act(words), user)
             except JobtpuError as e:
                 code = e.exit_code
                 lines.append(error_text(e))
