@@ -6,10 +6,12 @@ round carries out every other request, and alice's `manage` exits 0."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
 
+from jobtpu.home.sealing import public_of
 from tests.accounts import Team
 
 HANG = 60  # a command that hangs fails the test at this bound; nothing waits on a product constant
@@ -20,12 +22,17 @@ def as_(team: Team, account: str, script: str) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=HANG, cwd=team.base)
 
 
-def replies(home: Path) -> dict[str, dict[str, object]]:
-    """Every reply of the home, by what its request was (`what`, else its file name)."""
+def replies(home: Path, private: bytes) -> dict[str, dict[str, object]]:
+    """Every reply of the home, opened with the sender's reply key, by what its request was (`what`,
+    else its file name)."""
+    from jobtpu.home.sealing import opened_reply
+    from jobtpu.schema.msgspec_lib import msgspec
+    from jobtpu.schema.spool import Reply
+
     found = {}
     for path in sorted((home / "replies").iterdir()):
-        reply = json.loads(path.read_text())
-        found[str(reply.get("what") or path.name)] = reply
+        reply = opened_reply(msgspec.json.decode(path.read_bytes(), type=Reply), private)
+        found[reply.what or path.name] = msgspec.to_builtins(reply)
     return found
 
 
@@ -50,7 +57,9 @@ def test_odd_acts_and_a_request_that_raises_cost_themselves_alone(team: Team) ->
     assert refused.returncode == 2 and refused.stderr.count("jobtpu: error:") == 1, refused.stderr  # nothing sent
     # By hand: an act as an older jobtpu wrote it (words), and one whose values nest past what a
     # decoder follows (the runner's code raises RecursionError).
-    old = json.dumps({"argv": ["kill", "--name=--"], "user": bob, "at": 0})
+    private = (home / "spool" / f".cache-{team.uid(bob)}" / "reply.key").read_bytes()
+    key = base64.b64encode(public_of(private)).decode()  # as jobtpu sends it: the reply is sealed to bob
+    old = json.dumps({"argv": ["kill", "--name=--"], "user": bob, "at": 0, "reply_key": key})
     deep = '{"v":2,"command":"kill","args":' + "[" * 5000 + "]" * 5000 + f',"user":"{bob}"}}'
     for name, content in (("act-1-0123456789ab.json", old), ("act-2-0123456789ab.json", deep)):
         (team.base / name).write_text(content)
@@ -65,12 +74,13 @@ def test_odd_acts_and_a_request_that_raises_cost_themselves_alone(team: Team) ->
     assert jobs[first]["status"] == "killed", jobs[first]
     assert jobs[plain]["status"] == "queued" and jobs[plain]["tags"] == ["odd"], jobs[plain]
     assert jobs[third].get("note") == "-- ünï\tcode" and jobs[third].get("priority") == -5, jobs[third]
-    said = replies(home)
+    said = replies(home, private)
     assert said["kill --name=--"]["code"] == 0, said
     assert said["hold --tag=--"]["lines"] == ["jobtpu: no job to hold matches the selection"], said
     assert said["tag ² +x"]["lines"][0] == "jobtpu: error: '²' is neither a job id nor a tag change", said
     old_reply = next(r for r in said.values() if "older jobtpu" in " ".join(map(str, r.get("lines", []))))
     assert len(old_reply["lines"]) == 1 and "send it again" in str(old_reply["lines"]), old_reply  # type: ignore[arg-type]
-    deep_reply = next(r for r in said.values() if "internal error" in " ".join(map(str, r.get("lines", []))))
-    assert len(deep_reply["lines"]) == 1 and "RecursionError" in str(deep_reply["lines"]), deep_reply  # type: ignore[arg-type]
+    deep_reply = said["act-2-0123456789ab.json"]  # no key could be read from it: its reply says its exit code alone
+    assert deep_reply["code"] == 1 and "lines" not in deep_reply, deep_reply
+    assert "RecursionError" in done.stderr, done.stderr
     assert "internal error in act-2-0123456789ab.json" in done.stderr, done.stderr

@@ -131,6 +131,7 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
         return f"{account_name(owner)}'s request `{what[:120]}`: {verb}"
     except (Refused, JobtpuError) as e:
         owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
+        key = e.key if isinstance(e, OldRequest) else key
         if owner >= 0:
             reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=what[:200])
         return f"refused {entry.name}: {e.message}"
@@ -149,8 +150,16 @@ def _refuse_old(spool_fd: int, entry: spool.Entry, refused: Refused) -> None:
         return
     if old is not None:
         words = " ".join(old[0].argv)[:120]
-        raise Refused(f"`{words}` was sent by an older jobtpu, as words this one no longer parses: "
-                      "send it again with this jobtpu", refused.owner)
+        raise OldRequest(f"`{words}` was sent by an older jobtpu, as words this one no longer parses: "
+                         "send it again with this jobtpu", refused.owner, old[0].reply_key)
+
+
+class OldRequest(Refused):
+    """An act of an older jobtpu, refused; its reply still sealed to the key it carried, if any."""
+
+    def __init__(self, message: str, owner: int, key: bytes) -> None:
+        super().__init__(message, owner)
+        self.key = key
 
 
 def internal_error(home: Home, spool_fd: int, entry: spool.Entry, owner: int, error: BaseException) -> str:
