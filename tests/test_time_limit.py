@@ -54,3 +54,18 @@ def test_a_job_that_kills_all_it_can_reach_of_its_own_is_still_stopped_at_its_li
     jobs = manage_until(home, [job], {"failed"})
     assert jobs[job]["reason"] == "timeout", jobs[job]
 
+
+
+def test_a_job_that_kills_all_it_can_reach_of_its_own_still_obeys_a_stop_request(tmp_path: Path) -> None:
+    """The stop watch of a local job (a teammate's kill in a shared home, docs/design.md §7) is out of
+    the job's reach the same way: the request stops it, TERM ignored, KILL after its grace."""
+    home = make_home(tmp_path)
+    src = write_tree(tmp_path / "src", {"attack.sh": ATTACK})
+    job = submit(home, src, "bash attack.sh", "--grace", "1")
+    manage_until(home, [job], {"running"})
+    folder = home / "run" / "jobs" / str(job)
+    wait_for(lambda: (folder / "attacked").exists(), what="the job to kill everything of its own it reaches")
+    pid = int((folder / "job.pid").read_text())
+    assert pid_alive(pid)
+    (home / "run" / "stop" / f"{job}.0").touch()
+    wait_for(lambda: not pid_alive(pid), timeout=60, what="the stop request to stop the job, no pass running")
