@@ -369,7 +369,7 @@ JOBTPU_w_detach() {
   rm -f "$JOBTPU_w_f"; mkfifo -m 600 "$JOBTPU_w_f" || return 1
   exec {JOBTPU_w_L}> >(
     for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done
-    env -u JOBTPU_MARK setsid bash -c "$JOBTPU_w_prog" jobtpu-watch "$@" <&0 > "$JOBTPU_w_f" &
+    env -u JOBTPU_MARK setsid "$BASH" -c "$JOBTPU_w_prog" jobtpu-watch "$@" <&0 > "$JOBTPU_w_f" &
   )
   exec {JOBTPU_w_G}< "$JOBTPU_w_f"
   rm -f "$JOBTPU_w_f"
