@@ -60,7 +60,7 @@ def tag(home: Home, words: list[str], force: bool = False) -> int:
     me = known_user(home, None)
     with locked_session(home) as session:
         jobs = [require_current(home, session.state.jobs, job_id, "tag") for job_id in dict.fromkeys(changes.ids)]
-        check_owners(jobs, me, force, "tag")  # all allowed, or no tag changes
+        check_owners(home, jobs, me, force, "tag")  # all allowed, or no tag changes
         for job in jobs:
             kept = [t for t in job.tags if t not in changes.remove]
             job.tags = kept + [t for t in dict.fromkeys(changes.add) if t not in kept]
@@ -98,7 +98,7 @@ def note(home: Home, machine: str | None, words: list[str], force: bool = False)
     with locked_session(home) as session:
         if machine is None:
             job = require_current(home, session.state.jobs, job_id, "note")
-            check_owner(job, known_user(home, None), force, "note")
+            check_owner(home, job, known_user(home, None), force, "note")
             job.note = text
             what = f"job {job.id}"
         else:

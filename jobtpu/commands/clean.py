@@ -23,7 +23,7 @@ def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run
     me = known_user(home, None)
     with locked_session(home) as session:
         gone = [j for j in select_current(home, session.state.jobs, sel, "clean") if j.ended]
-        check_owners(gone, me, force, "clean", record=not dry_run)  # history keeps who forced it
+        check_owners(home, gone, me, force, "clean", record=not dry_run)  # history keeps who forced it
         announce("clean", gone, sel, dry_run)
         if dry_run:
             return 0

@@ -48,7 +48,13 @@ complete -c jobtpu -f -k -a '(__jobtpu_complete)'
 
 
 def script(shell: str) -> str:
-    return _SCRIPTS[shell].replace("PY", shlex.quote(sys.executable))
+    """The shell's script; refused (one line) when the interpreter's path holds a control character,
+    which a shell's quoting carries into a line the shell parses (and fish reads `\\` in quotes)."""
+    from jobtpu.render.text import refuse_control
+
+    python = refuse_control(sys.executable, "this jobtpu's interpreter", f"a {shell} completion script",
+                            "install jobtpu under a path of printable characters and run its `jobtpu completion`")
+    return _SCRIPTS[shell].replace("PY", shlex.quote(python))
 
 
 def completion(shell: str) -> int:

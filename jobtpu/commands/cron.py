@@ -16,7 +16,7 @@ from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.home.layout import Home
-from jobtpu.render.text import printable
+from jobtpu.render.text import printable, refuse_control
 
 if TYPE_CHECKING:
     import subprocess
@@ -50,9 +50,20 @@ def _cron_escape(text: str) -> str:
     return text.replace("%", "\\%")
 
 
+def line_safe(home: Path, where: str) -> None:
+    """Pure: refuse a home or an interpreter whose path holds a control character (one line, nothing
+    written). cron and systemd read their files a line at a time: a newline in a path would end the
+    line there and make the rest a line of its own, a command of the home's path's choosing."""
+    refuse_control(str(home), "the home's path", where,
+                   "move the home to a path of printable characters (`mv`), then install from there")
+    refuse_control(this_jobtpu()[0], "this jobtpu's interpreter", where,
+                   "install jobtpu under a path of printable characters and run its `jobtpu cron install`")
+
+
 def cron_line(home: Path, every: int) -> str:
     """The crontab line: a pass of `home` every `every` minutes, its output appended to the home's
     passes log, marked with a comment naming the home (how show and remove find it again)."""
+    line_safe(home, "a crontab line")
     command = f"{shlex.join(pass_words(home, every))} >> {shlex.quote(str(passes_log(home)))} 2>&1"
     return _cron_escape(f"{schedule(every)} {command} {MARK}{home}")
 
@@ -130,6 +141,7 @@ def _unit_word(word: str) -> str:
 
 def unit_files(home: Path, every: int) -> dict[str, str]:
     """The service (one pass, its output appended to the passes log) and its timer."""
+    line_safe(home, "a systemd unit")
     name, log = unit_name(home), str(passes_log(home)).replace("%", "%%")
     service = (f"[Unit]\nDescription=jobtpu passes of {str(home).replace('%', '%%')}\n\n"
                f"[Service]\nType=oneshot\nExecStart={' '.join(map(_unit_word, pass_words(home, every)))}\n"
@@ -150,8 +162,8 @@ def _systemctl(*words: str) -> subprocess.CompletedProcess[str]:
 
 def install_systemd(home: Path, every: int) -> None:
     folder = unit_folder()
-    folder.mkdir(parents=True, exist_ok=True)
     files = unit_files(home, every)
+    folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (folder / name).write_text(text)
     timer = unit_name(home) + ".timer"
@@ -190,6 +202,7 @@ def _home_path(home: Home) -> Path:
 
 def install(home: Home, every: int, systemd: bool) -> int:
     root = _home_path(home)
+    line_safe(root, "a systemd unit" if systemd else "a crontab line")  # before anything is made
     passes_log(root).parent.mkdir(exist_ok=True)  # the log's folder must be there for the redirect
     if systemd:
         install_systemd(root, every)

@@ -29,7 +29,7 @@ def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run
                 if job.status != "queued":
                     note(f"job {job.id} is {job.status}; only a queued job is held or released")
         acting = [j for j in chosen if j.status == "queued" and j.held == release]
-        check_owners(acting, known_user(home, None), force, verb, record=not dry_run)
+        check_owners(home, acting, known_user(home, None), force, verb, record=not dry_run)
         announce(verb, acting, sel, dry_run)
         if dry_run:
             return 0

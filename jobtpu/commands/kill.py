@@ -36,7 +36,7 @@ def kill(home: Home, sel: Selection, force: bool = False, dry_run: bool = False)
             if job.ended and not sel.filters:
                 note(f"job {job.id} already {job.status}")
         live = [j for j in jobs if not j.ended]
-        check_owners(live, me, force, "kill", record=not dry_run)  # all allowed, or nothing is killed
+        check_owners(home, live, me, force, "kill", record=not dry_run)  # all allowed, or nothing is killed
         announce("kill", live, sel, dry_run)
         if dry_run:
             return 0

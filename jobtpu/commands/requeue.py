@@ -42,7 +42,7 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
         jobs = [j for j in jobs if j.ended]
         if machine is not None:
             machine = session.fleet.resolve(machine).name
-        check_owners(jobs, me, force, verb, record=not dry_run)
+        check_owners(home, jobs, me, force, verb, record=not dry_run)
         announce(verb, jobs, sel, dry_run, by_id=False)
         if dry_run:
             return 0

@@ -154,7 +154,7 @@ def update(home: Home, sel: Selection, changes: Changes, force: bool = False, dr
         aliases = {user: load_settings(home, user).aliases for user in {j.user for j in jobs}}
         planned = [apply_changes(c, changes, session.fleet, session.fleet.config_aliases, aliases[c.user])
                    for c in copies]
-        check_owners(copies, me, force, "update")  # all allowed, or none is changed
+        check_owners(home, copies, me, force, "update")  # all allowed, or none is changed
         prefix = "would update" if dry_run else "update"
         for job, changed in zip(jobs, planned, strict=True):
             print(printable(f"{prefix} {describe(job)}: {said(changed) or 'nothing changes'}"))

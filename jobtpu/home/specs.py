@@ -161,8 +161,8 @@ def shared_verdict(job: Job, euid: int, runs_for_team: bool) -> Verdict:
     if job.uid == euid or (job.uid is not None and runs_for_team):
         return OK
     if job.uid is None:
-        return Verdict("foreign", f"job {job.id} names no submitting account: its owner's `jobtpu rerun {job.id}` "
-                                  "queues it again as theirs")
+        return Verdict("foreign", f"job {job.id} names no submitting account: the runner's `jobtpu rerun {job.id}` "
+                                  "queues it again as the runner's, anyone's `--force` as theirs")
     me = account_name(euid)
     return Verdict("foreign", f"local jobs run as the runner ({me}) only with its consent: runner.json "
                               f'"runner": "{me}" gives it; {account_name(job.uid)}\'s job waits')

@@ -83,23 +83,43 @@ def remove_user(home: Home, name: str) -> None:
         _save(home, [n for n in names if n != name])
 
 
-def check_owner(job: Job, user: str, force: bool, act: str, record: bool = True) -> None:
-    """The one ownership rule: `user` may `act` on their own jobs; on another user's only with
-    `force`, and then the act is recorded in the job (job.forced), which the caller saves; not by a
-    `--dry-run` (`record` false), which changes nothing."""
+def home_owner(home: Home) -> int:
+    """The account that owns the home's top folder: a shared home's runner, a private home's owner."""
+    import os
+
+    return os.stat(home.root).st_uid
+
+
+def owns(job_user: str, job_uid: int | None, user: str, real: int, owner: int) -> bool:
+    """Pure: the ownership rule (docs/reference/home-files.md §1.3). The account `real`, acting as
+    `user`, owns a job that carries that user name and was submitted by that account. A record with no
+    submitting account (an old one, or one written by hand) proves nobody's claim: only the home's
+    owner `owner` (a shared home's runner) owns it under its user name; anyone else needs --force."""
+    if job_user != user:
+        return False
+    return job_uid == real if job_uid is not None else real == owner
+
+
+def check_owner(home: Home, job: Job, user: str, force: bool, act: str, record: bool = True) -> None:
+    """The one ownership rule (`owns`): `user` may `act` on their own jobs; on another user's only
+    with `force`, and then the act is recorded in the job (job.forced), which the caller saves; not by
+    a `--dry-run` (`record` false), which changes nothing."""
     from jobtpu.home.actor import real_uid
     from jobtpu.home.trust import account_name
 
-    real = real_uid()
-    if job.user == user and (job.uid is None or job.uid == real):
+    real, owner = real_uid(), home_owner(home)
+    if owns(job.user, job.uid, user, real, owner):
         return
     if not force:
+        hint = f"pass --force to {act} it anyway (the job's record keeps who did)"
+        if job.user == user and job.uid is None:  # a user name alone claims nothing: anyone may give it
+            raise JobtpuError(f"job {job.id} is {job.user}'s, but its record names no submitting account: only "
+                              f"this home's owner ({account_name(owner)}) acts on it without --force: {act} refused",
+                              hint=f"{hint}; or ask {account_name(owner)}")
         if job.user == user:  # the label is the job's, the account is not (JOBTPU_USER names anyone)
             raise JobtpuError(f"job {job.id} is {job.user}'s, submitted by account {account_name(job.uid or 0)}, "
-                              f"not by {account_name(real)}: {act} refused",
-                              hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
-        raise JobtpuError(f"job {job.id} is {job.user}'s, not {user}'s: {act} refused",
-                          hint=f"pass --force to {act} it anyway (the job's record keeps who did)")
+                              f"not by {account_name(real)}: {act} refused", hint=hint)
+        raise JobtpuError(f"job {job.id} is {job.user}'s, not {user}'s: {act} refused", hint=hint)
     if not record:
         return
     from jobtpu.schema.state import ForcedAct
@@ -107,16 +127,16 @@ def check_owner(job: Job, user: str, force: bool, act: str, record: bool = True)
     job.forced.append(ForcedAct(by=user, act=act, at=round(time.time(), 3), uid=real, account=account_name(real)))
 
 
-def check_owners(jobs: list[Job], user: str, force: bool, act: str, record: bool = True) -> None:
+def check_owners(home: Home, jobs: list[Job], user: str, force: bool, act: str, record: bool = True) -> None:
     """check_owner for every job an act would touch, all or nothing: without `force`, one line
     refuses the whole act when any of them is another user's (a bulk act never half happens)."""
     from jobtpu.home.actor import real_uid
 
-    real = real_uid()
-    others = [j for j in jobs if j.user != user or (j.uid is not None and j.uid != real)]
+    real, owner = real_uid(), home_owner(home)
+    others = [j for j in jobs if not owns(j.user, j.uid, user, real, owner)]
     if len(others) == 1 or force:
         for job in others:
-            check_owner(job, user, force, act, record)
+            check_owner(home, job, user, force, act, record)
         return
     if others:
         owners = sorted({j.user for j in others})

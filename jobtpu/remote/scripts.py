@@ -15,13 +15,15 @@ machine may share it, e.g. over NFS, so every per-worker file is named by attemp
     R/meta/<id>/<a>.<w>.exit     its exit code, written when the command returns
     R/meta/<id>/<a>.<w>.log      its stdout and stderr
     R/meta/<id>/<a>.<w>.env      its environment until the wrapper reads it (mode 0600)
+    R/meta/<id>/<a>.<w>.timer    (and .stopper) a FIFO to the wrapper's watch, removed once both ends are open
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
     R/setup/<incarnation>.<w>.*  the same records for a machine's setup commands
     R/stop/<id>.<a>              (the local machine) a stop request for attempt a, which any member of a
                                  shared home may leave and the attempt's wrappers obey (docs/design.md §7)
 Every process of a job carries JOBTPU_MARK=<home id>.<id>.<a>.<w> in its environment (the wrapper
 starts with it, children inherit it), so a job's processes are found through /proc even after they
-left its process group (setsid, double fork) or when its pid file is missing.
+left its process group (setsid, double fork) or when its pid file is missing. The wrapper's watches
+(its time limit and stop request) carry no marker: they are not the job's, which cannot reach them.
 """
 
 from __future__ import annotations

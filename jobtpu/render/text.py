@@ -12,11 +12,16 @@ from __future__ import annotations
 import functools
 import re
 
+from jobtpu.errors import JobtpuError
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(match: re.Match[str]) -> str:
-    char = match.group()
+    return _escape_char(match.group())
+
+
+def _escape_char(char: str) -> str:
     code = ord(char)
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
@@ -48,3 +53,24 @@ def cell_width(text: str) -> int:
 def printable_lines(text: str) -> str:
     """Like `printable`, but the line breaks in `text` (ours, between lines we composed) are kept."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def control_in(text: str) -> str | None:
+    """Pure: the first character of `text` that str.isprintable() rejects (C0 and C1 controls, DEL,
+    line and paragraph separators, format characters, a byte that was no UTF-8), as its escape; None
+    when there is none. A value that holds one can end or split a line another program parses."""
+    for char in text:
+        if not char.isprintable():
+            return _escape_char(char)
+    return None
+
+
+def refuse_control(text: str, what: str, where: str, hint: str) -> str:
+    """`text` as it is, when it can go into `where` (a crontab line, a systemd unit, a shell script, an
+    OpenSSH option…: a line another program parses) whole; else one line saying which character stops
+    it, and nothing is written (docs/design.md §7)."""
+    found = control_in(text)
+    if found is not None:
+        raise JobtpuError(f"{what} {printable(text)} holds a control character ({found}), which {where} "
+                          "cannot carry: nothing was written", hint=hint)
+    return text

@@ -14,8 +14,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from jobtpu.errors import RemoteError
+from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.remote.scripts import make_dirs_script
+from jobtpu.render.text import refuse_control
 from jobtpu.transport.base import Result
 from jobtpu.transport.sshlogin import SshLogin
 
@@ -28,6 +29,11 @@ class Rsync:
 
     def ssh_command(self) -> list[str]:
         def opt(name: str, path: str) -> str:  # a config value: quoted (spaces split lists), % is a token
+            # ssh parses -o as a line of its config: a control character could end or bend it
+            try:
+                refuse_control(path, f"the path of {name}", "an OpenSSH option", "")
+            except JobtpuError as e:  # a worker's failure, as every other of a copy's
+                raise self.login.fail(f"{e.message}; move the home to a path of printable characters") from None
             return f'{name}="' + path.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"') + '"'
 
         args = ["ssh", "-F", "/dev/null", "-p", str(self.login.port), "-o", "BatchMode=yes",

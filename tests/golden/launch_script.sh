@@ -217,44 +217,78 @@ JOBTPU_w_load() {
   done < "$1"
 }
 
-# JOBTPU_w_timer SIGNAL DELAY LEADER LIMIT GRACE STEM : run in the background by the wrapper (LEADER, whose
-# pid is the job's process group). With SIGNAL: after DELAY seconds, send it to every process of the
-# group but the wrapper and this timer (--signal: the job may checkpoint before its --timeout). With
-# LIMIT: LIMIT seconds after the start, mark STEM.timedout (the pass reads it: the attempt ran past
-# its --timeout, whatever its exit code) and TERM the job's processes but the wrapper and this timer,
-# KILL what is left after GRACE tenths of a second; the wrapper then records the exit as ever. The
-# worker keeps the time, as Slurm's node does for --time: passes may be a minute apart, or stopped.
-# TERM ends the timer at once, with its sleep, which it waits for: nothing of it outlives the job,
-# whose exit is recorded after.
+# The wrapper's two watches, the time limit (JOBTPU_w_timer) and a stop request (JOBTPU_w_stopper), each
+# run in a bash of its own session (JOBTPU_w_detach), a child of no process of the job's and without
+# its marker: a job that signals its process group or its session (`kill 0`, `pkill -g`, `pkill -s`),
+# its parent's children, or every process that carries its marker, reaches neither, and the limit
+# holds without a pass, as slurmd's does. A watch's stdin is the wrapper's word: a line once the job
+# has ended (the watch ends at once), or the end of the pipe with no line when the wrapper is gone
+# (the job ended it): the watch then goes on while any process of the job is left, and ends with the
+# last. Its stdout is a pipe the wrapper reads to its end: the wrapper records the job's exit only
+# once the watch, and everything it started, is gone. A watch signals only the job's processes
+# (JOBTPU_w_procs), never a process that reuses one of their pids.
+
+# JOBTPU_w_now : microseconds since the epoch, in JOBTPU_w_us (bash 5's EPOCHREALTIME, else date).
+JOBTPU_w_now() {
+  if [ -n "${EPOCHREALTIME:-}" ]; then JOBTPU_w_us=${EPOCHREALTIME//[!0-9]/}; else JOBTPU_w_us=$(date +%s%6N); fi
+}
+
+# JOBTPU_w_nap UNTIL LEADER START MARK : wait until UNTIL (microseconds since the epoch) for the
+# wrapper's word on stdin. Succeeds when the time came; fails when the job ended first: the wrapper
+# said so, or, the wrapper gone, no process of the job's is left (looked for every second).
+JOBTPU_w_nap() {
+  local JOBTPU_w_left JOBTPU_w_rc
+  while :; do
+    JOBTPU_w_now; JOBTPU_w_left=$(($1 - JOBTPU_w_us))
+    [ "$JOBTPU_w_left" -gt 0 ] || return 0
+    if [ -z "${JOBTPU_w_alone:-}" ]; then
+      IFS= read -r -t "$((JOBTPU_w_left / 1000000)).$(printf '%06d' $((JOBTPU_w_left % 1000000)))" _
+      JOBTPU_w_rc=$?
+      [ "$JOBTPU_w_rc" = 0 ] && return 1  # the job ended
+      [ "$JOBTPU_w_rc" -gt 128 ] && return 0  # the time came
+      JOBTPU_w_alone=1  # the end of the pipe, no word: the wrapper is gone
+    else
+      [ -n "$(JOBTPU_w_procs "$2" "$3" "$4")" ] || return 1
+      [ "$JOBTPU_w_left" -gt 1000000 ] && JOBTPU_w_left=1000000
+      sleep "$((JOBTPU_w_left / 1000000)).$(printf '%06d' $((JOBTPU_w_left % 1000000)))"
+    fi
+  done
+}
+
+# JOBTPU_w_timer SIGNAL DELAY LEADER START LIMIT GRACE STEM MARK : a watch (JOBTPU_w_detach) of the job
+# whose wrapper is LEADER (its pid, the job's process group; START its /proc start time) and whose
+# processes carry MARK. With SIGNAL: DELAY seconds after the start, send it to every process of the
+# job's group but the wrapper (--signal: the job may checkpoint before its --timeout). With LIMIT:
+# LIMIT seconds after the start, while a process of the job's is left, mark STEM.timedout (the pass
+# reads it: the attempt ran past its --timeout, whatever its exit code) and TERM the job's processes
+# but the wrapper, KILL what is left after GRACE tenths of a second; the wrapper then records the
+# exit as ever. The worker keeps the time, as Slurm's node does for --time: passes may be a minute
+# apart, or stopped.
 JOBTPU_w_timer() {
-  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
-  # Every child it started, even a sleep forked just before its pid was kept: TERM may come between.
-  # shellcheck disable=SC2046  # one word per pid
-  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; exit 0' TERM
+  local JOBTPU_w_t0 JOBTPU_w_p JOBTPU_w_s JOBTPU_w_all=()
+  JOBTPU_w_now; JOBTPU_w_t0=$JOBTPU_w_us
   if [ -n "$1" ]; then
-    sleep "$2" & JOBTPU_w_s=$!
-    wait "$JOBTPU_w_s" || exit 0
-    for JOBTPU_w_p in $(ps -eo pid=,pgid= | awk -v g="$3" '$2 == g {print $1}'); do
-      [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
+    JOBTPU_w_nap "$((JOBTPU_w_t0 + ${2%.*} * 1000000))" "$3" "$4" "$8" || exit 0
+    for JOBTPU_w_p in $(JOBTPU_w_group "$3" "$4" "$8"); do
+      [ "$JOBTPU_w_p" = "$3" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
     done
   fi
-  [ -n "${4:-}" ] || exit 0
-  sleep "$(awk -v l="$4" -v d="${1:+$2}" 'BEGIN { r = l - d; print (r > 0 ? r : 0) }')" & JOBTPU_w_s=$!
-  wait "$JOBTPU_w_s" || exit 0
-  trap '' TERM
-  : > "${6:?}.timedout"
-  for JOBTPU_w_p in $(JOBTPU_w_procs "$3"); do
-    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] ||
-      { kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+  [ -n "${5:-}" ] || exit 0
+  JOBTPU_w_nap "$((JOBTPU_w_t0 + $(awk -v l="$5" 'BEGIN { printf "%d", l * 1000000 }')))" "$3" "$4" "$8" || exit 0
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3" "$4" "$8"); do
+    [ "$JOBTPU_w_p" = "$3" ] || JOBTPU_w_all+=("$JOBTPU_w_p")
   done
-  for _ in $(seq "${5:-50}"); do
+  [ ${#JOBTPU_w_all[@]} -gt 0 ] || exit 0  # the job ended as its time came
+  : > "${7:?}.timedout"
+  for JOBTPU_w_p in "${JOBTPU_w_all[@]}"; do kill -TERM "$JOBTPU_w_p" 2>/dev/null; done
+  for _ in $(seq "${6:-50}"); do
     JOBTPU_w_s=""
-    for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+    for JOBTPU_w_p in "${JOBTPU_w_all[@]}"; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
     [ -z "$JOBTPU_w_s" ] && break
     sleep 0.1
   done
-  for JOBTPU_w_p in $(JOBTPU_w_procs "$3"); do
-    [ "$JOBTPU_w_p" = "$3" ] || [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3" "$4" "$8"); do
+    [ "$JOBTPU_w_p" = "$3" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
   done
 }
 
@@ -264,35 +298,52 @@ JOBTPU_w_alive() {
   read -r -a JOBTPU_w_st 2>/dev/null < "/proc/$1/stat" && [ "${JOBTPU_w_st[2]}" != Z ]
 }
 
-# JOBTPU_w_procs LEADER : the job worker's processes, its process group's and those that carry its
-# marker (left the group by setsid or a double fork), one pid a line; the caller leaves itself out.
-JOBTPU_w_procs() {
-  local JOBTPU_w_h=${JOBTPU_MARK%.*.*.*} JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k
-  IFS=. read -r JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k <<< "${JOBTPU_MARK#"$JOBTPU_w_h".}"
-  ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}'
+# JOBTPU_w_group LEADER START MARK : the members of the job's process group, one pid a line, while it
+# is the job's: its leader is the wrapper (started at START), or a member carries MARK. A group that
+# a later process made under a reused pid is none of the job's: nothing.
+JOBTPU_w_group() {
+  local JOBTPU_w_g JOBTPU_w_p JOBTPU_w_st JOBTPU_w_m
+  JOBTPU_w_g=$(ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}')
+  [ -n "$JOBTPU_w_g" ] || return 0
+  if read -r -a JOBTPU_w_st 2>/dev/null < "/proc/$1/stat" && [ "${JOBTPU_w_st[21]:-}" = "$2" ]; then
+    echo "$JOBTPU_w_g"; return 0
+  fi
+  JOBTPU_w_m=" $(JOBTPU_w_marked "$3" | tr '\n' ' ') "
+  for JOBTPU_w_p in $JOBTPU_w_g; do
+    if [[ $JOBTPU_w_m == *" $JOBTPU_w_p "* ]]; then echo "$JOBTPU_w_g"; return 0; fi
+  done
+}
+
+# JOBTPU_w_marked MARK : the live processes that carry MARK (<home id>.<job>.<attempt>.<worker>).
+JOBTPU_w_marked() {
+  local JOBTPU_w_h=${1%.*.*.*} JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k
+  IFS=. read -r JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k <<< "${1#"$JOBTPU_w_h".}"
   jobtpu_marked "$JOBTPU_w_h" "$JOBTPU_w_j" "$JOBTPU_w_a" "$JOBTPU_w_k"
 }
 
-# JOBTPU_w_stopper REQUEST POLL GRACE LEADER : run in the background by the wrapper (LEADER) of a job on
-# the local machine. Every POLL seconds it looks for REQUEST (<root>/stop/<job>.<attempt>), which any
+# JOBTPU_w_procs LEADER START MARK : the job worker's processes, its process group's (JOBTPU_w_group)
+# and those that carry its marker (left the group by setsid or a double fork), one pid a line.
+JOBTPU_w_procs() {
+  JOBTPU_w_group "$@"
+  JOBTPU_w_marked "$3"
+}
+
+# JOBTPU_w_stopper REQUEST POLL GRACE LEADER START MARK : a watch (JOBTPU_w_detach) of a job on the
+# local machine. Every POLL seconds it looks for REQUEST (<root>/stop/<job>.<attempt>), which any
 # member of a shared home's group may leave in the group's sticky folder, since only this account may
 # signal the job (docs/design.md §7). Only a regular file counts, never a link, and it is never
 # opened: the name is this attempt's, so a request can stop this job and nothing else. Then TERM the
 # job's processes (the wrapper among them: no exit code, as when a pass stops it), and KILL what is
-# left after GRACE tenths of a second. TERM before a request ends the watch at once, with its sleep.
+# left after GRACE tenths of a second.
 JOBTPU_w_stopper() {
-  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=()
-  trap '' USR1 USR2 INT HUP QUIT ALRM  # a --signal the timer sends the job's group is not for this watch
-  # Every child it started, even a sleep forked just before its pid was kept: TERM may come between.
-  # shellcheck disable=SC2046  # one word per pid
-  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; exit 0' TERM
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll
+  JOBTPU_w_poll=$(awk -v l="$2" 'BEGIN { printf "%d", l * 1000000 }')
   until [ -f "$1" ] && [ ! -L "$1" ]; do
-    sleep "$2" & JOBTPU_w_s=$!
-    wait "$JOBTPU_w_s" || exit 0
+    JOBTPU_w_now
+    JOBTPU_w_nap "$((JOBTPU_w_us + JOBTPU_w_poll))" "$4" "$5" "$6" || exit 0
   done
-  trap '' TERM  # its own TERM to the job must not end it before the KILL
-  for JOBTPU_w_p in $(JOBTPU_w_procs "$4"); do
-    [ "$JOBTPU_w_p" = "$BASHPID" ] || { kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
+    kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p")
   done
   for _ in $(seq "$3"); do
     JOBTPU_w_s=""
@@ -300,11 +351,42 @@ JOBTPU_w_stopper() {
     [ -z "$JOBTPU_w_s" ] && break
     sleep 0.1
   done
-  for JOBTPU_w_p in $(JOBTPU_w_procs "$4"); do
-    [ "$JOBTPU_w_p" = "$BASHPID" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
-  done
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do kill -KILL "$JOBTPU_w_p" 2>/dev/null; done
 }
 
+# JOBTPU_w_detach FIFO FUNCTION ARG... : start the watch FUNCTION ARG... (a function of this program)
+# in a bash of its own session, without the job's marker, whose parent is gone at once (so it is
+# nobody's child in the job). Its stdin is the write end JOBTPU_w_L keeps, its stdout the read end
+# JOBTPU_w_G keeps (through FIFO, a name in the wrapper's private meta folder, removed at once); both
+# are added to JOBTPU_w_fds, which no watch started later and no job inherits. Fails when the watch
+# did not say it runs.
+JOBTPU_w_detach() {
+  local JOBTPU_w_f=$1 JOBTPU_w_prog
+  shift
+  JOBTPU_w_prog="$(declare -f JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked \
+    JOBTPU_w_procs JOBTPU_w_stopper jobtpu_marks jobtpu_marked); echo ready; $1 \"\$@\""
+  shift
+  rm -f "$JOBTPU_w_f"; mkfifo -m 600 "$JOBTPU_w_f" || return 1
+  exec {JOBTPU_w_L}> >(
+    for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done
+    env -u JOBTPU_MARK setsid "$BASH" -c "$JOBTPU_w_prog" jobtpu-watch "$@" <&0 > "$JOBTPU_w_f" &
+  )
+  exec {JOBTPU_w_G}< "$JOBTPU_w_f"
+  rm -f "$JOBTPU_w_f"
+  JOBTPU_w_fds+=("$JOBTPU_w_L" "$JOBTPU_w_G")
+  # Its first word says it runs (no env, setsid or bash missing): a job without its watch never starts.
+  IFS= read -r -u "$JOBTPU_w_G" JOBTPU_w_f && [ "$JOBTPU_w_f" = ready ]
+}
+
+# JOBTPU_w_end L G : tell the watch whose ends these are that the job has ended, and wait until it,
+# and everything it started, is gone (the end of its stdout).
+JOBTPU_w_end() {
+  local JOBTPU_w_l=$1 JOBTPU_w_g=$2
+  echo end 1>&"$JOBTPU_w_l" 2>/dev/null  # a watch that ended already (its pipe is closed): nothing to tell
+  exec {JOBTPU_w_l}>&-
+  while IFS= read -r -u "$JOBTPU_w_g" _; do :; done
+  exec {JOBTPU_w_g}<&-
+}
 # jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL]]]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
@@ -325,11 +407,25 @@ jobtpu_wrapper() {
     echo "jobtpu: the job's environment file $1.env could not be read or deleted; the command was not started" >&2
     echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
   fi
-  JOBTPU_w_t=""
-  if [ -n "${3:-}" ] || [ -n "${6:-}" ]; then JOBTPU_w_timer "${3:-}" "${4:-0}" "$$" "${6:-}" "${7:-50}" "$1" & JOBTPU_w_t=$!; fi
-  JOBTPU_w_r=""
-  if [ -n "${8:-}" ]; then JOBTPU_w_stopper "$8" "$9" "$7" "$$" & JOBTPU_w_r=$!; fi
+  # The watches' ends: a job started with none would run past its limit.
+  local JOBTPU_w_start JOBTPU_w_st JOBTPU_w_t=() JOBTPU_w_r=()
+  read -r -a JOBTPU_w_st < "/proc/$$/stat"; JOBTPU_w_start=${JOBTPU_w_st[21]}
+  JOBTPU_w_fds=()
+  if [ -n "${3:-}" ] || [ -n "${6:-}" ]; then
+    JOBTPU_w_detach "$1.timer" JOBTPU_w_timer "${3:-}" "${4:-0}" "$$" "$JOBTPU_w_start" "${6:-}" "${7:-50}" "$1" \
+      "$JOBTPU_MARK" && JOBTPU_w_t=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_t=(failed)
+  fi
+  if [ -n "${8:-}" ] && [ "${JOBTPU_w_t[0]:-}" != failed ]; then
+    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" &&
+      JOBTPU_w_r=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_r=(failed)
+  fi
+  if [ "${JOBTPU_w_t[0]:-}" = failed ] || [ "${JOBTPU_w_r[0]:-}" = failed ]; then
+    echo "jobtpu: the job's time limit or stop watch could not start (mkfifo, setsid); the command was not started" >&2
+    [ ${#JOBTPU_w_t[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_t[@]}"
+    echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
+  fi
   (
+    for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done  # the watches' alone
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
     set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
     for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
@@ -340,8 +436,9 @@ jobtpu_wrapper() {
     exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
   )
   JOBTPU_w_c=$?
-  if [ -n "$JOBTPU_w_t" ]; then kill "$JOBTPU_w_t" 2>/dev/null; wait "$JOBTPU_w_t"; fi
-  if [ -n "$JOBTPU_w_r" ]; then kill "$JOBTPU_w_r" 2>/dev/null; wait "$JOBTPU_w_r"; fi
+  trap '' PIPE  # (after the job: an ignored signal would be the job's too) a watch that ended is no error
+  [ ${#JOBTPU_w_t[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_t[@]}"
+  [ ${#JOBTPU_w_r[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_r[@]}"
   echo "$JOBTPU_w_c" > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
 }
 
@@ -537,7 +634,8 @@ jobtpu_launch() (
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
   if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
   env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
-    JOBTPU_w_load JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_procs JOBTPU_w_stopper jobtpu_wrapper)" \
+    JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
+    JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
     "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
   w=$!
   for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
