@@ -87,6 +87,22 @@ class Team:
             (home / "machines.json").chmod(0o640)
         return home
 
+    def team_home(self, slots: int = 4, consent: bool = False) -> Path:
+        """A one-writer home (one_writer_home) with a local machine of `slots` slots and every account
+        on its user list; with `consent`, the runner's runner.json lets its passes run members' local
+        jobs (docs/reference/home-files.md §1.3)."""
+        import json
+
+        runner = self.accounts[0]
+        home = self.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": slots}}}})
+        for account in self.accounts:
+            self.run(runner, "--home", str(home), "user", "add", account, umask="0077")
+        if consent:
+            (home / "runner.json").write_text(json.dumps({"runner": runner}))
+            os.chown(home / "runner.json", self.uid(runner), self.gid)
+            (home / "runner.json").chmod(0o640)
+        return home
+
     def run(self, account: str, *args: str, check: bool = True, timeout: float = 60,
             cwd: Path | None = None, umask: str = "0022",
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -43,7 +43,7 @@ _let_ctrl_c_reach_the_cli()
 
 # Fixtures that need root, sshd or real accounts: a test marked `fast` (run by contributors as any
 # user, `python3 -m pytest -m fast`) must not ask for one.
-NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "tpu_pods", "team", "old_home_moved"})
+NEEDS_ROOT = frozenset({"ssh_fleet", "tpus", "tpu_pods", "team", "trio", "old_home_moved"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # The fixtures of the longest tests, longest first: a TPU test sits through passes that create nodes.
-_SLOW_FIXTURES = ("tpus", "tpu_pods", "ssh_fleet", "team", "old_home_moved")
+_SLOW_FIXTURES = ("tpus", "tpu_pods", "ssh_fleet", "team", "trio", "old_home_moved")
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -133,7 +133,17 @@ def tpu_pods(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TpuFlee
 @pytest.fixture
 def team() -> Iterator[Team]:
     """Two real Unix accounts in one group (tests/accounts.py), removed again after the test."""
-    made = Team(2)
+    yield from _accounts(2)
+
+
+@pytest.fixture
+def trio() -> Iterator[Team]:
+    """Three: a runner, a hostile member and another member (tests/accounts.py)."""
+    yield from _accounts(3)
+
+
+def _accounts(n: int) -> Iterator[Team]:
+    made = Team(n)
     try:
         yield made
     finally:

@@ -116,9 +116,13 @@ def test_fetch_never_writes_through_a_results_link_a_teammate_planted(team: Team
     as_(team, bob, "mkdir", "-p", str(home / "results"))
     as_(team, bob, "ln", "-s", str(secret), str(home / "results" / str(job)))
     done = team.run(alice, "--home", str(home), "fetch", str(job), check=False, umask="0077")
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.splitlines()
-    assert f"results/{job}: is a symbolic link" in lines[0], lines
+    # bob's link decides nothing: alice's fetch goes into a folder of her own, never through the link
+    # (docs/reference/home-files.md §1.3).
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    hers = [p for p in (home / "results").iterdir() if p.name.startswith(f"{job}-")]
+    assert len(hers) == 1 and not hers[0].is_symlink() and hers[0].stat().st_uid == team.uid(alice), hers
+    assert done.stderr.splitlines() == [f"fetched into {hers[0]}"], done.stderr
+    assert (hers[0] / "out.txt").read_text() == "result\n"
     assert sorted(p.name for p in secret.iterdir()) == before
     assert (secret / "authorized_keys").read_text() == "alice's key\n"
 

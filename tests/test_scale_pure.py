@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from jobtpu.commands.relay import RELAYED, relay_parser
+from jobtpu.commands.relay import RELAYED
 from jobtpu.commands.update import Changes, apply_changes
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, MachineView, Observation, Recreate
@@ -15,6 +15,7 @@ from jobtpu.decide.placement import Place
 from jobtpu.errors import JobtpuError
 from jobtpu.passes.act import job_env, literal_names
 from jobtpu.schema import state as model
+from jobtpu.schema.spool import ActRequest
 from jobtpu.schema.state import Attempt, Job, Status
 from jobtpu.sweeps import check_env_names, env_name, sweep_env
 from tests.test_decide import NOW, T0, active, fleet, gpu_box, local, queued, seen, tpu, ws
@@ -172,7 +173,11 @@ def test_update_refuses_what_could_never_run_and_changes_nothing(changes: Change
 
 def test_update_goes_through_a_shared_homes_relay() -> None:
     assert "update" in RELAYED
-    parsed = relay_parser().parse_args(["update", "--sweep", "12", "--max-running", "4"])
+    from jobtpu.commands.act_request import decode, encode, namespace, parse_act
+
+    act = parse_act(["update", "--sweep", "12", "--max-running", "4"])
+    sent = msgspec.json.decode(encode(act, "ann", 1 << 16), type=ActRequest)
+    parsed = namespace(decode(sent))
     assert parsed.sweeps == [12] and parsed.max_running == 4
 
 

@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,24 +23,8 @@ WANDB = "wandb-key-of-bob-5f1d0c9e7a"
 HANG = 60  # a command that hangs fails the test at this bound
 
 
-@pytest.fixture
-def trio() -> Iterator[Team]:
-    made = Team(3)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def shared_home(team: Team) -> Path:
-    alice, bob, carol = team.accounts
-    home = team.shared_folder("homes") / "home"
-    team.run(alice, "init", "--shared", team.group, str(home), umask="0077")
-    for account in (alice, bob, carol):
-        team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
-    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 4}}}})
-    write_as_runner(team, home / "runner.json", {"runner": alice})  # her passes run members' local jobs
-    return home
+    return team.team_home(slots=4, consent=True)  # her passes run members' local jobs
 
 
 def readable_by(team: Team, account: str, folder: Path) -> str:

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,21 +78,8 @@ def test_how_far_last_id_goes_while_claims_wait(last: int, held: list[Claim], ma
 
 # ---- real accounts -------------------------------------------------------------------------------
 
-@pytest.fixture
-def trio() -> Iterator[Team]:
-    made = Team(3)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def shared_home(team: Team) -> Path:
-    alice = team.accounts[0]
-    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 8}}}})
-    for account in team.accounts:
-        team.run(alice, "--home", str(home), "user", "add", account, umask="0077")
-    return home
+    return team.team_home(slots=8)
 
 
 def src_of(team: Team, account: str) -> Path:

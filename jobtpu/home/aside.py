@@ -158,7 +158,7 @@ class _Aside:
 
 def open_aside(top: int, create: bool = False) -> int:
     """aside/ of the home open in `top`: the runner's own folder, 0700 (FileNotFoundError: none)."""
-    st = _lstat(top, ASIDE)
+    st = safefs.lstat_in(top, ASIDE)
     if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()):
         if not create:
             raise safefs.UnsafePath(ASIDE, "is not a folder of this home's runner")
@@ -180,14 +180,14 @@ def set_aside(top: int, top_st: os.stat_result, active: Sequence[int]) -> list[s
     aside = _Aside(top)
     lines: list[str] = []
     me = os.geteuid()
-    if top_st.st_mode & stat.S_IWGRP and _lstat(top, ASIDE) is not None and not _as_a_move_left_it(top):
+    if top_st.st_mode & stat.S_IWGRP and safefs.lstat_in(top, ASIDE) is not None and not _as_a_move_left_it(top):
         away = f"{ASIDE}.{os.urandom(6).hex()}.old"  # a member's, or a folder a member renamed there
         os.rename(ASIDE, away, src_dir_fd=top, dst_dir_fd=top)
         lines.append(f"{ASIDE}: not the runner's own folder as a move leaves it; renamed to {away} (nothing in it "
                      "is adopted)")
     try:
         for name in WHOLE:
-            st = _lstat(top, name)
+            st = safefs.lstat_in(top, name)
             why = None if st is None or not stat.S_ISREG(st.st_mode) else why_exposed(st, top_st, me)
             if why is None:
                 continue  # absent, ours alone, or a link/FIFO the walk removes
@@ -225,13 +225,6 @@ def _as_a_move_left_it(top: int) -> bool:
         os.close(fd)
 
 
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
 def _said(origin: str, item: str, why: str) -> str:
     return (f"{origin}: set aside as aside/{item} ({why}): not used until you adopt it; `jobtpu adopt` shows "
             f"it, `jobtpu adopt {item}` uses it")
@@ -255,7 +248,7 @@ def _move(dir_fd: int, name: str, aside: _Aside, item: str, why: str, origin: st
 
 
 def _machines(top: int, top_st: os.stat_result, aside: _Aside, me: int) -> list[str]:
-    st = _lstat(top, MACHINES)
+    st = safefs.lstat_in(top, MACHINES)
     why = None if st is None or not stat.S_ISREG(st.st_mode) else why_exposed(st, top_st, me)
     if why is None:
         return []
@@ -316,7 +309,7 @@ def _users(top: int, aside: _Aside, me: int) -> list[str]:
 
 def _one(folder: int, name: str, folder_st: os.stat_result, owner: int, aside: _Aside, item: str,
          origin: str) -> list[str]:
-    st = _lstat(folder, name)
+    st = safefs.lstat_in(folder, name)
     if st is None or not stat.S_ISREG(st.st_mode):
         return []
     why = why_exposed(st, folder_st, owner)

@@ -282,6 +282,14 @@ def _sub_folder(dir_fd: int, name: str) -> int:
     return child
 
 
+def lstat_in(dir_fd: int, name: str) -> os.stat_result | None:
+    """What `name` in the open folder is, never followed through a link; None when there is nothing."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def open_subdir(dir_fd: int, name: str) -> int:
     """The folder `name` in the open folder `dir_fd`, never through a link (UnsafePath otherwise)."""
     try:

@@ -113,7 +113,7 @@ def ensure_runner_keys(root: Path, check_pair: bool = False) -> list[str]:
     top = safefs.open_dir(root)
     try:
         me = os.geteuid()
-        key_st = _lstat(top, RUNNER_KEY)
+        key_st = safefs.lstat_in(top, RUNNER_KEY)
         why = None if key_st is None else why_not_private_key(key_st, me)
         if key_st is None or why is not None:
             private = _new_private()
@@ -125,7 +125,7 @@ def ensure_runner_keys(root: Path, check_pair: bool = False) -> list[str]:
                         "them away by hand (members cannot send secret --env values until then)"]
             return [] if why is None else [f"{RUNNER_KEY} {why}: replaced by a new key pair (secrets sealed to the "
                                            "old one are refused; their senders submit again)"]
-        pub_st = _lstat(top, RUNNER_PUB)
+        pub_st = safefs.lstat_in(top, RUNNER_PUB)
         if pub_st is None or why_not_public_key(pub_st, me) is not None or check_pair:
             public = public_of(_read_key(top, RUNNER_KEY))
             if pub_st is None or why_not_public_key(pub_st, me) is not None or _read_key(top, RUNNER_PUB) != public:
@@ -139,7 +139,7 @@ def runner_private_key(root: Path) -> bytes:
     """The runner's own private key (as the runner: take_in made it before any intake)."""
     top = safefs.open_dir(root)
     try:
-        st = _lstat(top, RUNNER_KEY)
+        st = safefs.lstat_in(top, RUNNER_KEY)
         why = "is missing" if st is None else why_not_private_key(st, os.geteuid())
         if why is not None:
             raise JobtpuError(f"{RUNNER_KEY} {why}", hint="the runner's next pass makes a new one")
@@ -188,7 +188,7 @@ def reply_key_if_any(folder: Path) -> bytes | None:
 def _reply_key(folder: Path, create: bool) -> bytes | None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if _lstat(fd, REPLY_KEY) is None:
+        if safefs.lstat_in(fd, REPLY_KEY) is None:
             if not create:
                 return None
             tmp, out = safefs.new_temp(fd, REPLY_KEY, 0o600)
@@ -202,7 +202,7 @@ def _reply_key(folder: Path, create: bool) -> bytes | None:
                     os.link(tmp, REPLY_KEY, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
             finally:
                 os.unlink(tmp, dir_fd=fd)
-        st = _lstat(fd, REPLY_KEY)
+        st = safefs.lstat_in(fd, REPLY_KEY)
         why = "is missing" if st is None else why_not_private_key(st, os.geteuid())
         if why is not None:
             raise JobtpuError(f"{folder.parent.name}/{folder.name}/{REPLY_KEY} {why}",
@@ -211,13 +211,6 @@ def _reply_key(folder: Path, create: bool) -> bytes | None:
         return _read_key(fd, REPLY_KEY)
     finally:
         os.close(fd)
-
-
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
 
 
 def _read_key(dir_fd: int, name: str) -> bytes:
