@@ -128,3 +128,19 @@ def test_a_member_s_submit_carries_every_field_an_option_sets() -> None:
     assert intake_submits.SUBMIT_FIELDS is SUBMIT_FIELDS
     assert set(SUBMIT_FIELDS) == {field for row in ROWS for field in row.sets}
     assert not {"id", "created", "uid", "status", "waiting"} & set(SUBMIT_FIELDS)
+
+
+def test_the_job_file_s_keys_in_the_reference_are_the_table_s() -> None:
+    """docs/reference/commands.md §2.2.9 names each key a job file takes, by the kind of its value."""
+    import re
+
+    from jobtpu.schema.job_fields import job_file_keys
+
+    text = (Path(__file__).parent.parent / "docs" / "reference" / "commands.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("#### 2.2.9 Job files", 1)[1].split("```", 1)[0].split())
+    said = {kind: re.search(rf"{lead} (.*?);", section) for kind, lead in (
+        (Kind.TEXT, "strings for"), (Kind.LIST, "lists of strings for"), (Kind.INT, "whole numbers for"))}
+    for kind, found in said.items():
+        assert found is not None, kind
+        assert set(re.findall(r"`(\w+)`", found.group(1))) - {"tags"} == set(job_file_keys(kind)), kind
+    assert all(f"`{key} = true`" in section for key in job_file_keys(Kind.BOOL))
