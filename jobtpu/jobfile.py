@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from jobtpu.errors import ConfigError
+from jobtpu.schema.job_fields import Kind, job_file_keys
 
 NAME = "jobtpu.toml"
 MAX_BYTES = 256 << 10
 
 # The keys a job file may set: each is the submit option of the same name (dashes as underscores),
-# and what its value must be.
-TEXT_KEYS = ("cmd", "name", "rule", "timeout", "stall", "on_resume", "progress", "grace", "signal", "sheet_note",
-             "machine")
-LIST_KEYS = ("req", "tag", "env", "include", "exclude", "overrides")
-INT_KEYS = ("max_recoveries", "retries", "priority")
-BOOL_KEYS = ("log_stage",)
+# and what its value must be (the table of what a user sets on a job, schema/job_fields.py).
+TEXT_KEYS = job_file_keys(Kind.TEXT)
+LIST_KEYS = job_file_keys(Kind.LIST)
+INT_KEYS = job_file_keys(Kind.INT)
+BOOL_KEYS = job_file_keys(Kind.BOOL)
 PLURALS = {"tags": "tag"}  # `tags = [...]` reads as naturally as `tag`
 
 

@@ -344,3 +344,37 @@ def test_discovery_never_adopts_an_outsiders_machines_json_above_the_working_fol
     os.chown(shared / "proj", team.uid(alice), team.gid)
     done = team.run(alice, "submit", "--dir", ".", "--cmd", "true", cwd=shared / "proj", umask="0077")
     assert "not using" not in done.stderr and list((shared / "spool").glob("submit-*")), done.stderr
+
+
+def test_a_members_submit_keeps_every_field_a_user_sets_as_a_private_home_would(team: Team) -> None:
+    """A member's submit travels to the runner as records it rebuilds from the fields a submit sets
+    (SUBMIT_FIELDS): the same submit gives the same records in the member's own private home, with
+    every field of the table of what a user sets (schema/job_fields.py) given a value of its own."""
+    from jobtpu.schema.job_fields import SUBMIT_FIELDS
+    from jobtpu.schema.msgspec_lib import msgspec
+    from jobtpu.schema.state import Job
+
+    alice, bob = team.accounts
+    shared = init_shared(team, runner_consents=False)
+    private = team.private_folder(bob, "home")
+    (private / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local"}}}))
+    os.chown(private / "machines.json", team.uid(bob), team.uid(bob))
+    src = source_of(team, bob)
+    every = ["--dir", str(src), "--cmd", "bash train.sh", "--user", bob, "--name", "n", "--tag", "a", "--env", "K=V",
+             "--rule", "pre", "--max-recoveries", "3", "--timeout", "1h", "--stall", "30m", "--log-stage",
+             "--on-resume", "--r={attempt}", "--progress", r"step (\d+)", "--priority", "2", "--sheet-note", "note",
+             "--sweep", "lr=1,2", "--max-running", "1", "--after", "1", "--after-any", "1", "--retries", "2",
+             "--grace", "10s", "--signal", "USR1@60", "--hold", "--machine", "local", "--req", "slot=1", "a=1", "--", "b=2"]
+    records = {}
+    for home, runner in ((shared, alice), (private, bob)):
+        for words in (["--dir", str(src), "--cmd", "true", "--hold"], every):  # job 1, the one --after names
+            team.run(bob, "--home", str(home), "submit", *words, umask="0077")
+            team.run(runner, "--home", str(home), "manage", umask="0077")  # the shared home's runner takes it in
+        jobs = json.loads((home / "state.json").read_text())["jobs"]
+        records[home] = {job["id"]: {k: v for k, v in job.items() if k != "created"} for job in jobs}
+    assert sorted(records[shared]) == [1, 2, 3], records[shared]
+    assert records[shared] == records[private]
+    unset = Job(id=0, user="", cmd="", archive="", created=0)
+    same = [field for field in SUBMIT_FIELDS if all(records[private][i].get(field, msgspec.to_builtins(
+        getattr(unset, field))) == msgspec.to_builtins(getattr(unset, field)) for i in (2, 3))]
+    assert same == [], "a field of the table this test sets no value of its own for"

@@ -18,6 +18,7 @@ from jobtpu.errors import JobtpuError
 from jobtpu.home import safefs, spool
 from jobtpu.home.layout import Home
 from jobtpu.home.trust import account_name
+from jobtpu.schema.job_fields import SUBMIT_FIELDS
 from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
@@ -25,11 +26,6 @@ if TYPE_CHECKING:
     from jobtpu.schema.spool import Submission
     from jobtpu.schema.state import Job
 
-# The fields of a job a submit sets; everything else starts at its default in the runner's record.
-SUBMIT_FIELDS = ("user", "cmd", "archive", "name", "req", "pin", "tags", "rule", "env", "overrides", "log_stage",
-                 "on_resume", "max_recoveries", "timeout", "stall", "dir", "progress", "priority", "sheet_note",
-                 "sweep", "sweep_index", "after", "after_any", "retries", "grace", "signal", "signal_before", "held",
-                 "sweep_values", "max_running")
 
 def holding(home: Home, spool_fd: int) -> dict[str, Claim]:
     """The spool's claims that hold their ids now, by name (home/claims.py), read under the claims
@@ -180,7 +176,7 @@ def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
     from jobtpu.home.users import known_user
     from jobtpu.schema.state import Job
 
-    fields = {name: getattr(sent, name) for name in SUBMIT_FIELDS}
+    fields = {name: getattr(sent, name) for name in SUBMIT_FIELDS}  # every field a submit sets (schema/job_fields.py)
     job = Job(id=job_id, created=round(time.time(), 3), uid=owner, waiting="held by hold" if sent.held else None,
               **fields)
     with acting_for(Actor(owner, account_name(owner), job.user)):

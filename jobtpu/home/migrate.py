@@ -235,7 +235,7 @@ def settle_records(home: Home) -> list[str]:
                     job.waiting = "held: no spec of its submitter's (moved from the old shared layout); check it and release it"
                     lines.append(f"job {job.id}: held (no spec of its submitter's to check its record against)")
                 continue
-            from jobtpu.schema.job_spec import LAUNCH_FIELDS
+            from jobtpu.schema.job_fields import LAUNCH_FIELDS
 
             differ = [f for f in LAUNCH_FIELDS if _plain(getattr(job, f)) != _plain(getattr(spec, f))]
             for name in differ:

@@ -19,7 +19,8 @@ from typing import Any
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, is_shared
 from jobtpu.home.trust import account_name, why_untrusted
-from jobtpu.schema.job_spec import LAUNCH_FIELDS, JobSpec, read_spec
+from jobtpu.schema.job_fields import LAUNCH_FIELDS
+from jobtpu.schema.job_spec import JobSpec, read_spec
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 

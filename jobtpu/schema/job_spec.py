@@ -9,7 +9,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
     id: int
     uid: int  # the submitting account, which must own the file too
     account: str  # its login name when it submitted, for people reading the file
-    # The launch fields: a record whose values differ from these is not run.
+    # The launch fields (job_fields.LAUNCH_FIELDS, in this order): a record whose values differ from these is not run.
     user: str
     cmd: str
     overrides: list[str]
@@ -19,8 +19,6 @@ class JobSpec(msgspec.Struct, kw_only=True):
     archive: str
     secrets: list[str]  # the names of the secret --env values the job may take from secrets.json
 
-
-LAUNCH_FIELDS = ("user", "cmd", "overrides", "log_stage", "on_resume", "env", "archive")
 
 _DECODER = msgspec.json.Decoder(JobSpec)
 
