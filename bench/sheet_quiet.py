@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobtpu.decide.sheet_layout import MachineRow  # noqa: E402
+from jobtpu.decide.sheet_layout import SheetMachine  # noqa: E402
 from jobtpu.schema.sheet_config import parse_config  # noqa: E402
 from jobtpu.sheet.sync import PassSheet, sync  # noqa: E402
 from tests.fake_sheets import FakeSheetsApi  # noqa: E402
@@ -34,7 +34,7 @@ from jobtpu.sheet import sync
 from jobtpu.schema import sheet_config as sheetconfig
 from jobtpu.decide import sheet_layout as layout
 config = sheetconfig.parse_config({{"spreadsheet": "{key}", "credentials": "anonymous", "api_endpoint": "{endpoint}"}})
-rows = [layout.MachineRow(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
+rows = [layout.SheetMachine(f"v3-{{i}}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle") for i in range({n})]
 ps = sync.PassSheet(config, Path("{memo}"))
 ps.claims()
 result = ps.finish(rows, now=1.0)
@@ -54,7 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         memo = Path(tmp) / "sheet.json"
         config = parse_config({"spreadsheet": KEY, "credentials": "anonymous", "api_endpoint": api.endpoint})
-        rows = [MachineRow(f"v3-{i}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle")
+        rows = [SheetMachine(f"v3-{i}", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle")
                 for i in range(args.machines)]
         assert sync(config, rows, memo, now=1.0).wrote
         api.clear_log()

@@ -234,14 +234,14 @@ def _tpus(doc: dict[str, Any], out: Translation) -> None:
 
 # ---- against what the home has ---------------------------------------------------------------------
 
-class Plan(msgspec.Struct):
+class ImportPlan(msgspec.Struct):
     """What an import would do: `lines` (one per change), `kept` (differing entries left alone)."""
 
     lines: list[str] = msgspec.field(default_factory=list)
     kept: list[str] = msgspec.field(default_factory=list)
 
 
-def plan_machines(doc: dict[str, Any], tpus: list[OldTpu], force: bool, plan: Plan) -> dict[str, Any]:
+def plan_machines(doc: dict[str, Any], tpus: list[OldTpu], force: bool, plan: ImportPlan) -> dict[str, Any]:
     """machines.json's document with the TPUs and their aliases added (a copy; `doc` is untouched):
     what it already has stays, and a differing entry is replaced only with `force`."""
     new = copy.deepcopy(doc)
@@ -274,7 +274,7 @@ def _differs(have: object, entry: dict[str, Any]) -> bool:
         any(bool(have.get(k)) != bool(entry.get(k)) for k in flags)
 
 
-def _plan_alias(machines: dict[str, Any], node: str, alias: str, force: bool, plan: Plan) -> None:
+def _plan_alias(machines: dict[str, Any], node: str, alias: str, force: bool, plan: ImportPlan) -> None:
     if alias in machines and alias != node:
         plan.kept.append(f"kept machine {alias}: the TPU alias {alias} → {node} is its name (not imported)")
         return
@@ -290,7 +290,7 @@ def _plan_alias(machines: dict[str, Any], node: str, alias: str, force: bool, pl
     plan.lines.append(f"{node}: alias {alias}" + (f" (was {holder}'s)" if holder else ""))
 
 
-def plan_settings(user: OldUser, have: UserSettings, force: bool, plan: Plan) -> UserSettings:
+def plan_settings(user: OldUser, have: UserSettings, force: bool, plan: ImportPlan) -> UserSettings:
     """The user's settings with the import applied (a copy): set where unset, replaced where they
     differ only with `force`."""
     from jobtpu.schema.msgspec_lib import msgspec
@@ -311,7 +311,7 @@ def plan_settings(user: OldUser, have: UserSettings, force: bool, plan: Plan) ->
     return new
 
 
-def _plan_value(values: dict[str, Any], key: str, value: str, what: str, force: bool, plan: Plan) -> None:
+def _plan_value(values: dict[str, Any], key: str, value: str, what: str, force: bool, plan: ImportPlan) -> None:
     have = values.get(key)
     if have == value:
         return

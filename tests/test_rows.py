@@ -13,7 +13,7 @@ from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.published import MachineRow as MachineJson
 from jobtpu.schema.records import Drained, MachineRecord, MachineState
 from jobtpu.schema.state import Attempt, Job, State, Status
-from jobtpu.views.rows import JobRow, MachineRow, ended_at, job_row, live_order, machine_rows, sweep_row
+from jobtpu.views.rows import JobRow, MachineCells, ended_at, job_row, live_order, machine_rows, sweep_row
 
 pytestmark = pytest.mark.fast
 
@@ -117,5 +117,5 @@ def test_a_machines_row_cell_by_cell(name: str) -> None:
                                                     alloc={"gpu": [0, 1], "slot": [0]})])
     published = msgspec.convert(fleet_rows(FLEET, state), list[MachineJson])
     rows = {row.name: row for row in machine_rows(FLEET, state, published, NOW, UTC)}
-    row: MachineRow = rows[name]
+    row: MachineCells = rows[name]
     assert {f: getattr(row, f) for f in row.__struct_fields__ if getattr(row, f) and f != "name"} == MACHINE_ROWS[name]

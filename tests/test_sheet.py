@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from jobtpu.decide.observation import claim_reason
-from jobtpu.decide.sheet_layout import COLUMNS, MachineRow
+from jobtpu.decide.sheet_layout import COLUMNS, SheetMachine
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.schema.sheet_config import SheetConfig, parse_config
 from jobtpu.sheet.api import SheetError, read_sheet
@@ -55,10 +55,10 @@ def memo(tmp_path: Path) -> Path:
     return tmp_path / "sheet.json"
 
 
-def fleet(users: tuple[str, ...] = ("alice",), jobs: tuple[str, ...] = ("12 train-a",)) -> list[MachineRow]:
-    return [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", users, jobs, NOW - 3600),
-            MachineRow("v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "idle"),
-            MachineRow("box", "ssh", "", "", "", "up")]
+def fleet(users: tuple[str, ...] = ("alice",), jobs: tuple[str, ...] = ("12 train-a",)) -> list[SheetMachine]:
+    return [SheetMachine("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", users, jobs, NOW - 3600),
+            SheetMachine("v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "idle"),
+            SheetMachine("box", "ssh", "", "", "", "up")]
 
 
 def writes(api: FakeSheetsApi) -> list[dict[str, Any]]:
@@ -97,7 +97,7 @@ def test_a_quiet_sync_writes_nothing_and_one_change_writes_once(api: FakeSheetsA
     assert [r["method"] for r in api.requests_made()] == ["GET"]
 
     api.clear_log()
-    started = fleet()[:1] + [MachineRow("v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "busy", ("bob",),
+    started = fleet()[:1] + [SheetMachine("v2-b", "tpu", "v2-8", "us-central1-f", "on-demand", "busy", ("bob",),
                                         ("13 eval",), NOW + 100)] + fleet()[2:]
     sync(config, started, memo, now=NOW + 120)
     [write] = writes(api)
@@ -177,7 +177,7 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
     set_note(config, "box", "first", append=True)  # appending to nothing sets it
     assert by_name(api)["box"]["Note"] == "first"
     # a job's note is written once, when it arrives; a person's later edit is then left alone
-    noted = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
+    noted = [SheetMachine("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
                         NOW - 3600, note="sweep lr=3e-4"), *fleet()[1:]]
     sync(config, noted, memo, now=NOW + 60)
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4"
@@ -189,9 +189,9 @@ def test_notes_set_append_and_a_jobs_note(api: FakeSheetsApi, config: SheetConfi
 
 def test_a_jobs_note_leaves_with_its_job_unless_a_person_changed_it(api: FakeSheetsApi, config: SheetConfig,
                                                                     memo: Path) -> None:
-    noted = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
+    noted = [SheetMachine("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "busy", ("alice",), ("12 train-a",),
                         NOW - 3600, note="sweep lr=3e-4"), *fleet()[1:]]
-    ended = [MachineRow("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle"), *fleet()[1:]]
+    ended = [SheetMachine("v3-a", "tpu", "v3-8", "europe-west4-a", "preemptible", "idle"), *fleet()[1:]]
     sync(config, noted, memo, now=NOW)
     assert by_name(api)["v3-a"]["Note"] == "sweep lr=3e-4"
     sync(config, ended, memo, now=NOW + 60)  # ended, killed or failed: its row no longer has the job
@@ -401,7 +401,7 @@ def test_the_pure_parts_load_no_google_stack() -> None:
     """Parsing the section, planning and finding never import gspread, google-auth or requests."""
     code = ("import sys; from jobtpu.sheet import memo, rows; from jobtpu.schema import sheet_config as config; "
             "from jobtpu.decide import sheet_layout as layout; c = config.parse_config({'spreadsheet': 'k'}); "
-            "s = rows.grid_from_values([]); rows.plan_write(s, [layout.MachineRow('a')], memo.Memo(), c.columns, 1.0);"
+            "s = rows.grid_from_values([]); rows.plan_write(s, [layout.SheetMachine('a')], memo.Memo(), c.columns, 1.0);"
             "rows.find([], ['v3']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('gspread', 'google', 'requests')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -16,7 +16,7 @@ from jobtpu.decide.sheet_layout import (
     FREE,
     GONE,
     JOBTPU,
-    MachineRow,
+    SheetMachine,
     SheetRow,
     TpuManagerLayout,
     script_note,
@@ -315,15 +315,15 @@ NOW = 1_780_000_000.0  # 2026-05-28 20:26 UTC
 
 
 @pytest.mark.parametrize(("machine", "cells", "script"), [
-    (MachineRow("v3-a", state="up"), {"state": FREE, "user": FREE, "jobs": ""}, ""),
-    (MachineRow("v3-a", state="preempted"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
-    (MachineRow("v3-a", state="unreachable"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
-    (MachineRow("v3-a", state="up", users=("ana",), jobs=("12 train",), since=NOW, note="n"),
+    (SheetMachine("v3-a", state="up"), {"state": FREE, "user": FREE, "jobs": ""}, ""),
+    (SheetMachine("v3-a", state="preempted"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
+    (SheetMachine("v3-a", state="unreachable"), {"state": GONE, "user": FREE, "jobs": ""}, ""),
+    (SheetMachine("v3-a", state="up", users=("ana",), jobs=("12 train",), since=NOW, note="n"),
      {"state": "running", "user": "ana", "jobs": "n (job 12 since 05-28 20:26)"}, "job 12 since 05-28 20:26"),
-    (MachineRow("v3-a", state="preempted", users=("ana", "bo"), jobs=("12 a", "13 b")),
+    (SheetMachine("v3-a", state="preempted", users=("ana", "bo"), jobs=("12 a", "13 b")),
      {"state": "running", "user": "ana, bo", "jobs": ""}, "jobs 12, 13"),
 ])
-def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[str, str], script: str) -> None:
+def test_tpu_manager_renders_its_status_words(machine: SheetMachine, cells: dict[str, str], script: str) -> None:
     """D and E always; G (the script note) only with a job's note: F is people's."""
     assert TPU_MANAGER.render(machine) == cells
     assert script_note(machine) == script
@@ -332,7 +332,7 @@ def test_tpu_manager_renders_its_status_words(machine: MachineRow, cells: dict[s
 def test_tpu_manager_marks_a_machine_brought_back_for_its_job_not_ready() -> None:
     """A job waiting to resume there: the row stays its user's, reserved and not ready."""
     for state, note, g in (("recreating", "n", "n (job 12 waits to resume)"), ("setting up", None, "")):
-        machine = MachineRow("v3-a", state=state, users=("ana",), jobs=("12 a",), note=note, recovering=True)
+        machine = SheetMachine("v3-a", state=state, users=("ana",), jobs=("12 a",), note=note, recovering=True)
         assert TPU_MANAGER.render(machine) == {"state": NOT_READY, "user": "ana", "jobs": g}
         assert script_note(machine) == "job 12 waits to resume"
 
@@ -360,8 +360,8 @@ def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() ->
     [row] = snapshot.rows
     assert (row.number, row.name, row.get("accelerator"), row.get("provisioning"), row.get("env")) == \
         (2, "v3-a", "v3-8", "preemptible", "jax 0.4")
-    running = MachineRow("v3-a", state="up", users=("ana",), jobs=("12 t",), since=NOW)
-    plan = plan_write(snapshot, [running, MachineRow("not-on-the-tab")], Memo(), (), NOW)
+    running = SheetMachine("v3-a", state="up", users=("ana",), jobs=("12 t",), since=NOW)
+    plan = plan_write(snapshot, [running, SheetMachine("not-on-the-tab")], Memo(), (), NOW)
     assert plan.cells == {(1, 3): "running", (1, 4): "ana"}
     assert plan.memo.users == {"v3-a": "ana"}
     claimed = grid_from_values([TABLE[0], ["1", "a3", "", "reserved", "carol"]], TPU_MANAGER)

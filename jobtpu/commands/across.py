@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from jobtpu.commands import args
 from jobtpu.commands.common import note
-from jobtpu.commands.select import Selection, UsageError, status_words
-from jobtpu.errors import JobtpuError
+from jobtpu.commands.select import Selection, status_words
+from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.home.layout import Home
 
 if TYPE_CHECKING:

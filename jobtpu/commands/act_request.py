@@ -10,8 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from jobtpu.commands.select import UsageError
-from jobtpu.errors import JobtpuError
+from jobtpu.errors import JobtpuError, UsageError
 from jobtpu.schema.acts import ActArgs
 from jobtpu.schema.msgspec_lib import msgspec
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class _Changes(NamedTuple):
     """What the import would change, planned against the home before anything is written."""
 
-    plan: Any  # importer.Plan: the lines to print, and the differing entries kept
+    plan: Any  # importer.ImportPlan: the lines to print, and the differing entries kept
     machines: dict[str, Any] | None  # machines.json's new document; None when it stays as it is
     machines_mode: int | None
     new_users: list[str]
@@ -84,7 +84,7 @@ def _plan(home: Home, found: Any, force: bool, project: str | None) -> _Changes:
     from jobtpu.home.settings import load_settings
     from jobtpu.home.users import load_users
 
-    plan = importer.Plan()
+    plan = importer.ImportPlan()
     machines_doc, machines_mode = _machines_doc(home)
     new_machines = importer.plan_machines(machines_doc, found.tpus, force, plan)
     _plan_project(new_machines, found.tpus, project, force, plan)

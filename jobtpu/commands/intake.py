@@ -15,7 +15,7 @@ import time
 
 from jobtpu.commands import intake_submits, relay
 from jobtpu.commands.common import error_text
-from jobtpu.commands.intake_common import Refused, read_request, reply
+from jobtpu.commands.intake_common import RequestRefused, read_request, reply
 from jobtpu.errors import JobtpuError
 from jobtpu.home import safefs, spool
 from jobtpu.home.layout import Home
@@ -115,7 +115,7 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
     try:
         try:
             found = read_request(spool_fd, entry, MAX_REQUEST_BYTES, ActRequest)
-        except Refused as e:
+        except RequestRefused as e:
             _refuse_old(spool_fd, entry, e)
             raise
         if found is None:
@@ -129,8 +129,8 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
         reply(home, entry.name, owner, key, code, lines, what=what[:200])
         verb = "done" if code == 0 else f"refused (exit {code})"
         return f"{account_name(owner)}'s request `{what[:120]}`: {verb}"
-    except (Refused, JobtpuError) as e:
-        owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
+    except (RequestRefused, JobtpuError) as e:
+        owner = e.owner if isinstance(e, RequestRefused) and e.owner >= 0 else owner
         key = e.key if isinstance(e, OldRequest) else key
         if owner >= 0:
             reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=what[:200])
@@ -139,14 +139,14 @@ def _take_act(home: Home, spool_fd: int, entry: spool.Entry) -> str:
         spool.remove(spool_fd, entry.name)
 
 
-def _refuse_old(spool_fd: int, entry: spool.Entry, refused: Refused) -> None:
+def _refuse_old(spool_fd: int, entry: spool.Entry, refused: RequestRefused) -> None:
     """An act an older jobtpu left (its words, version 1): refused with a line asking for it again,
     never parsed here (docs/reference/home-files.md §1.6)."""
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, OldActRequest
 
     try:
         old = read_request(spool_fd, entry, MAX_REQUEST_BYTES, OldActRequest)
-    except Refused:
+    except RequestRefused:
         return
     if old is not None:
         words = " ".join(old[0].argv)[:120]
@@ -154,7 +154,7 @@ def _refuse_old(spool_fd: int, entry: spool.Entry, refused: Refused) -> None:
                          "send it again with this jobtpu", refused.owner, old[0].reply_key)
 
 
-class OldRequest(Refused):
+class OldRequest(RequestRefused):
     """An act of an older jobtpu, refused; its reply still sealed to the key it carried, if any."""
 
     def __init__(self, message: str, owner: int, key: bytes) -> None:

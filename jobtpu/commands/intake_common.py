@@ -14,7 +14,7 @@ from jobtpu.home.trust import account_name
 from jobtpu.schema.msgspec_lib import msgspec
 
 
-class Refused(JobtpuError):
+class RequestRefused(JobtpuError):
     """A request the runner does not carry out: its reply says why (to `owner`, its sender, when known)."""
 
     def __init__(self, message: str, owner: int = -1) -> None:
@@ -31,7 +31,7 @@ def read_request(spool_fd: int, entry: spool.Entry, limit: int, kind: Any) -> tu
     try:
         return msgspec.json.decode(raw, type=kind), owner
     except msgspec.DecodeError as e:
-        raise Refused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}", owner) from None
+        raise RequestRefused(f"{entry.name} is not a request jobtpu wrote: {str(e)[:200]}", owner) from None
 
 
 def reply(home: Home, name: str, owner: int, key: bytes, code: int, lines: list[str], ids: list[int] | None = None,

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jobtpu.commands.common import error_text
-from jobtpu.commands.intake_common import Refused, read_request, reply
+from jobtpu.commands.intake_common import RequestRefused, read_request, reply
 from jobtpu.errors import JobtpuError
 from jobtpu.home import safefs, spool
 from jobtpu.home.layout import Home
@@ -73,10 +73,10 @@ def take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dict
             ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name, waiting)
         reply(home, entry.name, owner, key, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
-    except (Refused, JobtpuError) as e:
+    except (RequestRefused, JobtpuError) as e:
         if claim is not None:
             _spend(home, claim, waiting)
-        owner = e.owner if isinstance(e, Refused) and e.owner >= 0 else owner
+        owner = e.owner if isinstance(e, RequestRefused) and e.owner >= 0 else owner
         if owner >= 0:
             reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
         return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
@@ -98,7 +98,7 @@ def _taken_already(home: Home, entry: spool.Entry, owner: int) -> list[int]:
     ids = list(range(entry.first, entry.first + entry.n))
     if all((j := state.job(i)) is not None and j.uid == owner for i in ids):
         return ids
-    raise Refused(f"{entry.name} holds no ids: it is not a claim a submit makes, or an earlier submit holds "
+    raise RequestRefused(f"{entry.name} holds no ids: it is not a claim a submit makes, or an earlier submit holds "
                   f"ids {entry.first}-{entry.first + entry.n - 1}; submit again")
 
 
@@ -128,17 +128,17 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
 
     for job in jobs:  # exactly the names the job shows as <secret>: those passed every check of an --env name
         if set(secret) != {name for name, value in job.env.items() if value == MASK}:
-            raise Refused(f"job {job.id}: its secret values are not for the --env names it shows as {MASK}")
+            raise RequestRefused(f"job {job.id}: its secret values are not for the --env names it shows as {MASK}")
     names = {job.archive for job in jobs}
     if len(names) != 1:
-        raise Refused(f"{entry.name}: the jobs of one submit share one snapshot")
+        raise RequestRefused(f"{entry.name}: the jobs of one submit share one snapshot")
     _bring_archive(home, spool_fd, archive_name, names.pop(), owner, doc.archive_included)
     with Store(home).transaction() as state:
         had = [state.job(job.id) for job in jobs]
         if all(j is not None and j.uid == owner for j in had):  # taken in already (a crash before removing it)
             return [job.id for job in jobs]
         if any(j is not None for j in had) or entry.first <= mark:
-            raise Refused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
+            raise RequestRefused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
         check_dependencies(home, state, entry.first, jobs[0].after, jobs[0].after_any)
         last = entry.first + entry.n - 1
         if mark_below(last, waiting.values()) > mark:  # before the claim leaves the spool; never up to a waiting claim
@@ -156,17 +156,17 @@ def _opened_secrets(home: Home, doc: Submission) -> dict[str, str]:
     from jobtpu.home.sealing import runner_private_key, unseal
 
     if doc.secrets:
-        raise Refused("its secret --env values came unsealed, readable by the whole group: the member's jobtpu "
+        raise RequestRefused("its secret --env values came unsealed, readable by the whole group: the member's jobtpu "
                       "is older than this home's (update jobtpu, then submit again)")
     if not doc.sealed:
         return {}
     raw = unseal(runner_private_key(home.root), doc.sealed)
     if raw is None:  # forged, damaged, or sealed to a runner.key since replaced
-        raise Refused("its sealed secret --env values do not open with this home's runner.key: submit again")
+        raise RequestRefused("its sealed secret --env values do not open with this home's runner.key: submit again")
     try:
         return msgspec.json.decode(raw, type=dict[str, str])
     except msgspec.DecodeError as e:
-        raise Refused(f"its sealed secret --env values are not names and values: {str(e)[:120]}") from None
+        raise RequestRefused(f"its sealed secret --env values are not names and values: {str(e)[:120]}") from None
 
 
 def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
@@ -184,7 +184,7 @@ def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
     try:
         _check_fields(job, first)
     except JobtpuError as e:
-        raise Refused(f"job {job_id}: {e.message}") from None
+        raise RequestRefused(f"job {job_id}: {e.message}") from None
     return job
 
 
@@ -224,11 +224,11 @@ def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owne
     if home.archive(name).is_file():
         return
     if not included:
-        raise Refused(f"its snapshot {name[:16]}… is not in the home and the submit did not bring it")
+        raise RequestRefused(f"its snapshot {name[:16]}… is not in the home and the submit did not bring it")
     try:
         src = spool.open_archive(spool_fd, archive_name, owner)
     except FileNotFoundError:
-        raise Refused(f"its snapshot {archive_name} is missing from the spool") from None
+        raise RequestRefused(f"its snapshot {archive_name} is missing from the spool") from None
     archives = safefs.open_dir(home.root, "archives", create=True)
     try:
         tmp, out = safefs.new_temp(archives, name, 0o640)
@@ -241,7 +241,7 @@ def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owne
                 os.close(out)
             why = _check_copy(home, tmp, name)
             if why is not None:
-                raise Refused(f"its snapshot {why}")
+                raise RequestRefused(f"its snapshot {why}")
             os.rename(tmp, name, src_dir_fd=archives, dst_dir_fd=archives)
         except BaseException:  # refused, a full disk, a member's file that fails mid-read: no copy left
             with contextlib.suppress(OSError):

@@ -9,16 +9,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from jobtpu.commands import args
-from jobtpu.errors import EXIT_USAGE, JobtpuError, NotFoundError
+from jobtpu.errors import NotFoundError, UsageError
 from jobtpu.home.users import known_user
 
 if TYPE_CHECKING:
     from jobtpu.home.layout import Home
     from jobtpu.schema.state import Job, State
-
-
-class UsageError(JobtpuError):
-    exit_code = EXIT_USAGE
 
 
 class Selection(NamedTuple):

@@ -1,7 +1,7 @@
 """How a tab of the team sheet is laid out: which row is a machine's, which cells say who holds it
 and carry notes, and what jobtpu writes into a row (docs/reference/machines-json.md §3.8, `sheet.layout`).
 
-Two layouts, behind one small interface (`Layout`):
+Two layouts, behind one small interface (`SheetLayout`):
 - `jobtpu` (the default): row 1 titles the columns, found by title; a pass adds missing titles and
   rows, and writes every column it owns.
 - `tpu-manager`: the tab the team's older tool keeps, as it is. Columns by letter (B name or alias,
@@ -41,7 +41,7 @@ RESUMING = "reserved(error)"
 GONE_STATES = frozenset({"preempted", "down", "deleted", "unreachable", "recreating"})
 
 
-class MachineRow(msgspec.Struct, frozen=True):
+class SheetMachine(msgspec.Struct, frozen=True):
     """What a pass knows about one machine; the pass builds these from its views."""
 
     name: str
@@ -84,7 +84,7 @@ def when(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch)) if epoch else ""
 
 
-class Layout:
+class SheetLayout:
     """jobtpu's own layout. A subclass changes where cells are and what they say, never how a pass
     plans: `sheet.plan_write` asks the layout, and writes only what it renders and finds."""
 
@@ -122,7 +122,7 @@ class Layout:
         """Who the row's user cell says holds the machine ("" when free)."""
         return row.get("user").strip()
 
-    def render(self, machine: MachineRow) -> dict[str, str]:
+    def render(self, machine: SheetMachine) -> dict[str, str]:
         """A machine's cells as jobtpu writes them on a row with no claim and no notes of people's."""
         cells = {"name": machine.name, "kind": machine.kind, "accelerator": machine.accelerator,
                  "zone": machine.zone, "provisioning": machine.provisioning, "state": machine.state,
@@ -130,7 +130,7 @@ class Layout:
                  "since": when(machine.since) if machine.users else "", "note": machine.note or ""}
         return {k: cell(v) for k, v in cells.items()}  # as the sheet will hold it: cut below Google's cap
 
-    def job_note(self, machine: MachineRow) -> str:
+    def job_note(self, machine: SheetMachine) -> str:
         """The text of `note_cell` while the machine's jobs are there ("": none of them brings a note)."""
         return cell(machine.note or "")
 
@@ -152,7 +152,7 @@ class Layout:
         """register/unregister add and take away rows: only on a tab jobtpu keeps."""
 
 
-class TpuManagerLayout(Layout):
+class TpuManagerLayout(SheetLayout):
     """The older tool's tab: see the module's docstring. `resolve` is Fleet.resolve."""
 
     name = "tpu-manager"
@@ -200,12 +200,12 @@ class TpuManagerLayout(Layout):
         text = row.get("user").strip()
         return "" if text == FREE else text
 
-    def render(self, machine: MachineRow) -> dict[str, str]:
+    def render(self, machine: SheetMachine) -> dict[str, str]:
         state = (RESUMING if machine.recovering else RUNNING) if machine.users else \
             GONE if machine.state in GONE_STATES else FREE
         return {"state": state, "user": cell(", ".join(machine.users) or FREE), "jobs": self.job_note(machine)}
 
-    def job_note(self, machine: MachineRow) -> str:
+    def job_note(self, machine: SheetMachine) -> str:
         """G: the note and whose job brought it, `lr sweep (job 12 since 12-04 10:00)`."""
         return cell(f"{machine.note} ({script_note(machine)})") if machine.note else ""
 
@@ -223,7 +223,7 @@ class TpuManagerLayout(Layout):
                           hint="add or remove the row by hand: jobtpu finds a machine by its name in column B")
 
 
-def script_note(machine: MachineRow) -> str:
+def script_note(machine: SheetMachine) -> str:
     """jobtpu's own line about the jobs on a machine: `job 12 since 12-04 10:00` (UTC), or
     `job 12 waits to resume` while the machine is brought back for it."""
     ids = ", ".join(job.split()[0] for job in machine.jobs if job.split())
@@ -235,7 +235,7 @@ def script_note(machine: MachineRow) -> str:
     return f"job{'s' if ',' in ids else ''} {ids}{since}"
 
 
-def layout_for(name: str, resolve: Callable[[str], Any] | None = None) -> Layout:
+def layout_for(name: str, resolve: Callable[[str], Any] | None = None) -> SheetLayout:
     return TpuManagerLayout(resolve) if name == "tpu-manager" else JOBTPU
 
 
@@ -244,4 +244,4 @@ def layout_columns(name: str) -> tuple[str, ...]:
     return TpuManagerLayout.SHOWN if name == "tpu-manager" else COLUMNS
 
 
-JOBTPU = Layout()
+JOBTPU = SheetLayout()

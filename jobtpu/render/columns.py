@@ -19,7 +19,7 @@ CELL_KEPT = 10
 GAP = 1  # rich's padding between two columns, on each side
 
 
-class Layout(NamedTuple):
+class FitRules(NamedTuple):
     """What a table may do to fit: which columns (by key) may be cut, which go first when even
     that is not enough, which one gives way before the others."""
 
@@ -34,7 +34,7 @@ class Layout(NamedTuple):
 
 
 def fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
-        layout: Layout, floors: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
+        layout: FitRules, floors: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
     """The indices of the columns kept (`columns`: (title, key)) and the width of each kept one;
     `floors`: the narrowest some columns (by key) may be, beside their titles."""
     widest = _widest(columns, cells)
@@ -55,7 +55,7 @@ def natural_width(columns: list[tuple[str, str]], cells: list[list[str]]) -> int
 
 
 def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], width: int,
-                     layout: Layout, floors: Mapping[str, int] | None = None,
+                     layout: FitRules, floors: Mapping[str, int] | None = None,
                      widest: list[int] | None = None) -> list[int]:
     """All the columns when each fits at its narrowest, else without the empty ones (also those that
     would cost the `last` column its first LAST_KEPT characters), then those first in the drop order.
@@ -83,7 +83,7 @@ def columns_that_fit(columns: list[tuple[str, str]], cells: list[list[str]], wid
     return kept
 
 
-def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
+def fit_widths(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: FitRules,
                floors: Mapping[str, int] | None = None, widest: list[int] | None = None) -> list[int]:
     """Each column's width: its widest cell, narrowed as this module says until the table fits in
     `width`. On a terminal too narrow even for what may not be cut, rich cuts it (never wraps).

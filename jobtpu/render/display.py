@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobtpu.render.columns import CELL_KEPT, LAST_KEPT, Layout, fit, natural_width
+from jobtpu.render.columns import CELL_KEPT, LAST_KEPT, FitRules, fit, natural_width
 from jobtpu.render.names import apart_width, cut_apart
 from jobtpu.render.table import FittedTable
 from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.views.rows import JobRow, MachineRow
+    from jobtpu.views.rows import JobRow, MachineCells
 
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
@@ -26,7 +26,7 @@ JOB_COLUMN_TITLES = tuple(title for title, _ in JOB_COLUMNS)
 # (`jobtpu config set columns ...`).
 DEFAULT_JOB_COLUMNS = JOB_COLUMN_TITLES[:-1]
 # Numbers and the status are never cut; id and status are never left out.
-JOB_LAYOUT = Layout(cuttable=frozenset({"info", "tags", "name", "overrides", "where", "user"}),
+JOB_LAYOUT = FitRules(cuttable=frozenset({"info", "tags", "name", "overrides", "where", "user"}),
                     drop_order=("submitted", "tags", "age", "attempt", "run", "user", "where", "overrides",
                                 "info", "name"),
                     last="info", apart=frozenset({"where"}))
@@ -51,7 +51,7 @@ def jobs_table(rows: list[JobRow], width: int, captions: list[str] | None = None
     return fitted_table(chosen, cells, width, JOB_LAYOUT, captions, floors)  # no rows: the count line says "no jobs"
 
 
-def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: Layout,
+def fitted_table(columns: list[tuple[str, str]], cells: list[list[str]], width: int, layout: FitRules,
                  captions: list[str] | None = None, floors: Mapping[str, int] | None = None) -> FittedTable:
     """A table of one line per row in at most `width` columns (columns.py); `columns`: (title, key);
     `floors`: the narrowest some columns may be (by key)."""
@@ -86,17 +86,17 @@ def clock(seconds: float, zone: Any = None) -> str:
 
 # The machines table: name, state and running jobs stay longest; the other names and the detail
 # give way first. A machine is named by its short name (its first alias); "other names" holds its
-# name in machines.json and its other aliases, where the width allows. (title, the MachineRow field.)
+# name in machines.json and its other aliases, where the width allows. (title, the MachineCells field.)
 MACHINE_COLUMNS = [("name", "short"), ("other names", "other_names"),
                    *((c, c) for c in ("kind", "accelerator", "workers", "state", "health", "running", "free", "note",
                                       "detail"))]
-MACHINE_LAYOUT = Layout(cuttable=frozenset({"short", "other_names", "accelerator", "health", "free", "note", "detail"}),
+MACHINE_LAYOUT = FitRules(cuttable=frozenset({"short", "other_names", "accelerator", "health", "free", "note", "detail"}),
                         drop_order=("other_names", "health", "workers", "note", "kind", "accelerator", "free",
                                     "detail"),
                         last="detail", readable=CELL_KEPT, apart=frozenset({"short", "other_names"}))
 
 
-def machines_table(rows: list[MachineRow], width: int) -> FittedTable:
+def machines_table(rows: list[MachineCells], width: int) -> FittedTable:
     """One line per machine (views/rows.py's rows) in at most `width` columns."""
     cells = [[getattr(row, key) for _, key in MACHINE_COLUMNS] for row in rows]
     return fitted_table(MACHINE_COLUMNS, cells, width, MACHINE_LAYOUT)
@@ -109,7 +109,7 @@ RULE_COLUMNS = [("rule", "rule"), ("on preempted", "preempted"), ("on grpc, lost
                 ("machines here", "machines")]
 SHORT_RULE_COLUMNS = [("rule", "rule"), ("preempted", "preempted"), ("grpc/lost/hang", "grpc_lost_hang"),
                       ("failure", "other_failure"), ("default for", "default_for"), ("machines here", "machines")]
-RULE_LAYOUT = Layout(cuttable=frozenset({"default_for", "machines"}), drop_order=("machines", "default_for"),
+RULE_LAYOUT = FitRules(cuttable=frozenset({"default_for", "machines"}), drop_order=("machines", "default_for"),
                      last="default_for")
 
 

@@ -39,27 +39,27 @@ class Selected(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError("user and all_users are exclusive")
 
 
-class Kill(Selected, forbid_unknown_fields=True, kw_only=True):
+class KillArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     """`kill`."""
 
 
-class Hold(Selected, forbid_unknown_fields=True, kw_only=True):
+class HoldArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     """`hold` and `release`."""
 
 
-class Requeue(Selected, forbid_unknown_fields=True, kw_only=True):
+class RequeueArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     """`resume` and `rerun`."""
 
     machine: Text | None = None
 
 
-class Clean(Selected, forbid_unknown_fields=True, kw_only=True):
+class CleanArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     """`clean`."""
 
     remote: bool = False
 
 
-class Update(Selected, forbid_unknown_fields=True, kw_only=True):
+class UpdateArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     """`update`."""
 
     req: Texts | None = None
@@ -76,14 +76,14 @@ class Update(Selected, forbid_unknown_fields=True, kw_only=True):
             raise ValueError("machine and no_machine are exclusive")
 
 
-class Tag(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class TagArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """`tag`: its words are the command's own values (ids, +TAG, -TAG), read by its function."""
 
     force: bool = False
     words: Texts = []
 
 
-class Note(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class NoteArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """`note`: its words are the job's id and the note's text, read by its function."""
 
     machine: Text | None = None
@@ -91,8 +91,8 @@ class Note(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     words: Annotated[list[Text], msgspec.Meta(min_length=1, max_length=MAX_VALUES)]
 
 
-ActArgs = Kill | Hold | Requeue | Clean | Update | Tag | Note
+ActArgs = KillArgs | HoldArgs | RequeueArgs | CleanArgs | UpdateArgs | TagArgs | NoteArgs
 
 # Every relayed command and the struct of its values.
-ARGS: dict[str, type[ActArgs]] = {"kill": Kill, "hold": Hold, "release": Hold, "resume": Requeue, "rerun": Requeue,
-                                  "clean": Clean, "update": Update, "tag": Tag, "note": Note}
+ARGS: dict[str, type[ActArgs]] = {"kill": KillArgs, "hold": HoldArgs, "release": HoldArgs, "resume": RequeueArgs, "rerun": RequeueArgs,
+                                  "clean": CleanArgs, "update": UpdateArgs, "tag": TagArgs, "note": NoteArgs}

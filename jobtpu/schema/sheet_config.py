@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobtpu.decide import sheet_layout as sheetlayout
-from jobtpu.decide.sheet_layout import COLUMNS, TITLES, Layout, layout_for
+from jobtpu.decide.sheet_layout import COLUMNS, TITLES, SheetLayout, layout_for
 from jobtpu.errors import ConfigError
 from jobtpu.schema.msgspec_lib import msgspec
 
@@ -35,7 +35,7 @@ class SheetConfig(msgspec.Struct, frozen=True):
     resolve: Callable[[str], Any] | None = None
 
     @property
-    def tab(self) -> Layout:
+    def tab(self) -> SheetLayout:
         return layout_for(self.layout, self.resolve)
 
 

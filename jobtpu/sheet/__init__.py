@@ -23,19 +23,19 @@ Wiring (the few calls the rest of jobtpu makes):
 - A pass (jobtpu/sheet/hook.py): at its start `ps = sync.PassSheet.start(config, memo_path)` (one read, unless
   the last one is younger than `read_every`; memo_path: `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)) but for the users the claim names, giving
-  `decide.observation.claim_reason(holder)` as the pending reason and in `machines`. At its end build a MachineRow per
+  `decide.observation.claim_reason(holder)` as the pending reason and in `machines`. At its end build a SheetMachine per
   machine and `result = ps.finish(rows)`; print `result.problem` when set. Neither ever raises for
   the API's sake; the start costs at most `sheet.timeout`, the end two (and nothing when the start
   failed, or when it did not read and the rows are those last written: a quiet pass). The memo (sheet/memo.py) is jobtpu's own file: `sheet.json` is one of the home's own files (never snapshotted).
 - `jobtpu sheet sync`: `sync.sync(config, rows, memo_path)` (print `problem`, exit 1 when set).
 - sheet/edits.py: `jobtpu sheet release NAME [--user U]`: `release(config, NAME, memo_path, U)`;
   `sheet note NAME TEXT [--append]`: `set_note(config, NAME, TEXT, append)`;
-  `sheet register NAME`: `register(config, NAME, memo_path, row)` (row: the MachineRow when NAME is
+  `sheet register NAME`: `register(config, NAME, memo_path, row)` (row: the SheetMachine when NAME is
   in machines.json, else None); `sheet unregister NAME`: `unregister(config, NAME, memo_path)`.
   Each prints the line it returns, or raises a JobtpuError (one line, nothing changed).
 - `jobtpu sheet find [TYPES...] [-p|-n]`: print `rows.format_rows(rows.find(api.read_sheet(config).rows, TYPES,
   True|False|None))`; `sheet show`: `format_rows(grid.rows, columns, layout, grid.titles(columns), width)`.
 - `submit --sheet-note TEXT` (else `wandb_notes` from the job's `utils/remote_run_config.yml`, see
-  `jobnote.job_note`): the job keeps it; the pass passes it as MachineRow.note while the job runs there.
+  `jobnote.job_note`): the job keeps it; the pass passes it as SheetMachine.note while the job runs there.
 Every failure to reach the API is a SheetError (a JobtpuError): one line, no URL, no traceback.
 """

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from jobtpu.decide.sheet_layout import TITLES, MachineRow, SheetRow, when
+from jobtpu.decide.sheet_layout import TITLES, SheetMachine, SheetRow, when
 from jobtpu.errors import JobtpuError, NotFoundError
 from jobtpu.limits import MAX_SHEET_NOTE, check_length
 from jobtpu.schema.sheet_config import SheetConfig
@@ -95,14 +95,14 @@ def release(config: SheetConfig, name: str, memo_path: Path, user: str | None = 
     return f"{name}: released (was claimed by {holder})"
 
 
-def register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | None = None,
+def register(config: SheetConfig, name: str, memo_path: Path, row: SheetMachine | None = None,
              now: float | None = None) -> str:
     """`sheet register NAME`: the machine gets its row now (and in every later pass)."""
     with memo_lock(config, memo_path):
         return _register(config, name, memo_path, row, time.time() if now is None else now)
 
 
-def _register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow | None, now: float) -> str:
+def _register(config: SheetConfig, name: str, memo_path: Path, row: SheetMachine | None, now: float) -> str:
     memo = load_memo(memo_path)
     grid = read_sheet(config)
     memo.unregistered.discard(name)
@@ -111,7 +111,7 @@ def _register(config: SheetConfig, name: str, memo_path: Path, row: MachineRow |
     if existing is not None:
         save_memo(memo_path, memo)
         return f"{name}: already in the sheet (row {existing.number})"
-    plan = plan_write(grid, [row or MachineRow(name)], memo, config.columns, now)
+    plan = plan_write(grid, [row or SheetMachine(name)], memo, config.columns, now)
     SheetApi(config).write(plan.ranges(config.worksheet))
     save_memo(memo_path, plan.memo)
     return f"{name}: added to the sheet"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobtpu import timing
-from jobtpu.decide.sheet_layout import MachineRow
+from jobtpu.decide.sheet_layout import SheetMachine
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import RECOVERING, Status
 
@@ -98,14 +98,14 @@ def claimants(claims: dict[str, str], names: dict[str, str], users: set[str]) ->
     return found
 
 
-def own_users(rows: list[MachineRow]) -> dict[str, str]:
+def own_users(rows: list[SheetMachine]) -> dict[str, str]:
     """Machine → the user cell jobtpu writes for it now: such a cell is no claim."""
     return {row.name: ", ".join(row.users) for row in rows}
 
 
 # ---- the rows ---------------------------------------------------------------------------------------
 
-def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[MachineRow]:
+def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[SheetMachine]:
     """One row per machine in machines.json, with the jobs that hold it now (launching, running): a
     job being killed gives its machine back at the kill, not when the machine confirms it. A machine
     that is not up, with no such job, is held by the jobs waiting to resume on it (`recovering`).
@@ -152,12 +152,12 @@ def sheet_names(home: Home, users: set[str]) -> dict[str, str]:
 
 
 def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
-                names: dict[str, str] | None = None, recovering: bool = False) -> MachineRow:
+                names: dict[str, str] | None = None, recovering: bool = False) -> SheetMachine:
     jobs = sorted(jobs, key=lambda j: j.id)
     users = tuple(dict.fromkeys((names or {}).get(j.user, j.user) for j in jobs))
     started = [j.current.started for j in jobs if j.current is not None and j.current.started]
     notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
-    return MachineRow(
+    return SheetMachine(
         name=machine.name, kind=machine.kind, accelerator=machine.accelerator or "",
         zone=(record.zone or machine.zone or "") if machine.cloud_node else "",
         provisioning=_provisioning(machine, record), state=_state(machine, record), users=users,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from jobtpu.decide.sheet_layout import MachineRow
+from jobtpu.decide.sheet_layout import SheetMachine
 from jobtpu.errors import BusyError
 from jobtpu.home import safefs
 from jobtpu.home.layout import open_lock, write_atomic
@@ -37,7 +37,7 @@ def save_memo(path: Path, memo: Memo) -> None:
 
 
 
-def rows_digest(config: SheetConfig, rows: Iterable[MachineRow]) -> str:
+def rows_digest(config: SheetConfig, rows: Iterable[SheetMachine]) -> str:
     """What a pass would bring the sheet to, in a few bytes: the rows, and where and which columns."""
     doc = [config.spreadsheet, config.worksheet, config.layout, list(config.columns), [msgspec.structs.astuple(row) for row in rows]]
     return hashlib.sha256(json.dumps(doc, default=str).encode()).hexdigest()[:32]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobtpu.decide.sheet_layout import COLUMNS, JOBTPU, TITLES, Layout, MachineRow, SheetRow, when
+from jobtpu.decide.sheet_layout import COLUMNS, JOBTPU, TITLES, SheetLayout, SheetMachine, SheetRow, when
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
 from jobtpu.schema.msgspec_lib import msgspec
@@ -20,7 +20,7 @@ class SheetGrid(msgspec.Struct, frozen=True):
     cells: list[list[str]]
     positions: dict[str, int]  # column key → 0-based column in the sheet
     taken: float = 0.0  # when it was read (epoch seconds); 0: not read from the API
-    layout: Layout = JOBTPU
+    layout: SheetLayout = JOBTPU
 
     @property
     def rows(self) -> list[SheetRow]:
@@ -70,7 +70,7 @@ def _at(line: list[str], index: int) -> str:
     return line[index] if index < len(line) else ""
 
 
-def grid_from_values(values: list[list[Any]], layout: Layout = JOBTPU) -> SheetGrid:
+def grid_from_values(values: list[list[Any]], layout: SheetLayout = JOBTPU) -> SheetGrid:
     """The layout locates jobtpu's columns (on its own layout: by the header row's titles)."""
     rows = [[str(c) for c in line] for line in values]
     return SheetGrid(rows, layout.positions(rows[0] if rows else []), layout=layout)
@@ -100,7 +100,7 @@ class WritePlan(msgspec.Struct):
         return data
 
 
-def plan_write(grid: SheetGrid, wanted: Iterable[MachineRow], memo: Memo, columns: tuple[str, ...],
+def plan_write(grid: SheetGrid, wanted: Iterable[SheetMachine], memo: Memo, columns: tuple[str, ...],
                now: float) -> WritePlan:
     """The fewest cells that make the sheet show `wanted`, leaving claims, people's notes and
     columns jobtpu does not own alone. Empty when the sheet already shows it all."""
@@ -147,12 +147,12 @@ def _with_header(grid: SheetGrid, columns: tuple[str, ...]) -> tuple[dict[str, i
 render_row = JOBTPU.render
 
 
-def render_rows(machines: Iterable[MachineRow], columns: tuple[str, ...] = COLUMNS) -> list[list[str]]:
+def render_rows(machines: Iterable[SheetMachine], columns: tuple[str, ...] = COLUMNS) -> list[list[str]]:
     """The header and one line per machine, in `columns` order (`updated` left empty: it is the write's time)."""
     return [[TITLES[c] for c in columns]] + [[render_row(m).get(c, "") for c in columns] for m in machines]
 
 
-def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, after: Memo,
+def _row_cells(layout: SheetLayout, row: SheetRow, machine: SheetMachine, memo: Memo, after: Memo,
                now: float) -> dict[str, str]:
     """The text each cell of a machine's row should hold; updates `after` with what jobtpu writes."""
     mine = ", ".join(machine.users)
@@ -171,7 +171,7 @@ def _row_cells(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, a
     return target
 
 
-def _note_cell(layout: Layout, row: SheetRow, machine: MachineRow, memo: Memo, after: Memo) -> dict[str, str]:
+def _note_cell(layout: SheetLayout, row: SheetRow, machine: SheetMachine, memo: Memo, after: Memo) -> dict[str, str]:
     """The job's note in its cell while the job is there, and gone with it; `after.notes` keeps what
     jobtpu wrote. A person's edit of that text is theirs (never changed nor cleared); on a layout that
     keeps people's notes, a cell holding someone's text gets no job's note."""
@@ -227,7 +227,7 @@ def find(rows: Iterable[SheetRow], tokens: list[str], preemptible: bool | None =
     return found
 
 
-def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: Layout = JOBTPU,
+def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout: SheetLayout = JOBTPU,
                 titles: list[str] | None = None, width: int | None = None) -> list[str]:
     """Aligned text lines: a header (`titles`, else the layout's), then one line per row (a cell's own
     line breaks become spaces). Widths are display cells (a CJK character takes two). With `width`
@@ -235,7 +235,7 @@ def format_rows(rows: list[SheetRow], columns: tuple[str, ...] = COLUMNS, layout
     (`…`), then the layout's least needed columns left out; a machine's name, user and status stay whole."""
     from rich.cells import cell_len
 
-    from jobtpu.render.columns import Layout as Fit
+    from jobtpu.render.columns import FitRules as Fit
     from jobtpu.render.columns import fit
 
     heads = [" ".join(t.split()) for t in titles or [layout.header(c, "") for c in columns]]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from jobtpu.decide.sheet_layout import MachineRow
+from jobtpu.decide.sheet_layout import SheetMachine
 from jobtpu.errors import BusyError
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import SheetConfig, sheet_id
@@ -25,7 +25,7 @@ class SyncResult(msgspec.Struct, frozen=True):
 
 
 
-def write_rows(config: SheetConfig, grid: SheetGrid, rows: Iterable[MachineRow], memo_path: Path,
+def write_rows(config: SheetConfig, grid: SheetGrid, rows: Iterable[SheetMachine], memo_path: Path,
                now: float | None = None, seen: Mapping[str, str] | None = None) -> SyncResult:
     """At most one batch write bringing the sheet to `rows`; never raises for the API's sake.
     `seen`: the claims the pass's dispatch was given, when a pass writes."""
@@ -36,7 +36,7 @@ def write_rows(config: SheetConfig, grid: SheetGrid, rows: Iterable[MachineRow],
         return SyncResult(problem=f"sheet: {e}")
 
 
-def _write_rows(config: SheetConfig, grid: SheetGrid, rows: list[MachineRow], memo_path: Path,
+def _write_rows(config: SheetConfig, grid: SheetGrid, rows: list[SheetMachine], memo_path: Path,
                 now: float, seen: Mapping[str, str] | None = None) -> SyncResult:
     memo = load_memo(memo_path)
     if seen is not None:
@@ -112,7 +112,7 @@ class PassSheet:
         age = (time.time() if now is None else now) - memo.read_at
         return memo.read_of == sheet_id(self.config) and 0 <= age < seconds
 
-    def quiet(self, rows: list[MachineRow]) -> bool:
+    def quiet(self, rows: list[SheetMachine]) -> bool:
         """Nothing for the API this pass: no read at its start, and the sheet was last brought to these rows."""
         return not self.read and load_memo(self.memo_path).written == rows_digest(self.config, rows)
 
@@ -122,7 +122,7 @@ class PassSheet:
         self.given = dict(memo.claims) if self.grid is None else self.grid.claims(memo, own)
         return dict(self.given)
 
-    def finish(self, rows: Iterable[MachineRow], now: float | None = None) -> SyncResult:
+    def finish(self, rows: Iterable[SheetMachine], now: float | None = None) -> SyncResult:
         """The pass's write, planned on a fresh read: rows a person inserted, deleted or sorted
         while the pass ran would otherwise receive other machines' cells."""
         rows = list(rows)
@@ -132,7 +132,7 @@ class PassSheet:
         return sync(self.config, rows, self.memo_path, now, self.given)
 
 
-def sync(config: SheetConfig, rows: Iterable[MachineRow], memo_path: Path, now: float | None = None,
+def sync(config: SheetConfig, rows: Iterable[SheetMachine], memo_path: Path, now: float | None = None,
          seen: Mapping[str, str] | None = None) -> SyncResult:
     """One read and at most one write, bounded by 2 × timeout; a failure is `problem`, never raised."""
     try:

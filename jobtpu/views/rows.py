@@ -144,7 +144,7 @@ def live_order(jobs: Sequence[Job]) -> list[Job]:
 
 # ---- machines ---------------------------------------------------------------------------------------
 
-class MachineRow(msgspec.Struct, frozen=True):
+class MachineCells(msgspec.Struct, frozen=True):
     """A machine's row: every cell a table of machines may show, as text. Made from the record
     `machines --json` gives (schema/published.py) and what the last pass saw of the machine."""
 
@@ -165,7 +165,7 @@ class MachineRow(msgspec.Struct, frozen=True):
 
 
 def machine_rows(fleet: Fleet, state: State, published: Sequence[MachineJson], now: float,
-                 zone: Any = None) -> list[MachineRow]:
+                 zone: Any = None) -> list[MachineCells]:
     """The row of each machine `published` gives (`machines --json`'s records, in their order)."""
     from jobtpu.schema.records import MachineRecord
 
@@ -178,7 +178,7 @@ def machine_rows(fleet: Fleet, state: State, published: Sequence[MachineJson], n
 
 
 def machine_row(row: MachineJson, machine: Machine, record: MachineRecord, held: Sequence[int], now: float,
-                zone: Any = None) -> MachineRow:
+                zone: Any = None) -> MachineCells:
     """`row`: the machine as `machines --json` gives it; `record`: what the last pass saw of it;
     `held`: the ids of the active jobs on it; `zone`: the tzinfo clock times are shown in."""
     short, others = (row.aliases[0], ", ".join([row.name, *row.aliases[1:]])) if row.aliases else (row.name, "")
@@ -188,7 +188,7 @@ def machine_row(row: MachineJson, machine: Machine, record: MachineRecord, held:
         accelerator += f" ({row.provisioning}, {row.zone})"
     if row.queued_resource:
         accelerator += f" queued resource {row.queued_resource}"
-    return MachineRow(name=row.name, short=short, other_names=others, kind=row.kind, accelerator=accelerator,
+    return MachineCells(name=row.name, short=short, other_names=others, kind=row.kind, accelerator=accelerator,
                       workers=_text(row.workers), state=row.state, health=health, running=str(row.running),
                       free=" ".join(f"{k}={v}" for k, v in row.free.items()), note=row.note or "",
                       detail=_with_times(row, zone), seen=str(record.state) if record.state else ("up" if machine.runs_here else "unknown"),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from jobtpu.commands.select import Selection
     from jobtpu.schema.events import Event
     from jobtpu.schema.state import Job, State
-    from jobtpu.views.rows import JobRow, MachineRow
+    from jobtpu.views.rows import JobRow, MachineCells
 
 # A page draws at most this many job rows (a browser tab stays quick); `all` pages through the rest.
 PAGE_ROWS = 500
@@ -217,13 +217,13 @@ def log_since(home: Home, job_id: int, attempt: int, worker: int, offset: int) -
 
 # ---- machines and events -----------------------------------------------------------------------------
 
-class MachineView(msgspec.Struct):
+class MachinePage(msgspec.Struct):
     row: Any  # the published MachineRow
-    cells: MachineRow  # its row as `machines` shows it
+    cells: MachineCells  # its row as `machines` shows it
     lines: list[tuple[str, str]]
 
 
-def machines_page(home: Home, state: State) -> list[MachineView]:
+def machines_page(home: Home, state: State) -> list[MachinePage]:
     """`machines`' rows, each with `machines NAME`'s lines (its sheet claim, whose jobs it holds since when)."""
     from jobtpu.commands.machines import machine_rows
     from jobtpu.home.machines import load_fleet
@@ -246,7 +246,7 @@ def machines_page(home: Home, state: State) -> list[MachineView]:
         holding = [j for j in state.jobs if j.machine == machine.name and j.active]
         lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,
                               lambda t: clock(t, zone), last)
-        out.append(MachineView(published, cells, lines))
+        out.append(MachinePage(published, cells, lines))
     return out
 
 
