@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.render.display import DEFAULT_JOB_COLUMNS
+from jobtpu.render.job_columns import DEFAULT_JOB_COLUMNS
 from jobtpu.schema.state import Attempt, Job, Status
 from jobtpu.views.rows import job_row as row
 from tests.accounts import Team

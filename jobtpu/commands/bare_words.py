@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobtpu.commands.submit import SubmitOptions
+    from jobtpu.commands.submit_options import SubmitOptions
     from jobtpu.home.layout import Home
 
 

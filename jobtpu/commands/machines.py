@@ -133,8 +133,7 @@ def machines(home: Home, as_json: bool, name: str | None = None) -> int:
 
 def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> str:
     """`machines NAME`: one line per thing known of the machine (views/machine.py)."""
-    from jobtpu.render.display import clock
-    from jobtpu.render.text import printable
+    from jobtpu.render.text import clock, printable
     from jobtpu.schema.records import MachineRecord
     from jobtpu.views.machine import machine_lines
 

@@ -182,7 +182,7 @@ def viewer_name() -> str | None:
 def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) -> list[str]:
     """The columns chosen, else the defaults without `user` when every job shown is the viewer's
     own (it would say the same name on every row)."""
-    from jobtpu.render.display import DEFAULT_JOB_COLUMNS
+    from jobtpu.render.job_columns import DEFAULT_JOB_COLUMNS
 
     if chosen is not None:
         return chosen

@@ -5,10 +5,11 @@ import argparse
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from jobtpu.commands import args
 from jobtpu.commands.common import emit_json, note, sigterm_interrupts
+from jobtpu.commands.submit_options import SubmitOptions
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
@@ -22,46 +23,6 @@ if TYPE_CHECKING:
 # The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): the
 # parser does not import the model, so that `--help` and a cached `status` load as little as they can.
 RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
-
-
-class SubmitOptions(NamedTuple):
-    """What `submit` and `run` take, as the user typed it (checked by build_job). The one place each
-    default is written: the parser takes them from here (add_job_options), and tests/test_commands.py
-    holds the fields to its options."""
-
-    cmd: str | None = None  # --cmd, else the job file's (jobfile.py)
-    dir: str | None = None  # a folder, a working directory's number, or None (see settings.source_folder)
-    req: list[str] = []
-    machine: str | None = None
-    name: str = ""
-    tag: list[str] = []
-    env: list[str] = []
-    rule: str | None = None
-    max_recoveries: int = 20
-    timeout: str | None = None
-    stall: str | None = None
-    include: list[str] = []
-    exclude: list[str] = []
-    allow_secrets: bool = False  # snapshot a login home, or credentials, all the same
-    user: str | None = None
-    log_stage: bool = False
-    on_resume: str | None = None
-    overrides: list[str] = []
-    verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
-    progress: str | None = None
-    priority: int = 0
-    sheet_note: str | None = None
-    # sweeps, dependencies, retries, grace and signal (batch.py)
-    sweep: list[str] = []
-    sweep_file: str | None = None
-    after: list[str] = []
-    after_any: list[str] = []
-    retries: int = 0
-    grace: str | None = None
-    signal: str | None = None
-    max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
-    hold: bool = False  # queued held: it starts only after `jobtpu release`
-    dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing
 
 
 def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | None = None) -> "Job":

@@ -160,7 +160,7 @@ def check_req(tokens: list[str]) -> None:
 
 
 def check_columns(columns: list[str]) -> None:
-    from jobtpu.render.display import JOB_COLUMN_TITLES
+    from jobtpu.render.job_columns import JOB_COLUMN_TITLES
 
     for column in columns:
         if column not in JOB_COLUMN_TITLES:

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobtpu.render.columns import CELL_KEPT, LAST_KEPT, FitRules, fit, natural_width
+from jobtpu.render.job_columns import DEFAULT_JOB_COLUMNS, JOB_COLUMNS
 from jobtpu.render.names import apart_width, cut_apart
 from jobtpu.render.table import FittedTable
 from jobtpu.render.text import printable
@@ -17,14 +18,6 @@ STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "ki
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}
 
 
-# The status table's columns: (title, the JobRow field it shows), laid out as columns.py says.
-JOB_COLUMNS = (("id", "id"), ("name", "name"), ("user", "user"), ("status", "status"), ("att", "attempt"),
-               ("run", "run"), ("age", "age"), ("where", "where"), ("config", "overrides"),
-               ("tags", "tags"), ("why / log", "info"), ("submitted", "submitted"))
-JOB_COLUMN_TITLES = tuple(title for title, _ in JOB_COLUMNS)
-# "submitted" (a clock time in the viewer's time zone) is shown only to those who ask for it
-# (`jobtpu config set columns ...`).
-DEFAULT_JOB_COLUMNS = JOB_COLUMN_TITLES[:-1]
 # Numbers and the status are never cut; id and status are never left out.
 JOB_LAYOUT = FitRules(cuttable=frozenset({"info", "tags", "name", "overrides", "where", "user"}),
                     drop_order=("submitted", "tags", "age", "attempt", "run", "user", "where", "overrides",
@@ -75,13 +68,6 @@ def _cut(text: str, width: int) -> str:
     megabyte-long value costs no more than one a screen wide (the ellipsis still marks the cut)."""
     keep = 2 * max(width, 1) + 1  # wide characters count two columns; combining ones none
     return text if len(text) <= keep else text[:keep] + "…"
-
-
-def clock(seconds: float, zone: Any = None) -> str:
-    """A time as month-day hour:minute in `zone` (a tzinfo; None: this machine's local time)."""
-    from datetime import datetime
-
-    return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")
 
 
 # The machines table: name, state and running jobs stay longest; the other names and the detail

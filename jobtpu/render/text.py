@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any
 
 from jobtpu.errors import JobtpuError
 
@@ -74,3 +75,10 @@ def refuse_control(text: str, what: str, where: str, hint: str) -> str:
         raise JobtpuError(f"{what} {printable(text)} holds a control character ({found}), which {where} "
                           "cannot carry: nothing was written", hint=hint)
     return text
+
+
+def clock(seconds: float, zone: Any = None) -> str:
+    """A time as month-day hour:minute in `zone` (a tzinfo; None: this machine's local time)."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(seconds, zone).strftime("%m-%d %H:%M")

@@ -81,7 +81,7 @@ def job_row(job: Job, now: float, aliases: Mapping[str, str], zone: Any = None, 
             short: Mapping[str, str] | None = None, clocks: bool = True) -> JobRow:
     """`zone`: the tzinfo of the submitted column's clock time (None: this machine's local time);
     `first`: the override keys shown first; `short`: machines' short names."""
-    from jobtpu.render.display import clock
+    from jobtpu.render.text import clock
 
     short = short or {}
     ran = run_time(job, now)
@@ -201,7 +201,7 @@ def _text(value: Any) -> str:
 
 def _with_times(row: MachineJson, zone: Any) -> str:
     """The detail, then when the machine became unreachable or will be asked for again, if it did or will."""
-    from jobtpu.render.display import clock
+    from jobtpu.render.text import clock
 
     times = [f"{what} {clock(at, zone)}" for at, what in ((row.unreachable_since, "since"), (row.next_try, "next try"))
              if at is not None]

@@ -324,7 +324,7 @@ def _with(query: Any, **changes: str) -> str:
 @jinja2.pass_context
 def _clock(context: Any, seconds: float | None) -> str:
     """A time as the viewer's `time_zone` reads it (the terminal views' clock)."""
-    from jobtpu.render.display import clock
+    from jobtpu.render.text import clock
 
     return "" if seconds is None else clock(float(seconds), context.get("zone"))
 

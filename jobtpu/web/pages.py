@@ -98,7 +98,7 @@ def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: in
         status_view,
         sweep_summary,
     )
-    from jobtpu.render.display import JOB_COLUMNS
+    from jobtpu.render.job_columns import JOB_COLUMNS
     from jobtpu.views.listing import config_aliases, status_counts
 
     jobs = chosen_jobs(home, sel, state)
@@ -228,7 +228,7 @@ def machines_page(home: Home, state: State) -> list[MachinePage]:
     from jobtpu.commands.machines import machine_rows
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
-    from jobtpu.render.display import clock
+    from jobtpu.render.text import clock
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.published import MachineRow as MachineJson
     from jobtpu.schema.records import MachineRecord
