@@ -14,8 +14,6 @@ from pathlib import Path
 from jobtpu import timing
 from jobtpu.commands.common import error_text
 from jobtpu.commands.parsing import (  # noqa: F401 - the command line's parts, named from here too
-    COMMAND_MODULES,
-    MODULE_OF,
     build_parser,
     command_word,
     installed_version,
@@ -53,18 +51,18 @@ def as_member(home: Home, command: str, argv: Sequence[str], parsed: argparse.Na
 
     role = role_of(home.root)
     if role.is_member:  # one writer (docs/reference/home-files.md §1.3): a member's acts are requests
-        from jobtpu.commands import relay
+        from jobtpu.commands import relay, table
 
         words = relay.command_words(argv, command)
-        if role.layout is Layout.OLD_SHARED and command not in relay.READ_ONLY:
+        if role.layout is Layout.OLD_SHARED and not table.old_layout_may(command):
             raise relay.refuse_old_layout(role, command)
-        if command in relay.RELAYED:
+        if command in table.RELAYED:
             from jobtpu.commands.act_request import act_of, parse_act
             from jobtpu.home.users import known_user
 
             act = act_of(command, parsed) if parsed is not None else parse_act(words)
             return relay.send_act(home, role, act, known_user(home, None))
-        if not relay.member_may(command, words):
+        if not table.member_may(command, words):
             raise relay.refuse_runner_only(role, command)
     return None
 

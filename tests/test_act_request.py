@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jobtpu.commands import relay
+from jobtpu.commands import relay, table
 from jobtpu.commands.act_request import Act, act_of, decode, encode, in_words, namespace, parse_act
 from jobtpu.commands.parsing import parse_command_line
 from jobtpu.errors import JobtpuError
@@ -31,7 +31,7 @@ from tests.helpers import make_home
 
 pytestmark = pytest.mark.fast
 
-COMMANDS = sorted(relay.RELAYED)
+COMMANDS = sorted(table.RELAYED)
 # Words a member might type, by mistake or on purpose, for any relayed command.
 ODD = ["", " ", "--", "-", "---", "--x=--", "=", "==", "--=", "--name=--", "--tag=--", "--status=--", "--user=--",
        "--machine=--", "--name", "--tag", "--status", "--sweep", "--user", "--machine", "--req", "--set", "--unset",
@@ -169,7 +169,7 @@ def test_an_attached_dashes_value_is_the_value_on_both_sides(words: list[str], n
 
 
 def test_the_relayed_commands_are_the_structs_commands() -> None:
-    assert set(ARGS) == relay.RELAYED
+    assert set(ARGS) == table.RELAYED
 
 
 @pytest.mark.parametrize("words,said", [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.cli import build_parser
+from jobtpu.commands.parsing import every_parser
 
 pytestmark = pytest.mark.fast
 
@@ -71,7 +71,7 @@ def missing_options() -> list[str]:
     by_number = sections(text)
     conventions = by_number["2.1"]
     missing = []
-    for path, options in every_command(build_parser()):
+    for path, options in every_command(every_parser()):
         number = section_of(path[0], text) if path else None
         if path and number is None:
             missing.append(f"jobtpu {' '.join(path)}: no section of {COMMANDS_PAGE.name} names it")
@@ -87,7 +87,7 @@ def missing_options() -> list[str]:
 
 
 def test_the_walk_finds_subcommands_and_their_options() -> None:
-    walked = dict(every_command(build_parser()))
+    walked = dict(every_command(every_parser()))
     assert walked[()] == ["--home", "--version"]
     assert "--preemptible" in walked[("sheet", "find")] and "--on-demand" in walked[("sheet", "find")]
     assert "--sweep" in walked[("kill",)] and "--max-recoveries" in walked[("submit",)]

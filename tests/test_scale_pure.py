@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from jobtpu.commands.relay import RELAYED
+from jobtpu.commands.table import RELAYED
 from jobtpu.commands.update import Changes, apply_changes
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, MachineView, Observation, Recreate

@@ -1,6 +1,6 @@
 """`jobtpu adopt`: what a move from the old shared layout set aside (home/aside.py), shown in full,
 and put back as the runner's on purpose (docs/reference/home-files.md §1.3). The runner's alone:
-members are refused before this module runs (relay.RUNNER_ONLY)."""
+members are refused before this module runs (RUNNER_ONLY in commands/table.py)."""
 
 from __future__ import annotations
 
@@ -220,8 +220,7 @@ def _adopt_settings(home: Home, item: str, data: bytes) -> str:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "adopt", "what a move from the old shared layout set aside: list it, or put "
-                         "it back as yours (the runner's)")
+    p = args.add_command(subparsers, "adopt")
     p.add_argument("names", nargs="*", metavar="NAME", help="the items to put back (as `jobtpu adopt` lists them)")
     p.add_argument("--all", action="store_true", dest="every", help="put back every item")
     p.set_defaults(func=lambda home, a: adopt(home, a.names, a.every))

@@ -110,13 +110,13 @@ def note(home: Home, machine: str | None, words: list[str], force: bool = False)
 
 
 def add_parser(subparsers: "args.Subparsers") -> None:
-    p = args.add_command(subparsers, "tag", "add (+TAG) and remove (-TAG) tags of jobs")
+    p = args.add_command(subparsers, "tag")
     p.add_argument("--force", action="store_true", help="also another user's jobs (recorded in each); before the ids")
     p.add_argument("words", nargs=argparse.REMAINDER, metavar="ID... +TAG -TAG",
                    help="the jobs, then the changes: +best adds the tag best, -draft removes draft")
     p.set_defaults(func=lambda home, a: tag(home, a.words, a.force))
 
-    p = args.add_command(subparsers, "note", "set a job's note (or with --machine a machine's), shown by status and machines")
+    p = args.add_command(subparsers, "note")
     p.add_argument("--machine", metavar="NAME", help="the machine whose note to set, instead of a job's")
     p.add_argument("--force", action="store_true", help="also another user's job (recorded in the job)")
     p.add_argument("words", nargs="+", metavar="[ID] TEXT",

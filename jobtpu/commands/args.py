@@ -59,6 +59,11 @@ class Parser(argparse.ArgumentParser):
         # given no width imports shutil to ask the terminal's: 2 ms of every command, for help only.
         return self.formatter_class(prog=self.prog, width=help_width())  # type: ignore[call-arg]
 
+    def loaded(self) -> Parser:
+        """This parser, with its arguments: a command's placeholder (commands/parsing.py's Deferred)
+        loads its command's module first."""
+        return self
+
     def option(self, name: str) -> argparse.Action | None:
         """The argument an option string (`--machine`, `-p`) names, if this parser takes it."""
         return next((a for a in self.arguments if name in a.option_strings), None)
@@ -114,9 +119,13 @@ def with_choice_type(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "type": Choice(options["choices"], options.get("type"))}
 
 
-def add_command(subparsers: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
-    """A command's parser: its line in `jobtpu --help` is also the top of its own --help."""
-    return subparsers.add_parser(name, help=help_text, description=help_text)
+def add_command(subparsers: Subparsers, name: str) -> argparse.ArgumentParser:
+    """A command's parser, for a word of the command table (commands/table.py): the table's summary is
+    its line in `jobtpu --help` and the top of its own --help."""
+    from jobtpu.commands.table import ROWS
+
+    summary = ROWS[name].summary
+    return subparsers.add_parser(name, help=summary, description=summary)
 
 
 def positive_seconds(text: str) -> float:

@@ -47,7 +47,7 @@ def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "clean", "move ended jobs from state.json into history.jsonl (default: your ended jobs)")
+    p = args.add_command(subparsers, "clean")
     p.add_argument("--remote", action="store_true", help="also delete their remote folders and unused archives")
     add_selection_args(p, "only these ended jobs", dry_run=True)
     p.set_defaults(func=lambda home, a: clean(home, selection_from(a), a.remote, a.force, a.dry_run))

@@ -63,8 +63,7 @@ def completion(shell: str) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "completion", "print the script that makes Tab complete jobtpu in SHELL "
-                         "(eval \"$(jobtpu completion bash)\" in ~/.bashrc)")
+    p = args.add_command(subparsers, "completion")
     p.add_argument("shell", choices=SHELLS, help="the shell: bash, zsh or fish")
     p.set_defaults(func=lambda home, a: completion(a.shell))
 
@@ -93,8 +92,9 @@ def complete(words: Sequence[str], parser: argparse.ArgumentParser,
         sub = _subcommands(command)
         if sub is not None and word not in sub.choices:
             return []  # not a command jobtpu knows: nothing to offer after it
-        if sub is not None:
-            command, seen = sub.choices[word], 0
+        if sub is not None:  # the command's own parser (the full parser holds placeholders until then)
+            chosen = sub.choices[word]
+            command, seen = chosen.loaded() if isinstance(chosen, args.Parser) else chosen, 0
         else:
             seen += 1
         action = None

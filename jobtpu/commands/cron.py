@@ -259,8 +259,7 @@ def minutes(text: str) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "cron", "run this home's passes unattended: install, show or remove "
-                         "its crontab line (or systemd timer)")
+    p = args.add_command(subparsers, "cron")
     p.add_argument("op", choices=("install", "show", "remove"), help="install, show, or remove")
     p.add_argument("--every", type=minutes, default=1, metavar="MINUTES",
                    help="install: a pass every MINUTES minutes, 1 to 59 (default 1)")

@@ -59,8 +59,7 @@ def passes_check(last: LastPass | None, now: float, machine_asked: bool = False)
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "doctor", "check that passes run, and a machine: reachable, disk, python, "
-                         "TPU device, stale lock file")
+    p = args.add_command(subparsers, "doctor")
     p.add_argument("name", nargs="?", help="the machine, as machines.json names it (without: only the passes)")
     p.add_argument("--fix", action="store_true",
                    help="repair what is safe: create the remote root, stop unmanaged job processes, stale TPU locks")

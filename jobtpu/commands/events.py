@@ -25,7 +25,7 @@ def events(home: Home, follow: bool, job: int | None, machine: str | None, since
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "events", "what happened to jobs and machines (the home's events.jsonl), oldest first")
+    p = args.add_command(subparsers, "events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until interrupted")
     p.add_argument("--job", type=int, metavar="ID", help="only this job's events")
     p.add_argument("--machine", metavar="M", help="only this machine's events")

@@ -39,7 +39,7 @@ def fetch_into(home: Home, job_id: int, path: str, to: str | None) -> Path:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "fetch", "pull the job's remote folder (or PATH in it) into results/ID/ or --to DIR")
+    p = args.add_command(subparsers, "fetch")
     p.add_argument("id", nargs="?", metavar="ID", help="the job (or select several: --sweep, --tag, … below)")
     p.add_argument("path", nargs="?", default="", help="a file or folder inside the job's folder (default: all)")
     p.add_argument("--to", metavar="DIR", help="fetch into DIR instead of results/ID/ (with a selector, DIR/ID/)")

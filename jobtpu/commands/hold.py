@@ -40,9 +40,8 @@ def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    for name, text, release in (("hold", "keep queued jobs from starting until `jobtpu release`", False),
-                                ("release", "let held jobs start again", True)):
-        p = args.add_command(subparsers, name, text)
+    for name, release in (("hold", False), ("release", True)):
+        p = args.add_command(subparsers, name)
         add_selection_args(p, "the queued jobs", dry_run=True)
         p.set_defaults(func=lambda home, a, release=release: hold(home, selection_from(a), release, a.force,
                                                                   a.dry_run))

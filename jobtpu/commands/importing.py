@@ -209,7 +209,7 @@ def _take(settings: "UserSettings", wanted: "UserSettings") -> None:
 
 
 def add_parser(subparsers: "args.Subparsers") -> None:
-    p = args.add_command(subparsers, "import", "take a team over from another tool: users, working directories, aliases, TPU machines")
+    p = args.add_command(subparsers, "import")
     p.add_argument("source", choices=("tpu-manager",), help="the tool: tpu-manager (its data.json)")
     p.add_argument("data_json", metavar="DATA_JSON", help="the TPU manager's data.json")
     p.add_argument("--dry-run", action="store_true", help="print what it would import; change nothing")

@@ -78,6 +78,6 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "kill", "stop jobs on every worker and mark them killed")
+    p = args.add_command(subparsers, "kill")
     add_selection_args(p, "the jobs to stop", dry_run=True)
     p.set_defaults(func=lambda home, a: kill(home, selection_from(a), a.force, a.dry_run))

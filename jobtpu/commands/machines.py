@@ -145,7 +145,7 @@ def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> s
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "machines", "the fleet: kind, accelerator, state, running jobs, free resources")
+    p = args.add_command(subparsers, "machines")
     # `machines NAME` (one machine in detail) beside `machines drain NAME` and `machines undrain NAME`:
     # argparse cannot have an optional NAME and sub-commands at once, so the words are read here.
     p.add_argument("words", nargs="*", metavar="NAME | drain NAME | undrain NAME",

@@ -64,7 +64,7 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "manage", "one pass over the fleet: reap, recover, dispatch, pull logs")
+    p = args.add_command(subparsers, "manage")
     p.add_argument("--loop", type=args.positive_seconds, metavar="SECONDS", help="repeat every SECONDS until interrupted")
     p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
     p.add_argument("--every", type=args.positive_seconds, metavar="SECONDS",

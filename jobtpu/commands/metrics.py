@@ -18,6 +18,5 @@ def metrics(home: Home) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "metrics", "the home's figures in the Prometheus text format (jobs, queue wait, "
-                         "machines, the last pass, accelerator hours)")
+    p = args.add_command(subparsers, "metrics")
     p.set_defaults(func=lambda home, a: metrics(home))

@@ -2,7 +2,8 @@
 function it runs, and this assembles them (`build_parser`), with the parser class that says a
 mistake in one line (exit 2). `jobtpu` parses a command line with it, and a member of a shared home
 parses an act with it before sending its values to the runner (commands/relay.py): one parser, so
-both mean the same by the same words."""
+both mean the same by the same words. Which commands there are, and which module adds each, is the
+command table's (commands/table.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
 
 from jobtpu.commands import args as arguments
 from jobtpu.errors import EXIT_USAGE
+
+PROG = "jobtpu"
 
 
 class CommandParser(arguments.Parser):
@@ -25,6 +29,26 @@ class CommandParser(arguments.Parser):
         sys.stderr.write(f"jobtpu: error: {printable(message)}\nhint: {printable(hint)}\n")
         raise SystemExit(EXIT_USAGE)
 
+    # A command's place in the full parser until a parse, completion or the old tool's shapes reach it
+    # (build_parser): the command table's word and summary, none of its arguments yet.
+    placeholder_in: arguments.Subparsers | None = None
+
+    def loaded(self) -> arguments.Parser:
+        """This parser; for a placeholder, its command's own: the module adds its parsers, which take
+        the placeholders' places (the same words, in the same order)."""
+        if self.placeholder_in is None:
+            return self
+        from jobtpu.commands.table import ROWS
+
+        word = self.prog.removeprefix(f"{PROG} ")
+        scratch = CommandParser(prog=PROG, add_help=False).add_subparsers(prog=PROG, parser_class=CommandParser)
+        _module(ROWS[word].module).add_parser(scratch)
+        for name, made in scratch.choices.items():
+            self.placeholder_in.choices[name] = made
+        real = self.placeholder_in.choices[word]
+        assert isinstance(real, arguments.Parser)
+        return real
+
     # Where every word after the first "--" goes, verbatim: `exec` and `ssh` a command's words (argparse
     # would settle an optional positional before it reached them, and call them unrecognized), `submit`
     # and `run` overrides that are not checked for the old tool's habits.
@@ -32,8 +56,10 @@ class CommandParser(arguments.Parser):
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        if self.placeholder_in is not None:
+            return self.loaded().parse_known_args(args, namespace)
         words = _attach_dashed_values(list(sys.argv[1:] if args is None else args))
-        if self.prog == "jobtpu":  # the whole command line: the old tool's shapes are jobtpu's too
+        if self.prog == PROG:  # the whole command line: the old tool's shapes are jobtpu's too
             words = self.old_shapes(words)
         at = words.index("--") if self.after_dashes and "--" in words else len(words)
         if self.commands is None:  # a command's own parser: its mistakes are named with its own --help
@@ -59,7 +85,8 @@ class CommandParser(arguments.Parser):
             commands = parser.commands if isinstance(parser, arguments.Parser) else None
             if commands is None or name not in commands.choices:
                 return set()
-            parser = commands.choices[name]
+            chosen = commands.choices[name]
+            parser = chosen.loaded() if isinstance(chosen, arguments.Parser) else chosen
         kept = parser.arguments if isinstance(parser, arguments.Parser) else []
         return {o for a in kept if a.option_strings and a.nargs != 0 for o in a.option_strings}
 
@@ -88,7 +115,7 @@ class CommandParser(arguments.Parser):
         commands = self.commands
         if commands is None or action is not commands or value in commands.choices:
             return super()._check_value(action, value)
-        if self.prog == "jobtpu":
+        if self.prog == PROG:
             from jobtpu.suggest import command_for
 
             meant = command_for(str(value), commands.choices)
@@ -165,36 +192,43 @@ def _usage_hint(message: str) -> str | None:
             f"(-- {override}); overrides come after the options")
 
 
-# The command modules (jobtpu/commands/) in the order `jobtpu --help` lists their commands; each adds
-# its parsers and sets `func`, the function the parsed arguments are passed to (with the home).
-COMMAND_MODULES = ("submit", "run", "manage", "cron", "status", "tail", "fetch", "kill", "requeue", "clean", "hold",
-                   "update", "annotate", "requests", "machines", "tpu", "doctor", "events", "report", "watch", "team",
-                   "adopt", "importing", "rules", "personal", "remote", "tldr", "sheet", "completion", "serve", "metrics")
-# Each command word and the module that adds it, so a command line imports and parses only its own
-# command's module, not all of them (a submit then costs little more than starting Python). Checked
-# against what the modules add by tests/test_commands.py.
-MODULE_OF = {"submit": "submit", "run": "run", "manage": "manage", "cron": "cron", "status": "status", "tail": "tail",
-             "fetch": "fetch", "kill": "kill", "resume": "requeue", "rerun": "requeue", "clean": "clean",
-             "update": "update",
-             "hold": "hold", "release": "hold", "tag": "annotate", "note": "annotate", "requests": "requests",
-             "machines": "machines", "tpu": "tpu", "doctor": "doctor", "events": "events", "report": "report",
-             "watch": "watch", "init": "team", "user": "team", "adopt": "adopt", "import": "importing", "rules": "rules",
-             "config": "personal", "dir": "personal", "alias": "personal", "exec": "remote", "ssh": "remote",
-             "tldr": "tldr", "sheet": "sheet", "completion": "completion", "serve": "serve", "metrics": "metrics"}
-
-
 def build_parser(command: str | None = None) -> CommandParser:
-    """The command line's parser: with `command` (a word MODULE_OF knows), only that command's;
-    without, every command's (for --help, a mistyped command, completion)."""
-    parser = CommandParser(prog="jobtpu", description="Run training jobs on TPU VMs, GPU boxes and this machine, "
-                     "over SSH, through preemptions.")
+    """The command line's parser. With `command` (a word of the command table, commands/table.py):
+    that command's module's parsers alone, so a command line imports and parses only its own
+    command's module (a submit then costs little more than starting Python). Without (--help, a
+    mistyped command, an old tool's verb, completion's first word): every command of the table, each
+    a placeholder (CommandParser.loaded) until the parse reaches it, so `jobtpu --help` imports no
+    command module."""
+    from jobtpu.commands.table import COMMANDS, ROWS
+
+    parser = CommandParser(prog=PROG, description="Run training jobs on TPU VMs, GPU boxes and this machine, "
+                           "over SSH, through preemptions.")
     parser.add_argument("--home", help="the folder holding machines.json and state.json")
     parser.add_argument("--version", action=_Version, help="print jobtpu's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     sub.required = True
-    for name in (MODULE_OF[command],) if command in MODULE_OF else COMMAND_MODULES:
-        importlib.import_module(f"jobtpu.commands.{name}").add_parser(sub)
+    if command in ROWS:
+        _module(ROWS[command].module).add_parser(sub)
+    else:
+        for row in COMMANDS:  # the table's summary: the line --help shows, as the module's own parser has it
+            placeholder = sub.add_parser(row.word, help=row.summary, description=row.summary)
+            assert isinstance(placeholder, CommandParser)
+            placeholder.placeholder_in = sub
     return parser
+
+
+def every_parser() -> CommandParser:
+    """Every command's parser, each module loaded (for what walks them all: the tests, the docs' checks)."""
+    parser = build_parser()
+    assert parser.commands is not None
+    for placeholder in list(parser.commands.choices.values()):
+        assert isinstance(placeholder, CommandParser)
+        placeholder.loaded()
+    return parser
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"jobtpu.commands.{name}")
 
 
 def command_word(words: Sequence[str]) -> str | None:

@@ -248,8 +248,7 @@ def alias(home: Home, action: str, name: str | None, full: str | None, user: str
 def add_parser(subparsers: args.Subparsers) -> None:
     """config, dir, alias: a user's own settings."""
     as_user = "act on this user's settings (default: $JOBTPU_USER, else your login)"
-    p = args.add_command(subparsers, "config", "your defaults: rule, req (submit), columns (status), time_zone (times shown), "
-                         "sheet_name (the team sheet)")
+    p = args.add_command(subparsers, "config")
     p.add_argument("action", choices=("get", "set", "reset"), help="show, set or reset (to the default) a setting")
     p.add_argument("key", nargs="?", metavar="KEY", help="rule, req, columns, time_zone, sheet_name or notify "
                    "(get/reset: all when absent)")
@@ -257,14 +256,14 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.add_argument("--user", help=as_user)
     p.set_defaults(func=lambda home, a: config(home, a.action, a.key, a.values, a.user))
 
-    p = args.add_command(subparsers, "dir", "your numbered working directories; `submit --dir N` snapshots number N")
+    p = args.add_command(subparsers, "dir")
     p.add_argument("action", choices=("set", "ls", "rm", "swap"),
                    help="set N [PATH] (default: here), ls, rm N, swap N M")
     p.add_argument("args", nargs="*", metavar="N|PATH", help="the number(s), and for set an optional folder")
     p.add_argument("--user", help=as_user)
     p.set_defaults(func=_dir_args)
 
-    p = args.add_command(subparsers, "alias", "config aliases: built-in, the team's (machines.json) and your own")
+    p = args.add_command(subparsers, "alias")
     p.add_argument("action", choices=("add", "ls", "rm"), help="add NAME FULL, ls (with where each comes from), rm NAME")
     p.add_argument("args", nargs="*", metavar="NAME|FULL", help="the alias's name, and for add its full config key")
     p.add_argument("--user", help=as_user)

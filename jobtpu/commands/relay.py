@@ -6,8 +6,8 @@ Member side: `send_act` writes the act's values, as the command line's one parse
 (commands/act_request.py), and returns at once, or, while the runner's loop runs, waits a few seconds
 for its reply and prints it. Runner side: `carry_out` runs an act's command function with
 `actor.acting_for(sender)` (the ownership rule and every record name the sender), catching what it
-says as its reply. Only the commands in RELAYED travel this way: their values choose jobs and
-values, never a path, a command to run or a credential."""
+says as its reply. Only the commands the command table (commands/table.py) marks RELAYED travel
+this way: their values choose jobs and values, never a path, a command to run or a credential."""
 
 from __future__ import annotations
 
@@ -29,17 +29,6 @@ if TYPE_CHECKING:
     from jobtpu.commands.act_request import Act
     from jobtpu.schema.spool import Reply
 
-# The same commands as schema/acts.py's ARGS, the structs of their values (a test holds them equal).
-RELAYED = frozenset({"kill", "hold", "release", "update", "rerun", "resume", "tag", "note", "clean"})
-# What only the runner may do in a shared home: it writes the fleet's files or acts with its keys.
-RUNNER_ONLY = frozenset({"manage", "import", "user", "tpu", "sheet", "init", "adopt"})
-READ_ONLY_USES = {"user": {"ls"}, "sheet": {"show"}}  # words after these commands a member may still use
-# What reads the home and writes nothing in it: all a member may do in a home of the old shared layout
-# until its runner moves it to the one-writer layout.
-READ_ONLY = frozenset({"status", "tail", "machines", "events", "report", "rules", "tldr", "doctor", "exec", "ssh",
-                       "completion"})
-
-
 def command_words(argv: Sequence[str], command: str) -> list[str]:
     """Pure: the words from the command on (global options before it, like --home, left out)."""
     words = list(argv)
@@ -47,15 +36,6 @@ def command_words(argv: Sequence[str], command: str) -> list[str]:
     while i < len(words) and words[i] != command:
         i += 2 if words[i] == "--home" else 1
     return words[i:]
-
-
-def member_may(command: str, words: list[str]) -> bool:
-    """Pure: whether a member of a shared home may run this command itself (it writes nothing of the
-    runner's); False for what only the runner does."""
-    if command not in RUNNER_ONLY:
-        return True
-    allowed = READ_ONLY_USES.get(command, set())
-    return len(words) > 1 and words[1] in allowed
 
 
 def refuse_runner_only(role: Role, command: str) -> JobtpuError:

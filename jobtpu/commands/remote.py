@@ -112,7 +112,7 @@ def worker_choice(text: str) -> int | None:
 
 def add_parser(subparsers: args.Subparsers) -> None:
     """exec and ssh: a machine's workers."""
-    p = args.add_command(subparsers, "exec", "run a command on a machine's workers at once; lines prefixed [worker]; exit: the worst")
+    p = args.add_command(subparsers, "exec")
     p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
     p.add_argument("--worker", type=worker_choice, default=None, metavar="K|all",
                    help="only worker K (default: all)")
@@ -120,7 +120,7 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.after_dashes = "words"  # type: ignore[attr-defined]
     p.set_defaults(func=lambda home, a: exec_command(home, a.name, a.worker, a.words))
 
-    p = args.add_command(subparsers, "ssh", "log in to a machine's worker with its key, port and the home's known_hosts")
+    p = args.add_command(subparsers, "ssh")
     p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
     p.add_argument("--worker", type=args.count, default=0, metavar="K", help="this worker (default 0)")
     p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")

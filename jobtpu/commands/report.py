@@ -113,8 +113,7 @@ def report(home: Home, sel: Selection, html: str | None, usage_since: float | No
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "report", "what preemptions and failures cost each job: time per attempt, each interruption "
-                          "split into detection, delete+create, setup and launch, work redone, goodput")
+    p = args.add_command(subparsers, "report")
     add_selection_args(p, "these jobs, whoever submitted them (default: your jobs that ran)")
     p.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with a timeline instead")
     p.add_argument("--usage", action="store_true", help="chip-hours and GPU-hours used and lost to preemption, by "

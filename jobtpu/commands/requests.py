@@ -77,6 +77,5 @@ def requests(home: Home) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "requests", "in a shared home: your submits and acts waiting for the runner's "
-                         "next pass, and its answers")
+    p = args.add_command(subparsers, "requests")
     p.set_defaults(func=lambda home, a: requests(home))

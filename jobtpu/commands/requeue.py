@@ -76,9 +76,8 @@ def _adopt(home: Home, job: Job) -> None:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    for name, text, resume in (("resume", "queue ended jobs again, continuing from their checkpoints", True),
-                               ("rerun", "queue ended jobs again, from the start", False)):
-        p = args.add_command(subparsers, name, text)
+    for name, resume in (("resume", True), ("rerun", False)):
+        p = args.add_command(subparsers, name)
         add_selection_args(p, "the ended jobs", dry_run=True)
         p.add_argument("--machine", help="run only on this machine from now on (a name or an alias)")
         p.set_defaults(func=lambda home, a, resume=resume: requeue(home, selection_from(a), a.machine, resume,

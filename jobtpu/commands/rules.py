@@ -67,6 +67,6 @@ def show_rules(home: Home, as_json: bool) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "rules", "what each rule does when an attempt ends, and which machines default to it")
+    p = args.add_command(subparsers, "rules")
     p.add_argument("--json", action="store_true", help="the same as JSON")
     p.set_defaults(func=lambda home, a: show_rules(home, a.json))

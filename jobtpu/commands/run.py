@@ -93,7 +93,7 @@ def _follow(home: Home, job_id: int, interval: float, passes: bool = True, reque
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "run", "submit, then run a manage pass (with --follow: until the job ends)")
+    p = args.add_command(subparsers, "run")
     submit.add_job_options(p)
     p.add_argument("--follow", action="store_true", help="stream the log; exit with the job's exit code")
     p.set_defaults(func=lambda home, a: run_command(home, submit.options_from(a), a.json, a.follow))

@@ -92,8 +92,7 @@ def _port(text: str) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "serve", "the home's jobs, machines and events in a browser, with your acts "
-                         "(a private socket to reach over ssh -L)")
+    p = args.add_command(subparsers, "serve")
     p.add_argument("--port", type=_port, metavar="N", help="listen on 127.0.0.1:N instead of the private socket")
     p.add_argument("--bind", metavar="ADDR", help="with --port: listen on ADDR instead of 127.0.0.1 (its pages "
                    "then answer to that address too)")

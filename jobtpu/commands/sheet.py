@@ -144,7 +144,7 @@ def unregister(home: Home, name: str) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    parser = args.add_command(subparsers, "sheet", "the team's TPU spreadsheet (machines.json's sheet): sync, show, find, claims, notes")
+    parser = args.add_command(subparsers, "sheet")
     parser.set_defaults(func=_run_op)
     # Its operations parse as the commands do (one-line errors, did-you-mean): the same parser class.
     ops = parser.add_subparsers(dest="sheet_op", metavar="OP", parser_class=type(parser))

@@ -191,7 +191,7 @@ def columns_for(chosen: list[str] | None, shown: list[Job], viewer: str | None) 
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "status", "the jobs, as a table")
+    p = args.add_command(subparsers, "status")
     add_selection_args(p, "only these jobs, whoever submitted them (default: your jobs)", history=True)
     p.add_argument("--all", action="store_true", dest="show_all",
                    help=f"every job in the table (default: jobs on a machine, the next {QUEUED_SHOWN} "

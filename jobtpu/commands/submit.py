@@ -268,7 +268,7 @@ def options_from(parsed: argparse.Namespace) -> SubmitOptions:
 
 
 def add_parser(subparsers: "args.Subparsers") -> None:
-    p = args.add_command(subparsers, "submit", "snapshot the working folder and queue a job; prints its id")
+    p = args.add_command(subparsers, "submit")
     add_job_options(p)
     p.set_defaults(func=lambda home, a: submit_command(home, options_from(a), a.json))
 

@@ -160,7 +160,7 @@ def print_from(home: Home, rel: PurePath, offset: int, decoder: codecs.Increment
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "tail", "a job's log (worker 0, latest attempt, last 50 lines)")
+    p = args.add_command(subparsers, "tail")
     p.add_argument("id", type=int, nargs="?", help="the job (or select several: --sweep, --tag, … below)")
     p.add_argument("-n", type=args.count, default=50, dest="lines", help="how many last lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true",

@@ -89,14 +89,14 @@ def user(home: Home, op: str, name: str | None) -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "init", "make a home: the folder and a machines.json with the local machine")
+    p = args.add_command(subparsers, "init")
     p.add_argument("dir", nargs="?", metavar="DIR", help="the home to make (default: --home, $JOBTPU_HOME or ~/.jobtpu)")
     p.add_argument("--shared", metavar="GROUP", help="share it with this Unix group: you run its passes and write "
                    "its files, the group reads them and sends you submits and acts (never world-readable)")
     p.set_defaults(func=lambda home, a: init(home if a.dir is None else Home(Path(a.dir).expanduser().resolve()),
                                              a.shared))
 
-    p = args.add_command(subparsers, "user", "the team's user list (users.json): add, ls, rm")
+    p = args.add_command(subparsers, "user")
     p.add_argument("op", choices=("add", "ls", "rm"), help="add NAME, ls, or rm NAME")
     p.add_argument("name", nargs="?", help="the user name (add, rm)")
     p.set_defaults(func=lambda home, a: user(home, a.op, a.name))

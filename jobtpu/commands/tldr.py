@@ -28,5 +28,5 @@ def tldr() -> int:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "tldr", "the ten commands a new team member needs, one example each")
+    p = args.add_command(subparsers, "tldr")
     p.set_defaults(func=lambda home, a: tldr())

@@ -126,7 +126,7 @@ def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> i
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "tpu", "TPU node operations through the TPU API")
+    p = args.add_command(subparsers, "tpu")
     p.add_argument("op", choices=("describe", "status", "apply", "reapply", "delete", "setup", "restart"),
                    help="describe or status (read), apply (create), reapply (recreate) or delete the node; "
                         "setup: run the machine's setup commands again on every worker now; restart: stop "

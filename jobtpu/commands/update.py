@@ -182,8 +182,7 @@ def changes_from(parsed: argparse.Namespace) -> Changes:
 
 
 def add_parser(subparsers: "args.Subparsers") -> None:
-    p = args.add_command(subparsers, "update", "change queued jobs' request, priority, overrides, machine or "
-                         "a sweep's --max-running")
+    p = args.add_command(subparsers, "update")
     add_selection_args(p, "the queued jobs", dry_run=True)
     p.add_argument("--req", action="append", metavar="TOKEN",
                    help="the job's request from now on, repeatable: every --req given replaces all its tokens")

@@ -272,7 +272,7 @@ def machine_rows(fleet: Fleet, state: State | None, now: float) -> list[Any]:
 
 
 def add_parser(subparsers: args.Subparsers) -> None:
-    p = args.add_command(subparsers, "watch", "a live full-screen view of jobs, machines and events; runs a manage pass every round")
+    p = args.add_command(subparsers, "watch")
     p.add_argument("--interval", type=args.positive_seconds, default=5.0, metavar="SECONDS",
                    help="seconds between rounds (default 5)")
     p.add_argument("--no-manage", action="store_true",
