@@ -188,3 +188,11 @@ def test_an_act_in_words(words: list[str], said: str) -> None:
 def test_a_request_past_the_size_a_request_may_be_is_refused_before_it_is_sent(tmp_path: Path) -> None:
     data, said, _ = member_side("note", ["3", *(["\x01" * 10_000] * 2)])
     assert data is None and len(said) == 1 and "more than the" in said[0], said
+
+
+def test_a_value_that_is_no_text_is_refused_alike_from_words_and_from_a_parse() -> None:
+    """A lone surrogate (bytes the terminal did not decode): the member's request cannot carry it,
+    and the words' parse (`serve`'s acts) refuses it in the same line rather than carry it out."""
+    with pytest.raises(JobtpuError) as from_words:
+        parse_act(["note", "1", "\udcff"])
+    assert from_words.value.message == "note: a value is not text (bytes the terminal did not decode?)"

@@ -367,9 +367,9 @@ def test_no_two_classes_of_the_package_share_a_name() -> None:
 def test_the_tests_readme_maps_every_command_and_every_test_file() -> None:
     """tests/README.md is where a maintainer looks for the tests of a command or a behaviour: it
     names every test file, and every command word has its row."""
-    from jobtpu.commands.parsing import MODULE_OF
+    from jobtpu.commands.table import ROWS
 
     text = (PACKAGE.parent / "tests" / "README.md").read_text()
     files = sorted(p.name for p in (PACKAGE.parent / "tests").glob("test_*.py"))
     assert [f for f in files if f"| `{f}` |" not in text] == []
-    assert [w for w in sorted(MODULE_OF) if f"| `{w}` |" not in text] == []
+    assert [w for w in sorted(ROWS) if f"| `{w}` |" not in text] == []

@@ -61,7 +61,9 @@ def parse_act(words: Sequence[str]) -> Act:
                        lines[0] if lines else f"the words of `{words[0]}` are not its command line")
         hint = next((line.removeprefix("hint: ") for line in lines if line.startswith("hint: ")), None)
         raise UsageError(message, hint=hint) from None
-    return act_of(words[0], parsed)
+    act = act_of(words[0], parsed)
+    _values(act)  # what could not travel as a request is refused here too, in the same line
+    return act
 
 
 def encode(act: Act, user: str, limit: int, reply_key: bytes = b"") -> bytes:
@@ -70,15 +72,25 @@ def encode(act: Act, user: str, limit: int, reply_key: bytes = b"") -> bytes:
     from jobtpu.schema.spool import ActRequest
 
     try:
-        data = msgspec.json.encode(ActRequest(v=VERSION, command=act.command, args=msgspec.Raw(msgspec.json.encode(act.args)),
+        data = msgspec.json.encode(ActRequest(v=VERSION, command=act.command, args=msgspec.Raw(_values(act)),
                                               user=user, at=round(time.time(), 3), reply_key=reply_key))
-    except (msgspec.EncodeError, UnicodeEncodeError):
+    except (msgspec.EncodeError, UnicodeEncodeError):  # the user's name, or the key
         raise UsageError(f"{act.command}: a value is not text (bytes the terminal did not decode?)",
                          hint="type it again in UTF-8") from None
     if len(data) > limit:
         raise UsageError(f"{act.command}: the request is {len(data)} bytes, more than the {limit} a request may be",
                          hint="name fewer jobs or shorter values, or act in two requests")
     return data
+
+
+def _values(act: Act) -> bytes:
+    """The act's values as JSON; a UsageError for one that is no text (a lone surrogate: bytes the
+    terminal did not decode), whichever side reads the words."""
+    try:
+        return msgspec.json.encode(act.args)
+    except (msgspec.EncodeError, UnicodeEncodeError):
+        raise UsageError(f"{act.command}: a value is not text (bytes the terminal did not decode?)",
+                         hint="type it again in UTF-8") from None
 
 
 def decode(request: "ActRequest") -> Act:
