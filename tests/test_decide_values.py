@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from jobtpu.decide import core
 from jobtpu.decide.events import JOB_ENDED, JOB_LAUNCHED, JOB_RECOVERING, JOB_RESUMED, JOB_RUNNING, PREEMPTED
@@ -19,7 +20,20 @@ from jobtpu.passes.changes import job_events, job_events_told
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Attempt, Cause, Job, Status, Transition
-from tests.test_decide import NOW, T0, active, fleet, gpu_box, local, queued, seen, tpu, ws
+from tests.test_decide import (
+    MACHINES,
+    NOW,
+    T0,
+    active,
+    fleet,
+    gpu_box,
+    local,
+    queued,
+    scenario,
+    seen,
+    tpu,
+    ws,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -101,6 +115,16 @@ def test_decide_changes_nothing_it_is_given(name: str) -> None:
         "only records that change are new"
     plan.apply_to(jobs)
     assert jobs == [plan.changed.get(job.id, job) for job in before[0]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario())
+def test_whatever_was_observed_decide_changes_nothing_it_is_given(case: tuple[list[Job], Observation]) -> None:
+    jobs, observed = case
+    machines = fleet(*MACHINES)
+    before = copy.deepcopy((jobs, machines, observed))
+    core.decide(jobs, machines, observed)
+    assert (jobs, machines, observed) == before
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

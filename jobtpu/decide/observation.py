@@ -76,6 +76,7 @@ class Plan(msgspec.Struct):
     notes: list[str] = msgspec.field(default_factory=list)  # one human line per decision, as a real pass says it
     would: list[str] = msgspec.field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
     changed: dict[int, Job] = msgspec.field(default_factory=dict)  # job id -> its new record
+    shallow: set[int] = msgspec.field(default_factory=set)  # new records that share the given's attempts
 
     def do(self, action: Action, why: str = "") -> None:
         self.actions.append(action)
@@ -94,8 +95,13 @@ class Plan(msgspec.Struct):
         a sweep's thousands mostly keep theirs); one that failed instead keeps none."""
         latest = self.latest(job)
         reason = why if latest.status is Status.QUEUED else None
-        if latest.waiting != reason:
-            self.edit(job).waiting = reason
+        if latest.waiting == reason:
+            return
+        if job.id in self.changed:
+            self.changed[job.id].waiting = reason
+        else:  # a shallow copy will do (a sweep's thousands each get a new count ahead of them)
+            self.changed[job.id] = msgspec.structs.replace(job, waiting=reason)
+            self.shallow.add(job.id)
 
     def latest(self, job: Job) -> Job:
         """The job as decided so far: its new record once changed, else the one given."""
@@ -106,6 +112,9 @@ class Plan(msgspec.Struct):
         new = self.changed.get(job.id)
         if new is None:
             new = self.changed[job.id] = fork(job)
+        elif job.id in self.shallow:
+            self.shallow.discard(job.id)
+            new = self.changed[job.id] = fork(new)
         return new
 
     def drop_unchanged(self, given: dict[int, Job]) -> None:
