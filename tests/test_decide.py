@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobtpu.decide import rules
-from jobtpu.decide.core import apply_ending, decide, requeue, wants_recreate
+from jobtpu.decide import core, rules
+from jobtpu.decide.core import apply_ending, requeue, wants_recreate
 from jobtpu.decide.dispatch import used_resources
 from jobtpu.decide.fit import allocate, parse_request, why_not
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Recreate
@@ -28,6 +28,7 @@ from jobtpu.schema.state import (
     STATUS_FIELDS,
     TRANSITIONS,
     Attempt,
+    Cause,
     Ending,
     IllegalTransition,
     Job,
@@ -44,6 +45,14 @@ NOW = T0 + 100.0
 
 
 # ---- builders ---------------------------------------------------------------------------------------
+
+def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Any:
+    """A pass's decision and its applying (passes/manage.py): the jobs as the pass leaves them. decide
+    itself changes nothing it is given (test_decide_changes_nothing_it_is_given)."""
+    plan = core.decide(jobs, fleet, seen)
+    plan.apply_to(jobs)
+    return plan
+
 
 def local(name: str = "local", **resources: int) -> Machine:
     return Machine(name=name, kind="local", resources=dict(resources))
@@ -383,7 +392,7 @@ def test_recoveries_count_up_to_the_limit() -> None:
         # queued again and, in the same pass, dispatched again to m
         assert (job.status, job.attempt, job.recoveries, job.reason) == (Status.LAUNCHING, n, n, model.RECOVERING)
         assert job.attempts[-1].resume
-        job.move(Status.RUNNING)
+        job.move(Status.RUNNING, cause=Cause.STARTED)
     decide([job], fleet(gpu_box("m")), seen("m", ws(job, 0, alive=False)))
     assert (job.status, job.reason, job.recoveries, job.attempt) == (Status.FAILED, model.LOST, 2, 2)
     assert [a.outcome for a in job.attempts] == [model.LOST] * 3
@@ -450,7 +459,7 @@ def test_resume_sets_the_flag_and_next_attempt_rerun_clears_it() -> None:
     assert (job.attempts[1].outcome, job.attempts[1].exit_code, job.attempts[1].ended) == (model.GRPC, 1, NOW)
     # the user reruns a failed job: a fresh start, one attempt on, pinned where asked
     job.status, job.machine = Status.FAILED, None
-    requeue(job, resume=False, reason=None, machine="other")
+    requeue(job, resume=False, reason=None, cause=Cause.REQUEUE, machine="other")
     assert (job.status, job.reason, job.attempt, job.resume, job.pin) == (Status.QUEUED, None, 2, False, "other")
 
 
@@ -464,7 +473,7 @@ def test_apply_ending_does_not_rewrite_an_attempt_that_already_ended() -> None:
 
 def test_requeue_of_a_queued_job_is_illegal() -> None:
     with pytest.raises(IllegalTransition):
-        requeue(queued(), resume=True, reason=None)
+        requeue(queued(), resume=True, reason=None, cause=Cause.REQUEUE)
 
 
 # ---- dispatch ---------------------------------------------------------------------------------------------
@@ -500,7 +509,7 @@ def test_four_gpus_five_jobs_four_launches_lowest_indices() -> None:
     # job 2 finishes: its gpu is the one job 5 gets, in the same pass
     obs = Observation(NOW + 1, {"m": MachineView(reachable=True, workers={ref(jobs[1], 0): ws(jobs[1], 0, False, 0)})})
     for j in jobs[:4]:
-        j.move(Status.RUNNING)
+        j.move(Status.RUNNING, cause=Cause.STARTED)
     obs.machines["m"].workers.update({ref(j, 0): ws(j, 0) for j in (jobs[0], jobs[2], jobs[3])})
     plan = decide(jobs, fleet(gpu_box("m", gpus=4)), obs)
     assert jobs[1].status is Status.FINISHED and jobs[4].alloc == {"gpu": [1]}
@@ -606,11 +615,11 @@ def test_transition_table_is_enforced(frm: Status, to: Status) -> None:
     job = queued()
     job.status = frm
     if to in TRANSITIONS[frm]:
-        job.move(to, "recovering")
+        job.move(to, "recovering", cause=Cause.END)
         assert (job.status, job.reason) == (to, "recovering")
     else:
         with pytest.raises(IllegalTransition):
-            job.move(to)
+            job.move(to, cause=Cause.END)
         assert job.status is frm
 
 
@@ -622,7 +631,7 @@ def test_a_move_keeps_only_the_fields_of_the_status_it_moves_to(frm: Status, to:
     job.status = frm
     job.waiting, job.ending, job.alloc, job.exit_code = "no room", Ending(Status.FAILED, "exit 3", 3), {"slot": [0]}, 3
     job.machine, job.log_size = "box", 7  # where it ran and how much it logged are no status's own
-    job.move(to, "why")
+    job.move(to, "why", cause=Cause.END)
     kept = {name for name in STATUS_FIELDS if to in STATUS_FIELDS[name]}
     assert (job.waiting is not None) == ("waiting" in kept)
     assert (job.ending is not None) == ("ending" in kept)
@@ -1157,4 +1166,4 @@ def test_decide_returns_the_moves_it_made(jobs: Any, machines: list[Machine], ob
     why, the reason before, the attempt), in order; the pass's events are made from these."""
     made = jobs()
     plan = decide(made, fleet(*machines), observed(made))
-    assert [(m.job, m.was, m.now, m.reason, m.was_reason, m.attempt) for m in plan.moves] == moves
+    assert [(m.job, m.was, m.to, m.reason, m.was_reason, m.attempt) for m in plan.moves] == moves

@@ -231,15 +231,15 @@ def test_a_job_s_events_are_made_from_the_moves_of_the_pass() -> None:
     says so in order; a record changed by no move of the pass (a hand edit) says nothing."""
     from jobtpu.passes.changes import job_events
     from jobtpu.schema import state as model
-    from jobtpu.schema.state import Attempt, Job, Status, Transition
+    from jobtpu.schema.state import Attempt, Cause, Job, Status, Transition
 
     job = Job(id=7, user="ann", cmd="train", archive="a.tar.gz", created=1.0, name="t", status=Status.LAUNCHING,
               machine="tpu", attempt=1, resume=True, reason=model.RECOVERING,
               attempts=[Attempt(n=0, machine="tpu", started=10.0, ended=50.0, outcome=model.PREEMPTED, workers=4),
                         Attempt(n=1, machine="tpu", started=60.0, resume=True, workers=4)])
     edited = Job(id=8, user="ann", cmd="x", archive="a.tar.gz", created=1.0, status=Status.FAILED, reason="exit 1")
-    moves = [Transition(7, Status.RUNNING, Status.QUEUED, model.RECOVERING, None, 0),
-             Transition(7, Status.QUEUED, Status.LAUNCHING, model.RECOVERING, model.RECOVERING, 1)]
+    moves = [Transition(7, Status.RUNNING, Status.QUEUED, model.RECOVERING, None, 0, Cause.RECOVER),
+             Transition(7, Status.QUEUED, Status.LAUNCHING, model.RECOVERING, model.RECOVERING, 1, Cause.RELAUNCH)]
     found = job_events(moves, [job, edited], acted=55.0, now=70.0)
     assert [(e.kind, e.job, e.attempt, e.time) for e in found] == [
         (events.PREEMPTED, 7, 0, 50.0), (events.JOB_RECOVERING, 7, 0, 50.0),

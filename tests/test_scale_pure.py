@@ -9,7 +9,6 @@ import pytest
 
 from jobtpu.commands.table import RELAYED
 from jobtpu.commands.update import Changes, apply_changes
-from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, MachineView, Observation, Recreate
 from jobtpu.decide.placement import Place
 from jobtpu.errors import JobtpuError
@@ -18,7 +17,7 @@ from jobtpu.schema import state as model
 from jobtpu.schema.spool import ActRequest
 from jobtpu.schema.state import Attempt, Job, Status
 from jobtpu.sweeps import check_env_names, env_name, sweep_env
-from tests.test_decide import NOW, T0, active, fleet, gpu_box, local, queued, seen, tpu, ws
+from tests.test_decide import NOW, T0, active, decide, fleet, gpu_box, local, queued, seen, tpu, ws
 
 pytestmark = pytest.mark.fast
 

@@ -167,7 +167,7 @@ def settle_dependents(remaining: "list[Job]", gone: "list[Job]") -> None:
     one, or any ended one under --after-any) or fail with reason `dependency` (one that failed or was
     killed, under --after), as the pass would have decided; no queued job is left waiting for an id
     that is no longer in state.json."""
-    from jobtpu.schema.state import DEPENDENCY, Status
+    from jobtpu.schema.state import DEPENDENCY, Cause, Status
 
     by_id = {j.id: j for j in gone}
     for job in remaining:
@@ -176,7 +176,7 @@ def settle_dependents(remaining: "list[Job]", gone: "list[Job]") -> None:
         broken = next((by_id[i] for i in job.after if i in by_id and by_id[i].status != Status.FINISHED), None)
         if broken is not None:
             job.last_line = f"job {broken.id} it waited for (--after) ended {broken.status}"
-            job.move(Status.FAILED, DEPENDENCY)
+            job.move(Status.FAILED, DEPENDENCY, cause=Cause.REFUSE)
             job.waiting = None
             continue
         job.after = [i for i in job.after if i not in by_id]

@@ -28,6 +28,7 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
     """`resume` (from the jobs' checkpoints) or `rerun` (from the start) of ended jobs; prints their ids."""
     from jobtpu.decide.core import requeue as requeue_job
     from jobtpu.passes.session import locked_session
+    from jobtpu.schema.state import Cause
 
     verb = "resume" if resume else "rerun"
     require_some(sel, verb)
@@ -47,7 +48,7 @@ def requeue(home: Home, sel: Selection, machine: str | None, resume: bool, force
         if dry_run:
             return 0
         for job in jobs:
-            requeue_job(job, resume=resume, reason=None, machine=machine)
+            requeue_job(job, resume=resume, reason=None, cause=Cause.REQUEUE, machine=machine)
             job.queued_by_hand()
             _adopt(home, job)
     if not sel.filters:  # named by id: the ids, as ever (with selectors, announce said which)

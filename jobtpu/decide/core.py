@@ -1,7 +1,8 @@
-"""The pure heart of a pass: given the jobs, the fleet and what was observed, change the jobs and
-return the actions to carry out. No I/O here, so every branch is tested directly and --dry-run is free.
-The running jobs are judged here; queued ones are dispatched (dispatch.py); what the acts then
-report is judged by outcomes.py."""
+"""The pure heart of a pass: given the jobs, the fleet and what was observed, say how the jobs change
+and which actions to carry out, as values (a Plan: new records, status moves each with its cause,
+actions). It changes nothing it is given, so every branch is tested directly and --dry-run is free:
+the pass applies the plan (`Plan.apply_to`), a dry run only tells it. The running jobs are judged
+here; queued ones are dispatched (dispatch.py); what the acts then report is judged by outcomes.py."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Pl
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.state import Ending, Job, Status, Transition
+from jobtpu.schema.state import Cause, Ending, Job, Status, Transition
 
 
 def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
+    """What this pass does to `jobs` and the machines; the jobs, fleet and observation stay as given."""
     plan = Plan()
-    for job in sorted(jobs, key=lambda j: j.id):
+    for given in sorted(jobs, key=lambda j: j.id):
+        if not given.active:
+            continue
+        job = plan.edit(given)  # an active job is looked at closely: its new record, dropped if unchanged
         machine = fleet.get(job.machine) if job.machine else None
-        if job.active and job.id in seen.last_lines:
+        if job.id in seen.last_lines:
             job.last_line = seen.last_lines[job.id]
         if job.status is Status.LAUNCHING:
             _launching(job, machine, seen, plan)
@@ -26,7 +31,8 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
             _running(job, machine, fleet, seen, plan)
         elif job.status is Status.KILLING:
             _killing(job, machine, seen, plan)
-    dispatch(jobs, fleet, seen, plan)
+    plan.drop_unchanged({job.id: job for job in jobs if job.active})
+    dispatch([plan.latest(job) for job in jobs], fleet, seen, plan)
     return plan
 
 
@@ -34,7 +40,7 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
     if machine is None:
         _end(job, Ending(Status.FAILED, model.LAUNCH_FAILED), seen.now, plan, f"machine {job.machine} is gone")
         return
-    view = seen.view(machine.name)
+    view = seen.peek(machine.name)
     if view.preempted:
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
     elif view.reachable is not False:
@@ -47,7 +53,7 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         job.reason = model.UNREACHABLE
         plan.saw(f"job {job.id}: machine {job.machine} is no longer in machines.json")
         return
-    view = seen.view(machine.name)
+    view = seen.peek(machine.name)
     if view.preempted:
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
         return
@@ -108,7 +114,7 @@ TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pas
 
 def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
     ending = job.ending or Ending(Status.KILLED, model.KILLED)
-    view = seen.view(machine.name) if machine else None
+    view = seen.peek(machine.name) if machine else None
     if machine is None or (view is not None and view.preempted):
         _end(job, ending, seen.now, plan, "its machine is gone")
     elif view is not None and view.reachable is not False:
@@ -171,14 +177,16 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
             job.retried += 1
         else:
             job.recoveries += 1
-        return requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING)
+        return requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,
+                       cause=Cause.RECOVER)
     job.exit_code = ending.exit_code
-    return job.move(ending.status, ending.reason)
+    return job.move(ending.status, ending.reason, cause=Cause.END)
 
 
-def requeue(job: Job, resume: bool, reason: str | None, machine: str | None = None) -> Transition:
-    """Queue the job for its next attempt (same snapshot). `machine` pins it when given."""
-    moved = job.move(Status.QUEUED, reason)
+def requeue(job: Job, resume: bool, reason: str | None, cause: Cause, machine: str | None = None) -> Transition:
+    """Queue the job for its next attempt (same snapshot), for `cause` (a recovery, or a person's
+    resume or rerun). `machine` pins it when given."""
+    moved = job.move(Status.QUEUED, reason, cause=cause)
     job.attempt = (job.attempts[-1].n + 1) if job.attempts else job.attempt
     job.resume = resume
     job.machine = None

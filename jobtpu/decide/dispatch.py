@@ -1,9 +1,12 @@
 """Dispatch: queued jobs offered the machines that are free, in turn, and each one left waiting given
-its pending reason. Pure: it moves jobs and adds Launches (and TPU recreations) to the plan."""
+its pending reason. Pure: the jobs it starts, fails or gives a new pending reason get new records in
+the plan (Plan.edit), with Launches (and TPU recreations); the records it is given stay as they are."""
 
 from __future__ import annotations
 
 import itertools
+from collections import ChainMap
+from collections.abc import Mapping
 
 from jobtpu.decide import rules
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
@@ -11,7 +14,7 @@ from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, claim
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.state import Attempt, Job, Status
+from jobtpu.schema.state import Attempt, Cause, Job, Status
 
 
 def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
@@ -36,7 +39,7 @@ class Dispatch(msgspec.Struct):
     plan: Plan
     used: dict[str, dict[str, set[int]]]
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
-    by_id: dict[int, Job] = msgspec.field(default_factory=dict)
+    by_id: Mapping[int, Job] = msgspec.field(default_factory=dict)
     cycles: dict[int, tuple[int, ...]] = msgspec.field(default_factory=dict)  # rules.dependency_cycles: never start
     started: list[Job] = msgspec.field(default_factory=list)  # jobs this dispatch launched, in order
     unavailable: dict[str, str | None] = msgspec.field(default_factory=dict)  # machine -> machine_unavailable's answer
@@ -134,15 +137,17 @@ def held_back(job: Job, d: Dispatch) -> str | None:
     if job.after or job.after_any:
         ring = d.cycles.get(job.id)
         if ring is not None:  # made by hand in state.json: every job of the ring fails, naming it
+            job = d.plan.edit(job)
             job.last_line = f"a dependency cycle: {rules.cycle_text(ring)}"
-            d.plan.move(job, Status.FAILED, model.DEPENDENCY)
+            d.plan.move(job, Status.FAILED, model.DEPENDENCY, Cause.REFUSE)
             _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency cycle"
         failed = rules.failed_dependency(job, d.by_id)
         if failed is not None:
+            job = d.plan.edit(job)
             job.last_line = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
                 f" ({failed.reason})" if failed.reason else "")
-            d.plan.move(job, Status.FAILED, model.DEPENDENCY)
+            d.plan.move(job, Status.FAILED, model.DEPENDENCY, Cause.REFUSE)
             _fail_unstarted(job, d.plan, f"fails: {job.last_line}")
             return "dependency failed"
         waits = rules.waits_for(job, d.by_id)
@@ -199,7 +204,7 @@ def undrained_unavailable(machine: Machine, d: Dispatch) -> str | None:
     """machine_unavailable but for a drain: whether a job coming back to the machine may go there."""
     if machine.refused is not None:
         return machine.refused
-    view = d.seen.view(machine.name)
+    view = d.seen.peek(machine.name)
     if machine.name in d.recreating:
         return f"{machine.name} is being recreated"
     if view.preempted or view.reachable is False or not view.ready:
@@ -278,7 +283,7 @@ def _nothing_offers(job: Job, request: Request, d: Dispatch) -> str:
 def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> None:
     d = Dispatch(jobs, fleet, seen, plan, used_resources(jobs),
                  {a.machine for a in plan.actions if isinstance(a, Recreate)})
-    d.by_id = {j.id: j for j in jobs}
+    d.by_id = ChainMap(plan.changed, {j.id: j for j in jobs})  # --after reads what this dispatch decided
     d.cycles = rules.dependency_cycles(jobs)
     d.usage = user_usage(jobs, fleet)
     d.sweep_active = sweep_activity(jobs)
@@ -292,18 +297,18 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
         if held is not None:
-            job.waiting = held if job.status is Status.QUEUED else None
+            d.plan.wait(job, held)
             continue
         asks = (tuple(job.req), job.pin, job.rule)
         # A machine one user claimed in the sheet takes that user's jobs only: no room for one user's
         # request says nothing of another's then.
         room = (job.user if seen.claimants else None, asks)
         if (job.user, asks) in limited:
-            job.waiting = limited[(job.user, asks)]
+            d.plan.wait(job, limited[(job.user, asks)])
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
         if room in no_room and not back:
-            job.waiting = why_waiting(job, no_room[room], d)
+            d.plan.wait(job, why_waiting(job, no_room[room], d))
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
@@ -315,9 +320,10 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
                 continue
             if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
-                    job.last_line = refusal[1]
-                    plan.move(job, Status.FAILED, model.LAUNCH_FAILED)
-                    _fail_unstarted(job, plan, refusal[1])
+                    failing = d.plan.edit(job)
+                    failing.last_line = refusal[1]
+                    plan.move(failing, Status.FAILED, model.LAUNCH_FAILED, Cause.REFUSE)
+                    _fail_unstarted(failing, plan, refusal[1])
                     break
                 local_why = refusal[1]  # another account's: it runs as its submitter, in their pass
                 continue
@@ -331,16 +337,17 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             break
         else:
             if by_limit is not None:  # a machine would take it but for its user's limit
-                job.waiting = limited[(job.user, asks)] = by_limit
+                d.plan.wait(job, by_limit)
+                limited[(job.user, asks)] = by_limit
                 continue
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
-                job.waiting = local_why
+                d.plan.wait(job, local_why)
                 continue
             if not back:
                 no_room[room] = request
             _want_back(job, request, fleet, seen, plan)
             _note_recreations(d)
-            job.waiting = why_waiting(job, request, d)
+            d.plan.wait(job, why_waiting(job, request, d))
 
 
 def _note_recreations(d: Dispatch) -> None:
@@ -355,14 +362,17 @@ def _note_recreations(d: Dispatch) -> None:
                 d.kept_by.clear()  # worded again with the machine's new reason
 
 
-def _start(job: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
-    view = d.seen.view(machine.name)
+def _start(given: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
+    job = d.plan.edit(given)
+    view = d.seen.peek(machine.name)
     for resource, indices in alloc.items():
         d.used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
     job.machine, job.alloc = machine.name, alloc  # its move to launching clears why it waited
     job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
                                 resume=job.resume, workers=view.n_workers))
-    d.plan.move(job, Status.LAUNCHING, job.reason if job.reason == model.RECOVERING else None)
+    recovering = job.reason == model.RECOVERING  # the attempt a recovery queued: the job resumes
+    d.plan.move(job, Status.LAUNCHING, model.RECOVERING if recovering else None,
+                Cause.RELAUNCH if recovering else Cause.LAUNCH)
     job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
     d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
     if job.sweep is not None:
@@ -377,12 +387,12 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
     its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
     coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
     fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None]
-    if any(m.name in coming or seen.view(m.name).recovering for m in fits):
+    if any(m.name in coming or seen.peek(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:
         if machine.name in seen.drained and not returning(job, machine.name):
             continue  # a drained TPU is not brought back for new work
-        if seen.view(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
+        if seen.peek(machine.name).preempted and rules.recovery(rule_of(job, machine), model.PREEMPTED, 0, 1):
             plan.do(Recreate(machine.name), f"job {job.id} waits for it")
             plan.notes.append(f"job {job.id}: waits for {machine.name}, which is preempted: recreate it")
             return

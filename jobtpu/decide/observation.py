@@ -6,7 +6,7 @@ from __future__ import annotations
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.state import Job, Status, Transition
+from jobtpu.schema.state import Cause, Job, Status, Transition
 
 
 class MachineView(msgspec.Struct):
@@ -36,7 +36,13 @@ class Observation(msgspec.Struct):
     drained: dict[str, str] = msgspec.field(default_factory=dict)  # machine -> why it takes no new job (`machines drain`)
 
     def view(self, name: str) -> MachineView:
+        """The view of a machine, made (and kept) when the pass has none yet: for the steps that fill it."""
         return self.machines.setdefault(name, MachineView())
+
+    def peek(self, name: str) -> MachineView:
+        """The view of a machine, or an empty one, leaving the observation as it is: what decide reads."""
+        view = self.machines.get(name)
+        return view if view is not None else MachineView()
 
 
 class Launch(msgspec.Struct, frozen=True):
@@ -60,22 +66,78 @@ Action = Launch | Kill | Recreate
 
 
 class Plan(msgspec.Struct):
+    """What decide decided, as values: it changes none of the jobs it was given. `changed` holds the
+    new record of each job it changed (its status moves, with their causes, are in `moves`; every
+    other field it set, such as why a job waits or its last line, is in the new record); the caller
+    applies them with `apply_to`, a dry run does not."""
+
     actions: list[Action] = msgspec.field(default_factory=list)
     moves: list[Transition] = msgspec.field(default_factory=list)  # every status change decided, in order
     notes: list[str] = msgspec.field(default_factory=list)  # one human line per decision, as a real pass says it
     would: list[str] = msgspec.field(default_factory=list)  # what --dry-run prints: facts seen, and acts as "would ..."
+    changed: dict[int, Job] = msgspec.field(default_factory=dict)  # job id -> its new record
+    shallow: set[int] = msgspec.field(default_factory=set)  # new records that share the given's attempts
 
     def do(self, action: Action, why: str = "") -> None:
         self.actions.append(action)
         self.would.append(f"would {describe(action)}" + (f": {why}" if why else ""))
 
-    def move(self, job: Job, to: Status, reason: str | None = None) -> None:
-        self.moves.append(job.move(to, reason))
+    def move(self, job: Job, to: Status, reason: str | None, cause: Cause) -> None:
+        self.moves.append(self.edit(job).move(to, reason, cause=cause))
 
     def saw(self, line: str) -> None:
         """A fact, said alike by a pass and a dry run (a machine that does not answer)."""
         self.notes.append(line)
         self.would.append(line)
+
+    def wait(self, job: Job, why: str) -> None:
+        """Give a job that stays queued its pending reason (a new record only when the reason is new:
+        a sweep's thousands mostly keep theirs); one that failed instead keeps none."""
+        latest = self.latest(job)
+        reason = why if latest.status is Status.QUEUED else None
+        if latest.waiting == reason:
+            return
+        if job.id in self.changed:
+            self.changed[job.id].waiting = reason
+        else:  # a shallow copy will do (a sweep's thousands each get a new count ahead of them)
+            self.changed[job.id] = msgspec.structs.replace(job, waiting=reason)
+            self.shallow.add(job.id)
+
+    def latest(self, job: Job) -> Job:
+        """The job as decided so far: its new record once changed, else the one given."""
+        return self.changed.get(job.id, job)
+
+    def edit(self, job: Job) -> Job:
+        """The new record of a job, to change: a copy of the one given (made once), never that one."""
+        new = self.changed.get(job.id)
+        if new is None:
+            new = self.changed[job.id] = fork(job)
+        elif job.id in self.shallow:
+            self.shallow.discard(job.id)
+            new = self.changed[job.id] = fork(new)
+        return new
+
+    def drop_unchanged(self, given: dict[int, Job]) -> None:
+        """Forget the new records that came out equal to the ones given (a running job looked at
+        and left as it was)."""
+        self.changed = {i: new for i, new in self.changed.items() if new != given.get(i)}
+
+    def apply_to(self, jobs: list[Job]) -> None:
+        """Carry the decided records into `jobs`, each into the record of its id (those holding a
+        record see it changed)."""
+        held = {job.id: job for job in jobs} if self.changed else {}
+        for job_id, new in self.changed.items():
+            job = held.get(job_id)
+            if job is not None:
+                for name in Job.__struct_fields__:
+                    setattr(job, name, getattr(new, name))
+
+
+def fork(job: Job) -> Job:
+    """A copy of a job that decide may change: its own attempts and holdings; what decide only ever
+    replaces whole (its request, ending, lists a person set) is shared."""
+    return msgspec.structs.replace(job, attempts=[msgspec.structs.replace(a) for a in job.attempts],
+                                   alloc=dict(job.alloc))
 
 
 def describe(action: Action) -> str:

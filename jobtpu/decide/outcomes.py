@@ -12,7 +12,7 @@ from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.state import Ending, Job, Status, Transition
+from jobtpu.schema.state import Cause, Ending, Job, Status, Transition
 
 
 class NoAnswer(msgspec.Struct, frozen=True):
@@ -54,7 +54,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         moved.append(job.stop(ending))
         return Kill(job.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
-        moved.append(job.move(Status.RUNNING, None))
+        moved.append(job.move(Status.RUNNING, None, cause=Cause.STARTED))
         if job.current is not None:
             job.current.started = now
         return None
@@ -102,7 +102,7 @@ def unlaunch(job: Job) -> Transition:
     """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
     if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
         job.attempts.pop()
-    moved = job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None)
+    moved = job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None, cause=Cause.UNLAUNCH)
     job.machine = None
     return moved
 
@@ -123,7 +123,7 @@ def kill_asked(job: Job) -> Kill | None:
     """`jobtpu kill`: a queued job ends at once; an active one stops (a Kill for its workers). One
     already stopping keeps the ending it has (exit N, timeout)."""
     if job.status is Status.QUEUED:
-        job.move(Status.KILLED, model.KILLED)
+        job.move(Status.KILLED, model.KILLED, cause=Cause.KILL)
     elif job.status is not Status.KILLING and job.active:
         job.stop(Ending(Status.KILLED, model.KILLED))
     if job.status is Status.KILLING and job.machine:

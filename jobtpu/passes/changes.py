@@ -1,6 +1,6 @@
 """The events a pass's changes mean. A job's come from the status changes the pass made, as decide
-and settle return them (Transition values), read against its record as saved: what was launched,
-began running, ended or is recovering, and when. A machine's come from comparing its record as the
+and settle return them (Transition values), each from its move's cause, read against its record as
+saved for the details: what was launched, began running, ended or is recovering, and when. A machine's come from comparing its record as the
 pass read it with what it saves (its steps are decided in tpu/, whose reports land in the record).
 A change a person made between passes is no move of the pass's: the command that made it tells its
 own events (kill, update, drain). Pure (passes/tell.py keeps and tells what these find)."""
@@ -13,8 +13,9 @@ from typing import Any
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.schema import state as model
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import SetupStatus
-from jobtpu.schema.state import ACTIVE, ENDED, Attempt, Job, MachineRecord, Status, Transition
+from jobtpu.schema.state import ENDED, Attempt, Cause, Job, MachineRecord, Status, Transition
 
 # Events stamped with the same time happen in this order within a pass: what it observed of the
 # jobs, then the machines' steps (recreations it started because of that, setups), then launches.
@@ -22,54 +23,75 @@ PHASE = {ev.PREEMPTED: 0, ev.JOB_ENDED: 0, ev.JOB_RECOVERING: 0, ev.JOB_LAUNCHED
           ev.JOB_RUNNING: 3}
 
 
+class Told(msgspec.Struct, frozen=True):
+    """An event of a job and the cause of the move it comes from."""
+
+    cause: Cause
+    event: Event
+
+
+LAUNCHES = frozenset({Cause.LAUNCH, Cause.RELAUNCH})
+ENDINGS = frozenset({Cause.END, Cause.RECOVER})  # an attempt ended: the job with it, or queued for the next
+
+
 def job_events(moves: Sequence[Transition], jobs: list[Job], acted: float, now: float) -> list[Event]:
     """What the status changes a pass made (`moves`, in order, as decide and settle returned them)
     mean, read against each job's record as the pass saves it. `acted`: when the pass began to act
     (launches happen then, after the machines' steps); `now`: when it ended."""
+    return [told.event for told in job_events_told(moves, jobs, acted, now)]
+
+
+def job_events_told(moves: Sequence[Transition], jobs: list[Job], acted: float, now: float) -> list[Told]:
+    """job_events, each with the cause of the move it was made from."""
     by_job: dict[int, list[Transition]] = {}
     for move in moves:
         by_job.setdefault(move.job, []).append(move)
-    found: list[Event] = []
+    found: list[Told] = []
     for job in jobs:  # in the file's order, as the records are
         if job.id in by_job:
             found += _job_changes(by_job[job.id], job, acted, now)
     return found
 
 
-def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) -> list[Event]:
-    found: list[Event] = []
-    first = moves[0]  # its status as the pass read it is where its first move started
-    launched = {m.attempt for m in moves if m.now is Status.LAUNCHING}
-    ended = {m.attempt for m in moves if m.was in ACTIVE and m.now not in ACTIVE}  # apply_ending's moves
+def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) -> list[Told]:
+    """Each event comes from a move's cause: a launch (a relaunch also says the job resumed), workers
+    that started, an attempt that ended (the job with it, or queued for its next), a job ended."""
+    found: list[Told] = []
+    launches = {m.attempt: m.cause for m in moves if m.cause in LAUNCHES}
+    endings = {m.attempt: m.cause for m in moves if m.cause in ENDINGS}
+    # Workers that started make the job running, unless it ran already when the pass read it.
+    started = moves[0].was is not Status.RUNNING and any(m.cause is Cause.STARTED for m in moves)
     detail = {"name": new.name} if new.name else {}
 
-    def event(when: float, kind: str, attempt: Attempt | None, **more: Any) -> None:
-        found.append(Event(when, kind, job=new.id, machine=attempt.machine if attempt else new.machine,
-                           user=new.user, attempt=attempt.n if attempt else None, detail={**detail, **more}))
+    def event(cause: Cause, when: float, kind: str, attempt: Attempt | None, **more: Any) -> None:
+        found.append(Told(cause, Event(when, kind, job=new.id, machine=attempt.machine if attempt else new.machine,
+                                       user=new.user, attempt=attempt.n if attempt else None,
+                                       detail={**detail, **more})))
 
-    by_hand = first.was is Status.QUEUED and first.was_reason is None  # resume/rerun by a person
     for i, attempt in enumerate(new.attempts):
-        if attempt.n in launched:
+        launch = launches.get(attempt.n)
+        if launch is not None:
             at = max(float(attempt.started or acted), acted)
-            event(at, ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
-            if i > 0 and not by_hand:
-                event(at, ev.JOB_RESUMED, attempt, resume=attempt.resume)
+            event(launch, at, ev.JOB_LAUNCHED, attempt, workers=attempt.workers)
+            if i > 0 and launch is Cause.RELAUNCH:
+                event(launch, at, ev.JOB_RESUMED, attempt, resume=attempt.resume)
         last = attempt.n == new.attempt
-        if last and new.status is Status.RUNNING and any(m.now is Status.RUNNING for m in moves) \
-                and first.was is not Status.RUNNING:
-            event(now, ev.JOB_RUNNING, attempt)
-        if attempt.ended is not None and attempt.n in ended:
+        if last and new.status is Status.RUNNING and started:
+            event(Cause.STARTED, now, ev.JOB_RUNNING, attempt)
+        ending = endings.get(attempt.n)
+        if attempt.ended is not None and ending is not None:
             when = float(attempt.ended)
             if attempt.outcome == model.PREEMPTED:
-                event(when, ev.PREEMPTED, attempt)
+                event(ending, when, ev.PREEMPTED, attempt)
             if new.ended and last:
-                event(when, ev.JOB_ENDED, attempt, status=str(new.status), reason=new.reason,
+                event(ending, when, ev.JOB_ENDED, attempt, status=str(new.status), reason=new.reason,
                       exit_code=new.exit_code)
             else:
-                event(when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
+                event(ending, when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
                       recover="resume" if new.resume else "rerun")
-    if new.ended and first.was not in ENDED and not any(e.kind == ev.JOB_ENDED for e in found):
-        event(acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
+    ended = next((m for m in reversed(moves) if m.to in ENDED), None)  # the move that ended the job, if any
+    if new.ended and ended is not None and not any(told.event.kind == ev.JOB_ENDED for told in found):
+        event(ended.cause, acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
               exit_code=new.exit_code)
     return found
 

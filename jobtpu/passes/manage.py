@@ -15,7 +15,6 @@ to read and to merge its result, so `submit` never waits for its network work.""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from jobtpu import timing
@@ -68,10 +67,11 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         bring_logs_home(p, seen)
         note_reachability(p, seen)
         p.notes.extend(hooks.before_decide(pass_hooks, p, seen))
-        plan = decide(p.state.jobs, p.fleet, seen)
+        plan = decide(p.state.jobs, p.fleet, seen)  # what changes, as values: the jobs are as read still
         if dry_run:  # what it would do, never the lines of a real pass (docs/reference/commands.md §2.3)
             report.notes.extend(p.notes + plan.would)
             return report
+        plan.apply_to(p.state.jobs)
         for line in p.notes + plan.notes:
             report.say(line)
         plan_recreates(p, plan, seen.now)
@@ -117,12 +117,11 @@ def hooks_of(p: Pass, every: float | None) -> list[PassHook]:
 
 
 def would_start_a_job(p: Pass, seen: Observation) -> bool:
-    """Whether deciding now starts a queued job: decide is pure, so a rehearsal on copies tells."""
+    """Whether deciding now starts a queued job: decide changes nothing it is given, so asking it tells."""
     if not any(job.status is Status.QUEUED for job in p.state.jobs):
         return False
-    jobs = copy.deepcopy(p.state.jobs)
-    queued = {job.id for job in jobs if job.status is Status.QUEUED}
-    plan = decide(jobs, p.fleet, copy.deepcopy(seen))
+    queued = {job.id for job in p.state.jobs if job.status is Status.QUEUED}
+    plan = decide(p.state.jobs, p.fleet, seen)
     return any(isinstance(action, Launch) and action.job in queued for action in plan.actions)
 
 

@@ -149,15 +149,33 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
 
 
+class Cause(StrEnum):
+    """Why a job's status moved, named by the decision that moved it: one per edge a job takes. A
+    pass's events are made from these, never guessed from the record (docs/design.md §3)."""
+
+    LAUNCH = "launch"  # dispatch starts a queued job's attempt: its first, or one a person queued
+    RELAUNCH = "relaunch"  # dispatch starts the attempt a recovery (or --retries) queued
+    STARTED = "started"  # every worker reported its launch: launching → running
+    UNLAUNCH = "unlaunch"  # a launch that certainly never started: queued again, same attempt
+    STOP = "stop"  # its workers are to be stopped: → killing, its ending kept
+    END = "end"  # the attempt ended and so does the job: → finished, failed or killed
+    RECOVER = "recover"  # the attempt ended and the job is queued for its next one
+    REFUSE = "refuse"  # a queued job that can never start fails (its dependency, a cycle, a rewritten spec)
+    KILL = "kill"  # a person's kill of a queued job
+    REQUEUE = "requeue"  # a person's resume or rerun of an ended job
+
+
 class Transition(msgspec.Struct, frozen=True, gc=False):
-    """One change of a job's status, as Job.move returns it to the decision that made it."""
+    """One change of a job's status, as Job.move returns it to the decision that made it, with that
+    decision's cause."""
 
     job: int
     was: Status
-    now: Status
+    to: Status
     reason: str | None  # the job's reason once moved
     was_reason: str | None  # its reason before (a queued job's `recovering`, or none when queued by hand)
     attempt: int  # the job's attempt number as it moved
+    cause: Cause
 
 
 class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
@@ -246,12 +264,13 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     uid: int | None = None  # the real account that submitted it (its spec says so where it counts: design §7)
 
     # ---- status moves -------------------------------------------------------------------------
-    def move(self, to: Status, reason: str | None = None) -> Transition:
-        """The one way a job's status changes; returns the change as a value, for whoever decided it
-        to hand on (a pass's events are made from these, docs/design.md §3)."""
+    def move(self, to: Status, reason: str | None = None, *, cause: Cause) -> Transition:
+        """The one way a job's status changes; returns the change as a value, with the cause its
+        decision names, for whoever decided it to hand on (a pass's events are made from these,
+        docs/design.md §3)."""
         if to not in TRANSITIONS[self.status]:
             raise IllegalTransition(f"job {self.id}: {self.status} → {to} is not allowed")
-        moved = Transition(self.id, self.status, to, reason, self.reason, self.attempt)
+        moved = Transition(self.id, self.status, to, reason, self.reason, self.attempt, cause)
         self.status = to
         self.reason = reason
         for name, statuses in STATUS_FIELDS.items():
@@ -262,7 +281,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     def stop(self, ending: Ending) -> Transition:
         """Move to killing, saying why (its ending's reason: timeout, hang, exit N), and keep the ending
         it gets once its workers are gone (docs/reference/state-json.md §4.3)."""
-        moved = self.move(Status.KILLING, ending.reason)
+        moved = self.move(Status.KILLING, ending.reason, cause=Cause.STOP)
         self.ending = ending
         return moved
 
