@@ -97,6 +97,9 @@ def test_both_sides_parse_odd_words_alike_or_refuse_them_in_one_line(home: Home,
             return  # `--help` prints the command's help, as ever
         errors = [line for line in said if line.startswith("jobtpu: error: ")]
         assert len(errors) == 1 and all(line.startswith(("jobtpu: error: ", "hint: ")) for line in said), said
+        if "a request may be" in errors[0]:  # too big to travel: a limit of the spool's file, not of the words
+            assert parsed is not None and parse_act([command, *words]) == act_of(command, parsed)
+            return
         with pytest.raises(JobtpuError) as refused:
             parse_act([command, *words])
         assert f"jobtpu: error: {refused.value.message}" == errors[0]
