@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Collection
 
 from jobtpu.errors import JobtpuError, UsageError
-from jobtpu.schema.names import MAX_SECONDS, USER_NAME
+from jobtpu.schema.names import MAX_SECONDS
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def resolve_user(explicit: str | None) -> str:
-    from jobtpu.home.actor import user_label
-
-    user = user_label() or explicit or os.environ.get("JOBTPU_USER") or _login_name()
-    if not USER_NAME.match(user):
-        raise JobtpuError(f"user name {user!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting "
-                          "with a letter or '_'", hint="pass --user NAME or set JOBTPU_USER")
-    return user
-
-
-def _login_name() -> str:
-    """The login name as getpass.getuser() finds it (the environment's names, then the password
-    database), without importing getpass: it brings termios, which no command here needs."""
-    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
-        if os.environ.get(name):
-            return os.environ[name]
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return "unknown"
 
 
 def parse_duration(text: str, option: str) -> float:

@@ -9,11 +9,12 @@ import msgspec
 import pytest
 
 from jobtpu.commands.machines import fleet_rows
+from jobtpu.render.cells import JobRow, MachineCells
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.published import MachineRow as MachineJson
 from jobtpu.schema.records import Drained, MachineRecord, MachineState
 from jobtpu.schema.state import Attempt, Job, State, Status
-from jobtpu.views.rows import JobRow, MachineCells, ended_at, job_row, live_order, machine_rows, sweep_row
+from jobtpu.views.rows import ended_at, job_row, live_order, machine_rows, sweep_row
 
 pytestmark = pytest.mark.fast
 

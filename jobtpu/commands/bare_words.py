@@ -16,9 +16,9 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     given as --machine and --user (docs/reference/commands.md §2.2.10)."""
     if all("=" in word for word in opts.overrides):
         return opts
+    from jobtpu.home.actor import resolve_user
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.users import load_users
-    from jobtpu.inputs import resolve_user
     from jobtpu.oldshapes import place_bare_words
 
     fleet = load_fleet(home)

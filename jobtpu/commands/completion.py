@@ -187,8 +187,8 @@ def home_values(kind: str, home_arg: str) -> list[str]:
 
 def _jobs(home: Home) -> list[str]:
     """Job ids: yours queued or running first, then your others, then everyone's, newest first in each."""
+    from jobtpu.home.actor import resolve_user
     from jobtpu.home.safefs import CAP_LARGE, read_regular
-    from jobtpu.inputs import resolve_user
 
     brief = msgspec.json.decode(read_regular(home.root, "state.json", CAP_LARGE), type=_Brief)
     me = resolve_user(None)
@@ -227,9 +227,9 @@ def _config(home: Home) -> list[str]:
 
 def _alias_names(home: Home) -> list[str]:
     """Config alias names: yours, the team's (machines.json) and the built-in ones."""
+    from jobtpu.home.actor import resolve_user
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import effective_aliases, load_settings
-    from jobtpu.inputs import resolve_user
 
     own = load_settings(home, resolve_user(None)).aliases
     return sorted(effective_aliases(load_fleet(home).config_aliases, own))

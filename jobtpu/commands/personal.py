@@ -11,6 +11,7 @@ from typing import Any
 from jobtpu.commands import args
 from jobtpu.commands.common import note
 from jobtpu.errors import JobtpuError, NotFoundError
+from jobtpu.home.actor import resolve_user
 from jobtpu.home.layout import Home
 from jobtpu.home.settings import (
     CONFIG_KEYS,
@@ -25,7 +26,6 @@ from jobtpu.home.settings import (
     update_settings,
     zone_of,
 )
-from jobtpu.inputs import resolve_user
 from jobtpu.render.text import printable
 
 # ---- config ---------------------------------------------------------------------------------------

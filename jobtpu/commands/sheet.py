@@ -111,7 +111,7 @@ def note(home: Home, name: str, text: str, append: bool) -> int:
 def _my_names(home: Home) -> set[str]:
     """The names the sheet may know the caller by: their user name and their sheet_name."""
     from jobtpu.errors import JobtpuError
-    from jobtpu.inputs import resolve_user
+    from jobtpu.home.actor import resolve_user
     from jobtpu.sheet.hook import sheet_names
 
     try:

@@ -17,8 +17,8 @@ from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 
 if TYPE_CHECKING:
+    from jobtpu.render.cells import JobRow
     from jobtpu.schema.state import Job, State
-    from jobtpu.views.rows import JobRow
 
 
 # The table shows what a person looks at: every job on a machine, the next queued ones and the most
@@ -171,7 +171,7 @@ def status_view(home: Home) -> tuple[list[str] | None, Any]:
 
 def viewer_name() -> str | None:
     """Who is looking (None: a login jobtpu cannot take as a user name, so nobody's own view)."""
-    from jobtpu.inputs import resolve_user
+    from jobtpu.home.actor import resolve_user
 
     try:
         return resolve_user(None)

@@ -11,6 +11,9 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from jobtpu.errors import JobtpuError
+from jobtpu.schema.names import USER_NAME
+
 
 class Actor(NamedTuple):
     uid: int
@@ -45,3 +48,25 @@ def user_label() -> str | None:
     """The user name a request carries, which wins over --user and $JOBTPU_USER while it is carried out."""
     actor = _ACTING.get()
     return None if actor is None else actor.user
+
+
+def resolve_user(explicit: str | None) -> str:
+    user = user_label() or explicit or os.environ.get("JOBTPU_USER") or _login_name()
+    if not USER_NAME.match(user):
+        raise JobtpuError(f"user name {user!r} is not valid: use 1–32 of a-z, 0-9, '_' or '-', starting "
+                          "with a letter or '_'", hint="pass --user NAME or set JOBTPU_USER")
+    return user
+
+
+def _login_name() -> str:
+    """The login name as getpass.getuser() finds it (the environment's names, then the password
+    database), without importing getpass: it brings termios, which no command here needs."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return "unknown"

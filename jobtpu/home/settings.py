@@ -92,7 +92,7 @@ def load_settings(home: Home, user: str, own: bool = True) -> UserSettings:
 def viewer_settings(home: Home) -> UserSettings:
     """The settings of whoever runs a listing (`status`, `machines`): theirs, or the defaults for a
     login jobtpu cannot take as a user name (such a login has no settings to read)."""
-    from jobtpu.inputs import resolve_user
+    from jobtpu.home.actor import resolve_user
 
     try:
         viewer = resolve_user(None)

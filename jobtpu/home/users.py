@@ -12,9 +12,9 @@ import time
 from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError, NotFoundError
+from jobtpu.home.actor import resolve_user
 from jobtpu.home.layout import Home, write_atomic
 from jobtpu.home.safefs import CAP_SMALL, read_regular
-from jobtpu.inputs import resolve_user
 
 if TYPE_CHECKING:
     from jobtpu.schema.state import Job

@@ -12,7 +12,7 @@ from jobtpu.render.table import FittedTable
 from jobtpu.render.text import printable
 
 if TYPE_CHECKING:
-    from jobtpu.views.rows import JobRow, MachineCells
+    from jobtpu.render.cells import JobRow, MachineCells
 
 STATUS_STYLE = {"queued": "cyan", "launching": "yellow", "running": "green", "killing": "yellow",
                 "finished": "bold green", "failed": "bold red", "killed": "magenta"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from jobtpu.render.cells import JobRow, MachineCells
 from jobtpu.render.names import with_short_names
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job, Status
@@ -27,30 +28,6 @@ if TYPE_CHECKING:
     from jobtpu.schema.published import MachineRow as MachineJson
     from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
-
-
-class JobRow(msgspec.Struct, frozen=True):
-    """A job's row: every cell a table of jobs may show, as text (a layout escapes and fits them)."""
-
-    id: int | str  # a job's id; a sweep's queued members collapsed: their first and last id (`12-10011`)
-    name: str
-    user: str
-    status: str
-    attempt: str  # its number, and the recoveries and retries that led to it: `3 (1 rec, 1/2 retry)`
-    run: str  # how long it ran, over all its attempts
-    age: str  # since it was submitted
-    where: str  # the machine and what it holds there; queued: what it asks for and where it is pinned
-    overrides: str
-    tags: str
-    info: str  # why it stopped or waits, its note, its last log line
-    submitted: str = ""  # a clock time in the viewer's time zone (an opt-in column)
-    apart: int = 0  # how many leading characters of `overrides` tell the job from its sweep's others
-    tries: int = 0  # the attempt number alone
-    reason: str = ""  # why its last attempt ended
-    machine: str = ""  # the machine it was given, by its short name
-    waiting: str = ""  # queued: why it waits (machines by their short names)
-    last_line: str = ""  # its log's last line
-    collapsed: int | None = None  # a sweep's queued members in one row: that sweep (the web links to it)
 
 
 def duration(seconds: float) -> str:
@@ -143,26 +120,6 @@ def live_order(jobs: Sequence[Job]) -> list[Job]:
 
 
 # ---- machines ---------------------------------------------------------------------------------------
-
-class MachineCells(msgspec.Struct, frozen=True):
-    """A machine's row: every cell a table of machines may show, as text. Made from the record
-    `machines --json` gives (schema/published.py) and what the last pass saw of the machine."""
-
-    name: str  # machines.json's
-    short: str  # what tables call it: its first alias, else its name
-    other_names: str  # its name and its other aliases, when it has an alias
-    kind: str
-    accelerator: str  # a TPU's with its provisioning and zone; a queued resource's state
-    workers: str
-    state: str  # as `machines` says it: unknown while the TPU API cannot be asked
-    health: str
-    running: str  # how many jobs are on it
-    free: str  # `slot=1 gpu=6`
-    note: str
-    detail: str  # the pass's detail, its drain or claim, when it became unreachable or will be asked again
-    seen: str  # the state the last pass recorded (the live view's word)
-    doing: str  # the jobs it holds (`jobs 3,4`, else `idle`), its node, queued resource, back-off, detail
-
 
 def machine_rows(fleet: Fleet, state: State, published: Sequence[MachineJson], now: float,
                  zone: Any = None) -> list[MachineCells]:

@@ -18,9 +18,9 @@ from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
     from jobtpu.commands.select import Selection
+    from jobtpu.render.cells import JobRow, MachineCells
     from jobtpu.schema.events import Event
     from jobtpu.schema.state import Job, State
-    from jobtpu.views.rows import JobRow, MachineCells
 
 # A page draws at most this many job rows (a browser tab stays quick); `all` pages through the rest.
 PAGE_ROWS = 500
