@@ -7,7 +7,7 @@ import pytest
 
 from jobtpu.decide.reach import Contact
 from jobtpu.remote.drivers import driver_for
-from jobtpu.schema.fleet import Machine, MachineKind
+from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint
@@ -27,7 +27,12 @@ TPU = Machine(name="v4", kind=MachineKind.TPU, zone="us-central2-b", zones=("us-
     (TPU, None, []),  # no address known yet: no worker to reach
 ])
 def test_each_kind_finds_its_workers(machine: Machine, addresses: list[str] | None, expected: list[Endpoint]) -> None:
-    assert driver_for(machine).endpoints(machine, addresses) == expected
+    """A TPU's addresses are where the API last said its workers are: its driver's own state in a
+    session (tpu/runtime.py), made from the machine's record when the session starts."""
+    driver = driver_for(machine)
+    state = State()
+    state.machine(machine.name).addresses = addresses
+    assert driver.endpoints(machine, driver.new_runtime(Fleet(machines={machine.name: machine}), state)) == expected
 
 
 @pytest.mark.parametrize(("machine", "remote", "this_account", "by_request", "frees"), [

@@ -91,7 +91,7 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
     """The check is not blind: the imports a module makes inside functions are edges too, and a cycle
     made of them is found."""
     graph = import_graph()
-    assert "jobtpu.tpu.api" in graph["jobtpu.transport.reach"]  # `from jobtpu.tpu.api import TpuApi` inside Reach.tpu_api
+    assert "jobtpu.tpu.api" in graph["jobtpu.tpu.runtime"]  # `from jobtpu.tpu.api import TpuApi` inside TpuRuntime.api
     assert "jobtpu.transport.ssh" in graph["jobtpu.transport.connect"]  # `from .transport.ssh import ...` in a function
     assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
 
@@ -339,3 +339,43 @@ def test_no_named_tuple_sits_under_postponed_annotations() -> None:
              if "from __future__ import annotations" in (text := path.read_text())
              and re.search(r"^class \w+\((typing\.)?NamedTuple\)", text, re.M)]
     assert found == []
+
+
+# The TPU driver's own part (docs/design.md §5.1): the driver, tpu/, and the Reach that holds each
+# kind's runtime state for its driver without reading it.
+TPU_DRIVER_PART = ("remote/drivers.py", "tpu/")
+TPU_RUNTIME_NAMES = {"tpu_runtime", "TpuRuntime", "tpu_api", "runtime"}
+
+
+def _runtime_reads(path: Path) -> list[int]:
+    """Lines that name the TPU runtime state or ask a session for a kind's runtime state."""
+    def named(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id if node.id != "runtime" else None
+        return node.attr if isinstance(node, ast.Attribute) else node.name if isinstance(node, ast.alias) else None
+
+    return [getattr(node, "lineno", 0) for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if named(node) in TPU_RUNTIME_NAMES]
+
+
+def test_the_tpu_runtime_state_is_read_only_in_the_tpu_driver_s_part() -> None:
+    """A TPU's nodes, worker addresses and API client are its driver's state in a session
+    (tpu/runtime.py): the rest of the package asks the driver (endpoints, internal addresses,
+    doctor's checks) or tpu/ (its flow, repairs, operations), so a new kind adds a driver and its
+    own part, not a field to the connection layer."""
+    found = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if not str(path.relative_to(PACKAGE)).startswith(TPU_DRIVER_PART)
+             and str(path.relative_to(PACKAGE)) != "transport/reach.py" for line in _runtime_reads(path)]
+    assert found == []
+
+
+def test_the_connection_layer_keeps_no_kind_s_runtime_state() -> None:
+    """transport/reach.py's Reach holds each kind's runtime state for its driver, as one opaque value
+    per kind: no TPU field (nodes, addresses, an API client) of its own."""
+    tree = ast.parse((PACKAGE / "transport" / "reach.py").read_text())
+    reach = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Reach")
+    fields = {n.attr for n in ast.walk(reach) if isinstance(n, ast.Attribute)
+              and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)}
+    methods = {n.name for n in reach.body if isinstance(n, ast.FunctionDef)}
+    assert not (fields | methods) & {"nodes", "addresses", "_tpu", "tpu_api"}
+    assert not {m for m in import_graph()["jobtpu.transport.reach"] if m.startswith("jobtpu.tpu")}

@@ -83,7 +83,7 @@ def _with_claims(rows: list[dict[str, Any]], claims: Mapping[str, str]) -> None:
 
 
 def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
-    from jobtpu.commands.tpu import provisioning
+    from jobtpu.schema.nodespec import provisioning
 
     return {"provisioning": provisioning(machine, known), "zone": known.zone or machine.zone,
             "moved": known.moved,

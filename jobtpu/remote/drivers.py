@@ -1,18 +1,20 @@
-"""What each kind of machine does differently, in one place: how a pass finds its workers and
-whether it probes them, how a launch and a stop go there, and who judges whether it is reachable.
-`driver_for(machine)` is the one dispatch on a machine's kind outside the loader and the core's
-pure checks (docs/design.md §5.1)."""
+"""What each kind of machine does differently, in one place: the state it keeps for a session, how a
+pass finds its workers, which transport reaches them and whether it probes them, how a launch and a
+stop go there, and who judges whether it is reachable. `driver_for(machine)` is the one dispatch on a
+machine's kind outside the loader and the core's pure checks (docs/design.md §5.1)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 from jobtpu.decide import reach
+from jobtpu.home.layout import Home
 from jobtpu.home.machines import split_host
-from jobtpu.schema.fleet import Machine, MachineKind
+from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
-from jobtpu.transport.base import Endpoint
+from jobtpu.transport.base import Endpoint, Transport
 
 
 class Driver:
@@ -32,9 +34,41 @@ class Driver:
     # Its record's state comes from the TPU API: a pass's contacts with the workers never judge it.
     state_from_api: ClassVar[bool] = False
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
-        """One endpoint per worker, in worker order."""
+    def new_runtime(self, fleet: Fleet, state: State) -> Any:
+        """What this kind keeps for one session (a pass, a command) while it runs, made when the
+        session starts (transport/reach.py `Reach.runtime`); None: nothing."""
+        return None
+
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
+        """One endpoint per worker, in worker order; `runtime`: this kind's state in the session."""
         raise NotImplementedError
+
+    def internal_addresses(self, machine: Machine, runtime: Any) -> tuple[str, ...]:
+        """Its workers' addresses on its internal network as its provider knows them, in worker order;
+        none when it does not (the hosts jobtpu reaches then stand for them)."""
+        return ()
+
+    def trusted_keys(self, record: MachineRecord | None, worker: int) -> list[str]:
+        """Host keys ("type base64") a worker is trusted by under the `strict` policy besides known_hosts:
+        those its provider published for it (a TPU node's, through the API), as the last pass recorded them."""
+        keys = (record.host_keys if record is not None else None) or []
+        return list(keys[worker]) if worker < len(keys) else []
+
+    def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+        """The way to one worker: over SSH, unless the kind says otherwise."""
+        from jobtpu.transport.connect import ssh_transport
+
+        return ssh_transport(machine, endpoint, home, trusted)
+
+    def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
+        """`jobtpu doctor`'s lines (text, is a problem) on what the machine's provider says of it,
+        before its workers are checked; it may tell the session where the workers are now."""
+        return []
+
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        """`jobtpu doctor`'s lines on what only this kind's workers need (a TPU's device and lock file)."""
+        return []
 
     def probes(self, reachable: bool | None) -> bool:
         """Whether a pass probes the workers of its running jobs, given what it already knows of the
@@ -61,8 +95,13 @@ class LocalDriver(Driver):
     runs_as_this_account = True
     stops_by_request = True
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
         return [Endpoint(machine.name, 0, None)]
+
+    def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+        from jobtpu.transport.connect import local_transport
+
+        return local_transport(machine, endpoint)
 
     def state_word(self, record: MachineRecord) -> str:
         return record.state or "up"  # this computer is up whenever a pass runs on it
@@ -71,7 +110,7 @@ class LocalDriver(Driver):
 class SshDriver(Driver):
     kind = MachineKind.SSH
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
         out = []
         for i, host in enumerate(machine.hosts):
             addr, port = split_host(host, machine.port)
@@ -89,8 +128,31 @@ class TpuDriver(Driver):
     frees_accelerator = True
     state_from_api = True
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
-        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(tpu_addresses or [])]
+    def new_runtime(self, fleet: Fleet, state: State) -> Any:
+        # Imported here: the TPU API's client is made (and google-cloud loaded) only on first use.
+        from jobtpu.tpu.runtime import TpuRuntime
+
+        return TpuRuntime(fleet.gcp, state)
+
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
+        """Where the TPU API last said its workers are (tpu/runtime.py); none before it said."""
+        addresses = runtime.addresses.get(machine.name) if runtime is not None else None
+        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(addresses or [])]
+
+    def internal_addresses(self, machine: Machine, runtime: Any) -> tuple[str, ...]:
+        node = runtime.nodes.get(machine.name) if runtime is not None else None
+        return node.internal if node is not None else ()
+
+    def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.checks import node_check
+
+        return node_check(reach, machine)
+
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.checks import device_checks
+
+        return device_checks(reach, machine, eps, fix, label_of)
 
     def probes(self, reachable: bool | None) -> bool:
         return reachable is not False  # the API said its workers are gone: nothing to ask them
