@@ -379,3 +379,28 @@ def test_the_connection_layer_keeps_no_kind_s_runtime_state() -> None:
     methods = {n.name for n in reach.body if isinstance(n, ast.FunctionDef)}
     assert not (fields | methods) & {"nodes", "addresses", "_tpu", "tpu_api"}
     assert not {m for m in import_graph()["jobtpu.transport.reach"] if m.startswith("jobtpu.tpu")}
+
+
+# Who may ask a machine whether the TPU API owns it: the pure core (it cannot ask a driver, which does
+# I/O), the loader, and the TPU driver's part. Everything else asks the machine's driver.
+READS_CLOUD_NODE = ("schema/", "decide/", "home/machines.py", *TPU_DRIVER_PART)
+
+
+def test_only_the_core_the_loader_and_the_tpu_driver_ask_whether_a_machine_is_a_cloud_node() -> None:
+    """docs/design.md §5.1: the pass, the commands, the views, the sheet and doctor ask the driver
+    (what it shows, how it is brought back, what doctor checks): a new kind the API brings back is a
+    driver and its own part, not a branch in each of them."""
+    found = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
+             if not str(path.relative_to(PACKAGE)).startswith(READS_CLOUD_NODE)
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr == "cloud_node"]
+    assert found == []
+
+
+def test_the_pass_reaches_a_kind_s_life_cycle_only_through_its_driver() -> None:
+    """A pass observes, brings back and carries out a machine's steps through its driver
+    (`observe`, `bring_back`, `carry_out`): no module of passes/ imports tpu/."""
+    graph = import_graph()
+    found = sorted(f"{module} -> {dep}" for module, deps in graph.items() if module.startswith("jobtpu.passes")
+                   for dep in deps if dep.startswith("jobtpu.tpu"))
+    assert found == []

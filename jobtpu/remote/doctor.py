@@ -41,7 +41,7 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
     a pass that is launching it. `accelerator` adds the check of accelerator.py."""
-    if accelerator and not machine.cloud_node:
+    if accelerator and not driver_for(machine).accelerator_checked:
         raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
                           hint=f"run `jobtpu doctor {machine.name}` without it")
     wait = timing.current().act_lock_wait
@@ -70,9 +70,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
         lines.extend(worker_lines)
     lines.extend(driver.check_workers(session, machine, eps, fix, _label))
     if accelerator:
-        from jobtpu.tpu.accelerator import accelerator_checks
-
-        lines.extend(accelerator_checks(session, machine, eps, _label))
+        lines.extend(driver.check_accelerator(session, machine, eps, _label))
     for text, _ in lines:
         report(text)
     return [text for text, problem in lines if problem]

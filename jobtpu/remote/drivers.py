@@ -6,7 +6,7 @@ machine's kind outside the loader and the core's pure checks (docs/design.md §5
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobtpu.decide import reach
 from jobtpu.home.layout import Home
@@ -15,6 +15,10 @@ from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
+
+if TYPE_CHECKING:
+    from jobtpu.decide.observation import Observation
+    from jobtpu.decide.tpu_plan import MachineWork
 
 
 class Driver:
@@ -60,6 +64,20 @@ class Driver:
 
         return ssh_transport(machine, endpoint, home, trusted)
 
+    def observe(self, p: Any, seen: Observation) -> list[MachineWork]:
+        """A pass's first look, before any worker is probed: what the provider says of this kind's
+        machines (where their workers are, whether they are up), each machine's steps planned and
+        recorded as intents, saved before `carry_out`. Fills their views and workers' addresses."""
+        return []
+
+    def bring_back(self, p: Any, machine: Machine, now: float) -> MachineWork | None:
+        """A job wants the machine back: plan and record its first step (None: nothing to do; a
+        machine the provider does not own is never brought back)."""
+        return None
+
+    def carry_out(self, p: Any, works: list[MachineWork], now: float) -> None:
+        """Carry out the steps `observe` and `bring_back` planned and the pass saved."""
+
     def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
         """`jobtpu doctor`'s lines (text, is a problem) on what the machine's provider says of it,
         before its workers are checked; it may tell the session where the workers are now."""
@@ -83,6 +101,55 @@ class Driver:
     def zone_and_node(self, machine: Machine, record: MachineRecord) -> tuple[str, str]:
         """Where an attempt runs, as its job's environment says (JOBTPU_ZONE, JOBTPU_NODE)."""
         return machine.zone or "", ""
+
+    # `jobtpu doctor --accelerator` checks its workers' accelerator (a TPU's, through JAX).
+    accelerator_checked: ClassVar[bool] = False
+
+    def check_accelerator(self, reach: Any, machine: Machine, eps: list[Endpoint],
+                          label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        """`jobtpu doctor --accelerator`'s lines, for a kind whose `accelerator_checked`."""
+        return []
+
+    def other_names(self, machine: Machine) -> tuple[str, ...]:
+        """Names a person may give the machine besides its own and its aliases (a TPU's node)."""
+        return ()
+
+    def provider_zone(self, machine: Machine, record: MachineRecord) -> str:
+        """The zone its provider placed it in, for the team sheet ("" when no provider places it)."""
+        return ""
+
+    def provisioning(self, machine: Machine, record: MachineRecord) -> str:
+        """How its provider provisions it (a TPU's spot, preemptible, reserved...), "" when none does."""
+        return ""
+
+    def provider_columns(self, machine: Machine, record: MachineRecord) -> dict[str, Any]:
+        """`jobtpu machines --json`'s fields that only a provider's machine has."""
+        return {}
+
+    def create_retry(self, record: MachineRecord) -> float | None:
+        """When a failed create is tried again: `machines`' `next_try` (an ssh machine's record holds its
+        short pause after a failed contact there, which `machines` does not show)."""
+        return None
+
+    def doing(self, machine: Machine, record: MachineRecord, now: float) -> list[str]:
+        """What the live view says of its provider's side, after its jobs (a TPU's node, queued resource
+        and a create's back-off)."""
+        return _queued_words(machine, record)
+
+    def where(self, machine: Machine, record: MachineRecord, row: dict[str, Any]) -> list[tuple[str, str]] | None:
+        """`jobtpu machines NAME`'s lines on where it is, when its provider says (None: its hosts say)."""
+        return None
+
+    def never_seen(self, machine: Machine) -> str:
+        """What `machines` says of it before any pass has."""
+        # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
+        return (f"not contacted yet: a pass contacts it when a job goes there; "
+                f"`jobtpu doctor {machine.name}` checks it now")
+
+    def whole_accelerator(self, machine: Machine) -> tuple[int | None, str] | None:
+        """What an attempt holds on it when it holds the whole accelerator (a TPU's chips, from its
+        type), and the unit; None: what the job asked for (its GPUs)."""
+        return None
 
     def state_word(self, record: MachineRecord) -> str:
         """The word a table shows for a machine no pass has said anything of yet."""
@@ -143,6 +210,21 @@ class TpuDriver(Driver):
         node = runtime.nodes.get(machine.name) if runtime is not None else None
         return node.internal if node is not None else ()
 
+    def observe(self, p: Any, seen: Observation) -> list[MachineWork]:
+        from jobtpu.tpu.flow import observe_tpus
+
+        return observe_tpus(p, seen)
+
+    def bring_back(self, p: Any, machine: Machine, now: float) -> MachineWork | None:
+        from jobtpu.tpu.flow import request_recreate
+
+        return request_recreate(p, machine, now)
+
+    def carry_out(self, p: Any, works: list[MachineWork], now: float) -> None:
+        from jobtpu.tpu.flow import carry_out_all
+
+        carry_out_all(p, works, now)
+
     def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
         from jobtpu.tpu.checks import node_check
 
@@ -158,7 +240,60 @@ class TpuDriver(Driver):
         return reachable is not False  # the API said its workers are gone: nothing to ask them
 
     def zone_and_node(self, machine: Machine, record: MachineRecord) -> tuple[str, str]:
-        return record.zone or machine.zone or "", machine.node or ""  # capacity may have moved its zone
+        return self.provider_zone(machine, record), machine.node or ""  # capacity may have moved its zone
+
+    accelerator_checked = True
+
+    def check_accelerator(self, reach: Any, machine: Machine, eps: list[Endpoint],
+                          label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.accelerator import accelerator_checks
+
+        return accelerator_checks(reach, machine, eps, label_of)
+
+    def other_names(self, machine: Machine) -> tuple[str, ...]:
+        return (machine.node,) if machine.node else ()
+
+    def provider_zone(self, machine: Machine, record: MachineRecord) -> str:
+        return record.zone or machine.zone or ""
+
+    def provisioning(self, machine: Machine, record: MachineRecord) -> str:
+        from jobtpu.schema.nodespec import provisioning
+
+        return provisioning(machine, record)
+
+    def provider_columns(self, machine: Machine, record: MachineRecord) -> dict[str, Any]:
+        return {"provisioning": self.provisioning(machine, record), "zone": record.zone or machine.zone,
+                "moved": record.moved,
+                "queued_resource": record.queued_state if machine.queued_resource else None,
+                "refused": record.refused.message if record.refused else None}
+
+    def create_retry(self, record: MachineRecord) -> float | None:
+        return record.next_try
+
+    def doing(self, machine: Machine, record: MachineRecord, now: float) -> list[str]:
+        said = [f"node {record.tpu_state or '?'}", *_queued_words(machine, record)]
+        if record.next_try is not None and record.next_try > now:  # a create's
+            said.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
+        return said
+
+    def where(self, machine: Machine, record: MachineRecord, row: dict[str, Any]) -> list[tuple[str, str]] | None:
+        accelerator = f"{machine.accelerator or '?'} ({row.get('provisioning')})"
+        node = f"{machine.node or machine.name} in {row.get('zone') or '?'}"
+        return [("accelerator", accelerator), ("node", node),
+                ("addresses", ", ".join(record.addresses or []) or "not listed yet")]
+
+    def never_seen(self, machine: Machine) -> str:
+        return "not asked yet: the next `jobtpu manage` asks the TPU API"
+
+    def whole_accelerator(self, machine: Machine) -> tuple[int | None, str] | None:
+        from jobtpu.schema.accelerator import accelerator
+
+        found = accelerator((machine.accelerator or "").lower())
+        return (found.chips if found is not None else None), "chip"
+
+
+def _queued_words(machine: Machine, record: MachineRecord) -> list[str]:
+    return [f"queued resource {record.queued_state or 'none'}"] if machine.queued_resource else []
 
 
 DRIVERS: dict[MachineKind, Driver] = {d.kind: d for d in (LocalDriver(), SshDriver(), TpuDriver())}
