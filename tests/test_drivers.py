@@ -7,7 +7,7 @@ import pytest
 
 from jobtpu.decide.reach import Contact
 from jobtpu.remote.drivers import driver_for
-from jobtpu.schema.fleet import Machine, MachineKind
+from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint
@@ -27,7 +27,12 @@ TPU = Machine(name="v4", kind=MachineKind.TPU, zone="us-central2-b", zones=("us-
     (TPU, None, []),  # no address known yet: no worker to reach
 ])
 def test_each_kind_finds_its_workers(machine: Machine, addresses: list[str] | None, expected: list[Endpoint]) -> None:
-    assert driver_for(machine).endpoints(machine, addresses) == expected
+    """A TPU's addresses are where the API last said its workers are: its driver's own state in a
+    session (tpu/runtime.py), made from the machine's record when the session starts."""
+    driver = driver_for(machine)
+    state = State()
+    state.machine(machine.name).addresses = addresses
+    assert driver.endpoints(machine, driver.new_runtime(Fleet(machines={machine.name: machine}), state)) == expected
 
 
 @pytest.mark.parametrize(("machine", "remote", "this_account", "by_request", "frees"), [
@@ -84,3 +89,33 @@ def test_the_state_word_of_a_machine_no_pass_has_described(machine: Machine, rec
 
 def test_a_machine_built_with_its_kind_as_a_word_has_a_driver() -> None:
     assert driver_for(Machine(name="box", kind="ssh")).kind is MachineKind.SSH
+
+
+QUEUED_TPU = Machine(name="v5", kind=MachineKind.TPU, zone="z", node="n5", queued_resource={"tier": "spot"})
+
+
+@pytest.mark.parametrize(("machine", "record", "said"), [
+    (LOCAL, MachineRecord(), []),
+    (SSH, MachineRecord(next_try=130.0, failures=1), []),  # an ssh machine's next_try is its short pause
+    (TPU, MachineRecord(), ["node ?"]),
+    (TPU, MachineRecord(tpu_state="READY", next_try=130.0, failures=2), ["node READY", "back-off 30 s after 2 failure(s)"]),
+    (TPU, MachineRecord(tpu_state="READY", next_try=90.0, failures=2), ["node READY"]),  # the back-off is over
+    (QUEUED_TPU, MachineRecord(), ["node ?", "queued resource none"]),
+])
+def test_what_the_live_view_says_of_the_provider_s_side(machine: Machine, record: MachineRecord,
+                                                         said: list[str]) -> None:
+    assert driver_for(machine).doing(machine, record, 100.0) == said
+
+
+@pytest.mark.parametrize(("machine", "names", "zone", "retry", "checked"), [
+    (LOCAL, (), "", None, False),
+    (SSH, (), "", None, False),  # its zone is a label of machines.json, not a provider's placement
+    (TPU, ("node-1",), "europe-west4-a", 130.0, True),
+])
+def test_what_only_a_provider_s_machine_has(machine: Machine, names: tuple[str, ...], zone: str,
+                                            retry: float | None, checked: bool) -> None:
+    driver = driver_for(machine)
+    record = MachineRecord(zone="europe-west4-a", next_try=130.0)
+    assert (driver.other_names(machine), driver.provider_zone(machine, record), driver.create_retry(record),
+            driver.accelerator_checked) == (names, zone, retry, checked)
+    assert (driver.provider_columns(machine, record) != {}) is checked

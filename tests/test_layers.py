@@ -96,7 +96,7 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
     """The check is not blind: the imports a module makes inside functions are edges too, and a cycle
     made of them is found."""
     graph = import_graph()
-    assert "jobtpu.tpu.api" in graph["jobtpu.transport.reach"]  # `from jobtpu.tpu.api import TpuApi` inside Reach.tpu_api
+    assert "jobtpu.tpu.api" in graph["jobtpu.tpu.runtime"]  # `from jobtpu.tpu.api import TpuApi` inside TpuRuntime.api
     assert "jobtpu.transport.ssh" in graph["jobtpu.transport.connect"]  # `from .transport.ssh import ...` in a function
     assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
 
@@ -347,9 +347,9 @@ def test_no_named_tuple_sits_under_postponed_annotations() -> None:
 
 
 # The public API's own names, which mirror the core's on purpose (jobtpu.Home, jobtpu.Job), and the
-# clashes still being taken apart (each a class of the connection layer or the worker protocol whose
-# twin lives in the core; see docs/design.md's module map).
-SHARED_CLASS_NAMES = {"Home", "Job", "Reach", "Launch", "Worker"}
+# clashes still being taken apart (the worker protocol's Launch and Worker, whose twins live in the core
+# and in remote/execute.py).
+SHARED_CLASS_NAMES = {"Home", "Job", "Launch", "Worker"}
 
 
 def test_no_two_classes_of_the_package_share_a_name() -> None:
@@ -373,3 +373,68 @@ def test_the_tests_readme_maps_every_command_and_every_test_file() -> None:
     files = sorted(p.name for p in (PACKAGE.parent / "tests").glob("test_*.py"))
     assert [f for f in files if f"| `{f}` |" not in text] == []
     assert [w for w in sorted(ROWS) if f"| `{w}` |" not in text] == []
+
+
+# The TPU driver's own part (docs/design.md §5.1): the driver, tpu/, and the Reach that holds each
+# kind's runtime state for its driver without reading it.
+TPU_DRIVER_PART = ("remote/drivers.py", "tpu/")
+TPU_RUNTIME_NAMES = {"tpu_runtime", "TpuRuntime", "tpu_api", "runtime"}
+
+
+def _runtime_reads(path: Path) -> list[int]:
+    """Lines that name the TPU runtime state or ask a session for a kind's runtime state."""
+    def named(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id if node.id != "runtime" else None
+        return node.attr if isinstance(node, ast.Attribute) else node.name if isinstance(node, ast.alias) else None
+
+    return [getattr(node, "lineno", 0) for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if named(node) in TPU_RUNTIME_NAMES]
+
+
+def test_the_tpu_runtime_state_is_read_only_in_the_tpu_driver_s_part() -> None:
+    """A TPU's nodes, worker addresses and API client are its driver's state in a session
+    (tpu/runtime.py): the rest of the package asks the driver (endpoints, internal addresses,
+    doctor's checks) or tpu/ (its flow, repairs, operations), so a new kind adds a driver and its
+    own part, not a field to the connection layer."""
+    found = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if not str(path.relative_to(PACKAGE)).startswith(TPU_DRIVER_PART)
+             and str(path.relative_to(PACKAGE)) != "transport/reach.py" for line in _runtime_reads(path)]
+    assert found == []
+
+
+def test_the_connection_layer_keeps_no_kind_s_runtime_state() -> None:
+    """transport/reach.py's Reach holds each kind's runtime state for its driver, as one opaque value
+    per kind: no TPU field (nodes, addresses, an API client) of its own."""
+    tree = ast.parse((PACKAGE / "transport" / "reach.py").read_text())
+    reach = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Reach")
+    fields = {n.attr for n in ast.walk(reach) if isinstance(n, ast.Attribute)
+              and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)}
+    methods = {n.name for n in reach.body if isinstance(n, ast.FunctionDef)}
+    assert not (fields | methods) & {"nodes", "addresses", "_tpu", "tpu_api"}
+    assert not {m for m in import_graph()["jobtpu.transport.reach"] if m.startswith("jobtpu.tpu")}
+
+
+# Who may ask a machine whether the TPU API owns it: the pure core (it cannot ask a driver, which does
+# I/O), the loader, and the TPU driver's part. Everything else asks the machine's driver.
+READS_CLOUD_NODE = ("schema/", "decide/", "home/machines.py", *TPU_DRIVER_PART)
+
+
+def test_only_the_core_the_loader_and_the_tpu_driver_ask_whether_a_machine_is_a_cloud_node() -> None:
+    """docs/design.md §5.1: the pass, the commands, the views, the sheet and doctor ask the driver
+    (what it shows, how it is brought back, what doctor checks): a new kind the API brings back is a
+    driver and its own part, not a branch in each of them."""
+    found = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
+             if not str(path.relative_to(PACKAGE)).startswith(READS_CLOUD_NODE)
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr == "cloud_node"]
+    assert found == []
+
+
+def test_the_pass_reaches_a_kind_s_life_cycle_only_through_its_driver() -> None:
+    """A pass observes, brings back and carries out a machine's steps through its driver
+    (`observe`, `bring_back`, `carry_out`): no module of passes/ imports tpu/."""
+    graph = import_graph()
+    found = sorted(f"{module} -> {dep}" for module, deps in graph.items() if module.startswith("jobtpu.passes")
+                   for dep in deps if dep.startswith("jobtpu.tpu"))
+    assert found == []

@@ -601,12 +601,15 @@ def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_job
     its shared modes a moment later) when the other asks whether its run root is shared."""
     from jobtpu.home.layout import Home
     from jobtpu.home.machines import load_fleet
-    from jobtpu.transport.connect import endpoints, transport
+    from jobtpu.remote.drivers import driver_for
+    from jobtpu.schema.state import State
+    from jobtpu.transport.reach import Reach
 
     home = make_home(tmp_path)
     home.chmod(0o2770)
     (home / "run").mkdir(mode=0o700)
     fleet = load_fleet(Home(home))
     machine = fleet.machines["local"]
-    made = transport(machine, endpoints(machine)[0], Home(home))
+    reach = Reach(Home(home), fleet, State())
+    made = driver_for(machine).transport(machine, reach.endpoints(machine)[0], Home(home))
     assert made.shared and made.umask == "umask 0027\n"  # type: ignore[attr-defined]

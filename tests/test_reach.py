@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobtpu.decide.reach import Contact, Reach, reachability, takes_jobs
+from jobtpu.decide.reach import Contact, ReachState, reachability, takes_jobs
 from jobtpu.schema.records import MachineRecord
 from jobtpu.timing import current
 
@@ -14,9 +14,9 @@ RETRY = current().unreachable_retry  # the pause after a failed contact (jobtpu/
 pytestmark = pytest.mark.fast
 
 T0, NOW = 1000.0, 5000.0
-UP = Reach("up", None, None, None)
-NEVER = Reach(None, None, None, None)
-DOWN = Reach("unreachable", "box[0]: connection refused", T0, T0 + RETRY)
+UP = ReachState("up", None, None, None)
+NEVER = ReachState(None, None, None, None)
+DOWN = ReachState("unreachable", "box[0]: connection refused", T0, T0 + RETRY)
 ok = Contact(0)
 refused = Contact(0, "box[0]: connection refused")
 timed_out = Contact(1, "box[1]: no answer within 3s (connect_timeout)")
@@ -29,16 +29,16 @@ timed_out = Contact(1, "box[1]: no answer within 3s (connect_timeout)")
     (UP, [ok], UP),
     (DOWN, [ok], UP),  # one answer and it is up at once, whatever its pause said
     (NEVER, [ok], UP),
-    (UP, [refused], Reach("unreachable", refused.failure, NOW, NOW + RETRY)),  # a failed stop, probe or launch
-    (NEVER, [refused], Reach("unreachable", refused.failure, NOW, NOW + RETRY)),
-    (DOWN, [timed_out], Reach("unreachable", timed_out.failure, T0, NOW + RETRY)),  # since stays, cause is new
+    (UP, [refused], ReachState("unreachable", refused.failure, NOW, NOW + RETRY)),  # a failed stop, probe or launch
+    (NEVER, [refused], ReachState("unreachable", refused.failure, NOW, NOW + RETRY)),
+    (DOWN, [timed_out], ReachState("unreachable", timed_out.failure, T0, NOW + RETRY)),  # since stays, cause is new
     (UP, [ok, Contact(1)], UP),
-    (UP, [ok, timed_out], Reach("unreachable", timed_out.failure, NOW, NOW + RETRY)),  # one worker is enough
-    (UP, [timed_out, refused], Reach("unreachable", refused.failure, NOW, NOW + RETRY)),  # the first worker's cause
+    (UP, [ok, timed_out], ReachState("unreachable", timed_out.failure, NOW, NOW + RETRY)),  # one worker is enough
+    (UP, [timed_out, refused], ReachState("unreachable", refused.failure, NOW, NOW + RETRY)),  # the first worker's cause
     (UP, [refused, ok], UP),  # a kept connection that dropped, then a fresh one that answered
-    (DOWN, [ok, refused], Reach("unreachable", refused.failure, T0, NOW + RETRY)),
+    (DOWN, [ok, refused], ReachState("unreachable", refused.failure, T0, NOW + RETRY)),
 ])
-def test_reachability_from_one_pass_of_contacts(was: Reach, contacts: list[Contact], now_is: Reach) -> None:
+def test_reachability_from_one_pass_of_contacts(was: ReachState, contacts: list[Contact], now_is: ReachState) -> None:
     assert reachability(was, contacts, NOW) == now_is
 
 

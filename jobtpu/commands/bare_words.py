@@ -20,13 +20,14 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.users import load_users
     from jobtpu.oldshapes import place_bare_words
+    from jobtpu.remote.drivers import driver_for
 
     fleet = load_fleet(home)
     machines = {name: name for name in fleet.machines}
     for each in fleet.machines.values():  # what fleet.resolve takes, but a node's full path
         machines.update({alias: each.name for alias in each.aliases})
-        if each.cloud_node and each.node:
-            machines.setdefault(each.node, each.name)
+        for other in driver_for(each).other_names(each):  # a TPU's node
+            machines.setdefault(other, each.name)
     users = load_users(home)  # without a list, the one user known is the one you act as
     machine, user, rest = place_bare_words(opts.overrides, machines, users or [resolve_user(opts.user)],
                                            opts.machine, opts.user)

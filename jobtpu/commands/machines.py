@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     import argparse
 
     from jobtpu.schema.fleet import Fleet, Machine
-    from jobtpu.schema.records import MachineRecord
     from jobtpu.schema.state import State
 
 
@@ -31,6 +30,7 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
 def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """machine_rows' rows from the fleet, state.json and the sheet's claims (None: no sheet)."""
     from jobtpu.decide.dispatch import used_resources
+    from jobtpu.remote.drivers import driver_for
     from jobtpu.schema.records import MachineRecord
 
     used = used_resources(state.jobs)
@@ -45,15 +45,15 @@ def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = No
             "workers": known.workers if known.workers is not None else workers,
             "state": "unknown" if api_error else known.state or ("up" if m.runs_here else "unknown"),
             "health": known.health, "health_description": known.health_description,
-            "detail": api_error or (known.detail if known.state is not None or m.runs_here else _never_seen(m)),
+            "detail": api_error or (known.detail if known.state is not None or m.runs_here else driver_for(m).never_seen(m)),
             "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
             "unreachable_since": known.since,
-            "next_try": known.next_try if m.cloud_node else None,  # an ssh machine's is its short pause (reach.py)
+            "next_try": driver_for(m).create_retry(known),
             "note": known.note,
             "drained": {"reason": known.drained.reason, "by": known.drained.by, "at": known.drained.at}
             if known.drained else None,
             "free": {r: n - len(taken.get(r, set())) for r, n in m.capacity.items()},
-            **(_tpu_columns(m, known) if m.cloud_node else {}),
+            **driver_for(m).provider_columns(m, known),
         })
     if claims is not None:
         _with_claims(rows, claims)
@@ -80,22 +80,6 @@ def _with_claims(rows: list[dict[str, Any]], claims: Mapping[str, str]) -> None:
         row["claimed_by"] = holder
         if holder:
             row["detail"] = "; ".join(x for x in (claim_reason(holder), row["detail"]) if x)
-
-
-def _tpu_columns(machine: Machine, known: MachineRecord) -> dict[str, Any]:
-    from jobtpu.commands.tpu import provisioning
-
-    return {"provisioning": provisioning(machine, known), "zone": known.zone or machine.zone,
-            "moved": known.moved,
-            "queued_resource": known.queued_state if machine.queued_resource else None,
-            "refused": known.refused.message if known.refused else None}
-
-
-def _never_seen(machine: Machine) -> str:
-    if machine.cloud_node:
-        return "not asked yet: the next `jobtpu manage` asks the TPU API"
-    # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
-    return f"not contacted yet: a pass contacts it when a job goes there; `jobtpu doctor {machine.name}` checks it now"
 
 
 def machines(home: Home, as_json: bool, name: str | None = None) -> int:

@@ -76,15 +76,16 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
     """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
     from jobtpu.passes.session import load_session
     from jobtpu.remote.drivers import driver_for
-    from jobtpu.transport.connect import published_keys, transport
 
     session = load_session(home)
     machine = session.fleet.resolve(name)
-    if not driver_for(machine).remote:
+    driver = driver_for(machine)
+    if not driver.remote:
         raise JobtpuError(f"{machine.name} is this computer: there is nothing to ssh to",
                           hint=f"run the command here, or `jobtpu exec {machine.name} -- CMD`")
     endpoint = chosen_workers(session, machine, worker)[0]
-    t = transport(machine, endpoint, home, published_keys(session.state.machines.get(machine.name), endpoint.index))
+    t = driver.transport(machine, endpoint, home, driver.trusted_keys(session.state.machines.get(machine.name),
+                                                                     endpoint.index))
     from jobtpu.transport.ssh import SshTransport
 
     if not isinstance(t, SshTransport):  # a worker without an address is this computer

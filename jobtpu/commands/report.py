@@ -29,11 +29,11 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
         return None, "chip"
-    if machine.cloud_node:
-        from jobtpu.schema.accelerator import accelerator
+    from jobtpu.remote.drivers import driver_for
 
-        found = accelerator((machine.accelerator or "").lower())
-        return (found.chips if found is not None else None), "chip"
+    whole = driver_for(machine).whole_accelerator(machine)
+    if whole is not None:
+        return whole
     from jobtpu.decide.fit import parse_request
 
     try:

@@ -1,93 +1,25 @@
 """`jobtpu tpu describe|status|apply|reapply|delete|setup|restart NAME`: TPU node operations through the TPU
-API. Operations are started, recorded in state.json and followed by later passes; nothing here waits
-(but `setup` and `restart`, repairs done now: repairs.py)."""
+API (tpu/operations.py). Operations are started, recorded in state.json and followed by later passes;
+nothing here waits (but `setup` and `restart`, repairs done now: tpu/repairs.py)."""
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobtpu.commands import args
 from jobtpu.commands.common import emit_json
 from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.render.text import printable
-from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.nodespec import provisioning
-from jobtpu.schema.records import Operation, StepKind
-
-if TYPE_CHECKING:
-    from jobtpu.passes.session import Session
-    from jobtpu.schema.fleet import Machine
 
 
 def tpu_command(home: Home, op: str, name: str) -> dict[str, Any]:
-    """Run one operation; what to show (also the --json document)."""
+    """Run one operation under the pass lock; what to show (also the --json document)."""
     from jobtpu.passes.session import locked_session
+    from jobtpu.tpu.operations import node_operation
 
     with locked_session(home) as p:
-        machine = p.fleet.resolve(name)
-        name = machine.name  # an alias or the node's name, as machines.json names the machine
-        if not machine.cloud_node:
-            raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
-        record = p.state.machine(name)
-        machine = machine.in_zone(record.zone)  # the zone it is in now
-        api = p.tpu_api()
-        node = api.get_node(str(machine.zone), str(machine.node))
-        p.nodes[name] = node
-        busy = [j.id for j in p.state.jobs if j.machine == name and j.active]
-        if op in ("reapply", "delete") and busy:
-            raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",
-                              hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")
-        now = time.time()
-        if op in ("apply", "reapply"):
-            record.refused = None  # the user asks again: a refused create is tried once more
-        if op == "apply":
-            if node is not None:
-                raise JobtpuError(f"{name}: node {machine.node} already exists ({node.state})",
-                                  hint=f"`jobtpu tpu reapply {name}` deletes and recreates it")
-            _recreate(p, machine, now)
-        elif op == "reapply":
-            record.next_try = None
-            _recreate(p, machine, now)
-        elif op == "delete":
-            if node is None:
-                raise JobtpuError(f"{name}: node {machine.node} does not exist")
-            from jobtpu.decide.tpu_plan import delete_by_hand
-
-            steps = delete_by_hand(record, bool(machine.queued_resource))
-            p.commit()  # the intent is on disk before the API is called, as a pass saves its steps
-            if StepKind.DELETE_QUEUED in steps:
-                api.delete_queued(machine)
-            operation = api.delete_node(machine)
-            if operation is not None:  # None: the node went away by itself meanwhile
-                record.operation = Operation("delete", operation, now)
-            record.steps = None
-        # describe / status only read: the next pass records what the API says.
-        return {
-            "machine": name, "node": machine.node, "zone": machine.zone, "accelerator": machine.accelerator,
-            "preemptible": machine.preemptible, "provisioning": provisioning(machine, record), "exists": node is not None,
-            "tpu_state": node.state if node else None, "health": node.health if node else None,
-            "health_description": node.health_description if node else None,
-            "addresses": node.addresses(machine.use_external_ip) if node else [],
-            "runtime_version": machine.runtime_version, "created": node.create_time if node else None,
-            "jobtpu_state": record.state, "detail": record.detail,
-            "operation": msgspec.to_builtins(record.operation), "recreations": record.recreations,
-            "failures": record.failures, "running_jobs": busy,
-            "refused": record.refused.message if record.refused else None, "zones": list(machine.zones),
-            "queued_resource": record.queued_state if machine.queued_resource else None,
-            "recorded_spec": record.spec,
-        }
-
-
-def _recreate(p: Session, machine: Machine, now: float) -> None:
-    """Plan the first step of bringing the node back, save it, then carry it out (as a pass does)."""
-    from jobtpu.tpu.flow import carry_out, request_recreate
-
-    work = request_recreate(p, machine, now)
-    if work is not None:
-        p.commit()
-        carry_out(p, p.tpu_api(), work, now)
+        return node_operation(p, op, name, p.commit)
 
 
 def tpu(home: Home, op: str, name: str, as_json: bool, force: bool = False) -> int:

@@ -22,14 +22,14 @@ class Contact(msgspec.Struct, frozen=True):
     failure: str | None = None
 
 
-class Reach(msgspec.Struct, frozen=True):
+class ReachState(msgspec.Struct, frozen=True):
     state: MachineState | None
     detail: str | None
     since: float | None  # when it became unreachable
     next_try: float | None  # until when it takes no new job
 
 
-def reachability(was: Reach, contacts: list[Contact], now: float) -> Reach:
+def reachability(was: ReachState, contacts: list[Contact], now: float) -> ReachState:
     """What the machine is after this pass's contacts (in the order made): a worker whose last
     contact failed makes it unreachable, with that failure as the cause; every contacted worker
     answering makes it up at once; no contact leaves it as it was. A reused connection that failed
@@ -38,9 +38,9 @@ def reachability(was: Reach, contacts: list[Contact], now: float) -> Reach:
     failed = sorted((c for c in last.values() if c.failure is not None), key=lambda c: c.worker)
     if failed:
         since = was.since if was.state == UNREACHABLE and was.since is not None else now
-        return Reach(UNREACHABLE, failed[0].failure, since, now + timing.current().unreachable_retry)
+        return ReachState(UNREACHABLE, failed[0].failure, since, now + timing.current().unreachable_retry)
     if last:
-        return Reach(UP, None, None, None)
+        return ReachState(UP, None, None, None)
     return was
 
 
@@ -51,7 +51,7 @@ def takes_jobs(record: MachineRecord, now: float) -> bool:
 
 
 def apply(record: MachineRecord, contacts: list[Contact], now: float) -> None:
-    was = Reach(record.state, record.detail, record.since, record.next_try)
+    was = ReachState(record.state, record.detail, record.since, record.next_try)
     now_is = reachability(was, contacts, now)
     record.state, record.detail, record.since, record.next_try = now_is.state, now_is.detail, now_is.since, now_is.next_try
 

@@ -23,14 +23,13 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.session import Session
 from jobtpu.remote import pulls
-from jobtpu.remote.drivers import driver_for
+from jobtpu.remote.drivers import DRIVERS, driver_for
 from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
 from jobtpu.sweeps import sweep_env
-from jobtpu.tpu.flow import carry_out_all
 from jobtpu.transport.base import Endpoint
 
 
@@ -41,7 +40,7 @@ def act(p: Pass, plan: Plan, seen: Observation) -> list[ActReport]:
     launches = [a for a in plan.actions if isinstance(a, Launch)]
     kills = [a for a in plan.actions if isinstance(a, Kill)]
     stops: list[StopDone] = []
-    tasks: list[Callable[[], object]] = [lambda: carry_out_all(p, list(p.tpu_work.values()), seen.now),
+    tasks: list[Callable[[], object]] = [lambda: carry_out_machine_work(p, seen.now),
                                          lambda: stops.extend(stop_all(p, kills))]
     p.parallel(lambda task: task(), tasks)
     held = [_held_by_setup(p, a) for a in launches]
@@ -50,9 +49,15 @@ def act(p: Pass, plan: Plan, seen: Observation) -> list[ActReport]:
     return [*stops, *(h for h in held if h is not None), *done]
 
 
+def carry_out_machine_work(p: Pass, now: float) -> None:
+    """Each driver carries out the steps planned for its machines (a TPU's deletes, creates, setup)."""
+    for driver in DRIVERS.values():
+        driver.carry_out(p, [w for w in p.machine_work.values() if driver_for(w.machine) is driver], now)
+
+
 def _held_by_setup(p: Pass, action: Launch) -> LaunchHeld | None:
     """A launch the setup this pass ran on its machine holds back (outcomes.setup_done), or None."""
-    work = p.tpu_work.get(action.machine)
+    work = p.machine_work.get(action.machine)
     setup = work.plan.state if work is not None and work.has(StepKind.SETUP) else None
     return None if setup_done(setup) else LaunchHeld(action.job, action.machine, str(setup))
 
@@ -64,7 +69,7 @@ def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) ->
     ended = pulls.ended_since(p.state.jobs, was_open)
     gone: list[WorkerRef] = []  # their workers went with their machine: nothing is left to pull
     for name in list(ended):
-        view, work = seen.view(name), p.tpu_work.get(name)
+        view, work = seen.view(name), p.machine_work.get(name)
         if view.preempted or (work is not None and work.has(StepKind.DELETE)) or p.fleet.get(name) is None:
             gone.extend(ended.pop(name))
         elif view.reachable is False:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from jobtpu.decide.tpu_plan import MachineWork
 from jobtpu.home.layout import Home
 from jobtpu.home.store import State, StateVersion
 from jobtpu.passes.session import KeptConnections, Session
@@ -14,7 +15,6 @@ from jobtpu.remote.scripts import archive_path
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot.archive import home_problem
-from jobtpu.tpu.flow import MachineWork
 from jobtpu.transport.base import Endpoint
 
 
@@ -43,7 +43,7 @@ class Pass(Session):
         self._archive_problems: dict[str, str | None] = {}
         self._pushed: set[tuple[str, ...]] = set()
         self.copy_notes: list[tuple[int, int, str]] = []  # (job, worker, line): how launches got their snapshot
-        self.tpu_work: dict[str, MachineWork] = {}  # TPU machines' steps, planned while observing
+        self.machine_work: dict[str, MachineWork] = {}  # machines' steps (a TPU's), planned while observing
 
     def _lock(self, key: tuple[str, ...]) -> threading.Lock:
         with self._locks_lock:

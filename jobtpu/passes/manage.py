@@ -37,7 +37,6 @@ from jobtpu.remote.drivers import driver_for
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import MachineRecord, Status
 from jobtpu.sheet.hook import SheetHook
-from jobtpu.tpu.flow import request_recreate
 
 
 class Before(msgspec.Struct, frozen=True):
@@ -79,7 +78,7 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         # the events they mean: a pass killed while it acts has saved what it must tell (design §3).
         # A pass with nothing to carry out and no ended attempt's log to fetch goes straight to its
         # result: killed before it, it saved nothing, and the next pass sees and decides the same.
-        if plan.actions or p.tpu_work or pulls.ended_since(p.state.jobs, before.open_attempts):
+        if plan.actions or p.machine_work or pulls.ended_since(p.state.jobs, before.open_attempts):
             p.commit(hooks.before_intents(pass_hooks, p, seen, plan.moves))
         reports = act(p, plan, seen)
         moves = list(plan.moves)  # every status change of the pass, in order: its events are made from them
@@ -135,14 +134,13 @@ def note_reachability(p: Session, seen: Observation) -> None:
 
 
 def plan_recreates(p: Pass, plan: Plan, now: float) -> None:
-    """The TPUs the decisions want back get their first step planned and recorded as an intent, so it
-    is saved with the rest before it is carried out."""
+    """The machines the decisions want back (TPUs) get their first step planned by their driver and
+    recorded as an intent, so it is saved with the rest before it is carried out."""
     for name in sorted({a.machine for a in plan.actions if isinstance(a, Recreate)}):
         machine = p.fleet.get(name)
-        if machine is not None and machine.cloud_node:
-            work = request_recreate(p, machine, now)
-            if work is not None:
-                p.tpu_work[name] = work
+        work = driver_for(machine).bring_back(p, machine, now) if machine is not None else None
+        if work is not None:
+            p.machine_work[name] = work
 
 
 def machine_changes(was: dict[str, str | None], now: dict[str, MachineRecord]) -> list[str]:

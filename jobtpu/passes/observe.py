@@ -20,11 +20,10 @@ from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes.context import Pass
 from jobtpu.remote import pulls
-from jobtpu.remote.drivers import driver_for
+from jobtpu.remote.drivers import DRIVERS, driver_for
 from jobtpu.remote.scripts import TAIL_BYTES
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Status
-from jobtpu.tpu.flow import observe_tpus
 from jobtpu.transport.base import Endpoint
 
 
@@ -34,8 +33,8 @@ def observe(p: Pass) -> Observation:
     contact is counted in `p.contacts` for reach.py to judge."""
     seen = Observation(now=time.time())
     seen.drained = {name: record.drained.reason for name, record in p.state.machines.items() if record.drained}
-    # TPU node states first: they say where the workers are. Their steps are only planned here.
-    p.tpu_work = {work.machine.name: work for work in observe_tpus(p, seen)}
+    # What the providers say first (TPU node states): where the workers are. Their steps are only planned here.
+    p.machine_work = {work.machine.name: work for driver in DRIVERS.values() for work in driver.observe(p, seen)}
     probes: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for machine in p.fleet.machines.values():
         view = seen.view(machine.name)

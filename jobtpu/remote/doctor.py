@@ -21,11 +21,8 @@ from jobtpu.remote.scripts import (
     parse_doctor,
     parse_kill,
     parse_live,
-    parse_tpu_doctor,
-    tpu_doctor_script,
 )
 from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.records import SetupStatus
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
 from jobtpu.transport.reach import Reach, parallel
@@ -44,7 +41,7 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
     """Check the machine's workers in parallel; report every check line; return the problems.
     With fix, no pass runs meanwhile: stopping a job that state.json does not manage must not race
     a pass that is launching it. `accelerator` adds the check of accelerator.py."""
-    if accelerator and not machine.cloud_node:
+    if accelerator and not driver_for(machine).accelerator_checked:
         raise JobtpuError(f"--accelerator checks a TPU machine's workers; {machine.name} is a {machine.kind} machine",
                           hint=f"run `jobtpu doctor {machine.name}` without it")
     wait = timing.current().act_lock_wait
@@ -63,26 +60,17 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     session = Reach(home, fleet, Store(home).load())
-    known = session.state.machines.get(machine.name)
-    addresses = known.addresses if known is not None else None
-    node_lines: list[Line] = []
-    if machine.cloud_node:  # the API says where the workers are now
-        node_lines, live = _node_check(session.state, fleet, machine)
-        addresses = live if live is not None else addresses
-    lines.extend(node_lines)
-    if addresses is not None:
-        session.addresses[machine.name] = addresses
+    driver = driver_for(machine)
+    lines.extend(driver.check_provider(session, machine))  # a TPU's API says where its workers are now
     eps = session.endpoints(machine)
     if not eps:
         lines.append((f"{machine.name}: problem: no worker address is known yet; run `jobtpu manage` "
                       f"(or `jobtpu tpu status {machine.name}`) first", True))
     for worker_lines in parallel(lambda ep: _check_worker(session, machine, ep, fix), eps):
         lines.extend(worker_lines)
-    lines.extend(_tpu_checks(session, machine, eps, fix))
+    lines.extend(driver.check_workers(session, machine, eps, fix, _label))
     if accelerator:
-        from jobtpu.tpu.accelerator import accelerator_checks
-
-        lines.extend(accelerator_checks(session, machine, eps, _label))
+        lines.extend(driver.check_accelerator(session, machine, eps, _label))
     for text, _ in lines:
         report(text)
     return [text for text, problem in lines if problem]
@@ -185,57 +173,3 @@ def _why_stray(state: State, ref: WorkerRef) -> str | None:
     if not job.active:
         return f"state.json has the job {job.status.value}"
     return None
-
-
-def _node_check(state: State, fleet: Fleet, machine: Machine) -> tuple[list[Line], list[str] | None]:
-    """The node's state from the TPU API and whether setup completed on it; its worker addresses."""
-    from jobtpu.schema.tpu_answers import health_of
-    from jobtpu.tpu.api import TpuApi
-
-    record = state.machine(machine.name)
-    machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone
-    try:
-        node = TpuApi(dict(fleet.gcp)).get_node(str(machine.zone), str(machine.node))
-    except RemoteError as e:
-        return [(f"{machine.name}: problem: {e.message}; check gcp settings and credentials", True)], None
-    if node is None:
-        return [(f"{machine.name}: problem: node {machine.node} does not exist in {machine.zone}; "
-                 f"`jobtpu tpu apply {machine.name}` creates it", True)], []
-    health, why = health_of(node.state)
-    out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
-           if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
-    setup = record.setup
-    if machine.setup and (setup is None or setup.status != SetupStatus.DONE or record.incarnation != node.create_time):
-        what = (setup.error or setup.status) if setup is not None else "not run"
-        out.append((f"{machine.name}: problem: setup has not completed on this node "
-                    f"({what}); `jobtpu manage` runs it", True))
-    return out, node.addresses(machine.use_external_ip)
-
-
-def _tpu_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bool) -> list[Line]:
-    """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
-    (--fix stops the holders and removes the file)."""
-    if not machine.cloud_node:
-        return []
-    return [line for worker in parallel(lambda ep: _tpu_worker(session, machine, ep, fix), eps) for line in worker]
-
-
-def _tpu_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool) -> list[Line]:
-    label = _label(machine, ep)
-    try:
-        with session.connected(machine, ep) as t:
-            result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)
-    except RemoteError as e:
-        return [(f"{label}: problem: TPU checks could not run: {e.message}", True)]
-    holders, lock = parse_tpu_doctor(result.stdout)
-    out: list[Line] = [(f"{label}: problem: process {h.pid} ({h.command}) holds the TPU device and is no job "
-                        f"of jobtpu's; `jobtpu doctor {machine.name} --fix` stops it", True)
-                       for h in holders if not h.ours]
-    if lock and any(h.ours for h in holders):
-        out.append((f"{label}: ok: /tmp/libtpu_lockfile belongs to a running job", False))
-    elif lock:
-        out.append((f"{label}: problem: /tmp/libtpu_lockfile is left over; "
-                    f"`jobtpu doctor {machine.name} --fix` removes it", True))
-    if not out:
-        out.append((f"{label}: ok: TPU device free, no stale lock file", False))
-    return out

@@ -1,18 +1,24 @@
-"""What each kind of machine does differently, in one place: how a pass finds its workers and
-whether it probes them, how a launch and a stop go there, and who judges whether it is reachable.
-`driver_for(machine)` is the one dispatch on a machine's kind outside the loader and the core's
-pure checks (docs/design.md §5.1)."""
+"""What each kind of machine does differently, in one place: the state it keeps for a session, how a
+pass finds its workers, which transport reaches them and whether it probes them, how a launch and a
+stop go there, and who judges whether it is reachable. `driver_for(machine)` is the one dispatch on a
+machine's kind outside the loader and the core's pure checks (docs/design.md §5.1)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobtpu.decide import reach
+from jobtpu.home.layout import Home
 from jobtpu.home.machines import split_host
-from jobtpu.schema.fleet import Machine, MachineKind
+from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.state import State
-from jobtpu.transport.base import Endpoint
+from jobtpu.transport.base import Endpoint, Transport
+
+if TYPE_CHECKING:
+    from jobtpu.decide.observation import Observation
+    from jobtpu.decide.tpu_plan import MachineWork
 
 
 class Driver:
@@ -32,9 +38,55 @@ class Driver:
     # Its record's state comes from the TPU API: a pass's contacts with the workers never judge it.
     state_from_api: ClassVar[bool] = False
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
-        """One endpoint per worker, in worker order."""
+    def new_runtime(self, fleet: Fleet, state: State) -> Any:
+        """What this kind keeps for one session (a pass, a command) while it runs, made when the
+        session starts (transport/reach.py `Reach.runtime`); None: nothing."""
+        return None
+
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
+        """One endpoint per worker, in worker order; `runtime`: this kind's state in the session."""
         raise NotImplementedError
+
+    def internal_addresses(self, machine: Machine, runtime: Any) -> tuple[str, ...]:
+        """Its workers' addresses on its internal network as its provider knows them, in worker order;
+        none when it does not (the hosts jobtpu reaches then stand for them)."""
+        return ()
+
+    def trusted_keys(self, record: MachineRecord | None, worker: int) -> list[str]:
+        """Host keys ("type base64") a worker is trusted by under the `strict` policy besides known_hosts:
+        those its provider published for it (a TPU node's, through the API), as the last pass recorded them."""
+        keys = (record.host_keys if record is not None else None) or []
+        return list(keys[worker]) if worker < len(keys) else []
+
+    def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+        """The way to one worker: over SSH, unless the kind says otherwise."""
+        from jobtpu.transport.connect import ssh_transport
+
+        return ssh_transport(machine, endpoint, home, trusted)
+
+    def observe(self, p: Any, seen: Observation) -> list[MachineWork]:
+        """A pass's first look, before any worker is probed: what the provider says of this kind's
+        machines (where their workers are, whether they are up), each machine's steps planned and
+        recorded as intents, saved before `carry_out`. Fills their views and workers' addresses."""
+        return []
+
+    def bring_back(self, p: Any, machine: Machine, now: float) -> MachineWork | None:
+        """A job wants the machine back: plan and record its first step (None: nothing to do; a
+        machine the provider does not own is never brought back)."""
+        return None
+
+    def carry_out(self, p: Any, works: list[MachineWork], now: float) -> None:
+        """Carry out the steps `observe` and `bring_back` planned and the pass saved."""
+
+    def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
+        """`jobtpu doctor`'s lines (text, is a problem) on what the machine's provider says of it,
+        before its workers are checked; it may tell the session where the workers are now."""
+        return []
+
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        """`jobtpu doctor`'s lines on what only this kind's workers need (a TPU's device and lock file)."""
+        return []
 
     def probes(self, reachable: bool | None) -> bool:
         """Whether a pass probes the workers of its running jobs, given what it already knows of the
@@ -50,6 +102,55 @@ class Driver:
         """Where an attempt runs, as its job's environment says (JOBTPU_ZONE, JOBTPU_NODE)."""
         return machine.zone or "", ""
 
+    # `jobtpu doctor --accelerator` checks its workers' accelerator (a TPU's, through JAX).
+    accelerator_checked: ClassVar[bool] = False
+
+    def check_accelerator(self, reach: Any, machine: Machine, eps: list[Endpoint],
+                          label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        """`jobtpu doctor --accelerator`'s lines, for a kind whose `accelerator_checked`."""
+        return []
+
+    def other_names(self, machine: Machine) -> tuple[str, ...]:
+        """Names a person may give the machine besides its own and its aliases (a TPU's node)."""
+        return ()
+
+    def provider_zone(self, machine: Machine, record: MachineRecord) -> str:
+        """The zone its provider placed it in, for the team sheet ("" when no provider places it)."""
+        return ""
+
+    def provisioning(self, machine: Machine, record: MachineRecord) -> str:
+        """How its provider provisions it (a TPU's spot, preemptible, reserved...), "" when none does."""
+        return ""
+
+    def provider_columns(self, machine: Machine, record: MachineRecord) -> dict[str, Any]:
+        """`jobtpu machines --json`'s fields that only a provider's machine has."""
+        return {}
+
+    def create_retry(self, record: MachineRecord) -> float | None:
+        """When a failed create is tried again: `machines`' `next_try` (an ssh machine's record holds its
+        short pause after a failed contact there, which `machines` does not show)."""
+        return None
+
+    def doing(self, machine: Machine, record: MachineRecord, now: float) -> list[str]:
+        """What the live view says of its provider's side, after its jobs (a TPU's node, queued resource
+        and a create's back-off)."""
+        return _queued_words(machine, record)
+
+    def where(self, machine: Machine, record: MachineRecord, row: dict[str, Any]) -> list[tuple[str, str]] | None:
+        """`jobtpu machines NAME`'s lines on where it is, when its provider says (None: its hosts say)."""
+        return None
+
+    def never_seen(self, machine: Machine) -> str:
+        """What `machines` says of it before any pass has."""
+        # An idle ssh machine costs no round trip in a pass; it is first contacted when a job goes there.
+        return (f"not contacted yet: a pass contacts it when a job goes there; "
+                f"`jobtpu doctor {machine.name}` checks it now")
+
+    def whole_accelerator(self, machine: Machine) -> tuple[int | None, str] | None:
+        """What an attempt holds on it when it holds the whole accelerator (a TPU's chips, from its
+        type), and the unit; None: what the job asked for (its GPUs)."""
+        return None
+
     def state_word(self, record: MachineRecord) -> str:
         """The word a table shows for a machine no pass has said anything of yet."""
         return record.state or "unknown"
@@ -61,8 +162,13 @@ class LocalDriver(Driver):
     runs_as_this_account = True
     stops_by_request = True
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
         return [Endpoint(machine.name, 0, None)]
+
+    def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+        from jobtpu.transport.connect import local_transport
+
+        return local_transport(machine, endpoint)
 
     def state_word(self, record: MachineRecord) -> str:
         return record.state or "up"  # this computer is up whenever a pass runs on it
@@ -71,7 +177,7 @@ class LocalDriver(Driver):
 class SshDriver(Driver):
     kind = MachineKind.SSH
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
         out = []
         for i, host in enumerate(machine.hosts):
             addr, port = split_host(host, machine.port)
@@ -89,14 +195,105 @@ class TpuDriver(Driver):
     frees_accelerator = True
     state_from_api = True
 
-    def endpoints(self, machine: Machine, tpu_addresses: list[str] | None) -> list[Endpoint]:
-        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(tpu_addresses or [])]
+    def new_runtime(self, fleet: Fleet, state: State) -> Any:
+        # Imported here: the TPU API's client is made (and google-cloud loaded) only on first use.
+        from jobtpu.tpu.runtime import TpuRuntime
+
+        return TpuRuntime(fleet.gcp, state)
+
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
+        """Where the TPU API last said its workers are (tpu/runtime.py); none before it said."""
+        addresses = runtime.addresses.get(machine.name) if runtime is not None else None
+        return [Endpoint(machine.name, i, addr, machine.port) for i, addr in enumerate(addresses or [])]
+
+    def internal_addresses(self, machine: Machine, runtime: Any) -> tuple[str, ...]:
+        node = runtime.nodes.get(machine.name) if runtime is not None else None
+        return node.internal if node is not None else ()
+
+    def observe(self, p: Any, seen: Observation) -> list[MachineWork]:
+        from jobtpu.tpu.flow import observe_tpus
+
+        return observe_tpus(p, seen)
+
+    def bring_back(self, p: Any, machine: Machine, now: float) -> MachineWork | None:
+        from jobtpu.tpu.flow import request_recreate
+
+        return request_recreate(p, machine, now)
+
+    def carry_out(self, p: Any, works: list[MachineWork], now: float) -> None:
+        from jobtpu.tpu.flow import carry_out_all
+
+        carry_out_all(p, works, now)
+
+    def check_provider(self, reach: Any, machine: Machine) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.checks import node_check
+
+        return node_check(reach, machine)
+
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.checks import device_checks
+
+        return device_checks(reach, machine, eps, fix, label_of)
 
     def probes(self, reachable: bool | None) -> bool:
         return reachable is not False  # the API said its workers are gone: nothing to ask them
 
     def zone_and_node(self, machine: Machine, record: MachineRecord) -> tuple[str, str]:
-        return record.zone or machine.zone or "", machine.node or ""  # capacity may have moved its zone
+        return self.provider_zone(machine, record), machine.node or ""  # capacity may have moved its zone
+
+    accelerator_checked = True
+
+    def check_accelerator(self, reach: Any, machine: Machine, eps: list[Endpoint],
+                          label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.tpu.accelerator import accelerator_checks
+
+        return accelerator_checks(reach, machine, eps, label_of)
+
+    def other_names(self, machine: Machine) -> tuple[str, ...]:
+        return (machine.node,) if machine.node else ()
+
+    def provider_zone(self, machine: Machine, record: MachineRecord) -> str:
+        return record.zone or machine.zone or ""
+
+    def provisioning(self, machine: Machine, record: MachineRecord) -> str:
+        from jobtpu.schema.nodespec import provisioning
+
+        return provisioning(machine, record)
+
+    def provider_columns(self, machine: Machine, record: MachineRecord) -> dict[str, Any]:
+        return {"provisioning": self.provisioning(machine, record), "zone": record.zone or machine.zone,
+                "moved": record.moved,
+                "queued_resource": record.queued_state if machine.queued_resource else None,
+                "refused": record.refused.message if record.refused else None}
+
+    def create_retry(self, record: MachineRecord) -> float | None:
+        return record.next_try
+
+    def doing(self, machine: Machine, record: MachineRecord, now: float) -> list[str]:
+        said = [f"node {record.tpu_state or '?'}", *_queued_words(machine, record)]
+        if record.next_try is not None and record.next_try > now:  # a create's
+            said.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
+        return said
+
+    def where(self, machine: Machine, record: MachineRecord, row: dict[str, Any]) -> list[tuple[str, str]] | None:
+        accelerator = f"{machine.accelerator or '?'} ({row.get('provisioning')})"
+        node = f"{machine.node or machine.name} in {row.get('zone') or '?'}"
+        return [("accelerator", accelerator), ("node", node),
+                ("addresses", ", ".join(record.addresses or []) or "not listed yet")]
+
+    def never_seen(self, machine: Machine) -> str:
+        return "not asked yet: the next `jobtpu manage` asks the TPU API"
+
+    def whole_accelerator(self, machine: Machine) -> tuple[int | None, str] | None:
+        from jobtpu.schema.accelerator import accelerator
+
+        found = accelerator((machine.accelerator or "").lower())
+        return (found.chips if found is not None else None), "chip"
+
+
+def _queued_words(machine: Machine, record: MachineRecord) -> list[str]:
+    return [f"queued resource {record.queued_state or 'none'}"] if machine.queued_resource else []
 
 
 DRIVERS: dict[MachineKind, Driver] = {d.kind: d for d in (LocalDriver(), SshDriver(), TpuDriver())}

@@ -161,9 +161,9 @@ def peer_addresses_of(p: Pass, machine: Machine, reached: Sequence[str]) -> tupl
 
 
 def _internal(p: Pass, machine: Machine) -> tuple[str, ...]:
-    """A TPU's workers' internal addresses from the API (its networkEndpoints), in worker order."""
-    node = p.nodes.get(machine.name)
-    return node.internal if machine.cloud_node and node is not None else ()
+    """The workers' addresses on the machine's internal network as its provider knows them (a TPU's
+    from the API, its networkEndpoints), in worker order; none for an ssh box."""
+    return p.internal_addresses(machine)
 
 
 def _addresses_fit(p: Pass, machine: Machine, spec: LaunchSpec) -> bool:

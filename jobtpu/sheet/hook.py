@@ -157,10 +157,13 @@ def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
     users = tuple(dict.fromkeys((names or {}).get(j.user, j.user) for j in jobs))
     started = [j.current.started for j in jobs if j.current is not None and j.current.started]
     notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
+    from jobtpu.remote.drivers import driver_for
+
+    driver = driver_for(machine)
     return SheetMachine(
         name=machine.name, kind=machine.kind, accelerator=machine.accelerator or "",
-        zone=(record.zone or machine.zone or "") if machine.cloud_node else "",
-        provisioning=_provisioning(machine, record), state=_state(machine, record), users=users,
+        zone=driver.provider_zone(machine, record), provisioning=driver.provisioning(machine, record),
+        state=_state(machine, record), users=users,
         jobs=tuple(f"{j.id} {j.name}".strip() for j in jobs), since=min(started) if started else None,
         note=notes[-1] if notes else None, recovering=recovering)  # the note of the job that started last
 
@@ -178,9 +181,3 @@ def _state(machine: Machine, record: MachineRecord) -> str:
     return driver_for(machine).state_word(record)
 
 
-def _provisioning(machine: Machine, record: MachineRecord) -> str:
-    if not machine.cloud_node:
-        return ""
-    from jobtpu.schema.nodespec import provisioning
-
-    return provisioning(machine, record)

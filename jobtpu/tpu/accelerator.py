@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from jobtpu.errors import RemoteError
 from jobtpu.remote.scripts import AcceleratorFacts, parse_tpu_accelerator, tpu_accelerator_script
@@ -13,7 +14,9 @@ from jobtpu.schema.accelerator import accelerator
 from jobtpu.schema.fleet import Machine
 from jobtpu.tpu.repairs import why_no_restart
 from jobtpu.transport.base import Endpoint
-from jobtpu.transport.reach import Reach, parallel
+
+if TYPE_CHECKING:
+    from jobtpu.transport.reach import Reach
 
 Line = tuple[str, bool]  # (text, is a problem), as doctor.py's
 
@@ -67,4 +70,4 @@ def accelerator_checks(session: Reach, machine: Machine, eps: list[Endpoint],
             return [(f"{label(machine, ep)}: problem: the accelerator check could not run: {e.message}", True)]
         return worker_lines(machine, label(machine, ep), parse_tpu_accelerator(out), len(eps))
 
-    return [line for lines in parallel(one, eps) for line in lines]
+    return [line for lines in session.parallel(one, eps) for line in lines]

@@ -33,6 +33,7 @@ from jobtpu.schema.nodespec import for_zone
 from jobtpu.schema.records import SetupStatus, StepKind
 from jobtpu.schema.tpu_answers import QueuedInfo
 from jobtpu.tpu.api import TpuApi
+from jobtpu.tpu.runtime import tpu_runtime
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
@@ -52,7 +53,7 @@ def observe_tpu_nodes(p: Reach, now: float) -> list[Sighting]:
     tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.cloud_node]
     if not tpus:
         return []
-    api = p.tpu_api()
+    api = tpu_runtime(p).api()
     queue_zones = {str(m.zone) for m in tpus if m.queued_resource}
 
     def listing(zone: str) -> tuple[str, Any]:
@@ -102,16 +103,16 @@ def plan_tpus(p: Reach, seen: Observation, sightings: list[Sighting]) -> list[Ma
     line = credentials_line([s.listing_error for s in sightings if s.listing_error is not None])
     if line is not None:
         p.notes.append(line)
+    tpus = tpu_runtime(p)
     planned: list[MachineWork] = []
     for sighting in sightings:
         name = sighting.machine.name
         record = p.state.machine(name)
         if sighting.listing_error is not None:
-            p.addresses[name] = not_listed(record, seen.view(name), sighting.listing_error)
+            tpus.addresses[name] = not_listed(record, seen.view(name), sighting.listing_error)
             continue
-        p.nodes[name] = sighting.node
         work = decide_machine(sighting, record, seen.now, first_backoff(p))
-        p.addresses[name] = work.addresses
+        tpus.saw(name, sighting.node, work.addresses)
         if p.dry_run:
             p.notes.extend(f"would {step.kind} {name}" for step in work.plan.steps)
         else:
@@ -139,7 +140,7 @@ def request_recreate(p: Reach, machine: Machine, now: float) -> MachineWork | No
     queued: Any = False
     if machine.queued_resource:  # as the last listing saw it
         queued = QueuedInfo(str(machine.node), record.queued_state) if record.queued_state else None
-    plan = plan_machine(record, p.nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
+    plan = plan_machine(record, tpu_runtime(p).nodes.get(machine.name), None, now, spec_key=spec_key(machine), zones=machine.zones,
                         queued=queued)
     work = MachineWork(machine, record, plan)
     intend(work, now)
@@ -152,7 +153,7 @@ def request_recreate(p: Reach, machine: Machine, now: float) -> MachineWork | No
 def carry_out_all(p: Reach, works: list[MachineWork], now: float) -> None:
     """Every machine's saved steps; machines side by side (a setup may wait up to timing's setup_wait)."""
     if works:
-        api = p.tpu_api()
+        api = tpu_runtime(p).api()
         p.parallel(lambda work: carry_out(p, api, work, now), works)
 
 

@@ -13,6 +13,7 @@ from jobtpu import timing
 from jobtpu.errors import JobtpuError, RemoteError
 from jobtpu.schema.accelerator import accelerator as parse_accelerator
 from jobtpu.schema.records import MachineState, Setup, SetupStatus
+from jobtpu.tpu.runtime import tpu_runtime
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Machine
@@ -40,7 +41,7 @@ def ready_node(p: Reach, machine: Machine) -> NodeInfo:
     """The machine's node, which must be up for its workers to be reached."""
     from jobtpu.schema.tpu_answers import UP, health_of
 
-    node = p.tpu_api().get_node(str(machine.zone), str(machine.node))
+    node = tpu_runtime(p).api().get_node(str(machine.zone), str(machine.node))
     if node is None:
         raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",
                           hint=f"`jobtpu tpu apply {machine.name}` creates it")
@@ -48,8 +49,7 @@ def ready_node(p: Reach, machine: Machine) -> NodeInfo:
     if health != UP:
         raise JobtpuError(f"{machine.name}: node {machine.node} is {node.state} ({why})",
                           hint=f"`jobtpu tpu status {machine.name}` shows when it is back")
-    p.nodes[machine.name] = node
-    p.addresses[machine.name] = node.addresses(machine.use_external_ip)
+    tpu_runtime(p).saw(machine.name, node, node.addresses(machine.use_external_ip))
     return node
 
 
@@ -140,7 +140,7 @@ def restart(p: Reach, name: str, say: Callable[[str], None]) -> int:
     again."""
     machine = tpu_machine(p, name)
     refuse_if_busy(p, machine.name, False, "a restart would kill {them}", hint="")
-    api = p.tpu_api()
+    api = tpu_runtime(p).api()
     node = api.get_node(str(machine.zone), str(machine.node))
     if node is None:
         raise JobtpuError(f"{machine.name}: node {machine.node} does not exist in {machine.zone}",

@@ -1,4 +1,5 @@
-"""Which workers a machine has and how to reach each: the only module that picks a transport."""
+"""How a transport to one worker is made, on this computer or over SSH; a machine's driver
+(remote/drivers.py) picks which."""
 
 from __future__ import annotations
 
@@ -6,26 +7,23 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jobtpu.home.layout import Home, is_shared
-from jobtpu.remote.drivers import driver_for
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.records import MachineRecord
 from jobtpu.transport.base import Endpoint, Transport
 
 
-def endpoints(machine: Machine, tpu_addresses: list[str] | None = None) -> list[Endpoint]:
-    """One endpoint per worker, in worker order. A TPU's addresses come from the TPU API."""
-    return driver_for(machine).endpoints(machine, tpu_addresses)
+def local_transport(machine: Machine, endpoint: Endpoint) -> Transport:
+    """The way to this computer's worker: its processes, under the machine's run root."""
+    from jobtpu.transport.local import LocalTransport
+
+    root = Path(machine.root).expanduser()
+    # The folder the run root is made in decides, not the run root itself: a launch of this pass
+    # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
+    return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root,
+                          members_write=_group_writes(root.parent))
 
 
-def transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
-    """`trusted`: "type base64" host keys the TPU API publishes for this worker (strict policy)."""
-    if endpoint.addr is None:
-        from jobtpu.transport.local import LocalTransport
-        root = Path(machine.root).expanduser()
-        # The folder the run root is made in decides, not the run root itself: a launch of this pass
-        # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
-        return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root,
-                              members_write=_group_writes(root.parent))
+def ssh_transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+    """`trusted`: "type base64" host keys the worker's provider published for it (strict policy)."""
     # Imported here so that commands which never touch a remote machine never load paramiko.
     from jobtpu.transport.ssh import SshTransport
     t = SshTransport(endpoint, machine, home)
@@ -56,8 +54,3 @@ def _existing(path: Path) -> Path:
         path = path.parent
     return path
 
-
-def published_keys(record: MachineRecord | None, worker: int) -> list[str]:
-    """The host keys a TPU node published for one worker, as the last pass recorded them."""
-    keys = (record.host_keys if record is not None else None) or []
-    return list(keys[worker]) if worker < len(keys) else []

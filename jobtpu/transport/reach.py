@@ -1,6 +1,8 @@
 """The way to each worker of the fleet, outside the pass that uses it: a bounded thread pool, the
 home's id, the connections and threads a loop keeps between its rounds, and the Reach object that
-knows the fleet, the state it read and how to reach each worker (docs/design.md §5.1).
+knows the fleet, the state it read and how to reach each worker (docs/design.md §5.1). What a kind of
+machine keeps while a session runs (a TPU's nodes, addresses and API client) is its driver's own
+part, held here by kind and read only by that driver (`Reach.runtime`).
 
 remote/ and tpu/ work through a Reach; passes/session.py's Session is one that also saves state.json.
 Commands that only reach workers (doctor, tail -f, fetch) build a Reach of their own."""
@@ -21,10 +23,10 @@ from jobtpu.decide.reach import Contacts
 from jobtpu.errors import JobtpuError, RemoteError, UnreachableError
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, create_temp
-from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.remote.drivers import DRIVERS, driver_for
+from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
-from jobtpu.transport.connect import endpoints, published_keys, transport
 
 MAX_PARALLEL = 32
 
@@ -98,21 +100,15 @@ class Reach:
         self._last = threading.local()  # whether this thread's last block got a kept connection
         self.dry_run = False  # observe only: machine steps (TPU deletes, creates, setup) become notes
         self.notes: list[str] = []
-        self.addresses: dict[str, list[str]] = {}  # worker addresses of TPU machines, from the API
-        self.nodes: dict[str, Any] = {}  # TPU machine → its NodeInfo (None: no such node) this session
-        self._tpu: Any = None
         self._home_id: str | None = None
         self.contacts = Contacts()  # every worker contacted and how it went: a pass's reach.reachability
-        # Until a pass asks the TPU API again, the TPU workers are where the last pass saw them.
-        for name, record in state.machines.items():
-            if record.addresses is not None:
-                self.addresses[name] = list(record.addresses)
+        # Each kind's own state for this session, made by its driver now (no thread races to make it).
+        self._runtimes = {kind: driver.new_runtime(fleet, state) for kind, driver in DRIVERS.items()}
 
-    def tpu_api(self) -> Any:
-        if self._tpu is None:
-            from jobtpu.tpu.api import TpuApi  # google-cloud is loaded only when a TPU machine is in play
-            self._tpu = TpuApi(self.fleet.gcp)
-        return self._tpu
+    def runtime(self, kind: MachineKind) -> Any:
+        """What the driver of `kind` keeps while this session runs (None for a kind that keeps nothing);
+        for that driver's own code only (tests/test_layers.py)."""
+        return self._runtimes[kind]
 
     @property
     def home_id(self) -> str:
@@ -125,7 +121,12 @@ class Reach:
         return parallel(fn, items, self.kept)
 
     def endpoints(self, machine: Machine) -> list[Endpoint]:
-        return endpoints(machine, self.addresses.get(machine.name))
+        driver = driver_for(machine)
+        return driver.endpoints(machine, self._runtimes[driver.kind])
+
+    def internal_addresses(self, machine: Machine) -> tuple[str, ...]:
+        driver = driver_for(machine)
+        return driver.internal_addresses(machine, self._runtimes[driver.kind])
 
     @contextlib.contextmanager
     def connected(self, machine: Machine, endpoint: Endpoint, reuse: bool = True) -> Iterator[Transport]:
@@ -133,13 +134,14 @@ class Reach:
         TPU worker is trusted through the host keys its node published (recorded by a pass).
         With a loop's `kept` connections, an SSH connection that served a block without failing is
         kept for the next block to the same worker (the next round of the loop) instead."""
-        trusted = published_keys(self.state.machines.get(machine.name), endpoint.index)
+        driver = driver_for(machine)
+        trusted = driver.trusted_keys(self.state.machines.get(machine.name), endpoint.index)
         pool = self.kept if endpoint.addr is not None else None
         key = _pool_key(machine, endpoint, trusted)
         t = pool.take(key) if pool is not None and reuse else None
         self._last.reused = t is not None
         if t is None:
-            t = transport(machine, endpoint, self.home, trusted)
+            t = driver.transport(machine, endpoint, self.home, trusted)
         served = False
         try:
             yield t

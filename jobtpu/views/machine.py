@@ -38,11 +38,11 @@ def machine_lines(row: dict[str, Any], machine: Machine, record: MachineRecord, 
 
 
 def _where(row: dict[str, Any], machine: Machine, record: MachineRecord) -> list[tuple[str, str]]:
-    if machine.cloud_node:
-        accelerator = f"{machine.accelerator or '?'} ({row.get('provisioning')})"
-        node = f"{machine.node or machine.name} in {row.get('zone') or '?'}"
-        return [("accelerator", accelerator), ("node", node),
-                ("addresses", ", ".join(record.addresses or []) or "not listed yet")]
+    from jobtpu.remote.drivers import driver_for
+
+    said = driver_for(machine).where(machine, record, row)  # a TPU's node, zone and addresses
+    if said is not None:
+        return said
     where = [("accelerator", machine.accelerator)] if machine.accelerator else []
     if machine.listed_hosts:
         where.append(("hosts", ", ".join(machine.hosts)))

@@ -169,13 +169,9 @@ def _with_times(row: MachineJson, zone: Any) -> str:
 
 def _doing(machine: Machine, record: MachineRecord, held: Sequence[int], now: float) -> list[str]:
     """What the live view says a machine does: its jobs, its TPU's node and queued resource, a create's back-off."""
-    said = [f"jobs {','.join(map(str, held))}" if held else "idle"]
-    if machine.cloud_node:
-        said.append(f"node {record.tpu_state or '?'}")
-    if machine.queued_resource:
-        said.append(f"queued resource {record.queued_state or 'none'}")
-    if machine.cloud_node and record.next_try is not None and record.next_try > now:  # a create's
-        said.append(f"back-off {int(record.next_try - now)} s after {record.failures} failure(s)")
+    from jobtpu.remote.drivers import driver_for
+
+    said = [f"jobs {','.join(map(str, held))}" if held else "idle", *driver_for(machine).doing(machine, record, now)]
     if record.detail:
         said.append(record.detail)
     return said
