@@ -752,7 +752,7 @@ def test_a_queued_job_whose_rule_never_recreates_just_waits() -> None:
 
 
 def test_doctor_accounts_for_a_live_worker_through_its_job_s_active_attempt() -> None:
-    from jobtpu.remote.doctor import _why_stray
+    from jobtpu.fleet.doctor import _why_stray
     from jobtpu.schema.state import State
 
     running = Job(id=1, user="u", cmd="c", archive="a", created=0.0, status=Status.RUNNING, machine="box", attempt=2)

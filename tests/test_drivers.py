@@ -1,4 +1,4 @@
-"""remote/drivers.py: what each kind of machine does differently, asked in one place (docs/design.md
+"""fleet/drivers.py: what each kind of machine does differently, asked in one place (docs/design.md
 §5.1): a table per question over the three kinds."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobtpu.decide.reach import Contact
-from jobtpu.remote.drivers import driver_for
+from jobtpu.fleet.drivers import driver_for
 from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord, MachineState
 from jobtpu.schema.state import State

@@ -394,7 +394,7 @@ def test_the_sheet_names_a_user_by_their_sheet_name(tmp_path: Path) -> None:
     from jobtpu.home.layout import Home
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.store import Store
-    from jobtpu.sheet.hook import sheet_rows
+    from jobtpu.passes.sheet_hook import sheet_rows
 
     home = make_home(tmp_path, {"v3-a": {"kind": "local", "accelerator": "v3-8", "resources": {"slot": 2}}})
     jobtpu(home, "config", "set", "sheet_name", "Lyy", "--user", "lyy")

@@ -282,7 +282,7 @@ def _kind_compares(path: Path) -> list[int]:
 
 # What may read a machine's kind (docs/design.md §5.1): the drivers, the properties that name what
 # differs, and the loader's checks of each kind's keys.
-READS_THE_KIND = {"remote/drivers.py", "schema/fleet.py", "home/machines.py"}
+READS_THE_KIND = {"fleet/drivers.py", "schema/fleet.py", "home/machines.py"}
 
 
 def test_nothing_but_the_drivers_and_the_loader_asks_a_machine_its_kind() -> None:
@@ -377,7 +377,7 @@ def test_the_tests_readme_maps_every_command_and_every_test_file() -> None:
 
 # The TPU driver's own part (docs/design.md §5.1): the driver, tpu/, and the Reach that holds each
 # kind's runtime state for its driver without reading it.
-TPU_DRIVER_PART = ("remote/drivers.py", "tpu/")
+TPU_DRIVER_PART = ("fleet/drivers.py", "tpu/")
 TPU_RUNTIME_NAMES = {"tpu_runtime", "TpuRuntime", "tpu_api", "runtime"}
 
 
@@ -399,20 +399,20 @@ def test_the_tpu_runtime_state_is_read_only_in_the_tpu_driver_s_part() -> None:
     own part, not a field to the connection layer."""
     found = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
              if not str(path.relative_to(PACKAGE)).startswith(TPU_DRIVER_PART)
-             and str(path.relative_to(PACKAGE)) != "transport/reach.py" for line in _runtime_reads(path)]
+             and str(path.relative_to(PACKAGE)) != "fleet/reach.py" for line in _runtime_reads(path)]
     assert found == []
 
 
 def test_the_connection_layer_keeps_no_kind_s_runtime_state() -> None:
-    """transport/reach.py's Reach holds each kind's runtime state for its driver, as one opaque value
+    """fleet/reach.py's Reach holds each kind's runtime state for its driver, as one opaque value
     per kind: no TPU field (nodes, addresses, an API client) of its own."""
-    tree = ast.parse((PACKAGE / "transport" / "reach.py").read_text())
+    tree = ast.parse((PACKAGE / "fleet" / "reach.py").read_text())
     reach = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Reach")
     fields = {n.attr for n in ast.walk(reach) if isinstance(n, ast.Attribute)
               and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)}
     methods = {n.name for n in reach.body if isinstance(n, ast.FunctionDef)}
     assert not (fields | methods) & {"nodes", "addresses", "_tpu", "tpu_api"}
-    assert not {m for m in import_graph()["jobtpu.transport.reach"] if m.startswith("jobtpu.tpu")}
+    assert not {m for m in import_graph()["jobtpu.fleet.reach"] if m.startswith("jobtpu.tpu")}
 
 
 # Who may ask a machine whether the TPU API owns it: the pure core (it cannot ask a driver, which does
@@ -438,3 +438,27 @@ def test_the_pass_reaches_a_kind_s_life_cycle_only_through_its_driver() -> None:
     found = sorted(f"{module} -> {dep}" for module, deps in graph.items() if module.startswith("jobtpu.passes")
                    for dep in deps if dep.startswith("jobtpu.tpu"))
     assert found == []
+
+
+def package_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph of the package's folders (jobtpu.fleet, jobtpu.tpu, …; a top-level module is
+    its own node): an edge wherever a module of one imports a module of another."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for module, deps in modules.items():
+        graph.setdefault(package(module), set()).update(package(d) for d in deps if package(d) != package(module))
+    return graph
+
+
+def test_the_reach_packages_form_no_knot() -> None:
+    """docs/design.md §5.1: what runs on a worker (remote/), how it is reached (transport/), a kind's
+    own code (tpu/), the drivers and the session (fleet/), the team sheet (sheet/) and the pass
+    (passes/) import one another one way only, imports inside functions and under TYPE_CHECKING
+    counted."""
+    reach = {"jobtpu.remote", "jobtpu.transport", "jobtpu.tpu", "jobtpu.fleet", "jobtpu.sheet", "jobtpu.passes",
+             "jobtpu.tell", "jobtpu.snapshot"}
+    graph = package_graph(import_graph(type_checking=True))
+    cycle = find_cycle({p: deps & reach for p, deps in graph.items() if p in reach})
+    assert cycle is None, "package knot: " + " -> ".join(cycle or [])

@@ -599,11 +599,11 @@ def test_ctrl_c_in_run_follow_leaves_the_job_running_and_says_how_to_follow_it(t
 def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_jobs_private(tmp_path: Path) -> None:
     """Two launches of one pass in two threads: one has just made `run` under the pass's umask (0700,
     its shared modes a moment later) when the other asks whether its run root is shared."""
+    from jobtpu.fleet.drivers import driver_for
+    from jobtpu.fleet.reach import Reach
     from jobtpu.home.layout import Home
     from jobtpu.home.machines import load_fleet
-    from jobtpu.remote.drivers import driver_for
     from jobtpu.schema.state import State
-    from jobtpu.transport.reach import Reach
 
     home = make_home(tmp_path)
     home.chmod(0o2770)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.remote import peercopy
+from jobtpu.passes import peercopy
 from tests.helpers import jobtpu, run_pass, status, submit, wait_for, write_tree
 from tests.podfleet import PodFleet, RsyncCounter
 from tests.sshfleet import FleetMachine

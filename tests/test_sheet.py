@@ -213,7 +213,7 @@ def test_a_jobs_note_leaves_with_its_job_unless_a_person_changed_it(api: FakeShe
 ])
 def test_a_claim_names_the_users_whose_name_or_sheet_name_it_holds(claims: dict[str, str], names: dict[str, str],
                                                                    users: set[str], found: dict[str, set[str]]) -> None:
-    from jobtpu.sheet.hook import claimants
+    from jobtpu.passes.sheet_hook import claimants
 
     assert claimants(claims, names, users) == {m: frozenset(u) for m, u in found.items()}
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.remote import peercopy
+from jobtpu.passes import peercopy
 from tests.helpers import run, run_pass, status, submit, wait_for, write_tree
 from tests.podfleet import RsyncCounter
 from tests.tpufleet import TpuFleet, write_machines

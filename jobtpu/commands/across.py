@@ -108,10 +108,10 @@ def fetch_selected(home: Home, sel: Selection, path: str, to: str | None) -> int
     FETCH_AT_ONCE at a time; one line per job, in id order."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from jobtpu.fleet.operations import fetch as fetch_folder
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.places import results_target
     from jobtpu.home.store import Store
-    from jobtpu.remote.operations import fetch as fetch_folder
 
     if Path(path).is_absolute() or ".." in Path(path).parts:
         raise JobtpuError(f"PATH {path!r} must be relative to the job's folder, without '..'")

@@ -176,8 +176,8 @@ def _adopt_known_hosts(top: int, data: bytes) -> str:
 
 
 def _adopt_home_id(home: Home, top: int, data: bytes) -> str:
+    from jobtpu.fleet.reach import HOME_ID
     from jobtpu.home.store import Store
-    from jobtpu.transport.reach import HOME_ID
 
     if not HOME_ID.match(data.decode("ascii", "replace").strip()):
         raise Damaged("does not hold a home id (16 hex digits)")

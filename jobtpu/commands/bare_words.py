@@ -16,11 +16,11 @@ def with_bare_words(home: Home, opts: SubmitOptions) -> SubmitOptions:
     given as --machine and --user (docs/reference/commands.md §2.2.10)."""
     if all("=" in word for word in opts.overrides):
         return opts
+    from jobtpu.fleet.drivers import driver_for
     from jobtpu.home.actor import resolve_user
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.users import load_users
     from jobtpu.oldshapes import place_bare_words
-    from jobtpu.remote.drivers import driver_for
 
     fleet = load_fleet(home)
     machines = {name: name for name in fleet.machines}

@@ -27,8 +27,8 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
     dashboard's waits for its quit key); True from it ends the wait and is returned (quit).
     `spool_seen`: the spool's stamp when this round took its requests in (`spool_stamp`), so a
     request that came during the pass starts the next round at once."""
+    from jobtpu.fleet.operations import stream_logs
     from jobtpu.home.spool import stamps
-    from jobtpu.remote.operations import stream_logs
 
     folders, ended, busy, remote = _look(home, woken)
     if ended:  # an end the pass did not see yet: the next round now
@@ -73,10 +73,10 @@ def _look(home: Home, woken: set[tuple[int, int]]) -> tuple[list[Path], bool, bo
     (once per attempt, in `woken`: a pass that could not settle it waits as ever); whether work is
     in flight; and whether a job runs on a remote machine (whose log lines to bring home meanwhile).
     A home that cannot be read now is watched through its spool alone."""
+    from jobtpu.fleet.drivers import driver_for
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.roles import SPOOL
     from jobtpu.home.store import Store
-    from jobtpu.remote.drivers import driver_for
 
     folders = [home.root / SPOOL]
     try:

@@ -15,10 +15,10 @@ def clean(home: Home, sel: Selection, remote: bool, force: bool = False, dry_run
     """Move ended jobs to history.jsonl (with `remote`, delete their remote folders too): your ended
     jobs, or the ended ones among those the ids and selectors name."""
     from jobtpu.commands.batch import settle_dependents
+    from jobtpu.fleet.operations import clean_remote
     from jobtpu.home.secrets import SecretStore
     from jobtpu.home.store import append_to_history
     from jobtpu.passes.session import locked_session
-    from jobtpu.remote.operations import clean_remote
 
     me = known_user(home, None)
     with locked_session(home) as session:

@@ -26,8 +26,8 @@ def doctor(home: Home, name: str | None, fix: bool, accelerator: bool = False) -
         text, problem = passes_check(Store(home).load().last_pass, time.time())
         note(text)
         return 1 if problem else 0
+    from jobtpu.fleet.doctor import doctor as check_machine
     from jobtpu.home.machines import load_fleet
-    from jobtpu.remote.doctor import doctor as check_machine
 
     fleet = load_fleet(home)  # a broken machines.json or an unknown name is the one line, before any check
     machine = fleet.require(name)

@@ -21,8 +21,8 @@ def fetch(home: Home, job_id: int, path: str, to: str | None) -> int:
 
 def fetch_into(home: Home, job_id: int, path: str, to: str | None) -> Path:
     """Pull the job's remote folder (or `path` in it) into results/ID/ or `to`; the folder it went to."""
+    from jobtpu.fleet.operations import fetch as fetch_folder
     from jobtpu.home.machines import load_fleet
-    from jobtpu.remote.operations import fetch as fetch_folder
     from jobtpu.views.listing import find_job
 
     state = Store(home).load()

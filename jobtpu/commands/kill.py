@@ -59,7 +59,7 @@ def _local_process_owner(session: Session, job: Job) -> str | None:
     import os
     import pwd
 
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     machine = session.fleet.get(job.machine) if job.machine else None
     if machine is None or driver_for(machine).remote or os.geteuid() == 0:

@@ -30,7 +30,7 @@ def machine_rows(home: Home, state: State | None = None) -> list[dict[str, Any]]
 def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """machine_rows' rows from the fleet, state.json and the sheet's claims (None: no sheet)."""
     from jobtpu.decide.dispatch import used_resources
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
     from jobtpu.schema.records import MachineRecord
 
     used = used_resources(state.jobs)
@@ -66,7 +66,7 @@ def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = No
 
 def _sheet_claims(home: Home) -> Mapping[str, str]:
     """Machines a person claimed in the team sheet, as the last pass's read of it saw them (no API call)."""
-    from jobtpu.sheet.hook import memo_path
+    from jobtpu.passes.sheet_hook import memo_path
     from jobtpu.sheet.memo import load_memo
 
     return load_memo(memo_path(home)).claims

@@ -74,8 +74,8 @@ def _opened(client: Any) -> Any:
 
 def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
     """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
+    from jobtpu.fleet.drivers import driver_for
     from jobtpu.passes.session import load_session
-    from jobtpu.remote.drivers import driver_for
 
     session = load_session(home)
     machine = session.fleet.resolve(name)

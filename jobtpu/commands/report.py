@@ -29,7 +29,7 @@ def chips_of(machine: Machine | None, job: Job) -> tuple[int | None, str]:
     job asked for (`--req gpu=N`), not all the box has. None when unknown or none were asked."""
     if machine is None:
         return None, "chip"
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     whole = driver_for(machine).whole_accelerator(machine)
     if whole is not None:

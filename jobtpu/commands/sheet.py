@@ -34,7 +34,7 @@ def _say(lines: list[str] | str) -> None:
 
 def sync(home: Home) -> int:
     """Bring the sheet to the fleet's rows now; exit 1 (one line) when the API cannot be used."""
-    from jobtpu.sheet.hook import memo_path, sheet_rows
+    from jobtpu.passes.sheet_hook import memo_path, sheet_rows
     from jobtpu.sheet.sync import sync as sync_sheet
 
     fleet, config = _configured(home)
@@ -90,8 +90,8 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
 
 
 def release(home: Home, name: str, user: str | None) -> int:
+    from jobtpu.passes.sheet_hook import memo_path
     from jobtpu.sheet.edits import release as release_row
-    from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)
     _say(release_row(config, name, memo_path(home), user))
@@ -112,7 +112,7 @@ def _my_names(home: Home) -> set[str]:
     """The names the sheet may know the caller by: their user name and their sheet_name."""
     from jobtpu.errors import JobtpuError
     from jobtpu.home.actor import resolve_user
-    from jobtpu.sheet.hook import sheet_names
+    from jobtpu.passes.sheet_hook import sheet_names
 
     try:
         user = resolve_user(None)
@@ -123,8 +123,8 @@ def _my_names(home: Home) -> set[str]:
 
 def register(home: Home, name: str) -> int:
     """Add NAME's row: filled from the fleet when NAME is one of its machines, else the name alone."""
+    from jobtpu.passes.sheet_hook import memo_path, sheet_rows
     from jobtpu.sheet.edits import register as register_row
-    from jobtpu.sheet.hook import memo_path, sheet_rows
 
     fleet, config = _configured(home)
     config.tab.check_rows_editable("register")
@@ -134,8 +134,8 @@ def register(home: Home, name: str) -> int:
 
 
 def unregister(home: Home, name: str) -> int:
+    from jobtpu.passes.sheet_hook import memo_path
     from jobtpu.sheet.edits import unregister as unregister_row
-    from jobtpu.sheet.hook import memo_path
 
     _, config = _configured(home)
     config.tab.check_rows_editable("unregister")

@@ -37,7 +37,7 @@ def tail(home: Home, job_id: int, lines: int, follow_log: bool, worker: int, ask
 
     member = role_of(home.root).is_member  # a shared home's logs are its runner's to pull (its passes do)
     while follow_log:
-        from jobtpu.remote.operations import pull_logs
+        from jobtpu.fleet.operations import pull_logs
 
         if member:
             no_probe: dict[WorkerRef, WorkerState] = {}

@@ -5,7 +5,7 @@ alone, 0700, files 0600), one line each, until the runner looks at it and adopts
 (`jobtpu adopt`, commands/adopt.py).
 
 The class, from the readers that ask who owns a file (trust.py, privileged.py, settings.py,
-transport/reach.py, transport/hostkeys.py):
+fleet/reach.py, transport/hostkeys.py):
 - `runner.json`: consent to run members' local jobs as the runner, and privileged keys;
 - machines.json's privileged keys (privileged.py): the file stays, for the fleet, rewritten by the
   runner without them; the original is kept aside;

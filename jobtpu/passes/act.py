@@ -16,15 +16,15 @@ from jobtpu.decide.placement import Place, on_resume_words, place_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.errors import RemoteError
+from jobtpu.fleet import pulls
+from jobtpu.fleet.drivers import DRIVERS, driver_for
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
 from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
+from jobtpu.passes.peercopy import launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
-from jobtpu.remote import pulls
-from jobtpu.remote.drivers import DRIVERS, driver_for
-from jobtpu.remote.peercopy import launch_workers, peer_addresses_of
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind

@@ -1,5 +1,5 @@
 """The one interface through which a pass calls what it tells besides its decisions: events and
-notifications (passes/tell.py), progress (passes/progress.py), the team sheet (sheet/hook.py). Each
+notifications (passes/tell.py), progress (passes/progress.py), the team sheet (passes/sheet_hook.py). Each
 hook is an object with its own state for one pass; run_pass builds the list once and calls it at
 four points, never a named module. A feature that needs a pass adds a hook, not a call in run_pass."""
 

@@ -21,6 +21,8 @@ from jobtpu import timing
 from jobtpu.decide.core import decide
 from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
 from jobtpu.decide.settle import settle
+from jobtpu.fleet import pulls
+from jobtpu.fleet.drivers import driver_for
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
@@ -31,12 +33,10 @@ from jobtpu.passes.hooks import PassHook
 from jobtpu.passes.observe import bring_logs_home, observe
 from jobtpu.passes.progress import ProgressHook
 from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
+from jobtpu.passes.sheet_hook import SheetHook
 from jobtpu.passes.tell import EventsHook
-from jobtpu.remote import pulls
-from jobtpu.remote.drivers import driver_for
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import MachineRecord, Status
-from jobtpu.sheet.hook import SheetHook
 
 
 class Before(msgspec.Struct, frozen=True):

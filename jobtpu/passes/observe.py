@@ -14,13 +14,13 @@ from jobtpu.decide.observation import Observation, refs_of
 from jobtpu.decide.progress import progress_of
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
+from jobtpu.fleet import pulls
+from jobtpu.fleet.drivers import DRIVERS, driver_for
 from jobtpu.home import logfiles
 from jobtpu.home.roles import Layout, role_of
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes.context import Pass
-from jobtpu.remote import pulls
-from jobtpu.remote.drivers import DRIVERS, driver_for
 from jobtpu.remote.scripts import TAIL_BYTES
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Status

@@ -1,5 +1,5 @@
 """What commands share with the manage pass: the pass lock, and the session object that is a Reach
-(transport/reach.py: the fleet, the state it read, how to reach each worker, a loop's kept
+(fleet/reach.py: the fleet, the state it read, how to reach each worker, a loop's kept
 connections) that also merges what it changed into state.json.
 
 Below manage.py and the commands: none of them imports another to borrow these. remote/ and tpu/
@@ -12,6 +12,11 @@ from collections.abc import Callable, Iterator
 
 from jobtpu import timing
 from jobtpu.errors import BusyError
+from jobtpu.fleet.reach import KeptConnections as KeptConnections
+from jobtpu.fleet.reach import Reach
+from jobtpu.fleet.reach import home_id as home_id
+from jobtpu.fleet.reach import kept_connections as kept_connections
+from jobtpu.fleet.reach import parallel as parallel
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import StateVersion, Store, pass_lock
@@ -19,11 +24,6 @@ from jobtpu.schema.events import Event
 from jobtpu.schema.fleet import Fleet
 from jobtpu.schema.state import Job, LastPass, State
 from jobtpu.schema.state_file import Encoded, encode, encode_head, encode_jobs
-from jobtpu.transport.reach import KeptConnections as KeptConnections
-from jobtpu.transport.reach import Reach
-from jobtpu.transport.reach import home_id as home_id
-from jobtpu.transport.reach import kept_connections as kept_connections
-from jobtpu.transport.reach import parallel as parallel
 
 
 class Session(Reach):

@@ -44,7 +44,7 @@ NO_LIMIT = UserLimit()
 
 class MachineKind(StrEnum):
     """What a machine is (machines.json's `kind`): each compares equal to its word. What each kind does
-    differently in a pass is one place, remote/drivers.py."""
+    differently in a pass is one place, fleet/drivers.py."""
 
     LOCAL = "local"
     SSH = "ssh"
@@ -83,7 +83,7 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         return {"slot": 1, **self.resources}
 
     # What differs between kinds, named by what it means (docs/design.md §5.1): the one place outside
-    # remote/drivers.py and the loader that reads a machine's kind.
+    # fleet/drivers.py and the loader that reads a machine's kind.
     @property
     def cloud_node(self) -> bool:
         """A node the TPU API owns: the API says where its workers are and whether it is up, Google

@@ -20,7 +20,7 @@ belongs to people: jobtpu writes one only when a job brings a new one (`submit -
 Wiring (the few calls the rest of jobtpu makes):
 - machines.json: keep the top-level `sheet` object and give it to `config.parse_config(raw)` → SheetConfig
   (a one-line ConfigError when it is wrong). No `sheet` key: nothing here is called.
-- A pass (jobtpu/sheet/hook.py): at its start `ps = sync.PassSheet.start(config, memo_path)` (one read, unless
+- A pass (jobtpu/passes/sheet_hook.py): at its start `ps = sync.PassSheet.start(config, memo_path)` (one read, unless
   the last one is younger than `read_every`; memo_path: `<home>/sheet.json`); print `ps.problem` when set. Dispatch skips every machine in
   `ps.claims(own)` (own: machine → ", ".join(users running jobs there now)) but for the users the claim names, giving
   `decide.observation.claim_reason(holder)` as the pending reason and in `machines`. At its end build a SheetMachine per

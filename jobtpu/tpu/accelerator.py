@@ -16,7 +16,7 @@ from jobtpu.tpu.repairs import why_no_restart
 from jobtpu.transport.base import Endpoint
 
 if TYPE_CHECKING:
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
 Line = tuple[str, bool]  # (text, is a problem), as doctor.py's
 
@@ -61,7 +61,7 @@ def worker_lines(machine: Machine, label: str, facts: AcceleratorFacts, workers:
              f"({shown}), held by no process (no jax on python3 to ask further)", False)]
 
 
-def accelerator_checks(session: Reach, machine: Machine, eps: list[Endpoint],
+def accelerator_checks(session: WorkerAccess, machine: Machine, eps: list[Endpoint],
                        label: Callable[[Machine, Endpoint], str]) -> list[Line]:
     def one(ep: Endpoint) -> list[Line]:
         try:

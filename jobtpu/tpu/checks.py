@@ -1,5 +1,5 @@
-"""`jobtpu doctor NAME` on a TPU machine, its driver's part (remote/doctor.py asks it through
-remote/drivers.py): the node as the TPU API describes it, whether setup completed on it, and on every
+"""`jobtpu doctor NAME` on a TPU machine, its driver's part (fleet/doctor.py asks it through
+fleet/drivers.py): the node as the TPU API describes it, whether setup completed on it, and on every
 worker the TPU device free of stale holders."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from jobtpu.tpu.runtime import tpu_runtime
 from jobtpu.transport.base import Endpoint
 
 if TYPE_CHECKING:
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
-Line = tuple[str, bool]  # (text, is a problem), as remote/doctor.py reports it
+Line = tuple[str, bool]  # (text, is a problem), as fleet/doctor.py reports it
 
 
-def node_check(p: Reach, machine: Machine) -> list[Line]:
+def node_check(p: WorkerAccess, machine: Machine) -> list[Line]:
     """The node's state from the TPU API and whether setup completed on it. Its workers' addresses,
     when the API gave them, are where this session reaches them."""
     lines, live = _node_check(p, machine)
@@ -30,7 +30,7 @@ def node_check(p: Reach, machine: Machine) -> list[Line]:
     return lines
 
 
-def _node_check(p: Reach, machine: Machine) -> tuple[list[Line], list[str] | None]:
+def _node_check(p: WorkerAccess, machine: Machine) -> tuple[list[Line], list[str] | None]:
     record = p.state.machine(machine.name)
     machine = machine.in_zone(record.zone)  # capacity errors may have moved it to a later zone
     try:
@@ -51,7 +51,7 @@ def _node_check(p: Reach, machine: Machine) -> tuple[list[Line], list[str] | Non
     return out, node.addresses(machine.use_external_ip)
 
 
-def device_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bool,
+def device_checks(session: WorkerAccess, machine: Machine, eps: list[Endpoint], fix: bool,
                   label_of: Callable[[Machine, Endpoint], str]) -> list[Line]:
     """On every worker: the TPU device free of stale holders and no stale /tmp/libtpu_lockfile
     (--fix stops the holders and removes the file)."""
@@ -59,7 +59,7 @@ def device_checks(session: Reach, machine: Machine, eps: list[Endpoint], fix: bo
             for line in worker]
 
 
-def _tpu_worker(session: Reach, machine: Machine, ep: Endpoint, fix: bool, label: str) -> list[Line]:
+def _tpu_worker(session: WorkerAccess, machine: Machine, ep: Endpoint, fix: bool, label: str) -> list[Line]:
     try:
         with session.connected(machine, ep) as t:
             result = t.run(tpu_doctor_script(machine.root, fix), timeout=machine.connect_timeout + 30)

@@ -37,16 +37,16 @@ from jobtpu.tpu.runtime import tpu_runtime
 
 if TYPE_CHECKING:
     from jobtpu.decide.core import Observation
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
 
-def first_backoff(p: Reach) -> float:
+def first_backoff(p: WorkerAccess) -> float:
     return float(p.fleet.gcp.get("recreate_backoff", BACKOFF_FIRST))
 
 
 # ---- observe ----------------------------------------------------------------------------------------
 
-def observe_tpu_nodes(p: Reach, now: float) -> list[Sighting]:
+def observe_tpu_nodes(p: WorkerAccess, now: float) -> list[Sighting]:
     """One listing per zone (its queued resources too when a machine there uses one), then for each
     machine the operation its record follows and, for strict host keys, the keys its node publishes.
     Each machine is looked for in the zone it is in now (capacity errors may have moved it)."""
@@ -74,7 +74,7 @@ def observe_tpu_nodes(p: Reach, now: float) -> list[Sighting]:
     return [asked[m.name] if m.name in asked else sighting(m) for m in tpus]
 
 
-def _sighting(p: Reach, api: TpuApi, machine: Machine, listed: Any, now: float) -> Sighting:
+def _sighting(p: WorkerAccess, api: TpuApi, machine: Machine, listed: Any, now: float) -> Sighting:
     if isinstance(listed, RemoteError):
         return Sighting(machine, listing_error=listed)
     record = p.state.machine(machine.name)
@@ -97,7 +97,7 @@ def _sighting(p: Reach, api: TpuApi, machine: Machine, listed: Any, now: float) 
 
 # ---- decide and record the intents ------------------------------------------------------------------
 
-def plan_tpus(p: Reach, seen: Observation, sightings: list[Sighting]) -> list[MachineWork]:
+def plan_tpus(p: WorkerAccess, seen: Observation, sightings: list[Sighting]) -> list[MachineWork]:
     """Each machine's plan: its steps recorded as intents (a dry run only says them), carried out
     later by `carry_out`. Fills the machines' views and worker addresses."""
     line = credentials_line([s.listing_error for s in sightings if s.listing_error is not None])
@@ -122,13 +122,13 @@ def plan_tpus(p: Reach, seen: Observation, sightings: list[Sighting]) -> list[Ma
     return planned
 
 
-def observe_tpus(p: Reach, seen: Observation) -> list[MachineWork]:
+def observe_tpus(p: WorkerAccess, seen: Observation) -> list[MachineWork]:
     """The TPU part of a pass's observing: node states gathered, then each machine's steps planned
     and recorded as intents, to be saved before `carry_out_all`."""
     return plan_tpus(p, seen, observe_tpu_nodes(p, seen.now))
 
 
-def request_recreate(p: Reach, machine: Machine, now: float) -> MachineWork | None:
+def request_recreate(p: WorkerAccess, machine: Machine, now: float) -> MachineWork | None:
     """A job (or `jobtpu tpu apply`) wants this TPU back: plan the first step (delete, or create) and
     record it as an intent; the caller saves, then carries it out. Later passes go on from there.
     None when it is already on its way back."""
@@ -150,20 +150,20 @@ def request_recreate(p: Reach, machine: Machine, now: float) -> MachineWork | No
 
 # ---- act --------------------------------------------------------------------------------------------
 
-def carry_out_all(p: Reach, works: list[MachineWork], now: float) -> None:
+def carry_out_all(p: WorkerAccess, works: list[MachineWork], now: float) -> None:
     """Every machine's saved steps; machines side by side (a setup may wait up to timing's setup_wait)."""
     if works:
         api = tpu_runtime(p).api()
         p.parallel(lambda work: carry_out(p, api, work, now), works)
 
 
-def carry_out(p: Reach, api: TpuApi, work: MachineWork, now: float) -> None:
+def carry_out(p: WorkerAccess, api: TpuApi, work: MachineWork, now: float) -> None:
     """Carry out the machine's saved steps, then record what they came to."""
     reports = [carry_out_step(p, api, work, step) for step in work.plan.steps]
     settle(work.machine, work.record, work.plan, reports, now, first_backoff(p))
 
 
-def carry_out_step(p: Reach, api: TpuApi, work: MachineWork, step: Step) -> StepReport:
+def carry_out_step(p: WorkerAccess, api: TpuApi, work: MachineWork, step: Step) -> StepReport:
     """One step's call; what came back, undecided."""
     machine, record = work.machine, work.record
     calls: dict[StepKind, Callable[[], StepReport]] = {
@@ -182,7 +182,7 @@ def carry_out_step(p: Reach, api: TpuApi, work: MachineWork, step: Step) -> Step
         return StepReport(step, error=e)
 
 
-def forget_keys(p: Reach, machine: Machine, addresses: list[str], step: Step) -> StepReport:
+def forget_keys(p: WorkerAccess, machine: Machine, addresses: list[str], step: Step) -> StepReport:
     """A recreated node has new host keys: forget the old ones rather than trust or refuse them."""
     if machine.host_key_policy != "off" and p.home.known_hosts.exists():
         from jobtpu.transport.hostkeys import forget_host
@@ -192,7 +192,7 @@ def forget_keys(p: Reach, machine: Machine, addresses: list[str], step: Step) ->
     return StepReport(step)
 
 
-def run_setup(p: Reach, work: MachineWork, step: Step) -> StepReport:
+def run_setup(p: WorkerAccess, work: MachineWork, step: Step) -> StepReport:
     """Start the setup commands detached on every worker (once per incarnation), wait a little;
     each worker's last output (None: there are no setup commands)."""
     machine, record = work.machine, work.record

@@ -18,10 +18,10 @@ from jobtpu.tpu.runtime import tpu_runtime
 
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Machine
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
 
-def node_operation(p: Reach, op: str, name: str, commit: Callable[[], None]) -> dict[str, Any]:
+def node_operation(p: WorkerAccess, op: str, name: str, commit: Callable[[], None]) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     machine = p.fleet.resolve(name)
     name = machine.name  # an alias or the node's name, as machines.json names the machine
@@ -78,7 +78,7 @@ def node_operation(p: Reach, op: str, name: str, commit: Callable[[], None]) -> 
     }
 
 
-def _recreate(p: Reach, machine: Machine, now: float, commit: Callable[[], None]) -> None:
+def _recreate(p: WorkerAccess, machine: Machine, now: float, commit: Callable[[], None]) -> None:
     """Plan the first step of bringing the node back, save it, then carry it out (as a pass does)."""
     work = request_recreate(p, machine, now)
     if work is not None:

@@ -18,16 +18,16 @@ from jobtpu.tpu.runtime import tpu_runtime
 if TYPE_CHECKING:
     from jobtpu.schema.fleet import Machine
     from jobtpu.schema.tpu_answers import NodeInfo
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
 
 
 
-def running_jobs(p: Reach, name: str) -> list[int]:
+def running_jobs(p: WorkerAccess, name: str) -> list[int]:
     return [j.id for j in p.state.jobs if j.machine == name and j.active]
 
 
-def refuse_if_busy(p: Reach, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:
+def refuse_if_busy(p: WorkerAccess, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:
     """One line naming the jobs a repair would run under (or end), unless --force."""
     busy = running_jobs(p, name)
     if busy and not force:
@@ -37,7 +37,7 @@ def refuse_if_busy(p: Reach, name: str, force: bool, what: str, hint: str = "add
                           hint=f"{hint}`jobtpu kill {ids}` first")
 
 
-def ready_node(p: Reach, machine: Machine) -> NodeInfo:
+def ready_node(p: WorkerAccess, machine: Machine) -> NodeInfo:
     """The machine's node, which must be up for its workers to be reached."""
     from jobtpu.schema.tpu_answers import UP, health_of
 
@@ -53,7 +53,7 @@ def ready_node(p: Reach, machine: Machine) -> NodeInfo:
     return node
 
 
-def tpu_machine(p: Reach, name: str) -> Machine:
+def tpu_machine(p: WorkerAccess, name: str) -> Machine:
     """The TPU machine `name` means, in the zone it is in now."""
     machine = p.fleet.resolve(name)
     if not machine.cloud_node:
@@ -61,7 +61,7 @@ def tpu_machine(p: Reach, name: str) -> Machine:
     return machine.in_zone(p.state.machine(machine.name).zone)
 
 
-def setup_now(p: Reach, name: str, force: bool, say: Callable[[str], None]) -> int:
+def setup_now(p: WorkerAccess, name: str, force: bool, say: Callable[[str], None]) -> int:
     """Rerun the machine's setup on every worker, under the pass lock (the caller's session holds it);
     each worker's output as `[K] line`, then one result line. 1 when a worker failed."""
     from jobtpu.remote.scripts import setup_now_script, setup_tag
@@ -105,7 +105,7 @@ def setup_now(p: Reach, name: str, force: bool, say: Callable[[str], None]) -> i
     return 1
 
 
-def _record(p: Reach, machine: Machine, incarnation: str, failed: list[tuple[int, str]],
+def _record(p: WorkerAccess, machine: Machine, incarnation: str, failed: list[tuple[int, str]],
             results: list[tuple[list[str], str]]) -> None:
     """What the passes see: done, or failed for good (a person is on it: passes do not retry it).
     Only for the incarnation the record knows; a pass that meets a new one plans its setup itself."""
@@ -134,7 +134,7 @@ def why_no_restart(accelerator: str | None, workers: int) -> str | None:
     return None
 
 
-def restart(p: Reach, name: str, say: Callable[[str], None]) -> int:
+def restart(p: WorkerAccess, name: str, say: Callable[[str], None]) -> int:
     """Stop the node, then start it, waiting for each; under the pass lock (the caller's session holds
     it), so no pass meanwhile takes the stopped node for preempted. Its disk is kept: setup is not run
     again."""

@@ -13,11 +13,11 @@ from jobtpu.schema.state import State
 if TYPE_CHECKING:
     from jobtpu.schema.tpu_answers import NodeInfo
     from jobtpu.tpu.api import TpuApi
-    from jobtpu.transport.reach import Reach
+    from jobtpu.transport.base import WorkerAccess
 
 
 class TpuRuntime:
-    """One session's TPU state: made by the TPU driver (remote/drivers.py) when the session starts."""
+    """One session's TPU state: made by the TPU driver (fleet/drivers.py) when the session starts."""
 
     def __init__(self, gcp: dict[str, Any], state: State) -> None:
         self._gcp = gcp
@@ -41,6 +41,6 @@ class TpuRuntime:
             self.addresses[name] = addresses
 
 
-def tpu_runtime(p: Reach) -> TpuRuntime:
+def tpu_runtime(p: WorkerAccess) -> TpuRuntime:
     """The session's TPU state, as the TPU driver keeps it."""
     return cast(TpuRuntime, p.runtime(MachineKind.TPU))

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobtpu.schema.msgspec_lib import msgspec
+
+if TYPE_CHECKING:
+    from jobtpu.home.layout import Home
+    from jobtpu.schema.fleet import Fleet, Machine, MachineKind
+    from jobtpu.schema.state import State
 
 
 class Result(msgspec.Struct, frozen=True):
@@ -49,3 +56,26 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class WorkerAccess(Protocol):
+    """What a kind's own code (tpu/) asks of the session that reaches workers (fleet/reach.py's Reach),
+    as an interface below both: the driver that holds that code sits above it, and the session above
+    the driver, so the three form no knot."""
+
+    home: Home
+    fleet: Fleet
+    state: State
+    dry_run: bool
+    notes: list[str]
+
+    def runtime(self, kind: MachineKind) -> Any: ...
+
+    def parallel(self, fn: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]: ...
+
+    def endpoints(self, machine: Machine) -> list[Endpoint]: ...
+
+    def connected(self, machine: Machine, endpoint: Endpoint,
+                  reuse: bool = True) -> AbstractContextManager[Transport]: ...
+
+    def run_on(self, machine: Machine, endpoint: Endpoint, script: str, timeout: float | None = None) -> str: ...

@@ -1,5 +1,5 @@
 """How a transport to one worker is made, on this computer or over SSH; a machine's driver
-(remote/drivers.py) picks which."""
+(fleet/drivers.py) picks which."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def machine_lines(row: dict[str, Any], machine: Machine, record: MachineRecord, 
 
 
 def _where(row: dict[str, Any], machine: Machine, record: MachineRecord) -> list[tuple[str, str]]:
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     said = driver_for(machine).where(machine, record, row)  # a TPU's node, zone and addresses
     if said is not None:

@@ -169,7 +169,7 @@ def _with_times(row: MachineJson, zone: Any) -> str:
 
 def _doing(machine: Machine, record: MachineRecord, held: Sequence[int], now: float) -> list[str]:
     """What the live view says a machine does: its jobs, its TPU's node and queued resource, a create's back-off."""
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     said = [f"jobs {','.join(map(str, held))}" if held else "idle", *driver_for(machine).doing(machine, record, now)]
     if record.detail:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from jobtpu import timing
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
+from jobtpu.fleet.reach import Reach
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
@@ -21,7 +22,6 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 from jobtpu.transport.base import Endpoint
-from jobtpu.transport.reach import Reach
 
 CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ended: 64 MiB a pass
 

@@ -40,7 +40,7 @@ class Driver:
 
     def new_runtime(self, fleet: Fleet, state: State) -> Any:
         """What this kind keeps for one session (a pass, a command) while it runs, made when the
-        session starts (transport/reach.py `Reach.runtime`); None: nothing."""
+        session starts (fleet/reach.py `Reach.runtime`); None: nothing."""
         return None
 
     def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:

@@ -7,17 +7,17 @@ from typing import NamedTuple
 
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import JobtpuError, RemoteError
+from jobtpu.fleet.drivers import driver_for
+from jobtpu.fleet.pulls import append_log, probe
+from jobtpu.fleet.reach import KeptConnections, Reach, parallel
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
-from jobtpu.remote.drivers import driver_for
-from jobtpu.remote.pulls import append_log, probe
 from jobtpu.remote.scripts import job_folder, remove_job_script
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Job, State, Status
 from jobtpu.transport.base import Endpoint
-from jobtpu.transport.reach import KeptConnections, Reach, parallel
 
 
 class Pulled(NamedTuple):

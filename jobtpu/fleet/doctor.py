@@ -11,9 +11,10 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import BusyError, JobtpuError, RemoteError
+from jobtpu.fleet.drivers import driver_for
+from jobtpu.fleet.reach import Reach, parallel
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store, pass_lock
-from jobtpu.remote.drivers import driver_for
 from jobtpu.remote.scripts import (
     doctor_script,
     kill_script,
@@ -25,7 +26,6 @@ from jobtpu.remote.scripts import (
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport
-from jobtpu.transport.reach import Reach, parallel
 
 DISK_WARN_GB = 5.0
 # What a remote worker needs: bash scripts, rsync for archives and fetch, python3 to check and unpack

@@ -21,9 +21,9 @@ from typing import Any
 from jobtpu import timing
 from jobtpu.decide.reach import Contacts
 from jobtpu.errors import JobtpuError, RemoteError, UnreachableError
+from jobtpu.fleet.drivers import DRIVERS, driver_for
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, create_temp
-from jobtpu.remote.drivers import DRIVERS, driver_for
 from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.state import State
 from jobtpu.transport.base import Endpoint, Transport

@@ -157,7 +157,7 @@ def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
     users = tuple(dict.fromkeys((names or {}).get(j.user, j.user) for j in jobs))
     started = [j.current.started for j in jobs if j.current is not None and j.current.started]
     notes = [j.sheet_note for j in sorted(jobs, key=_started_at) if j.sheet_note is not None]
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     driver = driver_for(machine)
     return SheetMachine(
@@ -174,7 +174,7 @@ def _started_at(job: Job) -> float:
 
 def _state(machine: Machine, record: MachineRecord) -> str:
     """The word `machines` shows."""
-    from jobtpu.remote.drivers import driver_for
+    from jobtpu.fleet.drivers import driver_for
 
     if record.api_error:
         return "unknown"
