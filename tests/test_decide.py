@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -16,8 +17,16 @@ from jobtpu.decide import core, rules
 from jobtpu.decide.core import apply_ending, requeue, wants_recreate
 from jobtpu.decide.dispatch import used_resources
 from jobtpu.decide.fit import allocate, parse_request, why_not
-from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Recreate
-from jobtpu.decide.outcomes import NoAnswer, goes_ahead, kill_asked, killed, launched, not_launched
+from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate
+from jobtpu.decide.outcomes import (
+    LaunchReport,
+    NoAnswer,
+    goes_ahead,
+    kill_asked,
+    killed,
+    launched,
+    not_launched,
+)
 from jobtpu.decide.workers import LaunchResult, WorkerRef, WorkerState
 from jobtpu.errors import JobtpuError
 from jobtpu.schema import state as model
@@ -42,6 +51,7 @@ pytestmark = pytest.mark.fast
 
 T0 = 1_000_000.0
 NOW = T0 + 100.0
+_T = TypeVar("_T")  # what an outcome function answers
 
 
 # ---- builders ---------------------------------------------------------------------------------------
@@ -998,53 +1008,65 @@ def report(job: Job, worker: int, outcome: str, detail: str = "") -> LaunchResul
     return LaunchResult(WorkerRef(job.id, job.attempt, worker), outcome, detail=detail)
 
 
+def applied(job: Job, outcome: Callable[[Plan], _T]) -> _T:
+    """An outcome function's answer, its job's new record applied to `job` as the pass applies what
+    settle returns (the function itself changes nothing it is given: tests/test_settle_values.py)."""
+    plan = Plan()
+    answer = outcome(plan)
+    plan.apply_to([job])
+    return answer
+
+
 def test_a_launch_every_worker_started_runs_and_an_ssh_machine_is_up() -> None:
     job = launching()  # the machine's record is up by the contacts alone (test_reach)
-    assert launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}, NOW) is None
+    reports: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan)) is None
     assert (job.status, job.current.started if job.current else None) == (Status.RUNNING, NOW)
 
 
 def test_a_launch_no_worker_could_be_reached_goes_back_to_the_queue_as_it_was() -> None:
     job = launching()  # the machine's record is unreachable by the contacts alone (test_reach)
     gone = NoAnswer("box[0]: connection refused", unreachable=True)
-    assert launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, NOW) is None
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, NOW, plan)) is None
     assert (job.status, job.machine, job.alloc, job.attempts) == (Status.QUEUED, None, {}, [])
     assert job.last_line == "could not launch: box[0]: connection refused"
 
 
 def test_a_launch_that_failed_on_one_worker_stops_the_workers_that_started() -> None:
     job = launching()
-    kill = launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: report(job, 1, "fail", "no python3")},
-                    NOW)
+    reports: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: report(job, 1, "fail", "no python3")}
+    kill = applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan))
     assert kill == Kill(7, "box", (WorkerRef(7, 0, 0),))
     assert (job.status, job.reason, job.last_line) == (Status.KILLING, model.LAUNCH_FAILED,
                                                         "launch failed on worker 1: no python3")
-    assert killed(job, "box", gone=True, now=NOW) is None
+    assert applied(job, lambda plan: killed(job, "box", gone=True, now=NOW, plan=plan)) is None
     assert (job.status, job.reason) == (Status.FAILED, model.LAUNCH_FAILED)
 
 
 def test_a_launch_with_an_unclear_answer_stays_launching_and_says_why() -> None:
     job = launching()
-    launched(job, gpu_box(hosts=2), {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}, NOW)
+    reports: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: NoAnswer("timed out")}
+    applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan))
     assert (job.status, job.last_line) == (Status.LAUNCHING, "launch: timed out")
 
 
 def test_a_launch_without_a_clear_answer_for_an_hour_stops_every_worker_and_fails() -> None:
     job = launching()
-    unclear = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
-    assert launched(job, gpu_box(hosts=2), unclear, T0 + current().launch_give_up - 1) is None
+    unclear: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
+    give_up = current().launch_give_up
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), unclear, T0 + give_up - 1, plan)) is None
     assert job.status is Status.LAUNCHING
-    kill = launched(job, gpu_box(hosts=2), unclear, T0 + current().launch_give_up + 1)
+    kill = applied(job, lambda plan: launched(job, gpu_box(hosts=2), unclear, T0 + give_up + 1, plan))
     assert kill == Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))  # worker 1 may have started too
     assert (job.status, job.reason) == (Status.KILLING, model.LAUNCH_FAILED)
     assert job.last_line == "gave up launching after 60 min: rsync: connection reset"
-    assert killed(job, "box", gone=True, now=T0 + current().launch_give_up + 2) is None
+    assert applied(job, lambda plan: killed(job, "box", gone=True, now=T0 + give_up + 2, plan=plan)) is None
     assert (job.status, job.reason) == (Status.FAILED, model.LAUNCH_FAILED)
 
 
 def test_a_launch_not_tried_because_setup_did_not_finish_is_queued_again() -> None:
     job = launching(machine="tpu")
-    not_launched(job, "tpu is setting up")
+    applied(job, lambda plan: not_launched(job, "tpu is setting up", plan))
     assert (job.status, job.waiting, job.attempts) == (Status.QUEUED, "tpu is setting up", [])
 
 
@@ -1057,28 +1079,30 @@ def test_a_launch_not_tried_because_setup_did_not_finish_is_queued_again() -> No
 def test_a_launch_goes_ahead_only_when_its_machine_ran_no_setup_or_that_setup_is_done(
         setup: str | None, goes: bool, waiting: str | None) -> None:
     job = launching(machine="tpu")
-    assert goes_ahead(job, "tpu", setup) is goes
+    assert applied(job, lambda plan: goes_ahead(job, "tpu", setup, plan)) is goes
     assert (job.status, job.waiting) == ((Status.LAUNCHING, None) if goes else (Status.QUEUED, waiting))
-    assert goes_ahead(None, "tpu", setup) is goes  # a job gone from state.json meanwhile: nothing to move
+    assert goes_ahead(None, "tpu", setup, Plan()) is goes  # a job gone from state.json meanwhile: nothing to move
 
 
 def test_a_stop_ends_only_once_every_worker_is_gone_and_may_want_the_tpu_back() -> None:
     job = active(3, Status.KILLING, machine="tpu")
     job.ending = Ending(Status.FAILED, model.HANG, None, rules.RECREATE_RESUME)
-    assert killed(job, "tpu", gone=False, now=NOW) is None and job.status is Status.KILLING
-    assert killed(job, "tpu", gone=True, now=NOW) == Recreate("tpu")
+    assert applied(job, lambda plan: killed(job, "tpu", gone=False, now=NOW, plan=plan)) is None
+    assert job.status is Status.KILLING
+    assert applied(job, lambda plan: killed(job, "tpu", gone=True, now=NOW, plan=plan)) == Recreate("tpu")
     assert (job.status, job.reason, job.resume) == (Status.QUEUED, model.RECOVERING, True)
 
 
 def test_kill_asked_ends_a_queued_job_and_stops_an_active_one_keeping_an_ending_it_has() -> None:
     waiting = queued(1)
-    assert kill_asked(waiting) is None and waiting.status is Status.KILLED
+    assert applied(waiting, lambda plan: kill_asked(waiting, plan)) is None and waiting.status is Status.KILLED
     running = active(2, machine="box", workers=2)
-    assert kill_asked(running) == Kill(2, "box", (WorkerRef(2, 0, 0), WorkerRef(2, 0, 1)))
+    assert applied(running, lambda plan: kill_asked(running, plan)) == Kill(2, "box", (WorkerRef(2, 0, 0),
+                                                                                       WorkerRef(2, 0, 1)))
     assert running.ending == Ending(Status.KILLED, model.KILLED)
     stopping = active(3, Status.KILLING, machine="box")
     stopping.ending = Ending(Status.FAILED, model.TIMEOUT)
-    assert kill_asked(stopping) == Kill(3, "box", (WorkerRef(3, 0, 0),))
+    assert applied(stopping, lambda plan: kill_asked(stopping, plan)) == Kill(3, "box", (WorkerRef(3, 0, 0),))
     assert stopping.ending == Ending(Status.FAILED, model.TIMEOUT)
 
 

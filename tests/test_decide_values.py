@@ -13,7 +13,7 @@ from hypothesis import given, settings
 
 from jobtpu.decide import core
 from jobtpu.decide.events import JOB_ENDED, JOB_LAUNCHED, JOB_RECOVERING, JOB_RESUMED, JOB_RUNNING, PREEMPTED
-from jobtpu.decide.observation import MachineView, Observation
+from jobtpu.decide.observation import MachineView, Observation, Plan
 from jobtpu.decide.outcomes import launched
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.passes.changes import job_events, job_events_told
@@ -139,12 +139,14 @@ def test_every_event_carries_a_cause_taken_from_a_move_of_its_job(name: str) -> 
     jobs, machines, observed = _given(CASES[name][0])
     plan = core.decide(jobs, machines, observed)
     plan.apply_to(jobs)
-    moves = list(plan.moves)
+    settled = Plan()
     for job in jobs:  # the pass's act and settle: every launch's workers report they started
         if job.status is Status.LAUNCHING:
             workers = range(job.current.workers if job.current else 1)
             ok = {w: LaunchResult(WorkerRef(job.id, job.attempt, w), LaunchOutcome.OK) for w in workers}
-            launched(job, machines.machines[job.machine or ""], dict(ok), NOW, moves)
+            launched(job, machines.machines[job.machine or ""], dict(ok), NOW, settled)
+    settled.apply_to(jobs)
+    moves = plan.moves + settled.moves
     told = job_events_told(moves, jobs, acted=NOW, now=NOW + 1)
     assert [t.event for t in told] == job_events(moves, jobs, acted=NOW, now=NOW + 1)
     assert bool(told) == any(m.cause is not Cause.STOP for m in moves), "a move of a job's status is news"

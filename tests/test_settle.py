@@ -1,5 +1,6 @@
 """The settle step of a pass over plain act reports, built by hand: what launches, launches held back by
-a setup, and stops mean for the jobs and machines (decide/settle.py). No I/O: microseconds each."""
+a setup, and stops mean for the jobs and machines (decide/settle.py), once applied as a pass applies
+them (tests/test_settle_values.py: settling itself changes nothing). No I/O: microseconds each."""
 
 from __future__ import annotations
 
@@ -96,7 +97,9 @@ ROWS = {
 def test_settling_a_report_moves_its_job_and_asks_for_what_it_needs(row: Row) -> None:
     job = copy.deepcopy(row.job)  # the table's job stays as built
     state = State(jobs=[job])
-    assert settle(state, [row.report], NOW) == row.kills
+    settled = settle(state, [row.report], NOW)
+    settled.apply_to(state)
+    assert settled.kills == row.kills
     assert (job.status, job.reason) == (row.status, row.reason)
     assert {name: state.machine(name).want_recreate for name in ("box", "tpu")} == row.asked_back
 
@@ -105,9 +108,12 @@ def test_a_half_failed_launch_ends_launch_failed_once_its_started_workers_are_st
     """As a pass runs it: act → settle → stop what settle asked → settle."""
     job = job_on(BOX, Status.LAUNCHING)
     state = State(jobs=[job])
-    kills = settle(state, [launch(ok(0), failed(1, "no python3"))], NOW)
-    assert [(k.job, k.machine) for k in kills] == [(JOB, "box")]
-    assert settle(state, [StopDone(k.job, BOX, all_gone=True) for k in kills], NOW) == []
+    settled = settle(state, [launch(ok(0), failed(1, "no python3"))], NOW)
+    settled.apply_to(state)
+    assert [(k.job, k.machine) for k in settled.kills] == [(JOB, "box")]
+    stopped = settle(state, [StopDone(k.job, BOX, all_gone=True) for k in settled.kills], NOW)
+    stopped.apply_to(state)
+    assert stopped.kills == []
     assert (job.status, job.reason, job.last_line) == (Status.FAILED, model.LAUNCH_FAILED,
                                                         "launch failed on worker 1: no python3")
 
@@ -119,6 +125,8 @@ def test_reports_settle_in_order_and_one_for_a_job_gone_meanwhile_moves_nothing(
     state = State(jobs=[stopping, launching])
     reports: list[ActReport] = [StopDone(JOB, TPU, all_gone=True), LaunchDone(99, BOX, {0: ok(0)}),
                                 LaunchDone(8, BOX, {0: ok(0), 1: ok(1)})]
-    assert settle(state, reports, NOW) == []
+    settled = settle(state, reports, NOW)
+    settled.apply_to(state)
+    assert settled.kills == []
     assert (stopping.status, launching.status) == (Status.QUEUED, Status.RUNNING)
     assert [j.id for j in state.jobs] == [JOB, 8] and state.machine("tpu").want_recreate

@@ -1,13 +1,15 @@
 """What the reports of a pass's acts mean for the jobs: the I/O layer asks the workers and hands
 back plain reports (launch reports, whether a stop's workers are gone); these functions alone decide
 what they mean for each job, called by the settle step (settle.py; an ssh machine's record is
-reach.py's, from the contacts). Pure."""
+reach.py's, from the contacts). Pure, and as decide is: each reads the job it is given and writes only
+its new record in the plan it is handed (`Plan.edit`, a copy), each status move there with its cause;
+whoever holds the plan applies it (`Plan.apply_to`)."""
 
 from __future__ import annotations
 
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
-from jobtpu.decide.observation import Kill, Recreate, refs_of
+from jobtpu.decide.observation import Kill, Plan, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
@@ -26,50 +28,49 @@ class NoAnswer(msgspec.Struct, frozen=True):
 LaunchReport = LaunchResult | NoAnswer
 
 
-def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float,
-             moved: list[Transition] | None = None) -> Kill | None:
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float, plan: Plan) -> Kill | None:
     """Move a launching job as its workers' launch reports say; a Kill when some workers started and
-    another failed (they must be stopped before the job ends as launch_failed). Each status change
-    is added to `moved`."""
-    moved = moved if moved is not None else []
-    if job.status is not Status.LAUNCHING:
+    another failed (they must be stopped before the job ends as launch_failed). The job's new record
+    and its moves go in `plan`."""
+    if plan.latest(job).status is not Status.LAUNCHING:
         return None
+    new = plan.edit(job)
     answers = [reports[i] for i in sorted(reports)]
     if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
         # Nothing ran anywhere: the job is free to go to another machine on a later pass.
         message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
-        moved.append(unlaunch(job))
-        job.last_line = f"could not launch: {message[-180:]}"
+        plan.moves.append(_unlaunch(new))
+        new.last_line = f"could not launch: {message[-180:]}"
         return None
     failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.FAIL}
     if failures:
         first = min(failures)
-        job.last_line = f"launch failed on worker {first}: {failures[first].detail}"
+        new.last_line = f"launch failed on worker {first}: {failures[first].detail}"
         ending = Ending(Status.FAILED, model.LAUNCH_FAILED)
         oks = sorted(i for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.OK)
-        started = tuple(WorkerRef(job.id, job.attempt, i) for i in oks)
+        started = tuple(WorkerRef(new.id, new.attempt, i) for i in oks)
         if not started:
-            moved.append(apply_ending(job, ending, now))
+            plan.moves.append(apply_ending(new, ending, now))
             return None
-        moved.append(job.stop(ending))
-        return Kill(job.id, machine.name, started)
+        plan.moves.append(new.stop(ending))
+        return Kill(new.id, machine.name, started)
     if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
-        moved.append(job.move(Status.RUNNING, None, cause=Cause.STARTED))
-        if job.current is not None:
-            job.current.started = now
+        plan.moves.append(new.move(Status.RUNNING, None, cause=Cause.STARTED))
+        if new.current is not None:
+            new.current.started = now
         return None
     errors = [a.message for a in answers if isinstance(a, NoAnswer)]
     if errors:  # said as jobtpu's, so it is never taken for the job's own output
-        job.last_line = f"launch: {errors[0][-190:]}"
-        began = job.current.started if job.current is not None else None
+        new.last_line = f"launch: {errors[0][-190:]}"
+        began = new.current.started if new.current is not None else None
         give_up = timing.current().launch_give_up  # a launch without a clear answer from every worker
         if began is not None and now - began > give_up:
             # A launch that has not got a clear answer for this long (a snapshot copy that keeps
             # failing, a worker that times out) would hold its resources for ever. Some workers may
             # have started: stop every one, then the job ends launch_failed.
-            job.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
-            moved.append(job.stop(Ending(Status.FAILED, model.LAUNCH_FAILED)))
-            return Kill(job.id, machine.name, refs_of(job))
+            new.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
+            plan.moves.append(new.stop(Ending(Status.FAILED, model.LAUNCH_FAILED)))
+            return Kill(new.id, machine.name, refs_of(new))
     return None
 
 
@@ -79,54 +80,54 @@ def setup_done(setup: str | None) -> bool:
     return setup is None or setup == "up"
 
 
-def goes_ahead(job: Job | None, machine: str, setup: str | None, moved: list[Transition] | None = None) -> bool:
+def goes_ahead(job: Job | None, machine: str, setup: str | None, plan: Plan) -> bool:
     """Whether a launch goes ahead (setup_done). Otherwise its job goes back to the queue
-    (not_launched), nothing having started."""
+    (not_launched, in `plan`), nothing having started."""
     if setup_done(setup):
         return True
     if job is not None:
-        not_launched(job, f"{machine} is {setup}", moved)
+        not_launched(job, f"{machine} is {setup}", plan)
     return False
 
 
-def not_launched(job: Job, why: str, moved: list[Transition] | None = None) -> None:
+def not_launched(job: Job, why: str, plan: Plan) -> None:
     """A launch the pass did not try (its machine's setup did not finish): queued again, as it was."""
-    if job.status is Status.LAUNCHING:
-        change = unlaunch(job)
-        if moved is not None:
-            moved.append(change)
-        job.waiting = why
+    if plan.latest(job).status is Status.LAUNCHING:
+        new = plan.edit(job)
+        plan.moves.append(_unlaunch(new))
+        new.waiting = why
 
 
-def unlaunch(job: Job) -> Transition:
-    """Undo a dispatch whose launch certainly never started: queued again, same attempt number."""
-    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
-        job.attempts.pop()
-    moved = job.move(Status.QUEUED, job.reason if job.reason == model.RECOVERING else None, cause=Cause.UNLAUNCH)
-    job.machine = None
+def _unlaunch(new: Job) -> Transition:
+    """Undo a dispatch whose launch certainly never started: queued again, same attempt number.
+    `new` is the plan's record of the job, changed here."""
+    if new.attempts and new.attempts[-1].n == new.attempt and new.attempts[-1].ended is None:
+        new.attempts.pop()
+    moved = new.move(Status.QUEUED, new.reason if new.reason == model.RECOVERING else None, cause=Cause.UNLAUNCH)
+    new.machine = None
     return moved
 
 
-def killed(job: Job, machine: str, gone: bool, now: float, moved: list[Transition] | None = None) -> Recreate | None:
-    """Once every worker of a stopping job is gone, end it as its stop said; a Recreate of its machine
-    when that ending's rule brings the TPU back."""
-    if not gone or job.status is not Status.KILLING:
+def killed(job: Job, machine: str, gone: bool, now: float, plan: Plan) -> Recreate | None:
+    """Once every worker of a stopping job is gone, end it as its stop said (in `plan`); a Recreate of
+    its machine when that ending's rule brings the TPU back."""
+    if not gone or plan.latest(job).status is not Status.KILLING:
         return None
-    ending = job.ending or Ending(Status.KILLED, model.KILLED)
-    change = apply_ending(job, ending, now)
-    if moved is not None:
-        moved.append(change)
+    new = plan.edit(job)
+    ending = new.ending or Ending(Status.KILLED, model.KILLED)
+    plan.moves.append(apply_ending(new, ending, now))
     return Recreate(machine) if wants_recreate(ending) else None
 
 
-def kill_asked(job: Job) -> Kill | None:
+def kill_asked(job: Job, plan: Plan) -> Kill | None:
     """`jobtpu kill`: a queued job ends at once; an active one stops (a Kill for its workers). One
-    already stopping keeps the ending it has (exit N, timeout)."""
-    if job.status is Status.QUEUED:
-        job.move(Status.KILLED, model.KILLED, cause=Cause.KILL)
-    elif job.status is not Status.KILLING and job.active:
-        job.stop(Ending(Status.KILLED, model.KILLED))
-    if job.status is Status.KILLING and job.machine:
-        return Kill(job.id, job.machine, refs_of(job))
+    already stopping keeps the ending it has (exit N, timeout). The job's new record goes in `plan`."""
+    latest = plan.latest(job)
+    if latest.status is Status.QUEUED:
+        plan.move(job, Status.KILLED, model.KILLED, cause=Cause.KILL)
+    elif latest.status is not Status.KILLING and latest.active:
+        plan.moves.append(plan.edit(job).stop(Ending(Status.KILLED, model.KILLED)))
+    latest = plan.latest(job)
+    if latest.status is Status.KILLING and latest.machine:
+        return Kill(latest.id, latest.machine, refs_of(latest))
     return None
-

@@ -2,15 +2,17 @@
 
 Acting (passes/act.py) carries out launches and stops and hands back only what happened: a launch its
 machine's setup held back, each worker's launch report, whether a stop's workers are all gone. This
-step alone applies what they mean, through decide/outcomes.py's pure functions (`goes_ahead`,
-`launched`, `killed`) and, for a stop whose rule brings its TPU back, `want_back`. The same
-step settles `jobtpu kill`'s stops outside a pass. No I/O."""
+step alone says what they mean, through decide/outcomes.py's pure functions (`goes_ahead`,
+`launched`, `killed`) and, for a stop whose rule brings its TPU back, `want_back`, as values: the new
+records of the jobs and machines, each status move with its cause (`Settled`), which the caller
+applies; what it is given it leaves as it is. The same step settles `jobtpu kill`'s stops outside a
+pass. No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobtpu.decide.observation import Kill
+from jobtpu.decide.observation import Kill, Plan
 from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
@@ -46,33 +48,68 @@ class StopDone(msgspec.Struct, frozen=True):
 ActReport = LaunchHeld | LaunchDone | StopDone
 
 
-def settle(state: State, reports: Sequence[ActReport], now: float,
-           moves: list[Transition] | None = None) -> list[Kill]:
-    """Apply each report to its job (and machine), in the order given; the Kills a launch that half
-    failed needs: its started workers, to be stopped in the same pass before it ends launch_failed.
-    Every status change made is added to `moves`, in order."""
-    moved: list[Transition] = moves if moves is not None else []
-    kills = [settle_one(state, report, now, moved) for report in reports]
-    return [kill for kill in kills if kill is not None]
+class Settled(msgspec.Struct):
+    """What settling reports changes, as values: it changes nothing it is given. `jobs` holds the
+    new record of each job it changed, every status move with its cause (`jobs.moves`), and the
+    Kills a launch that half failed needs (`jobs.actions`); `machines` the new record of each
+    machine asked back. The caller applies them (`apply_to`)."""
+
+    jobs: Plan = msgspec.field(default_factory=Plan)
+    machines: dict[str, MachineRecord] = msgspec.field(default_factory=dict)
+
+    @property
+    def moves(self) -> list[Transition]:
+        return self.jobs.moves
+
+    @property
+    def kills(self) -> list[Kill]:
+        return [action for action in self.jobs.actions if isinstance(action, Kill)]
+
+    def apply_to(self, state: State) -> None:
+        """Carry the settled records into `state`, each into the record it replaces (those holding
+        one, such as the machine work of the pass, see it changed)."""
+        self.jobs.apply_to(state.jobs)
+        for name, new in self.machines.items():
+            record = state.machine(name)
+            for field in MachineRecord.__struct_fields__:
+                setattr(record, field, getattr(new, field))
 
 
-def settle_one(state: State, report: ActReport, now: float, moves: list[Transition]) -> Kill | None:
-    """What one report means; a job gone from state.json meanwhile has nothing to move."""
+def settle(state: State, reports: Sequence[ActReport], now: float) -> Settled:
+    """What each report means for its job (and machine), read in the order given, each against what
+    the ones before it settled; among them the Kills a launch that half failed needs: its started
+    workers, to be stopped in the same pass before it ends launch_failed. `state` stays as given."""
+    settled = Settled()
+    for report in reports:
+        kill = settle_one(state, report, now, settled)
+        if kill is not None:
+            settled.jobs.actions.append(kill)
+    settled.jobs.drop_unchanged({job.id: job for job in state.jobs})
+    return settled
+
+
+def settle_one(state: State, report: ActReport, now: float, settled: Settled) -> Kill | None:
+    """What one report means, added to `settled`; a job gone from state.json meanwhile has nothing to move."""
     job = state.job(report.job)
     if job is None:
         return None
     if isinstance(report, LaunchHeld):
-        goes_ahead(job, report.machine, report.setup, moves)  # held back: queued again, waiting for that setup
+        goes_ahead(job, report.machine, report.setup, settled.jobs)  # held back: queued again, waiting for that setup
         return None
     if isinstance(report, LaunchDone):
-        return launched(job, report.machine, report.reports, now, moves)
-    recreate = killed(job, report.machine.name, report.all_gone, now, moves)
+        return launched(job, report.machine, report.reports, now, settled.jobs)
+    recreate = killed(job, report.machine.name, report.all_gone, now, settled.jobs)
     if recreate is not None and report.machine.cloud_node:
-        want_back(state.machine(recreate.machine))  # the next pass plans that step and saves it first
+        name = recreate.machine  # the next pass plans that step and saves it first
+        new = want_back(settled.machines.get(name) or state.machines.get(name) or MachineRecord())
+        if new is not None:
+            settled.machines[name] = new
     return None
 
 
-def want_back(record: MachineRecord) -> None:
-    """After a stop whose rule recreates the TPU: the next pass plans (and saves) the first step."""
-    if not (record.want_recreate or record.operation):
-        record.want_recreate = True
+def want_back(record: MachineRecord) -> MachineRecord | None:
+    """After a stop whose rule recreates the TPU: the machine's new record, which the next pass plans
+    (and saves) the first step of; None when it is already asked back or being recreated."""
+    if record.want_recreate or record.operation:
+        return None
+    return msgspec.structs.replace(record, want_recreate=True)

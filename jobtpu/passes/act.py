@@ -204,9 +204,11 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     `job_ended`, saved to tell with the commit that ends it and told right after (docs/design.md §3)."""
     was_ended = {job.id for job in jobs if job.ended}
     was_open = pulls.open_attempts(jobs)
-    kills = [k for k in map(kill_asked, jobs) if k is not None]
+    asked = Plan()  # the jobs' new records: stopping, or a queued one killed (its event is told here)
+    kills = [k for k in (kill_asked(job, asked) for job in jobs) if k is not None]
+    asked.apply_to(jobs)
     _tell_ended(p, jobs, was_ended, now, by)
-    settle(p.state, stop_all(p, kills), now)
+    settle(p.state, stop_all(p, kills), now).apply_to(p.state)
     ended = pulls.ended_since(jobs, was_open)
     done = pulls.catch_up(p, ended)  # their logs, whole as far as the budget goes; passes pull the rest
     p.notes.extend(done.lines)

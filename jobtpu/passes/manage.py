@@ -5,10 +5,10 @@ context (context.py) and the values the steps before it returned.
 Observing gathers (observe.py); deciding moves the jobs (decide/) and plans what TPU machines need
 (tpu/flow.py). The intents (jobs launching or stopping, TPU steps) are saved before anything is
 started, stopped, deleted or created. Acting only carries them out (act.py) and returns what the
-workers reported; settling (decide/settle.py) says what it means for each job, and the started
-workers of a launch that half failed are stopped and settled in the same pass. What the pass tells
-(events, notifications, progress, the team sheet) is its hooks' (hooks.py). The pass reads
-state.json once and writes it at most twice.
+workers reported; settling (decide/settle.py) says what it means for each job, as new records the
+pass applies, and the started workers of a launch that half failed are stopped and settled in the
+same pass. What the pass tells (events, notifications, progress, the team sheet) is its hooks'
+(hooks.py). The pass reads state.json once and writes it at most twice.
 
 The pass holds the pass lock throughout, so two passes never both act; it holds the state lock only
 to read and to merge its result, so `submit` never waits for its network work."""
@@ -82,8 +82,11 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
             p.commit(hooks.before_intents(pass_hooks, p, seen, plan.moves))
         reports = act(p, plan, seen)
         moves = list(plan.moves)  # every status change of the pass, in order: its events are made from them
-        kills = settle(p.state, reports, seen.now, moves)  # what they mean; a half-failed launch's workers to stop
-        settle(p.state, stop_all(p, kills), seen.now, moves)
+        settled = settle(p.state, reports, seen.now)  # what they mean; a half-failed launch's workers to stop
+        settled.apply_to(p.state)
+        stopped = settle(p.state, stop_all(p, settled.kills), seen.now)
+        stopped.apply_to(p.state)
+        moves += settled.moves + stopped.moves
         for *_, line in sorted(p.copy_notes):
             report.say(line)
         catch_up_logs(p, seen, before.open_attempts)
