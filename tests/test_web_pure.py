@@ -105,10 +105,10 @@ def test_acts_with_a_dry_run_preview_it_and_tag_and_note_show_their_command() ->
 def test_metrics_are_the_prometheus_text_format(tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    from jobtpu.commands.metrics import metrics_text
     from jobtpu.home.layout import Home
     from jobtpu.home.store import Store
     from jobtpu.schema.state import Attempt, Job, Status
-    from jobtpu.web.metrics import metrics_text
 
     (tmp_path / "machines.json").write_text(json.dumps({"machines": {
         "local": {"kind": "local"}, "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"gpu": 2}}}}))

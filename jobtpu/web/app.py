@@ -275,7 +275,7 @@ class Site:
         return Response((HERE / "static" / name).read_bytes(), media_type=kinds[name])
 
     async def metrics(self, request: Request) -> Response:
-        from jobtpu.web.metrics import metrics_text
+        from jobtpu.commands.metrics import metrics_text
 
         try:
             text = await self.in_thread(lambda: metrics_text(self.config.home, self.watcher.state()))
