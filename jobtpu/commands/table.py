@@ -1,7 +1,7 @@
 """The command table: one row per command word, in the order `jobtpu --help` lists them, with the
 module that adds its parser, its summary (its line in `jobtpu --help` and the top of its own
 --help) and what a member of a shared home may do with it (docs/reference/home-files.md §1.3).
-The parser build, `--help`, completion's commands and the member/runner rule (cli.as_member) all
+The parser build, `--help`, completion's commands and the member/runner rule (commands/front.as_member) all
 read it; tests/test_command_table.py holds it equal to what the modules add and to the relayed
 acts' structs (schema/acts.py). Pure data: importing it imports no command module, so `jobtpu
 --help` lists every command without loading one."""
