@@ -6,13 +6,15 @@ in `Home.said`."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from jobtpu.commands import values
+from jobtpu.commands.values import checked as _checked
+from jobtpu.commands.values import words as _words
 from jobtpu.errors import UsageError
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job as _StoredJob
@@ -36,7 +38,7 @@ class Home:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         from jobtpu import timing
-        from jobtpu.cli import open_home
+        from jobtpu.commands.front import open_home
 
         timing.current()  # a bad $JOBTPU_TIMING is said before anything is done, as the CLI does
         self._home: _Home = open_home(os.fspath(path) if path is not None else None)
@@ -141,8 +143,8 @@ class Home:
     def _run(self, command: str, words: list[str], act: Callable[[], _T]) -> _T | None:
         """Run a command's function as the command line would for this account: a member of a shared
         home sends an act as a request instead (None), and is refused the runner's commands."""
-        from jobtpu.cli import as_member
         from jobtpu.commands.common import kept_lines
+        from jobtpu.commands.front import as_member
 
         with kept_lines() as lines:
             try:
@@ -231,42 +233,15 @@ def _record(job: _StoredJob) -> JobRecord:
     return msgspec.convert(msgspec.to_builtins(job), JobRecord)
 
 
-def _checked(parse: Callable[[str], _T], value: object, option: str) -> _T:
-    """A value checked by the command line's own argument type: its complaint is a UsageError."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise UsageError(f"argument {option}: {value!r} is not a whole number", hint=f"give {option} as an int")
-    try:
-        return parse(str(value))
-    except argparse.ArgumentTypeError as e:
-        raise UsageError(f"argument {option}: {e}", hint="docs/reference/python.md lists what each takes") from None
-
-
-def _words(values: Iterable[object], what: str) -> list[str]:
-    if isinstance(values, str | bytes):  # `tags="a"` would be the tags "a" one letter each
-        raise UsageError(f"{what}: give a list of strings, not the string {values!r}", hint=f"like {what}=[{values!r}]")
-    return [str(v) for v in values]
+def _job_id(job: object) -> object:
+    return job.id if isinstance(job, Job) else job
 
 
 def _ids(jobs: Iterable[int | Job]) -> list[str]:
-    from jobtpu.commands import args
-
-    return [str(_checked(args.job_id, j.id if isinstance(j, Job) else j, "ID")) for j in _list(jobs, "ids")]
-
-
-def _list(values: Iterable[_T], what: str) -> list[_T]:
-    if isinstance(values, str | bytes | int):
-        raise UsageError(f"{what}: give a list, not {values!r}", hint=f"like {what}=[{values!r}]")
-    return list(values)
+    return values.ids(jobs, _job_id)
 
 
 def _selection(ids: Iterable[int | Job | str] = (), tags: Iterable[str] = (), names: Iterable[str] = (),
                statuses: Iterable[str] = (), sweeps: Iterable[int | Job] = (), user: str | None = None,
                all_users: bool = False, history: bool = False) -> Selection:
-    from jobtpu.commands.select import Selection, status_words
-
-    if user is not None and all_users:
-        raise UsageError("argument --all-users: not allowed with argument --user", hint="give one of them")
-    words = [w for s in _words(statuses, "statuses") for w in _checked(status_words, s, "--status")]
-    return Selection(ids=tuple(int(i) for i in _ids(ids)),  # type: ignore[arg-type]
-                     tags=tuple(_words(tags, "tags")), names=tuple(_words(names, "names")), statuses=tuple(words),
-                     sweeps=tuple(int(i) for i in _ids(sweeps)), user=user, all_users=all_users, history=history)
+    return values.selection(ids, tags, names, statuses, sweeps, user, all_users, history, id_of=_job_id)

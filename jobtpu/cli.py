@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jobtpu import timing
 from jobtpu.commands.common import error_text
+from jobtpu.commands.front import as_member, open_home
 from jobtpu.commands.parsing import (  # noqa: F401 - the command line's parts, named from here too
     build_parser,
     command_word,
@@ -20,7 +21,7 @@ from jobtpu.commands.parsing import (  # noqa: F401 - the command line's parts, 
     parse_command_line,
 )
 from jobtpu.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, JobtpuError, Terminated
-from jobtpu.home.layout import Home, find_home
+from jobtpu.home.layout import find_home
 from jobtpu.render.text import printable
 
 
@@ -30,41 +31,6 @@ def run_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
     if relayed is not None:
         return relayed
     return int(args.func(home, args) or 0)
-
-
-def open_home(path: str | None) -> Home:
-    """The home a command works in (--home, $JOBTPU_HOME, or found: layout.find_home); the Python
-    API's `Home` opens it here too."""
-    home = find_home(path)
-    if home.root.exists() and not home.root.is_dir():
-        raise JobtpuError(f"the home {home.root} is not a folder",
-                          hint="pass --home DIR (or set $JOBTPU_HOME) naming a folder, new or existing")
-    return home
-
-
-def as_member(home: Home, command: str, argv: Sequence[str], parsed: argparse.Namespace | None = None) -> int | None:
-    """A member of a shared home sends an act as a request (its exit status), and is refused what only
-    the runner may do; None: the command runs here (the runner's, or a private home). `parsed`: the
-    command line's parse of `argv`, when made already (else the act's words are parsed here, by the
-    same parser)."""
-    from jobtpu.home.roles import Layout, role_of
-
-    role = role_of(home.root)
-    if role.is_member:  # one writer (docs/reference/home-files.md §1.3): a member's acts are requests
-        from jobtpu.commands import relay, table
-
-        words = relay.command_words(argv, command)
-        if role.layout is Layout.OLD_SHARED and not table.old_layout_may(command):
-            raise relay.refuse_old_layout(role, command)
-        if command in table.RELAYED:
-            from jobtpu.commands.act_request import act_of, parse_act
-            from jobtpu.home.users import known_user
-
-            act = act_of(command, parsed) if parsed is not None else parse_act(words)
-            return relay.send_act(home, role, act, known_user(home, None))
-        if not table.member_may(command, words):
-            raise relay.refuse_runner_only(role, command)
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,13 +39,13 @@ UPDATE = os.environ.get("JOBTPU_UPDATE_GOLDEN") == "1"
 def _words_added(module: str) -> list[str]:
     parser = CommandParser(prog="jobtpu")
     sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
-    importlib.import_module(f"jobtpu.commands.{module}").add_parser(sub)
+    importlib.import_module(table.module_name(module)).add_parser(sub)
     return list(sub.choices)
 
 
 def test_every_word_a_module_adds_has_its_row_and_every_row_a_word_its_module_adds() -> None:
-    adders = sorted(path.stem for path in (ROOT / "jobtpu" / "commands").glob("*.py")
-                    if "\ndef add_parser(" in path.read_text(encoding="utf-8"))
+    adders = sorted(path.stem if path.parent.name == "commands" else f"{path.parent.name}.{path.stem}"
+                    for path in (ROOT / "jobtpu").rglob("*.py") if "\ndef add_parser(" in path.read_text(encoding="utf-8"))
     assert sorted(table.MODULES) == adders  # a module that adds parsers has rows, and no row names another
     for module in table.MODULES:
         assert _words_added(module) == table.words_of(module), module
@@ -95,7 +95,7 @@ def _modules_after(*words: str) -> set[str]:
              "print('\\n'.join(sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
-    return {name.removeprefix("jobtpu.commands.") for name in out} & set(table.MODULES)
+    return {module for module in table.MODULES if table.module_name(module) in out}
 
 
 def test_help_lists_every_command_without_importing_a_command_module() -> None:

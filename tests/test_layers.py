@@ -125,6 +125,33 @@ def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
     return seen
 
 
+FRONT = ("jobtpu.api", "jobtpu.cli", "jobtpu.commands", "jobtpu.web")
+
+
+def _package_of(module: str) -> str:
+    """A module's node in the package graph: its folder under jobtpu/ (`jobtpu.commands`), or the
+    module itself when it sits at the top (`jobtpu.cli`)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_front_packages_form_no_knot() -> None:
+    """The command implementations (commands/) sit below the front ends that call them: the command
+    line (cli.py), the Python API (api.py) and the browser's (web/, with `jobtpu serve` itself), and
+    no front end imports another (docs/design.md §5.1). In the graph of the packages, edges under
+    `if TYPE_CHECKING:` and inside functions included, no cycle passes through one of the four."""
+    packages: dict[str, set[str]] = {}
+    for module, deps in import_graph(type_checking=True).items():
+        packages.setdefault(_package_of(module), set()).update(_package_of(d) for d in deps)
+    for node, deps in packages.items():
+        deps.discard(node)
+    knots = {front: sorted(p for p in FRONT if p in reaches(packages, front) and front in reaches(packages, p))
+             for front in FRONT}
+    assert {front: knot for front, knot in knots.items() if knot} == {}
+    assert not {"jobtpu.web", "jobtpu.api", "jobtpu.cli"} & reaches(packages, "jobtpu.commands")
+    assert not ({"jobtpu.api", "jobtpu.web"} & packages["jobtpu.cli"] or {"jobtpu.cli", "jobtpu.web"} & packages["jobtpu.api"]
+                or {"jobtpu.api", "jobtpu.cli"} & packages["jobtpu.web"])
+
+
 @pytest.mark.parametrize("module", ["jobtpu.decide.tpu_plan", "jobtpu.decide.tpu_outcomes", "jobtpu.decide.settle"])
 def test_the_tpu_rules_do_no_io(module: str) -> None:
     """The TPU machines' decisions, and the settling of what a pass's acts reported, are pure: no

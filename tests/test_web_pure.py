@@ -102,13 +102,46 @@ def test_acts_with_a_dry_run_preview_it_and_tag_and_note_show_their_command() ->
     assert acts.preview_words(["tag", "3", "+x"]) is None
 
 
+@pytest.mark.parametrize(("given", "line", "hint"), [
+    ({"given_ids": "3"}, "ids: give a list, not '3'", "like ids=['3']"),
+    ({"given_ids": ["x"]}, "argument ID: 'x' is not a job id (a positive number)",
+     "docs/reference/python.md lists what each takes"),
+    ({"given_ids": [1.5]}, "argument ID: 1.5 is not a whole number", "give ID as an int"),
+    ({"given_ids": "x", "user": "a", "all_users": True}, "argument --all-users: not allowed with argument --user",
+     "give one of them"),
+    ({"statuses": ["nope"]}, "argument --status: 'nope' is not a status: use queued, launching, running, "
+     "killing, finished, failed, killed", "docs/reference/python.md lists what each takes"),
+    ({"tags": "a"}, "tags: give a list of strings, not the string 'a'", "like tags=['a']"),
+    ({"sweeps": [True]}, "argument ID: True is not a whole number", "give ID as an int"),
+])
+def test_selectors_given_as_values_are_refused_as_the_command_line_refuses_them(
+        given: dict[str, object], line: str, hint: str) -> None:
+    """The Python API's keywords and the jobs page's query become one selection through the same
+    checks (commands/values.py), each mistake one line and its hint, the first found in the order
+    `status` reads its options."""
+    from jobtpu.commands.values import selection
+
+    with pytest.raises(UsageError) as raised:
+        selection(**given)  # type: ignore[arg-type]
+    assert (raised.value.message, raised.value.hint) == (line, hint)
+
+
+def test_selectors_given_as_values_select_as_the_command_line_does() -> None:
+    from jobtpu.commands.values import selection
+
+    sel = selection(["3", 4], ["t"], ["n*"], ["running"], ["7"], "ann")
+    assert (sel.ids, sel.tags, sel.names, sel.statuses, sel.sweeps, sel.user, sel.all_users, sel.history) == \
+        ((3, 4), ("t",), ("n*",), ("running",), (7,), "ann", False, False)
+    assert selection([{"id": 5}], id_of=lambda j: j["id"] if isinstance(j, dict) else j).ids == (5,)
+
+
 def test_metrics_are_the_prometheus_text_format(tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    from jobtpu.commands.metrics import metrics_text
     from jobtpu.home.layout import Home
     from jobtpu.home.store import Store
     from jobtpu.schema.state import Attempt, Job, Status
-    from jobtpu.web.metrics import metrics_text
 
     (tmp_path / "machines.json").write_text(json.dumps({"machines": {
         "local": {"kind": "local"}, "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"gpu": 2}}}}))

@@ -228,7 +228,9 @@ def every_parser() -> CommandParser:
 
 
 def _module(name: str) -> ModuleType:
-    return importlib.import_module(f"jobtpu.commands.{name}")
+    from jobtpu.commands.table import module_name
+
+    return importlib.import_module(module_name(name))
 
 
 def command_word(words: Sequence[str]) -> str | None:

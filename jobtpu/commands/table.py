@@ -1,7 +1,7 @@
 """The command table: one row per command word, in the order `jobtpu --help` lists them, with the
 module that adds its parser, its summary (its line in `jobtpu --help` and the top of its own
 --help) and what a member of a shared home may do with it (docs/reference/home-files.md §1.3).
-The parser build, `--help`, completion's commands and the member/runner rule (cli.as_member) all
+The parser build, `--help`, completion's commands and the member/runner rule (commands/front.as_member) all
 read it; tests/test_command_table.py holds it equal to what the modules add and to the relayed
 acts' structs (schema/acts.py). Pure data: importing it imports no command module, so `jobtpu
 --help` lists every command without loading one."""
@@ -21,7 +21,7 @@ class SharedRole(Enum):
 
 
 class Command:
-    """One row: a word, its module (jobtpu/commands/<module>.py, whose add_parser adds the word), its
+    """One row: a word, its module (whose add_parser adds the word: `module_name` says where), its
     role and its summary; RUNNER_ONLY's exceptions in `member_uses`: the subcommand words a member
     may still use, as they only read. A plain class: every command line imports the table, and a
     NamedTuple's class costs ten times as much to make."""
@@ -87,7 +87,7 @@ COMMANDS: tuple[Command, ...] = (
             "notes", member_uses=frozenset({"show"})),
     Command("completion", "completion", _R, "print the script that makes Tab complete jobtpu in SHELL "
             "(eval \"$(jobtpu completion bash)\" in ~/.bashrc)"),
-    Command("serve", "serve", _A, "the home's jobs, machines and events in a browser, with your acts (a private "
+    Command("serve", "web.serve", _A, "the home's jobs, machines and events in a browser, with your acts (a private "
             "socket to reach over ssh -L)"),
     Command("metrics", "metrics", _A, "the home's figures in the Prometheus text format (jobs, queue wait, "
             "machines, the last pass, accelerator hours)"),
@@ -103,6 +103,13 @@ def words_with(role: SharedRole) -> frozenset[str]:
 
 # The relayed acts: the same words as schema/acts.py's ARGS, the structs of their values (a test holds them equal).
 RELAYED = words_with(SharedRole.RELAYED)
+
+
+def module_name(module: str) -> str:
+    """A row's module as Python names it: a plain name is jobtpu/commands/<module>.py; a dotted one is
+    under jobtpu/ (`web.serve`: a command module that sits with the front end it starts, above the
+    commands that front end calls, docs/design.md §5.1)."""
+    return f"jobtpu.{module}" if "." in module else f"jobtpu.commands.{module}"
 
 
 def words_of(module: str) -> list[str]:

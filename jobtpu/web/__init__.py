@@ -1,4 +1,4 @@
 """`jobtpu serve`: the home's views in a browser, and the acts of the CLI behind one person's login
 (docs/reference/commands.md §2.29). An optional extra (`pip install jobtpu[web]`): nothing outside
-this package and commands/serve.py imports Starlette, uvicorn or Jinja2, so `status`, `manage` and
-`--help` never load them."""
+this package (whose serve.py adds the `serve` command) imports Starlette, uvicorn or Jinja2, so
+`status`, `manage` and `--help` never load them."""

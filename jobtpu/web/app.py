@@ -171,13 +171,13 @@ class Site:
                             else 503)  # the home cannot be read as it is: a state.json broken by hand
 
     def jobs(self, request: Request) -> Response:
-        from jobtpu.api import _selection
         from jobtpu.commands.status import viewer_name
+        from jobtpu.commands.values import selection
 
         q = request.query_params
-        sel = _selection(q.getlist("id"), q.getlist("tag"), q.getlist("name"), q.getlist("status"),
-                         [_number(s, "sweep") for s in q.getlist("sweep")], q.get("user") or None,
-                         q.get("all_users") == "1", q.get("history") == "1")
+        sel = selection(q.getlist("id"), q.getlist("tag"), q.getlist("name"), q.getlist("status"),
+                        [_number(s, "sweep") for s in q.getlist("sweep")], q.get("user") or None,
+                        q.get("all_users") == "1", q.get("history") == "1")
         view = pages.jobs_page(self.config.home, self.watcher.state(), sel, q.get("all") == "1",
                                _number(q.get("page", "1"), "page"), viewer_name())
         selectors = [("sel_tag", v) for v in sel.tags] + [("sel_name", v) for v in sel.names] + \
@@ -275,7 +275,7 @@ class Site:
         return Response((HERE / "static" / name).read_bytes(), media_type=kinds[name])
 
     async def metrics(self, request: Request) -> Response:
-        from jobtpu.web.metrics import metrics_text
+        from jobtpu.commands.metrics import metrics_text
 
         try:
             text = await self.in_thread(lambda: metrics_text(self.config.home, self.watcher.state()))

@@ -1,6 +1,8 @@
 """`jobtpu serve`: the home's pages in a browser, as this account's jobtpu user (fixed at start),
 behind this person's secret (docs/reference/commands.md §2.29). Needs the web extra
-(`pip install jobtpu[web]`); nothing else imports it."""
+(`pip install jobtpu[web]`); nothing imports it but the parser, which loads it by its row in the
+command table. It lives here, with the front end it starts, because web/ calls the commands: a
+command module that imported web/ would make the two a knot (docs/design.md §5.1)."""
 
 from __future__ import annotations
 
