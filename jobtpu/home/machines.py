@@ -151,7 +151,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
-    from jobtpu.schema.destinations import (
+    from jobtpu.decide.destinations import (
         parse_destinations,  # only a fleet that notifies loads urllib and subprocess
     )
 
