@@ -101,6 +101,64 @@ def test_the_walk_sees_function_level_and_relative_imports() -> None:
     assert find_cycle({**graph, "jobtpu.errors": {"jobtpu.cli"}}) is not None
 
 
+def package_of(module: str) -> str:
+    """The package a module is in (jobtpu.schema.events: jobtpu.schema); a top-level module
+    (jobtpu.timing, jobtpu.cli) and the package's own __init__ (jobtpu) are nodes of their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph() -> dict[str, set[str]]:
+    """The packages each package imports, through any of its modules, at module level, inside a
+    function or under `if TYPE_CHECKING:` (`from jobtpu import timing` is an edge to jobtpu.timing)."""
+    graph: dict[str, set[str]] = {}
+    for module, deps in import_graph(type_checking=True).items():
+        graph.setdefault(package_of(module), set()).update(package_of(dep) for dep in deps)
+    return {package: deps - {package} for package, deps in graph.items()}
+
+
+def knots(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The sets of two or more nodes of which each reaches every other (the graph's strongly
+    connected components, found plainly: a few dozen packages)."""
+    reached = {node: reaches(graph, node) for node in graph}
+    return {frozenset({node} | {other for other in reached[node] if node in reached[other]})
+            for node in graph if node in reached[node]}
+
+
+# The package knots other changes are untying (issue 41): the set only shrinks, to empty. A knot
+# outside these, or one that grew, fails the test below.
+KNOTS_BEING_UNTIED = {
+    frozenset({"passes", "remote", "sheet", "tpu", "transport"}),
+    frozenset({"api", "cli", "commands", "web"}),
+}
+
+
+def test_the_packages_form_no_knot_but_those_being_untied() -> None:
+    """docs/design.md §5.1: no package reaches itself back through others; a knot makes each of its
+    packages depend on all the others, so none can be read, tested or moved alone."""
+    graph = package_graph()
+    assert {"jobtpu.schema", "jobtpu.decide", "jobtpu.render", "jobtpu.timing", "jobtpu.cli"} <= set(graph)
+    assert "jobtpu.timing" in graph["jobtpu.decide"]  # `from jobtpu import timing` is an edge to timing.py
+    assert knots({**graph, "jobtpu.errors": {"jobtpu.decide"}}) != knots(graph)  # the walk sees a new knot
+    known = [frozenset(f"jobtpu.{name}" for name in knot) for knot in KNOTS_BEING_UNTIED]
+    found = knots(graph)
+    assert [sorted(k) for k in found if not any(k <= knot for knot in known)] == []
+    untied = [sorted(knot) for knot in known if not any(k <= knot for k in found)]
+    assert untied == [], "no longer a knot: take it out of KNOTS_BEING_UNTIED"
+
+
+# docs/design.md §5.1: the core's packages, each importing only those before it.
+CORE_ORDER = ("jobtpu.schema", "jobtpu.render", "jobtpu.decide")
+
+
+def test_the_core_packages_go_one_way() -> None:
+    """The types (schema/) import neither the text helpers (render/) nor the decisions (decide/), and
+    the text helpers no decision: what a type's checks need lives with the types."""
+    upward = sorted(f"{module} -> {dep}" for module, deps in import_graph(type_checking=True).items()
+                    if package_of(module) in CORE_ORDER for dep in deps if package_of(dep) in CORE_ORDER
+                    and CORE_ORDER.index(package_of(dep)) > CORE_ORDER.index(package_of(module)))
+    assert upward == []
+
+
 def test_tpu_flow_does_not_reach_back_into_the_pass() -> None:
     assert "jobtpu.passes.manage" not in import_graph()["jobtpu.tpu.flow"]
 
