@@ -19,10 +19,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from jobtpu.decide import events
+from jobtpu.decide import destinations, events
 from jobtpu.decide.events import Event
 from jobtpu.errors import ConfigError
-from jobtpu.schema import destinations
 from jobtpu.tell import notify
 from jobtpu.tell.outbox import MAX_PENDING, MAX_TRIES, OUTBOX_FILE
 from tests.helpers import allow_private_webhooks, pid_alive, wait_for
@@ -154,7 +153,7 @@ def test_a_pass_that_dies_mid_delivery_sends_again_next_time(tmp_path: Path) -> 
     cmd = f"cat >> {got}; if [ ! -e {crashed} ]; then touch {crashed}; kill -9 $PPID; sleep 5; fi"
     outbox = tmp_path / OUTBOX_FILE
     script = ("import sys, time; from pathlib import Path; from jobtpu.decide import events; "
-              "from jobtpu.tell import notify; from jobtpu.schema import destinations; dests = destinations.parse_destinations([{'command': sys.argv[2]}]); "
+              "from jobtpu.tell import notify; from jobtpu.decide import destinations; dests = destinations.parse_destinations([{'command': sys.argv[2]}]); "
               "event = events.Event(time.time(), events.JOB_ENDED, job=11, detail={'status': 'failed'}); "
               "notify.deliver(Path(sys.argv[1]), dests, [event], 10)")
     done = subprocess.run([sys.executable, "-c", script, str(outbox), cmd], capture_output=True, timeout=60)

@@ -21,6 +21,7 @@ from jobtpu.decide.sheet_layout import (
     TpuManagerLayout,
     script_note,
 )
+from jobtpu.schema.msgspec_lib import msgspec
 from tests import test_sheet_cli
 from tests.fake_sheets import FakeSheetsApi
 from tests.helpers import jobtpu, make_home, manage, passes_until, submit, until, wait_for
@@ -347,6 +348,25 @@ def test_tpu_manager_reads_the_free_marker_as_free(user: str, holder: str) -> No
 @pytest.mark.parametrize(("text", "machine"), [("v3-a", "v3-a"), ("a3", "v3-a"), ("v4-elsewhere", None), ("", None)])
 def test_tpu_manager_finds_rows_by_a_name_that_resolves(text: str, machine: str | None) -> None:
     assert TPU_MANAGER.machine_of(text) == machine
+
+
+@pytest.mark.parametrize(("layout", "columns", "name", "machine"), [
+    ("jobtpu", ("name", "kind", "accelerator", "zone", "provisioning", "state", "user", "jobs", "since", "note",
+                "updated"), "jobtpu", "a3"),
+    ("tpu-manager", ("name", "accelerator", "belongs", "state", "user", "note", "jobs", "env", "other"),
+     "tpu-manager", "v3-a"),
+])
+def test_a_sheet_section_names_its_layout_and_the_columns_shown(layout: str, columns: tuple[str, ...], name: str,
+                                                               machine: str) -> None:
+    """The `sheet` section is checked against the layouts' names and columns (schema/sheet_config.py);
+    `layout_of` makes the tab's layout of it, the tpu-manager's finding rows through the fleet."""
+    from jobtpu.decide.sheet_layout import layout_of
+    from jobtpu.schema.sheet_config import parse_config
+
+    config = msgspec.structs.replace(parse_config({"spreadsheet": KEY, "layout": layout}), resolve=_resolve)
+    assert config.columns == columns
+    tab = layout_of(config)
+    assert tab.name == name and tab.machine_of("a3") == machine
 
 
 def test_tpu_manager_columns_are_by_letter_and_it_writes_no_header_nor_rows() -> None:

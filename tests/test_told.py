@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from jobtpu import timing
-from jobtpu.decide import events
+from jobtpu.decide import destinations, events
 from jobtpu.decide.events import Event
-from jobtpu.schema import destinations
 from jobtpu.tell import eventlog, notify
 from jobtpu.tell.outbox import OUTBOX_FILE
 from tests.accounts import Team

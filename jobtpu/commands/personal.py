@@ -60,7 +60,7 @@ def _notify_value(values: list[str]) -> list[Any]:
     """`config set notify JSON`: the list, checked as a pass will read it."""
     import json
 
-    from jobtpu.schema.destinations import parse_destinations
+    from jobtpu.decide.destinations import parse_destinations
 
     try:
         doc = json.loads(" ".join(values))

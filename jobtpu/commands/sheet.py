@@ -51,12 +51,13 @@ def sync(home: Home) -> int:
 
 
 def show(home: Home) -> int:
+    from jobtpu.decide.sheet_layout import layout_of
     from jobtpu.sheet.api import read_sheet
     from jobtpu.sheet.rows import format_rows
 
     _, config = _configured(home)
     grid = read_sheet(config)
-    _say(format_rows(grid.rows, config.columns, config.tab, grid.titles(config.columns), _screen_width()))
+    _say(format_rows(grid.rows, config.columns, layout_of(config), grid.titles(config.columns), _screen_width()))
     return 0
 
 
@@ -77,6 +78,7 @@ def _screen_width() -> int | None:
 
 def find(home: Home, types: list[str], preemptible: bool | None) -> int:
     """The sheet's rows (this home's machines or not) whose accelerator matches like --req."""
+    from jobtpu.decide.sheet_layout import layout_of
     from jobtpu.sheet.api import read_sheet
     from jobtpu.sheet.rows import find as find_rows
     from jobtpu.sheet.rows import format_rows
@@ -84,7 +86,7 @@ def find(home: Home, types: list[str], preemptible: bool | None) -> int:
     _, config = _configured(home)
     grid = read_sheet(config)
     rows = find_rows(grid.rows, types, preemptible)
-    _say(format_rows(rows, config.columns, config.tab, grid.titles(config.columns), _screen_width())
+    _say(format_rows(rows, config.columns, layout_of(config), grid.titles(config.columns), _screen_width())
          if rows else "no row in the sheet matches")
     return 0
 
@@ -123,22 +125,24 @@ def _my_names(home: Home) -> set[str]:
 
 def register(home: Home, name: str) -> int:
     """Add NAME's row: filled from the fleet when NAME is one of its machines, else the name alone."""
+    from jobtpu.decide.sheet_layout import layout_of
     from jobtpu.passes.sheet_hook import memo_path, sheet_rows
     from jobtpu.sheet.edits import register as register_row
 
     fleet, config = _configured(home)
-    config.tab.check_rows_editable("register")
+    layout_of(config).check_rows_editable("register")
     rows = {row.name: row for row in sheet_rows(fleet, Store(home).load(), home)} if name in fleet.machines else {}
     _say(register_row(config, name, memo_path(home), rows.get(name)))
     return 0
 
 
 def unregister(home: Home, name: str) -> int:
+    from jobtpu.decide.sheet_layout import layout_of
     from jobtpu.passes.sheet_hook import memo_path
     from jobtpu.sheet.edits import unregister as unregister_row
 
     _, config = _configured(home)
-    config.tab.check_rows_editable("unregister")
+    layout_of(config).check_rows_editable("unregister")
     _say(unregister_row(config, name, memo_path(home)))
     return 0
 

@@ -35,7 +35,19 @@ from datetime import datetime
 from typing import Any
 
 from jobtpu.render.text import printable
-from jobtpu.schema.events import Event
+
+# The notification names (FAILED … RECREATE_FAILED, NOTIFICATIONS) are a `notify` list's words: they
+# live with the Event type, below the destinations that check them and this module that picks them.
+from jobtpu.schema.events import (
+    FAILED,
+    FINISHED,
+    MACHINE_DOWN,
+    MACHINE_UP,
+    RECOVERED,
+    RECREATE_FAILED,
+    Event,
+)
+from jobtpu.schema.events import NOTIFICATIONS as NOTIFICATIONS
 
 # ---- the vocabulary ---------------------------------------------------------------------------------
 
@@ -64,14 +76,6 @@ KINDS = frozenset({JOB_LAUNCHED, JOB_RUNNING, JOB_ENDED, JOB_RECOVERING, JOB_RES
                    TPU_SETUP_STARTED, TPU_SETUP_DONE, TPU_SETUP_FAILED, PASS_FAILED, JOB_UPDATED, MACHINE_DRAINED,
                    MACHINE_UNDRAINED})
 
-# What a notification destination may ask for (machines.json "notify" … "events").
-FAILED = "failed"
-RECOVERED = "recovered"
-FINISHED = "finished"
-MACHINE_DOWN = "machine_down"
-MACHINE_UP = "machine_up"
-RECREATE_FAILED = "recreate_failed"
-NOTIFICATIONS = (FAILED, RECOVERED, FINISHED, MACHINE_DOWN, MACHINE_UP, RECREATE_FAILED)
 
 UP = "up"
 

@@ -51,6 +51,7 @@ from typing import Any
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.decide.progress import Progress
+from jobtpu.schema.job_report import AttemptCost, Interruption, JobReport, Mark
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
 
@@ -76,62 +77,6 @@ class AttemptRecord(msgspec.Struct):
         known = {k: doc[k] for k in ("n", "machine", "started", "ended", "outcome", "workers", "resume", "last_alive")
                  if k in doc}
         return cls(**known, chips=chips if chips is not None else doc.get("chips"), unit=unit)
-
-
-class AttemptCost(msgspec.Struct):
-    n: int
-    machine: str
-    outcome: str | None
-    started: float
-    ended: float | None  # None: still running
-    wall: float
-    accelerator: float | None  # chip-seconds (GPU-seconds when unit is "GPU")
-    running: float  # seconds it ran (see the module's definitions)
-    run_from: float
-    run_until: float
-    unit: str = "chip"
-
-
-class Interruption(msgspec.Struct):
-    after: int  # the attempt interrupted
-    before: int  # the attempt that followed
-    machine_from: str
-    machine_to: str
-    lost_at: float
-    back_at: float
-    detection: float
-    recreate: float
-    setup: float
-    launch: float
-    redone_steps: int | None
-    redone: float | None  # seconds of work done again; None: unknown
-    by_hand: bool = False  # after an attempt a person killed: waiting on them, not counted in the total
-
-    @property
-    def total(self) -> float:
-        return self.back_at - self.lost_at
-
-
-class Mark(msgspec.Struct):
-    machine: str
-    kind: str  # preempted | recreate | setup
-    start: float
-    end: float
-
-
-class JobReport(msgspec.Struct):
-    job: int
-    name: str
-    attempts: list[AttemptCost]
-    interruptions: list[Interruption]
-    total: float
-    productive: float
-    marks: list[Mark] = msgspec.field(default_factory=list)
-    redone_unknown: bool = False
-
-    @property
-    def goodput(self) -> float | None:
-        return self.productive / self.total if self.total > 0 else None
 
 
 def job_report(job: int, name: str, attempts: Sequence[AttemptRecord], log: Sequence[Event],

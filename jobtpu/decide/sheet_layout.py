@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobtpu.errors import JobtpuError
 from jobtpu.limits import cell
 from jobtpu.schema.msgspec_lib import msgspec
 
-# jobtpu's column keys in their default order, and the header titles jobtpu writes for them.
-TITLES: dict[str, str] = {
-    "name": "Machine", "kind": "Kind", "accelerator": "Accelerator", "zone": "Zone",
-    "provisioning": "Provisioning", "state": "State", "user": "User", "jobs": "Jobs", "since": "Since",
-    "note": "Note", "updated": "Updated",
-}
-COLUMNS = tuple(TITLES)
-LAYOUTS = ("jobtpu", "tpu-manager")
+# The layouts' names and columns are what machines.json's `sheet` section is checked against, so they
+# live with its type (schema/sheet_config.py); the layouts' behaviour lives here.
+from jobtpu.schema.sheet_config import COLUMNS as COLUMNS
+from jobtpu.schema.sheet_config import LAYOUTS as LAYOUTS
+from jobtpu.schema.sheet_config import TITLES as TITLES
+from jobtpu.schema.sheet_config import layout_columns as layout_columns
+
+if TYPE_CHECKING:
+    from jobtpu.schema.sheet_config import SheetConfig
+
 
 FREE = "闲的"  # the older tool's word for free, in its status and user columns
 GONE = "没了!"  # its status for a machine that is not there (preempted, deleted, down)
@@ -168,7 +170,6 @@ class TpuManagerLayout(SheetLayout):
                "other": "I"}
     titles = {**TITLES, "name": "Name", "belongs": "Belongs to", "state": "Status", "note": "User note",
               "jobs": "Script note", "env": "Env", "other": "Other note"}
-    SHOWN = ("name", "accelerator", "belongs", "state", "user", "note", "jobs", "env", "other")
 
     def __init__(self, resolve: Callable[[str], Any] | None) -> None:
         self.resolve = resolve
@@ -239,9 +240,9 @@ def layout_for(name: str, resolve: Callable[[str], Any] | None = None) -> SheetL
     return TpuManagerLayout(resolve) if name == "tpu-manager" else JOBTPU
 
 
-def layout_columns(name: str) -> tuple[str, ...]:
-    """What `sheet show` and `find` print on a tab of that layout (jobtpu's: `sheet.columns`)."""
-    return TpuManagerLayout.SHOWN if name == "tpu-manager" else COLUMNS
+def layout_of(config: SheetConfig) -> SheetLayout:
+    """The layout a home's `sheet` section names, finding the tpu-manager tab's machines with its fleet."""
+    return layout_for(config.layout, config.resolve)
 
 
 JOBTPU = SheetLayout()

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jobtpu.decide.fit import MAX_RESOURCE_COUNT
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
@@ -34,6 +33,7 @@ from jobtpu.schema.machines_file import (
 from jobtpu.schema.msgspec_lib import UNSET, Raw, UnsetType, msgspec
 from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
 from jobtpu.schema.nodespec import default_runtime
+from jobtpu.schema.request import MAX_RESOURCE_COUNT
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
     from jobtpu.schema.sheet_config import SheetConfig
@@ -151,7 +151,7 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
     """The notification destinations machines.json names (a user's own settings take none yet)."""
     if raw is UNSET:
         return []
-    from jobtpu.schema.destinations import (
+    from jobtpu.decide.destinations import (
         parse_destinations,  # only a fleet that notifies loads urllib and subprocess
     )
 

@@ -124,7 +124,7 @@ def check_settings(settings: UserSettings) -> None:
     if settings.sheet_name is not None and sheet_name_refusal(settings.sheet_name):
         raise JobtpuError(f"'sheet_name' {settings.sheet_name[:40]!r}: {sheet_name_refusal(settings.sheet_name)}")
     if settings.notify:
-        from jobtpu.schema.destinations import parse_destinations
+        from jobtpu.decide.destinations import parse_destinations
 
         parse_destinations(settings.notify, "'notify'", owner="")
     for number, folder in settings.dirs.items():

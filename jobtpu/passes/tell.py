@@ -200,12 +200,12 @@ def users_destinations(home_root: Path) -> tuple[list[Any], list[str]]:
     """The webhooks users named in their own settings (`jobtpu config set notify`), each hearing of
     its user's jobs; a line for each settings file that cannot be read (its destinations wait, and
     everyone else's are served: docs/reference/machines-json.md §3.10)."""
+    from jobtpu.decide.destinations import parse_destinations
     from jobtpu.errors import JobtpuError
     from jobtpu.home.layout import Home
     from jobtpu.home.places import settings_owner_refusal
     from jobtpu.home.roles import Layout, role_of
     from jobtpu.home.settings import MAX_SETTINGS_LINES, load_settings, settings_users
-    from jobtpu.schema.destinations import parse_destinations
 
     home = Home(home_root)
     shared = role_of(home_root).layout is Layout.SHARED

@@ -6,6 +6,16 @@ from typing import Annotated, Any
 from jobtpu.schema.msgspec_lib import Meta, msgspec
 from jobtpu.schema.names import MAX_TIME
 
+# What a notification destination may ask for (machines.json "notify" … "events"; decide/events.py
+# says which event is which of them).
+FAILED = "failed"
+RECOVERED = "recovered"
+FINISHED = "finished"
+MACHINE_DOWN = "machine_down"
+MACHINE_UP = "machine_up"
+RECREATE_FAILED = "recreate_failed"
+NOTIFICATIONS = (FAILED, RECOVERED, FINISHED, MACHINE_DOWN, MACHINE_UP, RECREATE_FAILED)
+
 
 class Event(msgspec.Struct, omit_defaults=True):
     """Encoded, as in state.json's `untold`, with the keys of to_json() in its order: a key holding its

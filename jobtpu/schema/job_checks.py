@@ -159,8 +159,8 @@ def _bounds_problem(job: Job) -> str | None:
 def _request_problem(tokens: tuple[str, ...]) -> str | None:
     """Why these --req tokens cannot be parsed, or None. Found only at dispatch, it would stop every
     pass. (Cached: thousands of jobs of a sweep share a handful of requests.)"""
-    from jobtpu.decide.fit import parse_request  # here: only a job that names requests needs it
     from jobtpu.errors import JobtpuError
+    from jobtpu.schema.request import parse_request  # here: only a job that names requests needs it
 
     try:
         parse_request(tokens)

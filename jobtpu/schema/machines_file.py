@@ -113,7 +113,7 @@ class MachinesFile(_Keys, frozen=True):
     config_aliases: Annotated[dict[str, NonEmptyText], Meta(
         description="must map short names to config keys (non-empty strings)")] = {}
     error_patterns: Annotated[ErrorPatterns, _Object] = msgspec.field(default_factory=ErrorPatterns)
-    # Where passes send notifications (schema/destinations.py checks each entry and says what is wrong in one line).
+    # Where passes send notifications (decide/destinations.py checks each entry and says what is wrong in one line).
     notify: Raw | UnsetType = UNSET
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).

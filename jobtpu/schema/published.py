@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jobtpu.decide.goodput import JobReport
 from jobtpu.schema.events import Event
+from jobtpu.schema.job_report import JobReport
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
 

@@ -42,7 +42,7 @@ class RunnerFile(_Keys, frozen=True):
     machines: Annotated[dict[str, Raw] | UnsetType, Meta(description="must map machine names to objects")] = UNSET
     gcp: Annotated[RunnerApi | UnsetType, _Object] = UNSET
     sheet: Annotated[RunnerApi | UnsetType, _Object] = UNSET
-    # Destinations added to machines.json's, checked with them (home/privileged.py, schema/destinations.py).
+    # Destinations added to machines.json's, checked with them (home/privileged.py, decide/destinations.py).
     notify: Raw | UnsetType = UNSET
 
 

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobtpu.decide import sheet_layout as sheetlayout
-from jobtpu.decide.sheet_layout import COLUMNS, TITLES, SheetLayout, layout_for
 from jobtpu.errors import ConfigError
 from jobtpu.schema.msgspec_lib import msgspec
 
@@ -21,6 +19,23 @@ _KEYS = ("spreadsheet", "worksheet", "credentials", "columns", "api_endpoint", "
 _KEY = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _URL_KEY = re.compile(r"/spreadsheets/d/([A-Za-z0-9_-]+)")
 
+# jobtpu's column keys in their default order, and the header titles jobtpu writes for them.
+TITLES: dict[str, str] = {
+    "name": "Machine", "kind": "Kind", "accelerator": "Accelerator", "zone": "Zone",
+    "provisioning": "Provisioning", "state": "State", "user": "User", "jobs": "Jobs", "since": "Since",
+    "note": "Note", "updated": "Updated",
+}
+COLUMNS = tuple(TITLES)
+# The layouts a tab may have (decide/sheet_layout.py is each one's behaviour).
+LAYOUTS = ("jobtpu", "tpu-manager")
+# What `sheet show` and `find` print of the tpu-manager tab, whose columns are fixed.
+TPU_MANAGER_COLUMNS = ("name", "accelerator", "belongs", "state", "user", "note", "jobs", "env", "other")
+
+
+def layout_columns(name: str) -> tuple[str, ...]:
+    """What `sheet show` and `find` print on a tab of that layout (jobtpu's: `sheet.columns`)."""
+    return TPU_MANAGER_COLUMNS if name == "tpu-manager" else COLUMNS
+
 
 class SheetConfig(msgspec.Struct, frozen=True):
     spreadsheet: str  # the key (the id in the sheet's URL)
@@ -31,12 +46,9 @@ class SheetConfig(msgspec.Struct, frozen=True):
     timeout: float = DEFAULT_TIMEOUT  # for everything one read or one write costs, retries included
     read_every: float = DEFAULT_READ_EVERY  # a pass with nothing to write reads no oftener than this
     layout: str = "jobtpu"  # or "tpu-manager": the older tool's tab as it is (jobtpu/decide/sheet_layout.py)
-    # Fleet.resolve, given by load_fleet: the machine a tpu-manager row's name (or alias) means.
+    # Fleet.resolve, given by load_fleet: the machine a tpu-manager row's name (or alias) means
+    # (decide/sheet_layout.layout_of makes the tab's layout of both).
     resolve: Callable[[str], Any] | None = None
-
-    @property
-    def tab(self) -> SheetLayout:
-        return layout_for(self.layout, self.resolve)
 
 
 def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
@@ -57,8 +69,8 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
     if "spreadsheet" not in raw:
         raise fail("spreadsheet is missing: the sheet's key or URL")
     layout = raw.get("layout", "jobtpu")
-    if layout not in sheetlayout.LAYOUTS:
-        raise fail(f"layout must be one of {', '.join(map(repr, sheetlayout.LAYOUTS))}, not {str(layout)[:40]!r}")
+    if layout not in LAYOUTS:
+        raise fail(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, not {str(layout)[:40]!r}")
     if layout != "jobtpu" and "columns" in raw:
         raise fail(f"columns is for the jobtpu layout: the {layout} tab's columns are fixed (docs/reference/machines-json.md §3.8)")
     timeout = raw.get("timeout", DEFAULT_TIMEOUT)
@@ -70,7 +82,7 @@ def parse_config(raw: Any, where: str = "machines.json") -> SheetConfig:
     return SheetConfig(spreadsheet=_spreadsheet_key(raw["spreadsheet"].strip(), fail),
                        worksheet=raw.get("worksheet", DEFAULT_WORKSHEET),
                        credentials=raw.get("credentials", "default"),
-                       columns=_columns(raw.get("columns", list(sheetlayout.layout_columns(layout))), fail, layout),
+                       columns=_columns(raw.get("columns", list(layout_columns(layout))), fail, layout),
                        api_endpoint=_endpoint(raw.get("api_endpoint", GOOGLE_BASE).strip(), fail),
                        timeout=float(timeout), read_every=float(read_every), layout=layout)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from jobtpu.decide.sheet_layout import layout_of
 from jobtpu.errors import REFUSED_BY_GOOGLE, JobtpuError, credentials_line, credentials_message
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import CALL_GRACE, GOOGLE_BASE, SheetConfig
@@ -222,4 +223,4 @@ def _http_client(config: SheetConfig, api: SheetApi) -> Any:
 def read_sheet(config: SheetConfig) -> SheetGrid:
     """One read of the worksheet (SheetError when it cannot be had)."""
     values = SheetApi(config).values()
-    return msgspec.structs.replace(grid_from_values(values, config.tab), taken=time.time())
+    return msgspec.structs.replace(grid_from_values(values, layout_of(config)), taken=time.time())

@@ -45,9 +45,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobtpu import timing
+from jobtpu.decide.destinations import Destination
 from jobtpu.decide.events import Event, describe, notification
 from jobtpu.render.text import printable
-from jobtpu.schema.destinations import Destination
 from jobtpu.schema.outbox import Pending
 from jobtpu.tell.outbox import cap_items, enqueue, load_outbox, save_outbox, strike
 from jobtpu.tell.senders import Sockets, post_pinned, post_webhook, run_command

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from jobtpu.decide.destinations import Destination
 from jobtpu.decide.events import Event, notification
 from jobtpu.home import safefs
 from jobtpu.home.layout import write_atomic
 from jobtpu.render.text import printable
-from jobtpu.schema.destinations import Destination
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.outbox import Backoff, Outbox, Pending, read_slow
 

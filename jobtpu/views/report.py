@@ -7,8 +7,8 @@ import html
 from collections.abc import Sequence
 from datetime import datetime
 
-from jobtpu.decide.goodput import JobReport
 from jobtpu.render.text import printable
+from jobtpu.schema.job_report import JobReport
 from jobtpu.schema.state import FINISHED
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from jobtpu.decide.goodput import JobReport
+from jobtpu.schema.job_report import JobReport
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import LOST, PREEMPTED
 

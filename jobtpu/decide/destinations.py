@@ -1,13 +1,15 @@
 """Notification destinations: the `notify` lists of machines.json and of users' settings, parsed
-into Destinations (a webhook or a command, the notification names it wants, whose jobs it hears of)."""
+into Destinations (a webhook or a command, the notification names it wants, whose jobs it hears of).
+Here, above schema/ and render/, because its error lines show what was typed through render/text.py's
+escaping (docs/design.md §5.1: schema < render < decide)."""
 
 import hashlib
 import urllib.parse
 from typing import Any
 
-from jobtpu.decide.events import NOTIFICATIONS, Event
 from jobtpu.errors import ConfigError
 from jobtpu.render.text import printable
+from jobtpu.schema.events import NOTIFICATIONS, Event
 from jobtpu.schema.msgspec_lib import msgspec
 
 _KEYS = frozenset({"webhook", "command", "events"})
