@@ -418,10 +418,8 @@ def test_no_named_tuple_sits_under_postponed_annotations() -> None:
     assert found == []
 
 
-# The public API's own names, which mirror the core's on purpose (jobtpu.Home, jobtpu.Job), and the
-# clashes still being taken apart (the worker protocol's Launch and Worker, whose twins live in the core
-# and in remote/execute.py).
-SHARED_CLASS_NAMES = {"Home", "Job", "Launch", "Worker"}
+# The public API's own names, which mirror the core's on purpose (jobtpu.Home, jobtpu.Job).
+SHARED_CLASS_NAMES = {"Home", "Job"}
 
 
 def test_no_two_classes_of_the_package_share_a_name() -> None:

@@ -55,13 +55,13 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("line", "report"), [
     ('{"kind":"launch",' + WHERE + ',"outcome":"ok","pid":123}',
-     protocol.Launch(3, 1, 0, "ok", pid=123)),
+     protocol.LaunchLine(3, 1, 0, "ok", pid=123)),
     ('{"kind":"launch",' + WHERE + ',"outcome":"fail","detail":"cannot create /r"}',
-     protocol.Launch(3, 1, 0, "fail", detail="cannot create /r")),
-    ('{"kind":"launch",' + WHERE + ',"outcome":"pending","detail":""}', protocol.Launch(3, 1, 0, "pending")),
+     protocol.LaunchLine(3, 1, 0, "fail", detail="cannot create /r")),
+    ('{"kind":"launch",' + WHERE + ',"outcome":"pending","detail":""}', protocol.LaunchLine(3, 1, 0, "pending")),
     ('{"kind":"host","boot":"b-1","now":1700000000}', protocol.Host("b-1", 1700000000)),
     ('{"kind":"worker",' + WHERE + ',"pid":null,"alive":false,"exit":-1,"size":0,"claimed":true,"at":null,'
-     '"marked":null}', protocol.Worker(3, 1, 0, None, False, -1, 0, True, None, None)),
+     '"marked":null}', protocol.WorkerLine(3, 1, 0, None, False, -1, 0, True, None, None)),
     ('{"kind":"log",' + WHERE + ',"offset":5,"data":"aGk="}', protocol.Log(3, 1, 0, 5, b"hi")),
     ('{"kind":"log-end",' + WHERE + ',"data":""}', protocol.LogEnd(3, 1, 0, b"")),
     ('{"kind":"kill",' + WHERE + ',"gone":false}', protocol.Killed(3, 1, 0, False)),
@@ -78,7 +78,7 @@ HOSTILE = [
     ('{"kind":"got"}', protocol.Got()),
     ('{"kind":"ran","code":-1,"stdout":0,"stderr":5}', protocol.Ran(-1, 0, 5)),
     ('{"kind":"launch",' + WHERE + ',"outcome":"ok","pid":1,"later":"a field added later"}',
-     protocol.Launch(3, 1, 0, "ok", pid=1)),
+     protocol.LaunchLine(3, 1, 0, "ok", pid=1)),
 ])
 def test_a_good_line_decodes_into_its_report(line: str, report: protocol.Report) -> None:
     assert protocol.decode(line) == report
@@ -205,7 +205,7 @@ def test_numbers_and_flags_are_typed_on_the_bash_side() -> None:
     out = _say("worker", "n:job", "3", "n:attempt", "1", "n:worker", "0", "n:pid", "-", "b:alive", "1",
                "n:exit", "not a number", "n:size", "0", "b:claimed", "0", "n:at", "1700000000.123456789",
                "n:marked", "")
-    assert protocol.decode(out.decode().strip()) == protocol.Worker(3, 1, 0, None, True, None, 0, False,
+    assert protocol.decode(out.decode().strip()) == protocol.WorkerLine(3, 1, 0, None, True, None, 0, False,
                                                                     1700000000.123456789, None)
 
 

@@ -88,7 +88,7 @@ def serve_script() -> str:
 # ---- launch ---------------------------------------------------------------------------------------
 
 def launch_script(specs: Iterable[LaunchSpec]) -> str:
-    """Start every given worker detached, idempotently. One `launch` report per worker (protocol.Launch):
+    """Start every given worker detached, idempotently. One `launch` report per worker (protocol.LaunchLine):
     ok with its pid | pending | need-archive | bad-archive with why | fail with why."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
@@ -152,7 +152,7 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == LaunchOutcome.OK else None,
                                            r.detail if r.outcome in (LaunchOutcome.FAIL, LaunchOutcome.BAD_ARCHIVE)
                                            else "")
-            for r in protocol.of_kind(protocol.reports(stdout), protocol.Launch)}
+            for r in protocol.of_kind(protocol.reports(stdout), protocol.LaunchLine)}
 
 
 def _ref(report: protocol.WorkerReport) -> WorkerRef:
@@ -218,7 +218,7 @@ def parse_fetch(stdout: str) -> Fetched:
 
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
                  home_id: str = "") -> str:
-    """A `host` report, then for each (worker, log bytes already pulled): a `worker` report (protocol.Worker),
+    """A `host` report, then for each (worker, log bytes already pulled): a `worker` report (protocol.WorkerLine),
     then a `log` report with the log bytes past that offset (at most `chunk`), and a `log-end` report
     with the last TAIL_BYTES of an exited worker's log further behind than that."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
@@ -230,7 +230,7 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
     states: dict[WorkerRef, WorkerState] = {}
     for report in protocol.of_kind(protocol.reports(stdout), protocol.WorkerReport):
         ref = _ref(report)
-        if isinstance(report, protocol.Worker):
+        if isinstance(report, protocol.WorkerLine):
             states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
                                       log_size=report.size, claimed=report.claimed, exited_at=report.at,
                                       marked=report.marked or 0, timed_out=report.timedout)

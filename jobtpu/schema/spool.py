@@ -28,9 +28,12 @@ class Submission(msgspec.Struct, forbid_unknown_fields=True):
     jobs: Annotated[list[Job], msgspec.Meta(min_length=1, max_length=MAX_JOBS)]
     # Plain secret values, as an older jobtpu sent them: refused (the group could read them).
     secrets: dict[str, str] = msgspec.field(default_factory=dict)
-    archive_included: bool = False  # spool/archive-<first>.tar.gz holds the snapshot (else the home has it)
+    archive_included: bool = False  # spool/archive-<first>-<random>.tar.gz holds the snapshot (else the home has it)
     sealed: Annotated[bytes, msgspec.Meta(max_length=MAX_SEALED_SECRETS)] = b""
     reply_key: ReplyKey = b""
+    # Its shape's version: one a later jobtpu writes differently is refused in one line, never misread
+    # (an older jobtpu's submit, without it, is version 1).
+    v: Literal[1] = 1
 
 
 class ActRequest(msgspec.Struct, forbid_unknown_fields=True):

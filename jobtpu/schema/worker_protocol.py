@@ -40,7 +40,7 @@ class LaunchOutcome(StrEnum):
     FAIL = "fail"
 
 
-class Launch(WorkerReport, frozen=True, tag="launch"):
+class LaunchLine(WorkerReport, frozen=True, tag="launch"):
     """ok: started (or was already), `pid` its process group; pending: another launch may be under way;
     need-archive | bad-archive: the snapshot is missing or damaged there; fail: `detail` says why."""
 
@@ -58,7 +58,7 @@ class Host(Report, frozen=True, tag="host"):
     now: float | None = None
 
 
-class Worker(WorkerReport, frozen=True, tag="worker"):
+class WorkerLine(WorkerReport, frozen=True, tag="worker"):
     """A worker's pid record, liveness, exit record (and when it was written, the worker's clock), log
     size, claim, and how many live processes carry its marker (None: not counted, every leader lives)."""
 
@@ -182,7 +182,7 @@ class Ran(Report, frozen=True, tag="ran"):
     stderr: Annotated[int, msgspec.Meta(ge=0)]
 
 
-AnyReport = (Launch | Host | Worker | Log | LogEnd | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
+AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
              | Jax | SetupReport | Got | Ran | Serve | Fetch)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
