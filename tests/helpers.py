@@ -194,3 +194,17 @@ def allow_private_webhooks(home: Path) -> None:
     written as the reference says: by the account that runs the passes, nobody else may write it."""
     (home / "runner.json").write_text(json.dumps({"allow_private_webhooks": True}) + "\n")
     (home / "runner.json").chmod(0o644)
+
+
+def watch_processes(under: Path) -> list[int]:
+    """The wrapper's watches (docs/design.md §4) whose arguments name a path under `under`: the bash
+    processes called `jobtpu-watch` (not the env or setsid that start them, whose words are the same)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words[0].endswith(b"bash") and b"jobtpu-watch" in words and any(w.startswith(str(under).encode()) for w in words):
+            found.append(int(cmdline.parent.name))
+    return found

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import make_home, manage_until, pid_alive, status, submit, wait_for, write_tree
+from tests.helpers import (
+    make_home,
+    manage_until,
+    pid_alive,
+    status,
+    submit,
+    wait_for,
+    watch_processes,
+    write_tree,
+)
 
 # Every process of the job's but itself: its group, its session, its parent's children (the
 # wrapper's), every process that carries its marker. Then it sleeps, ignoring TERM (KILL must come).
@@ -25,19 +34,6 @@ sleep 300 & wait
 """
 
 
-def watches(stem: Path) -> list[int]:
-    """The wrapper's watches of one attempt: processes whose command line names its meta stem."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            words = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"jobtpu-watch" in words and str(stem).encode() in words:
-            found.append(int(cmdline.parent.name))
-    return found
-
-
 def test_a_job_that_kills_all_it_can_reach_of_its_own_is_still_stopped_at_its_limit(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     src = write_tree(tmp_path / "src", {"attack.sh": ATTACK})
@@ -50,7 +46,7 @@ def test_a_job_that_kills_all_it_can_reach_of_its_own_is_still_stopped_at_its_li
     assert pid_alive(pid) and not pid_alive(leader)  # its wrapper is gone, it lives on
     wait_for(lambda: not pid_alive(pid), timeout=60, what="the job to be stopped at its limit, no pass running")
     assert (meta / "0.0.timedout").exists() and status(home)[job]["status"] == "running"  # no pass saw it yet
-    wait_for(lambda: not watches(meta / "0.0"), what="the watch to end with the job")
+    wait_for(lambda: not watch_processes(meta / "0.0"), what="the watch to end with the job")
     jobs = manage_until(home, [job], {"failed"})
     assert jobs[job]["reason"] == "timeout", jobs[job]
 

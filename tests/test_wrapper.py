@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobtpu.remote import scripts
-from tests.helpers import wait_for
+from tests.helpers import wait_for, watch_processes
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -23,20 +23,6 @@ MARK = "h0me.7.0.0"
 
 def program(body: str) -> str:
     return "\n".join(["set -u", scripts.script_file("common.sh"), scripts.script_file("wrapper.sh"), body])
-
-
-def watches(tmp_path: Path) -> list[int]:
-    """The watches this test started: `jobtpu-watch` processes with an argument under tmp_path."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            words = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        # the watch's bash itself (not the env or setsid that start it, whose words are the same)
-        if words[0].endswith(b"bash") and b"jobtpu-watch" in words and any(w.startswith(str(tmp_path).encode()) for w in words):
-            found.append(int(cmdline.parent.name))
-    return found
 
 
 def stat_of(pid: int) -> list[str]:
@@ -59,7 +45,7 @@ def test_a_watch_is_out_of_the_jobs_reach_and_gone_with_all_it_started_when_told
     try:
         assert shell.stdout.readline() == "started\n"
         def the_watch() -> list[int]:  # not a subshell it forked (the same words), which may come and go
-            found = watches(tmp_path)
+            found = watch_processes(tmp_path)
             try:
                 return [p for p in found if int(stat_of(p)[1]) not in found]
             except OSError:
@@ -74,7 +60,7 @@ def test_a_watch_is_out_of_the_jobs_reach_and_gone_with_all_it_started_when_told
         shell.stdin.write("go\n")
         shell.stdin.flush()
         assert shell.stdout.readline() == "ended\n"
-        assert watches(tmp_path) == []  # gone, with everything it started, when JOBTPU_w_end returns
+        assert watch_processes(tmp_path) == []  # gone, with everything it started, when JOBTPU_w_end returns
     finally:
         shell.kill()
         shell.wait()
