@@ -19,17 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from jobtpu.errors import ConfigError
-from jobtpu.schema.job_fields import Kind, job_file_keys
 
 NAME = "jobtpu.toml"
 MAX_BYTES = 256 << 10
 
-# The keys a job file may set: each is the submit option of the same name (dashes as underscores),
-# and what its value must be (the table of what a user sets on a job, schema/job_fields.py).
-TEXT_KEYS = job_file_keys(Kind.TEXT)
-LIST_KEYS = job_file_keys(Kind.LIST)
-INT_KEYS = job_file_keys(Kind.INT)
-BOOL_KEYS = job_file_keys(Kind.BOOL)
 PLURALS = {"tags": "tag"}  # `tags = [...]` reads as naturally as `tag`
 
 
@@ -51,6 +44,14 @@ def parse_job_file(data: bytes, path: Path) -> dict[str, Any]:
     """Pure: the checked [job] table of a job file's bytes."""
     import tomllib  # here: a folder without a job file parses none
 
+    # The keys a job file may set: each is the submit option of the same name (dashes as underscores),
+    # and what its value must be (the table of what a user sets on a job, schema/job_fields.py; loaded
+    # here, so a folder without a job file loads none of it).
+    from jobtpu.schema.job_fields import Kind, job_file_keys
+
+    text_keys, list_keys = job_file_keys(Kind.TEXT), job_file_keys(Kind.LIST)
+    int_keys, bool_keys = job_file_keys(Kind.INT), job_file_keys(Kind.BOOL)
+
     hint = f"fix {path}: a [job] table of submit's options (cmd, req, rule, env, tags…), see `jobtpu submit --help`"
     try:
         doc = tomllib.loads(data.decode("utf-8"))
@@ -65,18 +66,18 @@ def parse_job_file(data: bytes, path: Path) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     for key, value in job.items():
         name = PLURALS.get(key, str(key)).replace("-", "_")
-        if name in TEXT_KEYS and isinstance(value, str):
+        if name in text_keys and isinstance(value, str):
             checked[name] = value
-        elif name in LIST_KEYS and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        elif name in list_keys and isinstance(value, list) and all(isinstance(v, str) for v in value):
             checked[name] = list(value)
-        elif (name in INT_KEYS and isinstance(value, int) and not isinstance(value, bool)
-              or name in BOOL_KEYS and isinstance(value, bool)):
+        elif (name in int_keys and isinstance(value, int) and not isinstance(value, bool)
+              or name in bool_keys and isinstance(value, bool)):
             checked[name] = value
         else:
-            kinds = ("a string" if name in TEXT_KEYS else "a list of strings" if name in LIST_KEYS else
-                     "a whole number" if name in INT_KEYS else "true or false" if name in BOOL_KEYS else None)
+            kinds = ("a string" if name in text_keys else "a list of strings" if name in list_keys else
+                     "a whole number" if name in int_keys else "true or false" if name in bool_keys else None)
             if kinds is None:
-                known = ", ".join(sorted((*TEXT_KEYS, *LIST_KEYS, *INT_KEYS, *BOOL_KEYS)))
+                known = ", ".join(sorted((*text_keys, *list_keys, *int_keys, *bool_keys)))
                 raise ConfigError(f"{path}: [job] has no key {key!r} (it takes: {known})", hint=hint)
             raise ConfigError(f"{path}: [job] {key} must be {kinds}", hint=hint)
     return checked
