@@ -1,7 +1,7 @@
 """A member's submit in a shared home (docs/reference/home-files.md §1.3): the jobs, checked as every
 submit checks them, claim their ids and wait in the spool, with their snapshot, for the runner's next
 pass to take them in. The ids are the member's at once: the claim is made under the spool's claims
-lock against `last_id` and every claim already there."""
+lock, with the rule every submit places its ids by (home/claims.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ CLAIM_TRIES = 5  # placings of one submit's ids before it gives up (each lost on
 
 if TYPE_CHECKING:
     from jobtpu.commands.batch import Extras
-    from jobtpu.schema.state import Job, State
+    from jobtpu.schema.state import Job
 
 
-def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], state: State,
-                    extras: Extras, cache: Path) -> list[Job]:
+def file_submission(home: Home, role: Role, jobs: list[Job], secret: dict[str, str], extras: Extras,
+                    cache: Path) -> list[Job]:
+    """The jobs' ids claimed and the submit left in the spool (state.json is read again under the
+    claims lock: what was read before it may be old)."""
     from jobtpu.home.sealing import public_of, reply_key, runner_public_key, seal
     from jobtpu.schema.msgspec_lib import msgspec
 

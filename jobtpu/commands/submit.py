@@ -149,7 +149,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
     if member:
         from jobtpu.commands.spooled import file_submission
 
-        return file_submission(home, role, jobs, secret, read[0], extras, cache)
+        return file_submission(home, role, jobs, secret, extras, cache)
     secrets = _checked_secret_store(home) if secret else None
     try:
         with Store(home).transaction(start=read) as state:
