@@ -241,3 +241,30 @@ def test_a_settings_folder_made_under_another_accounts_name_speaks_for_nobody(tr
     trio.run(carol, "--home", str(home), "config", "set", "rule", "pass", umask="0077")
     assert os.stat(home / "users" / carol / "settings.json").st_uid == trio.uid(carol)
     assert "pass" in trio.run(carol, "--home", str(home), "config", "get", "rule").stdout
+
+
+@pytest.mark.fast
+def test_a_flood_of_one_accounts_submits_is_read_no_further_than_its_first_claims(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every submit reads the spool's claims: past an account's first CLAIMS_PER_ACCOUNT (the first
+    stamped), its files are neither read nor counted, so a member's flood slows nobody else's submit
+    into a busy claims lock; the claims read are the ones that came first."""
+    from jobtpu.home import claims
+    from jobtpu.schema.msgspec_lib import msgspec
+    from jobtpu.schema.spool import Submission
+    from jobtpu.schema.state import Job
+
+    monkeypatch.setattr(claims, "CLAIMS_PER_ACCOUNT", 5)
+    job = Job(id=1, user="ann", cmd="true", archive="a" * 64 + ".tar.gz", created=0.0)
+    for first in range(1, 9):
+        doc = Submission(first=first, jobs=[msgspec.structs.replace(job, id=first)])
+        (tmp_path / f"submit-{first}-1-{first:012x}.json").write_bytes(msgspec.json.encode(doc))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        known: dict[tuple[str, int, int], Claim | None] = {}
+        found = claims.read_claims(fd, os.listdir(fd), known)
+    finally:
+        os.close(fd)
+    stamped = sorted((os.stat(p).st_ctime_ns, p.name) for p in tmp_path.iterdir())
+    assert len(known) == 5  # read: five files, not eight
+    assert sorted(c.name for c in found) == sorted(name for _, name in stamped[:5])  # the first stamped

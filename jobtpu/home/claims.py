@@ -79,17 +79,30 @@ def lowest_fit(floor: int, held: Iterable[Claim], n: int) -> int:
     return start
 
 
+# The claims of one account that are read (the first stamped): a member who leaves thousands of
+# submits in the spool makes every other submit read no more of them than this, so nobody's submit
+# is slowed into a busy claims lock by another's files; past it, a file of theirs holds no ids.
+CLAIMS_PER_ACCOUNT = 1000
+
+
 def read_claims(spool_fd: int, names: Iterable[str], known: "dict[tuple[str, int, int], Claim | None] | None" = None
                 ) -> list[Claim]:
-    """The spool's submits that are claims (see the module's docstring); what is not one is left out.
-    `known` keeps what was read by (name, inode, stamp), for a second look."""
-    found = []
+    """The spool's submits that are claims (see the module's docstring); what is not one is left out,
+    and so is what one account left past its first CLAIMS_PER_ACCOUNT. `known` keeps what was read
+    by (name, inode, stamp), for a second look."""
+    by_owner: dict[int, list[tuple[int, str, int, int]]] = {}
     for name in names:
         if (m := spool.SUBMIT.fullmatch(name)) is None:
             continue
-        claim = _claim(spool_fd, name, int(m[1]), int(m[2]), known)
-        if claim is not None:
-            found.append(claim)
+        st = safefs.lstat_in(spool_fd, name)
+        if st is not None and stat.S_ISREG(st.st_mode):
+            by_owner.setdefault(st.st_uid, []).append((st.st_ctime_ns, name, int(m[1]), int(m[2])))
+    found = []
+    for files in by_owner.values():
+        for _, name, first, n in sorted(files)[:CLAIMS_PER_ACCOUNT]:
+            claim = _claim(spool_fd, name, first, n, known)
+            if claim is not None:
+                found.append(claim)
     return found
 
 
