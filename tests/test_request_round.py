@@ -84,3 +84,18 @@ def test_odd_acts_and_a_request_that_raises_cost_themselves_alone(team: Team) ->
     assert deep_reply["code"] == 1 and "lines" not in deep_reply, deep_reply
     assert "RecursionError" in done.stderr, done.stderr
     assert "internal error in act-2-0123456789ab.json" in done.stderr, done.stderr
+
+
+def test_a_request_nested_past_the_stack_is_listed_by_its_name(team: Team) -> None:
+    """`jobtpu requests` reads every act that waits (the runner's sees everyone's): one nested too
+    deeply to decode is listed by its file's name, as any other file that is no request, and the
+    command says the rest."""
+    alice, bob = team.accounts
+    home = team.one_writer_home({"machines": {"local": {"kind": "local", "resources": {"slot": 2}}}})
+    deep = '{"v":2,"command":"kill","args":' + "[" * 5000 + "]" * 5000 + f',"user":"{bob}"}}'
+    (team.base / "deep.json").write_text(deep)
+    assert as_(team, bob, f"cp {team.base / 'deep.json'} {home}/spool/act-1-0123456789ab.json").returncode == 0
+    for account in (alice, bob):
+        listed = team.run(account, "--home", str(home), "requests", check=False)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+        assert "act-1-0123456789ab.json" in listed.stdout, listed.stdout

@@ -268,3 +268,21 @@ def test_a_flood_of_one_accounts_submits_is_read_no_further_than_its_first_claim
     stamped = sorted((os.stat(p).st_ctime_ns, p.name) for p in tmp_path.iterdir())
     assert len(known) == 5  # read: five files, not eight
     assert sorted(c.name for c in found) == sorted(name for _, name in stamped[:5])  # the first stamped
+
+
+def test_the_ids_of_a_refused_submit_are_never_given_again(trio: Team) -> None:
+    """bob's submit printed its id and the pass refused it (its command, rewritten by bob in place,
+    is empty): that id stays spent, so carol's next submit is never given it."""
+    alice, bob, carol = trio.accounts
+    home = shared_home(trio)
+    refused = submit(trio, bob, home)[0]
+    claim = next((home / "spool").glob(f"submit-{refused}-1-*.json"))
+    doc = json.loads(claim.read_text())
+    doc["jobs"][0]["cmd"] = " "
+    done = subprocess.run(["runuser", "-u", bob, "--", "bash", "-c", f"cat > {claim}"], input=json.dumps(doc),
+                          capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr
+    said = trio.run(alice, "--home", str(home), "manage", umask="0077")
+    assert refused not in owners(trio, home), said.stderr
+    assert submit(trio, carol, home) == [refused + 1]
+    assert int((home / "last_id").read_text()) >= refused

@@ -61,6 +61,7 @@ def take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dict
     owner, key = -1, b""
     claim = waiting.pop(entry.name, None)
     archive_name = spool.archive_name(entry.name)
+    taken = False
     try:
         found = read_request(spool_fd, entry, MAX_SUBMISSION_BYTES, Submission)
         if found is None:
@@ -71,16 +72,17 @@ def take_submission(home: Home, spool_fd: int, entry: spool.Entry, waiting: dict
             ids = _taken_already(home, entry, owner)
         else:
             ids = _take_jobs(home, spool_fd, entry, doc, owner, archive_name, waiting)
+        taken = True
         reply(home, entry.name, owner, key, 0, [], ids, what=f"submit of {_ids(ids)}")
         return f"took in {_ids(ids)} from {account_name(owner)}"
     except (RequestRefused, JobtpuError) as e:
-        if claim is not None:
-            _spend(home, claim, waiting)
         owner = e.owner if isinstance(e, RequestRefused) and e.owner >= 0 else owner
         if owner >= 0:
             reply(home, entry.name, owner, key, e.exit_code, [error_text(e)], what=f"submit of {_ids(list(range(entry.first, entry.first + entry.n)))}")
         return f"refused {entry.name} of {account_name(owner) if owner >= 0 else 'an unknown account'}: {e.message}"
     finally:
+        if claim is not None and not taken:  # refused, or anything else went wrong: before the claim leaves
+            _spend(home, claim, waiting)
         spool.remove(spool_fd, archive_name)
         spool.remove(spool_fd, entry.name)
 
@@ -134,9 +136,7 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
         raise RequestRefused(f"{entry.name}: the jobs of one submit share one snapshot")
     _bring_archive(home, spool_fd, archive_name, names.pop(), owner, doc.archive_included)
     with Store(home).transaction() as state:
-        had = [state.job(job.id) for job in jobs]
-        if all(j is not None and j.uid == owner for j in had):  # taken in already (a crash before removing it)
-            return [job.id for job in jobs]
+        had = [state.job(job.id) for job in jobs]  # a claim that holds its ids has none in state.json (_taken_already)
         if any(j is not None for j in had) or entry.first <= mark:
             raise RequestRefused(f"ids {entry.first}-{entry.first + entry.n - 1} are taken already")
         check_dependencies(home, state, entry.first, jobs[0].after, jobs[0].after_any)

@@ -21,6 +21,7 @@ def requests(home: Home) -> int:
     from jobtpu.home.roles import REPLIES
     from jobtpu.home.trust import account_name
     from jobtpu.render.text import printable
+    from jobtpu.schema.decode import decode_sent
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import MAX_REQUEST_BYTES, ActRequest
 
@@ -46,7 +47,7 @@ def requests(home: Home) -> int:
                 continue
             try:
                 raw, _ = spool.read_request(fd, entry.name, MAX_REQUEST_BYTES)
-                words = in_words(decode(msgspec.json.decode(raw, type=ActRequest)))
+                words = in_words(decode(decode_sent(raw, ActRequest)))
             except (OSError, safefs.UnsafePath, msgspec.DecodeError, JobtpuError):
                 words = entry.name
             waiting.append(f"{words}{who}")

@@ -74,17 +74,26 @@ def _claim_ids(home: Home, fd: int, jobs: list[Job], keys: tuple[bytes, bytes], 
         if bring:
             _move_into_spool(cache / archive_of(jobs), fd, f"archive-{first}-{tail}.tar.gz")
         doc = Submission(first=first, jobs=jobs, sealed=keys[0], reply_key=keys[1], archive_included=bring)
-        spool.put_file(fd, name, msgspec.json.encode(doc))
-        made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ctime_ns
-        claims.settle(fd, made)
-        held = claims.holding(claims.read_claims(fd, spool.names_in(fd), known), mark, taken)
+        try:
+            spool.put_file(fd, name, msgspec.json.encode(doc))
+            made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ctime_ns
+            claims.settle(cache, made)
+            held = claims.holding(claims.read_claims(fd, spool.names_in(fd), known), mark, taken)
+        except BaseException:  # a full disk, Ctrl-C: a submit that said it failed leaves no claim behind
+            _take_back(fd, name, tail, first, cache / archive_of(jobs) if bring else None)
+            raise
         if any(c.name == name for c in held):
             return first
-        spool.remove(fd, name)  # beaten: the snapshot goes back to the cache and the ids are placed again
-        if bring:
-            os.rename(f"archive-{first}-{tail}.tar.gz", cache / archive_of(jobs), src_dir_fd=fd)
+        _take_back(fd, name, tail, first, cache / archive_of(jobs) if bring else None)  # beaten: placed again
     raise BusyError("other files in the spool kept taking the ids this submit claimed",
                     hint="submit again; if it keeps happening, tell the home's runner (`jobtpu requests` shows the spool)")
+
+
+def _take_back(fd: int, name: str, tail: str, first: int, archive: Path | None) -> None:
+    """The claim out of the spool, and its snapshot (when it brought one) back into the cache."""
+    spool.remove(fd, name)
+    if archive is not None:
+        os.rename(f"archive-{first}-{tail}.tar.gz", archive, src_dir_fd=fd)
 
 
 def archive_of(jobs: list[Job]) -> str:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from jobtpu.home import safefs, spool
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from jobtpu.home.layout import Home
     from jobtpu.schema.state import State
 
@@ -108,6 +110,7 @@ def read_claims(spool_fd: int, names: Iterable[str], known: "dict[tuple[str, int
 
 def _claim(spool_fd: int, name: str, first: int, n: int,
            known: dict[tuple[str, int, int], Claim | None] | None) -> Claim | None:
+    from jobtpu.schema.decode import decode_sent
     from jobtpu.schema.msgspec_lib import msgspec
     from jobtpu.schema.spool import MAX_SUBMISSION_BYTES, Submission
 
@@ -124,7 +127,7 @@ def _claim(spool_fd: int, name: str, first: int, n: int,
         if (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
                 and 0 < st.st_size <= MAX_SUBMISSION_BYTES):
             with contextlib.suppress(msgspec.DecodeError, OSError):
-                doc = msgspec.json.decode(safefs.read_fd(fd, MAX_SUBMISSION_BYTES), type=Submission)
+                doc = decode_sent(safefs.read_fd(fd, MAX_SUBMISSION_BYTES), Submission)
                 if doc.first == first and len(doc.jobs) == n:
                     claim = Claim(name, first, n, st.st_ctime_ns, st.st_uid)
         if known is not None:
@@ -134,21 +137,24 @@ def _claim(spool_fd: int, name: str, first: int, n: int,
         os.close(fd)
 
 
-def settle(spool_fd: int, made: int) -> None:
+def settle(folder: "Path", made: int) -> None:
     """Wait until the file system stamps a new change later than `made`: from then on any file that
     appears in the spool is stamped after the claim stamped `made` (a few ms where stamps follow the
-    kernel's tick; the spool's own clock, whatever the box's)."""
+    kernel's tick; the spool's own clock, whatever the box's). The probe is a file of this account's
+    own `folder` in the spool (its snapshot cache): same file system, and nothing left among others'."""
     from jobtpu import timing
 
     probe = f".probe-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=spool_fd)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
     try:
         while os.fstat(fd).st_ctime_ns <= made:
             time.sleep(timing.current().lock_poll / 10)
             os.fchmod(fd, 0o600 if os.fstat(fd).st_mode & 0o777 == 0o400 else 0o400)  # a change: a new stamp
     finally:
         os.close(fd)
-        os.unlink(probe, dir_fd=spool_fd)
+        os.unlink(probe, dir_fd=dir_fd)
+        os.close(dir_fd)
 
 
 def placed(spool_fd: int, floor: int, next_free: int, taken: Collection[int], n: int,

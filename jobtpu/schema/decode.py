@@ -56,6 +56,16 @@ def decode(data: bytes | Raw, kind: Any, *, owner: str | None = None, paths: Lab
     raise FileRefused(explain(problem, kind, raw, owner=owner, paths=paths))
 
 
+def decode_sent(data: bytes | Raw, kind: Any) -> Any:
+    """What another account wrote (a request in a shared home's spool) as `kind`: msgspec.DecodeError
+    for anything that is not one, nesting past the interpreter's stack included (msgspec raises
+    RecursionError there, which no caller of a decode expects)."""
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except RecursionError:
+        raise msgspec.DecodeError("nested too deeply to be a jobtpu file") from None
+
+
 def plain_values(data: bytes | Raw) -> Any:
     """A file's JSON as plain values, whatever its type (a huge number read as inf)."""
     return _ANY_VALUE.decode(data)
