@@ -4,8 +4,7 @@
 - The secret: made once, 0600, in a folder of the person's own home directory that only they can
   enter (never in the jobtpu home, which the group reads). The printed link carries it once; the
   page swaps it for an HttpOnly, SameSite=Strict cookie named after the jobtpu home's id.
-- The socket: in that same private folder (uvicorn makes the socket itself world-writable, so the
-  folder is what keeps other accounts out).
+- The socket: in that same private folder, which is the guard whatever the socket's own mode.
 - Each request: a loopback Host or the --bind address (DNS rebinding), the cookie; a POST also a
   same-origin Origin and the CSRF token derived from the secret (so tied to the cookie)."""
 
@@ -36,7 +35,7 @@ def private_folder(base: Path | None = None) -> Path:
         raise JobtpuError(f"{folder} is not a folder of this account's own",
                           hint="remove it; `jobtpu serve` makes it again, private to you")
     if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(folder, 0o700)  # ours: only we may enter it, since the socket in it is world-writable
+        os.chmod(folder, 0o700)  # ours: only we may enter it, the socket's guard
     return folder
 
 
