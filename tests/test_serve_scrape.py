@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_home
+from tests.helpers import jobtpu, make_home
 
 pytestmark = pytest.mark.fast
 
@@ -98,3 +99,45 @@ def test_the_link_is_printed_once_the_server_listens(tmp_path: Path, person: Pat
         assert server.get(f"/login?k={secret}", {})[0] == 303
     finally:
         assert "Traceback" not in server.stop()
+
+
+def test_metrics_are_scraped_with_the_token_file_and_it_opens_nothing_else(tmp_path: Path, person: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    home = make_home(tmp_path)
+    jobtpu(home, "submit", "--cmd", "true", "--dir", str(tmp_path), "--hold")
+    token_file = person / "metrics-token"
+    server = Port(home, person, "--metrics-token-file", str(token_file))
+    try:
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600  # made on first use, this account's alone
+        token = token_file.read_text().strip()
+        secret = re.search(r"login\?k=(\S+)", server.said).group(1)  # type: ignore[union-attr]
+        assert len(token) >= 40 and token != secret
+        scrape = {"Authorization": f"Bearer {token}"}
+        code, text = server.get("/metrics", scrape)
+        assert code == 200, text
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert "jobtpu_jobs" in names
+        for path, headers in [("/metrics", {}), ("/metrics", {"Authorization": "Bearer " + "x" * 43}),
+                              ("/metrics", {"Authorization": f"Basic {token}"}),
+                              ("/metrics", {"Authorization": f"Bearer {secret}"}),
+                              ("/", scrape), ("/job/1", scrape), ("/fresh", scrape), ("/machines", scrape),
+                              ("/events", scrape), ("/job/1/log?attempt=0", scrape)]:
+            code, text = server.get(path, headers)
+            assert code == 401, (path, headers, code, text[:200])
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        host = f"127.0.0.1:{server.port}"
+        conn.request("POST", "/act", body="verb=kill&id=1&confirm=1", headers={
+            **scrape, "Host": host, "Origin": f"http://{host}", "Content-Type": "application/x-www-form-urlencoded"})
+        assert conn.getresponse().status == 401
+        conn.close()
+        assert jobtpu(home, "status", "--json", "1").stdout.count('"queued"') >= 1
+    finally:
+        assert "Traceback" not in server.stop()
+    # A token file every account may read is refused, in one line, before anything listens.
+    token_file.chmod(0o644)
+    done = subprocess.run(serve_cmd(home, "--port", str(free_port()), "--metrics-token-file", str(token_file)),
+                          env=env_of(person), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "login?k=" not in done.stdout, done.stdout
+    assert done.stderr.splitlines() == [f"jobtpu: error: {token_file} may be read by every account or written by "
+                                        f"others: `chmod 600 {token_file}` (or 640, for a scraper's group)"]

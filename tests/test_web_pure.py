@@ -46,6 +46,19 @@ def test_a_post_must_come_from_the_servers_own_origin(origin: str | None, host: 
     assert guard.origin_allowed(origin, host) is allowed
 
 
+@pytest.mark.parametrize(("header", "token"), [
+    ("Bearer abc", "abc"),
+    ("bearer  abc ", "abc"),
+    ("Basic abc", None),
+    ("Bearer", None),
+    ("Bearer ", None),
+    ("", None),
+    (None, None),
+])
+def test_a_scrapers_token_is_its_bearer_header(header: str | None, token: str | None) -> None:
+    assert guard.bearer_token(header) == token
+
+
 def test_the_csrf_token_is_the_secrets_and_the_cookie_is_the_homes() -> None:
     assert guard.csrf_token("a" * 43) == guard.csrf_token("a" * 43) != guard.csrf_token("b" * 43)
     assert "a" * 43 not in guard.csrf_token("a" * 43)

@@ -22,7 +22,7 @@ SOCKET_PATH_MAX = 108  # sockaddr_un's sun_path on Linux, its closing NUL includ
 LISTEN_BACKLOG = 2048  # uvicorn's own default
 
 
-def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> int:
+def serve(home: Home, port: int | None, bind: str | None, read_only: bool, metrics_token_file: str | None = None) -> int:
     if bind is not None and port is None:
         raise UsageError("--bind goes with --port", hint="give --port N too (or neither, for the private socket)")
     try:
@@ -43,8 +43,9 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
     folder = guard.private_folder()
     secret = guard.load_secret(folder)
     key = guard.home_key(home.root)
+    token = guard.load_metrics_token(Path(metrics_token_file)) if metrics_token_file else None
     config = Config(home=home, user=user, account=account_name(os.getuid()), secret=secret,
-                    cookie=guard.cookie_name(key), bind=bind, read_only=read_only)
+                    cookie=guard.cookie_name(key), bind=bind, read_only=read_only, metrics_token=token)
     app = make_app(config)
     common = {"log_level": "warning", "lifespan": "on", "proxy_headers": False, "server_header": False,
               "date_header": False, "access_log": False}
@@ -139,4 +140,6 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.add_argument("--bind", metavar="ADDR", help="with --port: listen on ADDR instead of 127.0.0.1 (its pages "
                    "then answer to that address too)")
     p.add_argument("--read-only", action="store_true", help="the pages without the acts")
-    p.set_defaults(func=lambda home, a: serve(home, a.port, a.bind, a.read_only))
+    p.add_argument("--metrics-token-file", metavar="PATH", help="/metrics also answers a scraper sending the "
+                   "bearer token in PATH (made 0600 if absent), which opens nothing else")
+    p.set_defaults(func=lambda home, a: serve(home, a.port, a.bind, a.read_only, a.metrics_token_file))
