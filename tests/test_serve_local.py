@@ -124,10 +124,14 @@ def test_jobtpu_metrics_prints_the_prometheus_text(tmp_path: Path) -> None:
     jobtpu(home, "submit", "--cmd", "true", "--dir", str(tmp_path), "--hold")
     done = jobtpu(home, "metrics")
     families = {f.name: f for f in text_string_to_metric_families(done.stdout)}
-    assert [(s.labels, s.value) for s in families["jobtpu_jobs"].samples] == [({"status": "queued", "user": "tester"}, 1)]
+    # The job is held: counted apart from the queued, every other status at 0 (a series never vanishes).
+    assert {s.labels["status"]: s.value for s in families["jobtpu_jobs"].samples} == {
+        "queued": 0, "held": 1, "launching": 0, "running": 0, "killing": 0, "finished": 0, "failed": 0, "killed": 0}
+    assert families["jobtpu_oldest_queued_seconds"].samples[0].value == 0
     assert json.dumps(sorted(families)) == json.dumps(sorted([
         "jobtpu_jobs", "jobtpu_oldest_queued_seconds", "jobtpu_machines", "jobtpu_last_pass_age_seconds",
-        "jobtpu_last_pass_duration_seconds", "jobtpu_accelerator_hours_used", "jobtpu_accelerator_hours_lost"]))
+        "jobtpu_last_pass_duration_seconds", "jobtpu_accelerator_hours_used", "jobtpu_accelerator_hours_lost",
+        "jobtpu_jobs_ended", "jobtpu_preemptions"]))
 
 
 def test_a_page_draws_at_most_500_rows_and_says_what_it_left_out(tmp_path: Path) -> None:

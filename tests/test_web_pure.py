@@ -46,6 +46,19 @@ def test_a_post_must_come_from_the_servers_own_origin(origin: str | None, host: 
     assert guard.origin_allowed(origin, host) is allowed
 
 
+@pytest.mark.parametrize(("header", "token"), [
+    ("Bearer abc", "abc"),
+    ("bearer  abc ", "abc"),
+    ("Basic abc", None),
+    ("Bearer", None),
+    ("Bearer ", None),
+    ("", None),
+    (None, None),
+])
+def test_a_scrapers_token_is_its_bearer_header(header: str | None, token: str | None) -> None:
+    assert guard.bearer_token(header) == token
+
+
 def test_the_csrf_token_is_the_secrets_and_the_cookie_is_the_homes() -> None:
     assert guard.csrf_token("a" * 43) == guard.csrf_token("a" * 43) != guard.csrf_token("b" * 43)
     assert "a" * 43 not in guard.csrf_token("a" * 43)
@@ -139,9 +152,12 @@ def test_metrics_are_the_prometheus_text_format(tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from jobtpu.commands.metrics import metrics_text
+    from jobtpu.decide import events as ev
+    from jobtpu.decide.events import Event
     from jobtpu.home.layout import Home
     from jobtpu.home.store import Store
     from jobtpu.schema.state import Attempt, Job, Status
+    from jobtpu.tell import eventlog
 
     (tmp_path / "machines.json").write_text(json.dumps({"machines": {
         "local": {"kind": "local"}, "box": {"kind": "ssh", "hosts": ["127.0.0.1:1"], "resources": {"gpu": 2}}}}))
@@ -153,13 +169,28 @@ def test_metrics_are_the_prometheus_text_format(tmp_path: Path) -> None:
             Job(id=3, user="bob", cmd="x", archive="a.tar.gz", created=10.0, machine="box", req=["gpu=2"],
                 status=Status.FINISHED, exit_code=0, alloc={"gpu": [0, 1]},
                 attempts=[Attempt(0, "box", "finished", 0, 20.0, 3620.0)]),
+            Job(id=4, user='al"ice', cmd="x", archive="a.tar.gz", created=5.0, status=Status.QUEUED, held=True),
         ]
-        state.next_id = 4
+        state.next_id = 5
+    eventlog.append(tmp_path, [Event(3620.0, ev.JOB_ENDED, id="e1", job=3, machine="box", user="bob",
+                                     detail={"status": "finished"}),
+                               Event(3000.0, ev.PREEMPTED, id="e2", job=3, machine="box", user="bob")])
     text = metrics_text(home, Store(home).load(), now=4000.0)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     jobs = {(s.labels["status"], s.labels["user"]): s.value for s in families["jobtpu_jobs"].samples}
-    assert jobs == {("queued", 'al"ice'): 1, ("queued", "bob"): 1, ("finished", "bob"): 1}
-    assert families["jobtpu_oldest_queued_seconds"].samples[0].value == 3950.0
+    # Every status of every known user has its series (0 rather than none); a held job is apart.
+    statuses = ["queued", "held", "launching", "running", "killing", "finished", "failed", "killed"]
+    assert jobs == {**{(s, u): 0 for s in statuses for u in ('al"ice', "bob")},
+                    ("queued", 'al"ice'): 1, ("held", 'al"ice'): 1, ("queued", "bob"): 1, ("finished", "bob"): 1}
+    assert families["jobtpu_oldest_queued_seconds"].samples[0].value == 3950.0  # not the held job's 3995
+    ended = {(s.labels["outcome"], s.labels["user"]): s.value for s in families["jobtpu_jobs_ended"].samples
+             if s.name == "jobtpu_jobs_ended_total"}
+    assert ended == {**{(o, u): 0 for o in ("failed", "finished", "killed") for u in ('al"ice', "bob")},
+                     ("finished", "bob"): 1}
+    assert families["jobtpu_jobs_ended"].type == "counter"
+    preempted = {s.labels["machine"]: s.value for s in families["jobtpu_preemptions"].samples
+                 if s.name == "jobtpu_preemptions_total"}
+    assert preempted == {"box": 1, "local": 0}
     assert {s.labels["state"] for s in families["jobtpu_machines"].samples} == {"up", "unknown"}
     assert families["jobtpu_last_pass_age_seconds"].samples[0].value == -1
     used = {(s.labels["user"], s.labels["unit"]): s.value for s in families["jobtpu_accelerator_hours_used"].samples}

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from jobtpu.decide.events import Event
-from jobtpu.errors import BusyError
+from jobtpu.errors import BusyError, JobtpuError
 from jobtpu.home import safefs
 from jobtpu.schema.msgspec_lib import msgspec
 
@@ -103,6 +103,8 @@ def _rotate(home_root: Path, keep: int) -> list[str]:
     """events.jsonl → .1 → .2 … → .keep; renames move a planted symlink, never follow it. Whatever a
     member put at a rotated name is cleared first (`_clear`), so a folder there never stops the log."""
     lines = [line for k in range(1, keep + 1) for line in _clear(home_root, rotated_path(home_root, k).name)]
+    dropped = rotated_path(home_root, keep) if keep > 0 else events_path(home_root)
+    lines += _carry(home_root, dropped)
     rotated_path(home_root, keep).unlink(missing_ok=True)
     for k in range(keep - 1, 0, -1):
         with contextlib.suppress(FileNotFoundError):
@@ -112,6 +114,25 @@ def _rotate(home_root: Path, keep: int) -> list[str]:
     else:
         events_path(home_root).unlink()
     return lines
+
+
+def _carry(home_root: Path, dropped: Path) -> list[str]:
+    """Before the oldest file is dropped, what it counted goes into the carried totals (tell/totals.py),
+    so that `jobtpu metrics`' counters never go down. Saved before the drop: a writer dying between
+    the two counts that file twice, never loses it."""
+    from jobtpu.tell import totals
+
+    gone = totals.tally(parse_lines(read_file(dropped).splitlines(), Filter()))
+    if not gone.ended and not gone.preempted:
+        return []
+    said: list[str] = []
+    try:
+        carried = totals.load(home_root)
+    except JobtpuError as e:  # broken by hand (UnsafePath too): the counters start again here
+        carried = totals.Totals()
+        said.append(f"{totals.TOTALS_FILE}: {e.message}: replaced by the counts of the events dropped now")
+    totals.save(home_root, carried.plus(gone))
+    return said
 
 
 def _clear(home_root: Path, name: str) -> list[str]:

@@ -50,6 +50,7 @@ class Config(msgspec.Struct):
     cookie: str
     bind: str | None = None
     read_only: bool = False
+    metrics_token: str | None = None  # --metrics-token-file's: a scraper's, for /metrics alone
 
 
 class Guard:
@@ -84,6 +85,13 @@ class Guard:
             return 405, "refused: GET shows, POST acts; nothing else"
         if scope["path"] == "/login" and method == "GET":
             return None  # the link's secret is checked there
+        bearer = guard.bearer_token(headers.get("authorization"))
+        if bearer is not None:  # a scraper: its token opens /metrics and nothing else, never a page or an act
+            token = self.config.metrics_token
+            if scope["path"] == "/metrics" and method in ("GET", "HEAD") and token is not None \
+                    and guard.same_secret(bearer, token):
+                return None
+            return 401, "refused: a bearer token opens /metrics only, and only the one of --metrics-token-file"
         cookie = cookie_parser(headers.get("cookie", "")).get(self.config.cookie)
         if not guard.same_secret(cookie, self.config.secret):
             return 401, ("not logged in: open the link `jobtpu serve` printed (it carries your secret once; "

@@ -4,8 +4,7 @@
 - The secret: made once, 0600, in a folder of the person's own home directory that only they can
   enter (never in the jobtpu home, which the group reads). The printed link carries it once; the
   page swaps it for an HttpOnly, SameSite=Strict cookie named after the jobtpu home's id.
-- The socket: in that same private folder (uvicorn makes the socket itself world-writable, so the
-  folder is what keeps other accounts out).
+- The socket: in that same private folder, which is the guard whatever the socket's own mode.
 - Each request: a loopback Host or the --bind address (DNS rebinding), the cookie; a POST also a
   same-origin Origin and the CSRF token derived from the secret (so tied to the cookie)."""
 
@@ -36,7 +35,7 @@ def private_folder(base: Path | None = None) -> Path:
         raise JobtpuError(f"{folder} is not a folder of this account's own",
                           hint="remove it; `jobtpu serve` makes it again, private to you")
     if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(folder, 0o700)  # ours: only we may enter it, since the socket in it is world-writable
+        os.chmod(folder, 0o700)  # ours: only we may enter it, the socket's guard
     return folder
 
 
@@ -60,6 +59,46 @@ def load_secret(folder: Path) -> str:
     if len(text) < 20:
         raise JobtpuError(f"{path} does not hold a secret", hint=f"remove it: `rm {path}`")
     return text
+
+
+def load_metrics_token(path: Path) -> str:
+    """The bearer token a scraper (Prometheus) sends for /metrics, and for nothing else: made 0600 on
+    first use (O_EXCL: never through a planted file). The person may let Prometheus's group read it
+    (a scraper runs as an account of its own), never every account, and no one else may write it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise JobtpuError(f"cannot make the metrics token {path}: {e.strerror or e}") from None
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(SECRET_BYTES) + "\n")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise JobtpuError(f"cannot read the metrics token {path}: {e.strerror or e}") from None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise JobtpuError(f"{path} is not a file of this account's own: remove it, and `jobtpu serve` makes "
+                              "the metrics token again")
+        if stat.S_IMODE(st.st_mode) & 0o026:
+            raise JobtpuError(f"{path} may be read by every account or written by others: `chmod 600 {path}` "
+                              "(or 640, for a scraper's group)")
+        text = f.read(200).strip()
+    if len(text) < 20 or any(c.isspace() for c in text):
+        raise JobtpuError(f"{path} does not hold a metrics token (one word of 20 characters or more): "
+                          "remove it, and `jobtpu serve` makes one")
+    return text
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """Pure: the token of an `Authorization: Bearer TOKEN` header, or None."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def cookie_name(home_id: str) -> str:

@@ -7,6 +7,7 @@ command module that imported web/ would make the two a knot (docs/design.md §5.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import socket
 import sys
@@ -18,9 +19,10 @@ from jobtpu.home.layout import Home
 
 LOCAL_PORT = 8787  # the laptop's end of the printed `ssh -L` line
 SOCKET_PATH_MAX = 108  # sockaddr_un's sun_path on Linux, its closing NUL included
+LISTEN_BACKLOG = 2048  # uvicorn's own default
 
 
-def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> int:
+def serve(home: Home, port: int | None, bind: str | None, read_only: bool, metrics_token_file: str | None = None) -> int:
     if bind is not None and port is None:
         raise UsageError("--bind goes with --port", hint="give --port N too (or neither, for the private socket)")
     try:
@@ -41,8 +43,9 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
     folder = guard.private_folder()
     secret = guard.load_secret(folder)
     key = guard.home_key(home.root)
+    token = guard.load_metrics_token(Path(metrics_token_file)) if metrics_token_file else None
     config = Config(home=home, user=user, account=account_name(os.getuid()), secret=secret,
-                    cookie=guard.cookie_name(key), bind=bind, read_only=read_only)
+                    cookie=guard.cookie_name(key), bind=bind, read_only=read_only, metrics_token=token)
     app = make_app(config)
     common = {"log_level": "warning", "lifespan": "on", "proxy_headers": False, "server_header": False,
               "date_header": False, "access_log": False}
@@ -52,18 +55,21 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
             raise JobtpuError(f"the socket's path {path} is longer than a Unix socket's path may be "
                               f"({SOCKET_PATH_MAX - 1} bytes)", hint="use --port N (127.0.0.1 only)")
         _clear_socket(path)
+        listener = _listen_unix(path)
         out = (f"serving {home.root} as {user} on {path}\n"
                f"from your laptop: ssh -N -L {LOCAL_PORT}:{path} {socket.getfqdn()}\n"
                f"then open http://localhost:{LOCAL_PORT}/login?k={secret}\n")
-        server = uvicorn.Server(uvicorn.Config(app, uds=str(path), **common))  # type: ignore[arg-type]
     else:
         host = bind or "127.0.0.1"
+        listener = _listen_tcp(host, port)
         shown = f"[{host}]" if ":" in host else host
         out = f"serving {home.root} as {user}\nopen http://{shown}:{port}/login?k={secret}\n"
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, **common))  # type: ignore[arg-type]
+    # The socket listens before the link is printed: a link is never shown for a server that could
+    # not start (a port something else holds), and a browser opening it at once is answered.
+    server = uvicorn.Server(uvicorn.Config(app, **common))  # type: ignore[arg-type]
     sys.stdout.write(out)
     sys.stdout.flush()
-    server.run()
+    server.run(sockets=[listener])
     return 0
 
 
@@ -83,6 +89,41 @@ def _clear_socket(path: Path) -> None:
                       hint="use that one (its link was printed when it started), or stop it first")
 
 
+def _listen_tcp(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or one line saying why not (the port is held, the address
+    is not this box's), before anything is printed."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise JobtpuError(f"cannot listen on {where}: {e.strerror}; give --bind an address of this box") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a server just stopped leaves TIME_WAIT
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise JobtpuError(f"port {port} on {host} is in use by another program: give --port another "
+                              "number, or stop what holds it") from None
+        raise JobtpuError(f"cannot listen on {where}: {e.strerror or e}") from None
+    return sock
+
+
+def _listen_unix(path: Path) -> socket.socket:
+    """The private socket, listening; made under the umask, in the folder only this account enters."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise JobtpuError(f"cannot listen on {path}: {e.strerror or e}") from None
+    return sock
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -99,4 +140,6 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.add_argument("--bind", metavar="ADDR", help="with --port: listen on ADDR instead of 127.0.0.1 (its pages "
                    "then answer to that address too)")
     p.add_argument("--read-only", action="store_true", help="the pages without the acts")
-    p.set_defaults(func=lambda home, a: serve(home, a.port, a.bind, a.read_only))
+    p.add_argument("--metrics-token-file", metavar="PATH", help="/metrics also answers a scraper sending the "
+                   "bearer token in PATH (made 0600 if absent), which opens nothing else")
+    p.set_defaults(func=lambda home, a: serve(home, a.port, a.bind, a.read_only, a.metrics_token_file))
