@@ -77,6 +77,11 @@ def test_tpu_delete_and_apply_act_on_every_slice(tmp_path: Path, tpu_pods: TpuFl
     tpus = tpu_pods
     home, _ = slices_home(tmp_path, tpus)
     passes_until_up(home, [])
+    # `machines` and `doctor` show each slice, which it is, and the queued resource of them all
+    shown = jobtpu(home, "machines", "big-1").stdout
+    assert "ms-1 in " in shown and "(slice 1 of 2 of big, queued resource ms)" in shown, shown
+    doctor = jobtpu(home, "doctor", "big-0", check=False)
+    assert "big-0: ok: slice 0 of 2 of big: queued resource ms ACTIVE" in doctor.stdout + doctor.stderr, doctor
     done = jobtpu(home, "tpu", "delete", "big-1")
     assert "every slice of big (2 slices, one queued resource)" in done.stdout, done.stdout
     wait_for(lambda: manage(home) is not None and tpus.api.queued(ZONE, "ms") is None, timeout=60,
