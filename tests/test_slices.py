@@ -13,7 +13,7 @@ import pytest
 
 from jobtpu.decide.tpu_group import decide_group
 from jobtpu.decide.tpu_plan import Sighting
-from jobtpu.errors import ConfigError
+from jobtpu.errors import ConfigError, NotFoundError
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.schema.fleet import Machine
@@ -129,6 +129,9 @@ def test_an_entry_of_n_slices_is_n_machines_of_one_queued_resource(tmp_path: Pat
                for m in fleet.machines.values())
     assert {m.queued_resource["tier"] for m in fleet.machines.values()} == {"spot"}
     assert [m.name for m in fleet.slices_of("g")] == ["g-0", "g-1", "g-2"] and fleet.slices_of("g-0") == []
+    assert fleet.resolve("n-1").name == "g-1"  # a slice's node names it, as a node names its machine
+    with pytest.raises(NotFoundError, match="'g' is 3 slices, each a machine: g-0, g-1, g-2"):
+        fleet.resolve("g")
     on_demand = fleet_of(tmp_path, slices=2, queued_resource={"tier": "guaranteed", "valid_for": 60})
     assert on_demand.machines["g-1"].queued_resource == {"tier": "guaranteed", "valid_for": 60}
     assert fleet_of(tmp_path, slices=2).machines["g-0"].queued_resource == {"tier": "best-effort"}

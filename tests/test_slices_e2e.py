@@ -82,6 +82,9 @@ def test_tpu_delete_and_apply_act_on_every_slice(tmp_path: Path, tpu_pods: TpuFl
     assert "ms-1 in " in shown and "(slice 1 of 2 of big, queued resource ms)" in shown, shown
     doctor = jobtpu(home, "doctor", "big-0", check=False)
     assert "big-0: ok: slice 0 of 2 of big: queued resource ms ACTIVE" in doctor.stdout + doctor.stderr, doctor
+    assert jobtpu(home, "tpu", "status", "big").stdout.startswith("big: ACTIVE (up)")
+    described = json.loads(jobtpu(home, "tpu", "describe", "big", "--json").stdout)
+    assert (described["slices"], described["node_states"]) == (["big-0", "big-1"], ["READY", "READY"]), described
     done = jobtpu(home, "tpu", "delete", "big-1")
     assert "every slice of big (2 slices, one queued resource)" in done.stdout, done.stdout
     wait_for(lambda: manage(home) is not None and tpus.api.queued(ZONE, "ms") is None, timeout=60,

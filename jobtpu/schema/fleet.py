@@ -169,6 +169,9 @@ class Fleet(msgspec.Struct, frozen=True):
         if nodes:
             raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
                                 hint="name the machine as machines.json does")
+        if slices := self.slices_of(name):
+            raise NotFoundError(f"{name!r} is {len(slices)} slices, each a machine: {', '.join(m.name for m in slices)}",
+                                hint="name one slice (`jobtpu tpu apply|reapply|delete` also take the group's name)")
         from jobtpu.suggest import nearest
 
         close = nearest(name, [n for m in self.machines.values() for n in (m.name, *m.aliases)])
