@@ -107,6 +107,18 @@ def test_a_lost_slice_says_which_and_a_failed_queued_resource_says_why() -> None
     assert [r.queued_state for r in records] == ["FAILED", "FAILED"]
 
 
+def test_nothing_is_deleted_under_a_job_still_active_on_a_slice() -> None:
+    """Its stop (signal, grace) comes first; the next pass after it deletes the queued resource."""
+    sightings = [Sighting(m, None, n, None, SUSPENDED) for m, n in zip(SLICES, [node(0), node(1, "PREEMPTED")],
+                                                                       strict=True)]
+    works = decide_group(sightings, [up(), up()], NOW, busy=(7,))
+    assert [w.plan.steps for w in works] == [[], []]
+    assert all(w.plan.detail.startswith("waiting for job(s) 7 to stop before deleting the SUSPENDED queued resource")
+               and w.plan.state == "recreating" for w in works), works
+    strays = [Sighting(m, None, n, None, None) for m, n in zip(SLICES, [node(0), None], strict=True)]
+    assert [w.plan.steps for w in decide_group(strays, [MachineRecord(), MachineRecord()], NOW, busy=(7,))] == [[], []]
+
+
 def test_a_group_put_down_by_hand_says_how_to_bring_it_back() -> None:
     said = group([MachineRecord(kept_down=True), MachineRecord(kept_down=True)], [None, None], None)
     assert all("`jobtpu tpu apply` brings every slice back" in s[2] for s in said), said

@@ -99,6 +99,10 @@ def test_tpu_delete_and_apply_act_on_every_slice(tmp_path: Path, tpu_pods: TpuFl
     refused = jobtpu(home, "tpu", "apply", "big", check=False)
     assert refused.returncode != 0 and "queued resource ms already exists (ACTIVE)" in refused.stderr
     assert "Traceback" not in refused.stderr
+    said = jobtpu(home, "tpu", "reapply", "big-0").stdout  # a slice's name: every slice, anew
+    assert "every slice of big" in said and tpus.api.count("DELETE", "/queuedResources/ms") == 2, said
+    passes_until_up(home, [])
+    assert tpus.api.count("POST", "/queuedResources") == 3
 
 
 def test_a_bad_slices_value_is_one_line(tmp_path: Path) -> None:
@@ -110,3 +114,22 @@ def test_a_bad_slices_value_is_one_line(tmp_path: Path) -> None:
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[0] == ("jobtpu: error: machines.json: machine 'big': 'slices' must be a whole "
                                            "number of slices from 2 to 64 (got 0)"), done.stderr
+
+
+def test_a_job_active_on_a_slice_is_stopped_before_its_group_is_deleted(tmp_path: Path, tpu_pods: TpuFleet) -> None:
+    """docs/reference/machines-json.md §3.11: a lost slice brings the group back, but never under a
+    job still active on one of its slices; once that job has stopped, the next pass deletes it."""
+    tpus = tpu_pods
+    home, _ = slices_home(tmp_path, tpus)
+    passes_until_up(home, [])
+    job_id = int(jobtpu(home, "submit", "--dir", str(tmp_path / "src"), "--machine", "big-0",
+                        "--cmd", "sleep 600").stdout)
+    wait_for(lambda: manage(home)[job_id]["status"] == "running", timeout=60, what="the job to run on big-0")
+    tpus.api.set_state(ZONE, "ms-1", "PREEMPTED")  # slice 1 only: the job's workers on slice 0 live on
+    for _ in range(2):
+        assert manage(home)[job_id]["status"] == "running"
+    assert tpus.api.count("DELETE", "/queuedResources/ms") == 0
+    assert f"waiting for job(s) {job_id} to stop" in rows(home)["big-0"]["detail"], rows(home)
+    jobtpu(home, "kill", str(job_id))
+    passes_until_up(home, [])
+    assert tpus.api.count("DELETE", "/queuedResources/ms") == 1 and tpus.api.count("POST", "/queuedResources") == 2

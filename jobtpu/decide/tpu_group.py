@@ -25,13 +25,14 @@ from jobtpu.schema.tpu_answers import PREEMPTED, UP, NodeInfo, OpInfo, QueuedInf
 
 
 def decide_group(sightings: list[Sighting], records: list[MachineRecord], now: float,
-                 first_backoff: float = BACKOFF_FIRST) -> list[MachineWork]:
-    """Each slice's work for this pass; `sightings` and `records` in slice order (slice 0 first)."""
+                 first_backoff: float = BACKOFF_FIRST, busy: tuple[int, ...] = ()) -> list[MachineWork]:
+    """Each slice's work for this pass; `sightings` and `records` in slice order (slice 0 first);
+    `busy`: the jobs still active on a slice."""
     leftovers = [prepare(s, r) for s, r in zip(sightings, records, strict=True)]
     lead = sightings[0].machine
     queued = sightings[0].queued if sightings[0].queued is not False else None
     plans = plan_group(records, [s.node for s in sightings], [s.op for s in sightings], queued, now,
-                       first_backoff, spec_key(lead), lead.zones)
+                       first_backoff, spec_key(lead), lead.zones, busy)
     return [finish_machine(s, r, p, left) for s, r, p, left in zip(sightings, records, plans, leftovers, strict=True)]
 
 
@@ -51,9 +52,11 @@ def lost_slice(nodes: list[NodeInfo | None], queued: QueuedInfo | None) -> str |
 
 def plan_group(records: list[MachineRecord], nodes: list[NodeInfo | None], ops: list[OpInfo | None],
                queued: QueuedInfo | None, now: float, first_backoff: float = BACKOFF_FIRST, key: str = "",
-               zones: tuple[str, ...] = ()) -> list[MachinePlan]:
+               zones: tuple[str, ...] = (), busy: tuple[int, ...] = ()) -> list[MachinePlan]:
     """Every slice's plan. Changes the records: a want for the group (a job's, `tpu apply`'s, or a
-    lost slice's) becomes every slice's, and is over for all of them at once."""
+    lost slice's) becomes every slice's, and is over for all of them at once. Nothing is deleted
+    while a job is active on a slice (`busy`): its stop comes first, with its signal and grace, as
+    `tpu reapply` waits for `kill`."""
     lead = records[0]
     for record in records:
         record.queued_state = queued.state if queued else None
@@ -64,7 +67,7 @@ def plan_group(records: list[MachineRecord], nodes: list[NodeInfo | None], ops: 
             record.want_recreate, record.kept_down = True, False
     plans = [MachinePlan() for _ in records]
     if lead.want_recreate and (_follow_operations(records, ops, plans)
-                               or _plan_queued_group(records, nodes, queued, lost, now, key, plans)):
+                               or _plan_queued_group(records, nodes, queued, lost, now, key, plans, busy)):
         return plans
     for i, record in enumerate(records):  # whole (or put down by hand): each slice is a machine of its own
         plans[i] = plan_machine(record, nodes[i], ops[i], now, first_backoff, key, zones)
@@ -92,7 +95,8 @@ def _follow_operations(records: list[MachineRecord], ops: list[OpInfo | None], p
 
 
 def _plan_queued_group(records: list[MachineRecord], nodes: list[NodeInfo | None], queued: QueuedInfo | None,
-                       lost: str | None, now: float, key: str, plans: list[MachinePlan]) -> bool:
+                       lost: str | None, now: float, key: str, plans: list[MachinePlan],
+                       busy: tuple[int, ...] = ()) -> bool:
     """The group's queued resource while it is being recreated. False once it is ACTIVE with every
     node ready: the recreation is over for every slice."""
     lead, lead_plan = records[0], plans[0]
@@ -102,7 +106,9 @@ def _plan_queued_group(records: list[MachineRecord], nodes: list[NodeInfo | None
         for i in strays:  # nodes made without the queued resource, or left over: they hold the names
             node = nodes[i]
             assert node is not None
-            if node.state != "DELETING" and not lead.queue_asked:
+            if busy:
+                _hold(plans[i], busy, "deleting the old nodes")
+            elif node.state != "DELETING" and not lead.queue_asked:
                 plans[i].steps.append(Step(StepKind.DELETE))
                 plans[i].state, plans[i].detail = MachineState.RECREATING, "deleting the old node"
             else:
@@ -119,6 +125,10 @@ def _plan_queued_group(records: list[MachineRecord], nodes: list[NodeInfo | None
         return True
     if state in ("FAILED", "SUSPENDED") or (state == "ACTIVE" and lost):
         why = queued.error if queued and queued.error else lost or f"the queued resource is {state}"
+        if busy:
+            _hold(lead_plan, busy, f"deleting the {state} queued resource of every slice ({why})")
+            _follow(plans, lead_plan)
+            return True
         lead_plan.steps.append(Step(StepKind.DELETE_QUEUED, why if state == "FAILED" else ""))
         lead_plan.state = MachineState.RECREATING
         lead_plan.detail = f"deleting the {state} queued resource of every slice ({why})"
@@ -143,6 +153,11 @@ def _follow(plans: list[MachinePlan], shown: MachinePlan, keep: list[int] | None
     for i, plan in enumerate(plans):
         if plan is not shown and i not in (keep or []):
             plan.state, plan.detail = shown.state, shown.detail
+
+
+def _hold(plan: MachinePlan, busy: tuple[int, ...], what: str) -> None:
+    plan.state = MachineState.RECREATING
+    plan.detail = f"waiting for job(s) {', '.join(map(str, busy))} to stop before {what}"
 
 
 def _up(node: NodeInfo | None) -> bool:

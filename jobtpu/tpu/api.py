@@ -141,7 +141,8 @@ class TpuApi:
         return {info.name: info for info in map(_queued_info, found)}
 
     def create_queued(self, machine: Machine, recorded: dict[str, Any] | None = None) -> str:
-        """Ask for the node through a queued resource of the same name, in the machine's tier."""
+        """Ask for the node through a queued resource of the same name, in the machine's tier; for a
+        slice, every slice of its group through one queued resource (docs/reference/machines-json.md §3.11)."""
         from google.cloud import tpu_v2
 
         body = create_body(recorded or {}, machine.node_overrides)

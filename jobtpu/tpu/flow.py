@@ -143,7 +143,9 @@ def group_works(p: WorkerAccess, sightings: list[Sighting], now: float) -> dict[
             continue  # cannot happen: the slices are looked for in one zone
         seen.sort(key=lambda s: s.machine.slice_index or 0)
         records = [p.state.machine(s.machine.name) for s in seen]
-        works.update((w.machine.name, w) for w in decide_group(seen, records, now, first_backoff(p)))
+        names = {s.machine.name for s in seen}
+        busy = tuple(j.id for j in p.state.jobs if j.machine in names and j.active)
+        works.update((w.machine.name, w) for w in decide_group(seen, records, now, first_backoff(p), busy))
     return works
 
 
