@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -171,6 +172,19 @@ def _check_node_body(body: dict[str, Any]) -> None:
         raise ApiError("INVALID_ARGUMENT", f'Invalid runtime version "{runtime}" for accelerator type "{accel}"')
 
 
+def _check_multislice(spec: dict[str, Any], params: dict[str, Any]) -> None:
+    """A multislice nodeSpec as Google's API description has it: multisliceParams instead of nodeId
+    (one of `name_strategy`), nodeCount > 1, a prefix of node id characters."""
+    if spec.get("nodeId"):
+        raise ApiError("INVALID_ARGUMENT", "tpu.nodeSpec[0]: node_id and multislice_params are mutually exclusive")
+    count = params.get("nodeCount")
+    if not isinstance(count, int) or count < 2:
+        raise ApiError("INVALID_ARGUMENT", f"tpu.nodeSpec[0].multisliceParams.nodeCount must be > 1 (got {count!r})")
+    prefix = params.get("nodeIdPrefix", "")
+    if prefix and not re.fullmatch(r"[A-Za-z0-9_.~+%-]+", str(prefix)):
+        raise ApiError("INVALID_ARGUMENT", f"tpu.nodeSpec[0].multisliceParams.nodeIdPrefix {prefix!r} is not a valid id")
+
+
 def synthetic_workers(accelerator_type: str, seed: int = 0) -> list[tuple[str, str]]:
     """One (internal, external) pair per host: N//8 hosts for an ``vX-N`` type (at least one)."""
     try:
@@ -262,6 +276,13 @@ class FakeTpuApi:
             found = self._queued_view((zone, name))
             return None if found is None else str(found["state"]["state"])
 
+    def queued(self, zone: str, name: str) -> dict[str, Any] | None:
+        """The queued resource as the API shows it (enums by name), or None."""
+        self._advance()
+        with self._lock:
+            found = self._queued_view((zone, name))
+            return None if found is None else json.loads(json.dumps(found))
+
     def remove_node(self, zone: str, name: str) -> None:
         """The node is gone at once, without an operation (deleted long ago)."""
         with self._lock:
@@ -269,11 +290,13 @@ class FakeTpuApi:
             self._nodes.pop((zone, name), None)
 
     def preempt(self, zone: str, name: str) -> None:
-        """Google takes the node; a queued resource owning it is SUSPENDED (and keeps its quota)."""
+        """Google takes the node; a queued resource owning it is SUSPENDED (and keeps its quota). One
+        node of a multislice queued resource: the queued resource is SUSPENDED, its other nodes stay."""
         self.set_state(zone, name, "PREEMPTED")
         with self._lock:
-            if (zone, name) in self._queued:
-                self._queued[(zone, name)]["state"] = {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
+            owner = str(self._nodes[(zone, name)].get("queuedResource") or "").rpartition("/")[2] or name
+            if (zone, owner) in self._queued:
+                self._queued[(zone, owner)]["state"] = {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
         if self.worker_hooks is not None:
             self.worker_hooks.on_preempt(name)
 
@@ -566,12 +589,12 @@ class FakeTpuApi:
         if method == "GET":
             return queued
         if method == "DELETE":
-            node = self._nodes.get(key)
-            if node is not None and query.get("force") != "true":
+            owned = [k for k in self._owned(key) if k in self._nodes]
+            if owned and query.get("force") != "true":
                 raise ApiError("FAILED_PRECONDITION", "the queued resource still has a node; delete with force")
             self._queued[key]["state"] = {"state": "DELETING", "stateInitiator": "USER"}
-            if node is not None:
-                self._start_transition("delete", key, "DELETING", None, self.delete_after)
+            for owned_key in owned:
+                self._start_transition("delete", owned_key, "DELETING", None, self.delete_after)
             op = self._new_op("delete", f"{parent}/queuedResources/{key[1]}")
             op.done, op.response = True, {"@type": EMPTY_TYPE}
             return self._op_json(op)
@@ -584,7 +607,13 @@ class FakeTpuApi:
         if (zone, name) in self._queued:
             raise ApiError("ALREADY_EXISTS", f"queued resource {parent}/queuedResources/{name} already exists")
         specs = (body.get("tpu") or {}).get("nodeSpec") or []
-        if len(specs) != 1 or specs[0].get("nodeId") != name or (zone, name) in self._nodes:
+        multislice = specs[0].get("multisliceParams") if len(specs) == 1 else None
+        if multislice is not None:
+            _check_multislice(specs[0], multislice)
+            if any(k in self._nodes for k in self._owned((zone, name), specs[0])):
+                raise ApiError("ALREADY_EXISTS", f"a node named {multislice.get('nodeIdPrefix') or name}-<n> "
+                                                 f"already exists in {parent}")
+        elif len(specs) != 1 or specs[0].get("nodeId") != name or (zone, name) in self._nodes:
             raise ApiError("INVALID_ARGUMENT", "tpu.nodeSpec must name one node that does not exist yet")
         node = specs[0].get("node") or {}
         self.create_bodies.append(json.loads(json.dumps(node)))
@@ -600,30 +629,44 @@ class FakeTpuApi:
         op.done, op.response = True, {"@type": QUEUED_TYPE, **json.loads(json.dumps(self._queued[(zone, name)]))}
         return self._op_json(op)
 
+    def _owned(self, key: tuple[str, str], spec: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+        """The nodes a queued resource makes: its nodeId, or for multislice <nodeIdPrefix>-0 … -(nodeCount-1)
+        (the queued resource's id when no prefix is given, as Google's API description says)."""
+        if spec is None:
+            spec = self._queued[key]["tpu"]["nodeSpec"][0]
+        multislice = spec.get("multisliceParams")
+        if multislice is None:
+            return [key]
+        prefix = multislice.get("nodeIdPrefix") or key[1]
+        return [(key[0], f"{prefix}-{i}") for i in range(int(multislice["nodeCount"]))]
+
     def _provision(self, key: tuple[str, str], queued: dict[str, Any]) -> None:
-        """Capacity came: the node is created, owned by its queued resource (called under the lock)."""
+        """Capacity came: the nodes are created, owned by their queued resource (called under the lock)."""
         spec = queued["tpu"]["nodeSpec"][0]
         project = spec["parent"].split("/")[1]
         body = {**spec.get("node", {}), "queuedResource": queued["name"]}
+        if "multisliceParams" in spec:
+            body["multisliceNode"] = True
         if "spot" in queued:
             body["schedulingConfig"] = {"spot": True}
-        self._nodes[key] = self._new_node(project, key[0], key[1], body, "CREATING", None)
-        self._start_transition("create", key, "CREATING", "READY", self.ready_after)
+        for node_key in self._owned(key):
+            self._nodes[node_key] = self._new_node(project, key[0], node_key[1], body, "CREATING", None)
+            self._start_transition("create", node_key, "CREATING", "READY", self.ready_after)
         queued["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE"}
 
     def _queued_view(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        """The queued resource as the API shows it now: ACTIVE once its node is ready; gone once a
-        deleted one's node is gone."""
+        """The queued resource as the API shows it now: ACTIVE once every node is ready; gone once a
+        deleted one's nodes are gone."""
         queued = self._queued.get(key)
         if queued is None:
             return None
-        node = self._nodes.get(key)
+        nodes = [self._nodes.get(k) for k in self._owned(key)]
         state = queued["state"]["state"]
-        if state == "DELETING" and node is None:
+        if state == "DELETING" and all(node is None for node in nodes):
             del self._queued[key]
             self._queued_until.pop(key, None)
             return None
-        if state == "PROVISIONING" and node is not None and node["state"] == "READY":
+        if state == "PROVISIONING" and all(node is not None and node["state"] == "READY" for node in nodes):
             queued["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE"}
         return queued
 

@@ -307,3 +307,60 @@ def test_queued_resource_states(api: FakeTpuApi, client: tpu_v2.TpuClient) -> No
     client.delete_queued_resource(request={"name": f"{PARENT}/queuedResources/q1", "force": True})
     assert [n.name for n in client.list_nodes(parent=PARENT)] == []  # force: its node went with it
     assert [q.name for q in client.list_queued_resources(parent=PARENT)] == []
+
+
+def multislice(count: int | None = 2, prefix: str = "ms", node_id: str = "") -> tpu_v2.QueuedResource:
+    Spec = tpu_v2.QueuedResource.Tpu.NodeSpec
+    params = Spec.MultisliceParams(node_count=count, node_id_prefix=prefix) if count is not None else None
+    spec = Spec(parent=PARENT, node=new_node("v3-8"), **({"node_id": node_id} if node_id else {}))
+    if params is not None:
+        spec.multislice_params = params  # one of name_strategy: it clears node_id, as on Google's side
+    return tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]), spot=tpu_v2.QueuedResource.Spot())
+
+
+def test_a_multislice_queued_resource_makes_its_nodes_and_is_suspended_by_one_preemption(
+        api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    """Google's v2 QueuedResource.Tpu.NodeSpec.MultisliceParams: nodeCount nodes named
+    <nodeIdPrefix>-0 …, each with its own state; one preempted node suspends the queued resource."""
+    api.hold_queued(Z, "ms")
+    client.create_queued_resource(parent=PARENT, queued_resource_id="ms", queued_resource=multislice(3)).result(timeout=5)
+    QState = tpu_v2.QueuedResourceState.State
+    get = lambda: client.get_queued_resource(name=f"{PARENT}/queuedResources/ms")  # noqa: E731
+    assert get().state.state == QState.WAITING_FOR_RESOURCES
+    sent = get().tpu.node_spec[0]
+    assert (sent.multislice_params.node_count, sent.multislice_params.node_id_prefix, sent.node_id) == (3, "ms", "")
+    assert [n.name for n in client.list_nodes(parent=PARENT)] == []
+    api.hold_queued(Z, "ms", False)
+    wait = time.monotonic() + 5
+    while get().state.state != QState.ACTIVE and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert get().state.state == QState.ACTIVE  # only once every node is READY
+    nodes = list(client.list_nodes(parent=PARENT))
+    assert [n.name.rsplit("/", 1)[1] for n in nodes] == ["ms-0", "ms-1", "ms-2"]
+    assert all(n.state == State.READY and n.multislice_node and n.scheduling_config.spot for n in nodes)
+    assert {n.queued_resource for n in nodes} == {f"{PARENT}/queuedResources/ms"}
+    api.preempt(Z, "ms-1")
+    assert get().state.state == QState.SUSPENDED
+    assert [n.state for n in client.list_nodes(parent=PARENT)] == [State.READY, State.PREEMPTED, State.READY]
+    with pytest.raises(gexc.BadRequest, match="delete with force"):
+        client.delete_queued_resource(request={"name": f"{PARENT}/queuedResources/ms"})
+    client.delete_queued_resource(request={"name": f"{PARENT}/queuedResources/ms", "force": True})
+    assert [n.name for n in client.list_nodes(parent=PARENT)] == []  # force: every node went with it
+    assert [q.name for q in client.list_queued_resources(parent=PARENT)] == []
+
+
+@pytest.mark.parametrize(("count", "prefix", "said"), [
+    (1, "ms", "nodeCount must be > 1"), (2, "bad/prefix", "is not a valid id")])
+def test_a_wrong_multislice_request_is_refused_as_google_does(
+        client: tpu_v2.TpuClient, count: int, prefix: str, said: str) -> None:
+    with pytest.raises(gexc.BadRequest, match=said):
+        client.create_queued_resource(parent=PARENT, queued_resource_id="ms", queued_resource=multislice(count, prefix))
+    assert [q.name for q in client.list_queued_resources(parent=PARENT)] == []
+
+
+def test_a_multislice_prefix_defaults_to_the_queued_resources_id(api: FakeTpuApi, client: tpu_v2.TpuClient) -> None:
+    client.create_queued_resource(parent=PARENT, queued_resource_id="qr", queued_resource=multislice(2, "")).result(timeout=5)
+    wait = time.monotonic() + 5
+    while len(list(client.list_nodes(parent=PARENT))) < 2 and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert [n.name.rsplit("/", 1)[1] for n in client.list_nodes(parent=PARENT)] == ["qr-0", "qr-1"]

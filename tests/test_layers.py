@@ -197,7 +197,8 @@ def test_the_front_packages_form_no_knot() -> None:
                 or {"jobtpu.api", "jobtpu.cli"} & packages["jobtpu.web"])
 
 
-@pytest.mark.parametrize("module", ["jobtpu.decide.tpu_plan", "jobtpu.decide.tpu_outcomes", "jobtpu.decide.settle"])
+@pytest.mark.parametrize("module", ["jobtpu.decide.tpu_plan", "jobtpu.decide.tpu_outcomes", "jobtpu.decide.settle",
+                                    "jobtpu.decide.tpu_group"])
 def test_the_tpu_rules_do_no_io(module: str) -> None:
     """The TPU machines' decisions, and the settling of what a pass's acts reported, are pure: no
     session, no connection to a worker, no pass."""

@@ -137,7 +137,7 @@ def _plan_queued(record: MachineRecord, node: NodeInfo | None, queued: QueuedInf
             plan.state, plan.detail = MachineState.RECREATING, f"waiting: the node is {node.state}"
         else:
             record.queue_asked = None
-            blocked = _refused_or_waiting(record, now, spec_key, plan)
+            blocked = refused_or_waiting(record, now, spec_key, plan)
             if blocked is None:
                 plan.steps.append(Step(StepKind.CREATE_QUEUED))
                 plan.state, plan.detail = MachineState.QUEUED, "asking for a queued resource"
@@ -155,7 +155,7 @@ def _plan_queued(record: MachineRecord, node: NodeInfo | None, queued: QueuedInf
     return plan
 
 
-def _refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
+def refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: MachinePlan) -> MachinePlan | None:
     """The plan that holds a create back (refused for this spec, or backing off); None: go ahead."""
     refused = record.refused
     if refused and refused.spec_key == spec_key:
@@ -174,7 +174,7 @@ def _refused_or_waiting(record: MachineRecord, now: float, spec_key: str, plan: 
 
 def _plan_recreate(record: MachineRecord, node: NodeInfo | None, now: float, spec_key: str,
                    plan: MachinePlan) -> MachinePlan:
-    blocked = _refused_or_waiting(record, now, spec_key, plan)
+    blocked = refused_or_waiting(record, now, spec_key, plan)
     if blocked is not None:
         return blocked
     if node is not None and node.state not in ("CREATING", "DELETING"):
@@ -214,12 +214,24 @@ def _not_up(record: MachineRecord, node: NodeInfo | None, health: str, why: str,
 def decide_machine(sighting: Sighting, record: MachineRecord, now: float,
                    first_backoff: float = BACKOFF_FIRST) -> MachineWork:
     """The machine's plan for this pass from what its zone's listing said (the zone listed)."""
-    machine, node = sighting.machine, sighting.node
-    record.api_error = None
-    record.zone = machine.zone
-    leftover = list(record.steps or [])  # saved by a pass that died before carrying them out
-    plan = plan_machine(record, node, sighting.op, now, first_backoff, spec_key(machine), machine.zones,
+    machine = sighting.machine
+    leftover = prepare(sighting, record)
+    plan = plan_machine(record, sighting.node, sighting.op, now, first_backoff, spec_key(machine), machine.zones,
                         sighting.queued)
+    return finish_machine(sighting, record, plan, leftover)
+
+
+def prepare(sighting: Sighting, record: MachineRecord) -> list[StepKind]:
+    """Before planning: the record in the zone it was looked for; the steps a pass that died before
+    carrying them out left behind."""
+    record.api_error = None
+    record.zone = sighting.machine.zone
+    return list(record.steps or [])
+
+
+def finish_machine(sighting: Sighting, record: MachineRecord, plan: MachinePlan, leftover: list[StepKind]) -> MachineWork:
+    """The machine's work from its plan: leftover steps put back, its workers' addresses, its host keys."""
+    machine, node = sighting.machine, sighting.node
     resume_leftovers(leftover, record, node, plan)
     if node is not None and node.spec:
         record.spec_zone = machine.zone

@@ -279,6 +279,9 @@ class TpuDriver(Driver):
     def where(self, machine: Machine, record: MachineRecord, row: dict[str, Any]) -> list[tuple[str, str]] | None:
         accelerator = f"{machine.accelerator or '?'} ({row.get('provisioning')})"
         node = f"{machine.node or machine.name} in {row.get('zone') or '?'}"
+        if machine.slice_group:
+            node += (f" (slice {machine.slice_index} of {machine.slices} of {machine.slice_group}, "
+                     f"queued resource {machine.queued_resource_id})")
         return [("accelerator", accelerator), ("node", node),
                 ("addresses", ", ".join(record.addresses or []) or "not listed yet")]
 
@@ -293,6 +296,9 @@ class TpuDriver(Driver):
 
 
 def _queued_words(machine: Machine, record: MachineRecord) -> list[str]:
+    if machine.slice_group:  # one queued resource makes every slice of the group
+        return [f"slice {machine.slice_index} of {machine.slices} of {machine.slice_group}",
+                f"queued resource {machine.queued_resource_id} {record.queued_state or 'none'}"]
     return [f"queued resource {record.queued_state or 'none'}"] if machine.queued_resource else []
 
 

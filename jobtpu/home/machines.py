@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobtpu.errors import ConfigError
+from jobtpu.home import slices
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
 from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
@@ -118,9 +119,11 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
             raise FileRefused(f"machine name {name!r} must be letters, digits, '.', '_' or '-'")
         entry = _entry(name, raw)
         try:
-            machines[name] = _machine(name, entry, defaults, home)
+            made = slices.expand(_machine(name, entry, defaults, home))
         except FileRefused as e:
             raise FileRefused(f"machine {name!r}: {e}") from None
+        slices.check_names(name, made, machines)
+        machines.update(made)
     tpus = sorted(name for name, m in machines.items() if m.cloud_node)
     if tpus and not doc.gcp.project:
         # Said at load, by every command: found only when a pass first asks the TPU API, it came after
@@ -201,11 +204,12 @@ def _entry(name: str, raw: Raw) -> MachineEntry:
 
 def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -> Machine:
     _check_kind(entry)
+    slices.check_slices(entry)
     _check_resources(entry.resources)
     connection = _connection(entry, defaults)
     _check_connection(connection, "defaults.connect_timeout" if entry.connect_timeout is UNSET else "connect_timeout")
     zones = _zones(entry.zone)
-    queued = _queued_resource(entry.queued_resource)
+    queued = slices.queued_of(entry, _queued_resource(entry.queued_resource))
     if queued and len(zones) > 1 and not queued.get("valid_for"):
         # A queued resource waits in its zone until it is served or its valid_for ends: without an
         # end it would never give the next zone its turn.
@@ -246,6 +250,8 @@ def _check_kind(entry: MachineEntry) -> None:
             raise FileRefused("an ssh machine needs 'hosts', a non-empty list of \"addr\" or \"addr:port\"")
         for host in entry.hosts:
             _split_host(host, 22, FileRefused)
+    if entry.slices is not UNSET and entry.kind != "tpu":
+        raise FileRefused("'slices' is only for kind tpu (slices of one queued resource)")
     if entry.peer_addresses is not UNSET:
         _check_peer_addresses(entry)
     if entry.kind == "tpu":

@@ -76,6 +76,8 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
     connect_timeout: float = 10.0
     peer_addresses: tuple[str, ...] = ()  # where the other workers reach each worker (docs/design.md §4.1)
     refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
+    slice_group: str | None = None  # the machines.json entry of N slices this machine is one slice of
+    slice_index: int | None = None  # which slice (0…N-1); its node is the entry's node + "-<index>"
 
     @property
     def capacity(self) -> dict[str, int]:
@@ -105,6 +107,13 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         """How many workers it has before anything is asked: its listed hosts, one here; a cloud
         node's come from the API."""
         return len(self.hosts) if self.listed_hosts else 1 if self.runs_here else None
+
+    @property
+    def queued_resource_id(self) -> str:
+        """The queued resource that makes its node: the node's own name, or for a slice its group's
+        (the entry's node, whose nodes Cloud TPU names <node>-0…, docs/reference/machines-json.md)."""
+        node = self.node or ""
+        return node[:-len(f"-{self.slice_index}")] if self.slice_group and self.slice_index is not None else node
 
     def in_zone(self, zone: str | None) -> "Machine":
         """This machine, in one of its zones (the first when `zone` is not one of them)."""
@@ -138,6 +147,11 @@ class Fleet(msgspec.Struct, frozen=True):
     def get(self, name: str) -> Machine | None:
         return self.machines.get(name)
 
+    def slices_of(self, group: str | None) -> list[Machine]:
+        """The machines of a machines.json entry of several slices, in slice order; [] for any other name."""
+        found = [m for m in self.machines.values() if group and m.slice_group == group]
+        return sorted(found, key=lambda m: m.slice_index or 0)
+
     def require(self, name: str) -> Machine:
         """The machine, or the one error every command gives for a name it does not know."""
         return self.resolve(name)
@@ -155,6 +169,9 @@ class Fleet(msgspec.Struct, frozen=True):
         if nodes:
             raise NotFoundError(f"{name!r} is the node of several machines: {', '.join(m.name for m in nodes)}",
                                 hint="name the machine as machines.json does")
+        if slices := self.slices_of(name):
+            raise NotFoundError(f"{name!r} is {len(slices)} slices, each a machine: {', '.join(m.name for m in slices)}",
+                                hint="name one slice (`jobtpu tpu apply|reapply|delete` also take the group's name)")
         from jobtpu.suggest import nearest
 
         close = nearest(name, [n for m in self.machines.values() for n in (m.name, *m.aliases)])

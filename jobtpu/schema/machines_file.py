@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from jobtpu.schema.msgspec_lib import UNSET, Meta, Raw, Struct, UnsetType, msgspec
 from jobtpu.schema.nodespec import NodeSpec, NonEmptyText
 
+MAX_SLICES = 64  # slices one machines.json entry may declare (each becomes a machine of the fleet)
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # what a machine's name or alias may be
 
 
@@ -69,6 +70,9 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     aliases: Annotated[tuple[str, ...], Meta(description="must be a list of other names for the machine")] = ()
     peer_addresses: Annotated[tuple[str, ...] | UnsetType, Meta(
         description="must be a list of addresses, one per worker, where the other workers reach it")] = UNSET
+    # A tpu entry of N slices: N machines <name>-0…, one multislice queued resource (home/slices.py).
+    slices: Annotated[Annotated[int, Meta(ge=2, le=MAX_SLICES)] | UnsetType, Meta(
+        description=f"must be a whole number of slices from 2 to {MAX_SLICES}")] = UNSET
 
 
 class Gcp(_Keys, frozen=True):

@@ -124,6 +124,7 @@ class MachineRecord(msgspec.Struct, omit_defaults=True, gc=False):
     transient: Transient | None = None
     # recreation
     want_recreate: bool = False
+    kept_down: bool = False  # slices deleted by `jobtpu tpu delete`: passes leave them down until `tpu apply`
     operation: Operation | None = None
     create_sent: Time | None = None
     queue_asked: Time | None = None

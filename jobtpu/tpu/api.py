@@ -141,15 +141,20 @@ class TpuApi:
         return {info.name: info for info in map(_queued_info, found)}
 
     def create_queued(self, machine: Machine, recorded: dict[str, Any] | None = None) -> str:
-        """Ask for the node through a queued resource of the same name, in the machine's tier."""
+        """Ask for the node through a queued resource of the same name, in the machine's tier; for a
+        slice, every slice of its group through one queued resource (docs/reference/machines-json.md §3.11)."""
         from google.cloud import tpu_v2
 
         body = create_body(recorded or {}, machine.node_overrides)
         queued = dict(machine.queued_resource or {})
         # A spot queued resource makes a spot node: the node itself names no scheduling then.
         body.pop("schedulingConfig", None)
-        request: dict[str, Any] = {"tpu": {"nodeSpec": [{"parent": self._parent(str(machine.zone)),
-                                                         "nodeId": machine.node, "node": body}]}}
+        qid = machine.queued_resource_id
+        spec: dict[str, Any] = {"parent": self._parent(str(machine.zone)), "nodeId": machine.node, "node": body}
+        if machine.slice_group:  # every slice of the entry, as one: Cloud TPU names them <qid>-0, <qid>-1…
+            spec = {"parent": spec["parent"], "multisliceParams": {"nodeCount": machine.slices, "nodeIdPrefix": qid},
+                    "node": body}
+        request: dict[str, Any] = {"tpu": {"nodeSpec": [spec]}}
         if queued.get("tier") == "spot":
             request["spot"] = {}
         elif queued.get("tier") == "guaranteed":
@@ -161,17 +166,18 @@ class TpuApi:
         try:
             resource = tpu_v2.QueuedResource.from_json(json.dumps(request))
         except Exception as e:
-            raise ApiRefused(f"TPU API queue {machine.node}: bad node spec: {_first_line(e)}") from None
-        op = self._call(f"queue {machine.node}", "create_queued_resource",
-                        request={"parent": self._parent(str(machine.zone)), "queued_resource_id": machine.node,
+            raise ApiRefused(f"TPU API queue {qid}: bad node spec: {_first_line(e)}") from None
+        op = self._call(f"queue {qid}", "create_queued_resource",
+                        request={"parent": self._parent(str(machine.zone)), "queued_resource_id": qid,
                                  "queued_resource": resource})
         return str(op.operation.name)
 
     def delete_queued(self, machine: Machine) -> str | None:
-        """Delete the queued resource and its node (force); None when it is already gone."""
+        """Delete the queued resource and its nodes (force); None when it is already gone."""
+        qid = machine.queued_resource_id
         try:
-            op = self._call(f"delete queued resource {machine.node}", "delete_queued_resource",
-                            request={"name": f"{self._parent(str(machine.zone))}/queuedResources/{machine.node}",
+            op = self._call(f"delete queued resource {qid}", "delete_queued_resource",
+                            request={"name": f"{self._parent(str(machine.zone))}/queuedResources/{qid}",
                                      "force": True})
         except ApiNotFound:
             return None

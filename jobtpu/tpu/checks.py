@@ -37,11 +37,13 @@ def _node_check(p: WorkerAccess, machine: Machine) -> tuple[list[Line], list[str
         node = tpu_runtime(p).api().get_node(str(machine.zone), str(machine.node))
     except RemoteError as e:
         return [(f"{machine.name}: problem: {e.message}; check gcp settings and credentials", True)], None
+    group = _group_lines(p, machine)
     if node is None:
-        return [(f"{machine.name}: problem: node {machine.node} does not exist in {machine.zone}; "
-                 f"`jobtpu tpu apply {machine.name}` creates it", True)], []
+        return [*group, (f"{machine.name}: problem: node {machine.node} does not exist in {machine.zone}; "
+                         f"`jobtpu tpu apply {machine.slice_group or machine.name}` creates it"
+                         + (" with every other slice" if machine.slice_group else ""), True)], []
     health, why = health_of(node.state)
-    out = [(f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
+    out = [*group, (f"{machine.name}: ok: node {node.state}" + (f", {node.health}" if node.health else ""), False)
            if health == "up" else (f"{machine.name}: problem: {why} ({node.state})", True)]
     setup = record.setup
     if machine.setup and (setup is None or setup.status != SetupStatus.DONE or record.incarnation != node.create_time):
@@ -49,6 +51,17 @@ def _node_check(p: WorkerAccess, machine: Machine) -> tuple[list[Line], list[str
         out.append((f"{machine.name}: problem: setup has not completed on this node "
                     f"({what}); `jobtpu manage` runs it", True))
     return out, node.addresses(machine.use_external_ip)
+
+
+def _group_lines(p: WorkerAccess, machine: Machine) -> list[Line]:
+    """A slice of an entry of several slices: which, and the state of the queued resource of them all
+    (as the last pass saw it)."""
+    if not machine.slice_group:
+        return []
+    state = p.state.machine(machine.name).queued_state
+    said = (f"slice {machine.slice_index} of {machine.slices} of {machine.slice_group}: "
+            f"queued resource {machine.queued_resource_id} {state or 'not there'}")
+    return [(f"{machine.name}: ok: {said}", False) if state == "ACTIVE" else (f"{machine.name}: problem: {said}", True)]
 
 
 def device_checks(session: WorkerAccess, machine: Machine, eps: list[Endpoint], fix: bool,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from jobtpu import timing
+from jobtpu.decide.tpu_group import decide_group
 from jobtpu.decide.tpu_outcomes import BACKOFF_FIRST, Step, StepReport, settle, spec_key
 from jobtpu.decide.tpu_plan import (
     MachineWork,
@@ -50,7 +51,7 @@ def observe_tpu_nodes(p: WorkerAccess, now: float) -> list[Sighting]:
     """One listing per zone (its queued resources too when a machine there uses one), then for each
     machine the operation its record follows and, for strict host keys, the keys its node publishes.
     Each machine is looked for in the zone it is in now (capacity errors may have moved it)."""
-    tpus = [m.in_zone(p.state.machine(m.name).zone) for m in p.fleet.machines.values() if m.cloud_node]
+    tpus = [m.in_zone(p.state.machine(_driver_name(p, m)).zone) for m in p.fleet.machines.values() if m.cloud_node]
     if not tpus:
         return []
     api = tpu_runtime(p).api()
@@ -79,7 +80,8 @@ def _sighting(p: WorkerAccess, api: TpuApi, machine: Machine, listed: Any, now: 
         return Sighting(machine, listing_error=listed)
     record = p.state.machine(machine.name)
     node = listed[0].get(str(machine.node))
-    queued: QueuedInfo | None | Literal[False] = listed[1].get(str(machine.node)) if machine.queued_resource else False
+    queued: QueuedInfo | None | Literal[False] = (listed[1].get(machine.queued_resource_id) if machine.queued_resource
+                                                  else False)
     op = None
     if record.operation:
         try:
@@ -105,13 +107,14 @@ def plan_tpus(p: WorkerAccess, seen: Observation, sightings: list[Sighting]) -> 
         p.notes.append(line)
     tpus = tpu_runtime(p)
     planned: list[MachineWork] = []
+    groups = group_works(p, [s for s in sightings if s.listing_error is None], seen.now)
     for sighting in sightings:
         name = sighting.machine.name
         record = p.state.machine(name)
         if sighting.listing_error is not None:
             tpus.addresses[name] = not_listed(record, seen.view(name), sighting.listing_error)
             continue
-        work = decide_machine(sighting, record, seen.now, first_backoff(p))
+        work = groups[name] if name in groups else decide_machine(sighting, record, seen.now, first_backoff(p))
         tpus.saw(name, sighting.node, work.addresses)
         if p.dry_run:
             p.notes.extend(f"would {step.kind} {name}" for step in work.plan.steps)
@@ -120,6 +123,30 @@ def plan_tpus(p: WorkerAccess, seen: Observation, sightings: list[Sighting]) -> 
         show(work, seen.view(name), setting_up=not p.dry_run and work.has(StepKind.SETUP))
         planned.append(work)
     return planned
+
+
+def _driver_name(p: WorkerAccess, machine: Machine) -> str:
+    """The machine whose record says which zone it is in: a slice's is its group's slice 0 (whose
+    record drives the queued resource of every slice, decide/tpu_group.py)."""
+    return p.fleet.slices_of(machine.slice_group)[0].name if machine.slice_group else machine.name
+
+
+def group_works(p: WorkerAccess, sightings: list[Sighting], now: float) -> dict[str, MachineWork]:
+    """The work of every slice of a group all of whose zone was listed, planned together."""
+    by_group: dict[str, list[Sighting]] = {}
+    for sighting in sightings:
+        if sighting.machine.slice_group:
+            by_group.setdefault(sighting.machine.slice_group, []).append(sighting)
+    works: dict[str, MachineWork] = {}
+    for group, seen in by_group.items():
+        if len(seen) != len(p.fleet.slices_of(group)):
+            continue  # cannot happen: the slices are looked for in one zone
+        seen.sort(key=lambda s: s.machine.slice_index or 0)
+        records = [p.state.machine(s.machine.name) for s in seen]
+        names = {s.machine.name for s in seen}
+        busy = tuple(j.id for j in p.state.jobs if j.machine in names and j.active)
+        works.update((w.machine.name, w) for w in decide_group(seen, records, now, first_backoff(p), busy))
+    return works
 
 
 def observe_tpus(p: WorkerAccess, seen: Observation) -> list[MachineWork]:
@@ -133,6 +160,11 @@ def request_recreate(p: WorkerAccess, machine: Machine, now: float) -> MachineWo
     record it as an intent; the caller saves, then carries it out. Later passes go on from there.
     None when it is already on its way back."""
     record = p.state.machine(machine.name)
+    if machine.slice_group:  # the group comes back as one: the next pass plans it (decide/tpu_group.py)
+        for member in p.fleet.slices_of(machine.slice_group):
+            wanted = p.state.machine(member.name)
+            wanted.want_recreate, wanted.kept_down = True, False
+        return None
     if record.want_recreate or record.operation:
         return None
     machine = machine.in_zone(record.zone)

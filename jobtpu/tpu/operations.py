@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 def node_operation(p: WorkerAccess, op: str, name: str, commit: Callable[[], None]) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
-    machine = p.fleet.resolve(name)
+    group = p.fleet.slices_of(name)
+    machine = group[0] if group else p.fleet.resolve(name)
+    if machine.slice_group and (group or op in ("apply", "reapply", "delete")):
+        from jobtpu.tpu.groups import group_operation  # a slice is made and deleted with every other
+
+        return group_operation(p, op, machine.slice_group, commit)
     name = machine.name  # an alias or the node's name, as machines.json names the machine
     if not machine.cloud_node:
         raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
