@@ -344,7 +344,7 @@ def test_preemption_goes_through_the_rule(rule: str | None, status: Status, resu
     plan = decide([job], fleet(tpu()), seen("tpu", preempted=True, ready=False))
     assert job.status is status and job.attempts[-1].outcome == model.PREEMPTED
     if status is Status.QUEUED:
-        # a preemption is counted apart, never against --max-recoveries (docs/reference/requests-and-rules.md §7.2)
+        # a preemption is counted apart, never against --max-recoveries (docs/reference/requests-and-rules.md §7.3)
         assert (job.reason, job.resume, job.attempt, job.preemptions, job.recoveries) == (model.RECOVERING, resume, 1, 1, 0)
     else:
         assert (job.reason, job.exit_code, job.preemptions, job.recoveries) == (model.PREEMPTED, None, 0, 0)

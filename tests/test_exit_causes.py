@@ -1,4 +1,4 @@
-"""Retries by exit code and causes counted apart (docs/reference/requests-and-rules.md §7.2,
+"""Retries by exit code and causes counted apart (docs/reference/requests-and-rules.md §7.3,
 docs/reference/commands.md §2.2.3): the pure rules as tables, then exit codes through real processes on
 the local machine and on an ssh box. (Preemptions and the stall default on the fake TPU API are in
 tests/test_tpu_rules.py.)"""

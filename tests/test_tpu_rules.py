@@ -90,7 +90,7 @@ def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
 
 
 def test_max_preemptions_bounds_the_loop_and_its_end_says_so(tmp_path: Path, tpus: TpuFleet) -> None:
-    """Preemptions spend their own budget (docs/reference/requests-and-rules.md §7.2): never a retry nor an
+    """Preemptions spend their own budget (docs/reference/requests-and-rules.md §7.3): never a retry nor an
     infrastructure recovery (--max-recoveries 0 would have failed the first one when every cause counted
     as one); once spent, the job fails with its reason, and its job_ended event says which budget ran out."""
     home = setup_home(tmp_path, tpus)

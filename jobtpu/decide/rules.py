@@ -34,7 +34,7 @@ def classify(exit_code: int, log_tail: str, patterns: Mapping[str, Sequence[str]
     return model.exit_reason(exit_code)
 
 
-# ---- causes and their budgets (docs/reference/requests-and-rules.md §7.2) ------------------------
+# ---- causes and their budgets (docs/reference/requests-and-rules.md §7.3) ------------------------
 
 PREEMPTION, INFRASTRUCTURE, OWN = "preemption", "infrastructure", "own failure"
 # Each reason an attempt ends with, by whose doing: the cloud took the TPU back; the machine, its

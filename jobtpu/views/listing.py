@@ -153,7 +153,7 @@ def info(job: Job, short: Mapping[str, str] | None = None, waiting: str | None =
 
 def attempt_text(job: Job) -> str:
     """The attempt number, and what led to it, each cause counted apart (docs/reference/requests-and-rules.md
-    §7.2): preemptions, infrastructure recoveries (a lost worker, grpc, a hang) and --retries (the job's
+    §7.3): preemptions, infrastructure recoveries (a lost worker, grpc, a hang) and --retries (the job's
     own non-zero exits): `5 (3 pre, 1 infra, 1/2 retry)`."""
     parts = []
     if job.preemptions:
