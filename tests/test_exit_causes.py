@@ -1,11 +1,12 @@
 """Retries by exit code and causes counted apart (docs/reference/requests-and-rules.md §7.3,
 docs/reference/commands.md §2.2.3): the pure rules as tables, then exit codes through real processes on
-the local machine and on an ssh box. (Preemptions and the stall default on the fake TPU API are in
+the local machine and on an ssh box, and a member's submit the runner must refuse. (Preemptions and the stall default on the fake TPU API are in
 tests/test_tpu_rules.py.)"""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from jobtpu.schema import state as model
 from jobtpu.schema.fleet import DEFAULT_ERROR_PATTERNS, Fleet, Machine
 from jobtpu.schema.state import Attempt, Job, Status
 from jobtpu.views.listing import attempt_text
+from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage_until, status, submit, write_tree
 from tests.sshfleet import SshFleet
 
@@ -265,3 +267,23 @@ def test_an_exit_42_is_retried_on_an_ssh_box_and_an_exit_1_is_not(ssh_fleet: Ssh
                             "both jobs to end")
     assert [a["outcome"] for a in done[retried]["attempts"]] == ["exit 42", "finished"]
     assert (done[failed]["status"], done[failed]["reason"], done[failed].get("retried", 0)) == ("failed", "exit 1", 0)
+
+
+def test_a_member_s_submit_with_a_bad_exit_code_list_is_refused_and_the_home_still_reads(trio: Team) -> None:
+    """bob rewrites his submit's list before the runner takes it in: the runner refuses that submit in
+    one line (as submit would), and state.json, which could not be read with it, stays readable."""
+    from tests.test_shared_ids import HANG, owners, shared_home
+    from tests.test_shared_ids import submit as member_submit
+
+    alice, bob, _ = trio.accounts
+    home = shared_home(trio)
+    refused = member_submit(trio, bob, home, "--retries", "2", "--retry-on-exit", "42")[0]
+    claim = next((home / "spool").glob(f"submit-{refused}-1-*.json"))
+    doc = json.loads(claim.read_text())
+    doc["jobs"][0]["retry_on_exit"] = "5-2"
+    done = subprocess.run(["runuser", "-u", bob, "--", "bash", "-c", f"cat > {claim}"], input=json.dumps(doc),
+                          capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr
+    said = trio.run(alice, "--home", str(home), "manage", umask="0077")
+    assert refused not in owners(trio, home) and "the range 5-2 runs backwards" in said.stderr, said.stderr
+    assert trio.run(alice, "--home", str(home), "status", "--all-users").returncode == 0
