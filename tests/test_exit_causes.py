@@ -287,3 +287,12 @@ def test_a_member_s_submit_with_a_bad_exit_code_list_is_refused_and_the_home_sti
     said = trio.run(alice, "--home", str(home), "manage", umask="0077")
     assert refused not in owners(trio, home) and "the range 5-2 runs backwards" in said.stderr, said.stderr
     assert trio.run(alice, "--home", str(home), "status", "--all-users").returncode == 0
+
+
+def test_stall_0_is_kept_as_no_watch_and_a_negative_one_is_refused(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    src = write_tree(tmp_path / "src", {"x": ""})
+    off = submit(home, src, "true", "--stall", "0", "--hold")
+    assert status(home)[off]["stall"] == 0
+    done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--stall=-5m", check=False)
+    assert done.returncode != 0 and "--stall '-5m' is not a duration" in done.stderr and len(status(home)) == 1
