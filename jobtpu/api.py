@@ -59,7 +59,8 @@ class Home:
                machine: str | None = None, name: str = "", tags: Iterable[str] = (), rule: str | None = None,
                max_recoveries: int = 20, timeout: str | None = None, stall: str | None = None,
                priority: int = 0, hold: bool = False, after: Iterable[int | Job] = (),
-               after_any: Iterable[int | Job] = (), retries: int = 0, grace: str | None = None,
+               after_any: Iterable[int | Job] = (), retries: int = 0, retry_on_exit: str | None = None,
+               max_preemptions: int = 0, grace: str | None = None,
                signal: str | None = None, progress: str | None = None, on_resume: str | None = None,
                include: Iterable[str] = (), exclude: Iterable[str] = (), user: str | None = None,
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
@@ -84,7 +85,9 @@ class Home:
             sweep=[f"{k}={','.join(map(str, _words(values, 'sweep values')))}" for k, values in sweep.items()],
             sweep_file=None if sweep_file is None else os.fspath(sweep_file),
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],
-            retries=_checked(args.tries, retries, "--retries"), grace=grace, signal=signal, hold=hold)
+            retries=_checked(args.tries, retries, "--retries"), retry_on_exit=retry_on_exit,
+            max_preemptions=_checked(args.tries, max_preemptions, "--max-preemptions"),
+            grace=grace, signal=signal, hold=hold)
         jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts))
         return [Job(self, j.id, _record(j)) for j in jobs or []]
 

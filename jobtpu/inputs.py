@@ -26,6 +26,29 @@ def parse_duration(text: str, option: str) -> float:
     return seconds
 
 
+def parse_stall(text: str) -> float:
+    """--stall: a duration, or 0 (`0`, `0s`, `0m` …): no stall watch, even where one is the default."""
+    match = _DURATION.match(text.strip())
+    if match and float(match[1]) == 0:
+        return 0.0
+    return parse_duration(text, "--stall")
+
+
+def parse_exit_codes(text: str, retries: int) -> str:
+    """--retry-on-exit: the list as the record keeps it (schema/exit_codes.py), refused in one line
+    when it does not parse or when there is no --retries for it to choose among."""
+    from jobtpu.schema import exit_codes
+
+    try:
+        codes = exit_codes.normal(text)
+    except ValueError as e:
+        raise JobtpuError(str(e), hint="like --retries 3 --retry-on-exit 42,127-255") from None
+    if not retries:
+        raise JobtpuError(f"--retry-on-exit {text!r} chooses which exits --retries retries, and there is no --retries",
+                          hint=f"give --retries N too, like --retries 3 --retry-on-exit {codes}")
+    return codes
+
+
 def parse_env(pairs: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:

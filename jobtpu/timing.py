@@ -55,6 +55,7 @@ class Timing(NamedTuple):
     request_wait: float = 10.0  # a member's act waits this long for a running loop to carry it out
     serve_watch: float = 0.5  # `serve`: its one watcher looks at the home's files this often
     serve_poll: float = 1.0  # `serve`: an open page asks whether anything changed this often (an ETag answer)
+    stall_default: float = 1800.0  # a job on a preemptible TPU with no --stall ends `hang` after this long without a log byte
 
 
 DEFAULTS = Timing()

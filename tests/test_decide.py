@@ -344,9 +344,10 @@ def test_preemption_goes_through_the_rule(rule: str | None, status: Status, resu
     plan = decide([job], fleet(tpu()), seen("tpu", preempted=True, ready=False))
     assert job.status is status and job.attempts[-1].outcome == model.PREEMPTED
     if status is Status.QUEUED:
-        assert (job.reason, job.resume, job.attempt, job.recoveries) == (model.RECOVERING, resume, 1, 1)
+        # a preemption is counted apart, never against --max-recoveries (docs/reference/requests-and-rules.md §7.3)
+        assert (job.reason, job.resume, job.attempt, job.preemptions, job.recoveries) == (model.RECOVERING, resume, 1, 1, 0)
     else:
-        assert (job.reason, job.exit_code, job.recoveries) == (model.PREEMPTED, None, 0)
+        assert (job.reason, job.exit_code, job.preemptions, job.recoveries) == (model.PREEMPTED, None, 0, 0)
     assert recreates(plan) == ([Recreate("tpu")] if recreate else [])
     assert kills(plan) == [] and launches(plan) == []  # a preempted TPU takes no launch this pass
 
@@ -382,17 +383,20 @@ def test_killing_job_without_an_ending_ends_killed() -> None:
 
 # ---- max recoveries ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("machine", "view", "reason"), [
-    (tpu("m"), {"preempted": True}, model.PREEMPTED),
-    (gpu_box("m"), {}, model.LOST),
+@pytest.mark.parametrize(("machine", "view", "reason", "budget", "spent"), [
+    (tpu("m"), {"preempted": True}, model.PREEMPTED, {"max_preemptions": 3, "preemptions": 3},
+     "3 preemptions used, the most --max-preemptions allows"),
+    (gpu_box("m"), {}, model.LOST, {"max_recoveries": 3, "recoveries": 3},
+     "3 infrastructure recoveries used, the most --max-recoveries allows"),
 ])
-def test_max_recoveries_reached_marks_failed_with_the_reason(machine: Machine, view: dict[str, Any],
-                                                              reason: str) -> None:
-    job = active(rule="reapply", max_recoveries=3, recoveries=3, attempt=3)
+def test_a_spent_budget_marks_failed_with_the_reason(machine: Machine, view: dict[str, Any], reason: str,
+                                                     budget: dict[str, int], spent: str) -> None:
+    job = active(rule="reapply", attempt=3, **budget)
     states = () if view else (ws(job, 0, alive=False),)
     plan = decide([job], fleet(machine), seen("m", *states, **view))
-    assert (job.status, job.reason, job.recoveries, job.attempt) == (Status.FAILED, reason, 3, 3)
-    assert recreates(plan) == [] and any("max recoveries 3" in n for n in plan.notes)
+    assert (job.status, job.reason, job.attempt) == (Status.FAILED, reason, 3)
+    assert recreates(plan) == [] and any(n == f"job {job.id}: {reason} ({spent})" for n in plan.notes), plan.notes
+    assert [m.spent for m in plan.moves] == [spent]  # what the job_ended event says
 
 
 def test_recoveries_count_up_to_the_limit() -> None:

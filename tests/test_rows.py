@@ -34,12 +34,12 @@ def cells(row: JobRow) -> dict[str, Any]:
 JOB_ROWS = {
     "running, after a preemption and a retry, holding two GPUs of a box known by its alias": (
         job(status=Status.RUNNING, machine="gpu-box-number-one", alloc={"gpu": [0, 1], "slot": [0]}, attempt=2,
-            recoveries=1, retries=2, tags=["a", "b"], note="n", last_line="step 5",
+            preemptions=1, retries=2, tags=["a", "b"], note="n", last_line="step 5",
             overrides=["--config.training.lr=0.1", "--config.model.depth=3"],
             attempts=[Attempt(0, "gpu-box-number-one", "preempted", None, NOW - 3600, NOW - 3000),
                       Attempt(1, "local", "exit 1", 1, NOW - 2900, NOW - 2800),
                       Attempt(2, "gpu-box-number-one", started=NOW - 60)]),
-        {"id": 1, "name": "train", "user": "ann", "status": "running", "attempt": "2 (1 rec, 0/2 retry)",
+        {"id": 1, "name": "train", "user": "ann", "status": "running", "attempt": "2 (1 pre, 0/2 retry)",
          "run": "12m", "age": "1h", "where": "box1 gpu=0,1", "overrides": "lr=0.1 config.model.depth=3",
          "tags": "a,b", "info": "note: n; step 5", "tries": 2, "machine": "box1", "last_line": "step 5"}),
     "queued and pinned, its pending reason naming machines by their short names": (

@@ -364,6 +364,7 @@ def test_a_members_submit_keeps_every_field_a_user_sets_as_a_private_home_would(
              "--rule", "pre", "--max-recoveries", "3", "--timeout", "1h", "--stall", "30m", "--log-stage",
              "--on-resume", "--r={attempt}", "--progress", r"step (\d+)", "--priority", "2", "--sheet-note", "note",
              "--sweep", "lr=1,2", "--max-running", "1", "--after", "1", "--after-any", "1", "--retries", "2",
+             "--retry-on-exit", "42,127-255", "--max-preemptions", "4",
              "--grace", "10s", "--signal", "USR1@60", "--hold", "--machine", "local", "--req", "slot=1", "a=1", "--", "b=2"]
     records = {}
     for home, runner in ((shared, alice), (private, bob)):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from jobtpu import timing
 from tests.helpers import JOBTPU, jobtpu, manage, status, submit, until, wait_for
 from tests.tpufleet import ZONE, TpuFleet, tpu_home
 
@@ -88,15 +89,39 @@ def test_oom_fails_and_is_never_retried(tmp_path: Path, tpus: TpuFleet) -> None:
     assert status(home)[job_id]["attempt"] == 0
 
 
-def test_max_recoveries_bounds_the_loop(tmp_path: Path, tpus: TpuFleet) -> None:
+def test_max_preemptions_bounds_the_loop_and_its_end_says_so(tmp_path: Path, tpus: TpuFleet) -> None:
+    """Preemptions spend their own budget (docs/reference/requests-and-rules.md §7.3): never a retry nor an
+    infrastructure recovery (--max-recoveries 0 would have failed the first one when every cause counted
+    as one); once spent, the job fails with its reason, and its job_ended event says which budget ran out."""
     home = setup_home(tmp_path, tpus)
-    job_id = submit(home, tmp_path / "src", "sleep 300", "--max-recoveries", "1")
+    job_id = submit(home, tmp_path / "src", "sleep 300", "--max-preemptions", "1", "--max-recoveries", "0",
+                    "--retries", "2")
     running_then_preempt(home, tpus, job_id)
-    until(home, job_id, lambda j: j["status"] == "running" and j["attempt"] == 1, timeout=120,
-          what="the first recovery")
+    job = until(home, job_id, lambda j: j["status"] == "running" and j["attempt"] == 1, timeout=120,
+                what="the first recovery")
+    assert (job["preemptions"], job.get("recoveries", 0), job.get("retried", 0)) == (1, 0, 0)
+    assert "1 (1 pre, 0/2 retry)" in jobtpu(home, "status", str(job_id)).stdout
     tpus.api.preempt(ZONE, "tpu-r")
     job = until(home, job_id, lambda j: j["status"] == "failed", what="the job to fail")
-    assert (job["reason"], job["attempt"], job["recoveries"]) == ("preempted", 1, 1)
+    assert (job["reason"], job["attempt"], job["preemptions"]) == ("preempted", 1, 1)
+    ended = [json.loads(line) for line in jobtpu(home, "events", "--job", str(job_id), "--json").stdout.splitlines()]
+    ended = [e for e in ended if e["kind"] == "job_ended"]
+    assert [e["detail"].get("spent") for e in ended] == ["1 preemptions used, the most --max-preemptions allows"]
+    said = jobtpu(home, "events", "--job", str(job_id)).stdout
+    assert "failed (preempted): 1 preemptions used, the most --max-preemptions allows" in said
+
+
+def test_a_silent_attempt_on_a_preemptible_tpu_is_a_hang_by_default(tmp_path: Path, tpus: TpuFleet,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --stall given: a preemptible TPU watches for one all the same (timing's stall_default,
+    shortened here), and the default rule pre resumes the job."""
+    monkeypatch.setenv(*timing.env(stall_default=2).popitem())
+    home = setup_home(tmp_path, tpus)
+    job_id = submit(home, tmp_path / "src", FLAKY.format(first="sleep 300"))
+    job = until(home, job_id, lambda j: j["status"] in ("finished", "failed"), timeout=120, what="the job to end")
+    assert (job["status"], job["attempt"], job.get("stall")) == ("finished", 1, None), job
+    assert [a["outcome"] for a in job["attempts"]] == ["hang", "finished"]
+    assert job["recoveries"] == 1 and "attempt 1 resume=1" in jobtpu(home, "tail", str(job_id)).stdout
 
 
 SHOW = ('echo "attempt $JOBTPU_ATTEMPT worker $JOBTPU_WORKER node=$JOBTPU_NODE zone=$JOBTPU_ZONE '

@@ -30,7 +30,7 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
     raises before anything is written."""
     from jobtpu.decide.fit import parse_request, why_not
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
-    from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env
+    from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env, parse_exit_codes, parse_stall
     from jobtpu.schema.state import Job
 
     user = known_user(home, opts.user)
@@ -47,7 +47,8 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
-    stall = parse_duration(opts.stall, "--stall") if opts.stall is not None else None
+    stall = parse_stall(opts.stall) if opts.stall is not None else None
+    retry_on_exit = parse_exit_codes(opts.retry_on_exit, opts.retries) if opts.retry_on_exit is not None else None
     env = parse_env(opts.env)
     check_overrides_typed(opts.overrides, effective_aliases(fleet.config_aliases, settings.aliases))
     overrides = config_overrides([*opts.overrides, *opts.verbatim], fleet.config_aliases, settings.aliases)
@@ -72,7 +73,8 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
     return Job(id=0, user=user, cmd=opts.cmd or "", archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
-               max_recoveries=opts.max_recoveries,
+               max_recoveries=opts.max_recoveries, max_preemptions=opts.max_preemptions or None,
+               retry_on_exit=retry_on_exit,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid(),
                held=opts.hold, waiting="held by hold" if opts.hold else None)
@@ -291,9 +293,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule", choices=RULE_NAMES, help="what to do when an attempt fails or is preempted "
                    "(`jobtpu rules` shows each; default: your `config` rule, else the machine's)")
     p.add_argument("--max-recoveries", type=args.tries, metavar="N",
-                   help="automatic recoveries the rule may make (default %(default)s)")
+                   help="recoveries the rule may make from infrastructure failures: a lost worker, gRPC, a hang "
+                        "(default %(default)s)")
+    p.add_argument("--max-preemptions", type=args.tries, metavar="N",
+                   help="preemptions the rule may recover from (default 0: no limit)")
     p.add_argument("--timeout", help="wall-time limit per attempt (90s, 30m, 12h, 2d)")
-    p.add_argument("--stall", help="stop when the log has not grown for this long")
+    p.add_argument("--stall", help="stop when the log has not grown for this long (default: 30m on a "
+                   "preemptible TPU, none elsewhere; 0: never)")
     p.add_argument("--include", action="append", metavar="GLOB",
                    help="snapshot files matching GLOB even if ignored, repeatable")
     p.add_argument("--exclude", action="append", metavar="GLOB",
@@ -341,6 +347,8 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="start only after these jobs ended, however they ended")
     p.add_argument("--retries", type=args.tries, metavar="N",
                    help="retry an attempt that exited non-zero up to N times (not oom, timeout or kill)")
+    p.add_argument("--retry-on-exit", metavar="CODES",
+                   help="with --retries: retry only these exit codes, like 42,127-255 (default: any non-zero)")
     p.add_argument("--grace", metavar="DURATION",
                    help="wait this long between TERM and KILL when the job is stopped (default 5s)")
     p.add_argument("--signal", metavar="SIG@DURATION",

@@ -37,6 +37,8 @@ class SubmitOptions(NamedTuple):
     after: list[str] = []
     after_any: list[str] = []
     retries: int = 0
+    retry_on_exit: str | None = None  # the exit codes --retries retries (schema/exit_codes.py); None: any
+    max_preemptions: int = 0  # preemptions the rule may recover from (0: no limit)
     grace: str | None = None
     signal: str | None = None
     max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)

@@ -12,6 +12,7 @@ from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Pl
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Cause, Ending, Job, Status, Transition
 
 
@@ -95,7 +96,7 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
     # not within its grace and a margin (a worker that lost its wrapper, one launched before workers did).
     if job.timeout is not None and seen.now - started > job.timeout + (job.grace or 5.0) + TIMEOUT_MARGIN:
         _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
-    elif job.stall is not None and seen.now - job.log_grew > job.stall:
+    elif (stall := rules.stall_of(job, machine)) is not None and seen.now - job.log_grew > stall:
         _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
 
 
@@ -129,18 +130,25 @@ def _alive(refs: tuple[WorkerRef, ...], view: MachineView) -> tuple[WorkerRef, .
 
 def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | None, seen: Observation,
                    plan: Plan, stop: tuple[WorkerRef, ...] = ()) -> None:
-    """An attempt ended badly: pick the rule's answer, stopping surviving workers first if any."""
-    recover = rules.recovery(rule_of(job, machine), reason, job.recoveries, job.max_recoveries)
-    why = reason if recover is None else f"{reason}, rule {rule_of(job, machine)}: {recover}"
-    if recover is None and reason in rules.RETRIABLE | {model.PREEMPTED} and job.recoveries >= job.max_recoveries:
-        why += f" (max recoveries {job.max_recoveries} reached)"
+    """An attempt ended badly: pick the rule's answer, stopping surviving workers first if any. The
+    rule's recovery spends the budget of the reason's cause (rules.budget); a job's own failure is
+    --retries'. A budget that has run out is said in the ending (`spent`), its one line and event."""
+    rule = rule_of(job, machine)
+    spend = rules.budget(job, reason)
+    recover = rules.recovery(rule, reason, spend.used, spend.limit) if spend else None
+    spent = spend.spent if spend and recover is None and rules.recovery(rule, reason, 0, None) else None
+    why = reason if recover is None else f"{reason}, rule {rule}: {recover}"
     retry = False
     if recover is None:  # --retries, once the rule has no answer of its own
-        recover = rules.retry(rule_of(job, machine), reason, job.retried, job.retries)
+        recover = rules.retry(rule, reason, job.retried, job.retries, exit_code, job.retry_on_exit)
         retry = recover is not None
         if retry:
-            why = f"{reason}, retry {job.retried + 1} of {job.retries}: {recover}"
-    ending = Ending(Status.FAILED, reason, exit_code, recover, retry)
+            why, spent = f"{reason}, retry {job.retried + 1} of {job.retries}: {recover}", None
+        elif job.retries and rules.retriable(reason, exit_code, job.retry_on_exit):
+            spent = f"{job.retries} retries used, the most --retries allows"
+    if spent:
+        why += f" ({spent})"
+    ending = Ending(Status.FAILED, reason, exit_code, recover, retry, spent)
     if stop:
         _stop(job, machine, ending, stop, plan, why)
     else:
@@ -175,12 +183,15 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
     if ending.recover:  # either way the move resets what only a stopping job holds (ending, alloc)
         if ending.retry:
             job.retried += 1
+        elif ending.reason == model.PREEMPTED:  # counted apart: a preemption is nobody's failure
+            job.preemptions += 1
         else:
             job.recoveries += 1
         return requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,
                        cause=Cause.RECOVER)
     job.exit_code = ending.exit_code
-    return job.move(ending.status, ending.reason, cause=Cause.END)
+    moved = job.move(ending.status, ending.reason, cause=Cause.END)
+    return msgspec.structs.replace(moved, spent=ending.spent) if ending.spent else moved
 
 
 def requeue(job: Job, resume: bool, reason: str | None, cause: Cause, machine: str | None = None) -> Transition:

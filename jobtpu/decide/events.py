@@ -7,7 +7,8 @@ Wiring (the only calls the pass and the CLI make):
 - A pass collects `Event`s as it goes and, once per pass, calls `eventlog.append(home.root, events)`:
   * job events: `Event(now, JOB_LAUNCHED, job=id, machine=m, user=u, attempt=n, detail={"workers": w})`,
     `JOB_RUNNING` (first pass that sees the attempt running), `JOB_ENDED` with
-    `detail={"status": "finished"|"failed"|"killed", "reason": r, "exit_code": c}`, `JOB_RECOVERING`
+    `detail={"status": "finished"|"failed"|"killed", "reason": r, "exit_code": c}` (and `"spent"`, the
+    budget that ran out, when one did), `JOB_RECOVERING`
     with `detail={"reason": r, "recover": "resume"|"rerun"|...}`, `JOB_RESUMED` (the first attempt
     launched after a recovery);
   * `PREEMPTED` (machine=m, and job/attempt when a job was on it) when the pass first sees it;
@@ -158,7 +159,8 @@ def describe(event: Event) -> str:
     on = f" on {event.machine}" if event.machine else ""
     if event.kind == JOB_ENDED:
         why = f" ({d['reason']})" if d.get("reason") else ""
-        return f"{who}{on}: {d.get('status', 'ended')}{why}"
+        spent = f": {d['spent']}" if d.get("spent") else ""  # the budget that ran out (decide/rules.py)
+        return f"{who}{on}: {d.get('status', 'ended')}{why}{spent}"
     if event.kind == JOB_RECOVERING:
         how = f", will {d['recover']}" if d.get("recover") else ""
         return f"{who}{on}: recovering from {d.get('reason') or 'a failure'}{how}"

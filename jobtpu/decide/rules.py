@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from jobtpu import timing
+from jobtpu.schema import exit_codes
 from jobtpu.schema import state as model
+from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
+    from jobtpu.schema.fleet import Machine
     from jobtpu.schema.state import Job
 
 RULES = model.RULES
@@ -30,26 +34,91 @@ def classify(exit_code: int, log_tail: str, patterns: Mapping[str, Sequence[str]
     return model.exit_reason(exit_code)
 
 
-def recovery(rule: str, reason: str, recoveries: int, max_recoveries: int) -> Recovery | None:
-    """What to do with an attempt that ended with `reason`: a recovery word, or None to mark it failed."""
-    if recoveries >= max_recoveries:
+# ---- causes and their budgets (docs/reference/requests-and-rules.md §7.3) ------------------------
+
+PREEMPTION, INFRASTRUCTURE, OWN = "preemption", "infrastructure", "own failure"
+# Each reason an attempt ends with, by whose doing: the cloud took the TPU back; the machine, its
+# network or its runtime failed (a lost worker, a gRPC error, a hang, a launch its worker refused);
+# the job's own program failed. killed, dependency and home_file are no failure of an attempt.
+CAUSES: dict[str, str] = {model.PREEMPTED: PREEMPTION, model.LOST: INFRASTRUCTURE, model.GRPC: INFRASTRUCTURE,
+                          model.HANG: INFRASTRUCTURE, model.LAUNCH_FAILED: INFRASTRUCTURE,
+                          model.OOM: OWN, model.TIMEOUT: OWN}
+
+
+def cause_of(reason: str | None) -> str | None:
+    """The cause an ending reason counts under (`exit N` is the job's own), or None."""
+    if reason is not None and reason.startswith("exit "):
+        return OWN
+    return CAUSES.get(reason or "")
+
+
+class Budget(msgspec.Struct, frozen=True):
+    """How many recoveries of one cause a run has made, how many it may make (None: no limit), the
+    option that sets it, and the word `status` shows its count by."""
+
+    used: int
+    limit: int | None
+    option: str
+    short: str
+
+    @property
+    def spent(self) -> str:
+        """The one line a job that fails on this budget ends with."""
+        return f"{self.limit} {self.short} used, the most {self.option} allows"
+
+
+def budget(job: Job, reason: str) -> Budget | None:
+    """The budget a rule's recovery from `reason` spends: preemptions count apart (no limit unless
+    --max-preemptions gives one), every other recovery is infrastructure's (--max-recoveries)."""
+    cause = cause_of(reason)
+    if cause == PREEMPTION:
+        return Budget(job.preemptions, job.max_preemptions, "--max-preemptions", "preemptions")
+    if cause == INFRASTRUCTURE:
+        return Budget(job.recoveries, job.max_recoveries, "--max-recoveries", "infrastructure recoveries")
+    return None
+
+
+def recovery(rule: str, reason: str, recoveries: int, max_recoveries: int | None) -> Recovery | None:
+    """What to do with an attempt that ended with `reason`: a recovery word, or None to mark it failed.
+    `recoveries` of `max_recoveries` (None: no limit) are those of the reason's own budget."""
+    if max_recoveries is not None and recoveries >= max_recoveries:
         return None
     if reason == model.PREEMPTED:
         return {"pre": RECREATE_RESUME, "reapply": RECREATE_RESUME, "rerun": RECREATE_RERUN}.get(rule)
     if reason in RETRIABLE:
         return {"pre": RESUME, "reapply": RECREATE_RESUME, "rerun": RERUN, "resume": RESUME}.get(rule)
-    return None  # exit N, oom, timeout, launch_failed, killed: never retried automatically
+    return None  # exit N, oom, timeout, launch_failed, killed: never recovered by the rule
+
+
+def stall_of(job: Job, machine: Machine) -> float | None:
+    """The --stall an attempt on `machine` keeps: the job's own; when it gave none, a preemptible TPU's
+    default (timing's stall_default: a hang there is the usual way a lost peer shows, and nothing else
+    would end it); `--stall 0` (kept as 0) turns it off. None: no stall watch."""
+    if job.stall is not None:
+        return float(job.stall) or None
+    if machine.cloud_node and machine.preemptible:
+        return timing.current().stall_default or None
+    return None
 
 
 # ---- --retries and dependencies ------------------------------------------------------------------
 
-def retry(rule: str, reason: str, retried: int, retries: int) -> Recovery | None:
+def retry(rule: str, reason: str, retried: int, retries: int, exit_code: int | None = None,
+          on_exit: str | None = None) -> Recovery | None:
     """--retries: an attempt that exited non-zero (`exit N`, or `grpc` the rule did not recover; never
     oom, timeout, hang, lost or killed) goes again while retries are left, through the rule's rerun
-    when the rule is `rerun`, else resuming from its checkpoints. None: no retry."""
-    if retried >= retries or not (reason == model.GRPC or reason.startswith("exit ")):
+    when the rule is `rerun`, else resuming from its checkpoints. With --retry-on-exit (`on_exit`)
+    only an exit code it lists is retried. None: no retry."""
+    if retried >= retries or not retriable(reason, exit_code, on_exit):
         return None
     return RERUN if rule == "rerun" else RESUME
+
+
+def retriable(reason: str, exit_code: int | None, on_exit: str | None) -> bool:
+    """Whether --retries may retry an attempt that ended so (its budget aside)."""
+    if not (reason == model.GRPC or reason.startswith("exit ")):
+        return False
+    return on_exit is None or exit_codes.listed(on_exit, exit_code)
 
 
 def failed_dependency(job: Job, by_id: Mapping[int, Job]) -> Job | None:

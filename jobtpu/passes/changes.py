@@ -59,6 +59,7 @@ def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) ->
     found: list[Told] = []
     launches = {m.attempt: m.cause for m in moves if m.cause in LAUNCHES}
     endings = {m.attempt: m.cause for m in moves if m.cause in ENDINGS}
+    spent = {m.attempt: {"spent": m.spent} for m in moves if m.spent}  # a budget that ran out ended it
     # Workers that started make the job running, unless it ran already when the pass read it.
     started = moves[0].was is not Status.RUNNING and any(m.cause is Cause.STARTED for m in moves)
     detail = {"name": new.name} if new.name else {}
@@ -85,14 +86,14 @@ def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) ->
                 event(ending, when, ev.PREEMPTED, attempt)
             if new.ended and last:
                 event(ending, when, ev.JOB_ENDED, attempt, status=str(new.status), reason=new.reason,
-                      exit_code=new.exit_code)
+                      exit_code=new.exit_code, **spent.get(attempt.n, {}))
             else:
                 event(ending, when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
                       recover="resume" if new.resume else "rerun")
     ended = next((m for m in reversed(moves) if m.to in ENDED), None)  # the move that ended the job, if any
     if new.ended and ended is not None and not any(told.event.kind == ev.JOB_ENDED for told in found):
         event(ended.cause, acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,
-              exit_code=new.exit_code)
+              exit_code=new.exit_code, **({"spent": ended.spent} if ended.spent else {}))
     return found
 
 

@@ -11,7 +11,7 @@ class JobRow(msgspec.Struct, frozen=True):
     name: str
     user: str
     status: str
-    attempt: str  # its number, and the recoveries and retries that led to it: `3 (1 rec, 1/2 retry)`
+    attempt: str  # its number, and the recoveries and retries that led to it: `5 (3 pre, 1 infra, 1/2 retry)`
     run: str  # how long it ran, over all its attempts
     age: str  # since it was submitted
     where: str  # the machine and what it holds there; queued: what it asks for and where it is pinned

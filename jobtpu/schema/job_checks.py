@@ -3,6 +3,7 @@ must parse, and the fields that only make sense together. One line says what is 
 
 import functools
 
+from jobtpu.schema import exit_codes
 from jobtpu.schema.names import (
     ARCHIVE_NAME,
     ENV_NAME,
@@ -40,6 +41,7 @@ def _plainly_fine(job: Job) -> bool:
     return (0 < job.id < _I64 and 0 <= job.attempt < _I64 and 0 <= job.recoveries < _I64
             and 0 <= job.max_recoveries < _I64 and 0 <= job.log_size < _I64
             and (job.timeout is None or job.timeout > 0) and (job.stall is None or job.stall > 0)
+            and job.preemptions == 0 and job.max_preemptions is None and job.retry_on_exit is None
             and _ARCHIVE_OK(job.archive) is not None and job.cmd != "" and not job.cmd.isspace()
             and job.reason is None and job.exit_code is None and (job.rule is None or job.rule in RULES)
             and not job.env and not job.alloc and not job.attempts and job.ending is None
@@ -61,10 +63,18 @@ def _job_problem(job: Job) -> str | None:
     for name in ("attempt", "max_recoveries", "recoveries", "log_size"):
         if getattr(job, name) < 0:
             return f"field {name!r} must be 0 or more"
-    for name in ("timeout", "stall"):
-        value = getattr(job, name)
-        if value is not None and not value > 0:
-            return f"field {name!r} must be a number of seconds above 0, or null"
+    for name in ("preemptions", "max_preemptions"):
+        if (getattr(job, name) or 0) < 0:
+            return f"field {name!r} must be 0 or more"
+    if job.timeout is not None and not job.timeout > 0:
+        return "field 'timeout' must be a number of seconds above 0, or null"
+    if job.stall is not None and not job.stall >= 0:  # 0: --stall 0, no stall watch even on a preemptible TPU
+        return "field 'stall' must be a number of seconds, 0 or more, or null"
+    if job.retry_on_exit is not None:
+        try:
+            exit_codes.parse(job.retry_on_exit)
+        except ValueError as e:
+            return f"field 'retry_on_exit': {e}"
     if not job.cmd.strip():
         return "field 'cmd' is empty"
     if not ARCHIVE_NAME.match(job.archive):

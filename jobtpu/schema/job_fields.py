@@ -65,6 +65,8 @@ ROWS: tuple[Row, ...] = (
     Row("after", ("after",), Kind.LIST, [], api="after"),
     Row("after_any", ("after_any",), Kind.LIST, [], api="after_any"),
     Row("retries", ("retries",), Kind.INT, 0, job_file=True, api="retries"),
+    Row("retry_on_exit", ("retry_on_exit",), Kind.TEXT, None, job_file=True, api="retry_on_exit"),
+    Row("max_preemptions", ("max_preemptions",), Kind.INT, 0, job_file=True, api="max_preemptions"),
     Row("grace", ("grace",), Kind.TEXT, None, job_file=True, api="grace"),
     Row("signal", ("signal", "signal_before"), Kind.TEXT, None, job_file=True, api="signal"),
     Row("hold", ("held",), Kind.BOOL, False, api="hold"),

@@ -132,7 +132,6 @@ STATUS_FIELDS: dict[str, frozenset[Status]] = {
 }
 
 
-
 class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     n: Attempts
     machine: str
@@ -166,8 +165,7 @@ class Cause(StrEnum):
 
 
 class Transition(msgspec.Struct, frozen=True, gc=False):
-    """One change of a job's status, as Job.move returns it to the decision that made it, with that
-    decision's cause."""
+    """One change of a job's status, as Job.move returns it to the decision that made it, with its cause."""
 
     job: int
     was: Status
@@ -176,11 +174,11 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     was_reason: str | None  # its reason before (a queued job's `recovering`, or none when queued by hand)
     attempt: int  # the job's attempt number as it moved
     cause: Cause
+    spent: str | None = None  # an ending's budget that ran out (Ending.spent), for its event
 
 
 class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
-    """How a job in `killing` ends once its processes are gone. (`retry` is written only when true,
-    so an ending reads as it always did.)"""
+    """How a job in `killing` ends once its processes are gone (`retry`, `spent` written only when set)."""
 
     status: Status
     reason: str | None = _always(_none)
@@ -189,6 +187,7 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=
     # job_checks' words (the ones allowed); code reads it through `recovery`.
     recover: str | None = _always(_none)
     retry: bool = False  # the recovery is one of --retries, counted apart from the rule's recoveries
+    spent: str | None = None  # the budget that ran out, in one line (decide/rules.py Budget.spent)
 
     @property
     def recovery(self) -> Recovery | None:
@@ -230,8 +229,10 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
     on_resume: str | None = None  # submit --on-resume: words added on resumed attempts, placeholders unfilled
-    max_recoveries: Tries = 20
-    recoveries: Tries = 0
+    max_recoveries: Tries = 20  # the infrastructure budget (a record written before preemptions were
+    recoveries: Tries = 0  # counted apart counts them here too); preemptions' below (rules.budget)
+    max_preemptions: Tries | None = None  # None: no limit
+    preemptions: Tries = 0
     timeout: Seconds | None = None  # seconds of wall time per attempt
     stall: Seconds | None = None  # seconds without log growth
     resume: bool = False  # the next/current attempt resumes from checkpoints
@@ -257,6 +258,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     after_any: list[int] = msgspec.field(default_factory=list)  # jobs that must end first (--after-any)
     retries: Tries = 0  # --retries: attempts a non-zero exit may be retried
     retried: Tries = 0  # retries made so far (apart from `recoveries`)
+    retry_on_exit: str | None = None  # --retry-on-exit: the codes retried (schema/exit_codes.py); None: any
     held: bool = False  # `jobtpu hold`: stays queued until `jobtpu release`
     grace: Seconds | None = None  # seconds between TERM and KILL when stopped (None: 5)
     signal: str | None = None  # --signal: the signal's name (USR1) sent before --timeout ends
@@ -312,9 +314,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         """After `resume` or `rerun`: a person asked for this attempt, so the automatic recoveries
         count afresh (max_recoveries is a budget per run a person starts, not per job), and so do
         the retries."""
-        self.recoveries = 0
-        self.retried = 0
-
+        self.recoveries = self.preemptions = self.retried = 0
 
 
 # ---- the document --------------------------------------------------------------------------------

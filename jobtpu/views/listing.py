@@ -152,11 +152,14 @@ def info(job: Job, short: Mapping[str, str] | None = None, waiting: str | None =
 
 
 def attempt_text(job: Job) -> str:
-    """The attempt number, and how many recoveries (preemptions, grpc, hangs) and --retries (non-zero
-    exits) led to it, counted apart: `3 (1 rec, 1/2 retry)`."""
+    """The attempt number, and what led to it, each cause counted apart (docs/reference/requests-and-rules.md
+    §7.3): preemptions, infrastructure recoveries (a lost worker, grpc, a hang) and --retries (the job's
+    own non-zero exits): `5 (3 pre, 1 infra, 1/2 retry)`."""
     parts = []
+    if job.preemptions:
+        parts.append(f"{job.preemptions} pre")
     if job.recoveries:
-        parts.append(f"{job.recoveries} rec")
+        parts.append(f"{job.recoveries} infra")
     if job.retries:
         parts.append(f"{job.retried}/{job.retries} retry")
     return f"{job.attempt} ({', '.join(parts)})" if parts else str(job.attempt)
