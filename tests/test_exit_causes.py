@@ -85,11 +85,11 @@ def job(**kw: Any) -> Job:
 
 
 @pytest.mark.parametrize(("fields", "reason", "budget"), [
-    ({}, model.PREEMPTED, rules.Budget(0, None, "--max-preemptions", "preemptions")),
-    ({"preemptions": 4, "max_preemptions": 5}, model.PREEMPTED, rules.Budget(4, 5, "--max-preemptions", "preemptions")),
-    ({"recoveries": 2}, model.LOST, rules.Budget(2, 20, "--max-recoveries", "infrastructure recoveries")),
+    ({}, model.PREEMPTED, rules.Budget(0, None, "--max-preemptions", "preemption")),
+    ({"preemptions": 4, "max_preemptions": 5}, model.PREEMPTED, rules.Budget(4, 5, "--max-preemptions", "preemption")),
+    ({"recoveries": 2}, model.LOST, rules.Budget(2, 20, "--max-recoveries", "infrastructure recovery")),
     ({"recoveries": 2, "max_recoveries": 3}, model.GRPC, rules.Budget(2, 3, "--max-recoveries",
-                                                                     "infrastructure recoveries")),
+                                                                     "infrastructure recovery")),
     ({}, "exit 1", None),
 ])
 def test_each_cause_spends_its_own_budget(fields: dict[str, Any], reason: str, budget: rules.Budget | None) -> None:
@@ -203,7 +203,7 @@ def test_a_record_from_before_reads_its_recoveries_as_infrastructure_ones() -> N
            "max_recoveries": 20, "status": "failed", "reason": "preempted"}
     record = msgspec.json.decode(json.dumps(old), type=Job)
     assert (record.recoveries, record.preemptions, record.max_preemptions) == (20, 0, None)
-    assert rules.budget(record, model.LOST) == rules.Budget(20, 20, "--max-recoveries", "infrastructure recoveries")
+    assert rules.budget(record, model.LOST) == rules.Budget(20, 20, "--max-recoveries", "infrastructure recovery")
     assert attempt_text(record) == "0 (20 infra)"
     record.queued_by_hand()
     assert (record.recoveries, record.preemptions, record.retried) == (0, 0, 0)
@@ -296,3 +296,14 @@ def test_stall_0_is_kept_as_no_watch_and_a_negative_one_is_refused(tmp_path: Pat
     assert status(home)[off]["stall"] == 0
     done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--stall=-5m", check=False)
     assert done.returncode != 0 and "--stall '-5m' is not a duration" in done.stderr and len(status(home)) == 1
+
+
+@pytest.mark.parametrize(("n", "one", "option", "line"), [
+    (1, "preemption", "--max-preemptions", "1 preemption used, the most --max-preemptions allows"),
+    (3, "preemption", "--max-preemptions", "3 preemptions used, the most --max-preemptions allows"),
+    (1, "infrastructure recovery", "--max-recoveries", "1 infrastructure recovery used, the most --max-recoveries allows"),
+    (1, "retry", "--retries", "1 retry used, the most --retries allows"),
+    (2, "retry", "--retries", "2 retries used, the most --retries allows"),
+])
+def test_a_spent_budget_is_said_in_its_number(n: int, one: str, option: str, line: str) -> None:
+    assert rules.spent_line(n, one, option) == line

@@ -106,9 +106,9 @@ def test_max_preemptions_bounds_the_loop_and_its_end_says_so(tmp_path: Path, tpu
     assert (job["reason"], job["attempt"], job["preemptions"]) == ("preempted", 1, 1)
     ended = [json.loads(line) for line in jobtpu(home, "events", "--job", str(job_id), "--json").stdout.splitlines()]
     ended = [e for e in ended if e["kind"] == "job_ended"]
-    assert [e["detail"].get("spent") for e in ended] == ["1 preemptions used, the most --max-preemptions allows"]
+    assert [e["detail"].get("spent") for e in ended] == ["1 preemption used, the most --max-preemptions allows"]
     said = jobtpu(home, "events", "--job", str(job_id)).stdout
-    assert "failed (preempted): 1 preemptions used, the most --max-preemptions allows" in said
+    assert "failed (preempted): 1 preemption used, the most --max-preemptions allows" in said
 
 
 def test_a_silent_attempt_on_a_preemptible_tpu_is_a_hang_by_default(tmp_path: Path, tpus: TpuFleet,

@@ -145,7 +145,7 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
         if retry:
             why, spent = f"{reason}, retry {job.retried + 1} of {job.retries}: {recover}", None
         elif job.retries and rules.retriable(reason, exit_code, job.retry_on_exit):
-            spent = f"{job.retries} retries used, the most --retries allows"
+            spent = rules.spent_line(job.retries, "retry", "--retries")
     if spent:
         why += f" ({spent})"
     ending = Ending(Status.FAILED, reason, exit_code, recover, retry, spent)

@@ -59,12 +59,20 @@ class Budget(msgspec.Struct, frozen=True):
     used: int
     limit: int | None
     option: str
-    short: str
+    short: str  # the word of one, "preemption"; `spent` says "1 preemption", "3 preemptions"
 
     @property
     def spent(self) -> str:
         """The one line a job that fails on this budget ends with."""
-        return f"{self.limit} {self.short} used, the most {self.option} allows"
+        return spent_line(self.limit or 0, self.short, self.option)
+
+
+_PLURALS = {"preemption": "preemptions", "infrastructure recovery": "infrastructure recoveries", "retry": "retries"}
+
+
+def spent_line(n: int, one: str, option: str) -> str:
+    """The line a job that used up a budget ends with: `1 retry used, …`, `2 retries used, …`."""
+    return f"{n} {one if n == 1 else _PLURALS[one]} used, the most {option} allows"
 
 
 def budget(job: Job, reason: str) -> Budget | None:
@@ -72,9 +80,9 @@ def budget(job: Job, reason: str) -> Budget | None:
     --max-preemptions gives one), every other recovery is infrastructure's (--max-recoveries)."""
     cause = cause_of(reason)
     if cause == PREEMPTION:
-        return Budget(job.preemptions, job.max_preemptions, "--max-preemptions", "preemptions")
+        return Budget(job.preemptions, job.max_preemptions, "--max-preemptions", "preemption")
     if cause == INFRASTRUCTURE:
-        return Budget(job.recoveries, job.max_recoveries, "--max-recoveries", "infrastructure recoveries")
+        return Budget(job.recoveries, job.max_recoveries, "--max-recoveries", "infrastructure recovery")
     return None
 
 
