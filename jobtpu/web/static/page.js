@@ -34,6 +34,7 @@
     live.dataset.gen = String(gen);
     live.querySelectorAll("input[name=id]").forEach((b) => { b.checked = ticked.has(b.value); });
     live.querySelectorAll("input[type=text]").forEach((t, i) => { if (typed[i]) t.value = typed[i]; });
+    document.dispatchEvent(new Event("jobtpu:redrawn"));  // charts.js draws the new part's charts
   }
 
   async function logs() {
