@@ -21,7 +21,7 @@ from jobtpu.home.layout import Home
 
 ACTS = ("kill", "resume", "rerun", "hold", "release", "tag", "note")
 # Those whose command has --dry-run; tag and note are shown as the command they will run.
-DRY_RUNS = frozenset({"kill", "resume", "rerun", "hold", "release"})
+DRY_RUNS = frozenset({"kill", "resume", "rerun", "hold", "release", "submit"})
 SELECTORS = (("sel_tag", "--tag"), ("sel_name", "--name"), ("sel_status", "--status"), ("sel_sweep", "--sweep"),
              ("sel_user", "--user"))
 MAX_TEXT = 2000
@@ -34,12 +34,15 @@ def act_words(form: Mapping[str, Sequence[str]]) -> list[str]:
     """Pure: the command's words for a submitted act form; UsageError for anything else. Values
     travel as the values of options (or after "--"), so no form text is ever taken for an option."""
     from jobtpu.commands import args
-
     from jobtpu.web.fleet_acts import MACHINE_ACTS, machine_words
 
     verb = _one(form, "verb")
     if verb in MACHINE_ACTS:  # the fleet page's (fleet_acts.py)
         return machine_words(form, verb)
+    if verb == "submit":  # the submit page's (submit_form.py)
+        from jobtpu.web.submit_form import submit_words
+
+        return submit_words(form)
     if verb not in ACTS:
         raise UsageError(f"{verb!r} is not an act here", hint=f"choose one of {', '.join((*ACTS, *MACHINE_ACTS))}")
     try:
@@ -77,8 +80,12 @@ def _one(form: Mapping[str, Sequence[str]], key: str) -> str:
 
 
 def preview_words(words: list[str]) -> list[str] | None:
-    """Pure: the words of the act's --dry-run; None for an act that has none (tag, note)."""
-    return [*words, "--dry-run"] if words[0] in DRY_RUNS else None
+    """Pure: the words of the act's --dry-run; None for an act that has none (tag, note). Before a
+    "--", whose words the command takes as they are."""
+    if words[0] not in DRY_RUNS:
+        return None
+    at = words.index("--") if "--" in words else len(words)
+    return [*words[:at], "--dry-run", *words[at:]]
 
 
 def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
@@ -89,8 +96,8 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
     from jobtpu.web import fleet_acts
 
     with _ONE_AT_A_TIME:
-        if fleet_acts.is_machine_act(words):
-            return fleet_acts.run(home, words)
+        if fleet_acts.is_machine_act(words) or words[0] == "submit":
+            return fleet_acts.run_words(home, words)
         role = role_of(home.root)
         if not role.is_member:
             busy, start = pass_running(home), time.monotonic()

@@ -224,6 +224,14 @@ class Site:
         lines, older = pages.events_page(self.config.home, job_id, q.get("machine") or None, since_at)
         return self.render(request, "events.html", "events", lines=lines, older=older, query=q)
 
+    def submit(self, request: Request) -> Response:
+        from jobtpu.web.submit_form import form_defaults
+
+        if self.config.read_only:
+            raise UsageError("this server shows the home read-only (--read-only)", hint="submit with `jobtpu submit`")
+        form = form_defaults(self.config.home, self.config.user, request.query_params.get("dir", "").strip())
+        return self.render(request, "submit.html", "submit", form=form)
+
     async def fresh(self, request: Request) -> Response:
         """The freshness line and the generation: what every open page asks for each poll."""
         line, stale = await anyio.to_thread.run_sync(self.fresh_line) if self.watcher.stale_cache else self.fresh_line()
@@ -309,7 +317,7 @@ def make_app(config: Config) -> Starlette:
     site = Site(config)
     routes = [Route("/", site.page(site.jobs)), Route("/job/{id}", site.page(site.job)),
               Route("/machines", site.page(site.machines)),
-              Route("/charts", site.page(site.charts)), Route("/events", site.page(site.events)),
+              Route("/charts", site.page(site.charts)), Route("/submit", site.page(site.submit)), Route("/events", site.page(site.events)),
               Route("/fresh", site.fresh), Route("/job/{id}/log", site.log),
               Route("/act", site.act, methods=["POST"]), Route("/login", site.login),
               Route("/static/{name}", site.static), Route("/metrics", site.metrics)]

@@ -64,9 +64,10 @@ def preview(home: Home, words: list[str]) -> tuple[int, list[str]]:
     return 0, [f"would run: jobtpu {shown_words(words)}", f"it {WHAT_IT_DOES[verb]}"]
 
 
-def run(home: Home, words: list[str]) -> tuple[int, list[str]]:
-    """The act through the command line's parser, its member check (front.as_member) and the
-    command's function, as `jobtpu` runs it: its exit code and its lines."""
+def run_words(home: Home, words: list[str]) -> tuple[int, list[str]]:
+    """A command's words through the command line's parser, its member check (front.as_member) and
+    the command's function, as `jobtpu` runs them: its exit code and its lines (the submit page's
+    `submit` too)."""
     from jobtpu.commands.common import error_text
     from jobtpu.commands.front import as_member
     from jobtpu.commands.parsing import parse_command_line

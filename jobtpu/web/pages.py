@@ -155,12 +155,11 @@ class JobPage(msgspec.Struct):
 
 def job_page(home: Home, state: State, job_id: int) -> JobPage:
     from jobtpu.commands.report import job_reports
-    from jobtpu.decide import events as ev
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.render.text import clock
     from jobtpu.schema.state_file import records
     from jobtpu.tell import eventlog
-    from jobtpu.render.text import clock
     from jobtpu.views.listing import find_job
     from jobtpu.web.chart_pages import job_timeline
     from jobtpu.web.dashboard import job_details

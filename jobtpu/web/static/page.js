@@ -6,7 +6,7 @@
   const every = Number(document.body.dataset.poll || "1") * 1000;
   const fresh = document.getElementById("fresh");
   const live = document.getElementById("live");
-  const following = location.pathname !== "/act";
+  const following = location.pathname !== "/act" && location.pathname !== "/submit";  // a form being written stays
   let tag = null;
 
   async function freshness() {
