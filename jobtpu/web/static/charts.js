@@ -27,14 +27,22 @@
 
   function draw(box) {
     const d = JSON.parse(box.dataset.chart);
-    if (!d.x.length) { box.textContent = "nothing to chart yet"; box.classList.add("drawn"); return; }
+    if (!d.x.length || !d.series.length) {
+      box.textContent = d.id === "chips" ? "no chips or GPUs were in use in these days" : "nothing to chart yet";
+      box.classList.add("drawn", "empty");
+      return;
+    }
     const twoAxes = d.series.some((s) => s.axis === "y2");
-    const axes = [{}, {scale: "y"}];
-    if (twoAxes) axes.push({scale: "y2", side: 1, grid: {show: false}});
+    const axes = [{}, {scale: "y", label: d.kind === "bars" ? d.series[0].label : ""}];
+    if (twoAxes) axes.push({scale: "y2", side: 1, grid: {show: false}, label: d.series.find((s) => s.axis === "y2").label});
     if (d.kind === "timeline") axes[1] = {show: false};
+    // goodput is a percentage; counts (preemptions) start at 0 and go up at least to 1
+    const counts = {range: (u, min, max) => [0, Math.max(1, max)]};
+    const scales = {x: {time: d.time_x}, y: d.kind === "timeline" ? {range: [0, 1.2]} : d.kind === "bars" ? {range: [0, 100]}
+      : d.kind === "steps" ? counts : {auto: true}, y2: counts};
     const opts = {
       width: Math.max(320, Math.min(box.clientWidth || 900, 1200)), height: d.kind === "timeline" ? 160 : 260,
-      scales: {x: {time: d.time_x}, y: d.kind === "timeline" ? {range: [0, 1.2]} : {auto: true}, y2: {auto: true}},
+      scales: scales,
       series: [{label: d.time_x ? "time" : "step"}, ...seriesOf(d)],
       axes: axes,
     };
