@@ -147,7 +147,7 @@ class JobPage(msgspec.Struct):
     job: Job
     details: list[tuple[str, str]]  # its record, readable (dashboard.job_details)
     attempts: list[dict[str, Any]]
-    events: list[EventLine]  # newest first
+    events: list[ShownEvent]  # newest first
     goodput: Any
     logs: list[LogTail]
     timeline: Any = None  # charts.Chart of its attempts and interruptions
@@ -256,7 +256,7 @@ def machines_page(home: Home, state: State) -> list[MachinePage]:
     return out
 
 
-class EventLine(msgspec.Struct):
+class ShownEvent(msgspec.Struct):
     """An event as a page shows it: `events`' line, and the job and machine it links to."""
 
     line: str
@@ -264,13 +264,13 @@ class EventLine(msgspec.Struct):
     machine: str | None
 
 
-def event_lines(found: Any, zone: Any) -> list[EventLine]:
+def event_lines(found: Any, zone: Any) -> list[ShownEvent]:
     from jobtpu.decide import events as ev
 
-    return [EventLine(ev.render_line(e, zone), e.job, e.machine) for e in found]
+    return [ShownEvent(ev.render_line(e, zone), e.job, e.machine) for e in found]
 
 
-def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[EventLine], bool]:
+def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[ShownEvent], bool]:
     """`events`' lines with its filters, the newest EVENTS_SHOWN, newest first (a page is read from
     its top), and whether older ones were left out. Read from the newest end: a full log (its
     rotated files too) is not parsed for one page."""
