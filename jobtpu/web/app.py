@@ -275,7 +275,8 @@ class Site:
         fields = [(k, v) for k, values in form.items() if k not in ("csrf", "confirm") for v in values]
         from jobtpu.web import fleet_acts
 
-        shown = fleet_acts.shown_words(words)
+        # a machine's name goes after "--" only to stay a name; the other acts show their words whole
+        shown = fleet_acts.shown_words(words) if fleet_acts.is_machine_act(words) else " ".join(words)
         if (form.get("confirm") or [""])[0] != "1":
             dry = acts.preview_words(words)
             code, lines = (await self.in_thread(lambda: acts.run(self.config.home, dry, self.config.user))) if dry else \
