@@ -109,6 +109,7 @@ class Site:
         self.env.filters["blank"] = _blank
         self.csrf = guard.csrf_token(config.secret)
         self.poll = timing.current().serve_poll
+        self._summary: tuple[tuple[int, float], Any] | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -190,11 +191,23 @@ class Site:
         from jobtpu.web import chart_pages
 
         zone = viewer_zone(viewer_settings(self.config.home))
-        summary = chart_pages.summary(self.config.home, self.watcher.state(), zone, time.time())
+        summary = self.summary(zone)
         sweep = chart_pages.sweep_chart(self.config.home, [j for j in self.watcher.state().jobs if j.sweep in sel.sweeps],
                                         q.get("metric")) if len(sel.sweeps) == 1 else (None, [], "")
         return self.render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
                            filtered=bool(sel.given), summary=summary, sweep=sweep)
+
+    def summary(self, zone: Any) -> Any:
+        """The jobs page's summary, made once per generation of the home (and day): a page asked
+        again while nothing changed costs no walk over every job."""
+        from jobtpu.web import chart_pages
+        from jobtpu.web.charts import day_start
+
+        now = time.time()
+        key = (self.watcher.generation, day_start(now, zone))
+        if self._summary is None or self._summary[0] != key:
+            self._summary = (key, chart_pages.summary(self.config.home, self.watcher.state(), zone, now))
+        return self._summary[1]
 
     def charts(self, request: Request) -> Response:
         from jobtpu.home.settings import viewer_settings, viewer_zone

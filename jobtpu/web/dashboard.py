@@ -66,9 +66,14 @@ def summary(jobs: Sequence[Job], chips: Chips, today: float) -> Summary:
     machines: dict[str, Tally] = {}
 
     def of(table: dict[str, Tally], name: str) -> Tally:
-        return table.setdefault(name, Tally(name))
+        found = table.get(name)
+        if found is None:  # made once per name: ten thousand jobs make a few Tallies
+            found = table[name] = Tally(name)
+        return found
     for job in jobs:
-        status = str(job.status)
+        status = job.status.value
+        if status == "finished" or status == "killed":  # most of a big home: nothing to count
+            continue
         user = of(users, job.user)
         machine = job.machine or (job.attempts[-1].machine if job.attempts else "")
         if status in ("launching", "running", "killing"):
