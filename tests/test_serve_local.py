@@ -1,6 +1,7 @@
 """`jobtpu serve` on a private home as this account (docs/reference/commands.md §2.29): a bad
 address is one line and a broken state.json is said on every page, the server carrying on; a
-second server of the same home is refused; `jobtpu metrics` from the command line."""
+second server of the same home is refused, and a port something else holds is one line with no
+link; `jobtpu metrics` from the command line."""
 
 from __future__ import annotations
 
@@ -115,6 +116,19 @@ def test_a_second_server_of_the_same_home_is_refused(served: tuple[Path, Local],
                          env={**server.env, "HOME": str(deep)}, capture_output=True, text=True, timeout=60)
     assert far.returncode == 1 and "longer than a Unix socket's path may be" in far.stderr, far.stderr
     assert far.stderr.splitlines()[-1] == "hint: use --port N (127.0.0.1 only)"
+
+
+def test_a_port_something_else_holds_is_one_line_and_no_link(served: tuple[Path, Local]) -> None:
+    home, server = served
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "jobtpu.cli", "--home", str(home), "serve", "--port", str(port)],
+                              env=server.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == "", done.stdout  # no login link for a server that never listened
+    assert done.stderr.splitlines() == [f"jobtpu: error: port {port} on 127.0.0.1 is taken: something else listens there",
+                                        "hint: give another --port N (or stop what holds it)"], done.stderr
 
 
 def test_jobtpu_metrics_prints_the_prometheus_text(tmp_path: Path) -> None:

@@ -56,15 +56,45 @@ def serve(home: Home, port: int | None, bind: str | None, read_only: bool) -> in
                f"from your laptop: ssh -N -L {LOCAL_PORT}:{path} {socket.getfqdn()}\n"
                f"then open http://localhost:{LOCAL_PORT}/login?k={secret}\n")
         server = uvicorn.Server(uvicorn.Config(app, uds=str(path), **common))  # type: ignore[arg-type]
+        listening = None
     else:
         host = bind or "127.0.0.1"
         shown = f"[{host}]" if ":" in host else host
+        # Listening before the link is printed: a port something else holds is one line and no
+        # link, and a browser that opens the link at once finds the server there.
+        listening = [_listen(host, port)]
         out = f"serving {home.root} as {user}\nopen http://{shown}:{port}/login?k={secret}\n"
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, **common))  # type: ignore[arg-type]
     sys.stdout.write(out)
     sys.stdout.flush()
-    server.run()
+    server.run(sockets=listening)
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port, or the one line that says why not."""
+    import errno
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart right after a stop
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise JobtpuError(f"port {port} on {host} is taken: something else listens there",
+                              hint="give another --port N (or stop what holds it)") from None
+        raise JobtpuError(f"cannot listen on {host} port {port} ({e.strerror})",
+                          hint="--bind takes an address of this machine" if bind_problem(e) else
+                          "give another --port N") from None
+    return sock
+
+
+def bind_problem(e: OSError) -> bool:
+    import errno
+
+    return e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EINVAL)
 
 
 def _clear_socket(path: Path) -> None:
