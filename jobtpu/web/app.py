@@ -109,7 +109,7 @@ class Site:
         self.env.filters["blank"] = _blank
         self.csrf = guard.csrf_token(config.secret)
         self.poll = timing.current().serve_poll
-        self._summary: tuple[tuple[int, float], Any] | None = None
+        self._made: dict[str, tuple[tuple[int, float, str], Any]] = {}  # once_per_change's
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -197,24 +197,30 @@ class Site:
         return self.render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
                            filtered=bool(sel.given), summary=summary, sweep=sweep)
 
-    def summary(self, zone: Any) -> Any:
-        """The jobs page's summary, made once per generation of the home (and day): a page asked
-        again while nothing changed costs no walk over every job."""
-        from jobtpu.web import chart_pages
+    def once_per_change(self, what: str, zone: Any, make: Callable[[], Any]) -> Any:
+        """`make()` once per generation of the home (and day, and time zone), shared by every tab: a
+        page asked again while nothing changed walks no job, and the charts read no event log."""
         from jobtpu.web.charts import day_start
 
-        now = time.time()
-        key = (self.watcher.generation, day_start(now, zone))
-        if self._summary is None or self._summary[0] != key:
-            self._summary = (key, chart_pages.summary(self.config.home, self.watcher.state(), zone, now))
-        return self._summary[1]
+        key = (self.watcher.generation, day_start(time.time(), zone), str(zone))
+        held = self._made.get(what)
+        if held is None or held[0] != key:
+            held = self._made[what] = (key, make())
+        return held[1]
+
+    def summary(self, zone: Any) -> Any:
+        from jobtpu.web import chart_pages
+
+        return self.once_per_change("summary", zone, lambda: chart_pages.summary(
+            self.config.home, self.watcher.state(), zone, time.time()))
 
     def charts(self, request: Request) -> Response:
         from jobtpu.home.settings import viewer_settings, viewer_zone
         from jobtpu.web.chart_pages import overview_charts
 
         zone = viewer_zone(viewer_settings(self.config.home))
-        return self.render(request, "charts.html", "charts", charts=overview_charts(self.config.home, self.watcher.state(), zone))
+        made = self.once_per_change("charts", zone, lambda: overview_charts(self.config.home, self.watcher.state(), zone))
+        return self.render(request, "charts.html", "charts", charts=made)
 
     def job(self, request: Request) -> Response:
         job_id = _number(request.path_params["id"], "job id")
