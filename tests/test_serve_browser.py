@@ -228,3 +228,93 @@ def test_eight_tabs_load_and_keep_updating(site: Site) -> None:
         expect(tab.locator(f'tr[data-id="{job}"] td.c-status')).to_have_text("killed", timeout=SHOWN)
     assert json.loads(site.run(alice, "status", "--json", str(job)))["jobs"][0]["status"] == "killed"
     assert os.path.exists(site.home / "state.json")
+
+
+def test_the_dashboard_puts_work_first_in_colour_with_a_summary_links_and_charts(site: Site, tmp_path: Path) -> None:
+    """What a lead keeps open: work on machines first, a colour per status, the summary, tags and
+    event ids as links, events newest first, a job page without a Python None that ends readable,
+    and the charts drawn (each page's screenshot is kept for a person to look at)."""
+    from playwright.sync_api import expect
+
+    from tests.helpers import wait_for
+
+    alice = site.team.accounts[0]
+    shots = Path(os.environ.get("JOBTPU_SCREENSHOTS") or tmp_path)
+    fleet = json.loads((site.home / "machines.json").read_text())
+    fleet["machines"]["local"]["resources"]["gpu"] = 2  # GPUs a job asks for count as in use (report's count)
+    (site.home / "machines.json").write_text(json.dumps(fleet))
+    markers = "for i in 1 2 3; do echo \"JOBTPU_PROGRESS step=$i loss=$(( 10 - i * JOBTPU_SWEEP_LR ))\"; done\n"
+    first = int(site.run(alice, "submit", "--dir", str(source(site.team, alice, markers, "sweep")), "--cmd", "bash run.sh",
+                         "--sweep", "lr=1,2").split("-")[0])
+    best = int(site.run(alice, "submit", "--dir", str(source(site.team, alice, "echo ok\n", "best")), "--cmd", "bash run.sh",
+                        "--tag", "best"))
+    failed = int(site.run(alice, "submit", "--dir", str(source(site.team, alice, "exit 3\n", "bad")), "--cmd", "bash run.sh"))
+
+    def ended() -> bool:
+        site.run(alice, "manage")
+        return all(record(site.team, alice, site.home, j)["status"] in ("finished", "failed")
+                   for j in (first, first + 1, best, failed))
+    wait_for(ended, timeout=60, interval=0.2, what="the first jobs to end")
+    gate = site.team.private_folder(alice, "gate")
+    running = int(site.run(alice, "submit", "--dir", str(source(site.team, alice, f"while [ ! -e {gate}/go ]; do sleep 0.1; "
+                                                                    "done\n", "gated")), "--cmd", "bash run.sh",
+                             "--req", "gpu=1"))
+    site.run(alice, "manage")
+    held = int(site.run(alice, "submit", "--dir", str(source(site.team, alice, "echo ok\n", "held")), "--cmd", "bash run.sh",
+                        "--hold"))
+    assert record(site.team, alice, site.home, running)["status"] == "running"
+    try:
+        page = site.page("/")
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        rows = page.locator("table#jobs tbody tr")
+        expect(rows).to_have_count(6)
+        order = [int(rows.nth(i).get_attribute("data-id") or 0) for i in range(6)]
+        ends = {j: record(site.team, alice, site.home, j)["attempts"][-1]["ended"]  # type: ignore[index]
+                for j in (first, first + 1, best, failed)}
+        assert order == [running, held, *sorted(ends, key=lambda j: -ends[j])]  # the last to end leads what ended
+        colours = {page.locator(f'tr[data-id="{j}"]').evaluate("r => getComputedStyle(r).backgroundColor")
+                   for j in (running, held, failed, best)}
+        assert len(colours) == 4
+        mine = page.locator(f'#by-user tr[data-user="{alice}"] td')
+        assert [mine.nth(i).inner_text() for i in (1, 2, 3, 4)] == ["1 GPU", "1", "1", "1"]
+        expect(page.locator("#passes")).to_have_class("on-time")
+        page.screenshot(path=str(shots / "jobs.png"), full_page=True)
+        page.locator(f'tr[data-id="{best}"] a.tag[href="/?tag=best"]').click()
+        expect(page.locator("table#jobs tbody tr")).to_have_count(1)
+        page.goto(site.server.origin + "/")
+        page.locator(f'tr[data-id="{first}"] a.tag.sweep').click()
+        expect(page.locator("#chart-sweep.drawn canvas").first).to_be_visible()
+        chart = json.loads(page.locator("#chart-sweep").get_attribute("data-chart") or "{}")
+        assert chart["x"] == [1, 2, 3] and [s["values"] for s in chart["series"]] == [[9, 8, 7], [8, 6, 4]]
+        page.screenshot(path=str(shots / "sweep.png"), full_page=True)
+
+        events = site.page("/events")
+        links = events.locator("ol#events li a.job")
+        assert links.first.get_attribute("href") == f"/job/{running}"  # the newest: the gated job's launch
+        assert events.locator("ol#events li a.machine").first.get_attribute("href") == "/machines#m-local"
+        lines = events.locator("ol#events li span.line").all_inner_texts()
+        times = [line[:19] for line in lines]  # to the second: events of one second keep the log's order
+        assert times == sorted(times, reverse=True) and len(times) > 10
+        events.screenshot(path=str(shots / "events.png"), full_page=True)
+
+        job = site.page(f"/job/{running}")
+        expect(job.locator("#status")).to_have_text("running")
+        assert "None" not in job.locator("#live").inner_text()
+        assert job.locator("#live > :last-child").get_attribute("id") == "details"
+        expect(job.locator("#details")).to_contain_text("bash run.sh")
+        expect(job.locator("#chart-timeline.drawn canvas").first).to_be_visible()
+        job.screenshot(path=str(shots / "job.png"), full_page=True)
+
+        charts = site.page("/charts")
+        expect(charts.locator("div.chart.drawn")).to_have_count(2)
+        expect(charts.locator("#chart-chips canvas").first).to_be_visible()
+        chips = json.loads(charts.locator("#chart-chips").get_attribute("data-chart") or "{}")
+        assert [(c["label"], c["values"][-1]) for c in chips["series"]] == [(f"{alice} (GPUs)", 1)]
+        expect(charts.locator("#chart-goodput canvas").first).to_be_visible()
+        goodput = json.loads(charts.locator("#chart-goodput").get_attribute("data-chart") or "{}")
+        assert goodput["series"][0]["values"][-1] is not None  # today's jobs ran
+        charts.screenshot(path=str(shots / "charts.png"), full_page=True)
+        site.page("/machines").screenshot(path=str(shots / "machines.png"), full_page=True)
+    finally:
+        (gate / "go").touch()
+    assert site.dialogs == []

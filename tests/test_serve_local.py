@@ -1,6 +1,7 @@
 """`jobtpu serve` on a private home as this account (docs/reference/commands.md §2.29): a bad
 address is one line and a broken state.json is said on every page, the server carrying on; a
-second server of the same home is refused; `jobtpu metrics` from the command line."""
+second server of the same home is refused, and a port something else holds is one line with no
+link; `jobtpu metrics` from the command line."""
 
 from __future__ import annotations
 

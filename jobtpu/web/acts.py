@@ -1,4 +1,5 @@
-"""The acts of `jobtpu serve` (kill, resume, rerun, hold, release, tag, note): a submitted form
+"""The acts of `jobtpu serve` (kill, resume, rerun, hold, release, tag, note; the fleet page's
+machine acts are fleet_acts.py's, dispatched from here): a submitted form
 becomes the command's own words (pure: `act_words`), which run through the CLI's own functions as
 the server's account and its jobtpu user, fixed at start: `relay.carry_out_words` (the command
 line's one parser, then the function a shared home's runner uses for a member's request: the same
@@ -20,7 +21,7 @@ from jobtpu.home.layout import Home
 
 ACTS = ("kill", "resume", "rerun", "hold", "release", "tag", "note")
 # Those whose command has --dry-run; tag and note are shown as the command they will run.
-DRY_RUNS = frozenset({"kill", "resume", "rerun", "hold", "release"})
+DRY_RUNS = frozenset({"kill", "resume", "rerun", "hold", "release", "submit"})
 SELECTORS = (("sel_tag", "--tag"), ("sel_name", "--name"), ("sel_status", "--status"), ("sel_sweep", "--sweep"),
              ("sel_user", "--user"))
 MAX_TEXT = 2000
@@ -33,10 +34,17 @@ def act_words(form: Mapping[str, Sequence[str]]) -> list[str]:
     """Pure: the command's words for a submitted act form; UsageError for anything else. Values
     travel as the values of options (or after "--"), so no form text is ever taken for an option."""
     from jobtpu.commands import args
+    from jobtpu.web.fleet_acts import MACHINE_ACTS, machine_words
 
     verb = _one(form, "verb")
+    if verb in MACHINE_ACTS:  # the fleet page's (fleet_acts.py)
+        return machine_words(form, verb)
+    if verb == "submit":  # the submit page's (submit_form.py)
+        from jobtpu.web.submit_form import submit_words
+
+        return submit_words(form)
     if verb not in ACTS:
-        raise UsageError(f"{verb!r} is not an act here", hint=f"choose one of {', '.join(ACTS)}")
+        raise UsageError(f"{verb!r} is not an act here", hint=f"choose one of {', '.join((*ACTS, *MACHINE_ACTS))}")
     try:
         ids = [str(args.job_id(i)) for i in form.get("id", []) if i]
     except argparse.ArgumentTypeError as e:
@@ -72,8 +80,12 @@ def _one(form: Mapping[str, Sequence[str]], key: str) -> str:
 
 
 def preview_words(words: list[str]) -> list[str] | None:
-    """Pure: the words of the act's --dry-run; None for an act that has none (tag, note)."""
-    return [*words, "--dry-run"] if words[0] in DRY_RUNS else None
+    """Pure: the words of the act's --dry-run; None for an act that has none (tag, note). Before a
+    "--", whose words the command takes as they are."""
+    if words[0] not in DRY_RUNS:
+        return None
+    at = words.index("--") if "--" in words else len(words)
+    return [*words[:at], "--dry-run", *words[at:]]
 
 
 def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
@@ -81,8 +93,11 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
     to wait for a running pass, how long: the command line's wait, in the server's worker thread)."""
     from jobtpu.commands import relay
     from jobtpu.home.roles import role_of
+    from jobtpu.web import fleet_acts
 
     with _ONE_AT_A_TIME:
+        if fleet_acts.is_machine_act(words) or words[0] == "submit":
+            return fleet_acts.run_words(home, words)
         role = role_of(home.root)
         if not role.is_member:
             busy, start = pass_running(home), time.monotonic()

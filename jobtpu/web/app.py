@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -113,8 +114,10 @@ class Site:
                                       undefined=jinja2.StrictUndefined)
         self.env.filters["shown"] = _shown
         self.env.filters["clock"] = _clock
+        self.env.filters["blank"] = _blank
         self.csrf = guard.csrf_token(config.secret)
         self.poll = timing.current().serve_poll
+        self._made: dict[str, tuple[tuple[int, float, str], Any]] = {}  # once_per_change's
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -192,8 +195,40 @@ class Site:
             [("sel_status", v) for v in sel.statuses] + [("sel_sweep", str(v)) for v in sel.sweeps] + \
             ([("sel_user", sel.user)] if sel.user else []) + ([("sel_all_users", "1")] if sel.all_users else [])
         links = {"prev": _with(q, page=str(view.page - 1)), "next": _with(q, page=str(view.page + 1))}
+        from jobtpu.home.settings import viewer_settings, viewer_zone
+        from jobtpu.web import chart_pages
+
+        zone = viewer_zone(viewer_settings(self.config.home))
+        summary = self.summary(zone)
+        sweep = chart_pages.sweep_chart(self.config.home, [j for j in self.watcher.state().jobs if j.sweep in sel.sweeps],
+                                        q.get("metric")) if len(sel.sweeps) == 1 else (None, [], "")
         return self.render(request, "jobs.html", "jobs", view=view, selectors=selectors, query=q, links=links,
-                      filtered=bool(sel.given))
+                           filtered=bool(sel.given), summary=summary, sweep=sweep)
+
+    def once_per_change(self, what: str, zone: Any, make: Callable[[], Any]) -> Any:
+        """`make()` once per generation of the home (and day, and time zone), shared by every tab: a
+        page asked again while nothing changed walks no job, and the charts read no event log."""
+        from jobtpu.web.charts import day_start
+
+        key = (self.watcher.generation, day_start(time.time(), zone), str(zone))
+        held = self._made.get(what)
+        if held is None or held[0] != key:
+            held = self._made[what] = (key, make())
+        return held[1]
+
+    def summary(self, zone: Any) -> Any:
+        from jobtpu.web import chart_pages
+
+        return self.once_per_change("summary", zone, lambda: chart_pages.summary(
+            self.config.home, self.watcher.state(), zone, time.time()))
+
+    def charts(self, request: Request) -> Response:
+        from jobtpu.home.settings import viewer_settings, viewer_zone
+        from jobtpu.web.chart_pages import overview_charts
+
+        zone = viewer_zone(viewer_settings(self.config.home))
+        made = self.once_per_change("charts", zone, lambda: overview_charts(self.config.home, self.watcher.state(), zone))
+        return self.render(request, "charts.html", "charts", charts=made)
 
     def job(self, request: Request) -> Response:
         job_id = _number(request.path_params["id"], "job id")
@@ -215,6 +250,14 @@ class Site:
             raise UsageError(f"since: {e}", hint="a duration ago (10m, 2h, 1d) or an ISO time (2026-01-31T12:00)") from None
         lines, older = pages.events_page(self.config.home, job_id, q.get("machine") or None, since_at)
         return self.render(request, "events.html", "events", lines=lines, older=older, query=q)
+
+    def submit(self, request: Request) -> Response:
+        from jobtpu.web.submit_form import form_defaults
+
+        if self.config.read_only:
+            raise UsageError("this server shows the home read-only (--read-only)", hint="submit with `jobtpu submit`")
+        form = form_defaults(self.config.home, self.config.user, request.query_params.get("dir", "").strip())
+        return self.render(request, "submit.html", "submit", form=form)
 
     async def fresh(self, request: Request) -> Response:
         """The freshness line and the generation: what every open page asks for each poll."""
@@ -257,15 +300,20 @@ class Site:
         except JobtpuError as e:
             return self.error_page(request, e)
         fields = [(k, v) for k, values in form.items() if k not in ("csrf", "confirm") for v in values]
+        from jobtpu.web import fleet_acts
+
+        # a machine's name goes after "--" only to stay a name; the other acts show their words whole
+        shown = fleet_acts.shown_words(words) if fleet_acts.is_machine_act(words) else " ".join(words)
         if (form.get("confirm") or [""])[0] != "1":
             dry = acts.preview_words(words)
             code, lines = (await self.in_thread(lambda: acts.run(self.config.home, dry, self.config.user))) if dry else \
-                (0, ["would run: jobtpu " + " ".join(words)])
-            return await self.in_thread(lambda: self.render(request, "confirm.html", "confirm", words=" ".join(words),
+                (await self.in_thread(lambda: fleet_acts.preview(self.config.home, words))) \
+                if fleet_acts.is_machine_act(words) else (0, ["would run: jobtpu " + shown])
+            return await self.in_thread(lambda: self.render(request, "confirm.html", "confirm", words=shown,
                                                   lines=lines, code=code, fields=fields,
                                                   forced="--force" in words))
         code, lines = await self.in_thread(lambda: acts.run(self.config.home, words, self.config.user))
-        return await self.in_thread(lambda: self.render(request, "done.html", "done", words=" ".join(words), lines=lines,
+        return await self.in_thread(lambda: self.render(request, "done.html", "done", words=shown, lines=lines,
                                               code=code, back=request.headers.get("referer") or "/"))
 
     async def login(self, request: Request) -> Response:
@@ -277,7 +325,8 @@ class Site:
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
-        kinds = {"page.js": "text/javascript", "page.css": "text/css"}
+        kinds = {"page.js": "text/javascript", "page.css": "text/css", "charts.js": "text/javascript",
+                 "uplot.min.js": "text/javascript", "uplot.min.css": "text/css"}
         if name not in kinds:  # a fixed list: no path from the request reaches the file system
             return PlainTextResponse("not found\n", status_code=404)
         return Response((HERE / "static" / name).read_bytes(), media_type=kinds[name])
@@ -295,7 +344,8 @@ class Site:
 def make_app(config: Config) -> Starlette:
     site = Site(config)
     routes = [Route("/", site.page(site.jobs)), Route("/job/{id}", site.page(site.job)),
-              Route("/machines", site.page(site.machines)), Route("/events", site.page(site.events)),
+              Route("/machines", site.page(site.machines)),
+              Route("/charts", site.page(site.charts)), Route("/submit", site.page(site.submit)), Route("/events", site.page(site.events)),
               Route("/fresh", site.fresh), Route("/job/{id}/log", site.log),
               Route("/act", site.act, methods=["POST"]), Route("/login", site.login),
               Route("/static/{name}", site.static), Route("/metrics", site.metrics)]
@@ -335,6 +385,11 @@ def _clock(context: Any, seconds: float | None) -> str:
     from jobtpu.render.text import clock
 
     return "" if seconds is None else clock(float(seconds), context.get("zone"))
+
+
+def _blank(value: object, instead: str = "") -> object:
+    """A value the record has not got yet (a running attempt's exit code) as `instead`, never `None`."""
+    return instead if value is None else value
 
 
 def _shown(text: object) -> str:

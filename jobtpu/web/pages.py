@@ -86,7 +86,8 @@ class JobsPage(msgspec.Struct):
 
 def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: int, viewer: str | None) -> JobsPage:
     """`status`'s table: its selection, rows, columns (the viewer's), counts and "not shown" line;
-    with `show_all` every job, PAGE_ROWS a page."""
+    with `show_all` every job, PAGE_ROWS a page. Work first (dashboard.work_first): what runs, then
+    what waits, then what ended, the last to end first; history keeps its newest-first order."""
     from jobtpu.commands.select import chosen_jobs
     from jobtpu.commands.status import (
         Shown,
@@ -100,18 +101,21 @@ def jobs_page(home: Home, state: State, sel: Selection, show_all: bool, page: in
     )
     from jobtpu.render.job_columns import JOB_COLUMNS
     from jobtpu.views.listing import config_aliases, status_counts
+    from jobtpu.web.dashboard import work_first
 
     jobs = chosen_jobs(home, sel, state)
+    ordered = jobs if sel.history else work_first(jobs)
     shown: Shown
     pages = 1
     if sel.ids or show_all:
         pages = max(1, -(-len(jobs) // PAGE_ROWS))
         page = min(max(1, page), pages)
-        shown, left_out = list(jobs[(page - 1) * PAGE_ROWS:page * PAGE_ROWS]), None
+        shown, left_out = list(ordered[(page - 1) * PAGE_ROWS:page * PAGE_ROWS]), None
         if pages > 1:
             left_out = f"page {page} of {pages}: jobs {(page - 1) * PAGE_ROWS + 1}–{(page - 1) * PAGE_ROWS + len(shown)} of {len(jobs)}"
     else:
         shown, left_out = (history_rows_to_show if sel.history else rows_to_show)(jobs)
+        shown = shown if sel.history else work_first(shown)
         if len(shown) > PAGE_ROWS:  # thousands on machines at once: the page still draws at most PAGE_ROWS
             left_out = f"{len(shown) - PAGE_ROWS} more job(s) on machines not shown ('all' pages through them)"
             shown = shown[:PAGE_ROWS]
@@ -141,23 +145,24 @@ class LogTail(msgspec.Struct):
 
 class JobPage(msgspec.Struct):
     job: Job
-    record: str  # as `status --json` gives it, pretty
+    details: list[tuple[str, str]]  # its record, readable (dashboard.job_details)
     attempts: list[dict[str, Any]]
-    events: list[str]
+    events: list[ShownEvent]  # newest first
     goodput: Any
     logs: list[LogTail]
+    timeline: Any = None  # charts.Chart of its attempts and interruptions
 
 
 def job_page(home: Home, state: State, job_id: int) -> JobPage:
-    import json
-
     from jobtpu.commands.report import job_reports
-    from jobtpu.decide import events as ev
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import viewer_settings, viewer_zone
+    from jobtpu.render.text import clock
     from jobtpu.schema.state_file import records
     from jobtpu.tell import eventlog
     from jobtpu.views.listing import find_job
+    from jobtpu.web.chart_pages import job_timeline
+    from jobtpu.web.dashboard import job_details
 
     job = find_job(home, state.jobs, job_id)
     record = records([job])[0]
@@ -165,8 +170,9 @@ def job_page(home: Home, state: State, job_id: int) -> JobPage:
     zone = viewer_zone(viewer_settings(home))
     report = job_reports(load_fleet(home), [job], log, time.time())[0] if job.attempts else None
     logs = [log_tail(home, job_id, job.attempts[-1].n, w) for w in range(_workers(home, job))] if job.attempts else []
-    return JobPage(job=job, record=json.dumps(record, indent=1, sort_keys=True), attempts=record["attempts"],
-                   events=[ev.render_line(e, zone) for e in log[-EVENTS_SHOWN:]], goodput=report, logs=logs)
+    return JobPage(job=job, details=job_details(record, lambda t: clock(t, zone)), attempts=record["attempts"],
+                   events=event_lines(reversed(log[-EVENTS_SHOWN:]), zone), goodput=report, logs=logs,
+                   timeline=job_timeline(report))
 
 
 def _workers(home: Home, job: Job) -> int:
@@ -250,15 +256,29 @@ def machines_page(home: Home, state: State) -> list[MachinePage]:
     return out
 
 
-def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[str], bool]:
-    """`events`' lines with its filters, the newest EVENTS_SHOWN, and whether older ones were left
-    out. Read from the newest end: a full log (its rotated files too) is not parsed for one page."""
+class ShownEvent(msgspec.Struct):
+    """An event as a page shows it: `events`' line, and the job and machine it links to."""
+
+    line: str
+    job: int | None
+    machine: str | None
+
+
+def event_lines(found: Any, zone: Any) -> list[ShownEvent]:
     from jobtpu.decide import events as ev
+
+    return [ShownEvent(ev.render_line(e, zone), e.job, e.machine) for e in found]
+
+
+def events_page(home: Home, job: int | None, machine: str | None, since: float | None) -> tuple[list[ShownEvent], bool]:
+    """`events`' lines with its filters, the newest EVENTS_SHOWN, newest first (a page is read from
+    its top), and whether older ones were left out. Read from the newest end: a full log (its
+    rotated files too) is not parsed for one page."""
     from jobtpu.home.settings import viewer_settings, viewer_zone
 
     found, more = newest_events(home, job, machine, since, EVENTS_SHOWN)
     zone = viewer_zone(viewer_settings(home))
-    return [ev.render_line(e, zone) for e in found], more
+    return event_lines(reversed(found), zone), more
 
 
 def newest_events(home: Home, job: int | None, machine: str | None, since: float | None,

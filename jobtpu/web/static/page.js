@@ -6,7 +6,7 @@
   const every = Number(document.body.dataset.poll || "1") * 1000;
   const fresh = document.getElementById("fresh");
   const live = document.getElementById("live");
-  const following = location.pathname !== "/act";
+  const following = location.pathname !== "/act" && location.pathname !== "/submit";  // a form being written stays
   let tag = null;
 
   async function freshness() {
@@ -34,6 +34,7 @@
     live.dataset.gen = String(gen);
     live.querySelectorAll("input[name=id]").forEach((b) => { b.checked = ticked.has(b.value); });
     live.querySelectorAll("input[type=text]").forEach((t, i) => { if (typed[i]) t.value = typed[i]; });
+    document.dispatchEvent(new Event("jobtpu:redrawn"));  // charts.js draws the new part's charts
   }
 
   async function logs() {
