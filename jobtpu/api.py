@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -51,11 +51,18 @@ class Home:
     def __repr__(self) -> str:
         return f"jobtpu.Home({str(self.path)!r})"
 
+    def __enter__(self) -> Home:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """`with jobtpu.Home() as home:`: a Home holds no open file or connection between calls
+        (each call opens what it needs and closes it), so leaving the block has nothing left to close."""
+
     # ---- submit ---------------------------------------------------------------------------------
 
     def submit(self, cmd: str | None = None, dir: str | os.PathLike[str] | int | None = None,
                req: Iterable[str] = (), overrides: Mapping[str, object] = {},
-               sweep: Mapping[str, Iterable[object]] = {}, env: Mapping[str, str] = {}, *,
+               sweep: Mapping[str, Iterable[object]] | Sequence[Mapping[str, object]] = {}, env: Mapping[str, str] = {}, *,
                machine: str | None = None, name: str = "", tags: Iterable[str] = (), rule: str | None = None,
                max_recoveries: int = 20, timeout: str | None = None, stall: str | None = None,
                priority: int = 0, hold: bool = False, after: Iterable[int | Job] = (),
@@ -65,9 +72,11 @@ class Home:
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
                sweep_file: str | os.PathLike[str] | None = None) -> list[Job]:
         """`jobtpu submit`: snapshot the folder and queue the job, or one job per combination of
-        `sweep`'s values; the new jobs, in id order."""
+        `sweep`'s values (a dict of KEY → values), or one per dict of `sweep` (a list: a job array);
+        the new jobs, in id order."""
         from jobtpu.commands import args
         from jobtpu.commands.submit import RULE_NAMES, SubmitOptions, submit_jobs
+        from jobtpu.sweeps import from_python
 
         if rule is not None and rule not in RULE_NAMES:
             raise UsageError(f"argument --rule: invalid choice: {rule!r} (choose from {', '.join(RULE_NAMES)})",
@@ -81,11 +90,11 @@ class Home:
             allow_secrets=allow_secrets, user=user, log_stage=log_stage, on_resume=on_resume,
             overrides=[f"{k}={v}" for k, v in overrides.items()], progress=progress,
             priority=_checked(args.priority, priority, "--priority"), sheet_note=sheet_note,
-            sweep=[f"{k}={','.join(map(str, _words(values, 'sweep values')))}" for k, values in sweep.items()],
             sweep_file=None if sweep_file is None else os.fspath(sweep_file),
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],
             retries=_checked(args.tries, retries, "--retries"), grace=grace, signal=signal, hold=hold)
-        jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts))
+        rows = from_python(sweep)  # values stay values: never joined into --sweep's words and split again
+        jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts, rows))
         return [Job(self, j.id, _record(j)) for j in jobs or []]
 
     # ---- reading --------------------------------------------------------------------------------
@@ -167,6 +176,15 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<jobtpu.Job {self.id} {self.record.status}>"
+
+    def __eq__(self, other: object) -> bool:
+        """The same job: the same id in the same home, whatever each handle last read."""
+        if not isinstance(other, Job):
+            return NotImplemented
+        return (self.id, self.home.path) == (other.id, other.home.path)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.home.path))
 
     @property
     def status(self) -> str:

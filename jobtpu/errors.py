@@ -23,7 +23,14 @@ class JobtpuError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return self.message
+        # A notebook's traceback, or a caller's f"{e}", shows only str(): the hint goes with the line.
+        # The command line prints `message` and `hint` apart (commands/common.error_text).
+        return self.message + (f"\nhint: {self.hint}" if self.hint else "")
+
+
+def message_of(error: BaseException) -> str:
+    """An error's one line for a line of our own: a JobtpuError's message without its hint, else str()."""
+    return error.message if isinstance(error, JobtpuError) else str(error)
 
 
 class UsageError(JobtpuError):

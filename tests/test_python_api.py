@@ -180,3 +180,40 @@ def test_import_jobtpu_loads_nothing_heavy() -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+# ---- sweeps as values, job arrays, handles (issue: the API gives results back) --------------------
+
+def test_a_sweep_value_with_a_comma_is_one_value_and_a_list_of_dicts_is_a_job_array(tmp_path: Path) -> None:
+    import jobtpu
+    from jobtpu.errors import UsageError
+
+    home_dir, project = make_home(tmp_path), _project(tmp_path)
+    with jobtpu.Home(home_dir) as home:
+        comma = home.submit("true", dir=project, sweep={"layers": ["32,64", "128"]}, hold=True)
+        array = home.submit("true", dir=project, sweep=[{"seed": 1, "bs": 32}, {"seed": 2}], hold=True)
+        for bad in ([{"seed": 1}, "bs=64"], {"layers": "32,64"}):
+            with pytest.raises(UsageError) as raised:
+                home.submit("true", dir=project, sweep=bad, hold=True)
+            assert "\n" not in raised.value.message
+    assert [j.record.overrides for j in comma] == [["--layers=32,64"], ["--layers=128"]]
+    assert [j.record.overrides for j in array] == [["--seed=1", "--config.training.batch_size=32"], ["--seed=2"]]  # bs: a built-in alias
+    assert {j.record.sweep for j in array} == {array[0].id} and array[0].id != comma[0].id
+    # The command line's own way to give such a value: `\,` (docs/reference/commands.md §2.2.3).
+    code, out, err = cli(home_dir, "submit", "--cmd", "true", "--dir", str(project), "--hold", "--json",
+                         "--sweep", "layers=32\\,64,128")
+    assert code == 0, err
+    ids = json.loads(out)["ids"]
+    assert [home.job(i).record.overrides for i in ids] == [["--layers=32,64"], ["--layers=128"]]
+    assert [j.id for j in home.jobs(all_users=True)] == [1, 2, 3, 4, 5, 6]  # nothing from the refused calls
+
+
+def test_a_job_is_the_same_job_by_home_and_id(tmp_path: Path) -> None:
+    import jobtpu
+
+    home_dir, project = make_home(tmp_path / "a"), _project(tmp_path)
+    [job] = jobtpu.Home(home_dir).submit("true", dir=project, hold=True)
+    again = jobtpu.Home(home_dir).job(job.id)
+    assert again == job and hash(again) == hash(job) and len({job, again}) == 1
+    other = jobtpu.Home(make_home(tmp_path / "b")).submit("true", dir=project, hold=True)[0]
+    assert other.id == job.id and other != job and job != job.id
