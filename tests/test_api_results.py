@@ -14,6 +14,8 @@ import pytest
 
 from jobtpu import timing
 from tests.helpers import cli, make_home, wait_for, write_tree
+from tests.sshfleet import SshFleet
+from tests.test_ssh_jobs import code_dir, write_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 SHORT = {"follow_poll": 0.05}
@@ -94,3 +96,22 @@ def test_saving_outside_a_job_or_a_value_that_is_no_json_is_one_line(api: Any, m
     api.save_result({"ok": [1, 2]})
     api.save_result({"ok": [3]})  # a later call replaces it
     assert json.loads((tmp_path / "0.0.result").read_text()) == {"ok": [3]} and os.listdir(tmp_path) == ["0.0.result"]
+
+
+def test_worker_0_s_value_comes_home_from_an_ssh_box_after_the_whole_log(api: Any, tmp_path: Path,
+                                                                        ssh_fleet: SshFleet) -> None:
+    box = ssh_fleet.add_machine("box", n_hosts=2)
+    home_dir = tmp_path / "home"
+    write_fleet(home_dir, ssh_fleet, {"box": (box, {})})
+    # Each worker saves its own value; its log is longer than a probe brings in one round (1 MiB).
+    cmd = ("printf '{\"worker\": %s, \"hosts\": \"%s\"}' \"$JOBTPU_WORKER\" \"$JOBTPU_HOSTS\" > \"$JOBTPU_RESULT\"; "
+           "head -c 2500000 /dev/zero | tr '\\0' x; echo")
+    with api.Home(home_dir) as home:
+        job = home.submit(cmd, dir=code_dir(tmp_path), machine="box")[0]
+        assert job.result(timeout=120) == {"worker": 0, "hosts": ",".join(h.addr for h in box.hosts)}
+        assert (home_dir / "logs" / str(job.id) / "0.0.log").stat().st_size == 2500001  # the result came after it
+        assert [a.logs_behind for a in job.record.attempts] == [False]
+        # The other worker's value stays on its worker, where the job wrote it.
+        kept = box.home / "jobtpu" / "meta" / str(job.id) / "0.1.result"
+        assert json.loads(kept.read_text())["worker"] == 1
+        assert not (home_dir / "logs" / str(job.id) / "0.1.result.json").exists()
