@@ -217,3 +217,26 @@ def test_a_job_is_the_same_job_by_home_and_id(tmp_path: Path) -> None:
     assert again == job and hash(again) == hash(job) and len({job, again}) == 1
     other = jobtpu.Home(make_home(tmp_path / "b")).submit("true", dir=project, hold=True)[0]
     assert other.id == job.id and other != job and job != job.id
+
+
+def test_mypy_finds_the_typed_package_after_the_readmes_editable_install(tmp_path: Path) -> None:
+    """README.md's `pip install -e .`, into a fresh environment, then mypy on a script of the user's."""
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "jobtpu", project / "jobtpu", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, project / name)
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                                "-e", "."], cwd=project, capture_output=True, text=True, timeout=240)
+    assert installed.returncode == 0, installed.stderr
+    (tmp_path / "use.py").write_text("import jobtpu\nfrom jobtpu.errors import JobtpuError\n\n"
+                                     "home: jobtpu.Home = jobtpu.Home()\nwrong: int = JobtpuError('x').message\n")
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}  # the install alone
+    checked = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(python),
+                              "use.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, env=bare)
+    # Found and typed: the one error is the script's own (a str is no int), not a missing module.
+    assert "import-not-found" not in checked.stdout, checked.stdout
+    assert checked.stdout.splitlines()[0].startswith("use.py:5: error: Incompatible types in assignment"), checked.stdout
