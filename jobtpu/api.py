@@ -305,7 +305,8 @@ def outcome(job: Job, timeout: float | None, manage: bool) -> tuple[object, Jobt
         return None, None
     if "refused" in kept:
         return None, JobtpuError(f"job {job.id} finished, but {kept['refused']}",
-                                 hint="save a smaller value, or write a file and bring it home with `jobtpu fetch`")
+                                 hint="jobtpu.save_result writes JSON of at most 1 MiB; bring a bigger result "
+                                      "home as a file, with `jobtpu fetch`")
     return kept.get("value"), None
 
 

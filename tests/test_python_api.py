@@ -55,6 +55,10 @@ def test_the_pages_examples_run_as_printed(tmp_path: Path) -> None:
     message, hint = said[6].splitlines()  # the command line's line and its hint
     assert "'nowhere'" in message and hint
     assert said[7] == "1\n"
+    assert said[8] == ("[['--config.training.learning_rate=0.5', '--layers=32,64'], "  # §11.5: a job array, a value whole
+                       "['--config.training.learning_rate=0.25']]\n")
+    assert said[9] == ("6 finished None\n7 finished None\n8 failed job 8 failed (exit 3)\n"
+                       "hint: `jobtpu tail 8` shows its log, `jobtpu events --job 8` what happened\n")
 
 
 # ---- the API and the command line agree ----------------------------------------------------------
