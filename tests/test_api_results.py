@@ -115,3 +115,16 @@ def test_worker_0_s_value_comes_home_from_an_ssh_box_after_the_whole_log(api: An
         kept = box.home / "jobtpu" / "meta" / str(job.id) / "0.1.result"
         assert json.loads(kept.read_text())["worker"] == 1
         assert not (home_dir / "logs" / str(job.id) / "0.1.result.json").exists()
+
+
+def test_a_job_s_import_of_save_result_loads_nothing_of_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, jobtpu\nbefore = set(sys.modules)\njobtpu.save_result([1])\n"
+            "print(' '.join(sorted(m for m in set(sys.modules) - before if m.startswith('jobtpu') or '.' not in m)))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JOBTPU_RESULT": str(tmp_path / "0.0.result")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) <= {"jobtpu.errors", "jobtpu.result", "json", "_json"}, done.stdout
+    assert json.loads((tmp_path / "0.0.result").read_text()) == [1]
