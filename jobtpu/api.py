@@ -323,7 +323,7 @@ def _rounds(jobs: list[Job], timeout: float | None, manage: bool, done: Callable
     deadline = None if timeout is None else time.monotonic() + timeout
     homes = {job.home.path: job.home for job in jobs}
     passes = [home for home in homes.values() if manage and not role_of(home.path).is_member]
-    pending = list(dict.fromkeys(jobs))  # a job given twice is yielded once
+    pending = list({id(job): job for job in jobs}.values())  # each handle once, each refreshed
     ran = False
     while True:
         _refresh(pending)

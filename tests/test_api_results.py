@@ -78,6 +78,10 @@ def test_a_job_s_value_comes_home_and_a_failure_is_an_error(api: Any, tmp_path: 
         held.kill()
         assert isinstance(held.exception(timeout=0), api.JobFailed) and held.exception().message == "job 5 killed"
         assert home.wait([saves, held], timeout=0) == [saves, held]
+        (home.path / "logs" / str(saves.id) / "0.result.json").write_text('{"value": [1, ')  # a damaged copy
+        with pytest.raises(api.JobtpuError) as raised:
+            saves.result()
+        assert raised.value.message == f"logs/{saves.id}/0.result.json: not a result jobtpu kept"
     code, out, err = cli(home.path, "manage")  # nothing is pulled twice: the results are home already
     assert code == 0 and "result" not in out + err
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePath
 
-from jobtpu.errors import BusyError
+from jobtpu.errors import BusyError, ConfigError
 from jobtpu.home import safefs
 
 TAIL_READ = 64 << 10  # at most this many bytes from a log's end for `tail`
@@ -126,9 +126,15 @@ def read_result(root: Path, job: int, attempt: int) -> dict[str, object] | None:
     from jobtpu.result import MAX_RESULT_BYTES
     from jobtpu.schema.msgspec_lib import msgspec
 
+    rel = result_rel(job, attempt)
     try:
-        data = safefs.read_regular(root, result_rel(job, attempt), MAX_RESULT_BYTES + 4096)
+        data = safefs.read_regular(root, rel, MAX_RESULT_BYTES + 4096)
     except FileNotFoundError:
         return None
-    doc = msgspec.json.decode(data)
-    return doc if isinstance(doc, dict) else None
+    try:
+        doc = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not ({"value", "refused"} & set(doc)):  # changed by hand, or cut short
+        raise ConfigError(f"{rel}: not a result jobtpu kept", hint="move it away; `jobtpu fetch` brings the job's files")
+    return doc
