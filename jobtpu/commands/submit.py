@@ -330,7 +330,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
 def _add_batch_options(p: argparse.ArgumentParser) -> None:
     """submit/run: sweeps, dependencies, retries, grace and an early signal."""
     p.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
-                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
+                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable; "
+                        "\\, is a comma inside a value")
     p.add_argument("--sweep-file", metavar="FILE",
                    help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
     p.add_argument("--max-running", type=args.tries, metavar="N",
