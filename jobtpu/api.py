@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobtpu.commands import values
 from jobtpu.commands.values import checked as _checked
 from jobtpu.commands.values import words as _words
-from jobtpu.errors import UsageError
+from jobtpu.errors import JobFailed, JobtpuError, UsageError
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job as _StoredJob
 
@@ -51,11 +51,18 @@ class Home:
     def __repr__(self) -> str:
         return f"jobtpu.Home({str(self.path)!r})"
 
+    def __enter__(self) -> Home:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """`with jobtpu.Home() as home:`: a Home holds no open file or connection between calls
+        (each call opens what it needs and closes it), so leaving the block has nothing left to close."""
+
     # ---- submit ---------------------------------------------------------------------------------
 
     def submit(self, cmd: str | None = None, dir: str | os.PathLike[str] | int | None = None,
                req: Iterable[str] = (), overrides: Mapping[str, object] = {},
-               sweep: Mapping[str, Iterable[object]] = {}, env: Mapping[str, str] = {}, *,
+               sweep: Mapping[str, Iterable[object]] | Sequence[Mapping[str, object]] = {}, env: Mapping[str, str] = {}, *,
                machine: str | None = None, name: str = "", tags: Iterable[str] = (), rule: str | None = None,
                max_recoveries: int = 20, timeout: str | None = None, stall: str | None = None,
                priority: int = 0, hold: bool = False, after: Iterable[int | Job] = (),
@@ -66,9 +73,11 @@ class Home:
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
                sweep_file: str | os.PathLike[str] | None = None) -> list[Job]:
         """`jobtpu submit`: snapshot the folder and queue the job, or one job per combination of
-        `sweep`'s values; the new jobs, in id order."""
+        `sweep`'s values (a dict of KEY → values), or one per dict of `sweep` (a list: a job array);
+        the new jobs, in id order."""
         from jobtpu.commands import args
         from jobtpu.commands.submit import RULE_NAMES, SubmitOptions, submit_jobs
+        from jobtpu.sweeps import from_python
 
         if rule is not None and rule not in RULE_NAMES:
             raise UsageError(f"argument --rule: invalid choice: {rule!r} (choose from {', '.join(RULE_NAMES)})",
@@ -82,13 +91,13 @@ class Home:
             allow_secrets=allow_secrets, user=user, log_stage=log_stage, on_resume=on_resume,
             overrides=[f"{k}={v}" for k, v in overrides.items()], progress=progress,
             priority=_checked(args.priority, priority, "--priority"), sheet_note=sheet_note,
-            sweep=[f"{k}={','.join(map(str, _words(values, 'sweep values')))}" for k, values in sweep.items()],
             sweep_file=None if sweep_file is None else os.fspath(sweep_file),
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],
             retries=_checked(args.tries, retries, "--retries"), retry_on_exit=retry_on_exit,
             max_preemptions=_checked(args.tries, max_preemptions, "--max-preemptions"),
             grace=grace, signal=signal, hold=hold)
-        jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts))
+        rows = from_python(sweep)  # values stay values: never joined into --sweep's words and split again
+        jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts, rows))
         return [Job(self, j.id, _record(j)) for j in jobs or []]
 
     # ---- reading --------------------------------------------------------------------------------
@@ -143,6 +152,10 @@ class Home:
                  *(["--force"] if force else [])]
         self._run(words[0], words, lambda: requeue(self._home, _selection(ids), machine, resume, force))
 
+    def wait(self, jobs: Iterable[Job], timeout: float | None = None, manage: bool = True) -> list[Job]:
+        """Until every job ended (with `manage`, a pass each round, as `Job.wait`); the jobs, refreshed."""
+        return wait(jobs, timeout, manage)
+
     def _run(self, command: str, words: list[str], act: Callable[[], _T]) -> _T | None:
         """Run a command's function as the command line would for this account: a member of a shared
         home sends an act as a request instead (None), and is refused the runner's commands."""
@@ -171,6 +184,15 @@ class Job:
     def __repr__(self) -> str:
         return f"<jobtpu.Job {self.id} {self.record.status}>"
 
+    def __eq__(self, other: object) -> bool:
+        """The same job: the same id in the same home, whatever each handle last read."""
+        if not isinstance(other, Job):
+            return NotImplemented
+        return (self.id, self.home.path) == (other.id, other.home.path)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.home.path))
+
     @property
     def status(self) -> str:
         return str(self.record.status)
@@ -187,20 +209,20 @@ class Job:
     def wait(self, timeout: float | None = None, manage: bool = True) -> Job:
         """Until the job ends: with `manage`, a pass each round (as `run --follow`; a member of a shared
         home waits for the runner's passes). TimeoutError after `timeout` seconds."""
-        from jobtpu import timing
-        from jobtpu.home.roles import role_of
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        passes = manage and not role_of(self.home.path).is_member
-        while not self.refresh().ended:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {self.id} is still {self.status} after {timeout} s")
-            if passes:
-                self.home.manage()
-                if self.refresh().ended:
-                    break
-            time.sleep(timing.current().follow_poll)
+        wait([self], timeout, manage)
         return self
+
+    def result(self, timeout: float | None = None, manage: bool = True) -> Any:
+        """The value the job saved (jobtpu.save_result; None when it saved none), once it finished and
+        its log came home; JobFailed when it failed or was killed. Waits as `wait` does."""
+        value, error = outcome(self, timeout, manage)
+        if error is not None:
+            raise error
+        return value
+
+    def exception(self, timeout: float | None = None, manage: bool = True) -> JobtpuError | None:
+        """The error `result()` raises (JobFailed for a failed or killed job), or None. Waits as `wait` does."""
+        return outcome(self, timeout, manage)[1]
 
     def tail(self, n: int = 50, attempt: int | None = None, worker: int = 0) -> str:
         """The last `n` lines of an attempt's log (the latest attempt unless given), as the home has them."""
@@ -248,3 +270,91 @@ def _selection(ids: Iterable[int | Job | str] = (), tags: Iterable[str] = (), na
                statuses: Iterable[str] = (), sweeps: Iterable[int | Job] = (), user: str | None = None,
                all_users: bool = False, history: bool = False) -> Selection:
     return values.selection(ids, tags, names, statuses, sweeps, user, all_users, history, id_of=_job_id)
+
+
+# ---- waiting: jobs move only when a pass runs ------------------------------------------------------
+# Each round runs one pass in each home (with `manage`, as `run --follow` does; never as a member of a
+# shared home, whose passes are the runner's), reads each home's jobs once, and sleeps the timing
+# object's `follow_poll` (docs/reference/python.md §11.5).
+
+def as_completed(jobs: Iterable[Job], timeout: float | None = None, manage: bool = True) -> Iterator[Job]:
+    """Each of `jobs` as it ends (those ended already first), refreshed; TimeoutError once `timeout`
+    seconds pass with some still running, as concurrent.futures.as_completed raises it."""
+    return _rounds(list(jobs), timeout, manage, lambda job: job.ended)
+
+
+def wait(jobs: Iterable[Job], timeout: float | None = None, manage: bool = True) -> list[Job]:
+    """Until every job ended; the jobs, refreshed, in the order given."""
+    given = list(jobs)
+    for _ in _rounds(given, timeout, manage, lambda job: job.ended):
+        pass
+    return given
+
+
+def outcome(job: Job, timeout: float | None, manage: bool) -> tuple[object, JobtpuError | None]:
+    """A job's saved value (None when it saved none), or the error its result() raises, once it ended
+    and, when it finished, once its last attempt's log (and so its result) is home."""
+    for _ in _rounds([job], timeout, manage, _settled):
+        pass
+    record = job.record
+    if record.status != "finished":
+        return None, JobFailed(job.id, str(record.status), record.reason, record.exit_code)
+    if not record.attempts:
+        return None, None
+    from jobtpu.home.logfiles import read_result
+
+    kept = read_result(job.home.path, job.id, record.attempts[-1].n)
+    if kept is None:
+        return None, None
+    if "refused" in kept:
+        return None, JobtpuError(f"job {job.id} finished, but {kept['refused']}",
+                                 hint="jobtpu.save_result writes JSON of at most 1 MiB; bring a bigger result "
+                                      "home as a file, with `jobtpu fetch`")
+    return kept.get("value"), None
+
+
+def _settled(job: Job) -> bool:
+    """Ended, and a finished job's last log (with its result) home: a pass short of time pulls the rest later."""
+    attempts = job.record.attempts
+    return job.ended and not (job.status == "finished" and attempts and attempts[-1].logs_behind)
+
+
+def _rounds(jobs: list[Job], timeout: float | None, manage: bool, done: Callable[[Job], bool]) -> Iterator[Job]:
+    from jobtpu import timing
+    from jobtpu.home.roles import role_of
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    homes = {job.home.path: job.home for job in jobs}
+    passes = [home for home in homes.values() if manage and not role_of(home.path).is_member]
+    pending = list({id(job): job for job in jobs}.values())  # each handle once, each refreshed
+    ran = False
+    while True:
+        _refresh(pending)
+        for job in [j for j in pending if done(j)]:
+            pending.remove(job)
+            yield job
+        if not pending:
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            left = pending[0]
+            more = f" (and {len(pending) - 1} more)" if len(pending) > 1 else ""
+            raise TimeoutError(f"job {left.id}{more} is still {left.status} after {timeout} s")
+        if passes and not ran:  # a pass, then what it did is read at once: no sleep between
+            for home in passes:
+                home.manage()
+            ran = True
+            continue
+        ran = False
+        time.sleep(timing.current().follow_poll)
+
+
+def _refresh(jobs: list[Job]) -> None:
+    """Each job's record read again: one read of each home for all its jobs."""
+    by_home: dict[Home, list[Job]] = {}
+    for job in jobs:
+        by_home.setdefault(job.home, []).append(job)
+    for home, mine in by_home.items():
+        fresh = {j.id: j.record for j in home.jobs([j.id for j in mine])}
+        for job in mine:
+            if job.id in fresh:
+                job.record = fresh[job.id]

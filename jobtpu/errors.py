@@ -23,7 +23,14 @@ class JobtpuError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return self.message
+        # A notebook's traceback, or a caller's f"{e}", shows only str(): the hint goes with the line.
+        # The command line prints `message` and `hint` apart (commands/common.error_text).
+        return self.message + (f"\nhint: {self.hint}" if self.hint else "")
+
+
+def message_of(error: BaseException) -> str:
+    """An error's one line for a line of our own: a JobtpuError's message without its hint, else str()."""
+    return error.message if isinstance(error, JobtpuError) else str(error)
 
 
 class UsageError(JobtpuError):
@@ -50,6 +57,21 @@ class RemoteError(JobtpuError):
 
 class UnreachableError(RemoteError):
     """The machine could not be reached or refused us before anything ran there."""
+
+
+class JobFailed(JobtpuError):
+    """What `Job.result()` raises for a job that failed or was killed: which, why, and its exit code."""
+
+    def __init__(self, job_id: int, status: str, reason: str | None, exit_code: int | None) -> None:
+        code = f"exit {exit_code}" if exit_code is not None else ""
+        said = reason if reason and reason != status else ""  # a kill's reason is `killed`: said once
+        why = ", ".join(w for w in (said, "" if said.startswith(code) else code) if w)
+        super().__init__(f"job {job_id} {status}" + (f" ({why})" if why else ""),
+                         hint=f"`jobtpu tail {job_id}` shows its log, `jobtpu events --job {job_id}` what happened")
+        self.job_id = job_id
+        self.status = status
+        self.reason = reason
+        self.job_exit_code = exit_code  # (exit_code is the CLI's status for any JobtpuError)
 
 
 class Terminated(KeyboardInterrupt):

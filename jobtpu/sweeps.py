@@ -29,7 +29,7 @@ def parse_axes(specs: Iterable[str]) -> list[tuple[str, list[str]]]:
         key = key.strip().lstrip("-")
         if not sep or not _KEY.match(key):
             raise JobtpuError(f"--sweep {spec!r} is not KEY=V1,V2,...", hint="like --sweep lr=0.1,0.01")
-        choices = [v.strip() for v in values.split(",")]
+        choices = [v.strip() for v in split_values(values)]
         if any(not v for v in choices):
             raise JobtpuError(f"--sweep {spec!r} has an empty value", hint="like --sweep lr=0.1,0.01")
         if any(key == k for k, _ in axes):
@@ -40,6 +40,14 @@ def parse_axes(specs: Iterable[str]) -> list[tuple[str, list[str]]]:
     return axes
 
 
+def split_values(values: str) -> list[str]:
+    """`0.1,0.01` → ["0.1", "0.01"]; `\\,` is a comma inside a value: `32\\,64,128` → ["32,64", "128"]."""
+    return [v.replace("\\,", ",") for v in _SEPARATOR.split(values)]
+
+
+_SEPARATOR = re.compile(r"(?<!\\),")  # a comma not escaped by a backslash
+
+
 def expand(axes: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
     """The cross product, first axis slowest (like nested loops in the order given)."""
     total = 1
@@ -48,6 +56,74 @@ def expand(axes: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
     _check_size(total)
     keys = [key for key, _ in axes]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values for _, values in axes))]
+
+
+# ---- the Python API's sweep= (docs/reference/python.md §11.1): values as values, never split again ---
+
+def from_python(sweep: object) -> list[dict[str, str]] | None:
+    """`sweep=` as combinations: a dict of KEY → values is the cross product of its axes (as --sweep's),
+    a list of dicts a job array, one job per dict with its own keys (as a --sweep-file's lines). Each
+    value is one value whatever it holds (a comma too), written as str() writes it. None: no sweep."""
+    from collections.abc import Mapping as MappingType
+
+    from jobtpu.errors import UsageError
+
+    if isinstance(sweep, MappingType):
+        axes = [(_python_key(key), _python_values(key, values)) for key, values in sweep.items()]
+        if len({key for key, _ in axes}) != len(axes):
+            raise UsageError("sweep: a key is given twice (once with leading '-')", hint="give each key once")
+        return expand(axes) if axes else None
+    if not isinstance(sweep, list | tuple):
+        raise UsageError(f"sweep: give a dict of KEY: [values] or a list of dicts, not {type(sweep).__name__}",
+                         hint='like sweep={"lr": [0.1, 0.01]} or sweep=[{"lr": 0.1, "bs": 32}, {"lr": 0.01, "bs": 64}]')
+    if not sweep:
+        raise UsageError("sweep: an empty list is a job array of no jobs", hint="give one dict per job")
+    _check_size(len(sweep))
+    rows = []
+    for n, row in enumerate(sweep):
+        if not isinstance(row, MappingType) or not row:
+            raise UsageError(f"sweep[{n}]: {row!r} is not a dict of KEY: value",
+                             hint='a job array is a list of dicts, like [{"lr": 0.1, "bs": 32}, {"lr": 0.01, "bs": 64}]')
+        keys = [_python_key(key) for key in row]
+        if len(set(keys)) != len(keys):
+            raise UsageError(f"sweep[{n}]: a key is given twice (once with leading '-')", hint="give each key once")
+        rows.append({key: _python_value(f"sweep[{n}][{key!r}]", value) for key, value in zip(keys, row.values(),
+                                                                                             strict=True)})
+    return rows
+
+
+def _python_key(key: object) -> str:
+    from jobtpu.errors import UsageError
+
+    name = key.strip().lstrip("-") if isinstance(key, str) else ""
+    if not _KEY.match(name):
+        raise UsageError(f"sweep: {key!r} is not a config key", hint="a key is a name like lr or model.depth")
+    return name
+
+
+def _python_values(key: object, values: object) -> list[str]:
+    from jobtpu.errors import UsageError
+
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise UsageError(f"sweep: {key!r}: give a list of values, not {values!r}",
+                         hint=f"like sweep={{{key!r}: [{values!r}]}}")
+    choices = [_python_value(f"sweep[{key!r}]", v) for v in values]
+    if not choices:
+        raise UsageError(f"sweep: {key!r} has no values", hint="give it at least one, or leave the key out")
+    if len(set(choices)) != len(choices):
+        raise UsageError(f"sweep: {key!r} repeats a value", hint="give each value once")
+    return choices
+
+
+def _python_value(where: str, value: object) -> str:
+    from jobtpu.errors import UsageError
+
+    if isinstance(value, str | int | float):  # bool is an int: True as str() writes it, as overrides= does
+        text = str(value).strip()
+        if text:
+            return text
+        raise UsageError(f"{where} is empty", hint="give a value, or leave the key out")
+    raise UsageError(f"{where}: {value!r} is not a string or a number", hint="give each value as a str, int or float")
 
 
 MAX_FILE_BYTES = 8 << 20  # a sweep file: 10,000 combinations of a few overrides fit many times over

@@ -52,6 +52,8 @@ def test_environment_cwd_and_gitignore(tmp_path: Path) -> None:
     assert "big.bin" not in out["files"] and "job.py" in out["files"]
     # The marker that finds every process of the job: this home's id, job, attempt, worker.
     assert re.fullmatch(rf"[0-9a-f]{{16}}\.{job_id}\.0\.0", out["env"].pop("JOBTPU_MARK"))
+    # Where jobtpu.save_result writes, beside the worker's log (docs/reference/job-environment.md §8.2).
+    assert out["env"].pop("JOBTPU_RESULT") == str((home / "run" / "meta" / str(job_id) / "0.0.result").resolve())
     assert out["env"] == {"JOBTPU_JOB_ID": str(job_id), "JOBTPU_ATTEMPT": "0", "JOBTPU_RESUME": "0",
                           "JOBTPU_WORKER": "0", "JOBTPU_NUM_WORKERS": "1", "JOBTPU_MACHINE": "local",
                           "JOBTPU_GPU": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "MY_VAR": "x y",

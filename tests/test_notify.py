@@ -315,8 +315,8 @@ def test_hostile_names_cannot_mention_everyone_in_slack(tmp_path: Path, hook: Ho
 def test_a_bad_destination_is_one_line_naming_where(entry: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
         destinations.parse_destinations([{"command": "true"}, entry], "machines.json: notify")
-    assert str(caught.value).startswith("machines.json: notify[1]")
-    assert "\n" not in str(caught.value)
+    assert caught.value.message.startswith("machines.json: notify[1]")
+    assert "\n" not in caught.value.message
 
 
 # Every spelling of an address a webhook's host may take, and what the pass makes of it (design §7):

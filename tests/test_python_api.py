@@ -55,6 +55,10 @@ def test_the_pages_examples_run_as_printed(tmp_path: Path) -> None:
     message, hint = said[6].splitlines()  # the command line's line and its hint
     assert "'nowhere'" in message and hint
     assert said[7] == "1\n"
+    assert said[8] == ("[['--config.training.learning_rate=0.5', '--layers=32,64'], "  # §11.5: a job array, a value whole
+                       "['--config.training.learning_rate=0.25']]\n")
+    assert said[9] == ("6 finished None\n7 finished None\n8 failed job 8 failed (exit 3)\n"
+                       "hint: `jobtpu tail 8` shows its log, `jobtpu events --job 8` what happened\n")
 
 
 # ---- the API and the command line agree ----------------------------------------------------------
@@ -180,3 +184,63 @@ def test_import_jobtpu_loads_nothing_heavy() -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+# ---- sweeps as values, job arrays, handles (issue: the API gives results back) --------------------
+
+def test_a_sweep_value_with_a_comma_is_one_value_and_a_list_of_dicts_is_a_job_array(tmp_path: Path) -> None:
+    import jobtpu
+    from jobtpu.errors import UsageError
+
+    home_dir, project = make_home(tmp_path), _project(tmp_path)
+    with jobtpu.Home(home_dir) as home:
+        comma = home.submit("true", dir=project, sweep={"layers": ["32,64", "128"]}, hold=True)
+        array = home.submit("true", dir=project, sweep=[{"seed": 1, "bs": 32}, {"seed": 2}], hold=True)
+        for bad in ([{"seed": 1}, "bs=64"], {"layers": "32,64"}):
+            with pytest.raises(UsageError) as raised:
+                home.submit("true", dir=project, sweep=bad, hold=True)
+            assert "\n" not in raised.value.message
+    assert [j.record.overrides for j in comma] == [["--layers=32,64"], ["--layers=128"]]
+    assert [j.record.overrides for j in array] == [["--seed=1", "--config.training.batch_size=32"], ["--seed=2"]]  # bs: a built-in alias
+    assert {j.record.sweep for j in array} == {array[0].id} and array[0].id != comma[0].id
+    # The command line's own way to give such a value: `\,` (docs/reference/commands.md §2.2.3).
+    code, out, err = cli(home_dir, "submit", "--cmd", "true", "--dir", str(project), "--hold", "--json",
+                         "--sweep", "layers=32\\,64,128")
+    assert code == 0, err
+    ids = json.loads(out)["ids"]
+    assert [home.job(i).record.overrides for i in ids] == [["--layers=32,64"], ["--layers=128"]]
+    assert [j.id for j in home.jobs(all_users=True)] == [1, 2, 3, 4, 5, 6]  # nothing from the refused calls
+
+
+def test_a_job_is_the_same_job_by_home_and_id(tmp_path: Path) -> None:
+    import jobtpu
+
+    home_dir, project = make_home(tmp_path / "a"), _project(tmp_path)
+    [job] = jobtpu.Home(home_dir).submit("true", dir=project, hold=True)
+    again = jobtpu.Home(home_dir).job(job.id)
+    assert again == job and hash(again) == hash(job) and len({job, again}) == 1
+    other = jobtpu.Home(make_home(tmp_path / "b")).submit("true", dir=project, hold=True)[0]
+    assert other.id == job.id and other != job and job != job.id
+
+
+def test_mypy_finds_the_typed_package_after_the_readmes_editable_install(tmp_path: Path) -> None:
+    """README.md's `pip install -e .`, into a fresh environment, then mypy on a script of the user's."""
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "jobtpu", project / "jobtpu", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, project / name)
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                                "-e", "."], cwd=project, capture_output=True, text=True, timeout=240)
+    assert installed.returncode == 0, installed.stderr
+    (tmp_path / "use.py").write_text("import jobtpu\nfrom jobtpu.errors import JobtpuError\n\n"
+                                     "home: jobtpu.Home = jobtpu.Home()\nwrong: int = JobtpuError('x').message\n")
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}  # the install alone
+    checked = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(python),
+                              "use.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, env=bare)
+    # Found and typed: the one error is the script's own (a str is no int), not a missing module.
+    assert "import-not-found" not in checked.stdout, checked.stdout
+    assert checked.stdout.splitlines()[0].startswith("use.py:5: error: Incompatible types in assignment"), checked.stdout

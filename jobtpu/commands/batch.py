@@ -29,15 +29,19 @@ class Extras(NamedTuple):
 
 def parse_extras(sweep: list[str], sweep_file: str | None, after: list[str], after_any: list[str],
                  retries: int, grace: str | None, signal: str | None, timeout: float | None,
-                 max_running: int = 0) -> Extras:
-    """Check the options before anything is snapshotted or written; one clear line for each mistake."""
+                 max_running: int = 0, rows: list[dict[str, str]] | None = None) -> Extras:
+    """Check the options before anything is snapshotted or written; one clear line for each mistake.
+    `rows`: the combinations as values (the Python API's `sweep=`, sweeps.from_python), never split again."""
     from jobtpu import sweeps
     from jobtpu.inputs import parse_duration
 
     if sweep and sweep_file is not None:
         raise JobtpuError("give --sweep or --sweep-file, not both",
                           hint="write every combination into the file, or give the axes with --sweep")
-    combinations = None
+    if rows is not None and (sweep or sweep_file is not None):  # the folder's jobtpu.toml gave one too
+        raise JobtpuError("give sweep= or the job file's sweep, not both",
+                          hint="drop sweep from the [job] table of jobtpu.toml, or sweep= from the call")
+    combinations = rows
     if sweep:
         combinations = sweeps.expand(sweeps.parse_axes(sweep))
     elif sweep_file is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobtpu import timing
 from jobtpu.commands.common import note
-from jobtpu.errors import JobtpuError
+from jobtpu.errors import JobtpuError, message_of
 from jobtpu.home.layout import Home
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
                 if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
                     return False
             except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
-                note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {e}")
+                note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {message_of(e)}")
     return False
 
 

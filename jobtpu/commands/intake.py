@@ -16,7 +16,7 @@ import time
 from jobtpu.commands import intake_submits, relay
 from jobtpu.commands.common import error_text
 from jobtpu.commands.intake_common import RequestRefused, read_request, reply
-from jobtpu.errors import JobtpuError
+from jobtpu.errors import JobtpuError, message_of
 from jobtpu.home import safefs, spool
 from jobtpu.home.layout import Home
 from jobtpu.home.roles import Layout, role_of
@@ -41,13 +41,13 @@ def take_in(home: Home) -> list[str]:
     try:
         spool_fd = spool.open_spool(home)
     except (FileNotFoundError, safefs.UnsafePath) as e:
-        return [f"requests not taken in: {e}"]
+        return [f"requests not taken in: {message_of(e)}"]
     try:  # members seal their secrets to it: a home made before it had none (docs/reference/home-files.md §1.3)
         from jobtpu.home.sealing import ensure_runner_keys
 
         made = ensure_runner_keys(home.root)
     except (OSError, safefs.UnsafePath) as e:
-        made = [f"runner.key not made: {e}"]
+        made = [f"runner.key not made: {message_of(e)}"]
     lines: list[str] = []
     lock = safefs.open_file(home.root, INTAKE_LOCK, os.O_RDWR, create=True)
     try:
@@ -165,7 +165,7 @@ class OldRequest(RequestRefused):
 def internal_error(home: Home, spool_fd: int, entry: spool.Entry, owner: int, error: BaseException) -> str:
     """A request whose carrying-out raised what nobody expected (a bug, not the member's mistake):
     its reply says so in one line, and the round goes on with the others."""
-    what = f"{type(error).__name__}: {str(error)[:200]}"
+    what = f"{type(error).__name__}: {message_of(error)[:200]}"
     with contextlib.suppress(Exception):
         reply(home, entry.name, owner, b"", 1, [f"jobtpu: internal error while carrying out this request ({what}); "
                                                 "nothing more was done for it, and the runner's other requests went on"])

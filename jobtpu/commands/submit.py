@@ -112,9 +112,10 @@ def submit(home: Home, opts: SubmitOptions) -> "Job":
     return submit_jobs(home, opts)[0]
 
 
-def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
+def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | None" = None) -> "list[Job]":
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
-    then saved under fresh consecutive ids in one write."""
+    then saved under fresh consecutive ids in one write. `rows`: a sweep's combinations as values
+    (the Python API's, batch.parse_extras)."""
     from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import load_settings
@@ -126,7 +127,7 @@ def submit_jobs(home: Home, opts: SubmitOptions) -> "list[Job]":
     read = Store(home).read()  # a broken state.json is reported before the snapshot, not after
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     extras = parse_extras(opts.sweep, opts.sweep_file, opts.after, opts.after_any, opts.retries, opts.grace,
-                          opts.signal, timeout, opts.max_running)
+                          opts.signal, timeout, opts.max_running, rows)
     check_dependencies(home, read[0], read[0].next_id, extras.after, extras.after_any)  # before the snapshot
     from jobtpu.home.roles import Layout, role_of
 
@@ -335,7 +336,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
 def _add_batch_options(p: argparse.ArgumentParser) -> None:
     """submit/run: sweeps, dependencies, retries, grace and an early signal."""
     p.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
-                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable")
+                   help="submit one job per combination of every --sweep's values (one snapshot), repeatable; "
+                        "\\, is a comma inside a value")
     p.add_argument("--sweep-file", metavar="FILE",
                    help="submit one job per combination in FILE: a JSON object per line, or a CSV with a header")
     p.add_argument("--max-running", type=args.tries, metavar="N",

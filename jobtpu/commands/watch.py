@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from jobtpu.commands import args
 from jobtpu.commands.common import error_text
 from jobtpu.commands.freshness import freshness_text, record_pass_failure
-from jobtpu.errors import JobtpuError
+from jobtpu.errors import JobtpuError, message_of
 from jobtpu.home.layout import Home
 from jobtpu.home.store import Store
 from jobtpu.render.names import cut_apart, short_names
@@ -48,7 +48,7 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             try:
                 screen = dashboard(home, console.size.height, said, manage, interval)
             except Exception as e:  # noqa: BLE001 - a bug in drawing must not stop the passes
-                screen = _line(f"jobtpu: the dashboard failed: {type(e).__name__}: {e}", "bold red")
+                screen = _line(f"jobtpu: the dashboard failed: {type(e).__name__}: {message_of(e)}", "bold red")
             live.update(screen, refresh=True)
 
         draw()

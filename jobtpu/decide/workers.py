@@ -56,6 +56,8 @@ class WorkerState(msgspec.Struct, frozen=True):
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
     marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
     timed_out: bool = False  # its wrapper stopped it at its --timeout (the worker's clock)
+    result_size: int | None = None  # the value its job saved (jobtpu.save_result): its size, None: none saved
+    result: bytes | None = None  # and its bytes, when at most the probe's limit
 
     @property
     def started(self) -> bool:

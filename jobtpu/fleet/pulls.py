@@ -102,22 +102,30 @@ def catch_up(p: Reach, ended: dict[str, list[WorkerRef]]) -> CatchUp:
 
 def _catch_up_worker(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
                      deadline: float) -> tuple[list[str], list[WorkerRef]]:
+    lines: list[str] = []
     for _ in range(CATCH_UP_CHUNKS):
         if time.monotonic() >= deadline:
-            return [], refs
+            return lines, refs
         try:
             states = probe(p, machine, ep, refs)
         except RemoteError:
-            return [], refs  # its machine's record says why; a pass that reaches it pulls the rest
+            return lines, refs  # its machine's record says why; a pass that reaches it pulls the rest
         behind = []
         for ref, ws in states.items():
             try:
                 append_log(p.home, ref, ws.log_offset, ws.log_bytes)
             except (UnsafePath, BusyError) as e:
-                return [f"job {ref.job}: {e.message}"], []
+                return [*lines, f"job {ref.job}: {e.message}"], []
             if ws.log_bytes and ws.log_offset + len(ws.log_bytes) < ws.log_size:
                 behind.append(ref)
+            elif ws.result_size is not None:  # its job's saved value comes with the end of its log
+                try:
+                    why = logfiles.keep_result(p.home.root, ref.job, ref.attempt, ws.result_size, ws.result)
+                except UnsafePath as e:
+                    return [*lines, f"job {ref.job}: {e.message}"], []
+                if why is not None:
+                    lines.append(f"job {ref.job}: {why}")
         if not behind:
-            return [], []
+            return lines, []
         refs = behind
-    return [], refs
+    return lines, refs

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePath
 
-from jobtpu.errors import BusyError
+from jobtpu.errors import BusyError, ConfigError
 from jobtpu.home import safefs
 
 TAIL_READ = 64 << 10  # at most this many bytes from a log's end for `tail`
@@ -85,3 +85,56 @@ def last_lines(root: Path, rel: PurePath, n: int) -> tuple[str, int]:
     if len(data) < end and lines:
         lines = lines[1:]  # a line cut by where the read began
     return (b"".join(lines[-n:]).decode(errors="replace") if n > 0 else ""), end
+
+
+# ---- a job's result (jobtpu/result.py): worker 0's saved value, brought home with its attempt's log --
+
+def result_rel(job: int, attempt: int) -> PurePath:
+    return PurePath("logs", str(job), f"{attempt}.result.json")
+
+
+def keep_result(root: Path, job: int, attempt: int, size: int, data: bytes | None) -> str | None:
+    """Keep an attempt's result as `{"value": V}`, or `{"refused": WHY}` when it is too large or not
+    JSON (a file the job wrote by hand): WHY is returned, for the pass to say; None when kept."""
+    from jobtpu.result import MAX_RESULT_BYTES
+    from jobtpu.schema.msgspec_lib import msgspec
+
+    why = None
+    doc = b""
+    if data is None or max(size, len(data)) > MAX_RESULT_BYTES:
+        why = f"its result is {max(size, len(data or b''))} bytes, more than {MAX_RESULT_BYTES}; it was not brought home"
+    else:
+        try:
+            msgspec.json.decode(data)
+            # The bytes checked as JSON go into the envelope as they are: nothing is decoded and written again.
+            doc = b'{"value":' + data.strip() + b"}"
+        except (msgspec.DecodeError, RecursionError) as e:
+            why = f"its result is not JSON ({str(e)[:100]}); it was not brought home"
+    if why is not None:
+        doc = msgspec.json.encode({"refused": why})
+    rel = result_rel(job, attempt)
+    dir_fd = safefs.open_dir(root, rel.parent, create=True)
+    try:
+        safefs.write_in(dir_fd, rel.name, doc, safefs.file_mode_of(dir_fd))
+    finally:
+        os.close(dir_fd)
+    return why
+
+
+def read_result(root: Path, job: int, attempt: int) -> dict[str, object] | None:
+    """What keep_result kept of an attempt's result; None when nothing came home."""
+    from jobtpu.result import MAX_RESULT_BYTES
+    from jobtpu.schema.msgspec_lib import msgspec
+
+    rel = result_rel(job, attempt)
+    try:
+        data = safefs.read_regular(root, rel, MAX_RESULT_BYTES + 4096)
+    except FileNotFoundError:
+        return None
+    try:
+        doc = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not ({"value", "refused"} & set(doc)):  # changed by hand, or cut short
+        raise ConfigError(f"{rel}: not a result jobtpu kept", hint="move it away; `jobtpu fetch` brings the job's files")
+    return doc

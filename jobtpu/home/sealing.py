@@ -158,7 +158,7 @@ def runner_public_key(root: Path, runner_name: str) -> bytes:
         raise JobtpuError(f"this shared home has no {RUNNER_PUB} yet, so your secret --env values cannot be "
                           "sealed to its runner; nothing was sent", hint=hint) from None
     except safefs.UnsafePath as e:
-        raise JobtpuError(f"{e}: your secret --env values are not sealed to it; nothing was sent",
+        raise JobtpuError(f"{e.message}: your secret --env values are not sealed to it; nothing was sent",
                           hint=hint) from None
     try:
         why = why_not_public_key(os.fstat(fd), os.stat(root).st_uid)

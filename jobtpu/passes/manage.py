@@ -89,7 +89,10 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         moves += settled.moves + stopped.moves
         for *_, line in sorted(p.copy_notes):
             report.say(line)
-        catch_up_logs(p, seen, before.open_attempts)
+        told = len(p.notes)  # the notes above were said; the catch-up's (a log not written, a result not
+        catch_up_logs(p, seen, before.open_attempts)  # brought home) come after, and are said here
+        for line in p.notes[told:]:
+            report.say(line)
         note_reachability(p, seen)  # what the launches, copies, stops and pulls found
         for line in machine_changes(before.machines, p.state.machines):
             report.say(line)

@@ -20,7 +20,7 @@ from jobtpu import timing
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer
 from jobtpu.decide.placement import peer_hosts
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec
-from jobtpu.errors import RemoteError, UnreachableError
+from jobtpu.errors import RemoteError, UnreachableError, message_of
 from jobtpu.remote.scripts import (
     Served,
     launch_script,
@@ -130,7 +130,7 @@ def _serve(p: Pass, machine: Machine, ep: Endpoint, archive: str, peers: int) ->
         served = parse_serve(p.run_on(machine, ep, peer_serve_script(machine.root, archive, addr, serve_id, token,
                                                                      peers)))
     except (RemoteError, OSError) as e:
-        return Served(None, str(e))
+        return Served(None, message_of(e))
     if served.port is None:
         return served
     host = f"[{addr}]" if ":" in addr else addr
@@ -208,4 +208,4 @@ def _lacks(report: LaunchReport | None) -> bool:
 
 
 def _no_answer(e: Exception) -> NoAnswer:
-    return NoAnswer(str(e), unreachable=isinstance(e, UnreachableError))
+    return NoAnswer(message_of(e), unreachable=isinstance(e, UnreachableError))

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from jobtpu import timing
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
+from jobtpu.result import MAX_RESULT_BYTES
 from jobtpu.schema import worker_protocol as protocol
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.snapshot import unpack
@@ -220,9 +221,11 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
                  home_id: str = "") -> str:
     """A `host` report, then for each (worker, log bytes already pulled): a `worker` report (protocol.WorkerLine),
     then a `log` report with the log bytes past that offset (at most `chunk`), and a `log-end` report
-    with the last TAIL_BYTES of an exited worker's log further behind than that."""
+    with the last TAIL_BYTES of an exited worker's log further behind than that, and an exited worker
+    0's saved value (a `result` report, at most MAX_RESULT_BYTES of it) with the report ending its log."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
-    return render(("common.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES}, *args)])
+    return render(("common.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES,
+                                                                     "result": MAX_RESULT_BYTES}, *args)])
 
 
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
@@ -238,6 +241,8 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
             states[ref] = msgspec.structs.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], log_end=report.data)
+        elif isinstance(report, protocol.Saved) and ref in states:
+            states[ref] = msgspec.structs.replace(states[ref], result_size=report.size, result=report.data)
     return states
 
 

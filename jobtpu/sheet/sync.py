@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from jobtpu.decide.sheet_layout import SheetMachine
-from jobtpu.errors import BusyError
+from jobtpu.errors import BusyError, message_of
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.sheet_config import SheetConfig, sheet_id
 from jobtpu.sheet.api import SheetApi, SheetError, read_sheet
@@ -33,7 +33,7 @@ def write_rows(config: SheetConfig, grid: SheetGrid, rows: Iterable[SheetMachine
         with memo_lock(config, memo_path):
             return _write_rows(config, grid, list(rows), memo_path, time.time() if now is None else now, seen)
     except (BusyError, OSError) as e:
-        return SyncResult(problem=f"sheet: {e}")
+        return SyncResult(problem=f"sheet: {message_of(e)}")
 
 
 def _write_rows(config: SheetConfig, grid: SheetGrid, rows: list[SheetMachine], memo_path: Path,
@@ -69,7 +69,7 @@ def _write_rows(config: SheetConfig, grid: SheetGrid, rows: list[SheetMachine], 
             plan.memo.claims = claims
             plan.memo.read_at, plan.memo.written = grid.taken or memo.read_at, ""
             plan.memo.read_of = sheet_id(config) if grid.taken else memo.read_of
-            problem = f"sheet: {e}"
+            problem = f"sheet: {message_of(e)}"
     if plan.memo != memo:
         try:
             save_memo(memo_path, plan.memo)
@@ -96,7 +96,7 @@ class PassSheet:
         try:
             self.grid = read_sheet(config)
         except SheetError as e:
-            self.problem = f"sheet: {e}"
+            self.problem = f"sheet: {message_of(e)}"
 
     @classmethod
     def start(cls, config: SheetConfig, memo_path: Path, now: float | None = None) -> PassSheet:
@@ -138,6 +138,6 @@ def sync(config: SheetConfig, rows: Iterable[SheetMachine], memo_path: Path, now
     try:
         grid = read_sheet(config)
     except SheetError as e:
-        return SyncResult(problem=f"sheet: {e}")
+        return SyncResult(problem=f"sheet: {message_of(e)}")
     return write_rows(config, grid, rows, memo_path, now, seen)
 

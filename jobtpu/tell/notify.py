@@ -47,6 +47,7 @@ from pathlib import Path
 from jobtpu import timing
 from jobtpu.decide.destinations import Destination
 from jobtpu.decide.events import Event, describe, notification
+from jobtpu.errors import message_of
 from jobtpu.render.text import printable
 from jobtpu.schema.outbox import Pending
 from jobtpu.tell.outbox import cap_items, enqueue, load_outbox, save_outbox, strike
@@ -127,7 +128,7 @@ def _send_all(items: list[Pending], by_key: dict[str, Destination], deadline: fl
             try:
                 error = _send(dest, item, deadline, home, sockets)
             except Exception as e:  # a destination may fail in ways no list foresees: never the pass's fault
-                error = "timed out" if sockets.closed else f"{type(e).__name__}: {e}"
+                error = "timed out" if sockets.closed else f"{type(e).__name__}: {message_of(e)}"
             if error is not None:
                 break
             sent += 1

@@ -426,6 +426,8 @@ jobtpu_wrapper() {
   fi
   (
     for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done  # the watches' alone
+    # Where jobtpu.save_result writes the job's value, beside the log: the probe brings worker 0's home.
+    export JOBTPU_RESULT="$1.result"
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
     set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
     for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do

@@ -1,6 +1,6 @@
 # Watching job workers (needs common.sh).
 
-# jobtpu_probe root=ROOT home_id=HOME_ID chunk=CHUNK tail=TAIL -- [JOB ATTEMPT WORKER OFFSET]... (named
+# jobtpu_probe root=ROOT home_id=HOME_ID chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... (named
 # arguments, jobtpu_named, then the workers asked about) : first a `host` report (boot
 # id, clock), then for each worker (and the log bytes already pulled, OFFSET) a `worker` report (pid,
 # alive, exit, size, claimed, timedout: its wrapper stopped it at its --timeout, at: when the exit
@@ -8,10 +8,12 @@
 # its marker; null, not counted, while every leader asked about lives: only a dead leader's escapees
 # matter), then a `log` report with the log bytes past OFFSET (at most CHUNK, base64), and for an
 # exited worker whose log is further behind than that, a `log-end` report with the log's last TAIL
-# bytes, to classify its failure from (jobtpu/schema/worker_protocol.py).
+# bytes, to classify its failure from, and for an exited worker 0 whose log this report completes, a
+# `result` report: the value its job saved (jobtpu.save_result, $JOBTPU_RESULT: the file "<attempt>.<worker>.result"
+# beside its log), its bytes when at most RESULT, else only its size (jobtpu/schema/worker_protocol.py).
 jobtpu_probe() {
-  local root="" home_id="" chunk="" tail="" r all=- job attempt worker boot=- now i a w
-  jobtpu_named "root home_id chunk tail" "$@" || return 1
+  local root="" home_id="" chunk="" tail="" result="" r all=- job attempt worker boot=- now i a w
+  jobtpu_named "root home_id chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
@@ -29,15 +31,15 @@ jobtpu_probe() {
   printf -v now '%(%s)T' -1
   jobtpu_say host s:boot "$boot" n:now "$now"
   while [ $# -ge 4 ]; do
-    jobtpu_probe_worker "$r" "$all" "$chunk" "$tail" "$1" "$2" "$3" "$4"
+    jobtpu_probe_worker "$r" "$all" "$chunk" "$tail" "$1" "$2" "$3" "$4" "$result"
     shift 4
   done
 }
 
-# jobtpu_probe_worker ROOT MARKED CHUNK TAIL JOB ATTEMPT WORKER OFFSET : the lines of one worker.
+# jobtpu_probe_worker ROOT MARKED CHUNK TAIL JOB ATTEMPT WORKER OFFSET RESULT : the lines of one worker.
 jobtpu_probe_worker() {
-  local b="$1/meta/$5/$6.$7" rest=$2 chunk=$3 tail=$4 id="$5.$6.$7" offset=$8
-  local pid=- alive=0 ex=- at=- size=0 claim=0 n=0 timedout=0
+  local b="$1/meta/$5/$6.$7" rest=$2 chunk=$3 tail=$4 id="$5.$6.$7" offset=$8 result=$9
+  local pid=- alive=0 ex=- at=- size=0 claim=0 n=0 timedout=0 rsize
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
   jobtpu_live_pid "$b.pid" > /dev/null && alive=1
   [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
@@ -59,5 +61,17 @@ jobtpu_probe_worker() {
     printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$5" "$6" "$7"
     tail -c "$tail" "$b.log" | base64 -w0
     printf '"}\n'
+  fi
+  # Once, with the report that brings the rest of the log: a finished job's value comes home with it.
+  if [ "$7" = 0 ] && [ "$ex" != - ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
+    [ ! -L "$b.result" ]; then
+    rsize=$(stat -c %s "$b.result") || return 0
+    if [ "$rsize" -gt "$result" ]; then
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$5" "$6" "$7" "$rsize"
+    else
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$5" "$6" "$7" "$rsize"
+      head -c "$result" "$b.result" | base64 -w0
+      printf '"}\n'
+    fi
   fi
 }
