@@ -44,9 +44,10 @@ def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept
         return False
     if busy:  # the next step of work in flight is possible soon: follow it closely
         seconds = min(seconds, timing.current().busy_interval)
-    # Watched before the stamps are taken: a change after them wakes the wait, whenever it comes.
-    watch = FolderWatch([*folders, home.root] if state_seen is not None and pause is None else
-                        folders if pause is None else [])
+    # Watched before the stamps are taken: a change after them wakes the wait, whenever it comes (a
+    # dashboard's wait is its quit key's, polled as before).
+    watched = [] if pause is not None else [*folders, home.root] if state_seen is not None else folders
+    watch = FolderWatch(watched)
     try:
         start = time.monotonic()
         every, poll = timing.current().log_stream, timing.current().spool_poll

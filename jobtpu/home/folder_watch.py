@@ -39,7 +39,7 @@ class FolderWatch:
 
     def __init__(self, folders: list[Path]) -> None:
         self.fd = -1
-        libc = _libc()
+        libc = _libc() if folders else None
         if libc is None:
             return
         fd = libc.inotify_init1(_NONBLOCK | _CLOEXEC)
