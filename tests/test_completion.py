@@ -1,6 +1,7 @@
 """Tab completion (docs/reference/python.md §11.4): what is offered after each word, by the command
-line's own parser and the home's words (a table over the pure walk), the home's words in their order,
-and the script each shell loads, in a real bash and a real zsh (in tmux)."""
+line's own parser and the home's words (a table over the pure walk), after a `=` and a comma, the
+descriptions beside commands and options, the home's words in their order, and the script each shell
+loads, in a real bash and a real zsh (in tmux)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from jobtpu.cli import build_parser
-from jobtpu.commands.completion import complete, home_values
+from jobtpu.commands.completion import complete, lines, offer
+from jobtpu.commands.home_words import counts_up_to, home_values
 from jobtpu.commands.select import STATUS_NAMES
 from jobtpu.commands.submit import RULE_NAMES
 from jobtpu.home.settings import CONFIG_KEYS
@@ -25,7 +27,8 @@ from tests.helpers import cli, make_home, manage_until, run, wait_for, write_tre
 REPO = Path(__file__).resolve().parent.parent
 WORDS = {"ids": ["4", "3", "1", "2"], "sweeps": ["3"], "machines": ["local", "a100", "box"],
          "req": ["gpu=", "slot=", "preemptible", "on-demand"], "config": list(CONFIG_KEYS),
-         "aliases": ["bs=", "lr="], "alias-names": ["bs", "lr"]}
+         "aliases": ["bs=", "lr="], "alias-names": ["bs", "lr"], "accelerators": ["v4-8", "v4-32", "v5e-16"],
+         "counts": ["gpu=1", "gpu=2", "gpu=4", "slot=1", "slot=2"]}
 asked: list[tuple[str, str]] = []
 
 
@@ -63,9 +66,80 @@ def _words(kind: str, home: str) -> list[str]:
     (["completion", ""], ["bash", "zsh", "fish"]),
     (["--home", "/h", "kill", ""], WORDS["ids"]),
     (["nosuchcommand", ""], []),
+    # after a `=` and within a list (docs/reference/requests-and-rules.md §6.1)
+    (["submit", "--req", "gpu="], ["gpu=1", "gpu=2", "gpu=4"]),
+    (["submit", "--req", "slot=2"], ["slot=2"]),
+    (["submit", "--req", "gpu", "=", ""], ["1", "2", "4"]),  # as bash splits `gpu=`: it completes what follows
+    (["submit", "--req", "gpu", "=", "4"], ["4"]),
+    (["submit", "--req=gpu="], ["--req=gpu=1", "--req=gpu=2", "--req=gpu=4"]),
+    (["submit", "--req", "v4-8,"], ["v4-8,v4-32", "v4-8,v5e-16"]),  # the alternatives not given yet
+    (["submit", "--req", "v4-8,v5"], ["v4-8,v5e-16"]),
+    (["submit", "--after", "4,"], ["4,3", "4,1", "4,2"]),
+    (["submit", "--after", "4,1,"], ["4,1,3", "4,1,2"]),
+    (["run", "--after-any", "3,2"], ["3,2"]),
+    (["submit", "--after", "=", "4,"], ["4,3", "4,1", "4,2"]),  # bash's `--after=4,`
+    (["submit", "--cmd", "x", "lr="], []),  # an override's value: the shell's own (a path)
+    (["submit", "--cmd", "x", "lr", "=", ""], []),
 ])
 def test_what_tab_offers(typed: list[str], offered: list[str]) -> None:
     assert complete(typed, build_parser(), _words) == offered
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("typed", "files"), [
+    (["submit", "--dir", ""], True),  # a folder
+    (["submit", "--cmd", "x", "lr="], True),  # an override's value may be a path
+    (["submit", "--cmd", "x", "l"], True),
+    (["dir", "set", ""], True),
+    (["submit", "--req", "gpu="], False),  # words jobtpu knows, or nothing: never a file name
+    (["submit", "--req", "nosuch"], False),
+    (["submit", "--after", "4,"], False),
+    (["kill", "99"], False),
+    (["submit", "--rule", "x"], False),
+    (["submit", "--machine=zz"], False),
+    (["zz"], False),
+    (["kill", "--zz"], False),
+])
+def test_file_names_are_offered_only_where_they_may_fit(typed: list[str], files: bool) -> None:
+    assert offer(typed, build_parser(), _words).files is files
+
+
+@pytest.mark.fast
+def test_commands_and_options_come_with_their_descriptions() -> None:
+    from jobtpu.commands.table import ROWS
+
+    commands = offer(["re"], build_parser(), _words)
+    assert commands.words == ["resume", "rerun", "release", "requests", "report"]
+    assert commands.described["release"] == ROWS["release"].summary  # the command table's summary
+    assert commands.described["requests"].endswith("…") and len(commands.described["requests"]) <= 60
+    options = offer(["submit", "--ma"], build_parser(), _words)
+    assert options.words == ["--machine", "--max-recoveries", "--max-running"]
+    assert options.described["--max-recoveries"] == "automatic recoveries the rule may make (default 20)"
+    assert offer(["kill", ""], build_parser(), _words).described == {}  # ids: no descriptions
+
+
+@pytest.mark.fast
+def test_what_each_shell_reads_of_an_offer() -> None:
+    described = offer(["sheet", "s"], build_parser(), _words)  # a command's own subcommands, with their help
+    assert described.words == ["sync", "show"]
+    said = described.described
+    assert said["sync"] == "write the machines' rows now (a pass does it on its own)"
+    assert lines(described, "bash") == ["sync", "show"]
+    assert lines(described, "fish") == [f"sync\t{said['sync']}", f"show\t{said['show']}"]
+    assert lines(described, "zsh") == [f"sync\tsync  -- {said['sync']}", f"show\tshow  -- {said['show']}"]
+    options = lines(offer(["tail", "--f"], build_parser(), _words), "zsh")
+    assert options == ["--follow\t--follow  -- keep printing as the log grows; exit with the attempt's…"], options
+    plain = offer(["kill", ""], build_parser(), _words)
+    assert lines(plain, "zsh") == lines(plain, "fish") == WORDS["ids"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("most", "counts"), [
+    (1, [1]), (2, [1, 2]), (8, list(range(1, 9))), (16, list(range(1, 17))),
+    (64, [1, 2, 4, 8, 16, 32, 64]), (100, [1, 2, 4, 8, 16, 32, 64, 100]),
+])
+def test_the_counts_offered_of_a_resource(most: int, counts: list[int]) -> None:
+    assert counts_up_to(most) == counts
 
 
 @pytest.mark.fast
@@ -98,6 +172,8 @@ def test_the_home_words_in_their_order(tmp_path: Path, monkeypatch: pytest.Monke
     assert home_values("req", str(home)) == ["gpu=", "slot=", "preemptible", "on-demand"]
     assert "seed=" in home_values("aliases", str(home)) and "lr=" in home_values("aliases", str(home))
     assert home_values("config", str(home)) == list(CONFIG_KEYS)
+    assert home_values("counts", str(home)) == [*(f"gpu={n}" for n in range(1, 9)), "slot=1", "slot=2"]
+    assert home_values("accelerators", str(home)) == []  # no TPU in this fleet
     (home / "state.json").write_text("{")  # a broken home: nothing offered, nothing said
     assert home_values("ids", str(home)) == []
 
@@ -150,10 +226,11 @@ def test_the_scripts_are_shellcheck_clean_and_each_shell_parses_its_own(tmp_path
 
 
 class _Tmux:
-    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
         self.socket = f"jobtpu-completion-{os.getpid()}-{id(self)}"
         line = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *command])
-        self._tmux("new-session", "-d", "-s", "z", "-x", "120", "-y", "30", line)
+        where = ["-c", str(cwd)] if cwd is not None else []
+        self._tmux("new-session", "-d", "-s", "z", "-x", "120", "-y", "30", *where, line)
 
     def _tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
@@ -213,3 +290,61 @@ def test_the_state_is_read_once_per_completion(tmp_path: Path) -> None:
     opened = [line for line in traced.stderr.splitlines() if "state.json" in line and "ENOENT" not in line]
     assert len(opened) == 1, opened
     assert json.loads((home / "state.json").read_text())["next_id"] == 5  # and nothing written
+
+
+def _offered(term: _Tmux, words: list[str]) -> bool:
+    return any(line.split() == words for line in term.screen().splitlines())
+
+
+def test_a_real_bash_completes_values_after_an_equals_sign_and_a_comma(tmp_path: Path) -> None:
+    """In a folder of files (`home/`, `src/`), as a person presses Tab: a value jobtpu knows is offered,
+    and where none fits nothing is, never a file name."""
+    home = _home(tmp_path)
+    env = {k: _env(home)[k] for k in ("JOBTPU_HOME", "JOBTPU_USER", "PYTHONPATH")}
+    term = _Tmux(["bash", "--norc", "--noprofile"], {**env, "TERM": "xterm-256color", "PS1": "bash> "}, cwd=tmp_path)
+    try:
+        load = shlex.join([sys.executable, "-m", "jobtpu.cli", "completion", "bash"])
+        term.keys(f'eval "$({load})" && echo LOADED', "Enter")
+        wait_for(lambda: "\nLOADED" in term.screen(), what="the completion script loaded")
+        term.keys("clear", "Enter")
+        term.keys("jobtpu submit --req gpu=", "Tab", "Tab")
+        wait_for(lambda: _offered(term, [str(n) for n in range(1, 9)]), what="gpu= to offer the counts 1 to 8")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu submit --after 4,", "Tab", "Tab")
+        wait_for(lambda: _offered(term, ["4,3", "4,1", "4,2"]), what="4, to offer the other job ids")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu submit --req g", "Tab", "8")  # no space after `gpu=`: its count comes next
+        wait_for(lambda: "bash> jobtpu submit --req gpu=8" in _lines(term), what="--req g<Tab>8 to be gpu=8")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu kill h", "Tab", "Z")  # no job id starts with h: nothing, not the folder home/
+        wait_for(lambda: "bash> jobtpu kill hZ" in _lines(term), what="kill h<Tab> to offer nothing")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu submit --dir h", "Tab", "Z")  # a folder: the file names, as before
+        wait_for(lambda: "bash> jobtpu submit --dir home/Z" in _lines(term), what="--dir h<Tab> to be home/")
+    finally:
+        term.close()
+
+
+def test_a_real_zsh_shows_descriptions_and_completes_values(tmp_path: Path) -> None:
+    from jobtpu.commands.table import ROWS
+
+    home = _home(tmp_path)
+    with _zsh(home) as term:
+        term.keys("clear", "Enter")
+        term.keys("jobtpu rel", "Tab")
+        wait_for(lambda: "zsh> jobtpu release" in _lines(term), what="rel<Tab> to become release")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu re", "Tab")
+        summary = ROWS["release"].summary
+        wait_for(lambda: any(line.split() == ["release", "--", *summary.split()] for line in _lines(term)),
+                 what="the commands listed with their summaries")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu tail --", "Tab")
+        wait_for(lambda: any(line.split()[:3] == ["--follow", "--", "keep"] for line in _lines(term) if line.split()),
+                 what="the options listed with their help")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu submit --req gpu=", "Tab")
+        wait_for(lambda: _offered(term, [f"gpu={n}" for n in range(1, 9)]), what="gpu= to offer the counts")
+        term.keys("C-c", "clear", "Enter")
+        term.keys("jobtpu submit --after 4,", "Tab")
+        wait_for(lambda: _offered(term, ["4,3", "4,1", "4,2"]), what="4, to offer the other job ids")

@@ -1,6 +1,7 @@
 """How a loop (`manage --loop`, `watch`) waits between its rounds (docs/reference/commands.md §2.3): the
 full interval for a quiet fleet; a short one while work is in flight (a TPU operation, a recreation,
-a setup, a launch or a stop); no wait at all once a member's request arrives or a local job ends; and
+a setup, a launch or a stop); no wait at all once a member's request arrives, another command writes
+state.json (a submit in a private home, the runner's own), or a local job ends; and
 meanwhile the running jobs' new log lines come home through the loop's kept connections, which also
 notice a remote worker that ended or vanished (the next round then starts at once)."""
 
@@ -22,40 +23,57 @@ if TYPE_CHECKING:
 
 
 def between_rounds(home: Home, seconds: float, woken: set[tuple[int, int]], kept: Any = None,
-                   pause: Callable[[float], bool] | None = None, spool_seen: int | None = None) -> bool:
+                   pause: Callable[[float], bool] | None = None, spool_seen: int | None = None,
+                   state_seen: bytes | None = None) -> bool:
     """Wait for the next round (see the module's docstring). `pause(s)`: how to spend s seconds (a
     dashboard's waits for its quit key); True from it ends the wait and is returned (quit).
     `spool_seen`: the spool's stamp when this round took its requests in (`spool_stamp`), so a
-    request that came during the pass starts the next round at once."""
+    request that came during the pass starts the next round at once. `state_seen`: state.json's stamp
+    as the pass left it (store.stamp_of; b"" when it merged another's write): a submit saved since
+    then starts the next round at once, as a local job's end does."""
     from jobtpu.fleet.operations import stream_logs
+    from jobtpu.home.folder_watch import FolderWatch
     from jobtpu.home.spool import stamps
+    from jobtpu.home.store import stamp_of
+
+    def written() -> bool:  # by another command since the pass: a submit, a hold, a kill
+        return state_seen is not None and stamp_of(home.state_file) != state_seen
 
     folders, ended, busy, remote = _look(home, woken)
     if ended:  # an end the pass did not see yet: the next round now
         return False
     if busy:  # the next step of work in flight is possible soon: follow it closely
         seconds = min(seconds, timing.current().busy_interval)
-    start = time.monotonic()
-    every, poll = timing.current().log_stream, timing.current().spool_poll
-    seen, streamed = stamps(folders), start
-    if spool_seen is not None and seen[0] != spool_seen:  # folders[0] is the spool: a request came meanwhile
-        return False
-    while (left := start + seconds - time.monotonic()) > 0:
-        step = min(left, poll)
-        if pause is not None:
-            if pause(step):
-                return True
-        else:
-            time.sleep(step)
-        if stamps(folders) != seen:  # a request arrived, or a local job's worker wrote its exit record
+    # Watched before the stamps are taken: a change after them wakes the wait, whenever it comes (a
+    # dashboard's wait is its quit key's, polled as before).
+    watched = [] if pause is not None else [*folders, home.root] if state_seen is not None else folders
+    watch = FolderWatch(watched)
+    try:
+        start = time.monotonic()
+        every, poll = timing.current().log_stream, timing.current().spool_poll
+        seen, streamed = stamps(folders), start
+        if spool_seen is not None and seen[0] != spool_seen:  # folders[0] is the spool: a request came meanwhile
             return False
-        if remote and time.monotonic() - streamed >= every and left > every:  # a quiet fleet: nothing to bring
-            streamed = time.monotonic()
-            try:
-                if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
-                    return False
-            except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
-                note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {message_of(e)}")
+        if written():
+            return False
+        while (left := start + seconds - time.monotonic()) > 0:
+            step = min(left, poll)  # a folder the watch could not see (made since) is looked at this often
+            if pause is not None:
+                if pause(step):
+                    return True
+            else:
+                watch.wait(step)
+            if stamps(folders) != seen or written():  # a request, a submit, or a local job's exit record
+                return False
+            if remote and time.monotonic() - streamed >= every and left > every:  # a quiet fleet: nothing to bring
+                streamed = time.monotonic()
+                try:
+                    if stream_logs(home, kept):  # a worker ended or vanished: the pass now, not at the interval
+                        return False
+                except Exception as e:  # noqa: BLE001 - the pass pulls what this could not
+                    note(f"jobtpu: bringing logs home between passes: {type(e).__name__}: {message_of(e)}")
+    finally:
+        watch.close()
     return False
 
 

@@ -27,9 +27,11 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
     from jobtpu.commands.cadence import between_rounds, spool_stamp
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
+    from jobtpu.home.store import stamp_of
     woken: set[tuple[int, int]] = set()  # (job, attempt) ends that started a round early: once each
     seen: int | None = None
     while True:
+        left: bytes | None = None  # state.json as the round left it: another's write (a submit) wakes the loop
         try:
             seen = spool_stamp(home)
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
@@ -60,7 +62,10 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
                 note("jobtpu: another manage pass is running; skipped")
             if loop is None:
                 return 0
-        between_rounds(home, loop, woken, kept, spool_seen=seen)
+            left = report.state_left
+        if left is None:  # no pass of ours wrote it (skipped, failed, a dry run): as it is now
+            left = stamp_of(home.state_file)
+        between_rounds(home, loop, woken, kept, spool_seen=seen, state_seen=left)
 
 
 def add_parser(subparsers: args.Subparsers) -> None:

@@ -56,10 +56,12 @@ def watch(home: Home, interval: float, manage: bool) -> int:
             while True:
                 if manage:
                     seen = spool_stamp(home)
-                    said[:] = (said + _one_pass(home, interval, kept))[-5:]
+                    lines, left = _one_pass(home, interval, kept)
+                    said[:] = (said + lines)[-5:]
                     draw()
-                    # a request, a local job's end or a remote worker's starts the next round at once
-                    if between_rounds(home, interval, woken, kept, pause=pressed_quit, spool_seen=seen):
+                    # a request, a submit, a local job's end or a remote worker's starts the next round at once
+                    if between_rounds(home, interval, woken, kept, pause=pressed_quit, spool_seen=seen,
+                                      state_seen=left):
                         return 0
                 elif pressed_quit(interval):
                     return 0
@@ -120,9 +122,12 @@ def _wait_for_quit(fd: int, seconds: float) -> bool:
 TOLD_AFTER = ("notifications:", "events:")  # how the lines of the events hook's after_pass start (passes/tell.py)
 
 
-def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> list[str]:
-    """Run a pass; what it said worth showing. A failing pass is one line, never the end of watch."""
+def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> tuple[list[str], bytes | None]:
+    """Run a pass; what it said worth showing, and state.json's stamp as it left it (the write of
+    another command since wakes the loop: commands/cadence.py). A failing pass is one line, never
+    the end of watch."""
     from jobtpu.commands.intake import take_in
+    from jobtpu.home.store import stamp_of
     from jobtpu.passes import manage as passes
 
     try:
@@ -131,11 +136,11 @@ def _one_pass(home: Home, every: float, kept: KeptConnections | None = None) -> 
     except Exception as e:  # noqa: BLE001 - the dashboard babysits like manage --loop does
         record_pass_failure(home, e)
         text = error_text(e) if isinstance(e, JobtpuError) else f"the pass failed: {type(e).__name__}: {e}"
-        return [text.splitlines()[0]]
+        return [text.splitlines()[0]], stamp_of(home.state_file)
     lines = taken + [n for n in report.notes if n.startswith(TOLD_AFTER)]  # the rest are in the events
     if report.skipped:
         lines.append("another manage pass is running; showing what it saves")
-    return lines
+    return lines, stamp_of(home.state_file) if report.state_left is None else report.state_left
 
 
 def dashboard(home: Home, height: int, said: list[str], manage: bool, interval: float,

@@ -22,6 +22,7 @@ class PassReport(msgspec.Struct):
     notes: list[str] = msgspec.field(default_factory=list)
     skipped: bool = False  # another pass was running
     on_note: Callable[[str], None] | None = None  # shows a line as the pass goes (a cron pass's stderr)
+    state_left: bytes | None = None  # state.json's stamp as the pass left it (store.stamp_of); b"": look again
 
     def say(self, line: str) -> None:
         """A line for the report, shown now too: for what a pass learns after its notes were shown."""

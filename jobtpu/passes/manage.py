@@ -99,6 +99,9 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         p.commit(hooks.before_result(pass_hooks, p, seen, moves))  # the result, with what the pass is to tell
         for line in hooks.after_pass(pass_hooks, p, seen):
             report.say(line)
+        # What a loop compares state.json with until its next round: any other write (a submit) wakes
+        # it. A commit that merged another's write leaves no stamp: that write is not decided yet.
+        report.state_left = p.snapshot.stamp or b""
     return report
 
 
