@@ -113,8 +113,9 @@ def test_commands_and_options_come_with_their_descriptions() -> None:
     assert commands.described["release"] == ROWS["release"].summary  # the command table's summary
     assert commands.described["requests"].endswith("…") and len(commands.described["requests"]) <= 60
     options = offer(["submit", "--ma"], build_parser(), _words)
-    assert options.words == ["--machine", "--max-recoveries", "--max-running"]
-    assert options.described["--max-recoveries"] == "automatic recoveries the rule may make (default 20)"
+    assert options.words == ["--machine", "--max-preemptions", "--max-recoveries", "--max-running"]
+    assert options.described["--max-recoveries"].startswith("recoveries the rule may make from infrastructure")
+    assert options.described["--max-recoveries"].endswith("…") and len(options.described["--max-recoveries"]) <= 60
     assert offer(["kill", ""], build_parser(), _words).described == {}  # ids: no descriptions
 
 
