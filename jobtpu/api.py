@@ -63,7 +63,7 @@ class Home:
                signal: str | None = None, progress: str | None = None, on_resume: str | None = None,
                include: Iterable[str] = (), exclude: Iterable[str] = (), user: str | None = None,
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
-               sweep_file: str | os.PathLike[str] | None = None) -> list[Job]:
+               sweep_file: str | os.PathLike[str] | None = None, slices: int = 1) -> list[Job]:
         """`jobtpu submit`: snapshot the folder and queue the job, or one job per combination of
         `sweep`'s values; the new jobs, in id order."""
         from jobtpu.commands import args
@@ -84,7 +84,8 @@ class Home:
             sweep=[f"{k}={','.join(map(str, _words(values, 'sweep values')))}" for k, values in sweep.items()],
             sweep_file=None if sweep_file is None else os.fspath(sweep_file),
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],
-            retries=_checked(args.tries, retries, "--retries"), grace=grace, signal=signal, hold=hold)
+            retries=_checked(args.tries, retries, "--retries"), grace=grace, signal=signal, hold=hold,
+            slices=_checked(args.tries, slices, "--slices"))
         jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts))
         return [Job(self, j.id, _record(j)) for j in jobs or []]
 

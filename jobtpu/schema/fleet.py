@@ -76,6 +76,9 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
     connect_timeout: float = 10.0
     peer_addresses: tuple[str, ...] = ()  # where the other workers reach each worker (docs/design.md §4.1)
     refused: str | None = None  # why it takes no job: its identity_file came from an untrusted machines.json
+    # A slice of a multislice entry: the entry's name and its place in it (dispatch forms gangs of these first).
+    slice_group: str | None = None
+    slice_index: int | None = None
 
     @property
     def capacity(self) -> dict[str, int]:
