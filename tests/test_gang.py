@@ -244,3 +244,14 @@ def test_submit_takes_a_gang_the_fleet_can_form() -> None:
 
     check_slices(2, None, [box("a"), box("b"), box("c", hosts=4)])
     check_slices(1, "a", [box("a")])
+
+
+def test_a_resuming_gang_whose_launch_was_held_back_keeps_its_machines() -> None:
+    from jobtpu.decide.outcomes import not_launched
+
+    job = running_gang(gang=("t0", "t1"))
+    job.status, job.reason, job.resume = Status.LAUNCHING, model.RECOVERING, True
+    plan = Plan()
+    not_launched(job, "t1 is setting up", plan)
+    plan.apply_to([job])
+    assert (job.status, job.keeps, job.attempts) == (Status.QUEUED, ["t0", "t1"], [])

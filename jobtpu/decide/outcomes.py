@@ -102,10 +102,13 @@ def not_launched(job: Job, why: str, plan: Plan) -> None:
 def _unlaunch(new: Job) -> Transition:
     """Undo a dispatch whose launch certainly never started: queued again, same attempt number.
     `new` is the plan's record of the job, changed here."""
+    gang = list(new.gang)
     if new.attempts and new.attempts[-1].n == new.attempt and new.attempts[-1].ended is None:
         new.attempts.pop()
     moved = new.move(Status.QUEUED, new.reason if new.reason == model.RECOVERING else None, cause=Cause.UNLAUNCH)
     new.machine = None
+    if gang and new.reason == model.RECOVERING:  # a gang resuming keeps its machines until it starts there
+        new.keeps = gang
     return moved
 
 
