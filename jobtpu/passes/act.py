@@ -24,7 +24,7 @@ from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
 from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
-from jobtpu.passes.peercopy import launch_workers, peer_addresses_of
+from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.schema.fleet import Machine
@@ -175,7 +175,7 @@ def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int) -> Launch
     command = job.full_command(on_resume_words(job.on_resume or "", places[0], job.id, job.attempt))
     coordinator = places[0].peers[0]  # slice 0's worker 0, where the other slices' workers reach it
 
-    def one(s: int) -> dict[int, LaunchReport]:
+    def one(s: int) -> tuple[Machine, list[Worker]]:
         machine, eps = slices[s]
         driver, joins = driver_for(machine), gang_env(s, len(machines), coordinator)
         specs = [(ep, LaunchSpec(WorkerRef(job.id, job.attempt, s * per + ep.index), machine.root, job.archive, command,
@@ -184,12 +184,10 @@ def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int) -> Launch
                                  literal=literal_names(job, secrets), early_signal=early_signal(job),
                                  grace=grace_of(job), stop_requests=driver.stops_by_request, time_limit=job.timeout))
                  for ep in eps]
-        return {s * per + i: report for i, report in launch_workers(p, machine, specs).items()}
+        return machine, specs
 
-    reports: dict[int, LaunchReport] = {}
-    for done in p.parallel(one, list(range(len(slices)))):
-        reports.update(done)
-    return LaunchDone(job.id, machines[0], reports)
+    # One upload from the home for the whole gang: the others fetch it from a worker that has it.
+    return LaunchDone(job.id, machines[0], launch_gang_workers(p, [one(s) for s in range(len(slices))]))
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:

@@ -301,6 +301,11 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         return self.status in ENDED
 
     @property
+    def holds(self) -> list[str]:
+        """The machines its workers are on (while active): its gang's, else its one machine."""
+        return list(self.gang) if self.gang else [self.machine] if self.machine else []
+
+    @property
     def current(self) -> Attempt | None:
         """The attempt now launching/running, or the last one that ran."""
         return self.attempts[-1] if self.attempts and self.attempts[-1].n == self.attempt else None
