@@ -34,7 +34,7 @@ overrides = ["--config.model=vit"]
     ("[job]\nlog_stage = 'yes'\n", "[job] log_stage must be true or false"),
     ("[job]\ncommand = 'x'\n", "[job] has no key 'command' (it takes: cmd, env, exclude, grace, include, log_stage, "
      "machine, max_recoveries, name, on_resume, overrides, priority, progress, req, retries, rule, sheet_note, signal, "
-     "stall, tag, timeout)"),
+     "slices, stall, tag, timeout)"),
     ("[jobs]\ncmd = 'x'\n", "unknown table or key 'jobs': everything goes under [job]"),
     ("job = 3\n", "job must be a table, [job]"),
     ("[job\n", "is not TOML: "),
