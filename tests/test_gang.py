@@ -255,3 +255,29 @@ def test_a_resuming_gang_whose_launch_was_held_back_keeps_its_machines() -> None
     not_launched(job, "t1 is setting up", plan)
     plan.apply_to([job])
     assert (job.status, job.keeps, job.attempts) == (Status.QUEUED, ["t0", "t1"], [])
+
+
+# ---- report: slice-hours, an interruption split per slice --------------------------------------------
+
+def test_report_counts_slice_hours_and_splits_an_interruption_per_slice() -> None:
+    from jobtpu.decide import events as ev
+    from jobtpu.decide.events import Event
+    from jobtpu.decide.goodput import AttemptRecord, job_report
+    from jobtpu.views.report import render_text
+
+    gang = ["t0", "t1"]
+    attempts = [AttemptRecord.from_json({"n": 0, "machine": "t0", "started": T0, "ended": T0 + 3600,
+                                         "outcome": "preempted", "workers": 8, "gang": gang}, chips=4),
+                AttemptRecord.from_json({"n": 1, "machine": "t0", "started": T0 + 4200, "ended": T0 + 7800,
+                                         "outcome": "finished", "workers": 8, "gang": gang, "resume": True}, chips=4)]
+    log = [Event(T0 + 3600, ev.PREEMPTED, machine="t1"), Event(T0 + 4000, ev.TPU_CREATE_DONE, machine="t1"),
+           Event(T0 + 4100, ev.TPU_SETUP_DONE, machine="t1")]
+    report = job_report(1, "", attempts, log, {}, now=T0 + 9000)
+    first = report.attempts[0]
+    assert (first.slices, first.slice_hours, first.accelerator) == (2, 2.0, 3600 * 8)
+    gap = report.interruptions[0]
+    assert [(s.machine, s.lost, s.ready_at - T0) for s in gap.slices] == [("t0", False, 3600), ("t1", True, 4100)]
+    assert (gap.recreate, gap.setup, gap.slice_hours_lost) == (400, 100, 2 * 600 / 3600)
+    text = render_text([report])
+    assert "attempt 0 on 2 slices from t0 (2.00 slice-hours)" in text
+    assert "2 slices, 0.33 slice-hours lost: t0 kept, ready after 0s, t1 lost, back after 8m" in text
