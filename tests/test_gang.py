@@ -281,3 +281,14 @@ def test_report_counts_slice_hours_and_splits_an_interruption_per_slice() -> Non
     text = render_text([report])
     assert "attempt 0 on 2 slices from t0 (2.00 slice-hours)" in text
     assert "2 slices, 0.33 slice-hours lost: t0 kept, ready after 0s, t1 lost, back after 8m" in text
+
+
+@pytest.mark.parametrize("edit", [{"slices": 0}, {"gang": ["b", "a"]}, {"gang": ["a"]}])
+def test_a_hand_edit_that_breaks_a_gang_s_record_is_refused(edit: dict[str, Any]) -> None:
+    from jobtpu.schema.job_checks import job_problem
+
+    job = running_gang(gang=("a", "b"))
+    assert job_problem(job) is None
+    for name, value in edit.items():
+        setattr(job, name, value)
+    assert "field 'slices' must be 1 or more" in (job_problem(job) or "")

@@ -269,7 +269,8 @@ def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan
     """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
     its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
     coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
-    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None]
+    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None
+            and (not job.keeps or m.name in job.keeps)]  # a job that keeps its TPU waits for that one
     if any(m.name in coming or seen.peek(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:
