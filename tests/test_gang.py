@@ -292,3 +292,14 @@ def test_a_hand_edit_that_breaks_a_gang_s_record_is_refused(edit: dict[str, Any]
     for name, value in edit.items():
         setattr(job, name, value)
     assert "field 'slices' must be 1 or more" in (job_problem(job) or "")
+
+
+def test_the_local_machine_is_never_a_slice_of_a_gang() -> None:
+    from jobtpu.commands.submit import check_slices
+
+    here = Machine(name="here", kind="local")
+    with pytest.raises(JobtpuError):
+        check_slices(2, None, [here, box("a", hosts=1)])
+    job = queued(slices=2)
+    plan = decide([job], fleet(here, box("a", hosts=1), box("b", hosts=1)), seen({"a": up(workers=1), "b": up(workers=1)}))
+    assert [a.gang for a in launches(plan)] == [("a", "b")]

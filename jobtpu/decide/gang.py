@@ -81,10 +81,13 @@ def kind_of(machine: Machine) -> tuple[str, int | None]:
 
 
 def kinds(machines: list[Machine]) -> dict[tuple[str, int | None], list[Machine]]:
-    """The machines by kind, in machines.json order within each."""
+    """The machines that may be a gang's by kind, in machines.json order within each. The local
+    machine never is: its launches are checked against the job's spec as its own account's
+    (docs/design.md §7), which a gang's launch on remote machines does not do."""
     found: dict[tuple[str, int | None], list[Machine]] = {}
     for machine in machines:
-        found.setdefault(kind_of(machine), []).append(machine)
+        if not machine.runs_here:
+            found.setdefault(kind_of(machine), []).append(machine)
     return found
 
 
