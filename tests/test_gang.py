@@ -303,3 +303,12 @@ def test_the_local_machine_is_never_a_slice_of_a_gang() -> None:
     job = queued(slices=2)
     plan = decide([job], fleet(here, box("a", hosts=1), box("b", hosts=1)), seen({"a": up(workers=1), "b": up(workers=1)}))
     assert [a.gang for a in launches(plan)] == [("a", "b")]
+
+
+def test_an_ended_gang_s_logs_are_caught_up_from_each_slice_s_own_machine() -> None:
+    from jobtpu.fleet.pulls import ended_since
+
+    job = running_gang(gang=("a", "b"))
+    job.attempts[-1].ended = NOW
+    assert ended_since([job], {(1, 0)}) == {"a": [WorkerRef(1, 0, 0), WorkerRef(1, 0, 1)],
+                                            "b": [WorkerRef(1, 0, 2), WorkerRef(1, 0, 3)]}
