@@ -312,3 +312,9 @@ def test_an_ended_gang_s_logs_are_caught_up_from_each_slice_s_own_machine() -> N
     job.attempts[-1].ended = NOW
     assert ended_since([job], {(1, 0)}) == {"a": [WorkerRef(1, 0, 0), WorkerRef(1, 0, 1)],
                                             "b": [WorkerRef(1, 0, 2), WorkerRef(1, 0, 3)]}
+
+
+def test_a_one_slice_job_may_still_run_on_the_local_machine_alone() -> None:
+    from jobtpu.commands.submit import check_slices
+
+    check_slices(1, None, [Machine(name="here", kind="local")])

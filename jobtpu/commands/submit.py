@@ -89,7 +89,7 @@ def check_slices(slices: int, pin: str | None, fitting: "list[Machine]") -> None
     if slices > 1 and pin is not None:
         raise JobtpuError(f"--machine {pin} names one machine, and --slices {slices} asks for {slices}",
                           hint="leave out --machine; --req picks the kind of machine for every slice")
-    most = largest_gang(fitting)
+    most = largest_gang(fitting) if slices > 1 else 1  # one slice: any machine that fits, the local one too
     if slices > most:
         have = ", ".join(f"{len(group)} of {accel or 'no accelerator'}" for (accel, _), group in kinds(fitting).items())
         raise JobtpuError(f"--slices {slices}: the fleet could never form that gang (machines of one kind that fit: "
