@@ -55,6 +55,15 @@ def test_a_gang_starts_only_when_every_slice_is_free_and_each_worker_knows_its_s
             "JOBTPU_MACHINE": node, "JOBTPU_HOSTS": hosts, "MEGASCALE_COORDINATOR_ADDRESS": coordinator,
             "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": str(s), "MEGASCALE_PORT": "8081"}, (worker, env)
         assert env["JOBTPU_COORDINATOR"].startswith(tpus.internal_address(node, 0) + ":")
+    # Seen as one: tail names a worker by its slice, and a slice the gang has not is one line.
+    shown = jobtpu(home, "tail", str(gang), "--slice", "1", "--worker", "1").stdout
+    assert "JOBTPU_SLICE=1" in shown and "JOBTPU_WORKER=1" in shown and "MEGASCALE_SLICE_ID=1" in shown
+    wrong = jobtpu(home, "tail", str(gang), "--slice", "2", check=False)
+    assert wrong.returncode == 2 and wrong.stderr.startswith(
+        f"jobtpu: error: job {gang} has 2 slices of 2 workers; --slice 2 --worker 0 is none of them"), wrong.stderr
+    table = jobtpu(home, "status", "--all", "--all-users", env={"COLUMNS": "200"}).stdout
+    row = next(line for line in table.splitlines() if line.split()[:1] == [str(gang)])
+    assert "2 slices: tpu-a,tpu-b" in row, table
 
 
 def test_one_slice_preempted_stops_the_other_within_a_pass_and_the_gang_resumes_keeping_its_machines(
