@@ -318,3 +318,10 @@ def test_a_one_slice_job_may_still_run_on_the_local_machine_alone() -> None:
     from jobtpu.commands.submit import check_slices
 
     check_slices(1, None, [Machine(name="here", kind="local")])
+
+
+def test_a_resuming_gang_keeps_its_slices_in_their_order() -> None:
+    job = queued(slices=2, keeps=["ms-1", "ms-0"], reason=model.RECOVERING)
+    machines = fleet(tpu("ms-0", group="ms", index=0), tpu("ms-1", group="ms", index=1))
+    plan = decide([job], machines, seen({n: up(workers=4) for n in ("ms-0", "ms-1")}))
+    assert [a.gang for a in launches(plan)] == [("ms-1", "ms-0")]

@@ -143,7 +143,7 @@ def place_gang(job: Job, request: Request, d: Dispatch) -> str | None:
         states = {m.name: _state(job, m, request, d) for m in group}
         ready = [m for m in group if states[m.name] == "ready"]
         if len(ready) >= n:
-            chosen = choose(ready, n)
+            chosen = ready[:n] if job.keeps else choose(ready, n)  # a resume keeps its slices' order
             limit = _over_limit(job, chosen, d)
             if limit is not None:
                 return limit
