@@ -4,9 +4,11 @@ at once), measured side by side, alternating, at several worker counts.
 
 Starts real sshd servers on loopback (tests/sshfleet.py; run as root), one machine of N hosts with
 one job running on all N workers (`sleep 600`), then prints medians and their ratio (target: at most
-1.5x at 64 workers). Cleans up its fleet on exit.
+1.5x at 64 workers). With --gang SxN, then the same over one gang (`submit --slices S`) of S machines
+of N hosts each, against a bare probe of all S x N hosts (target: at most 1.5x at 4x32). Cleans up its
+fleet on exit.
 
-    sudo python3 bench/pod_pass.py [--workers 8,32,64] [--rounds 5]
+    sudo python3 bench/pod_pass.py [--workers 8,32,64] [--rounds 5] [--gang 4x32]
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ def setup_home(base: Path, fleet: SshFleet, hosts: list[Host], src: Path) -> Pat
     return start_all(home, 300)
 
 
+def setup_gang_home(base: Path, fleet: SshFleet, slices: list[list[Host]], src: Path) -> Path:
+    home = base / f"home-gang-{len(slices)}x{len(slices[0])}"
+    home.mkdir()
+    machines = {f"slice{i}": {"kind": "ssh", "hosts": [h.address() for h in hosts], "user": hosts[0].user,
+                              "identity_file": str(fleet.identity), "connect_timeout": 20}
+                for i, hosts in enumerate(slices)}
+    (home / "machines.json").write_text(json.dumps({"machines": machines}))
+    jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 600", "--slices", str(len(slices)))
+    return start_all(home, 300)
+
+
 def measure(home: Path, hosts: list[Host], identity: Path, rounds: int) -> tuple[float, float]:
     known = home.parent / f"known-{len(hosts)}"
     known.write_text("".join(f"[{h.addr}]:{h.port} {h.public_key_line()}\n" for h in hosts))
@@ -70,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default="8,32,64", help="comma-separated worker counts")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gang", default="", help="SxN: also a gang of S machines of N hosts each (4x32)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.workers.split(",")]
     with tempfile.TemporaryDirectory(prefix="jobtpu-bench-") as tmp:
@@ -85,6 +99,14 @@ def main() -> None:
                 home = setup_home(base, fleet, machine.hosts, src)
                 manage, bare = measure(home, machine.hosts, fleet.identity, args.rounds)
                 print(f"{n:>7}  {manage * 1000:>8.0f}ms  {bare * 1000:>10.0f}ms  {manage / bare:>5.2f}", flush=True)
+            if args.gang:
+                count, per = (int(x) for x in args.gang.split("x"))
+                slices = [fleet.add_machine(f"slice{i}", n_hosts=per).hosts for i in range(count)]
+                home = setup_gang_home(base, fleet, slices, src)
+                every = [h for hosts in slices for h in hosts]
+                manage, bare = measure(home, every, fleet.identity, args.rounds)
+                print(f"{args.gang:>7}  {manage * 1000:>8.0f}ms  {bare * 1000:>10.0f}ms  {manage / bare:>5.2f}  (a gang)",
+                      flush=True)
         finally:
             fleet.close()
 

@@ -1,5 +1,7 @@
-"""One upload per machine: what a launch sends from the home, against the archive's size, and how long
-a launch on a 16-worker machine takes against one on a 1-worker machine, the home's upload limited.
+"""One upload per machine, and per gang: what a launch sends from the home, against the archive's size,
+and how long a launch on a 16-worker machine takes against one on a 1-worker machine, and one on a
+gang of 4 slices x 4 workers (`submit --slices 4`) against one on 1 slice x 4 workers, the home's
+upload limited.
 
 Machines of real sshd hosts on loopback, each host with a disk of its own (tests/podfleet.py; run as
 root); the pass is the real `jobtpu manage`. An `rsync` first on the pass's PATH runs the real one,
@@ -9,7 +11,8 @@ home's upload limit): nothing of jobtpu's own changes.
     sudo python3 bench/pod_upload.py [--counts 1 8 32] [--mb 50] [--bwlimit-kbps 4000]
 
 Prints, per worker count, home bytes per launch / archive size (target: about 1 at every count), then
-the launch time at 16 workers / at 1 worker for a --mb archive (target: at most 1.5)."""
+the launch time at 16 workers / at 1 worker for a --mb archive (target: at most 1.5), then the gang's
+home bytes / archive size and its launch time / the one slice's (targets: at most 1.5 each)."""
 
 from __future__ import annotations
 
@@ -69,11 +72,12 @@ class Bench:
         (home / "machines.json").write_text(json.dumps({"machines": machines}))
         return home
 
-    def launch(self, home: Path, src: Path, machine: str, bwlimit: int = 0) -> tuple[float, int, int]:
-        """Submit and time the pass that launches: seconds, bytes the home pushed, the archive's size."""
+    def launch(self, home: Path, src: Path, machine: str, bwlimit: int = 0, slices: int = 1) -> tuple[float, int, int]:
+        """Submit and time the pass that launches: seconds, bytes the home pushed, the archive's size.
+        With `slices` > 1, a gang on the home's machines (all of one kind) instead of `machine`."""
         self.stats.write_text("")
-        job = json.loads(jobtpu(home, "submit", "--json", "--dir", str(src), "--cmd", "true",
-                                "--machine", machine).stdout)["id"]
+        where = ["--machine", machine] if slices == 1 else ["--slices", str(slices)]
+        job = json.loads(jobtpu(home, "submit", "--json", "--dir", str(src), "--cmd", "true", *where).stdout)["id"]
         archive = home / "archives" / str(status(home)[job]["archive"])
         env = {"PATH": self.path, "BENCH_BWLIMIT": str(bwlimit) if bwlimit else ""}
         started = time.monotonic()
@@ -116,6 +120,14 @@ def main() -> None:
             print(f"launch on {n:2d} workers, {size / 1e6:.0f} MB archive at {args.bwlimit_kbps} KiB/s: "
                   f"{took:.1f} s, {sent / size:.3f} archives sent")
         print(f"launch time 16 workers / 1 worker: {timed[16] / timed[1]:.2f}x (target <= 1.5x)")
+        # A gang of 4 slices x 4 workers, side by side with one slice of 4 workers (homes of their own:
+        # a gang takes every machine of its kind the home has).
+        slices = {f"slice{i}": fleet.add_pod(f"slice{i}", 4) for i in range(4)}
+        gang_home, one_home = bench.home(slices), bench.home({"one": fleet.add_pod("one", 4)})
+        one, _, _ = bench.launch(one_home, source(base, "one", args.mb), "one", args.bwlimit_kbps)
+        gang, sent, size = bench.launch(gang_home, source(base, "gang", args.mb), "", args.bwlimit_kbps, slices=4)
+        print(f"gang of 4 slices x 4 workers: {gang:.1f} s, {sent / size:.3f} archives sent from the home "
+              f"(target <= 1.5); 1 slice x 4 workers: {one:.1f} s; gang / one slice: {gang / one:.2f}x (target <= 1.5x)")
     finally:
         fleet.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -71,7 +71,7 @@ class Home:
                signal: str | None = None, progress: str | None = None, on_resume: str | None = None,
                include: Iterable[str] = (), exclude: Iterable[str] = (), user: str | None = None,
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
-               sweep_file: str | os.PathLike[str] | None = None) -> list[Job]:
+               sweep_file: str | os.PathLike[str] | None = None, slices: int = 1) -> list[Job]:
         """`jobtpu submit`: snapshot the folder and queue the job, or one job per combination of
         `sweep`'s values (a dict of KEY → values), or one per dict of `sweep` (a list: a job array);
         the new jobs, in id order."""
@@ -95,7 +95,8 @@ class Home:
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],
             retries=_checked(args.tries, retries, "--retries"), retry_on_exit=retry_on_exit,
             max_preemptions=_checked(args.tries, max_preemptions, "--max-preemptions"),
-            grace=grace, signal=signal, hold=hold)
+            grace=grace, signal=signal, hold=hold,
+            slices=_checked(args.tries, slices, "--slices"))
         rows = from_python(sweep)  # values stay values: never joined into --sweep's words and split again
         jobs = self._run("submit", ["submit"], lambda: submit_jobs(self._home, opts, rows))
         return [Job(self, j.id, _record(j)) for j in jobs or []]

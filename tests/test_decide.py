@@ -1024,14 +1024,14 @@ def applied(job: Job, outcome: Callable[[Plan], _T]) -> _T:
 def test_a_launch_every_worker_started_runs_and_an_ssh_machine_is_up() -> None:
     job = launching()  # the machine's record is up by the contacts alone (test_reach)
     reports: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: report(job, 1, "ok")}
-    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan)) is None
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan)) == []
     assert (job.status, job.current.started if job.current else None) == (Status.RUNNING, NOW)
 
 
 def test_a_launch_no_worker_could_be_reached_goes_back_to_the_queue_as_it_was() -> None:
     job = launching()  # the machine's record is unreachable by the contacts alone (test_reach)
     gone = NoAnswer("box[0]: connection refused", unreachable=True)
-    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, NOW, plan)) is None
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), {0: gone, 1: gone}, NOW, plan)) == []
     assert (job.status, job.machine, job.alloc, job.attempts) == (Status.QUEUED, None, {}, [])
     assert job.last_line == "could not launch: box[0]: connection refused"
 
@@ -1040,7 +1040,7 @@ def test_a_launch_that_failed_on_one_worker_stops_the_workers_that_started() -> 
     job = launching()
     reports: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: report(job, 1, "fail", "no python3")}
     kill = applied(job, lambda plan: launched(job, gpu_box(hosts=2), reports, NOW, plan))
-    assert kill == Kill(7, "box", (WorkerRef(7, 0, 0),))
+    assert kill == [Kill(7, "box", (WorkerRef(7, 0, 0),))]
     assert (job.status, job.reason, job.last_line) == (Status.KILLING, model.LAUNCH_FAILED,
                                                         "launch failed on worker 1: no python3")
     assert applied(job, lambda plan: killed(job, "box", gone=True, now=NOW, plan=plan)) is None
@@ -1058,10 +1058,10 @@ def test_a_launch_without_a_clear_answer_for_an_hour_stops_every_worker_and_fail
     job = launching()
     unclear: dict[int, LaunchReport] = {0: report(job, 0, "ok"), 1: NoAnswer("rsync: connection reset")}
     give_up = current().launch_give_up
-    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), unclear, T0 + give_up - 1, plan)) is None
+    assert applied(job, lambda plan: launched(job, gpu_box(hosts=2), unclear, T0 + give_up - 1, plan)) == []
     assert job.status is Status.LAUNCHING
     kill = applied(job, lambda plan: launched(job, gpu_box(hosts=2), unclear, T0 + give_up + 1, plan))
-    assert kill == Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))  # worker 1 may have started too
+    assert kill == [Kill(7, "box", (WorkerRef(7, 0, 0), WorkerRef(7, 0, 1)))]  # worker 1 may have started too
     assert (job.status, job.reason) == (Status.KILLING, model.LAUNCH_FAILED)
     assert job.last_line == "gave up launching after 60 min: rsync: connection reset"
     assert applied(job, lambda plan: killed(job, "box", gone=True, now=T0 + give_up + 2, plan=plan)) is None
@@ -1099,14 +1099,14 @@ def test_a_stop_ends_only_once_every_worker_is_gone_and_may_want_the_tpu_back() 
 
 def test_kill_asked_ends_a_queued_job_and_stops_an_active_one_keeping_an_ending_it_has() -> None:
     waiting = queued(1)
-    assert applied(waiting, lambda plan: kill_asked(waiting, plan)) is None and waiting.status is Status.KILLED
+    assert applied(waiting, lambda plan: kill_asked(waiting, plan)) == [] and waiting.status is Status.KILLED
     running = active(2, machine="box", workers=2)
-    assert applied(running, lambda plan: kill_asked(running, plan)) == Kill(2, "box", (WorkerRef(2, 0, 0),
-                                                                                       WorkerRef(2, 0, 1)))
+    assert applied(running, lambda plan: kill_asked(running, plan)) == [Kill(2, "box", (WorkerRef(2, 0, 0),
+                                                                                        WorkerRef(2, 0, 1)))]
     assert running.ending == Ending(Status.KILLED, model.KILLED)
     stopping = active(3, Status.KILLING, machine="box")
     stopping.ending = Ending(Status.FAILED, model.TIMEOUT)
-    assert applied(stopping, lambda plan: kill_asked(stopping, plan)) == Kill(3, "box", (WorkerRef(3, 0, 0),))
+    assert applied(stopping, lambda plan: kill_asked(stopping, plan)) == [Kill(3, "box", (WorkerRef(3, 0, 0),))]
     assert stopping.ending == Ending(Status.FAILED, model.TIMEOUT)
 
 

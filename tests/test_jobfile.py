@@ -35,7 +35,7 @@ overrides = ["--config.model=vit"]
     ("[job]\ncommand = 'x'\n", "[job] has no key 'command' (it takes: cmd, env, exclude, grace, include, log_stage, "
      "machine, max_preemptions, max_recoveries, name, on_resume, overrides, priority, progress, req, retries, "
      "retry_on_exit, rule, sheet_note, signal, "
-     "stall, tag, timeout)"),
+     "slices, stall, tag, timeout)"),
     ("[jobs]\ncmd = 'x'\n", "unknown table or key 'jobs': everything goes under [job]"),
     ("job = 3\n", "job must be a table, [job]"),
     ("[job\n", "is not TOML: "),

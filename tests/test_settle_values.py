@@ -134,7 +134,7 @@ def test_kill_asked_changes_nothing_it_is_given() -> None:
     plan = Plan()
     kills = [kill_asked(job, plan) for job in jobs]
     assert jobs == before
-    assert [k.job if k else None for k in kills] == [None, 2, 3]
+    assert [[k.job for k in ks] for ks in kills] == [[], [2], [3]]
     assert [(m.job, m.cause) for m in plan.moves] == [(1, Cause.KILL), (2, Cause.STOP)]
     plan.apply_to(jobs)
     assert [(j.status, j.ending) for j in jobs] == [

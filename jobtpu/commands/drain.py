@@ -29,7 +29,7 @@ def drain(home: Home, name: str, reason: str = "", undrain: bool = False) -> int
     with locked_session(home) as session:
         machine = session.fleet.require(name).name
         record = session.state.machine(machine)
-        running = sum(1 for j in session.state.jobs if j.machine == machine and j.active)
+        running = sum(1 for j in session.state.jobs if machine in j.holds and j.active)
         if undrain:
             if record.drained is None:
                 note(f"jobtpu: {machine} is not drained; nothing changed")

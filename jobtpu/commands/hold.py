@@ -35,6 +35,8 @@ def hold(home: Home, sel: Selection, release: bool, force: bool = False, dry_run
             return 0
         for job in acting:
             job.held = not release
+            if not release:
+                job.keeps = []  # a held job no longer keeps the machines it waited to resume on
             job.waiting = None if release else "held by hold"
     return 0
 

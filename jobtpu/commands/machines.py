@@ -46,7 +46,7 @@ def fleet_rows(fleet: Fleet, state: State, claims: Mapping[str, str] | None = No
             "state": "unknown" if api_error else known.state or ("up" if m.runs_here else "unknown"),
             "health": known.health, "health_description": known.health_description,
             "detail": api_error or (known.detail if known.state is not None or m.runs_here else driver_for(m).never_seen(m)),
-            "running": sum(1 for j in state.jobs if j.machine == m.name and j.active),
+            "running": sum(1 for j in state.jobs if m.name in j.holds and j.active),
             "unreachable_since": known.since,
             "next_try": driver_for(m).create_retry(known),
             "note": known.note,
@@ -121,7 +121,7 @@ def _detail(row: dict[str, Any], machine: Machine, state: State, zone: Any) -> s
     from jobtpu.schema.records import MachineRecord
     from jobtpu.views.machine import machine_lines
 
-    holding = [j for j in state.jobs if j.machine == machine.name and j.active]
+    holding = [j for j in state.jobs if machine.name in j.holds and j.active]
     lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,
                           lambda t: clock(t, zone), state.last_pass.ended if state.last_pass else None)
     width = max(len(what) for what, _ in lines)

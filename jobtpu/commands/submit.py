@@ -17,7 +17,7 @@ from jobtpu.home.users import known_user
 
 if TYPE_CHECKING:
     from jobtpu.home.secrets import SecretStore
-    from jobtpu.schema.fleet import Fleet
+    from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job
 
 # The rule names as `--rule` accepts them; the same as rules.RULES (a test holds them equal): the
@@ -46,6 +46,7 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
         why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
+    check_slices(opts.slices, pin, [m for m in fleet.machines.values() if reasons[m.name] is None])
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_stall(opts.stall) if opts.stall is not None else None
     retry_on_exit = parse_exit_codes(opts.retry_on_exit, opts.retries) if opts.retry_on_exit is not None else None
@@ -77,7 +78,24 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
                retry_on_exit=retry_on_exit,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid(),
-               held=opts.hold, waiting="held by hold" if opts.hold else None)
+               held=opts.hold, waiting="held by hold" if opts.hold else None, slices=opts.slices)
+
+
+def check_slices(slices: int, pin: str | None, fitting: "list[Machine]") -> None:
+    """--slices: at least one, no --machine with more than one, and no more than the machines of one
+    kind that fit the request (a gang is all of one kind: decide/gang.py)."""
+    from jobtpu.decide.gang import kinds, largest_gang
+
+    if slices < 1:
+        raise JobtpuError(f"--slices {slices}: a job runs on at least one slice", hint="give --slices 1 or more")
+    if slices > 1 and pin is not None:
+        raise JobtpuError(f"--machine {pin} names one machine, and --slices {slices} asks for {slices}",
+                          hint="leave out --machine; --req picks the kind of machine for every slice")
+    most = largest_gang(fitting) if slices > 1 else 1  # one slice: any machine that fits, the local one too
+    if slices > most:
+        have = ", ".join(f"{len(group)} of {accel or 'no accelerator'}" for (accel, _), group in kinds(fitting).items())
+        raise JobtpuError(f"--slices {slices}: the fleet could never form that gang (machines of one kind that fit: "
+                          f"{have})", hint="ask fewer slices, or add machines of that kind to machines.json")
 
 
 def check_resume_and_progress(on_resume: str | None, progress: str | None) -> None:
@@ -353,5 +371,8 @@ def _add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="with --retries: retry only these exit codes, like 42,127-255 (default: any non-zero)")
     p.add_argument("--grace", metavar="DURATION",
                    help="wait this long between TERM and KILL when the job is stopped (default 5s)")
+    p.add_argument("--slices", type=args.tries, metavar="N",
+                   help="run the job on N machines of one kind at once, started and recovered together "
+                        "(a multislice gang; default 1)")
     p.add_argument("--signal", metavar="SIG@DURATION",
                    help="send SIG (USR1, USR2, TERM, INT, HUP, QUIT, ALRM) this long before --timeout ends")

@@ -43,4 +43,5 @@ class SubmitOptions(NamedTuple):
     signal: str | None = None
     max_running: int = 0  # a sweep's cap on its jobs active at once (0: none)
     hold: bool = False  # queued held: it starts only after `jobtpu release`
+    slices: int = 1  # one job on this many machines of one kind, started together (a multislice gang)
     dry_run: bool = False  # print the job as it would be submitted; snapshot and write nothing

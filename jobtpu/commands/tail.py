@@ -166,6 +166,7 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing as the log grows; exit with the attempt's exit code")
     p.add_argument("--worker", type=args.count, default=0, help="this worker's log (default 0)")
+    p.add_argument("--slice", type=args.count, help="a gang's slice (submit --slices): --worker is its worker")
     p.add_argument("--attempt", type=args.count, help="this attempt's log (default: the latest)")
     across.add_selectors(p)
     p.set_defaults(func=_tail_command)
@@ -176,4 +177,25 @@ def _tail_command(home: Home, a: argparse.Namespace) -> int:
     job_id = across.tail_id(a)
     if job_id is None:
         return across.tail_selected(home, across.selection_of(a), a.lines, a.worker)
-    return tail(home, job_id, a.lines, a.follow, a.worker, a.attempt)
+    worker = a.worker if a.slice is None else gang_worker(home, job_id, a.slice, a.worker, a.attempt)
+    return tail(home, job_id, a.lines, a.follow, worker, a.attempt)
+
+
+def gang_worker(home: Home, job_id: int, slice_id: int, worker: int, asked: int | None) -> int:
+    """--slice K --worker W: the gang's worker K * (workers per slice) + W, as its logs are named."""
+    from jobtpu.errors import UsageError
+    from jobtpu.schema.state_file import records
+    from jobtpu.views.listing import find_job
+
+    job = records([find_job(home, Store(home).load().jobs, job_id)])[0]
+    number = job["attempt"] if asked is None else asked
+    attempt = next((a for a in job["attempts"] if a["n"] == number), None)
+    slices = int(job.get("slices", 1))
+    if attempt is None:
+        raise NotFoundError(f"job {job_id} has no attempt {number}", hint="`jobtpu status ID` lists its attempts")
+    per = int(attempt.get("workers", 1)) // max(1, len(attempt.get("gang") or [None]))
+    if slice_id >= slices or worker >= per:
+        raise UsageError(f"job {job_id} has {slices} slice{'s' if slices > 1 else ''} of {per} worker"
+                         f"{'s' if per > 1 else ''}; --slice {slice_id} --worker {worker} is none of them",
+                         hint=f"give --slice 0 … {slices - 1} and --worker 0 … {per - 1}")
+    return slice_id * per + worker

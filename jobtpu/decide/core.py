@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
+from jobtpu.decide.gang import gang_view, kills, preempted_of
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.state import Cause, Ending, Job, Status, Transition
+from jobtpu.schema.state import Attempt, Cause, Ending, Job, Status, Transition
 
 
 def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
@@ -24,6 +25,8 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
             continue
         job = plan.edit(given)  # an active job is looked at closely: its new record, dropped if unchanged
         machine = fleet.get(job.machine) if job.machine else None
+        if any(fleet.get(name) is None for name in job.gang):
+            machine = None  # a gang whose slice left machines.json is judged as a job whose machine did
         if job.id in seen.last_lines:
             job.last_line = seen.last_lines[job.id]
         if job.status is Status.LAUNCHING:
@@ -41,12 +44,13 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
     if machine is None:
         _end(job, Ending(Status.FAILED, model.LAUNCH_FAILED), seen.now, plan, f"machine {job.machine} is gone")
         return
-    view = seen.peek(machine.name)
-    if view.preempted:
-        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
+    view = gang_view(job, seen)
+    if view.preempted:  # a gang's other slices may have started: they are stopped first
+        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs_of(job), view))
     elif view.reachable is not False:
         # Launching is idempotent on the machine: it starts what has not started, reports the rest.
-        plan.do(Launch(job.id, machine.name, job.attempt, job.current.workers if job.current else 1))
+        plan.do(Launch(job.id, machine.name, job.attempt, job.current.workers if job.current else 1,
+                       gang=tuple(job.gang)))
 
 
 def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
@@ -54,9 +58,9 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         job.reason = model.UNREACHABLE
         plan.saw(f"job {job.id}: machine {job.machine} is no longer in machines.json")
         return
-    view = seen.peek(machine.name)
-    if view.preempted:
-        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan)
+    view = gang_view(job, seen)
+    if view.preempted:  # one slice preempted stops the job on every other, which then resumes as one
+        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs_of(job), view))
         return
     if not view.reachable:
         if job.reason != model.UNREACHABLE:
@@ -115,6 +119,14 @@ TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pas
 
 def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
     ending = job.ending or Ending(Status.KILLED, model.KILLED)
+    if job.gang and machine is not None:  # a gang's slices are stopped each on its machine; a preempted one's are gone
+        gone = set(preempted_of(job, seen))
+        if gone == set(job.gang):
+            _end(job, ending, seen.now, plan, "its machines are gone")
+        for kill in kills(job, refs_of(job)):
+            if kill.machine not in gone and seen.peek(kill.machine).reachable is not False:
+                plan.do(kill)
+        return
     view = seen.peek(machine.name) if machine else None
     if machine is None or (view is not None and view.preempted):
         _end(job, ending, seen.now, plan, "its machine is gone")
@@ -157,16 +169,18 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
 
 def _stop(job: Job, machine: Machine, ending: Ending, refs: tuple[WorkerRef, ...], plan: Plan, why: str) -> None:
     plan.moves.append(job.stop(ending))
-    plan.do(Kill(job.id, machine.name, refs), why)
-    plan.notes.append(f"job {job.id}: stopping on {machine.name}: {why}")
+    for kill in kills(job, refs):  # a gang's: one per machine, each with its own slice's workers
+        plan.do(kill, why)
+    where = machine.name if not job.gang else f"its {len(job.gang)} slices"
+    plan.notes.append(f"job {job.id}: stopping on {where}: {why}")
 
 
 def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
     plan.would.append(f"would end job {job.id}: {why}")
     plan.moves.append(apply_ending(job, ending, now))
-    if wants_recreate(ending) and job.attempts:
-        plan.do(Recreate(job.attempts[-1].machine))
+    if wants_recreate(ending) and job.attempts and not job.attempts[-1].gang:
+        plan.do(Recreate(job.attempts[-1].machine))  # a gang's lost slices are asked back by its dispatch
 
 
 def wants_recreate(ending: Ending) -> bool:
@@ -187,11 +201,24 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
             job.preemptions += 1
         else:
             job.recoveries += 1
-        return requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,
-                       cause=Cause.RECOVER)
+        moved = requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,
+                        cause=Cause.RECOVER)
+        job.keeps = kept_machines(attempt, ending)
+        return moved
     job.exit_code = ending.exit_code
     moved = job.move(ending.status, ending.reason, cause=Cause.END)
     return msgspec.structs.replace(moved, spent=ending.spent) if ending.spent else moved
+
+
+def kept_machines(attempt: Attempt | None, ending: Ending) -> list[str]:
+    """The machines a job queued by this ending keeps while it waits (docs/reference/state-json.md
+    §4.3): a gang's, when its recovery resumes or recreates (the slices that survived wait for the
+    lost one); a one-slice job's TPU, when its recovery recreates it. None when it may go elsewhere."""
+    if attempt is None or ending.retry:
+        return []
+    if attempt.gang and ending.recovery in (rules.RESUME, rules.RECREATE_RESUME, rules.RECREATE_RERUN):
+        return list(attempt.gang)
+    return [attempt.machine] if wants_recreate(ending) else []
 
 
 def requeue(job: Job, resume: bool, reason: str | None, cause: Cause, machine: str | None = None) -> Transition:

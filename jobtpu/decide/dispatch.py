@@ -6,85 +6,33 @@ from __future__ import annotations
 
 import itertools
 from collections import ChainMap
-from collections.abc import Mapping
 
 from jobtpu.decide import rules
+from jobtpu.decide.dispatch_state import (
+    Dispatch,
+    UserUse,
+    count_text,
+    keepers,
+    kept_for,
+    machine_unavailable,
+    over_limit,
+    own_claim,
+    returning,
+    sweep_activity,
+    undrained_unavailable,
+    used_resources,
+    user_usage,
+)
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
-from jobtpu.decide.observation import Launch, Observation, Plan, Recreate, claim_reason, rule_of
+from jobtpu.decide.gang import place_gang, start_on
+from jobtpu.decide.observation import Observation, Plan, Recreate, rule_of
 from jobtpu.schema import state as model
-from jobtpu.schema.fleet import Fleet, Machine
-from jobtpu.schema.msgspec_lib import msgspec
-from jobtpu.schema.state import Attempt, Cause, Job, Status
-
-
-def used_resources(jobs: list[Job]) -> dict[str, dict[str, set[int]]]:
-    used: dict[str, dict[str, set[int]]] = {}
-    for job in jobs:
-        if job.active and job.machine:
-            for resource, indices in job.alloc.items():
-                used.setdefault(job.machine, {}).setdefault(resource, set()).update(indices)
-    return used
-
+from jobtpu.schema.fleet import Fleet
+from jobtpu.schema.state import Cause, Job, Status
 
 # Each question the dispatch asks is one hook function, so fairness, limits, dependencies, holds and
 # sheet claims each change one place, and a queued job's pending reason comes from the same code that
 # kept it waiting.
-
-class Dispatch(msgspec.Struct):
-    """What one dispatch knows while it places queued jobs: shared by the hooks below."""
-
-    jobs: list[Job]
-    fleet: Fleet
-    seen: Observation
-    plan: Plan
-    used: dict[str, dict[str, set[int]]]
-    recreating: set[str]  # machines about to be deleted and created again: they take no job now
-    by_id: Mapping[int, Job] = msgspec.field(default_factory=dict)
-    cycles: dict[int, tuple[int, ...]] = msgspec.field(default_factory=dict)  # rules.dependency_cycles: never start
-    started: list[Job] = msgspec.field(default_factory=list)  # jobs this dispatch launched, in order
-    unavailable: dict[str, str | None] = msgspec.field(default_factory=dict)  # machine -> machine_unavailable's answer
-    # For pending reasons: the machines each kind of request could ever run on, and how many jobs
-    # have waited so far this dispatch for each such set of machines (the queue ahead of the next).
-    fits: dict[tuple[tuple[str, ...], str | None], tuple[str, ...]] = msgspec.field(default_factory=dict)
-    waited: dict[tuple[str, ...], int] = msgspec.field(default_factory=dict)
-    # What keeps each such set of machines from a job now (the machines' reasons hold for the whole
-    # dispatch): worded once, not once per waiting job of a sweep's thousands.
-    kept_by: dict[tuple[str, ...], str] = msgspec.field(default_factory=dict)
-    usage: dict[str, UserUse] = msgspec.field(default_factory=dict)  # per user: what their active jobs hold
-    sweep_active: dict[int, int] = msgspec.field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
-    drained_only: set[str] = msgspec.field(default_factory=set)  # machines kept from new jobs by their drain alone
-
-
-class UserUse(msgspec.Struct):
-    """What one user's active jobs hold now (and what this dispatch gave them): for per-user limits."""
-
-    jobs: int = 0
-    machines: set[str] = msgspec.field(default_factory=set)
-    tpu_machines: set[str] = msgspec.field(default_factory=set)
-
-    def add(self, machine: Machine | None, name: str) -> None:
-        self.jobs += 1
-        self.machines.add(name)
-        if machine is not None and machine.cloud_node:
-            self.tpu_machines.add(name)
-
-
-def sweep_activity(jobs: list[Job]) -> dict[int, int]:
-    """How many jobs of each sweep are active (launching, running, stopping): what --max-running caps."""
-    active: dict[int, int] = {}
-    for job in jobs:
-        if job.sweep is not None and job.active:
-            active[job.sweep] = active.get(job.sweep, 0) + 1
-    return active
-
-
-def user_usage(jobs: list[Job], fleet: Fleet) -> dict[str, UserUse]:
-    usage: dict[str, UserUse] = {}
-    for job in jobs:
-        if job.active and job.machine:
-            usage.setdefault(job.user, UserUse()).add(fleet.get(job.machine), job.machine)
-    return usage
-
 
 def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
     """The order queued jobs are offered machines in: users take turns, one job each per round, so
@@ -163,65 +111,8 @@ def held_back(job: Job, d: Dispatch) -> str | None:
         return None
     limit = d.fleet.limit_for(job.user).jobs
     if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
-        return f"held by the per-user limit ({_count(limit, 'running job')})"
+        return f"held by the per-user limit ({count_text(limit, 'running job')})"
     return None
-
-
-def over_limit(job: Job, machine: Machine, d: Dispatch) -> str | None:
-    """Why starting `job` on `machine` would take its user past a per-user limit of machines; None
-    when it would not (a machine they already hold adds nothing)."""
-    if not d.fleet.has_limits:
-        return None
-    limit = d.fleet.limit_for(job.user)
-    if limit.machines is None and limit.tpu_machines is None:
-        return None
-    use = d.usage.get(job.user, UserUse())
-    if machine.name in use.machines:
-        return None
-    if limit.machines is not None and len(use.machines) >= limit.machines:
-        return f"held by the per-user limit ({_count(limit.machines, 'machine')})"
-    if machine.cloud_node and limit.tpu_machines is not None and len(use.tpu_machines) >= limit.tpu_machines:
-        return f"held by the per-user limit ({_count(limit.tpu_machines, 'TPU machine')})"
-    return None
-
-
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}" + ("" if n == 1 else "s")
-
-
-def machine_unavailable(machine: Machine, d: Dispatch) -> str | None:
-    """Why a machine takes no new job in this pass; None when it may take one. A drain is said first:
-    it is a person's choice, and it outlasts whatever else keeps the machine from work."""
-    if machine.refused is not None:
-        return machine.refused
-    if machine.name in d.seen.drained:
-        reason = d.seen.drained[machine.name]
-        return f"{machine.name} drained" + (f": {reason}" if reason else "")
-    return undrained_unavailable(machine, d)
-
-
-def undrained_unavailable(machine: Machine, d: Dispatch) -> str | None:
-    """machine_unavailable but for a drain: whether a job coming back to the machine may go there."""
-    if machine.refused is not None:
-        return machine.refused
-    view = d.seen.peek(machine.name)
-    if machine.name in d.recreating:
-        return f"{machine.name} is being recreated"
-    if view.preempted or view.reachable is False or not view.ready:
-        # A TPU already on its way back (deleted, being created, set up) says so rather than "preempted".
-        return f"{machine.name} is " + ("being recreated" if view.recovering else
-                                         "preempted" if view.preempted else "unreachable")
-    if machine.name in d.seen.claims:
-        return f"{machine.name} is {claim_reason(d.seen.claims[machine.name])}"
-    return None
-
-
-def own_claim(job: Job, machine: Machine, d: Dispatch) -> bool:
-    """Whether only a sheet claim naming the job's own user keeps the machine from it: a person's
-    name in the user cell is that person working there, never a bar to their own jobs."""
-    holder = d.seen.claims.get(machine.name)
-    return (holder is not None and job.user in d.seen.claimants.get(machine.name, ())
-            and d.unavailable.get(machine.name) == f"{machine.name} is {claim_reason(holder)}")
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
@@ -233,16 +124,18 @@ def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
         return _nothing_offers(job, request, d)
     ahead = sum(n for names, n in d.waited.items() if names == fits or not set(names).isdisjoint(fits))
     d.waited[fits] = d.waited.get(fits, 0) + 1
-    now = d.kept_by.get(fits)
+    now = d.kept_by.get(fits) if not job.keeps else _kept_by(fits, d, job)
     if now is None:
         now = d.kept_by[fits] = _kept_by(fits, d)
     queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
     return f"{now}; {queue}"
 
 
-def _kept_by(fits: tuple[str, ...], d: Dispatch) -> str:
-    """What keeps the machines that fit a job from it now: busy, or each one's reason."""
-    blocked = [why for name in fits if (why := d.unavailable.get(name)) is not None]
+def _kept_by(fits: tuple[str, ...], d: Dispatch, keeper: Job | None = None) -> str:
+    """What keeps the machines that fit a job from it now: busy, or each one's reason (a machine
+    another job's resume keeps says so; the `keeper`'s own do not)."""
+    blocked = [why for name in fits if (why := d.unavailable.get(name) or (
+        kept_for(keeper, name, d) if keeper is not None else _kept_reason(name, d))) is not None]
     busy = len(fits) - len(blocked)
     if not busy:
         return "no machine can run it now: " + ", ".join(blocked)
@@ -253,10 +146,9 @@ def _kept_by(fits: tuple[str, ...], d: Dispatch) -> str:
     return f"{busy} machines fit, {'both' if busy == 2 else 'all'} busy"
 
 
-def returning(job: Job, machine: str) -> bool:
-    """A job the pass took off this machine to recover it (preempted, lost, retried) goes back to it
-    though it is drained: a drain keeps new jobs away, and this one was there already."""
-    return job.reason == model.RECOVERING and bool(job.attempts) and job.attempts[-1].machine == machine
+def _kept_reason(name: str, d: Dispatch) -> str | None:
+    keeper = d.kept.get(name)
+    return None if keeper is None else f"{name} kept for job {keeper}'s resume"
 
 
 def _fitting_machines(job: Job, request: Request, d: Dispatch) -> tuple[str, ...]:
@@ -290,6 +182,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     unavailable = d.unavailable = {m.name: machine_unavailable(m, d) for m in fleet.machines.values()}
     d.drained_only = {name for name in seen.drained if name in fleet.machines
                       and undrained_unavailable(fleet.machines[name], d) is None}
+    d.kept = keepers(jobs, fleet)
     # Resources only get taken during a dispatch: once a request found no room, every later job asking
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
     no_room: dict[tuple[str | None, tuple[tuple[str, ...], str | None, str | None]], Request] = {}
@@ -299,6 +192,14 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
         if held is not None:
             d.plan.wait(job, held)
             continue
+        if job.keeps and any(name not in fleet.machines for name in job.keeps):
+            job = d.plan.edit(job)  # a kept machine left machines.json: the job cannot come back to them all
+            job.keeps = []
+        if job.slices > 1:
+            gang_waits = place_gang(job, parse_request(job.req), d)
+            if gang_waits is not None:
+                d.plan.wait(job, gang_waits)
+            continue
         asks = (tuple(job.req), job.pin, job.rule)
         # A machine one user claimed in the sheet takes that user's jobs only: no room for one user's
         # request says nothing of another's then.
@@ -307,7 +208,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             d.plan.wait(job, limited[(job.user, asks)])
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
-        if room in no_room and not back:
+        if room in no_room and not back and not job.keeps:
             d.plan.wait(job, why_waiting(job, no_room[room], d))
             continue
         request = parse_request(job.req)
@@ -316,6 +217,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if unavailable[machine.name] is not None and not own_claim(job, machine, d) and not (
                     back and machine.name in d.drained_only and returning(job, machine.name)):
                 continue
+            if kept_for(job, machine.name, d) is not None or (job.keeps and machine.name not in job.keeps):
+                continue  # another job's resume keeps it; a job that keeps its own TPU goes back there
             if why_not(machine, request, job.pin) is not None:
                 continue
             if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
@@ -333,7 +236,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
             if alloc is None:
                 continue
-            _start(job, machine, alloc, d)
+            start_on(job, [machine], alloc, d)
             break
         else:
             if by_limit is not None:  # a machine would take it but for its user's limit
@@ -343,7 +246,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 d.plan.wait(job, local_why)
                 continue
-            if not back:
+            if not back and not job.keeps:
                 no_room[room] = request
             _want_back(job, request, fleet, seen, plan)
             _note_recreations(d)
@@ -362,31 +265,12 @@ def _note_recreations(d: Dispatch) -> None:
                 d.kept_by.clear()  # worded again with the machine's new reason
 
 
-def _start(given: Job, machine: Machine, alloc: dict[str, list[int]], d: Dispatch) -> None:
-    job = d.plan.edit(given)
-    view = d.seen.peek(machine.name)
-    for resource, indices in alloc.items():
-        d.used.setdefault(machine.name, {}).setdefault(resource, set()).update(indices)
-    job.machine, job.alloc = machine.name, alloc  # its move to launching clears why it waited
-    job.attempts.append(Attempt(n=job.attempt, machine=machine.name, started=d.seen.now,
-                                resume=job.resume, workers=view.n_workers))
-    recovering = job.reason == model.RECOVERING  # the attempt a recovery queued: the job resumes
-    d.plan.move(job, Status.LAUNCHING, model.RECOVERING if recovering else None,
-                Cause.RELAUNCH if recovering else Cause.LAUNCH)
-    job.log_size, job.log_grew, job.last_line = 0, d.seen.now, ""
-    d.usage.setdefault(job.user, UserUse()).add(machine, machine.name)
-    if job.sweep is not None:
-        d.sweep_active[job.sweep] = d.sweep_active.get(job.sweep, 0) + 1
-    d.plan.do(Launch(job.id, machine.name, job.attempt, view.n_workers))
-    d.plan.notes.append(f"job {job.id}: launch attempt {job.attempt} on {machine.name}")
-    d.started.append(job)
-
-
 def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
     its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
     coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
-    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None]
+    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None
+            and (not job.keeps or m.name in job.keeps)]  # a job that keeps its TPU waits for that one
     if any(m.name in coming or seen.peek(m.name).recovering for m in fits):
         return  # one is already on its way back
     for machine in fits:

@@ -51,7 +51,7 @@ from typing import Any
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.decide.progress import Progress
-from jobtpu.schema.job_report import AttemptCost, Interruption, JobReport, Mark
+from jobtpu.schema.job_report import AttemptCost, Interruption, JobReport, Mark, SliceGap
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import KILLED  # KILLED: an attempt a person stopped (a pass never kills)
 
@@ -71,11 +71,19 @@ class AttemptRecord(msgspec.Struct):
     unit: str = "chip"  # what `chips` counts: "chip" (a TPU's) or "GPU"
     resume: bool = False
     last_alive: float | None = None
+    gang: list[str] = msgspec.field(default_factory=list)  # a gang's machines, slice order ([] for one slice)
+
+    @property
+    def machines(self) -> list[str]:
+        return self.gang or [self.machine]
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], chips: int | None = None, unit: str = "chip") -> AttemptRecord:
-        known = {k: doc[k] for k in ("n", "machine", "started", "ended", "outcome", "workers", "resume", "last_alive")
-                 if k in doc}
+        """`chips`: one machine's (a gang's attempt holds as many on each of its slices)."""
+        known = {k: doc[k] for k in ("n", "machine", "started", "ended", "outcome", "workers", "resume", "last_alive",
+                                     "gang") if k in doc}
+        if chips is not None and known.get("gang"):
+            chips *= len(known["gang"])
         return cls(**known, chips=chips if chips is not None else doc.get("chips"), unit=unit)
 
 
@@ -84,7 +92,7 @@ def job_report(job: int, name: str, attempts: Sequence[AttemptRecord], log: Sequ
     """What the job's attempts cost (see the module's definitions). `log` may hold every event of
     the home: the job's and its machines' are picked out."""
     tried = sorted((a for a in attempts if a.started is not None), key=lambda a: a.n)
-    machines = {a.machine for a in tried}
+    machines = {m for a in tried for m in a.machines}
     mine = sorted((e for e in log if e.job == job or (e.machine in machines and e.kind in _MACHINE_KINDS)),
                   key=lambda e: e.time)
     costs: list[AttemptCost] = []
@@ -130,7 +138,7 @@ def _cost(job: int, attempt: AttemptRecord, interrupted: bool, log: Sequence[Eve
     wall = max(0.0, end - started)
     accelerator = wall * attempt.chips if attempt.chips else None
     return AttemptCost(attempt.n, attempt.machine, attempt.outcome, started, attempt.ended, wall, accelerator,
-                       run_until - run_from, run_from, run_until, attempt.unit)
+                       run_until - run_from, run_from, run_until, attempt.unit, len(attempt.machines))
 
 
 def _first(log: Sequence[Event], kinds: set[str], start: float, end: float, where: set[str], job: int) -> float | None:
@@ -153,13 +161,25 @@ def _interruption(job: int, tried: Sequence[AttemptRecord], i: int, costs: Seque
     was, now_ = tried[i], tried[i + 1]
     lost_at, back_at = costs[i].run_until, max(costs[i + 1].run_from, costs[i].run_until)
     ended = min(max(was.ended if was.ended is not None else lost_at, lost_at), back_at)
-    detected = _or(_first(log, {ev.PREEMPTED}, lost_at, back_at, {was.machine}, job), ended)
-    created = _or(_last(log, ev.TPU_CREATE_DONE, detected, back_at, now_.machine), detected)
-    set_up = _or(_last(log, ev.TPU_SETUP_DONE, created, back_at, now_.machine), created)
+    detected = _or(_first(log, {ev.PREEMPTED}, lost_at, back_at, set(was.machines), job), ended)
+    # A gang comes back when its last slice does: each slice's own create and setup, the latest of them.
+    ready = {m: _ready_at(log, detected, back_at, m) for m in now_.machines}
+    slowest = max(now_.machines, key=lambda m: ready[m][1])
+    created, set_up = ready[slowest]
     steps, redone = _redone(tried, i, costs, progress)
+    slices = [SliceGap(m, _first(log, {ev.PREEMPTED}, lost_at, back_at, {m}, -1) is not None or ready[m][0] > detected,
+                       ready[m][1]) for m in now_.machines] if now_.gang else []
     return Interruption(was.n, now_.n, was.machine, now_.machine, lost_at, back_at,
                         detection=detected - lost_at, recreate=created - detected, setup=set_up - created,
-                        launch=back_at - set_up, redone_steps=steps, redone=redone, by_hand=was.outcome == KILLED)
+                        launch=back_at - set_up, redone_steps=steps, redone=redone, by_hand=was.outcome == KILLED,
+                        slices=slices)
+
+
+def _ready_at(log: Sequence[Event], detected: float, back_at: float, machine: str) -> tuple[float, float]:
+    """When the machine was created again and set up after the interruption was detected (each the
+    time before it when it took none)."""
+    created = _or(_last(log, ev.TPU_CREATE_DONE, detected, back_at, machine), detected)
+    return created, _or(_last(log, ev.TPU_SETUP_DONE, created, back_at, machine), created)
 
 
 def _or(found: float | None, otherwise: float) -> float:

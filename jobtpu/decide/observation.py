@@ -49,7 +49,8 @@ class Launch(msgspec.Struct, frozen=True):
     job: int
     machine: str
     attempt: int
-    workers: int
+    workers: int  # every slice's together
+    gang: tuple[str, ...] = ()  # a gang's machines in slice order (`machine` is slice 0's); () for one slice
 
 
 class Kill(msgspec.Struct, frozen=True):
@@ -142,7 +143,8 @@ def fork(job: Job) -> Job:
 
 def describe(action: Action) -> str:
     if isinstance(action, Launch):
-        return f"launch job {action.job} attempt {action.attempt} on {action.machine} ({action.workers} worker(s))"
+        where = action.machine if not action.gang else f"{len(action.gang)} slices ({', '.join(action.gang)})"
+        return f"launch job {action.job} attempt {action.attempt} on {where} ({action.workers} worker(s))"
     if isinstance(action, Kill):
         return f"stop job {action.job} on {action.machine}"
     return f"recreate {action.machine}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, wants_recreate
+from jobtpu.decide.gang import kills
 from jobtpu.decide.observation import Kill, Plan, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
@@ -28,12 +29,12 @@ class NoAnswer(msgspec.Struct, frozen=True):
 LaunchReport = LaunchResult | NoAnswer
 
 
-def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float, plan: Plan) -> Kill | None:
+def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float, plan: Plan) -> list[Kill]:
     """Move a launching job as its workers' launch reports say; a Kill when some workers started and
     another failed (they must be stopped before the job ends as launch_failed). The job's new record
     and its moves go in `plan`."""
     if plan.latest(job).status is not Status.LAUNCHING:
-        return None
+        return []
     new = plan.edit(job)
     answers = [reports[i] for i in sorted(reports)]
     if answers and all(isinstance(a, NoAnswer) and a.unreachable for a in answers):
@@ -41,7 +42,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         message = answers[0].message if isinstance(answers[0], NoAnswer) else ""
         plan.moves.append(_unlaunch(new))
         new.last_line = f"could not launch: {message[-180:]}"
-        return None
+        return []
     failures = {i: r for i, r in reports.items() if isinstance(r, LaunchResult) and r.outcome == LaunchOutcome.FAIL}
     if failures:
         first = min(failures)
@@ -51,14 +52,14 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         started = tuple(WorkerRef(new.id, new.attempt, i) for i in oks)
         if not started:
             plan.moves.append(apply_ending(new, ending, now))
-            return None
+            return []
         plan.moves.append(new.stop(ending))
-        return Kill(new.id, machine.name, started)
+        return kills(new, started)  # a gang's: each slice's started workers on its machine
     if all(isinstance(a, LaunchResult) and a.outcome == LaunchOutcome.OK for a in answers):
         plan.moves.append(new.move(Status.RUNNING, None, cause=Cause.STARTED))
         if new.current is not None:
             new.current.started = now
-        return None
+        return []
     errors = [a.message for a in answers if isinstance(a, NoAnswer)]
     if errors:  # said as jobtpu's, so it is never taken for the job's own output
         new.last_line = f"launch: {errors[0][-190:]}"
@@ -70,8 +71,8 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
             # have started: stop every one, then the job ends launch_failed.
             new.last_line = f"gave up launching after {int(give_up // 60)} min: {errors[0][-150:]}"
             plan.moves.append(new.stop(Ending(Status.FAILED, model.LAUNCH_FAILED)))
-            return Kill(new.id, machine.name, refs_of(new))
-    return None
+            return kills(new, refs_of(new))
+    return []
 
 
 def setup_done(setup: str | None) -> bool:
@@ -101,10 +102,13 @@ def not_launched(job: Job, why: str, plan: Plan) -> None:
 def _unlaunch(new: Job) -> Transition:
     """Undo a dispatch whose launch certainly never started: queued again, same attempt number.
     `new` is the plan's record of the job, changed here."""
+    gang = list(new.gang)
     if new.attempts and new.attempts[-1].n == new.attempt and new.attempts[-1].ended is None:
         new.attempts.pop()
     moved = new.move(Status.QUEUED, new.reason if new.reason == model.RECOVERING else None, cause=Cause.UNLAUNCH)
     new.machine = None
+    if gang and new.reason == model.RECOVERING:  # a gang resuming keeps its machines until it starts there
+        new.keeps = gang
     return moved
 
 
@@ -114,12 +118,14 @@ def killed(job: Job, machine: str, gone: bool, now: float, plan: Plan) -> Recrea
     if not gone or plan.latest(job).status is not Status.KILLING:
         return None
     new = plan.edit(job)
+    gang = bool(new.gang)
     ending = new.ending or Ending(Status.KILLED, model.KILLED)
     plan.moves.append(apply_ending(new, ending, now))
-    return Recreate(machine) if wants_recreate(ending) else None
+    # A gang's stop ran on its surviving slices: its lost ones are asked back by its dispatch (gang.py).
+    return Recreate(machine) if wants_recreate(ending) and not gang else None
 
 
-def kill_asked(job: Job, plan: Plan) -> Kill | None:
+def kill_asked(job: Job, plan: Plan) -> list[Kill]:
     """`jobtpu kill`: a queued job ends at once; an active one stops (a Kill for its workers). One
     already stopping keeps the ending it has (exit N, timeout). The job's new record goes in `plan`."""
     latest = plan.latest(job)
@@ -129,5 +135,5 @@ def kill_asked(job: Job, plan: Plan) -> Kill | None:
         plan.moves.append(plan.edit(job).stop(Ending(Status.KILLED, model.KILLED)))
     latest = plan.latest(job)
     if latest.status is Status.KILLING and latest.machine:
-        return Kill(latest.id, latest.machine, refs_of(latest))
-    return None
+        return kills(latest, refs_of(latest))  # a gang's: one per machine
+    return []

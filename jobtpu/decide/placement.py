@@ -58,6 +58,23 @@ def place_env(place: Place, worker_host: str, job_id: int, attempt: int) -> dict
     return env
 
 
+# Megascale's own default port (Levanter's and Ray's multislice launchers use it too): every slice's
+# workers reach slice 0's worker 0 there. One port per gang, unlike the coordinator's per attempt.
+MEGASCALE_PORT = 8081
+
+
+def gang_env(slice_id: int, slices: int, coordinator: str) -> dict[str, str]:
+    """The variables that join a gang's slices (docs/reference/job-environment.md §8.2): which slice
+    a worker is on, how many there are, and slice 0's worker 0 (its internal address) as the
+    Megascale coordinator. None for a one-slice job."""
+    if slices <= 1:
+        return {}
+    return {"JOBTPU_SLICE": str(slice_id), "JOBTPU_SLICES": str(slices),
+            "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator}:{MEGASCALE_PORT}",
+            "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(slice_id),
+            "MEGASCALE_PORT": str(MEGASCALE_PORT)}
+
+
 def check_on_resume(args: str) -> None:
     """Refuse --on-resume words that name a placeholder jobtpu does not fill, or do not parse."""
     unknown = sorted({m for m in _PLACEHOLDER.findall(args) if m not in PLACEHOLDERS})

@@ -81,21 +81,19 @@ def settle(state: State, reports: Sequence[ActReport], now: float) -> Settled:
     workers, to be stopped in the same pass before it ends launch_failed. `state` stays as given."""
     settled = Settled()
     for report in reports:
-        kill = settle_one(state, report, now, settled)
-        if kill is not None:
-            settled.jobs.actions.append(kill)
+        settled.jobs.actions.extend(settle_one(state, report, now, settled))
     settled.jobs.drop_unchanged({job.id: job for job in state.jobs})
     return settled
 
 
-def settle_one(state: State, report: ActReport, now: float, settled: Settled) -> Kill | None:
+def settle_one(state: State, report: ActReport, now: float, settled: Settled) -> list[Kill]:
     """What one report means, added to `settled`; a job gone from state.json meanwhile has nothing to move."""
     job = state.job(report.job)
     if job is None:
-        return None
+        return []
     if isinstance(report, LaunchHeld):
         goes_ahead(job, report.machine, report.setup, settled.jobs)  # held back: queued again, waiting for that setup
-        return None
+        return []
     if isinstance(report, LaunchDone):
         return launched(job, report.machine, report.reports, now, settled.jobs)
     recreate = killed(job, report.machine.name, report.all_gone, now, settled.jobs)
@@ -104,7 +102,7 @@ def settle_one(state: State, report: ActReport, now: float, settled: Settled) ->
         new = want_back(settled.machines.get(name) or state.machines.get(name) or MachineRecord())
         if new is not None:
             settled.machines[name] = new
-    return None
+    return []
 
 
 def want_back(record: MachineRecord) -> MachineRecord | None:

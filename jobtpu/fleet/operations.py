@@ -38,28 +38,45 @@ def pull_logs(home: Home, job_id: int) -> Pulled:
     if machine is None:
         return Pulled(job, {})
     p = Reach(home, fleet, state)
-    from jobtpu.decide.observation import refs_of
+    work = worker_probes(p, fleet, job)
 
-    def one(ep: Endpoint) -> dict[WorkerRef, WorkerState] | str:
-        refs = [r for r in refs_of(job) if r.worker == ep.index]
-        if not refs:
-            return {}
+    def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> dict[WorkerRef, WorkerState] | str:
+        machine, ep, refs = item
         try:
             states = probe(p, machine, ep, refs)
         except RemoteError as e:
-            return e.message  # the caller says it; the next pass records it
+            return f"{machine.name} is unreachable ({e.message})"  # the caller says it; the next pass records it
         for ref, ws in states.items():
             append_log(home, ref, ws.log_offset, ws.log_bytes)
         return states
 
     seen: dict[WorkerRef, WorkerState] = {}
     failures: list[str] = []
-    for states in parallel(one, p.endpoints(machine)):
+    for states in parallel(one, work):
         if isinstance(states, str):
             failures.append(states)
         else:
             seen.update(states)
-    return Pulled(job, seen, f"{machine.name} is unreachable ({failures[0]})" if failures else None)
+    return Pulled(job, seen, failures[0] if failures else None)
+
+
+def worker_probes(p: Reach, fleet: Fleet, job: Job) -> list[tuple[Machine, Endpoint, list[WorkerRef]]]:
+    """Each worker of the job to probe: on each machine of its gang (one for one slice), the
+    endpoint and its own slice's worker refs (a gang's indices are global, decide/gang.py)."""
+    from jobtpu.decide.gang import machines_of, slice_refs
+
+    work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
+    for s, name in enumerate(machines_of(job)):
+        machine = fleet.get(name)
+        if machine is None:
+            continue
+        refs = slice_refs(job, s)
+        eps = p.endpoints(machine)
+        for ep in eps:
+            mine = [r for r in refs if r.worker % max(1, len(eps)) == ep.index]
+            if mine:
+                work.append((machine, ep, mine))
+    return work
 
 
 def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
@@ -68,8 +85,6 @@ def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
     interval (docs/reference/commands.md §2.3). Local jobs' logs are on this disk already. Best
     effort: a worker that does not answer waits for the next pass. True when a pass has news to act on
     now: a worker ended, or did not answer (a preempted VM)."""
-    from jobtpu.decide.observation import refs_of
-
     state = Store(home).load()
     running = [j for j in state.jobs if j.status is Status.RUNNING and j.machine]
     if not running:
@@ -78,13 +93,7 @@ def stream_logs(home: Home, kept: KeptConnections | None = None) -> bool:
     p = Reach(home, fleet, state, kept)
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for job in running:
-        machine = fleet.get(job.machine or "")
-        if machine is None or not driver_for(machine).remote:
-            continue
-        for ep in p.endpoints(machine):
-            refs = [r for r in refs_of(job) if r.worker == ep.index]
-            if refs:
-                work.append((machine, ep, refs))
+        work.extend(w for w in worker_probes(p, fleet, job) if driver_for(w[0]).remote)
 
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> bool:
         machine, ep, refs = item

@@ -56,7 +56,11 @@ def ended_since(jobs: Iterable[Job], was_open: set[tuple[int, int]]) -> dict[str
     for job in jobs:
         for a in job.attempts:
             if a.ended is not None and ((job.id, a.n) in was_open or a.logs_behind):
-                ended.setdefault(a.machine, []).extend(WorkerRef(job.id, a.n, w) for w in range(a.workers))
+                # A gang's slice s holds workers s * per … s * per + per - 1 (decide/gang.py), on its own machine.
+                names = a.gang or [a.machine]
+                per = max(1, a.workers // len(names))
+                for w in range(a.workers):
+                    ended.setdefault(names[min(w // per, len(names) - 1)], []).append(WorkerRef(job.id, a.n, w))
     return ended
 
 
@@ -88,8 +92,11 @@ def catch_up(p: Reach, ended: dict[str, list[WorkerRef]]) -> CatchUp:
         machine = p.fleet.get(name)
         if machine is None:
             continue
+        first: dict[tuple[int, int], int] = {}  # an attempt's first worker here: a gang's slice starts past 0
+        for r in refs:
+            first[(r.job, r.attempt)] = min(first.get((r.job, r.attempt), r.worker), r.worker)
         for ep in p.endpoints(machine):
-            mine = [r for r in refs if r.worker == ep.index]
+            mine = [r for r in refs if r.worker - first[(r.job, r.attempt)] == ep.index]
             if mine:
                 work.append((machine, ep, mine))
     deadline = time.monotonic() + timing.current().log_catch_up

@@ -10,9 +10,10 @@ import socket
 from collections.abc import Callable
 
 from jobtpu import timing
+from jobtpu.decide.gang import per_slice
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
 from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
-from jobtpu.decide.placement import Place, on_resume_words, place_env
+from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.errors import RemoteError
@@ -23,7 +24,7 @@ from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
 from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
-from jobtpu.passes.peercopy import launch_workers, peer_addresses_of
+from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
 from jobtpu.remote.scripts import kill_script, parse_kill
 from jobtpu.schema.fleet import Machine
@@ -84,17 +85,26 @@ def stop_all(p: Session, kills: list[Kill]) -> list[StopDone]:
     what that means: the job's ending, and the TPU asked back when its rule recreates it)."""
     kills = [k for k in kills if p.state.job(k.job) is not None and p.fleet.get(k.machine) is not None]
     gone = p.parallel(lambda k: _stop_workers(p, k), kills)
-    return [StopDone(k.job, p.fleet.machines[k.machine], all_gone) for k, all_gone in zip(kills, gone, strict=True)]
+    # A gang's stop is one Kill per machine: its job's workers are gone once every one's are.
+    done: dict[int, StopDone] = {}
+    for k, all_gone in zip(kills, gone, strict=True):
+        was = done.get(k.job)
+        done[k.job] = StopDone(k.job, was.machine if was else p.fleet.machines[k.machine],
+                               all_gone and (was is None or was.all_gone))
+    return list(done.values())
 
 
-def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str]) -> dict[str, str]:
+def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str],
+            joins: dict[str, str] | None = None) -> dict[str, str]:
     """The job's environment in the order it is applied: jobtpu's own variables first, so that an
-    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
+    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name. A
+    gang's worker gets its slice's (`worker` within its slice) and the variables that join the
+    slices (`joins`, placement.gang_env)."""
     env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
         "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
-        **place_env(place, place.hosts[worker], job.id, job.attempt),
+        **place_env(place, place.hosts[worker], job.id, job.attempt), **(joins or {}),
     }
     for resource, indices in job.alloc.items():
         if resource != "slot":
@@ -121,8 +131,11 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     refusal). None when there is nothing to launch any more."""
     job = p.state.job(action.job)
     machine = p.fleet.get(action.machine)
-    if job is None or machine is None or job.status is not Status.LAUNCHING:
+    gang = [p.fleet.get(name) for name in action.gang]
+    if job is None or machine is None or job.status is not Status.LAUNCHING or None in gang:
         return None
+    if action.gang:
+        return _launch_gang(p, job, [m for m in gang if m is not None], action.workers // len(gang))
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
     driver = driver_for(machine)
@@ -151,6 +164,32 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     return LaunchDone(job.id, machine, reports)
 
 
+def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int) -> LaunchDone:
+    """Launch a gang's workers, every slice at once: slice s's worker i is the job's worker s * per + i
+    (its logs, pid files and probes), and JOBTPU_WORKER i within its slice. (A gang never runs on the
+    local machine: it is formed of ssh boxes and TPUs, whose launches need no local spec check.)"""
+    secrets = SecretStore(p.home).get(job.id)
+    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+    slices = [(m, p.endpoints(m)[:per]) for m in machines]
+    places = [place_of(p, m, eps) for m, eps in slices]
+    command = job.full_command(on_resume_words(job.on_resume or "", places[0], job.id, job.attempt))
+    coordinator = places[0].peers[0]  # slice 0's worker 0, where the other slices' workers reach it
+
+    def one(s: int) -> tuple[Machine, list[Worker]]:
+        machine, eps = slices[s]
+        driver, joins = driver_for(machine), gang_env(s, len(machines), coordinator)
+        specs = [(ep, LaunchSpec(WorkerRef(job.id, job.attempt, s * per + ep.index), machine.root, job.archive, command,
+                                 job_env(job, machine, ep.index, places[s], secrets, joins),
+                                 tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id,
+                                 literal=literal_names(job, secrets), early_signal=early_signal(job),
+                                 grace=grace_of(job), stop_requests=driver.stops_by_request, time_limit=job.timeout))
+                 for ep in eps]
+        return machine, specs
+
+    # One upload from the home for the whole gang: the others fetch it from a worker that has it.
+    return LaunchDone(job.id, machines[0], launch_gang_workers(p, [one(s) for s in range(len(slices))]))
+
+
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
     """Where the attempt runs: a TPU's zone in use (capacity errors may have moved it) and node; the
     workers by the addresses jobtpu reaches them at (the local machine by its host name) and by those
@@ -177,9 +216,10 @@ def _stop_workers(p: Session, action: Kill) -> bool:
     by_worker = {ep.index: ep for ep in p.endpoints(machine)}
     job = next((j for j in p.state.jobs if j.id == action.job), None)
     grace = grace_of(job) if job is not None else timing.current().grace
+    per = per_slice(job) if job is not None and job.gang else None  # a gang's indices are global
 
     def one(ref: WorkerRef) -> bool:
-        ep = by_worker.get(ref.worker)
+        ep = by_worker.get(ref.worker % per if per else ref.worker)
         if ep is None:
             return True  # that worker no longer exists
         try:
@@ -205,7 +245,7 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     was_ended = {job.id for job in jobs if job.ended}
     was_open = pulls.open_attempts(jobs)
     asked = Plan()  # the jobs' new records: stopping, or a queued one killed (its event is told here)
-    kills = [k for k in (kill_asked(job, asked) for job in jobs) if k is not None]
+    kills = [k for job in jobs for k in kill_asked(job, asked)]
     asked.apply_to(jobs)
     _tell_ended(p, jobs, was_ended, now, by)
     settle(p.state, stop_all(p, kills), now).apply_to(p.state)

@@ -10,7 +10,8 @@ import time
 from pathlib import Path, PurePath
 from typing import Any
 
-from jobtpu.decide.observation import Observation, refs_of
+from jobtpu.decide.gang import machines_of, slice_refs
+from jobtpu.decide.observation import Observation
 from jobtpu.decide.progress import progress_of
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
@@ -40,11 +41,14 @@ def observe(p: Pass) -> Observation:
         view = seen.view(machine.name)
         eps = p.endpoints(machine)
         view.n_workers = len(eps)
-        jobs = [j for j in p.state.jobs if j.machine == machine.name and j.status is Status.RUNNING]
-        if not jobs or view.preempted or not driver_for(machine).probes(view.reachable):
+        # Each machine for its own slice's workers (a gang's worker indices are global: slice s, worker i is s * per + i).
+        refs = [r for j in p.state.jobs if j.status is Status.RUNNING and machine.name in machines_of(j)
+                for r in slice_refs(j, machines_of(j).index(machine.name))]
+        if not refs or view.preempted or not driver_for(machine).probes(view.reachable):
             continue
+        per = {r: r.worker % max(1, len(eps)) for r in refs}
         for ep in eps:
-            probes.append((machine, ep, [r for j in jobs for r in refs_of(j) if r.worker == ep.index]))
+            probes.append((machine, ep, [r for r in refs if per[r] == ep.index]))
 
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item

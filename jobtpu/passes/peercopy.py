@@ -1,4 +1,5 @@
-"""A launch's copies of the job's snapshot: one upload from the home per machine (docs/design.md §4.1).
+"""A launch's copies of the job's snapshot: one upload from the home per machine, and per gang of
+machines (`submit --slices`: its slices' workers fetch from each other too) (docs/design.md §4.1).
 
 The launch script runs on every worker at once. Those that lack the snapshot (or hold a damaged copy)
 get it: when two or more do, the home sends it to one worker only (worker 0 when it holds a copy
@@ -40,23 +41,34 @@ if TYPE_CHECKING:
 
 ARCHIVE_OUTCOMES = (LaunchOutcome.NEED_ARCHIVE, LaunchOutcome.BAD_ARCHIVE)  # launch outcomes a copy of the home's snapshot may fix
 Worker = tuple[Endpoint, LaunchSpec]
+Placed = tuple[Machine, Endpoint, LaunchSpec]  # a worker with its machine (a gang's launch spans several)
 
 
 def launch_workers(p: Pass, machine: Machine, workers: list[Worker]) -> dict[int, LaunchReport]:
     """Launch every worker; copy the snapshot to those that lack it and launch them again."""
-    reports = dict(p.parallel(lambda w: (w[0].index, _attempt(p, machine, w[0], w[1], launch_script([w[1]]))), workers))
-    lacking = [w for w in workers if _lacks(reports[w[0].index])]
+    reports = launch_gang_workers(p, [(machine, workers)])
+    return {ep.index: reports[spec.ref.worker] for ep, spec in workers}
+
+
+def launch_gang_workers(p: Pass, slices: list[tuple[Machine, list[Worker]]]) -> dict[int, LaunchReport]:
+    """Launch every worker of every machine (a gang's slices: one machine for a one-slice job), each
+    report under its worker's index in the job; the snapshot leaves the home once for them all, and
+    the workers that lack it fetch it from the one that has it, across the gang's machines too."""
+    every = [(machine, ep, spec) for machine, workers in slices for ep, spec in workers]
+    reports = dict(p.parallel(lambda w: (w[2].ref.worker, _attempt(p, w[0], w[1], w[2], launch_script([w[2]]))), every))
+    lacking = [w for w in every if _lacks(reports[w[2].ref.worker])]
     if not lacking:
         return reports
-    problem = p.home_archive_problem(lacking[0][1].archive)
+    problem = p.home_archive_problem(lacking[0][2].archive)
     if problem is not None:
-        for ep, spec in lacking:
-            reports[ep.index] = LaunchResult(spec.ref, LaunchOutcome.FAIL, detail=f"the snapshot {spec.archive} in the home {problem}")
+        for _, _, spec in lacking:
+            reports[spec.ref.worker] = LaunchResult(spec.ref, LaunchOutcome.FAIL,
+                                                    detail=f"the snapshot {spec.archive} in the home {problem}")
         return reports
-    if len(lacking) < 2 or not _addresses_fit(p, machine, lacking[0][1]):
-        reports.update(p.parallel(lambda w: (w[0].index, pushed_launch(p, machine, *w)), lacking))
+    if len(lacking) < 2 or not all(_addresses_fit(p, m, w[0][1]) for m, w in slices if w):
+        reports.update(p.parallel(lambda w: (w[2].ref.worker, pushed_launch(p, *w)), lacking))
         return reports
-    reports.update(_through_a_peer(p, machine, workers[0], reports, lacking))
+    reports.update(_through_a_peer(p, every[0], reports, lacking))
     return reports
 
 
@@ -70,32 +82,32 @@ class Serving(msgspec.Struct, frozen=True):
     serve_id: str
 
 
-def _through_a_peer(p: Pass, machine: Machine, first: Worker, reports: dict[int, LaunchReport],
-                    lacking: list[Worker]) -> dict[int, LaunchReport]:
-    """The home's copy to one worker (none when worker 0 holds one already), the others' from it."""
-    archive = lacking[0][1].archive
+def _through_a_peer(p: Pass, first: Placed, reports: dict[int, LaunchReport],
+                    lacking: list[Placed]) -> dict[int, LaunchReport]:
+    """The home's copy to one worker (none when the first worker holds one already), the others' from it."""
+    archive = lacking[0][2].archive
     served: Serving | Served = Served(None)
     source, pushed = first, False
-    if first not in lacking and isinstance(reports[first[0].index], LaunchResult):
-        served = _serve(p, machine, first[0], archive, len(lacking))
-    if not isinstance(served, Serving):  # worker 0 holds no copy it can serve: the first that lacks one gets the home's
+    if first not in lacking and isinstance(reports[first[2].ref.worker], LaunchResult):
+        served = _serve(p, first[0], first[1], archive, len(lacking))
+    if not isinstance(served, Serving):  # the first worker holds no copy it can serve: the first that lacks one gets the home's
         source, lacking = lacking[0], lacking[1:]
         try:
-            p.push_archive(machine, source[0], archive)
+            p.push_archive(source[0], source[1], archive)
         except (RemoteError, OSError) as e:
-            out: dict[int, LaunchReport] = {source[0].index: _no_answer(e)}
-            out.update(p.parallel(lambda w: (w[0].index, pushed_launch(p, machine, *w)), lacking))
+            out: dict[int, LaunchReport] = {source[2].ref.worker: _no_answer(e)}
+            out.update(p.parallel(lambda w: (w[2].ref.worker, pushed_launch(p, *w)), lacking))
             return out
-        served, pushed = _serve(p, machine, source[0], archive, len(lacking)), True
+        served, pushed = _serve(p, source[0], source[1], archive, len(lacking)), True
 
-    def one(w: Worker) -> tuple[int, LaunchReport, bool]:  # the source (when pushed to) launches again meanwhile
+    def one(w: Placed) -> tuple[int, LaunchReport, bool]:  # the source (when pushed to) launches again meanwhile
         if w is source:
-            return w[0].index, _relaunch(p, machine, *w), False
-        return (w[0].index, *_fetch_launch(p, machine, w, source[0].index, served))
+            return w[2].ref.worker, _relaunch(p, *w), False
+        return (w[2].ref.worker, *_fetch_launch(p, w[0], (w[1], w[2]), source[2].ref.worker, served))
 
     done = p.parallel(one, [source, *lacking] if pushed else lacking)
     if isinstance(served, Serving) and sum(fetched for *_, fetched in done) < len(lacking):
-        _stop(p, machine, source[0], served.serve_id)  # some peers never fetched: the server need not wait for them
+        _stop(p, source[0], source[1], served.serve_id)  # some peers never fetched: the server need not wait for them
     return {index: report for index, report, _ in done}
 
 

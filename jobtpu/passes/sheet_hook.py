@@ -114,7 +114,8 @@ def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[She
     back: dict[str, list[Job]] = {}
     for job in state.jobs:
         if job.active and job.status is not Status.KILLING and job.machine:
-            on.setdefault(job.machine, []).append(job)
+            for name in job.gang or [job.machine]:  # a gang is shown on each of its machines' rows
+                on.setdefault(name, []).append(job)
         elif (resumes_on := resuming_on(job)) is not None:
             back.setdefault(resumes_on, []).append(job)
     rows = []

@@ -50,7 +50,8 @@ def _plainly_fine(job: Job) -> bool:
             and 0 <= job.retries < _I64 and 0 <= job.retried < _I64 and job.grace is None and job.signal is None
             and (not job.after or min(job.after) > 0) and (not job.after_any or min(job.after_any) > 0)
             and (job.sweep is None or _plain_sweep(job.sweep, job.sweep_index))
-            and (job.max_running is None or (job.sweep is not None and job.max_running >= 1)))
+            and (job.max_running is None or (job.sweep is not None and job.max_running >= 1))
+            and job.slices >= 1 and not job.gang)
 
 
 def _plain_sweep(sweep: int, index: int | None) -> bool:
@@ -100,6 +101,8 @@ def _sweep_problem(job: Job) -> str | None:
         return "field 'grace' must be a number of seconds above 0, at most 3600"
     if job.signal is not None and (job.signal not in SIGNALS or job.signal_before is None or not job.signal_before > 0):
         return f"fields 'signal' and 'signal_before' must be one of {', '.join(SIGNALS)} and seconds above 0"
+    if job.slices < 1 or (job.gang and (len(job.gang) != job.slices or job.gang[0] != job.machine)):
+        return "field 'slices' must be 1 or more, and 'gang' (when set) list that many machines, 'machine' first"
     return None
 
 

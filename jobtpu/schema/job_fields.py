@@ -70,6 +70,7 @@ ROWS: tuple[Row, ...] = (
     Row("grace", ("grace",), Kind.TEXT, None, job_file=True, api="grace"),
     Row("signal", ("signal", "signal_before"), Kind.TEXT, None, job_file=True, api="signal"),
     Row("hold", ("held",), Kind.BOOL, False, api="hold"),
+    Row("slices", ("slices",), Kind.INT, 1, job_file=True, api="slices"),
     Row("dry_run", (), Kind.BOOL, False),
 )
 

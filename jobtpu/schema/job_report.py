@@ -17,6 +17,20 @@ class AttemptCost(msgspec.Struct):
     run_from: float
     run_until: float
     unit: str = "chip"
+    slices: int = 1  # a gang's machines (submit --slices): its wall time counts once per slice
+
+    @property
+    def slice_hours(self) -> float:
+        return self.wall * self.slices / 3600
+
+
+class SliceGap(msgspec.Struct):
+    """One slice of a gang through an interruption: whether it was lost (preempted, the others kept
+    meanwhile), and when it was ready again (its TPU created and set up; a kept one: at once)."""
+
+    machine: str
+    lost: bool
+    ready_at: float
 
 
 class Interruption(msgspec.Struct):
@@ -33,10 +47,16 @@ class Interruption(msgspec.Struct):
     redone_steps: int | None
     redone: float | None  # seconds of work done again; None: unknown
     by_hand: bool = False  # after an attempt a person killed: waiting on them, not counted in the total
+    slices: list[SliceGap] = msgspec.field(default_factory=list)  # a gang's, each slice apart; [] for one
 
     @property
     def total(self) -> float:
         return self.back_at - self.lost_at
+
+    @property
+    def slice_hours_lost(self) -> float:
+        """Every slice waits out the whole interruption: the lost one coming back, the kept ones for it."""
+        return self.total * max(1, len(self.slices)) / 3600
 
 
 class Mark(msgspec.Struct):

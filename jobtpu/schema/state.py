@@ -12,6 +12,7 @@ from typing import Any
 
 from jobtpu.errors import NotFoundError
 from jobtpu.schema.events import Event
+from jobtpu.schema.last_pass import LastPass, recorded  # noqa: F401  # recorded: read here by older imports
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import Attempts, MachineRecord, Number, Priority, Seconds, Time, Tries
 
@@ -129,6 +130,8 @@ STATUS_FIELDS: dict[str, frozenset[Status]] = {
     "ending": frozenset({Status.KILLING}),  # how it ends once its workers are gone
     "alloc": frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING}),  # the resources it holds
     "exit_code": frozenset({Status.FINISHED, Status.FAILED, Status.KILLED}),  # its last attempt's exit
+    "gang": frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING}),  # its slices' machines, slice order
+    "keeps": frozenset({Status.QUEUED}),  # the machines it waits to resume on: no other job takes them
 }
 
 
@@ -146,6 +149,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     progress: dict[str, Number] | None = None
     last_alive: Time | None = None
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
+    gang: list[str] = msgspec.field(default_factory=list)  # its slices' machines (submit --slices N > 1)
 
 
 class Cause(StrEnum):
@@ -264,6 +268,10 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     signal: str | None = None  # --signal: the signal's name (USR1) sent before --timeout ends
     signal_before: Seconds | None = None  # … this many seconds before
     uid: int | None = None  # the real account that submitted it (its spec says so where it counts: design §7)
+    # Multislice (submit --slices): a gang of machines, `machine` its slice 0 (docs/reference/state-json.md §4.3).
+    slices: Tries = 1
+    gang: list[str] = msgspec.field(default_factory=list)  # slices 0 … N-1's machines while active
+    keeps: list[str] = msgspec.field(default_factory=list)  # queued to resume: machines no other job takes
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None, *, cause: Cause) -> Transition:
@@ -296,6 +304,11 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         return self.status in ENDED
 
     @property
+    def holds(self) -> list[str]:
+        """The machines its workers are on (while active): its gang's, else its one machine."""
+        return list(self.gang) if self.gang else [self.machine] if self.machine else []
+
+    @property
     def current(self) -> Attempt | None:
         """The attempt now launching/running, or the last one that ran."""
         return self.attempts[-1] if self.attempts and self.attempts[-1].n == self.attempt else None
@@ -316,41 +329,9 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
         the retries."""
         self.recoveries = self.preemptions = self.retried = 0
 
-
 # ---- the document --------------------------------------------------------------------------------
 
 VERSION = 1
-
-
-class LastPass(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """When the last manage pass ended, how long it took, and how often its loop runs passes
-    (None: a single pass, from cron or by hand): `status` says how fresh what it shows is."""
-
-    ended: Time
-    took: Seconds
-    every: Seconds | None = None
-    # The longest interval of the passes' sources (loops, cron) seen lately, and when that source
-    # last passed, when slower than this pass's: a quick loop (watch) that stops while a slower one
-    # (manage --loop 60) goes on must not make its 60 s gaps read as late (`recorded`).
-    slowest: Seconds | None = None
-    slowest_at: Time | None = None
-
-
-def recorded(prev: LastPass | None, ended: float, took: float, every: float | None,
-             window: float, default_every: float) -> LastPass:
-    """Pure: the `last_pass` a pass that ended at `ended` records after `prev`. Of the sources `prev`
-    knew (its own pass and the slower one it kept), the slowest that may still pass (its last pass
-    within `window` of its intervals) and is slower than this pass's source is kept; else none."""
-    mine = every or default_every
-    known: list[tuple[float, float]] = []
-    if prev is not None:
-        known.append((float(prev.every or default_every), float(prev.ended)))
-        if prev.slowest is not None and prev.slowest_at is not None:
-            known.append((float(prev.slowest), float(prev.slowest_at)))
-    alive = [(theirs, seen) for theirs, seen in known if theirs > mine and ended - seen <= window * theirs]
-    slowest, slowest_at = max(alive) if alive else (None, None)
-    return LastPass(ended=round(ended, 3), took=round(took, 3), every=every, slowest=slowest,
-                    slowest_at=None if slowest_at is None else round(slowest_at, 3))
 
 
 class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):

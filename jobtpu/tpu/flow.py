@@ -144,7 +144,7 @@ def group_works(p: WorkerAccess, sightings: list[Sighting], now: float) -> dict[
         seen.sort(key=lambda s: s.machine.slice_index or 0)
         records = [p.state.machine(s.machine.name) for s in seen]
         names = {s.machine.name for s in seen}
-        busy = tuple(j.id for j in p.state.jobs if j.machine in names and j.active)
+        busy = tuple(j.id for j in p.state.jobs if j.active and not names.isdisjoint(j.holds))  # a gang on any slice
         works.update((w.machine.name, w) for w in decide_group(seen, records, now, first_backoff(p), busy))
     return works
 

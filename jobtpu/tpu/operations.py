@@ -38,7 +38,7 @@ def node_operation(p: WorkerAccess, op: str, name: str, commit: Callable[[], Non
     api = tpus.api()
     node = api.get_node(str(machine.zone), str(machine.node))
     tpus.saw(name, node)
-    busy = [j.id for j in p.state.jobs if j.machine == name and j.active]
+    busy = [j.id for j in p.state.jobs if name in j.holds and j.active]
     if op in ("reapply", "delete") and busy:
         raise JobtpuError(f"{name} runs job(s) {', '.join(map(str, busy))}",
                           hint=f"`jobtpu kill {' '.join(map(str, busy))}` first")

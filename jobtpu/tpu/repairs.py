@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def running_jobs(p: WorkerAccess, name: str) -> list[int]:
-    return [j.id for j in p.state.jobs if j.machine == name and j.active]
+    return [j.id for j in p.state.jobs if name in j.holds and j.active]  # a gang's every slice
 
 
 def refuse_if_busy(p: WorkerAccess, name: str, force: bool, what: str, hint: str = "add --force, or ") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from jobtpu.errors import ConfigError, JobtpuError, NotFoundError
 from jobtpu.home.layout import Home
@@ -46,10 +46,18 @@ def where(job: Job, short: Mapping[str, str] | None = None) -> str:
     if job.active and job.machine:
         held = [f"{resource}={','.join(map(str, indices))}" for resource, indices in job.alloc.items()
                 if resource != "slot"]
-        return " ".join([named(job.machine), *held])
+        return " ".join([_gang_named(job.gang, named) or named(job.machine), *held])
     if job.status is Status.QUEUED:
-        return " ".join([*job.req, *([f"@{named(job.pin)}"] if job.pin else [])])
-    return named(job.attempts[-1].machine) if job.attempts else ""
+        return " ".join([*job.req, *([f"@{named(job.pin)}"] if job.pin else []),
+                         *([f"{job.slices} slices"] if job.slices > 1 else [])])
+    if job.attempts:
+        return _gang_named(job.attempts[-1].gang, named) or named(job.attempts[-1].machine)
+    return ""
+
+
+def _gang_named(gang: list[str], named: Callable[[str], str]) -> str:
+    """A gang's machines as one cell: `4 slices: a,b,c,d` (empty for one slice)."""
+    return f"{len(gang)} slices: {','.join(named(m) for m in gang)}" if gang else ""
 
 
 def short_overrides(overrides: list[str], aliases: Mapping[str, str], first: Collection[str] = ()) -> str:

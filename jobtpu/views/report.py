@@ -45,7 +45,8 @@ def render_text(reports: Sequence[JobReport]) -> str:
         out.append(f"job {r.job}{name}: goodput {_percent(r.goodput)} "
                    f"(productive {duration(r.productive)} of {duration(r.total)})")
         for a in r.attempts:
-            out.append(f"  attempt {a.n} on {a.machine}: wall {duration(a.wall)}, accelerator "
+            where = a.machine if a.slices == 1 else f"{a.slices} slices from {a.machine} ({a.slice_hours:.2f} slice-hours)"
+            out.append(f"  attempt {a.n} on {where}: wall {duration(a.wall)}, accelerator "
                        f"{_chip_hours(a.accelerator, a.unit)}, ran {duration(a.running)}, {a.outcome or 'running'}")
         for g in r.interruptions:
             if g.by_hand:
@@ -57,6 +58,10 @@ def render_text(reports: Sequence[JobReport]) -> str:
                        f"{duration(g.total)} = detection {duration(g.detection)}, delete+create "
                        f"{duration(g.recreate)}, setup {duration(g.setup)}, launch {duration(g.launch)}; "
                        f"work redone {duration(g.redone)}{steps}")
+            if g.slices:  # a gang: every slice waited the whole interruption, each for its own reason
+                each = ", ".join(f"{s.machine} {'lost, back' if s.lost else 'kept, ready'} after "
+                                 f"{duration(max(0.0, s.ready_at - g.lost_at))}" for s in g.slices)
+                out.append(f"    {len(g.slices)} slices, {g.slice_hours_lost:.2f} slice-hours lost: {each}")
         if r.redone_unknown:
             out.append("  (work redone unknown where the job reported no progress or checkpoint: "
                        "print JOBTPU_PROGRESS step=N checkpoint=N)")

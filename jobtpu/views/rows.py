@@ -129,7 +129,8 @@ def machine_rows(fleet: Fleet, state: State, published: Sequence[MachineJson], n
     held: dict[str, list[int]] = {}
     for job in state.jobs:
         if job.active and job.machine:
-            held.setdefault(job.machine, []).append(job.id)
+            for name in job.gang or [job.machine]:  # a gang holds every one of its machines
+                held.setdefault(name, []).append(job.id)
     return [machine_row(row, fleet.machines[row.name], state.machines.get(row.name) or MachineRecord(),
                         held.get(row.name, ()), now, zone) for row in published]
 

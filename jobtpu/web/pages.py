@@ -249,7 +249,7 @@ def machines_page(home: Home, state: State) -> list[MachinePage]:
     out = []
     for row, published, cells in zip(found, typed, table_rows(fleet, state, typed, time.time(), zone), strict=True):
         machine = fleet.machines[row["name"]]
-        holding = [j for j in state.jobs if j.machine == machine.name and j.active]
+        holding = [j for j in state.jobs if machine.name in j.holds and j.active]
         lines = machine_lines(row, machine, state.machines.get(machine.name) or MachineRecord(), holding,
                               lambda t: clock(t, zone), last)
         out.append(MachinePage(published, cells, lines))
