@@ -18,6 +18,7 @@ from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, Worke
 from jobtpu.errors import RemoteError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
+from jobtpu.home import fence
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
@@ -123,6 +124,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     machine = p.fleet.get(action.machine)
     if job is None or machine is None or job.status is not Status.LAUNCHING:
         return None
+    fence.check(p.home)  # a runner that lost its lease starts nothing (home-files.md §1.7)
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
     driver = driver_for(machine)

@@ -58,6 +58,8 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
             report.skipped = True
             report.notes.append("another pass is running; this one did nothing")
             return report
+        if not dry_run and not _may_run(home, report, every):
+            return report
         p = open_pass(home, report, dry_run, kept)
         pass_hooks = hooks_of(p, every)
         before = Before({name: record.state for name, record in p.state.machines.items()},
@@ -97,6 +99,20 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         for line in hooks.after_pass(pass_hooks, p, seen):
             report.say(line)
     return report
+
+
+def _may_run(home: Home, report: PassReport, every: float | None) -> bool:
+    """In a home with a runner lease, a pass that holds none (`run`, `watch`) takes it as a runner
+    would, or does nothing while another runner holds it (home-files.md §1.7)."""
+    from jobtpu.home import fence, lease
+
+    if fence.holding(home) is not None or not lease.in_use(home):
+        return True
+    go, lines = fence.round_(home, False, every)
+    for line in lines:
+        report.say(line)
+    report.skipped = not go
+    return go
 
 
 def open_pass(home: Home, report: PassReport, dry_run: bool, kept: KeptConnections | None) -> Pass:
