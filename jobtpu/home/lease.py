@@ -62,10 +62,14 @@ def boot_id() -> str:
 
 
 def ensure(home: Home) -> None:
-    """Make lease/: writable by the runner alone, whatever the home's group may write (design §7)."""
-    home.ensure()
-    with contextlib.suppress(FileExistsError):
+    """Make lease/: writable by the runner alone, whatever the home's group may write (design §7). A
+    home that is not there (its filesystem gone) is never made again here: LeaseUnreadable."""
+    try:
         os.mkdir(folder(home), 0o755)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise LeaseUnreadable(e.errno, f"cannot reach {folder(home)}: {e.strerror}") from None
 
 
 def tokens(home: Home) -> list[int]:
