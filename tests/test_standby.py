@@ -302,7 +302,7 @@ def test_chaos_kills_and_stops_of_both_runners_lose_no_job_and_start_none_twice(
     src.mkdir()
     local_starts, box_starts = tmp_path / "starts", box.home / "starts"
     ids = [submit(home, src, counting_job(local_starts if n % 2 else Path("$HOME/starts"), 0.2),
-                  "--machine", "local" if n % 2 else "box") for n in range(60)]
+                  "--machine", "local" if n % 2 else "box") for n in range(100)]
     for name in ("boxA", "boxB"):
         start(runners, home, name, tmp_path)
     faults = 0
@@ -328,5 +328,5 @@ def test_chaos_kills_and_stops_of_both_runners_lose_no_job_and_start_none_twice(
     assert faults >= 4
     assert_once_each(ids, local_starts, box_starts)
     wait_for(lambda: set(ids) <= ended_told(home), what="every end told")
-    tokens = lease.tokens(Home(home))
-    assert tokens[-1] >= faults
+    # Each stop made the other runner take over (a killed box that comes back may go on with its own lease).
+    assert lease.tokens(Home(home))[-1] >= 1 + faults // 2
