@@ -6,8 +6,6 @@ the same renewal stay unchanged for a whole lease, never by comparing wall clock
 clock that jumps (or two boxes that disagree) can neither make a standby take over early nor keep a
 dead runner's lease alive. The wall times in a lease are for people to read."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 # A holder stops trusting its lease this share of a lease before a standby could judge it expired:
@@ -62,7 +60,7 @@ class Held(NamedTuple):
         return now - self.renewed >= self.seconds * (1 - MARGIN)
 
 
-class Step(NamedTuple):
+class LeaseStep(NamedTuple):
     """What to do: `renew` the held token, `take` a new one (`token`), `wait` as a standby, or stop
     (`fenced`: this runner must write nothing more). `line`: what to say (empty: nothing)."""
 
@@ -72,47 +70,47 @@ class Step(NamedTuple):
 
 
 def judge(top: int, lease: Lease | None, me: Me, held: Held | None, standby: bool, seen: Seen | None,
-          now: float, boot: str, seconds: float) -> Step:
+          now: float, boot: str, seconds: float) -> LeaseStep:
     """The next step. `top`: the highest token in lease/ (0: none); `lease`: that file, None if it is
     damaged or missing; `now`: monotonic. A standby's takeover needs `seen` to have watched the same
     lease for `seconds`."""
     if held is not None:
         if top > held.token:
             who = lease.holder if lease is not None else "another runner"
-            return Step("fenced", held.token, f"this runner lost the lease to {who} (token {top} > {held.token}); "
+            return LeaseStep("fenced", held.token, f"this runner lost the lease to {who} (token {top} > {held.token}); "
                         "it writes and starts nothing more and stops")
         if held.lapsed(now):
-            return Step("fenced", held.token, f"this runner was stopped or frozen past its lease "
+            return LeaseStep("fenced", held.token, f"this runner was stopped or frozen past its lease "
                         f"({seconds:g}s without renewal, token {held.token}); a standby may have taken over, "
                         "so it writes and starts nothing more and stops")
-        return Step("renew", held.token)
+        return LeaseStep("renew", held.token)
     if top == 0:
         if standby:
             return _after_watching(top, 0, seen, now, boot, seconds, "no runner holds the lease")
-        return Step("take", 1, "this runner takes the lease (token 1)")
+        return LeaseStep("take", 1, "this runner takes the lease (token 1)")
     if lease is None:  # damaged: its token is its name; watched like any other lease
         if standby:
             return _after_watching(top, -1, seen, now, boot, seconds, f"lease/{top} is damaged")
-        return Step("wait", 0, f"lease/{top} is damaged and its runner unknown; this pass did nothing "
+        return LeaseStep("wait", 0, f"lease/{top} is damaged and its runner unknown; this pass did nothing "
                     "(a standby takes it over after one lease; see `jobtpu runner`)")
     if lease.holder == me.name and not lease.released:
         # This runner (an account on a box) in a later process: cron's next pass, a restarted loop. A
         # process of it that was paused finds its own renewal lapsed and stops (held.lapsed).
-        return Step("renew", top)
+        return LeaseStep("renew", top)
     if lease.released and lease.holder != me.name and standby:
-        return Step("take", top + 1, f"{lease.holder} handed the lease over; this runner takes it (token {top + 1})")
+        return LeaseStep("take", top + 1, f"{lease.holder} handed the lease over; this runner takes it (token {top + 1})")
     if not standby:
-        return Step("wait", 0, f"{lease.holder} holds the runner lease (token {top}); this pass did nothing "
+        return LeaseStep("wait", 0, f"{lease.holder} holds the runner lease (token {top}); this pass did nothing "
                     "(run with --standby to take over when it stops renewing)")
     return _after_watching(top, lease.beat, seen, now, boot, seconds,
                            f"{lease.holder}'s lease expired (token {top}, no renewal for {seconds:g}s)")
 
 
 def _after_watching(top: int, beat: int, seen: Seen | None, now: float, boot: str, seconds: float,
-                    why: str) -> Step:
+                    why: str) -> LeaseStep:
     if seen_expired(seen, top, beat, now, boot, seconds):
-        return Step("take", top + 1, f"{why}; this runner takes over (token {top + 1})")
-    return Step("wait", 0)
+        return LeaseStep("take", top + 1, f"{why}; this runner takes over (token {top + 1})")
+    return LeaseStep("wait", 0)
 
 
 def seen_expired(seen: Seen | None, top: int, beat: int, now: float, boot: str, seconds: float) -> bool:
