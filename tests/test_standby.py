@@ -54,6 +54,8 @@ L1 = Lease(1, "run", "boxA", 10, 3.0, 1000.0, 5)
     (1, L1, B, None, True, Seen(1, 5, 47.0, "b1"), 50.0, ("take", 2)),  # unchanged for a lease
     (1, L1, B, None, True, Seen(1, 4, 40.0, "b1"), 50.0, ("wait", 0)),  # it was renewed since
     (1, L1, B, None, True, Seen(1, 5, 40.0, "b0"), 50.0, ("wait", 0)),  # watched on another boot
+    (1, L1._replace(renewed=0.0), B, None, True, Seen(1, 5, 49.0, "b1"), 50.0, ("wait", 0)),  # a clock far behind
+    (1, L1._replace(renewed=9e9), B, None, True, Seen(1, 5, 47.0, "b1"), 50.0, ("take", 2)),  # ... or ahead
     (1, L1._replace(released=True), B, None, True, None, 50.0, ("take", 2)),  # handed over: at once
     (1, L1._replace(released=True), A, None, True, None, 50.0, ("wait", 0)),  # not back to who released it
     (3, None, B, None, False, None, 50.0, ("wait", 0)),  # damaged: a plain pass does nothing
@@ -254,7 +256,9 @@ def test_a_planned_handover_and_two_standbys_never_make_two_runners(tmp_path: Pa
     wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 2, what="boxB to take the handed-over lease")
     assert a.proc.poll() is None and "handed the lease over (token 1); it now stands by" in a.said()
     shown = run_cli(home, "runner").stdout
-    assert "runner: root@boxB" in shown and "standby: root@boxA" in shown
+    assert "runner: root@boxB" in shown and "standby: root@boxA" in shown and "home filesystem: " in shown
+    checked = run_cli(home, "doctor")
+    assert "runner: root@boxB" in checked.stderr and "home filesystem: " in checked.stderr
     # A third box stands by too; the runner dies: one standby takes token 3, never both.
     start(runners, home, "boxC", tmp_path)
     wait_for(lambda: (home / "lease" / "seen.root@boxC").exists(), what="boxC to stand by")

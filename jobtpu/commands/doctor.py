@@ -40,11 +40,9 @@ def doctor(home: Home, name: str | None, fix: bool, accelerator: bool = False) -
 def _lease_checks(home: Home) -> bool:
     """The runner lease and the home's filesystem (whether a standby can work there); whether any is a problem."""
     from jobtpu.commands.runner import filesystem_check, lease_lines
-    from jobtpu.home import lease
-
     checks = lease_lines(home)
-    text, problem = filesystem_check(home)
-    checks.append((text, problem and lease.in_use(home)))  # only a home with a standby needs a shared filesystem
+    if checks:  # a home with a standby needs a shared filesystem (`jobtpu runner` says it of any home)
+        checks.append(filesystem_check(home))
     for text, problem in checks:
         note(("problem: " if problem else "") + text)
     return any(problem for _, problem in checks)

@@ -43,7 +43,7 @@ def show(home: Home) -> int:
     lines = lease_lines(home) or [("runner lease: none: passes run without a standby (start one on another box "
                                    "with `jobtpu manage --loop SECONDS --standby` or `jobtpu cron install --standby`)",
                                    False)]
-    for line, _ in lines:
+    for line, _ in [*lines, filesystem_check(home)]:  # where one is planned: can a standby work here?
         say(printable(line))
     return 0
 
