@@ -127,6 +127,31 @@ def test_a_runner_that_lost_its_lease_saves_nothing_and_launches_nothing(tmp_pat
         fence.drop(home)
 
 
+def test_a_worker_refuses_the_launch_of_a_runner_older_than_one_it_has_seen(tmp_path: Path) -> None:
+    from jobtpu.decide.workers import LaunchSpec, WorkerRef
+    from jobtpu.remote.scripts import launch_script, parse_launch
+    from jobtpu.snapshot.archive import snapshot
+
+    root = tmp_path / "root"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a\n")
+    snap = snapshot(src, root / "archives")
+
+    def launch(job: int, token: int) -> tuple[str, str]:
+        ref = WorkerRef(job, 0, 0)
+        script = launch_script([LaunchSpec(ref, str(root), snap.name, "true", {}, home_id="h1", token=token)])
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        report = parse_launch(done.stdout)[ref]
+        return report.outcome, report.detail
+
+    assert launch(1, 5)[0] == "ok"  # the runner of token 5 launched here
+    outcome, detail = launch(2, 4)  # a runner that lost its lease to it
+    assert outcome == "fail" and "newer lease token" in detail
+    assert not (root / "jobs" / "2").exists() and not (root / "meta" / "2" / "0.0.pid").exists()
+    assert launch(3, 6)[0] == "ok" and launch(4, 0)[0] == "ok"  # a newer runner; a home without a lease
+
+
 # ---- runners as processes of their own boxes ---------------------------------------------------------
 
 class Runner:

@@ -39,10 +39,11 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
                     return 0
                 _stand_by(loop)
                 continue
+            tell = functools.partial(_fenced_note, home)
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
                 for line in take_in(home):
-                    note(line)
-            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop or every)
+                    tell(line)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else tell, every=loop or every)
         except Fenced as e:  # a stale runner: whatever it would do next could undo its successor's work
             note(error_text(e))
             return e.exit_code
@@ -87,6 +88,15 @@ def _lease_round(home: Home, standby: bool, interval: float | None) -> bool:
     for line in lines:
         note(f"jobtpu: {line}")
     return go
+
+
+def _fenced_note(home: Home, line: str) -> None:
+    """A pass's line, said only while this runner still holds its lease: one paused before it said
+    what it decided wakes to say only that it stops (home/fence.py)."""
+    from jobtpu.home import fence
+
+    fence.check(home)
+    note(line)
 
 
 def _stand_by(seconds: float) -> None:

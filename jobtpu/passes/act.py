@@ -124,7 +124,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     machine = p.fleet.get(action.machine)
     if job is None or machine is None or job.status is not Status.LAUNCHING:
         return None
-    fence.check(p.home)  # a runner that lost its lease starts nothing (home-files.md §1.7)
+    token = fence.check(p.home) or 0  # a runner that lost its lease starts nothing (home-files.md §1.7)
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
     driver = driver_for(machine)
@@ -147,7 +147,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
-                          time_limit=job.timeout)
+                          time_limit=job.timeout, token=token)
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return LaunchDone(job.id, machine, reports)
