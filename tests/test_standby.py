@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections import Counter
@@ -274,6 +275,7 @@ def test_a_planned_handover_and_two_standbys_never_make_two_runners(tmp_path: Pa
     home = make_home(tmp_path, slots=2)
     a = start(runners, home, "boxA", tmp_path)
     wait_for(lambda: holder(home) == (1, "boxA"), what="boxA to take the lease")
+    assert stat.S_IMODE((home / "lease").stat().st_mode) == 0o700  # a private home's: the owner's alone
     start(runners, home, "boxB", tmp_path)
     wait_for(lambda: (home / "lease" / "seen.root@boxB").exists(), what="boxB to stand by")
     asked = run_cli(home, "runner", "handover")

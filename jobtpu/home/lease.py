@@ -62,10 +62,13 @@ def boot_id() -> str:
 
 
 def ensure(home: Home) -> None:
-    """Make lease/: writable by the runner alone, whatever the home's group may write (design §7). A
-    home that is not there (its filesystem gone) is never made again here: LeaseUnreadable."""
+    """Make lease/ with the modes of the runner's folders (home-files.md §1.4: in a one-writer shared
+    home the group reads it, only the runner writes it). A home that is not there (its filesystem
+    gone) is never made again here: LeaseUnreadable."""
     try:
-        os.mkdir(folder(home), 0o755)
+        mode = safefs.modes_in(os.stat(home.root).st_mode)[0]  # the home's own folder mode: never the world's
+        os.mkdir(folder(home), mode)
+        os.chmod(folder(home), mode)  # exactly, whatever the umask
     except FileExistsError:
         pass
     except OSError as e:
