@@ -77,17 +77,21 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
 def _lease_round(home: Home, standby: bool, interval: float | None) -> bool:
     """The runner lease's step before a round (home/fence.py): whether this runner runs the round.
     A home whose lease cannot be read (its filesystem gone) runs nothing: one line, and the loop
-    tries again next round."""
+    tries again next round. A line said the round before is not said again."""
     from jobtpu.home import fence
 
     try:
         go, lines = fence.round_(home, standby, interval)
     except OSError as e:
-        note(f"jobtpu: the home's lease cannot be read ({e.strerror or e}); this runner writes nothing until it can")
-        return False
+        go, lines = False, [f"the home's lease cannot be read ({e.strerror or e}); this runner writes nothing until it can"]
     for line in lines:
-        note(f"jobtpu: {line}")
+        if line != _said_last.get(str(home.root)):  # a runner that waits each round says so once
+            note(f"jobtpu: {line}")
+    _said_last[str(home.root)] = lines[-1] if lines else ""
     return go
+
+
+_said_last: dict[str, str] = {}
 
 
 def _fenced_note(home: Home, line: str) -> None:

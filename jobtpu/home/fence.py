@@ -29,6 +29,7 @@ class Fenced(JobtpuError):
 
 _held: dict[str, Held] = {}
 _events: list[Event] = []
+_handed_over: set[str] = set()  # homes whose lease this process handed over: it stands by since
 
 
 def holding(home: Home) -> Held | None:
@@ -56,6 +57,7 @@ def round_(home: Home, standby: bool, interval: float | None) -> tuple[bool, lis
     """Take, renew or wait for the lease before a round; (whether this process may run the round,
     lines to say). A home without lease/ and a runner that is no standby: no lease, as before.
     Raises Fenced when this process lost its lease; OSError when the home cannot be read."""
+    standby = standby or str(home.root) in _handed_over
     if not standby and not lease.in_use(home) and holding(home) is None:
         return True, []
     lease.ensure(home)
@@ -90,6 +92,7 @@ def round_(home: Home, standby: bool, interval: float | None) -> tuple[bool, lis
         lease.renew(home, mine._replace(released=True, beat=mine.beat + 1))
         lease.handover_done(home)
         drop(home)
+        _handed_over.add(str(home.root))
         return False, [*lines, f"this runner handed the lease over (token {step.token}); it now stands by"]
     return True, lines
 
