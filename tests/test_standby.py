@@ -245,7 +245,8 @@ def test_a_runner_killed_in_a_pass_is_replaced_within_its_lease(tmp_path: Path, 
     active.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 4, what="boxB to take over")
-    assert time.monotonic() - killed < LEASE + 4 * INTERVAL + 2, "the takeover took longer than the lease"
+    # Within the lease, counted from the last renewal: a standby's few rounds and a loaded machine's delay on top.
+    assert time.monotonic() - killed < LEASE + 10 * INTERVAL, "the takeover took longer than the lease"
     wait_for(lambda: all(j["status"] == "finished" for j in status(home).values()), timeout=60,
              what="every job to finish under boxB")
     assert_once_each(ids, starts)
