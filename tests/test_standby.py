@@ -101,6 +101,17 @@ def test_the_runner_token_is_recorded_in_state_jsons_head() -> None:
     assert fence.token_in(b"{\n" + head) == 0
 
 
+def test_cron_installs_a_standbys_passes(tmp_path: Path) -> None:
+    from jobtpu.commands.cron import cron_line, unit_files
+
+    assert " manage --every 300 --standby >> " in cron_line(tmp_path, 5, standby=True)
+    assert "--standby" not in cron_line(tmp_path, 5)
+    service = next(text for name, text in unit_files(tmp_path, 1, standby=True).items() if name.endswith(".service"))
+    assert '"manage" "--every" "60" "--standby"\n' in service
+    refused = run_cli(tmp_path, "cron", "show", "--standby")
+    assert refused.returncode == 2 and "are options of `cron install`" in refused.stderr
+
+
 # ---- one process: what a runner that lost its lease may still do -----------------------------------
 
 def test_a_runner_that_lost_its_lease_saves_nothing_and_launches_nothing(tmp_path: Path) -> None:
