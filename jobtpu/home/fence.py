@@ -97,6 +97,26 @@ def round_(home: Home, standby: bool, interval: float | None) -> tuple[bool, lis
     return True, lines
 
 
+_lock_missed: dict[str, float] = {}  # since when (monotonic) the lease holder finds the pass lock taken
+
+
+def pass_lock_overdue(home: Home, got: bool) -> tuple[bool, bool]:
+    """Whether the lease holder goes on without the pass lock: another process has held it for a whole
+    lease of this runner's. Only a runner that lost the lease (paused mid-pass: it saves and launches
+    nothing) or a command stuck that long holds it so; waiting on it would leave the home without
+    passes for as long as a stopped process stays stopped. (Whether to go on, whether to say so: once.)"""
+    held, key = holding(home), str(home.root)
+    if got or held is None:
+        _lock_missed.pop(key, None)
+        return False, False
+    since = _lock_missed.setdefault(key, time.monotonic())
+    if time.monotonic() - since < held.seconds:
+        return False, False
+    first = since >= 0
+    _lock_missed[key] = -1.0 - time.monotonic()  # overdue from now on, until the lock is free again
+    return True, first
+
+
 def check(home: Home) -> int | None:
     """Before a save of state.json or a launch: the token this process holds (None: it holds none and
     is not fenced). Raises Fenced when it lost the lease or was paused past it; renews it when a third

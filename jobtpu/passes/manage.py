@@ -23,6 +23,7 @@ from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
 from jobtpu.decide.settle import settle
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import driver_for
+from jobtpu.home import fence
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
@@ -54,6 +55,11 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
     loop's connections and threads, kept between its rounds."""
     report = PassReport(on_note=on_note)
     with pass_lock(home, timing.current().manage_lock_wait if wait is None else wait) as got:
+        overdue, say = fence.pass_lock_overdue(home, got)
+        if say:
+            report.say("the pass lock has been held for a whole lease, by a runner that lost the lease or a stuck "
+                       "command; this runner, which holds the lease, goes on without it")
+        got = got or overdue
         if not got:
             report.skipped = True
             report.notes.append("another pass is running; this one did nothing")
