@@ -36,6 +36,7 @@ class Timing(NamedTuple):
     grace: float = 5.0  # between TERM and KILL unless the job's --grace says otherwise
     launch_give_up: float = 3600.0  # a launch may go on this long without a clear answer from every worker
     stale_intervals: float = 3  # `status` warns after this many loop intervals without a pass (a count)
+    lease_intervals: float = 3  # a runner's lease holds this many of its intervals; a standby takes over after (a count)
     default_interval: float = 60.0  # the loop interval assumed for passes from cron or by hand
     notify_budget: float = 5.0  # all of a pass's webhook deliveries together
     api_timeout: float = 30.0  # one TPU API call (the client has none: a hung API must not hang a pass)

@@ -232,7 +232,7 @@ def test_invalid_job_edits_are_refused_precisely(tmp_path: Path, edit: dict[str,
 @pytest.mark.parametrize(("doc", "needle"), [
     ([], "state.json: $: expected object, got array"),
     ({"jobs": [], "queue": []}, "state.json: $: object contains unknown field queue (valid: jobs, last_pass, "
-                                "machines, next_id, untold, version)"),
+                                "machines, next_id, runner_token, untold, version)"),
     ({"version": 2}, "state.json: version 2 is not one this jobtpu reads (1)"),
     ({"jobs": {}}, "state.json: $.jobs: expected array, got object"),
     ({"jobs": [5]}, "state.json: $.jobs[0]: expected object, got int"),

@@ -36,9 +36,10 @@ def this_jobtpu() -> list[str]:
     return [str(Path(sys.executable).absolute()), "-m", "jobtpu.cli"]
 
 
-def pass_words(home: Path, every: int) -> list[str]:
-    """One pass of `home`, recording the interval it runs at (so `status` knows when it is late)."""
-    return [*this_jobtpu(), "--home", str(home), "manage", "--every", str(every * 60)]
+def pass_words(home: Path, every: int, standby: bool = False) -> list[str]:
+    """One pass of `home`, recording the interval it runs at (so `status` knows when it is late);
+    `standby`: a standby runner's pass, which takes the lease over when it expires (home-files.md §1.7)."""
+    return [*this_jobtpu(), "--home", str(home), "manage", "--every", str(every * 60), *(["--standby"] if standby else [])]
 
 
 def schedule(every: int) -> str:
@@ -60,11 +61,11 @@ def line_safe(home: Path, where: str) -> None:
                    "install jobtpu under a path of printable characters and run its `jobtpu cron install`")
 
 
-def cron_line(home: Path, every: int) -> str:
+def cron_line(home: Path, every: int, standby: bool = False) -> str:
     """The crontab line: a pass of `home` every `every` minutes, its output appended to the home's
     passes log, marked with a comment naming the home (how show and remove find it again)."""
     line_safe(home, "a crontab line")
-    command = f"{shlex.join(pass_words(home, every))} >> {shlex.quote(str(passes_log(home)))} 2>&1"
+    command = f"{shlex.join(pass_words(home, every, standby))} >> {shlex.quote(str(passes_log(home)))} 2>&1"
     return _cron_escape(f"{schedule(every)} {command} {MARK}{home}")
 
 
@@ -139,12 +140,12 @@ def _unit_word(word: str) -> str:
     return quoted.replace("%", "%%")
 
 
-def unit_files(home: Path, every: int) -> dict[str, str]:
+def unit_files(home: Path, every: int, standby: bool = False) -> dict[str, str]:
     """The service (one pass, its output appended to the passes log) and its timer."""
     line_safe(home, "a systemd unit")
     name, log = unit_name(home), str(passes_log(home)).replace("%", "%%")
     service = (f"[Unit]\nDescription=jobtpu passes of {str(home).replace('%', '%%')}\n\n"
-               f"[Service]\nType=oneshot\nExecStart={' '.join(map(_unit_word, pass_words(home, every)))}\n"
+               f"[Service]\nType=oneshot\nExecStart={' '.join(map(_unit_word, pass_words(home, every, standby)))}\n"
                f"StandardOutput=append:{log}\nStandardError=append:{log}\n")
     timer = (f"[Unit]\nDescription=a jobtpu pass every {every} min: {str(home).replace('%', '%%')}\n\n"
              f"[Timer]\nOnCalendar=*:0/{every}\nAccuracySec=1s\n\n[Install]\nWantedBy=timers.target\n")
@@ -160,9 +161,9 @@ def _systemctl(*words: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([program, "--user", *words], capture_output=True, text=True)
 
 
-def install_systemd(home: Path, every: int) -> None:
+def install_systemd(home: Path, every: int, standby: bool = False) -> None:
     folder = unit_folder()
-    files = unit_files(home, every)
+    files = unit_files(home, every, standby)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (folder / name).write_text(text)
@@ -200,15 +201,15 @@ def _home_path(home: Home) -> Path:
     return root
 
 
-def install(home: Home, every: int, systemd: bool) -> int:
+def install(home: Home, every: int, systemd: bool, standby: bool = False) -> int:
     root = _home_path(home)
     line_safe(root, "a systemd unit" if systemd else "a crontab line")  # before anything is made
     passes_log(root).parent.mkdir(exist_ok=True)  # the log's folder must be there for the redirect
     if systemd:
-        install_systemd(root, every)
+        install_systemd(root, every, standby)
         return 0
     before = read_crontab()
-    line = cron_line(root, every)
+    line = cron_line(root, every, standby)
     if home_line(before, root) == line:
         print(printable(f"already installed: {line}"))
         return 0
@@ -265,13 +266,16 @@ def add_parser(subparsers: args.Subparsers) -> None:
                    help="install: a pass every MINUTES minutes, 1 to 59 (default 1)")
     p.add_argument("--systemd", action="store_true",
                    help="install: a systemd user timer in ~/.config/systemd/user instead of a crontab line")
+    p.add_argument("--standby", action="store_true",
+                   help="install: this box's passes stand by for the home's runner on another box and take over "
+                   "its lease when it stops renewing it")
     p.set_defaults(func=cron)
 
 
 def cron(home: Home, a: argparse.Namespace) -> int:
     if a.op == "install":
-        return install(home, a.every, a.systemd)
-    if a.every != 1 or a.systemd:
-        raise UsageError(f"--every and --systemd are options of `cron install`, not of `cron {a.op}`",
+        return install(home, a.every, a.systemd, a.standby)
+    if a.every != 1 or a.systemd or a.standby:
+        raise UsageError(f"--every, --systemd and --standby are options of `cron install`, not of `cron {a.op}`",
                          hint=f"run `jobtpu cron {a.op}` alone: it finds the crontab line and the timer itself")
     return show(home) if a.op == "show" else remove(home)

@@ -25,7 +25,7 @@ def doctor(home: Home, name: str | None, fix: bool, accelerator: bool = False) -
     if name is None:
         text, problem = passes_check(Store(home).load().last_pass, time.time())
         note(text)
-        return 1 if problem else 0
+        return 1 if _lease_checks(home) or problem else 0
     from jobtpu.fleet.doctor import doctor as check_machine
     from jobtpu.home.machines import load_fleet
 
@@ -35,6 +35,17 @@ def doctor(home: Home, name: str | None, fix: bool, accelerator: bool = False) -
     text, problem = passes_check(Store(home).load().last_pass, time.time(), machine_asked=True)
     note(text)  # after the machine's own lines: how its jobs get started
     return 1 if problems or problem else 0
+
+
+def _lease_checks(home: Home) -> bool:
+    """The runner lease and the home's filesystem (whether a standby can work there); whether any is a problem."""
+    from jobtpu.commands.runner import filesystem_check, lease_lines
+    checks = lease_lines(home)
+    if checks:  # a home with a standby needs a shared filesystem (`jobtpu runner` says it of any home)
+        checks.append(filesystem_check(home))
+    for text, problem in checks:
+        note(("problem: " if problem else "") + text)
+    return any(problem for _, problem in checks)
 
 
 def passes_check(last: LastPass | None, now: float, machine_asked: bool = False) -> tuple[str, bool]:

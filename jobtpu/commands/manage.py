@@ -12,21 +12,23 @@ from jobtpu.home.layout import Home
 from jobtpu.render.text import printable
 
 
-def manage(home: Home, loop: float | None, dry_run: bool, every: float | None = None) -> int:
+def manage(home: Home, loop: float | None, dry_run: bool, every: float | None = None, standby: bool = False) -> int:
     """One pass, or (with `loop`) a pass every `loop` seconds until interrupted. `every`: how often
-    something else (cron) runs single passes, recorded with the pass as a loop's interval is."""
+    something else (cron) runs single passes, recorded with the pass as a loop's interval is.
+    `standby`: this runner waits for the lease and takes it over when it expires (home-files.md §1.7)."""
     from jobtpu.passes import manage as passes
     from jobtpu.passes.session import kept_connections
 
     with kept_connections(loop is not None) as kept:  # a loop keeps its SSH connections open between rounds
-        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept), every, kept)
+        return _manage_rounds(home, loop, dry_run, functools.partial(passes.run_pass, kept=kept), every, kept, standby)
 
 
 def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any, every: float | None = None,
-                   kept: Any = None) -> int:
+                   kept: Any = None, standby: bool = False) -> int:
     from jobtpu.commands.cadence import between_rounds, spool_stamp
     from jobtpu.commands.freshness import record_pass_failure
     from jobtpu.commands.intake import take_in
+    from jobtpu.home.fence import Fenced
     from jobtpu.home.store import stamp_of
     woken: set[tuple[int, int]] = set()  # (job, attempt) ends that started a round early: once each
     seen: int | None = None
@@ -34,10 +36,19 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
         left: bytes | None = None  # state.json as the round left it: another's write (a submit) wakes the loop
         try:
             seen = spool_stamp(home)
+            if not dry_run and not _lease_round(home, standby, loop or every):
+                if loop is None:
+                    return 0
+                _stand_by(loop)
+                continue
+            tell = functools.partial(_fenced_note, home)
             if not dry_run:  # a shared home's requests first: submits to start, acts to carry out
                 for line in take_in(home):
-                    note(line)
-            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else note, every=loop or every)
+                    tell(line)
+            report = run_pass(home, dry_run=dry_run, on_note=None if dry_run else tell, every=loop or every)
+        except Fenced as e:  # a stale runner: whatever it would do next could undo its successor's work
+            note(error_text(e))
+            return e.exit_code
         except Exception as e:
             # A loop logs every failed round (nobody may be reading its terminal); a single pass
             # that fails on the user's mistake (a broken machines.json) changes nothing, as every
@@ -68,6 +79,42 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
         between_rounds(home, loop, woken, kept, spool_seen=seen, state_seen=left)
 
 
+def _lease_round(home: Home, standby: bool, interval: float | None) -> bool:
+    """The runner lease's step before a round (home/fence.py): whether this runner runs the round.
+    A home whose lease cannot be read (its filesystem gone) runs nothing: one line, and the loop
+    tries again next round. A line said the round before is not said again."""
+    from jobtpu.home import fence
+
+    try:
+        go, lines = fence.round_(home, standby, interval)
+    except OSError as e:
+        go, lines = False, [f"the home's lease cannot be read ({e.strerror or e}); this runner writes nothing until it can"]
+    for line in lines:
+        if line != _said_last.get(str(home.root)):  # a runner that waits each round says so once
+            note(f"jobtpu: {line}")
+    _said_last[str(home.root)] = lines[-1] if lines else ""
+    return go
+
+
+_said_last: dict[str, str] = {}
+
+
+def _fenced_note(home: Home, line: str) -> None:
+    """A pass's line, said only while this runner still holds its lease: one paused before it said
+    what it decided wakes to say only that it stops (home/fence.py)."""
+    from jobtpu.home import fence
+
+    fence.check(home)
+    note(line)
+
+
+def _stand_by(seconds: float) -> None:
+    """A standby's wait between its looks at the lease."""
+    import time
+
+    time.sleep(seconds)
+
+
 def add_parser(subparsers: args.Subparsers) -> None:
     p = args.add_command(subparsers, "manage")
     p.add_argument("--loop", type=args.positive_seconds, metavar="SECONDS", help="repeat every SECONDS until interrupted")
@@ -75,4 +122,6 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.add_argument("--every", type=args.positive_seconds, metavar="SECONDS",
                    help="the interval single passes are run at (cron: `jobtpu cron install` sets it), recorded with "
                    "the pass so that `status` says when passes are late")
-    p.set_defaults(func=lambda home, a: manage(home, a.loop, a.dry_run, a.every))
+    p.add_argument("--standby", action="store_true",
+                   help="stand by for this home's runner on another box: take over its lease when it stops renewing it")
+    p.set_defaults(func=lambda home, a: manage(home, a.loop, a.dry_run, a.every, a.standby))

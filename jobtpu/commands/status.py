@@ -151,6 +151,11 @@ def status(home: Home, chosen: Selection, as_json: bool, watch: float | None, sh
         state = Store(home).load()
         table(state).write(console)  # plain lines to a file or a pipe: 10,000 rows cost what their text does
         say_freshness(state.last_pass)
+        from jobtpu.commands.common import note
+        from jobtpu.commands.runner import lease_lines
+
+        for line, _ in lease_lines(home):  # a home with a standby: who runs the passes (stderr, as freshness)
+            note(line)
         return 0
     from rich.live import Live
 

@@ -61,6 +61,8 @@ COMMANDS: tuple[Command, ...] = (
             "pass, and its answers"),
     Command("machines", "machines", _R, "the fleet: kind, accelerator, state, running jobs, free resources"),
     Command("tpu", "tpu", _X, "TPU node operations through the TPU API"),
+    Command("runner", "runner", _X, "the home's runner lease: who runs its passes, who stands by; `handover` moves it "
+            "on purpose", member_uses=frozenset({"show"})),
     Command("doctor", "doctor", _R, "check that passes run, and a machine: reachable, disk, python, TPU device, "
             "stale lock file"),
     Command("events", "events", _R, "what happened to jobs and machines (the home's events.jsonl), oldest first"),

@@ -46,6 +46,7 @@ from jobtpu.schema.events import (
     MACHINE_UP,
     RECOVERED,
     RECREATE_FAILED,
+    RUNNER_CHANGED,
     Event,
 )
 from jobtpu.schema.events import NOTIFICATIONS as NOTIFICATIONS
@@ -71,11 +72,12 @@ PASS_FAILED = "pass_failed"
 JOB_UPDATED = "job_updated"  # `jobtpu update` changed a queued job's fields: detail {"changes": {field: [was, now]}, "by"}
 MACHINE_DRAINED = "machine_drained"  # `jobtpu machines drain`: detail {"reason", "by"}
 MACHINE_UNDRAINED = "machine_undrained"  # `jobtpu machines undrain`: detail {"by"}
+RUNNER_TAKEOVER = "runner_takeover"  # a standby took the runner lease: detail {"from", "to", "token", "why"}
 
 KINDS = frozenset({JOB_LAUNCHED, JOB_RUNNING, JOB_ENDED, JOB_RECOVERING, JOB_RESUMED, PREEMPTED, MACHINE_STATE,
                    TPU_DELETE_STARTED, TPU_DELETE_DONE, TPU_CREATE_STARTED, TPU_CREATE_DONE, TPU_CREATE_FAILED,
                    TPU_SETUP_STARTED, TPU_SETUP_DONE, TPU_SETUP_FAILED, PASS_FAILED, JOB_UPDATED, MACHINE_DRAINED,
-                   MACHINE_UNDRAINED})
+                   MACHINE_UNDRAINED, RUNNER_TAKEOVER})
 
 
 UP = "up"
@@ -95,6 +97,8 @@ def notification(event: Event) -> str | None:
         return RECOVERED
     if event.kind == TPU_CREATE_FAILED:
         return RECREATE_FAILED
+    if event.kind == RUNNER_TAKEOVER:
+        return RUNNER_CHANGED
     if event.kind == MACHINE_STATE:
         was, now = event.detail.get("from"), event.detail.get("to")
         if was == UP and now != UP:
@@ -169,6 +173,8 @@ def describe(event: Event) -> str:
         return f"{event.machine}: {change}" + (f" ({d['detail']})" if d.get("detail") else "")
     if event.kind == PASS_FAILED:
         return f"pass failed: {d.get('error', '')}"
+    if event.kind == RUNNER_TAKEOVER:
+        return f"runner: {d.get('to')} took over from {d.get('from') or 'nobody'} (lease token {d.get('token')})"
     by = f" by {d['by']}" if d.get("by") else ""
     if event.kind == JOB_UPDATED:
         changes = d.get("changes")

@@ -34,6 +34,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     grace: float = msgspec.field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
+    token: int = 0  # the launching runner's lease token: a worker refuses one older than it has seen (0: no lease)
 
 
 class LaunchResult(msgspec.Struct, frozen=True):

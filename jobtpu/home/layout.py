@@ -17,7 +17,7 @@ from jobtpu.home import safefs
 
 # What jobtpu itself writes at the top of a home (with their .bak/.lock/.tmp companions): never part
 # of a snapshot, even when the folder snapshotted is the home or holds it. machines.json is the user's.
-_OWN_FOLDERS = frozenset({"archives", "aside", "cache", "logs", "results", "run", "specs", "users"})
+_OWN_FOLDERS = frozenset({"archives", "aside", "cache", "lease", "logs", "results", "run", "specs", "users"})
 _OWN_FILES = frozenset({"state.json", "secrets.json", ".secrets.json", "history.jsonl", "known_hosts", "manage.lock",
                         "last_id", "home_id", ".home_id", "events.jsonl", "notify-outbox.json", "sheet.json",
                         "users.json", "runner.json", "runner.key", "runner.pub"})

@@ -16,7 +16,7 @@ from typing import BinaryIO, NamedTuple
 
 from jobtpu import timing
 from jobtpu.errors import BusyError, ConfigError
-from jobtpu.home import safefs
+from jobtpu.home import fence, safefs
 from jobtpu.home.layout import (
     Home,
     open_append,
@@ -153,6 +153,10 @@ class Store:
         return self._save(now, version.raw)
 
     def _save(self, encoded: Encoded, previous: bytes | None) -> StateVersion:
+        # A runner's save carries its lease token; a stale runner's is refused (home-files.md §1.7).
+        token = fence.check_save(self.home, previous)
+        if token is not None:
+            encoded = encoded._replace(head=fence.with_token(encoded.head, token))
         if previous is not None and previous.strip():
             # previous parsed and validated, so it is a good copy (an empty one is not kept: the
             # .bak must stay the way back to the jobs).

@@ -19,6 +19,7 @@ from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, Worke
 from jobtpu.errors import RemoteError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
+from jobtpu.home import fence
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
@@ -134,8 +135,9 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     gang = [p.fleet.get(name) for name in action.gang]
     if job is None or machine is None or job.status is not Status.LAUNCHING or None in gang:
         return None
+    token = fence.check(p.home) or 0  # a runner that lost its lease starts nothing (home-files.md §1.7)
     if action.gang:
-        return _launch_gang(p, job, [m for m in gang if m is not None], action.workers // len(gang))
+        return _launch_gang(p, job, [m for m in gang if m is not None], action.workers // len(gang), token)
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
     driver = driver_for(machine)
@@ -158,13 +160,13 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
-                          time_limit=job.timeout)
+                          time_limit=job.timeout, token=token)
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return LaunchDone(job.id, machine, reports)
 
 
-def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int) -> LaunchDone:
+def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int, token: int) -> LaunchDone:
     """Launch a gang's workers, every slice at once: slice s's worker i is the job's worker s * per + i
     (its logs, pid files and probes), and JOBTPU_WORKER i within its slice. (A gang never runs on the
     local machine: it is formed of ssh boxes and TPUs, whose launches need no local spec check.)"""
@@ -182,7 +184,8 @@ def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int) -> Launch
                                  job_env(job, machine, ep.index, places[s], secrets, joins),
                                  tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id,
                                  literal=literal_names(job, secrets), early_signal=early_signal(job),
-                                 grace=grace_of(job), stop_requests=driver.stops_by_request, time_limit=job.timeout))
+                                 grace=grace_of(job), stop_requests=driver.stops_by_request, time_limit=job.timeout,
+                                 token=token))
                  for ep in eps]
         return machine, specs
 

@@ -23,6 +23,7 @@ from jobtpu.decide.observation import Launch, Observation, Plan, Recreate
 from jobtpu.decide.settle import settle
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import driver_for
+from jobtpu.home import fence
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.home.store import Store
@@ -54,9 +55,16 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
     loop's connections and threads, kept between its rounds."""
     report = PassReport(on_note=on_note)
     with pass_lock(home, timing.current().manage_lock_wait if wait is None else wait) as got:
+        overdue, say = fence.pass_lock_overdue(home, got)
+        if say:
+            report.say("the pass lock has been held for a whole lease, by a runner that lost the lease or a stuck "
+                       "command; this runner, which holds the lease, goes on without it")
+        got = got or overdue
         if not got:
             report.skipped = True
             report.notes.append("another pass is running; this one did nothing")
+            return report
+        if not dry_run and not _may_run(home, report, every):
             return report
         p = open_pass(home, report, dry_run, kept)
         pass_hooks = hooks_of(p, every)
@@ -103,6 +111,20 @@ def run_pass(home: Home, dry_run: bool = False, wait: float | None = None,
         # it. A commit that merged another's write leaves no stamp: that write is not decided yet.
         report.state_left = p.snapshot.stamp or b""
     return report
+
+
+def _may_run(home: Home, report: PassReport, every: float | None) -> bool:
+    """In a home with a runner lease, a pass that holds none (`run`, `watch`) takes it as a runner
+    would, or does nothing while another runner holds it (home-files.md §1.7)."""
+    from jobtpu.home import fence, lease
+
+    if fence.holding(home) is not None or not lease.in_use(home):
+        return True
+    go, lines = fence.round_(home, False, every)
+    for line in lines:
+        report.say(line)
+    report.skipped = not go
+    return go
 
 
 def open_pass(home: Home, report: PassReport, dry_run: bool, kept: KeptConnections | None) -> Pass:

@@ -20,6 +20,7 @@ from jobtpu import timing
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
 from jobtpu.errors import JobtpuError
+from jobtpu.home import fence
 from jobtpu.passes.changes import PHASE, job_events, machine_events
 from jobtpu.render.text import printable
 from jobtpu.schema.msgspec_lib import msgspec
@@ -98,7 +99,7 @@ class EventsHook:
                                      t.default_interval)
 
         def amend(encoded: Encoded) -> None:
-            found = self._found(p, seen, before, moves, now)
+            found = self._found(p, seen, before, moves, now) + fence.take_events()  # a takeover by this runner
             earlier = [event for event in p.state.untold if event.id not in self.at_intents]
             p.state.untold = (still_untold(p.home.root, earlier) + with_ids(found))[-MAX_UNTOLD:]
 

@@ -112,7 +112,7 @@ def _launch_call(spec: LaunchSpec) -> str:
         "root": spec.root, "home_id": spec.home_id, "job": r.job, "attempt": r.attempt, "worker": r.worker,
         "archive": spec.archive, "fresh": int(spec.fresh), "tpu_cleanup": int(spec.tpu_cleanup),
         "command": spec.command, "signal": signal, "delay": int(delay), "poll": poll, "grace": _tenths(spec.grace),
-        "limit": _seconds(spec.time_limit)}, *env)
+        "limit": _seconds(spec.time_limit), "token": spec.token}, *env)
 
 
 def _seconds(limit: float | None) -> str:

@@ -14,7 +14,8 @@ FINISHED = "finished"
 MACHINE_DOWN = "machine_down"
 MACHINE_UP = "machine_up"
 RECREATE_FAILED = "recreate_failed"
-NOTIFICATIONS = (FAILED, RECOVERED, FINISHED, MACHINE_DOWN, MACHINE_UP, RECREATE_FAILED)
+RUNNER_CHANGED = "runner_changed"  # a standby took over the runner lease (docs/reference/home-files.md §1.7)
+NOTIFICATIONS = (FAILED, RECOVERED, FINISHED, MACHINE_DOWN, MACHINE_UP, RECREATE_FAILED, RUNNER_CHANGED)
 
 
 class Event(msgspec.Struct, omit_defaults=True):

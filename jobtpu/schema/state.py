@@ -342,9 +342,9 @@ class State(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     jobs: list[Job] = msgspec.field(default_factory=list)
     machines: dict[str, MachineRecord] = msgspec.field(default_factory=dict)  # known of each machine
     last_pass: LastPass | None = None
-    # Events a pass (or kill) decided with the result it saved and tells right after that save: each an
-    # event's JSON with its "id"; a later save drops those found told (docs/design.md §3).
-    untold: list[Event] = msgspec.field(default_factory=list)  # events saved to tell (docs/design.md §3)
+    # Events a pass (or kill) saved with its result, each with its "id", told after it (docs/design.md §3).
+    untold: list[Event] = msgspec.field(default_factory=list)
+    runner_token: int = 0  # the lease token of the runner that last saved (docs/reference/home-files.md §1.7)
 
     def job(self, job_id: int) -> Job | None:
         return next((j for j in self.jobs if j.id == job_id), None)

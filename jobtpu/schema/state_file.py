@@ -111,6 +111,8 @@ def encode_head(state: State) -> bytes:
     """Everything of state.json but its jobs and machines."""
     enc = _ENCODER.encode
     head = b'  "version": %d,\n  "next_id": %d,\n' % (state.version, state.next_id)
+    if state.runner_token:
+        head += b'  "runner_token": %d,\n' % state.runner_token
     if state.last_pass is not None:
         head += b'  "last_pass": ' + enc(state.last_pass) + b",\n"
     if state.untold:
