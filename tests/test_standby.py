@@ -31,6 +31,9 @@ from tests.sshfleet import SshFleet
 INTERVAL = 0.3
 LEASE_INTERVALS = 10  # a 3 s lease: a pass on a loaded machine never outlasts it
 LEASE = INTERVAL * LEASE_INTERVALS
+# How long a wait for an event may last on a machine busy enough to starve a runner for many leases:
+# the takeover's timing is the lease rules' (table-tested above), the end-to-end tests wait on the event.
+EVENTUALLY = 120
 ENV = {**os.environ, "JOBTPU_USER": "tester", **timing.env(lease_intervals=LEASE_INTERVALS)}
 
 
@@ -255,7 +258,7 @@ def test_a_runner_killed_in_a_pass_is_replaced_within_its_lease(tmp_path: Path, 
              what="a pass that is launching")
     active.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 4, what="boxB to take over")
+    wait_for(lambda: holder(home) == (2, "boxB"), timeout=EVENTUALLY, what="boxB to take over")
     # Within the lease, counted from the last renewal: a standby's few rounds and a loaded machine's delay on top.
     assert time.monotonic() - killed < LEASE + 10 * INTERVAL, "the takeover took longer than the lease"
     wait_for(lambda: all(j["status"] == "finished" for j in status(home).values()), timeout=60,
@@ -315,7 +318,7 @@ def test_a_runner_stopped_past_its_lease_wakes_to_write_nothing_and_exits(tmp_pa
     start(runners, home, "boxB", tmp_path)
     first = [submit(home, src, counting_job(starts, 0.1)) for _ in range(2)]
     stop_in_a_pass(active.proc, home)
-    wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 4, what="boxB to take over")
+    wait_for(lambda: holder(home) == (2, "boxB"), timeout=EVENTUALLY, what="boxB to take over")
     later = [submit(home, src, counting_job(starts, 0.1)) for _ in range(3)]
     # The new runner runs them while the old one stays stopped, even if it stopped holding the pass lock.
     wait_for(lambda: all(status(home)[i]["status"] == "finished" for i in first + later), timeout=60,
@@ -338,7 +341,7 @@ def test_a_planned_handover_and_two_standbys_never_make_two_runners(tmp_path: Pa
     wait_for(lambda: (home / "lease" / "seen.root@boxB").exists(), what="boxB to stand by")
     asked = run_cli(home, "runner", "handover")
     assert asked.returncode == 0 and "asked root@boxA to hand the lease over (token 1)" in asked.stderr
-    wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 2, what="boxB to take the handed-over lease")
+    wait_for(lambda: holder(home) == (2, "boxB"), timeout=EVENTUALLY, what="boxB to take the handed-over lease")
     assert a.proc.poll() is None and "handed the lease over (token 1); it now stands by" in a.said()
     shown = run_cli(home, "runner").stdout
     assert "runner: root@boxB" in shown and "standby: root@boxA" in shown and "home filesystem: " in shown
@@ -349,7 +352,7 @@ def test_a_planned_handover_and_two_standbys_never_make_two_runners(tmp_path: Pa
     wait_for(lambda: (home / "lease" / "seen.root@boxC").exists(), what="boxC to stand by")
     b = next(r for r in runners if r.box == "boxB")
     b.proc.send_signal(signal.SIGKILL)
-    wait_for(lambda: holder(home)[0] == 3, timeout=LEASE * 4, what="a standby to take over")
+    wait_for(lambda: holder(home)[0] == 3, timeout=EVENTUALLY, what="a standby to take over")
     time.sleep(LEASE)  # a lease more: the other standby, having watched token 3 renewed, takes nothing
     assert sorted(lease.tokens(Home(home)))[-1] == 3 and holder(home)[1] in ("boxA", "boxC")
 
@@ -363,10 +366,10 @@ def test_a_damaged_lease_and_a_home_gone_away_are_one_line_each(tmp_path: Path, 
     plain = run_cli(home, "manage")
     assert plain.returncode == 0 and plain.stderr.count("\n") == 1 and "lease/1 is damaged" in plain.stderr
     b = start(runners, home, "boxB", tmp_path)
-    wait_for(lambda: holder(home) == (2, "boxB"), timeout=LEASE * 4, what="a standby to take the damaged lease")
+    wait_for(lambda: holder(home) == (2, "boxB"), timeout=EVENTUALLY, what="a standby to take the damaged lease")
     away = tmp_path / "away"
     home.rename(away)  # the home's filesystem gone: the runner writes nothing, makes no new home
-    wait_for(lambda: "lease cannot be read" in b.said(), timeout=LEASE * 2, what="the runner to say so")
+    wait_for(lambda: "lease cannot be read" in b.said(), timeout=EVENTUALLY, what="the runner to say so")
     assert not home.exists()
     time.sleep(LEASE)  # past its lease while the home was away
     away.rename(home)
@@ -395,7 +398,7 @@ def test_chaos_kills_and_stops_of_both_runners_lose_no_job_and_start_none_twice(
     for name in ("boxA", "boxB"):
         start(runners, home, name, tmp_path)
     faults = 0
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + 600  # generous: under load a round can take seconds; the count is what is checked
     while not all(j["status"] == "finished" for j in status(home).values()):
         assert time.monotonic() < deadline, "the jobs did not all end under chaos"
         top, box_name = holder(home)
@@ -409,7 +412,7 @@ def test_chaos_kills_and_stops_of_both_runners_lose_no_job_and_start_none_twice(
             start(runners, home, victim.box, tmp_path)  # the box comes back, as a standby
         else:
             victim.proc.send_signal(signal.SIGSTOP)
-            wait_for(lambda t=top: holder(home)[0] > t, timeout=LEASE * 4, what="the other runner to take over")
+            wait_for(lambda t=top: holder(home)[0] > t, timeout=EVENTUALLY, what="the other runner to take over")
             victim.proc.send_signal(signal.SIGCONT)
             assert victim.proc.wait(timeout=30) == fence.Fenced.exit_code
             start(runners, home, victim.box, tmp_path)
