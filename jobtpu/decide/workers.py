@@ -34,6 +34,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     grace: float = msgspec.field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
+    batch: tuple[str, ...] | None = None  # handed to a batch scheduler (Slurm) with these sbatch options
 
 
 class LaunchResult(msgspec.Struct, frozen=True):
@@ -41,6 +42,7 @@ class LaunchResult(msgspec.Struct, frozen=True):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
+    slurm: int | None = None  # the Slurm job id the attempt became (a Slurm cluster)
 
 
 class WorkerState(msgspec.Struct, frozen=True):
@@ -56,6 +58,8 @@ class WorkerState(msgspec.Struct, frozen=True):
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
     marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
     timed_out: bool = False  # its wrapper stopped it at its --timeout (the worker's clock)
+    preempted: bool = False  # its batch scheduler requeued or preempted it (a Slurm cluster)
+    waiting: str = ""  # why its batch scheduler holds it pending (Slurm's reason)
 
     @property
     def started(self) -> bool:

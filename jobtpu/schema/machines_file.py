@@ -48,7 +48,7 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     """One machine. Which keys each kind needs or refuses is checked after decoding (_check_kind).
     The runtime Machine (schema/fleet.py) is this entry, with the keys worked out from it redeclared."""
 
-    kind: Annotated[Literal["local", "ssh", "tpu"], Meta(description="must be one of local, ssh, tpu")]
+    kind: Annotated[Literal["local", "ssh", "tpu", "slurm"], Meta(description="must be one of local, ssh, tpu, slurm")]
     hosts: Annotated[tuple[str, ...] | UnsetType, Meta(
         description='must be a non-empty list of "addr" or "addr:port"')] = UNSET
     resources: Annotated[dict[str, int], Meta(description="must map resource names to counts")] = {}
@@ -69,6 +69,12 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     aliases: Annotated[tuple[str, ...], Meta(description="must be a list of other names for the machine")] = ()
     peer_addresses: Annotated[tuple[str, ...] | UnsetType, Meta(
         description="must be a list of addresses, one per worker, where the other workers reach it")] = UNSET
+    # A Slurm cluster's (kind slurm): its login host, and what each sbatch asks for, in Slurm's words.
+    host: Annotated[str | UnsetType, Meta(description='must be the login host, "addr" or "addr:port"')] = UNSET
+    partition: _OptionalText = None
+    account: _OptionalText = None
+    qos: _OptionalText = None
+    constraint: _OptionalText = None
 
 
 class Gcp(_Keys, frozen=True):

@@ -47,6 +47,7 @@ class LaunchLine(WorkerReport, frozen=True, tag="launch"):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
+    slurm: int | None = None  # ok on a Slurm cluster: the Slurm job id (sh/slurm.sh)
 
 
 # ---- probe (sh/probe.sh) ----------------------------------------------------------------------------
@@ -70,6 +71,8 @@ class WorkerLine(WorkerReport, frozen=True, tag="worker"):
     at: float | None = None
     marked: int | None = None
     timedout: bool = False  # its wrapper stopped it at its --timeout
+    preempted: bool = False  # (a Slurm cluster) Slurm requeued or preempted it
+    waiting: str = ""  # (a Slurm cluster) why Slurm holds it pending
 
 
 class Log(WorkerReport, frozen=True, tag="log"):

@@ -1,0 +1,71 @@
+"""The sbatch options a job becomes on a Slurm cluster, and machines.json's slurm keys, as tables
+(docs/reference/machines-json.md, "A Slurm cluster"). End to end: tests/test_slurm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu.decide.fit import allocate
+from jobtpu.errors import ConfigError
+from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.state import Job
+from jobtpu.slurm.batch import sbatch_options, slurm_minutes
+
+pytestmark = pytest.mark.fast
+
+
+def slurm(tmp_path: Path, **keys: Any) -> Machine:
+    home = Home(tmp_path)
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": {"kind": "slurm", "host": "login", **keys}}}))
+    return load_fleet(home).machines["hpc"]
+
+
+def job(**fields: Any) -> Job:
+    return Job(id=1, user="u", cmd="true", archive="a.tar.gz", created=0.0, **fields)
+
+
+@pytest.mark.parametrize(("keys", "fields", "options"), [
+    ({}, {}, ("--nodes=1", "--ntasks=1")),
+    ({"partition": "gpu", "account": "lab", "qos": "high", "constraint": "a100&ib"}, {},
+     ("--partition=gpu", "--account=lab", "--qos=high", "--constraint=a100&ib", "--nodes=1", "--ntasks=1")),
+    ({}, {"req": ["gpu=2"]}, ("--nodes=1", "--ntasks=1", "--gres=gpu:2")),
+    ({}, {"req": ["cpu=8", "gpu=1"]}, ("--nodes=1", "--ntasks=1", "--cpus-per-task=8", "--gres=gpu:1")),
+    # --timeout 1 h, grace 5 s: Slurm's --time is the backstop past the wrapper's own stop, in whole minutes.
+    ({}, {"timeout": 3600.0}, ("--nodes=1", "--ntasks=1", "--time=61")),
+])
+def test_sbatch_options(tmp_path: Path, keys: dict[str, Any], fields: dict[str, Any], options: tuple[str, ...]) -> None:
+    assert sbatch_options(slurm(tmp_path, **keys), job(**fields), grace=5.0) == options
+
+
+@pytest.mark.parametrize(("seconds", "minutes"), [(0.0, 1), (60.0, 1), (60.5, 2), (3635.0, 61)])
+def test_slurm_minutes_never_shorten_the_limit(seconds: float, minutes: int) -> None:
+    assert slurm_minutes(seconds) == minutes
+
+
+def test_a_slurm_machine_is_reached_at_its_login_host_and_hands_every_job_over(tmp_path: Path) -> None:
+    machine = slurm(tmp_path, host="login:2222", resources={"gpu": 8}, root="/shared/jobtpu")
+    assert (machine.hosts, machine.root, machine.known_workers, machine.default_rule()) == (
+        ("login:2222",), "/shared/jobtpu", 1, "pre")
+    # Slurm counts the GPUs: jobtpu's fit says whether one job could ever run there, never whether it fits now.
+    assert machine.scheduled and allocate(machine.capacity, {}, {"gpu": 8}) is not None
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ({"kind": "slurm"}, "a slurm machine needs 'host'"),
+    ({"kind": "slurm", "host": "login", "partition": "a b"}, "'partition' 'a b' must be a Slurm name"),
+    ({"kind": "slurm", "host": "login", "hosts": ["x"]}, "'hosts' is only for kind ssh"),
+    ({"kind": "ssh", "hosts": ["x"], "partition": "gpu"}, "'partition' is only for kind slurm"),
+    ({"kind": "ssh", "hosts": ["x"], "host": "login"}, "'host' is only for kind slurm"),
+])
+def test_a_wrong_slurm_entry_is_one_line(tmp_path: Path, entry: dict[str, Any], said: str) -> None:
+    home = Home(tmp_path)
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": entry}}))
+    with pytest.raises(ConfigError) as info:
+        load_fleet(home)
+    assert said in info.value.message and "\n" not in info.value.message
