@@ -1,5 +1,5 @@
-"""The sbatch options a job becomes on a Slurm cluster, and machines.json's slurm keys, as tables
-(docs/reference/machines-json.md, "A Slurm cluster"). End to end: tests/test_slurm.py."""
+"""The sbatch options a job becomes on a Slurm cluster, machines.json's slurm keys, and what a pass
+decides from Slurm's word, as tables (docs/reference/machines-json.md §3.3.1). End to end: tests/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -7,15 +7,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from jobtpu.decide import rules
 from jobtpu.decide.fit import allocate
+from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
+from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Machine
-from jobtpu.schema.state import Job
+from jobtpu.schema.state import Job, Status
 from jobtpu.slurm.batch import sbatch_options, slurm_minutes
+from tests.test_decide import NOW, active, decide, fleet, kills, seen, ws
 
 pytestmark = pytest.mark.fast
 
@@ -69,3 +74,29 @@ def test_a_wrong_slurm_entry_is_one_line(tmp_path: Path, entry: dict[str, Any], 
     with pytest.raises(ConfigError) as info:
         load_fleet(home)
     assert said in info.value.message and "\n" not in info.value.message
+
+
+# ---- what a pass decides from Slurm's word (decide/core.py) ----------------------------------------
+
+def cluster() -> Machine:
+    return Machine(name="m", kind="slurm", hosts=("login",), resources={"gpu": 8})
+
+
+def test_a_job_slurm_holds_pending_is_never_timed_out_and_says_why() -> None:
+    job = active(timeout=60.0)  # handed over long before NOW: past its --timeout, had it been running
+    pending = msgspec.structs.replace(ws(job, 0), pid=None, waiting="QOSMaxJobsPerUserLimit")
+    plan = decide([job], fleet(cluster()), seen("m", pending))
+    assert (kills(plan), job.status, job.last_line) == ([], Status.RUNNING,
+                                                        "Slurm holds it pending: QOSMaxJobsPerUserLimit")
+    assert job.current is not None and job.current.started == NOW  # its --timeout counts from when it runs
+    running = active(timeout=60.0)
+    assert [k.job for k in kills(decide([running], fleet(cluster()), seen("m", ws(running, 0))))] == [running.id]
+
+
+def test_a_requeue_ends_the_attempt_preempted_before_any_exit_code_and_stops_the_requeued_job() -> None:
+    job = active()
+    requeued = msgspec.structs.replace(ws(job, 0, alive=True, exit_code=143), preempted=True)
+    plan = decide([job], fleet(cluster()), seen("m", requeued))
+    assert (job.status, job.reason) == (Status.KILLING, model.PREEMPTED)
+    assert job.ending is not None and job.ending.recovery == rules.RECREATE_RESUME  # rule pre: it resumes
+    assert [k.refs for k in kills(plan)] == [(WorkerRef(job.id, job.attempt, 0),)]
