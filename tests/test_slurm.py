@@ -157,3 +157,16 @@ def test_a_pass_while_slurmctld_restarts_loses_nothing(cluster: tuple[SlurmClust
         slurm.start_controller()
     state = manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
     assert log(home, job).endswith("done\n") and len(attempts(home, job)) == 1
+
+
+def test_the_timeout_is_kept_on_the_node_and_fetch_reads_the_shared_folder(cluster: tuple[SlurmCluster, SshFleet],
+                                                                          tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo out > result.txt; echo started; {WAIT_RELEASE}", "--timeout", "3s")
+    state = manage_until(home, lambda s: s[job]["status"] == "failed", "the job to time out")
+    assert state[job]["reason"] == "timeout" and "started" in log(home, job)
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    assert slurm.job(slurm_id)["TimeLimit"] == "00:01:00"  # Slurm's backstop: 3 s, the grace and 30 s, in minutes
+    run(home, "fetch", str(job), "--to", str(tmp_path / "got"), in_process=True)
+    assert (tmp_path / "got" / "result.txt").read_text() == "out\n"
