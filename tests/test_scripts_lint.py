@@ -51,6 +51,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
         time_limit=60.0, batch=(f"--partition={v}", v))]),
     "probe_script:slurm": lambda v: slurm_scripts.probe_script(v, [(r, 5) for r in ALL_REFS]),
     "kill_script:slurm": lambda v: slurm_scripts.kill_script(v, ALL_REFS, grace=0.3),
+    "doctor_script:slurm": lambda v: slurm_scripts.doctor_script(),
     "peer_serve_script": lambda v: scripts.peer_serve_script(v, v, v, v, v, 7),
     "peer_stop_script": lambda v: scripts.peer_stop_script(v, v),
     "peer_fetch_script": lambda v: scripts.peer_fetch_script(v, v, LaunchSpec(WorkerRef(1, 0, 2), root=v, archive=v,

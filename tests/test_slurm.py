@@ -170,3 +170,15 @@ def test_the_timeout_is_kept_on_the_node_and_fetch_reads_the_shared_folder(clust
     assert slurm.job(slurm_id)["TimeLimit"] == "00:01:00"  # Slurm's backstop: 3 s, the grace and 30 s, in minutes
     run(home, "fetch", str(job), "--to", str(tmp_path / "got"), in_process=True)
     assert (tmp_path / "got" / "result.txt").read_text() == "out\n"
+
+
+def test_doctor_asks_slurm_at_the_login_host_and_names_a_wrong_partition(cluster: tuple[SlurmCluster, SshFleet],
+                                                                          tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet, partition="nope")
+    code, out, err = helpers.cli(home, "doctor", "hpc", "--fix")  # --fix makes the root folder
+    said = out + err
+    assert code != 0 and "problem: partition nope is not one of the cluster's (debug)" in said, said
+    (home / "machines.json").write_text((home / "machines.json").read_text().replace('"nope"', '"debug"'))
+    code, out, err = helpers.cli(home, "doctor", "hpc")
+    assert code == 0 and "ok: Slurm answers; partitions debug" in out + err, out + err

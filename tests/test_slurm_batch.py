@@ -17,9 +17,11 @@ from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.schema import state as model
+from jobtpu.schema import worker_protocol as protocol
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job, Status
 from jobtpu.slurm.batch import sbatch_options, slurm_minutes
+from jobtpu.slurm.checks import judge
 from tests.test_decide import NOW, active, decide, fleet, kills, seen, ws
 
 pytestmark = pytest.mark.fast
@@ -100,3 +102,16 @@ def test_a_requeue_ends_the_attempt_preempted_before_any_exit_code_and_stops_the
     assert (job.status, job.reason) == (Status.KILLING, model.PREEMPTED)
     assert job.ending is not None and job.ending.recovery == rules.RECREATE_RESUME  # rule pre: it resumes
     assert [k.refs for k in kills(plan)] == [(WorkerRef(job.id, job.attempt, 0),)]
+
+
+@pytest.mark.parametrize(("found", "said"), [
+    ([protocol.Tool("sbatch", ""), protocol.SlurmAnswer(True, partitions=["gpu"])],
+     ["L: problem: sbatch is not on the login host's PATH", "L: ok: Slurm answers; partitions gpu"]),
+    ([protocol.SlurmAnswer(False, "slurm_load_partitions: Unable to contact slurm controller")],
+     ["L: problem: Slurm's controller does not answer: slurm_load_partitions: Unable to contact slurm controller"]),
+    ([], ["L: problem: the Slurm check said nothing"]),
+])
+def test_doctor_lines(tmp_path: Path, found: list[protocol.Report], said: list[str]) -> None:
+    lines = judge(slurm(tmp_path, partition="gpu"), "L", found)
+    assert [text for text, _ in lines if not any(text.startswith(s) for s in said)] == []
+    assert len(lines) == len(said)

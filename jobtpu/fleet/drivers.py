@@ -332,6 +332,12 @@ class SlurmDriver(SshDriver):
 
         return sbatch_options(machine, job, grace)
 
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.slurm.checks import slurm_checks
+
+        return slurm_checks(reach, machine, eps, label_of)
+
     def never_seen(self, machine: Machine) -> str:
         return (f"not contacted yet: a pass asks Slurm at {machine.hosts[0]} when a job goes there; "
                 f"`jobtpu doctor {machine.name}` checks the login host now")

@@ -123,6 +123,15 @@ class Holder(Report, frozen=True, tag="holder"):
     ours: bool  # a live job of this home's holds it
 
 
+class SlurmAnswer(Report, frozen=True, tag="slurm"):
+    """(sh/slurm.sh's doctor) whether Slurm's controller answered at the login host, and what: its
+    partitions, or its error."""
+
+    answers: bool
+    said: str = ""
+    partitions: list[str] = []
+
+
 class Lock(Report, frozen=True, tag="lock"):
     present: bool  # /tmp/libtpu_lockfile
 
@@ -186,7 +195,7 @@ class Ran(Report, frozen=True, tag="ran"):
 
 
 AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
-             | Jax | SetupReport | Got | Ran | Serve | Fetch)
+             | Jax | SetupReport | Got | Ran | Serve | Fetch | SlurmAnswer)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
 

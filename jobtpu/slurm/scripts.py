@@ -27,3 +27,9 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float) -> str:
     args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
     tenths = max(1, int(grace / 0.1))
     return render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_kill", root, tenths, END_WAIT_TENTHS, "--", *args)])
+
+
+def doctor_script() -> str:
+    """A `tool` report for each Slurm command jobtpu runs, then a `slurm` report: the controller's
+    partitions, or its error."""
+    return render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_doctor")])

@@ -860,6 +860,23 @@ jobtpu_slurm_state() {
   fi
 }
 
+# jobtpu_slurm_doctor : a `tool` report for each Slurm command jobtpu runs at the login host, then a
+# `slurm` report: whether the controller answers (sinfo), with its partitions, or its error.
+jobtpu_slurm_doctor() {
+  local tool out p parts=()
+  for tool in sbatch squeue scancel sinfo; do jobtpu_say tool s:name "$tool" s:path "$(command -v "$tool")"; done
+  if out=$(sinfo --noheader --format=%R 2>&1); then
+    while IFS= read -r p; do [ -n "$p" ] && parts+=("$p"); done <<< "$out"
+    printf '{"kind":"slurm","answers":true,"partitions":['
+    p=""
+    # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+    for tool in ${parts[@]+"${parts[@]}"}; do jobtpu_json_string "$tool"; printf '%s%s' "$p" "$jobtpu_json"; p=,; done
+    printf ']}\n'
+  else
+    jobtpu_say slurm b:answers 0 s:said "${out:0:300}"
+  fi
+}
+
 jobtpu_launch_init stale_minutes=3 unpack_bad_exit=3 'unpack_source=<jobtpu/snapshot/unpack.py>' reset_tenths=200 --
 jobtpu_batch --partition=gpu --gres=gpu:2 --time=62
 jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=2 worker=1 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=0 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=0 grace=50 limit=3600.25 -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t

@@ -201,3 +201,20 @@ jobtpu_slurm_state() {
     echo UNKNOWN
   fi
 }
+
+# jobtpu_slurm_doctor : a `tool` report for each Slurm command jobtpu runs at the login host, then a
+# `slurm` report: whether the controller answers (sinfo), with its partitions, or its error.
+jobtpu_slurm_doctor() {
+  local tool out p parts=()
+  for tool in sbatch squeue scancel sinfo; do jobtpu_say tool s:name "$tool" s:path "$(command -v "$tool")"; done
+  if out=$(sinfo --noheader --format=%R 2>&1); then
+    while IFS= read -r p; do [ -n "$p" ] && parts+=("$p"); done <<< "$out"
+    printf '{"kind":"slurm","answers":true,"partitions":['
+    p=""
+    # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+    for tool in ${parts[@]+"${parts[@]}"}; do jobtpu_json_string "$tool"; printf '%s%s' "$p" "$jobtpu_json"; p=,; done
+    printf ']}\n'
+  else
+    jobtpu_say slurm b:answers 0 s:said "${out:0:300}"
+  fi
+}
