@@ -90,6 +90,7 @@ def test_slurms_pending_reason_is_said_and_the_job_runs_once_resources_free(
                          "the small job to pend in Slurm")
     assert [state[big]["status"], state[small]["status"]] == ["running", "running"]
     assert slurm.job(attempts(home, small)[0]["slurm_job"])["JobState"] == "PENDING"
+    assert "last_alive" not in attempts(home, small)[0]  # goodput: queued in Slurm is no time it ran
     (fm.home / f"release-{big}").touch()
     state = manage_until(home, lambda s: s[small]["status"] == "finished", "the small job to run")
     assert state[big]["status"] == "finished" and log(home, small).endswith("small\n")

@@ -28,7 +28,7 @@ jobtpu_batch_adopt() {
   local id=""
   if [ ! -s "$1.slurm" ]; then
     [ -e "$1.claim" ] || return 1
-    id=$(squeue --noheader --me --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
+    id=$(squeue --noheader --user="$(id -un)" --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
     id=${id%%[!0-9]*}
     [ -n "$id" ] || return 1
     jobtpu_batch_record "$1" "$id" || { said pending; return 0; }
@@ -103,7 +103,7 @@ jobtpu_slurm_probe() {
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
-  q=$(squeue --noheader --me --states=all --Format='JobID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+  q=$(squeue --noheader --user="$(id -un)" --states=all --Format='JobID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
     { echo "squeue failed: ${q:0:300}" >&2; return 1; }
   while IFS='|' read -r id s why n _; do
     [ -n "$id" ] || continue
