@@ -183,3 +183,20 @@ def test_doctor_asks_slurm_at_the_login_host_and_names_a_wrong_partition(cluster
     (home / "machines.json").write_text((home / "machines.json").read_text().replace('"nope"', '"debug"'))
     code, out, err = helpers.cli(home, "doctor", "hpc")
     assert code == 0 and "ok: Slurm answers; partitions debug" in out + err, out + err
+
+
+def test_a_kill_while_slurmctld_is_away_is_never_taken_for_done(cluster: tuple[SlurmCluster, SshFleet],
+                                                                tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    slurm.stop_controller()
+    try:
+        helpers.cli(home, "kill", str(job))
+        assert helpers.status(home)[job]["status"] == "killing"  # Slurm could not say it ended
+    finally:
+        slurm.start_controller()
+    manage_until(home, lambda s: s[job]["status"] == "killed", "a pass to end the kill")
+    assert slurm.job(slurm_id)["JobState"] in ("FAILED", "CANCELLED")

@@ -177,7 +177,8 @@ jobtpu_slurm_kill() {
         scancel "$id" 2> /dev/null
         for ((i = 0; i < steps; i++)); do
           s=$(jobtpu_slurm_state "$id")
-          [ -z "$s" ] || [[ $jobtpu_slurm_ended == *" $s "* ]] && break
+          # Ended; or Slurm does not answer: not gone, and the next stop asks again.
+          { [ -z "$s" ] || [ "$s" = UNKNOWN ] || [[ $jobtpu_slurm_ended == *" $s "* ]]; } && break
           sleep 0.1
         done
       fi
