@@ -48,8 +48,8 @@ class SlurmCluster:
         values = {"@DIR@": str(self.dir), "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}
         for name in ("slurm.conf", "gres.conf"):
             text = (HERE / f"{name}.in").read_text()
-            for key, value in values.items():
-                text = text.replace(key, value)
+            for name_in_file, value in values.items():
+                text = text.replace(name_in_file, value)
             (self.dir / name).write_text(text)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         key = self.dir / "keys" / "munge.key"

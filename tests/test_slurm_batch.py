@@ -12,6 +12,7 @@ import pytest
 
 from jobtpu.decide import rules
 from jobtpu.decide.fit import allocate
+from jobtpu.decide.observation import Observation
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
@@ -22,7 +23,7 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.schema.state import Job, Status
 from jobtpu.slurm.batch import sbatch_options, slurm_minutes
 from jobtpu.slurm.checks import judge
-from tests.test_decide import NOW, active, decide, fleet, kills, seen, ws
+from tests.test_decide import NOW, active, decide, fleet, kills, launches, queued, seen, ws
 
 pytestmark = pytest.mark.fast
 
@@ -82,6 +83,16 @@ def test_a_wrong_slurm_entry_is_one_line(tmp_path: Path, entry: dict[str, Any], 
 
 def cluster() -> Machine:
     return Machine(name="m", kind="slurm", hosts=("login",), resources={"gpu": 8})
+
+
+def test_every_job_that_fits_is_handed_to_slurm_at_once_holding_nothing() -> None:
+    jobs = [queued(i, req=["gpu=8"]) for i in (1, 2, 3)]
+    plan = decide(jobs, fleet(cluster()), Observation(now=NOW))
+    assert [(j.status, j.machine, j.alloc) for j in jobs] == [(Status.LAUNCHING, "m", {})] * 3
+    assert sorted(launch.job for launch in launches(plan)) == [1, 2, 3]
+    too_big = queued(4, req=["gpu=9"])  # more than one job may ask there: never sent
+    decide([too_big], fleet(cluster()), Observation(now=NOW))
+    assert too_big.status is Status.QUEUED
 
 
 def test_a_job_slurm_holds_pending_is_never_timed_out_and_says_why() -> None:
