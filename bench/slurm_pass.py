@@ -82,10 +82,13 @@ def main() -> None:
             home = setup_home(base, fleet, fm, src, n)
             manage_s, bare_s = measure(home, fm, fleet.identity, args.rounds)
             print(f"{n:>6} {manage_s:>8.3f} {bare_s:>9.3f} {manage_s / bare_s:>6.2f}")
-            cluster.run("scancel", f"--user={fm.user}")
+            cluster.cancel_all(fm.user)
     finally:
-        fleet.close()
-        cluster.close()
+        try:
+            cluster.cancel_all()  # an account whose jobs still run cannot be removed
+            fleet.close()
+        finally:
+            cluster.close()
 
 
 if __name__ == "__main__":

@@ -94,13 +94,21 @@ class SlurmCluster:
         self._wait(there, f"job {job_id} in {states} (is {found or '?'})", timeout)
         return found
 
+    def cancel_all(self, user: str | None = None) -> None:
+        """Cancel every job (of `user`) and wait until Slurm lists none: an account whose jobs still
+        run cannot be removed."""
+        who = [f"--user={user}"] if user else []
+
+        def ids() -> list[str]:
+            return self.run("squeue", "--noheader", "--format=%i", *who).stdout.split()
+
+        if ids():
+            self.run("scancel", *ids())
+            self._wait(lambda: not ids(), "every job to end", 60.0, fail=False)
+
     def close(self) -> None:
         if "slurmctld" in self._procs:
-            ids = self.run("squeue", "--noheader", "--format=%i").stdout.split()
-            if ids:
-                self.run("scancel", *ids)
-                self._wait(lambda: not self.run("squeue", "--noheader", "--format=%i").stdout.split(),
-                           "every job to end", 30.0, fail=False)
+            self.cancel_all()
         for name in ("slurmd", "slurmctld", "munged"):
             self._stop(name)
         shutil.rmtree(self.dir, ignore_errors=True)

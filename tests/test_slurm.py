@@ -5,6 +5,7 @@ a requeue is a preemption the job resumes from, sbatch's refusal is one line (do
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,13 @@ WAIT_RELEASE = 'while [ ! -e "$HOME/release-$JOBTPU_JOB_ID" ]; do sleep 0.1; don
 
 
 @pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, ssh_fleet: SshFleet) -> tuple[SlurmCluster, SshFleet]:  # noqa: F811
-    """The cluster, and an ssh fleet whose hosts' sessions find it (their login host is this machine)."""
+def cluster(slurm_cluster: SlurmCluster, ssh_fleet: SshFleet) -> Iterator[tuple[SlurmCluster, SshFleet]]:  # noqa: F811
+    """The cluster, and an ssh fleet whose hosts' sessions find it (their login host is this machine);
+    the fleet's jobs are cancelled before its accounts go."""
     ssh_fleet.extra_conf = f"SetEnv SLURM_CONF={slurm_cluster.conf}\n"
-    return slurm_cluster, ssh_fleet
+    yield slurm_cluster, ssh_fleet
+    for machine in ssh_fleet.machines:
+        slurm_cluster.cancel_all(machine.user)
 
 
 def slurm_home(tmp_path: Path, fleet: SshFleet, **keys: Any) -> tuple[Path, FleetMachine]:
