@@ -122,32 +122,40 @@ jobtpu_slurm_probe() {
 # jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET : one worker's lines (state, reason and
 # restarts are jobtpu_slurm_probe's).
 jobtpu_slurm_worker() {
-  local b=$1 chunk=$2 tail=$3 offset=$7 id="" s="" pid=- alive=0 ex=- at=- size=0 claim=0 timedout=0 preempted=0 waiting=""
+  local b=$1 chunk=$2 tail=$3 offset=$7 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
+  local preempted=false waiting="" n='^[0-9]+$'
   [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
   [ -n "$id" ] && s=${state[$id]:-}
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
   [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
-  [ -e "$b.claim" ] && claim=1
-  [ -e "$b.timedout" ] && timedout=1
+  [ -e "$b.claim" ] && claim=true
+  [ -e "$b.timedout" ] && timedout=true
   [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
   if [ -n "$s" ]; then
-    [[ $jobtpu_slurm_ended == *" $s "* ]] || alive=1
+    [[ $jobtpu_slurm_ended == *" $s "* ]] || alive=true
     # Slurm's word for a pending job it has not looked at yet is "None".
     [ "$s" = PENDING ] && { waiting=${reason[$id]:-None}; [ "$waiting" != None ] || waiting=queued; }
-    { [ "${restarts[$id]:-0}" != 0 ] || [ "$s" = PREEMPTED ]; } && preempted=1
+    { [ "${restarts[$id]:-0}" != 0 ] || [ "$s" = PREEMPTED ]; } && preempted=true
     # Slurm ended it past its --time, or for its memory, before the wrapper wrote the exit.
-    [ "$ex" = - ] && [ "$s" = TIMEOUT ] && timedout=1
+    [ "$ex" = - ] && [ "$s" = TIMEOUT ] && timedout=true
     [ "$ex" = - ] && [ "$s" = OUT_OF_MEMORY ] && ex=137
   fi
-  jobtpu_say worker n:job "$4" n:attempt "$5" n:worker "$6" n:pid "$pid" b:alive "$alive" n:exit "$ex" \
-    n:size "$size" b:claimed "$claim" n:at "$at" n:marked - b:timedout "$timedout" b:preempted "$preempted" \
-    s:waiting "$waiting"
+  # One printf, not jobtpu_say (five times slower): a cluster's probe says this for every job of the
+  # home there, a thousand a pass. What the files held is checked as jobtpu_say checks a number.
+  [[ $pid =~ $n ]] || pid=null
+  [[ ${ex#-} =~ $n ]] || ex=null
+  [[ ${at/./} =~ $n ]] || at=null
+  [[ $size =~ $n ]] || size=0
+  jobtpu_json_string "$waiting"
+  # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s}\n' \
+    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json"
   if [ "$size" -gt "$offset" ]; then
     printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$4" "$5" "$6" "$offset"
     tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
     printf '"}\n'
   fi
-  if [ "$ex" != - ] && [ $((size - offset)) -gt "$chunk" ]; then
+  if [ "$ex" != null ] && [ $((size - offset)) -gt "$chunk" ]; then
     printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
     tail -c "$tail" "$b.log" | base64 -w0
     printf '"}\n'
