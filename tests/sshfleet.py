@@ -217,6 +217,8 @@ class SshFleet:
         self._log_offsets: dict[str, int] = {}
         self.machines: list[FleetMachine] = []
         self._closed = False
+        # sshd_config lines every host started from now on gets besides its own (a SetEnv a test needs).
+        self.extra_conf = ""
         # sshd reads AuthorizedKeysFile as the user, so it must sit where any user can traverse (not tmp_path).
         self._auth_dir = Path(tempfile.mkdtemp(prefix="jobtpu-sshfleet-keys-"))
         self._auth_dir.chmod(0o755)
@@ -386,7 +388,7 @@ class SshFleet:
             f"AllowUsers {host.user}\nStrictModes no\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nUsePAM no\nPermitRootLogin no\n"
             "MaxStartups 200\nMaxSessions 100\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n"
-            "PrintMotd no\nPrintLastLog no\nUseDNS no\nX11Forwarding no\n"
+            "PrintMotd no\nPrintLastLog no\nUseDNS no\nX11Forwarding no\n" + self.extra_conf
         )
         return conf
 

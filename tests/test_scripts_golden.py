@@ -22,6 +22,8 @@ import pytest
 from jobtpu import timing
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
 from jobtpu.remote import scripts
+from jobtpu.schema.msgspec_lib import msgspec
+from jobtpu.slurm import scripts as slurm_scripts
 
 pytestmark = pytest.mark.fast
 
@@ -40,6 +42,10 @@ PLAIN = LaunchSpec(WorkerRef(8, 0, 0), root="runs", archive="feed.tar.gz", comma
 RENDERERS: dict[str, Callable[[], str]] = {
     "launch_script": lambda: scripts.launch_script([FULL, PLAIN]),
     "peer_fetch_script": lambda: scripts.peer_fetch_script("http://10.0.0.2:8470/x", "token-1", PLAIN),
+    # A Slurm cluster's: the batch script written and handed to sbatch, its probe with one squeue.
+    "slurm_launch_script": lambda: scripts.launch_script([msgspec.structs.replace(
+        FULL, tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu", "--gres=gpu:2", "--time=62"))]),
+    "slurm_probe_script": lambda: slurm_scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 4096)], chunk=1024),
     "probe_script": lambda: scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 0), (WorkerRef(7, 2, 1), 4096)],
                                                  chunk=1024, home_id="home-1"),
     "setup_script": lambda: scripts.setup_script("runs", scripts.setup_tag("2026-01-01T00:00:00Z"), 3,

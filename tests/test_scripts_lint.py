@@ -14,6 +14,7 @@ import pytest
 
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
 from jobtpu.remote import scripts
+from jobtpu.slurm import scripts as slurm_scripts
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
 pytestmark = pytest.mark.fast
@@ -45,6 +46,12 @@ def _launch(v: str) -> str:
 # Named by the function in jobtpu/remote/scripts.py that renders the script, then the variant.
 RENDERERS: dict[str, Callable[[str], str]] = {
     "launch_script": _launch,
+    "launch_script:slurm": lambda v: scripts.launch_script([LaunchSpec(
+        WorkerRef(1, 0, 0), root=v, archive=v, command=v, env={v: v}, home_id=v, early_signal=(v, 3.0),
+        time_limit=60.0, batch=(f"--partition={v}", v))]),
+    "probe_script:slurm": lambda v: slurm_scripts.probe_script(v, [(r, 5) for r in ALL_REFS]),
+    "kill_script:slurm": lambda v: slurm_scripts.kill_script(v, ALL_REFS, grace=0.3),
+    "doctor_script:slurm": lambda v: slurm_scripts.doctor_script(),
     "peer_serve_script": lambda v: scripts.peer_serve_script(v, v, v, v, v, 7),
     "peer_stop_script": lambda v: scripts.peer_stop_script(v, v),
     "peer_fetch_script": lambda v: scripts.peer_fetch_script(v, v, LaunchSpec(WorkerRef(1, 0, 2), root=v, archive=v,

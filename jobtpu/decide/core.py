@@ -72,6 +72,9 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _fail(job, machine, Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id], refs, view, seen, plan)
         return
     states = [view.workers.get(ref) for ref in refs]
+    if any(s is not None and s.preempted for s in states):  # Slurm requeued or preempted it: never run twice
+        _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs, view))
+        return
     if any(s is not None and s.timed_out and not s.alive for s in states):  # its worker kept the --timeout
         _fail(job, machine, Ending(Status.FAILED, model.TIMEOUT), "ran past its --timeout (stopped on its worker)",
               refs, view, seen, plan)
@@ -89,6 +92,12 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         return
     if any(s is None or (not s.alive and s.exit_code is None) for s in states):
         _ended_attempt(job, machine, model.LOST, None, seen, plan, stop=_alive(refs, view))
+        return
+    waiting = next((s.waiting for s in states if s is not None and s.waiting), None)
+    if waiting is not None and job.current is not None:
+        # Slurm holds it pending: its --timeout and --stall count from when it runs, not from the handover.
+        job.current.started, job.log_grew, job.reason = seen.now, seen.now, None
+        job.last_line = f"Slurm holds it pending: {waiting}"[:200]
         return
     # Still running: track log growth for --stall, the wall clock for --timeout.
     size = sum(s.log_size for s in states if s is not None)

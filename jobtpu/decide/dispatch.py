@@ -233,7 +233,9 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if (limit := over_limit(job, machine, d)) is not None:
                 by_limit = by_limit or limit
                 continue
-            alloc = allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
+            # A batch scheduler queues and counts what it is handed: each job is handed over at once,
+            # holding none of the machine's resources in jobtpu's books.
+            alloc = {} if machine.scheduled else allocate(machine.capacity, d.used.get(machine.name, {}), request.needs())
             if alloc is None:
                 continue
             start_on(job, [machine], alloc, d)

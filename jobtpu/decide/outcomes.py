@@ -59,6 +59,7 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         plan.moves.append(new.move(Status.RUNNING, None, cause=Cause.STARTED))
         if new.current is not None:
             new.current.started = now
+            new.current.slurm_job = next((a.slurm for a in answers if isinstance(a, LaunchResult) and a.slurm), None)
         return []
     errors = [a.message for a in answers if isinstance(a, NoAnswer)]
     if errors:  # said as jobtpu's, so it is never taken for the job's own output

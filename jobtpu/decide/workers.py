@@ -35,6 +35,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
     token: int = 0  # the launching runner's lease token: a worker refuses one older than it has seen (0: no lease)
+    batch: tuple[str, ...] | None = None  # handed to a batch scheduler (Slurm) with these sbatch options
 
 
 class LaunchResult(msgspec.Struct, frozen=True):
@@ -42,6 +43,7 @@ class LaunchResult(msgspec.Struct, frozen=True):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
+    slurm: int | None = None  # the Slurm job id the attempt became (a Slurm cluster)
 
 
 class WorkerState(msgspec.Struct, frozen=True):
@@ -59,6 +61,8 @@ class WorkerState(msgspec.Struct, frozen=True):
     timed_out: bool = False  # its wrapper stopped it at its --timeout (the worker's clock)
     result_size: int | None = None  # the value its job saved (jobtpu.save_result): its size, None: none saved
     result: bytes | None = None  # and its bytes, when at most the probe's limit
+    preempted: bool = False  # its batch scheduler requeued or preempted it (a Slurm cluster)
+    waiting: str = ""  # why its batch scheduler holds it pending (Slurm's reason)
 
     @property
     def started(self) -> bool:

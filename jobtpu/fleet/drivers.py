@@ -13,12 +13,13 @@ from jobtpu.home.layout import Home
 from jobtpu.home.machines import split_host
 from jobtpu.schema.fleet import Fleet, Machine, MachineKind
 from jobtpu.schema.records import MachineRecord
-from jobtpu.schema.state import State
+from jobtpu.schema.state import Job, State
 from jobtpu.transport.base import Endpoint, Transport
 
 if TYPE_CHECKING:
     from jobtpu.decide.observation import Observation
     from jobtpu.decide.tpu_plan import MachineWork
+    from jobtpu.decide.workers import WorkerRef
 
 
 class Driver:
@@ -63,6 +64,23 @@ class Driver:
         from jobtpu.transport.connect import ssh_transport
 
         return ssh_transport(machine, endpoint, home, trusted)
+
+    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str) -> str:
+        """The script that probes one worker's (job worker, log bytes already home) pairs."""
+        from jobtpu.remote.scripts import probe_script
+
+        return probe_script(machine.root, workers, home_id=home_id)
+
+    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str) -> str:
+        """The script that stops job workers on one worker: TERM, then KILL after `grace` seconds."""
+        from jobtpu.remote.scripts import kill_script
+
+        return kill_script(machine.root, refs, grace=grace, home_id=home_id, ask=self.stops_by_request)
+
+    def batch_options(self, machine: Machine, job: Job, grace: float) -> tuple[str, ...] | None:
+        """The options an attempt is handed to the machine's batch scheduler with; None: it has none,
+        the launch starts the job on the worker itself."""
+        return None
 
     def observe(self, p: Any, seen: Observation) -> list[MachineWork]:
         """A pass's first look, before any worker is probed: what the provider says of this kind's
@@ -295,6 +313,39 @@ class TpuDriver(Driver):
         return (found.chips if found is not None else None), "chip"
 
 
+class SlurmDriver(SshDriver):
+    """A Slurm cluster reached at its login host, its one worker as jobtpu sees it: a launch is an
+    sbatch, a probe one squeue, a stop scancel (jobtpu/slurm/, sh/slurm.sh). The cluster's nodes
+    share the run root with the login host."""
+
+    kind = MachineKind.SLURM
+
+    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str) -> str:
+        from jobtpu.slurm.scripts import probe_script
+
+        return probe_script(machine.root, workers)
+
+    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str) -> str:
+        from jobtpu.slurm.scripts import kill_script
+
+        return kill_script(machine.root, refs, grace)
+
+    def batch_options(self, machine: Machine, job: Job, grace: float) -> tuple[str, ...] | None:
+        from jobtpu.slurm.batch import sbatch_options
+
+        return sbatch_options(machine, job, grace)
+
+    def check_workers(self, reach: Any, machine: Machine, eps: list[Endpoint], fix: bool,
+                      label_of: Callable[[Machine, Endpoint], str]) -> list[tuple[str, bool]]:
+        from jobtpu.slurm.checks import slurm_checks
+
+        return slurm_checks(reach, machine, eps, label_of)
+
+    def never_seen(self, machine: Machine) -> str:
+        return (f"not contacted yet: a pass asks Slurm at {machine.hosts[0]} when a job goes there; "
+                f"`jobtpu doctor {machine.name}` checks the login host now")
+
+
 def _queued_words(machine: Machine, record: MachineRecord) -> list[str]:
     if machine.slice_group:  # one queued resource makes every slice of the group
         return [f"slice {machine.slice_index} of {machine.slices} of {machine.slice_group}",
@@ -302,7 +353,7 @@ def _queued_words(machine: Machine, record: MachineRecord) -> list[str]:
     return [f"queued resource {record.queued_state or 'none'}"] if machine.queued_resource else []
 
 
-DRIVERS: dict[MachineKind, Driver] = {d.kind: d for d in (LocalDriver(), SshDriver(), TpuDriver())}
+DRIVERS: dict[MachineKind, Driver] = {d.kind: d for d in (LocalDriver(), SshDriver(), TpuDriver(), SlurmDriver())}
 
 
 def driver_for(machine: Machine) -> Driver:

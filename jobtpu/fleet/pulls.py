@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from jobtpu import timing
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
+from jobtpu.fleet.drivers import driver_for
 from jobtpu.fleet.reach import Reach
 from jobtpu.home import logfiles
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import UnsafePath
-from jobtpu.remote.scripts import parse_probe, probe_script
+from jobtpu.remote.scripts import parse_probe
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
@@ -28,7 +29,7 @@ CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ende
 
 def probe(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = probe_script(machine.root, [(r, local_size(p.home, r)) for r in refs], home_id=p.home_id)
+    script = driver_for(machine).probe_script(machine, [(r, local_size(p.home, r)) for r in refs], p.home_id)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 

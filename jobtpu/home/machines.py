@@ -216,7 +216,7 @@ def _machine(name: str, entry: MachineEntry, defaults: Connection, home: Home) -
         raise FileRefused("a queued resource with several zones needs queued_resource.valid_for "
                        "(how long to wait in one zone before asking in the next, like 3600)")
     worked_out: dict[str, Any] = dict(
-        name=name, kind=MachineKind(entry.kind), hosts=entry.hosts or (), zone=zones[0] if zones else None, zones=zones,
+        name=name, kind=MachineKind(entry.kind), hosts=_hosts(entry), zone=zones[0] if zones else None, zones=zones,
         preemptible=bool(entry.preemptible is True or entry.spot is True or (queued or {}).get("tier") == "spot"),
         spot=entry.spot is True, node_overrides=_node_overrides(entry) if entry.kind == "tpu" else {},
         queued_resource=queued, labels=dict(entry.labels or {}), user=connection["user"], port=connection["port"],
@@ -241,8 +241,27 @@ def _check_peer_addresses(entry: MachineEntry) -> None:
                           "give one per host, in the order of 'hosts'")
 
 
+def _hosts(entry: MachineEntry) -> tuple[str, ...]:
+    """The hosts jobtpu reaches: an ssh machine's, a Slurm cluster's login host."""
+    return (entry.host,) if isinstance(entry.host, str) else entry.hosts or ()
+
+
+SLURM_KEYS = ("partition", "account", "qos", "constraint")
+
+
 def _check_kind(entry: MachineEntry) -> None:
     """The keys one kind needs and another refuses."""
+    if entry.kind != "slurm" and (entry.host is not UNSET or any(getattr(entry, k) is not None for k in SLURM_KEYS)):
+        given = "host" if entry.host is not UNSET else next(k for k in SLURM_KEYS if getattr(entry, k) is not None)
+        raise FileRefused(f"'{given}' is only for kind slurm (an ssh machine lists its 'hosts')")
+    if entry.kind == "slurm":
+        if not isinstance(entry.host, str) or not entry.host.strip():
+            raise FileRefused("a slurm machine needs 'host', its login host as \"addr\" or \"addr:port\"")
+        _split_host(entry.host, 22, FileRefused)
+        for key in SLURM_KEYS:
+            value = getattr(entry, key)
+            if value is not None and (not value or any(c.isspace() or c == "'" for c in value)):
+                raise FileRefused(f"'{key}' {value!r} must be a Slurm name: no spaces")
     if entry.kind != "ssh" and entry.hosts is not UNSET:
         raise FileRefused("'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
     if entry.kind == "ssh":

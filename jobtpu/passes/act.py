@@ -27,7 +27,7 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
-from jobtpu.remote.scripts import kill_script, parse_kill
+from jobtpu.remote.scripts import parse_kill
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
@@ -107,10 +107,10 @@ def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict
         "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
         **place_env(place, place.hosts[worker], job.id, job.attempt), **(joins or {}),
     }
-    for resource, indices in job.alloc.items():
+    for resource, indices in ({} if machine.scheduled else job.alloc).items():  # Slurm's allocation is Slurm's
         if resource != "slot":
             env[f"JOBTPU_{resource.upper()}"] = ",".join(map(str, indices))
-    if "gpu" in job.alloc:
+    if "gpu" in job.alloc and not machine.scheduled:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.alloc["gpu"]))
     if job.sweep is not None:
         env["JOBTPU_SWEEP"], env["JOBTPU_SWEEP_INDEX"] = str(job.sweep), str(job.sweep_index or 0)
@@ -160,7 +160,8 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
                           command, job_env(job, machine, ep.index, place, secrets),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
-                          time_limit=job.timeout, token=token)
+                          time_limit=job.timeout, token=token,
+                          batch=driver.batch_options(machine, job, grace_of(job)))
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return LaunchDone(job.id, machine, reports)
@@ -226,7 +227,7 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = kill_script(machine.root, [ref], grace=grace, home_id=p.home_id, ask=driver_for(machine).stops_by_request)
+            script = driver_for(machine).kill_script(machine, [ref], grace, p.home_id)
             return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
         except RemoteError:
             return False

@@ -80,7 +80,7 @@ def track_progress(p: Session, seen: Observation, ignored: list[str]) -> None:
             attempt = next((a for a in job.attempts if a.n == ref.attempt), None) if job else None
             if job is None or attempt is None:
                 continue
-            if ws.alive and attempt.ended is None:
+            if ws.alive and not ws.waiting and attempt.ended is None:  # a job Slurm holds pending runs not
                 attempt.last_alive = seen.now
             if ref.worker != 0 or not ws.log_bytes:
                 continue

@@ -54,7 +54,7 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 
 # The files in jobtpu/remote/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh", "serve.sh", "peer.sh")
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh")
 
 
 @functools.cache
@@ -93,6 +93,10 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     ok with its pid | pending | need-archive | bad-archive with why | fail with why."""
     # A claim with no pid after claim_stale_minutes means the start never happened (its pass died).
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
+    specs = list(specs)
+    if any(spec.batch is not None for spec in specs):  # a Slurm cluster's: sbatch, not a detached start
+        calls = [line for spec in specs for line in (call("jobtpu_batch", *(spec.batch or ())), _launch_call(spec))]
+        return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "slurm.sh"), [_launch_init(), *calls])
     return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
 
 
@@ -152,7 +156,7 @@ def parse_launch(stdout: str) -> dict[WorkerRef, LaunchResult]:
     """Each worker's launch report; a worker with none is missing (its launch said nothing)."""
     return {(ref := _ref(r)): LaunchResult(ref, r.outcome, r.pid if r.outcome == LaunchOutcome.OK else None,
                                            r.detail if r.outcome in (LaunchOutcome.FAIL, LaunchOutcome.BAD_ARCHIVE)
-                                           else "")
+                                           else "", slurm=r.slurm if r.outcome == LaunchOutcome.OK else None)
             for r in protocol.of_kind(protocol.reports(stdout), protocol.LaunchLine)}
 
 
@@ -236,7 +240,8 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
         if isinstance(report, protocol.WorkerLine):
             states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
                                       log_size=report.size, claimed=report.claimed, exited_at=report.at,
-                                      marked=report.marked or 0, timed_out=report.timedout)
+                                      marked=report.marked or 0, timed_out=report.timedout,
+                                      preempted=report.preempted, waiting=report.waiting)
         elif isinstance(report, protocol.Log) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:

@@ -49,6 +49,7 @@ class MachineKind(StrEnum):
     LOCAL = "local"
     SSH = "ssh"
     TPU = "tpu"
+    SLURM = "slurm"
 
 
 class Machine(MachineEntry, frozen=True, kw_only=True):
@@ -106,7 +107,13 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
     def known_workers(self) -> int | None:
         """How many workers it has before anything is asked: its listed hosts, one here; a cloud
         node's come from the API."""
-        return len(self.hosts) if self.listed_hosts else 1 if self.runs_here else None
+        return len(self.hosts) if self.listed_hosts or self.scheduled else 1 if self.runs_here else None
+
+    @property
+    def scheduled(self) -> bool:
+        """A cluster whose batch scheduler (Slurm) places, queues and counts the jobs it is handed: jobtpu
+        hands it each job at once and allocates none of its resources (docs/reference/machines-json.md)."""
+        return self.kind == MachineKind.SLURM
 
     @property
     def queued_resource_id(self) -> str:
@@ -121,7 +128,8 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
             self, zone=zone if zone in self.zones else (self.zones[0] if self.zones else self.zone))
 
     def default_rule(self) -> str:
-        return "pre" if self.cloud_node and self.preemptible else "pass"
+        # A Slurm cluster may requeue or preempt a job: its next attempt resumes, as on a spot TPU.
+        return "pre" if (self.cloud_node and self.preemptible) or self.scheduled else "pass"
 
 
 class Fleet(msgspec.Struct, frozen=True):

@@ -49,7 +49,7 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     """One machine. Which keys each kind needs or refuses is checked after decoding (_check_kind).
     The runtime Machine (schema/fleet.py) is this entry, with the keys worked out from it redeclared."""
 
-    kind: Annotated[Literal["local", "ssh", "tpu"], Meta(description="must be one of local, ssh, tpu")]
+    kind: Annotated[Literal["local", "ssh", "tpu", "slurm"], Meta(description="must be one of local, ssh, tpu, slurm")]
     hosts: Annotated[tuple[str, ...] | UnsetType, Meta(
         description='must be a non-empty list of "addr" or "addr:port"')] = UNSET
     resources: Annotated[dict[str, int], Meta(description="must map resource names to counts")] = {}
@@ -73,6 +73,12 @@ class MachineEntry(Connection, frozen=True, kw_only=True):
     # A tpu entry of N slices: N machines <name>-0…, one multislice queued resource (home/slices.py).
     slices: Annotated[Annotated[int, Meta(ge=2, le=MAX_SLICES)] | UnsetType, Meta(
         description=f"must be a whole number of slices from 2 to {MAX_SLICES}")] = UNSET
+    # A Slurm cluster's (kind slurm): its login host, and what each sbatch asks for, in Slurm's words.
+    host: Annotated[str | UnsetType, Meta(description='must be the login host, "addr" or "addr:port"')] = UNSET
+    partition: _OptionalText = None
+    account: _OptionalText = None
+    qos: _OptionalText = None
+    constraint: _OptionalText = None
 
 
 class Gcp(_Keys, frozen=True):

@@ -144,12 +144,12 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     ended: Time | None = _always(_none)
     resume: bool = False
     workers: int = 1
-    # goodput (jobtpu report): the last progress the attempt reported (progress.Progress.to_json), and
-    # the last pass that saw a worker of it alive
+    # goodput (jobtpu report): its last progress (progress.Progress.to_json), the last pass that saw it alive
     progress: dict[str, Number] | None = None
     last_alive: Time | None = None
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
     gang: list[str] = msgspec.field(default_factory=list)  # its slices' machines (submit --slices N > 1)
+    slurm_job: int | None = None  # the Slurm job id it became, on a Slurm cluster
 
 
 class Cause(StrEnum):

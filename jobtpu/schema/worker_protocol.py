@@ -47,6 +47,7 @@ class LaunchLine(WorkerReport, frozen=True, tag="launch"):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
+    slurm: int | None = None  # ok on a Slurm cluster: the Slurm job id (sh/slurm.sh)
 
 
 # ---- probe (sh/probe.sh) ----------------------------------------------------------------------------
@@ -70,6 +71,8 @@ class WorkerLine(WorkerReport, frozen=True, tag="worker"):
     at: float | None = None
     marked: int | None = None
     timedout: bool = False  # its wrapper stopped it at its --timeout
+    preempted: bool = False  # (a Slurm cluster) Slurm requeued or preempted it
+    waiting: str = ""  # (a Slurm cluster) why Slurm holds it pending
 
 
 class Log(WorkerReport, frozen=True, tag="log"):
@@ -126,6 +129,15 @@ class Holder(Report, frozen=True, tag="holder"):
     pid: int
     command: str
     ours: bool  # a live job of this home's holds it
+
+
+class SlurmAnswer(Report, frozen=True, tag="slurm"):
+    """(sh/slurm.sh's doctor) whether Slurm's controller answered at the login host, and what: its
+    partitions, or its error."""
+
+    answers: bool
+    said: str = ""
+    partitions: list[str] = []
 
 
 class Lock(Report, frozen=True, tag="lock"):
@@ -191,7 +203,7 @@ class Ran(Report, frozen=True, tag="ran"):
 
 
 AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | Saved | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
-             | Jax | SetupReport | Got | Ran | Serve | Fetch)
+             | Jax | SetupReport | Got | Ran | Serve | Fetch | SlurmAnswer)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
 

@@ -582,6 +582,8 @@ jobtpu_launch() (
   jobtpu_own_folder "$r/meta/$job" || { said fail "$r/meta/$job $bad"; exit; }
   m=$(cd "$r/meta/$job" && pwd -P) || exit
   b="$m/$attempt.$worker"
+  # A worker handed to a batch scheduler (slurm.sh) is launched once its job id is recorded.
+  if [ -n "${jobtpu_batch_on:-}" ] && jobtpu_batch_adopt "$b" "jobtpu-$home_id.$job.$attempt.$worker"; then exit; fi
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
   if ! mkdir "$b.claim" 2>/dev/null; then
     if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then said pending; exit; fi
@@ -648,6 +650,10 @@ jobtpu_launch() (
   # never appear on a command line that `ps` shows.
   (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
     { rm -f "$b.env"; rmdir "$b.claim"; said fail "cannot write the env file $b.env"; exit; }
+  if [ -n "${jobtpu_batch_on:-}" ]; then
+    jobtpu_batch_submit "$b" "$j" "jobtpu-$home_id.$job.$attempt.$worker" "$command" "$signal" "$delay" "$limit" "$grace"
+    exit
+  fi
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
   if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
   env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \

@@ -1,0 +1,229 @@
+# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit). The
+# run root is on the cluster's shared filesystem: the login host and every compute node see the same
+# meta files, so the wrapper's pid, exit and log records are written on the node and read at the login.
+# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
+
+# Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
+# state (pending, running, completing, suspended, requeued...) still holds the job in Slurm.
+jobtpu_slurm_ended=" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL PREEMPTED BOOT_FAIL DEADLINE OUT_OF_MEMORY REVOKED "
+
+# jobtpu_batch OPTION... : the sbatch options of the next jobtpu_launch call, which then hands its worker
+# to Slurm (jobtpu_batch_submit) instead of starting it on this host.
+jobtpu_batch() {
+  # shellcheck disable=SC2034 # read by jobtpu_launch (launch.sh)
+  jobtpu_batch_on=1
+  jobtpu_batch_opts=("$@")
+}
+
+# jobtpu_batch_record STEM ID : the Slurm job id into STEM.slurm, atomically.
+jobtpu_batch_record() {
+  echo "$2" > "$1.slurm.tmp" && mv "$1.slurm.tmp" "$1.slurm"
+}
+
+# jobtpu_batch_adopt STEM NAME : (in jobtpu_launch, before its claim) when this attempt was handed to
+# Slurm already, say `ok` with its job id and succeed: a launch is never submitted twice. A claim with
+# no recorded id may be a submit cut short after sbatch answered: Slurm is asked for a job of this
+# attempt's name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
+jobtpu_batch_adopt() {
+  local id=""
+  if [ ! -s "$1.slurm" ]; then
+    [ -e "$1.claim" ] || return 1
+    id=$(squeue --noheader --user="$(id -un)" --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
+    id=${id%%[!0-9]*}
+    [ -n "$id" ] || return 1
+    jobtpu_batch_record "$1" "$id" || { said pending; return 0; }
+  fi
+  read -r id _ < "$1.slurm"
+  jobtpu_batch_ok "$2" "$id"
+}
+
+# jobtpu_batch_ok NAME ID : the `launch` report, ok, of the worker whose Slurm job is named NAME
+# (jobtpu-<home id>.<job>.<attempt>.<worker>, its marker) and has the id ID.
+jobtpu_batch_ok() {
+  local h=${1#jobtpu-} j a w
+  h=${h%.*.*.*}
+  IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
+  jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok n:slurm "$2"
+}
+
+# jobtpu_batch_submit STEM FOLDER NAME COMMAND SIGNAL DELAY LIMIT GRACE : (in jobtpu_launch, with the
+# claim held, the folder unpacked and STEM.env written) write the batch script STEM.sbatch and hand it to
+# sbatch with the options jobtpu_batch gave: one `launch` report, ok with the Slurm job id, or fail
+# with sbatch's own words, the env file and the claim taken back (nothing is left half-made). The
+# batch script becomes the wrapper, as the launch on an ssh machine starts it, and
+# exits with the job's code. A run Slurm requeued (`scontrol requeue`, a preemption, a node failure)
+# never runs the command again under this attempt: the pass sees the requeue, and jobtpu's recovery
+# rules start the next attempt, which resumes.
+jobtpu_batch_submit() {
+  local b=$1 out id program rc job=${3%.*.*}
+  job=${job##*.}
+  program=$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap \
+    JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked JOBTPU_w_procs \
+    JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)
+  # The batch step's exit is the job's, for Slurm's own records (sacct, squeue's FAILED).
+  # shellcheck disable=SC2016 # the wrapper program's text, expanded when it runs
+  program+=$'\nread -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
+  {
+    echo '#!/bin/bash'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
+    printf 'b=%q\n' "$b"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo '[ -s "$b.slurm" ] || { echo "$SLURM_JOB_ID" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }'
+    printf 'cd %q || exit 1\n' "$(cd "$2" && pwd -P)"
+    printf 'export JOBTPU_MARK=%q\n' "${3#jobtpu-}"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    # The wrapper is the batch step itself (slurmstepd made it a process-group leader, as the wrapper
+    # wants): Slurm's signals and its end of the job reach every process of the job.
+    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
+      "$(jobtpu_job_umask)" "$7" "$8"
+  } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
+  out=$(sbatch --parsable --requeue --job-name="$3" --output="$b.log" --open-mode=append \
+    ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
+  rc=$? id=${out%%;*}
+  if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
+    rm -f "$b.env" "$b.sbatch"
+    out=${out//$'\n'/ }
+    give_up "fail ${out:0:400}"
+  fi
+  jobtpu_batch_record "$b" "$id" || {
+    said fail "Slurm job $id took the attempt, but its id could not be written to $b.slurm"; exit; }
+  jobtpu_batch_ok "$3" "$id"
+}
+
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL -- [JOB ATTEMPT WORKER OFFSET]... :
+# what jobtpu_probe says of each worker, its liveness from Slurm: one squeue for every job of this
+# account. When Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the
+# pass takes the cluster as unreachable this once and changes none of its jobs. Besides, per worker:
+# waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
+jobtpu_slurm_probe() {
+  local root="" chunk="" tail="" r q line boot=- now
+  local -A state=() reason=() restarts=()
+  jobtpu_named "root chunk tail" "$@" || return 1
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
+  q=$(squeue --noheader --user="$(id -un)" --states=all --Format='JobID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+    { echo "squeue failed: ${q:0:300}" >&2; return 1; }
+  while IFS='|' read -r id s why n _; do
+    [ -n "$id" ] || continue
+    state[$id]=$s reason[$id]=$why restarts[$id]=$n
+  done <<< "$q"
+  [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
+  printf -v now '%(%s)T' -1
+  jobtpu_say host s:boot "$boot" n:now "$now"
+  while [ $# -ge 4 ]; do
+    line=$r/meta/$1/$2.$3
+    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4"
+    shift 4
+  done
+}
+
+# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET : one worker's lines (state, reason and
+# restarts are jobtpu_slurm_probe's).
+jobtpu_slurm_worker() {
+  local b=$1 chunk=$2 tail=$3 offset=$7 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
+  local preempted=false waiting="" n='^[0-9]+$'
+  [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
+  [ -n "$id" ] && s=${state[$id]:-}
+  [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
+  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
+  [ -e "$b.claim" ] && claim=true
+  [ -e "$b.timedout" ] && timedout=true
+  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
+  if [ -n "$s" ]; then
+    [[ $jobtpu_slurm_ended == *" $s "* ]] || alive=true
+    # Slurm's word for a pending job it has not looked at yet is "None".
+    [ "$s" = PENDING ] && { waiting=${reason[$id]:-None}; [ "$waiting" != None ] || waiting=queued; }
+    { [ "${restarts[$id]:-0}" != 0 ] || [ "$s" = PREEMPTED ]; } && preempted=true
+    # Slurm ended it past its --time, or for its memory, before the wrapper wrote the exit.
+    [ "$ex" = - ] && [ "$s" = TIMEOUT ] && timedout=true
+    [ "$ex" = - ] && [ "$s" = OUT_OF_MEMORY ] && ex=137
+  fi
+  # One printf, not jobtpu_say (five times slower): a cluster's probe says this for every job of the
+  # home there, a thousand a pass. What the files held is checked as jobtpu_say checks a number.
+  [[ $pid =~ $n ]] || pid=null
+  [[ ${ex#-} =~ $n ]] || ex=null
+  [[ ${at/./} =~ $n ]] || at=null
+  [[ $size =~ $n ]] || size=0
+  jobtpu_json_string "$waiting"
+  # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s}\n' \
+    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json"
+  if [ "$size" -gt "$offset" ]; then
+    printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$4" "$5" "$6" "$offset"
+    tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
+    printf '"}\n'
+  fi
+  if [ "$ex" != null ] && [ $((size - offset)) -gt "$chunk" ]; then
+    printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
+    tail -c "$tail" "$b.log" | base64 -w0
+    printf '"}\n'
+  fi
+}
+
+# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER]... : stop each worker's Slurm job: TERM to
+# every process of a running one (scancel --full --signal), then, GRACE tenths of a second later if
+# it still runs, scancel (Slurm's KILL after its KillWait); then up to STEPS tenths for Slurm to say
+# it ended. One `kill` report per worker: gone, or not yet (stuck). A worker never handed to Slurm
+# (no id, no claim) is gone.
+jobtpu_slurm_kill() {
+  local r=${1/#-/./-} grace=$2 steps=$3 b id s i
+  shift 4
+  while [ $# -ge 3 ]; do
+    b=$r/meta/$1/$2.$3 id=""
+    [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
+    if [ -z "$id" ]; then
+      if [ -e "$b.claim" ]; then s=claimed; else s=""; fi
+    else
+      s=$(jobtpu_slurm_state "$id")
+      if [ "$s" = RUNNING ]; then
+        scancel --full --signal=TERM "$id" 2> /dev/null
+        for ((i = 0; i < grace; i++)); do s=$(jobtpu_slurm_state "$id"); [ "$s" = RUNNING ] || break; sleep 0.1; done
+      fi
+      if [ -n "$s" ] && [[ $jobtpu_slurm_ended != *" $s "* ]]; then
+        scancel "$id" 2> /dev/null
+        for ((i = 0; i < steps; i++)); do
+          s=$(jobtpu_slurm_state "$id")
+          # Ended; or Slurm does not answer: not gone, and the next stop asks again.
+          { [ -z "$s" ] || [ "$s" = UNKNOWN ] || [[ $jobtpu_slurm_ended == *" $s "* ]]; } && break
+          sleep 0.1
+        done
+      fi
+    fi
+    if [ -z "$s" ] || [[ $jobtpu_slurm_ended == *" $s "* ]]; then
+      jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 1
+    else
+      jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 0
+    fi
+    shift 3
+  done
+}
+
+# jobtpu_slurm_state ID : the Slurm job's state word; nothing when Slurm no longer knows the job;
+# UNKNOWN when Slurm does not answer (never taken for an ended job).
+jobtpu_slurm_state() {
+  local out
+  if out=$(squeue --noheader --states=all --jobs="$1" --format=%T 2>&1); then
+    echo "${out%%$'\n'*}"
+  elif [[ $out != *"Invalid job id"* ]]; then
+    echo UNKNOWN
+  fi
+}
+
+# jobtpu_slurm_doctor : a `tool` report for each Slurm command jobtpu runs at the login host, then a
+# `slurm` report: whether the controller answers (sinfo), with its partitions, or its error.
+jobtpu_slurm_doctor() {
+  local tool out p parts=()
+  for tool in sbatch squeue scancel sinfo; do jobtpu_say tool s:name "$tool" s:path "$(command -v "$tool")"; done
+  if out=$(sinfo --noheader --format=%R 2>&1); then
+    while IFS= read -r p; do [ -n "$p" ] && parts+=("$p"); done <<< "$out"
+    printf '{"kind":"slurm","answers":true,"partitions":['
+    p=""
+    # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+    for tool in ${parts[@]+"${parts[@]}"}; do jobtpu_json_string "$tool"; printf '%s%s' "$p" "$jobtpu_json"; p=,; done
+    printf ']}\n'
+  else
+    jobtpu_say slurm b:answers 0 s:said "${out:0:300}"
+  fi
+}

@@ -1,0 +1,35 @@
+"""The scripts a pass runs at a Slurm cluster's login host (jobtpu/remote/sh/slurm.sh): the probe of
+every worker of the home's jobs there with one squeue, and the stop of workers with scancel. Their
+reports are those of the other machines' probe and kill (remote/scripts.py parses them); a launch
+is remote/scripts.launch_script with the spec's sbatch options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from jobtpu.decide.workers import WorkerRef
+from jobtpu.remote.scripts import LOG_CHUNK, TAIL_BYTES, call, named, render
+
+# Tenths of a second a stop waits, past the scancel, for Slurm to say the job ended (its KillWait).
+END_WAIT_TENTHS = 300
+
+
+def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
+    """A `host` report, then for each (worker, log bytes already pulled) the `worker`, `log` and
+    `log-end` reports remote/scripts.probe_script's say, liveness from one squeue."""
+    args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
+    return render(("common.sh", "slurm.sh"),
+                  [named("jobtpu_slurm_probe", {"root": root, "chunk": int(chunk), "tail": TAIL_BYTES}, *args)])
+
+
+def kill_script(root: str, refs: Iterable[WorkerRef], grace: float) -> str:
+    """scancel each worker's Slurm job (TERM, then after `grace` seconds the kill): one `kill` report each."""
+    args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
+    tenths = max(1, int(grace / 0.1))
+    return render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_kill", root, tenths, END_WAIT_TENTHS, "--", *args)])
+
+
+def doctor_script() -> str:
+    """A `tool` report for each Slurm command jobtpu runs, then a `slurm` report: the controller's
+    partitions, or its error."""
+    return render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_doctor")])

@@ -1,0 +1,206 @@
+"""A Slurm cluster as a machine (kind `slurm`), end to end against real Slurm (tests/slurmcluster.py): a
+job becomes one sbatch run through jobtpu's wrapper, passes read it with one squeue, a kill is scancel,
+a requeue is a preemption the job resumes from, sbatch's refusal is one line (docs/reference/machines-json.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import helpers
+from tests.helpers import run
+from tests.slurmcluster import SlurmCluster, slurm_cluster  # noqa: F401  # the fixture
+from tests.sshfleet import FleetMachine, SshFleet
+
+DEADLINE = 60.0
+submit = partial(helpers.submit, in_process=True)
+manage = partial(helpers.run_pass, in_process=True)
+manage_until = partial(helpers.passes_until, timeout=DEADLINE, in_process=True)
+WAIT_RELEASE = 'while [ ! -e "$HOME/release-$JOBTPU_JOB_ID" ]; do sleep 0.1; done'
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster, ssh_fleet: SshFleet) -> Iterator[tuple[SlurmCluster, SshFleet]]:  # noqa: F811
+    """The cluster, and an ssh fleet whose hosts' sessions find it (their login host is this machine);
+    the fleet's jobs are cancelled before its accounts go."""
+    ssh_fleet.extra_conf = f"SetEnv SLURM_CONF={slurm_cluster.conf}\n"
+    yield slurm_cluster, ssh_fleet
+    for machine in ssh_fleet.machines:
+        slurm_cluster.cancel_all(machine.user)
+
+
+def slurm_home(tmp_path: Path, fleet: SshFleet, **keys: Any) -> tuple[Path, FleetMachine]:
+    fm = fleet.add_machine("hpc")
+    home = tmp_path / "home"
+    home.mkdir()
+    entry = {"kind": "slurm", "host": fm.hosts[0].address(), "user": fm.user, "identity_file": str(fleet.identity),
+             "connect_timeout": 3, "resources": {"gpu": 2}, **keys}
+    (home / "machines.json").write_text(json.dumps({"machines": {"hpc": entry}}))
+    src = tmp_path / "code"
+    src.mkdir()
+    (src / "train.py").write_text("print('hello')\n")
+    return home, fm
+
+
+def attempts(home: Path, job: int) -> list[dict[str, Any]]:
+    state = json.loads((home / "state.json").read_text())
+    return list(next(j for j in state["jobs"] if j["id"] == job)["attempts"])
+
+
+def log(home: Path, job: int, attempt: int = 0) -> str:
+    path = home / "logs" / str(job) / f"{attempt}.0.log"
+    return path.read_text() if path.exists() else ""
+
+
+def meta(fm: FleetMachine, job: int, attempt: int, ext: str) -> Path:
+    return fm.home / "jobtpu" / "meta" / str(job) / f"{attempt}.0.{ext}"
+
+
+def test_a_job_is_one_sbatch_of_the_wrapper_and_keeps_its_exit_code(cluster: tuple[SlurmCluster, SshFleet],
+                                                                   tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet, partition="debug")
+    cmd = 'echo "resume=$JOBTPU_RESUME foo=$FOO slurm=$SLURM_JOB_ID"; python3 train.py; exit 3'
+    failing = submit(home, tmp_path / "code", cmd, "--req", "gpu=1", "--timeout", "10m", "--env", "FOO=bar")
+    fine = submit(home, tmp_path / "code", "echo fine")
+    state = manage_until(home, lambda s: s[failing]["status"] == "failed" and s[fine]["status"] == "finished",
+                         "both jobs to end")
+    assert (state[failing]["reason"], state[failing]["exit_code"]) == ("exit 3", 3)
+    slurm_id = attempts(home, failing)[0]["slurm_job"]
+    assert f"resume=0 foo=bar slurm={slurm_id}\nhello\n" in log(home, failing)
+    assert log(home, fine).endswith("fine\n")
+    said = slurm.job(slurm_id)
+    # One sbatch: the job's name is its marker, its --req and --timeout are Slurm's words, its code Slurm's too.
+    assert said["JobName"].startswith("jobtpu-") and said["JobName"].endswith(f".{failing}.0.0")
+    assert (said["Partition"], said["TimeLimit"], said["ExitCode"]) == ("debug", "00:11:00", "3:0")
+    assert said["TresPerNode"] == "gres:gpu:1"
+    assert attempts(home, fine)[0]["slurm_job"] not in (None, slurm_id)
+
+
+def test_slurms_pending_reason_is_said_and_the_job_runs_once_resources_free(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    big = submit(home, tmp_path / "code", f"echo big; {WAIT_RELEASE}", "--req", "gpu=2")
+    manage_until(home, lambda s: "big" in log(home, big), "the big job to run")
+    # jobtpu hands it to Slurm at once, though the machine's two GPUs are taken: Slurm counts them.
+    small = submit(home, tmp_path / "code", "echo small", "--req", "gpu=1")
+    state = manage_until(home, lambda s: "Slurm holds it pending: Resources" in (s[small].get("last_line") or ""),
+                         "the small job to pend in Slurm")
+    assert [state[big]["status"], state[small]["status"]] == ["running", "running"]
+    assert slurm.job(attempts(home, small)[0]["slurm_job"])["JobState"] == "PENDING"
+    assert "last_alive" not in attempts(home, small)[0]  # goodput: queued in Slurm is no time it ran
+    (fm.home / f"release-{big}").touch()
+    state = manage_until(home, lambda s: s[small]["status"] == "finished", "the small job to run")
+    assert state[big]["status"] == "finished" and log(home, small).endswith("small\n")
+
+
+def test_a_requeue_is_a_preemption_and_the_next_attempt_resumes(cluster: tuple[SlurmCluster, SshFleet],
+                                                                tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    cmd = f'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] || {{ {WAIT_RELEASE}; }}'
+    job = submit(home, tmp_path / "code", cmd)
+    manage_until(home, lambda s: "resume=0" in log(home, job), "the first attempt to run")
+    first = attempts(home, job)[0]["slurm_job"]
+    assert slurm.run("scontrol", "requeue", str(first)).returncode == 0
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to resume and finish")
+    assert [(a["n"], a["outcome"]) for a in attempts(home, job)] == [(0, "preempted"), (1, "finished")]
+    assert "resume=1" in log(home, job, 1)
+    # The requeued Slurm job never ran the command again: jobtpu cancelled it, its next attempt is a new one.
+    assert slurm.wait_state(first, "CANCELLED") == "CANCELLED"
+    assert attempts(home, job)[1]["slurm_job"] != first
+    assert log(home, job, 0).count("resume=0") == 1
+
+
+def test_kill_is_scancel(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    run(home, "kill", str(job), in_process=True)
+    assert helpers.status(home)[job]["status"] == "killed"
+    # TERM first (the batch script ends: FAILED), the cancel when it does not (CANCELLED): it runs no more.
+    assert slurm.job(slurm_id)["JobState"] in ("FAILED", "CANCELLED")
+    left = [ln for ln in slurm.run("ps", "-eo", "user:32=,args=").stdout.splitlines() if ln.startswith(fm.user)]
+    assert not [ln for ln in left if "sshd" not in ln and "<defunct>" not in ln], left
+
+
+def test_what_sbatch_refuses_is_one_line_and_nothing_is_left(cluster: tuple[SlurmCluster, SshFleet],
+                                                            tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet, partition="nope")
+    job = submit(home, tmp_path / "code", "echo never")
+    state = manage_until(home, lambda s: s[job]["status"] == "failed", "the launch to fail")
+    assert state[job]["reason"] == "launch_failed"
+    line = state[job]["last_line"]
+    assert "\n" not in line and "invalid partition specified: nope" in line, line
+    # Nothing half-made: no environment file, batch script, Slurm job id or claim is left.
+    assert [p for p in ("env", "sbatch", "slurm", "claim") if meta(fm, job, 0, p).exists()] == []
+    assert slurm.run("squeue", "--noheader", "--format=%i").stdout.strip() == ""
+
+
+def test_a_pass_while_slurmctld_restarts_loses_nothing(cluster: tuple[SlurmCluster, SshFleet],
+                                                      tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}; echo done")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm.stop_controller()
+    try:
+        manage(home)
+        state = helpers.status(home)
+        assert (state[job]["status"], state[job]["reason"]) == ("running", "unreachable")
+        (fm.home / f"release-{job}").touch()  # it ends while Slurm's controller is away
+    finally:
+        slurm.start_controller()
+    state = manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    assert log(home, job).endswith("done\n") and len(attempts(home, job)) == 1
+
+
+def test_the_timeout_is_kept_on_the_node_and_fetch_reads_the_shared_folder(cluster: tuple[SlurmCluster, SshFleet],
+                                                                          tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo out > result.txt; echo started; {WAIT_RELEASE}", "--timeout", "3s")
+    state = manage_until(home, lambda s: s[job]["status"] == "failed", "the job to time out")
+    assert state[job]["reason"] == "timeout" and "started" in log(home, job)
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    assert slurm.job(slurm_id)["TimeLimit"] == "00:01:00"  # Slurm's backstop: 3 s, the grace and 30 s, in minutes
+    run(home, "fetch", str(job), "--to", str(tmp_path / "got"), in_process=True)
+    assert (tmp_path / "got" / "result.txt").read_text() == "out\n"
+
+
+def test_doctor_asks_slurm_at_the_login_host_and_names_a_wrong_partition(cluster: tuple[SlurmCluster, SshFleet],
+                                                                          tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet, partition="nope")
+    code, out, err = helpers.cli(home, "doctor", "hpc", "--fix")  # --fix makes the root folder
+    said = out + err
+    assert code != 0 and "problem: partition nope is not one of the cluster's (debug)" in said, said
+    (home / "machines.json").write_text((home / "machines.json").read_text().replace('"nope"', '"debug"'))
+    code, out, err = helpers.cli(home, "doctor", "hpc")
+    assert code == 0 and "ok: Slurm answers; partitions debug" in out + err, out + err
+
+
+def test_a_kill_while_slurmctld_is_away_is_never_taken_for_done(cluster: tuple[SlurmCluster, SshFleet],
+                                                                tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    slurm.stop_controller()
+    try:
+        helpers.cli(home, "kill", str(job))
+        assert helpers.status(home)[job]["status"] == "killing"  # Slurm could not say it ended
+    finally:
+        slurm.start_controller()
+    manage_until(home, lambda s: s[job]["status"] == "killed", "a pass to end the kill")
+    assert slurm.job(slurm_id)["JobState"] in ("FAILED", "CANCELLED")

@@ -1,0 +1,128 @@
+"""The sbatch options a job becomes on a Slurm cluster, machines.json's slurm keys, and what a pass
+decides from Slurm's word, as tables (docs/reference/machines-json.md §3.3.1). End to end: tests/test_slurm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from jobtpu.decide import rules
+from jobtpu.decide.fit import allocate
+from jobtpu.decide.observation import Observation
+from jobtpu.decide.workers import WorkerRef
+from jobtpu.errors import ConfigError
+from jobtpu.home.layout import Home
+from jobtpu.home.machines import load_fleet
+from jobtpu.schema import state as model
+from jobtpu.schema import worker_protocol as protocol
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.state import Job, Status
+from jobtpu.slurm.batch import sbatch_options, slurm_minutes
+from jobtpu.slurm.checks import judge
+from tests.test_decide import NOW, active, decide, fleet, kills, launches, queued, seen, ws
+
+pytestmark = pytest.mark.fast
+
+
+def slurm(tmp_path: Path, **keys: Any) -> Machine:
+    home = Home(tmp_path)
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": {"kind": "slurm", "host": "login", **keys}}}))
+    return load_fleet(home).machines["hpc"]
+
+
+def job(**fields: Any) -> Job:
+    return Job(id=1, user="u", cmd="true", archive="a.tar.gz", created=0.0, **fields)
+
+
+@pytest.mark.parametrize(("keys", "fields", "options"), [
+    ({}, {}, ("--nodes=1", "--ntasks=1")),
+    ({"partition": "gpu", "account": "lab", "qos": "high", "constraint": "a100&ib"}, {},
+     ("--partition=gpu", "--account=lab", "--qos=high", "--constraint=a100&ib", "--nodes=1", "--ntasks=1")),
+    ({}, {"req": ["gpu=2"]}, ("--nodes=1", "--ntasks=1", "--gres=gpu:2")),
+    ({}, {"req": ["cpu=8", "gpu=1"]}, ("--nodes=1", "--ntasks=1", "--cpus-per-task=8", "--gres=gpu:1")),
+    # --timeout 1 h, grace 5 s: Slurm's --time is the backstop past the wrapper's own stop, in whole minutes.
+    ({}, {"timeout": 3600.0}, ("--nodes=1", "--ntasks=1", "--time=61")),
+])
+def test_sbatch_options(tmp_path: Path, keys: dict[str, Any], fields: dict[str, Any], options: tuple[str, ...]) -> None:
+    assert sbatch_options(slurm(tmp_path, **keys), job(**fields), grace=5.0) == options
+
+
+@pytest.mark.parametrize(("seconds", "minutes"), [(0.0, 1), (60.0, 1), (60.5, 2), (3635.0, 61)])
+def test_slurm_minutes_never_shorten_the_limit(seconds: float, minutes: int) -> None:
+    assert slurm_minutes(seconds) == minutes
+
+
+def test_a_slurm_machine_is_reached_at_its_login_host_and_hands_every_job_over(tmp_path: Path) -> None:
+    machine = slurm(tmp_path, host="login:2222", resources={"gpu": 8}, root="/shared/jobtpu")
+    assert (machine.hosts, machine.root, machine.known_workers, machine.default_rule()) == (
+        ("login:2222",), "/shared/jobtpu", 1, "pre")
+    # Slurm counts the GPUs: jobtpu's fit says whether one job could ever run there, never whether it fits now.
+    assert machine.scheduled and allocate(machine.capacity, {}, {"gpu": 8}) is not None
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ({"kind": "slurm"}, "a slurm machine needs 'host'"),
+    ({"kind": "slurm", "host": "login", "partition": "a b"}, "'partition' 'a b' must be a Slurm name"),
+    ({"kind": "slurm", "host": "login", "hosts": ["x"]}, "'hosts' is only for kind ssh"),
+    ({"kind": "ssh", "hosts": ["x"], "partition": "gpu"}, "'partition' is only for kind slurm"),
+    ({"kind": "ssh", "hosts": ["x"], "host": "login"}, "'host' is only for kind slurm"),
+])
+def test_a_wrong_slurm_entry_is_one_line(tmp_path: Path, entry: dict[str, Any], said: str) -> None:
+    home = Home(tmp_path)
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": entry}}))
+    with pytest.raises(ConfigError) as info:
+        load_fleet(home)
+    assert said in info.value.message and "\n" not in info.value.message
+
+
+# ---- what a pass decides from Slurm's word (decide/core.py) ----------------------------------------
+
+def cluster() -> Machine:
+    return Machine(name="m", kind="slurm", hosts=("login",), resources={"gpu": 8})
+
+
+def test_every_job_that_fits_is_handed_to_slurm_at_once_holding_nothing() -> None:
+    jobs = [queued(i, req=["gpu=8"]) for i in (1, 2, 3)]
+    plan = decide(jobs, fleet(cluster()), Observation(now=NOW))
+    assert [(j.status, j.machine, j.alloc) for j in jobs] == [(Status.LAUNCHING, "m", {})] * 3
+    assert sorted(launch.job for launch in launches(plan)) == [1, 2, 3]
+    too_big = queued(4, req=["gpu=9"])  # more than one job may ask there: never sent
+    decide([too_big], fleet(cluster()), Observation(now=NOW))
+    assert too_big.status is Status.QUEUED
+
+
+def test_a_job_slurm_holds_pending_is_never_timed_out_and_says_why() -> None:
+    job = active(timeout=60.0)  # handed over long before NOW: past its --timeout, had it been running
+    pending = msgspec.structs.replace(ws(job, 0), pid=None, waiting="QOSMaxJobsPerUserLimit")
+    plan = decide([job], fleet(cluster()), seen("m", pending))
+    assert (kills(plan), job.status, job.last_line) == ([], Status.RUNNING,
+                                                        "Slurm holds it pending: QOSMaxJobsPerUserLimit")
+    assert job.current is not None and job.current.started == NOW  # its --timeout counts from when it runs
+    running = active(timeout=60.0)
+    assert [k.job for k in kills(decide([running], fleet(cluster()), seen("m", ws(running, 0))))] == [running.id]
+
+
+def test_a_requeue_ends_the_attempt_preempted_before_any_exit_code_and_stops_the_requeued_job() -> None:
+    job = active()
+    requeued = msgspec.structs.replace(ws(job, 0, alive=True, exit_code=143), preempted=True)
+    plan = decide([job], fleet(cluster()), seen("m", requeued))
+    assert (job.status, job.reason) == (Status.KILLING, model.PREEMPTED)
+    assert job.ending is not None and job.ending.recovery == rules.RECREATE_RESUME  # rule pre: it resumes
+    assert [k.refs for k in kills(plan)] == [(WorkerRef(job.id, job.attempt, 0),)]
+
+
+@pytest.mark.parametrize(("found", "said"), [
+    ([protocol.Tool("sbatch", ""), protocol.SlurmAnswer(True, partitions=["gpu"])],
+     ["L: problem: sbatch is not on the login host's PATH", "L: ok: Slurm answers; partitions gpu"]),
+    ([protocol.SlurmAnswer(False, "slurm_load_partitions: Unable to contact slurm controller")],
+     ["L: problem: Slurm's controller does not answer: slurm_load_partitions: Unable to contact slurm controller"]),
+    ([], ["L: problem: the Slurm check said nothing"]),
+])
+def test_doctor_lines(tmp_path: Path, found: list[protocol.Report], said: list[str]) -> None:
+    lines = judge(slurm(tmp_path, partition="gpu"), "L", found)
+    assert [text for text, _ in lines if not any(text.startswith(s) for s in said)] == []
+    assert len(lines) == len(said)
