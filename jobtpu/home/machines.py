@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobtpu.errors import ConfigError
-from jobtpu.home import slices
+from jobtpu.home import slices, slurm_entry
 from jobtpu.home.layout import Home
 from jobtpu.home.safefs import CAP_CONFIG, UnsafePath, open_file, read_capped
 from jobtpu.schema.decode import FileRefused, decode, must, plain_values, refuse_syntax
@@ -246,22 +246,11 @@ def _hosts(entry: MachineEntry) -> tuple[str, ...]:
     return (entry.host,) if isinstance(entry.host, str) else entry.hosts or ()
 
 
-SLURM_KEYS = ("partition", "account", "qos", "constraint")
 
 
 def _check_kind(entry: MachineEntry) -> None:
     """The keys one kind needs and another refuses."""
-    if entry.kind != "slurm" and (entry.host is not UNSET or any(getattr(entry, k) is not None for k in SLURM_KEYS)):
-        given = "host" if entry.host is not UNSET else next(k for k in SLURM_KEYS if getattr(entry, k) is not None)
-        raise FileRefused(f"'{given}' is only for kind slurm (an ssh machine lists its 'hosts')")
-    if entry.kind == "slurm":
-        if not isinstance(entry.host, str) or not entry.host.strip():
-            raise FileRefused("a slurm machine needs 'host', its login host as \"addr\" or \"addr:port\"")
-        _split_host(entry.host, 22, FileRefused)
-        for key in SLURM_KEYS:
-            value = getattr(entry, key)
-            if value is not None and (not value or any(c.isspace() or c == "'" for c in value)):
-                raise FileRefused(f"'{key}' {value!r} must be a Slurm name: no spaces")
+    slurm_entry.check(entry, lambda host: _split_host(host, 22, FileRefused))
     if entry.kind != "ssh" and entry.hosts is not UNSET:
         raise FileRefused("'hosts' is only for kind ssh (a tpu's workers come from the TPU API)")
     if entry.kind == "ssh":

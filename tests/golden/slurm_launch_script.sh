@@ -426,6 +426,8 @@ jobtpu_wrapper() {
   fi
   (
     for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done  # the watches' alone
+    # Where jobtpu.save_result writes the job's value, beside the log: the probe brings worker 0's home.
+    export JOBTPU_RESULT="$1.result"
     # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
     set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
     for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
@@ -535,8 +537,21 @@ jobtpu_launch_init() {
   jobtpu_unpack_source=$unpack_source jobtpu_reset_tenths=$reset_tenths
 }
 
+# jobtpu_fence ROOT HOME_ID TOKEN: whether a launch from the runner holding lease TOKEN may start here
+# (docs/reference/home-files.md §1.7): no launch of this home with a higher token came to ROOT before.
+# Records TOKEN when it is the highest yet; 0 (a home without a lease) is never refused.
+jobtpu_fence() {
+  local f="$1/meta/.runner_token.$2" seen=0
+  [ "$3" = 0 ] && return 0
+  if [ -s "$f" ]; then read -r seen < "$f"; fi
+  [[ $seen =~ ^[0-9]+$ ]] || seen=0
+  [ "$3" -lt "$seen" ] && return 1
+  if [ "$3" -gt "$seen" ]; then echo "$3" > "$f.$$" && mv -f "$f.$$" "$f"; fi
+  return 0
+}
+
 # jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
-#   poll= grace= limit= -- [NAME MODE VALUE]...
+#   poll= grace= limit= token= -- [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
 # pid | pending | need-archive | bad-archive with why | fail with why). Named arguments (jobtpu_named),
 # every one given. fresh=1: start from the snapshot, replacing a folder an earlier attempt left (a
@@ -545,13 +560,13 @@ jobtpu_launch_init() {
 # none) is how often the wrapper looks for a stop request in ROOT/stop, which then stops the job with
 # `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7). limit
 # (seconds; empty: none) is the job's --timeout, which the wrapper enforces on the worker (`grace`
-# tenths between TERM and KILL). The NAME MODE VALUE triples after `--` are the job's environment (mode
+# tenths between TERM and KILL). token is the launching runner's lease token (jobtpu_fence; 0: none). The NAME MODE VALUE triples after `--` are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
   local root="" home_id="" job="" attempt="" worker="" archive="" fresh="" tpu_cleanup="" command="" signal="" delay=""
-  local poll="" grace="" limit="" r
-  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit" "$@" ||
+  local poll="" grace="" limit="" token="" r
+  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token" "$@" ||
     exit
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
@@ -590,6 +605,8 @@ jobtpu_launch() (
     if [[ $1 == *" "* ]]; then said "${1%% *}" "${1#* }"; else said "$1"; fi
     exit
   }
+  # A runner that lost its lease to a newer one starts nothing here, whatever it still believes.
+  jobtpu_fence "$r" "$home_id" "$token" || give_up "fail fenced: a runner with a newer lease token launches here"
   if [ "$fresh" = 1 ]; then
     s="$m/$attempt.reset"; own=""
     if [ ! -e "$s/done" ]; then
@@ -888,4 +905,4 @@ jobtpu_slurm_doctor() {
 
 jobtpu_launch_init stale_minutes=3 unpack_bad_exit=3 'unpack_source=<jobtpu/snapshot/unpack.py>' reset_tenths=200 --
 jobtpu_batch --partition=gpu --gres=gpu:2 --time=62
-jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=2 worker=1 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=0 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=0 grace=50 limit=3600.25 -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=2 worker=1 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=0 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=0 grace=50 limit=3600.25 token=0 -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
