@@ -41,7 +41,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "launch_script": lambda: scripts.launch_script([FULL, PLAIN]),
     "peer_fetch_script": lambda: scripts.peer_fetch_script("http://10.0.0.2:8470/x", "token-1", PLAIN),
     "probe_script": lambda: scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 0), (WorkerRef(7, 2, 1), 4096)],
-                                                 chunk=1024, home_id="home-1"),
+                                                 chunk=1024, home_id="home-1", markers=[(WorkerRef(7, 2, 0), "ckpt/SAVED")]),
+    "checkpoint_copy_script": lambda: scripts.checkpoint_copy_script("runs", WorkerRef(7, 3, 0), "gs://ckpt-us-east1/run7",
+                                                                     "gs://ckpt-europe-west4/run7"),
     "setup_script": lambda: scripts.setup_script("runs", scripts.setup_tag("2026-01-01T00:00:00Z"), 3,
                                                  ["pip install -r requirements.txt", "echo 'done'"], retry=True),
 }

@@ -13,6 +13,7 @@ from jobtpu import timing
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
 from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
 from jobtpu.decide.placement import Place, on_resume_words, place_env
+from jobtpu.decide.saving import checkpoint_copy, resume_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.errors import RemoteError
@@ -25,7 +26,8 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.peercopy import launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
-from jobtpu.remote.scripts import kill_script, parse_kill
+from jobtpu.remote.scripts import checkpoint_copy_script, kill_script, parse_copy, parse_kill
+from jobtpu.render.text import printable
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
@@ -87,14 +89,16 @@ def stop_all(p: Session, kills: list[Kill]) -> list[StopDone]:
     return [StopDone(k.job, p.fleet.machines[k.machine], all_gone) for k, all_gone in zip(kills, gone, strict=True)]
 
 
-def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str]) -> dict[str, str]:
+def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str],
+            resumed: dict[str, str] | None = None) -> dict[str, str]:
     """The job's environment in the order it is applied: jobtpu's own variables first, so that an
-    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name."""
+    --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name.
+    `resumed`: the attempt a resume resumes from (decide/saving.py resume_env)."""
     env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
         "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
-        **place_env(place, place.hosts[worker], job.id, job.attempt),
+        **place_env(place, place.hosts[worker], job.id, job.attempt), **(resumed or {}),
     }
     for resource, indices in job.alloc.items():
         if resource != "slot":
@@ -139,16 +143,40 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
     place = place_of(p, machine, eps)
     command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
+    resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
+    copy = checkpoint_copy(job, place.region)
+    if copy is not None and eps:
+        failed = _copy_checkpoint(p, machine, eps[0], job, copy, place.region)
+        if failed is not None:  # no worker starts: a launch failure, which the job's rule answers
+            return LaunchDone(job.id, machine, {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index),
+                                                                       LaunchOutcome.FAIL, detail=failed) for ep in eps})
 
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
-                          command, job_env(job, machine, ep.index, place, secrets),
+                          command, job_env(job, machine, ep.index, place, secrets, resumed),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
                           time_limit=job.timeout)
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
     return LaunchDone(job.id, machine, reports)
+
+
+def _copy_checkpoint(p: Pass, machine: Machine, ep: Endpoint, job: Job, copy: tuple[str, str], region: str) -> str | None:
+    """Copy the checkpoint of the attempt that last saved into this attempt's region, from worker 0
+    before any worker starts (docs/reference/job-environment.md §8.2.1): None when it is there, else
+    why not, in one line. The pass's notes say what was copied."""
+    src, dst = copy
+    try:
+        script = checkpoint_copy_script(machine.root, WorkerRef(job.id, job.attempt, 0), src, dst)
+        why = parse_copy(p.run_on(machine, ep, script))
+    except RemoteError as e:
+        why = e.message
+    if why is not None:
+        return printable(f"checkpoint copy {src} -> {dst} failed: {why}")[:500]
+    p.copy_notes.append((job.id, -1, f"job {job.id}: copied its checkpoint {src} -> {dst}: attempt {job.attempt} "
+                                     f"resumes in {region}"))
+    return None
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:
