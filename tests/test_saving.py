@@ -6,7 +6,9 @@ a fake `gcloud` that records what it was asked."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from jobtpu.decide import core, saving
 from jobtpu.errors import JobtpuError
 from jobtpu.schema.saving import Saved, Saving
 from jobtpu.schema.state import Attempt, Cause, Job, Status
+from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage_until, status, submit, write_tree
 from tests.sshfleet import SshFleet
 
@@ -167,6 +170,40 @@ def test_a_submit_with_a_bad_way_of_saving_queues_nothing(tmp_path: Path) -> Non
         done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", *bad, check=False)
         assert done.returncode != 0 and says in done.stderr.splitlines()[0] and "Traceback" not in done.stderr, done.stderr
     assert status(home) == {} and not list((home / "archives").glob("*.tar.gz"))
+
+
+def test_a_log_line_shows_a_save_and_the_retry_resumes_from_it(tmp_path: Path) -> None:
+    """--saved-when: the line of attempt 0 that says it saved, as the pass brings it home."""
+    home = make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 2}}})
+    script = ('echo "attempt $JOBTPU_ATTEMPT from ${JOBTPU_RESUME_FROM_ATTEMPT:-none}"\n'
+              '[ "$JOBTPU_ATTEMPT" = 0 ] && echo "step 100: saved checkpoint" && exit 3\n'
+              'echo "step 200: no save"\n')
+    src = write_tree(tmp_path / "src", {"a.sh": script})
+    job_id = submit(home, src, "bash a.sh", "--retries", "1", "--saved-when", r"saved checkpoint$")
+    done = manage_until(home, [job_id], {"finished", "failed"}, timeout=120)[job_id]
+    assert done["status"] == "finished" and [a.get("saved") is not None for a in done["attempts"]] == [True, False]
+    assert (home / "logs" / str(job_id) / "1.0.log").read_text().startswith("attempt 1 from 0\n")
+
+
+def test_a_member_s_submit_with_a_marker_that_climbs_out_is_refused(trio: Team) -> None:
+    """bob rewrites his submit's marker before the runner takes it in: the runner refuses that submit
+    in one line, as submit would, and queues nothing of it."""
+    from tests.test_shared_ids import HANG, owners, shared_home
+    from tests.test_shared_ids import submit as member_submit
+
+    alice, bob, _ = trio.accounts
+    home = shared_home(trio)
+    refused = member_submit(trio, bob, home, "--saved-marker", "ckpt/SAVED")[0]
+    claim = next((home / "spool").glob(f"submit-{refused}-1-*.json"))
+    doc = json.loads(claim.read_text())
+    assert doc["jobs"][0]["saving"] == {"marker": "ckpt/SAVED"}
+    doc["jobs"][0]["saving"]["marker"] = "../../.ssh/SAVED"
+    done = subprocess.run(["runuser", "-u", bob, "--", "bash", "-c", f"cat > {claim}"], input=json.dumps(doc),
+                          capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr
+    said = trio.run(alice, "--home", str(home), "manage", umask="0077")
+    assert refused not in owners(trio, home), said.stderr
+    assert "--saved-marker '../../.ssh/SAVED' climbs out of the job's folder (..)" in said.stderr, said.stderr
 
 
 # A fake gcloud, first on the worker's PATH, that records its arguments, one line per call, and fails
