@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 from jobtpu import timing
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
-from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, setup_done
 from jobtpu.decide.placement import Place, on_resume_words, place_env
 from jobtpu.decide.saving import checkpoint_copy, resume_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
-from jobtpu.errors import RemoteError
+from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
 from jobtpu.home.secrets import SecretStore
@@ -147,9 +147,9 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     copy = checkpoint_copy(job, place.region)
     if copy is not None and eps:
         failed = _copy_checkpoint(p, machine, eps[0], job, copy, place.region)
-        if failed is not None:  # no worker starts: a launch failure, which the job's rule answers
-            return LaunchDone(job.id, machine, {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index),
-                                                                       LaunchOutcome.FAIL, detail=failed) for ep in eps})
+        if failed is not None:  # no worker starts: a launch failure the job's rule answers, or none made
+            return LaunchDone(job.id, machine, {ep.index: failed if isinstance(failed, NoAnswer) else LaunchResult(
+                WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=failed) for ep in eps})
 
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
@@ -162,14 +162,18 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     return LaunchDone(job.id, machine, reports)
 
 
-def _copy_checkpoint(p: Pass, machine: Machine, ep: Endpoint, job: Job, copy: tuple[str, str], region: str) -> str | None:
+def _copy_checkpoint(p: Pass, machine: Machine, ep: Endpoint, job: Job, copy: tuple[str, str],
+                     region: str) -> str | NoAnswer | None:
     """Copy the checkpoint of the attempt that last saved into this attempt's region, from worker 0
     before any worker starts (docs/reference/job-environment.md §8.2.1): None when it is there, else
-    why not, in one line. The pass's notes say what was copied."""
+    why not, in one line; a worker 0 that could not be reached is no answer (the launch is made on a
+    later pass, nothing having started). The pass's notes say what was copied."""
     src, dst = copy
     try:
         script = checkpoint_copy_script(machine.root, WorkerRef(job.id, job.attempt, 0), src, dst)
         why = parse_copy(p.run_on(machine, ep, script))
+    except UnreachableError as e:
+        return NoAnswer(f"checkpoint copy: {e.message}", unreachable=True)
     except RemoteError as e:
         why = e.message
     if why is not None:
