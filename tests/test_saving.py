@@ -19,7 +19,7 @@ from jobtpu.errors import JobtpuError
 from jobtpu.schema.saving import Saved, Saving
 from jobtpu.schema.state import Attempt, Cause, Job, Status
 from tests.accounts import Team
-from tests.helpers import jobtpu, make_home, manage_until, status, submit, write_tree
+from tests.helpers import jobtpu, make_home, manage_until, run_pass, status, submit, wait_for, write_tree
 from tests.sshfleet import SshFleet
 
 NOW = 1_000_000.0
@@ -146,7 +146,14 @@ def test_a_local_job_reruns_until_it_saved_then_resumes_from_the_attempt_that_la
     out = tmp_path / "said"
     src = write_tree(tmp_path / "src", {"a.sh": SAYS.format(out=out)})
     job_id = submit(home, src, "bash a.sh", "--retries", "3", "--saved-marker", "ckpt/SAVED")
-    done = manage_until(home, [job_id], {"finished", "failed"}, timeout=120)[job_id]
+    notes: list[str] = []  # what each pass said
+
+    def ended() -> bool:
+        notes.append(run_pass(home))
+        return status(home)[job_id]["status"] in ("finished", "failed")
+
+    wait_for(ended, timeout=120, what="the job to end")
+    done = status(home)[job_id]
     folder = str(home / "run" / "jobs" / str(job_id))
     assert out.read_text().splitlines() == [
         "0 0 none none ",
@@ -159,6 +166,8 @@ def test_a_local_job_reruns_until_it_saved_then_resumes_from_the_attempt_that_la
     assert [a.get("resume", False) for a in done["attempts"]] == [False, False, True, True]
     said = jobtpu(home, "events", "--job", str(job_id)).stdout
     assert said.count("will rerun from scratch: no attempt saved a checkpoint") == 1, said
+    note = f"job {job_id}: no attempt saved a checkpoint: attempt 1 reruns from scratch"
+    assert sum(note in said for said in notes) == 1 and "attempt 2 reruns" not in "".join(notes), notes
 
 
 def test_a_submit_with_a_bad_way_of_saving_queues_nothing(tmp_path: Path) -> None:

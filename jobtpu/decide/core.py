@@ -9,7 +9,7 @@ from __future__ import annotations
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
-from jobtpu.decide.saving import resumes, unsaved_rerun
+from jobtpu.decide.saving import resumes
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
@@ -166,7 +166,6 @@ def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
     plan.would.append(f"would end job {job.id}: {why}")
     plan.moves.append(apply_ending(job, ending, now))
-    note_unsaved(job, ending, plan)
     if wants_recreate(ending) and job.attempts:
         plan.do(Recreate(job.attempts[-1].machine))
 
@@ -194,12 +193,6 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
     job.exit_code = ending.exit_code
     moved = job.move(ending.status, ending.reason, cause=Cause.END)
     return msgspec.structs.replace(moved, spent=ending.spent) if ending.spent else moved
-
-
-def note_unsaved(job: Job, ending: Ending, plan: Plan) -> None:
-    """The pass's note when a recovery that would resume reruns from scratch: no attempt saved."""
-    if ending.recovery in (rules.RESUME, rules.RECREATE_RESUME) and job.status is Status.QUEUED and unsaved_rerun(job):
-        plan.notes.append(f"job {job.id}: no attempt saved a checkpoint: attempt {job.attempt} reruns from scratch")
 
 
 def requeue(job: Job, resume: bool, reason: str | None, cause: Cause, machine: str | None = None) -> Transition:

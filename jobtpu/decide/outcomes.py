@@ -8,7 +8,7 @@ whoever holds the plan applies it (`Plan.apply_to`)."""
 from __future__ import annotations
 
 from jobtpu import timing
-from jobtpu.decide.core import apply_ending, note_unsaved, wants_recreate
+from jobtpu.decide.core import apply_ending, wants_recreate
 from jobtpu.decide.observation import Kill, Plan, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
 from jobtpu.schema import state as model
@@ -51,7 +51,6 @@ def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: 
         started = tuple(WorkerRef(new.id, new.attempt, i) for i in oks)
         if not started:
             plan.moves.append(apply_ending(new, ending, now))
-            note_unsaved(new, ending, plan)
             return None
         plan.moves.append(new.stop(ending))
         return Kill(new.id, machine.name, started)
@@ -117,7 +116,6 @@ def killed(job: Job, machine: str, gone: bool, now: float, plan: Plan) -> Recrea
     new = plan.edit(job)
     ending = new.ending or Ending(Status.KILLED, model.KILLED)
     plan.moves.append(apply_ending(new, ending, now))
-    note_unsaved(new, ending, plan)
     return Recreate(machine) if wants_recreate(ending) else None
 
 

@@ -8,12 +8,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobtpu.decide.placement import region_of
+from jobtpu.decide.saving import unsaved_rerun
 from jobtpu.fleet.drivers import driver_for
 from jobtpu.home.logfiles import log_rel
 from jobtpu.passes.progress import new_lines
 from jobtpu.render.text import printable
 from jobtpu.schema.records import MachineRecord
 from jobtpu.schema.saving import Saved
+from jobtpu.schema.state import Cause
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,7 +32,11 @@ _PATTERNS: dict[str, Any] = {}
 
 
 class SavingHook:
-    """Records the saves a pass's probes show; one line per --saved-when pattern it had to ignore."""
+    """Records the saves a pass's probes show (one line per --saved-when pattern it had to ignore);
+    after the pass, one line per job a recovery reruns from scratch because no attempt of it saved."""
+
+    def __init__(self) -> None:
+        self.reruns: list[str] = []
 
     def before_decide(self, p: Session, seen: Observation) -> list[str]:
         ignored: list[str] = []
@@ -41,10 +47,19 @@ class SavingHook:
         return None
 
     def before_result(self, p: Session, seen: Observation, moves: Sequence[Transition]) -> Callable[[Encoded], None] | None:
+        self.reruns = unsaved_reruns(p.state.jobs, moves)
         return None
 
     def after_pass(self, p: Session, seen: Observation) -> list[str]:
-        return []
+        return self.reruns
+
+
+def unsaved_reruns(jobs: Sequence[Job], moves: Sequence[Transition]) -> list[str]:
+    """The pass's note for each job a recovery queued to rerun from scratch, no attempt having saved
+    (decide/saving.py): its event says so too (passes/changes.py)."""
+    recovered = {m.job for m in moves if m.cause is Cause.RECOVER}
+    return [f"job {job.id}: no attempt saved a checkpoint: attempt {job.attempt} reruns from scratch"
+            for job in jobs if job.id in recovered and unsaved_rerun(job)]
 
 
 def track_saves(p: Session, seen: Observation, ignored: list[str]) -> None:
