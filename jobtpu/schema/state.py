@@ -143,8 +143,8 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     # the last pass that saw a worker of it alive
     progress: dict[str, Number] | None = None
     last_alive: Time | None = None
-    logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
     saved: Saved | None = None  # its last save, when its job says how one shows (decide/saving.py)
+    logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
 
 
 class Cause(StrEnum):
