@@ -69,6 +69,7 @@ class Home:
                after_any: Iterable[int | Job] = (), retries: int = 0, retry_on_exit: str | None = None,
                max_preemptions: int = 0, grace: str | None = None,
                signal: str | None = None, progress: str | None = None, on_resume: str | None = None,
+               saved_when: str | None = None, saved_marker: str | None = None, checkpoints: str | None = None,
                include: Iterable[str] = (), exclude: Iterable[str] = (), user: str | None = None,
                allow_secrets: bool = False, log_stage: bool = False, sheet_note: str | None = None,
                sweep_file: str | os.PathLike[str] | None = None, slices: int = 1) -> list[Job]:
@@ -90,6 +91,7 @@ class Home:
             timeout=timeout, stall=stall, include=_words(include, "include"), exclude=_words(exclude, "exclude"),
             allow_secrets=allow_secrets, user=user, log_stage=log_stage, on_resume=on_resume,
             overrides=[f"{k}={v}" for k, v in overrides.items()], progress=progress,
+            saved_when=saved_when, saved_marker=saved_marker, checkpoints=checkpoints,
             priority=_checked(args.priority, priority, "--priority"), sheet_note=sheet_note,
             sweep_file=None if sweep_file is None else os.fspath(sweep_file),
             after=[",".join(_ids(after))] if after else [], after_any=[",".join(_ids(after_any))] if after_any else [],

@@ -117,7 +117,7 @@ def test_the_launch_fields_are_the_spec_s_in_its_order() -> None:
     from jobtpu.schema.job_spec import JobSpec
 
     assert tuple(name for name in JobSpec.__struct_fields__ if name not in SPEC_OWN) == LAUNCH_FIELDS
-    assert LAUNCH_FIELDS == ("user", "cmd", "overrides", "log_stage", "on_resume", "env", "archive")
+    assert LAUNCH_FIELDS == ("user", "cmd", "overrides", "log_stage", "on_resume", "saving", "env", "archive")
 
 
 def test_a_member_s_submit_carries_every_field_an_option_sets() -> None:

@@ -32,9 +32,9 @@ overrides = ["--config.model=vit"]
     ("[job]\nreq = 'v3-8'\n", "[job] req must be a list of strings"),
     ("[job]\nmax_recoveries = true\n", "[job] max_recoveries must be a whole number"),
     ("[job]\nlog_stage = 'yes'\n", "[job] log_stage must be true or false"),
-    ("[job]\ncommand = 'x'\n", "[job] has no key 'command' (it takes: cmd, env, exclude, grace, include, log_stage, "
-     "machine, max_preemptions, max_recoveries, name, on_resume, overrides, priority, progress, req, retries, "
-     "retry_on_exit, rule, sheet_note, signal, "
+    ("[job]\ncommand = 'x'\n", "[job] has no key 'command' (it takes: checkpoints, cmd, env, exclude, grace, include, "
+     "log_stage, machine, max_preemptions, max_recoveries, name, on_resume, overrides, priority, progress, req, retries, "
+     "retry_on_exit, rule, saved_marker, saved_when, sheet_note, signal, "
      "slices, stall, tag, timeout)"),
     ("[jobs]\ncmd = 'x'\n", "unknown table or key 'jobs': everything goes under [job]"),
     ("job = 3\n", "job must be a table, [job]"),

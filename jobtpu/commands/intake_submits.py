@@ -191,9 +191,10 @@ def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
 def _check_fields(job: Job, first: int) -> None:
     """What `submit` refuses in what a user types, refused in a submitted record: the snapshot's
     name, the sweep, the command, requests, rule, environment names, --on-resume, --progress, tags,
-    --retry-on-exit and every length (numbers are bounded by the record's type)."""
+    --retry-on-exit, the way it saves and every length (numbers are bounded by the record's type)."""
     from jobtpu.commands.submit import RULE_NAMES, check_resume_and_progress
     from jobtpu.decide.fit import parse_request
+    from jobtpu.decide.saving import check_saving
     from jobtpu.inputs import parse_env, parse_exit_codes
     from jobtpu.limits import check_submit
     from jobtpu.snapshot.unpack import check_name
@@ -216,6 +217,7 @@ def _check_fields(job: Job, first: int) -> None:
     parse_env([f"{name}={value}" for name, value in job.env.items()])  # names only: JOBTPU_* refused
     check_submit(job.cmd, job.name, job.tags, job.overrides, job.sheet_note)
     check_resume_and_progress(job.on_resume, job.progress)
+    check_saving(job.saving)
     if job.retry_on_exit is not None:  # one state.json could not read would stop every command of the home
         parse_exit_codes(job.retry_on_exit, job.retries)
 

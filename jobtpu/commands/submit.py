@@ -29,6 +29,7 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
     """Check everything the user typed, then snapshot (into `archives`, default the home's);
     raises before anything is written."""
     from jobtpu.decide.fit import parse_request, why_not
+    from jobtpu.decide.saving import check_saving, saving_of
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
     from jobtpu.inputs import check_overrides_typed, parse_duration, parse_env, parse_exit_codes, parse_stall
     from jobtpu.schema.state import Job
@@ -60,6 +61,8 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
 
     check_submit(opts.cmd or "", opts.name, opts.tag, overrides, opts.sheet_note)
     check_resume_and_progress(opts.on_resume, opts.progress)
+    saving = saving_of(opts.saved_when, opts.saved_marker, opts.checkpoints)
+    check_saving(saving)
     src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
     if chosen_because:
         note(chosen_because)
@@ -73,7 +76,7 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
                         allow_secrets=opts.allow_secrets)
     return Job(id=0, user=user, cmd=opts.cmd or "", archive=snap.name, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
-               overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None,
+               overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None, saving=saving,
                max_recoveries=opts.max_recoveries, max_preemptions=opts.max_preemptions or None,
                retry_on_exit=retry_on_exit,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
@@ -329,6 +332,14 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-stage", action="store_true", help="append --config.stage=N on attempt N")
     p.add_argument("--on-resume", metavar="ARGS", help="arguments added on resumed attempts only; {attempt}, "
                    "{zone}, {region} and {job} are filled in (--on-resume '--config.load_from=gs://ckpt-{region}/run{job}')")
+    p.add_argument("--saved-when", metavar="REGEX", help="an RE2 regex a line of the job's log (worker 0) matches "
+                   "when it saved a checkpoint: a resume then resumes from the attempt that last saved, and one "
+                   "that finds none reruns from scratch (default: none)")
+    p.add_argument("--saved-marker", metavar="PATH", help="a file, relative to the job's folder, the job writes "
+                   "anew on each save (worker 0), as --saved-when (default: none)")
+    p.add_argument("--checkpoints", metavar="TEMPLATE", help="where checkpoints live, a gs:// place with {region} "
+                   "(gs://ckpt-{region}/run7): a resume in another region first copies the newest there "
+                   "(gcloud storage rsync, worker 0); needs --saved-when or --saved-marker (default: none)")
     p.add_argument("--json", action="store_true", help="print {id, archive} as JSON")
     p.add_argument("--dry-run", action="store_true", help="print the job's options as they would be submitted "
                    "(jobtpu.toml's and the command line's together); snapshot and queue nothing")

@@ -29,6 +29,9 @@ class SubmitOptions(NamedTuple):
     overrides: list[str] = []
     verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
+    saved_when: str | None = None  # how a save shows and where checkpoints live (decide/saving.py)
+    saved_marker: str | None = None
+    checkpoints: str | None = None
     priority: int = 0
     sheet_note: str | None = None
     # sweeps, dependencies, retries, grace and signal (batch.py)

@@ -10,6 +10,7 @@ from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.gang import gang_view, kills, preempted_of
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
+from jobtpu.decide.saving import resumes
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
@@ -232,10 +233,11 @@ def kept_machines(attempt: Attempt | None, ending: Ending) -> list[str]:
 
 def requeue(job: Job, resume: bool, reason: str | None, cause: Cause, machine: str | None = None) -> Transition:
     """Queue the job for its next attempt (same snapshot), for `cause` (a recovery, or a person's
-    resume or rerun). `machine` pins it when given."""
+    resume or rerun). `machine` pins it when given. A resume of a job that says how a save shows
+    resumes only when an attempt saved, else it reruns from scratch (decide/saving.py)."""
     moved = job.move(Status.QUEUED, reason, cause=cause)
     job.attempt = (job.attempts[-1].n + 1) if job.attempts else job.attempt
-    job.resume = resume
+    job.resume = resumes(job, resume)
     job.machine = None
     job.log_size, job.log_grew = 0, None
     if machine is not None:

@@ -9,7 +9,7 @@ Wiring (the only calls the pass and the CLI make):
     `JOB_RUNNING` (first pass that sees the attempt running), `JOB_ENDED` with
     `detail={"status": "finished"|"failed"|"killed", "reason": r, "exit_code": c}` (and `"spent"`, the
     budget that ran out, when one did), `JOB_RECOVERING`
-    with `detail={"reason": r, "recover": "resume"|"rerun"|...}`, `JOB_RESUMED` (the first attempt
+    with `detail={"reason": r, "recover": "resume"|"rerun"|..., "unsaved": true when no attempt saved}`, `JOB_RESUMED` (the first attempt
     launched after a recovery);
   * `PREEMPTED` (machine=m, and job/attempt when a job was on it) when the pass first sees it;
   * machine state changes: `machine_event(now, name, was, state, detail)` (from manage.machine_changes);
@@ -167,6 +167,7 @@ def describe(event: Event) -> str:
         return f"{who}{on}: {d.get('status', 'ended')}{why}{spent}"
     if event.kind == JOB_RECOVERING:
         how = f", will {d['recover']}" if d.get("recover") else ""
+        how += " from scratch: no attempt saved a checkpoint" if d.get("unsaved") else ""
         return f"{who}{on}: recovering from {d.get('reason') or 'a failure'}{how}"
     if event.kind == MACHINE_STATE:
         change = f"{d.get('from')} -> {d.get('to')}" if d.get("from") else f"{d.get('to')}"

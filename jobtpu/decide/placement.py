@@ -29,8 +29,12 @@ class Place(msgspec.Struct, frozen=True):
 
     @property
     def region(self) -> str:
-        """us-central2-b → us-central2: the zone minus its last part."""
-        return self.zone.rsplit("-", 1)[0] if "-" in self.zone else self.zone
+        return region_of(self.zone)
+
+
+def region_of(zone: str) -> str:
+    """us-central2-b → us-central2: the zone minus its last part."""
+    return zone.rsplit("-", 1)[0] if "-" in zone else zone
 
 
 def peer_hosts(reached: Sequence[str], internal: Sequence[str], peer_addresses: Sequence[str]) -> tuple[str, ...]:

@@ -37,22 +37,28 @@ class ProgressPattern:
         return _int(match.group(1)), None
 
 
-def compile_progress(text: str) -> ProgressPattern:
-    """A user's `--progress` regex in RE2's syntax: one capturing group (the step), or named groups
-    `step` and/or `checkpoint`. ValueError with one line otherwise (a backreference or lookaround
-    included: RE2 cannot take them, and they are what makes a match take exponential time)."""
+def compile_pattern(text: str, option: str) -> Any:
+    """A user's regex in RE2's syntax, compiled (an `option`'s value, named in the error): ValueError
+    with one line when RE2 cannot take it (a backreference or lookaround included: RE2 cannot take
+    them, and they are what makes a match take exponential time) or it is over PATTERN_LIMIT."""
     import re2  # only a pass or a submit with a pattern matches one: `status` never loads it
 
     if len(text) > PATTERN_LIMIT:
-        raise ValueError(f"--progress is {len(text)} characters, over the limit of {PATTERN_LIMIT}")
+        raise ValueError(f"{option} is {len(text)} characters, over the limit of {PATTERN_LIMIT}")
     options = re2.Options()
     options.log_errors = False  # the error comes back to us as one line; RE2 would print its own to stderr
     try:
-        regex = re2.compile(text, options)
+        return re2.compile(text, options)
     except re2.error as e:
         why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise ValueError(f"--progress {text!r} is not a valid regular expression for RE2 ({why}; "
+        raise ValueError(f"{option} {text!r} is not a valid regular expression for RE2 ({why}; "
                          "no backreferences or lookarounds)") from None
+
+
+def compile_progress(text: str) -> ProgressPattern:
+    """A user's `--progress` regex in RE2's syntax (compile_pattern): one capturing group (the step),
+    or named groups `step` and/or `checkpoint`. ValueError with one line otherwise."""
+    regex = compile_pattern(text, "--progress")
     named = set(regex.groupindex) & {"step", "checkpoint"}
     if not named and regex.groups != 1:
         raise ValueError(f"--progress {text!r} must capture the step number in one group, like 'step (\\d+)', "

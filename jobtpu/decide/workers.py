@@ -58,6 +58,7 @@ class WorkerState(msgspec.Struct, frozen=True):
     exited_at: float | None = None  # when the exit record was written (the worker's clock)
     log_end: bytes = b""  # an exited worker's last TAIL_BYTES, when the pull is further behind than that
     marked: int = 0  # live processes that carry the worker's marker (its leader, children, escapees)
+    saved_at: float | None = None  # its job's --saved-marker, written since it started: when (the worker's clock)
     timed_out: bool = False  # its wrapper stopped it at its --timeout (the worker's clock)
     result_size: int | None = None  # the value its job saved (jobtpu.save_result): its size, None: none saved
     result: bytes | None = None  # and its bytes, when at most the probe's limit

@@ -65,11 +65,13 @@ class Driver:
 
         return ssh_transport(machine, endpoint, home, trusted)
 
-    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str) -> str:
-        """The script that probes one worker's (job worker, log bytes already home) pairs."""
+    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str,
+                     markers: list[tuple[WorkerRef, str]] | None = None) -> str:
+        """The script that probes one worker's (job worker, log bytes already home) pairs, and whether
+        the attempts in `markers` wrote their --saved-marker (worker, path)."""
         from jobtpu.remote.scripts import probe_script
 
-        return probe_script(machine.root, workers, home_id=home_id)
+        return probe_script(machine.root, workers, home_id=home_id, markers=markers or ())
 
     def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str) -> str:
         """The script that stops job workers on one worker: TERM, then KILL after `grace` seconds."""
@@ -320,7 +322,9 @@ class SlurmDriver(SshDriver):
 
     kind = MachineKind.SLURM
 
-    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str) -> str:
+    def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str,
+                     markers: list[tuple[WorkerRef, str]] | None = None) -> str:
+        # A cluster's --saved-marker is not looked for yet: its saves show by --saved-when lines.
         from jobtpu.slurm.scripts import probe_script
 
         return probe_script(machine.root, workers)

@@ -27,9 +27,12 @@ from jobtpu.transport.base import Endpoint
 CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ended: 64 MiB a pass
 
 
-def probe(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef]) -> dict[WorkerRef, WorkerState]:
-    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home."""
-    script = driver_for(machine).probe_script(machine, [(r, local_size(p.home, r)) for r in refs], p.home_id)
+def probe(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
+          markers: dict[WorkerRef, str] | None = None) -> dict[WorkerRef, WorkerState]:
+    """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home; and
+    whether those named in `markers` wrote their --saved-marker (worker → path)."""
+    script = driver_for(machine).probe_script(machine, [(r, local_size(p.home, r)) for r in refs], p.home_id,
+                                              sorted((markers or {}).items(), key=lambda item: item[0].stem))
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 

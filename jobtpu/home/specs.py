@@ -35,7 +35,7 @@ def spec_path(job_id: int) -> PurePath:
 def spec_of(job: Job, secret_names: list[str] | tuple[str, ...]) -> JobSpec:
     uid = os.geteuid()
     return JobSpec(id=job.id, uid=uid, account=account_name(uid), user=job.user, cmd=job.cmd,
-                   overrides=list(job.overrides), log_stage=job.log_stage, on_resume=job.on_resume,
+                   overrides=list(job.overrides), log_stage=job.log_stage, on_resume=job.on_resume, saving=job.saving,
                    env=dict(job.env), archive=job.archive, secrets=sorted(secret_names))
 
 

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.decide.gang import per_slice
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
-from jobtpu.decide.outcomes import LaunchReport, kill_asked, setup_done
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, setup_done
 from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
+from jobtpu.decide.saving import checkpoint_copy, resume_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
-from jobtpu.errors import RemoteError
+from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
 from jobtpu.home import fence
@@ -27,7 +28,8 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
-from jobtpu.remote.scripts import parse_kill
+from jobtpu.remote.scripts import checkpoint_copy_script, parse_copy, parse_kill
+from jobtpu.render.text import printable
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
@@ -96,16 +98,17 @@ def stop_all(p: Session, kills: list[Kill]) -> list[StopDone]:
 
 
 def job_env(job: Job, machine: Machine, worker: int, place: Place, secrets: dict[str, str],
-            joins: dict[str, str] | None = None) -> dict[str, str]:
+            joins: dict[str, str] | None = None, resumed: dict[str, str] | None = None) -> dict[str, str]:
     """The job's environment in the order it is applied: jobtpu's own variables first, so that an
     --env value may use them ($JOBTPU_WORKER); they win over a user's value of the same name. A
     gang's worker gets its slice's (`worker` within its slice) and the variables that join the
-    slices (`joins`, placement.gang_env)."""
+    slices (`joins`, placement.gang_env). `resumed`: the attempt a resume resumes from
+    (decide/saving.py resume_env)."""
     env = {
         "JOBTPU_JOB_ID": str(job.id), "JOBTPU_ATTEMPT": str(job.attempt),
         "JOBTPU_RESUME": "1" if job.resume else "0", "JOBTPU_WORKER": str(worker),
         "JOBTPU_NUM_WORKERS": str(len(place.hosts)), "JOBTPU_MACHINE": machine.name,
-        **place_env(place, place.hosts[worker], job.id, job.attempt), **(joins or {}),
+        **place_env(place, place.hosts[worker], job.id, job.attempt), **(joins or {}), **(resumed or {}),
     }
     for resource, indices in ({} if machine.scheduled else job.alloc).items():  # Slurm's allocation is Slurm's
         if resource != "slot":
@@ -154,10 +157,17 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
     place = place_of(p, machine, eps)
     command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
+    resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
+    copy = checkpoint_copy(job, place.region)
+    if copy is not None and eps:
+        failed = _copy_checkpoint(p, machine, eps[0], job, copy, place.region)
+        if failed is not None:  # no worker starts: a launch failure the job's rule answers, or none made
+            return LaunchDone(job.id, machine, {ep.index: failed if isinstance(failed, NoAnswer) else LaunchResult(
+                WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=failed) for ep in eps})
 
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
-                          command, job_env(job, machine, ep.index, place, secrets),
+                          command, job_env(job, machine, ep.index, place, secrets, resumed=resumed),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
                           time_limit=job.timeout, token=token,
@@ -177,12 +187,15 @@ def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int, token: in
     places = [place_of(p, m, eps) for m, eps in slices]
     command = job.full_command(on_resume_words(job.on_resume or "", places[0], job.id, job.attempt))
     coordinator = places[0].peers[0]  # slice 0's worker 0, where the other slices' workers reach it
+    # The attempt that last saved, as one slice's launch tells it (a gang's checkpoint copy across
+    # regions is not made: its slices are of one slice group or of one region's machines).
+    resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
 
     def one(s: int) -> tuple[Machine, list[Worker]]:
         machine, eps = slices[s]
         driver, joins = driver_for(machine), gang_env(s, len(machines), coordinator)
         specs = [(ep, LaunchSpec(WorkerRef(job.id, job.attempt, s * per + ep.index), machine.root, job.archive, command,
-                                 job_env(job, machine, ep.index, places[s], secrets, joins),
+                                 job_env(job, machine, ep.index, places[s], secrets, joins, resumed),
                                  tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id,
                                  literal=literal_names(job, secrets), early_signal=early_signal(job),
                                  grace=grace_of(job), stop_requests=driver.stops_by_request, time_limit=job.timeout,
@@ -192,6 +205,27 @@ def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int, token: in
 
     # One upload from the home for the whole gang: the others fetch it from a worker that has it.
     return LaunchDone(job.id, machines[0], launch_gang_workers(p, [one(s) for s in range(len(slices))]))
+
+
+def _copy_checkpoint(p: Pass, machine: Machine, ep: Endpoint, job: Job, copy: tuple[str, str],
+                     region: str) -> str | NoAnswer | None:
+    """Copy the checkpoint of the attempt that last saved into this attempt's region, from worker 0
+    before any worker starts (docs/reference/job-environment.md §8.2.1): None when it is there, else
+    why not, in one line; a worker 0 that could not be reached is no answer (the launch is made on a
+    later pass, nothing having started). The pass's notes say what was copied."""
+    src, dst = copy
+    try:
+        script = checkpoint_copy_script(machine.root, WorkerRef(job.id, job.attempt, 0), src, dst)
+        why = parse_copy(p.run_on(machine, ep, script))
+    except UnreachableError as e:
+        return NoAnswer(f"checkpoint copy: {e.message}", unreachable=True)
+    except RemoteError as e:
+        why = e.message
+    if why is not None:
+        return printable(f"checkpoint copy {src} -> {dst} failed: {why}")[:500]
+    p.copy_notes.append((job.id, -1, f"job {job.id}: copied its checkpoint {src} -> {dst}: attempt {job.attempt} "
+                                     f"resumes in {region}"))
+    return None
 
 
 def place_of(p: Pass, machine: Machine, eps: list[Endpoint]) -> Place:

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
+from jobtpu.decide.saving import unsaved_rerun
 from jobtpu.schema import state as model
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import SetupStatus
@@ -89,7 +90,7 @@ def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) ->
                       exit_code=new.exit_code, **spent.get(attempt.n, {}))
             else:
                 event(ending, when, ev.JOB_RECOVERING, attempt, reason=attempt.outcome,
-                      recover="resume" if new.resume else "rerun")
+                      recover="resume" if new.resume else "rerun", **({"unsaved": True} if unsaved_rerun(new) else {}))
     ended = next((m for m in reversed(moves) if m.to in ENDED), None)  # the move that ended the job, if any
     if new.ended and ended is not None and not any(told.event.kind == ev.JOB_ENDED for told in found):
         event(ended.cause, acted, ev.JOB_ENDED, new.current, status=str(new.status), reason=new.reason,

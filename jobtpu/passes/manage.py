@@ -33,6 +33,7 @@ from jobtpu.passes.context import Pass, PassReport
 from jobtpu.passes.hooks import PassHook
 from jobtpu.passes.observe import bring_logs_home, observe
 from jobtpu.passes.progress import ProgressHook
+from jobtpu.passes.saving import SavingHook
 from jobtpu.passes.session import KeptConnections, Session, home_id, pass_lock
 from jobtpu.passes.sheet_hook import SheetHook
 from jobtpu.passes.tell import EventsHook
@@ -142,8 +143,8 @@ def open_pass(home: Home, report: PassReport, dry_run: bool, kept: KeptConnectio
 
 def hooks_of(p: Pass, every: float | None) -> list[PassHook]:
     """The pass's hooks, in the order they are called: events (and their notifications), progress,
-    the team sheet (docs/design.md §3)."""
-    return [EventsHook(every), ProgressHook(), SheetHook(lambda seen: would_start_a_job(p, seen))]
+    the attempts' saves (before the pass decides), the team sheet (docs/design.md §3)."""
+    return [EventsHook(every), ProgressHook(), SavingHook(), SheetHook(lambda seen: would_start_a_job(p, seen))]
 
 
 def would_start_a_job(p: Pass, seen: Observation) -> bool:

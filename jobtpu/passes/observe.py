@@ -50,10 +50,13 @@ def observe(p: Pass) -> Observation:
         for ep in eps:
             probes.append((machine, ep, [r for r in refs if per[r] == ep.index]))
 
+    marked = {job.id: job.saving.marker for job in p.state.jobs
+              if job.status is Status.RUNNING and job.saving is not None and job.saving.marker is not None}
+
     def one(item: tuple[Machine, Endpoint, list[WorkerRef]]) -> tuple[str, Any]:
         machine, ep, refs = item
         try:
-            return machine.name, pulls.probe(p, machine, ep, refs)
+            return machine.name, pulls.probe(p, machine, ep, refs, markers_of(marked, refs))
         except RemoteError as e:
             return machine.name, e
 
@@ -66,6 +69,12 @@ def observe(p: Pass) -> Observation:
             view.workers.update(outcome)
     _check_local_specs(p, seen)
     return seen
+
+
+def markers_of(marked: dict[int, str], refs: list[WorkerRef]) -> dict[WorkerRef, str]:
+    """Worker 0 of each job that says how a save shows by a marker file (`marked`: job → its
+    --saved-marker), which the probe looks for (docs/reference/job-environment.md §8.2.1)."""
+    return {ref: marked[ref.job] for ref in refs if ref.worker == 0 and ref.job in marked}
 
 
 def _check_local_specs(p: Pass, seen: Observation) -> None:

@@ -17,6 +17,8 @@ machine may share it, e.g. over NFS, so every per-worker file is named by attemp
     R/meta/<id>/<a>.<w>.env      its environment until the wrapper reads it (mode 0600)
     R/meta/<id>/<a>.<w>.timer    (and .stopper) a FIFO to the wrapper's watch, removed once both ends are open
     R/meta/<id>/<a>.<w>.claim/   made (atomically) before the start, so a launch never runs twice
+    R/meta/<id>/<a>.copied       (worker 0) attempt a's checkpoint was copied from the region of the
+                                 attempt that last saved (submit --checkpoints)
     R/setup/<incarnation>.<w>.*  the same records for a machine's setup commands
     R/stop/<id>.<a>              (the local machine) a stop request for attempt a, which any member of a
                                  shared home may leave and the attempt's wrappers obey (docs/design.md §7)
@@ -54,7 +56,7 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 
 # The files in jobtpu/remote/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh")
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh", "checkpoints.sh")
 
 
 @functools.cache
@@ -164,6 +166,22 @@ def _ref(report: protocol.WorkerReport) -> WorkerRef:
     return WorkerRef(report.job, report.attempt, report.worker)
 
 
+# ---- a checkpoint that follows its job to another region (sh/checkpoints.sh) ---------------------------
+
+def checkpoint_copy_script(root: str, ref: WorkerRef, src: str, dst: str) -> str:
+    """On worker 0, before the attempt's workers start: `gcloud storage rsync -r SRC DST`, once per
+    attempt. A `copy` report (parse_copy)."""
+    return render(("common.sh", "checkpoints.sh"), [call("jobtpu_checkpoint_copy", root, ref.job, ref.attempt, src, dst)])
+
+
+def parse_copy(stdout: str) -> str | None:
+    """None when the copy is done; else why not, in one line."""
+    said = protocol.of_kind(protocol.reports(stdout), protocol.Copied)
+    if not said:
+        return "the checkpoint copy said nothing"
+    return None if said[0].outcome == "ok" else said[0].detail.strip() or "no reason given"
+
+
 # ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
 
 class Served(msgspec.Struct, frozen=True):
@@ -222,14 +240,16 @@ def parse_fetch(stdout: str) -> Fetched:
 # ---- probe ----------------------------------------------------------------------------------------
 
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK,
-                 home_id: str = "") -> str:
+                 home_id: str = "", markers: Iterable[tuple[WorkerRef, str]] = ()) -> str:
     """A `host` report, then for each (worker, log bytes already pulled): a `worker` report (protocol.WorkerLine),
     then a `log` report with the log bytes past that offset (at most `chunk`), and a `log-end` report
     with the last TAIL_BYTES of an exited worker's log further behind than that, and an exited worker
-    0's saved value (a `result` report, at most MAX_RESULT_BYTES of it) with the report ending its log."""
+    0's saved value (a `result` report, at most MAX_RESULT_BYTES of it) with the report ending its log.
+    Then for each (worker, --saved-marker path), a `saved` report when the attempt wrote its marker."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
+    saved = [call("jobtpu_probe_saved", root, r.job, r.attempt, r.worker, path) for r, path in markers]
     return render(("common.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES,
-                                                                     "result": MAX_RESULT_BYTES}, *args)])
+                                                                     "result": MAX_RESULT_BYTES}, *args), *saved])
 
 
 def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
@@ -248,6 +268,8 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
             states[ref] = msgspec.structs.replace(states[ref], log_end=report.data)
         elif isinstance(report, protocol.Saved) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], result_size=report.size, result=report.data)
+        elif isinstance(report, protocol.SavedMark) and ref in states:
+            states[ref] = msgspec.structs.replace(states[ref], saved_at=report.at)
     return states
 
 

@@ -42,6 +42,11 @@ ROWS: tuple[Row, ...] = (
     Row("verbatim", ("overrides",), Kind.LIST, [], launch=True),  # the overrides after `--`
     Row("log_stage", ("log_stage",), Kind.BOOL, False, job_file=True, api="log_stage", launch=True),
     Row("on_resume", ("on_resume",), Kind.TEXT, None, job_file=True, api="on_resume", launch=True),
+    # How a save shows and where checkpoints live (decide/saving.py): they decide what a resume runs
+    # with and where the worker copies a checkpoint, so a record that differs from its spec is not run.
+    Row("saved_when", ("saving",), Kind.TEXT, None, job_file=True, api="saved_when", launch=True),
+    Row("saved_marker", ("saving",), Kind.TEXT, None, job_file=True, api="saved_marker", launch=True),
+    Row("checkpoints", ("saving",), Kind.TEXT, None, job_file=True, api="checkpoints", launch=True),
     Row("env", ("env",), Kind.LIST, [], job_file=True, api="env", launch=True),
     Row(None, ("archive",), launch=True),  # the snapshot's name, made by submit from --dir and its filters
     Row("dir", ("dir",), Kind.TEXT, None, api="dir"),

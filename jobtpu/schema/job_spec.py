@@ -3,6 +3,7 @@ job and everything that decides what it runs, written at submit by that account.
 writes it and compares a job's record with it before a pass runs the job as its own account."""
 
 from jobtpu.schema.msgspec_lib import msgspec
+from jobtpu.schema.saving import Saving
 
 
 class JobSpec(msgspec.Struct, kw_only=True):
@@ -15,6 +16,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
     overrides: list[str]
     log_stage: bool
     on_resume: str | None = None  # absent from the specs written before `submit --on-resume`
+    saving: Saving | None = None  # absent from the specs written before `submit --saved-when`
     env: dict[str, str]  # a secret's value is masked, as in the record
     archive: str
     secrets: list[str]  # the names of the secret --env values the job may take from secrets.json

@@ -1,4 +1,4 @@
-"""secrets.json, the secret --env values kept out of state.json (docs/reference/job-environment.md §8.3), as its msgspec
+"""secrets.json, the secret --env values kept out of state.json (docs/reference/job-environment.md §8.2.1), as its msgspec
 type: {"<job id>": {"NAME": "value"}}. Any fault is told as what the whole file must be."""
 
 from typing import Annotated

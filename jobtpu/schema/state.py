@@ -1,9 +1,8 @@
 """Jobs and attempts as typed data (msgspec Structs: what state.json holds, decoded strictly), their
 status and reason words, the one definition of which statuses are active and which ended, and the
 one table of legal status moves. (Each machine's record is schema/records.py's; what the types
-cannot say is checked by schema/job_checks.py.)
-
-Only `Job.move` changes a job's status; every other module asks it to, and an illegal move raises."""
+cannot say is checked by schema/job_checks.py.) Only `Job.move` changes a job's status; every
+other module asks it to, and an illegal move raises."""
 
 import functools
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from jobtpu.schema.events import Event
 from jobtpu.schema.last_pass import LastPass, recorded  # noqa: F401  # recorded: read here by older imports
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import Attempts, MachineRecord, Number, Priority, Seconds, Time, Tries
+from jobtpu.schema.saving import Saved, Saving
 
 
 class Status(StrEnum):
@@ -63,7 +63,6 @@ def is_valid_reason(reason: str | None) -> bool:
     return word == "exit" and number.lstrip("-").isdigit()
 
 
-# The transition table: from → the statuses it may move to.
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.QUEUED: frozenset({Status.LAUNCHING, Status.KILLED, Status.FAILED}),
     Status.LAUNCHING: frozenset({Status.RUNNING, Status.QUEUED, Status.KILLING, Status.FINISHED,
@@ -82,8 +81,7 @@ class IllegalTransition(RuntimeError):
     """A bug: some code asked for a status move the table does not allow."""
 
 
-# The rule names a job may carry (rules.py says what each does).
-RULES = ("pre", "pass", "reapply", "rerun", "resume")
+RULES = ("pre", "pass", "reapply", "rerun", "resume")  # the rule names a job may carry (rules.py says what each does)
 
 
 class Recovery(StrEnum):
@@ -147,6 +145,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     # goodput (jobtpu report): its last progress (progress.Progress.to_json), the last pass that saw it alive
     progress: dict[str, Number] | None = None
     last_alive: Time | None = None
+    saved: Saved | None = None  # its last save, when its job says how one shows (decide/saving.py)
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
     gang: list[str] = msgspec.field(default_factory=list)  # its slices' machines (submit --slices N > 1)
     slurm_job: int | None = None  # the Slurm job id it became, on a Slurm cluster
@@ -233,6 +232,7 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     overrides: list[str] = msgspec.field(default_factory=list)  # "--config.x=v" words appended to cmd
     log_stage: bool = False
     on_resume: str | None = None  # submit --on-resume: words added on resumed attempts, placeholders unfilled
+    saving: Saving | None = None  # --saved-when, --saved-marker, --checkpoints (decide/saving.py)
     max_recoveries: Tries = 20  # the infrastructure budget (a record written before preemptions were
     recoveries: Tries = 0  # counted apart counts them here too); preemptions' below (rules.budget)
     max_preemptions: Tries | None = None  # None: no limit

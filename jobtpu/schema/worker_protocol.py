@@ -188,6 +188,22 @@ class SetupReport(Report, frozen=True, tag="setup"):
         return f"{self.outcome}{code}" + (f": {self.detail}" if self.detail else "")
 
 
+# ---- saves and checkpoints (sh/probe.sh, sh/checkpoints.sh) --------------------------------------------
+
+class SavedMark(WorkerReport, frozen=True, tag="saved"):
+    """The job's --saved-marker exists and was written since the attempt started: when (the worker's clock)."""
+
+    at: float
+
+
+class Copied(Report, frozen=True, tag="copy"):
+    """A checkpoint copy before a resumed attempt starts: ok (done now or by an earlier launch) or
+    fail, with gcloud's last words."""
+
+    outcome: Literal["ok", "fail"]
+    detail: str = ""
+
+
 # ---- a kept connection's shell (sh/serve.sh) --------------------------------------------------------
 
 class Got(Report, frozen=True, tag="got"):
@@ -203,7 +219,7 @@ class Ran(Report, frozen=True, tag="ran"):
 
 
 AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | Saved | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
-             | Jax | SetupReport | Got | Ran | Serve | Fetch | SlurmAnswer)
+             | Jax | SetupReport | Got | Ran | Serve | Fetch | SlurmAnswer | SavedMark | Copied)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
 

@@ -75,3 +75,15 @@ jobtpu_probe_worker() {
     fi
   fi
 }
+
+# jobtpu_probe_saved ROOT JOB ATTEMPT WORKER MARKER : a `saved` report (the marker's modification time,
+# seconds since the epoch) when MARKER, a path relative to the job's folder, is a file written since
+# the worker of that attempt started (newer than its pid record): a marker an earlier attempt left in
+# the folder is not this attempt's save. Nothing otherwise. The marker is looked at, never opened.
+jobtpu_probe_saved() {
+  local r=${1/#-/./-} at
+  local f="$r/jobs/$2/$5" b="$r/meta/$2/$3.$4"
+  [ -f "$f" ] && [ -s "$b.pid" ] && [ "$f" -nt "$b.pid" ] || return 0
+  at=$(date -r "$f" +%s.%N) || return 0
+  jobtpu_say saved n:job "$2" n:attempt "$3" n:worker "$4" n:at "$at"
+}
