@@ -21,7 +21,7 @@ import pytest
 
 from jobtpu import timing
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
-from jobtpu.remote import scripts
+from jobtpu.remote import checkpoints, scripts
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.slurm import scripts as slurm_scripts
 
@@ -48,7 +48,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "slurm_probe_script": lambda: slurm_scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 4096)], chunk=1024),
     "probe_script": lambda: scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 0), (WorkerRef(7, 2, 1), 4096)],
                                                  chunk=1024, home_id="home-1", markers=[(WorkerRef(7, 2, 0), "ckpt/SAVED")]),
-    "checkpoint_copy_script": lambda: scripts.checkpoint_copy_script("runs", WorkerRef(7, 3, 0), "gs://ckpt-us-east1/run7",
+    "checkpoint_copy_script": lambda: checkpoints.checkpoint_copy_script("runs", WorkerRef(7, 3, 0), "gs://ckpt-us-east1/run7",
                                                                      "gs://ckpt-europe-west4/run7"),
     "setup_script": lambda: scripts.setup_script("runs", scripts.setup_tag("2026-01-01T00:00:00Z"), 3,
                                                  ["pip install -r requirements.txt", "echo 'done'"], retry=True),

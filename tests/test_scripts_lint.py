@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
-from jobtpu.remote import scripts
+from jobtpu.remote import checkpoints, scripts
 from jobtpu.slurm import scripts as slurm_scripts
 
 # Needs no root, no sshd and no accounts: part of `python3 -m pytest -m fast`.
@@ -59,7 +59,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "probe_script": lambda v: scripts.probe_script(v, [(r, 5) for r in ALL_REFS], home_id=v),
     "probe_script:markers": lambda v: scripts.probe_script(v, [(r, 5) for r in ALL_REFS], home_id=v,
                                                            markers=[(ALL_REFS[0], v)]),
-    "checkpoint_copy_script": lambda v: scripts.checkpoint_copy_script(v, WorkerRef(1, 2, 0), v, v),
+    "checkpoint_copy_script": lambda v: checkpoints.checkpoint_copy_script(v, WorkerRef(1, 2, 0), v, v),
     "kill_script": lambda v: scripts.kill_script(v, ALL_REFS, grace=0.3, home_id=v),
     "remove_job_script": lambda v: scripts.remove_job_script(v, [1, 2], keep_archives=[v, "x.tar.gz"]),
     "remove_job_script:no-archives": lambda v: scripts.remove_job_script(v, [1]),
@@ -101,7 +101,8 @@ def test_every_sh_file_passes_bash_n_and_shellcheck() -> None:
 
 
 def test_every_script_jobtpu_renders_is_linted() -> None:
-    rendered = {name for name in dir(scripts) if name.endswith("_script") and callable(getattr(scripts, name))}
+    rendered = {name for module in (scripts, checkpoints) for name in dir(module)
+                if name.endswith("_script") and callable(getattr(module, name)) and getattr(module, name).__module__ == module.__name__}
     assert {kind.split(":")[0] for kind in RENDERERS} == rendered
 
 

@@ -28,7 +28,8 @@ from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
 from jobtpu.passes.session import Session
-from jobtpu.remote.scripts import checkpoint_copy_script, parse_copy, parse_kill
+from jobtpu.remote.checkpoints import checkpoint_copy_script, parse_copy
+from jobtpu.remote.scripts import parse_kill
 from jobtpu.render.text import printable
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind

@@ -168,20 +168,6 @@ def _ref(report: protocol.WorkerReport) -> WorkerRef:
 
 # ---- a checkpoint that follows its job to another region (sh/checkpoints.sh) ---------------------------
 
-def checkpoint_copy_script(root: str, ref: WorkerRef, src: str, dst: str) -> str:
-    """On worker 0, before the attempt's workers start: `gcloud storage rsync -r SRC DST`, once per
-    attempt. A `copy` report (parse_copy)."""
-    return render(("common.sh", "checkpoints.sh"), [call("jobtpu_checkpoint_copy", root, ref.job, ref.attempt, src, dst)])
-
-
-def parse_copy(stdout: str) -> str | None:
-    """None when the copy is done; else why not, in one line."""
-    said = protocol.of_kind(protocol.reports(stdout), protocol.Copied)
-    if not said:
-        return "the checkpoint copy said nothing"
-    return None if said[0].outcome == "ok" else said[0].detail.strip() or "no reason given"
-
-
 # ---- one upload per machine: a worker serves the snapshot to the others (sh/peer.sh) -------------------
 
 class Served(msgspec.Struct, frozen=True):
@@ -266,7 +252,7 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
             states[ref] = msgspec.structs.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], log_end=report.data)
-        elif isinstance(report, protocol.Saved) and ref in states:
+        elif isinstance(report, protocol.SavedResult) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], result_size=report.size, result=report.data)
         elif isinstance(report, protocol.SavedMark) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], saved_at=report.at)

@@ -88,7 +88,7 @@ class LogEnd(WorkerReport, frozen=True, tag="log-end"):
     data: bytes = b""
 
 
-class Saved(WorkerReport, frozen=True, tag="result"):
+class SavedResult(WorkerReport, frozen=True, tag="result"):
     """The value an exited worker 0's job saved (jobtpu.save_result): its file's size, and its bytes
     when that is at most the probe's limit (jobtpu/result.py MAX_RESULT_BYTES)."""
 
@@ -218,7 +218,7 @@ class Ran(Report, frozen=True, tag="ran"):
     stderr: Annotated[int, msgspec.Meta(ge=0)]
 
 
-AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | Saved | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
+AnyReport = (LaunchLine | Host | WorkerLine | Log | LogEnd | SavedResult | Killed | Root | Disk | Tool | Live | Holder | Lock | Device
              | Jax | SetupReport | Got | Ran | Serve | Fetch | SlurmAnswer | SavedMark | Copied)
 _DECODER = msgspec.json.Decoder(AnyReport)
 R = TypeVar("R", bound=Report)
