@@ -117,8 +117,8 @@ def test_a_submit_from_the_page_takes_the_job_files_defaults_and_runs_submits_ow
     assert code == 200 and 'id="submitted"' in text
     assert [(user, tags) for _, user, tags in ids_of(alice)] == [(alice.account, ["from-file", "sweep:1"])] * 2
 
-    # A mistake is the command line's one line, and no job (the preview is `submit --dry-run`: the
-    # options as the submit would take them, which checks nothing yet).
+    # A mistake is the command line's one line, and no job (confirmed without the preview here: the
+    # preview, `submit --dry-run`, says the same line; the test below).
     code, text = alice.post([("verb", "submit"), ("dir", str(src)), ("req", "slot=lots"), ("confirm", "1")])
     assert "refused (exit" in text and len(re.findall("jobtpu: error:", text)) == 1 and "slot=lots" in text
     code, text = alice.post([("verb", "submit"), ("dir", "relative/folder"), ("confirm", "1")])
@@ -131,3 +131,35 @@ def test_a_submit_from_the_page_takes_the_job_files_defaults_and_runs_submits_ow
     assert code == 200 and "done" in text, text
     alice.team.run(alice.account, "--home", str(alice.home), "manage", umask="0077")
     assert [user for _, user, _ in ids_of(alice)].count(bob.account) == 1
+
+
+def test_the_submit_pages_preview_checks_as_a_submit_and_it_snapshots_only_the_servers_own_folders(
+        sites: tuple[Site, Site]) -> None:
+    alice, bob = sites
+    src = source(alice.team, alice.account, "echo ok\n")
+    spool = sorted(p.name for p in (alice.home / "spool").iterdir())
+
+    # The preview of a mistake is the submit's own line, with no confirm button (`submit --dry-run`
+    # checks what a submit checks), for the runner and for a member, and writes nothing.
+    for site, folder in ((alice, src), (bob, source(bob.team, bob.account, "echo ok\n", "bobs"))):
+        for wrong in (("req", "slot=lots"), ("machine", "nosuch"), ("sweep", "lr")):
+            code, text = site.post([("verb", "submit"), ("dir", str(folder)), ("cmd", "true"), wrong])
+            assert len(re.findall("jobtpu: error:", text)) == 1 and 'id="confirm"' not in text, (wrong, text)
+    assert ids_of(alice) == [] and sorted(p.name for p in (alice.home / "spool").iterdir()) == spool
+
+    # bob's folder, which alice may read, and a link of alice's to it: not hers, so neither its job
+    # file fills her form nor a submit snapshots it, previewed or confirmed.
+    theirs = bob.team.private_folder(bob.account, "open")
+    theirs.chmod(0o755)
+    (theirs / "jobtpu.toml").write_text('[job]\ncmd = "bash steal.sh"\n')
+    (theirs / "jobtpu.toml").chmod(0o644)
+    link = src / "link"
+    link.symlink_to(theirs)
+    os.lchown(link, alice.team.uid(alice.account), alice.team.uid(alice.account))
+    for folder in (theirs, link):
+        page = unescaped(alice.get(f"/submit?dir={folder}")[1])
+        assert "steal.sh" not in page and "not a folder of this account's own" in page, page
+        for confirm in ([], [("confirm", "1")]):
+            code, text = alice.post([("verb", "submit"), ("dir", str(folder)), ("cmd", "true"), *confirm])
+            assert "not a folder of this account&#39;s own" in text and 'id="confirm"' not in text, text
+    assert ids_of(alice) == []
