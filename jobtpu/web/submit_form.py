@@ -48,6 +48,10 @@ def submit_words(form: Mapping[str, Sequence[str]]) -> list[str]:
     if _one(form, "hold") in ("1", "on"):
         words.append("--hold")
     overrides = _one(form, "overrides").split()
+    bare = next((w for w in overrides if "=" not in w and not w.startswith("-")), None)
+    if bare is not None:  # the command line would take it for --machine or --user: the page's user is fixed
+        raise UsageError(f"overrides: {bare[:80]!r} is not KEY=VALUE",
+                         hint="write overrides as KEY=VALUE; the machine has a field of its own")
     words += [w for w in overrides if not w.startswith("-")]
     verbatim = [w for w in overrides if w.startswith("-")]
     return [*words, *(["--", *verbatim] if verbatim else [])]
