@@ -90,6 +90,12 @@ def test_a_machines_drain_is_previewed_confirmed_and_the_runners_alone(sites: tu
     # A TPU's act on a machine that is none: the command's one line, nothing done.
     code, text = alice.post([("verb", "apply"), ("machine", "local"), ("confirm", "1")])
     assert "refused (exit" in text and len(re.findall("jobtpu: error:", text)) == 1
+    # ... already in the preview, as every act the command would refuse (no confirm button)
+    for fields in ([("verb", "apply"), ("machine", "local")], [("verb", "setup"), ("machine", "local")],
+                   [("verb", "drain"), ("machine", "nosuch")], [("verb", "drain"), ("machine", "local"), ("value", "a\nb")]):
+        code, text = alice.post(fields)
+        assert len(re.findall("jobtpu: error:", text)) == 1 and 'id="confirm"' not in text, (fields, text)
+    assert drained(alice)["reason"] == "disk full"  # type: ignore[index]
 
     code, text = alice.post([("verb", "undrain"), ("machine", "local"), ("confirm", "1")])
     assert "done" in text and drained(alice) is None
