@@ -151,6 +151,8 @@ def test_the_submit_pages_preview_checks_as_a_submit_and_it_snapshots_only_the_s
         for wrong in (("req", "slot=lots"), ("machine", "nosuch"), ("sweep", "lr")):
             code, text = site.post([("verb", "submit"), ("dir", str(folder)), ("cmd", "true"), wrong])
             assert len(re.findall("jobtpu: error:", text)) == 1 and 'id="confirm"' not in text, (wrong, text)
+        code, text = site.post([("verb", "submit"), ("dir", str(folder)), ("cmd", "true"), ("sweep", "lr=1,2")])
+        assert 'id="confirm"' in text and "sweep: lr=1,2" in text, text  # a good one: its options
     assert ids_of(alice) == [] and sorted(p.name for p in (alice.home / "spool").iterdir()) == spool
 
     # bob's folder, which alice may read, and a link of alice's to it: not hers, so neither its job
