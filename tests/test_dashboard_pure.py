@@ -188,3 +188,27 @@ def test_the_shipped_page_files_name_no_other_site_and_put_no_data_in_html() -> 
     html_sinks = {p.name: len(re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write", p.read_text()))
                   for p in shipped if p.suffix == ".js"}
     assert html_sinks == {**dict.fromkeys(html_sinks, 0), "page.js": 1}, html_sinks
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_a_sweep_members_log_that_is_no_file_leaves_that_member_out_of_the_chart(tmp_path: Any, kind: str) -> None:
+    """The sweep's chart reads each member's log (real files in a home): one that is a FIFO, a link or
+    a folder is passed over, and the others are still compared; the jobs page is never refused for it."""
+    import os
+
+    from jobtpu.home.layout import Home
+    from jobtpu.web import chart_pages
+
+    (tmp_path / "logs" / "1").mkdir(parents=True)
+    (tmp_path / "logs" / "2").mkdir(parents=True)
+    (tmp_path / "logs" / "1" / "0.0.log").write_text("JOBTPU_PROGRESS step=10 loss=0.5\n")
+    bad = tmp_path / "logs" / "2" / "0.0.log"
+    elsewhere = tmp_path / "elsewhere.log"
+    elsewhere.write_text("JOBTPU_PROGRESS step=10 loss=9\n")
+    {"fifo": lambda: os.mkfifo(bad), "link": lambda: bad.symlink_to(elsewhere), "folder": bad.mkdir}[kind]()
+    members = [job(1, "running", machine="m1"), job(2, "running", machine="m1")]
+    for m in members:
+        m.sweep, m.sweep_values = 1, {"lr": str(m.id)}
+    chart, names, chosen = chart_pages.sweep_chart(Home(tmp_path), members, None)
+    assert (names, chosen) == (["loss"], "loss")
+    assert chart is not None and [s.label for s in chart.series] == ["1 lr=1"], chart
