@@ -80,8 +80,10 @@ def check_act(home: Home, words: list[str]) -> None:
     fleet = load_fleet(home)
     group = fleet.slices_of(name)
     machine = group[0] if group else fleet.require(name)
-    if verb in TPU_OPS and not machine.cloud_node:  # the command's own line (tpu/operations.py)
-        raise JobtpuError(f"{machine.name} is a {machine.kind} machine, not a TPU")
+    if verb in TPU_OPS:
+        from jobtpu.tpu.operations import require_tpu
+
+        require_tpu(machine)  # the command's own line
     reason = next((w.removeprefix("--reason=") for w in words if w.startswith("--reason=")), "")
     note_text([reason])
 
