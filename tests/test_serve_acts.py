@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.accounts import Team
-from tests.serving import Served, cookie_name, csrf_of, form, shared_home, source
+from tests.serving import Served, cookie_name, csrf_of, form, record, shared_home, source
 
 
 class Site:
@@ -171,3 +171,22 @@ def test_the_submit_pages_preview_checks_as_a_submit_and_it_snapshots_only_the_s
             code, text = alice.post([("verb", "submit"), ("dir", str(folder)), ("cmd", "true"), *confirm])
             assert "not a folder of this account&#39;s own" in text and 'id="confirm"' not in text, text
     assert ids_of(alice) == []
+
+
+def test_the_job_files_overrides_are_shown_beside_the_form_and_given_once(sites: tuple[Site, Site]) -> None:
+    """Overrides add up, the job file's then the form's (docs/reference/commands.md §2.2.9): the form
+    shows the file's beside its field, not in it, so a submit as the page fills it gives each once."""
+    alice, _ = sites
+    src = source(alice.team, alice.account, "echo ok\n")
+    (src / "jobtpu.toml").write_text('[job]\ncmd = "bash run.sh"\noverrides = ["lr=0.1"]\n')
+    os.chown(src / "jobtpu.toml", alice.team.uid(alice.account), alice.team.uid(alice.account))
+    page = alice.get(f"/submit?dir={src}")[1]
+    filled = dict(re.findall(r'<input type="text" name="(\w+)" value="([^"]*)"', page))
+    assert filled["overrides"] == "" and "lr=0.1" in page.split('id="file-adds"')[1].split("</p>")[0], page
+    fields = [("verb", "submit"), ("dir", str(src)), *((k, v) for k, v in filled.items() if k != "dir")]
+    code, text = alice.post(fields)
+    assert "overrides: lr=0.1\n" in unescaped(text), text
+    code, text = alice.post([*fields, ("confirm", "1")])
+    assert 'id="submitted"' in text
+    job = ids_of(alice)[0][0]
+    assert record(alice.team, alice.account, alice.home, job)["overrides"] == ["--config.training.learning_rate=0.1"]

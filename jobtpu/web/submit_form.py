@@ -93,6 +93,7 @@ class SubmitForm(msgspec.Struct):
     values: dict[str, str]
     dirs: list[tuple[str, str]]
     problem: str = ""
+    file_adds: str = ""  # the job file's overrides: the submit adds them itself, before the form's
 
 
 def form_defaults(home: Home, user: str, folder: str) -> SubmitForm:
@@ -113,7 +114,9 @@ def form_defaults(home: Home, user: str, folder: str) -> SubmitForm:
             values = {k: _text(k, v) for k, v in read_job_file(Path(_own_real_folder(home, user, folder))).items()}
         except JobtpuError as e:
             problem = error_text(e).replace("\n", " ")
-    return SubmitForm(folder, values, [(n, str(p)) for n, p in dirs], problem)
+    # Overrides add up (the file's, then the command line's: docs/reference/commands.md §2.2.9): in
+    # the form's field, the file's would be given twice, and taking one out there would not remove it.
+    return SubmitForm(folder, values, [(n, str(p)) for n, p in dirs], problem, values.pop("overrides", ""))
 
 
 def _text(key: str, value: Any) -> str:
