@@ -157,6 +157,9 @@ def test_a_submits_preview_is_its_dry_run_before_the_words_it_takes_as_they_are(
     ({"dir": [""]}, "the folder to snapshot is empty"),
     ({"dir": ["project"]}, "is not a full path"),
     ({"dir": ["/p"], "cmd": ["x" * 5000]}, "longer than"),
+    # a bare word among the overrides would be taken for --user (or --machine): the page's user is fixed
+    ({"dir": ["/p"], "overrides": ["lr=1 bob"]}, "'bob' is not KEY=VALUE"),
+    ({"dir": ["/p"], "overrides": ["v3-32-p1"]}, "is not KEY=VALUE"),
 ])
 def test_a_submit_form_no_submit_could_take_is_one_line(form: dict[str, list[str]], says: str) -> None:
     with pytest.raises(UsageError, match=says):
@@ -165,3 +168,47 @@ def test_a_submit_form_no_submit_could_take_is_one_line(form: dict[str, list[str
 
 def test_a_machine_acts_words_show_as_typed() -> None:
     assert fleet_acts.shown_words(["tpu", "apply", "--", "tpu-a"]) == "tpu apply tpu-a"
+
+
+def test_the_shipped_page_files_name_no_other_site_and_put_no_data_in_html() -> None:
+    """The page works offline (docs/reference/commands.md §2.29): no address of another site in any
+    shipped template, script or style (the licence aside), and the scripts set text as text: the one
+    innerHTML is page.js's, of this server's own escaped HTML."""
+    import re
+    from pathlib import Path
+
+    import jobtpu.web
+
+    web = Path(jobtpu.web.__file__).parent
+    shipped = [p for p in [*(web / "static").iterdir(), *(web / "templates").iterdir()] if p.suffix != ".LICENSE"]
+    assert {p.name for p in shipped} >= {"uplot.min.js", "charts.js", "page.js", "base.html"}
+    for path in shipped:
+        text = path.read_text()
+        assert not re.search(r"https?://|(?:src|href|url)\s*[=(]\s*[\"']?//", text), path.name
+    html_sinks = {p.name: len(re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write", p.read_text()))
+                  for p in shipped if p.suffix == ".js"}
+    assert html_sinks == {**dict.fromkeys(html_sinks, 0), "page.js": 1}, html_sinks
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_a_sweep_members_log_that_is_no_file_leaves_that_member_out_of_the_chart(tmp_path: Any, kind: str) -> None:
+    """The sweep's chart reads each member's log (real files in a home): one that is a FIFO, a link or
+    a folder is passed over, and the others are still compared; the jobs page is never refused for it."""
+    import os
+
+    from jobtpu.home.layout import Home
+    from jobtpu.web import chart_pages
+
+    (tmp_path / "logs" / "1").mkdir(parents=True)
+    (tmp_path / "logs" / "2").mkdir(parents=True)
+    (tmp_path / "logs" / "1" / "0.0.log").write_text("JOBTPU_PROGRESS step=10 loss=0.5\n")
+    bad = tmp_path / "logs" / "2" / "0.0.log"
+    elsewhere = tmp_path / "elsewhere.log"
+    elsewhere.write_text("JOBTPU_PROGRESS step=10 loss=9\n")
+    {"fifo": lambda: os.mkfifo(bad), "link": lambda: bad.symlink_to(elsewhere), "folder": bad.mkdir}[kind]()
+    members = [job(1, "running", machine="m1"), job(2, "running", machine="m1")]
+    for m in members:
+        m.sweep, m.sweep_values = 1, {"lr": str(m.id)}
+    chart, names, chosen = chart_pages.sweep_chart(Home(tmp_path), members, None)
+    assert (names, chosen) == (["loss"], "loss")
+    assert chart is not None and [s.label for s in chart.series] == ["1 lr=1"], chart

@@ -4,6 +4,8 @@ moves the jobs to history, not when the event log rotates and drops its oldest f
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,50 @@ def test_the_counters_never_go_down_when_the_log_drops_its_oldest_file(tmp_path:
                         ("jobtpu_jobs_ended_total", "finished", "ann"): 20,
                         ("jobtpu_jobs_ended_total", "killed", "ann"): 0,
                         ("jobtpu_preemptions_total", "local"): 60}
+
+
+def _plant(home: Path, kind: str, elsewhere: Path) -> None:
+    path = home / "events.totals.json"
+    if kind == "folder":
+        path.mkdir()
+        (path / "a member's file").write_text("kept\n")
+    elif kind == "link":
+        path.symlink_to(elsewhere)
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("kind", ["folder", "link", "fifo"])
+def test_something_planted_at_the_totals_name_never_stops_the_log(tmp_path: Path, kind: str) -> None:
+    """What is not a regular file at events.totals.json (docs/reference/home-files.md) is cleared as
+    the log's rotated names are: the log goes on rotating and the counters on counting; a link's
+    target is never written."""
+    from jobtpu.commands.metrics import metrics_text
+    from jobtpu.decide import events as ev
+    from jobtpu.decide.events import Event
+    from jobtpu.home.layout import Home
+    from jobtpu.home.store import Store
+    from jobtpu.passes.tell import with_ids
+    from jobtpu.tell import eventlog
+
+    home = make_home(tmp_path)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("someone's\n")
+    _plant(home, kind, elsewhere)
+    said: list[str] = []
+    for i in range(30):
+        batch = [Event(1000.0 + i, ev.JOB_ENDED, job=i, user="ann", detail={"status": "finished"})]
+        said += eventlog.append(home, with_ids(batch), max_bytes=2048, keep=1)
+    assert any("events.totals.json was" in line for line in said), said
+    assert elsewhere.read_text() == "someone's\n"
+    assert [p.name for p in home.glob("events.totals.json.not-a-log.*/*")] == (["a member's file"] if kind == "folder" else [])
+    text = metrics_text(Home(home), Store(Home(home)).load(), now=2000.0)
+    assert counters(text)[("jobtpu_jobs_ended_total", "finished", "ann")] == 30
+
+
+def test_a_totals_file_with_a_count_below_zero_is_one_line_never_a_counter_going_down(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "events.totals.json").write_text(json.dumps({"ended": {"ann": {"finished": -5}}, "preempted": {"local": 2}}))
+    done = jobtpu(home, "metrics", check=False)
+    assert done.returncode != 0 and done.stdout == "", done.stdout
+    assert "events.totals.json cannot be read" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -134,11 +134,14 @@ def _home(tmp_path: Path) -> tuple[Path, Path]:
 def test_run_takes_a_machine_and_a_user_as_bare_words_and_dry_run_shows_them(tmp_path: Path) -> None:
     home, src = _home(tmp_path)
     as_ann = {"JOBTPU_USER": "ann"}
-    old = jobtpu(home, "run", "v3-32-p1", "xibo", "lr=0.01", "-p", "-auto", "--dry-run", env=as_ann, cwd=src)
-    new = jobtpu(home, "run", "--machine", "v3-32-p1", "--user", "xibo", "--req", "preemptible", "lr=0.01",
+    # -n, not -p: the local machine is on-demand, and a dry run refuses what the submit would
+    old = jobtpu(home, "run", "v3-32-p1", "xibo", "lr=0.01", "-n", "-auto", "--dry-run", env=as_ann, cwd=src)
+    new = jobtpu(home, "run", "--machine", "v3-32-p1", "--user", "xibo", "--req", "on-demand", "lr=0.01",
                  "--dry-run", env=as_ann, cwd=src)
-    assert old.stdout == new.stdout == ("cmd: echo ran\nreq: preemptible\nmachine: v3-32-p1\nuser: xibo\n"
+    assert old.stdout == new.stdout == ("cmd: echo ran\nreq: on-demand\nmachine: v3-32-p1\nuser: xibo\n"
                                         "overrides: lr=0.01\n")
+    preemptible = jobtpu(home, "run", "v3-32-p1", "xibo", "-p", "--dry-run", env=as_ann, cwd=src, check=False)
+    assert preemptible.returncode != 0 and "no machine in the fleet could ever run" in preemptible.stderr
     assert not (home / "state.json").exists()
     # for real: the job file's command, pinned to the machine the alias names, as xibo
     job = int(jobtpu(home, "run", "v3-32-p1", "xibo", "lr=0.01", env=as_ann, cwd=src).stdout)

@@ -174,3 +174,42 @@ def test_an_act_waits_for_a_running_pass_and_says_so_while_other_pages_go_on(
     code, _, page = answers[0]
     assert code == 200 and "a pass was running: this waited" in page, page
     assert not record(team, alice, home, bob_job).get("held")
+
+
+def test_a_post_longer_than_a_form_or_of_unsaid_length_is_refused_before_its_body_is_read(
+        served: tuple[Team, Path, Served, int]) -> None:
+    """docs/reference/commands.md §2.29: a POST says its length, within the form's cap, or is refused
+    (413) from its headers alone: a Content-Length of 1 GB is answered with no byte of it sent, and a
+    chunked body (which says no length) is refused even when it holds a good form."""
+    import http.client
+
+    from tests.serving import UnixHTTP
+
+    team, home, server, bob_job = served
+    alice = team.accounts[0]
+    mine = server.cookie_header(cookie_name(home))
+    csrf = csrf_of(server.request("GET", "/?all_users=1", mine)[2])
+    release = form([("csrf", csrf), ("verb", "release"), ("id", str(bob_job)), ("force", "1"), ("confirm", "1")])
+    headers = {**mine, "Host": server.host, "Origin": f"http://{server.host}",
+               "Content-Type": "application/x-www-form-urlencoded"}
+    before = files_of(home)
+
+    def send(extra: dict[str, str], body: bytes) -> tuple[int, str]:
+        assert server.socket is not None
+        conn: http.client.HTTPConnection = UnixHTTP(server.socket)
+        try:
+            conn.putrequest("POST", "/act", skip_host=True, skip_accept_encoding=True)
+            for key, value in {**headers, **extra}.items():
+                conn.putheader(key, value)
+            conn.endheaders(body or None)
+            got = conn.getresponse()
+            return got.status, got.read().decode()
+        finally:
+            conn.close()
+
+    code, text = send({"Content-Length": str(10**9)}, b"")  # the body never comes: the answer must
+    assert code == 413 and "at most" in text, (code, text)
+    chunked = f"{len(release):x}\r\n".encode() + release + b"\r\n0\r\n\r\n"
+    code, text = send({"Transfer-Encoding": "chunked"}, chunked)
+    assert code == 413, (code, text)
+    assert record(team, alice, home, bob_job)["held"] is True and files_of(home) == before

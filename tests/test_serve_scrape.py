@@ -141,3 +141,29 @@ def test_metrics_are_scraped_with_the_token_file_and_it_opens_nothing_else(tmp_p
     assert done.returncode == 1 and "login?k=" not in done.stdout, done.stdout
     assert done.stderr.splitlines() == [f"jobtpu: error: {token_file} may be read by every account or written by "
                                         f"others: `chmod 600 {token_file}` (or 640, for a scraper's group)"]
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("a link", "is a link, not a file of this account's own: remove it"),
+    ("a token longer than a token may be", "does not hold a metrics token (one word of 20 to 200 characters)"),
+])
+def test_a_metrics_token_file_that_is_no_token_is_one_line_saying_what_to_do(tmp_path: Path, kind: str,
+                                                                              says: str) -> None:
+    """--metrics-token-file (docs/reference/commands.md §2.29): what is at the path is never followed
+    nor cut: a link (another account's, to a file they read) or an over-long token, one line."""
+    from jobtpu.errors import JobtpuError
+    from jobtpu.web.guard import load_metrics_token
+
+    path = tmp_path / "metrics-token"
+    target = tmp_path / "theirs"
+    target.write_text("t" * 43 + "\n")
+    target.chmod(0o600)
+    if kind == "a link":
+        path.symlink_to(target)
+    else:
+        path.write_text("t" * 300 + "\n")
+        path.chmod(0o600)
+    with pytest.raises(JobtpuError) as refused:
+        load_metrics_token(path)
+    assert says in refused.value.message and "\n" not in refused.value.message, refused.value.message
+    assert target.read_text() == "t" * 43 + "\n"

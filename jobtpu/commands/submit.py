@@ -16,6 +16,7 @@ from jobtpu.home.store import Store
 from jobtpu.home.users import known_user
 
 if TYPE_CHECKING:
+    from jobtpu.home.roles import Role
     from jobtpu.home.secrets import SecretStore
     from jobtpu.schema.fleet import Fleet, Machine
     from jobtpu.schema.state import Job
@@ -25,9 +26,11 @@ if TYPE_CHECKING:
 RULE_NAMES = ("pre", "pass", "reapply", "rerun", "resume")
 
 
-def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | None = None) -> "Job":
+def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | None = None,
+              dry: bool = False) -> "Job":
     """Check everything the user typed, then snapshot (into `archives`, default the home's);
-    raises before anything is written."""
+    raises before anything is written. `dry` (--dry-run): the snapshot's checks alone, nothing
+    written (the job's archive left empty)."""
     from jobtpu.decide.fit import parse_request, why_not
     from jobtpu.decide.saving import check_saving, saving_of
     from jobtpu.home.settings import config_overrides, effective_aliases, load_settings, source_folder
@@ -66,15 +69,17 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
     src, chosen_because = source_folder(opts.dir, settings, Path.cwd())
     if chosen_because:
         note(chosen_because)
-    from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
-
     # The local machine's job folders hold unpacked snapshots: never pack them into the next one.
     local_roots = [Path(m.root) for m in fleet.machines.values() if m.runs_here]
-    home.ensure()  # the first command in a new home says where it made it
-    with sigterm_interrupts():
-        snap = snapshot(src, archives or home.archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
-                        allow_secrets=opts.allow_secrets)
-    return Job(id=0, user=user, cmd=opts.cmd or "", archive=snap.name, created=time.time(), name=opts.name,
+    if dry:  # imported late, as the snapshot: rich's console is only needed here
+        from jobtpu.snapshot.archive import check_snapshot
+
+        check_snapshot(src, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+                       allow_secrets=opts.allow_secrets)
+        archive = ""
+    else:
+        archive = _snapshot_of(home, src, opts, archives or home.archives, local_roots)
+    return Job(id=0, user=user, cmd=opts.cmd or "", archive=archive, created=time.time(), name=opts.name,
                req=list(req), pin=pin, tags=list(opts.tag), rule=rule, env=env,
                overrides=overrides, log_stage=opts.log_stage, on_resume=opts.on_resume or None, saving=saving,
                max_recoveries=opts.max_recoveries, max_preemptions=opts.max_preemptions or None,
@@ -99,6 +104,16 @@ def check_slices(slices: int, pin: str | None, fitting: "list[Machine]") -> None
         have = ", ".join(f"{len(group)} of {accel or 'no accelerator'}" for (accel, _), group in kinds(fitting).items())
         raise JobtpuError(f"--slices {slices}: the fleet could never form that gang (machines of one kind that fit: "
                           f"{have})", hint="ask fewer slices, or add machines of that kind to machines.json")
+
+
+def _snapshot_of(home: Home, src: Path, opts: SubmitOptions, archives: Path, local_roots: list[Path]) -> str:
+    """The folder's snapshot, made (or found) in `archives`: its archive's name."""
+    from jobtpu.snapshot.archive import snapshot  # imported late: rich's progress bar is only needed here
+
+    home.ensure()  # the first command in a new home says where it made it
+    with sigterm_interrupts():
+        return snapshot(src, archives, opts.include, opts.exclude, home=home.root, leave_out=local_roots,
+                        allow_secrets=opts.allow_secrets).name
 
 
 def check_resume_and_progress(on_resume: str | None, progress: str | None) -> None:
@@ -133,10 +148,12 @@ def submit(home: Home, opts: SubmitOptions) -> "Job":
     return submit_jobs(home, opts)[0]
 
 
-def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | None" = None) -> "list[Job]":
+def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | None" = None,
+                dry: bool = False) -> "list[Job]":
     """Queue a job, or a sweep's jobs (one snapshot for all): checked, snapshotted, secrets filed,
     then saved under fresh consecutive ids in one write. `rows`: a sweep's combinations as values
-    (the Python API's, batch.parse_extras)."""
+    (the Python API's, batch.parse_extras). `dry` (--dry-run): every check, the same one line for a
+    mistake, and nothing written (no snapshot, no id, no request): the jobs unsaved."""
     from jobtpu.commands.batch import apply_extras, check_dependencies, parse_extras, sweep_jobs, sweep_tag
     from jobtpu.home.machines import load_fleet
     from jobtpu.home.settings import load_settings
@@ -154,11 +171,11 @@ def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | N
 
     role = role_of(home.root)
     member = role.is_member and role.layout is Layout.SHARED  # a request to the runner (design §7)
-    if member:
+    if member and not dry:
         from jobtpu.home.spool import member_cache
 
         cache = member_cache(home)
-    job = build_job(home, fleet, opts, cache if member else None)
+    job = build_job(home, fleet, opts, cache if member and not dry else None, dry)
     apply_extras(job, extras)
     secret: dict[str, str] = {}
     if job.env:  # secrets.py is loaded only for a job with an environment to split
@@ -170,6 +187,9 @@ def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | N
     else:  # the user's own aliases apply to a sweep's keys as to the words typed (docs/reference/commands.md §2.2.3)
         own = load_settings(home, job.user).aliases
         jobs = sweep_jobs(job, extras.combinations, fleet.config_aliases, own)
+    if dry:
+        _check_secret_keeper(home, role, member, bool(secret))
+        return jobs
     if member:
         from jobtpu.commands.spooled import file_submission
 
@@ -206,6 +226,20 @@ def submit_jobs(home: Home, opts: SubmitOptions, rows: "list[dict[str, str]] | N
                     _drop_unsaved_secret(home, each.id)
         raise
     return jobs
+
+
+def _check_secret_keeper(home: Home, role: "Role", member: bool, secret: bool) -> None:
+    """--dry-run: where a secret value would go is checked as the submit checks it (the runner's
+    key a member seals it to; this home's secrets.json), reading only."""
+    if not secret:
+        return
+    if member:
+        from jobtpu.home.roles import runner_name
+        from jobtpu.home.sealing import runner_public_key
+
+        runner_public_key(home.root, runner_name(role))
+    else:
+        _checked_secret_store(home)
 
 
 def _checked_secret_store(home: Home) -> "SecretStore":
@@ -261,10 +295,12 @@ def submit_command(home: Home, opts: SubmitOptions, as_json: bool) -> int:
 
 
 def print_resolved(home: Home, opts: SubmitOptions) -> int:
-    """`--dry-run`: the options the job would be submitted with, the job file's and the command
-    line's together, one `name: value` a line (what was left at its default is not shown)."""
+    """`--dry-run`: every check a submit makes (a mistake is its one line, and nothing is written),
+    then the options the job would be submitted with, the job file's and the command line's
+    together, one `name: value` a line (what was left at its default is not shown)."""
     from jobtpu.render.text import printable
 
+    submit_jobs(home, opts, dry=True)
     resolved = with_job_file(home, opts)._asdict()
     for name, value in resolved.items():
         if name != "dry_run" and value != SubmitOptions._field_defaults.get(name):

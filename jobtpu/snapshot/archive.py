@@ -132,19 +132,42 @@ def snapshot(src: Path, archives_dir: Path, include: Sequence[str] = (), exclude
     Interrupted (KeyboardInterrupt or any exception), it stops within a read and leaves no temporary file."""
     if console is None:
         console = cast("Console", _StderrConsole())
+    with FolderTree(_checked_root(src, allow_secrets)) as tree:
+        t0 = time.time_ns()
+        entries = _kept_entries(tree, include, exclude, home, leave_out, allow_secrets, console)
+        return _archive(tree, entries, archives_dir, console, t0)
+
+
+def check_snapshot(src: Path, include: Sequence[str] = (), exclude: Sequence[str] = (), home: Path | None = None,
+                   leave_out: Sequence[Path] = (), allow_secrets: bool = False) -> int:
+    """Every check `snapshot` makes (the folder, a login home, credentials among the kept files),
+    and its notes, writing nothing: `submit --dry-run`'s. The number of files it would keep."""
+    console = cast("Console", _StderrConsole())
+    with FolderTree(_checked_root(src, allow_secrets)) as tree:
+        return len(_kept_entries(tree, include, exclude, home, leave_out, allow_secrets, console))
+
+
+def _checked_root(src: Path, allow_secrets: bool) -> str:
     from jobtpu.snapshot import private_files as credentials
+
     root = check_src(src)
     if not allow_secrets:
         credentials.check_not_login_home(root)
-    with FolderTree(root) as tree:
-        t0 = time.time_ns()
-        listing = collect(tree, include, exclude, NeverPacked(tree.root, home, leave_out))
-        if not allow_secrets:
-            credentials.check_no_secrets(root, (rel for rel, st in listing.entries if stat.S_ISREG(st.st_mode)),
-                                         lambda rel: _head(tree, rel))
-        say_left_out(console, listing.through_symlinks)
-        say_many(console, len(listing.entries))
-        return _archive(tree, listing.entries, archives_dir, console, t0)
+    return root
+
+
+def _kept_entries(tree: FolderTree, include: Sequence[str], exclude: Sequence[str], home: Path | None,
+                  leave_out: Sequence[Path], allow_secrets: bool, console: Console) -> list[tuple[str, os.stat_result]]:
+    """The files a snapshot keeps, refused when one holds a credential (unless allow_secrets)."""
+    from jobtpu.snapshot import private_files as credentials
+
+    listing = collect(tree, include, exclude, NeverPacked(tree.root, home, leave_out))
+    if not allow_secrets:
+        credentials.check_no_secrets(tree.root, (rel for rel, st in listing.entries if stat.S_ISREG(st.st_mode)),
+                                     lambda rel: _head(tree, rel))
+    say_left_out(console, listing.through_symlinks)
+    say_many(console, len(listing.entries))
+    return listing.entries
 
 
 def _archiver(src: str, entries: list[tuple[str, os.stat_result]], tmp: Path) -> Archiver:

@@ -125,7 +125,9 @@ def _carry(home_root: Path, dropped: Path) -> list[str]:
     gone = totals.tally(parse_lines(read_file(dropped).splitlines(), Filter()))
     if not gone.ended and not gone.preempted:
         return []
-    said: list[str] = []
+    # A folder, link or FIFO at the totals' name (a member's, in a home whose group writes its root)
+    # would stop every rotation, so every tell: cleared as the log's own names are.
+    said = _clear(home_root, totals.TOTALS_FILE)
     try:
         carried = totals.load(home_root)
     except JobtpuError as e:  # broken by hand (UnsafePath too): the counters start again here

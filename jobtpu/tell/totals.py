@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
 from jobtpu.decide import events as ev
 from jobtpu.decide.events import Event
@@ -25,9 +26,14 @@ TOTALS_FILE = "events.totals.json"
 OUTCOMES = tuple(sorted(s.value for s in ENDED))  # every label value of an ended job's outcome
 
 
+# A count is never below 0: a file that says one is (broken by hand, or planted) is refused, never
+# a counter that goes down.
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class Totals(msgspec.Struct, forbid_unknown_fields=False):
-    ended: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)  # user → outcome → jobs
-    preempted: dict[str, int] = msgspec.field(default_factory=dict)  # machine → preemptions
+    ended: dict[str, dict[str, Count]] = msgspec.field(default_factory=dict)  # user → outcome → jobs
+    preempted: dict[str, Count] = msgspec.field(default_factory=dict)  # machine → preemptions
 
     def plus(self, other: Totals) -> Totals:
         ended = {user: dict(row) for user, row in self.ended.items()}

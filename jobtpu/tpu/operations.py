@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from jobtpu.transport.base import WorkerAccess
 
 
+def require_tpu(machine: Machine) -> None:
+    """The one line for a TPU's act on a machine that is no TPU (also the fleet page's preview)."""
+    if not machine.cloud_node:
+        raise JobtpuError(f"{machine.name} is a {machine.kind} machine, not a TPU")
+
+
 def node_operation(p: WorkerAccess, op: str, name: str, commit: Callable[[], None]) -> dict[str, Any]:
     """Run one operation; what to show (also the --json document)."""
     group = p.fleet.slices_of(name)
@@ -30,8 +36,7 @@ def node_operation(p: WorkerAccess, op: str, name: str, commit: Callable[[], Non
 
         return group_operation(p, op, machine.slice_group, commit)
     name = machine.name  # an alias or the node's name, as machines.json names the machine
-    if not machine.cloud_node:
-        raise JobtpuError(f"{name} is a {machine.kind} machine, not a TPU")
+    require_tpu(machine)
     record = p.state.machine(name)
     machine = machine.in_zone(record.zone)  # the zone it is in now
     tpus = tpu_runtime(p)

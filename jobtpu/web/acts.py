@@ -96,6 +96,14 @@ def run(home: Home, words: list[str], user: str) -> tuple[int, list[str]]:
     from jobtpu.web import fleet_acts
 
     with _ONE_AT_A_TIME:
+        if words[0] == "submit":
+            from jobtpu.commands.common import error_text
+            from jobtpu.web.submit_form import own_folder
+
+            try:
+                words = own_folder(home, user, words)
+            except JobtpuError as e:
+                return e.exit_code, [error_text(e)]
         if fleet_acts.is_machine_act(words) or words[0] == "submit":
             return fleet_acts.run_words(home, words)
         role = role_of(home.root)

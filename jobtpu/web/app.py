@@ -1,8 +1,9 @@
 """The Starlette application of `jobtpu serve` (docs/reference/commands.md §2.29).
 
-Every request passes `Guard` first: a loopback Host (or the --bind address), then the person's
-cookie (only /login takes the secret itself, once, from the printed link), and for a POST a
-same-origin Origin; the form's CSRF token is checked where the form is read. Every answer carries a
+Every request passes `Guard` first (gate.py): a loopback Host (or the --bind address), then the
+person's cookie (only /login takes the secret itself, once, from the printed link), and for a POST a
+same-origin Origin and a Content-Length within the cap; the form's CSRF token is checked where the
+form is read. Every answer carries a
 Content-Security-Policy that allows this server's own script and style files only. Pages render
 from templates with autoescaping on; no template is chosen or built from request data.
 
@@ -24,82 +25,16 @@ from typing import Any
 import anyio
 import jinja2
 from starlette.applications import Starlette
-from starlette.requests import Request, cookie_parser
+from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobtpu import timing
 from jobtpu.errors import JobtpuError, NotFoundError, UsageError
-from jobtpu.home.layout import Home
-from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.web import acts, guard, pages
+from jobtpu.web.gate import MAX_FORM, Config, Guard
 
 HERE = Path(__file__).resolve().parent
-MAX_FORM = 64 * 1024
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-           (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
-
-
-class Config(msgspec.Struct):
-    home: Home
-    user: str  # the jobtpu user every act is done as, fixed at start
-    account: str
-    secret: str
-    cookie: str
-    bind: str | None = None
-    read_only: bool = False
-    metrics_token: str | None = None  # --metrics-token-file's: a scraper's, for /metrics alone
-
-
-class Guard:
-    """Host, cookie and Origin checks before any route; security headers on every answer."""
-
-    def __init__(self, app: ASGIApp, config: Config) -> None:
-        self.app = app
-        self.config = config
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS]
-            await send(message)
-
-        refusal = self.refusal(scope)
-        if refusal is not None:
-            return await PlainTextResponse(refusal[1] + "\n", status_code=refusal[0])(scope, receive, with_headers)
-        await self.app(scope, receive, with_headers)
-
-    def refusal(self, scope: Scope) -> tuple[int, str] | None:
-        """Pure but for the config: why this request is refused (status, line), or None."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        host = headers.get("host")
-        if not guard.host_allowed(host, self.config.bind):
-            return 403, "refused: this server answers only to a loopback name (Host header)"
-        method = scope["method"]
-        if method not in ("GET", "HEAD", "POST"):
-            return 405, "refused: GET shows, POST acts; nothing else"
-        if scope["path"] == "/login" and method == "GET":
-            return None  # the link's secret is checked there
-        bearer = guard.bearer_token(headers.get("authorization"))
-        if bearer is not None:  # a scraper: its token opens /metrics and nothing else, never a page or an act
-            token = self.config.metrics_token
-            if scope["path"] == "/metrics" and method in ("GET", "HEAD") and token is not None \
-                    and guard.same_secret(bearer, token):
-                return None
-            return 401, "refused: a bearer token opens /metrics only, and only the one of --metrics-token-file"
-        cookie = cookie_parser(headers.get("cookie", "")).get(self.config.cookie)
-        if not guard.same_secret(cookie, self.config.secret):
-            return 401, ("not logged in: open the link `jobtpu serve` printed (it carries your secret once; "
-                         "the page keeps it as a cookie)")
-        if method == "POST" and not guard.origin_allowed(headers.get("origin"), host):
-            return 403, "refused: a POST must come from this server's own pages (Origin)"
-        return None
 
 
 class Site:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from jobtpu.errors import JobtpuError
 from jobtpu.home.layout import Home
 from jobtpu.web import charts, dashboard
 
@@ -78,8 +79,8 @@ def sweep_chart(home: Home, members: list[Job], metric: str | None) -> tuple[cha
             continue
         try:
             data, _ = read_end(home.root, log_rel(job.id, job.attempts[-1].n, 0), SWEEP_LOG)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+        except (OSError, JobtpuError):  # gone, unreadable, or a link or FIFO (UnsafePath): that member is
+            continue  # left out of the chart, never the whole jobs page refused for it
         label = f"{job.id} " + " ".join(f"{k}={v}" for k, v in sorted(job.sweep_values.items()))
         points[label.strip()] = charts.marker_values(data.decode(errors="replace").splitlines())
     names = charts.metrics_in(points)

@@ -61,7 +61,31 @@ def preview(home: Home, words: list[str]) -> tuple[int, list[str]]:
         e = refuse_runner_only(role, shown_words(words[:2]))
         return e.exit_code, [error_text(e)]
     verb = words[1]
+    try:
+        check_act(home, words)
+    except JobtpuError as e:
+        return e.exit_code, [error_text(e)]
     return 0, [f"would run: jobtpu {shown_words(words)}", f"it {WHAT_IT_DOES[verb]}"]
+
+
+def check_act(home: Home, words: list[str]) -> None:
+    """What the command itself would refuse before it does anything, said in the preview (as a
+    dry run says it), not only once confirmed: a machine no name of machines.json means, a TPU act
+    on a machine that is no TPU, a drain's reason that is no note (docs/reference/commands.md §2.29)."""
+    from jobtpu.commands.annotate import note_text
+    from jobtpu.home.machines import load_fleet
+
+    verb = words[1]
+    name = words[-1] if verb in TPU_OPS else words[2]
+    fleet = load_fleet(home)
+    group = fleet.slices_of(name)
+    machine = group[0] if group else fleet.require(name)
+    if verb in TPU_OPS:
+        from jobtpu.tpu.operations import require_tpu
+
+        require_tpu(machine)  # the command's own line
+    reason = next((w.removeprefix("--reason=") for w in words if w.startswith("--reason=")), "")
+    note_text([reason])
 
 
 def run_words(home: Home, words: list[str]) -> tuple[int, list[str]]:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import os
@@ -22,6 +23,7 @@ from jobtpu.errors import JobtpuError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 SECRET_BYTES = 32
+MAX_TOKEN = 200  # characters of a metrics token file's one word
 
 
 def private_folder(base: Path | None = None) -> Path:
@@ -77,6 +79,9 @@ def load_metrics_token(path: Path) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
+        if e.errno == errno.ELOOP:  # a link (another account's, maybe): never followed
+            raise JobtpuError(f"{path} is a link, not a file of this account's own: remove it, and `jobtpu serve` "
+                              "makes the metrics token there") from None
         raise JobtpuError(f"cannot read the metrics token {path}: {e.strerror or e}") from None
     with os.fdopen(fd) as f:
         st = os.fstat(f.fileno())
@@ -86,9 +91,9 @@ def load_metrics_token(path: Path) -> str:
         if stat.S_IMODE(st.st_mode) & 0o026:
             raise JobtpuError(f"{path} may be read by every account or written by others: `chmod 600 {path}` "
                               "(or 640, for a scraper's group)")
-        text = f.read(200).strip()
-    if len(text) < 20 or any(c.isspace() for c in text):
-        raise JobtpuError(f"{path} does not hold a metrics token (one word of 20 characters or more): "
+        text = f.read(MAX_TOKEN + 2).strip()  # a longer one is refused, never cut (every scrape would be refused)
+    if not 20 <= len(text) <= MAX_TOKEN or any(c.isspace() for c in text):
+        raise JobtpuError(f"{path} does not hold a metrics token (one word of 20 to {MAX_TOKEN} characters): "
                           "remove it, and `jobtpu serve` makes one")
     return text
 

@@ -6,6 +6,8 @@ confirmation runs `submit` through the command line's parser and function (fleet
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,9 +48,41 @@ def submit_words(form: Mapping[str, Sequence[str]]) -> list[str]:
     if _one(form, "hold") in ("1", "on"):
         words.append("--hold")
     overrides = _one(form, "overrides").split()
+    bare = next((w for w in overrides if "=" not in w and not w.startswith("-")), None)
+    if bare is not None:  # the command line would take it for --machine or --user: the page's user is fixed
+        raise UsageError(f"overrides: {bare[:80]!r} is not KEY=VALUE",
+                         hint="write overrides as KEY=VALUE; the machine has a field of its own")
     words += [w for w in overrides if not w.startswith("-")]
     verbatim = [w for w in overrides if w.startswith("-")]
     return [*words, *(["--", *verbatim] if verbatim else [])]
+
+
+def own_folder(home: Home, user: str, words: list[str]) -> list[str]:
+    """The submit's words with its folder (`--dir=`, a full path or a working directory's number)
+    made the real path of a folder of this account's own, or UsageError: the page snapshots only the
+    serving person's own folders (not another account's, even one they may read, nor one reached
+    through a link another account could point elsewhere between the check and the snapshot)."""
+    asked = words[1].removeprefix("--dir=")
+    real = _own_real_folder(home, user, asked)
+    return [words[0], f"--dir={real}", *words[2:]]
+
+
+def _own_real_folder(home: Home, user: str, asked: str) -> str:
+    from jobtpu.home.settings import load_settings
+
+    path = load_settings(home, user).dirs.get(asked) if asked.isdigit() else asked
+    if path is None:
+        raise UsageError(f"working directory {asked} is not set", hint="`jobtpu dir ls` lists yours")
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise UsageError(f"the folder {str(path)[:200]!r} cannot be read ({e.strerror})",
+                         hint="give the full path of a folder of yours") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise UsageError(f"the folder {str(path)[:200]!r} is not a folder of this account's own",
+                         hint="the page snapshots only your own folders; another's: `jobtpu submit --dir` in a terminal")
+    return real
 
 
 class SubmitForm(msgspec.Struct):
@@ -59,6 +93,7 @@ class SubmitForm(msgspec.Struct):
     values: dict[str, str]
     dirs: list[tuple[str, str]]
     problem: str = ""
+    file_adds: str = ""  # the job file's overrides: the submit adds them itself, before the form's
 
 
 def form_defaults(home: Home, user: str, folder: str) -> SubmitForm:
@@ -75,11 +110,13 @@ def form_defaults(home: Home, user: str, folder: str) -> SubmitForm:
     problem = ""
     path = settings.dirs.get(folder) if folder.isdigit() else folder
     if path and Path(path).is_absolute():
-        try:
-            values = {k: _text(k, v) for k, v in read_job_file(Path(path)).items()}
+        try:  # only a folder of this account's own: another's job file is not read into the form
+            values = {k: _text(k, v) for k, v in read_job_file(Path(_own_real_folder(home, user, folder))).items()}
         except JobtpuError as e:
             problem = error_text(e).replace("\n", " ")
-    return SubmitForm(folder, values, [(n, str(p)) for n, p in dirs], problem)
+    # Overrides add up (the file's, then the command line's: docs/reference/commands.md §2.2.9): in
+    # the form's field, the file's would be given twice, and taking one out there would not remove it.
+    return SubmitForm(folder, values, [(n, str(p)) for n, p in dirs], problem, values.pop("overrides", ""))
 
 
 def _text(key: str, value: Any) -> str:
