@@ -615,3 +615,38 @@ def test_a_run_root_half_made_by_another_launch_does_not_make_a_shared_homes_job
     reach = Reach(Home(home), fleet, State())
     made = driver_for(machine).transport(machine, reach.endpoints(machine)[0], Home(home))
     assert made.shared and made.umask == "umask 0027\n"  # type: ignore[attr-defined]
+
+
+def test_a_pass_that_sees_a_local_job_end_asks_its_worker_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference/pass.md §1: the probe that found a worker exited, its whole log brought home and
+    nothing of its job left, is all the catch-up would find: the pass between a job's end and the
+    next start makes one round trip to the worker, not two, and the log and the job's saved value
+    still come home."""
+    from jobtpu.fleet import pulls
+
+    home = make_home(tmp_path)
+    job_id = submit(home, _src(tmp_path, {"a.txt": "x"}), "echo hello; printf '[1, 2]\\n' > \"$JOBTPU_RESULT\"")
+    manage_until(home, [job_id], {"running", "finished"})
+    wait_for(lambda: (home / "run" / "meta" / str(job_id) / "0.0.exit").exists(), what="the job's exit record")
+    real, probes = pulls.probe_script, []
+    monkeypatch.setattr(pulls, "probe_script", lambda *a, **k: probes.append(a) or real(*a, **k))
+    manage_until(home, [job_id], {"finished"})
+    assert len(probes) == 1
+    assert (home / "logs" / str(job_id) / "0.0.log").read_text() == "hello\n"
+    assert json.loads((home / "logs" / str(job_id) / "0.result.json").read_text()) == {"value": [1, 2]}
+
+
+@pytest.mark.parametrize(("exit_code", "marked", "at_home", "whole"), [
+    (0, 0, 10, True),     # exited, nothing left, every byte home: a probe now brings nothing
+    (1, 0, 12, True),     # a failure too (home holds more than the report said: another pass pulled)
+    (None, 0, 10, False),  # still running: its log may grow
+    (0, 1, 10, False),    # an escapee carries its marker and may write on
+    (0, 0, 9, False),     # a byte still to pull
+])
+def test_a_probe_s_report_is_the_catch_up_only_when_it_brought_the_whole_log(
+        exit_code: int | None, marked: int, at_home: int, whole: bool) -> None:
+    from jobtpu.decide.workers import WorkerRef, WorkerState
+    from jobtpu.fleet.pulls import brought_whole
+
+    ws = WorkerState(WorkerRef(1, 0, 0), pid=5, alive=False, exit_code=exit_code, log_size=10, claimed=True, marked=marked)
+    assert brought_whole(ws, at_home) is whole

@@ -86,11 +86,22 @@ def mark_behind(jobs: Iterable[Job], tried: Iterable[WorkerRef], behind: set[Wor
                 a.logs_behind = (job.id, a.n) in behind_attempts
 
 
-def catch_up(p: Reach, ended: dict[str, list[WorkerRef]]) -> CatchUp:
+def brought_whole(ws: WorkerState, at_home: int) -> bool:
+    """Whether a probe's report of an exited worker is all a catch-up would find: its log is home
+    whole (`at_home` bytes of it) and no process of its job is left to write more, so a probe now
+    would bring no byte (and the job's saved value, if any, came with that report)."""
+    return ws.exit_code is not None and ws.marked == 0 and at_home >= ws.log_size
+
+
+def catch_up(p: Reach, ended: dict[str, list[WorkerRef]],
+             known: dict[WorkerRef, WorkerState] | None = None) -> CatchUp:
     """Pull what is left of these workers' logs, a chunk a round trip, until each is home, or
     CATCH_UP_CHUNKS were pulled, or the pass's budget for it is spent. A worker that cannot be
     reached keeps the rest (its machine's record says why); a log in the home that cannot be
-    written gets one line."""
+    written gets one line. `known`: reports the pass's own probe already brought, of workers
+    `brought_whole` says a new probe would tell nothing more of: a worker whose every ended
+    attempt is among them is not asked again (a round trip less between a job's end and the next
+    start)."""
     work: list[tuple[Machine, Endpoint, list[WorkerRef]]] = []
     for name, refs in sorted(ended.items()):
         machine = p.fleet.get(name)
@@ -105,20 +116,21 @@ def catch_up(p: Reach, ended: dict[str, list[WorkerRef]]) -> CatchUp:
                 work.append((machine, ep, mine))
     deadline = time.monotonic() + timing.current().log_catch_up
     done = CatchUp()
-    for lines, behind in p.parallel(lambda item: _catch_up_worker(p, item[0], item[1], item[2], deadline), work):
+    for lines, behind in p.parallel(lambda item: _catch_up_worker(p, item[0], item[1], item[2], deadline, known or {}), work):
         done.lines.extend(lines)
         done.behind.update(behind)
     return done
 
 
 def _catch_up_worker(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
-                     deadline: float) -> tuple[list[str], list[WorkerRef]]:
+                     deadline: float, known: dict[WorkerRef, WorkerState]) -> tuple[list[str], list[WorkerRef]]:
     lines: list[str] = []
     for _ in range(CATCH_UP_CHUNKS):
         if time.monotonic() >= deadline:
             return lines, refs
         try:
-            states = probe(p, machine, ep, refs)
+            states = {r: known[r] for r in refs} if all(r in known for r in refs) else probe(p, machine, ep, refs)
+            known = {}  # what the pass's probe brought serves the first round only
         except RemoteError:
             return lines, refs  # its machine's record says why; a pass that reaches it pulls the rest
         behind = []

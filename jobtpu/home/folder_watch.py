@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import select
 import time
@@ -23,6 +24,7 @@ _ONLYDIR = 0x01000000
 _NONBLOCK, _CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 
 
+@functools.cache  # once a process: find_library runs `ldconfig -p`, a process of its own, every call
 def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:

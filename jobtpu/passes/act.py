@@ -16,7 +16,7 @@ from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, setup_don
 from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
 from jobtpu.decide.saving import checkpoint_copy, resume_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
-from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
+from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
@@ -79,9 +79,22 @@ def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) ->
             gone.extend(ended.pop(name))
         elif view.reachable is False:
             del ended[name]  # still behind: a later pass that reaches it pulls the rest
-    done = pulls.catch_up(p, ended)
+    done = pulls.catch_up(p, ended, _brought_whole(p, seen, ended))
     p.notes.extend(done.lines)
     pulls.mark_behind(p.state.jobs, [*gone, *(r for refs in ended.values() for r in refs)], done.behind)
+
+
+def _brought_whole(p: Pass, seen: Observation, ended: dict[str, list[WorkerRef]]) -> dict[WorkerRef, WorkerState]:
+    """The ended workers whose report this pass's probe brought is all a catch-up would find
+    (pulls.brought_whole), their logs home whole: a job that just ended costs no second round trip."""
+    known: dict[WorkerRef, WorkerState] = {}
+    for name, refs in ended.items():
+        workers = seen.view(name).workers
+        for ref in refs:
+            ws = workers.get(ref)
+            if ws is not None and ref.job not in seen.bad_files and pulls.brought_whole(ws, pulls.local_size(p.home, ref)):
+                known[ref] = ws
+    return known
 
 
 def stop_all(p: Session, kills: list[Kill]) -> list[StopDone]:
