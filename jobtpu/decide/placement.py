@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from jobtpu.errors import JobtpuError
 from jobtpu.schema.msgspec_lib import msgspec
+from jobtpu.schema.resume_policy import region_of
 
 # What --on-resume may name; `${NAME}` is the shell's and left alone.
 PLACEHOLDERS = ("attempt", "zone", "region", "job")
@@ -30,7 +31,7 @@ class Place(msgspec.Struct, frozen=True):
     @property
     def region(self) -> str:
         """us-central2-b → us-central2: the zone minus its last part."""
-        return self.zone.rsplit("-", 1)[0] if "-" in self.zone else self.zone
+        return region_of(self.zone)
 
 
 def peer_hosts(reached: Sequence[str], internal: Sequence[str], peer_addresses: Sequence[str]) -> tuple[str, ...]:
