@@ -1,5 +1,5 @@
 """Where a preempted or lost job resumes, by locality (machines.json's `resume`,
-docs/reference/machines-json.md §3.10): the order of the candidates as a table, the policy's checks at
+docs/reference/machines-json.md §3.12): the order of the candidates as a table, the policy's checks at
 load, and a pass's decision with jobs and observations built by hand. No I/O but machines.json."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where a preempted or hung job resumes, by locality (machines.json's `resume`,
-docs/reference/machines-json.md §3.10), end to end: TPU nodes of the fake TPU API in several zones and
+docs/reference/machines-json.md §3.12), end to end: TPU nodes of the fake TPU API in several zones and
 regions, whose workers are real sshd hosts; the job's log says where each attempt ran."""
 
 from __future__ import annotations

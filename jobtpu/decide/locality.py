@@ -1,5 +1,5 @@
 """Where a job that lost its machine resumes, by locality (machines.json's `resume`,
-docs/reference/machines-json.md §3.10): the machines it may go to at once, nearest first (its last
+docs/reference/machines-json.md §3.12): the machines it may go to at once, nearest first (its last
 attempt's zone, then its region, then the regions the policy allows), and never another region when
 its data cannot follow it there. Pure: dispatch.py asks, in the order it offers machines."""
 

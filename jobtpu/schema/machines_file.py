@@ -112,7 +112,7 @@ ResumeWord = Literal["zone", "region", "allowed"]  # the tiers of `resume.order`
 
 
 class ResumeEntry(_Keys, frozen=True):
-    """Where a job that lost its machine resumes at once (docs/reference/machines-json.md §3.10)."""
+    """Where a job that lost its machine resumes at once (docs/reference/machines-json.md §3.12)."""
 
     order: Annotated[tuple[ResumeWord, ...], Meta(
         description="must be a list of zone, region, allowed (where a resuming job looks, nearest first)")] = (

@@ -1,4 +1,4 @@
-"""machines.json's `resume` policy (docs/reference/machines-json.md §3.10) as the fleet holds it: where
+"""machines.json's `resume` policy (docs/reference/machines-json.md §3.12) as the fleet holds it: where
 a job that lost its machine (preempted, lost, hung) looks for another at once, nearest first, and
 whether it waits for its own TPU instead. decide/locality.py orders the machines by it. Pure."""
 
