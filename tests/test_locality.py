@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jobtpu.decide import core
-from jobtpu.decide.locality import ranked
+from jobtpu.decide.locality import ranked, where_text
 from jobtpu.decide.observation import Launch, MachineView, Observation
 from jobtpu.errors import ConfigError
 from jobtpu.home.layout import Home
@@ -159,3 +159,14 @@ def test_a_job_that_may_not_go_elsewhere_says_where_it_resumes() -> None:
     assert (job.status, job.keeps) == (Status.QUEUED, ["ua"])
     assert job.waiting == ("it resumes in zone us-central2-a only (machines.json resume): "
                            "no machine can run it now: ua is being recreated; next in line"), job.waiting
+
+
+@pytest.mark.parametrize("policy, text", [
+    (DEFAULT, "it resumes in zone us-central2-b, then region us-central2 only"),
+    (ANYWHERE, "it resumes in zone us-central2-b, then region us-central2 only"),  # no region its data cannot follow
+    (ResumePolicy(order=("allowed",), regions=("europe-west4", "us-central2")), "it resumes in region us-central2 only"),
+    (ResumePolicy(order=("allowed",), regions=("europe-west4",)), "it may resume in no region its data can follow"),
+])
+def test_the_pending_reason_says_where_a_job_may_resume(policy: ResumePolicy, text: str) -> None:
+    fleet = Fleet(machines={m.name: m for m in [*FLEET, tpu("ub")]}, resume=policy)
+    assert where_text(running_on("ub"), fleet) == text

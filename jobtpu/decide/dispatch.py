@@ -123,7 +123,7 @@ def why_waiting(job: Job, request: Request, d: Dispatch, nearby: list[Machine] |
     fits = _fitting_machines(job, request, d)
     only = ""
     if nearby is not None and len(near := tuple(m.name for m in nearby if m.name in fits)) < len(fits):
-        fits, only = near, f"it resumes in {locality.where_text(job, d.fleet)} only (machines.json resume): "
+        fits, only = near, f"{locality.where_text(job, d.fleet)} (machines.json resume): "
         if not fits:
             return f"{only}no machine there fits"
     if not fits:

@@ -71,8 +71,12 @@ def resume_candidates(job: Job, fleet: Fleet) -> list[Machine] | None:
 
 
 def where_text(job: Job, fleet: Fleet) -> str:
-    """Where a resuming job may go, for its pending reason: `its region us-central2`."""
+    """Where a resuming job may go, for its pending reason: `it resumes in zone us-central2-b, then
+    region us-central2 only`."""
     origin = origin_zone(job, fleet)
-    words = {"zone": f"zone {origin}", "region": f"region {region_of(origin)}",
-             "allowed": " or ".join(fleet.resume.regions) if may_cross_regions(job) else ""}
-    return ", then ".join(w for word in fleet.resume.order if (w := words[word]))
+    home = region_of(origin)
+    allowed = [r for r in fleet.resume.regions if r == home or may_cross_regions(job)]
+    words = {"zone": f"zone {origin}", "region": f"region {home}",
+             "allowed": f"region{'s' if len(allowed) > 1 else ''} {' or '.join(allowed)}" if allowed else ""}
+    where = ", then ".join(w for word in fleet.resume.order if (w := words[word]))
+    return f"it resumes in {where} only" if where else "it may resume in no region its data can follow"
