@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import ChainMap
 
-from jobtpu.decide import rules
+from jobtpu.decide import locality, rules
 from jobtpu.decide.dispatch_state import (
     Dispatch,
     UserUse,
@@ -27,7 +27,7 @@ from jobtpu.decide.fit import Request, allocate, parse_request, why_not
 from jobtpu.decide.gang import place_gang, start_on
 from jobtpu.decide.observation import Observation, Plan, Recreate, rule_of
 from jobtpu.schema import state as model
-from jobtpu.schema.fleet import Fleet
+from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.state import Cause, Job, Status
 
 # Each question the dispatch asks is one hook function, so fairness, limits, dependencies, holds and
@@ -115,11 +115,17 @@ def held_back(job: Job, d: Dispatch) -> str | None:
     return None
 
 
-def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
+def why_waiting(job: Job, request: Request, d: Dispatch, nearby: list[Machine] | None = None) -> str:
     """The pending reason of a queued job that found no machine in this pass: which machines could
     run it and what keeps each from doing so now, and how many waiting jobs are ahead of it for them.
-    Called for every such job in dispatch order (it counts the queue as it goes)."""
+    Called for every such job in dispatch order (it counts the queue as it goes). `nearby`: the
+    machines a resuming job may go to (locality.resume_candidates), when not every one."""
     fits = _fitting_machines(job, request, d)
+    only = ""
+    if nearby is not None and len(near := tuple(m.name for m in nearby if m.name in fits)) < len(fits):
+        fits, only = near, f"{locality.where_text(job, d.fleet)} (machines.json resume): "
+        if not fits:
+            return f"{only}no machine there fits"
     if not fits:
         return _nothing_offers(job, request, d)
     ahead = sum(n for names, n in d.waited.items() if names == fits or not set(names).isdisjoint(fits))
@@ -128,7 +134,7 @@ def why_waiting(job: Job, request: Request, d: Dispatch) -> str:
     if now is None:
         now = d.kept_by[fits] = _kept_by(fits, d)
     queue = "next in line" if not ahead else f"{ahead} job{'s' if ahead > 1 else ''} ahead of it"
-    return f"{now}; {queue}"
+    return f"{only}{now}; {queue}"
 
 
 def _kept_by(fits: tuple[str, ...], d: Dispatch, keeper: Job | None = None) -> str:
@@ -208,17 +214,19 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             d.plan.wait(job, limited[(job.user, asks)])
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
-        if room in no_room and not back and not job.keeps:
+        nearby = locality.resume_candidates(job, fleet)  # a resuming job: the machines near its data
+        if room in no_room and not back and not job.keeps and nearby is None:
             d.plan.wait(job, why_waiting(job, no_room[room], d))
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
-        for machine in fleet.machines.values():
+        for machine in fleet.machines.values() if nearby is None else nearby:
             if unavailable[machine.name] is not None and not own_claim(job, machine, d) and not (
                     back and machine.name in d.drained_only and returning(job, machine.name)):
                 continue
-            if kept_for(job, machine.name, d) is not None or (job.keeps and machine.name not in job.keeps):
-                continue  # another job's resume keeps it; a job that keeps its own TPU goes back there
+            if kept_for(job, machine.name, d) is not None or (
+                    job.keeps and nearby is None and machine.name not in job.keeps):
+                continue  # another job's resume keeps it; a job that waits for its own TPU goes back there
             if why_not(machine, request, job.pin) is not None:
                 continue
             if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
@@ -239,6 +247,9 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if alloc is None:
                 continue
             start_on(job, [machine], alloc, d)
+            for name in job.keeps:  # resumed elsewhere at once: what it kept is free for others
+                if d.kept.get(name) == job.id:
+                    del d.kept[name]
             break
         else:
             if by_limit is not None:  # a machine would take it but for its user's limit
@@ -248,11 +259,11 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 d.plan.wait(job, local_why)
                 continue
-            if not back and not job.keeps:
+            if not back and not job.keeps and nearby is None:
                 no_room[room] = request
-            _want_back(job, request, fleet, seen, plan)
+            _want_back(job, request, fleet, seen, plan, nearby)
             _note_recreations(d)
-            d.plan.wait(job, why_waiting(job, request, d))
+            d.plan.wait(job, why_waiting(job, request, d, nearby))
 
 
 def _note_recreations(d: Dispatch) -> None:
@@ -267,11 +278,14 @@ def _note_recreations(d: Dispatch) -> None:
                 d.kept_by.clear()  # worded again with the machine's new reason
 
 
-def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan) -> None:
+def _want_back(job: Job, request: Request, fleet: Fleet, seen: Observation, plan: Plan,
+               nearby: list[Machine] | None = None) -> None:
     """A queued job that only a preempted (or not yet created) TPU could run asks for it back, when
-    its rule is one that recreates TPUs; without this it would wait for a node nobody recreates."""
+    its rule is one that recreates TPUs; without this it would wait for a node nobody recreates.
+    A resuming job asks back only a TPU near its data (`nearby`, when given)."""
     coming = {a.machine for a in plan.actions if isinstance(a, Recreate)}
-    fits = [m for m in fleet.machines.values() if m.cloud_node and why_not(m, request, job.pin) is None
+    fits = [m for m in (fleet.machines.values() if nearby is None else nearby)
+            if m.cloud_node and why_not(m, request, job.pin) is None
             and (not job.keeps or m.name in job.keeps)]  # a job that keeps its TPU waits for that one
     if any(m.name in coming or seen.peek(m.name).recovering for m in fits):
         return  # one is already on its way back

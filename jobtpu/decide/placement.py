@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from jobtpu.errors import JobtpuError
 from jobtpu.schema.msgspec_lib import msgspec
+from jobtpu.schema.resume_policy import region_of
 
 # What --on-resume may name; `${NAME}` is the shell's and left alone.
 PLACEHOLDERS = ("attempt", "zone", "region", "job")
@@ -29,12 +30,8 @@ class Place(msgspec.Struct, frozen=True):
 
     @property
     def region(self) -> str:
+        """us-central2-b → us-central2: the zone minus its last part."""
         return region_of(self.zone)
-
-
-def region_of(zone: str) -> str:
-    """us-central2-b → us-central2: the zone minus its last part."""
-    return zone.rsplit("-", 1)[0] if "-" in zone else zone
 
 
 def peer_hosts(reached: Sequence[str], internal: Sequence[str], peer_addresses: Sequence[str]) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from jobtpu.schema.msgspec_lib import UNSET, Raw, UnsetType, msgspec
 from jobtpu.schema.names import MAX_CONNECT_TIMEOUT, RESOURCE_NAME, USER_NAME
 from jobtpu.schema.nodespec import default_runtime
 from jobtpu.schema.request import MAX_RESOURCE_COUNT
+from jobtpu.schema.resume_policy import DEFAULT, resume_policy
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
     from jobtpu.schema.sheet_config import SheetConfig
@@ -134,7 +135,8 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     per_user, user_limits = _limits(doc.limits)
     fleet = Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
                   error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
-                  notify=_notify(doc.notify))
+                  notify=_notify(doc.notify), resume=DEFAULT if doc.resume is UNSET else
+                  resume_policy(doc.resume, (z for m in machines.values() for z in (*m.zones, m.zone) if z)))
     # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
     return msgspec.structs.replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from jobtpu.decide.placement import region_of
 from jobtpu.decide.saving import unsaved_rerun
 from jobtpu.fleet.drivers import driver_for
 from jobtpu.home.logfiles import log_rel
 from jobtpu.passes.progress import new_lines
 from jobtpu.render.text import printable
 from jobtpu.schema.records import MachineRecord
+from jobtpu.schema.resume_policy import region_of
 from jobtpu.schema.saving import Saved
 from jobtpu.schema.state import Cause
 

@@ -114,6 +114,19 @@ class LimitsEntry(_Keys, frozen=True):
     users: Annotated[dict[str, UserLimitEntry], Meta(description="must map user names to limits objects")] = {}
 
 
+ResumeWord = Literal["zone", "region", "allowed"]  # the tiers of `resume.order` (schema/resume_policy.py)
+
+
+class ResumeEntry(_Keys, frozen=True):
+    """Where a job that lost its machine resumes at once (docs/reference/machines-json.md §3.12)."""
+
+    order: Annotated[tuple[ResumeWord, ...], Meta(
+        description="must be a list of zone, region, allowed (where a resuming job looks, nearest first)")] = (
+            "zone", "region", "allowed")
+    regions: Annotated[tuple[str, ...], Meta(description="must be a list of regions, like us-central2")] = ()
+    wait_for_own: Annotated[bool, Meta(description="must be true or false")] = False
+
+
 class MachinesFile(_Keys, frozen=True):
     defaults: Annotated[Connection, _Object] = msgspec.field(default_factory=Connection)
     gcp: Annotated[Gcp, _Object] = msgspec.field(default_factory=Gcp)
@@ -128,4 +141,5 @@ class MachinesFile(_Keys, frozen=True):
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
     sheet: Raw | UnsetType = UNSET
+    resume: Annotated[ResumeEntry | UnsetType, _Object] = UNSET  # where a preempted or lost job resumes
 
