@@ -30,6 +30,7 @@ class SubmitOptions(NamedTuple):
     verbatim: list[str] = []  # overrides after `--`: not checked for the old tool's habits
     progress: str | None = None
     priority: int = 0
+    priority_class: str | None = None  # --class: machines.json's priority_classes (None: the default class)
     sheet_note: str | None = None
     # sweeps, dependencies, retries, grace and signal (batch.py)
     sweep: list[str] = []

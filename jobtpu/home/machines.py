@@ -134,7 +134,7 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     per_user, user_limits = _limits(doc.limits)
     fleet = Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
                   error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
-                  notify=_notify(doc.notify))
+                  notify=_notify(doc.notify), classes=_classes(doc.priority_classes))
     # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
     return msgspec.structs.replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 
@@ -162,6 +162,15 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
         return parse_destinations(msgspec.json.decode(raw), "notify")
     except ConfigError as e:
         raise FileRefused(e.message) from None
+
+
+def _classes(raw: Raw | UnsetType) -> Any:
+    from jobtpu.schema.priority import ClassesRefused, parse_classes
+
+    try:
+        return None if raw is UNSET else parse_classes(msgspec.json.decode(raw))
+    except ClassesRefused as e:
+        raise FileRefused(str(e)) from None
 
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:

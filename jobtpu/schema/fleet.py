@@ -12,6 +12,7 @@ from jobtpu.schema.machines_file import MachineEntry
 from jobtpu.schema.msgspec_lib import msgspec
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
+    from jobtpu.schema.priority import Classes
     from jobtpu.schema.sheet_config import SheetConfig
 
 
@@ -135,6 +136,7 @@ class Fleet(msgspec.Struct, frozen=True):
     sheet: "SheetConfig | None" = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
     # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
     refused: tuple[str, ...] = ()
+    classes: "Classes | None" = None  # machines.json's priority_classes (schema/priority.py), when it has them
     runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks
 
     @property

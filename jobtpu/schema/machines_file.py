@@ -122,4 +122,6 @@ class MachinesFile(_Keys, frozen=True):
     limits: Annotated[LimitsEntry, _Object] = msgspec.field(default_factory=LimitsEntry)
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
     sheet: Raw | UnsetType = UNSET
+    # Priority classes across users: kept raw, checked by schema/priority.py (its own one-line errors).
+    priority_classes: Raw | UnsetType = UNSET
 

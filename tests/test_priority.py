@@ -1,0 +1,194 @@
+"""Priority classes across users (docs/reference/requests-and-rules.md §8, machines-json.md §3.12):
+the classes machines.json declares, the pure choice of which running jobs a higher class evicts, and
+what a pass decides with it (jobs built by hand). No I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobtpu.decide import core
+from jobtpu.decide.evict import Evictable, choose
+from jobtpu.decide.observation import Kill, Launch, MachineView, Observation
+from jobtpu.decide.outcomes import killed
+from jobtpu.decide.workers import WorkerRef, WorkerState
+from jobtpu.schema import state as model
+from jobtpu.schema.fleet import Fleet, Machine
+from jobtpu.schema.priority import ClassesRefused, parse_classes
+from jobtpu.schema.state import Attempt, Job, Status
+
+pytestmark = pytest.mark.fast
+
+T0 = 1_000_000.0
+NOW = T0 + 1000.0
+
+
+# ---- the choice: a table ------------------------------------------------------------------------
+
+def h(job: int, rank: int, *machines: str, slots: tuple[int, ...] = (0,), settled: bool = True,
+      started: float = 0.0) -> Evictable:
+    return Evictable(job, rank, machines or ("a",), {"slot": list(slots)}, settled, started)
+
+
+def slots(n: int) -> dict[str, int]:
+    return {"slot": n}
+
+
+def full(*names: str, n: int = 2) -> dict[str, dict[str, set[int]]]:
+    return {name: {"slot": set(range(n))} for name in names}
+
+
+CHOICES: list[tuple[str, dict[str, int], int, list[tuple[str, dict[str, int]]], dict[str, dict[str, set[int]]],
+                    list[Evictable], tuple[str, tuple[int, ...]] | None]] = [
+    ("one slot needed: one job, not two", slots(1), 3, [("a", slots(2))], full("a"),
+     [h(1, 0, slots=(0,)), h(2, 0, slots=(1,))], ("a", (1,))),
+    ("the lowest class goes first", slots(1), 3, [("a", slots(2))], full("a"),
+     [h(1, 1, slots=(0,)), h(2, 0, slots=(1,))], ("a", (2,))),
+    ("never a class as high as the evictor's", slots(1), 1, [("a", slots(2))], full("a"),
+     [h(1, 1, slots=(0,)), h(2, 2, slots=(1,))], None),
+    ("a job in its first min_runtime is never evicted", slots(1), 3, [("a", slots(2))], full("a"),
+     [h(1, 0, slots=(0,), settled=False), h(2, 1, slots=(1,))], ("a", (2,))),
+    ("nothing evictable: no choice", slots(1), 3, [("a", slots(1))], full("a", n=1),
+     [h(1, 0, settled=False)], None),
+    ("two slots: the fewest jobs that free them", slots(2), 3, [("a", slots(3))], full("a", n=3),
+     [h(1, 0, slots=(0,)), h(2, 0, slots=(1, 2))], ("a", (2,))),
+    ("two slots, held one each: both go", slots(2), 3, [("a", slots(2))], full("a"),
+     [h(1, 0, slots=(0,)), h(2, 0, slots=(1,))], ("a", (1, 2))),
+    ("fewer jobs on another machine beat more lowly ones here", slots(2), 3,
+     [("a", slots(2)), ("b", slots(2))], full("a", "b"),
+     [h(1, 0, "a", slots=(0,)), h(2, 0, "a", slots=(1,)), h(3, 1, "b", slots=(0, 1))], ("b", (3,))),
+    ("as many jobs: the lower class's machine", slots(2), 3, [("a", slots(2)), ("b", slots(2))], full("a", "b"),
+     [h(1, 1, "a", slots=(0, 1)), h(2, 0, "b", slots=(0, 1))], ("b", (2,))),
+    ("a tie goes to the machine first in machines.json", slots(1), 3, [("b", slots(1)), ("a", slots(1))],
+     full("a", "b", n=1), [h(1, 0, "a"), h(2, 0, "b")], ("b", (2,))),
+    ("on one machine, the job started last loses least", slots(1), 3, [("a", slots(2))], full("a"),
+     [h(1, 0, slots=(0,), started=10.0), h(2, 0, slots=(1,), started=20.0)], ("a", (2,))),
+    ("alike in all: the lower id", slots(1), 3, [("a", slots(2))], full("a"),
+     [h(2, 0, slots=(1,)), h(1, 0, slots=(0,))], ("a", (1,))),
+    ("a gang frees its room on each of its machines", slots(1), 3, [("b", slots(1))], full("a", "b", n=1),
+     [h(1, 0, "a", "b")], ("b", (1,))),
+    ("only machines offered count (one that does not fit is never freed)", slots(1), 3, [("b", slots(1))],
+     full("a", "b", n=1), [h(1, 0, "a")], None),
+]
+
+
+@pytest.mark.parametrize(("needs", "rank", "machines", "used", "holders", "want"),
+                         [c[1:] for c in CHOICES], ids=[c[0] for c in CHOICES])
+def test_choose_evicts_the_fewest_lowest_class_jobs(needs: dict[str, int], rank: int,
+                                                     machines: list[tuple[str, dict[str, int]]],
+                                                     used: dict[str, dict[str, set[int]]], holders: list[Evictable],
+                                                     want: tuple[str, tuple[int, ...]] | None) -> None:
+    got = choose(needs, rank, machines, used, holders)
+    assert (None if got is None else (got.machine, got.victims)) == want
+
+
+# ---- machines.json's classes ----------------------------------------------------------------------
+
+TEAM = {"low": {"min_runtime": 0}, "normal": {"default": True}, "high": {}, "urgent": {"users": ["alice"]}}
+
+
+def test_classes_are_ranked_lowest_first_with_a_default_and_who_may_use_each() -> None:
+    classes = parse_classes(TEAM)
+    assert classes is not None
+    assert classes.names == ("low", "normal", "high", "urgent")
+    assert classes.of(None).name == "normal" and classes.of("urgent").rank == 3
+    assert classes.of("low").min_runtime == 0 and classes.of("high").min_runtime == 600
+    assert classes.refusal("urgent", "alice") is None
+    assert classes.refusal("urgent", "bob") == "--class urgent: bob may not use it (machines.json allows alice)"
+    assert classes.refusal("top", "bob") == "--class top: no such priority class (machines.json has low, normal, high, urgent)"
+    lowest = parse_classes({"a": {}, "b": {"users": ["x"]}})
+    assert lowest is not None and lowest.default == "a"
+
+
+BAD: list[tuple[Any, str]] = [
+    ([], "'priority_classes' must be a non-empty object"),
+    ({}, "'priority_classes' must be a non-empty object"),
+    ({"Low": {}}, "priority_classes.Low: a class name must be lowercase"),
+    ({"low": 3}, "priority_classes.low must be an object"),
+    ({"low": {"user": ["a"]}}, "priority_classes.low: unknown key 'user'"),
+    ({"low": {"users": "alice"}}, "priority_classes.low.users must be a list of user names"),
+    ({"low": {"min_runtime": -1}}, "priority_classes.low.min_runtime must be a number of seconds ≥ 0"),
+    ({"low": {"min_runtime": "1h"}}, "priority_classes.low.min_runtime must be a number of seconds ≥ 0"),
+    ({"low": {"default": "yes"}}, "priority_classes.low.default must be true or false"),
+    ({"low": {"default": True, "users": ["a"]}}, "priority_classes.low: the default class must be open to everyone"),
+    ({"a": {"default": True}, "b": {"default": True}}, "priority_classes: one default class, not 2 (a, b)"),
+    ({"a": {"users": ["x"]}, "b": {}}, "priority_classes.a: the lowest class is the default"),
+]
+
+
+@pytest.mark.parametrize(("doc", "said"), BAD, ids=[b[1][:40] for b in BAD])
+def test_a_wrong_priority_classes_is_one_line(doc: Any, said: str) -> None:
+    with pytest.raises(ClassesRefused) as e:
+        parse_classes(doc)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+
+
+# ---- a pass's decision ----------------------------------------------------------------------------
+
+def team(slots: int = 2) -> Fleet:
+    classes = parse_classes(TEAM)
+    return Fleet(machines={"m": Machine(name="m", kind="local", resources={"slot": slots})}, classes=classes)
+
+
+def job(job_id: int, user: str = "bob", cls: str | None = None, **kw: Any) -> Job:
+    return Job(id=job_id, user=user, cmd="python train.py", archive="a.tar.gz", created=T0 + job_id,
+               priority_class=cls, **kw)
+
+
+def running(job_id: int, slot: int, cls: str | None = "low", started: float = T0, user: str = "bob") -> Job:
+    j = job(job_id, user, cls)
+    j.status, j.machine, j.alloc = Status.RUNNING, "m", {"slot": [slot]}
+    j.attempts = [Attempt(n=0, machine="m", started=started)]
+    j.log_grew = NOW
+    return j
+
+
+def alive(*jobs: Job, now: float = NOW) -> Observation:
+    states = {WorkerRef(j.id, j.attempt, 0): WorkerState(WorkerRef(j.id, j.attempt, 0), pid=100 + j.id, alive=True,
+                                                         exit_code=None, log_size=0, claimed=True) for j in jobs}
+    return Observation(now=now, machines={"m": MachineView(reachable=True, workers=states)})
+
+
+def test_an_urgent_job_evicts_one_low_job_which_resumes_after_it() -> None:
+    low1, low2 = running(1, 0, started=T0 - 10), running(2, 1, started=T0)
+    urgent = job(3, "alice", "urgent")
+    jobs = [low1, low2, urgent]
+    plan = core.decide(jobs, team(), alive(low1, low2))
+    plan.apply_to(jobs)
+    by = {j.id: j for j in jobs}
+    assert by[2].status is Status.KILLING and by[2].evicted_by == 3 and by[2].reason == model.PREEMPTED
+    assert by[1].status is Status.RUNNING  # exactly one: the one started last
+    assert [(k.job, k.machine) for k in plan.actions if isinstance(k, Kill)] == [(2, "m")]
+    assert by[3].waiting == "evicting job 2 (low) on m"
+    # Its workers gone, the evicted job is queued to resume: a preemption, never a failure or a retry.
+    settled = core.Plan()
+    killed(by[2], "m", True, NOW + 1, settled)
+    settled.apply_to(jobs)
+    by = {j.id: j for j in jobs}
+    assert (by[2].status, by[2].reason, by[2].resume) == (Status.QUEUED, model.RECOVERING, True)
+    assert (by[2].preemptions, by[2].recoveries, by[2].retried, by[2].attempts[0].outcome) == (1, 0, 0, model.PREEMPTED)
+    # The next pass starts the urgent job in the freed slot; the evicted one says who evicted it.
+    plan = core.decide(jobs, team(), alive(by[1], now=NOW + 2))
+    plan.apply_to(jobs)
+    assert [a.job for a in plan.actions if isinstance(a, Launch)] == [3]
+    by = {j.id: j for j in jobs}
+    assert by[2].waiting is not None and by[2].waiting.startswith("evicted by job 3 (urgent); ")
+
+
+def test_no_eviction_in_a_jobs_first_min_runtime_nor_by_a_class_no_higher() -> None:
+    fleet = team(1)
+    fresh = running(1, 0, cls="high", started=NOW - 10)  # high's min_runtime: 600 s
+    urgent = job(2, "alice", "urgent")
+    plan = core.decide([fresh, urgent], fleet, alive(fresh))
+    assert not [a for a in plan.actions if isinstance(a, Kill)]
+    low = running(1, 0, cls="low")
+    same = job(2, "bob", "low")
+    plan = core.decide([low, same], fleet, alive(low))
+    assert not [a for a in plan.actions if isinstance(a, Kill)]
+
+
+def test_a_higher_class_goes_first_whatever_the_fair_share_turn() -> None:
+    jobs = [job(1, "bob", "low"), job(2, "carol"), job(3, "alice", "urgent")]
+    plan = core.decide(jobs, team(1), alive())
+    assert [a.job for a in plan.actions if isinstance(a, Launch)] == [3]
