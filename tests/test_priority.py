@@ -1,9 +1,11 @@
 """Priority classes across users (docs/reference/requests-and-rules.md §8, machines-json.md §3.12):
 the classes machines.json declares, the pure choice of which running jobs a higher class evicts, and
-what a pass decides with it (jobs built by hand). No I/O."""
+what a pass decides with it (jobs built by hand), then end to end on two local slots."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +19,7 @@ from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.priority import ClassesRefused, parse_classes
 from jobtpu.schema.state import Attempt, Job, Status
-
-pytestmark = pytest.mark.fast
+from tests.helpers import jobtpu, make_home, manage, passes_until, status, submit, write_tree
 
 T0 = 1_000_000.0
 NOW = T0 + 1000.0
@@ -192,3 +193,54 @@ def test_a_higher_class_goes_first_whatever_the_fair_share_turn() -> None:
     jobs = [job(1, "bob", "low"), job(2, "carol"), job(3, "alice", "urgent")]
     plan = core.decide(jobs, team(1), alive())
     assert [a.job for a in plan.actions if isinstance(a, Launch)] == [3]
+
+
+# ---- end to end: two local slots ------------------------------------------------------------------
+
+def _home(tmp_path: Path) -> Path:
+    return make_home(tmp_path, {"local": {"kind": "local", "resources": {"slot": 2}}}, priority_classes=TEAM)
+
+
+# A low job runs until its resumed attempt (JOBTPU_RESUME=1), which says so and finishes.
+LOW = ('echo "${{JOBTPU_RESUME:-0}}" >> {marks}/resumed-$JOBTPU_JOB_ID\n'
+       '[ "${{JOBTPU_RESUME:-0}}" = 1 ] && exit 0\n'
+       'while :; do sleep 0.2; done\n')
+
+
+def test_a_class_the_user_may_not_use_queues_nothing(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    src = write_tree(tmp_path / "src", {"x": ""})
+    for user, cls, said in (("bob", "urgent", "--class urgent: bob may not use it (machines.json allows alice)"),
+                            ("bob", "top", "--class top: no such priority class")):
+        done = jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--user", user, "--class", cls, check=False)
+        assert done.returncode != 0 and done.stderr.splitlines()[0].startswith(f"jobtpu: error: {said}"), done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
+    assert status(home) == {} and not list((home / "archives").glob("*.tar.gz"))
+
+
+def test_an_urgent_submit_evicts_exactly_one_low_job_which_resumes_after(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    src = write_tree(tmp_path / "src", {"low.sh": LOW.format(marks=marks)})
+    lows = [submit(home, src, "bash low.sh", "--user", "bob", "--class", "low") for _ in range(2)]
+    passes_until(home, lambda jobs: all(jobs[i]["status"] == "running" for i in lows), "both low jobs to run")
+    urgent = submit(home, src, "true", "--user", "alice", "--class", "urgent")
+    jobs = manage(home)
+    assert jobs[urgent]["status"] == "queued" and jobs[urgent]["waiting"].startswith("evicting job ")
+    evicted = [i for i in lows if jobs[i]["status"] != "running"]
+    assert len(evicted) == 1 and jobs[urgent]["waiting"] == f"evicting job {evicted[0]} (low) on local"
+    jobs = passes_until(home, lambda js: js[urgent]["status"] == "finished" and js[evicted[0]]["status"] == "finished",
+                        "the urgent job, then the evicted one's resume, to finish")
+    gone = jobs[evicted[0]]
+    assert [a["outcome"] for a in gone["attempts"]] == ["preempted", "finished"] and gone["attempts"][1]["resume"]
+    assert (gone.get("preemptions"), gone.get("recoveries", 0), gone.get("retried", 0)) == (1, 0, 0)
+    assert (marks / f"resumed-{evicted[0]}").read_text().split() == ["0", "1"]  # JOBTPU_RESUME=1 the second time
+    assert jobs[urgent]["attempts"][0]["started"] <= gone["attempts"][1]["started"]
+    kept = next(i for i in lows if i not in evicted)
+    assert jobs[kept]["status"] == "running" and len(jobs[kept]["attempts"]) == 1
+    events = [json.loads(line) for line in (home / "events.jsonl").read_text().splitlines()] \
+        if (home / "events.jsonl").exists() else []
+    assert any(e["kind"] == "preempted" and e.get("job") == evicted[0] and e.get("detail", {}).get("evicted_by") == urgent
+               for e in events), events
+    jobtpu(home, "kill", str(kept), env={"JOBTPU_USER": "bob"})
