@@ -20,6 +20,7 @@ from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.priority import ClassesRefused, parse_classes
 from jobtpu.schema.state import Attempt, Job, Status
 from tests.helpers import jobtpu, make_home, manage, passes_until, status, submit, write_tree
+from tests.tpufleet import TpuFleet, write_machines
 
 T0 = 1_000_000.0
 NOW = T0 + 1000.0
@@ -244,3 +245,32 @@ def test_an_urgent_submit_evicts_exactly_one_low_job_which_resumes_after(tmp_pat
     assert any(e["kind"] == "preempted" and e.get("job") == evicted[0] and e.get("detail", {}).get("evicted_by") == urgent
                for e in events), events
     jobtpu(home, "kill", str(kept), env={"JOBTPU_USER": "bob"})
+
+
+# ---- end to end: the fake TPU API -----------------------------------------------------------------
+
+def test_an_evicted_tpu_job_resumes_and_its_goodput_counts_the_eviction(tmp_path: Path, tpus: TpuFleet) -> None:
+    tpus.add_node("tpu-a", workers=1, accelerator="v3-8", preemptible=False)
+    home = tmp_path / "home"
+    write_machines(home, tpus, {"tpu-a": tpus.machine_spec("tpu-a", runtime_version="tpu-ubuntu2204-base")})
+    doc = json.loads((home / "machines.json").read_text())
+    (home / "machines.json").write_text(json.dumps({**doc, "priority_classes": TEAM}))
+    src = write_tree(tmp_path / "src", {"x": ""})
+    cmd = 'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] && exit 0; while :; do sleep 0.2; done'
+    low = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", cmd, "--class", "low",
+                     env={"JOBTPU_USER": "bob"}).stdout)
+    passes_until(home, lambda jobs: jobs[low]["status"] == "running", "the low job to run on tpu-a", timeout=120)
+    urgent = int(jobtpu(home, "submit", "--dir", str(src), "--cmd", "true", "--class", "urgent",
+                        env={"JOBTPU_USER": "alice"}).stdout)
+    jobs = passes_until(home, lambda js: js[urgent]["status"] != "queued" or js[urgent].get("waiting", "").startswith(
+        "evicting"), "the urgent job to evict", timeout=120)
+    assert jobs[urgent].get("waiting") == f"evicting job {low} (low) on tpu-a", jobs[urgent]
+    jobs = passes_until(home, lambda js: js[urgent]["status"] == "finished" and js[low]["status"] == "finished",
+                        "the urgent job, then the low one's resume, to finish", timeout=180)
+    assert [a["outcome"] for a in jobs[low]["attempts"]] == ["preempted", "finished"]
+    assert jobs[low].get("preemptions") == 1 and jobs[urgent]["attempts"][0]["machine"] == "tpu-a"
+    out = jobtpu(home, "tail", str(low), "--attempt", "1", "-n", "10").stdout
+    assert "resume=1" in out
+    [report] = json.loads(jobtpu(home, "report", str(low), "--json").stdout)["reports"]
+    assert [(i["after"], i["before"], i["by_hand"]) for i in report["interruptions"]] == [(0, 1, False)]
+    assert report["productive"] < report["total"]  # the evicted attempt's lost time counts against its goodput
