@@ -19,6 +19,7 @@ from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
 from jobtpu.schema.priority import ClassesRefused, parse_classes
 from jobtpu.schema.state import Attempt, Job, Status
+from tests.accounts import Team
 from tests.helpers import jobtpu, make_home, manage, passes_until, status, submit, write_tree
 from tests.tpufleet import TpuFleet, write_machines
 
@@ -274,3 +275,38 @@ def test_an_evicted_tpu_job_resumes_and_its_goodput_counts_the_eviction(tmp_path
     [report] = json.loads(jobtpu(home, "report", str(low), "--json").stdout)["reports"]
     assert [(i["after"], i["before"], i["by_hand"]) for i in report["interruptions"]] == [(0, 1, False)]
     assert report["productive"] < report["total"]  # the evicted attempt's lost time counts against its goodput
+
+
+# ---- a shared home: the runner checks a member's class again ---------------------------------------
+
+def test_a_members_forged_class_is_refused_by_the_runner_and_queues_nothing(team: Team) -> None:
+    """bob may not use `urgent`: his submit says so in one line; a request he rewrote to claim it is
+    refused by alice's pass (docs/design.md §7), his other submit taken in."""
+    from tests.test_sealed_requests import _rewrite
+    from tests.test_shared_home import rows, source_of, write_as_runner
+
+    alice, bob = team.accounts
+    home = team.team_home(slots=2)
+    classes = {"low": {"min_runtime": 0}, "normal": {"default": True}, "urgent": {"users": [alice]}}
+    write_as_runner(team, home / "machines.json", {"machines": {"local": {"kind": "local", "resources": {"slot": 2}}},
+                                                   "priority_classes": classes})
+    src = source_of(team, bob)
+
+    def submit_as_bob(*extra: str, check: bool = True) -> Any:
+        return team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "bash train.sh", "--hold",
+                        *extra, check=check, umask="0077")
+
+    said = submit_as_bob("--class", "urgent", check=False)
+    assert said.returncode != 0 and said.stderr.splitlines()[0] == (
+        f"jobtpu: error: --class urgent: {bob} may not use it (machines.json allows {alice})"), said.stderr
+    forged, fine = (int(submit_as_bob("--class", "low").stdout) for _ in range(2))
+    request = next((home / "spool").glob(f"submit-{forged}-1-*.json"))
+    doc = json.loads(request.read_text())
+    doc["jobs"][0]["priority_class"] = "urgent"
+    _rewrite(request, jobs=doc["jobs"])
+    out = team.run(alice, "--home", str(home), "manage", umask="0077").stderr
+    assert "Traceback" not in out, out
+    assert list(rows(team, home)) == [fine] and rows(team, home)[fine]["priority_class"] == "low"
+    answers = team.run(bob, "--home", str(home), "requests").stdout
+    assert (f"submit of job {forged}: refused: jobtpu: error: job {forged}: --class urgent: {bob} may not use it "
+            f"(machines.json allows {alice})") in answers, answers

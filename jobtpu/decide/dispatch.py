@@ -216,7 +216,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             d.plan.wait(job, limited[(job.user, asks)])
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
-        evicts = d.fleet.classes is not None  # a higher class may evict where an alike job found no room
+        # A class above the lowest may evict where an alike job found no room: it looks for itself.
+        evicts = d.fleet.classes is not None and d.fleet.classes.of(job.priority_class).rank > 0
         if room in no_room and not back and not job.keeps and not evicts:
             d.plan.wait(job, why_waiting(job, no_room[room], d))
             continue
