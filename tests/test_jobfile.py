@@ -33,7 +33,7 @@ overrides = ["--config.model=vit"]
     ("[job]\nmax_recoveries = true\n", "[job] max_recoveries must be a whole number"),
     ("[job]\nlog_stage = 'yes'\n", "[job] log_stage must be true or false"),
     ("[job]\ncommand = 'x'\n", "[job] has no key 'command' (it takes: checkpoints, cmd, env, exclude, grace, include, "
-     "log_stage, machine, max_preemptions, max_recoveries, name, on_resume, overrides, priority, progress, req, retries, "
+     "log_stage, machine, max_preemptions, max_recoveries, name, on_resume, overrides, priority, priority_class, progress, req, retries, "
      "retry_on_exit, rule, saved_marker, saved_when, sheet_note, signal, "
      "slices, stall, tag, timeout)"),
     ("[jobs]\ncmd = 'x'\n", "unknown table or key 'jobs': everything goes under [job]"),

@@ -183,6 +183,11 @@ def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
         known_user(home, job.user)  # a home that keeps a user list takes no other name
     try:
         _check_fields(job, first)
+        if job.priority_class is not None:  # a class its user may not use is refused here too (design §7)
+            from jobtpu.commands.submit import check_class
+            from jobtpu.home.machines import load_fleet
+
+            check_class(load_fleet(home), job.priority_class, job.user)
     except JobtpuError as e:
         raise RequestRefused(f"job {job_id}: {e.message}") from None
     return job

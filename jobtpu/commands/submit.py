@@ -50,6 +50,7 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
         raise JobtpuError(f"no machine in the fleet could ever run this request ({why})",
                           hint=f"change --req/--machine, or add a machine to {home.machines_file}")
     check_slices(opts.slices, pin, [m for m in fleet.machines.values() if reasons[m.name] is None])
+    check_class(fleet, opts.priority_class, user)
     timeout = parse_duration(opts.timeout, "--timeout") if opts.timeout is not None else None
     stall = parse_stall(opts.stall) if opts.stall is not None else None
     retry_on_exit = parse_exit_codes(opts.retry_on_exit, opts.retries) if opts.retry_on_exit is not None else None
@@ -84,8 +85,22 @@ def build_job(home: Home, fleet: "Fleet", opts: SubmitOptions, archives: Path | 
                max_recoveries=opts.max_recoveries, max_preemptions=opts.max_preemptions or None,
                retry_on_exit=retry_on_exit,
                timeout=timeout, stall=stall, dir=str(src.resolve()), priority=opts.priority,
+               priority_class=opts.priority_class,
                sheet_note=_sheet_note(src, opts.sheet_note), progress=opts.progress, uid=os.getuid(),
                held=opts.hold, waiting="held by hold" if opts.hold else None, slices=opts.slices)
+
+
+def check_class(fleet: "Fleet", name: str | None, user: str) -> None:
+    """--class: one of machines.json's priority classes that `user` may use (as submit takes it, and as
+    the runner takes a member's submitted record)."""
+    if name is None:
+        return
+    if fleet.classes is None:
+        raise JobtpuError(f"--class {name}: machines.json declares no priority classes",
+                          hint="leave out --class, or add priority_classes to machines.json")
+    why = fleet.classes.refusal(name, user)
+    if why is not None:
+        raise JobtpuError(why, hint="give a class you may use, or leave out --class for the default")
 
 
 def check_slices(slices: int, pin: str | None, fitting: "list[Machine]") -> None:

@@ -62,6 +62,9 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    "`jobtpu report` uses it")
     p.add_argument("--priority", type=args.priority, metavar="N",
                    help="order among your own queued jobs: higher first (default 0); users take turns")
+    p.add_argument("--class", dest="priority_class", metavar="NAME", help="its priority class across users "
+                   "(machines.json's priority_classes; default: the default class): a higher class goes first "
+                   "and may evict lower ones")
     p.add_argument("--hold", action="store_true", help="queue it held: it starts only after `jobtpu release ID` "
                    "(as sbatch --hold)")
     p.add_argument("--sheet-note", metavar="TEXT", help="the note on the machine's row in the team sheet while "

@@ -33,6 +33,7 @@ class SubmitOptions(NamedTuple):
     saved_marker: str | None = None
     checkpoints: str | None = None
     priority: int = 0
+    priority_class: str | None = None  # --class: machines.json's priority_classes (None: the default class)
     sheet_note: str | None = None
     # sweeps, dependencies, retries, grace and signal (batch.py)
     sweep: list[str] = []

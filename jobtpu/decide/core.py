@@ -213,7 +213,7 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
             job.recoveries += 1
         moved = requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,
                         cause=Cause.RECOVER)
-        job.keeps = kept_machines(attempt, ending)
+        job.keeps = [] if job.evicted_by is not None else kept_machines(attempt, ending)  # its room is the evictor's
         return moved
     job.exit_code = ending.exit_code
     moved = job.move(ending.status, ending.reason, cause=Cause.END)

@@ -23,6 +23,7 @@ from jobtpu.decide.dispatch_state import (
     used_resources,
     user_usage,
 )
+from jobtpu.decide.evict import class_buckets, evict_for, note_evicted
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
 from jobtpu.decide.gang import place_gang, start_on
 from jobtpu.decide.observation import Observation, Plan, Recreate, rule_of
@@ -38,7 +39,14 @@ def dispatch_order(queued: list[Job], d: Dispatch) -> list[Job]:
     """The order queued jobs are offered machines in: users take turns, one job each per round, so
     one user's long queue delays another's job by at most one turn. The user whose last launch is
     oldest (or who never launched) goes first in each round; ties go to whoever queued first. A
-    user's own jobs go by --priority (higher first), then in submission order."""
+    user's own jobs go by --priority (higher first), then in submission order. With priority classes
+    (machines.json's priority_classes), a higher class's jobs all go before a lower one's turns."""
+    if d.fleet.classes is not None and len(buckets := class_buckets(queued, d.fleet.classes)) > 1:
+        return [job for bucket in buckets for job in _fair_order(bucket, d)]
+    return _fair_order(queued, d)
+
+
+def _fair_order(queued: list[Job], d: Dispatch) -> list[Job]:
     mine: dict[str, list[Job]] = {}
     for job in sorted(queued, key=_job_id):
         mine.setdefault(job.user, []).append(job)
@@ -215,7 +223,9 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
         nearby = locality.resume_candidates(job, fleet)  # a resuming job: the machines near its data
-        if room in no_room and not back and not job.keeps and nearby is None:
+        # A class above the lowest may evict where an alike job found no room: it looks for itself.
+        evicts = d.fleet.classes is not None and d.fleet.classes.of(job.priority_class).rank > 0
+        if room in no_room and not back and not job.keeps and nearby is None and not evicts:
             d.plan.wait(job, why_waiting(job, no_room[room], d))
             continue
         request = parse_request(job.req)
@@ -261,9 +271,14 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
                 continue
             if not back and not job.keeps and nearby is None:
                 no_room[room] = request
+            if evicts and (evicting := evict_for(job, request, d)) is not None:
+                d.plan.wait(job, evicting)
+                continue
             _want_back(job, request, fleet, seen, plan, nearby)
             _note_recreations(d)
             d.plan.wait(job, why_waiting(job, request, d, nearby))
+    if d.fleet.classes is not None:
+        note_evicted([j for j in jobs if j.status is Status.QUEUED], d)
 
 
 def _note_recreations(d: Dispatch) -> None:

@@ -11,7 +11,8 @@ Wiring (the only calls the pass and the CLI make):
     budget that ran out, when one did), `JOB_RECOVERING`
     with `detail={"reason": r, "recover": "resume"|"rerun"|..., "unsaved": true when no attempt saved}`, `JOB_RESUMED` (the first attempt
     launched after a recovery);
-  * `PREEMPTED` (machine=m, and job/attempt when a job was on it) when the pass first sees it;
+  * `PREEMPTED` (machine=m, and job/attempt when a job was on it) when the pass first sees it, and
+    for an attempt a higher priority class evicted (`detail={"evicted_by": job}`, decide/evict.py);
   * machine state changes: `machine_event(now, name, was, state, detail)` (from manage.machine_changes);
   * TPU steps: `TPU_DELETE_STARTED/_DONE`, `TPU_CREATE_STARTED/_DONE/_FAILED`,
     `TPU_SETUP_STARTED/_DONE/_FAILED` with machine=m and `detail={"error": ...}` on failures;

@@ -136,7 +136,8 @@ def _fleet(doc: MachinesFile, home: Home) -> Fleet:
     fleet = Fleet(machines=machines, gcp=msgspec.to_builtins(doc.gcp), config_aliases=dict(doc.config_aliases),
                   error_patterns=patterns, per_user=per_user, user_limits=user_limits, sheet=_sheet(doc.sheet, home),
                   notify=_notify(doc.notify), resume=DEFAULT if doc.resume is UNSET else
-                  resume_policy(doc.resume, (z for m in machines.values() for z in (*m.zones, m.zone) if z)))
+                  resume_policy(doc.resume, (z for m in machines.values() for z in (*m.zones, m.zone) if z)),
+                  classes=_classes(doc.priority_classes))
     # A tpu-manager tab names machines as people do (aliases, node names): the sheet asks the fleet.
     return msgspec.structs.replace(fleet, sheet=msgspec.structs.replace(fleet.sheet, resolve=fleet.resolve)) if fleet.sheet else fleet
 
@@ -164,6 +165,12 @@ def _notify(raw: Raw | UnsetType) -> list[Any]:
         return parse_destinations(msgspec.json.decode(raw), "notify")
     except ConfigError as e:
         raise FileRefused(e.message) from None
+
+
+def _classes(raw: Raw | UnsetType) -> Any:
+    from jobtpu.schema.priority import parse_classes  # its refusals are FileRefused lines
+
+    return None if raw is UNSET else parse_classes(msgspec.json.decode(raw))
 
 
 def _limits(entry: LimitsEntry) -> tuple[UserLimit, dict[str, UserLimit]]:

@@ -84,7 +84,8 @@ def _job_changes(moves: list[Transition], new: Job, acted: float, now: float) ->
         if attempt.ended is not None and ending is not None:
             when = float(attempt.ended)
             if attempt.outcome == model.PREEMPTED:
-                event(ending, when, ev.PREEMPTED, attempt)
+                event(ending, when, ev.PREEMPTED, attempt,  # by a higher priority class's job: which one
+                      **({"evicted_by": new.evicted_by} if new.evicted_by is not None and i == len(new.attempts) - 1 else {}))
             if new.ended and last:
                 event(ending, when, ev.JOB_ENDED, attempt, status=str(new.status), reason=new.reason,
                       exit_code=new.exit_code, **spent.get(attempt.n, {}))

@@ -13,6 +13,7 @@ from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.resume_policy import DEFAULT, ResumePolicy
 
 if typing.TYPE_CHECKING:  # the sheet's module is loaded only for a home that has one
+    from jobtpu.schema.priority import Classes
     from jobtpu.schema.sheet_config import SheetConfig
 
 
@@ -144,6 +145,7 @@ class Fleet(msgspec.Struct, frozen=True):
     sheet: "SheetConfig | None" = None  # machines.json's `sheet`: the team's spreadsheet, when there is one
     # Privileged keys an untrusted machines.json held and the pass did not use: one line each (§7).
     refused: tuple[str, ...] = ()
+    classes: "Classes | None" = None  # machines.json's priority_classes (schema/priority.py), when it has them
     runner: Any = None  # trust.Runner, when a trusted runner.json names a runner or allows private webhooks
     resume: ResumePolicy = DEFAULT  # machines.json's `resume`: where a preempted or lost job resumes
 

@@ -63,6 +63,7 @@ ROWS: tuple[Row, ...] = (
     Row("stall", ("stall",), Kind.TEXT, None, job_file=True, api="stall"),
     Row("progress", ("progress",), Kind.TEXT, None, job_file=True, api="progress"),
     Row("priority", ("priority",), Kind.INT, 0, job_file=True, api="priority"),
+    Row("priority_class", ("priority_class",), Kind.TEXT, None, job_file=True, api="priority_class"),
     Row("sheet_note", ("sheet_note",), Kind.TEXT, None, job_file=True, api="sheet_note"),
     Row("sweep", ("sweep", "sweep_index", "sweep_values"), Kind.LIST, [], api="sweep"),
     Row("sweep_file", ("sweep", "sweep_index", "sweep_values"), Kind.TEXT, None, api="sweep_file"),

@@ -142,4 +142,6 @@ class MachinesFile(_Keys, frozen=True):
     # The team's spreadsheet: kept raw, checked by sheet.parse_config (its own one-line errors).
     sheet: Raw | UnsetType = UNSET
     resume: Annotated[ResumeEntry | UnsetType, _Object] = UNSET  # where a preempted or lost job resumes
+    # Priority classes across users: kept raw, checked by schema/priority.py (its own one-line errors).
+    priority_classes: Raw | UnsetType = UNSET
 

@@ -130,6 +130,7 @@ STATUS_FIELDS: dict[str, frozenset[Status]] = {
     "exit_code": frozenset({Status.FINISHED, Status.FAILED, Status.KILLED}),  # its last attempt's exit
     "gang": frozenset({Status.LAUNCHING, Status.RUNNING, Status.KILLING}),  # its slices' machines, slice order
     "keeps": frozenset({Status.QUEUED}),  # the machines it waits to resume on: no other job takes them
+    "evicted_by": frozenset({Status.KILLING, Status.QUEUED}),  # the higher-class job that evicted it, until it starts again
 }
 
 
@@ -272,6 +273,10 @@ class Job(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=Fal
     slices: Tries = 1
     gang: list[str] = msgspec.field(default_factory=list)  # slices 0 … N-1's machines while active
     keeps: list[str] = msgspec.field(default_factory=list)  # queued to resume: machines no other job takes
+    # Priority classes (machines.json's priority_classes, decide/evict.py): its class (None: the default),
+    # and while stopped for a higher-class job and queued to resume, that job's id.
+    priority_class: str | None = None
+    evicted_by: int | None = None
 
     # ---- status moves -------------------------------------------------------------------------
     def move(self, to: Status, reason: str | None = None, *, cause: Cause) -> Transition:
