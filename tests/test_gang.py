@@ -325,3 +325,24 @@ def test_a_resuming_gang_keeps_its_slices_in_their_order() -> None:
     machines = fleet(tpu("ms-0", group="ms", index=0), tpu("ms-1", group="ms", index=1))
     plan = decide([job], machines, seen({n: up(workers=4) for n in ("ms-0", "ms-1")}))
     assert [a.gang for a in launches(plan)] == [("ms-1", "ms-0")]
+
+
+# ---- a hand-edited state.json: the runner's own file, edited wrongly (docs/reference/state-json.md §4.3) ---------
+
+@pytest.mark.parametrize("keeps, slices", [
+    (["a", "c"], 2),  # a gang of mixed kinds could never form
+    (["a", "a"], 2),  # one machine twice
+    (["a"], 2),  # fewer machines than slices
+    (["c"], 1),  # a machine its request does not fit
+])
+def test_a_hand_edited_keeps_that_could_never_take_the_job_back_keeps_nothing(keeps: list[str], slices: int) -> None:
+    """A claim no resume can ever use would keep machines from everyone for good (or, naming one
+    machine twice, start a gang twice on it): it ends, the job waits as any other, and the machines
+    go to whoever fits now, never two launches on one machine."""
+    keeper = queued(1, slices=slices, keeps=keeps, reason=model.RECOVERING, req=["v4-16"])
+    other = queued(2, slices=1, req=["v4-16"])
+    boxes = fleet(*(box(n, accelerator="v4-16") for n in "abd"), box("c", accelerator="v5-8"))
+    plan = decide([keeper, other], boxes, seen({n: up() for n in "abcd"}))
+    assert keeper.keeps == [], keeper
+    launched = [name for launch in launches(plan) for name in (launch.gang or (launch.machine,))]
+    assert len(launched) == len(set(launched)) and other.status is Status.LAUNCHING, plan.notes
