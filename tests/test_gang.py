@@ -283,7 +283,7 @@ def test_report_counts_slice_hours_and_splits_an_interruption_per_slice() -> Non
     assert "2 slices, 0.33 slice-hours lost: t0 kept, ready after 0s, t1 lost, back after 8m" in text
 
 
-@pytest.mark.parametrize("edit", [{"slices": 0}, {"gang": ["b", "a"]}, {"gang": ["a"]}])
+@pytest.mark.parametrize("edit", [{"slices": 0}, {"gang": ["b", "a"]}, {"gang": ["a"]}, {"gang": ["a", "a"]}])
 def test_a_hand_edit_that_breaks_a_gang_s_record_is_refused(edit: dict[str, Any]) -> None:
     from jobtpu.schema.job_checks import job_problem
 
@@ -346,3 +346,16 @@ def test_a_hand_edited_keeps_that_could_never_take_the_job_back_keeps_nothing(ke
     assert keeper.keeps == [], keeper
     launched = [name for launch in launches(plan) for name in (launch.gang or (launch.machine,))]
     assert len(launched) == len(set(launched)) and other.status is Status.LAUNCHING, plan.notes
+
+
+def test_a_gang_whose_slice_left_machines_json_is_still_stopped_on_the_slices_that_remain() -> None:
+    """Its slice 1 taken out of machines.json, the gang is killed: its workers on slice 0 are
+    stopped there before the job ends (else they would run on beside the next job there), and the
+    line names the slice that left."""
+    job = running_gang(gang=("a", "b"))
+    views = {"a": up(ws(job, 0), ws(job, 1))}
+    plan = decide([job], fleet(box("a")), seen(views))
+    assert (job.status, plan.notes) == (Status.RUNNING, ["job 1: machine b is no longer in machines.json"])
+    job.status, job.ending = Status.KILLING, Ending(Status.KILLED, model.KILLED)
+    plan = decide([job], fleet(box("a")), seen(views))
+    assert job.status is Status.KILLING and Kill(1, "a", slice_refs(job, 0)) in plan.actions, plan.actions

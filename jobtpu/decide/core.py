@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
-from jobtpu.decide.gang import gang_view, kills, preempted_of
+from jobtpu.decide.gang import gang_view, kills, machines_of, preempted_of
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
@@ -34,7 +34,7 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
         elif job.status is Status.RUNNING:
             _running(job, machine, fleet, seen, plan)
         elif job.status is Status.KILLING:
-            _killing(job, machine, seen, plan)
+            _killing(job, machine, fleet, seen, plan)
     plan.drop_unchanged({job.id: job for job in jobs if job.active})
     dispatch([plan.latest(job) for job in jobs], fleet, seen, plan)
     return plan
@@ -56,7 +56,8 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
 def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     if machine is None:
         job.reason = model.UNREACHABLE
-        plan.saw(f"job {job.id}: machine {job.machine} is no longer in machines.json")
+        left = next((name for name in machines_of(job) if fleet.get(name) is None), job.machine)  # a gang's slice
+        plan.saw(f"job {job.id}: machine {left} is no longer in machines.json")
         return
     view = gang_view(job, seen)
     if view.preempted:  # one slice preempted stops the job on every other, which then resumes as one
@@ -117,10 +118,11 @@ def _fail(job: Job, machine: Machine, ending: Ending, why: str, refs: tuple[Work
 TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pass stops the job itself
 
 
-def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
+def _killing(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     ending = job.ending or Ending(Status.KILLED, model.KILLED)
-    if job.gang and machine is not None:  # a gang's slices are stopped each on its machine; a preempted one's are gone
-        gone = set(preempted_of(job, seen))
+    if job.gang:  # a gang's slices are stopped each on its machine; a preempted one's are gone, as is one
+        # taken out of machines.json (the others' workers are still stopped: the next job there must not meet them)
+        gone = set(preempted_of(job, seen)) | {name for name in job.gang if fleet.get(name) is None}
         if gone == set(job.gang):
             _end(job, ending, seen.now, plan, "its machines are gone")
         for kill in kills(job, refs_of(job)):
