@@ -359,3 +359,29 @@ def test_a_gang_whose_slice_left_machines_json_is_still_stopped_on_the_slices_th
     job.status, job.ending = Status.KILLING, Ending(Status.KILLED, model.KILLED)
     plan = decide([job], fleet(box("a")), seen(views))
     assert job.status is Status.KILLING and Kill(1, "a", slice_refs(job, 0)) in plan.actions, plan.actions
+
+
+def test_watch_shows_a_gang_as_one_job_on_its_slices() -> None:
+    from jobtpu.commands.watch import job_rows
+
+    lines = [line.plain for line in job_rows([running_gang(gang=("a", "b"))], room=5, now=NOW)]
+    assert len(lines) == 1 and "2 slices: a,b" in lines[0], lines
+
+
+def test_the_sheet_shows_a_gang_as_one_job_of_n_slices_on_each_machine_it_runs_on_or_keeps() -> None:
+    from jobtpu.passes.sheet_hook import sheet_rows
+    from jobtpu.schema.records import MachineRecord, MachineState
+    from jobtpu.schema.state import State
+
+    boxes = fleet(box("a"), box("b"), box("c"))
+    ups = {n: MachineRecord(state=MachineState.UP) for n in "abc"}
+    gang = running_gang(gang=("a", "b"), name="train")
+    rows = {r.name: r for r in sheet_rows(boxes, State(jobs=[gang], machines=ups))}
+    assert [(rows[n].jobs, rows[n].recovering) for n in "abc"] == [
+        (("1 train (2 slices)",), False), (("1 train (2 slices)",), False), ((), False)]
+    resuming = queued(slices=2, name="train", keeps=["a", "b"], reason=model.RECOVERING,
+                      attempts=[Attempt(n=0, machine="a", started=T0, ended=T0 + 1, workers=4, gang=["a", "b"])])
+    rows = {r.name: r for r in sheet_rows(boxes, State(jobs=[resuming], machines=ups))}
+    assert [(rows[n].jobs, rows[n].recovering) for n in "abc"] == [  # its surviving slices are up, and held
+        (("1 train (2 slices)",), True), (("1 train (2 slices)",), True), ((), False)]
+
