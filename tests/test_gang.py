@@ -385,3 +385,21 @@ def test_the_sheet_shows_a_gang_as_one_job_of_n_slices_on_each_machine_it_runs_o
     assert [(rows[n].jobs, rows[n].recovering) for n in "abc"] == [  # its surviving slices are up, and held
         (("1 train (2 slices)",), True), (("1 train (2 slices)",), True), ((), False)]
 
+
+def test_rule_reapply_on_a_grpc_failure_brings_back_the_slice_that_failed_once_the_gang_has_stopped() -> None:
+    """As for one TPU (its rule reapply recreates it on grpc): the slice whose worker failed first is
+    recreated, after the stop on every slice; the gang keeps both and resumes on them."""
+    job = running_gang(gang=("t0", "t1"), rule="reapply")
+    failed = ws(job, 2, alive=False, exit_code=1)
+    views = {"t0": up(ws(job, 0), ws(job, 1)), "t1": up(failed, ws(job, 3))}
+    o = seen(views)
+    o.log_tails[failed.ref] = "jax.errors: DEADLINE_EXCEEDED: GRPC error"
+    tpus = fleet(tpu("t0"), tpu("t1"))
+    plan = decide([job], tpus, o)
+    assert job.status is Status.KILLING and not [a for a in plan.actions if isinstance(a, Recreate)], plan.actions
+    from jobtpu.decide.outcomes import killed
+
+    after = Plan()
+    back = killed(job, "t0", True, NOW, after)
+    after.apply_to([job])
+    assert (back, job.status, job.keeps) == (Recreate("t1"), Status.QUEUED, ["t0", "t1"]), job
