@@ -403,3 +403,17 @@ def test_rule_reapply_on_a_grpc_failure_brings_back_the_slice_that_failed_once_t
     back = killed(job, "t0", True, NOW, after)
     after.apply_to([job])
     assert (back, job.status, job.keeps) == (Recreate("t1"), Status.QUEUED, ["t0", "t1"]), job
+
+
+@pytest.mark.parametrize("setups, held", [
+    ({}, None),
+    ({"a": "up", "b": "up"}, None),
+    ({"a": "up", "b": "setup failed"}, ("b", "setup failed")),  # slice 1's setup holds the whole gang
+    ({"b": "setting up"}, ("b", "setting up")),
+])
+def test_a_gang_s_launch_is_held_by_the_setup_of_any_of_its_slices(setups: dict[str, str],
+                                                                   held: tuple[str, str] | None) -> None:
+    from jobtpu.decide.settle import held_by_setup
+
+    got = held_by_setup(Launch(1, "a", 0, 4, gang=("a", "b")), setups)
+    assert (None if got is None else (got.machine, got.setup)) == held
