@@ -60,6 +60,14 @@ def test_the_summary_counts_what_each_user_and_machine_holds_waits_for_and_faile
         ("gpu-box", "2 GPUs", 1, 1), ("tpu-a", "8 chips", 1, 0)]
 
 
+def test_a_gang_is_one_running_job_of_its_user_on_every_machine_it_holds() -> None:
+    gang = job(1, "running", "alice", "tpu-a")
+    gang.gang, gang.slices = ["tpu-a", "tpu-b"], 2
+    got = dashboard.summary([gang], lambda j: (8, "chip"), today=NOON - NOON % DAY)
+    assert [(t.name, t.in_use_text, t.running) for t in got.users] == [("alice", "16 chips", 1)]
+    assert [(t.name, t.in_use_text, t.running) for t in got.machines] == [("tpu-a", "8 chips", 1), ("tpu-b", "8 chips", 1)]
+
+
 def test_chips_in_use_step_where_attempts_start_and_end() -> None:
     spans = [charts.Span("alice", 100, 200, 8, "chip"), charts.Span("alice", 150, None, 4, "chip"),
              charts.Span("bob", 50, 120, 2, "GPU"), charts.Span("bob", 0, 10, 2, "GPU")]  # ended before: left out
@@ -142,6 +150,7 @@ def test_a_machine_act_needs_a_machines_name(machine: str) -> None:
      ["submit", "--dir=2", "--name=run", "--req=v4-8", "--req=preemptible", "--tag=a", "--tag=b"]),
     ({"dir": ["/p"], "sweep": ["lr=0.1,0.01\n\n bs=32,64 "], "overrides": ["depth=12 --config.x=1"], "hold": ["1"]},
      ["submit", "--dir=/p", "--sweep=lr=0.1,0.01", "--sweep=bs=32,64", "--hold", "depth=12", "--", "--config.x=1"]),
+    ({"dir": ["/p"], "slices": [" 4 "]}, ["submit", "--dir=/p", "--slices=4"]),
 ])
 def test_the_submit_form_becomes_submits_own_words(form: dict[str, list[str]], words: list[str]) -> None:
     assert submit_form.submit_words(form) == words

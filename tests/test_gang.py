@@ -283,7 +283,7 @@ def test_report_counts_slice_hours_and_splits_an_interruption_per_slice() -> Non
     assert "2 slices, 0.33 slice-hours lost: t0 kept, ready after 0s, t1 lost, back after 8m" in text
 
 
-@pytest.mark.parametrize("edit", [{"slices": 0}, {"gang": ["b", "a"]}, {"gang": ["a"]}])
+@pytest.mark.parametrize("edit", [{"slices": 0}, {"gang": ["b", "a"]}, {"gang": ["a"]}, {"gang": ["a", "a"]}])
 def test_a_hand_edit_that_breaks_a_gang_s_record_is_refused(edit: dict[str, Any]) -> None:
     from jobtpu.schema.job_checks import job_problem
 
@@ -325,3 +325,95 @@ def test_a_resuming_gang_keeps_its_slices_in_their_order() -> None:
     machines = fleet(tpu("ms-0", group="ms", index=0), tpu("ms-1", group="ms", index=1))
     plan = decide([job], machines, seen({n: up(workers=4) for n in ("ms-0", "ms-1")}))
     assert [a.gang for a in launches(plan)] == [("ms-1", "ms-0")]
+
+
+# ---- a hand-edited state.json: the runner's own file, edited wrongly (docs/reference/state-json.md §4.3) ---------
+
+@pytest.mark.parametrize("keeps, slices", [
+    (["a", "c"], 2),  # a gang of mixed kinds could never form
+    (["a", "a"], 2),  # one machine twice
+    (["a"], 2),  # fewer machines than slices
+    (["c"], 1),  # a machine its request does not fit
+])
+def test_a_hand_edited_keeps_that_could_never_take_the_job_back_keeps_nothing(keeps: list[str], slices: int) -> None:
+    """A claim no resume can ever use would keep machines from everyone for good (or, naming one
+    machine twice, start a gang twice on it): it ends, the job waits as any other, and the machines
+    go to whoever fits now, never two launches on one machine."""
+    keeper = queued(1, slices=slices, keeps=keeps, reason=model.RECOVERING, req=["v4-16"])
+    other = queued(2, slices=1, req=["v4-16"])
+    boxes = fleet(*(box(n, accelerator="v4-16") for n in "abd"), box("c", accelerator="v5-8"))
+    plan = decide([keeper, other], boxes, seen({n: up() for n in "abcd"}))
+    assert keeper.keeps == [], keeper
+    launched = [name for launch in launches(plan) for name in (launch.gang or (launch.machine,))]
+    assert len(launched) == len(set(launched)) and other.status is Status.LAUNCHING, plan.notes
+
+
+def test_a_gang_whose_slice_left_machines_json_is_still_stopped_on_the_slices_that_remain() -> None:
+    """Its slice 1 taken out of machines.json, the gang is killed: its workers on slice 0 are
+    stopped there before the job ends (else they would run on beside the next job there), and the
+    line names the slice that left."""
+    job = running_gang(gang=("a", "b"))
+    views = {"a": up(ws(job, 0), ws(job, 1))}
+    plan = decide([job], fleet(box("a")), seen(views))
+    assert (job.status, plan.notes) == (Status.RUNNING, ["job 1: machine b is no longer in machines.json"])
+    job.status, job.ending = Status.KILLING, Ending(Status.KILLED, model.KILLED)
+    plan = decide([job], fleet(box("a")), seen(views))
+    assert job.status is Status.KILLING and Kill(1, "a", slice_refs(job, 0)) in plan.actions, plan.actions
+
+
+def test_watch_shows_a_gang_as_one_job_on_its_slices() -> None:
+    from jobtpu.commands.watch import job_rows
+
+    lines = [line.plain for line in job_rows([running_gang(gang=("a", "b"))], room=5, now=NOW)]
+    assert len(lines) == 1 and "2 slices: a,b" in lines[0], lines
+
+
+def test_the_sheet_shows_a_gang_as_one_job_of_n_slices_on_each_machine_it_runs_on_or_keeps() -> None:
+    from jobtpu.passes.sheet_hook import sheet_rows
+    from jobtpu.schema.records import MachineRecord, MachineState
+    from jobtpu.schema.state import State
+
+    boxes = fleet(box("a"), box("b"), box("c"))
+    ups = {n: MachineRecord(state=MachineState.UP) for n in "abc"}
+    gang = running_gang(gang=("a", "b"), name="train")
+    rows = {r.name: r for r in sheet_rows(boxes, State(jobs=[gang], machines=ups))}
+    assert [(rows[n].jobs, rows[n].recovering) for n in "abc"] == [
+        (("1 train (2 slices)",), False), (("1 train (2 slices)",), False), ((), False)]
+    resuming = queued(slices=2, name="train", keeps=["a", "b"], reason=model.RECOVERING,
+                      attempts=[Attempt(n=0, machine="a", started=T0, ended=T0 + 1, workers=4, gang=["a", "b"])])
+    rows = {r.name: r for r in sheet_rows(boxes, State(jobs=[resuming], machines=ups))}
+    assert [(rows[n].jobs, rows[n].recovering) for n in "abc"] == [  # its surviving slices are up, and held
+        (("1 train (2 slices)",), True), (("1 train (2 slices)",), True), ((), False)]
+
+
+def test_rule_reapply_on_a_grpc_failure_brings_back_the_slice_that_failed_once_the_gang_has_stopped() -> None:
+    """As for one TPU (its rule reapply recreates it on grpc): the slice whose worker failed first is
+    recreated, after the stop on every slice; the gang keeps both and resumes on them."""
+    job = running_gang(gang=("t0", "t1"), rule="reapply")
+    failed = ws(job, 2, alive=False, exit_code=1)
+    views = {"t0": up(ws(job, 0), ws(job, 1)), "t1": up(failed, ws(job, 3))}
+    o = seen(views)
+    o.log_tails[failed.ref] = "jax.errors: DEADLINE_EXCEEDED: GRPC error"
+    tpus = fleet(tpu("t0"), tpu("t1"))
+    plan = decide([job], tpus, o)
+    assert job.status is Status.KILLING and not [a for a in plan.actions if isinstance(a, Recreate)], plan.actions
+    from jobtpu.decide.outcomes import killed
+
+    after = Plan()
+    back = killed(job, "t0", True, NOW, after)
+    after.apply_to([job])
+    assert (back, job.status, job.keeps) == (Recreate("t1"), Status.QUEUED, ["t0", "t1"]), job
+
+
+@pytest.mark.parametrize("setups, held", [
+    ({}, None),
+    ({"a": "up", "b": "up"}, None),
+    ({"a": "up", "b": "setup failed"}, ("b", "setup failed")),  # slice 1's setup holds the whole gang
+    ({"b": "setting up"}, ("b", "setting up")),
+])
+def test_a_gang_s_launch_is_held_by_the_setup_of_any_of_its_slices(setups: dict[str, str],
+                                                                   held: tuple[str, str] | None) -> None:
+    from jobtpu.decide.settle import held_by_setup
+
+    got = held_by_setup(Launch(1, "a", 0, 4, gang=("a", "b")), setups)
+    assert (None if got is None else (got.machine, got.setup)) == held

@@ -298,3 +298,29 @@ def test_a_forged_request_runs_as_its_sender_and_what_submit_refuses_is_refused(
     assert "user: refused: jobtpu: error: 'user' is not an act a member may request" in answers, answers
     assert "manage: refused: jobtpu: error: 'manage' is not an act a member may request" in answers, answers
     assert "mallory" not in (home / "users.json").read_text()
+
+
+@pytest.mark.parametrize(("slices", "said"), [
+    (3, "--slices 3: the fleet could never form that gang (machines of one kind that fit: 2 of v4-16)"),
+    (0, "--slices 0: a job runs on at least one slice"),
+])
+def test_a_forged_slices_is_refused_as_submit_refuses_it(team: Team, slices: int, said: str) -> None:
+    """A member's submit rewritten to ask a gang no fleet could form (or none at all): the runner
+    checks `slices` again as `submit` does, refuses that submit in one line, and queues nothing."""
+    alice, bob = team.accounts
+    boxes = {name: {"kind": "ssh", "hosts": [f"{name}.invalid"], "accelerator": "v4-16"} for name in ("a", "b")}
+    home = team.one_writer_home({"machines": boxes})
+    team.run(alice, "--home", str(home), "user", "add", bob, umask="0077")
+    src = team.private_folder(bob, "src")
+    job_id = int(team.run(bob, "--home", str(home), "submit", "--dir", str(src), "--cmd", "true", "--hold",
+                          "--slices", "2", umask="0077").stdout)
+    sent = next((home / "spool").glob(f"submit-{job_id}-1-*.json"))
+    doc = json.loads(sent.read_text())
+    doc["jobs"][0]["slices"] = slices
+    sent.write_text(json.dumps(doc))
+    done = team.run(alice, "--home", str(home), "manage", umask="0077")
+    assert "Traceback" not in done.stderr, done.stderr
+    rows = json.loads(team.run(alice, "--home", str(home), "status", "--all-users", "--json").stdout)["jobs"]
+    assert rows == [], rows
+    answers = team.run(bob, "--home", str(home), "requests").stdout
+    assert f"submit of job {job_id}: refused: jobtpu: error: job {job_id}: {said}" in answers, answers

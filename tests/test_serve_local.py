@@ -222,3 +222,31 @@ def test_a_big_sweeps_queued_members_are_one_row_linking_to_the_sweeps_view(serv
     assert f'value="{first}-{last}"' not in page and "18 queued:" in page
     code, page = server.get(f"/?sweep={first}&all=1")
     assert code == 200 and page.count('<tr data-id="') == 18 and f'<a href="/job/{first + 3}">' in page
+
+
+def test_a_gang_is_one_job_of_n_slices_on_its_pages_and_the_submit_page_asks_for_slices(tmp_path: Path) -> None:
+    """docs/reference/commands.md §2.2.10 and §2.29: the jobs table and the job page show a gang as
+    one job with its slices; the submit page has a slices field."""
+    boxes = {name: {"kind": "ssh", "hosts": [f"{name}.invalid"], "accelerator": "v4-16"} for name in ("a", "b")}
+    home = make_home(tmp_path, boxes)
+    for _ in range(2):
+        jobtpu(home, "submit", "--cmd", "true", "--dir", str(tmp_path), "--hold", "--slices", "2")
+    doc = json.loads((home / "state.json").read_text())
+    ended = doc["jobs"][1]  # as a gang that ran: its attempt on both slices
+    ended.update(status="finished", held=False, waiting=None, exit_code=0, attempts=[
+        {"n": 0, "machine": "a", "started": ended["created"], "ended": ended["created"] + 5, "workers": 2,
+         "outcome": "finished", "exit_code": 0, "gang": ["a", "b"]}])
+    (home / "state.json").write_text(json.dumps(doc))
+    person = Path(tempfile.mkdtemp(prefix="jtp-"))
+    server = Local(home, person)
+    try:
+        code, page = server.get("/?all=1")
+        row = page[page.index('<tr data-id="1"'):]
+        assert code == 200 and "2 slices" in row[:row.index("</tr>")], page
+        code, page = server.get("/job/2")
+        assert code == 200 and '2 slices: <a href="/machines#m-a">a</a>, <a href="/machines#m-b">b</a>' in page, page
+        code, page = server.get("/submit")
+        assert code == 200 and 'name="slices"' in page, page
+    finally:
+        assert "Traceback" not in server.stop()
+        shutil.rmtree(person, ignore_errors=True)

@@ -22,7 +22,10 @@ from jobtpu.schema.job_fields import SUBMIT_FIELDS
 from jobtpu.schema.msgspec_lib import msgspec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jobtpu.home.claims import Claim
+    from jobtpu.schema.fleet import Fleet
     from jobtpu.schema.spool import Submission
     from jobtpu.schema.state import Job
 
@@ -124,7 +127,15 @@ def _take_jobs(home: Home, spool_fd: int, entry: spool.Entry, doc: Submission, o
     from jobtpu.home.store import Store, read_id_mark, write_id_mark
 
     mark = read_id_mark(home)
-    jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner) for i, job in enumerate(doc.jobs)]
+    fleet: list[Fleet] = []  # machines.json, read once for a submit's gangs (a sweep's thousands share it)
+
+    def fleet_once() -> Fleet:
+        if not fleet:
+            from jobtpu.home.machines import load_fleet
+            fleet.append(load_fleet(home))
+        return fleet[0]
+
+    jobs = [_rebuilt(home, job, doc.first + i, doc.first, owner, fleet_once) for i, job in enumerate(doc.jobs)]
     secret = _opened_secrets(home, doc)
     from jobtpu.home.secrets import MASK
 
@@ -169,7 +180,7 @@ def _opened_secrets(home: Home, doc: Submission) -> dict[str, str]:
         raise RequestRefused(f"its sealed secret --env values are not names and values: {str(e)[:120]}") from None
 
 
-def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
+def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int, fleet: Callable[[], Fleet]) -> Job:
     """The runner's record of a submitted job: the submit's fields, checked again as `submit` checks
     what a user types (a member's process could have written anything there); the rest its own."""
     from jobtpu.home.actor import Actor, acting_for
@@ -185,9 +196,10 @@ def _rebuilt(home: Home, sent: Job, job_id: int, first: int, owner: int) -> Job:
         _check_fields(job, first)
         if job.priority_class is not None:  # a class its user may not use is refused here too (design §7)
             from jobtpu.commands.submit import check_class
-            from jobtpu.home.machines import load_fleet
 
-            check_class(load_fleet(home), job.priority_class, job.user)
+            check_class(fleet(), job.priority_class, job.user)
+        if job.slices != 1:
+            _check_slices(job, fleet())
     except JobtpuError as e:
         raise RequestRefused(f"job {job_id}: {e.message}") from None
     return job
@@ -225,6 +237,16 @@ def _check_fields(job: Job, first: int) -> None:
     check_saving(job.saving)
     if job.retry_on_exit is not None:  # one state.json could not read would stop every command of the home
         parse_exit_codes(job.retry_on_exit, job.retries)
+
+
+def _check_slices(job: Job, fleet: Fleet) -> None:
+    """--slices as `submit` checks it: at least one, no pin beside more, and no more than the machines
+    of one kind that fit the request could ever form (a hand-written 10**6 waits for nothing)."""
+    from jobtpu.commands.submit import check_slices
+    from jobtpu.decide.fit import parse_request, why_not
+
+    request = parse_request(job.req)
+    check_slices(job.slices, job.pin, [m for m in fleet.machines.values() if why_not(m, request, job.pin) is None])
 
 
 def _bring_archive(home: Home, spool_fd: int, archive_name: str, name: str, owner: int, included: bool) -> None:

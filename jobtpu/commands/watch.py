@@ -238,14 +238,16 @@ def job_rows(jobs: list[Job], room: int, now: float, short: Mapping[str, str] | 
     if not ordered:
         return [_line("no jobs", "dim")]
     shown = [job_row(job, now, {}, short=short, clocks=False) for job in ordered[:room]]
-    machines = [row.machine for row in shown]
+    # A gang is one job on N machines: its slices, as status's where column says them.
+    machines = [f"{len(job.gang)} slices: " + ",".join((short or {}).get(m, m) for m in job.gang) if job.gang
+                else row.machine for job, row in zip(ordered, shown, strict=False)]
     cut = dict(zip(machines, cut_apart(machines, 14), strict=True))
     lines = []
-    for row in shown:
+    for row, machine in zip(shown, machines, strict=True):
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(f"{row.id:>5} ")
         line.append(f"{row.status:<9} ", style=STATUS_STYLE.get(row.status, ""))
-        where = row.waiting if row.status == "queued" else cut[row.machine]
+        where = row.waiting if row.status == "queued" else cut[machine]
         line.append(printable(f"{row.reason:<9.9} {where:<14.14} {row.tries:>3} {row.age:>4} "
                               f"{row.user:<8.8} {row.name:<16.16} {row.last_line}"))
         lines.append(line)

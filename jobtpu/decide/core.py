@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
-from jobtpu.decide.gang import gang_view, kills, preempted_of
+from jobtpu.decide.gang import gang_view, kills, machines_of, per_slice, preempted_of
 from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
 from jobtpu.decide.saving import resumes
 from jobtpu.decide.workers import WorkerRef
@@ -35,7 +35,7 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
         elif job.status is Status.RUNNING:
             _running(job, machine, fleet, seen, plan)
         elif job.status is Status.KILLING:
-            _killing(job, machine, seen, plan)
+            _killing(job, machine, fleet, seen, plan)
     plan.drop_unchanged({job.id: job for job in jobs if job.active})
     dispatch([plan.latest(job) for job in jobs], fleet, seen, plan)
     return plan
@@ -57,7 +57,8 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
 def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     if machine is None:
         job.reason = model.UNREACHABLE
-        plan.saw(f"job {job.id}: machine {job.machine} is no longer in machines.json")
+        left = next((name for name in machines_of(job) if fleet.get(name) is None), job.machine)  # a gang's slice
+        plan.saw(f"job {job.id}: machine {left} is no longer in machines.json")
         return
     view = gang_view(job, seen)
     if view.preempted:  # one slice preempted stops the job on every other, which then resumes as one
@@ -86,7 +87,7 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         # or a worker whose exit time is unknown, goes by the lowest index.
         first = min(failed, key=lambda s: (s.exited_at if s.exited_at is not None else float("inf"), s.ref.worker))
         reason = rules.classify(first.exit_code or 0, seen.log_tails.get(first.ref, ""), fleet.error_patterns)
-        _ended_attempt(job, machine, reason, first.exit_code, seen, plan, stop=_alive(refs, view))
+        _ended_attempt(job, machine, reason, first.exit_code, seen, plan, stop=_alive(refs, view), worker=first.ref.worker)
         return
     if all(s is not None and s.exit_code == 0 for s in states):
         _end(job, Ending(Status.FINISHED, None, 0), seen.now, plan, "every worker exited 0")
@@ -127,10 +128,11 @@ def _fail(job: Job, machine: Machine, ending: Ending, why: str, refs: tuple[Work
 TIMEOUT_MARGIN = 30.0  # seconds past a worker's own --timeout stop before a pass stops the job itself
 
 
-def _killing(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
+def _killing(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
     ending = job.ending or Ending(Status.KILLED, model.KILLED)
-    if job.gang and machine is not None:  # a gang's slices are stopped each on its machine; a preempted one's are gone
-        gone = set(preempted_of(job, seen))
+    if job.gang:  # a gang's slices are stopped each on its machine; a preempted one's are gone, as is one
+        # taken out of machines.json (the others' workers are still stopped: the next job there must not meet them)
+        gone = set(preempted_of(job, seen)) | {name for name in job.gang if fleet.get(name) is None}
         if gone == set(job.gang):
             _end(job, ending, seen.now, plan, "its machines are gone")
         for kill in kills(job, refs_of(job)):
@@ -151,7 +153,7 @@ def _alive(refs: tuple[WorkerRef, ...], view: MachineView) -> tuple[WorkerRef, .
 
 
 def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | None, seen: Observation,
-                   plan: Plan, stop: tuple[WorkerRef, ...] = ()) -> None:
+                   plan: Plan, stop: tuple[WorkerRef, ...] = (), worker: int | None = None) -> None:
     """An attempt ended badly: pick the rule's answer, stopping surviving workers first if any. The
     rule's recovery spends the budget of the reason's cause (rules.budget); a job's own failure is
     --retries'. A budget that has run out is said in the ending (`spent`), its one line and event."""
@@ -171,6 +173,8 @@ def _ended_attempt(job: Job, machine: Machine, reason: str, exit_code: int | Non
     if spent:
         why += f" ({spent})"
     ending = Ending(Status.FAILED, reason, exit_code, recover, retry, spent)
+    if job.gang and worker is not None and wants_recreate(ending):  # the slice that failed first comes back
+        ending.lost = min(worker // per_slice(job), len(job.gang) - 1)
     if stop:
         _stop(job, machine, ending, stop, plan, why)
     else:
@@ -189,8 +193,20 @@ def _end(job: Job, ending: Ending, now: float, plan: Plan, why: str) -> None:
     plan.notes.append(f"job {job.id}: {why}")
     plan.would.append(f"would end job {job.id}: {why}")
     plan.moves.append(apply_ending(job, ending, now))
-    if wants_recreate(ending) and job.attempts and not job.attempts[-1].gang:
-        plan.do(Recreate(job.attempts[-1].machine))  # a gang's lost slices are asked back by its dispatch
+    back = lost_machine(job.attempts[-1], ending) if job.attempts else None
+    if back is not None:
+        plan.do(Recreate(back))
+
+
+def lost_machine(attempt: Attempt, ending: Ending) -> str | None:
+    """The machine the ending's rule brings back: the job's TPU; a gang's slice that failed first
+    (`lost`), not a preempted one (its dispatch asks those back, decide/gang.py)."""
+    if not wants_recreate(ending):
+        return None
+    if not attempt.gang:
+        return attempt.machine
+    lost = ending.lost
+    return attempt.gang[lost] if lost is not None and 0 <= lost < len(attempt.gang) else None
 
 
 def wants_recreate(ending: Ending) -> bool:

@@ -13,6 +13,7 @@ from jobtpu.decide.dispatch_state import (
     UserUse,
     count_text,
     keepers,
+    keeps_whole,
     kept_for,
     machine_unavailable,
     over_limit,
@@ -206,8 +207,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
         if held is not None:
             d.plan.wait(job, held)
             continue
-        if job.keeps and any(name not in fleet.machines for name in job.keeps):
-            job = d.plan.edit(job)  # a kept machine left machines.json: the job cannot come back to them all
+        if job.keeps and not keeps_whole(job, fleet):
+            job = d.plan.edit(job)  # a kept machine left machines.json (or a hand edit broke the claim)
             job.keeps = []
         if job.slices > 1:
             gang_waits = place_gang(job, parse_request(job.req), d)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobtpu.decide.fit import parse_request, why_not
 from jobtpu.decide.observation import Observation, Plan, claim_reason
 from jobtpu.schema import state as model
 from jobtpu.schema.fleet import Fleet, Machine
@@ -156,11 +157,25 @@ def kept_for(job: Job, name: str, d: Dispatch) -> str | None:
     return None if keeper is None or keeper == job.id else f"{name} kept for job {keeper}'s resume"
 
 
+def keeps_whole(job: Job, fleet: Fleet) -> bool:
+    """Whether the machines the job keeps could take it back: each in machines.json once, one per
+    slice, all of one kind, each fitting its request. A claim that breaks this (a hand edit of
+    state.json, or a machines.json changed since) could only keep machines from everyone for good,
+    or start a gang twice on one machine: it ends, and the job waits as any other."""
+    names = job.keeps
+    machines = [fleet.machines.get(name) for name in names]
+    if len(set(names)) != len(names) or len(names) != job.slices or None in machines:
+        return False
+    request = parse_request(job.req)
+    kinds = {(m.accelerator or "", m.known_workers) for m in machines if m is not None}  # as decide/gang.py's kind_of
+    return len(kinds) == 1 and all(m is not None and why_not(m, request, job.pin) is None for m in machines)
+
+
 def keepers(jobs: list[Job], fleet: Fleet) -> dict[str, int]:
     """Machine -> the queued job that keeps it (the first by id, should a hand edit name one twice)."""
     kept: dict[str, int] = {}
     for job in sorted(jobs, key=lambda j: j.id):
-        if job.status is model.Status.QUEUED and not job.held:
+        if job.status is model.Status.QUEUED and not job.held and job.keeps and keeps_whole(job, fleet):
             for name in job.keeps:
                 if name in fleet.machines:
                     kept.setdefault(name, job.id)

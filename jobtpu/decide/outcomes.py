@@ -8,7 +8,7 @@ whoever holds the plan applies it (`Plan.apply_to`)."""
 from __future__ import annotations
 
 from jobtpu import timing
-from jobtpu.decide.core import apply_ending, wants_recreate
+from jobtpu.decide.core import apply_ending, lost_machine, wants_recreate
 from jobtpu.decide.gang import kills
 from jobtpu.decide.observation import Kill, Plan, Recreate, refs_of
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, WorkerRef
@@ -119,11 +119,12 @@ def killed(job: Job, machine: str, gone: bool, now: float, plan: Plan) -> Recrea
     if not gone or plan.latest(job).status is not Status.KILLING:
         return None
     new = plan.edit(job)
-    gang = bool(new.gang)
     ending = new.ending or Ending(Status.KILLED, model.KILLED)
     plan.moves.append(apply_ending(new, ending, now))
-    # A gang's stop ran on its surviving slices: its lost ones are asked back by its dispatch (gang.py).
-    return Recreate(machine) if wants_recreate(ending) and not gang else None
+    # A gang's preempted slices are asked back by its dispatch (gang.py); the one that failed first
+    # (`lost`) now that it has stopped everywhere.
+    back = lost_machine(new.attempts[-1], ending) if new.attempts else machine if wants_recreate(ending) else None
+    return Recreate(back) if back is not None else None
 
 
 def kill_asked(job: Job, plan: Plan) -> list[Kill]:

@@ -10,10 +10,10 @@ pass. No I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from jobtpu.decide.observation import Kill, Plan
-from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched
+from jobtpu.decide.observation import Kill, Launch, Plan
+from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched, setup_done
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord
@@ -27,6 +27,17 @@ class LaunchHeld(msgspec.Struct, frozen=True):
     job: int
     machine: str
     setup: str
+
+
+def held_by_setup(action: Launch, setups: Mapping[str, str | None]) -> LaunchHeld | None:
+    """The launch held back by the setup this pass ran on one of its machines (`setups`: a machine's
+    state after it, outcomes.setup_done), or None. A gang's is held by any of its slices': started
+    on the others alone it could never run."""
+    for name in action.gang or (action.machine,):
+        setup = setups.get(name)
+        if not setup_done(setup):
+            return LaunchHeld(action.job, name, str(setup))
+    return None
 
 
 class LaunchDone(msgspec.Struct, frozen=True):

@@ -58,8 +58,11 @@ def plan_group(records: list[MachineRecord], nodes: list[NodeInfo | None], ops: 
     while a job is active on a slice (`busy`): its stop comes first, with its signal and grace, as
     `tpu reapply` waits for `kill`."""
     lead = records[0]
-    for record in records:
+    for record, node in zip(records, nodes, strict=True):
         record.queued_state = queued.state if queued else None
+        # Each slice's own node state, also while the group is recreated (no plan_machine then): a
+        # gang judges its job by it, so one preempted slice stops the job on the others at once.
+        record.tpu_state = node.state if node else None
     lost = lost_slice(nodes, queued)
     whole = queued is not None and queued.state == "ACTIVE" and all(_up(n) for n in nodes)
     if any(r.want_recreate for r in records) or (not whole and not lead.kept_down):

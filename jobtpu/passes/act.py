@@ -12,10 +12,10 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.decide.gang import per_slice
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan
-from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, setup_done
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked
 from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
 from jobtpu.decide.saving import checkpoint_copy, resume_env
-from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, settle
+from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, held_by_setup, settle
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef, WorkerState
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.fleet import pulls
@@ -61,10 +61,10 @@ def carry_out_machine_work(p: Pass, now: float) -> None:
 
 
 def _held_by_setup(p: Pass, action: Launch) -> LaunchHeld | None:
-    """A launch the setup this pass ran on its machine holds back (outcomes.setup_done), or None."""
-    work = p.machine_work.get(action.machine)
-    setup = work.plan.state if work is not None and work.has(StepKind.SETUP) else None
-    return None if setup_done(setup) else LaunchHeld(action.job, action.machine, str(setup))
+    """A launch the setup this pass ran on its machine (a gang's: any of them) holds back, or None."""
+    setups = {name: work.plan.state for name in action.gang or (action.machine,)
+              if (work := p.machine_work.get(name)) is not None and work.has(StepKind.SETUP)}
+    return held_by_setup(action, setups)
 
 
 def catch_up_logs(p: Pass, seen: Observation, was_open: set[tuple[int, int]]) -> None:

@@ -116,23 +116,32 @@ def sheet_rows(fleet: Fleet, state: State, home: Home | None = None) -> list[She
         if job.active and job.status is not Status.KILLING and job.machine:
             for name in job.gang or [job.machine]:  # a gang is shown on each of its machines' rows
                 on.setdefault(name, []).append(job)
-        elif (resumes_on := resuming_on(job)) is not None:
-            back.setdefault(resumes_on, []).append(job)
+        else:
+            for name in resuming_on(job):
+                back.setdefault(name, []).append(job)
     rows = []
     for m in fleet.machines.values():
         record = state.machines.get(m.name) or MachineRecord()
-        waiting = [] if on.get(m.name) or _state(m, record) == MachineState.UP else back.get(m.name, [])
+        # A machine a job keeps to resume on is held though it is up (a gang's surviving slice): no
+        # other job is started there, and the sheet says whose it is.
+        kept = any(m.name in j.keeps for j in back.get(m.name, []))
+        up = _state(m, record) == MachineState.UP and not kept
+        waiting = [] if on.get(m.name) or up else back.get(m.name, [])
         rows.append((m, record, on.get(m.name) or waiting, bool(waiting)))
     names = sheet_names(home, {j.user for row in rows for j in row[2]}) if home is not None else {}
     return [machine_row(m, record, jobs, names, recovering) for m, record, jobs, recovering in rows]
 
 
-def resuming_on(job: Job) -> str | None:
-    """The machine a queued job waits to resume on: the one its last attempt ran on, when a
-    recovery (a preemption's, say) queued it again."""
-    if job.status is not Status.QUEUED or job.reason != RECOVERING or not job.attempts:
-        return None
-    return job.attempts[-1].machine
+def resuming_on(job: Job) -> list[str]:
+    """The machines a queued job waits to resume on: those it keeps (every slice of a gang), else
+    the one its last attempt ran on, when a recovery (a preemption's, say) queued it again."""
+    if job.status is not Status.QUEUED:
+        return []
+    if job.keeps:
+        return list(job.keeps)
+    if job.reason != RECOVERING or not job.attempts:
+        return []
+    return [job.attempts[-1].machine]
 
 
 def sheet_names(home: Home, users: set[str]) -> dict[str, str]:
@@ -165,8 +174,15 @@ def machine_row(machine: Machine, record: MachineRecord, jobs: list[Job],
         name=machine.name, kind=machine.kind, accelerator=machine.accelerator or "",
         zone=driver.provider_zone(machine, record), provisioning=driver.provisioning(machine, record),
         state=_state(machine, record), users=users,
-        jobs=tuple(f"{j.id} {j.name}".strip() for j in jobs), since=min(started) if started else None,
+        jobs=tuple(_job_cell(j) for j in jobs), since=min(started) if started else None,
         note=notes[-1] if notes else None, recovering=recovering)  # the note of the job that started last
+
+
+def _job_cell(job: Job) -> str:
+    """The job as its machine's row names it; a gang (submit --slices) says it is one job of N slices,
+    shown on each of its machines."""
+    slices = len(job.gang or job.keeps)
+    return f"{job.id} {job.name}".strip() + (f" ({slices} slices)" if slices > 1 else "")
 
 
 def _started_at(job: Job) -> float:

@@ -101,8 +101,10 @@ def _sweep_problem(job: Job) -> str | None:
         return "field 'grace' must be a number of seconds above 0, at most 3600"
     if job.signal is not None and (job.signal not in SIGNALS or job.signal_before is None or not job.signal_before > 0):
         return f"fields 'signal' and 'signal_before' must be one of {', '.join(SIGNALS)} and seconds above 0"
-    if job.slices < 1 or (job.gang and (len(job.gang) != job.slices or job.gang[0] != job.machine)):
-        return "field 'slices' must be 1 or more, and 'gang' (when set) list that many machines, 'machine' first"
+    if job.slices < 1 or (job.gang and (len(set(job.gang)) != job.slices or job.gang[0] != job.machine)):
+        # A machine named twice would be two slices on one machine: two launches, one machine's resources.
+        return ("field 'slices' must be 1 or more, and 'gang' (when set) list that many different machines, "
+                "'machine' first")
     return None
 
 

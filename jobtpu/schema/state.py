@@ -192,6 +192,10 @@ class Ending(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=
     recover: str | None = _always(_none)
     retry: bool = False  # the recovery is one of --retries, counted apart from the rule's recoveries
     spent: str | None = None  # the budget that ran out, in one line (decide/rules.py Budget.spent)
+    # A gang's slice (its index) whose machine the recovery brings back once the gang has stopped: the
+    # one that failed first, when the rule recreates on that failure (reapply on grpc) and it was not
+    # preempted (a preempted slice is asked back by the gang's dispatch, decide/gang.py).
+    lost: int | None = None
 
     @property
     def recovery(self) -> Recovery | None:

@@ -77,8 +77,13 @@ def summary(jobs: Sequence[Job], chips: Chips, today: float) -> Summary:
         user = of(users, job.user)
         machine = job.machine or (job.attempts[-1].machine if job.attempts else "")
         if status in ("launching", "running", "killing"):
-            n, unit = chips(job)
-            for tally in (user, of(machines, machine)) if machine else (user,):
+            n, unit = chips(job)  # one machine's: a gang (submit --slices) holds as much on each of its slices
+            names = job.gang or ([machine] if machine else [])
+            user.running += 1
+            if n:
+                user.in_use[unit] = user.in_use.get(unit, 0) + n * max(1, len(names))
+            for name in names:  # one job, on every machine it holds
+                tally = of(machines, name)
                 tally.running += 1
                 if n:
                     tally.in_use[unit] = tally.in_use.get(unit, 0) + n

@@ -19,7 +19,7 @@ from jobtpu.schema.msgspec_lib import msgspec
 MAX_FIELD = 4000
 # The form's fields: (its name, the option it fills, whether it takes one value per line or word).
 LISTS = (("req", "--req"), ("tag", "--tag"), ("sweep", "--sweep"))
-SINGLES = (("cmd", "--cmd"), ("name", "--name"), ("machine", "--machine"), ("rule", "--rule"))
+SINGLES = (("cmd", "--cmd"), ("name", "--name"), ("machine", "--machine"), ("rule", "--rule"), ("slices", "--slices"))
 
 
 def _one(form: Mapping[str, Sequence[str]], key: str) -> str:
@@ -36,7 +36,7 @@ def submit_words(form: Mapping[str, Sequence[str]]) -> list[str]:
     if not folder.isdigit() and not folder.startswith("/"):
         raise UsageError(f"the folder {folder[:80]!r} is not a full path",
                          hint="give its full path (/home/you/project) or a working directory's number (jobtpu dir)")
-    for key in ("dir", "cmd", "name", "machine", "rule", "req", "tag", "sweep", "overrides"):
+    for key in ("dir", "cmd", "name", "machine", "rule", "slices", "req", "tag", "sweep", "overrides"):
         if len(_one(form, key)) > MAX_FIELD:
             raise UsageError(f"{key}: longer than {MAX_FIELD} characters", hint="shorten it")
     words = ["submit", f"--dir={folder}"]
