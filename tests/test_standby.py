@@ -188,11 +188,12 @@ def test_a_worker_refuses_the_launch_of_a_runner_older_than_one_it_has_seen(tmp_
 class Runner:
     """`jobtpu manage --loop --standby` as box `box`; its stderr in a file the test reads as it runs."""
 
-    def __init__(self, home: Path, box: str, logs: Path) -> None:
+    def __init__(self, home: Path, box: str, logs: Path, env: dict[str, str] | None = None) -> None:
         self.box, self.err = box, logs / f"{box}.{time.monotonic_ns()}.err"
         with self.err.open("w") as err:
             self.proc = subprocess.Popen([*JOBTPU, "--home", str(home), "manage", "--loop", str(INTERVAL), "--standby"],
-                                         stdout=subprocess.DEVNULL, stderr=err, env={**ENV, "JOBTPU_BOX": self.box})
+                                         stdout=subprocess.DEVNULL, stderr=err,
+                                         env={**ENV, "JOBTPU_BOX": self.box, **(env or {})})
 
     def said(self) -> str:
         return self.err.read_text()
@@ -222,8 +223,8 @@ def holder(home: Path) -> tuple[int, str | None]:
     return top, current.box if current is not None else None
 
 
-def start(runners: list[Runner], home: Path, box: str, tmp_path: Path) -> Runner:
-    runner = Runner(home, box, tmp_path)
+def start(runners: list[Runner], home: Path, box: str, tmp_path: Path, env: dict[str, str] | None = None) -> Runner:
+    runner = Runner(home, box, tmp_path, env)
     runners.append(runner)
     return runner
 
