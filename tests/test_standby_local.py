@@ -35,12 +35,12 @@ def job_on(box: str | None, status_: Status) -> Job:
 
 @pytest.mark.parametrize(("box", "here", "was", "to", "reason", "says"), [
     ("boxA", "boxB", Status.RUNNING, Status.RUNNING, "unreachable", "on boxA's local machine, which this runner"),
-    ("boxA", "boxB", Status.LAUNCHING, Status.LAUNCHING, "unreachable", "cannot reach"),  # never launched here
+    ("boxA", "boxB", Status.LAUNCHING, Status.LAUNCHING, None, "cannot reach"),  # never launched here
     ("boxA", "boxB", Status.KILLING, Status.KILLED, "killed", "were not stopped"),  # ends; its processes told
     ("boxA", "boxA", Status.RUNNING, Status.FAILED, "lost", ""),  # its own box: no process is a lost attempt
     (None, "boxB", Status.RUNNING, Status.FAILED, "lost", ""),  # launched before the home had a lease
 ])
-def test_a_job_on_another_boxs_local_machine(box: str | None, here: str, was: Status, to: Status, reason: str,
+def test_a_job_on_another_boxs_local_machine(box: str | None, here: str, was: Status, to: Status, reason: str | None,
                                              says: str) -> None:
     job = job_on(box, was)
     seen = Observation(now=10.0, box=here, boxes=True)

@@ -63,9 +63,11 @@ def _elsewhere(job: Job, box: str, seen: Observation, plan: Plan) -> None:
                          f"them): `jobtpu doctor local --fix` on {box} stops them")
         _end(job, ending, seen.now, plan, job.last_line)
         return
-    if job.reason != model.UNREACHABLE:
+    if job.last_line != elsewhere_line(box, seen):
         plan.saw(f"job {job.id}: {elsewhere_line(box, seen)}")
-    job.reason, job.last_line = model.UNREACHABLE, elsewhere_line(box, seen)
+    job.last_line = elsewhere_line(box, seen)
+    if job.status is Status.RUNNING:  # a launching job keeps its reason (a relaunch's `recovering`)
+        job.reason = model.UNREACHABLE
 
 
 def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:
