@@ -106,6 +106,12 @@ def busy_home(team: Team) -> tuple[Path, dict[str, int]]:
     team.run(alice, "--home", str(home), "manage", umask="0077")
     team.run(alice, "--home", str(home), "fetch", str(ids[alice]), "out.txt", umask="0077")
     team.run(alice, "--home", str(home), "clean", str(ids[alice]), umask="0077")
+    # A runner lease (home-files.md §1.7): a standby's first pass watches, the runner's takes token 1,
+    # and a handover is asked.
+    team.run(alice, "--home", str(home), "manage", "--standby", umask="0077")
+    team.run(alice, "--home", str(home), "manage", umask="0077")
+    team.run(alice, "--home", str(home), "runner", "handover", umask="0077")
+    assert {p.name.split("@")[0] for p in (home / "lease").iterdir()} == {"1", f"seen.{alice}", "handover"}
     return home, ids
 
 
@@ -138,7 +144,8 @@ ATTACKS = {
 def concrete(home: Path, ids: dict[str, int], alice: str, pattern: str) -> list[Path]:
     """The paths of the busy home a table cell names."""
     words = {"<id>": str(ids[alice]), "<name>": alice, "<sha256>": "*", "<attempt>": "0", "<worker>": "0",
-             "<request>": "*", "<uid>": "*", "<first>": "*", "<count>": "*", "<ns>": "*", "<random>": "*"}
+             "<request>": "*", "<uid>": "*", "<first>": "*", "<count>": "*", "<ns>": "*", "<random>": "*",
+             "<token>": "*", "<runner>": "*", "<box>": "*"}
     pattern = pattern.removesuffix(" and below").replace(" (`.1`–`.4`)", "")
     if pattern == ".":
         return [home]
@@ -178,6 +185,17 @@ def test_a_member_cannot_replace_or_move_anything_another_account_writes(team: T
             if [snapshot_of(p) for p in (path, path.parent)] != before:
                 held.append(f"{path.relative_to(home.parent)}: {attack} went through ({done.stderr.strip()[:80]})")
     assert held == [], held
+    # The runner lease (home-files.md §1.7): bob can neither plant a newer token (which would fence
+    # alice's runner) nor ask for a handover or stand by himself; each command of his is one refusal.
+    lease_before = {p.name: snapshot_of(p) for p in (home / "lease").iterdir()}
+    planted = as_(team, bob, f"echo '{{\"token\": 9}}' > {home}/lease/9; ln -s {secret} {home}/lease/8; "
+                             f"mkdir {home}/lease/7")
+    assert planted.returncode != 0 and "Permission denied" in planted.stderr, planted
+    for args in (("runner", "handover"), ("manage", "--standby")):
+        refused = team.run(bob, "--home", str(home), *args, check=False, umask="0077")
+        assert refused.returncode != 0 and "is for this shared home's runner" in refused.stderr, (args, refused)
+        assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) <= 2, refused.stderr
+    assert {p.name: snapshot_of(p) for p in (home / "lease").iterdir()} == lease_before
     # …and every command of alice's still works on the home as it is.
     assert team.run(alice, "--home", str(home), "status", "--all-users").returncode == 0
     assert team.run(alice, "--home", str(home), "manage", umask="0077").returncode == 0

@@ -61,6 +61,10 @@ def _manage_rounds(home: Home, loop: float | None, dry_run: bool, run_pass: Any,
             # a full disk or a bug (the traceback) is reported, and the next round tries again.
             if isinstance(e, JobtpuError):
                 note(error_text(e))
+            elif isinstance(e, OSError) and not home.root.is_dir():
+                # The home's filesystem went away in the middle of the pass (an NFS mount gone): no bug.
+                note(f"jobtpu: the home {home.root} went away during the pass ({e.strerror}); "
+                     "this runner writes nothing until it is back")
             else:
                 import traceback
 

@@ -9,7 +9,18 @@ from __future__ import annotations
 from jobtpu.decide import rules
 from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.gang import gang_view, kills, machines_of, per_slice, preempted_of
-from jobtpu.decide.observation import Kill, Launch, MachineView, Observation, Plan, Recreate, refs_of, rule_of
+from jobtpu.decide.observation import (
+    Kill,
+    Launch,
+    MachineView,
+    Observation,
+    Plan,
+    Recreate,
+    elsewhere,
+    elsewhere_line,
+    refs_of,
+    rule_of,
+)
 from jobtpu.decide.saving import resumes
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.schema import state as model
@@ -30,7 +41,9 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
             machine = None  # a gang whose slice left machines.json is judged as a job whose machine did
         if job.id in seen.last_lines:
             job.last_line = seen.last_lines[job.id]
-        if job.status is Status.LAUNCHING:
+        if (box := elsewhere(job, seen.box)) is not None:
+            _elsewhere(job, box, seen, plan)
+        elif job.status is Status.LAUNCHING:
             _launching(job, machine, seen, plan)
         elif job.status is Status.RUNNING:
             _running(job, machine, fleet, seen, plan)
@@ -39,6 +52,23 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
     plan.drop_unchanged({job.id: job for job in jobs if job.active})
     dispatch([plan.latest(job) for job in jobs], fleet, seen, plan)
     return plan
+
+
+def _elsewhere(job: Job, box: str, seen: Observation, plan: Plan) -> None:
+    """A job on another box's local machine (home-files.md §1.7): this runner can neither see its
+    processes nor launch or stop them there. Taking it as lost would start it twice (the old box's copy
+    runs on), so it waits, saying where; a person's kill ends it here, its processes left to that box."""
+    if job.status is Status.KILLING:
+        ending = job.ending or Ending(Status.KILLED, model.KILLED)
+        job.last_line = (f"its processes on {box}'s local machine were not stopped (this runner cannot reach "
+                         f"them): `jobtpu doctor local --fix` on {box} stops them")
+        _end(job, ending, seen.now, plan, job.last_line)
+        return
+    if job.last_line != elsewhere_line(box, seen):
+        plan.saw(f"job {job.id}: {elsewhere_line(box, seen)}")
+    job.last_line = elsewhere_line(box, seen)
+    if job.status is Status.RUNNING:  # a launching job keeps its reason (a relaunch's `recovering`)
+        job.reason = model.UNREACHABLE
 
 
 def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan) -> None:

@@ -217,7 +217,8 @@ def start_on(given: Job, machines: list[Machine], alloc: dict[str, list[int]], d
             d.used.setdefault(name, {}).setdefault(resource, set()).update(indices)
     job.machine, job.alloc = names[0], alloc  # its move to launching clears why it waited, and what it kept
     job.attempts.append(Attempt(n=job.attempt, machine=names[0], started=d.seen.now, resume=job.resume,
-                                workers=per * len(names), gang=list(gang)))
+                                workers=per * len(names), gang=list(gang),
+                                box=d.seen.box if d.seen.boxes and machines[0].runs_here else None))
     recovering = job.reason == model.RECOVERING  # the attempt a recovery queued: the job resumes
     d.plan.move(job, Status.LAUNCHING, model.RECOVERING if recovering else None,
                 Cause.RELAUNCH if recovering else Cause.LAUNCH)

@@ -34,6 +34,10 @@ class Observation(msgspec.Struct):
     local_refusals: dict[int, tuple[str, str]] = msgspec.field(default_factory=dict)
     bad_files: dict[int, str] = msgspec.field(default_factory=dict)  # job -> what is wrong with its files in the home
     drained: dict[str, str] = msgspec.field(default_factory=dict)  # machine -> why it takes no new job (`machines drain`)
+    # This runner's box (lease.box_name), and whether a local attempt records it: the home has a runner
+    # lease, so another box's runner may take over (docs/reference/home-files.md §1.7).
+    box: str = ""
+    boxes: bool = False
 
     def view(self, name: str) -> MachineView:
         """The view of a machine, made (and kept) when the pass has none yet: for the steps that fill it."""
@@ -43,6 +47,20 @@ class Observation(msgspec.Struct):
         """The view of a machine, or an empty one, leaving the observation as it is: what decide reads."""
         view = self.machines.get(name)
         return view if view is not None else MachineView()
+
+
+def elsewhere(job: Job, this_box: str) -> str | None:
+    """The other box whose local machine runs the job's current attempt (None: `this_box`'s, or not a
+    local machine's): its processes are not this box's to see, probe or stop (home-files.md §1.7)."""
+    attempt = job.current
+    box = attempt.box if attempt is not None and attempt.ended is None else None
+    return box if box and box != this_box else None
+
+
+def elsewhere_line(box: str, seen: Observation) -> str:
+    """What a job on another box's local machine says while this runner holds the home."""
+    return (f"on {box}'s local machine, which this runner ({seen.box}) cannot reach: it waits for a runner "
+            f"on {box} (`jobtpu runner handover` with one standing by there)")
 
 
 class Launch(msgspec.Struct, frozen=True):

@@ -14,7 +14,7 @@ import time
 from jobtpu import timing
 from jobtpu.errors import JobtpuError
 from jobtpu.home import lease
-from jobtpu.home.layout import Home
+from jobtpu.home.layout import NEVER_MADE, Home
 from jobtpu.home.lease_rules import Held, Lease, judge, watched
 from jobtpu.schema.events import Event
 
@@ -38,6 +38,7 @@ def holding(home: Home) -> Held | None:
 
 def drop(home: Home) -> None:
     _held.pop(str(home.root), None)
+    NEVER_MADE.discard(str(home.root))
 
 
 def take_events() -> list[Event]:
@@ -88,6 +89,7 @@ def round_(home: Home, standby: bool, interval: float | None) -> tuple[bool, lis
     else:
         lease.renew(home, mine)
     _held[str(home.root)] = Held(step.token, now, mine.seconds)
+    NEVER_MADE.add(str(home.root))  # a home gone while this runner holds it is not made again (§1.7)
     if lease.handover_asked(home):
         lease.renew(home, mine._replace(released=True, beat=mine.beat + 1))
         lease.handover_done(home)

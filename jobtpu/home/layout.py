@@ -106,13 +106,22 @@ class Home:
         return self.root / "run"
 
     def ensure(self) -> None:
-        """The home's folder; a command that makes it says where, once (docs/reference/home-files.md §1.1)."""
+        """The home's folder; a command that makes it says where, once (docs/reference/home-files.md §1.1).
+        A runner holding the home's lease never makes it again (§1.7): its filesystem is gone, not new."""
+        if str(self.root) in NEVER_MADE and not self.root.is_dir():
+            import errno
+
+            raise FileNotFoundError(errno.ENOENT, f"the home {self.root} is gone", str(self.root))
         if make_dirs(self.root):
             import sys
 
             from jobtpu.render.text import printable
 
             sys.stderr.write(printable(f"new home {self.root}") + "\n")
+
+
+# The homes whose runner lease this process holds (home/fence.py keeps it): never made again here.
+NEVER_MADE: set[str] = set()
 
 
 def find_home(explicit: str | None = None, cwd: Path | None = None) -> Home:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from jobtpu import timing
 from jobtpu.decide.gang import per_slice
-from jobtpu.decide.observation import Kill, Launch, Observation, Plan
+from jobtpu.decide.observation import Kill, Launch, Observation, Plan, elsewhere
 from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked
 from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
 from jobtpu.decide.saving import checkpoint_copy, resume_env
@@ -20,7 +20,7 @@ from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, Worke
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
-from jobtpu.home import fence
+from jobtpu.home import fence, lease
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
@@ -297,7 +297,10 @@ def kill_jobs(p: Session, jobs: list[Job], now: float, by: str | None = None) ->
     was_ended = {job.id for job in jobs if job.ended}
     was_open = pulls.open_attempts(jobs)
     asked = Plan()  # the jobs' new records: stopping, or a queued one killed (its event is told here)
-    kills = [k for job in jobs for k in kill_asked(job, asked)]
+    # Never another box's local processes (home-files.md §1.7): that box's runner, or the pass holding
+    # the lease, ends the job and says what became of them.
+    box = lease.box_name()
+    kills = [k for job in jobs for k in kill_asked(job, asked) if elsewhere(job, box) is None]
     asked.apply_to(jobs)
     _tell_ended(p, jobs, was_ended, now, by)
     settle(p.state, stop_all(p, kills), now).apply_to(p.state)

@@ -11,13 +11,13 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from jobtpu.decide.gang import machines_of, slice_refs
-from jobtpu.decide.observation import Observation
+from jobtpu.decide.observation import Observation, elsewhere
 from jobtpu.decide.progress import progress_of
 from jobtpu.decide.workers import WorkerRef, WorkerState
 from jobtpu.errors import BusyError, RemoteError
 from jobtpu.fleet import pulls
 from jobtpu.fleet.drivers import DRIVERS, driver_for
-from jobtpu.home import logfiles
+from jobtpu.home import lease, logfiles
 from jobtpu.home.roles import Layout, role_of
 from jobtpu.home.safefs import UnsafePath
 from jobtpu.home.specs import local_verdict, records_trusted
@@ -32,7 +32,7 @@ def observe(p: Pass) -> Observation:
     """What the fleet says now: each machine's view (TPU nodes first: they say where the workers
     are), each probed worker's state and new log bytes, and the local machine's refusals. Every
     contact is counted in `p.contacts` for reach.py to judge."""
-    seen = Observation(now=time.time())
+    seen = Observation(now=time.time(), box=lease.box_name(), boxes=lease.in_use(p.home))
     seen.drained = {name: record.drained.reason for name, record in p.state.machines.items() if record.drained}
     # What the providers say first (TPU node states): where the workers are. Their steps are only planned here.
     p.machine_work = {work.machine.name: work for driver in DRIVERS.values() for work in driver.observe(p, seen)}
@@ -42,8 +42,9 @@ def observe(p: Pass) -> Observation:
         eps = p.endpoints(machine)
         view.n_workers = len(eps)
         # Each machine for its own slice's workers (a gang's worker indices are global: slice s, worker i is s * per + i).
+        # Never another box's local attempts: their processes are not this box's (home-files.md §1.7).
         refs = [r for j in p.state.jobs if j.status is Status.RUNNING and machine.name in machines_of(j)
-                for r in slice_refs(j, machines_of(j).index(machine.name))]
+                and elsewhere(j, seen.box) is None for r in slice_refs(j, machines_of(j).index(machine.name))]
         if not refs or view.preempted or not driver_for(machine).probes(view.reachable):
             continue
         per = {r: r.worker % max(1, len(eps)) for r in refs}
