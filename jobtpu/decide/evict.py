@@ -111,7 +111,7 @@ def evict_for(job: Job, request: Request, d: Dispatch) -> str | None:
         why = f"evicted by job {job.id} ({mine.name}), a higher priority class"
         d.plan.moves.append(victim.stop(Ending(Status.FAILED, model.PREEMPTED, None, Recovery.RESUME)))
         victim.evicted_by = job.id
-        for kill in kills(victim, refs_of(victim)):
+        for kill in kills(victim, refs_of(victim), first=victim.signal):  # its --signal first: it may checkpoint
             d.plan.do(kill, why)
         d.plan.notes.append(f"job {victim.id}: stopping on {', '.join(victim.holds)}: {why}")
     return _evicting(victims, classes, choice.machine)
