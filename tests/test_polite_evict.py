@@ -79,7 +79,10 @@ def test_the_wrapper_obeys_an_evictions_request_with_the_jobs_signal_first(reque
     try:
         wait_for(lambda: (tmp_path / "up").exists(), what="the job to start")
         (tmp_path / "stop" / request_name).touch()
-        wrapper.wait(timeout=20)
+        # A TERM ends the wrapper at once, the job's handler a moment later: wait for what the job says.
+        said = tmp_path / "saved"
+        wait_for(lambda: said.exists() and said.read_text().strip() and wrapper.poll() is not None, timeout=20,
+                 what="the job to be stopped")
         assert (tmp_path / "saved").read_text().strip() == saved
         # A job that ends of its own after the signal has its exit recorded; a TERM stops the wrapper too.
         recorded = stem.with_suffix(".0.exit")
