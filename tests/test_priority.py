@@ -310,3 +310,19 @@ def test_a_members_forged_class_is_refused_by_the_runner_and_queues_nothing(team
     answers = team.run(bob, "--home", str(home), "requests").stdout
     assert (f"submit of job {forged}: refused: jobtpu: error: job {forged}: --class urgent: {bob} may not use it "
             f"(machines.json allows {alice})") in answers, answers
+
+
+def test_update_class_of_a_queued_job_with_submits_checks(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    src = write_tree(tmp_path / "src", {"x": ""})
+    mine = submit(home, src, "true", "--user", "alice", "--hold")
+    bobs = submit(home, src, "true", "--user", "bob", "--hold")
+    for who, job_id, cls, said in (("bob", bobs, "urgent", "--class urgent: bob may not use it (machines.json allows alice)"),
+                                   ("alice", mine, "top", "--class top: no such priority class")):
+        done = jobtpu(home, "update", str(job_id), "--class", cls, check=False, env={"JOBTPU_USER": who})
+        assert done.returncode != 0 and done.stderr.splitlines()[0].startswith(f"jobtpu: error: {said}"), done.stderr
+        assert "Traceback" not in done.stderr
+    assert status(home)[bobs].get("priority_class") is None
+    done = jobtpu(home, "update", str(mine), "--class", "urgent", env={"JOBTPU_USER": "alice"})
+    assert "priority_class" in done.stdout, done.stdout
+    assert status(home)[mine]["priority_class"] == "urgent"

@@ -41,11 +41,13 @@ class Changes(NamedTuple):
     machine: str | None = None  # pin to this machine (a name, an alias, a TPU's node)
     no_machine: bool = False  # drop the pin
     max_running: int | None = None  # a sweep's cap; 0: no cap
+    priority_class: str | None = None  # --class: machines.json's priority class, as submit checks it
 
     @property
     def any(self) -> bool:
         return (self.req is not None or self.priority is not None or bool(self.set or self.unset)
-                or self.machine is not None or self.no_machine or self.max_running is not None)
+                or self.machine is not None or self.no_machine or self.max_running is not None
+                or self.priority_class is not None)
 
 
 def _override_key(word: str) -> str | None:
@@ -77,6 +79,10 @@ def apply_changes(job: "Job", changes: Changes, fleet: "Fleet", team: Mapping[st
             asked = " ".join(req) or "a slot"
             raise JobtpuError(f"job {job.id}: no machine could ever run {asked}" + (f" on {pin}" if pin else ""),
                               hint="`jobtpu machines` lists what each machine offers")
+    if changes.priority_class is not None:  # the job's owner must be allowed it, as at submit
+        from jobtpu.commands.submit import check_class
+
+        check_class(fleet, changes.priority_class, job.user)
     if changes.max_running is not None and job.sweep is None:
         raise JobtpuError(f"job {job.id} is in no sweep: --max-running caps a sweep's running jobs",
                           hint="select a sweep's jobs, like `jobtpu update --sweep 12 --max-running 4`")
@@ -114,6 +120,8 @@ def apply_changes(job: "Job", changes: Changes, fleet: "Fleet", team: Mapping[st
     job.sweep_values = values
     if changes.max_running is not None:
         change("max_running", changes.max_running or None)
+    if changes.priority_class is not None:
+        change("priority_class", changes.priority_class)
     return found
 
 
@@ -135,7 +143,7 @@ def update(home: Home, sel: Selection, changes: Changes, force: bool = False, dr
     require_some(sel, "update")
     if not changes.any:
         raise UsageError("update: give what to change", hint="--req, --priority, --set KEY=VALUE, --unset KEY, "
-                         "--machine NAME, --no-machine or --max-running N (`jobtpu update --help`)")
+                         "--machine NAME, --no-machine, --max-running N or --class NAME (`jobtpu update --help`)")
     me = known_user(home, None)
     lines: list[str] = []
     with locked_session(home) as session:
@@ -178,7 +186,7 @@ def update(home: Home, sel: Selection, changes: Changes, force: bool = False, dr
 def changes_from(parsed: argparse.Namespace) -> Changes:
     return Changes(req=tuple(parsed.req) if parsed.req else None, priority=parsed.priority,
                    set=tuple(parsed.set), unset=tuple(parsed.unset), machine=parsed.machine,
-                   no_machine=parsed.no_machine, max_running=parsed.max_running)
+                   no_machine=parsed.no_machine, max_running=parsed.max_running, priority_class=parsed.priority_class)
 
 
 def add_parser(subparsers: "args.Subparsers") -> None:
@@ -195,4 +203,6 @@ def add_parser(subparsers: "args.Subparsers") -> None:
     where.add_argument("--no-machine", action="store_true", help="run on any machine that fits")
     p.add_argument("--max-running", type=args.tries, metavar="N",
                    help="a sweep's jobs: at most N of its jobs launching or running at once (0: no cap)")
+    p.add_argument("--class", dest="priority_class", metavar="NAME",
+                   help="its priority class across users (machines.json's priority_classes), as submit takes it")
     p.set_defaults(func=lambda home, a: update(home, selection_from(a), changes_from(a), a.force, a.dry_run))

@@ -24,7 +24,7 @@ from jobtpu.decide.dispatch_state import (
     used_resources,
     user_usage,
 )
-from jobtpu.decide.evict import class_buckets, evict_for, note_evicted
+from jobtpu.decide.evict import class_buckets, evict_for, note_evicted, still_evicting
 from jobtpu.decide.fit import Request, allocate, parse_request, why_not
 from jobtpu.decide.gang import place_gang, start_on
 from jobtpu.decide.observation import Observation, Plan, Recreate, rule_of
@@ -202,6 +202,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
     # the same (a sweep queues thousands alike) finds none either, and would want back the same TPU.
     no_room: dict[tuple[str | None, tuple[tuple[str, ...], str | None, str | None]], Request] = {}
     limited: dict[tuple[str, tuple[tuple[str, ...], str | None, str | None]], str] = {}  # per user: only grows
+    no_victims: set[tuple[object, int]] = set()  # (room, class rank) whose eviction found nothing to stop
     for job in dispatch_order([j for j in jobs if j.status is Status.QUEUED], d):
         held = held_back(job, d)
         if held is not None:
@@ -224,10 +225,16 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             continue
         back = bool(d.drained_only) and job.reason == model.RECOVERING  # may go back to a drained machine
         nearby = locality.resume_candidates(job, fleet)  # a resuming job: the machines near its data
-        # A class above the lowest may evict where an alike job found no room: it looks for itself.
-        evicts = d.fleet.classes is not None and d.fleet.classes.of(job.priority_class).rank > 0
-        if room in no_room and not back and not job.keeps and nearby is None and not evicts:
-            d.plan.wait(job, why_waiting(job, no_room[room], d))
+        # A class above the lowest may evict where an alike job found no room (it looks for itself),
+        # until an alike job of its class found nothing to evict either (candidates only go).
+        rank = d.fleet.classes.of(job.priority_class).rank if d.fleet.classes is not None else 0
+        evicts = rank > 0 and (room, rank) not in no_victims
+        if room in no_room and not back and not job.keeps and nearby is None:
+            evicting = evict_for(job, no_room[room], d) if evicts else None
+            if evicts and evicting is None:
+                no_victims.add((room, rank))
+            d.plan.wait(job, evicting or (still_evicting(job, d) if rank > 0 else None)
+                        or why_waiting(job, no_room[room], d))
             continue
         request = parse_request(job.req)
         by_limit = local_why = None
@@ -275,6 +282,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if evicts and (evicting := evict_for(job, request, d)) is not None:
                 d.plan.wait(job, evicting)
                 continue
+            if evicts and not back and not job.keeps and nearby is None:
+                no_victims.add((room, rank))
             _want_back(job, request, fleet, seen, plan, nearby)
             _note_recreations(d)
             d.plan.wait(job, why_waiting(job, request, d, nearby))

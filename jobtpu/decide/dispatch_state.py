@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobtpu.decide.evict_index import EvictIndex
 from jobtpu.decide.fit import parse_request, why_not
 from jobtpu.decide.observation import Observation, Plan, claim_reason
 from jobtpu.schema import state as model
@@ -48,6 +49,7 @@ class Dispatch(msgspec.Struct):
     sweep_active: dict[int, int] = msgspec.field(default_factory=dict)  # per sweep: its jobs active now (--max-running)
     drained_only: set[str] = msgspec.field(default_factory=set)  # machines kept from new jobs by their drain alone
     kept: dict[str, int] = msgspec.field(default_factory=dict)  # machine -> the queued job that keeps it to resume
+    evictions: EvictIndex | None = None  # decide/evict.py's one scan of the jobs, made when first needed
 
 
 class UserUse(msgspec.Struct):

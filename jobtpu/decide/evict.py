@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Sequence
 
 from jobtpu.decide.dispatch_state import Dispatch, kept_for
+from jobtpu.decide.evict_index import Evictable, EvictIndex, by_machine
 from jobtpu.decide.fit import Request, allocate, why_not
 from jobtpu.decide.gang import kills
 from jobtpu.decide.observation import refs_of
@@ -22,18 +23,6 @@ from jobtpu.schema.priority import Classes
 from jobtpu.schema.state import Ending, Job, Recovery, Status
 
 MAX_VICTIMS = 8  # jobs one machine's eviction may stop at once: beyond it the search is not worth its cost
-
-
-class Evictable(msgspec.Struct, frozen=True):
-    """A running job as the choice sees it: its class's rank, where it runs, what it holds there, and
-    whether it has run its class's min_runtime (a job in its first min_runtime is never evicted)."""
-
-    job: int
-    rank: int
-    machines: tuple[str, ...]  # a gang holds several: evicting it frees its room on each
-    alloc: dict[str, list[int]]
-    settled: bool  # it has run at least its class's min_runtime
-    started: float = 0.0  # its attempt's start: of two alike, the one started last loses least work
 
 
 class EvictChoice(msgspec.Struct, frozen=True):
@@ -47,10 +36,20 @@ def choose(needs: dict[str, int], rank: int, machines: Sequence[tuple[str, dict[
     `machines` (name, capacity; in machines.json's order); None when no such set exists. Among sets
     of as many jobs, the lowest classes go first, then on a machine earlier in machines.json; within
     one machine, of jobs of one class the one started last goes first, then the lower id (stable)."""
+    return choose_on(needs, rank, machines, used, by_machine(holders))
+
+
+def choose_on(needs: dict[str, int], rank: int, machines: Sequence[tuple[str, dict[str, int]]],
+              used: dict[str, dict[str, set[int]]], on: dict[str, list[Evictable]]) -> EvictChoice | None:
+    """choose, the holders given by machine in the order it prefers them (evict_index.by_machine):
+    each machine's candidates are the first of its list below `rank`, never a scan of every job."""
     best: tuple[int, tuple[int, ...], int, EvictChoice] | None = None
     for order, (name, capacity) in enumerate(machines):
-        on_it = sorted((h for h in holders if name in h.machines and h.rank < rank and h.settled),
-                       key=lambda h: (h.rank, -h.started, h.job))[:MAX_VICTIMS]
+        if best is not None and best[:2] == (1, (0,)):
+            break  # one job of the lowest class: no later machine does better
+        on_it = list(itertools.islice(itertools.takewhile(lambda h: h.rank < rank, on.get(name, ())), MAX_VICTIMS))
+        if best is not None and best[0] == 1 and (not on_it or on_it[0].rank >= best[1][0]):
+            continue  # one victim found already: only a single one of a lower class here does better
         mine = used.get(name, {})
         for k in range(1, len(on_it) + 1):
             if best is not None and k > best[0]:
@@ -95,26 +94,56 @@ def evict_for(job: Job, request: Request, d: Dispatch) -> str | None:
     mine = classes.of(job.priority_class)
     if mine.rank == 0:
         return None
-    latest = [d.plan.latest(j) for j in d.jobs]
-    pending = [j for j in latest if j.status is Status.KILLING and j.evicted_by == job.id]
-    if pending:
-        return _evicting(pending, classes)
-    machines = [(m.name, m.capacity) for m in d.fleet.machines.values()
-                if d.unavailable.get(m.name) is None and kept_for(job, m.name, d) is None
-                and why_not(m, request, job.pin) is None]
-    holders = [_holder(j, classes, d.seen.now) for j in latest if j.status is Status.RUNNING and j.holds]
-    choice = choose(request.needs(), mine.rank, machines, d.used, holders)
-    if choice is None:
+    index = d.evictions = d.evictions or _index(d, classes)
+    if (pending := still_evicting(job, d)) is not None:
+        return pending
+    fit = (tuple(job.req), job.pin)  # the machines a request could run on now: worked out once per dispatch
+    if fit not in index.fits:
+        index.fits[fit] = [(m.name, m.capacity) for m in d.fleet.machines.values()
+                           if d.unavailable.get(m.name) is None and why_not(m, request, job.pin) is None]
+    machines = [(name, cap) for name, cap in index.fits[fit] if name not in d.kept or kept_for(job, name, d) is None]
+    needs = request.needs()
+    # Within a dispatch candidates only go and room is only taken: a request that found nothing to
+    # evict on these machines finds nothing later either (one look for a sweep's thousands of jobs).
+    key = (tuple(sorted(needs.items())), mine.rank, tuple(name for name, _ in machines))
+    if key in index.dead_ends:
         return None
-    victims = [d.plan.edit(next(j for j in latest if j.id == vid)) for vid in choice.victims]
+    choice = choose_on(needs, mine.rank, machines, d.used, index.on)
+    if choice is None:
+        index.dead_ends.add(key)
+        return None
+    index.drop(choice.victims)
+    victims = [d.plan.edit(index.records[vid]) for vid in choice.victims]
     for victim in victims:
         why = f"evicted by job {job.id} ({mine.name}), a higher priority class"
         d.plan.moves.append(victim.stop(Ending(Status.FAILED, model.PREEMPTED, None, Recovery.RESUME)))
         victim.evicted_by = job.id
-        for kill in kills(victim, refs_of(victim)):
+        for kill in kills(victim, refs_of(victim), first=victim.signal):  # its --signal first: it may checkpoint
             d.plan.do(kill, why)
         d.plan.notes.append(f"job {victim.id}: stopping on {', '.join(victim.holds)}: {why}")
     return _evicting(victims, classes, choice.machine)
+
+
+def still_evicting(job: Job, d: Dispatch) -> str | None:
+    """The pending reason of a job whose victims (of an earlier pass) are still stopping; None else."""
+    if d.fleet.classes is None:
+        return None
+    d.evictions = d.evictions or _index(d, d.fleet.classes)
+    pending = d.evictions.evicting.get(job.id)
+    return _evicting(pending, d.fleet.classes) if pending else None
+
+
+def _index(d: Dispatch, classes: Classes) -> EvictIndex:
+    """The one scan of the jobs a dispatch's evictions need (evict_index.py)."""
+    evicting: dict[int, list[Job]] = {}
+    records: dict[int, Job] = {}
+    for latest in (d.plan.latest(j) for j in d.jobs):
+        if latest.status is Status.KILLING and latest.evicted_by is not None:
+            evicting.setdefault(latest.evicted_by, []).append(latest)
+        elif latest.status is Status.RUNNING and latest.holds:
+            records[latest.id] = latest
+    holders = by_machine(_holder(j, classes, d.seen.now) for j in records.values())
+    return EvictIndex(holders, evicting, records)
 
 
 def _holder(job: Job, classes: Classes, now: float) -> Evictable:

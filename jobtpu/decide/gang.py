@@ -41,14 +41,15 @@ def machine_of(job: Job, worker: int) -> str | None:
     return names[min(worker // per_slice(job), len(names) - 1)] if names else None
 
 
-def kills(job: Job, refs: tuple[WorkerRef, ...]) -> list[Kill]:
-    """A stop of these workers: one Kill per machine, each with its own slice's workers."""
+def kills(job: Job, refs: tuple[WorkerRef, ...], first: str | None = None) -> list[Kill]:
+    """A stop of these workers: one Kill per machine, each with its own slice's workers (`first`:
+    the signal an eviction sends before the TERM, Kill.first)."""
     by_machine: dict[str, list[WorkerRef]] = {}
     for ref in refs:
         name = machine_of(job, ref.worker)
         if name is not None:
             by_machine.setdefault(name, []).append(ref)
-    return [Kill(job.id, name, tuple(mine)) for name, mine in by_machine.items()]
+    return [Kill(job.id, name, tuple(mine), first) for name, mine in by_machine.items()]
 
 
 def gang_view(job: Job, seen: Observation) -> MachineView:

@@ -75,6 +75,9 @@ class Kill(msgspec.Struct, frozen=True):
     job: int
     machine: str
     refs: tuple[WorkerRef, ...]
+    # An eviction's (decide/evict.py): the job's --signal, sent a grace before the TERM so that the
+    # job may checkpoint (docs/reference/requests-and-rules.md §8); None: TERM first, as `kill` stops.
+    first: str | None = None
 
 
 class Recreate(msgspec.Struct, frozen=True):

@@ -33,6 +33,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     early_signal: tuple[str, float] | None = None  # --signal: (name, seconds after the start)
     grace: float = msgspec.field(default_factory=lambda: timing.current().grace)  # TERM to KILL, seconds
     stop_requests: bool = False  # the wrapper obeys a stop request in the root's stop/ (the local machine)
+    evict_signal: str = ""  # --signal's name: what an eviction's stop request sends first ("": none)
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
     token: int = 0  # the launching runner's lease token: a worker refuses one older than it has seen (0: no lease)
     batch: tuple[str, ...] | None = None  # handed to a batch scheduler (Slurm) with these sbatch options

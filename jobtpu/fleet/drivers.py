@@ -73,11 +73,13 @@ class Driver:
 
         return probe_script(machine.root, workers, home_id=home_id, markers=markers or ())
 
-    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str) -> str:
-        """The script that stops job workers on one worker: TERM, then KILL after `grace` seconds."""
+    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str,
+                    first: str | None = None) -> str:
+        """The script that stops job workers on one worker: TERM, then KILL after `grace` seconds;
+        with `first` (an eviction's), that signal a grace before the TERM."""
         from jobtpu.remote.scripts import kill_script
 
-        return kill_script(machine.root, refs, grace=grace, home_id=home_id, ask=self.stops_by_request)
+        return kill_script(machine.root, refs, grace=grace, home_id=home_id, ask=self.stops_by_request, first=first)
 
     def batch_options(self, machine: Machine, job: Job, grace: float) -> tuple[str, ...] | None:
         """The options an attempt is handed to the machine's batch scheduler with; None: it has none,
@@ -329,7 +331,9 @@ class SlurmDriver(SshDriver):
 
         return probe_script(machine.root, workers)
 
-    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str) -> str:
+    def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str,
+                    first: str | None = None) -> str:
+        # scancel's own TERM, grace and KILL: a cluster's eviction sends no --signal first yet.
         from jobtpu.slurm.scripts import kill_script
 
         return kill_script(machine.root, refs, grace)

@@ -184,7 +184,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
                           command, job_env(job, machine, ep.index, place, secrets, resumed=resumed),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
-                          time_limit=job.timeout, token=token,
+                          evict_signal=job.signal or "", time_limit=job.timeout, token=token,
                           batch=driver.batch_options(machine, job, grace_of(job)))
 
     reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
@@ -275,8 +275,9 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = driver_for(machine).kill_script(machine, [ref], grace, p.home_id)
-            return parse_kill(p.run_on(machine, ep, script, timeout=grace + timing.current().script_timeout)).get(ref, False)
+            script = driver_for(machine).kill_script(machine, [ref], grace, p.home_id, action.first)
+            waits = grace * (2 if action.first else 1)  # an eviction's first signal has its grace too
+            return parse_kill(p.run_on(machine, ep, script, timeout=waits + timing.current().script_timeout)).get(ref, False)
         except RemoteError:
             return False
 

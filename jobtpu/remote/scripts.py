@@ -118,7 +118,7 @@ def _launch_call(spec: LaunchSpec) -> str:
         "root": spec.root, "home_id": spec.home_id, "job": r.job, "attempt": r.attempt, "worker": r.worker,
         "archive": spec.archive, "fresh": int(spec.fresh), "tpu_cleanup": int(spec.tpu_cleanup),
         "command": spec.command, "signal": signal, "delay": int(delay), "poll": poll, "grace": _tenths(spec.grace),
-        "limit": _seconds(spec.time_limit), "token": spec.token}, *env)
+        "limit": _seconds(spec.time_limit), "token": spec.token, "first": spec.evict_signal if poll else ""}, *env)
 
 
 def _seconds(limit: float | None) -> str:
@@ -262,14 +262,17 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
 # ---- kill -----------------------------------------------------------------------------------------
 
 def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_id: str = "",
-                ask: bool = False) -> str:
+                ask: bool = False, first: str | None = None) -> str:
     """TERM each worker's whole process group and every process that carries its marker (those that
     left the group by setsid or a double fork too), KILL what is left after `grace` seconds. With
-    `ask` (the local machine), a group another account runs gets a stop request its wrapper obeys,
-    and the time for it to. One `kill` report per worker: gone or not (stuck)."""
+    `first` (an eviction of a job with --signal), that signal a grace before the TERM. With `ask`
+    (the local machine), a group another account runs gets a stop request its wrapper obeys, and the
+    time for it to. One `kill` report per worker: gone or not (stuck)."""
     args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
-    ask_steps = _tenths(stop_poll() + grace) + 10 if ask else 0  # its wrapper's poll and grace, and a second
-    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, *args)])
+    graces = grace * (2 if first else 1)
+    ask_steps = _tenths(stop_poll() + graces) + 10 if ask else 0  # its wrapper's poll and grace(s), and a second
+    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, first or "",
+                                                  *args)])
 
 
 def parse_kill(stdout: str) -> dict[WorkerRef, bool]:

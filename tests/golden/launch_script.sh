@@ -334,14 +334,29 @@ JOBTPU_w_procs() {
 # signal the job (docs/design.md §7). Only a regular file counts, never a link, and it is never
 # opened: the name is this attempt's, so a request can stop this job and nothing else. Then TERM the
 # job's processes (the wrapper among them: no exit code, as when a pass stops it), and KILL what is
-# left after GRACE tenths of a second.
+# left after GRACE tenths of a second. With FIRST (the job's --signal), REQUEST.signal asks for an
+# eviction's stop (docs/reference/requests-and-rules.md §8): FIRST to the job's processes but the
+# wrapper, GRACE tenths for the job to checkpoint and end, then the TERM and KILL as for REQUEST.
 JOBTPU_w_stopper() {
-  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll JOBTPU_w_q="$1.signal"
   JOBTPU_w_poll=$(awk -v l="$2" 'BEGIN { printf "%d", l * 1000000 }')
-  until [ -f "$1" ] && [ ! -L "$1" ]; do
+  [ -n "${7:-}" ] || JOBTPU_w_q="$1"
+  until { [ -f "$1" ] && [ ! -L "$1" ]; } || { [ -f "$JOBTPU_w_q" ] && [ ! -L "$JOBTPU_w_q" ]; }; do
     JOBTPU_w_now
     JOBTPU_w_nap "$((JOBTPU_w_us + JOBTPU_w_poll))" "$4" "$5" "$6" || exit 0
   done
+  if [ "$JOBTPU_w_q" != "$1" ] && [ ! -f "$1" ]; then
+    for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
+      [ "$JOBTPU_w_p" = "$4" ] || { kill -s "$7" "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+    done
+    for _ in $(seq "$3"); do
+      JOBTPU_w_s=""
+      for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+      [ -z "$JOBTPU_w_s" ] && exit 0  # it ended of its own (checkpointed): the wrapper records its exit
+      sleep 0.1
+    done
+    JOBTPU_w_all=()
+  fi
   for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
     kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p")
   done
@@ -387,12 +402,13 @@ JOBTPU_w_end() {
   while IFS= read -r -u "$JOBTPU_w_g" _; do :; done
   exec {JOBTPU_w_g}<&-
 }
-# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL]]]] : runs in the login environment (never the job's, so an --env PATH
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL [FIRST]]]]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
 # command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
 # and with LIMIT, stop the job LIMIT seconds after the start, GRACE tenths between TERM and KILL
-# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper). STEM is the absolute path
+# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper; FIRST: the job's --signal,
+# which an eviction's request sends first). STEM is the absolute path
 # stem of the worker's meta files. The command runs with UMASK (the login's): the wrapper's own files
 # are private, the job's outputs are the user's business.
 jobtpu_wrapper() {
@@ -416,7 +432,7 @@ jobtpu_wrapper() {
       "$JOBTPU_MARK" && JOBTPU_w_t=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_t=(failed)
   fi
   if [ -n "${8:-}" ] && [ "${JOBTPU_w_t[0]:-}" != failed ]; then
-    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" &&
+    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" "${10:-}" &&
       JOBTPU_w_r=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_r=(failed)
   fi
   if [ "${JOBTPU_w_t[0]:-}" = failed ] || [ "${JOBTPU_w_r[0]:-}" = failed ]; then
@@ -551,22 +567,23 @@ jobtpu_fence() {
 }
 
 # jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
-#   poll= grace= limit= token= -- [NAME MODE VALUE]...
+#   poll= grace= limit= token= first= -- [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
 # pid | pending | need-archive | bad-archive with why | fail with why). Named arguments (jobtpu_named),
 # every one given. fresh=1: start from the snapshot, replacing a folder an earlier attempt left (a
 # rerun). tpu_cleanup=1: clear stale TPU device holders and the libtpu lock file first. signal (empty:
 # none) is sent to the job's processes `delay` seconds after the start (--signal). poll (seconds; 0:
 # none) is how often the wrapper looks for a stop request in ROOT/stop, which then stops the job with
-# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7). limit
+# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7); first
+# (empty: none) is the job's --signal, which an eviction's stop request sends before the TERM. limit
 # (seconds; empty: none) is the job's --timeout, which the wrapper enforces on the worker (`grace`
 # tenths between TERM and KILL). token is the launching runner's lease token (jobtpu_fence; 0: none). The NAME MODE VALUE triples after `--` are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
   local root="" home_id="" job="" attempt="" worker="" archive="" fresh="" tpu_cleanup="" command="" signal="" delay=""
-  local poll="" grace="" limit="" token="" r
-  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token" "$@" ||
+  local poll="" grace="" limit="" token="" first="" r
+  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token first" "$@" ||
     exit
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
@@ -655,7 +672,7 @@ jobtpu_launch() (
     exit
   fi
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
-  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$first"); fi
   env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
     JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
     JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
@@ -674,5 +691,5 @@ jobtpu_launch() (
 )
 
 jobtpu_launch_init stale_minutes=3 unpack_bad_exit=3 'unpack_source=<jobtpu/snapshot/unpack.py>' reset_tenths=200 --
-jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=2 worker=1 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=1 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=2.0 grace=50 limit=3600.25 token=0 -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
-jobtpu_launch root=runs home_id=home-1 job=8 attempt=0 worker=0 archive=feed.tar.gz fresh=0 tpu_cleanup=0 'command=bash run.sh' signal= delay=0 poll=0 grace=50 limit= token=0 --
+jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=2 worker=1 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=1 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=2.0 grace=50 limit=3600.25 token=0 first= -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_launch root=runs home_id=home-1 job=8 attempt=0 worker=0 archive=feed.tar.gz fresh=0 tpu_cleanup=0 'command=bash run.sh' signal= delay=0 poll=0 grace=50 limit= token=0 first= --

@@ -26,22 +26,23 @@ jobtpu_fence() {
 }
 
 # jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
-#   poll= grace= limit= token= -- [NAME MODE VALUE]...
+#   poll= grace= limit= token= first= -- [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
 # pid | pending | need-archive | bad-archive with why | fail with why). Named arguments (jobtpu_named),
 # every one given. fresh=1: start from the snapshot, replacing a folder an earlier attempt left (a
 # rerun). tpu_cleanup=1: clear stale TPU device holders and the libtpu lock file first. signal (empty:
 # none) is sent to the job's processes `delay` seconds after the start (--signal). poll (seconds; 0:
 # none) is how often the wrapper looks for a stop request in ROOT/stop, which then stops the job with
-# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7). limit
+# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7); first
+# (empty: none) is the job's --signal, which an eviction's stop request sends before the TERM. limit
 # (seconds; empty: none) is the job's --timeout, which the wrapper enforces on the worker (`grace`
 # tenths between TERM and KILL). token is the launching runner's lease token (jobtpu_fence; 0: none). The NAME MODE VALUE triples after `--` are the job's environment (mode
 # `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
 # `exit` below ends this worker's launch only.
 jobtpu_launch() (
   local root="" home_id="" job="" attempt="" worker="" archive="" fresh="" tpu_cleanup="" command="" signal="" delay=""
-  local poll="" grace="" limit="" token="" r
-  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token" "$@" ||
+  local poll="" grace="" limit="" token="" first="" r
+  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token first" "$@" ||
     exit
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
@@ -130,7 +131,7 @@ jobtpu_launch() (
     exit
   fi
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
-  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll"); fi
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$first"); fi
   env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
     JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
     JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \

@@ -160,14 +160,29 @@ JOBTPU_w_procs() {
 # signal the job (docs/design.md §7). Only a regular file counts, never a link, and it is never
 # opened: the name is this attempt's, so a request can stop this job and nothing else. Then TERM the
 # job's processes (the wrapper among them: no exit code, as when a pass stops it), and KILL what is
-# left after GRACE tenths of a second.
+# left after GRACE tenths of a second. With FIRST (the job's --signal), REQUEST.signal asks for an
+# eviction's stop (docs/reference/requests-and-rules.md §8): FIRST to the job's processes but the
+# wrapper, GRACE tenths for the job to checkpoint and end, then the TERM and KILL as for REQUEST.
 JOBTPU_w_stopper() {
-  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll JOBTPU_w_q="$1.signal"
   JOBTPU_w_poll=$(awk -v l="$2" 'BEGIN { printf "%d", l * 1000000 }')
-  until [ -f "$1" ] && [ ! -L "$1" ]; do
+  [ -n "${7:-}" ] || JOBTPU_w_q="$1"
+  until { [ -f "$1" ] && [ ! -L "$1" ]; } || { [ -f "$JOBTPU_w_q" ] && [ ! -L "$JOBTPU_w_q" ]; }; do
     JOBTPU_w_now
     JOBTPU_w_nap "$((JOBTPU_w_us + JOBTPU_w_poll))" "$4" "$5" "$6" || exit 0
   done
+  if [ "$JOBTPU_w_q" != "$1" ] && [ ! -f "$1" ]; then
+    for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
+      [ "$JOBTPU_w_p" = "$4" ] || { kill -s "$7" "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+    done
+    for _ in $(seq "$3"); do
+      JOBTPU_w_s=""
+      for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+      [ -z "$JOBTPU_w_s" ] && exit 0  # it ended of its own (checkpointed): the wrapper records its exit
+      sleep 0.1
+    done
+    JOBTPU_w_all=()
+  fi
   for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
     kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p")
   done
@@ -213,12 +228,13 @@ JOBTPU_w_end() {
   while IFS= read -r -u "$JOBTPU_w_g" _; do :; done
   exec {JOBTPU_w_g}<&-
 }
-# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL]]]] : runs in the login environment (never the job's, so an --env PATH
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL [FIRST]]]]] : runs in the login environment (never the job's, so an --env PATH
 # cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
 # and delete it before the command starts; apply the env only in the process that becomes the
 # command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
 # and with LIMIT, stop the job LIMIT seconds after the start, GRACE tenths between TERM and KILL
-# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper). STEM is the absolute path
+# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper; FIRST: the job's --signal,
+# which an eviction's request sends first). STEM is the absolute path
 # stem of the worker's meta files. The command runs with UMASK (the login's): the wrapper's own files
 # are private, the job's outputs are the user's business.
 jobtpu_wrapper() {
@@ -242,7 +258,7 @@ jobtpu_wrapper() {
       "$JOBTPU_MARK" && JOBTPU_w_t=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_t=(failed)
   fi
   if [ -n "${8:-}" ] && [ "${JOBTPU_w_t[0]:-}" != failed ]; then
-    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" &&
+    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" "${10:-}" &&
       JOBTPU_w_r=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_r=(failed)
   fi
   if [ "${JOBTPU_w_t[0]:-}" = failed ] || [ "${JOBTPU_w_r[0]:-}" = failed ]; then
