@@ -357,25 +357,32 @@ def test_a_members_submit_keeps_every_field_a_user_sets_as_a_private_home_would(
     alice, bob = team.accounts
     shared = init_shared(team, runner_consents=False)
     private = team.private_folder(bob, "home")
-    (private / "machines.json").write_text(json.dumps({"machines": {"local": {"kind": "local"}}}))
+    # Two ssh boxes nobody reaches (every job stays held) for a gang of two slices, and classes for --class.
+    fleet = {"machines": {"local": {"kind": "local"},
+                          **{name: {"kind": "ssh", "hosts": ["127.0.0.1:9"], "resources": {"slot": 1}} for name in ("b1", "b2")}},
+             "priority_classes": {"low": {"default": True}, "urgent": {}}}
+    (private / "machines.json").write_text(json.dumps(fleet))
     os.chown(private / "machines.json", team.uid(bob), team.uid(bob))
+    write_as_runner(team, shared / "machines.json", fleet)
     src = source_of(team, bob)
     every = ["--dir", str(src), "--cmd", "bash train.sh", "--user", bob, "--name", "n", "--tag", "a", "--env", "K=V",
              "--rule", "pre", "--max-recoveries", "3", "--timeout", "1h", "--stall", "30m", "--log-stage",
              "--on-resume", "--r={attempt}", "--progress", r"step (\d+)", "--priority", "2", "--sheet-note", "note",
              "--sweep", "lr=1,2", "--max-running", "1", "--after", "1", "--after-any", "1", "--retries", "2",
-             "--retry-on-exit", "42,127-255", "--max-preemptions", "4",
+             "--retry-on-exit", "42,127-255", "--max-preemptions", "4", "--class", "urgent",
+             "--saved-when", "saved step", "--checkpoints", "gs://ckpt-{region}/run",
              "--grace", "10s", "--signal", "USR1@60", "--hold", "--machine", "local", "--req", "slot=1", "a=1", "--", "b=2"]
     records = {}
     for home, runner in ((shared, alice), (private, bob)):
-        for words in (["--dir", str(src), "--cmd", "true", "--hold"], every):  # job 1, the one --after names
+        gang = ["--dir", str(src), "--cmd", "true", "--hold", "--slices", "2"]  # a gang takes no --machine
+        for words in (["--dir", str(src), "--cmd", "true", "--hold"], every, gang):  # job 1, the one --after names
             team.run(bob, "--home", str(home), "submit", *words, umask="0077")
             team.run(runner, "--home", str(home), "manage", umask="0077")  # the shared home's runner takes it in
         jobs = json.loads((home / "state.json").read_text())["jobs"]
         records[home] = {job["id"]: {k: v for k, v in job.items() if k != "created"} for job in jobs}
-    assert sorted(records[shared]) == [1, 2, 3], records[shared]
+    assert sorted(records[shared]) == [1, 2, 3, 4], records[shared]
     assert records[shared] == records[private]
     unset = Job(id=0, user="", cmd="", archive="", created=0)
     same = [field for field in SUBMIT_FIELDS if all(records[private][i].get(field, msgspec.to_builtins(
-        getattr(unset, field))) == msgspec.to_builtins(getattr(unset, field)) for i in (2, 3))]
+        getattr(unset, field))) == msgspec.to_builtins(getattr(unset, field)) for i in (2, 3, 4))]
     assert same == [], "a field of the table this test sets no value of its own for"
