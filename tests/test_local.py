@@ -622,14 +622,14 @@ def test_a_pass_that_sees_a_local_job_end_asks_its_worker_once(tmp_path: Path, m
     nothing of its job left, is all the catch-up would find: the pass between a job's end and the
     next start makes one round trip to the worker, not two, and the log and the job's saved value
     still come home."""
-    from jobtpu.fleet import pulls
+    from jobtpu.remote import scripts  # the local machine's driver renders its probes from here
 
     home = make_home(tmp_path)
     job_id = submit(home, _src(tmp_path, {"a.txt": "x"}), "echo hello; printf '[1, 2]\\n' > \"$JOBTPU_RESULT\"")
     manage_until(home, [job_id], {"running", "finished"})
     wait_for(lambda: (home / "run" / "meta" / str(job_id) / "0.0.exit").exists(), what="the job's exit record")
-    real, probes = pulls.probe_script, []
-    monkeypatch.setattr(pulls, "probe_script", lambda *a, **k: probes.append(a) or real(*a, **k))
+    real, probes = scripts.probe_script, []
+    monkeypatch.setattr(scripts, "probe_script", lambda *a, **k: probes.append(a) or real(*a, **k))
     manage_until(home, [job_id], {"finished"})
     assert len(probes) == 1
     assert (home / "logs" / str(job_id) / "0.0.log").read_text() == "hello\n"
