@@ -204,3 +204,15 @@ def test_a_kill_while_slurmctld_is_away_is_never_taken_for_done(cluster: tuple[S
         slurm.start_controller()
     manage_until(home, lambda s: s[job]["status"] == "killed", "a pass to end the kill")
     assert slurm.job(slurm_id)["JobState"] in ("FAILED", "CANCELLED")
+
+
+def test_a_saved_result_comes_home_from_the_cluster(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    from jobtpu.home.logfiles import read_result
+
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    # jobtpu.save_result writes $JOBTPU_RESULT (docs/reference/job-environment.md); a job may write it itself.
+    job = submit(home, tmp_path / "code", 'printf \'{"loss": 0.25, "on": "%s"}\' "$SLURM_JOB_ID" > "$JOBTPU_RESULT"')
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    assert read_result(home, job, 0) == {"value": {"loss": 0.25, "on": str(slurm_id)}}

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.remote.scripts import LOG_CHUNK, TAIL_BYTES, call, named, render
+from jobtpu.result import MAX_RESULT_BYTES
 
 # Tenths of a second a stop waits, past the scancel, for Slurm to say the job ended (its KillWait).
 END_WAIT_TENTHS = 300
@@ -16,10 +17,12 @@ END_WAIT_TENTHS = 300
 
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
     """A `host` report, then for each (worker, log bytes already pulled) the `worker`, `log` and
-    `log-end` reports remote/scripts.probe_script's say, liveness from one squeue."""
+    `log-end` reports remote/scripts.probe_script's say, liveness from one squeue, and an ended worker
+    0's saved value (jobtpu.save_result) as its `result` report, as on every machine."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
     return render(("common.sh", "slurm.sh"),
-                  [named("jobtpu_slurm_probe", {"root": root, "chunk": int(chunk), "tail": TAIL_BYTES}, *args)])
+                  [named("jobtpu_slurm_probe", {"root": root, "chunk": int(chunk), "tail": TAIL_BYTES,
+                                                       "result": MAX_RESULT_BYTES}, *args)])
 
 
 def kill_script(root: str, refs: Iterable[WorkerRef], grace: float) -> str:

@@ -265,15 +265,16 @@ jobtpu_batch_submit() {
   jobtpu_batch_ok "$3" "$id"
 }
 
-# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL -- [JOB ATTEMPT WORKER OFFSET]... :
-# what jobtpu_probe says of each worker, its liveness from Slurm: one squeue for every job of this
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
+# what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
+# most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this
 # account. When Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the
 # pass takes the cluster as unreachable this once and changes none of its jobs. Besides, per worker:
 # waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
 jobtpu_slurm_probe() {
-  local root="" chunk="" tail="" r q line boot=- now
+  local root="" chunk="" tail="" result="" r q line boot=- now
   local -A state=() reason=() restarts=()
-  jobtpu_named "root chunk tail" "$@" || return 1
+  jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
@@ -288,16 +289,16 @@ jobtpu_slurm_probe() {
   jobtpu_say host s:boot "$boot" n:now "$now"
   while [ $# -ge 4 ]; do
     line=$r/meta/$1/$2.$3
-    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4"
+    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4" "$result"
     shift 4
   done
 }
 
-# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET : one worker's lines (state, reason and
-# restarts are jobtpu_slurm_probe's).
+# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET RESULT : one worker's lines (state,
+# reason and restarts are jobtpu_slurm_probe's).
 jobtpu_slurm_worker() {
-  local b=$1 chunk=$2 tail=$3 offset=$7 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
-  local preempted=false waiting="" n='^[0-9]+$'
+  local b=$1 chunk=$2 tail=$3 offset=$7 result=$8 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
+  local preempted=false waiting="" n='^[0-9]+$' rsize
   [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
   [ -n "$id" ] && s=${state[$id]:-}
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
@@ -333,6 +334,19 @@ jobtpu_slurm_worker() {
     printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
     tail -c "$tail" "$b.log" | base64 -w0
     printf '"}\n'
+  fi
+  # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker 0's
+  # log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
+  if [ "$6" = 0 ] && [ "$ex" != null ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
+    [ ! -L "$b.result" ]; then
+    rsize=$(stat -c %s "$b.result") || return 0
+    if [ "$rsize" -gt "$result" ]; then
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$4" "$5" "$6" "$rsize"
+    else
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$4" "$5" "$6" "$rsize"
+      head -c "$result" "$b.result" | base64 -w0
+      printf '"}\n'
+    fi
   fi
 }
 
@@ -402,4 +416,4 @@ jobtpu_slurm_doctor() {
   fi
 }
 
-jobtpu_slurm_probe root=-runs chunk=1024 tail=65536 -- 7 2 0 4096
+jobtpu_slurm_probe root=-runs chunk=1024 tail=65536 result=1048576 -- 7 2 0 4096
