@@ -49,6 +49,9 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "launch_script:slurm": lambda v: scripts.launch_script([LaunchSpec(
         WorkerRef(1, 0, 0), root=v, archive=v, command=v, env={v: v}, home_id=v, early_signal=(v, 3.0),
         time_limit=60.0, batch=(f"--partition={v}", v))]),
+    "array_launch_script": lambda v: scripts.array_launch_script([LaunchSpec(
+        WorkerRef(j, 0, 0), root=v, archive=v, command=v, env={v: v}, home_id=v, early_signal=(v, 3.0),
+        time_limit=60.0, batch=(f"--partition={v}", v)) for j in (1, 2)], 4),
     "probe_script:slurm": lambda v: slurm_scripts.probe_script(v, [(r, 5) for r in ALL_REFS]),
     "kill_script:slurm": lambda v: slurm_scripts.kill_script(v, ALL_REFS, grace=0.3),
     "doctor_script:slurm": lambda v: slurm_scripts.doctor_script(),

@@ -102,6 +102,14 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
 
 
+def array_launch_script(specs: list[LaunchSpec], throttle: int | None) -> str:
+    """A sweep's workers (one root, one set of sbatch options) on a Slurm cluster as ONE job array
+    (sh/slurm.sh jobtpu_array), at most `throttle` running at once; launch_script's reports."""
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "slurm.sh"), [
+        _launch_init(), call("jobtpu_batch", *(specs[0].batch or ())), call("jobtpu_array", specs[0].root, throttle or ""),
+        *map(_launch_call, specs), call("jobtpu_array_submit")])
+
+
 def _launch_init() -> str:
     return named("jobtpu_launch_init", {"stale_minutes": claim_stale_minutes(), "unpack_bad_exit": BAD_ARCHIVE_EXIT,
                                         "unpack_source": unpack_source(),
