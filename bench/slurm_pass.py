@@ -34,8 +34,8 @@ def squeue_over_ssh(fm: FleetMachine, identity: Path, known_hosts: Path) -> None
     h = fm.hosts[0]
     subprocess.run(["ssh", "-i", str(identity), "-p", str(h.port), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                     "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                    f"{h.user}@{h.addr}", "squeue --noheader --user=$(id -un) --states=all "
-                    "--Format='JobID:|,State:|,Reason:|,RestartCnt:|'"], stdout=subprocess.DEVNULL, check=True)
+                    f"{h.user}@{h.addr}", "squeue --noheader --user=$(id -un) --states=all --array "
+                    "--Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|'"], stdout=subprocess.DEVNULL, check=True)
 
 
 def setup_home(base: Path, fleet: SshFleet, fm: FleetMachine, src: Path, n: int) -> Path:

@@ -45,6 +45,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     # A Slurm cluster's: the batch script written and handed to sbatch, its probe with one squeue.
     "slurm_launch_script": lambda: scripts.launch_script([msgspec.structs.replace(
         FULL, tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu", "--gres=gpu:2", "--time=62"))]),
+    # A sweep's members as one job array: each member's batch script, then one sbatch --array=0-1%4.
+    "slurm_array_launch_script": lambda: slurm_scripts.array_launch_script([msgspec.structs.replace(
+        FULL, ref=WorkerRef(j, 0, 0), tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu",))
+        for j in (7, 8)], 4),
     "slurm_probe_script": lambda: slurm_scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 4096)], chunk=1024),
     "probe_script": lambda: scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 0), (WorkerRef(7, 2, 1), 4096)],
                                                  chunk=1024, home_id="home-1", markers=[(WorkerRef(7, 2, 0), "ckpt/SAVED")]),

@@ -49,6 +49,9 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "launch_script:slurm": lambda v: scripts.launch_script([LaunchSpec(
         WorkerRef(1, 0, 0), root=v, archive=v, command=v, env={v: v}, home_id=v, early_signal=(v, 3.0),
         time_limit=60.0, batch=(f"--partition={v}", v))]),
+    "array_launch_script": lambda v: slurm_scripts.array_launch_script([LaunchSpec(
+        WorkerRef(j, 0, 0), root=v, archive=v, command=v, env={v: v}, home_id=v, early_signal=(v, 3.0),
+        time_limit=60.0, batch=(f"--partition={v}", v)) for j in (1, 2)], 4),
     "probe_script:slurm": lambda v: slurm_scripts.probe_script(v, [(r, 5) for r in ALL_REFS]),
     "kill_script:slurm": lambda v: slurm_scripts.kill_script(v, ALL_REFS, grace=0.3),
     "doctor_script:slurm": lambda v: slurm_scripts.doctor_script(),
@@ -101,7 +104,7 @@ def test_every_sh_file_passes_bash_n_and_shellcheck() -> None:
 
 
 def test_every_script_jobtpu_renders_is_linted() -> None:
-    rendered = {name for module in (scripts, checkpoints) for name in dir(module)
+    rendered = {name for module in (scripts, checkpoints, slurm_scripts) for name in dir(module)
                 if name.endswith("_script") and callable(getattr(module, name)) and getattr(module, name).__module__ == module.__name__}
     assert {kind.split(":")[0] for kind in RENDERERS} == rendered
 

@@ -204,3 +204,61 @@ def test_a_kill_while_slurmctld_is_away_is_never_taken_for_done(cluster: tuple[S
         slurm.start_controller()
     manage_until(home, lambda s: s[job]["status"] == "killed", "a pass to end the kill")
     assert slurm.job(slurm_id)["JobState"] in ("FAILED", "CANCELLED")
+
+
+def test_a_saved_result_comes_home_from_the_cluster(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    from jobtpu.home.logfiles import read_result
+
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    # jobtpu.save_result writes $JOBTPU_RESULT (docs/reference/job-environment.md); a job may write it itself.
+    job = submit(home, tmp_path / "code", 'printf \'{"loss": 0.25, "on": "%s"}\' "$SLURM_JOB_ID" > "$JOBTPU_RESULT"')
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to finish")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    assert read_result(home, job, 0) == {"value": {"loss": 0.25, "on": str(slurm_id)}}
+
+
+def test_a_sweep_is_one_job_array_that_slurm_throttles(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX args=$*"; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b,c",
+              "--max-running", "1", in_process=True)[0]
+    first, _, last = out.strip().partition("-")
+    ids = list(range(int(first), int(last) + 1))
+    # jobtpu hands every member over at once; Slurm keeps --max-running as the array's %1.
+    state = manage_until(home, lambda s: "index=0" in log(home, ids[0]) and all(
+        "Slurm holds it pending: JobArrayTaskLimit" in (s[i].get("last_line") or "") for i in ids[1:]),
+                         "one member to run and the others to wait for the array's throttle")
+    members = [str(attempts(home, i)[0]["slurm_job"]) for i in ids]
+    array = members[0].split("_")[0]
+    assert members == [f"{array}_{n}" for n in range(3)]
+    assert [state[i]["status"] for i in ids] == ["running"] * 3
+    for i in ids:
+        (fm.home / f"release-{i}").touch()
+    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
+    # Each member ran its own values, read by its SLURM_ARRAY_TASK_ID.
+    assert [log(home, i).splitlines()[0] for i in ids] == [f"index={n} args=--k={v}" for n, v in enumerate("abc")]
+
+
+def test_a_requeued_array_member_resumes_alone(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "run.sh").write_text(
+        f'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] || {{ {WAIT_RELEASE}; }}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash run.sh", "--sweep", "k=a,b",
+              in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all("resume=0" in log(home, i) for i in ids), "both members to run")
+    first, other = (str(attempts(home, i)[0]["slurm_job"]) for i in ids)
+    assert (first.split("_")[1], other.split("_")[1]) == ("0", "1")  # members of one array
+    assert slurm.run("scontrol", "requeue", first).returncode == 0
+    state = manage_until(home, lambda s: s[ids[0]]["status"] == "finished", "the requeued member to resume")
+    assert [(a["n"], a["outcome"]) for a in attempts(home, ids[0])] == [(0, "preempted"), (1, "finished")]
+    assert "resume=1" in log(home, ids[0], 1)
+    # The other member runs on, its one attempt and its Slurm job untouched.
+    assert state[ids[1]]["status"] == "running" and len(attempts(home, ids[1])) == 1
+    said = slurm.run("squeue", "--noheader", "--array", f"--jobs={other}", "--format=%T").stdout.strip()
+    assert said == "RUNNING"
+    (fm.home / f"release-{ids[1]}").touch()
+    manage_until(home, lambda s: s[ids[1]]["status"] == "finished", "the other member to finish")

@@ -112,7 +112,7 @@ def held_back(job: Job, d: Dispatch) -> str | None:
             return waits
     if job.held:
         return "held by hold"
-    if job.max_running is not None and job.sweep is not None:
+    if job.max_running is not None and job.sweep is not None and not _throttled_by_slurm(job, d):
         running = d.sweep_active.get(job.sweep, 0)
         if running >= job.max_running:  # as sbatch --array=…%N: the sweep's others wait their turn
             return f"sweep {job.sweep}: {running} of {job.max_running} running (--max-running)"
@@ -122,6 +122,13 @@ def held_back(job: Job, d: Dispatch) -> str | None:
     if limit is not None and d.usage.get(job.user, UserUse()).jobs >= limit:
         return f"held by the per-user limit ({count_text(limit, 'running job')})"
     return None
+
+
+def _throttled_by_slurm(job: Job, d: Dispatch) -> bool:
+    """Whether only Slurm clusters could run the sweep's job: then every member is handed over at
+    once, as one job array whose `%M` is the --max-running Slurm keeps (passes/arrays.py)."""
+    fits = _fitting_machines(job, parse_request(job.req), d)
+    return bool(fits) and all(d.fleet.machines[name].scheduled for name in fits)
 
 
 def why_waiting(job: Job, request: Request, d: Dispatch, nearby: list[Machine] | None = None) -> str:

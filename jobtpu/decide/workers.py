@@ -44,7 +44,7 @@ class LaunchResult(msgspec.Struct, frozen=True):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
-    slurm: int | None = None  # the Slurm job id the attempt became (a Slurm cluster)
+    slurm: int | str | None = None  # the Slurm job id the attempt became (a Slurm cluster; "<array id>_<index>": a member)
 
 
 class WorkerState(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ from jobtpu.home import fence, lease
 from jobtpu.home.secrets import SecretStore
 from jobtpu.home.specs import local_verdict, records_trusted
 from jobtpu.passes import tell
+from jobtpu.passes.arrays import array_groups, launch_array
 from jobtpu.passes.changes import ended_by_hand
 from jobtpu.passes.context import Pass
 from jobtpu.passes.peercopy import Worker, launch_gang_workers, launch_workers, peer_addresses_of
@@ -50,7 +51,13 @@ def act(p: Pass, plan: Plan, seen: Observation) -> list[ActReport]:
     p.parallel(lambda task: task(), tasks)
     held = [_held_by_setup(p, a) for a in launches]
     ready = [a for a, h in zip(launches, held, strict=True) if h is None]
+    # A sweep's members bound for a Slurm cluster go as one job array each (passes/arrays.py).
+    arrays, ready = array_groups(p, ready)
     done = [d for d in p.parallel(lambda a: _launch(p, a), ready) if d is not None]
+    def specs_of(job: Job, machine: Machine, eps: list[Endpoint], token: int) -> list[Worker]:
+        return worker_specs(p, job, machine, eps, place_of(p, machine, eps), SecretStore(p.home).get(job.id), token)
+
+    done += [d for group in p.parallel(lambda g: launch_array(p, g, specs_of), arrays) for d in group]
     return [*stops, *(h for h in held if h is not None), *done]
 
 
@@ -167,17 +174,25 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
             return LaunchDone(job.id, machine, dict(refused))
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
-    # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
-    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
     place = place_of(p, machine, eps)
-    command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
-    resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
     copy = checkpoint_copy(job, place.region)
     if copy is not None and eps:
         failed = _copy_checkpoint(p, machine, eps[0], job, copy, place.region)
         if failed is not None:  # no worker starts: a launch failure the job's rule answers, or none made
             return LaunchDone(job.id, machine, {ep.index: failed if isinstance(failed, NoAnswer) else LaunchResult(
                 WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=failed) for ep in eps})
+    reports: dict[int, LaunchReport] = launch_workers(p, machine, worker_specs(p, job, machine, eps, place, secrets, token))
+    return LaunchDone(job.id, machine, reports)
+
+
+def worker_specs(p: Pass, job: Job, machine: Machine, eps: list[Endpoint], place: Place, secrets: dict[str, str],
+                 token: int) -> list[Worker]:
+    """What each of a one-slice job's workers is launched with."""
+    driver = driver_for(machine)
+    # An attempt that does not resume starts from the snapshot, even where an earlier one left a folder.
+    rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
+    command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
+    resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
 
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
@@ -187,8 +202,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
                           evict_signal=job.signal or "", time_limit=job.timeout, token=token,
                           batch=driver.batch_options(machine, job, grace_of(job)))
 
-    reports: dict[int, LaunchReport] = launch_workers(p, machine, [(ep, spec(ep)) for ep in eps])
-    return LaunchDone(job.id, machine, reports)
+    return [(ep, spec(ep)) for ep in eps]
 
 
 def _launch_gang(p: Pass, job: Job, machines: list[Machine], per: int, token: int) -> LaunchDone:

@@ -97,18 +97,18 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
     # Longer than a pass waits for a launch script, so a slow unpack is never taken for a dead one.
     specs = list(specs)
     if any(spec.batch is not None for spec in specs):  # a Slurm cluster's: sbatch, not a detached start
-        calls = [line for spec in specs for line in (call("jobtpu_batch", *(spec.batch or ())), _launch_call(spec))]
-        return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "slurm.sh"), [_launch_init(), *calls])
-    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [_launch_init(), *map(_launch_call, specs)])
+        calls = [line for spec in specs for line in (call("jobtpu_batch", *(spec.batch or ())), launch_call(spec))]
+        return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "slurm.sh"), [launch_init(), *calls])
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh"), [launch_init(), *map(launch_call, specs)])
 
 
-def _launch_init() -> str:
+def launch_init() -> str:
     return named("jobtpu_launch_init", {"stale_minutes": claim_stale_minutes(), "unpack_bad_exit": BAD_ARCHIVE_EXIT,
                                         "unpack_source": unpack_source(),
                                         "reset_tenths": _tenths(timing.current().reset_wait)})
 
 
-def _launch_call(spec: LaunchSpec) -> str:
+def launch_call(spec: LaunchSpec) -> str:
     r = spec.ref
     env = [word for name, value in spec.env.items()
            for word in (name, "=" if name in spec.literal else "x", value)]
@@ -200,7 +200,7 @@ def peer_fetch_script(url: str, token: str, spec: LaunchSpec) -> str:
     as launch_script does (its `LAUNCH` line): with no good copy it says `need-archive` as before."""
     fetch = call("jobtpu_peer_fetch", spec.root, spec.archive, url, token, int(timing.current().peer_copy_wait),
                  peerfile_source(), unpack_source())
-    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [_launch_init(), fetch, _launch_call(spec)])
+    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "peer.sh"), [launch_init(), fetch, launch_call(spec)])
 
 
 def parse_serve(stdout: str) -> Served:

@@ -149,7 +149,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     saved: Saved | None = None  # its last save, when its job says how one shows (decide/saving.py)
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
     gang: list[str] = msgspec.field(default_factory=list)  # its slices' machines (submit --slices N > 1)
-    slurm_job: int | None = None  # the Slurm job id it became, on a Slurm cluster
+    slurm_job: int | str | None = None  # the Slurm job id it became, on a Slurm cluster ("<array id>_<index>": a sweep's array member)
     # The box whose local machine runs it, in a home with a runner lease (home-files.md §1.7): a runner
     # on another box cannot see its processes, so it never takes it as lost.
     box: str | None = None

@@ -47,7 +47,7 @@ class LaunchLine(WorkerReport, frozen=True, tag="launch"):
     outcome: LaunchOutcome
     pid: int | None = None
     detail: str = ""
-    slurm: int | None = None  # ok on a Slurm cluster: the Slurm job id (sh/slurm.sh)
+    slurm: int | str | None = None  # ok on a Slurm cluster: the Slurm job id, an array member's "<array id>_<index>" (sh/slurm.sh)
 
 
 # ---- probe (sh/probe.sh) ----------------------------------------------------------------------------

@@ -730,12 +730,83 @@ jobtpu_batch_adopt() {
 }
 
 # jobtpu_batch_ok NAME ID : the `launch` report, ok, of the worker whose Slurm job is named NAME
-# (jobtpu-<home id>.<job>.<attempt>.<worker>, its marker) and has the id ID.
+# (jobtpu-<home id>.<job>.<attempt>.<worker>, its marker) and has the id ID (a number, or an array
+# member's <array id>_<index>).
 jobtpu_batch_ok() {
   local h=${1#jobtpu-} j a w
   h=${h%.*.*.*}
   IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
-  jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok n:slurm "$2"
+  if [[ $2 =~ ^[0-9]+$ ]]; then
+    jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok n:slurm "$2"
+  else
+    jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok s:slurm "$2"
+  fi
+}
+
+# jobtpu_array ROOT THROTTLE : the next jobtpu_launch calls (after jobtpu_batch) each write their batch
+# script and join a list in ROOT/meta/arrays instead of calling sbatch; jobtpu_array_submit then hands
+# the list to Slurm as ONE job array, at most THROTTLE members running at once (empty: no cap).
+jobtpu_array() {
+  local r=${1/#-/./-}
+  jobtpu_array_list="" jobtpu_array_throttle=$2
+  # Its real path: each launch joins it from inside its job's folder.
+  mkdir -p "$r/meta/arrays" && jobtpu_array_list=$(cd "$r/meta/arrays" && mktemp "$(pwd -P)/XXXXXXXX") ||
+    jobtpu_array_list=""
+}
+
+# jobtpu_array_join NAME STEM : (in jobtpu_batch_submit, the batch script written) this worker is
+# member N of the array, N its line in the list.
+jobtpu_array_join() {
+  echo "$1 $2" >> "$jobtpu_array_list"
+}
+
+# jobtpu_array_submit : one sbatch --array of every worker that joined the list. Member i runs the
+# batch script of the list's line i (SLURM_ARRAY_TASK_ID), its output appended to its own log, as a
+# lone sbatch does. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch
+# refuses, fail with sbatch's own words, each member's env file, batch script and claim taken back.
+jobtpu_array_submit() {
+  local list=$jobtpu_array_list name stem out rc id i names=() stems=() t=""
+  jobtpu_array_list=""
+  [ -n "$list" ] || return 0
+  while read -r name stem; do names+=("$name") stems+=("$stem"); done < "$list"
+  if [ ${#names[@]} = 0 ]; then rm -f "$list"; return 0; fi
+  [ -n "$jobtpu_array_throttle" ] && t="%$jobtpu_array_throttle"
+  {
+    echo '#!/bin/bash'
+    printf 'mapfile -t m < %q
+' "$list"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo 'b=${m[$SLURM_ARRAY_TASK_ID]#* }'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo 'exec bash "$b.sbatch" >> "$b.log" 2>&1'
+  } > "$list.sbatch" && out=$(sbatch --parsable --requeue --job-name="${names[0]}.array" --output=/dev/null \
+    --array="0-$((${#names[@]} - 1))$t" ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$list.sbatch" 2>&1)
+  rc=$? id=${out%%;*}
+  if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
+    out=${out//$'\n'/ }
+    for i in "${!names[@]}"; do
+      rm -f "${stems[$i]}.env" "${stems[$i]}.sbatch"
+      rmdir "${stems[$i]}.claim"
+      jobtpu_array_failed "${names[$i]}" "${out:0:400}"
+    done
+    rm -f "$list" "$list.sbatch"
+    return 0
+  fi
+  for i in "${!names[@]}"; do
+    if jobtpu_batch_record "${stems[$i]}" "${id}_$i"; then
+      jobtpu_batch_ok "${names[$i]}" "${id}_$i"
+    else
+      jobtpu_array_failed "${names[$i]}" "Slurm job ${id}_$i took the attempt, but its id could not be written to ${stems[$i]}.slurm"
+    fi
+  done
+}
+
+# jobtpu_array_failed NAME WHY : the `launch` report, fail, of the array member named NAME.
+jobtpu_array_failed() {
+  local h=${1#jobtpu-} j a w
+  h=${h%.*.*.*}
+  IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
+  jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome fail s:detail "$2"
 }
 
 # jobtpu_batch_submit STEM FOLDER NAME COMMAND SIGNAL DELAY LIMIT GRACE : (in jobtpu_launch, with the
@@ -761,8 +832,10 @@ jobtpu_batch_submit() {
     echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
     printf 'b=%q\n' "$b"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
-    echo '[ -s "$b.slurm" ] || { echo "$SLURM_JOB_ID" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }'
-    printf 'cd %q || exit 1\n' "$(cd "$2" && pwd -P)"
+    echo 'i=$SLURM_JOB_ID; [ -z "${SLURM_ARRAY_JOB_ID:-}" ] || i=${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo '[ -s "$b.slurm" ] || { echo "$i" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }'
+    printf 'cd %q || exit 1\n' "$(pwd -P)"  # jobtpu_launch runs this in the job's folder, $2
     printf 'export JOBTPU_MARK=%q\n' "${3#jobtpu-}"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
     # The wrapper is the batch step itself (slurmstepd made it a process-group leader, as the wrapper
@@ -770,6 +843,8 @@ jobtpu_batch_submit() {
     printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
       "$(jobtpu_job_umask)" "$7" "$8"
   } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
+  # A sweep's member: the claim stays held, jobtpu_array_submit hands it over with the others.
+  if [ -n "${jobtpu_array_list:-}" ]; then jobtpu_array_join "$3" "$b"; exit; fi
   out=$(sbatch --parsable --requeue --job-name="$3" --output="$b.log" --open-mode=append \
     ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
   rc=$? id=${out%%;*}
@@ -783,19 +858,21 @@ jobtpu_batch_submit() {
   jobtpu_batch_ok "$3" "$id"
 }
 
-# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL -- [JOB ATTEMPT WORKER OFFSET]... :
-# what jobtpu_probe says of each worker, its liveness from Slurm: one squeue for every job of this
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
+# what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
+# most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this
 # account. When Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the
 # pass takes the cluster as unreachable this once and changes none of its jobs. Besides, per worker:
 # waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
 jobtpu_slurm_probe() {
-  local root="" chunk="" tail="" r q line boot=- now
+  local root="" chunk="" tail="" result="" r q line boot=- now
   local -A state=() reason=() restarts=()
-  jobtpu_named "root chunk tail" "$@" || return 1
+  jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
-  q=$(squeue --noheader --user="$(id -un)" --states=all --Format='JobID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+  # --array with JobArrayID: each array member on its own line as <array id>_<index>, as recorded.
+  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
     { echo "squeue failed: ${q:0:300}" >&2; return 1; }
   while IFS='|' read -r id s why n _; do
     [ -n "$id" ] || continue
@@ -806,16 +883,16 @@ jobtpu_slurm_probe() {
   jobtpu_say host s:boot "$boot" n:now "$now"
   while [ $# -ge 4 ]; do
     line=$r/meta/$1/$2.$3
-    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4"
+    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4" "$result"
     shift 4
   done
 }
 
-# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET : one worker's lines (state, reason and
-# restarts are jobtpu_slurm_probe's).
+# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET RESULT : one worker's lines (state,
+# reason and restarts are jobtpu_slurm_probe's).
 jobtpu_slurm_worker() {
-  local b=$1 chunk=$2 tail=$3 offset=$7 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
-  local preempted=false waiting="" n='^[0-9]+$'
+  local b=$1 chunk=$2 tail=$3 offset=$7 result=$8 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
+  local preempted=false waiting="" n='^[0-9]+$' rsize
   [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
   [ -n "$id" ] && s=${state[$id]:-}
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
@@ -851,6 +928,19 @@ jobtpu_slurm_worker() {
     printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
     tail -c "$tail" "$b.log" | base64 -w0
     printf '"}\n'
+  fi
+  # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker 0's
+  # log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
+  if [ "$6" = 0 ] && [ "$ex" != null ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
+    [ ! -L "$b.result" ]; then
+    rsize=$(stat -c %s "$b.result") || return 0
+    if [ "$rsize" -gt "$result" ]; then
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$4" "$5" "$6" "$rsize"
+    else
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$4" "$5" "$6" "$rsize"
+      head -c "$result" "$b.result" | base64 -w0
+      printf '"}\n'
+    fi
   fi
 }
 

@@ -1,0 +1,117 @@
+"""A sweep of N members handed to a Slurm cluster by jobtpu (one `submit --sweep`, then the passes
+until every member is Slurm's: one job array), against the floor: one bare `sbatch --array=0-N-1` of
+the same size over SSH at the login host plus one jobtpu submit, measured side by side, alternating
+(issue 45's target: at most 2x at 1,000 members).
+
+Starts a real one-node Slurm cluster on loopback (tests/slurmcluster.py) and an sshd whose account is
+the cluster's user (tests/sshfleet.py; run as root, with slurm-wlm and munge installed); every round
+cancels what it handed over. Prints the medians and their ratio. Cleans up on exit.
+
+    sudo python3 bench/slurm_sweep.py [--members 100,1000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from manage_scaling import jobtpu  # noqa: E402  bench/manage_scaling.py (benches run as scripts)
+
+from tests.slurmcluster import SlurmCluster  # noqa: E402
+from tests.sshfleet import FleetMachine, SshFleet  # noqa: E402
+
+HANDED_TIMEOUT = 600.0
+
+
+def bare_array(fm: FleetMachine, identity: Path, known_hosts: Path, n: int) -> None:
+    """The floor's Slurm part: one ssh to the login host running one sbatch --array of n members."""
+    h = fm.hosts[0]
+    subprocess.run(["ssh", "-i", str(identity), "-p", str(h.port), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                    "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                    f"{h.user}@{h.addr}", f"sbatch --parsable --output=/dev/null --array=0-{n - 1} --wrap='sleep 600'"],
+                   stdout=subprocess.DEVNULL, check=True)
+
+
+def new_home(base: Path, fleet: SshFleet, fm: FleetMachine, name: str) -> Path:
+    home = base / name
+    home.mkdir()
+    machine = {"kind": "slurm", "host": fm.hosts[0].address(), "user": fm.user,
+               "identity_file": str(fleet.identity), "connect_timeout": 20}
+    (home / "machines.json").write_text(json.dumps({"machines": {"hpc": machine}}))
+    return home
+
+
+def sweep(home: Path, src: Path, n: int) -> None:
+    values = ",".join(str(i) for i in range(n))
+    jobtpu(home, "submit", "--dir", str(src), "--cmd", "sleep 600", "--machine", "hpc", "--sweep", f"k={values}")
+
+
+def hand_over(home: Path) -> int:
+    """Passes until every member has its Slurm job id; how many passes that took."""
+    deadline, passes = time.monotonic() + HANDED_TIMEOUT, 0
+    while True:
+        jobtpu(home, "manage")
+        passes += 1
+        jobs = json.loads(jobtpu(home, "status", "--json", "--all-users"))["jobs"]
+        if all(j["status"] == "running" for j in jobs):
+            return passes
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the sweep was not all handed over: {[(j['id'], j['status']) for j in jobs][:5]}")
+
+
+def measure(base: Path, cluster: SlurmCluster, fleet: SshFleet, fm: FleetMachine, src: Path, n: int,
+            rounds: int) -> tuple[float, float, int]:
+    known = base / "known_hosts"
+    known.write_text(fm.hosts[0].known_hosts_line() + "\n")
+    ours, floor, passes = [], [], 0
+    for r in range(rounds):
+        t = time.perf_counter()
+        bare_array(fm, fleet.identity, known, n)
+        sweep(new_home(base, fleet, fm, f"floor-{n}-{r}"), src, 1)  # the floor's one jobtpu submit
+        floor.append(time.perf_counter() - t)
+        cluster.cancel_all(fm.user)
+        home = new_home(base, fleet, fm, f"home-{n}-{r}")
+        t = time.perf_counter()
+        sweep(home, src, n)
+        passes = hand_over(home)
+        ours.append(time.perf_counter() - t)
+        cluster.cancel_all(fm.user)
+    return statistics.median(ours), statistics.median(floor), passes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", default="100,1000")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    cluster = SlurmCluster()
+    base = Path(tempfile.mkdtemp(prefix="jobtpu-bench-slurm-sweep-"))
+    fleet = SshFleet(base / "fleet")
+    fleet.extra_conf = f"SetEnv SLURM_CONF={cluster.conf}\n"
+    try:
+        fm = fleet.add_machine("hpc")
+        src = base / "code"
+        src.mkdir()
+        (src / "train.py").write_text("print('hello')\n")
+        print(f"{'members':>8} {'jobtpu s':>9} {'floor s':>8} {'ratio':>6} {'passes':>7}")
+        for n in (int(x) for x in args.members.split(",")):
+            ours, floor, passes = measure(base, cluster, fleet, fm, src, n, args.rounds)
+            print(f"{n:>8} {ours:>9.3f} {floor:>8.3f} {ours / floor:>6.2f} {passes:>7}")
+    finally:
+        try:
+            cluster.cancel_all()  # an account whose jobs still run cannot be removed
+            fleet.close()
+        finally:
+            cluster.close()
+
+
+if __name__ == "__main__":
+    main()

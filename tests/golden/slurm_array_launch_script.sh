@@ -1,0 +1,1018 @@
+set -u
+# Shared functions of every script jobtpu runs on a machine (sourced text, not run on its own).
+# Every function takes what it needs as arguments; none reads a global set elsewhere.
+# A machine's root is relative to the login folder unless absolute, and may begin with '-': every
+# function that takes one makes it ./-... first (r=${1/#-/./-}), so that no command takes it for an option.
+
+# The exit code of a detached process that could not record its pid: it started nothing.
+JOBTPU_NO_PID_RECORD=97
+
+# jobtpu_own_folder DIR : succeeds when DIR is a real folder (not a link) of this account's that no other
+# account may write to, so nothing another account plants in it is written or read through
+# (docs/design.md §4). Else fails.
+jobtpu_own_folder() {
+  [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ]
+}
+
+# jobtpu_private_root ROOT : a root made before its folders were private (or by hand) becomes the
+# remote user's alone: the root and its containers lose every group and other bit, so nothing under
+# them is reachable by another account. Never the login folder itself (a root of "~"), nor a folder of
+# another account's; a failure changes nothing and is not one. Only in a remote script (its preamble
+# sets jobtpu_login_umask): the local machine's run root follows the home's modes (transport/local.py).
+jobtpu_private_root() {
+  local r=${1/#-/./-} d
+  [ -n "${jobtpu_login_umask:-}" ] || return 0
+  for d in "$r" "$r/meta" "$r/jobs" "$r/archives" "$r/setup"; do
+    if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && ! [ "$d" -ef ~ ]; then chmod go-rwx -- "$d" 2>/dev/null; fi
+  done
+  return 0
+}
+
+# jobtpu_job_umask : the umask the job's own commands run with: the login's, which a remote script's
+# preamble keeps in jobtpu_login_umask before it sets 077 (jobtpu/remote/scripts.py PRIVATE_PREAMBLE).
+jobtpu_job_umask() {
+  if [ -n "${jobtpu_login_umask:-}" ]; then echo "$jobtpu_login_umask"; else umask; fi
+}
+
+# jobtpu_program FUNCTION... : the text of a program for `bash -c` that defines the given functions
+# (and the constants above) and calls the last one with the program's arguments. A detached process
+# (setsid) starts a new bash, which knows none of this script's functions: this is how it gets them.
+jobtpu_program() {
+  declare -p JOBTPU_NO_PID_RECORD
+  declare -f "$@"
+  echo "${!#} \"\$@\""
+}
+
+# jobtpu_record_pid STEM : run by a detached process-group leader: its pid and /proc start time into
+# STEM.pid, atomically, so that jobtpu_live_pid can tell it from a later process that reuses the pid.
+# Fails unless the record reads back whole: a full disk or an unwritable folder must stop the start,
+# not leave a job nobody can see.
+jobtpu_record_pid() {
+  local stat pid start
+  read -r -a stat < "/proc/$$/stat" && echo "$$ ${stat[21]}" > "$1.pid.tmp" &&
+    mv -f "$1.pid.tmp" "$1.pid" && read -r pid start < "$1.pid" && [ "$pid $start" = "$$ ${stat[21]}" ]
+}
+
+# jobtpu_live_pid PIDFILE : the one definition of "this worker's job is alive", for every script that
+# asks: the pid in its pid file runs, is no zombie, and started when the file says (so a reused pid
+# is not taken for the job). Prints the pid (the job's process group) and succeeds, or fails.
+jobtpu_live_pid() {
+  local pid start stat
+  [ -s "$1" ] && read -r pid start < "$1" && [ -r "/proc/$pid/stat" ] &&
+    read -r -a stat < "/proc/$pid/stat" 2>/dev/null && [ "${stat[2]}" != Z ] && [ "${stat[21]:-}" = "$start" ] &&
+    echo "$pid"
+}
+
+# jobtpu_ended PID : succeeds once the process PID (a child of this shell) has exited: gone, or a
+# zombie not yet reaped.
+jobtpu_ended() {
+  local stat
+  read -r -a stat < "/proc/$1/stat" 2>/dev/null || return 0
+  [ "${stat[2]}" = Z ]
+}
+
+# jobtpu_marks HOME_ID : the live processes of this home's jobs, as `pid job attempt worker` lines,
+# read from the marker JOBTPU_MARK=<home id>.<job>.<attempt>.<worker> in /proc/*/environ (readable for
+# the same user, or root). The home id is compared as text, never used as a pattern.
+jobtpu_marks() {
+  local entry pid mark job attempt worker
+  grep -HzoE -- '^JOBTPU_MARK=.*[.][0-9]+[.][0-9]+[.][0-9]+$' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' |
+    while IFS= read -r entry; do
+      # A line that does not name its process is the rest of a value with a newline in it.
+      [[ $entry == /proc/[0-9]*/environ:JOBTPU_MARK=* ]] || continue
+      pid=${entry#/proc/}; pid=${pid%%/*}; mark=${entry#*:JOBTPU_MARK=}
+      [ "${mark%.*.*.*}" = "$1" ] || continue
+      mark=${mark:${#1}+1}; job=${mark%%.*}; mark=${mark#*.}; attempt=${mark%%.*}; worker=${mark#*.}
+      echo "$pid $job $attempt $worker"
+    done
+}
+
+# jobtpu_marked HOME_ID JOB ATTEMPT WORKER : the pids of the live processes of one worker of a job.
+jobtpu_marked() {
+  local pid job attempt worker
+  jobtpu_marks "$1" | while read -r pid job attempt worker; do
+    if [ "$job $attempt $worker" = "$2 $3 $4" ]; then echo "$pid"; fi
+  done
+}
+
+# jobtpu_our_groups ROOT : the process groups of our live jobs under ROOT (their leaders' pids),
+# as " 12 34 ".
+jobtpu_our_groups() {
+  local file pid ours=" "
+  for file in "$1"/meta/*/*.pid; do
+    pid=$(jobtpu_live_pid "$file") && ours="$ours$pid "
+  done
+  echo "$ours"
+}
+
+# jobtpu_named NAMES [NAME=VALUE]... [-- REST...] : the named arguments of a call (jobtpu/remote/scripts.py
+# `named`), each into the variable of its name, which the calling function declared local: NAMES (one
+# word, space-separated) are the names it takes, each exactly once, in any order. jobtpu_named_n is how
+# many words they took, `--` included, for the caller's shift. A name it does not take, one missing or
+# one given twice is a fault of the renderer's, never of a value: one line on stderr, and it fails.
+jobtpu_named() {
+  # Its own names are prefixed: they must not hide the caller's variables it assigns.
+  local jobtpu_n_names=" $1 " jobtpu_n_word jobtpu_n_key jobtpu_n_seen=" " jobtpu_n_all
+  shift
+  jobtpu_named_n=0
+  for jobtpu_n_word; do
+    jobtpu_named_n=$((jobtpu_named_n + 1))
+    [ "$jobtpu_n_word" = -- ] && break
+    jobtpu_n_key=${jobtpu_n_word%%=*}
+    if [[ $jobtpu_n_word != *=* || $jobtpu_n_names != *" $jobtpu_n_key "* || $jobtpu_n_seen == *" $jobtpu_n_key "* ]]; then
+      echo "jobtpu: ${FUNCNAME[1]}: an argument it does not take, or twice: ${jobtpu_n_key@Q}" >&2
+      return 1
+    fi
+    printf -v "$jobtpu_n_key" '%s' "${jobtpu_n_word#*=}"
+    jobtpu_n_seen+="$jobtpu_n_key "
+  done
+  read -r -a jobtpu_n_all <<< "$jobtpu_n_names"
+  for jobtpu_n_key in "${jobtpu_n_all[@]}"; do
+    [[ $jobtpu_n_seen == *" $jobtpu_n_key "* ]] || { echo "jobtpu: ${FUNCNAME[1]}: no $jobtpu_n_key given" >&2; return 1; }
+  done
+}
+
+# jobtpu_say KIND [TYPE:NAME VALUE]... : one line of the worker protocol, the JSON object
+# {"kind":"KIND","NAME":VALUE,...} (decoded by jobtpu/schema/worker_protocol.py). TYPE s: VALUE is a string,
+# escaped (jobtpu_json_string): a log tail, a path or a remote message is untrusted text, and stays
+# data; n: a number, null when VALUE is none (`-`, empty, or not a number); b: true when VALUE is 1,
+# else false. KIND and the names are the scripts' own words, never a value.
+jobtpu_say() {
+  local line="{\"kind\":\"$1\"" key="" value
+  shift
+  # A for loop, not shift: a probe says this once per worker per round (bash's shift copies the rest).
+  for value; do
+    if [ -z "$key" ]; then key=$value; continue; fi
+    case $key in
+      s:*) jobtpu_json_string "$value"; value=$jobtpu_json ;;
+      n:*) [[ $value == ?(-)@(0|[1-9]*([0-9]))?(.+([0-9])) ]] || value=null ;;
+      b:*) if [ "$value" = 1 ]; then value=true; else value=false; fi ;;
+    esac
+    line+=",\"${key#?:}\":$value"
+    key=""
+  done
+  printf '%s}\n' "$line"
+}
+
+# jobtpu_json_string TEXT : TEXT as a JSON string, quotes included, in jobtpu_json (a variable, not
+# output: no subshell per value). Backslash and quote are escaped, and every control character
+# becomes \u00XX, so no value can end its string or its line early. Bytes that are no UTF-8 stay as
+# they are: the reader replaces them.
+jobtpu_json_string() {
+  local s=$1 bs=\\ q='"' h c i
+  s=${s//"$bs"/"$bs$bs"}
+  s=${s//"$q"/"$bs$q"}
+  if [[ $s == *[[:cntrl:]]* ]]; then
+    for ((i = 1; i < 32; i++)); do
+      printf -v h '%02x' "$i"
+      printf -v c '%b' "\\x$h"
+      s=${s//"$c"/"${bs}u00$h"}
+    done
+  fi
+  jobtpu_json="\"$s\""
+}
+
+# The wrapper: what runs as a job worker's detached process-group leader (needs common.sh).
+# The wrapper's own variables are named JOBTPU_w_*: no --env name may start with JOBTPU_, so none can
+# change them.
+
+# JOBTPU_w_expand VALUE : VALUE with $NAME and ${NAME} replaced by the value of the environment
+# variable NAME at job start on the worker (after the --env values before it), like a shell would;
+# empty when it is not in the environment (bash's own variables, like RANDOM, are not). `\$` is a
+# literal `$`. Nothing else is interpreted: no $(...), backticks, arithmetic or ${X:-...}, so a value
+# can never run a command. Pure bash (no eval, no external tool): the job's PATH may already be in
+# force when it runs. The result is left in JOBTPU_w_x.
+JOBTPU_w_expand() {
+  local JOBTPU_w_rest=$1 JOBTPU_w_pre JOBTPU_w_name JOBTPU_w_w=abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789
+  local JOBTPU_w_bs="\\" JOBTPU_w_ds='$'
+  JOBTPU_w_x=""
+  while :; do
+    JOBTPU_w_pre=${JOBTPU_w_rest%%["$JOBTPU_w_bs$JOBTPU_w_ds"]*}; JOBTPU_w_x+=$JOBTPU_w_pre; JOBTPU_w_rest=${JOBTPU_w_rest:${#JOBTPU_w_pre}}
+    [ -z "$JOBTPU_w_rest" ] && return 0
+    if [ "${JOBTPU_w_rest:0:2}" = "$JOBTPU_w_bs$JOBTPU_w_ds" ]; then JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:2}; continue; fi
+    if [ "${JOBTPU_w_rest:0:1}" = "$JOBTPU_w_bs" ]; then JOBTPU_w_x+=$JOBTPU_w_bs; JOBTPU_w_rest=${JOBTPU_w_rest:1}; continue; fi
+    if [ "${JOBTPU_w_rest:1:1}" = "{" ]; then
+      JOBTPU_w_name=${JOBTPU_w_rest:2}; JOBTPU_w_name=${JOBTPU_w_name%%[!"$JOBTPU_w_w"]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]] && [ "${JOBTPU_w_rest:$((2 + ${#JOBTPU_w_name})):1}" = "}" ]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((3 + ${#JOBTPU_w_name}))}; continue
+      fi
+    else
+      JOBTPU_w_name=${JOBTPU_w_rest:1}; JOBTPU_w_name=${JOBTPU_w_name%%[!"$JOBTPU_w_w"]*}
+      if [ -n "$JOBTPU_w_name" ] && [[ ${JOBTPU_w_name:0:1} != [0123456789] ]]; then
+        [[ ${!JOBTPU_w_name@a} == *x* ]] && JOBTPU_w_x+=${!JOBTPU_w_name}; JOBTPU_w_rest=${JOBTPU_w_rest:$((1 + ${#JOBTPU_w_name}))}; continue
+      fi
+    fi
+    JOBTPU_w_x+=$JOBTPU_w_ds; JOBTPU_w_rest=${JOBTPU_w_rest:1}
+  done
+}
+
+# JOBTPU_w_load FILE : the job's environment from FILE (NUL-terminated `name mode value` triples, as
+# jobtpu_launch writes it) into the arrays JOBTPU_w_n, JOBTPU_w_m and JOBTPU_w_v. The file is data,
+# never run. Fails when it cannot be read or ends inside a triple.
+JOBTPU_w_load() {
+  local JOBTPU_w_a JOBTPU_w_b JOBTPU_w_c
+  while IFS= read -r -d '' JOBTPU_w_a; do
+    IFS= read -r -d '' JOBTPU_w_b && IFS= read -r -d '' JOBTPU_w_c || return 1
+    JOBTPU_w_n+=("$JOBTPU_w_a"); JOBTPU_w_m+=("$JOBTPU_w_b"); JOBTPU_w_v+=("$JOBTPU_w_c")
+  done < "$1"
+}
+
+# The wrapper's two watches, the time limit (JOBTPU_w_timer) and a stop request (JOBTPU_w_stopper), each
+# run in a bash of its own session (JOBTPU_w_detach), a child of no process of the job's and without
+# its marker: a job that signals its process group or its session (`kill 0`, `pkill -g`, `pkill -s`),
+# its parent's children, or every process that carries its marker, reaches neither, and the limit
+# holds without a pass, as slurmd's does. A watch's stdin is the wrapper's word: a line once the job
+# has ended (the watch ends at once), or the end of the pipe with no line when the wrapper is gone
+# (the job ended it): the watch then goes on while any process of the job is left, and ends with the
+# last. Its stdout is a pipe the wrapper reads to its end: the wrapper records the job's exit only
+# once the watch, and everything it started, is gone. A watch signals only the job's processes
+# (JOBTPU_w_procs), never a process that reuses one of their pids.
+
+# JOBTPU_w_now : microseconds since the epoch, in JOBTPU_w_us (bash 5's EPOCHREALTIME, else date).
+JOBTPU_w_now() {
+  if [ -n "${EPOCHREALTIME:-}" ]; then JOBTPU_w_us=${EPOCHREALTIME//[!0-9]/}; else JOBTPU_w_us=$(date +%s%6N); fi
+}
+
+# JOBTPU_w_nap UNTIL LEADER START MARK : wait until UNTIL (microseconds since the epoch) for the
+# wrapper's word on stdin. Succeeds when the time came; fails when the job ended first: the wrapper
+# said so, or, the wrapper gone, no process of the job's is left (looked for every second).
+JOBTPU_w_nap() {
+  local JOBTPU_w_left JOBTPU_w_rc
+  while :; do
+    JOBTPU_w_now; JOBTPU_w_left=$(($1 - JOBTPU_w_us))
+    [ "$JOBTPU_w_left" -gt 0 ] || return 0
+    if [ -z "${JOBTPU_w_alone:-}" ]; then
+      IFS= read -r -t "$((JOBTPU_w_left / 1000000)).$(printf '%06d' $((JOBTPU_w_left % 1000000)))" _
+      JOBTPU_w_rc=$?
+      [ "$JOBTPU_w_rc" = 0 ] && return 1  # the job ended
+      [ "$JOBTPU_w_rc" -gt 128 ] && return 0  # the time came
+      JOBTPU_w_alone=1  # the end of the pipe, no word: the wrapper is gone
+    else
+      [ -n "$(JOBTPU_w_procs "$2" "$3" "$4")" ] || return 1
+      [ "$JOBTPU_w_left" -gt 1000000 ] && JOBTPU_w_left=1000000
+      sleep "$((JOBTPU_w_left / 1000000)).$(printf '%06d' $((JOBTPU_w_left % 1000000)))"
+    fi
+  done
+}
+
+# JOBTPU_w_timer SIGNAL DELAY LEADER START LIMIT GRACE STEM MARK : a watch (JOBTPU_w_detach) of the job
+# whose wrapper is LEADER (its pid, the job's process group; START its /proc start time) and whose
+# processes carry MARK. With SIGNAL: DELAY seconds after the start, send it to every process of the
+# job's group but the wrapper (--signal: the job may checkpoint before its --timeout). With LIMIT:
+# LIMIT seconds after the start, while a process of the job's is left, mark STEM.timedout (the pass
+# reads it: the attempt ran past its --timeout, whatever its exit code) and TERM the job's processes
+# but the wrapper, KILL what is left after GRACE tenths of a second; the wrapper then records the
+# exit as ever. The worker keeps the time, as Slurm's node does for --time: passes may be a minute
+# apart, or stopped.
+JOBTPU_w_timer() {
+  local JOBTPU_w_t0 JOBTPU_w_p JOBTPU_w_s JOBTPU_w_all=()
+  JOBTPU_w_now; JOBTPU_w_t0=$JOBTPU_w_us
+  if [ -n "$1" ]; then
+    JOBTPU_w_nap "$((JOBTPU_w_t0 + ${2%.*} * 1000000))" "$3" "$4" "$8" || exit 0
+    for JOBTPU_w_p in $(JOBTPU_w_group "$3" "$4" "$8"); do
+      [ "$JOBTPU_w_p" = "$3" ] || kill -s "$1" "$JOBTPU_w_p" 2>/dev/null
+    done
+  fi
+  [ -n "${5:-}" ] || exit 0
+  JOBTPU_w_nap "$((JOBTPU_w_t0 + $(awk -v l="$5" 'BEGIN { printf "%d", l * 1000000 }')))" "$3" "$4" "$8" || exit 0
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3" "$4" "$8"); do
+    [ "$JOBTPU_w_p" = "$3" ] || JOBTPU_w_all+=("$JOBTPU_w_p")
+  done
+  [ ${#JOBTPU_w_all[@]} -gt 0 ] || exit 0  # the job ended as its time came
+  : > "${7:?}.timedout"
+  for JOBTPU_w_p in "${JOBTPU_w_all[@]}"; do kill -TERM "$JOBTPU_w_p" 2>/dev/null; done
+  for _ in $(seq "${6:-50}"); do
+    JOBTPU_w_s=""
+    for JOBTPU_w_p in "${JOBTPU_w_all[@]}"; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+    [ -z "$JOBTPU_w_s" ] && break
+    sleep 0.1
+  done
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$3" "$4" "$8"); do
+    [ "$JOBTPU_w_p" = "$3" ] || kill -KILL "$JOBTPU_w_p" 2>/dev/null
+  done
+}
+
+# JOBTPU_w_alive PID : the process runs and is no zombie.
+JOBTPU_w_alive() {
+  local JOBTPU_w_st
+  read -r -a JOBTPU_w_st 2>/dev/null < "/proc/$1/stat" && [ "${JOBTPU_w_st[2]}" != Z ]
+}
+
+# JOBTPU_w_group LEADER START MARK : the members of the job's process group, one pid a line, while it
+# is the job's: its leader is the wrapper (started at START), or a member carries MARK. A group that
+# a later process made under a reused pid is none of the job's: nothing.
+JOBTPU_w_group() {
+  local JOBTPU_w_g JOBTPU_w_p JOBTPU_w_st JOBTPU_w_m
+  JOBTPU_w_g=$(ps -eo pid=,pgid= | awk -v g="$1" '$2 == g {print $1}')
+  [ -n "$JOBTPU_w_g" ] || return 0
+  if read -r -a JOBTPU_w_st 2>/dev/null < "/proc/$1/stat" && [ "${JOBTPU_w_st[21]:-}" = "$2" ]; then
+    echo "$JOBTPU_w_g"; return 0
+  fi
+  JOBTPU_w_m=" $(JOBTPU_w_marked "$3" | tr '\n' ' ') "
+  for JOBTPU_w_p in $JOBTPU_w_g; do
+    if [[ $JOBTPU_w_m == *" $JOBTPU_w_p "* ]]; then echo "$JOBTPU_w_g"; return 0; fi
+  done
+}
+
+# JOBTPU_w_marked MARK : the live processes that carry MARK (<home id>.<job>.<attempt>.<worker>).
+JOBTPU_w_marked() {
+  local JOBTPU_w_h=${1%.*.*.*} JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k
+  IFS=. read -r JOBTPU_w_j JOBTPU_w_a JOBTPU_w_k <<< "${1#"$JOBTPU_w_h".}"
+  jobtpu_marked "$JOBTPU_w_h" "$JOBTPU_w_j" "$JOBTPU_w_a" "$JOBTPU_w_k"
+}
+
+# JOBTPU_w_procs LEADER START MARK : the job worker's processes, its process group's (JOBTPU_w_group)
+# and those that carry its marker (left the group by setsid or a double fork), one pid a line.
+JOBTPU_w_procs() {
+  JOBTPU_w_group "$@"
+  JOBTPU_w_marked "$3"
+}
+
+# JOBTPU_w_stopper REQUEST POLL GRACE LEADER START MARK : a watch (JOBTPU_w_detach) of a job on the
+# local machine. Every POLL seconds it looks for REQUEST (<root>/stop/<job>.<attempt>), which any
+# member of a shared home's group may leave in the group's sticky folder, since only this account may
+# signal the job (docs/design.md §7). Only a regular file counts, never a link, and it is never
+# opened: the name is this attempt's, so a request can stop this job and nothing else. Then TERM the
+# job's processes (the wrapper among them: no exit code, as when a pass stops it), and KILL what is
+# left after GRACE tenths of a second. With FIRST (the job's --signal), REQUEST.signal asks for an
+# eviction's stop (docs/reference/requests-and-rules.md §8): FIRST to the job's processes but the
+# wrapper, GRACE tenths for the job to checkpoint and end, then the TERM and KILL as for REQUEST.
+JOBTPU_w_stopper() {
+  local JOBTPU_w_s JOBTPU_w_p JOBTPU_w_all=() JOBTPU_w_poll JOBTPU_w_q="$1.signal"
+  JOBTPU_w_poll=$(awk -v l="$2" 'BEGIN { printf "%d", l * 1000000 }')
+  [ -n "${7:-}" ] || JOBTPU_w_q="$1"
+  until { [ -f "$1" ] && [ ! -L "$1" ]; } || { [ -f "$JOBTPU_w_q" ] && [ ! -L "$JOBTPU_w_q" ]; }; do
+    JOBTPU_w_now
+    JOBTPU_w_nap "$((JOBTPU_w_us + JOBTPU_w_poll))" "$4" "$5" "$6" || exit 0
+  done
+  if [ "$JOBTPU_w_q" != "$1" ] && [ ! -f "$1" ]; then
+    for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
+      [ "$JOBTPU_w_p" = "$4" ] || { kill -s "$7" "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p"); }
+    done
+    for _ in $(seq "$3"); do
+      JOBTPU_w_s=""
+      for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+      [ -z "$JOBTPU_w_s" ] && exit 0  # it ended of its own (checkpointed): the wrapper records its exit
+      sleep 0.1
+    done
+    JOBTPU_w_all=()
+  fi
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do
+    kill -TERM "$JOBTPU_w_p" 2>/dev/null; JOBTPU_w_all+=("$JOBTPU_w_p")
+  done
+  for _ in $(seq "$3"); do
+    JOBTPU_w_s=""
+    for JOBTPU_w_p in ${JOBTPU_w_all[@]+"${JOBTPU_w_all[@]}"}; do JOBTPU_w_alive "$JOBTPU_w_p" && JOBTPU_w_s=1; done
+    [ -z "$JOBTPU_w_s" ] && break
+    sleep 0.1
+  done
+  for JOBTPU_w_p in $(JOBTPU_w_procs "$4" "$5" "$6"); do kill -KILL "$JOBTPU_w_p" 2>/dev/null; done
+}
+
+# JOBTPU_w_detach FIFO FUNCTION ARG... : start the watch FUNCTION ARG... (a function of this program)
+# in a bash of its own session, without the job's marker, whose parent is gone at once (so it is
+# nobody's child in the job). Its stdin is the write end JOBTPU_w_L keeps, its stdout the read end
+# JOBTPU_w_G keeps (through FIFO, a name in the wrapper's private meta folder, removed at once); both
+# are added to JOBTPU_w_fds, which no watch started later and no job inherits. Fails when the watch
+# did not say it runs.
+JOBTPU_w_detach() {
+  local JOBTPU_w_f=$1 JOBTPU_w_prog
+  shift
+  JOBTPU_w_prog="$(declare -f JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked \
+    JOBTPU_w_procs JOBTPU_w_stopper jobtpu_marks jobtpu_marked); echo ready; $1 \"\$@\""
+  shift
+  rm -f "$JOBTPU_w_f"; mkfifo -m 600 "$JOBTPU_w_f" || return 1
+  exec {JOBTPU_w_L}> >(
+    for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done
+    env -u JOBTPU_MARK setsid "$BASH" -c "$JOBTPU_w_prog" jobtpu-watch "$@" <&0 > "$JOBTPU_w_f" &
+  )
+  exec {JOBTPU_w_G}< "$JOBTPU_w_f"
+  rm -f "$JOBTPU_w_f"
+  JOBTPU_w_fds+=("$JOBTPU_w_L" "$JOBTPU_w_G")
+  # Its first word says it runs (no env, setsid or bash missing): a job without its watch never starts.
+  IFS= read -r -u "$JOBTPU_w_G" JOBTPU_w_f && [ "$JOBTPU_w_f" = ready ]
+}
+
+# JOBTPU_w_end L G : tell the watch whose ends these are that the job has ended, and wait until it,
+# and everything it started, is gone (the end of its stdout).
+JOBTPU_w_end() {
+  local JOBTPU_w_l=$1 JOBTPU_w_g=$2
+  echo end 1>&"$JOBTPU_w_l" 2>/dev/null  # a watch that ended already (its pipe is closed): nothing to tell
+  exec {JOBTPU_w_l}>&-
+  while IFS= read -r -u "$JOBTPU_w_g" _; do :; done
+  exec {JOBTPU_w_g}<&-
+}
+# jobtpu_wrapper STEM COMMAND [SIGNAL DELAY [UMASK [LIMIT GRACE [REQUEST POLL [FIRST]]]]] : runs in the login environment (never the job's, so an --env PATH
+# cannot take bash, rm or mv away from it): record the pid or start nothing; load the env file STEM.env
+# and delete it before the command starts; apply the env only in the process that becomes the
+# command; record its exit code in STEM.exit; with SIGNAL, send it DELAY seconds after the start
+# and with LIMIT, stop the job LIMIT seconds after the start, GRACE tenths between TERM and KILL
+# (JOBTPU_w_timer); with REQUEST, obey a stop request (JOBTPU_w_stopper; FIRST: the job's --signal,
+# which an eviction's request sends first). STEM is the absolute path
+# stem of the worker's meta files. The command runs with UMASK (the login's): the wrapper's own files
+# are private, the job's outputs are the user's business.
+jobtpu_wrapper() {
+  if ! jobtpu_record_pid "$1"; then
+    rm -f "$1.pid.tmp"
+    echo "jobtpu: cannot write the pid record $1.pid; the command was not started" >&2
+    exit "$JOBTPU_NO_PID_RECORD"
+  fi
+  JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()
+  JOBTPU_w_load "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"
+  if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then
+    echo "jobtpu: the job's environment file $1.env could not be read or deleted; the command was not started" >&2
+    echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
+  fi
+  # The watches' ends: a job started with none would run past its limit.
+  local JOBTPU_w_start JOBTPU_w_st JOBTPU_w_t=() JOBTPU_w_r=()
+  read -r -a JOBTPU_w_st < "/proc/$$/stat"; JOBTPU_w_start=${JOBTPU_w_st[21]}
+  JOBTPU_w_fds=()
+  if [ -n "${3:-}" ] || [ -n "${6:-}" ]; then
+    JOBTPU_w_detach "$1.timer" JOBTPU_w_timer "${3:-}" "${4:-0}" "$$" "$JOBTPU_w_start" "${6:-}" "${7:-50}" "$1" \
+      "$JOBTPU_MARK" && JOBTPU_w_t=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_t=(failed)
+  fi
+  if [ -n "${8:-}" ] && [ "${JOBTPU_w_t[0]:-}" != failed ]; then
+    JOBTPU_w_detach "$1.stopper" JOBTPU_w_stopper "$8" "$9" "$7" "$$" "$JOBTPU_w_start" "$JOBTPU_MARK" "${10:-}" &&
+      JOBTPU_w_r=("$JOBTPU_w_L" "$JOBTPU_w_G") || JOBTPU_w_r=(failed)
+  fi
+  if [ "${JOBTPU_w_t[0]:-}" = failed ] || [ "${JOBTPU_w_r[0]:-}" = failed ]; then
+    echo "jobtpu: the job's time limit or stop watch could not start (mkfifo, setsid); the command was not started" >&2
+    [ ${#JOBTPU_w_t[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_t[@]}"
+    echo 1 > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"; exit 1
+  fi
+  (
+    for JOBTPU_w_i in ${JOBTPU_w_fds[@]+"${JOBTPU_w_fds[@]}"}; do exec {JOBTPU_w_i}>&-; done  # the watches' alone
+    # Where jobtpu.save_result writes the job's value, beside the log: the probe brings worker 0's home.
+    export JOBTPU_RESULT="$1.result"
+    # The bash to run is kept where no --env name can reach it (BASH itself is a valid name).
+    set -- "$BASH" "$2" "${3:-}" "${4:-}" "${5:-}"
+    for JOBTPU_w_i in "${!JOBTPU_w_n[@]}"; do
+      JOBTPU_w_x=${JOBTPU_w_v[JOBTPU_w_i]}; [ "${JOBTPU_w_m[JOBTPU_w_i]}" = x ] && JOBTPU_w_expand "$JOBTPU_w_x"
+      export "${JOBTPU_w_n[JOBTPU_w_i]}=$JOBTPU_w_x"
+    done
+    if [ -n "${5:-}" ]; then umask "$5"; fi
+    exec "$1" -c -- "$2"  # "--": a command that begins with "-" is a script, never options of bash
+  )
+  JOBTPU_w_c=$?
+  trap '' PIPE  # (after the job: an ignored signal would be the job's too) a watch that ended is no error
+  [ ${#JOBTPU_w_t[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_t[@]}"
+  [ ${#JOBTPU_w_r[@]} = 2 ] && JOBTPU_w_end "${JOBTPU_w_r[@]}"
+  echo "$JOBTPU_w_c" > "$1.exit.tmp" && mv "$1.exit.tmp" "$1.exit"
+}
+
+# The TPU device on a worker (needs common.sh).
+
+# jobtpu_holds_tpu PROC_DIR : succeeds when the process /proc/<pid> has the TPU device open.
+jobtpu_holds_tpu() {
+  find "$1/fd" -maxdepth 1 \( -lname '*/dev/accel*' -o -lname '*/dev/vfio/*' \) -print -quit 2>/dev/null | grep -q .
+}
+
+# jobtpu_tpu_cleanup ROOT : before a launch on a TPU, stop stale holders of the TPU device that are
+# not a live job of ours under ROOT, then remove the libtpu lock file (in that order: the holder would
+# recreate it).
+jobtpu_tpu_cleanup() {
+  local ours dir pid group
+  ours=$(jobtpu_our_groups "$1")
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}; [ "$pid" = $$ ] && continue
+    if jobtpu_holds_tpu "$dir"; then
+      group=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')
+      case "$ours" in
+        *" $group "*) ;;
+        *) kill -TERM "$pid" 2>/dev/null; sleep 0.5; kill -KILL "$pid" 2>/dev/null;;
+      esac
+    fi
+  done
+  rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null
+}
+
+# jobtpu_holder PID OURS : the `holder` report of a process that holds the TPU device: its pid, its
+# command name, and whether its process group is among OURS (" 12 34 ", jobtpu_our_groups).
+jobtpu_holder() {
+  local group name
+  group=$(ps -o pgid= -p "$1" 2>/dev/null | tr -d ' '); name=$(ps -o comm= -p "$1" 2>/dev/null)
+  case "$2" in
+    *" $group "*) jobtpu_say holder n:pid "$1" s:command "$name" b:ours 1;;
+    *) jobtpu_say holder n:pid "$1" s:command "$name" b:ours 0;;
+  esac
+}
+
+# jobtpu_tpu_doctor ROOT FIX : a `holder` report for each process holding the TPU device (jobtpu_holder),
+# a `lock` report for /tmp/libtpu_lockfile; with FIX=1, the stale holders are stopped and the lock file
+# removed first.
+jobtpu_tpu_doctor() {
+  local r=${1/#-/./-} ours dir pid
+  if [ "$2" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
+  ours=$(jobtpu_our_groups "$r")
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    if jobtpu_holds_tpu "$dir"; then
+      jobtpu_holder "$pid" "$ours"
+    fi
+  done
+  if [ -e /tmp/libtpu_lockfile ]; then jobtpu_say lock b:present 1; else jobtpu_say lock b:present 0; fi
+}
+
+# jobtpu_tpu_accelerator ROOT DEV : whether the TPU answers on this worker. A `device` report for each
+# device file under DEV (accel*, vfio/N), a `holder` report for each process holding one (as
+# jobtpu_tpu_doctor); then, when no process holds the device (JAX would find it busy), a `jax` report:
+# what it said (the devices it sees), its error, or neither when python3 has no jax.
+jobtpu_tpu_accelerator() {
+  local r=${1/#-/./-} dev=$2 ours dir pid f held=0 out
+  for f in "$dev"/accel* "$dev"/vfio/[0-9]*; do if [ -e "$f" ]; then jobtpu_say device s:path "$f"; fi; done
+  ours=$(jobtpu_our_groups "$r")
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}; [ "$pid" = $$ ] && continue
+    if jobtpu_holds_tpu "$dir"; then
+      held=1
+      jobtpu_holder "$pid" "$ours"
+    fi
+  done
+  [ "$held" = 0 ] || return 0
+  if ! python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("jax") is None)' 2>/dev/null; then
+    jobtpu_say jax; return 0
+  fi
+  if out=$(cd ~ && timeout 300 python3 -c 'import jax; print(jax.device_count())' 2>&1); then
+    jobtpu_say jax s:said "$(printf '%s\n' "$out" | tail -n 1)"
+  else
+    jobtpu_say jax s:error "$(printf '%s\n' "$out" | tail -n 1 | cut -c1-300)"
+  fi
+}
+
+# Starting job workers (needs common.sh, wrapper.sh and tpu.sh).
+
+# jobtpu_launch_init stale_minutes=M unpack_bad_exit=C unpack_source=TEXT reset_tenths=T : what every
+# launch of this script shares (named arguments, jobtpu_named). A claim with no pid after M minutes
+# means its start never happened; the snapshot is checked and unpacked by TEXT
+# (jobtpu/snapshot/unpack.py, run by python3 on the worker), whose exit code C says the archive is
+# damaged. Another worker replacing the job folder is given T tenths of a second (timing's reset_wait).
+jobtpu_launch_init() {
+  local stale_minutes="" unpack_bad_exit="" unpack_source="" reset_tenths=""
+  jobtpu_named "stale_minutes unpack_bad_exit unpack_source reset_tenths" "$@" || return 1
+  jobtpu_stale_minutes=$stale_minutes jobtpu_unpack_bad_exit=$unpack_bad_exit
+  jobtpu_unpack_source=$unpack_source jobtpu_reset_tenths=$reset_tenths
+}
+
+# jobtpu_fence ROOT HOME_ID TOKEN: whether a launch from the runner holding lease TOKEN may start here
+# (docs/reference/home-files.md §1.7): no launch of this home with a higher token came to ROOT before.
+# Records TOKEN when it is the highest yet; 0 (a home without a lease) is never refused.
+jobtpu_fence() {
+  local f="$1/meta/.runner_token.$2" seen=0
+  [ "$3" = 0 ] && return 0
+  if [ -s "$f" ]; then read -r seen < "$f"; fi
+  [[ $seen =~ ^[0-9]+$ ]] || seen=0
+  [ "$3" -lt "$seen" ] && return 1
+  if [ "$3" -gt "$seen" ]; then echo "$3" > "$f.$$" && mv -f "$f.$$" "$f"; fi
+  return 0
+}
+
+# jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
+#   poll= grace= limit= token= first= -- [NAME MODE VALUE]...
+# Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
+# pid | pending | need-archive | bad-archive with why | fail with why). Named arguments (jobtpu_named),
+# every one given. fresh=1: start from the snapshot, replacing a folder an earlier attempt left (a
+# rerun). tpu_cleanup=1: clear stale TPU device holders and the libtpu lock file first. signal (empty:
+# none) is sent to the job's processes `delay` seconds after the start (--signal). poll (seconds; 0:
+# none) is how often the wrapper looks for a stop request in ROOT/stop, which then stops the job with
+# `grace` tenths between TERM and KILL (the local machine: a teammate's kill, docs/design.md §7); first
+# (empty: none) is the job's --signal, which an eviction's stop request sends before the TERM. limit
+# (seconds; empty: none) is the job's --timeout, which the wrapper enforces on the worker (`grace`
+# tenths between TERM and KILL). token is the launching runner's lease token (jobtpu_fence; 0: none). The NAME MODE VALUE triples after `--` are the job's environment (mode
+# `x`: $NAME and ${NAME} in VALUE are expanded at job start; `=`: taken as it is). A subshell: every
+# `exit` below ends this worker's launch only.
+jobtpu_launch() (
+  local root="" home_id="" job="" attempt="" worker="" archive="" fresh="" tpu_cleanup="" command="" signal="" delay=""
+  local poll="" grace="" limit="" token="" first="" r
+  jobtpu_named "root home_id job attempt worker archive fresh tpu_cleanup command signal delay poll grace limit token first" "$@" ||
+    exit
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
+  # The one report of this worker's launch: OUTCOME, then the pid (ok) or why.
+  said() {
+    if [ "$1" = ok ]; then jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome ok n:pid "$2"
+    else jobtpu_say launch n:job "$job" n:attempt "$attempt" n:worker "$worker" s:outcome "$1" s:detail "${2:-}"; fi
+  }
+  mkdir -p "$r/meta/$job" "$r/jobs" "$r/archives" || { said fail "cannot create $r"; exit; }
+  jobtpu_private_root "$r"
+  bad="is not a folder of this account's alone (a link, another account's, or writable by others)"
+  jobtpu_own_folder "$r/meta/$job" || { said fail "$r/meta/$job $bad"; exit; }
+  m=$(cd "$r/meta/$job" && pwd -P) || exit
+  b="$m/$attempt.$worker"
+  # A worker handed to a batch scheduler (slurm.sh) is launched once its job id is recorded.
+  if [ -n "${jobtpu_batch_on:-}" ] && jobtpu_batch_adopt "$b" "jobtpu-$home_id.$job.$attempt.$worker"; then exit; fi
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
+  if ! mkdir "$b.claim" 2>/dev/null; then
+    if [ -n "$(find "$b.claim" -maxdepth 0 -mmin "-$jobtpu_stale_minutes")" ]; then said pending; exit; fi
+    # A stale claim whose job still has a process here (it lost its pid record) is no dead launch.
+    if [ -n "$(jobtpu_marked "$home_id" "$job" "$attempt" "$worker")" ]; then said pending; exit; fi
+    rm -rf "$b.claim"; mkdir "$b.claim" 2>/dev/null || { said pending; exit; }
+  fi
+
+  # The job's folder "$j" from the snapshot, made with the worker's claim held. The archive is checked
+  # against its name and unpacked by python3 on the worker, never trusted: a damaged copy is reported
+  # as `bad-archive` for the home to push again. With FRESH, a folder an earlier attempt left is
+  # replaced, once per attempt: workers that share the root agree through an atomic `mkdir` of
+  # "$m/<attempt>.reset" (taken over when stale, like a claim).
+  j="$r/jobs/$job"; s=""
+  # Release the claim (and an unfinished reset) and report "OUTCOME [WHY]"; nothing was started.
+  give_up() {
+    rmdir "$b.claim"
+    if [ -n "$s" ] && [ ! -e "$s/done" ]; then rm -rf "$s"; fi
+    if [[ $1 == *" "* ]]; then said "${1%% *}" "${1#* }"; else said "$1"; fi
+    exit
+  }
+  # A runner that lost its lease to a newer one starts nothing here, whatever it still believes.
+  jobtpu_fence "$r" "$home_id" "$token" || give_up "fail fenced: a runner with a newer lease token launches here"
+  if [ "$fresh" = 1 ]; then
+    s="$m/$attempt.reset"; own=""
+    if [ ! -e "$s/done" ]; then
+      if mkdir "$s" 2>/dev/null; then own=1
+      else  # another worker sharing this root is replacing the folder: give it a while
+        for _ in $(seq "$jobtpu_reset_tenths"); do { [ -e "$s/done" ] || [ ! -d "$s" ]; } && break; sleep 0.1; done
+        if [ ! -e "$s/done" ]; then
+          if [ -n "$(find "$s" -maxdepth 0 -mmin "-$jobtpu_stale_minutes" 2>/dev/null)" ]; then s=""; give_up pending; fi
+          rm -rf "$s"; if mkdir "$s" 2>/dev/null; then own=1; else s=""; give_up pending; fi
+        fi
+      fi
+      if [ -n "$own" ] && { [ -e "$j" ] || [ -L "$j" ]; }; then
+        mv -T "$j" "$s/old" 2>/dev/null || give_up "fail cannot move the folder of an earlier attempt aside"
+        rm -rf "$s/old"
+      fi
+    fi
+  fi
+  if [ ! -d "$j" ]; then
+    a="$r/archives/$archive"
+    [ -f "$a" ] || give_up need-archive
+    command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
+    # An unpack cut short (the connection dropped, the worker rebooted) leaves its folder behind;
+    # one older than a claim can live is nobody's any more.
+    find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
+      -exec rm -rf {} + 2>/dev/null
+    t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+    chmod "$(umask -S)" "$t"
+    python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
+    e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
+    if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
+    [ "$c" = "$jobtpu_unpack_bad_exit" ] && give_up "bad-archive $e"
+    [ -d "$j" ] || give_up "fail unpack: $e"
+  fi
+  jobtpu_own_folder "$j" || give_up "fail $j $bad"
+  if [ -n "$s" ]; then touch "$s/done"; fi
+
+  if [ "$tpu_cleanup" = 1 ]; then jobtpu_tpu_cleanup "$r"; fi
+  cd "$j" || { rmdir "$b.claim"; said fail cd; exit; }
+  # The environment goes to a file only the wrapper reads (and deletes): values, secrets among them,
+  # never appear on a command line that `ps` shows.
+  (umask 077; for x; do printf '%s\0' "$x"; done > "$b.env") ||
+    { rm -f "$b.env"; rmdir "$b.claim"; said fail "cannot write the env file $b.env"; exit; }
+  if [ -n "${jobtpu_batch_on:-}" ]; then
+    jobtpu_batch_submit "$b" "$j" "jobtpu-$home_id.$job.$attempt.$worker" "$command" "$signal" "$delay" "$limit" "$grace"
+    exit
+  fi
+  ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
+  if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$first"); fi
+  env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+    JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
+    JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
+    "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
+  w=$!
+  for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
+  if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
+  jobtpu_ended "$w" || { said pending; exit; }
+  wait "$w"; c=$?
+  # 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
+  [ "$c" = 0 ] && { said pending; exit; }
+  rm -f "$b.env"; rmdir "$b.claim" 2>/dev/null
+  if [ "$c" = "$JOBTPU_NO_PID_RECORD" ]; then
+    said fail "cannot write the pid record $b.pid (disk full or not writable); the command was not started"
+  else said fail "the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
+)
+
+# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit). The
+# run root is on the cluster's shared filesystem: the login host and every compute node see the same
+# meta files, so the wrapper's pid, exit and log records are written on the node and read at the login.
+# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
+
+# Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
+# state (pending, running, completing, suspended, requeued...) still holds the job in Slurm.
+jobtpu_slurm_ended=" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL PREEMPTED BOOT_FAIL DEADLINE OUT_OF_MEMORY REVOKED "
+
+# jobtpu_batch OPTION... : the sbatch options of the next jobtpu_launch call, which then hands its worker
+# to Slurm (jobtpu_batch_submit) instead of starting it on this host.
+jobtpu_batch() {
+  # shellcheck disable=SC2034 # read by jobtpu_launch (launch.sh)
+  jobtpu_batch_on=1
+  jobtpu_batch_opts=("$@")
+}
+
+# jobtpu_batch_record STEM ID : the Slurm job id into STEM.slurm, atomically.
+jobtpu_batch_record() {
+  echo "$2" > "$1.slurm.tmp" && mv "$1.slurm.tmp" "$1.slurm"
+}
+
+# jobtpu_batch_adopt STEM NAME : (in jobtpu_launch, before its claim) when this attempt was handed to
+# Slurm already, say `ok` with its job id and succeed: a launch is never submitted twice. A claim with
+# no recorded id may be a submit cut short after sbatch answered: Slurm is asked for a job of this
+# attempt's name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
+jobtpu_batch_adopt() {
+  local id=""
+  if [ ! -s "$1.slurm" ]; then
+    [ -e "$1.claim" ] || return 1
+    id=$(squeue --noheader --user="$(id -un)" --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
+    id=${id%%[!0-9]*}
+    [ -n "$id" ] || return 1
+    jobtpu_batch_record "$1" "$id" || { said pending; return 0; }
+  fi
+  read -r id _ < "$1.slurm"
+  jobtpu_batch_ok "$2" "$id"
+}
+
+# jobtpu_batch_ok NAME ID : the `launch` report, ok, of the worker whose Slurm job is named NAME
+# (jobtpu-<home id>.<job>.<attempt>.<worker>, its marker) and has the id ID (a number, or an array
+# member's <array id>_<index>).
+jobtpu_batch_ok() {
+  local h=${1#jobtpu-} j a w
+  h=${h%.*.*.*}
+  IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
+  if [[ $2 =~ ^[0-9]+$ ]]; then
+    jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok n:slurm "$2"
+  else
+    jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome ok s:slurm "$2"
+  fi
+}
+
+# jobtpu_array ROOT THROTTLE : the next jobtpu_launch calls (after jobtpu_batch) each write their batch
+# script and join a list in ROOT/meta/arrays instead of calling sbatch; jobtpu_array_submit then hands
+# the list to Slurm as ONE job array, at most THROTTLE members running at once (empty: no cap).
+jobtpu_array() {
+  local r=${1/#-/./-}
+  jobtpu_array_list="" jobtpu_array_throttle=$2
+  # Its real path: each launch joins it from inside its job's folder.
+  mkdir -p "$r/meta/arrays" && jobtpu_array_list=$(cd "$r/meta/arrays" && mktemp "$(pwd -P)/XXXXXXXX") ||
+    jobtpu_array_list=""
+}
+
+# jobtpu_array_join NAME STEM : (in jobtpu_batch_submit, the batch script written) this worker is
+# member N of the array, N its line in the list.
+jobtpu_array_join() {
+  echo "$1 $2" >> "$jobtpu_array_list"
+}
+
+# jobtpu_array_submit : one sbatch --array of every worker that joined the list. Member i runs the
+# batch script of the list's line i (SLURM_ARRAY_TASK_ID), its output appended to its own log, as a
+# lone sbatch does. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch
+# refuses, fail with sbatch's own words, each member's env file, batch script and claim taken back.
+jobtpu_array_submit() {
+  local list=$jobtpu_array_list name stem out rc id i names=() stems=() t=""
+  jobtpu_array_list=""
+  [ -n "$list" ] || return 0
+  while read -r name stem; do names+=("$name") stems+=("$stem"); done < "$list"
+  if [ ${#names[@]} = 0 ]; then rm -f "$list"; return 0; fi
+  [ -n "$jobtpu_array_throttle" ] && t="%$jobtpu_array_throttle"
+  {
+    echo '#!/bin/bash'
+    printf 'mapfile -t m < %q
+' "$list"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo 'b=${m[$SLURM_ARRAY_TASK_ID]#* }'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo 'exec bash "$b.sbatch" >> "$b.log" 2>&1'
+  } > "$list.sbatch" && out=$(sbatch --parsable --requeue --job-name="${names[0]}.array" --output=/dev/null \
+    --array="0-$((${#names[@]} - 1))$t" ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$list.sbatch" 2>&1)
+  rc=$? id=${out%%;*}
+  if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
+    out=${out//$'\n'/ }
+    for i in "${!names[@]}"; do
+      rm -f "${stems[$i]}.env" "${stems[$i]}.sbatch"
+      rmdir "${stems[$i]}.claim"
+      jobtpu_array_failed "${names[$i]}" "${out:0:400}"
+    done
+    rm -f "$list" "$list.sbatch"
+    return 0
+  fi
+  for i in "${!names[@]}"; do
+    if jobtpu_batch_record "${stems[$i]}" "${id}_$i"; then
+      jobtpu_batch_ok "${names[$i]}" "${id}_$i"
+    else
+      jobtpu_array_failed "${names[$i]}" "Slurm job ${id}_$i took the attempt, but its id could not be written to ${stems[$i]}.slurm"
+    fi
+  done
+}
+
+# jobtpu_array_failed NAME WHY : the `launch` report, fail, of the array member named NAME.
+jobtpu_array_failed() {
+  local h=${1#jobtpu-} j a w
+  h=${h%.*.*.*}
+  IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
+  jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome fail s:detail "$2"
+}
+
+# jobtpu_batch_submit STEM FOLDER NAME COMMAND SIGNAL DELAY LIMIT GRACE : (in jobtpu_launch, with the
+# claim held, the folder unpacked and STEM.env written) write the batch script STEM.sbatch and hand it to
+# sbatch with the options jobtpu_batch gave: one `launch` report, ok with the Slurm job id, or fail
+# with sbatch's own words, the env file and the claim taken back (nothing is left half-made). The
+# batch script becomes the wrapper, as the launch on an ssh machine starts it, and
+# exits with the job's code. A run Slurm requeued (`scontrol requeue`, a preemption, a node failure)
+# never runs the command again under this attempt: the pass sees the requeue, and jobtpu's recovery
+# rules start the next attempt, which resumes.
+jobtpu_batch_submit() {
+  local b=$1 out id program rc job=${3%.*.*}
+  job=${job##*.}
+  program=$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap \
+    JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked JOBTPU_w_procs \
+    JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)
+  # The batch step's exit is the job's, for Slurm's own records (sacct, squeue's FAILED).
+  # shellcheck disable=SC2016 # the wrapper program's text, expanded when it runs
+  program+=$'\nread -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
+  {
+    echo '#!/bin/bash'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
+    printf 'b=%q\n' "$b"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo 'i=$SLURM_JOB_ID; [ -z "${SLURM_ARRAY_JOB_ID:-}" ] || i=${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID'
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    echo '[ -s "$b.slurm" ] || { echo "$i" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }'
+    printf 'cd %q || exit 1\n' "$(pwd -P)"  # jobtpu_launch runs this in the job's folder, $2
+    printf 'export JOBTPU_MARK=%q\n' "${3#jobtpu-}"
+    # shellcheck disable=SC2016 # written for the batch script, expanded there
+    # The wrapper is the batch step itself (slurmstepd made it a process-group leader, as the wrapper
+    # wants): Slurm's signals and its end of the job reach every process of the job.
+    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
+      "$(jobtpu_job_umask)" "$7" "$8"
+  } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
+  # A sweep's member: the claim stays held, jobtpu_array_submit hands it over with the others.
+  if [ -n "${jobtpu_array_list:-}" ]; then jobtpu_array_join "$3" "$b"; exit; fi
+  out=$(sbatch --parsable --requeue --job-name="$3" --output="$b.log" --open-mode=append \
+    ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
+  rc=$? id=${out%%;*}
+  if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
+    rm -f "$b.env" "$b.sbatch"
+    out=${out//$'\n'/ }
+    give_up "fail ${out:0:400}"
+  fi
+  jobtpu_batch_record "$b" "$id" || {
+    said fail "Slurm job $id took the attempt, but its id could not be written to $b.slurm"; exit; }
+  jobtpu_batch_ok "$3" "$id"
+}
+
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
+# what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
+# most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this
+# account. When Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the
+# pass takes the cluster as unreachable this once and changes none of its jobs. Besides, per worker:
+# waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
+jobtpu_slurm_probe() {
+  local root="" chunk="" tail="" result="" r q line boot=- now
+  local -A state=() reason=() restarts=()
+  jobtpu_named "root chunk tail result" "$@" || return 1
+  # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
+  shift "$jobtpu_named_n"
+  r=${root/#-/./-}
+  # --array with JobArrayID: each array member on its own line as <array id>_<index>, as recorded.
+  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+    { echo "squeue failed: ${q:0:300}" >&2; return 1; }
+  while IFS='|' read -r id s why n _; do
+    [ -n "$id" ] || continue
+    state[$id]=$s reason[$id]=$why restarts[$id]=$n
+  done <<< "$q"
+  [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
+  printf -v now '%(%s)T' -1
+  jobtpu_say host s:boot "$boot" n:now "$now"
+  while [ $# -ge 4 ]; do
+    line=$r/meta/$1/$2.$3
+    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4" "$result"
+    shift 4
+  done
+}
+
+# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET RESULT : one worker's lines (state,
+# reason and restarts are jobtpu_slurm_probe's).
+jobtpu_slurm_worker() {
+  local b=$1 chunk=$2 tail=$3 offset=$7 result=$8 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
+  local preempted=false waiting="" n='^[0-9]+$' rsize
+  [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
+  [ -n "$id" ] && s=${state[$id]:-}
+  [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
+  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
+  [ -e "$b.claim" ] && claim=true
+  [ -e "$b.timedout" ] && timedout=true
+  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
+  if [ -n "$s" ]; then
+    [[ $jobtpu_slurm_ended == *" $s "* ]] || alive=true
+    # Slurm's word for a pending job it has not looked at yet is "None".
+    [ "$s" = PENDING ] && { waiting=${reason[$id]:-None}; [ "$waiting" != None ] || waiting=queued; }
+    { [ "${restarts[$id]:-0}" != 0 ] || [ "$s" = PREEMPTED ]; } && preempted=true
+    # Slurm ended it past its --time, or for its memory, before the wrapper wrote the exit.
+    [ "$ex" = - ] && [ "$s" = TIMEOUT ] && timedout=true
+    [ "$ex" = - ] && [ "$s" = OUT_OF_MEMORY ] && ex=137
+  fi
+  # One printf, not jobtpu_say (five times slower): a cluster's probe says this for every job of the
+  # home there, a thousand a pass. What the files held is checked as jobtpu_say checks a number.
+  [[ $pid =~ $n ]] || pid=null
+  [[ ${ex#-} =~ $n ]] || ex=null
+  [[ ${at/./} =~ $n ]] || at=null
+  [[ $size =~ $n ]] || size=0
+  jobtpu_json_string "$waiting"
+  # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s}\n' \
+    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json"
+  if [ "$size" -gt "$offset" ]; then
+    printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$4" "$5" "$6" "$offset"
+    tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
+    printf '"}\n'
+  fi
+  if [ "$ex" != null ] && [ $((size - offset)) -gt "$chunk" ]; then
+    printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
+    tail -c "$tail" "$b.log" | base64 -w0
+    printf '"}\n'
+  fi
+  # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker 0's
+  # log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
+  if [ "$6" = 0 ] && [ "$ex" != null ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
+    [ ! -L "$b.result" ]; then
+    rsize=$(stat -c %s "$b.result") || return 0
+    if [ "$rsize" -gt "$result" ]; then
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$4" "$5" "$6" "$rsize"
+    else
+      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$4" "$5" "$6" "$rsize"
+      head -c "$result" "$b.result" | base64 -w0
+      printf '"}\n'
+    fi
+  fi
+}
+
+# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER]... : stop each worker's Slurm job: TERM to
+# every process of a running one (scancel --full --signal), then, GRACE tenths of a second later if
+# it still runs, scancel (Slurm's KILL after its KillWait); then up to STEPS tenths for Slurm to say
+# it ended. One `kill` report per worker: gone, or not yet (stuck). A worker never handed to Slurm
+# (no id, no claim) is gone.
+jobtpu_slurm_kill() {
+  local r=${1/#-/./-} grace=$2 steps=$3 b id s i
+  shift 4
+  while [ $# -ge 3 ]; do
+    b=$r/meta/$1/$2.$3 id=""
+    [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
+    if [ -z "$id" ]; then
+      if [ -e "$b.claim" ]; then s=claimed; else s=""; fi
+    else
+      s=$(jobtpu_slurm_state "$id")
+      if [ "$s" = RUNNING ]; then
+        scancel --full --signal=TERM "$id" 2> /dev/null
+        for ((i = 0; i < grace; i++)); do s=$(jobtpu_slurm_state "$id"); [ "$s" = RUNNING ] || break; sleep 0.1; done
+      fi
+      if [ -n "$s" ] && [[ $jobtpu_slurm_ended != *" $s "* ]]; then
+        scancel "$id" 2> /dev/null
+        for ((i = 0; i < steps; i++)); do
+          s=$(jobtpu_slurm_state "$id")
+          # Ended; or Slurm does not answer: not gone, and the next stop asks again.
+          { [ -z "$s" ] || [ "$s" = UNKNOWN ] || [[ $jobtpu_slurm_ended == *" $s "* ]]; } && break
+          sleep 0.1
+        done
+      fi
+    fi
+    if [ -z "$s" ] || [[ $jobtpu_slurm_ended == *" $s "* ]]; then
+      jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 1
+    else
+      jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 0
+    fi
+    shift 3
+  done
+}
+
+# jobtpu_slurm_state ID : the Slurm job's state word; nothing when Slurm no longer knows the job;
+# UNKNOWN when Slurm does not answer (never taken for an ended job).
+jobtpu_slurm_state() {
+  local out
+  if out=$(squeue --noheader --states=all --jobs="$1" --format=%T 2>&1); then
+    echo "${out%%$'\n'*}"
+  elif [[ $out != *"Invalid job id"* ]]; then
+    echo UNKNOWN
+  fi
+}
+
+# jobtpu_slurm_doctor : a `tool` report for each Slurm command jobtpu runs at the login host, then a
+# `slurm` report: whether the controller answers (sinfo), with its partitions, or its error.
+jobtpu_slurm_doctor() {
+  local tool out p parts=()
+  for tool in sbatch squeue scancel sinfo; do jobtpu_say tool s:name "$tool" s:path "$(command -v "$tool")"; done
+  if out=$(sinfo --noheader --format=%R 2>&1); then
+    while IFS= read -r p; do [ -n "$p" ] && parts+=("$p"); done <<< "$out"
+    printf '{"kind":"slurm","answers":true,"partitions":['
+    p=""
+    # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
+    for tool in ${parts[@]+"${parts[@]}"}; do jobtpu_json_string "$tool"; printf '%s%s' "$p" "$jobtpu_json"; p=,; done
+    printf ']}\n'
+  else
+    jobtpu_say slurm b:answers 0 s:said "${out:0:300}"
+  fi
+}
+
+jobtpu_launch_init stale_minutes=3 unpack_bad_exit=3 'unpack_source=<jobtpu/snapshot/unpack.py>' reset_tenths=200 --
+jobtpu_batch --partition=gpu
+jobtpu_array -runs/jobtpu 4
+jobtpu_launch root=-runs/jobtpu home_id=home-1 job=7 attempt=0 worker=0 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=0 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=0 grace=50 limit=3600.25 token=0 first= -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_launch root=-runs/jobtpu home_id=home-1 job=8 attempt=0 worker=0 archive=0123abcd.tar.gz fresh=1 tpu_cleanup=0 'command=python train.py --lr '"'"'a b'"'"' $HOME' signal=USR1 delay=30 poll=0 grace=50 limit=3600.25 token=0 first= -- WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_array_submit
