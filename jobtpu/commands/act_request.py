@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 VERSION: Literal[2] = 2
 # The options of the fields whose option is not `--` and the field's name with dashes.
-OPTION_OF = {"tags": "--tag", "names": "--name", "statuses": "--status", "sweeps": "--sweep"}
+OPTION_OF = {"tags": "--tag", "names": "--name", "statuses": "--status", "sweeps": "--sweep", "priority_class": "--class"}
 POSITIONAL = ("ids", "words")
 
 

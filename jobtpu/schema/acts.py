@@ -69,6 +69,7 @@ class UpdateArgs(Selected, forbid_unknown_fields=True, kw_only=True):
     machine: Text | None = None
     no_machine: bool = False
     max_running: Tries | None = None
+    priority_class: Text | None = None  # `--class`: checked by update as submit checks it
 
     def __post_init__(self) -> None:
         super().__post_init__()
