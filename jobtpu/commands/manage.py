@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from jobtpu.commands import args
@@ -92,7 +93,9 @@ def _lease_round(home: Home, standby: bool, interval: float | None) -> bool:
     try:
         go, lines = fence.round_(home, standby, interval)
     except OSError as e:
-        go, lines = False, [f"the home's lease cannot be read ({e.strerror or e}); this runner writes nothing until it can"]
+        # Said by the cause alone (the same whichever step met it), so a loop that waits says it once.
+        why = os.strerror(e.errno) if e.errno else str(e)
+        go, lines = False, [f"the home's lease cannot be read ({why}); this runner writes nothing until it can"]
     for line in lines:
         if line != _said_last.get(str(home.root)):  # a runner that waits each round says so once
             note(f"jobtpu: {line}")
