@@ -660,17 +660,21 @@ jobtpu_launch() (
         -mmin "+$jobtpu_stale_minutes" -exec rm -rf {} + 2>/dev/null
       break
     done
-    t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
-    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
-    chmod "$(umask -S)" "$t"
+    # The job's folder is made aside, in "$t", and moved in whole.
+    new_t() { t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"; }
+    new_t
     # The verified tree of this very archive file (jobtpu_tree) is copied, not unpacked again; without
     # one, python3 checks and unpacks the archive, and its result is kept as the tree for the next job.
-    jobtpu_tree "$r" "$archive"; tree=$jobtpu_tree_path
-    if [ -n "$tree" ] && jobtpu_own_folder "$tree" && cp -R -p --reflink=auto -- "$tree/." "$t" 2>/dev/null; then
+    # (The copy gives "$t" the tree's mode, the umask's when it was made: no chmod.)
+    jobtpu_tree "$r" "$archive"; tree=$jobtpu_tree_path; hit=""
+    if [ -n "$tree" ] && jobtpu_own_folder "$tree"; then
+      if cp -R -p --reflink=auto -- "$tree/." "$t" 2>/dev/null; then hit=1
+      else rm -rf "$t"; new_t; fi
+    fi
+    if [ -n "$hit" ]; then
       mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"
     else
-      rm -rf "$t"
-      t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
+      # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
       chmod "$(umask -S)" "$t"
       command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
       # -I -S: no site, no user site, no PYTHON* variable: the unpack needs only the standard library,
