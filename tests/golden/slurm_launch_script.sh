@@ -710,17 +710,23 @@ jobtpu_launch() (
   exec {k}<> <(:)
   exec {up}> "/proc/self/fd/$k"
   exec {down}< "/proc/self/fd/$k" {k}>&-
-  JOBTPU_MARK="$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
-    JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
-    JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} \
-    > "$b.log" 2>&1 < /dev/null 3>&"$up" {up}>&- {down}<&- &
+  # SIGHUP ignored, as nohup would (its output is redirected already), without starting nohup; the
+  # background subshell becomes setsid, then the wrapper, so $! is the wrapper's pid.
+  (
+    trap '' HUP
+    JOBTPU_MARK="$home_id.$job.$attempt.$worker" exec setsid bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+      JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
+      JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
+      "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"}
+  ) > "$b.log" 2>&1 < /dev/null 3>&"$up" {up}>&- {down}<&- &
   w=$!
   exec {up}>&-
-  IFS= read -r -t 4 -u "$down" _
+  IFS= read -r -t 4 -u "$down" _; c=$?
   exec {down}<&-
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
-  jobtpu_ended "$w" || { said pending; exit; }
+  # The pipe's end without a word: the wrapper has exited, or is exiting (its files close before
+  # it is a zombie), so waiting for it is at once. Past the time (c > 128), it may still be running.
+  if [ "$c" -gt 128 ] && ! jobtpu_ended "$w"; then said pending; exit; fi
   wait "$w"; c=$?
   # 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
   [ "$c" = 0 ] && { said pending; exit; }
