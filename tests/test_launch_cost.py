@@ -49,6 +49,18 @@ def test_jobs_of_one_snapshot_are_copied_from_its_verified_tree_and_keep_their_w
     assert len(list((home / "run" / "archives").glob(".tree.*"))) == 2
 
 
+def test_clean_takes_a_snapshot_s_tree_away_with_its_archive(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    job = submit(home, write_tree(tmp_path / "src", {"data.txt": "original\n"}), "cat data.txt")
+    assert _run(home, job) == "original\n"
+    archive = status(home)[job]["archive"]
+    archives = home / "run" / "archives"
+    assert sorted(p.name.split(".")[1] if p.name.startswith(".") else p.name for p in archives.iterdir()) == [
+        archive, "tree"]
+    jobtpu(home, "clean", "--remote")
+    assert list(archives.iterdir()) == []
+
+
 def test_the_unpack_runs_whatever_python_modules_the_login_has(ssh_fleet: SshFleet, tmp_path: Path) -> None:
     """The worker's python3 unpacks with `-I -S`: a usercustomize.py in the login's user site (which
     every plain `python3` of that account imports first) cannot fail or change the unpack."""
