@@ -417,6 +417,9 @@ jobtpu_wrapper() {
     echo "jobtpu: cannot write the pid record $1.pid; the command was not started" >&2
     exit "$JOBTPU_NO_PID_RECORD"
   fi
+  # The launch waits on fd 3 for this word (jobtpu_launch; a batch step starts the wrapper with fd 3
+  # closed); closed at once, so that neither the job nor a watch holds it open.
+  { echo up >&3; } 2>/dev/null; exec 3>&-
   JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()
   JOBTPU_w_load "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"
   if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then
@@ -566,6 +569,29 @@ jobtpu_fence() {
   return 0
 }
 
+# jobtpu_tree ROOT ARCHIVE : into jobtpu_tree_path, where the verified tree of ROOT/archives/ARCHIVE is
+# kept: the folder a successful unpack of it left (jobtpu_keep_tree), named by the archive and by the
+# identity of its file as it is now (inode, size, modification and change times, to the nanosecond).
+# A copy rewritten or replaced in any way (a damaged one, a push) names another tree, so a tree is only
+# ever used for the very file it was checked from. Empty when the file cannot be looked at.
+jobtpu_tree() {
+  local id
+  jobtpu_tree_path=""
+  id=$(stat -L -c '%i.%s.%y.%z' -- "$1/archives/$2" 2>/dev/null) || return 0
+  jobtpu_tree_path="$1/archives/.tree.${2%.tar.gz}.${id//[!0-9.]/}"
+}
+
+# jobtpu_keep_tree ROOT ARCHIVE FROM TREE : keep a copy of FROM, a job folder just unpacked from
+# ARCHIVE, as its TREE (jobtpu_tree), for the next job's folder to be copied from. Made aside and moved
+# in whole, so a tree is never seen half made; a tree another launch made first is kept. Its failure
+# (a full disk) costs only the next job an unpack.
+jobtpu_keep_tree() {
+  local x
+  x=$(mktemp -d "$1/archives/.treetmp.${2%.tar.gz}.XXXXXX") || return 0
+  cp -R -p -- "$3/." "$x" 2>/dev/null && mv -T "$x" "$4" 2>/dev/null && return 0
+  rm -rf "$x"
+}
+
 # jobtpu_launch root= home_id= job= attempt= worker= archive= fresh= tpu_cleanup= command= signal= delay=
 #   poll= grace= limit= token= first= -- [NAME MODE VALUE]...
 # Start one worker detached, idempotently, and print one report (jobtpu_say launch, outcome ok with its
@@ -644,19 +670,41 @@ jobtpu_launch() (
   if [ ! -d "$j" ]; then
     a="$r/archives/$archive"
     [ -f "$a" ] || give_up need-archive
-    command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
     # An unpack cut short (the connection dropped, the worker rebooted) leaves its folder behind;
-    # one older than a claim can live is nobody's any more.
-    find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" -mmin "+$jobtpu_stale_minutes" \
-      -exec rm -rf {} + 2>/dev/null
-    t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"
-    # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
-    chmod "$(umask -S)" "$t"
-    python3 -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
-    e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
-    if [ "$c" = 0 ]; then mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"; else rm -rf "$t"; fi
-    [ "$c" = "$jobtpu_unpack_bad_exit" ] && give_up "bad-archive $e"
-    [ -d "$j" ] || give_up "fail unpack: $e"
+    # one older than a claim can live is nobody's any more. (A glob first: no `find` when none is left.)
+    for x in "$r/jobs/.unpack.$job.$worker."*; do
+      [ -e "$x" ] && find "$r/jobs" -mindepth 1 -maxdepth 1 -name ".unpack.$job.$worker.*" \
+        -mmin "+$jobtpu_stale_minutes" -exec rm -rf {} + 2>/dev/null
+      break
+    done
+    # The job's folder is made aside, in "$t", and moved in whole.
+    new_t() { t=$(mktemp -d "$r/jobs/.unpack.$job.$worker.XXXXXX") || give_up "fail cannot create a folder in $r/jobs"; }
+    new_t
+    # The verified tree of this very archive file (jobtpu_tree) is copied, not unpacked again; without
+    # one, python3 checks and unpacks the archive, and its result is kept as the tree for the next job.
+    # (The copy gives "$t" the tree's mode, the umask's when it was made: no chmod.)
+    jobtpu_tree "$r" "$archive"; tree=$jobtpu_tree_path; hit=""
+    if [ -n "$tree" ] && jobtpu_own_folder "$tree"; then
+      if cp -R -p --reflink=auto -- "$tree/." "$t" 2>/dev/null; then hit=1
+      else rm -rf "$t"; new_t; fi
+    fi
+    if [ -n "$hit" ]; then
+      mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"
+    else
+      # mktemp makes it 0700 whatever the umask: in a shared home's run root a teammate's fetch reads it.
+      chmod "$(umask -S)" "$t"
+      command -v python3 > /dev/null || give_up "fail python3 is needed on the worker to unpack the snapshot"
+      # -I -S: no site, no user site, no PYTHON* variable: the unpack needs only the standard library,
+      # starts faster, and no module of the login's can change what it does.
+      python3 -I -S -c "$jobtpu_unpack_source" "$a" "$t" 2> "$b.unpack.err"; c=$?
+      e=$(head -c 300 "$b.unpack.err" | tr "\n" " "); rm -f "$b.unpack.err"
+      if [ "$c" = 0 ]; then
+        [ -n "$tree" ] && jobtpu_keep_tree "$r" "$archive" "$t" "$tree"
+        mv -T "$t" "$j" 2>/dev/null || rm -rf "$t"
+      else rm -rf "$t"; fi
+      [ "$c" = "$jobtpu_unpack_bad_exit" ] && give_up "bad-archive $e"
+      [ -d "$j" ] || give_up "fail unpack: $e"
+    fi
   fi
   jobtpu_own_folder "$j" || give_up "fail $j $bad"
   if [ -n "$s" ]; then touch "$s/done"; fi
@@ -673,14 +721,29 @@ jobtpu_launch() (
   fi
   ask=()  # the stop request this attempt obeys: its name only, in the run root's real path
   if [ "$poll" != 0 ]; then ask=("$(cd "$r" && pwd -P)/stop/$job.$attempt" "$poll" "$first"); fi
-  env "JOBTPU_MARK=$home_id.$job.$attempt.$worker" setsid nohup bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
-    JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
-    JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
-    "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"} > "$b.log" 2>&1 < /dev/null &
+  # The wrapper says on its fd 3 that its pid is recorded: a pipe whose write end only the wrapper
+  # holds, so the read below returns on its word, or on the pipe's end when the wrapper is gone,
+  # never later than it must (an event, not a poll). /proc/self/fd reopens the one pipe as its two ends.
+  exec {k}<> <(:)
+  exec {up}> "/proc/self/fd/$k"
+  exec {down}< "/proc/self/fd/$k" {k}>&-
+  # SIGHUP ignored, as nohup would (its output is redirected already), without starting nohup; the
+  # background subshell becomes setsid, then the wrapper, so $! is the wrapper's pid.
+  (
+    trap '' HUP
+    JOBTPU_MARK="$home_id.$job.$attempt.$worker" exec setsid bash -c "$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand \
+      JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group \
+      JOBTPU_w_marked JOBTPU_w_procs JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)" \
+      "jobtpu-$job" "$b" "$command" "$signal" "$delay" "$(jobtpu_job_umask)" "$limit" "$grace" ${ask[@]+"${ask[@]}"}
+  ) > "$b.log" 2>&1 < /dev/null 3>&"$up" {up}>&- {down}<&- &
   w=$!
-  for _ in $(seq 200); do [ -s "$b.pid" ] && break; jobtpu_ended "$w" && break; sleep 0.02; done
+  exec {up}>&-
+  IFS= read -r -t 4 -u "$down" _; c=$?
+  exec {down}<&-
   if [ -s "$b.pid" ]; then read -r p _ < "$b.pid"; said ok "$p"; exit; fi
-  jobtpu_ended "$w" || { said pending; exit; }
+  # The pipe's end without a word: the wrapper has exited, or is exiting (its files close before
+  # it is a zombie), so waiting for it is at once. Past the time (c > 128), it may still be running.
+  if [ "$c" -gt 128 ] && ! jobtpu_ended "$w"; then said pending; exit; fi
   wait "$w"; c=$?
   # 0: setsid forked and left the wrapper to go on; it records its pid (or fails) on its own.
   [ "$c" = 0 ] && { said pending; exit; }
@@ -839,8 +902,9 @@ jobtpu_batch_submit() {
     printf 'export JOBTPU_MARK=%q\n' "${3#jobtpu-}"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
     # The wrapper is the batch step itself (slurmstepd made it a process-group leader, as the wrapper
-    # wants): Slurm's signals and its end of the job reach every process of the job.
-    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
+    # wants): Slurm's signals and its end of the job reach every process of the job. Its fd 3 closed:
+    # the wrapper says it runs on fd 3 only to a launch that waits there (jobtpu_launch).
+    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q 3>&-\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
       "$(jobtpu_job_umask)" "$7" "$8"
   } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
   # A sweep's member: the claim stays held, jobtpu_array_submit hands it over with the others.

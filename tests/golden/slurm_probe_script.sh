@@ -321,8 +321,9 @@ jobtpu_batch_submit() {
     printf 'export JOBTPU_MARK=%q\n' "${3#jobtpu-}"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
     # The wrapper is the batch step itself (slurmstepd made it a process-group leader, as the wrapper
-    # wants): Slurm's signals and its end of the job reach every process of the job.
-    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
+    # wants): Slurm's signals and its end of the job reach every process of the job. Its fd 3 closed:
+    # the wrapper says it runs on fd 3 only to a launch that waits there (jobtpu_launch).
+    printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q 3>&-\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
       "$(jobtpu_job_umask)" "$7" "$8"
   } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
   # A sweep's member: the claim stays held, jobtpu_array_submit hands it over with the others.

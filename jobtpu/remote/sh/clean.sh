@@ -12,14 +12,15 @@ jobtpu_remove_jobs() {
   for job; do rm -rf -- "$r/jobs/$job" "$r/meta/$job"; done
 }
 
-# jobtpu_keep_archives ROOT [ARCHIVE]... : delete every archive but the named ones.
+# jobtpu_keep_archives ROOT [ARCHIVE]... : delete every archive but the named ones, and with each its
+# unpacked trees (jobtpu_tree, launch.sh), half-made ones included.
 jobtpu_keep_archives() {
   local r=${1/#-/./-} file name keep archive
   shift
-  for file in "$r"/archives/*.tar.gz; do
+  for file in "$r"/archives/*.tar.gz "$r"/archives/.tree.* "$r"/archives/.treetmp.*; do
     [ -e "$file" ] || continue
-    name=${file##*/}; keep=0
+    name=${file##*/}; name=${name#.tree.}; name=${name#.treetmp.}; name=${name%%.*}.tar.gz; keep=0
     for archive; do if [ "$archive" = "$name" ]; then keep=1; fi; done
-    if [ "$keep" = 0 ]; then rm -f -- "$file"; fi
+    if [ "$keep" = 0 ]; then rm -rf -- "$file"; fi
   done
 }
