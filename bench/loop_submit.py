@@ -76,7 +76,7 @@ def one(tmp: Path, name: str, n_jobs: int, interval: float, env: dict[str, str])
                 break
             time.sleep(0.2)
     finally:
-        os.killpg(loop.pid, signal.SIGINT)
+        os.killpg(loop.pid, signal.SIGTERM)  # TERM: a bench started in the background ignores INT
         loop.wait()
     assert all(j["status"] == "finished" for j in jobs), [j["status"] for j in jobs]
     attempts = [j["attempts"][-1] for j in jobs]
