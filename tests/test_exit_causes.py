@@ -180,6 +180,18 @@ def test_an_exit_42_is_retried_under_its_list_and_an_exit_1_is_not() -> None:
     assert [m.spent for m in plan.moves] == [None]  # no budget ran out: the code is not one to retry
 
 
+@pytest.mark.parametrize("alive", [False, True])
+def test_a_worker_stopped_at_its_timeout_fails_with_reason_timeout_whether_or_not_its_wrapper_is_gone(
+        alive: bool) -> None:
+    """The wrapper writes its exit record before it exits: a probe between the two sees it alive with
+    the TERM's exit code, and that is the --timeout's end all the same, never an `exit 143` retried."""
+    timed = running(BOX, retries=2, retry_on_exit="143")
+    stopped = msgspec.structs.replace(worker(timed, alive=alive, code=143), timed_out=True)
+    decide([timed], fleet(BOX), seen(stopped))
+    # A wrapper not yet gone is stopped first (killing), the ending kept: failed with reason timeout.
+    assert (timed.status, timed.reason, timed.retried) == (Status.KILLING if alive else Status.FAILED, model.TIMEOUT, 0)
+
+
 def test_spent_retries_end_the_job_with_their_line() -> None:
     spent = running(BOX, retries=2, retried=2)
     plan = decide([spent], fleet(BOX), seen(worker(spent, code=3)))

@@ -107,7 +107,10 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
     if any(s is not None and s.preempted for s in states):  # Slurm requeued or preempted it: never run twice
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs, view))
         return
-    if any(s is not None and s.timed_out and not s.alive for s in states):  # its worker kept the --timeout
+    # Its worker kept the --timeout. Ended: gone, or its exit recorded (the wrapper writes the exit
+    # record before it exits, so a probe between the two sees it alive with an exit code, which is
+    # the timeout's all the same).
+    if any(s is not None and s.timed_out and (not s.alive or s.exit_code is not None) for s in states):
         _fail(job, machine, Ending(Status.FAILED, model.TIMEOUT), "ran past its --timeout (stopped on its worker)",
               refs, view, seen, plan)
         return
