@@ -53,8 +53,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("clean", "clean", _M, "move ended jobs from state.json into history.jsonl (default: your ended jobs)"),
     Command("hold", "hold", _M, "keep queued jobs from starting until `jobtpu release`"),
     Command("release", "hold", _M, "let held jobs start again"),
-    Command("update", "update", _M, "change queued jobs' request, priority, overrides, machine or a sweep's "
-            "--max-running"),
+    Command("update", "update", _M, "change queued jobs' request, priority or class, overrides, machine or a "
+            "sweep's --max-running"),
     Command("tag", "annotate", _M, "add (+TAG) and remove (-TAG) tags of jobs"),
     Command("note", "annotate", _M, "set a job's note (or with --machine a machine's), shown by status and machines"),
     Command("requests", "requests", _A, "in a shared home: your submits and acts waiting for the runner's next "
