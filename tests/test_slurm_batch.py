@@ -15,6 +15,7 @@ from jobtpu.decide.fit import allocate
 from jobtpu.decide.observation import Observation
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import ConfigError
+from jobtpu.fleet.drivers import driver_for
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.schema import state as model
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.fast
 
 def slurm(tmp_path: Path, **keys: Any) -> Machine:
     home = Home(tmp_path)
-    home.machines_file.write_text(json.dumps({"machines": {"hpc": {"kind": "slurm", "host": "login", **keys}}}))
+    entry = {k: v for k, v in {"kind": "slurm", "host": "login", **keys}.items() if v is not None}  # host=None: none
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": entry}}))
     return load_fleet(home).machines["hpc"]
 
 
@@ -64,8 +66,16 @@ def test_a_slurm_machine_is_reached_at_its_login_host_and_hands_every_job_over(t
     assert machine.scheduled and allocate(machine.capacity, {}, {"gpu": 8}) is not None
 
 
+def test_a_slurm_machine_without_a_host_is_reached_here(tmp_path: Path) -> None:
+    # jobtpu on the login node itself: no host to log in to, the root in this account's home.
+    machine = slurm(tmp_path, host=None)
+    assert (machine.hosts, machine.root, machine.known_workers) == ((), str(Path.home() / "jobtpu"), 1)
+    local = driver_for(machine).endpoints(machine, None)
+    assert [(ep.index, ep.addr) for ep in local] == [(0, None)]
+
+
 @pytest.mark.parametrize(("entry", "said"), [
-    ({"kind": "slurm"}, "a slurm machine needs 'host'"),
+    ({"kind": "slurm", "host": " "}, "a slurm machine's 'host' must be its login host"),
     ({"kind": "slurm", "host": "login", "partition": "a b"}, "'partition' 'a b' must be a Slurm name"),
     ({"kind": "slurm", "host": "login", "hosts": ["x"]}, "'hosts' is only for kind ssh"),
     ({"kind": "ssh", "hosts": ["x"], "partition": "gpu"}, "'partition' is only for kind slurm"),
