@@ -20,7 +20,7 @@ from tests.slurmcluster import SlurmCluster, slurm_cluster  # noqa: F401  # the 
 DEADLINE = 60.0
 submit = partial(helpers.submit, in_process=True)
 manage_until = partial(helpers.passes_until, timeout=DEADLINE, in_process=True)
-WAIT_RELEASE = 'while [ ! -e "$JOBTPU_RELEASE" ]; do sleep 0.1; done'
+WAIT_RELEASE = 'while [ ! -e "$RELEASE" ]; do sleep 0.1; done'
 
 
 @pytest.fixture
@@ -68,3 +68,66 @@ def test_a_cluster_without_a_host_is_reached_here_with_no_ssh(here: tuple[SlurmC
     assert slurm.job(slurm_id)["ExitCode"] == "3:0"
     assert (tmp_path / "cluster" / "meta" / str(job) / "0.0.slurm").exists()  # the run root is the entry's
     assert not calls.exists(), calls.read_text()
+
+
+def exec_job(home: Path, job: int | str, *words: str) -> tuple[int, str, str]:
+    return helpers.cli(home, "exec", str(job), "--", *words)
+
+
+SHOW = 'echo "job=$SLURM_JOB_ID step=$SLURM_STEP_ID task=${SLURM_ARRAY_TASK_ID:-} jobtpu=$JOBTPU_JOB_ID in=$(pwd -P)"'
+
+
+def test_exec_and_ssh_of_a_job_reach_it_as_a_step_of_its_allocation(here: tuple[SlurmCluster, Path, Path],
+                                                                    tmp_path: Path) -> None:
+    slurm, home, calls = here
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}", "--req", "gpu=1",
+                 "--env", f"RELEASE={tmp_path}/release")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    folder = tmp_path / "cluster" / "jobs" / str(job)
+    code, out, err = exec_job(home, job, SHOW)
+    # A step (numbered from 0) of the job's own allocation, in its folder, on its node.
+    assert (code, out) == (0, f"[0] job={slurm_id} step=0 task= jobtpu={job} in={folder}\n"), err
+    code, out, err = exec_job(home, job, "exit 7")
+    assert code == 7, (out, err)
+    done = helpers.jobtpu(home, "ssh", str(job), "--", SHOW.replace("echo", "echo ssh"), check=False)
+    assert (done.returncode, done.stdout) == (0, f"ssh job={slurm_id} step=2 task= jobtpu={job} in={folder}\n"), done
+    assert not calls.exists(), calls.read_text()
+    (tmp_path / "release").touch()
+    manage_until(home, lambda s: s[job]["status"] == "finished", "the job to end")
+    code, out, err = exec_job(home, job, "true")
+    assert code != 0 and err.startswith(f"jobtpu: error: job {job} has ended (finished)"), err
+
+
+def test_exec_of_a_job_slurm_holds_pending_is_one_line(here: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    slurm, home, calls = here
+    env = ("--env", f"RELEASE={tmp_path}/release")
+    big = submit(home, tmp_path / "code", f"echo big; {WAIT_RELEASE}", "--req", "gpu=2", *env)
+    manage_until(home, lambda s: "big" in log(home, big), "the big job to run")
+    small = submit(home, tmp_path / "code", "echo small", "--req", "gpu=1")
+    manage_until(home, lambda s: "Slurm holds it pending" in (s[small].get("last_line") or ""), "the small one to pend")
+    slurm_id = attempts(home, small)[0]["slurm_job"]
+    code, out, err = exec_job(home, small, "echo never")
+    line = err.splitlines()[0]
+    assert (code, out) == (1, "") and line.startswith(f"jobtpu: error: job {small} (Slurm job {slurm_id}) is "
+                                                      "pending in Slurm (") and line.endswith("): it runs on no node yet")
+    assert line.split("(")[2].split(")")[0] in ("Resources", "Priority", "queued"), line
+    (tmp_path / "release").touch()
+
+
+def test_exec_of_an_array_member_reaches_that_member(here: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    slurm, home, calls = here
+    (tmp_path / "code" / "run.sh").write_text(f"echo started; {WAIT_RELEASE}\n")
+    out = helpers.run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash run.sh", "--sweep", "k=a,b",
+                      "--env", f"RELEASE={tmp_path}/release", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all("started" in log(home, i) for i in ids), "both members to run")
+    member = str(attempts(home, ids[1])[0]["slurm_job"])
+    assert member.endswith("_1")
+    # Each member has a Slurm job id of its own (srun takes no <array id>_<index>): the step joins member 1's.
+    real, other = (slurm.run("squeue", "--noheader", "--array", f"--jobs={m}", "--format=%A").stdout.strip()
+                   for m in (member, member.replace("_1", "_0")))
+    assert real != other
+    code, out, err = exec_job(home, ids[1], SHOW)
+    assert (code, out) == (0, f"[0] job={real} step=0 task= jobtpu={ids[1]} in={tmp_path}/cluster/jobs/{ids[1]}\n"), err
+    (tmp_path / "release").touch()
