@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -92,6 +94,11 @@ def test_exec_and_ssh_of_a_job_reach_it_as_a_step_of_its_allocation(here: tuple[
     assert code == 7, (out, err)
     done = helpers.jobtpu(home, "ssh", str(job), "--", SHOW.replace("echo", "echo ssh"), check=False)
     assert (done.returncode, done.stdout) == (0, f"ssh job={slurm_id} step=2 task= jobtpu={job} in={folder}\n"), done
+    # Without a command: an interactive shell in the step, on a terminal (srun --pty; `script` gives one).
+    shell = subprocess.run(["script", "-qec", shlex.join([*helpers.JOBTPU, "--home", str(home), "ssh", str(job)]),
+                            "/dev/null"], input='echo "in=$SLURM_JOB_ID.$SLURM_STEP_ID:$(pwd -P)"\nexit 5\n',
+                           capture_output=True, text=True, timeout=DEADLINE, env={**os.environ, "JOBTPU_USER": "tester"})
+    assert shell.returncode == 5 and f"in={slurm_id}.3:{folder}" in shell.stdout, shell
     assert not calls.exists(), calls.read_text()
     (tmp_path / "release").touch()
     manage_until(home, lambda s: s[job]["status"] == "finished", "the job to end")
