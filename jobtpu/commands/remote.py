@@ -98,7 +98,7 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
         raise JobtpuError(f"{machine.name} is this computer: there is nothing to ssh to",
                           hint=f"run the command here, or `jobtpu exec {name} -- CMD`")
     if job is not None and endpoint.addr is None:  # a Slurm cluster whose login node is this computer
-        _replace_by(["bash", "-c", words[0]], "bash")
+        _replace_by(["bash", "-c", words[0]], "bash", "install bash")
     t = driver.transport(machine, endpoint, home, driver.trusted_keys(session.state.machines.get(machine.name),
                                                                      endpoint.index))
     from jobtpu.transport.ssh import SshTransport
@@ -111,19 +111,18 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
         args = t.login_command(words, tty=tty)
     finally:
         t.close()
-    _replace_by(args, "the OpenSSH client (ssh)")
+    _replace_by(args, "the OpenSSH client (ssh)", "install it (e.g. `sudo apt-get install -y openssh-client`)")
     return 255  # not reached: _replace_by returns only by raising
 
 
-def _replace_by(args: list[str], what: str) -> None:
+def _replace_by(args: list[str], what: str, hint: str) -> None:
     """Replace this process by `args`; its own streams flushed first."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(args[0], args)
     except FileNotFoundError:
-        raise JobtpuError(f"{what} is not installed here",
-                          hint="install it (e.g. `sudo apt-get install -y openssh-client`)") from None
+        raise JobtpuError(f"{what} is not installed here", hint=hint) from None
 
 
 def worker_choice(text: str) -> int | None:
