@@ -1,6 +1,7 @@
 """`jobtpu exec` and `jobtpu ssh` through the CLI, against real sshd hosts: every worker's output with
 its prefix, the worst exit code, one worker or all, a worker that cannot be reached, the home's
-known_hosts and host key policy, and machines named by alias or (TPU) node name."""
+known_hosts and host key policy, machines named by alias or (TPU) node name, and a running job named
+by its id (its workers, in its folder; a Slurm job's: tests/test_slurm_here.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import JOBTPU, jobtpu, manage
+from tests.helpers import JOBTPU, jobtpu, manage, passes_until, submit
 from tests.sshfleet import FleetMachine, SshFleet
 from tests.tpufleet import PROJECT, ZONE, TpuFleet, write_machines
 
@@ -132,3 +133,23 @@ def test_exec_on_the_local_machine_runs_here_and_ssh_refuses_it(tmp_path: Path) 
                                            "hint: run the command here, or `jobtpu exec local -- CMD`"]
     empty = jobtpu(home, "exec", "local", "--", check=False)
     assert empty.returncode == 1 and empty.stderr.startswith("jobtpu: error: no command to run\n")
+
+
+def test_exec_and_ssh_of_a_job_run_in_its_folder_on_its_worker(tmp_path: Path, ssh_fleet: SshFleet) -> None:
+    box = ssh_fleet.add_machine("box3", n_hosts=1)
+    home = tmp_path / "home"
+    _write_fleet(home, ssh_fleet, box)
+    (tmp_path / "code").mkdir()
+    job = submit(home, tmp_path / "code", 'echo started; while [ ! -e "$HOME/release" ]; do sleep 0.1; done')
+    passes_until(home, lambda s: s[job]["status"] == "running", "the job to run")
+    folder = box.home / "jobtpu" / "jobs" / str(job)
+    done = jobtpu(home, "exec", str(job), "--", "pwd -P")
+    assert done.stdout == f"[0] {folder}\n", done.stderr
+    shell = jobtpu(home, "ssh", str(job), "--", "pwd -P; exit 6", check=False)
+    assert (shell.returncode, shell.stdout) == (6, f"{folder}\n"), shell.stderr
+    missing = jobtpu(home, "exec", str(job), "--worker", "1", "--", "true", check=False)
+    assert missing.returncode == 1 and missing.stderr.startswith(f"jobtpu: error: job {job} has no worker 1\n")
+    (box.home / "release").touch()
+    passes_until(home, lambda s: s[job]["status"] == "finished", "the job to end")
+    ended = jobtpu(home, "exec", str(job), "--", "true", check=False)
+    assert ended.returncode == 1 and ended.stderr.startswith(f"jobtpu: error: job {job} has ended (finished): ")

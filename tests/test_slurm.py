@@ -132,6 +132,22 @@ def test_kill_is_scancel(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path)
     assert not [ln for ln in left if "sshd" not in ln and "<defunct>" not in ln], left
 
 
+def test_exec_and_ssh_of_a_job_reach_its_node_through_the_login_host(cluster: tuple[SlurmCluster, SshFleet],
+                                                                      tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    job = submit(home, tmp_path / "code", f"echo started; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "started" in log(home, job), "the job to run")
+    slurm_id = attempts(home, job)[0]["slurm_job"]
+    show = 'echo "job=$SLURM_JOB_ID step=$SLURM_STEP_ID in=$(pwd -P)"'
+    # A step of the job's allocation (srun at the login host), in the job's folder on the shared filesystem.
+    code, out, err = helpers.cli(home, "exec", str(job), "--", show)
+    assert (code, out) == (0, f"[0] job={slurm_id} step=0 in={fm.home}/jobtpu/jobs/{job}\n"), err
+    done = helpers.jobtpu(home, "ssh", str(job), "--", show, check=False)
+    assert (done.returncode, done.stdout) == (0, f"job={slurm_id} step=1 in={fm.home}/jobtpu/jobs/{job}\n"), done
+    (fm.home / f"release-{job}").touch()
+
+
 def test_what_sbatch_refuses_is_one_line_and_nothing_is_left(cluster: tuple[SlurmCluster, SshFleet],
                                                             tmp_path: Path) -> None:
     slurm, fleet = cluster

@@ -15,6 +15,7 @@ from jobtpu.decide.fit import allocate
 from jobtpu.decide.observation import Observation
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import ConfigError
+from jobtpu.fleet.drivers import driver_for
 from jobtpu.home.layout import Home
 from jobtpu.home.machines import load_fleet
 from jobtpu.schema import state as model
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.fast
 
 def slurm(tmp_path: Path, **keys: Any) -> Machine:
     home = Home(tmp_path)
-    home.machines_file.write_text(json.dumps({"machines": {"hpc": {"kind": "slurm", "host": "login", **keys}}}))
+    entry = {k: v for k, v in {"kind": "slurm", "host": "login", **keys}.items() if v is not None}  # host=None: none
+    home.machines_file.write_text(json.dumps({"machines": {"hpc": entry}}))
     return load_fleet(home).machines["hpc"]
 
 
@@ -64,8 +66,16 @@ def test_a_slurm_machine_is_reached_at_its_login_host_and_hands_every_job_over(t
     assert machine.scheduled and allocate(machine.capacity, {}, {"gpu": 8}) is not None
 
 
+def test_a_slurm_machine_without_a_host_is_reached_here(tmp_path: Path) -> None:
+    # jobtpu on the login node itself: no host to log in to, the root in this account's home.
+    machine = slurm(tmp_path, host=None)
+    assert (machine.hosts, machine.root, machine.known_workers) == ((), str(Path.home() / "jobtpu"), 1)
+    local = driver_for(machine).endpoints(machine, None)
+    assert [(ep.index, ep.addr) for ep in local] == [(0, None)]
+
+
 @pytest.mark.parametrize(("entry", "said"), [
-    ({"kind": "slurm"}, "a slurm machine needs 'host'"),
+    ({"kind": "slurm", "host": " "}, "a slurm machine's 'host' must be its login host"),
     ({"kind": "slurm", "host": "login", "partition": "a b"}, "'partition' 'a b' must be a Slurm name"),
     ({"kind": "slurm", "host": "login", "hosts": ["x"]}, "'hosts' is only for kind ssh"),
     ({"kind": "ssh", "hosts": ["x"], "partition": "gpu"}, "'partition' is only for kind slurm"),
@@ -126,3 +136,35 @@ def test_doctor_lines(tmp_path: Path, found: list[protocol.Report], said: list[s
     lines = judge(slurm(tmp_path, partition="gpu"), "L", found)
     assert [text for text, _ in lines if not any(text.startswith(s) for s in said)] == []
     assert len(lines) == len(said)
+
+
+# ---- `exec JOB` and `ssh JOB`: a step of the job's allocation (slurm/step.py) ----------------------
+
+@pytest.mark.parametrize(("code", "out", "err", "said"), [
+    (0, "RUNNING|None|42\n", "", "42"),
+    (0, "RUNNING|None|57\n", "", "57"),  # an array member: its own id, as squeue's %A says
+    (0, "PENDING|Resources|42\n", "", "job 3 (Slurm job 7_1) is pending in Slurm (Resources): it runs on no node yet"),
+    (0, "PENDING|None|42\n", "", "job 3 (Slurm job 7_1) is pending in Slurm (queued): it runs on no node yet"),
+    (0, "COMPLETED|None|42\n", "", "job 3 (Slurm job 7_1) has ended in Slurm (COMPLETED): nothing runs to reach"),
+    (1, "", "slurm_load_jobs error: Invalid job id specified\n", "job 3 (Slurm job 7_1) has ended: Slurm no longer knows it"),
+    (1, "", "slurm_load_jobs error: Unable to contact slurm controller\n",
+     "job 3 (Slurm job 7_1): Slurm does not answer at the login host: slurm_load_jobs error: Unable to contact"),
+])
+def test_a_step_joins_a_running_job_and_anything_else_is_one_line(code: int, out: str, err: str, said: str) -> None:
+    from jobtpu.errors import JobtpuError
+    from jobtpu.slurm.step import step_id
+
+    try:
+        got = step_id(3, "7_1", code, out, err)
+    except JobtpuError as e:
+        got = e.message
+    assert got.startswith(said) and "\n" not in got, got
+
+
+def test_the_step_runs_in_the_jobs_folder_a_command_or_a_shell_on_a_terminal() -> None:
+    from jobtpu.slurm.step import step_command
+
+    assert step_command(3, "jobtpu/jobs/3", "42", ["nvidia-smi", "-L"]) == (
+        "cd -- jobtpu/jobs/3 && exec srun --jobid=42 --overlap --nodes=1 --ntasks=1 --quiet "
+        "--export=ALL,JOBTPU_JOB_ID=3 bash -c 'nvidia-smi -L'")
+    assert step_command(3, "/s/j 3", "42", []).endswith("--export=ALL,JOBTPU_JOB_ID=3 --pty bash -i")

@@ -1,6 +1,7 @@
 """`jobtpu exec` (a command on a machine's workers at once) and `jobtpu ssh` (a shell on one), reaching
 the workers as a pass does: the machine's user, key and port, the home's known_hosts and host key
-policy, and a TPU's workers where the last pass saw them."""
+policy, and a TPU's workers where the last pass saw them. Given a job instead of a machine, they
+reach where it runs (commands/remote_job.py)."""
 
 from __future__ import annotations
 
@@ -36,15 +37,20 @@ def chosen_workers(session: Session, machine: Machine, worker: int | None) -> li
 def exec_command(home: Home, name: str, worker: int | None, words: list[str]) -> int:
     """Run the command on the chosen workers at once; each output line prefixed by its worker; the
     worst exit code (255 for a worker that could not be reached)."""
+    from jobtpu.commands.remote_job import job_named, job_target
     from jobtpu.passes.session import load_session, parallel
     from jobtpu.remote.execute import Worker, run_everywhere
 
     session = load_session(home)
-    machine = session.fleet.resolve(name)
-    endpoints = chosen_workers(session, machine, worker)
     command = " ".join(words)  # as ssh joins the words of its command
     if not command.strip():
         raise JobtpuError("no command to run", hint=f"`jobtpu exec {name} -- nvidia-smi`")
+    job = job_named(session, name)
+    if job is None:
+        machine = session.fleet.resolve(name)
+        endpoints = chosen_workers(session, machine, worker)
+    else:  # the workers its attempt holds, the command in its folder; on Slurm, a step of the job
+        machine, endpoints, command = job_target(session, job, worker, words)
     with contextlib.ExitStack() as stack:
         transports = [stack.enter_context(session.connected(machine, ep)) for ep in endpoints]
         # Connected in parallel (a pod has dozens of workers), then handed to fabric already open.
@@ -74,16 +80,25 @@ def _opened(client: Any) -> Any:
 
 def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
     """Replace this process by the OpenSSH client, logged in to one worker (a shell, or `words`)."""
+    from jobtpu.commands.remote_job import job_named, job_target
     from jobtpu.fleet.drivers import driver_for
     from jobtpu.passes.session import load_session
 
     session = load_session(home)
-    machine = session.fleet.resolve(name)
+    job = job_named(session, name)
+    tty = False
+    if job is None:
+        machine = session.fleet.resolve(name)
+        endpoint = chosen_workers(session, machine, worker)[0]
+    else:  # a shell (or `words`) in its folder on worker K it holds; on Slurm, a step of the job
+        machine, (endpoint, *_), command = job_target(session, job, worker, words)
+        tty, words = not words, [command]
     driver = driver_for(machine)
     if not driver.remote:
         raise JobtpuError(f"{machine.name} is this computer: there is nothing to ssh to",
-                          hint=f"run the command here, or `jobtpu exec {machine.name} -- CMD`")
-    endpoint = chosen_workers(session, machine, worker)[0]
+                          hint=f"run the command here, or `jobtpu exec {name} -- CMD`")
+    if job is not None and endpoint.addr is None:  # a Slurm cluster whose login node is this computer
+        _replace_by(["bash", "-c", words[0]], "bash", "install bash")
     t = driver.transport(machine, endpoint, home, driver.trusted_keys(session.state.machines.get(machine.name),
                                                                      endpoint.index))
     from jobtpu.transport.ssh import SshTransport
@@ -93,17 +108,21 @@ def ssh(home: Home, name: str, worker: int, words: list[str]) -> int:
         raise JobtpuError(f"worker {endpoint.index} of {machine.name} has no address to ssh to",
                           hint=f"`jobtpu machines` shows its state; `jobtpu exec {machine.name} -- CMD` runs here")
     try:
-        args = t.login_command(words)
+        args = t.login_command(words, tty=tty)
     finally:
         t.close()
+    _replace_by(args, "the OpenSSH client (ssh)", "install it (e.g. `sudo apt-get install -y openssh-client`)")
+    return 255  # not reached: _replace_by returns only by raising
+
+
+def _replace_by(args: list[str], what: str, hint: str) -> None:
+    """Replace this process by `args`; its own streams flushed first."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(args[0], args)
     except FileNotFoundError:
-        raise JobtpuError("the OpenSSH client (ssh) is not installed here",
-                          hint="install it (e.g. `sudo apt-get install -y openssh-client`)") from None
-    return 255  # not reached: execvp returns only by raising
+        raise JobtpuError(f"{what} is not installed here", hint=hint) from None
 
 
 def worker_choice(text: str) -> int | None:
@@ -114,7 +133,8 @@ def worker_choice(text: str) -> int | None:
 def add_parser(subparsers: args.Subparsers) -> None:
     """exec and ssh: a machine's workers."""
     p = args.add_command(subparsers, "exec")
-    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("name", metavar="MACHINE|JOB", help="the machine: its name, an alias, or a TPU's node name; "
+                   "or a running job's id: the workers it runs on, in its folder (on Slurm, its node)")
     p.add_argument("--worker", type=worker_choice, default=None, metavar="K|all",
                    help="only worker K (default: all)")
     p.add_argument("words", nargs="*", metavar="CMD", help="the command, after `--` (run by the login shell)")
@@ -122,7 +142,8 @@ def add_parser(subparsers: args.Subparsers) -> None:
     p.set_defaults(func=lambda home, a: exec_command(home, a.name, a.worker, a.words))
 
     p = args.add_command(subparsers, "ssh")
-    p.add_argument("name", metavar="MACHINE", help="the machine: its name, an alias, or a TPU's node name")
+    p.add_argument("name", metavar="MACHINE|JOB", help="the machine: its name, an alias, or a TPU's node name; "
+                   "or a running job's id: a worker it runs on, in its folder (on Slurm, its node)")
     p.add_argument("--worker", type=args.count, default=0, metavar="K", help="this worker (default 0)")
     p.add_argument("words", nargs="*", metavar="CMD", help="a command to run instead of a shell, after `--`")
     p.after_dashes = "words"  # type: ignore[attr-defined]

@@ -81,9 +81,10 @@ COMMANDS: tuple[Command, ...] = (
             "shown), sheet_name (the team sheet)"),
     Command("dir", "personal", _A, "your numbered working directories; `submit --dir N` snapshots number N"),
     Command("alias", "personal", _A, "config aliases: built-in, the team's (machines.json) and your own"),
-    Command("exec", "remote", _R, "run a command on a machine's workers at once; lines prefixed [worker]; exit: "
-            "the worst"),
-    Command("ssh", "remote", _R, "log in to a machine's worker with its key, port and the home's known_hosts"),
+    Command("exec", "remote", _R, "run a command on a machine's workers (or where a job runs) at once; lines "
+            "prefixed [worker]; exit: the worst"),
+    Command("ssh", "remote", _R, "log in to a machine's worker (or a job's: on Slurm, its node) with its key, port "
+            "and the home's known_hosts"),
     Command("tldr", "tldr", _R, "the ten commands a new team member needs, one example each"),
     Command("sheet", "sheet", _X, "the team's TPU spreadsheet (machines.json's sheet): sync, show, find, claims, "
             "notes", member_uses=frozenset({"show"})),

@@ -320,9 +320,22 @@ class TpuDriver(Driver):
 class SlurmDriver(SshDriver):
     """A Slurm cluster reached at its login host, its one worker as jobtpu sees it: a launch is an
     sbatch, a probe one squeue, a stop scancel (jobtpu/slurm/, sh/slurm.sh). The cluster's nodes
-    share the run root with the login host."""
+    share the run root with the login host. Without a login host jobtpu runs on the login node: the
+    same scripts run here as the local machine's do, with no SSH (docs/reference/machines-json.md §3.3.1)."""
 
     kind = MachineKind.SLURM
+
+    def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
+        return super().endpoints(machine, runtime) if machine.hosts else [Endpoint(machine.name, 0, None)]
+
+    def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
+        if endpoint.addr is not None:
+            return super().transport(machine, endpoint, home, trusted)
+        from jobtpu.transport.connect import local_transport
+
+        # A login's environment, as the local machine's scripts have, and where Slurm's clients find
+        # the cluster when the site says so by SLURM_CONF rather than /etc/slurm.
+        return local_transport(machine, endpoint, passed=("SLURM_CONF",))
 
     def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str,
                      markers: list[tuple[WorkerRef, str]] | None = None) -> str:
@@ -350,7 +363,8 @@ class SlurmDriver(SshDriver):
         return slurm_checks(reach, machine, eps, label_of)
 
     def never_seen(self, machine: Machine) -> str:
-        return (f"not contacted yet: a pass asks Slurm at {machine.hosts[0]} when a job goes there; "
+        return (f"not contacted yet: a pass asks Slurm at {machine.hosts[0] if machine.hosts else 'this computer'} "
+                "when a job goes there; "
                 f"`jobtpu doctor {machine.name}` checks the login host now")
 
 

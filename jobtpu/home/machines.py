@@ -255,8 +255,6 @@ def _hosts(entry: MachineEntry) -> tuple[str, ...]:
     return (entry.host,) if isinstance(entry.host, str) else entry.hosts or ()
 
 
-
-
 def _check_kind(entry: MachineEntry) -> None:
     """The keys one kind needs and another refuses."""
     slurm_entry.check(entry, lambda host: _split_host(host, 22, FileRefused))
@@ -331,7 +329,7 @@ def _root(entry: MachineEntry, root: str | None, home: Home) -> str:
     root = root or "jobtpu"
     if root == "~" or root.startswith("~/"):  # scripts quote the root, so "~" would be a literal folder
         root = root[2:] or "."
-    return root
+    return slurm_entry.here_root(root) if entry.kind == "slurm" and entry.host is UNSET else root
 
 
 def _queued_resource(value: bool | QueuedResource | None) -> dict[str, Any] | None:

@@ -109,7 +109,8 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
     def known_workers(self) -> int | None:
         """How many workers it has before anything is asked: its listed hosts, one here; a cloud
         node's come from the API."""
-        return len(self.hosts) if self.listed_hosts or self.scheduled else 1 if self.runs_here else None
+        # A Slurm cluster is one worker, at its login host or, without one, here.
+        return len(self.hosts) if self.listed_hosts else 1 if self.runs_here or self.scheduled else None
 
     @property
     def scheduled(self) -> bool:

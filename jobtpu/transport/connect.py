@@ -11,15 +11,16 @@ from jobtpu.schema.fleet import Machine
 from jobtpu.transport.base import Endpoint, Transport
 
 
-def local_transport(machine: Machine, endpoint: Endpoint) -> Transport:
-    """The way to this computer's worker: its processes, under the machine's run root."""
+def local_transport(machine: Machine, endpoint: Endpoint, passed: tuple[str, ...] = ()) -> Transport:
+    """The way to this computer's worker: its processes, under the machine's run root; its scripts
+    keep the pass's `passed` variables besides a login's environment."""
     from jobtpu.transport.local import LocalTransport
 
     root = Path(machine.root).expanduser()
     # The folder the run root is made in decides, not the run root itself: a launch of this pass
     # in another thread may have just made it (mkdir under the umask, its modes set a moment later).
     return LocalTransport(endpoint, shared=_in_shared_folder(root.parent), root=root,
-                          members_write=_group_writes(root.parent))
+                          members_write=_group_writes(root.parent), passed=passed)
 
 
 def ssh_transport(machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:

@@ -71,21 +71,23 @@ def _system_file(path: str) -> str:
         return ""  # no such file: the defaults
 
 
-def job_environment() -> dict[str, str]:
-    """login_environment for the account this process runs as."""
+def job_environment(passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """login_environment for the account this process runs as, and the pass's own `passed` variables
+    that it has (a Slurm cluster's SLURM_CONF: where its clients find the cluster)."""
     uid = os.geteuid()
     try:
         account: pwd.struct_passwd | None = pwd.getpwuid(uid)
     except KeyError:
         account = None
     path = login_path(uid, _system_file("/etc/environment"), _system_file("/etc/login.defs"))
-    return login_environment(os.environ, account, path)
+    return {**login_environment(os.environ, account, path), **{k: os.environ[k] for k in passed if k in os.environ}}
 
 
 class LocalTransport:
     def __init__(self, endpoint: Endpoint, shared: bool = False, root: Path | None = None,
-                 members_write: bool = False) -> None:
+                 members_write: bool = False, passed: tuple[str, ...] = ()) -> None:
         self.endpoint = endpoint
+        self.passed = passed  # the pass's variables its scripts keep (job_environment)
         self.shared, self.root = shared, root
         self.container_mode = (SHARED_CONTAINER if members_write else RUNNER_CONTAINER) if shared else PRIVATE_FOLDER
         # In a home its group shares, what a pass makes in the run root is the group's to read but
@@ -121,7 +123,7 @@ class LocalTransport:
         # (an ssh agent, cloud keys, JOBTPU_HOME), even when the job is another member's.
         try:
             done = subprocess.run(RUN_SCRIPT, shell=True, input=(self.umask + script).encode(), capture_output=True,
-                                  env=job_environment(),
+                                  env=job_environment(self.passed),
                                   timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{self.endpoint.machine}: a local script took over {timeout:.0f}s") from None

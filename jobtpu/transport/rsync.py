@@ -50,16 +50,17 @@ class Rsync:
             args += ["-o", "StrictHostKeyChecking=yes", "-o", opt("UserKnownHostsFile", str(self.login.home.known_hosts))]
         return args
 
-    def login_command(self, command: list[str]) -> list[str]:
+    def login_command(self, command: list[str], tty: bool = False) -> list[str]:
         """The OpenSSH client's arguments for a shell on this worker (`command` empty) or for `command`
-        there: the same user, key, port and known_hosts as rsync uses. The host key is checked (and
-        under accept-new recorded) first, as for rsync. A shell may ask for a key's passphrase."""
+        there (`tty`: an interactive one, on a terminal): the same user, key, port and known_hosts as
+        rsync uses. The host key is checked (and under accept-new recorded) first, as for rsync. A
+        shell may ask for a key's passphrase."""
         self.login.ensure_known()
         args = self.ssh_command()
-        if not command:
+        if not command or tty:
             at = args.index("BatchMode=yes")
             del args[at - 1:at + 1]
-        return [*args, "-l", self.login.user, "--", self.login.addr, *command]
+        return [*args, *(["-t"] if tty else []), "-l", self.login.user, "--", self.login.addr, *command]
 
     def _remote(self, path: str, source: bool) -> str:
         host = f"[{self.login.addr}]" if ":" in self.login.addr else self.login.addr

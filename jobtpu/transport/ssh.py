@@ -107,8 +107,8 @@ class SshTransport:
     def ssh_command(self) -> list[str]:
         return self.files.ssh_command()
 
-    def login_command(self, command: list[str]) -> list[str]:
-        return self.files.login_command(command)
+    def login_command(self, command: list[str], tty: bool = False) -> list[str]:
+        return self.files.login_command(command, tty)
 
     def push(self, local: Path, remote: str) -> None:
         self.files.push(local, remote)
