@@ -18,6 +18,8 @@ LOCAL = Machine(name="local", kind=MachineKind.LOCAL, zone="here")
 SSH = Machine(name="box", kind=MachineKind.SSH, hosts=("10.0.0.1", "10.0.0.2:2222"), port=22, zone="lab")
 TPU = Machine(name="v4", kind=MachineKind.TPU, zone="us-central2-b", zones=("us-central2-b", "europe-west4-a"),
               node="node-1", port=2200)
+SLURM = Machine(name="cluster", kind=MachineKind.SLURM, hosts=("login",), port=22)
+SLURM_HERE = Machine(name="cluster", kind=MachineKind.SLURM)  # no host: jobtpu runs on the login node
 
 
 @pytest.mark.parametrize(("machine", "addresses", "expected"), [
@@ -39,11 +41,14 @@ def test_each_kind_finds_its_workers(machine: Machine, addresses: list[str] | No
     (LOCAL, False, True, True, False),
     (SSH, True, False, False, False),
     (TPU, True, False, False, True),
+    (SLURM, True, False, False, False),
+    # sbatch on the login node hands the job over as this account: the local machine's rule holds.
+    (SLURM_HERE, True, True, False, False),
 ])
 def test_how_a_launch_and_a_stop_go_on_each_kind(machine: Machine, remote: bool, this_account: bool,
                                                  by_request: bool, frees: bool) -> None:
     driver = driver_for(machine)
-    assert (driver.remote, driver.runs_as_this_account, driver.stops_by_request, driver.frees_accelerator) == \
+    assert (driver.remote, machine.runs_as_this_account, driver.stops_by_request, driver.frees_accelerator) == \
         (remote, this_account, by_request, frees)
 
 

@@ -105,6 +105,21 @@ def test_every_job_that_fits_is_handed_to_slurm_at_once_holding_nothing() -> Non
     assert too_big.status is Status.QUEUED
 
 
+def test_a_cluster_on_the_login_node_hands_over_only_what_this_account_may_run() -> None:
+    """sbatch on the login node runs the job as this account, as the local machine does: a job its
+    spec does not let run so (another member's, in a shared home) stays queued with the reason, and
+    one whose record was rewritten fails; a cluster reached over SSH runs it as its login's account."""
+    here = Machine(name="m", kind="slurm", resources={"gpu": 8})
+    refusals = {1: ("other", "job 1 runs as bob: bob's own pass starts it"), 2: ("tampered", "job 2's record changed")}
+    jobs = [queued(1), queued(2)]
+    decide(jobs, fleet(here), Observation(now=NOW, local_refusals=refusals))
+    assert [(j.status, j.waiting or j.last_line) for j in jobs] == [
+        (Status.QUEUED, "job 1 runs as bob: bob's own pass starts it"), (Status.FAILED, "job 2's record changed")]
+    jobs = [queued(1), queued(2)]
+    decide(jobs, fleet(cluster()), Observation(now=NOW, local_refusals=refusals))
+    assert [j.status for j in jobs] == [Status.LAUNCHING] * 2
+
+
 def test_a_job_slurm_holds_pending_is_never_timed_out_and_says_why() -> None:
     job = active(timeout=60.0)  # handed over long before NOW: past its --timeout, had it been running
     pending = msgspec.structs.replace(ws(job, 0), pid=None, waiting="QOSMaxJobsPerUserLimit")

@@ -254,7 +254,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
                 continue  # another job's resume keeps it; a job that waits for its own TPU goes back there
             if why_not(machine, request, job.pin) is not None:
                 continue
-            if machine.runs_here and (refusal := seen.local_refusals.get(job.id)) is not None:
+            if machine.runs_as_this_account and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
                     failing = d.plan.edit(job)
                     failing.last_line = refusal[1]

@@ -28,9 +28,6 @@ class Driver:
     kind: ClassVar[MachineKind]
     # Its workers are reached over SSH: their logs are pulled home, rsync copies to them.
     remote: ClassVar[bool] = True
-    # A launch runs the job as this process's account here: it needs the job's spec to say so when
-    # state.json is not this account's alone (docs/design.md §7).
-    runs_as_this_account: ClassVar[bool] = False
     # A stop asks the job's wrapper to stop it (the runner's pass may not own the process) rather
     # than signalling the process itself.
     stops_by_request: ClassVar[bool] = False
@@ -181,7 +178,6 @@ class Driver:
 class LocalDriver(Driver):
     kind = MachineKind.LOCAL
     remote = False
-    runs_as_this_account = True
     stops_by_request = True
 
     def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:

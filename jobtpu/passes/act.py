@@ -164,8 +164,7 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
         return _launch_gang(p, job, [m for m in gang if m is not None], action.workers // len(gang), token)
     eps = p.endpoints(machine)[: action.workers]
     secrets = SecretStore(p.home).get(job.id)
-    driver = driver_for(machine)
-    if driver.runs_as_this_account and not records_trusted(p.home):  # checked again as it starts (design §7)
+    if machine.runs_as_this_account and not records_trusted(p.home):  # checked again as it starts (design §7)
         team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
         verdict = local_verdict(p.home, job, team)
         if verdict.kind != "ok":

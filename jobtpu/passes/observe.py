@@ -81,7 +81,7 @@ def markers_of(marked: dict[int, str], refs: list[WorkerRef]) -> dict[WorkerRef,
 def _check_local_specs(p: Pass, seen: Observation) -> None:
     """For each queued job: may this pass run it on the local machine, as its own account? Only when
     state.json is this account's alone (a private home), or the job's spec says so (docs/design.md §7)."""
-    if not any(driver_for(m).runs_as_this_account for m in p.fleet.machines.values()) or records_trusted(p.home):
+    if not any(m.runs_as_this_account for m in p.fleet.machines.values()) or records_trusted(p.home):
         return
     team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
     one_writer = role_of(p.home.root).layout is Layout.SHARED  # looked up once a pass, not once a job

@@ -101,6 +101,14 @@ class Machine(MachineEntry, frozen=True, kw_only=True):
         return self.kind == MachineKind.LOCAL
 
     @property
+    def runs_as_this_account(self) -> bool:
+        """A launch on it runs the job as this process's account: the local machine, or a Slurm
+        cluster whose login node is this computer (sbatch hands the job over as this account, and its
+        nodes share the filesystem). When state.json is not this account's alone, the job's spec must
+        say so (docs/design.md §7)."""
+        return self.runs_here or (self.scheduled and not self.hosts)
+
+    @property
     def listed_hosts(self) -> bool:
         """Its workers are the hosts machines.json lists, reached over SSH."""
         return self.kind == MachineKind.SSH
