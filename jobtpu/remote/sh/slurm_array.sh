@@ -78,13 +78,14 @@ jobtpu_array_member() {
   # found again (above) by the array's name.
   printf '%s %s\n' "$jobtpu_array_name" "${#jobtpu_array_stems[@]}" > "$b.handover" 2>/dev/null ||
     { jobtpu_array_said "$1" "$2" "$3" "fail cannot write $b.handover"; return 0; }
+  jobtpu_array_refs+=("$1" "$2" "$3")
+  jobtpu_array_stems+=("$b")
   shift 10
   # The environment goes to a file only the wrapper reads (and deletes), as jobtpu_launch's.
   if [ $# -gt 0 ]; then printf '%s\0' "$@" > "$b.env"; else : > "$b.env"; fi 2>/dev/null ||
-    { rm -f "$b.env" "$b.handover"; jobtpu_array_said "$1" "$2" "$3" "fail cannot write the env file $b.env"; return 0; }
+    { rm -f "$b.env" "$b.handover"; jobtpu_array_said "${jobtpu_array_refs[@]: -3}" "fail cannot write the env file $b.env"
+      jobtpu_array_refs=("${jobtpu_array_refs[@]:0:${#jobtpu_array_refs[@]}-3}"); unset 'jobtpu_array_stems[-1]'; return 0; }
   jobtpu_array_table+=$row$'\n'
-  jobtpu_array_stems+=("$b")
-  jobtpu_array_refs+=("$1" "$2" "$3")
 }
 
 # jobtpu_array_find NAME : into jobtpu_array_id, the id of the job array named NAME of this account's
