@@ -35,8 +35,9 @@ def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list
     and the rest, each launched alone."""
     groups: dict[tuple[str, int], list[Launch]] = {}
     rest: list[Launch] = []
+    jobs = {job.id: job for job in p.state.jobs}  # one look-up each, not a scan of every job per launch
     for action in ready:
-        job, machine = p.state.job(action.job), p.fleet.get(action.machine)
+        job, machine = jobs.get(action.job), p.fleet.get(action.machine)
         if (job is None or machine is None or not machine.scheduled or action.gang or action.workers != 1
                 or job.sweep is None or job.resume or job.status is not Status.LAUNCHING):
             rest.append(action)
@@ -52,8 +53,9 @@ def launch_array(p: Pass, group: list[Launch], specs_of: SpecsOf) -> list[Launch
     home's copy pushed (once for all), and those members go as a second array."""
     token = fence.check(p.home) or 0  # a runner that lost its lease starts nothing (home-files.md §1.7)
     members: list[tuple[Job, Machine, Endpoint, LaunchSpec]] = []
+    jobs = {job.id: job for job in p.state.jobs}
     for action in group:
-        job, machine = p.state.job(action.job), p.fleet.get(action.machine)
+        job, machine = jobs.get(action.job), p.fleet.get(action.machine)
         if job is None or machine is None:
             continue
         for ep, spec in specs_of(job, machine, p.endpoints(machine)[:1], token):
