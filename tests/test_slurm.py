@@ -273,6 +273,9 @@ def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
     out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
               "--max-running", "1", in_process=True)[0]
     ids = [int(n) for n in out.strip().split("-")]
+    manage(home)  # one pass hands both over, each member's report naming its own job
+    handed = [attempts(home, i)[0].get("slurm_job") for i in ids]
+    assert handed == [f"{str(handed[0]).split('_')[0]}_{n}" for n in range(2)], handed
     manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
                  "the first member to run and the second to wait for the throttle")
     # The handover made no folder: a member makes its own when Slurm starts it (docs/reference/machines-json.md §3.3.1).

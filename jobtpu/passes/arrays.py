@@ -1,10 +1,10 @@
 """A sweep on a Slurm cluster as ONE job array (docs/reference/machines-json.md §3.3.1). The launches of
 a pass that are members of one sweep, one worker each, bound for one Slurm machine, and not resuming
-(a resume may first copy its checkpoint: it goes alone) are carried out by one launch script: each
-member is claimed, unpacked and given its own batch script (its own env file: its sweep values), then
-one `sbatch --array=0-N%M` (M: the sweep's --max-running, Slurm's throttle) hands them over, member i
-running the batch script of line i by SLURM_ARRAY_TASK_ID. Each member's report is its launch's, as
-a lone launch's is (decide/settle.py reads them alike)."""
+(a resume may first copy its checkpoint: it goes alone) are carried out by one launch script
+(sh/slurm_array.sh): each member's env file (its sweep values) and line of one member table, then one
+`sbatch --array=0-N%M` (M: the sweep's --max-running, Slurm's throttle) of one shared batch script;
+member i reads line i by SLURM_ARRAY_TASK_ID and makes its own claim and job folder on its node. Each
+member's report is its launch's, as a lone launch's is (decide/settle.py reads them alike)."""
 
 from __future__ import annotations
 

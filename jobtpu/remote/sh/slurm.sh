@@ -1,7 +1,7 @@
-# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit;
-# a sweep's job array is slurm_array.sh). The
-# run root is on the cluster's shared filesystem: the login host and every compute node see the same
-# meta files, so the wrapper's pid, exit and log records are written on the node and read at the login.
+# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit; a
+# sweep's job array is slurm_array.sh). The run root is on the cluster's shared filesystem: the login
+# host and every compute node see the same meta files, so the wrapper's pid, exit and log records are
+# written on the node and read at the login.
 # STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
 
 # Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
