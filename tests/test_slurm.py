@@ -5,6 +5,7 @@ a requeue is a preemption the job resumes from, sbatch's refusal is one line (do
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -278,3 +279,35 @@ def test_a_requeued_array_member_resumes_alone(cluster: tuple[SlurmCluster, SshF
     assert said == "RUNNING"
     (fm.home / f"release-{ids[1]}").touch()
     manage_until(home, lambda s: s[ids[1]]["status"] == "finished", "the other member to finish")
+
+
+def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
+              "--max-running", "1", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage(home)  # one pass hands both over, each member's report naming its own job
+    handed = [attempts(home, i)[0].get("slurm_job") for i in ids]
+    assert handed == [f"{str(handed[0]).split('_')[0]}_{n}" for n in range(2)], handed
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
+                 "the first member to run and the second to wait for the throttle")
+    # The handover made no folder: a member makes its own when Slurm starts it (docs/reference/machines-json.md §3.3.1).
+    root = fm.home / "jobtpu"
+    assert (root / "jobs" / str(ids[0])).is_dir() and not (root / "jobs" / str(ids[1])).exists()
+    # The snapshot leaves the cluster before the second member starts: it cannot get its folder, and says so.
+    for kept in (root / "archives").iterdir():
+        if kept.is_dir():
+            shutil.rmtree(kept)
+        else:
+            kept.unlink()
+    (fm.home / f"release-{ids[0]}").touch()
+    state = manage_until(home, lambda s: s[ids[1]]["status"] not in ("queued", "launching", "running"),
+                         "the second member to end")
+    assert state[ids[0]]["status"] == "finished"
+    assert state[ids[1]]["status"] == "failed", state[ids[1]]
+    said = state[ids[1]].get("last_line") or ""
+    assert "could not be made" in said and "is missing on the cluster" in said, said
+    assert "index=1" not in log(home, ids[1])

@@ -108,6 +108,11 @@ class SecretStore:
     def get(self, job_id: int) -> dict[str, str]:
         return dict(self._read().get(str(job_id), {}))
 
+    def get_many(self, job_ids: list[int]) -> dict[int, dict[str, str]]:
+        """Each job's, in one read of secrets.json (a sweep's thousand members)."""
+        data = self._read()
+        return {job_id: dict(data.get(str(job_id), {})) for job_id in job_ids}
+
     def keep_only(self, held: set[int]) -> None:
         """Drop the secrets of every id not in `held` (call it under the state lock)."""
         with hold_lock(self.lock, 30.0, "secrets.json"):

@@ -54,8 +54,13 @@ def act(p: Pass, plan: Plan, seen: Observation) -> list[ActReport]:
     # A sweep's members bound for a Slurm cluster go as one job array each (passes/arrays.py).
     arrays, ready = array_groups(p, ready)
     done = [d for d in p.parallel(lambda a: _launch(p, a), ready) if d is not None]
+    secrets: dict[int, dict[str, str]] | None = None  # every member's, in one read of secrets.json
+
     def specs_of(job: Job, machine: Machine, eps: list[Endpoint], token: int) -> list[Worker]:
-        return worker_specs(p, job, machine, eps, place_of(p, machine, eps), SecretStore(p.home).get(job.id), token)
+        nonlocal secrets
+        if secrets is None:
+            secrets = SecretStore(p.home).get_many([a.job for g in arrays for a in g])
+        return worker_specs(p, job, machine, eps, place_of(p, machine, eps), secrets.get(job.id, {}), token)
 
     done += [d for group in p.parallel(lambda g: launch_array(p, g, specs_of), arrays) for d in group]
     return [*stops, *(h for h in held if h is not None), *done]

@@ -1,10 +1,10 @@
 """A sweep on a Slurm cluster as ONE job array (docs/reference/machines-json.md §3.3.1). The launches of
 a pass that are members of one sweep, one worker each, bound for one Slurm machine, and not resuming
-(a resume may first copy its checkpoint: it goes alone) are carried out by one launch script: each
-member is claimed, unpacked and given its own batch script (its own env file: its sweep values), then
-one `sbatch --array=0-N%M` (M: the sweep's --max-running, Slurm's throttle) hands them over, member i
-running the batch script of line i by SLURM_ARRAY_TASK_ID. Each member's report is its launch's, as
-a lone launch's is (decide/settle.py reads them alike)."""
+(a resume may first copy its checkpoint: it goes alone) are carried out by one launch script
+(sh/slurm_array.sh): each member's env file (its sweep values) and line of one member table, then one
+`sbatch --array=0-N%M` (M: the sweep's --max-running, Slurm's throttle) of one shared batch script;
+member i reads line i by SLURM_ARRAY_TASK_ID and makes its own claim and job folder on its node. Each
+member's report is its launch's, as a lone launch's is (decide/settle.py reads them alike)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list
     and the rest, each launched alone."""
     groups: dict[tuple[str, int], list[Launch]] = {}
     rest: list[Launch] = []
+    jobs = {job.id: job for job in p.state.jobs}  # one look-up each, not a scan of every job per launch
     for action in ready:
-        job, machine = p.state.job(action.job), p.fleet.get(action.machine)
+        job, machine = jobs.get(action.job), p.fleet.get(action.machine)
         if (job is None or machine is None or not machine.scheduled or action.gang or action.workers != 1
                 or job.sweep is None or job.resume or job.status is not Status.LAUNCHING):
             rest.append(action)
@@ -52,8 +53,9 @@ def launch_array(p: Pass, group: list[Launch], specs_of: SpecsOf) -> list[Launch
     home's copy pushed (once for all), and those members go as a second array."""
     token = fence.check(p.home) or 0  # a runner that lost its lease starts nothing (home-files.md §1.7)
     members: list[tuple[Job, Machine, Endpoint, LaunchSpec]] = []
+    jobs = {job.id: job for job in p.state.jobs}
     for action in group:
-        job, machine = p.state.job(action.job), p.fleet.get(action.machine)
+        job, machine = jobs.get(action.job), p.fleet.get(action.machine)
         if job is None or machine is None:
             continue
         for ep, spec in specs_of(job, machine, p.endpoints(machine)[:1], token):

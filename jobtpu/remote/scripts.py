@@ -56,7 +56,8 @@ TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is c
 
 # The files in jobtpu/remote/sh/, in the order a script defines them.
 SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
-                "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh", "checkpoints.sh")
+                "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh", "checkpoints.sh",
+                "slurm_array.sh")
 
 
 @functools.cache
@@ -105,7 +106,7 @@ def launch_script(specs: Iterable[LaunchSpec]) -> str:
 def launch_init() -> str:
     return named("jobtpu_launch_init", {"stale_minutes": claim_stale_minutes(), "unpack_bad_exit": BAD_ARCHIVE_EXIT,
                                         "unpack_source": unpack_source(),
-                                        "reset_tenths": _tenths(timing.current().reset_wait)})
+                                        "reset_tenths": tenths(timing.current().reset_wait)})
 
 
 def launch_call(spec: LaunchSpec) -> str:
@@ -117,11 +118,11 @@ def launch_call(spec: LaunchSpec) -> str:
     return named("jobtpu_launch", {
         "root": spec.root, "home_id": spec.home_id, "job": r.job, "attempt": r.attempt, "worker": r.worker,
         "archive": spec.archive, "fresh": int(spec.fresh), "tpu_cleanup": int(spec.tpu_cleanup),
-        "command": spec.command, "signal": signal, "delay": int(delay), "poll": poll, "grace": _tenths(spec.grace),
-        "limit": _seconds(spec.time_limit), "token": spec.token, "first": spec.evict_signal if poll else ""}, *env)
+        "command": spec.command, "signal": signal, "delay": int(delay), "poll": poll, "grace": tenths(spec.grace),
+        "limit": limit_seconds(spec.time_limit), "token": spec.token, "first": spec.evict_signal if poll else ""}, *env)
 
 
-def _seconds(limit: float | None) -> str:
+def limit_seconds(limit: float | None) -> str:
     """A --timeout as `sleep` takes it (empty: none)."""
     return "" if limit is None else f"{max(limit, 0.0):.3f}".rstrip("0").rstrip(".")
 
@@ -137,7 +138,7 @@ def stop_poll() -> float:
     return timing.current().stop_poll or timing.DEFAULTS.stop_poll
 
 
-def _tenths(seconds: float) -> int:
+def tenths(seconds: float) -> int:
     return max(1, int(seconds / 0.1))
 
 
@@ -270,8 +271,8 @@ def kill_script(root: str, refs: Iterable[WorkerRef], grace: float = 5.0, home_i
     time for it to. One `kill` report per worker: gone or not (stuck)."""
     args = [n for r in refs for n in (r.job, r.attempt, r.worker)]
     graces = grace * (2 if first else 1)
-    ask_steps = _tenths(stop_poll() + graces) + 10 if ask else 0  # its wrapper's poll and grace(s), and a second
-    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, _tenths(grace), ask_steps, first or "",
+    ask_steps = tenths(stop_poll() + graces) + 10 if ask else 0  # its wrapper's poll and grace(s), and a second
+    return render(("common.sh", "kill.sh"), [call("jobtpu_kill", root, home_id, tenths(grace), ask_steps, first or "",
                                                   *args)])
 
 

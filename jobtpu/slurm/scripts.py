@@ -8,7 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
-from jobtpu.remote.scripts import LOG_CHUNK, TAIL_BYTES, call, launch_call, launch_init, named, render
+from jobtpu.remote.scripts import (
+    LOG_CHUNK,
+    TAIL_BYTES,
+    call,
+    launch_init,
+    limit_seconds,
+    named,
+    render,
+    tenths,
+)
 from jobtpu.result import MAX_RESULT_BYTES
 
 # Tenths of a second a stop waits, past the scancel, for Slurm to say the job ended (its KillWait).
@@ -39,8 +48,22 @@ def doctor_script() -> str:
 
 
 def array_launch_script(specs: list[LaunchSpec], throttle: int | None) -> str:
-    """A sweep's workers (one root, one set of sbatch options) on a Slurm cluster as ONE job array
-    (sh/slurm.sh jobtpu_array), at most `throttle` running at once; launch_script's reports."""
-    return render(("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "slurm.sh"), [
-        launch_init(), call("jobtpu_batch", *(specs[0].batch or ())), call("jobtpu_array", specs[0].root, throttle or ""),
-        *map(launch_call, specs), call("jobtpu_array_submit")])
+    """A sweep's workers (one root, one home, one set of sbatch options) on a Slurm cluster as ONE job
+    array (sh/slurm_array.sh), at most `throttle` running at once: a few files and one sbatch; each
+    member makes its own folder on its node. launch_script's reports, one per worker."""
+    first = specs[0]
+    return render(("common.sh", "wrapper.sh", "launch.sh", "slurm.sh", "slurm_array.sh"), [
+        launch_init(), call("jobtpu_batch", *(first.batch or ())),
+        named("jobtpu_array", {"root": first.root, "home_id": first.home_id, "token": first.token,
+                               "throttle": throttle or ""}, *dict.fromkeys(spec.ref.job for spec in specs)),
+        *map(member_call, specs), call("jobtpu_array_submit")])
+
+
+def member_call(spec: LaunchSpec) -> str:
+    """One member of the array: jobtpu_launch's arguments by position (a thousand members a script),
+    its environment after them."""
+    r = spec.ref
+    signal, delay = spec.early_signal or ("", 0)
+    env = [word for name, value in spec.env.items() for word in (name, "=" if name in spec.literal else "x", value)]
+    return call("jobtpu_array_member", r.job, r.attempt, r.worker, spec.archive, int(spec.fresh), spec.command,
+                signal, int(delay), limit_seconds(spec.time_limit), tenths(spec.grace), *env)

@@ -753,9 +753,10 @@ jobtpu_launch() (
   else said fail "the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
 )
 
-# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit). The
-# run root is on the cluster's shared filesystem: the login host and every compute node see the same
-# meta files, so the wrapper's pid, exit and log records are written on the node and read at the login.
+# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit; a
+# sweep's job array is slurm_array.sh). The run root is on the cluster's shared filesystem: the login
+# host and every compute node see the same meta files, so the wrapper's pid, exit and log records are
+# written on the node and read at the login.
 # STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
 
 # Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
@@ -806,72 +807,6 @@ jobtpu_batch_ok() {
   fi
 }
 
-# jobtpu_array ROOT THROTTLE : the next jobtpu_launch calls (after jobtpu_batch) each write their batch
-# script and join a list in ROOT/meta/arrays instead of calling sbatch; jobtpu_array_submit then hands
-# the list to Slurm as ONE job array, at most THROTTLE members running at once (empty: no cap).
-jobtpu_array() {
-  local r=${1/#-/./-}
-  jobtpu_array_list="" jobtpu_array_throttle=$2
-  # Its real path: each launch joins it from inside its job's folder.
-  mkdir -p "$r/meta/arrays" && jobtpu_array_list=$(cd "$r/meta/arrays" && mktemp "$(pwd -P)/XXXXXXXX") ||
-    jobtpu_array_list=""
-}
-
-# jobtpu_array_join NAME STEM : (in jobtpu_batch_submit, the batch script written) this worker is
-# member N of the array, N its line in the list.
-jobtpu_array_join() {
-  echo "$1 $2" >> "$jobtpu_array_list"
-}
-
-# jobtpu_array_submit : one sbatch --array of every worker that joined the list. Member i runs the
-# batch script of the list's line i (SLURM_ARRAY_TASK_ID), its output appended to its own log, as a
-# lone sbatch does. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch
-# refuses, fail with sbatch's own words, each member's env file, batch script and claim taken back.
-jobtpu_array_submit() {
-  local list=$jobtpu_array_list name stem out rc id i names=() stems=() t=""
-  jobtpu_array_list=""
-  [ -n "$list" ] || return 0
-  while read -r name stem; do names+=("$name") stems+=("$stem"); done < "$list"
-  if [ ${#names[@]} = 0 ]; then rm -f "$list"; return 0; fi
-  [ -n "$jobtpu_array_throttle" ] && t="%$jobtpu_array_throttle"
-  {
-    echo '#!/bin/bash'
-    printf 'mapfile -t m < %q
-' "$list"
-    # shellcheck disable=SC2016 # written for the batch script, expanded there
-    echo 'b=${m[$SLURM_ARRAY_TASK_ID]#* }'
-    # shellcheck disable=SC2016 # written for the batch script, expanded there
-    echo 'exec bash "$b.sbatch" >> "$b.log" 2>&1'
-  } > "$list.sbatch" && out=$(sbatch --parsable --requeue --job-name="${names[0]}.array" --output=/dev/null \
-    --array="0-$((${#names[@]} - 1))$t" ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$list.sbatch" 2>&1)
-  rc=$? id=${out%%;*}
-  if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
-    out=${out//$'\n'/ }
-    for i in "${!names[@]}"; do
-      rm -f "${stems[$i]}.env" "${stems[$i]}.sbatch"
-      rmdir "${stems[$i]}.claim"
-      jobtpu_array_failed "${names[$i]}" "${out:0:400}"
-    done
-    rm -f "$list" "$list.sbatch"
-    return 0
-  fi
-  for i in "${!names[@]}"; do
-    if jobtpu_batch_record "${stems[$i]}" "${id}_$i"; then
-      jobtpu_batch_ok "${names[$i]}" "${id}_$i"
-    else
-      jobtpu_array_failed "${names[$i]}" "Slurm job ${id}_$i took the attempt, but its id could not be written to ${stems[$i]}.slurm"
-    fi
-  done
-}
-
-# jobtpu_array_failed NAME WHY : the `launch` report, fail, of the array member named NAME.
-jobtpu_array_failed() {
-  local h=${1#jobtpu-} j a w
-  h=${h%.*.*.*}
-  IFS=. read -r j a w <<< "${1#jobtpu-"$h".}"
-  jobtpu_say launch n:job "$j" n:attempt "$a" n:worker "$w" s:outcome fail s:detail "$2"
-}
-
 # jobtpu_batch_submit STEM FOLDER NAME COMMAND SIGNAL DELAY LIMIT GRACE : (in jobtpu_launch, with the
 # claim held, the folder unpacked and STEM.env written) write the batch script STEM.sbatch and hand it to
 # sbatch with the options jobtpu_batch gave: one `launch` report, ok with the Slurm job id, or fail
@@ -907,8 +842,6 @@ jobtpu_batch_submit() {
     printf 'exec bash -c %q %q "$b" %q %q %q %q %q %q 3>&-\n' "$program" "jobtpu-$job" "$4" "$5" "$6" \
       "$(jobtpu_job_umask)" "$7" "$8"
   } > "$b.sbatch" || { rm -f "$b.env" "$b.sbatch"; give_up "fail cannot write the batch script $b.sbatch"; }
-  # A sweep's member: the claim stays held, jobtpu_array_submit hands it over with the others.
-  if [ -n "${jobtpu_array_list:-}" ]; then jobtpu_array_join "$3" "$b"; exit; fi
   out=$(sbatch --parsable --requeue --job-name="$3" --output="$b.log" --open-mode=append \
     ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
   rc=$? id=${out%%;*}
