@@ -728,6 +728,16 @@ jobtpu_batch_ok() {
   fi
 }
 
+# jobtpu_batch_program : the wrapper's program as a batch step runs it (a lone job's and every array
+# member's): the batch step's exit is the job's, for Slurm's own records (sacct, squeue's FAILED).
+jobtpu_batch_program() {
+  jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap \
+    JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked JOBTPU_w_procs \
+    JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper
+  # shellcheck disable=SC2016 # the wrapper program's text, expanded when it runs
+  printf '\n%s' 'read -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
+}
+
 # jobtpu_batch_submit STEM FOLDER NAME COMMAND SIGNAL DELAY LIMIT GRACE : (in jobtpu_launch, with the
 # claim held, the folder unpacked and STEM.env written) write the batch script STEM.sbatch and hand it to
 # sbatch with the options jobtpu_batch gave: one `launch` report, ok with the Slurm job id, or fail
@@ -739,12 +749,7 @@ jobtpu_batch_ok() {
 jobtpu_batch_submit() {
   local b=$1 out id program rc job=${3%.*.*}
   job=${job##*.}
-  program=$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap \
-    JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked JOBTPU_w_procs \
-    JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)
-  # The batch step's exit is the job's, for Slurm's own records (sacct, squeue's FAILED).
-  # shellcheck disable=SC2016 # the wrapper program's text, expanded when it runs
-  program+=$'\nread -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
+  program=$(jobtpu_batch_program)
   {
     echo '#!/bin/bash'
     # shellcheck disable=SC2016 # written for the batch script, expanded there
@@ -1090,14 +1095,10 @@ jobtpu_array_submit() {
 }
 
 # jobtpu_array_script : the batch script every member runs, for its own line of the table
-# (jobtpu_array_run). The wrapper's program is jobtpu_batch_submit's: the batch step becomes the wrapper.
+# (jobtpu_array_run). The wrapper's program is jobtpu_batch_program's: the batch step becomes the wrapper.
 jobtpu_array_script() {
   local program
-  program=$(jobtpu_program jobtpu_record_pid JOBTPU_w_expand JOBTPU_w_load JOBTPU_w_now JOBTPU_w_nap \
-    JOBTPU_w_timer jobtpu_marks jobtpu_marked JOBTPU_w_alive JOBTPU_w_group JOBTPU_w_marked JOBTPU_w_procs \
-    JOBTPU_w_stopper JOBTPU_w_detach JOBTPU_w_end jobtpu_wrapper)
-  # shellcheck disable=SC2016 # the wrapper program's text, expanded when it runs
-  program+=$'\nread -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
+  program=$(jobtpu_batch_program)
   echo '#!/bin/bash'
   # A run Slurm requeued never runs the command again under this attempt (jobtpu_batch_submit).
   # shellcheck disable=SC2016 # written for the batch script, expanded there
