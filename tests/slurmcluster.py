@@ -99,12 +99,19 @@ class SlurmCluster:
                                  f"--pid-file={db}/pid", f"--log-error={db}/error.log", "--skip-grant-tables",
                                  "--innodb-buffer-pool-size=8M", "--skip-log-bin"])
         self._wait(lambda: (db / "socket").exists(), "mariadbd's socket")
-        self._start("slurmdbd", ["slurmdbd", "-D"])  # its config beside SLURM_CONF
-        def added() -> bool:
-            said = self.run("sacctmgr", "--immediate", "add", "cluster", "jobtpu")
-            return said.returncode == 0 or "already exists" in said.stdout + said.stderr
+        self.start_accounting()
+        said = self.run("sacctmgr", "--immediate", "add", "cluster", "jobtpu")
+        if said.returncode != 0 and "already exists" not in said.stdout + said.stderr:
+            raise RuntimeError(f"sacctmgr add cluster: {said.stdout}{said.stderr}")
 
-        self._wait(added, "slurmdbd to answer")
+    def start_accounting(self) -> None:
+        """(Re)start slurmdbd (its config beside SLURM_CONF) and wait until it answers."""
+        self._start("slurmdbd", ["slurmdbd", "-D"])
+        self._wait(lambda: self.run("sacctmgr", "--noheader", "list", "cluster").returncode == 0, "slurmdbd to answer")
+
+    def stop_accounting(self) -> None:
+        """Stop slurmdbd: sacct cannot answer until start_accounting."""
+        self._stop("slurmdbd")
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
 from tests.slurmcluster import SlurmCluster, slurm_accounting  # noqa: F401  # the fixture
 from tests.sshfleet import SshFleet
-from tests.test_slurm import WAIT_RELEASE, attempts, log, manage_until, meta, slurm_home, submit
+from tests.test_slurm import WAIT_RELEASE, attempts, log, manage, manage_until, meta, slurm_home, submit
 
 # Past its memory (the cluster's 200 MB a job): Slurm's memory watch kills the whole job with KILL.
 HOG = "python3 -c \"b = b'x' * (400 << 20); import time; time.sleep(600)\""
@@ -44,9 +45,19 @@ def test_jobs_slurm_ended_and_squeue_forgot_are_recorded_from_sacct(accounting: 
     assert not meta(fm, late, 0, "exit").exists() and not meta(fm, hog, 0, "exit").exists()
     said = slurm.run("sacct", "-X", "-n", "-P", "--format=JobID,State,ExitCode", f"--jobs={late_id},{hog_id}")
     assert set(said.stdout.split()) == {f"{late_id}|TIMEOUT|0:0", f"{hog_id}|FAILED|0:9"}, said
+    # sacct cannot answer (slurmdbd away): the cluster is unreachable this pass, nothing is taken for lost.
+    slurm.stop_accounting()
+    try:
+        manage(home)
+        state = helpers.status(home)
+        assert [(state[j]["status"], state[j]["reason"]) for j in (late, hog)] == [("running", "unreachable")] * 2
+        assert [len(attempts(home, j)) for j in (late, hog)] == [1, 1]
+    finally:
+        slurm.start_accounting()
     state = manage_until(home, lambda s: s[late]["status"] != "running" and s[hog]["status"] != "running",
                          "a pass to record both")
     # TIMEOUT is the attempt's timeout; FAILED keeps Slurm's exit code (a KILL: 128 + 9).
     assert (state[late]["status"], state[late]["reason"]) == ("failed", "timeout")
     assert (state[hog]["status"], state[hog]["exit_code"]) == ("failed", 137)
+    assert [len(attempts(home, j)) for j in (late, hog)] == [1, 1]
 
