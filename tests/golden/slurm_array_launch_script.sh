@@ -1034,9 +1034,14 @@ jobtpu_slurm_report() {
   # shellcheck disable=SC2016 # awk's program
   r=$r acct=$acct chunk=$chunk ended=$jobtpu_slurm_ended awk -F'|' '
     BEGIN { acct = ENVIRON["acct"]; chunk = ENVIRON["chunk"] + 0; ended = ENVIRON["ended"] }
-    function esc(s,   i, c) {
-      gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s)
-      if (s ~ /[[:cntrl:]]/) for (i = 1; i < 32; i++) { c = sprintf("%c", i); while (index(s, c)) sub(c, sprintf("\\u%04x", i), s) }
+    # JSON s string: by index and substr, not gsub, whose replacement text each awk reads its own way.
+    function rep(s, c, r,   out, i) {
+      out = ""; while ((i = index(s, c)) > 0) { out = out substr(s, 1, i - 1) r; s = substr(s, i + 1) }
+      return out s
+    }
+    function esc(s,   i) {
+      s = rep(rep(s, "\\", "\\\\"), "\"", "\\\"")
+      if (s ~ /[[:cntrl:]]/) for (i = 1; i < 32; i++) s = rep(s, sprintf("%c", i), sprintf("\\u%04x", i))
       return "\"" s "\""
     }
     function first(path,   line, p) {
