@@ -26,8 +26,9 @@ END_WAIT_TENTHS = 300
 
 def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int = LOG_CHUNK) -> str:
     """A `host` report, then for each (worker, log bytes already pulled) the `worker`, `log` and
-    `log-end` reports remote/scripts.probe_script's say, liveness from one squeue, and an ended worker
-    0's saved value (jobtpu.save_result) as its `result` report, as on every machine."""
+    `log-end` reports remote/scripts.probe_script's say, liveness from one squeue (and one sacct for the
+    jobs squeue forgot whose wrapper wrote no exit), and an ended worker 0's saved value
+    (jobtpu.save_result) as its `result` report, as on every machine."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
     return render(("common.sh", "slurm.sh"),
                   [named("jobtpu_slurm_probe", {"root": root, "chunk": int(chunk), "tail": TAIL_BYTES,

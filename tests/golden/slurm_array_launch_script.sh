@@ -783,13 +783,19 @@ jobtpu_batch_submit() {
 
 # jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
 # what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
-# most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this
-# account. When Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the
-# pass takes the cluster as unreachable this once and changes none of its jobs. Besides, per worker:
-# waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
+# most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this account. When
+# Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the pass takes the
+# cluster as unreachable this once and changes none of its jobs. Besides, per worker: waiting, the
+# reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
+# A worker whose job squeue no longer knows (it forgets an ended job MinJobAge after its end) and whose
+# wrapper wrote no exit record is looked up in Slurm's accounting: one sacct for all of them, its state
+# read as squeue's would have been (jobtpu_slurm_acct). Where accounting is disabled, nothing more is known.
+# The per-worker work is one awk over squeue's lines, one listing of the jobs' meta folders and the
+# worker list (a thousand workers a pass: a fork or a shell function per worker cost seconds); only
+# the log, log-end and result reports, which carry bytes, are made per worker, by the shell.
 jobtpu_slurm_probe() {
-  local root="" chunk="" tail="" result="" r q line boot=- now
-  local -A state=() reason=() restarts=()
+  local root="" chunk="" tail="" result="" r q boot=- now lost=() task k j a w offset rsize
+  jobtpu_lines=() jobtpu_tasks=()
   jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
@@ -797,74 +803,168 @@ jobtpu_slurm_probe() {
   # --array with JobArrayID: each array member on its own line as <array id>_<index>, as recorded.
   q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
     { echo "squeue failed: ${q:0:300}" >&2; return 1; }
-  while IFS='|' read -r id s why n _; do
-    [ -n "$id" ] || continue
-    state[$id]=$s reason[$id]=$why restarts[$id]=$n
-  done <<< "$q"
+  # Nothing is said before sacct answered: a probe that fails says nothing.
+  jobtpu_slurm_split "$(jobtpu_slurm_report "$r" "$q" "" "$@")"
+  for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
+    read -r k j a w offset <<< "$task"
+    [ "$k" = =lost ] && lost+=("$j" "$a" "$w" "$offset")
+  done
+  if [ ${#lost[@]} -gt 0 ]; then
+    jobtpu_slurm_acct "$r" "${lost[@]}" || return 1
+    jobtpu_slurm_split "$(jobtpu_slurm_report "$r" "$jobtpu_acct" acct "${lost[@]}")"
+  fi
   [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
   printf -v now '%(%s)T' -1
   jobtpu_say host s:boot "$boot" n:now "$now"
-  while [ $# -ge 4 ]; do
-    line=$r/meta/$1/$2.$3
-    jobtpu_slurm_worker "$line" "$chunk" "$tail" "$1" "$2" "$3" "$4" "$result"
-    shift 4
+  [ ${#jobtpu_lines[@]} = 0 ] || printf '%s\n' "${jobtpu_lines[@]}"
+  for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
+    read -r k j a w offset _ _ rsize <<< "$task"
+    task=$r/meta/$j/$a.$w
+    case $k in
+      =log)
+        printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$j" "$a" "$w" "$offset"
+        tail -c +$((offset + 1)) "$task.log" | head -c "$chunk" | base64 -w0
+        printf '"}\n' ;;
+      =end)
+        printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$j" "$a" "$w"
+        tail -c "$tail" "$task.log" | base64 -w0
+        printf '"}\n' ;;
+      =result)
+        # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker
+        # 0's log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
+        if [ "$rsize" -gt "$result" ]; then
+          printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$j" "$a" "$w" "$rsize"
+        else
+          printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$j" "$a" "$w" "$rsize"
+          head -c "$result" "$task.result" | base64 -w0
+          printf '"}\n'
+        fi ;;
+    esac
   done
 }
 
-# jobtpu_slurm_worker STEM CHUNK TAIL JOB ATTEMPT WORKER OFFSET RESULT : one worker's lines (state,
-# reason and restarts are jobtpu_slurm_probe's).
-jobtpu_slurm_worker() {
-  local b=$1 chunk=$2 tail=$3 offset=$7 result=$8 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
-  local preempted=false waiting="" n='^[0-9]+$' rsize
-  [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
-  [ -n "$id" ] && s=${state[$id]:-}
-  [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
-  [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
-  [ -e "$b.claim" ] && claim=true
-  [ -e "$b.timedout" ] && timedout=true
-  [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
-  if [ -n "$s" ]; then
-    [[ $jobtpu_slurm_ended == *" $s "* ]] || alive=true
-    # Slurm's word for a pending job it has not looked at yet is "None".
-    [ "$s" = PENDING ] && { waiting=${reason[$id]:-None}; [ "$waiting" != None ] || waiting=queued; }
-    { [ "${restarts[$id]:-0}" != 0 ] || [ "$s" = PREEMPTED ]; } && preempted=true
-    # Slurm ended it past its --time, or for its memory, before the wrapper wrote the exit.
-    [ "$ex" = - ] && [ "$s" = TIMEOUT ] && timedout=true
-    [ "$ex" = - ] && [ "$s" = OUT_OF_MEMORY ] && ex=137
+# jobtpu_slurm_split OUT : jobtpu_slurm_report's output OUT, its report lines appended to the array
+# jobtpu_lines, its task lines (each starting with `=`, after them) to jobtpu_tasks. By mapfile, not by
+# a pattern over OUT: bash's ${OUT%%...} over a thousand lines takes most of a second.
+jobtpu_slurm_split() {
+  local all=() n
+  [ -n "$1" ] || return 0
+  mapfile -t all <<< "$1"
+  n=${#all[@]}
+  while [ "$n" -gt 0 ] && [[ ${all[n - 1]} == =* ]]; do n=$((n - 1)); done
+  jobtpu_lines+=("${all[@]:0:n}")
+  jobtpu_tasks+=("${all[@]:n}")
+}
+
+# jobtpu_slurm_acct ROOT [JOB ATTEMPT WORKER OFFSET]... : what Slurm's accounting says of these
+# workers' jobs, one sacct call, into jobtpu_acct (its JobID|State|ExitCode lines). Empty where
+# accounting is disabled (as where it is not set up: nothing more is known); fails, the probe with it,
+# when sacct does not answer otherwise (slurmdbd away): the next pass asks again, nothing is taken for lost.
+jobtpu_slurm_acct() {
+  local r=$1 ids="" id out
+  shift
+  jobtpu_acct=""
+  while [ $# -ge 4 ]; do
+    id=""
+    [ -s "$r/meta/$1/$2.$3.slurm" ] && read -r id _ < "$r/meta/$1/$2.$3.slurm"
+    [[ $id =~ ^[0-9]+(_[0-9]+)?$ ]] && ids+=${ids:+,}$id
+    shift 4
+  done
+  [ -n "$ids" ] || return 0
+  if out=$(sacct -X -n -P --format=JobID,State,ExitCode --jobs="$ids" 2>&1); then
+    jobtpu_acct=$out
+  elif [[ $out == *"accounting storage is disabled"* ]]; then
+    return 0
+  else
+    echo "sacct failed: ${out:0:300}" >&2
+    return 1
   fi
-  # One printf, not jobtpu_say (five times slower): a cluster's probe says this for every job of the
-  # home there, a thousand a pass. What the files held is checked as jobtpu_say checks a number.
-  [[ $pid =~ $n ]] || pid=null
-  [[ ${ex#-} =~ $n ]] || ex=null
-  [[ ${at/./} =~ $n ]] || at=null
-  [[ $size =~ $n ]] || size=0
-  jobtpu_json_string "$waiting"
-  # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
-  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s}\n' \
-    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json"
-  if [ "$size" -gt "$offset" ]; then
-    printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$4" "$5" "$6" "$offset"
-    tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
-    printf '"}\n'
-  fi
-  if [ "$ex" != null ] && [ $((size - offset)) -gt "$chunk" ]; then
-    printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$4" "$5" "$6"
-    tail -c "$tail" "$b.log" | base64 -w0
-    printf '"}\n'
-  fi
-  # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker 0's
-  # log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
-  if [ "$6" = 0 ] && [ "$ex" != null ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
-    [ ! -L "$b.result" ]; then
-    rsize=$(stat -c %s "$b.result") || return 0
-    if [ "$rsize" -gt "$result" ]; then
-      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$4" "$5" "$6" "$rsize"
-    else
-      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$4" "$5" "$6" "$rsize"
-      head -c "$result" "$b.result" | base64 -w0
-      printf '"}\n'
-    fi
-  fi
+}
+
+# jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET]... : the `worker` report of each worker,
+# then a task line for each report that carries bytes (=log, =end, =result) and each worker whose job
+# Slurm's lines do not know and that wrote no exit record (=lost, when ACCT is empty). SLURM is squeue's
+# lines (ID|STATE|REASON|RESTARTS|), or with ACCT set, sacct's (ID|STATE|EXITCODE).
+jobtpu_slurm_report() {
+  local r=$1 slurm=$2 acct=$3 dirs=() i
+  shift 3
+  for ((i = 1; i <= $#; i += 4)); do dirs+=("$r/meta/${!i}"); done
+  [ ${#dirs[@]} -gt 0 ] || return 0
+  # shellcheck disable=SC2016 # awk's program
+  r=$r acct=$acct chunk=$chunk ended=$jobtpu_slurm_ended awk -F'|' '
+    BEGIN { acct = ENVIRON["acct"]; chunk = ENVIRON["chunk"] + 0; ended = ENVIRON["ended"] }
+    # JSON s string: by index and substr, not gsub, whose replacement text each awk reads its own way.
+    function rep(s, c, r,   out, i) {
+      out = ""; while ((i = index(s, c)) > 0) { out = out substr(s, 1, i - 1) r; s = substr(s, i + 1) }
+      return out s
+    }
+    function esc(s,   i) {
+      s = rep(rep(s, "\\", "\\\\"), "\"", "\\\"")
+      if (s ~ /[[:cntrl:]]/) for (i = 1; i < 32; i++) s = rep(s, sprintf("%c", i), sprintf("\\u%04x", i))
+      return "\"" s "\""
+    }
+    function first(path,   line, p) {
+      line = ""; if ((getline line < path) > 0) { close(path); split(line, p, " "); return p[1] }
+      close(path); return ""
+    }
+    function whole(path,   line) {
+      line = ""; if ((getline line < path) <= 0) line = ""; close(path); gsub(/^[ \t]+|[ \t]+$/, "", line); return line
+    }
+    FILENAME == ARGV[1] {
+      if ($1 == "") next
+      if (acct != "") {
+        # sacct: CANCELLED by <uid> is CANCELLED; the exit code N:S is N, or 128+S for a signal.
+        split($2, w, " "); state[$1] = w[1]; restarts[$1] = 0; split($3, x, ":")
+        code[$1] = (x[2] + 0 > 0) ? 128 + x[2] : x[1] + 0
+      } else { state[$1] = $2; reason[$1] = $3; restarts[$1] = $4 }
+      next
+    }
+    FILENAME == ARGV[2] {
+      # find: TYPE|SIZE|MTIME|PATH (a path may hold a |: it is the rest of the line).
+      p = $0; for (i = 1; i <= 3; i++) p = substr(p, index(p, "|") + 1)
+      type[p] = $1; size[p] = $2; mtime[p] = $3
+      next
+    }
+    {
+      split($0, f, " "); job = f[1]; att = f[2]; wk = f[3]; off = f[4] + 0
+      b = ENVIRON["r"] "/meta/" job "/" att "." wk
+      id = (size[b ".slurm"] > 0) ? first(b ".slurm") : ""
+      s = (id != "" && (id in state)) ? state[id] : ""
+      pid = (size[b ".pid"] > 0) ? first(b ".pid") : "-"
+      ex = "-"; at = "-"
+      if (size[b ".exit"] > 0) { ex = whole(b ".exit"); at = mtime[b ".exit"] }
+      if (s == "" && ex == "-" && id != "" && acct == "") { lost[++nlost] = job " " att " " wk " " off; next }
+      alive = "false"; preempted = "false"; waiting = ""
+      claim = ((b ".claim") in type) ? "true" : "false"
+      timedout = ((b ".timedout") in type) ? "true" : "false"
+      sz = ((b ".log") in type) ? size[b ".log"] + 0 : 0
+      if (s != "") {
+        if (index(ended, " " s " ") == 0) alive = "true"
+        # Slurm s word for a pending job it has not looked at yet is "None".
+        if (s == "PENDING") { waiting = reason[id]; if (waiting == "" || waiting == "None") waiting = "queued" }
+        if ((restarts[id] != "" && restarts[id] != 0) || s == "PREEMPTED") preempted = "true"
+        # Slurm ended it past its --time, or for its memory, before the wrapper wrote the exit.
+        if (ex == "-" && s == "TIMEOUT") timedout = "true"
+        if (ex == "-" && s == "OUT_OF_MEMORY") ex = 137
+        # Only accounting keeps a failed job s code once the wrapper could not write it.
+        if (ex == "-" && s == "FAILED" && (id in code)) ex = code[id]
+      }
+      # What the files held is checked as jobtpu_say checks a number.
+      if (pid !~ /^[0-9]+$/) pid = "null"
+      e = ex; sub(/^-/, "", e); if (e !~ /^[0-9]+$/) ex = "null"
+      if (at !~ /^[0-9]+(\.[0-9]+)?$/) at = "null"
+      printf "{\"kind\":\"worker\",\"job\":%d,\"attempt\":%d,\"worker\":%d,\"pid\":%s,\"alive\":%s,\"exit\":%s,\"size\":%d,\"claimed\":%s,\"at\":%s,\"marked\":null,\"timedout\":%s,\"preempted\":%s,\"waiting\":%s}\n", \
+        job, att, wk, pid, alive, ex, sz, claim, at, timedout, preempted, esc(waiting)
+      if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off
+      if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk
+      if (wk == 0 && ex != "null" && sz - off <= chunk && type[b ".result"] == "f")
+        task[++ntask] = "=result " job " " att " " wk " 0 0 0 " size[b ".result"]
+    }
+    END {
+      for (i = 1; i <= ntask; i++) print task[i]
+      for (i = 1; i <= nlost; i++) print "=lost " lost[i]
+    }' <(printf '%s\n' "$slurm") \
+      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s\n' "$@")
 }
 
 # jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER]... : stop each worker's Slurm job: TERM to

@@ -1,0 +1,100 @@
+"""What a Slurm probe says of each worker from Slurm's lines and the files at the login host, as a table:
+jobtpu_slurm_report (jobtpu/remote/sh/slurm.sh), the one awk that does every worker's part of the probe,
+run by each awk this machine has (a login host may have gawk, mawk or another) over real files
+(docs/reference/machines-json.md §3.3.1). End to end: tests/test_slurm.py, tests/test_slurm_accounting.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtpu.remote.scripts import call, render
+
+pytestmark = pytest.mark.fast
+
+AWKS = sorted({"awk", *(name for name in ("gawk", "mawk", "nawk", "original-awk") if shutil.which(name))})
+
+# job: the files of its attempt 0, worker 0 (a dict is a folder) and the log offset already home.
+FILES: dict[int, tuple[dict[str, Any], int]] = {
+    1: ({"slurm": "101\n", "pid": "42\n", "log": "0123456789"}, 4),
+    2: ({"slurm": "102\n", "claim": {}}, 0),
+    3: ({"slurm": "103\n"}, 0),
+    4: ({"slurm": "104\n", "pid": "44\n", "exit": "3\n", "log": "out\n", "result": '{"a": 1}'}, 0),
+    5: ({"slurm": "105\n", "timedout": ""}, 0),
+    6: ({"slurm": "106\n"}, 0),
+    7: ({"slurm": "107_3\n"}, 0),
+    8: ({"slurm": "108\n"}, 0),
+    9: ({"slurm": "109\n", "pid": "x1\n", "exit": "3 4\n"}, 0),
+    10: ({}, 0),
+}
+SQUEUE = "\n".join(["101|RUNNING|None|0|", '102|PENDING|Bad "q"\\\tx|0|', "103|PENDING|None|0|",
+                    "104|COMPLETED|None|0|", "105|TIMEOUT|None|0|", "106|OUT_OF_MEMORY|None|0|",
+                    "107_3|RUNNING|None|1|", "109|FAILED|None|0|"])
+SACCT = "\n".join(["108|FAILED|0:9", "105|TIMEOUT|0:0", "106|CANCELLED by 0|0:15", "104|FAILED|2:0"])
+# job: pid, alive, exit, size, claimed, timedout, preempted, waiting
+SAID = {
+    1: (42, True, None, 10, False, False, False, ""),
+    2: (None, True, None, 0, True, False, False, 'Bad "q"\\\tx'),
+    3: (None, True, None, 0, False, False, False, "queued"),
+    4: (44, False, 3, 4, False, False, False, ""),
+    5: (None, False, None, 0, False, True, False, ""),
+    6: (None, False, 137, 0, False, False, False, ""),
+    7: (None, True, None, 0, False, False, True, ""),
+    9: (None, False, None, 0, False, False, False, ""),
+    10: (None, False, None, 0, False, False, False, ""),
+}
+# From sacct's lines: 108 (squeue forgot it) FAILED by a KILL; 106 CANCELLED: ended, no code.
+SAID_ACCT = {8: (None, False, 137, 0, False, False, False, ""), 6: (None, False, None, 0, False, False, False, "")}
+
+
+def report(tmp_path: Path, awk: str, slurm: str, acct: str, jobs: list[int]) -> list[str]:
+    root = tmp_path / "root"
+    for job, (files, _) in FILES.items():
+        folder = root / "meta" / str(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        for ext, text in files.items():
+            path = folder / f"0.0.{ext}"
+            if isinstance(text, dict):
+                path.mkdir(exist_ok=True)
+            else:
+                path.write_text(text)
+    shim = tmp_path / f"bin-{awk}"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "awk").exists():
+        (shim / "awk").symlink_to(shutil.which(awk) or awk)
+    args = [n for job in jobs for n in (job, 0, 0, FILES[job][1])]
+    script = render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_report", str(root), slurm, acct, *args)])
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "chunk": "1024"})
+    assert done.stderr == ""
+    return done.stdout.splitlines()
+
+
+def workers(lines: list[str]) -> dict[int, tuple[Any, ...]]:
+    found = [json.loads(line) for line in lines if line.startswith("{")]
+    return {w["job"]: (w["pid"], w["alive"], w["exit"], w["size"], w["claimed"], w["timedout"], w["preempted"],
+                       w["waiting"]) for w in found}
+
+
+@pytest.mark.parametrize("awk", AWKS)
+def test_each_worker_from_squeue_and_its_files(tmp_path: Path, awk: str) -> None:
+    lines = report(tmp_path, awk, SQUEUE, "", sorted(FILES))
+    assert workers(lines) == SAID
+    # The reports that carry bytes are the shell's: what each needs, after every worker's line; a
+    # worker whose job squeue forgot without an exit is left for sacct.
+    assert [ln for ln in lines if not ln.startswith("{")] == [
+        "=log 1 0 0 4", "=log 4 0 0 0", "=result 4 0 0 0 0 0 8", "=lost 8 0 0 0"]
+    exited = json.loads(next(ln for ln in lines if '"job":4,' in ln))
+    assert exited["at"] == pytest.approx((tmp_path / "root/meta/4/0.0.exit").stat().st_mtime, abs=1e-3)
+
+
+@pytest.mark.parametrize("awk", AWKS)
+def test_what_sacct_says_of_forgotten_jobs(tmp_path: Path, awk: str) -> None:
+    lines = report(tmp_path, awk, SACCT, "acct", [8, 6])
+    assert workers(lines) == SAID_ACCT and len(lines) == 2
