@@ -43,7 +43,9 @@ def bare_array(fm: FleetMachine, identity: Path, known_hosts: Path, n: int) -> N
 def new_home(base: Path, fleet: SshFleet, fm: FleetMachine, name: str) -> Path:
     home = base / name
     home.mkdir()
-    machine = {"kind": "slurm", "host": fm.hosts[0].address(), "user": fm.user,
+    # A root of its own: a root belongs to one home (machines-json.md), and a round that met the last
+    # round's Slurm id records would find every member handed over already and submit nothing.
+    machine = {"kind": "slurm", "host": fm.hosts[0].address(), "user": fm.user, "root": f"jobtpu-{name}",
                "identity_file": str(fleet.identity), "connect_timeout": 20}
     (home / "machines.json").write_text(json.dumps({"machines": {"hpc": machine}}))
     return home
