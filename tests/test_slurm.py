@@ -345,3 +345,4 @@ def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submi
     arrays = slurm.run("squeue", "--noheader", f"--user={fm.user}", "--format=%F %j").stdout.split()
     assert len({a for a in arrays if ".array." in a}) == 1, arrays
     assert [meta(fm, i, 5, "slurm").read_text().strip() for i in ids] == first
+    assert handover() == first  # and once the ids are written, from them

@@ -979,6 +979,14 @@ jobtpu_array() {
   return 0
 }
 
+# jobtpu_array_ok JOB ATTEMPT WORKER ID : a member's `launch` report, ok with its Slurm id: one printf when
+# ID is an array member's <array id>_<index> (a handover run again says it of a thousand), else jobtpu_batch_ok's.
+jobtpu_array_ok() {
+  if [[ $4 =~ ^[0-9]+_[0-9]+$ ]]; then
+    printf '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' "$1" "$2" "$3" "$4"
+  else jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "$4"; fi
+}
+
 # jobtpu_array_said JOB ATTEMPT WORKER "OUTCOME [WHY]" : a member's `launch` report, not ok.
 jobtpu_array_said() {
   if [[ $4 == *" "* ]]; then
@@ -999,13 +1007,13 @@ jobtpu_array_member() {
     jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
     return 0
   fi
-  if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "$id"; return 0; fi
+  if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
   if [ -e "$b.env" ]; then
     jobtpu_array_seek || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
     id=${jobtpu_array_handed["$1 $2 $3"]:-}
     if [ -n "$id" ]; then
       jobtpu_batch_record "$b" "$id" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
-      jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "$id"
+      jobtpu_array_ok "$1" "$2" "$3" "$id"
       return 0
     fi
   fi
