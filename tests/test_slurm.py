@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -13,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from jobtpu.decide.workers import LaunchOutcome, LaunchSpec, WorkerRef
+from jobtpu.remote.scripts import parse_launch
+from jobtpu.slurm.scripts import array_launch_script
 from tests import helpers
 from tests.helpers import run
 from tests.slurmcluster import SlurmCluster, slurm_cluster  # noqa: F401  # the fixture
@@ -311,3 +315,34 @@ def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
     said = state[ids[1]].get("last_line") or ""
     assert "could not be made" in said and "is missing on the cluster" in said, said
     assert "index=1" not in log(home, ids[1])
+
+
+def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submitted_twice(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
+    archive = next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+    # A later attempt of each member, held by Slurm so no member starts and records its own id.
+    specs = [LaunchSpec(WorkerRef(i, 5, 0), root="jobtpu", archive=archive, command="true", env={"K": "v"},
+                        home_id="cut", grace=5.0, batch=("--hold",)) for i in ids]
+    script = array_launch_script(specs, None)
+
+    def handover() -> list[object]:
+        done = subprocess.run(["runuser", "-u", fm.user, "--", "bash", "-c", 'cd && exec bash -s'], input=script,
+                              env=slurm.env(), capture_output=True, text=True, timeout=60, check=True)
+        said = parse_launch(done.stdout)
+        assert [said[s.ref].outcome for s in specs] == [LaunchOutcome.OK] * 2, done.stdout
+        return [said[s.ref].slurm for s in specs]
+
+    first = handover()
+    # The handover cut short after sbatch answered: the ids were never written.
+    for i in ids:
+        meta(fm, i, 5, "slurm").unlink()
+    assert handover() == first  # found again by the array's name: the same Slurm jobs, no second array
+    arrays = slurm.run("squeue", "--noheader", f"--user={fm.user}", "--format=%F %j").stdout.split()
+    assert len({a for a in arrays if ".array." in a}) == 1, arrays
+    assert [meta(fm, i, 5, "slurm").read_text().strip() for i in ids] == first
+    assert handover() == first  # and once the ids are written, from them

@@ -17,7 +17,7 @@ from jobtpu.decide.outcomes import LaunchReport, goes_ahead, killed, launched, s
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.records import MachineRecord
-from jobtpu.schema.state import State, Transition
+from jobtpu.schema.state import Job, State, Transition
 
 
 class LaunchHeld(msgspec.Struct, frozen=True):
@@ -91,15 +91,16 @@ def settle(state: State, reports: Sequence[ActReport], now: float) -> Settled:
     the ones before it settled; among them the Kills a launch that half failed needs: its started
     workers, to be stopped in the same pass before it ends launch_failed. `state` stays as given."""
     settled = Settled()
+    jobs = {job.id: job for job in state.jobs}  # one look-up per report, not a scan of every job (a sweep's thousand)
     for report in reports:
-        settled.jobs.actions.extend(settle_one(state, report, now, settled))
-    settled.jobs.drop_unchanged({job.id: job for job in state.jobs})
+        settled.jobs.actions.extend(settle_one(state, report, now, settled, jobs))
+    settled.jobs.drop_unchanged(jobs)
     return settled
 
 
-def settle_one(state: State, report: ActReport, now: float, settled: Settled) -> list[Kill]:
+def settle_one(state: State, report: ActReport, now: float, settled: Settled, jobs: dict[int, Job]) -> list[Kill]:
     """What one report means, added to `settled`; a job gone from state.json meanwhile has nothing to move."""
-    job = state.job(report.job)
+    job = jobs.get(report.job)
     if job is None:
         return []
     if isinstance(report, LaunchHeld):

@@ -197,14 +197,15 @@ def worker_specs(p: Pass, job: Job, machine: Machine, eps: list[Endpoint], place
     rerun = not job.resume and any(a.n != job.attempt for a in job.attempts)
     command = job.full_command(on_resume_words(job.on_resume or "", place, job.id, job.attempt))
     resumed = resume_env(job, {m.name: m.root for m in p.fleet.machines.values()})
+    grace = grace_of(job)
 
     def spec(ep: Endpoint) -> LaunchSpec:
         return LaunchSpec(WorkerRef(job.id, job.attempt, ep.index), machine.root, job.archive,
                           command, job_env(job, machine, ep.index, place, secrets, resumed=resumed),
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
-                          early_signal=early_signal(job), grace=grace_of(job), stop_requests=driver.stops_by_request,
+                          early_signal=early_signal(job), grace=grace, stop_requests=driver.stops_by_request,
                           evict_signal=job.signal or "", time_limit=job.timeout, token=token,
-                          batch=driver.batch_options(machine, job, grace_of(job)))
+                          batch=driver.batch_options(machine, job, grace))
 
     return [(ep, spec(ep)) for ep in eps]
 

@@ -5,7 +5,8 @@ is remote/scripts.launch_script with the spec's sbatch options; a sweep's, one j
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import shlex
+from collections.abc import Callable, Iterable
 
 from jobtpu.decide.workers import LaunchSpec, WorkerRef
 from jobtpu.remote.scripts import (
@@ -53,18 +54,27 @@ def array_launch_script(specs: list[LaunchSpec], throttle: int | None) -> str:
     array (sh/slurm_array.sh), at most `throttle` running at once: a few files and one sbatch; each
     member makes its own folder on its node. launch_script's reports, one per worker."""
     first = specs[0]
+    quoted: dict[str, str] = {}  # a thousand members repeat most of their words (names, machine, archive)
+
+    def quote(word: str) -> str:
+        q = quoted.get(word)
+        if q is None:
+            q = quoted[word] = shlex.quote(word)
+        return q
+
     return render(("common.sh", "wrapper.sh", "launch.sh", "slurm.sh", "slurm_array.sh"), [
         launch_init(), call("jobtpu_batch", *(first.batch or ())),
         named("jobtpu_array", {"root": first.root, "home_id": first.home_id, "token": first.token,
                                "throttle": throttle or ""}, *dict.fromkeys(spec.ref.job for spec in specs)),
-        *map(member_call, specs), call("jobtpu_array_submit")])
+        *(member_call(spec, quote) for spec in specs), call("jobtpu_array_submit")])
 
 
-def member_call(spec: LaunchSpec) -> str:
+def member_call(spec: LaunchSpec, quote: Callable[[str], str] = shlex.quote) -> str:
     """One member of the array: jobtpu_launch's arguments by position (a thousand members a script),
-    its environment after them."""
+    its environment after them; every word quoted as remote/scripts.call quotes it."""
     r = spec.ref
     signal, delay = spec.early_signal or ("", 0)
     env = [word for name, value in spec.env.items() for word in (name, "=" if name in spec.literal else "x", value)]
-    return call("jobtpu_array_member", r.job, r.attempt, r.worker, spec.archive, int(spec.fresh), spec.command,
-                signal, int(delay), limit_seconds(spec.time_limit), tenths(spec.grace), *env)
+    words = (r.job, r.attempt, r.worker, spec.archive, int(spec.fresh), spec.command, signal, int(delay),
+             limit_seconds(spec.time_limit), tenths(spec.grace), *env)
+    return " ".join(["jobtpu_array_member", *(quote(str(word)) for word in words)])

@@ -1051,12 +1051,15 @@ jobtpu_array() {
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
   jobtpu_array_home=$home_id jobtpu_array_throttle=$throttle jobtpu_array_problem="" jobtpu_array_list=""
-  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=()
-  declare -gA jobtpu_array_bad=() jobtpu_array_trees=() jobtpu_array_found=()
+  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=() jobtpu_array_asked=""
+  declare -gA jobtpu_array_bad=() jobtpu_array_trees=() jobtpu_array_handed=()
   # The job's umask is the login's (jobtpu_job_umask), kept before this handover's files go private.
   jobtpu_array_umask=$(jobtpu_job_umask)
   umask 077
-  mkdir -p "$r/meta/arrays" "$r/jobs" "$r/archives" "${@/#/$r/meta/}" 2>/dev/null
+  # The jobs' meta folders by a plain mkdir (the one folder each, EEXIST ignored), not mkdir -p: -p
+  # walks every path (three mkdirs and two chdirs each), a thousand members' worth of system calls.
+  mkdir -p "$r/meta/arrays" "$r/jobs" "$r/archives" 2>/dev/null
+  [ $# -eq 0 ] || mkdir "${@/#/$r/meta/}" 2>/dev/null
   jobtpu_private_root "$r"
   if ! { jobtpu_array_root=$(cd "$r" && pwd -P) && jobtpu_own_folder "$r/meta/arrays" &&
     jobtpu_array_list=$(mktemp "$jobtpu_array_root/meta/arrays/XXXXXXXX"); }; then
@@ -1076,6 +1079,14 @@ jobtpu_array() {
   return 0
 }
 
+# jobtpu_array_ok JOB ATTEMPT WORKER ID : a member's `launch` report, ok with its Slurm id: one printf when
+# ID is an array member's <array id>_<index> (a handover run again says it of a thousand), else jobtpu_batch_ok's.
+jobtpu_array_ok() {
+  if [[ $4 =~ ^[0-9]+_[0-9]+$ ]]; then
+    printf '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' "$1" "$2" "$3" "$4"
+  else jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "$4"; fi
+}
+
 # jobtpu_array_said JOB ATTEMPT WORKER "OUTCOME [WHY]" : a member's `launch` report, not ok.
 jobtpu_array_said() {
   if [[ $4 == *" "* ]]; then
@@ -1086,21 +1097,23 @@ jobtpu_array_said() {
 # jobtpu_array_member JOB ATTEMPT WORKER ARCHIVE FRESH COMMAND SIGNAL DELAY LIMIT GRACE [NAME MODE VALUE]... :
 # one member (jobtpu_launch's arguments, by position; its environment after them). Handed to Slurm
 # already: its `launch` report, ok, at once (a launch is never submitted twice, even when the handover
-# that submitted it was cut short before the id was written). Otherwise its env file is written and it
-# joins the table; jobtpu_array_submit reports it.
+# that submitted it was cut short before the id was written: its env file, written before sbatch, is
+# the trace jobtpu_array_seek follows). Otherwise its env file is written and it joins the table;
+# jobtpu_array_submit reports it.
 jobtpu_array_member() {
-  local b="$jobtpu_array_root/meta/$1/$2.$3" row x i id
+  local b="$jobtpu_array_root/meta/$1/$2.$3" row x id
   if [ -n "$jobtpu_array_problem" ]; then jobtpu_array_said "$1" "$2" "$3" "$jobtpu_array_problem"; return 0; fi
   if [ -n "${jobtpu_array_bad[$1]:-}" ]; then
     jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
     return 0
   fi
-  if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "$id"; return 0; fi
-  if [ -s "$b.handover" ] && read -r x i < "$b.handover" && [[ $i =~ ^[0-9]+$ ]]; then
-    jobtpu_array_find "$x" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
-    if [ -n "$jobtpu_array_id" ]; then
-      jobtpu_batch_record "$b" "${jobtpu_array_id}_$i" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
-      jobtpu_batch_ok "jobtpu-$jobtpu_array_home.$1.$2.$3" "${jobtpu_array_id}_$i"
+  if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
+  if [ -e "$b.env" ]; then
+    jobtpu_array_seek || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
+    id=${jobtpu_array_handed["$1 $2 $3"]:-}
+    if [ -n "$id" ]; then
+      jobtpu_batch_record "$b" "$id" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
+      jobtpu_array_ok "$1" "$2" "$3" "$id"
       return 0
     fi
   fi
@@ -1108,31 +1121,39 @@ jobtpu_array_member() {
   x=${jobtpu_array_trees[$4]-unset}
   if [ "$x" = unset ]; then jobtpu_array_tree "$4"; x=$jobtpu_array_got; jobtpu_array_trees[$4]=$x; fi
   if [ -n "$x" ]; then jobtpu_array_said "$1" "$2" "$3" "$x"; return 0; fi
+  # The table's line starts with the member's job, attempt and worker: jobtpu_array_seek finds it there.
+  # Its line number is its index, so the member needs no file of its own saying which array it is in.
   printf -v row '%q ' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}"
-  # Which array and line this member is, before sbatch: a handover cut short after sbatch answered is
-  # found again (above) by the array's name.
-  printf '%s %s\n' "$jobtpu_array_name" "${#jobtpu_array_stems[@]}" > "$b.handover" 2>/dev/null ||
-    { jobtpu_array_said "$1" "$2" "$3" "fail cannot write $b.handover"; return 0; }
   jobtpu_array_refs+=("$1" "$2" "$3")
-  jobtpu_array_stems+=("$b")
   shift 10
   # The environment goes to a file only the wrapper reads (and deletes), as jobtpu_launch's.
   if [ $# -gt 0 ]; then printf '%s\0' "$@" > "$b.env"; else : > "$b.env"; fi 2>/dev/null ||
-    { rm -f "$b.env" "$b.handover"; jobtpu_array_said "${jobtpu_array_refs[@]: -3}" "fail cannot write the env file $b.env"
-      jobtpu_array_refs=("${jobtpu_array_refs[@]:0:${#jobtpu_array_refs[@]}-3}"); unset 'jobtpu_array_stems[-1]'; return 0; }
+    { rm -f "$b.env"; jobtpu_array_said "${jobtpu_array_refs[@]: -3}" "fail cannot write the env file $b.env"
+      jobtpu_array_refs=("${jobtpu_array_refs[@]:0:${#jobtpu_array_refs[@]}-3}"); return 0; }
+  jobtpu_array_stems+=("$b")
   jobtpu_array_table+=$row$'\n'
 }
 
-# jobtpu_array_find NAME : into jobtpu_array_id, the id of the job array named NAME of this account's
-# (empty: Slurm has none); fails when Slurm cannot be asked. One squeue per name per handover.
-jobtpu_array_find() {
-  local out
-  if [ -z "${jobtpu_array_found[$1]+x}" ]; then
-    out=$(squeue --noheader --user="$(id -un)" --states=all --name="$1" --format=%F 2>/dev/null) || return 1
-    out=${out%%[!0-9]*}
-    jobtpu_array_found[$1]=$out
-  fi
-  jobtpu_array_id=${jobtpu_array_found[$1]}
+# jobtpu_array_seek : (once per handover) into jobtpu_array_handed, "JOB ATTEMPT WORKER" -> the Slurm id
+# <array id>_<line> of every member of this home's job arrays Slurm knows: one squeue for the account's
+# arrays named jobtpu-<home id>.array.<table>, then each such table read once. Only a member with an env
+# file and no id asks (a handover cut short after sbatch answered); fails when Slurm cannot be asked.
+jobtpu_array_seek() {
+  local out name id n j a w
+  [ -n "$jobtpu_array_asked" ] && return 0
+  out=$(squeue --noheader --user="$(id -un)" --states=all --format='%F %j' 2>/dev/null) || return 1
+  jobtpu_array_asked=1
+  declare -A seen=()
+  while read -r id name; do
+    [[ $id =~ ^[0-9]+$ && $name == "jobtpu-$jobtpu_array_home.array."* && -z ${seen[$name]:-} ]] || continue
+    seen[$name]=1 n=0
+    # A table's first three words are numbers (printf %q leaves them as they are).
+    while read -r j a w _; do
+      jobtpu_array_handed["$j $a $w"]=${id}_$n
+      n=$((n + 1))
+    done < "$jobtpu_array_root/meta/arrays/${name##*.array.}" 2>/dev/null
+  done <<< "$out"
+  return 0
 }
 
 # jobtpu_array_tree ARCHIVE : into jobtpu_array_got, empty when the checked tree of ARCHIVE (jobtpu_tree)
@@ -1164,7 +1185,7 @@ jobtpu_array_tree() {
 # joined. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch refuses, fail
 # with sbatch's own words, each member's env file taken back (nothing is left half-made).
 jobtpu_array_submit() {
-  local list=$jobtpu_array_list n=${#jobtpu_array_stems[@]} out rc id i t="" f=("${jobtpu_array_refs[@]}")
+  local list=$jobtpu_array_list n=${#jobtpu_array_stems[@]} out rc id i t="" said="" f=("${jobtpu_array_refs[@]}")
   [ "$n" -gt 0 ] || { [ -z "$list" ] || rm -f "$list"; return 0; }
   [ -n "$jobtpu_array_throttle" ] && t="%$jobtpu_array_throttle"
   if printf '%s' "$jobtpu_array_table" > "$list" && jobtpu_array_script > "$list.sbatch"; then
@@ -1176,22 +1197,24 @@ jobtpu_array_submit() {
   id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
     out=${out//$'\n'/ }
-    rm -f "${jobtpu_array_stems[@]/%/.env}" "${jobtpu_array_stems[@]/%/.handover}" "$list" "$list.sbatch"
+    rm -f "${jobtpu_array_stems[@]/%/.env}" "$list" "$list.sbatch"
     for i in "${!jobtpu_array_stems[@]}"; do
       jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "fail ${out:0:400}"
     done
     return 0
   fi
-  # One printf each, not jobtpu_say: a thousand members say this at once.
+  # The ok reports gathered and printed at once, not by jobtpu_say: a thousand members say this together.
   for i in "${!jobtpu_array_stems[@]}"; do
     if printf '%s\n' "${id}_$i" > "${jobtpu_array_stems[$i]}.slurm"; then
-      printf '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
+      printf -v out '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
         "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "${id}_$i"
+      said+=$out
     else
       jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" \
         "fail Slurm job ${id}_$i took the attempt, but its id could not be written to ${jobtpu_array_stems[$i]}.slurm"
     fi
   done
+  printf '%s' "$said"
 }
 
 # jobtpu_array_script : the batch script every member runs, for its own line of the table
