@@ -183,3 +183,26 @@ def test_the_step_runs_in_the_jobs_folder_a_command_or_a_shell_on_a_terminal() -
         "cd -- jobtpu/jobs/3 && exec srun --jobid=42 --overlap --nodes=1 --ntasks=1 --quiet "
         "--export=ALL,JOBTPU_JOB_ID=3 bash -c 'nvidia-smi -L'")
     assert step_command(3, "/s/j 3", "42", []).endswith("--export=ALL,JOBTPU_JOB_ID=3 --pty bash -i")
+
+
+def test_a_sweep_s_members_on_a_cluster_go_as_one_array_even_when_one_is_left() -> None:
+    """Every member of a sweep on a Slurm cluster is handed over by the array path, a lone one as an
+    array of one: a handover cut short after sbatch answered is found again only there (by the
+    array's name and table), so a member left alone is never submitted a second time. A resumed
+    member, another machine's job and a job of no sweep go alone."""
+    from types import SimpleNamespace
+
+    from jobtpu.decide.observation import Launch
+    from jobtpu.passes.arrays import array_groups
+    from jobtpu.schema.fleet import Fleet
+
+    box = Machine(name="box", kind="ssh", hosts=("h",))
+    jobs = [queued(1, sweep=7), queued(2, sweep=7), queued(3, sweep=8), queued(4, sweep=9, resume=True),
+            queued(5), queued(6, sweep=7)]
+    for j in jobs:
+        j.status = Status.LAUNCHING
+    pass_ = SimpleNamespace(state=SimpleNamespace(jobs=jobs), fleet=Fleet(machines={"m": cluster(), "box": box}))
+    ready = [Launch(j.id, "box" if j.id == 6 else "m", 0, 1) for j in jobs]
+    arrays, alone = array_groups(pass_, ready)  # type: ignore[arg-type]
+    assert [[a.job for a in group] for group in arrays] == [[1, 2], [3]]
+    assert sorted(a.job for a in alone) == [4, 5, 6]

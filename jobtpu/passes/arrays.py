@@ -31,8 +31,8 @@ SpecsOf = Callable[[Job, Machine, list[Endpoint], int], list[Worker]]  # a job's
 
 
 def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list[Launch]]:
-    """The launches that go as job arrays (two or more members of one sweep on one Slurm machine),
-    and the rest, each launched alone."""
+    """The launches that go as job arrays (the members of one sweep on one Slurm machine, one or
+    more), and the rest, each launched alone."""
     groups: dict[tuple[str, int], list[Launch]] = {}
     rest: list[Launch] = []
     jobs = {job.id: job for job in p.state.jobs}  # one look-up each, not a scan of every job per launch
@@ -43,9 +43,9 @@ def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list
             rest.append(action)
             continue
         groups.setdefault((machine.name, job.sweep), []).append(action)
-    arrays = [group for group in groups.values() if len(group) > 1]
-    rest += [group[0] for group in groups.values() if len(group) == 1]
-    return arrays, rest
+    # A lone member goes as an array of one: a handover of its sweep cut short after sbatch answered
+    # is found again only by the array path (by the array's name and table), never submitted twice.
+    return list(groups.values()), rest
 
 
 def launch_array(p: Pass, group: list[Launch], specs_of: SpecsOf) -> list[LaunchDone]:
