@@ -262,3 +262,75 @@ def test_a_requeued_array_member_resumes_alone(cluster: tuple[SlurmCluster, SshF
     assert said == "RUNNING"
     (fm.home / f"release-{ids[1]}").touch()
     manage_until(home, lambda s: s[ids[1]]["status"] == "finished", "the other member to finish")
+
+
+def handed(home: Path, job: int) -> dict[str, Any] | None:
+    """The job's latest attempt, once it has a Slurm job id."""
+    found = attempts(home, job)
+    return found[-1] if found and found[-1].get("slurm_job") is not None else None
+
+
+def test_an_after_job_on_the_same_cluster_is_handed_at_once_and_slurm_starts_it(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "first" in log(home, dep), "the dependency to run")
+    dep_id = str(attempts(home, dep)[0]["slurm_job"])
+    after = submit(home, tmp_path / "code", "echo second", "--after", str(dep))
+    manage(home)  # one pass hands it over, after its dependency's Slurm job
+    attempt = handed(home, after)
+    assert attempt is not None and attempt["slurm_after"] == f"afterok:{dep_id}"
+    said = slurm.job(attempt["slurm_job"])
+    assert (said["JobState"], said["Reason"]) == ("PENDING", "Dependency")
+    assert said["Dependency"].startswith(f"afterok:{dep_id}")
+    state = manage_until(home, lambda s: (s[after].get("last_line") or "") == f"waits for job {dep} (running)",
+                         "jobtpu to say what it waits for")
+    assert state[after]["status"] == "running"
+    # No pass runs now: Slurm starts the dependent the moment its dependency ends.
+    (fm.home / f"release-{dep}").touch()
+    assert slurm.wait_state(attempt["slurm_job"], "COMPLETED") == "COMPLETED"
+    state = manage_until(home, lambda s: s[after]["status"] == "finished", "both jobs to finish")
+    assert state[dep]["status"] == "finished" and log(home, after).endswith("second\n")
+    assert len(attempts(home, after)) == 1
+
+
+def test_an_after_job_whose_dependency_fails_fails_by_jobtpus_rule_and_is_cancelled(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}; exit 3")
+    after = submit(home, tmp_path / "code", "echo never", "--after", str(dep))
+    either = submit(home, tmp_path / "code", "echo anyway", "--after-any", str(dep))
+    manage_until(home, lambda s: handed(home, after) is not None and handed(home, either) is not None,
+                 "both dependents to be handed to Slurm")
+    ok_id, any_id = (str((handed(home, j) or {})["slurm_job"]) for j in (after, either))
+    assert (handed(home, either) or {})["slurm_after"].startswith("afterany:")
+    (fm.home / f"release-{dep}").touch()
+    state = manage_until(home, lambda s: s[after]["status"] == "failed" and s[either]["status"] == "finished",
+                         "the --after job to fail and the --after-any one to run")
+    assert (state[dep]["reason"], state[after]["reason"]) == ("exit 3", "dependency")
+    assert state[after]["last_line"] == f"job {dep} it waited for (--after) ended failed (exit 3)"
+    # Never left pending for ever in Slurm: jobtpu cancelled it; it never ran.
+    assert slurm.wait_state(ok_id, "CANCELLED") == "CANCELLED" and "never" not in log(home, after)
+    assert slurm.job(any_id)["JobState"] == "COMPLETED" and log(home, either).endswith("anyway\n")
+
+
+def test_a_dependency_resumed_as_a_new_slurm_job_hands_its_dependent_back_then_after_it_again(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] || {{ {WAIT_RELEASE}; }}')
+    manage_until(home, lambda s: "resume=0" in log(home, dep), "the dependency to run")
+    after = submit(home, tmp_path / "code", "echo second", "--after", str(dep))
+    manage_until(home, lambda s: handed(home, after) is not None, "the dependent to be handed to Slurm")
+    first_after = str((handed(home, after) or {})["slurm_job"])
+    assert slurm.run("scontrol", "requeue", str(attempts(home, dep)[0]["slurm_job"])).returncode == 0
+    state = manage_until(home, lambda s: s[after]["status"] == "finished", "both jobs to finish")
+    assert state[dep]["status"] == "finished" and log(home, after, 1).endswith("second\n")
+    # Its first Slurm job waited on the requeued one: cancelled unrun, the job waited in jobtpu, then went
+    # to Slurm after the dependency's new Slurm job.
+    dep_new = str(attempts(home, dep)[1]["slurm_job"])
+    assert [(a["n"], a["outcome"]) for a in attempts(home, after)] == [(0, "dependency"), (1, "finished")]
+    assert attempts(home, after)[1].get("slurm_after") in (f"afterok:{dep_new}", None)
+    assert slurm.job(first_after)["JobState"] == "CANCELLED"
