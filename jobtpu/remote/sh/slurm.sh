@@ -22,16 +22,19 @@ jobtpu_batch_record() {
 
 # jobtpu_batch_adopt STEM NAME : (in jobtpu_launch, before its claim) when this attempt was handed to
 # Slurm already, say `ok` with its job id and succeed: a launch is never submitted twice. A claim with
-# no recorded id may be a submit cut short after sbatch answered: Slurm is asked for a job of this
-# attempt's name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
+# no recorded id may be a submit cut short after sbatch answered, and STEM.unsure one whose sbatch got
+# no answer from Slurm's controller (jobtpu_batch_submit): Slurm is asked for a job of this attempt's
+# name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
 jobtpu_batch_adopt() {
   local id=""
   if [ ! -s "$1.slurm" ]; then
-    [ -e "$1.claim" ] || return 1
+    [ -e "$1.claim" ] || [ -e "$1.unsure" ] || return 1
     id=$(squeue --noheader --user="$(id -un)" --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
     id=${id%%[!0-9]*}
-    [ -n "$id" ] || return 1
+    # Slurm answers and has none: the submit never took (or the controller lost it in a crash).
+    if [ -z "$id" ]; then rm -f "$1.unsure"; return 1; fi
     jobtpu_batch_record "$1" "$id" || { said pending; return 0; }
+    rm -f "$1.unsure"
   fi
   read -r id _ < "$1.slurm"
   jobtpu_batch_ok "$2" "$id"
@@ -158,13 +161,32 @@ jobtpu_batch_submit() {
     ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
   rc=$? id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
-    rm -f "$b.env" "$b.sbatch"
     out=${out//$'\n'/ }
+    if jobtpu_slurm_away "$out"; then
+      # No answer from Slurm's controller (restarting, or it crashed during the submit): it may have
+      # taken the job all the same. Nothing fails: the launch is `pending`, and the next one asks Slurm
+      # for this attempt's name before it submits again (jobtpu_batch_adopt), never twice.
+      touch "$b.unsure" && rmdir "$b.claim"
+      said pending "${out:0:400}"
+      exit
+    fi
+    rm -f "$b.env" "$b.sbatch"
     give_up "fail ${out:0:400}"
   fi
   jobtpu_batch_record "$b" "$id" || {
     said fail "Slurm job $id took the attempt, but its id could not be written to $b.slurm"; exit; }
   jobtpu_batch_ok "$3" "$id"
+}
+
+# jobtpu_slurm_away SAID : whether a Slurm command's error says the controller did not answer (never
+# a refusal of what was asked).
+jobtpu_slurm_away() {
+  case $1 in
+    *"Unable to contact slurm controller"* | *"Socket timed out"* | *"Zero Bytes were transmitted"* | \
+      *"Communication connection failure"* | *"Communication send failure"* | \
+      *"Communication receive failure"* | *"backup controller in standby"*) return 0 ;;
+  esac
+  return 1
 }
 
 # jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
