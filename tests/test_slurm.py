@@ -334,3 +334,42 @@ def test_a_dependency_resumed_as_a_new_slurm_job_hands_its_dependent_back_then_a
     assert [(a["n"], a["outcome"]) for a in attempts(home, after)] == [(0, "dependency"), (1, "finished")]
     assert attempts(home, after)[1].get("slurm_after") in (f"afterok:{dep_new}", None)
     assert slurm.job(first_after)["JobState"] == "CANCELLED"
+
+
+def test_slurmctld_killed_while_a_pass_hands_jobs_over_loses_nothing(cluster: tuple[SlurmCluster, SshFleet],
+                                                                     tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    jobs = [submit(home, tmp_path / "code", f"echo ran {n}") for n in range(6)]
+    # One pass hands the six over, in its own process; the moment Slurm took the first (its id is on the
+    # shared filesystem), the controller crashes.
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    proc = subprocess.Popen([*helpers.JOBTPU, "--home", str(home), "manage"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        helpers.wait_for(lambda: any(meta(fm, j, 0, "slurm").exists() for j in jobs), timeout=DEADLINE,
+                         interval=0.01, what="Slurm to take a first job")
+        slurm.kill_controller()
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        slurm.start_controller()
+    state = manage_until(home, lambda s: all(s[j]["status"] == "finished" for j in jobs), "every job to finish")
+    # None lost, none run twice: one attempt each, its log once, one Slurm job of its name, the one jobtpu recorded.
+    assert [len(attempts(home, j)) for j in jobs] == [1] * 6, [state[j].get("last_line") for j in jobs]
+    assert [log(home, j).count(f"ran {n}\n") for n, j in enumerate(jobs)] == [1] * 6
+    ours = f"jobtpu-{(home / 'home_id').read_text().strip()}."
+    said = slurm.run("squeue", "--noheader", "--states=all", "--format=%j|%i|%T").stdout.split()
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for line in said:
+        name, slurm_id, slurm_state = line.split("|")
+        if name.startswith(ours):
+            by_name.setdefault(name.rsplit(".", 3)[1], []).append((slurm_id, slurm_state))
+    assert {int(j): found for j, found in by_name.items()} == {
+        j: [(str(attempts(home, j)[0]["slurm_job"]), "COMPLETED")] for j in jobs}

@@ -196,3 +196,14 @@ def test_an_after_job_goes_to_its_dependencies_cluster_with_their_ids_and_is_jud
     plan = decide([dep, job], two_clusters(), seen("m", pending))
     assert (job.status, job.ending and job.ending.reason) == (Status.KILLING, model.DEPENDENCY)
     assert [k.job for k in kills(plan)] == [2]
+
+
+def test_a_submit_slurm_lost_in_a_controller_crash_is_handed_over_again_as_the_same_attempt() -> None:
+    job = active()
+    assert job.current is not None
+    job.current.slurm_job = 12
+    lost = msgspec.structs.replace(ws(job, 0, alive=False), pid=None, claimed=False, unsubmitted=True)
+    plan = decide([job], fleet(cluster()), seen("m", lost))
+    # Queued again and at once handed over anew: the same attempt, never taken for lost.
+    assert (job.status, [a.n for a in job.attempts], job.current.slurm_job) == (Status.LAUNCHING, [0], None)
+    assert [launch.job for launch in launches(plan)] == [job.id] and kills(plan) == []

@@ -109,6 +109,9 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _fail(job, machine, Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id], refs, view, seen, plan)
         return
     states = [view.workers.get(ref) for ref in refs]
+    if any(s is not None and s.unsubmitted for s in states):
+        _submit_again(job, machine, plan)
+        return
     if any(s is not None and s.preempted for s in states):  # Slurm requeued or preempted it: never run twice
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs, view))
         return
@@ -153,6 +156,18 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
     elif (stall := rules.stall_of(job, machine)) is not None and seen.now - job.log_grew > stall:
         _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
+
+
+def _submit_again(job: Job, machine: Machine, plan: Plan) -> None:
+    """Slurm's controller crashed after it took the attempt's submit and before it saved it: it no
+    longer knows the job, which never ran (sh/slurm.sh took back its id and claim). As a launch that
+    certainly never started, the job is queued again with the same attempt, handed over anew."""
+    plan.saw(f"job {job.id}: {machine.name}'s Slurm lost its job before it ran (its controller restarted): "
+             "submitted again")
+    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
+        job.attempts.pop()
+    plan.moves.append(job.move(Status.QUEUED, None, cause=Cause.UNLAUNCH))
+    job.machine = None
 
 
 def _judged_after(job: Job, machine: Machine, waiting: str, by_id: Mapping[int, Job], fleet: Fleet,

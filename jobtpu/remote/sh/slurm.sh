@@ -184,7 +184,8 @@ jobtpu_slurm_away() {
   case $1 in
     *"Unable to contact slurm controller"* | *"Socket timed out"* | *"Zero Bytes were transmitted"* | \
       *"Communication connection failure"* | *"Communication send failure"* | \
-      *"Communication receive failure"* | *"backup controller in standby"*) return 0 ;;
+      *"Communication receive failure"* | *"backup controller in standby"* | *"Connection reset by peer"* | \
+      *"Connection refused"* | *"Broken pipe"*) return 0 ;;
   esac
   return 1
 }
@@ -197,17 +198,17 @@ jobtpu_slurm_away() {
 # waiting, the reason Slurm holds it pending; preempted, Slurm requeued or preempted it.
 jobtpu_slurm_probe() {
   local root="" chunk="" tail="" result="" r q line boot=- now
-  local -A state=() reason=() restarts=()
+  local -A state=() reason=() restarts=() called=()
   jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
   # --array with JobArrayID: each array member on its own line as <array id>_<index>, as recorded.
-  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|,Name:|' 2>&1) ||
     { echo "squeue failed: ${q:0:300}" >&2; return 1; }
-  while IFS='|' read -r id s why n _; do
+  while IFS='|' read -r id s why n nm _; do
     [ -n "$id" ] || continue
-    state[$id]=$s reason[$id]=$why restarts[$id]=$n
+    state[$id]=$s reason[$id]=$why restarts[$id]=$n called[$id]=$nm
   done <<< "$q"
   [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
   printf -v now '%(%s)T' -1
@@ -223,11 +224,21 @@ jobtpu_slurm_probe() {
 # reason and restarts are jobtpu_slurm_probe's).
 jobtpu_slurm_worker() {
   local b=$1 chunk=$2 tail=$3 offset=$7 result=$8 id="" s="" pid=- alive=false ex=- at=- size=0 claim=false timedout=false
-  local preempted=false waiting="" n='^[0-9]+$' rsize
+  local preempted=false waiting="" n='^[0-9]+$' rsize unsubmitted=false
   [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
   [ -n "$id" ] && s=${state[$id]:-}
+  # A lone job's id that Slurm now gives another job is not this worker's: a controller that crashed
+  # before it saved our submit numbers its next jobs from where its saved state left off.
+  [ -n "$s" ] && [[ $id =~ $n ]] && [[ ${called[$id]:-} != jobtpu-*".$4.$5.$6" ]] && s=""
   [ -s "$b.pid" ] && read -r pid _ < "$b.pid"
   [ -s "$b.exit" ] && read -r ex < "$b.exit" && at=$(date -r "$b.exit" +%s.%N)
+  if [ -n "$id" ] && [ -z "$s" ] && [ "$pid" = - ] && [ "$ex" = - ]; then
+    # Slurm answered and has no job of ours by this id, and it never ran: the controller took the submit
+    # and lost it (it crashed before it saved it). Its id and claim are taken back: the pass hands the
+    # attempt over again (the launch submits anew), never taking it for lost.
+    rm -f "$b.slurm" && rmdir "$b.claim" 2> /dev/null
+    unsubmitted=true claim=false
+  fi
   [ -e "$b.claim" ] && claim=true
   [ -e "$b.timedout" ] && timedout=true
   [ -e "$b.log" ] && size=$(stat -c %s "$b.log")
@@ -248,8 +259,8 @@ jobtpu_slurm_worker() {
   [[ $size =~ $n ]] || size=0
   jobtpu_json_string "$waiting"
   # shellcheck disable=SC2154 # set by jobtpu_json_string (common.sh)
-  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s}\n' \
-    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json"
+  printf '{"kind":"worker","job":%d,"attempt":%d,"worker":%d,"pid":%s,"alive":%s,"exit":%s,"size":%d,"claimed":%s,"at":%s,"marked":null,"timedout":%s,"preempted":%s,"waiting":%s,"unsubmitted":%s}\n' \
+    "$4" "$5" "$6" "$pid" "$alive" "$ex" "$size" "$claim" "$at" "$timedout" "$preempted" "$jobtpu_json" "$unsubmitted"
   if [ "$size" -gt "$offset" ]; then
     printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$4" "$5" "$6" "$offset"
     tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
