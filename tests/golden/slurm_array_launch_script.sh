@@ -894,8 +894,10 @@ jobtpu_batch_submit() {
   program+=$'\nread -r JOBTPU_w_c < "$1.exit" 2> /dev/null && exit "$JOBTPU_w_c"; exit 1'
   {
     echo '#!/bin/bash'
+    # A requeued run does nothing, and ends failed, never COMPLETED: a job handed over after this one
+    # with afterok (--after, decide/slurm_after.py) must not start on a run that did not do the work.
     # shellcheck disable=SC2016 # written for the batch script, expanded there
-    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
+    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 75'
     printf 'b=%q\n' "$b"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
     echo 'i=$SLURM_JOB_ID; [ -z "${SLURM_ARRAY_JOB_ID:-}" ] || i=${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID'
