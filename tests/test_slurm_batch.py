@@ -175,6 +175,8 @@ def test_an_after_job_is_handed_to_slurm_when_its_dependencies_run_on_one_cluste
     ([ended(1, Status.FINISHED)], "Dependency", True),  # Slurm lets it go soon
     ([ended(1, Status.FINISHED)], "DependencyNeverSatisfied", False),  # finished as another Slurm job
     ([on_slurm(1, 12)], "DependencyNeverSatisfied", False),
+    ([on_slurm(1, 12, status=Status.KILLING)], "Dependency", True),  # its attempt ends: Slurm judges that end
+    ([on_slurm(1, 13, status=Status.KILLING)], "Dependency", False),
 ])
 def test_a_dependent_pending_in_slurm_stays_only_while_its_dependencies_are_what_it_was_handed_after(
         deps: list[Job], waiting: str, holds: bool) -> None:

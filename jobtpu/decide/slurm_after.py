@@ -28,10 +28,12 @@ def _satisfied(dep: Job, ok: bool) -> bool:
     return dep.ended and (dep.status is Status.FINISHED or not ok)
 
 
-def _handed_id(dep: Job, fleet: Fleet) -> tuple[str, str] | None:
-    """(machine, Slurm job id) of a dependency whose attempt runs handed to a Slurm cluster."""
+def _handed_id(dep: Job, fleet: Fleet, stopping: bool = False) -> tuple[str, str] | None:
+    """(machine, Slurm job id) of a dependency whose attempt runs handed to a Slurm cluster (or, with
+    `stopping`, is being stopped there: its Slurm job ends, and Slurm judges that end)."""
     attempt = dep.current
-    if dep.status is not Status.RUNNING or attempt is None or attempt.slurm_job is None or dep.gang:
+    statuses = (Status.RUNNING, Status.KILLING) if stopping else (Status.RUNNING,)
+    if dep.status not in statuses or attempt is None or attempt.slurm_job is None or dep.gang:
         return None
     machine = fleet.get(dep.machine) if dep.machine else None
     if machine is None or not machine.scheduled:
@@ -83,7 +85,7 @@ def still_holds(job: Job, dependency: str, waiting: str | None, by_id: Mapping[i
         dep = by_id.get(dep_id)
         if dep is None or _satisfied(dep, must_finish):
             continue
-        handed = _handed_id(dep, fleet)
+        handed = _handed_id(dep, fleet, stopping=True)
         if handed is None or handed[1] not in ids:
             return False
     return waiting != NEVER
