@@ -360,7 +360,12 @@ def test_slurmctld_killed_while_a_pass_hands_jobs_over_loses_nothing(cluster: tu
             proc.kill()
             proc.wait()
         slurm.start_controller()
-    state = manage_until(home, lambda s: all(s[j]["status"] == "finished" for j in jobs), "every job to finish")
+    try:
+        state = manage_until(home, lambda s: all(s[j]["status"] == "finished" for j in jobs), "every job to finish")
+    except AssertionError as e:  # what jobtpu and Slurm each said, and the attempts' files on the cluster
+        said = slurm.run("squeue", "--noheader", "--states=all", "--format=%j|%i|%T|%r").stdout
+        files = [sorted(p.name for p in (fm.home / "jobtpu" / "meta" / str(j)).iterdir()) for j in jobs]
+        raise AssertionError(f"{e}: {[attempts(home, j) for j in jobs]}; Slurm: {said}; files: {files}") from None
     # None lost, none run twice: one attempt each, its log once, one Slurm job of its name, the one jobtpu recorded.
     assert [len(attempts(home, j)) for j in jobs] == [1] * 6, [state[j].get("last_line") for j in jobs]
     assert [log(home, j).count(f"ran {n}\n") for n, j in enumerate(jobs)] == [1] * 6
