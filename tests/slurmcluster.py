@@ -128,6 +128,13 @@ class SlurmCluster:
         """Stop slurmctld (its state is saved in the cluster's folder: start_controller takes it up)."""
         self._stop("slurmctld")
 
+    def kill_controller(self) -> None:
+        """SIGKILL slurmctld, as a crash: what it had not saved yet is lost (start_controller takes up the rest)."""
+        proc = self._procs.pop("slurmctld", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
     def job(self, job_id: int) -> dict[str, str]:
         """`scontrol show job` as a dict of its KEY=VALUE words."""
         out = self.run("scontrol", "show", "job", str(job_id), "--oneliner").stdout

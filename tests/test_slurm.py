@@ -346,3 +346,117 @@ def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submi
     assert len({a for a in arrays if ".array." in a}) == 1, arrays
     assert [meta(fm, i, 5, "slurm").read_text().strip() for i in ids] == first
     assert handover() == first  # and once the ids are written, from them
+def handed(home: Path, job: int) -> dict[str, Any] | None:
+    """The job's latest attempt, once it has a Slurm job id."""
+    found = attempts(home, job)
+    return found[-1] if found and found[-1].get("slurm_job") is not None else None
+
+
+def test_an_after_job_on_the_same_cluster_is_handed_at_once_and_slurm_starts_it(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}")
+    manage_until(home, lambda s: "first" in log(home, dep), "the dependency to run")
+    dep_id = str(attempts(home, dep)[0]["slurm_job"])
+    after = submit(home, tmp_path / "code", "echo second", "--after", str(dep))
+    manage(home)  # one pass hands it over, after its dependency's Slurm job
+    attempt = handed(home, after)
+    assert attempt is not None and attempt["slurm_after"] == f"afterok:{dep_id}"
+    said = slurm.job(attempt["slurm_job"])
+    assert (said["JobState"], said["Reason"]) == ("PENDING", "Dependency")
+    assert said["Dependency"].startswith(f"afterok:{dep_id}")
+    state = manage_until(home, lambda s: (s[after].get("last_line") or "") == f"waits for job {dep} (running)",
+                         "jobtpu to say what it waits for")
+    assert state[after]["status"] == "running"
+    # No pass runs now: Slurm starts the dependent the moment its dependency ends.
+    (fm.home / f"release-{dep}").touch()
+    assert slurm.wait_state(attempt["slurm_job"], "COMPLETED") == "COMPLETED"
+    state = manage_until(home, lambda s: s[after]["status"] == "finished", "both jobs to finish")
+    assert state[dep]["status"] == "finished" and log(home, after).endswith("second\n")
+    assert len(attempts(home, after)) == 1
+
+
+def test_an_after_job_whose_dependency_fails_fails_by_jobtpus_rule_and_is_cancelled(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}; exit 3")
+    after = submit(home, tmp_path / "code", "echo never", "--after", str(dep))
+    either = submit(home, tmp_path / "code", "echo anyway", "--after-any", str(dep))
+    manage_until(home, lambda s: handed(home, after) is not None and handed(home, either) is not None,
+                 "both dependents to be handed to Slurm")
+    ok_id, any_id = (str((handed(home, j) or {})["slurm_job"]) for j in (after, either))
+    assert (handed(home, either) or {})["slurm_after"].startswith("afterany:")
+    (fm.home / f"release-{dep}").touch()
+    state = manage_until(home, lambda s: s[after]["status"] == "failed" and s[either]["status"] == "finished",
+                         "the --after job to fail and the --after-any one to run")
+    assert (state[dep]["reason"], state[after]["reason"]) == ("exit 3", "dependency")
+    assert state[after]["last_line"] == f"job {dep} it waited for (--after) ended failed (exit 3)"
+    # Never left pending for ever in Slurm: jobtpu cancelled it; it never ran.
+    assert slurm.wait_state(ok_id, "CANCELLED") == "CANCELLED" and "never" not in log(home, after)
+    assert slurm.job(any_id)["JobState"] == "COMPLETED" and log(home, either).endswith("anyway\n")
+
+
+def test_a_dependency_resumed_as_a_new_slurm_job_hands_its_dependent_back_then_after_it_again(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    dep = submit(home, tmp_path / "code", f'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] || {{ {WAIT_RELEASE}; }}')
+    manage_until(home, lambda s: "resume=0" in log(home, dep), "the dependency to run")
+    after = submit(home, tmp_path / "code", "echo second", "--after", str(dep))
+    manage_until(home, lambda s: handed(home, after) is not None, "the dependent to be handed to Slurm")
+    first_after = str((handed(home, after) or {})["slurm_job"])
+    assert slurm.run("scontrol", "requeue", str(attempts(home, dep)[0]["slurm_job"])).returncode == 0
+    state = manage_until(home, lambda s: s[after]["status"] == "finished", "both jobs to finish")
+    assert state[dep]["status"] == "finished" and log(home, after, 1).endswith("second\n")
+    # Its first Slurm job waited on the requeued one: cancelled unrun, the job waited in jobtpu, then went
+    # to Slurm after the dependency's new Slurm job.
+    dep_new = str(attempts(home, dep)[1]["slurm_job"])
+    assert [(a["n"], a["outcome"]) for a in attempts(home, after)] == [(0, "dependency"), (1, "finished")]
+    assert attempts(home, after)[1].get("slurm_after") in (f"afterok:{dep_new}", None)
+    assert slurm.job(first_after)["JobState"] == "CANCELLED"
+
+
+def test_slurmctld_killed_while_a_pass_hands_jobs_over_loses_nothing(cluster: tuple[SlurmCluster, SshFleet],
+                                                                     tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    jobs = [submit(home, tmp_path / "code", f"echo ran {n}") for n in range(6)]
+    # One pass hands the six over, in its own process; the moment Slurm took the first (its id is on the
+    # shared filesystem), the controller crashes.
+    env = {**os.environ, "JOBTPU_USER": "tester"}
+    proc = subprocess.Popen([*helpers.JOBTPU, "--home", str(home), "manage"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        helpers.wait_for(lambda: any(meta(fm, j, 0, "slurm").exists() for j in jobs), timeout=DEADLINE,
+                         interval=0.01, what="Slurm to take a first job")
+        slurm.kill_controller()
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        slurm.start_controller()
+    try:
+        state = manage_until(home, lambda s: all(s[j]["status"] == "finished" for j in jobs), "every job to finish")
+    except AssertionError as e:  # what jobtpu and Slurm each said, and the attempts' files on the cluster
+        said = slurm.run("squeue", "--noheader", "--states=all", "--format=%j|%i|%T|%r").stdout
+        files = [sorted(p.name for p in (fm.home / "jobtpu" / "meta" / str(j)).iterdir()) for j in jobs]
+        raise AssertionError(f"{e}: {[attempts(home, j) for j in jobs]}; Slurm: {said}; files: {files}") from None
+    # None lost, none run twice: one attempt each, its log once, one Slurm job of its name, the one jobtpu recorded.
+    assert [len(attempts(home, j)) for j in jobs] == [1] * 6, [state[j].get("last_line") for j in jobs]
+    assert [log(home, j).count(f"ran {n}\n") for n, j in enumerate(jobs)] == [1] * 6
+    ours = f"jobtpu-{(home / 'home_id').read_text().strip()}."
+    said = slurm.run("squeue", "--noheader", "--states=all", "--format=%j|%i|%T").stdout.split()
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for line in said:
+        name, slurm_id, slurm_state = line.split("|")
+        if name.startswith(ours):
+            by_name.setdefault(name.rsplit(".", 3)[1], []).append((slurm_id, slurm_state))
+    assert {int(j): found for j, found in by_name.items()} == {
+        j: [(str(attempts(home, j)[0]["slurm_job"]), "COMPLETED")] for j in jobs}

@@ -13,6 +13,7 @@ import pytest
 from jobtpu.decide import rules
 from jobtpu.decide.fit import allocate
 from jobtpu.decide.observation import Observation
+from jobtpu.decide.slurm_after import handover, still_holds
 from jobtpu.decide.workers import WorkerRef
 from jobtpu.errors import ConfigError
 from jobtpu.fleet.drivers import driver_for
@@ -206,3 +207,83 @@ def test_a_sweep_s_members_on_a_cluster_go_as_one_array_even_when_one_is_left() 
     arrays, alone = array_groups(pass_, ready)  # type: ignore[arg-type]
     assert [[a.job for a in group] for group in arrays] == [[1, 2], [3]]
     assert sorted(a.job for a in alone) == [4, 5, 6]
+# ---- --after on a Slurm cluster (decide/slurm_after.py) -------------------------------------------
+
+def on_slurm(job_id: int, slurm_job: int | str | None = None, machine: str = "m", status: Status = Status.RUNNING) -> Job:
+    dep = active(job_id, status=status, machine=machine)
+    assert dep.current is not None
+    dep.current.slurm_job = slurm_job
+    return dep
+
+
+def ended(job_id: int, status: Status) -> Job:
+    dep = on_slurm(job_id, 7)
+    dep.status = status
+    return dep
+
+
+def two_clusters() -> Any:
+    return fleet(cluster(), Machine(name="m2", kind="slurm", hosts=("login2",)), Machine(name="box", kind="ssh", hosts=("b",)))
+
+
+@pytest.mark.parametrize(("after", "after_any", "deps", "handed"), [
+    ([1], [], [on_slurm(1, 12)], ("m", "afterok:12")),
+    ([1, 2], [3], [on_slurm(1, 12), on_slurm(2, "40_3"), on_slurm(3, 14)], ("m", "afterok:12:40_3,afterany:14")),
+    ([1], [1], [on_slurm(1, 12)], ("m", "afterok:12")),  # --after wins
+    # Those already ended as jobtpu's rule lets it go are not waited for in Slurm.
+    ([1, 2], [3], [ended(1, Status.FINISHED), on_slurm(2, 13), ended(3, Status.FAILED)], ("m", "afterok:13")),
+    ([1], [], [ended(1, Status.FINISHED)], None),  # nothing left to wait for: dispatched as any job
+    ([1], [], [on_slurm(1, None)], None),  # not handed yet (no Slurm id)
+    ([1], [], [on_slurm(1, 12, status=Status.LAUNCHING)], None),
+    ([1], [], [on_slurm(1, 12, status=Status.KILLING)], None),
+    ([1], [], [queued(1)], None),
+    ([1, 2], [], [on_slurm(1, 12), on_slurm(2, 13, machine="m2")], None),  # two clusters
+    ([1], [], [on_slurm(1, 12, machine="box")], None),  # an ssh machine: jobtpu waits
+])
+def test_an_after_job_is_handed_to_slurm_when_its_dependencies_run_on_one_cluster(
+        after: list[int], after_any: list[int], deps: list[Job], handed: tuple[str, str] | None) -> None:
+    job = queued(9, after=after, after_any=after_any)
+    assert handover(job, {d.id: d for d in deps}, two_clusters()) == handed
+
+
+@pytest.mark.parametrize(("deps", "waiting", "holds"), [
+    ([on_slurm(1, 12)], "Dependency", True),
+    ([on_slurm(1, 13)], "Dependency", False),  # resumed as a new Slurm job: handed back
+    ([queued(1)], "Dependency", False),  # requeued in jobtpu, no Slurm id yet
+    ([ended(1, Status.FINISHED)], "Dependency", True),  # Slurm lets it go soon
+    ([ended(1, Status.FINISHED)], "DependencyNeverSatisfied", False),  # finished as another Slurm job
+    ([on_slurm(1, 12)], "DependencyNeverSatisfied", False),
+    ([on_slurm(1, 12, status=Status.KILLING)], "Dependency", True),  # its attempt ends: Slurm judges that end
+    ([on_slurm(1, 13, status=Status.KILLING)], "Dependency", False),
+])
+def test_a_dependent_pending_in_slurm_stays_only_while_its_dependencies_are_what_it_was_handed_after(
+        deps: list[Job], waiting: str, holds: bool) -> None:
+    job = queued(9, after=[1])
+    assert still_holds(job, "afterok:12", waiting, {d.id: d for d in deps}, two_clusters()) is holds
+
+
+def test_an_after_job_goes_to_its_dependencies_cluster_with_their_ids_and_is_judged_there() -> None:
+    dep = on_slurm(1, 12)
+    job = queued(2, after=[1])
+    plan = decide([dep, job], two_clusters(), Observation(now=NOW, machines={"m": seen("m", ws(dep, 0)).peek("m")}))
+    assert [(launch.job, launch.machine) for launch in launches(plan)] == [(2, "m")]
+    assert job.current is not None and job.current.slurm_after == "afterok:12"
+    assert "--dependency=afterok:12" in sbatch_options(cluster(), job, grace=5.0)
+    # Its dependency failed: jobtpu's rule fails it, and its Slurm job is cancelled.
+    dep.status, dep.reason = Status.FAILED, "exit 3"
+    job.status, job.current.slurm_job = Status.RUNNING, 20  # its launch reported
+    pending = msgspec.structs.replace(ws(job, 0), pid=None, waiting="DependencyNeverSatisfied")
+    plan = decide([dep, job], two_clusters(), seen("m", pending))
+    assert (job.status, job.ending and job.ending.reason) == (Status.KILLING, model.DEPENDENCY)
+    assert [k.job for k in kills(plan)] == [2]
+
+
+def test_a_submit_slurm_lost_in_a_controller_crash_is_handed_over_again_as_the_same_attempt() -> None:
+    job = active()
+    assert job.current is not None
+    job.current.slurm_job = 12
+    lost = msgspec.structs.replace(ws(job, 0, alive=False), pid=None, claimed=False, unsubmitted=True)
+    plan = decide([job], fleet(cluster()), seen("m", lost))
+    # Queued again and at once handed over anew: the same attempt, never taken for lost.
+    assert (job.status, [a.n for a in job.attempts], job.current.slurm_job) == (Status.LAUNCHING, [0], None)
+    assert [launch.job for launch in launches(plan)] == [job.id] and kills(plan) == []

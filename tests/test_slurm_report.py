@@ -32,11 +32,17 @@ FILES: dict[int, tuple[dict[str, Any], int]] = {
     8: ({"slurm": "108\n"}, 0),
     9: ({"slurm": "109\n", "pid": "x1\n", "exit": "3 4\n"}, 0),
     10: ({}, 0),
+    11: ({"slurm": "111\n", "claim": {}}, 0),  # Slurm gave its id to another job: never ran, handed over again
+    12: ({"slurm": "112\n"}, 0),  # neither squeue nor sacct knows it, and it never ran: handed over again
 }
-SQUEUE = "\n".join(["101|RUNNING|None|0|", '102|PENDING|Bad "q"\\\tx|0|', "103|PENDING|None|0|",
-                    "104|COMPLETED|None|0|", "105|TIMEOUT|None|0|", "106|OUT_OF_MEMORY|None|0|",
-                    "107_3|RUNNING|None|1|", "109|FAILED|None|0|"])
-SACCT = "\n".join(["108|FAILED|0:9", "105|TIMEOUT|0:0", "106|CANCELLED by 0|0:15", "104|FAILED|2:0"])
+# squeue's and sacct's last column is the job's name: a lone job's is jobtpu-<home id>.<job>.<attempt>.<worker>.
+SQUEUE = "\n".join(["101|RUNNING|None|0|jobtpu-h.1.0.0|", '102|PENDING|Bad "q"\\\tx|0|jobtpu-h.2.0.0|',
+                    "103|PENDING|None|0|jobtpu-h.3.0.0|", "104|COMPLETED|None|0|jobtpu-h.4.0.0|",
+                    "105|TIMEOUT|None|0|jobtpu-h.5.0.0|", "106|OUT_OF_MEMORY|None|0|jobtpu-h.6.0.0|",
+                    "107_3|RUNNING|None|1|jobtpu-h.array.x|", "109|FAILED|None|0|jobtpu-h.9.0.0|",
+                    "111|RUNNING|None|0|jobtpu-h.99.0.0|"])
+SACCT = "\n".join(["108|FAILED|0:9|jobtpu-h.8.0.0", "105|TIMEOUT|0:0|jobtpu-h.5.0.0",
+                   "106|CANCELLED by 0|0:15|jobtpu-h.6.0.0", "104|FAILED|2:0|jobtpu-h.4.0.0"])
 # job: pid, alive, exit, size, claimed, timedout, preempted, waiting
 SAID = {
     1: (42, True, None, 10, False, False, False, ""),
@@ -48,9 +54,11 @@ SAID = {
     7: (None, True, None, 0, False, False, True, ""),
     9: (None, False, None, 0, False, False, False, ""),
     10: (None, False, None, 0, False, False, False, ""),
+    11: (None, False, None, 0, False, False, False, ""),
 }
 # From sacct's lines: 108 (squeue forgot it) FAILED by a KILL; 106 CANCELLED: ended, no code.
-SAID_ACCT = {8: (None, False, 137, 0, False, False, False, ""), 6: (None, False, None, 0, False, False, False, "")}
+SAID_ACCT = {8: (None, False, 137, 0, False, False, False, ""), 6: (None, False, None, 0, False, False, False, ""),
+             12: (None, False, None, 0, False, False, False, "")}
 
 
 def report(tmp_path: Path, awk: str, slurm: str, acct: str, jobs: list[int]) -> list[str]:
@@ -82,19 +90,27 @@ def workers(lines: list[str]) -> dict[int, tuple[Any, ...]]:
                        w["waiting"]) for w in found}
 
 
+def unsubmitted(lines: list[str]) -> list[int]:
+    """The workers whose Slurm job id names no job of theirs any more and that never ran: the
+    controller lost their submit (a crash), and the pass hands them over again."""
+    return [w["job"] for w in map(json.loads, (ln for ln in lines if ln.startswith("{"))) if w["unsubmitted"]]
+
+
 @pytest.mark.parametrize("awk", AWKS)
 def test_each_worker_from_squeue_and_its_files(tmp_path: Path, awk: str) -> None:
-    lines = report(tmp_path, awk, SQUEUE, "", sorted(FILES))
+    lines = report(tmp_path, awk, SQUEUE, "", sorted(set(FILES) - {12}))
     assert workers(lines) == SAID
+    assert unsubmitted(lines) == [11]
     # The reports that carry bytes are the shell's: what each needs, after every worker's line; a
     # worker whose job squeue forgot without an exit is left for sacct.
     assert [ln for ln in lines if not ln.startswith("{")] == [
-        "=log 1 0 0 4", "=log 4 0 0 0", "=result 4 0 0 0 0 0 8", "=lost 8 0 0 0"]
+        "=log 1 0 0 4", "=log 4 0 0 0", "=result 4 0 0 0 0 0 8", "=unsub 11 0 0", "=lost 8 0 0 0"]
     exited = json.loads(next(ln for ln in lines if '"job":4,' in ln))
     assert exited["at"] == pytest.approx((tmp_path / "root/meta/4/0.0.exit").stat().st_mtime, abs=1e-3)
 
 
 @pytest.mark.parametrize("awk", AWKS)
 def test_what_sacct_says_of_forgotten_jobs(tmp_path: Path, awk: str) -> None:
-    lines = report(tmp_path, awk, SACCT, "acct", [8, 6])
-    assert workers(lines) == SAID_ACCT and len(lines) == 2
+    lines = report(tmp_path, awk, SACCT, "acct", [8, 6, 12])
+    assert workers(lines) == SAID_ACCT and unsubmitted(lines) == [12]
+    assert [ln for ln in lines if not ln.startswith("{")] == ["=unsub 12 0 0"]

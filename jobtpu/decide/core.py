@@ -6,7 +6,10 @@ here; queued ones are dispatched (dispatch.py); what the acts then report is jud
 
 from __future__ import annotations
 
-from jobtpu.decide import rules
+from collections import ChainMap
+from collections.abc import Mapping
+
+from jobtpu.decide import rules, slurm_after
 from jobtpu.decide.dispatch import dispatch
 from jobtpu.decide.gang import gang_view, kills, machines_of, per_slice, preempted_of
 from jobtpu.decide.observation import (
@@ -32,6 +35,7 @@ from jobtpu.schema.state import Attempt, Cause, Ending, Job, Status, Transition
 def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
     """What this pass does to `jobs` and the machines; the jobs, fleet and observation stay as given."""
     plan = Plan()
+    by_id = ChainMap(plan.changed, {j.id: j for j in jobs})  # a dependent reads what this pass decided
     for given in sorted(jobs, key=lambda j: j.id):
         if not given.active:
             continue
@@ -46,7 +50,7 @@ def decide(jobs: list[Job], fleet: Fleet, seen: Observation) -> Plan:
         elif job.status is Status.LAUNCHING:
             _launching(job, machine, seen, plan)
         elif job.status is Status.RUNNING:
-            _running(job, machine, fleet, seen, plan)
+            _running(job, machine, fleet, seen, plan, by_id)
         elif job.status is Status.KILLING:
             _killing(job, machine, fleet, seen, plan)
     plan.drop_unchanged({job.id: job for job in jobs if job.active})
@@ -84,7 +88,8 @@ def _launching(job: Job, machine: Machine | None, seen: Observation, plan: Plan)
                        gang=tuple(job.gang)))
 
 
-def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan) -> None:
+def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation, plan: Plan,
+             by_id: Mapping[int, Job]) -> None:
     if machine is None:
         job.reason = model.UNREACHABLE
         left = next((name for name in machines_of(job) if fleet.get(name) is None), job.machine)  # a gang's slice
@@ -104,6 +109,9 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _fail(job, machine, Ending(Status.FAILED, model.HOME_FILE), seen.bad_files[job.id], refs, view, seen, plan)
         return
     states = [view.workers.get(ref) for ref in refs]
+    if any(s is not None and s.unsubmitted for s in states):
+        _submit_again(job, machine, plan)
+        return
     if any(s is not None and s.preempted for s in states):  # Slurm requeued or preempted it: never run twice
         _ended_attempt(job, machine, model.PREEMPTED, None, seen, plan, stop=_alive(refs, view))
         return
@@ -129,10 +137,15 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _ended_attempt(job, machine, model.LOST, None, seen, plan, stop=_alive(refs, view))
         return
     waiting = next((s.waiting for s in states if s is not None and s.waiting), None)
+    if (waiting is not None and job.current is not None and job.current.slurm_after
+            and _judged_after(job, machine, waiting, by_id, fleet, refs, view, seen, plan)):
+        return
     if waiting is not None and job.current is not None:
         # Slurm holds it pending: its --timeout and --stall count from when it runs, not from the handover.
         job.current.started, job.log_grew, job.reason = seen.now, seen.now, None
         job.last_line = f"Slurm holds it pending: {waiting}"[:200]
+        if waiting == "Dependency" and (waits := rules.waits_for(job, by_id)) is not None:
+            job.last_line = waits  # as jobtpu words a job that waits for its --after jobs itself
         return
     # Still running: track log growth for --stall, the wall clock for --timeout.
     size = sum(s.log_size for s in states if s is not None)
@@ -146,6 +159,41 @@ def _running(job: Job, machine: Machine | None, fleet: Fleet, seen: Observation,
         _stop(job, machine, Ending(Status.FAILED, model.TIMEOUT), refs, plan, "ran past its --timeout")
     elif (stall := rules.stall_of(job, machine)) is not None and seen.now - job.log_grew > stall:
         _ended_attempt(job, machine, model.HANG, None, seen, plan, stop=refs)
+
+
+def _submit_again(job: Job, machine: Machine, plan: Plan) -> None:
+    """Slurm's controller crashed after it took the attempt's submit and before it saved it: it no
+    longer knows the job, which never ran (sh/slurm.sh took back its id and claim). As a launch that
+    certainly never started, the job is queued again with the same attempt, handed over anew."""
+    plan.saw(f"job {job.id}: {machine.name}'s Slurm lost its job before it ran (its controller restarted): "
+             "submitted again")
+    if job.attempts and job.attempts[-1].n == job.attempt and job.attempts[-1].ended is None:
+        job.attempts.pop()
+    plan.moves.append(job.move(Status.QUEUED, None, cause=Cause.UNLAUNCH))
+    job.machine = None
+
+
+def _judged_after(job: Job, machine: Machine, waiting: str, by_id: Mapping[int, Job], fleet: Fleet,
+                  refs: tuple[WorkerRef, ...], view: MachineView, seen: Observation, plan: Plan) -> bool:
+    """A job Slurm holds pending after its dependencies (decide/slurm_after.py): jobtpu's rule judges,
+    not Slurm's. One whose --after job ended otherwise fails (reason dependency), its Slurm job
+    cancelled; one whose dependency now runs as another Slurm job is handed back to wait in jobtpu
+    (its attempt ends `dependency`, it never ran, and no recovery budget is spent). True when judged."""
+    assert job.current is not None and job.current.slurm_after
+    failed = rules.failed_dependency(job, by_id)
+    if failed is not None:
+        why = f"job {failed.id} it waited for (--after) ended {failed.status}" + (
+            f" ({failed.reason})" if failed.reason else "")
+        job.last_line = why  # as a queued job's (dispatch.held_back)
+        _fail(job, machine, Ending(Status.FAILED, model.DEPENDENCY), why, refs, view, seen, plan)
+        return True
+    if slurm_after.still_holds(job, job.current.slurm_after, waiting, by_id, fleet):
+        return False
+    again = rules.RESUME if job.resume else rules.RERUN
+    _fail(job, machine, Ending(Status.FAILED, model.DEPENDENCY, recover=again),
+          "a job it waits for no longer runs as the Slurm job it was handed after: it waits in jobtpu again",
+          refs, view, seen, plan)
+    return True
 
 
 def _fail(job: Job, machine: Machine, ending: Ending, why: str, refs: tuple[WorkerRef, ...], view: MachineView,
@@ -258,6 +306,8 @@ def apply_ending(job: Job, ending: Ending, now: float) -> Transition:
             job.retried += 1
         elif ending.reason == model.PREEMPTED:  # counted apart: a preemption is nobody's failure
             job.preemptions += 1
+        elif ending.reason == model.DEPENDENCY:  # handed back to wait for its dependency: it never ran
+            pass
         else:
             job.recoveries += 1
         moved = requeue(job, resume=ending.recovery in (rules.RESUME, rules.RECREATE_RESUME), reason=model.RECOVERING,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import ChainMap
 
-from jobtpu.decide import locality, rules
+from jobtpu.decide import locality, rules, slurm_after
 from jobtpu.decide.dispatch_state import (
     Dispatch,
     UserUse,
@@ -109,7 +109,10 @@ def held_back(job: Job, d: Dispatch) -> str | None:
             return "dependency failed"
         waits = rules.waits_for(job, d.by_id)
         if waits is not None:
-            return waits
+            handed = slurm_after.handover(job, d.by_id, d.fleet)
+            if handed is None:
+                return waits
+            d.slurm_after[job.id] = handed  # handed at once to its dependencies' Slurm cluster, after them
     if job.held:
         return "held by hold"
     if job.max_running is not None and job.sweep is not None and not _throttled_by_slurm(job, d):
@@ -236,7 +239,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
         # until an alike job of its class found nothing to evict either (candidates only go).
         rank = d.fleet.classes.of(job.priority_class).rank if d.fleet.classes is not None else 0
         evicts = rank > 0 and (room, rank) not in no_victims
-        if room in no_room and not back and not job.keeps and nearby is None:
+        after = d.slurm_after.get(job.id)
+        if room in no_room and not back and not job.keeps and nearby is None and after is None:
             evicting = evict_for(job, no_room[room], d) if evicts else None
             if evicts and evicting is None:
                 no_victims.add((room, rank))
@@ -252,7 +256,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if kept_for(job, machine.name, d) is not None or (
                     job.keeps and nearby is None and machine.name not in job.keeps):
                 continue  # another job's resume keeps it; a job that waits for its own TPU goes back there
-            if why_not(machine, request, job.pin) is not None:
+            if why_not(machine, request, job.pin) is not None or (after is not None and machine.name != after[0]):
                 continue
             if machine.runs_as_this_account and (refusal := seen.local_refusals.get(job.id)) is not None:
                 if refusal[0] == "tampered":  # its record was rewritten: never run what its spec does not say
@@ -272,6 +276,8 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if alloc is None:
                 continue
             start_on(job, [machine], alloc, d)
+            if after is not None:
+                d.started[-1].attempts[-1].slurm_after = after[1]
             for name in job.keeps:  # resumed elsewhere at once: what it kept is free for others
                 if d.kept.get(name) == job.id:
                     del d.kept[name]
@@ -284,7 +290,7 @@ def dispatch(jobs: list[Job], fleet: Fleet, seen: Observation, plan: Plan) -> No
             if local_why is not None:  # not cached in no_room: the next job of the same kind may be ours
                 d.plan.wait(job, local_why)
                 continue
-            if not back and not job.keeps and nearby is None:
+            if not back and not job.keeps and nearby is None and after is None:
                 no_room[room] = request
             if evicts and (evicting := evict_for(job, request, d)) is not None:
                 d.plan.wait(job, evicting)

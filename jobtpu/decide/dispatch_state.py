@@ -36,6 +36,7 @@ class Dispatch(msgspec.Struct):
     recreating: set[str]  # machines about to be deleted and created again: they take no job now
     by_id: Mapping[int, Job] = msgspec.field(default_factory=dict)
     cycles: dict[int, tuple[int, ...]] = msgspec.field(default_factory=dict)  # rules.dependency_cycles: never start
+    slurm_after: dict[int, tuple[str, str]] = msgspec.field(default_factory=dict)  # slurm_after.handover's
     started: list[Job] = msgspec.field(default_factory=list)  # jobs this dispatch launched, in order
     unavailable: dict[str, str | None] = msgspec.field(default_factory=dict)  # machine -> machine_unavailable's answer
     # For pending reasons: the machines each kind of request could ever run on, and how many jobs

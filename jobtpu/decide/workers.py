@@ -65,6 +65,7 @@ class WorkerState(msgspec.Struct, frozen=True):
     result: bytes | None = None  # and its bytes, when at most the probe's limit
     preempted: bool = False  # its batch scheduler requeued or preempted it (a Slurm cluster)
     waiting: str = ""  # why its batch scheduler holds it pending (Slurm's reason)
+    unsubmitted: bool = False  # its batch scheduler forgot the job it took before it ran: submitted again
 
     @property
     def started(self) -> bool:

@@ -248,7 +248,8 @@ def parse_probe(stdout: str) -> dict[WorkerRef, WorkerState]:
             states[ref] = WorkerState(ref=ref, pid=report.pid, alive=report.alive, exit_code=report.exit,
                                       log_size=report.size, claimed=report.claimed, exited_at=report.at,
                                       marked=report.marked or 0, timed_out=report.timedout,
-                                      preempted=report.preempted, waiting=report.waiting)
+                                      preempted=report.preempted, waiting=report.waiting,
+                                      unsubmitted=report.unsubmitted)
         elif isinstance(report, protocol.Log) and ref in states:
             states[ref] = msgspec.structs.replace(states[ref], log_offset=report.offset, log_bytes=report.data)
         elif isinstance(report, protocol.LogEnd) and ref in states:

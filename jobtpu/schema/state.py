@@ -150,6 +150,7 @@ class Attempt(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     logs_behind: bool = False  # ended, and its log not yet all home: later passes pull the rest
     gang: list[str] = msgspec.field(default_factory=list)  # its slices' machines (submit --slices N > 1)
     slurm_job: int | str | None = None  # the Slurm job id it became, on a Slurm cluster ("<array id>_<index>": a sweep's array member)
+    slurm_after: str | None = None  # sbatch's --dependency it was handed with (decide/slurm_after.py)
     # The box whose local machine runs it, in a home with a runner lease (home-files.md §1.7): a runner
     # on another box cannot see its processes, so it never takes it as lost.
     box: str | None = None

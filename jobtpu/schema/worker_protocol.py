@@ -73,6 +73,7 @@ class WorkerLine(WorkerReport, frozen=True, tag="worker"):
     timedout: bool = False  # its wrapper stopped it at its --timeout
     preempted: bool = False  # (a Slurm cluster) Slurm requeued or preempted it
     waiting: str = ""  # (a Slurm cluster) why Slurm holds it pending
+    unsubmitted: bool = False  # (a Slurm cluster) Slurm forgot the job it took before it ran (a controller crash)
 
 
 class Log(WorkerReport, frozen=True, tag="log"):

@@ -18,7 +18,8 @@ TIME_MARGIN = 30.0
 def sbatch_options(machine: Machine, job: Job, grace: float) -> tuple[str, ...]:
     """What sbatch is asked for besides the batch script: the cluster's partition, account, QOS and
     constraint, the job's resources (`--req gpu=N` is `--gres=gpu:N`, `cpu=N` is `--cpus-per-task=N`,
-    any other resource a generic one), and its --timeout as Slurm's --time."""
+    any other resource a generic one), its --timeout as Slurm's --time, and the Slurm jobs its --after
+    and --after-any wait for, when they run on the same cluster (--dependency)."""
     options = [f"--{key}={value}" for key in ("partition", "account", "qos", "constraint")
                if (value := getattr(machine, key)) is not None]
     options += ["--nodes=1", "--ntasks=1"]
@@ -28,6 +29,8 @@ def sbatch_options(machine: Machine, job: Job, grace: float) -> tuple[str, ...]:
         options.append(f"--cpus-per-task={count}" if resource == "cpu" else f"--gres={resource}:{count}")
     if job.timeout is not None:
         options.append(f"--time={slurm_minutes(job.timeout + grace + TIME_MARGIN)}")
+    if job.current is not None and job.current.slurm_after:  # its --after jobs run there (decide/slurm_after.py)
+        options.append(f"--dependency={job.current.slurm_after}")
     return tuple(options)
 
 

@@ -778,16 +778,19 @@ jobtpu_batch_record() {
 
 # jobtpu_batch_adopt STEM NAME : (in jobtpu_launch, before its claim) when this attempt was handed to
 # Slurm already, say `ok` with its job id and succeed: a launch is never submitted twice. A claim with
-# no recorded id may be a submit cut short after sbatch answered: Slurm is asked for a job of this
-# attempt's name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
+# no recorded id may be a submit cut short after sbatch answered, and STEM.unsure one whose sbatch got
+# no answer from Slurm's controller (jobtpu_batch_submit): Slurm is asked for a job of this attempt's
+# name; when Slurm cannot be asked, the launch is `pending`. Fails when nothing was submitted.
 jobtpu_batch_adopt() {
   local id=""
   if [ ! -s "$1.slurm" ]; then
-    [ -e "$1.claim" ] || return 1
+    [ -e "$1.claim" ] || [ -e "$1.unsure" ] || return 1
     id=$(squeue --noheader --user="$(id -un)" --states=all --name="$2" --format=%i 2>/dev/null) || { said pending; return 0; }
     id=${id%%[!0-9]*}
-    [ -n "$id" ] || return 1
+    # Slurm answers and has none: the submit never took (or the controller lost it in a crash).
+    if [ -z "$id" ]; then rm -f "$1.unsure"; return 1; fi
     jobtpu_batch_record "$1" "$id" || { said pending; return 0; }
+    rm -f "$1.unsure"
   fi
   read -r id _ < "$1.slurm"
   jobtpu_batch_ok "$2" "$id"
@@ -831,8 +834,10 @@ jobtpu_batch_submit() {
   program=$(jobtpu_batch_program)
   {
     echo '#!/bin/bash'
+    # A requeued run does nothing, and ends failed, never COMPLETED: a job handed over after this one
+    # with afterok (--after, decide/slurm_after.py) must not start on a run that did not do the work.
     # shellcheck disable=SC2016 # written for the batch script, expanded there
-    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
+    echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 75'
     printf 'b=%q\n' "$b"
     # shellcheck disable=SC2016 # written for the batch script, expanded there
     echo 'i=$SLURM_JOB_ID; [ -z "${SLURM_ARRAY_JOB_ID:-}" ] || i=${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID'
@@ -851,13 +856,33 @@ jobtpu_batch_submit() {
     ${jobtpu_batch_opts[@]+"${jobtpu_batch_opts[@]}"} "$b.sbatch" 2>&1)
   rc=$? id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
-    rm -f "$b.env" "$b.sbatch"
     out=${out//$'\n'/ }
+    if jobtpu_slurm_away "$out"; then
+      # No answer from Slurm's controller (restarting, or it crashed during the submit): it may have
+      # taken the job all the same. Nothing fails: the launch is `pending`, and the next one asks Slurm
+      # for this attempt's name before it submits again (jobtpu_batch_adopt), never twice.
+      touch "$b.unsure" && rmdir "$b.claim"
+      said pending "${out:0:400}"
+      exit
+    fi
+    rm -f "$b.env" "$b.sbatch"
     give_up "fail ${out:0:400}"
   fi
   jobtpu_batch_record "$b" "$id" || {
     said fail "Slurm job $id took the attempt, but its id could not be written to $b.slurm"; exit; }
   jobtpu_batch_ok "$3" "$id"
+}
+
+# jobtpu_slurm_away SAID : whether a Slurm command's error says the controller did not answer (never
+# a refusal of what was asked).
+jobtpu_slurm_away() {
+  case $1 in
+    *"Unable to contact slurm controller"* | *"Socket timed out"* | *"Zero Bytes were transmitted"* | \
+      *"Communication connection failure"* | *"Communication send failure"* | \
+      *"Communication receive failure"* | *"backup controller in standby"* | *"Connection reset by peer"* | \
+      *"Connection refused"* | *"Broken pipe"*) return 0 ;;
+  esac
+  return 1
 }
 
 # jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
@@ -880,7 +905,7 @@ jobtpu_slurm_probe() {
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
   # --array with JobArrayID: each array member on its own line as <array id>_<index>, as recorded.
-  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|' 2>&1) ||
+  q=$(squeue --noheader --user="$(id -un)" --states=all --array --Format='JobArrayID:|,State:|,Reason:|,RestartCnt:|,Name:|' 2>&1) ||
     { echo "squeue failed: ${q:0:300}" >&2; return 1; }
   # Nothing is said before sacct answered: a probe that fails says nothing.
   jobtpu_slurm_split "$(jobtpu_slurm_report "$r" "$q" "" "$@")"
@@ -900,6 +925,7 @@ jobtpu_slurm_probe() {
     read -r k j a w offset _ _ rsize <<< "$task"
     task=$r/meta/$j/$a.$w
     case $k in
+      =unsub) rm -f "$task.slurm" && rmdir "$task.claim" 2> /dev/null ;;
       =log)
         printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$j" "$a" "$w" "$offset"
         tail -c +$((offset + 1)) "$task.log" | head -c "$chunk" | base64 -w0
@@ -950,7 +976,7 @@ jobtpu_slurm_acct() {
     shift 4
   done
   [ -n "$ids" ] || return 0
-  if out=$(sacct -X -n -P --format=JobID,State,ExitCode --jobs="$ids" 2>&1); then
+  if out=$(sacct -X -n -P --format=JobID,State,ExitCode,JobName --jobs="$ids" 2>&1); then
     jobtpu_acct=$out
   elif [[ $out == *"accounting storage is disabled"* ]]; then
     return 0
@@ -996,6 +1022,7 @@ jobtpu_slurm_report() {
         split($2, w, " "); state[$1] = w[1]; restarts[$1] = 0; split($3, x, ":")
         code[$1] = (x[2] + 0 > 0) ? 128 + x[2] : x[1] + 0
       } else { state[$1] = $2; reason[$1] = $3; restarts[$1] = $4 }
+      name[$1] = (acct != "") ? $4 : $5
       next
     }
     FILENAME == ARGV[2] {
@@ -1009,12 +1036,24 @@ jobtpu_slurm_report() {
       b = ENVIRON["r"] "/meta/" job "/" att "." wk
       id = (size[b ".slurm"] > 0) ? first(b ".slurm") : ""
       s = (id != "" && (id in state)) ? state[id] : ""
+      # The id of a lone job that Slurm now gives another job is not this worker: a controller that
+      # crashed before it saved our submit numbers its next jobs from where its saved state left off.
+      suffix = "." job "." att "." wk; n = name[id]; foreign = 0
+      if (s != "" && id ~ /^[0-9]+$/ && !(substr(n, 1, 7) == "jobtpu-" && length(n) > length(suffix) &&
+          substr(n, length(n) - length(suffix) + 1) == suffix)) { s = ""; foreign = 1 }
       pid = (size[b ".pid"] > 0) ? first(b ".pid") : "-"
       ex = "-"; at = "-"
       if (size[b ".exit"] > 0) { ex = whole(b ".exit"); at = mtime[b ".exit"] }
-      if (s == "" && ex == "-" && id != "" && acct == "") { lost[++nlost] = job " " att " " wk " " off; next }
-      alive = "false"; preempted = "false"; waiting = ""
+      # Forgotten by squeue: asked of accounting (one sacct for all), unless the id names another job now.
+      if (s == "" && ex == "-" && id != "" && acct == "" && !foreign) { lost[++nlost] = job " " att " " wk " " off; next }
+      alive = "false"; preempted = "false"; waiting = ""; unsubmitted = "false"
       claim = ((b ".claim") in type) ? "true" : "false"
+      if (s == "" && ex == "-" && id != "" && pid == "-" && (acct != "" || foreign)) {
+        # Slurm answered and has no job of ours by this id, and it never ran: the controller took the
+        # submit and lost it (it crashed before it saved it). Its id and claim are taken back (=unsub,
+        # by the shell): the pass hands the attempt over again, never taking it for lost.
+        unsubmitted = "true"; claim = "false"; task[++ntask] = "=unsub " job " " att " " wk
+      }
       timedout = ((b ".timedout") in type) ? "true" : "false"
       sz = ((b ".log") in type) ? size[b ".log"] + 0 : 0
       if (s != "") {
@@ -1032,8 +1071,8 @@ jobtpu_slurm_report() {
       if (pid !~ /^[0-9]+$/) pid = "null"
       e = ex; sub(/^-/, "", e); if (e !~ /^[0-9]+$/) ex = "null"
       if (at !~ /^[0-9]+(\.[0-9]+)?$/) at = "null"
-      printf "{\"kind\":\"worker\",\"job\":%d,\"attempt\":%d,\"worker\":%d,\"pid\":%s,\"alive\":%s,\"exit\":%s,\"size\":%d,\"claimed\":%s,\"at\":%s,\"marked\":null,\"timedout\":%s,\"preempted\":%s,\"waiting\":%s}\n", \
-        job, att, wk, pid, alive, ex, sz, claim, at, timedout, preempted, esc(waiting)
+      printf "{\"kind\":\"worker\",\"job\":%d,\"attempt\":%d,\"worker\":%d,\"pid\":%s,\"alive\":%s,\"exit\":%s,\"size\":%d,\"claimed\":%s,\"at\":%s,\"marked\":null,\"timedout\":%s,\"preempted\":%s,\"waiting\":%s,\"unsubmitted\":%s}\n", \
+        job, att, wk, pid, alive, ex, sz, claim, at, timedout, preempted, esc(waiting), unsubmitted
       if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off
       if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk
       if (wk == 0 && ex != "null" && sz - off <= chunk && type[b ".result"] == "f")

@@ -188,9 +188,10 @@ jobtpu_array_script() {
   local program
   program=$(jobtpu_batch_program)
   echo '#!/bin/bash'
-  # A run Slurm requeued never runs the command again under this attempt (jobtpu_batch_submit).
+  # A run Slurm requeued never runs the command again under this attempt, and ends failed, never
+  # COMPLETED: a dependent's afterok must not start on it (jobtpu_batch_submit).
   # shellcheck disable=SC2016 # written for the batch script, expanded there
-  echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 0'
+  echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 75'
   declare -p jobtpu_unpack_source
   declare -f jobtpu_own_folder jobtpu_tree jobtpu_keep_tree jobtpu_array_folder jobtpu_array_run
   printf 'p=%q\n' "$program"
