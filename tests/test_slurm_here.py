@@ -138,3 +138,20 @@ def test_exec_of_an_array_member_reaches_that_member(here: tuple[SlurmCluster, P
     code, out, err = exec_job(home, ids[1], SHOW)
     assert (code, out) == (0, f"[0] job={real} step=0 task= jobtpu={ids[1]} in={tmp_path}/cluster/jobs/{ids[1]}\n"), err
     (tmp_path / "release").touch()
+
+
+def test_doctor_of_a_cluster_here_needs_no_rsync(here: tuple[SlurmCluster, Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is copied over SSH to a cluster whose login node is this computer: doctor does not ask
+    for rsync on this machine (PATH here: every program of the system's but rsync)."""
+    _, home, calls = here
+    bare = tmp_path / "no-rsync"
+    bare.mkdir()
+    for folder in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            if name != "rsync" and not (bare / name).exists():
+                (bare / name).symlink_to(os.path.join(folder, name))
+    monkeypatch.setenv("PATH", str(bare))
+    code, out, err = helpers.cli(home, "doctor", "hpc")
+    assert "rsync" not in out + err and "ok: Slurm answers" in out + err, out + err
+    assert code == 0 and not calls.exists()

@@ -56,7 +56,8 @@ def doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callab
 def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Callable[[str], None],
             accelerator: bool = False) -> list[str]:
     lines: list[Line] = []
-    if driver_for(machine).remote and shutil.which("rsync") is None:
+    # rsync copies to a machine reached over SSH: not to a Slurm cluster whose login node is this one.
+    if driver_for(machine).remote and not machine.runs_as_this_account and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     session = Reach(home, fleet, Store(home).load())
