@@ -338,11 +338,52 @@ def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submi
         return [said[s.ref].slurm for s in specs]
 
     first = handover()
-    # The handover cut short after sbatch answered: the ids were never written.
-    for i in ids:
-        meta(fm, i, 5, "slurm").unlink()
+    # The handover wrote no file of any member's (each writes its own when it starts): one table,
+    # its batch script and the array's id record.
+    assert not [p for i in ids for p in (fm.home / "jobtpu" / "meta" / str(i)).glob("5.*")], "a member's file made at the handover"
+    tables = sorted((fm.home / "jobtpu" / "meta" / "arrays").glob("*.slurm"))
+    handed = [t for t in tables if t.read_text().strip() == str(first[0]).split("_")[0]]
+    assert len(handed) == 1, tables
+    # The handover cut short after sbatch answered: its reports, and its array's id record, never written.
+    handed[0].unlink()
     assert handover() == first  # found again by the array's name: the same Slurm jobs, no second array
     arrays = slurm.run("squeue", "--noheader", f"--user={fm.user}", "--format=%F %j").stdout.split()
     assert len({a for a in arrays if ".array." in a}) == 1, arrays
-    assert [meta(fm, i, 5, "slurm").read_text().strip() for i in ids] == first
-    assert handover() == first  # and once the ids are written, from them
+    assert handover() == first  # and again, with the other tables there
+
+
+def test_a_member_slurm_holds_pending_is_probed_and_killed_by_the_homes_id(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX" > out.txt; cat out.txt; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b,c",
+              "--max-running", "1", in_process=True)[0]
+    first, _, last = out.strip().partition("-")
+    ids = list(range(int(first), int(last) + 1))
+    # The pending members have no file of their own yet (docs/reference/machines-json.md §3.3.1): the
+    # probe asks Slurm by the id the home has, and they wait, never taken for lost.
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and all(
+        "JobArrayTaskLimit" in (s[i].get("last_line") or "") for i in ids[1:]), "the throttled members to wait")
+    for _ in range(2):
+        manage(home)
+    state = helpers.status(home)
+    assert [state[i]["status"] for i in ids] == ["running"] * 3
+    assert not (fm.home / "jobtpu" / "meta" / str(ids[1])).exists()
+    pending = str(attempts(home, ids[1])[0]["slurm_job"])
+    # A kill of a member Slurm still holds pending cancels it in Slurm.
+    run(home, "kill", str(ids[1]), in_process=True)
+    assert helpers.status(home)[ids[1]]["status"] == "killed"
+    said = slurm.run("squeue", "--noheader", "--states=all", "--array", f"--jobs={pending}", "--format=%T").stdout.strip()
+    assert said in ("CANCELLED", ""), said
+    # A running member: exec reaches its node in its folder, fetch and tail read the shared filesystem.
+    code, said, err = helpers.cli(home, "exec", str(ids[0]), "--", "cat out.txt")
+    assert (code, said) == (0, "[0] index=0\n"), err
+    run(home, "fetch", str(ids[0]), "--to", str(tmp_path / "got"), in_process=True)
+    assert (tmp_path / "got" / "out.txt").read_text() == "index=0\n"
+    assert "index=0" in helpers.cli(home, "tail", str(ids[0]))[1]
+    for i in ids:
+        (fm.home / f"release-{i}").touch()
+    state = manage_until(home, lambda s: s[ids[0]]["status"] == "finished" and s[ids[2]]["status"] == "finished",
+                         "the other members to finish")
+    assert state[ids[1]]["status"] == "killed" and not log(home, ids[1])
