@@ -387,3 +387,60 @@ def test_a_member_slurm_holds_pending_is_probed_and_killed_by_the_homes_id(
     state = manage_until(home, lambda s: s[ids[0]]["status"] == "finished" and s[ids[2]]["status"] == "finished",
                          "the other members to finish")
     assert state[ids[1]]["status"] == "killed" and not log(home, ids[1])
+
+
+def test_an_array_handover_writes_no_members_file_but_a_secrets_env_file(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
+    archive = next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+    # Held by Slurm until the handover's files are looked at; the second member's TOKEN is a secret.
+    specs = [LaunchSpec(WorkerRef(i, 5, 0), root="jobtpu", archive=archive, command='echo "got=$K$TOKEN"',
+                        env={"K": f"plain{i}", **({"TOKEN": "s3cr=t"} if n else {})}, secret=frozenset({"TOKEN"}),
+                        literal=frozenset({"TOKEN"}), home_id="env", grace=5.0, batch=("--hold",))
+                for n, i in enumerate(ids)]
+    done = subprocess.run(["runuser", "-u", fm.user, "--", "bash", "-c", 'cd && exec bash -s'],
+                          input=array_launch_script(specs, None), env=slurm.env(), capture_output=True, text=True,
+                          timeout=60, check=True)
+    said = parse_launch(done.stdout)
+    assert [said[s.ref].outcome for s in specs] == [LaunchOutcome.OK] * 2, done.stdout
+    # Only the secret's member has a file of its own (docs/reference/machines-json.md §3.3.1); the
+    # other's environment is in the table, the login user's alone, and the secret never is.
+    assert not list((fm.home / "jobtpu" / "meta" / str(ids[0])).glob("5.*"))
+    assert [p.name for p in (fm.home / "jobtpu" / "meta" / str(ids[1])).glob("5.*")] == ["5.0.env"]
+    table = next(p for p in (fm.home / "jobtpu" / "meta" / "arrays").iterdir()
+                 if p.suffix == "" and f"plain{ids[0]}" in p.read_text())
+    assert table.stat().st_mode & 0o777 == 0o600 and "s3cr=t" not in table.read_text()
+    assert slurm.run("scontrol", "release", str(said[specs[0].ref].slurm).split("_")[0]).returncode == 0
+    for i in ids:
+        helpers.wait_for(lambda i=i: meta(fm, i, 5, "exit").exists(), timeout=DEADLINE, what=f"member {i} to end")
+    # Each member's wrapper read its environment, and deleted the file, as on every machine.
+    assert [meta(fm, i, 5, "log").read_text() for i in ids] == [f"got=plain{ids[0]}\n", f"got=plain{ids[1]}s3cr=t\n"]
+    assert not [i for i in ids if meta(fm, i, 5, "env").exists()]
+
+
+def test_a_member_whose_meta_folder_is_unsafe_refuses_to_run_and_says_why(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
+              "--max-running", "1", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
+                 "the first member to run and the second to wait for the throttle")
+    # The second member's meta folder, made before it starts, writable by the group.
+    folder = fm.home / "jobtpu" / "meta" / str(ids[1])
+    folder.mkdir()
+    shutil.chown(folder, fm.user, fm.user)
+    folder.chmod(0o770)
+    (fm.home / f"release-{ids[0]}").touch()
+    state = manage_until(home, lambda s: s[ids[1]]["status"] not in ("queued", "launching", "running"),
+                         "the second member to end")
+    assert state[ids[1]]["status"] == "failed", state[ids[1]]
+    said = state[ids[1]].get("last_line") or ""
+    assert "is not a folder of this account's alone" in said and "the command was not started" in said, said
+    assert not list(folder.iterdir())  # it wrote nothing there
