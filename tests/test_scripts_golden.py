@@ -45,11 +45,14 @@ RENDERERS: dict[str, Callable[[], str]] = {
     # A Slurm cluster's: the batch script written and handed to sbatch, its probe with one squeue.
     "slurm_launch_script": lambda: scripts.launch_script([msgspec.structs.replace(
         FULL, tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu", "--gres=gpu:2", "--time=62"))]),
-    # A sweep's members as one job array: each member's batch script, then one sbatch --array=0-1%4.
+    # A sweep's members as one job array: each member's line of the table, then one sbatch --array=0-1%4;
+    # member 8's TOKEN is a secret: its environment goes to an env file of its own, not to the table.
     "slurm_array_launch_script": lambda: slurm_scripts.array_launch_script([msgspec.structs.replace(
-        FULL, ref=WorkerRef(j, 0, 0), tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu",))
-        for j in (7, 8)], 4),
-    "slurm_probe_script": lambda: slurm_scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 4096)], chunk=1024),
+        FULL, ref=WorkerRef(j, 0, 0), tpu_cleanup=False, stop_requests=False, batch=("--partition=gpu",),
+        secret=frozenset({"TOKEN"} if j == 8 else ())) for j in (7, 8)], 4),
+    # A member not started yet is probed by the id the home has (its launch's report).
+    "slurm_probe_script": lambda: slurm_scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 4096), (WorkerRef(8, 0, 0), 0)],
+                                                             chunk=1024, ids={WorkerRef(8, 0, 0): "41_3"}),
     "probe_script": lambda: scripts.probe_script("-runs", [(WorkerRef(7, 2, 0), 0), (WorkerRef(7, 2, 1), 4096)],
                                                  chunk=1024, home_id="home-1", markers=[(WorkerRef(7, 2, 0), "ckpt/SAVED")]),
     "checkpoint_copy_script": lambda: checkpoints.checkpoint_copy_script("runs", WorkerRef(7, 3, 0), "gs://ckpt-us-east1/run7",

@@ -338,14 +338,20 @@ def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submi
         return [said[s.ref].slurm for s in specs]
 
     first = handover()
-    # The handover cut short after sbatch answered: the ids were never written.
-    for i in ids:
-        meta(fm, i, 5, "slurm").unlink()
+    # The handover wrote no file of any member's (each writes its own when it starts): one table,
+    # its batch script and the array's id record.
+    assert not [p for i in ids for p in (fm.home / "jobtpu" / "meta" / str(i)).glob("5.*")], "a member's file made at the handover"
+    tables = sorted((fm.home / "jobtpu" / "meta" / "arrays").glob("*.slurm"))
+    handed = [t for t in tables if t.read_text().strip() == str(first[0]).split("_")[0]]
+    assert len(handed) == 1, tables
+    # The handover cut short after sbatch answered: its reports, and its array's id record, never written.
+    handed[0].unlink()
     assert handover() == first  # found again by the array's name: the same Slurm jobs, no second array
     arrays = slurm.run("squeue", "--noheader", f"--user={fm.user}", "--format=%F %j").stdout.split()
     assert len({a for a in arrays if ".array." in a}) == 1, arrays
-    assert [meta(fm, i, 5, "slurm").read_text().strip() for i in ids] == first
-    assert handover() == first  # and once the ids are written, from them
+    assert handover() == first  # and again, with the other tables there
+
+
 def handed(home: Path, job: int) -> dict[str, Any] | None:
     """The job's latest attempt, once it has a Slurm job id."""
     found = attempts(home, job)
@@ -460,3 +466,97 @@ def test_slurmctld_killed_while_a_pass_hands_jobs_over_loses_nothing(cluster: tu
             by_name.setdefault(name.rsplit(".", 3)[1], []).append((slurm_id, slurm_state))
     assert {int(j): found for j, found in by_name.items()} == {
         j: [(str(attempts(home, j)[0]["slurm_job"]), "COMPLETED")] for j in jobs}
+
+
+def test_a_member_slurm_holds_pending_is_probed_and_killed_by_the_homes_id(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX" > out.txt; cat out.txt; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b,c",
+              "--max-running", "1", in_process=True)[0]
+    first, _, last = out.strip().partition("-")
+    ids = list(range(int(first), int(last) + 1))
+    # The pending members have no file of their own yet (docs/reference/machines-json.md §3.3.1): the
+    # probe asks Slurm by the id the home has, and they wait, never taken for lost.
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and all(
+        "JobArrayTaskLimit" in (s[i].get("last_line") or "") for i in ids[1:]), "the throttled members to wait")
+    for _ in range(2):
+        manage(home)
+    state = helpers.status(home)
+    assert [state[i]["status"] for i in ids] == ["running"] * 3
+    assert not (fm.home / "jobtpu" / "meta" / str(ids[1])).exists()
+    pending = str(attempts(home, ids[1])[0]["slurm_job"])
+    # A kill of a member Slurm still holds pending cancels it in Slurm.
+    run(home, "kill", str(ids[1]), in_process=True)
+    assert helpers.status(home)[ids[1]]["status"] == "killed"
+    said = slurm.run("squeue", "--noheader", "--states=all", "--array", f"--jobs={pending}", "--format=%T").stdout.strip()
+    assert said in ("CANCELLED", ""), said
+    # A running member: exec reaches its node in its folder, fetch and tail read the shared filesystem.
+    code, said, err = helpers.cli(home, "exec", str(ids[0]), "--", "cat out.txt")
+    assert (code, said) == (0, "[0] index=0\n"), err
+    run(home, "fetch", str(ids[0]), "--to", str(tmp_path / "got"), in_process=True)
+    assert (tmp_path / "got" / "out.txt").read_text() == "index=0\n"
+    assert "index=0" in helpers.cli(home, "tail", str(ids[0]))[1]
+    for i in ids:
+        (fm.home / f"release-{i}").touch()
+    state = manage_until(home, lambda s: s[ids[0]]["status"] == "finished" and s[ids[2]]["status"] == "finished",
+                         "the other members to finish")
+    assert state[ids[1]]["status"] == "killed" and not log(home, ids[1])
+
+
+def test_an_array_handover_writes_no_members_file_but_a_secrets_env_file(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
+    archive = next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+    # Held by Slurm until the handover's files are looked at; the second member's TOKEN is a secret.
+    specs = [LaunchSpec(WorkerRef(i, 5, 0), root="jobtpu", archive=archive, command='echo "got=$K$TOKEN"',
+                        env={"K": f"plain{i}", **({"TOKEN": "s3cr=t"} if n else {})}, secret=frozenset({"TOKEN"}),
+                        literal=frozenset({"TOKEN"}), home_id="env", grace=5.0, batch=("--hold",))
+                for n, i in enumerate(ids)]
+    done = subprocess.run(["runuser", "-u", fm.user, "--", "bash", "-c", 'cd && exec bash -s'],
+                          input=array_launch_script(specs, None), env=slurm.env(), capture_output=True, text=True,
+                          timeout=60, check=True)
+    said = parse_launch(done.stdout)
+    assert [said[s.ref].outcome for s in specs] == [LaunchOutcome.OK] * 2, done.stdout
+    # Only the secret's member has a file of its own (docs/reference/machines-json.md §3.3.1); the
+    # other's environment is in the table, the login user's alone, and the secret never is.
+    assert not list((fm.home / "jobtpu" / "meta" / str(ids[0])).glob("5.*"))
+    assert [p.name for p in (fm.home / "jobtpu" / "meta" / str(ids[1])).glob("5.*")] == ["5.0.env"]
+    table = next(p for p in (fm.home / "jobtpu" / "meta" / "arrays").iterdir()
+                 if p.suffix == "" and f"plain{ids[0]}" in p.read_text())
+    assert table.stat().st_mode & 0o777 == 0o600 and "s3cr=t" not in table.read_text()
+    assert slurm.run("scontrol", "release", str(said[specs[0].ref].slurm).split("_")[0]).returncode == 0
+    for i in ids:
+        helpers.wait_for(lambda i=i: meta(fm, i, 5, "exit").exists(), timeout=DEADLINE, what=f"member {i} to end")
+    # Each member's wrapper read its environment, and deleted the file, as on every machine.
+    assert [meta(fm, i, 5, "log").read_text() for i in ids] == [f"got=plain{ids[0]}\n", f"got=plain{ids[1]}s3cr=t\n"]
+    assert not [i for i in ids if meta(fm, i, 5, "env").exists()]
+
+
+def test_a_member_whose_meta_folder_is_unsafe_refuses_to_run_and_says_why(
+        cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
+    slurm, fleet = cluster
+    home, fm = slurm_home(tmp_path, fleet)
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
+              "--max-running", "1", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
+                 "the first member to run and the second to wait for the throttle")
+    # The second member's meta folder, made before it starts, writable by the group.
+    folder = fm.home / "jobtpu" / "meta" / str(ids[1])
+    folder.mkdir()
+    shutil.chown(folder, fm.user, fm.user)
+    folder.chmod(0o770)
+    (fm.home / f"release-{ids[0]}").touch()
+    state = manage_until(home, lambda s: s[ids[1]]["status"] not in ("queued", "launching", "running"),
+                         "the second member to end")
+    assert state[ids[1]]["status"] == "failed", state[ids[1]]
+    said = state[ids[1]].get("last_line") or ""
+    assert "is not a folder of this account's alone" in said and "the command was not started" in said, said
+    assert not list(folder.iterdir())  # it wrote nothing there

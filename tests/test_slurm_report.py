@@ -32,15 +32,24 @@ FILES: dict[int, tuple[dict[str, Any], int]] = {
     8: ({"slurm": "108\n"}, 0),
     9: ({"slurm": "109\n", "pid": "x1\n", "exit": "3 4\n"}, 0),
     10: ({}, 0),
-    11: ({"slurm": "111\n", "claim": {}}, 0),  # Slurm gave its id to another job: never ran, handed over again
-    12: ({"slurm": "112\n"}, 0),  # neither squeue nor sacct knows it, and it never ran: handed over again
+    11: ({}, 0),  # an array member Slurm holds pending: no record yet, the home's id (IDS)
+    12: ({}, 0),  # a member that refused to run: its reason beside its array's table
+    13: ({"slurm": "113_1\n"}, 0),  # its own record wins over the home's id
+    14: ({"slurm": "114\n", "claim": {}}, 0),  # Slurm gave its id to another job: never ran, handed over again
+    15: ({"slurm": "115\n"}, 0),  # neither squeue nor sacct knows it, and it never ran: handed over again
 }
-# squeue's and sacct's last column is the job's name: a lone job's is jobtpu-<home id>.<job>.<attempt>.<worker>.
+# The Slurm id the home has for a worker from its launch report (docs/reference/machines-json.md §3.3.1).
+IDS = {11: "111_4", 12: "112_0", 13: "999_9"}
+ARRAYS = {"112_0.log": "jobtpu: meta/12 is not a folder of this account's alone\n", "112_0.exit": "1\n"}
+# squeue's and sacct's last column is the job's name: a lone job's is jobtpu-<home id>.<job>.<attempt>.<worker>,
+# an array's jobtpu-<home id>.array.<table>.
 SQUEUE = "\n".join(["101|RUNNING|None|0|jobtpu-h.1.0.0|", '102|PENDING|Bad "q"\\\tx|0|jobtpu-h.2.0.0|',
                     "103|PENDING|None|0|jobtpu-h.3.0.0|", "104|COMPLETED|None|0|jobtpu-h.4.0.0|",
                     "105|TIMEOUT|None|0|jobtpu-h.5.0.0|", "106|OUT_OF_MEMORY|None|0|jobtpu-h.6.0.0|",
                     "107_3|RUNNING|None|1|jobtpu-h.array.x|", "109|FAILED|None|0|jobtpu-h.9.0.0|",
-                    "111|RUNNING|None|0|jobtpu-h.99.0.0|"])
+                    "111_4|PENDING|JobArrayTaskLimit|0|jobtpu-h.array.y|", "112_0|FAILED|None|0|jobtpu-h.array.z|",
+                    "113_1|RUNNING|None|0|jobtpu-h.array.w|", "999_9|PENDING|None|0|jobtpu-h.array.v|",
+                    "114|RUNNING|None|0|jobtpu-h.99.0.0|"])
 SACCT = "\n".join(["108|FAILED|0:9|jobtpu-h.8.0.0", "105|TIMEOUT|0:0|jobtpu-h.5.0.0",
                    "106|CANCELLED by 0|0:15|jobtpu-h.6.0.0", "104|FAILED|2:0|jobtpu-h.4.0.0"])
 # job: pid, alive, exit, size, claimed, timedout, preempted, waiting
@@ -54,11 +63,14 @@ SAID = {
     7: (None, True, None, 0, False, False, True, ""),
     9: (None, False, None, 0, False, False, False, ""),
     10: (None, False, None, 0, False, False, False, ""),
-    11: (None, False, None, 0, False, False, False, ""),
+    11: (None, True, None, 0, False, False, False, "JobArrayTaskLimit"),
+    12: (None, False, 1, len(ARRAYS["112_0.log"]), False, False, False, ""),
+    13: (None, True, None, 0, False, False, False, ""),
+    14: (None, False, None, 0, False, False, False, ""),
 }
 # From sacct's lines: 108 (squeue forgot it) FAILED by a KILL; 106 CANCELLED: ended, no code.
 SAID_ACCT = {8: (None, False, 137, 0, False, False, False, ""), 6: (None, False, None, 0, False, False, False, ""),
-             12: (None, False, None, 0, False, False, False, "")}
+             15: (None, False, None, 0, False, False, False, "")}
 
 
 def report(tmp_path: Path, awk: str, slurm: str, acct: str, jobs: list[int]) -> list[str]:
@@ -72,11 +84,14 @@ def report(tmp_path: Path, awk: str, slurm: str, acct: str, jobs: list[int]) -> 
                 path.mkdir(exist_ok=True)
             else:
                 path.write_text(text)
+    (root / "meta" / "arrays").mkdir(exist_ok=True)
+    for name, text in ARRAYS.items():
+        (root / "meta" / "arrays" / name).write_text(text)
     shim = tmp_path / f"bin-{awk}"
     shim.mkdir(exist_ok=True)
     if not (shim / "awk").exists():
         (shim / "awk").symlink_to(shutil.which(awk) or awk)
-    args = [n for job in jobs for n in (job, 0, 0, FILES[job][1])]
+    args = [n for job in jobs for n in (job, 0, 0, FILES[job][1], IDS.get(job, "-"))]
     script = render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_report", str(root), slurm, acct, *args)])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
                           env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "chunk": "1024"})
@@ -98,19 +113,20 @@ def unsubmitted(lines: list[str]) -> list[int]:
 
 @pytest.mark.parametrize("awk", AWKS)
 def test_each_worker_from_squeue_and_its_files(tmp_path: Path, awk: str) -> None:
-    lines = report(tmp_path, awk, SQUEUE, "", sorted(set(FILES) - {12}))
+    lines = report(tmp_path, awk, SQUEUE, "", sorted(set(FILES) - {15}))
     assert workers(lines) == SAID
-    assert unsubmitted(lines) == [11]
+    assert unsubmitted(lines) == [14]
     # The reports that carry bytes are the shell's: what each needs, after every worker's line; a
     # worker whose job squeue forgot without an exit is left for sacct.
     assert [ln for ln in lines if not ln.startswith("{")] == [
-        "=log 1 0 0 4", "=log 4 0 0 0", "=result 4 0 0 0 0 0 8", "=unsub 11 0 0", "=lost 8 0 0 0"]
+        "=log 1 0 0 4 0", "=log 4 0 0 0 0", "=result 4 0 0 0 8", f"=log 12 0 0 0 0 {tmp_path}/root/meta/arrays/112_0",
+        "=unsub 14 0 0", "=lost 8 0 0 0 108"]
     exited = json.loads(next(ln for ln in lines if '"job":4,' in ln))
     assert exited["at"] == pytest.approx((tmp_path / "root/meta/4/0.0.exit").stat().st_mtime, abs=1e-3)
 
 
 @pytest.mark.parametrize("awk", AWKS)
 def test_what_sacct_says_of_forgotten_jobs(tmp_path: Path, awk: str) -> None:
-    lines = report(tmp_path, awk, SACCT, "acct", [8, 6, 12])
-    assert workers(lines) == SAID_ACCT and unsubmitted(lines) == [12]
-    assert [ln for ln in lines if not ln.startswith("{")] == ["=unsub 12 0 0"]
+    lines = report(tmp_path, awk, SACCT, "acct", [8, 6, 15])
+    assert workers(lines) == SAID_ACCT and unsubmitted(lines) == [15]
+    assert [ln for ln in lines if not ln.startswith("{")] == ["=unsub 15 0 0"]

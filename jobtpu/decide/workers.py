@@ -37,6 +37,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     time_limit: float | None = None  # --timeout: the wrapper stops the job this long after its start
     token: int = 0  # the launching runner's lease token: a worker refuses one older than it has seen (0: no lease)
     batch: tuple[str, ...] | None = None  # handed to a batch scheduler (Slurm) with these sbatch options
+    secret: frozenset[str] = frozenset()  # env names whose values are secrets: never in a Slurm array's table
 
 
 class LaunchResult(msgspec.Struct, frozen=True):

@@ -5,7 +5,7 @@ machine's kind outside the loader and the core's pure checks (docs/design.md §5
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobtpu.decide import reach
@@ -63,17 +63,18 @@ class Driver:
         return ssh_transport(machine, endpoint, home, trusted)
 
     def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str,
-                     markers: list[tuple[WorkerRef, str]] | None = None) -> str:
+                     markers: list[tuple[WorkerRef, str]] | None = None, ids: Mapping[WorkerRef, str] | None = None) -> str:
         """The script that probes one worker's (job worker, log bytes already home) pairs, and whether
-        the attempts in `markers` wrote their --saved-marker (worker, path)."""
+        the attempts in `markers` wrote their --saved-marker (worker, path). `ids`: a batch scheduler's
+        job id of each worker as the home has it (a Slurm cluster's)."""
         from jobtpu.remote.scripts import probe_script
 
         return probe_script(machine.root, workers, home_id=home_id, markers=markers or ())
 
     def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str,
-                    first: str | None = None) -> str:
+                    first: str | None = None, ids: Mapping[WorkerRef, str] | None = None) -> str:
         """The script that stops job workers on one worker: TERM, then KILL after `grace` seconds;
-        with `first` (an eviction's), that signal a grace before the TERM."""
+        with `first` (an eviction's), that signal a grace before the TERM. `ids` as probe_script's."""
         from jobtpu.remote.scripts import kill_script
 
         return kill_script(machine.root, refs, grace=grace, home_id=home_id, ask=self.stops_by_request, first=first)
@@ -334,18 +335,18 @@ class SlurmDriver(SshDriver):
         return local_transport(machine, endpoint, passed=("SLURM_CONF",))
 
     def probe_script(self, machine: Machine, workers: list[tuple[WorkerRef, int]], home_id: str,
-                     markers: list[tuple[WorkerRef, str]] | None = None) -> str:
+                     markers: list[tuple[WorkerRef, str]] | None = None, ids: Mapping[WorkerRef, str] | None = None) -> str:
         # A cluster's --saved-marker is not looked for yet: its saves show by --saved-when lines.
         from jobtpu.slurm.scripts import probe_script
 
-        return probe_script(machine.root, workers)
+        return probe_script(machine.root, workers, ids=ids)
 
     def kill_script(self, machine: Machine, refs: list[WorkerRef], grace: float, home_id: str,
-                    first: str | None = None) -> str:
+                    first: str | None = None, ids: Mapping[WorkerRef, str] | None = None) -> str:
         # scancel's own TERM, grace and KILL: a cluster's eviction sends no --signal first yet.
         from jobtpu.slurm.scripts import kill_script
 
-        return kill_script(machine.root, refs, grace)
+        return kill_script(machine.root, refs, grace, ids)
 
     def batch_options(self, machine: Machine, job: Job, grace: float) -> tuple[str, ...] | None:
         from jobtpu.slurm.batch import sbatch_options

@@ -22,6 +22,7 @@ from jobtpu.remote.scripts import parse_probe
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.msgspec_lib import msgspec
 from jobtpu.schema.state import Job
+from jobtpu.slurm.scripts import slurm_ids
 from jobtpu.transport.base import Endpoint
 
 CATCH_UP_CHUNKS = 64  # probes at most per worker and pass once its attempt ended: 64 MiB a pass
@@ -31,8 +32,10 @@ def probe(p: Reach, machine: Machine, ep: Endpoint, refs: list[WorkerRef],
           markers: dict[WorkerRef, str] | None = None) -> dict[WorkerRef, WorkerState]:
     """One round trip to a worker: its workers' liveness, exit codes, and log bytes not yet home; and
     whether those named in `markers` wrote their --saved-marker (worker → path)."""
+    # A Slurm array member records its own id when it starts: until then the home's is the probe's.
+    ids = slurm_ids(p.state.jobs, refs) if machine.scheduled else None
     script = driver_for(machine).probe_script(machine, [(r, local_size(p.home, r)) for r in refs], p.home_id,
-                                              sorted((markers or {}).items(), key=lambda item: item[0].stem))
+                                              sorted((markers or {}).items(), key=lambda item: item[0].stem), ids)
     return parse_probe(p.run_on(machine, ep, script, timeout=machine.connect_timeout + 30))
 
 

@@ -35,6 +35,7 @@ from jobtpu.render.text import printable
 from jobtpu.schema.fleet import Machine
 from jobtpu.schema.records import MachineRecord, StepKind
 from jobtpu.schema.state import Job, Status
+from jobtpu.slurm.scripts import slurm_ids
 from jobtpu.sweeps import sweep_env
 from jobtpu.transport.base import Endpoint
 
@@ -205,7 +206,7 @@ def worker_specs(p: Pass, job: Job, machine: Machine, eps: list[Endpoint], place
                           tpu_cleanup=driver.frees_accelerator, fresh=rerun, home_id=p.home_id, literal=literal_names(job, secrets),
                           early_signal=early_signal(job), grace=grace, stop_requests=driver.stops_by_request,
                           evict_signal=job.signal or "", time_limit=job.timeout, token=token,
-                          batch=driver.batch_options(machine, job, grace))
+                          batch=driver.batch_options(machine, job, grace), secret=frozenset(secrets))
 
     return [(ep, spec(ep)) for ep in eps]
 
@@ -294,7 +295,9 @@ def _stop_workers(p: Session, action: Kill) -> bool:
         if ep is None:
             return True  # that worker no longer exists
         try:
-            script = driver_for(machine).kill_script(machine, [ref], grace, p.home_id, action.first)
+            # A Slurm array member still pending recorded no id: the home's cancels it.
+            ids = slurm_ids([job], [ref]) if job is not None and machine.scheduled else None
+            script = driver_for(machine).kill_script(machine, [ref], grace, p.home_id, action.first, ids)
             waits = grace * (2 if action.first else 1)  # an eviction's first signal has its grace too
             return parse_kill(p.run_on(machine, ep, script, timeout=waits + timing.current().script_timeout)).get(ref, False)
         except RemoteError:

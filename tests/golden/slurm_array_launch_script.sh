@@ -678,7 +678,9 @@ jobtpu_launch() (
 # sweep's job array is slurm_array.sh). The run root is on the cluster's shared filesystem: the login
 # host and every compute node see the same meta files, so the wrapper's pid, exit and log records are
 # written on the node and read at the login.
-# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
+# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster"); an
+# array member writes it when it starts, and until then the probe and the stop use the id the home
+# has from the launch's report (an ID word after each worker).
 
 # Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
 # state (pending, running, completing, suspended, requeued...) still holds the job in Slurm.
@@ -806,8 +808,9 @@ jobtpu_slurm_away() {
   return 1
 }
 
-# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
-# what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET ID]... :
+# what jobtpu_probe says of each worker (ID: its Slurm job id as the home knows it, - when it does not;
+# its STEM.slurm record, when there, wins) (an ended worker 0's saved value too, its `result` report, at
 # most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this account. When
 # Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the pass takes the
 # cluster as unreachable this once and changes none of its jobs. Besides, per worker: waiting, the
@@ -819,7 +822,7 @@ jobtpu_slurm_away() {
 # worker list (a thousand workers a pass: a fork or a shell function per worker cost seconds); only
 # the log, log-end and result reports, which carry bytes, are made per worker, by the shell.
 jobtpu_slurm_probe() {
-  local root="" chunk="" tail="" result="" r q boot=- now lost=() task k j a w offset rsize
+  local root="" chunk="" tail="" result="" r q boot=- now lost=() task k j a w offset rsize stem
   jobtpu_lines=() jobtpu_tasks=()
   jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
@@ -831,8 +834,8 @@ jobtpu_slurm_probe() {
   # Nothing is said before sacct answered: a probe that fails says nothing.
   jobtpu_slurm_split "$(jobtpu_slurm_report "$r" "$q" "" "$@")"
   for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
-    read -r k j a w offset <<< "$task"
-    [ "$k" = =lost ] && lost+=("$j" "$a" "$w" "$offset")
+    read -r k j a w offset rsize <<< "$task"
+    [ "$k" = =lost ] && lost+=("$j" "$a" "$w" "$offset" "$rsize")
   done
   if [ ${#lost[@]} -gt 0 ]; then
     jobtpu_slurm_acct "$r" "${lost[@]}" || return 1
@@ -843,8 +846,10 @@ jobtpu_slurm_probe() {
   jobtpu_say host s:boot "$boot" n:now "$now"
   [ ${#jobtpu_lines[@]} = 0 ] || printf '%s\n' "${jobtpu_lines[@]}"
   for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
-    read -r k j a w offset _ _ rsize <<< "$task"
-    task=$r/meta/$j/$a.$w
+    # The last word, when there, is the worker's files' stem: a member that refused to run wrote its
+    # reason beside its array's table (jobtpu_array_refuse), not in its meta folder.
+    read -r k j a w offset rsize stem <<< "$task"
+    task=${stem:-$r/meta/$j/$a.$w}
     case $k in
       =unsub) rm -f "$task.slurm" && rmdir "$task.claim" 2> /dev/null ;;
       =log)
@@ -882,7 +887,7 @@ jobtpu_slurm_split() {
   jobtpu_tasks+=("${all[@]:n}")
 }
 
-# jobtpu_slurm_acct ROOT [JOB ATTEMPT WORKER OFFSET]... : what Slurm's accounting says of these
+# jobtpu_slurm_acct ROOT [JOB ATTEMPT WORKER OFFSET ID]... : what Slurm's accounting says of these
 # workers' jobs, one sacct call, into jobtpu_acct (its JobID|State|ExitCode lines). Empty where
 # accounting is disabled (as where it is not set up: nothing more is known); fails, the probe with it,
 # when sacct does not answer otherwise (slurmdbd away): the next pass asks again, nothing is taken for lost.
@@ -890,11 +895,11 @@ jobtpu_slurm_acct() {
   local r=$1 ids="" id out
   shift
   jobtpu_acct=""
-  while [ $# -ge 4 ]; do
-    id=""
+  while [ $# -ge 5 ]; do
+    id=$5
     [ -s "$r/meta/$1/$2.$3.slurm" ] && read -r id _ < "$r/meta/$1/$2.$3.slurm"
     [[ $id =~ ^[0-9]+(_[0-9]+)?$ ]] && ids+=${ids:+,}$id
-    shift 4
+    shift 5
   done
   [ -n "$ids" ] || return 0
   if out=$(sacct -X -n -P --format=JobID,State,ExitCode,JobName --jobs="$ids" 2>&1); then
@@ -907,15 +912,19 @@ jobtpu_slurm_acct() {
   fi
 }
 
-# jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET]... : the `worker` report of each worker,
-# then a task line for each report that carries bytes (=log, =end, =result) and each worker whose job
-# Slurm's lines do not know and that wrote no exit record (=lost, when ACCT is empty). SLURM is squeue's
+# jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET ID]... : the `worker` report of each
+# worker, then a task line for each report that carries bytes (=log, =end, =result: KIND JOB ATTEMPT
+# WORKER OFFSET SIZE [STEM], STEM when the files are not the worker's own) and each worker whose job
+# Slurm's lines do not know and that wrote no exit record (=lost JOB ATTEMPT WORKER OFFSET ID, when
+# ACCT is empty). A worker's Slurm id is its STEM.slurm record, else ID (the home's, - for none); a
+# worker with no record whose id's member refused to run reads ROOT/meta/arrays/ID.log and .exit. SLURM is squeue's
 # lines (ID|STATE|REASON|RESTARTS|), or with ACCT set, sacct's (ID|STATE|EXITCODE).
 jobtpu_slurm_report() {
   local r=$1 slurm=$2 acct=$3 dirs=() i
   shift 3
-  for ((i = 1; i <= $#; i += 4)); do dirs+=("$r/meta/${!i}"); done
+  for ((i = 1; i <= $#; i += 5)); do dirs+=("$r/meta/${!i}"); done
   [ ${#dirs[@]} -gt 0 ] || return 0
+  dirs+=("$r/meta/arrays")
   # shellcheck disable=SC2016 # awk's program
   r=$r acct=$acct chunk=$chunk ended=$jobtpu_slurm_ended awk -F'|' '
     BEGIN { acct = ENVIRON["acct"]; chunk = ENVIRON["chunk"] + 0; ended = ENVIRON["ended"] }
@@ -954,8 +963,12 @@ jobtpu_slurm_report() {
     }
     {
       split($0, f, " "); job = f[1]; att = f[2]; wk = f[3]; off = f[4] + 0
-      b = ENVIRON["r"] "/meta/" job "/" att "." wk
+      b = ENVIRON["r"] "/meta/" job "/" att "." wk; alt = ""
       id = (size[b ".slurm"] > 0) ? first(b ".slurm") : ""
+      if (id == "" && f[5] ~ /^[0-9]+(_[0-9]+)?$/) {
+        id = f[5]
+        if ((ENVIRON["r"] "/meta/arrays/" id ".exit") in type) { b = ENVIRON["r"] "/meta/arrays/" id; alt = " " b }
+      }
       s = (id != "" && (id in state)) ? state[id] : ""
       # The id of a lone job that Slurm now gives another job is not this worker: a controller that
       # crashed before it saved our submit numbers its next jobs from where its saved state left off.
@@ -966,7 +979,7 @@ jobtpu_slurm_report() {
       ex = "-"; at = "-"
       if (size[b ".exit"] > 0) { ex = whole(b ".exit"); at = mtime[b ".exit"] }
       # Forgotten by squeue: asked of accounting (one sacct for all), unless the id names another job now.
-      if (s == "" && ex == "-" && id != "" && acct == "" && !foreign) { lost[++nlost] = job " " att " " wk " " off; next }
+      if (s == "" && ex == "-" && id != "" && acct == "" && !foreign) { lost[++nlost] = job " " att " " wk " " off " " id; next }
       alive = "false"; preempted = "false"; waiting = ""; unsubmitted = "false"
       claim = ((b ".claim") in type) ? "true" : "false"
       if (s == "" && ex == "-" && id != "" && pid == "-" && (acct != "" || foreign)) {
@@ -994,19 +1007,21 @@ jobtpu_slurm_report() {
       if (at !~ /^[0-9]+(\.[0-9]+)?$/) at = "null"
       printf "{\"kind\":\"worker\",\"job\":%d,\"attempt\":%d,\"worker\":%d,\"pid\":%s,\"alive\":%s,\"exit\":%s,\"size\":%d,\"claimed\":%s,\"at\":%s,\"marked\":null,\"timedout\":%s,\"preempted\":%s,\"waiting\":%s,\"unsubmitted\":%s}\n", \
         job, att, wk, pid, alive, ex, sz, claim, at, timedout, preempted, esc(waiting), unsubmitted
-      if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off
-      if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk
+      if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off " 0" alt
+      if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk " 0 0" alt
       if (wk == 0 && ex != "null" && sz - off <= chunk && type[b ".result"] == "f")
-        task[++ntask] = "=result " job " " att " " wk " 0 0 0 " size[b ".result"]
+        task[++ntask] = "=result " job " " att " " wk " 0 " size[b ".result"] alt
     }
     END {
       for (i = 1; i <= ntask; i++) print task[i]
       for (i = 1; i <= nlost; i++) print "=lost " lost[i]
     }' <(printf '%s\n' "$slurm") \
-      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s\n' "$@")
+      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s %s\n' "$@")
 }
 
-# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER]... : stop each worker's Slurm job: TERM to
+# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER ID]... : stop each worker's Slurm job (its
+# STEM.slurm record, else ID, the home's, - for none: an array member Slurm still holds pending
+# recorded none yet, and is cancelled all the same): TERM to
 # every process of a running one (scancel --full --signal), then, GRACE tenths of a second later if
 # it still runs, scancel (Slurm's KILL after its KillWait); then up to STEPS tenths for Slurm to say
 # it ended. One `kill` report per worker: gone, or not yet (stuck). A worker never handed to Slurm
@@ -1014,8 +1029,9 @@ jobtpu_slurm_report() {
 jobtpu_slurm_kill() {
   local r=${1/#-/./-} grace=$2 steps=$3 b id s i
   shift 4
-  while [ $# -ge 3 ]; do
+  while [ $# -ge 4 ]; do
     b=$r/meta/$1/$2.$3 id=""
+    [[ $4 =~ ^[0-9]+(_[0-9]+)?$ ]] && id=$4
     [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
     if [ -z "$id" ]; then
       if [ -e "$b.claim" ]; then s=claimed; else s=""; fi
@@ -1040,7 +1056,7 @@ jobtpu_slurm_kill() {
     else
       jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 0
     fi
-    shift 3
+    shift 4
   done
 }
 
@@ -1048,7 +1064,8 @@ jobtpu_slurm_kill() {
 # UNKNOWN when Slurm does not answer (never taken for an ended job).
 jobtpu_slurm_state() {
   local out
-  if out=$(squeue --noheader --states=all --jobs="$1" --format=%T 2>&1); then
+  # --array: a member Slurm holds pending is one line of its own, not its array's folded line.
+  if out=$(squeue --noheader --states=all --array --jobs="$1" --format=%T 2>&1); then
     echo "${out%%$'\n'*}"
   elif [[ $out != *"Invalid job id"* ]]; then
     echo UNKNOWN
@@ -1073,33 +1090,36 @@ jobtpu_slurm_doctor() {
 }
 
 # A sweep's members on a Slurm cluster as ONE job array (needs common.sh, wrapper.sh, launch.sh and
-# slurm.sh; docs/reference/machines-json.md §3.3.1). The handover at the login host is a few files and
-# one sbatch: each member's env file, a member table (one line each: its job, attempt, command...) and
-# one batch script every member shares. Each member makes its own claim and job folder (a copy of the
+# slurm.sh; docs/reference/machines-json.md §3.3.1). The handover at the login host is a few files
+# whatever the array's size, and one sbatch: a member table (one line each: its job, attempt, command,
+# environment...), one batch script every member shares and one record of the array's Slurm id. Each
+# member makes its own meta folder, env file, id record, claim and job folder (a copy of the
 # snapshot's checked tree) when Slurm starts it, on its node, by its SLURM_ARRAY_TASK_ID: a thousand
-# members cost the handover no thousand folder copies. The snapshot is checked (and its tree made)
-# once here, so a missing or damaged copy is still the launch's need-archive or bad-archive.
+# members cost the handover no thousand files. Only a member with secret values keeps an env file
+# written here, so a secret never lies in a table. The snapshot is checked (and its tree made) once
+# here, so a missing or damaged copy is still the launch's need-archive or bad-archive.
 
 # jobtpu_array root=ROOT home_id=ID token=TOKEN throttle=M -- JOB... : start a handover of members of
-# the given jobs, at most M running at once (empty: no cap). Every job's meta folder is made (one
-# mkdir) and checked (one find); the lease's fence is checked once for all.
+# the given jobs, at most M running at once (empty: no cap). The lease's fence is checked once for all.
+# An earlier table in meta/arrays means a handover may have been cut short after sbatch answered: its
+# members are then looked for in Slurm (jobtpu_array_seek), once, before any is submitted again.
 jobtpu_array() {
-  local root="" home_id="" token="" throttle="" r d bad=()
+  local root="" home_id="" token="" throttle="" r old
   jobtpu_named "root home_id token throttle" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
   jobtpu_array_home=$home_id jobtpu_array_throttle=$throttle jobtpu_array_problem="" jobtpu_array_list=""
-  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=() jobtpu_array_asked=""
-  declare -gA jobtpu_array_bad=() jobtpu_array_trees=() jobtpu_array_handed=()
+  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=() jobtpu_array_asked="" jobtpu_array_secret=()
+  declare -gA jobtpu_array_trees=() jobtpu_array_handed=()
   # The job's umask is the login's (jobtpu_job_umask), kept before this handover's files go private.
   jobtpu_array_umask=$(jobtpu_job_umask)
   umask 077
-  # The jobs' meta folders by a plain mkdir (the one folder each, EEXIST ignored), not mkdir -p: -p
-  # walks every path (three mkdirs and two chdirs each), a thousand members' worth of system calls.
   mkdir -p "$r/meta/arrays" "$r/jobs" "$r/archives" 2>/dev/null
-  [ $# -eq 0 ] || mkdir "${@/#/$r/meta/}" 2>/dev/null
   jobtpu_private_root "$r"
+  old=("$r/meta/arrays/"*)
+  jobtpu_array_earlier=""
+  [ -e "${old[0]}" ] && jobtpu_array_earlier=1
   if ! { jobtpu_array_root=$(cd "$r" && pwd -P) && jobtpu_own_folder "$r/meta/arrays" &&
     jobtpu_array_list=$(mktemp "$jobtpu_array_root/meta/arrays/XXXXXXXX"); }; then
     jobtpu_array_problem="fail cannot create the array's files in $r/meta/arrays"; return 0
@@ -1107,14 +1127,6 @@ jobtpu_array() {
   jobtpu_array_name="jobtpu-$home_id.array.${jobtpu_array_list##*/}"
   jobtpu_fence "$r" "$home_id" "$token" ||
     { jobtpu_array_problem="fail fenced: a runner with a newer lease token launches here"; return 0; }
-  # What jobtpu_own_folder asks of each, with one find for all of them.
-  for d; do
-    { [ ! -L "$r/meta/$d" ] && [ -d "$r/meta/$d" ] && [ -O "$r/meta/$d" ]; } || jobtpu_array_bad[$d]=1
-  done
-  if [ $# -gt 0 ]; then
-    mapfile -t bad < <(find "${@/#/$r/meta/}" -maxdepth 0 -perm /022 2>/dev/null)
-    for d in ${bad[@]+"${bad[@]}"}; do jobtpu_array_bad[${d##*/}]=1; done
-  fi
   return 0
 }
 
@@ -1133,42 +1145,42 @@ jobtpu_array_said() {
   else jobtpu_say launch n:job "$1" n:attempt "$2" n:worker "$3" s:outcome "$4"; fi
 }
 
-# jobtpu_array_member JOB ATTEMPT WORKER ARCHIVE FRESH COMMAND SIGNAL DELAY LIMIT GRACE [NAME MODE VALUE]... :
-# one member (jobtpu_launch's arguments, by position; its environment after them). Handed to Slurm
-# already: its `launch` report, ok, at once (a launch is never submitted twice, even when the handover
-# that submitted it was cut short before the id was written: its env file, written before sbatch, is
-# the trace jobtpu_array_seek follows). Otherwise its env file is written and it joins the table;
-# jobtpu_array_submit reports it.
+# jobtpu_array_member JOB ATTEMPT WORKER ARCHIVE FRESH COMMAND SIGNAL DELAY LIMIT GRACE SECRET [NAME MODE VALUE]... :
+# one member (jobtpu_launch's arguments, by position; SECRET 1 when a value of its environment, after
+# them, is a secret). Handed to Slurm already: its `launch` report, ok, at once (a launch is never
+# submitted twice, even when the handover that submitted it was cut short before its reports were
+# said: the table, written before sbatch, is the trace jobtpu_array_seek follows). Otherwise it joins
+# the table, its environment with it, or, SECRET, in its own env file (as jobtpu_launch's: only the
+# wrapper reads it, and deletes it); jobtpu_array_submit reports it.
 jobtpu_array_member() {
   local b="$jobtpu_array_root/meta/$1/$2.$3" row x id
   if [ -n "$jobtpu_array_problem" ]; then jobtpu_array_said "$1" "$2" "$3" "$jobtpu_array_problem"; return 0; fi
-  if [ -n "${jobtpu_array_bad[$1]:-}" ]; then
-    jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
-    return 0
-  fi
+  # An id recorded by the member itself (it started): no Slurm question.
   if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
-  if [ -e "$b.env" ]; then
+  if [ -n "$jobtpu_array_earlier" ]; then
     jobtpu_array_seek || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
     id=${jobtpu_array_handed["$1 $2 $3"]:-}
-    if [ -n "$id" ]; then
-      jobtpu_batch_record "$b" "$id" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
-      jobtpu_array_ok "$1" "$2" "$3" "$id"
-      return 0
-    fi
+    if [ -n "$id" ]; then jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
   fi
   # The snapshot, checked once per archive for the whole array.
   x=${jobtpu_array_trees[$4]-unset}
   if [ "$x" = unset ]; then jobtpu_array_tree "$4"; x=$jobtpu_array_got; jobtpu_array_trees[$4]=$x; fi
   if [ -n "$x" ]; then jobtpu_array_said "$1" "$2" "$3" "$x"; return 0; fi
+  if [ "${11}" = 1 ]; then
+    # Its meta folder made and checked here (jobtpu_own_folder), for its env file.
+    if ! { mkdir -p "$jobtpu_array_root/meta/$1" 2>/dev/null && jobtpu_own_folder "$jobtpu_array_root/meta/$1"; }; then
+      jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
+      return 0
+    fi
+    printf '%s\0' "${@:12}" > "$b.env" 2>/dev/null ||
+      { rm -f "$b.env"; jobtpu_array_said "$1" "$2" "$3" "fail cannot write the env file $b.env"; return 0; }
+    jobtpu_array_secret+=("$b.env")
+    set -- "${@:1:11}"
+  fi
   # The table's line starts with the member's job, attempt and worker: jobtpu_array_seek finds it there.
   # Its line number is its index, so the member needs no file of its own saying which array it is in.
-  printf -v row '%q ' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}"
+  printf -v row '%q ' "$@"
   jobtpu_array_refs+=("$1" "$2" "$3")
-  shift 10
-  # The environment goes to a file only the wrapper reads (and deletes), as jobtpu_launch's.
-  if [ $# -gt 0 ]; then printf '%s\0' "$@" > "$b.env"; else : > "$b.env"; fi 2>/dev/null ||
-    { rm -f "$b.env"; jobtpu_array_said "${jobtpu_array_refs[@]: -3}" "fail cannot write the env file $b.env"
-      jobtpu_array_refs=("${jobtpu_array_refs[@]:0:${#jobtpu_array_refs[@]}-3}"); return 0; }
   jobtpu_array_stems+=("$b")
   jobtpu_array_table+=$row$'\n'
 }
@@ -1221,8 +1233,9 @@ jobtpu_array_tree() {
 }
 
 # jobtpu_array_submit : the table, the shared batch script and one sbatch --array of every member that
-# joined. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch refuses, fail
-# with sbatch's own words, each member's env file taken back (nothing is left half-made).
+# joined, then the array's id in one record beside the table (TABLE.slurm). One `launch` report per
+# member: ok with its id <array id>_<i>, or, when sbatch refuses, fail with sbatch's own words, the
+# table and every env file written taken back (nothing is left half-made).
 jobtpu_array_submit() {
   local list=$jobtpu_array_list n=${#jobtpu_array_stems[@]} out rc id i t="" said="" f=("${jobtpu_array_refs[@]}")
   [ "$n" -gt 0 ] || { [ -z "$list" ] || rm -f "$list"; return 0; }
@@ -1236,22 +1249,20 @@ jobtpu_array_submit() {
   id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
     out=${out//$'\n'/ }
-    rm -f "${jobtpu_array_stems[@]/%/.env}" "$list" "$list.sbatch"
+    rm -f ${jobtpu_array_secret[@]+"${jobtpu_array_secret[@]}"} "$list" "$list.sbatch"
     for i in "${!jobtpu_array_stems[@]}"; do
       jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "fail ${out:0:400}"
     done
     return 0
   fi
+  # The array's id, for people and tools; each member records its own when it starts, and the home
+  # keeps every member's from these reports. Slurm has them all: a failed write is no failed launch.
+  jobtpu_batch_record "$list" "$id" 2>/dev/null
   # The ok reports gathered and printed at once, not by jobtpu_say: a thousand members say this together.
   for i in "${!jobtpu_array_stems[@]}"; do
-    if printf '%s\n' "${id}_$i" > "${jobtpu_array_stems[$i]}.slurm"; then
-      printf -v out '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
-        "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "${id}_$i"
-      said+=$out
-    else
-      jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" \
-        "fail Slurm job ${id}_$i took the attempt, but its id could not be written to ${jobtpu_array_stems[$i]}.slurm"
-    fi
+    printf -v out '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
+      "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "${id}_$i"
+    said+=$out
   done
   printf '%s' "$said"
 }
@@ -1267,7 +1278,7 @@ jobtpu_array_script() {
   # shellcheck disable=SC2016 # written for the batch script, expanded there
   echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 75'
   declare -p jobtpu_unpack_source
-  declare -f jobtpu_own_folder jobtpu_tree jobtpu_keep_tree jobtpu_array_folder jobtpu_array_run
+  declare -f jobtpu_own_folder jobtpu_tree jobtpu_keep_tree jobtpu_array_folder jobtpu_array_run jobtpu_array_refuse
   printf 'p=%q\n' "$program"
   # shellcheck disable=SC2016 # written for the batch script, expanded there
   printf 'jobtpu_array_run %q %q %q %q "$SLURM_ARRAY_JOB_ID" "$SLURM_ARRAY_TASK_ID" "$p"\n' \
@@ -1275,10 +1286,13 @@ jobtpu_array_script() {
 }
 
 # jobtpu_array_run TABLE ROOT HOME_ID UMASK ARRAY INDEX PROGRAM : (on the node, the batch step) member
-# INDEX of the array: its line of TABLE, its output appended to its own log, its Slurm id recorded,
-# its claim and job folder made (jobtpu_array_folder), then the wrapper PROGRAM in its place. A member
-# that cannot get its folder writes why in its log and exit code 1 in its exit record: the attempt
-# ends failed with that line in jobtpu, never as a silent Slurm FAILED.
+# INDEX of the array: its line of TABLE; its meta folder made and checked (jobtpu_own_folder), else it
+# refuses to run (jobtpu_array_refuse); its output appended to its own log, its Slurm id recorded, its
+# env file written from its line (unless the handover wrote it: a secret's), its claim and job folder
+# made (jobtpu_array_folder), then the wrapper PROGRAM in its place: the wrapper reads and deletes
+# the env file as on every machine. A member that cannot get its job folder writes why in its log and
+# exit code 1 in its exit record: the attempt ends failed with that line in jobtpu, never as a silent
+# Slurm FAILED.
 jobtpu_array_run() {
   local row m b d
   mapfile -t -s "$6" -n 1 row < "$1"
@@ -1287,8 +1301,17 @@ jobtpu_array_run() {
   eval "row=(${row[0]})"
   m=$2/meta/${row[0]} d=$2/jobs/${row[0]}
   b=$m/${row[1]}.${row[2]}
+  umask 077
+  mkdir "$m" 2> /dev/null
+  jobtpu_own_folder "$m" ||
+    jobtpu_array_refuse "$2" "$5_$6" "$m is not a folder of this account's alone (a link, another account's, or writable by others)"
   exec >> "$b.log" 2>&1
   [ -s "$b.slurm" ] || { echo "$5_$6" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }
+  if [ "${row[10]}" != 1 ]; then
+    { if [ ${#row[@]} -gt 11 ]; then printf '%s\0' "${row[@]:11}"; fi; } > "$b.env" ||
+      { echo "jobtpu: the job's environment file $b.env could not be written on $(hostname); the command was not started"
+        rm -f "$b.env"; echo 1 > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"; exit 1; }
+  fi
   mkdir "$b.claim" 2> /dev/null
   jobtpu_array_why=""
   if ! jobtpu_array_folder "$2" "${row[3]}" "${row[4]}" "$m/${row[1]}.reset" "$d" "${row[0]}.${row[2]}" || ! cd "$d"; then
@@ -1299,6 +1322,16 @@ jobtpu_array_run() {
   fi
   export JOBTPU_MARK="$3.${row[0]}.${row[1]}.${row[2]}"
   exec bash -c "$7" "jobtpu-${row[0]}" "$b" "${row[5]}" "${row[6]}" "${row[7]}" "$4" "${row[8]}" "${row[9]}" 3>&-
+}
+
+# jobtpu_array_refuse ROOT ID WHY : (on the node) a member whose meta folder is unsafe runs nothing and
+# writes nothing there: WHY goes to ROOT/meta/arrays/ID.log and exit code 1 to ID.exit (ID: its Slurm
+# id), where the probe reads a worker that recorded no id of its own (jobtpu_slurm_report).
+jobtpu_array_refuse() {
+  local s=$1/meta/arrays/$2
+  echo "jobtpu: $3 on $(hostname); the command was not started" >> "$s.log"
+  echo 1 > "$s.exit.tmp" && mv "$s.exit.tmp" "$s.exit"
+  exit 1
 }
 
 # jobtpu_array_folder ROOT ARCHIVE FRESH RESET FOLDER TAG : (on the node) the job's FOLDER from the
@@ -1334,6 +1367,6 @@ jobtpu_array_folder() {
 jobtpu_launch_init stale_minutes=3 unpack_bad_exit=3 'unpack_source=<jobtpu/snapshot/unpack.py>' reset_tenths=200 --
 jobtpu_batch --partition=gpu
 jobtpu_array root=-runs/jobtpu home_id=home-1 token=0 throttle=4 -- 7 8
-jobtpu_array_member 7 0 0 0123abcd.tar.gz 1 'python train.py --lr '"'"'a b'"'"' $HOME' USR1 30 3600.25 50 WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
-jobtpu_array_member 8 0 0 0123abcd.tar.gz 1 'python train.py --lr '"'"'a b'"'"' $HOME' USR1 30 3600.25 50 WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_array_member 7 0 0 0123abcd.tar.gz 1 'python train.py --lr '"'"'a b'"'"' $HOME' USR1 30 3600.25 50 0 WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
+jobtpu_array_member 8 0 0 0123abcd.tar.gz 1 'python train.py --lr '"'"'a b'"'"' $HOME' USR1 30 3600.25 50 1 WANDB_NAME x 'run-$JOBTPU_JOB_ID' TOKEN = s3cr=t
 jobtpu_array_submit

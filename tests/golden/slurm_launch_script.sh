@@ -757,7 +757,9 @@ jobtpu_launch() (
 # sweep's job array is slurm_array.sh). The run root is on the cluster's shared filesystem: the login
 # host and every compute node see the same meta files, so the wrapper's pid, exit and log records are
 # written on the node and read at the login.
-# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster").
+# STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster"); an
+# array member writes it when it starts, and until then the probe and the stop use the id the home
+# has from the launch's report (an ID word after each worker).
 
 # Slurm's job states that have ended (squeue --states=all keeps them a while, MinJobAge); every other
 # state (pending, running, completing, suspended, requeued...) still holds the job in Slurm.
@@ -885,8 +887,9 @@ jobtpu_slurm_away() {
   return 1
 }
 
-# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... :
-# what jobtpu_probe says of each worker (an ended worker 0's saved value too, its `result` report, at
+# jobtpu_slurm_probe root=ROOT chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET ID]... :
+# what jobtpu_probe says of each worker (ID: its Slurm job id as the home knows it, - when it does not;
+# its STEM.slurm record, when there, wins) (an ended worker 0's saved value too, its `result` report, at
 # most RESULT bytes of it), its liveness from Slurm: one squeue for every job of this account. When
 # Slurm does not answer (slurmctld restarting), nothing is said and the probe fails: the pass takes the
 # cluster as unreachable this once and changes none of its jobs. Besides, per worker: waiting, the
@@ -898,7 +901,7 @@ jobtpu_slurm_away() {
 # worker list (a thousand workers a pass: a fork or a shell function per worker cost seconds); only
 # the log, log-end and result reports, which carry bytes, are made per worker, by the shell.
 jobtpu_slurm_probe() {
-  local root="" chunk="" tail="" result="" r q boot=- now lost=() task k j a w offset rsize
+  local root="" chunk="" tail="" result="" r q boot=- now lost=() task k j a w offset rsize stem
   jobtpu_lines=() jobtpu_tasks=()
   jobtpu_named "root chunk tail result" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
@@ -910,8 +913,8 @@ jobtpu_slurm_probe() {
   # Nothing is said before sacct answered: a probe that fails says nothing.
   jobtpu_slurm_split "$(jobtpu_slurm_report "$r" "$q" "" "$@")"
   for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
-    read -r k j a w offset <<< "$task"
-    [ "$k" = =lost ] && lost+=("$j" "$a" "$w" "$offset")
+    read -r k j a w offset rsize <<< "$task"
+    [ "$k" = =lost ] && lost+=("$j" "$a" "$w" "$offset" "$rsize")
   done
   if [ ${#lost[@]} -gt 0 ]; then
     jobtpu_slurm_acct "$r" "${lost[@]}" || return 1
@@ -922,8 +925,10 @@ jobtpu_slurm_probe() {
   jobtpu_say host s:boot "$boot" n:now "$now"
   [ ${#jobtpu_lines[@]} = 0 ] || printf '%s\n' "${jobtpu_lines[@]}"
   for task in ${jobtpu_tasks[@]+"${jobtpu_tasks[@]}"}; do
-    read -r k j a w offset _ _ rsize <<< "$task"
-    task=$r/meta/$j/$a.$w
+    # The last word, when there, is the worker's files' stem: a member that refused to run wrote its
+    # reason beside its array's table (jobtpu_array_refuse), not in its meta folder.
+    read -r k j a w offset rsize stem <<< "$task"
+    task=${stem:-$r/meta/$j/$a.$w}
     case $k in
       =unsub) rm -f "$task.slurm" && rmdir "$task.claim" 2> /dev/null ;;
       =log)
@@ -961,7 +966,7 @@ jobtpu_slurm_split() {
   jobtpu_tasks+=("${all[@]:n}")
 }
 
-# jobtpu_slurm_acct ROOT [JOB ATTEMPT WORKER OFFSET]... : what Slurm's accounting says of these
+# jobtpu_slurm_acct ROOT [JOB ATTEMPT WORKER OFFSET ID]... : what Slurm's accounting says of these
 # workers' jobs, one sacct call, into jobtpu_acct (its JobID|State|ExitCode lines). Empty where
 # accounting is disabled (as where it is not set up: nothing more is known); fails, the probe with it,
 # when sacct does not answer otherwise (slurmdbd away): the next pass asks again, nothing is taken for lost.
@@ -969,11 +974,11 @@ jobtpu_slurm_acct() {
   local r=$1 ids="" id out
   shift
   jobtpu_acct=""
-  while [ $# -ge 4 ]; do
-    id=""
+  while [ $# -ge 5 ]; do
+    id=$5
     [ -s "$r/meta/$1/$2.$3.slurm" ] && read -r id _ < "$r/meta/$1/$2.$3.slurm"
     [[ $id =~ ^[0-9]+(_[0-9]+)?$ ]] && ids+=${ids:+,}$id
-    shift 4
+    shift 5
   done
   [ -n "$ids" ] || return 0
   if out=$(sacct -X -n -P --format=JobID,State,ExitCode,JobName --jobs="$ids" 2>&1); then
@@ -986,15 +991,19 @@ jobtpu_slurm_acct() {
   fi
 }
 
-# jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET]... : the `worker` report of each worker,
-# then a task line for each report that carries bytes (=log, =end, =result) and each worker whose job
-# Slurm's lines do not know and that wrote no exit record (=lost, when ACCT is empty). SLURM is squeue's
+# jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET ID]... : the `worker` report of each
+# worker, then a task line for each report that carries bytes (=log, =end, =result: KIND JOB ATTEMPT
+# WORKER OFFSET SIZE [STEM], STEM when the files are not the worker's own) and each worker whose job
+# Slurm's lines do not know and that wrote no exit record (=lost JOB ATTEMPT WORKER OFFSET ID, when
+# ACCT is empty). A worker's Slurm id is its STEM.slurm record, else ID (the home's, - for none); a
+# worker with no record whose id's member refused to run reads ROOT/meta/arrays/ID.log and .exit. SLURM is squeue's
 # lines (ID|STATE|REASON|RESTARTS|), or with ACCT set, sacct's (ID|STATE|EXITCODE).
 jobtpu_slurm_report() {
   local r=$1 slurm=$2 acct=$3 dirs=() i
   shift 3
-  for ((i = 1; i <= $#; i += 4)); do dirs+=("$r/meta/${!i}"); done
+  for ((i = 1; i <= $#; i += 5)); do dirs+=("$r/meta/${!i}"); done
   [ ${#dirs[@]} -gt 0 ] || return 0
+  dirs+=("$r/meta/arrays")
   # shellcheck disable=SC2016 # awk's program
   r=$r acct=$acct chunk=$chunk ended=$jobtpu_slurm_ended awk -F'|' '
     BEGIN { acct = ENVIRON["acct"]; chunk = ENVIRON["chunk"] + 0; ended = ENVIRON["ended"] }
@@ -1033,8 +1042,12 @@ jobtpu_slurm_report() {
     }
     {
       split($0, f, " "); job = f[1]; att = f[2]; wk = f[3]; off = f[4] + 0
-      b = ENVIRON["r"] "/meta/" job "/" att "." wk
+      b = ENVIRON["r"] "/meta/" job "/" att "." wk; alt = ""
       id = (size[b ".slurm"] > 0) ? first(b ".slurm") : ""
+      if (id == "" && f[5] ~ /^[0-9]+(_[0-9]+)?$/) {
+        id = f[5]
+        if ((ENVIRON["r"] "/meta/arrays/" id ".exit") in type) { b = ENVIRON["r"] "/meta/arrays/" id; alt = " " b }
+      }
       s = (id != "" && (id in state)) ? state[id] : ""
       # The id of a lone job that Slurm now gives another job is not this worker: a controller that
       # crashed before it saved our submit numbers its next jobs from where its saved state left off.
@@ -1045,7 +1058,7 @@ jobtpu_slurm_report() {
       ex = "-"; at = "-"
       if (size[b ".exit"] > 0) { ex = whole(b ".exit"); at = mtime[b ".exit"] }
       # Forgotten by squeue: asked of accounting (one sacct for all), unless the id names another job now.
-      if (s == "" && ex == "-" && id != "" && acct == "" && !foreign) { lost[++nlost] = job " " att " " wk " " off; next }
+      if (s == "" && ex == "-" && id != "" && acct == "" && !foreign) { lost[++nlost] = job " " att " " wk " " off " " id; next }
       alive = "false"; preempted = "false"; waiting = ""; unsubmitted = "false"
       claim = ((b ".claim") in type) ? "true" : "false"
       if (s == "" && ex == "-" && id != "" && pid == "-" && (acct != "" || foreign)) {
@@ -1073,19 +1086,21 @@ jobtpu_slurm_report() {
       if (at !~ /^[0-9]+(\.[0-9]+)?$/) at = "null"
       printf "{\"kind\":\"worker\",\"job\":%d,\"attempt\":%d,\"worker\":%d,\"pid\":%s,\"alive\":%s,\"exit\":%s,\"size\":%d,\"claimed\":%s,\"at\":%s,\"marked\":null,\"timedout\":%s,\"preempted\":%s,\"waiting\":%s,\"unsubmitted\":%s}\n", \
         job, att, wk, pid, alive, ex, sz, claim, at, timedout, preempted, esc(waiting), unsubmitted
-      if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off
-      if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk
+      if (sz > off) task[++ntask] = "=log " job " " att " " wk " " off " 0" alt
+      if (ex != "null" && sz - off > chunk) task[++ntask] = "=end " job " " att " " wk " 0 0" alt
       if (wk == 0 && ex != "null" && sz - off <= chunk && type[b ".result"] == "f")
-        task[++ntask] = "=result " job " " att " " wk " 0 0 0 " size[b ".result"]
+        task[++ntask] = "=result " job " " att " " wk " 0 " size[b ".result"] alt
     }
     END {
       for (i = 1; i <= ntask; i++) print task[i]
       for (i = 1; i <= nlost; i++) print "=lost " lost[i]
     }' <(printf '%s\n' "$slurm") \
-      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s\n' "$@")
+      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s %s\n' "$@")
 }
 
-# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER]... : stop each worker's Slurm job: TERM to
+# jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER ID]... : stop each worker's Slurm job (its
+# STEM.slurm record, else ID, the home's, - for none: an array member Slurm still holds pending
+# recorded none yet, and is cancelled all the same): TERM to
 # every process of a running one (scancel --full --signal), then, GRACE tenths of a second later if
 # it still runs, scancel (Slurm's KILL after its KillWait); then up to STEPS tenths for Slurm to say
 # it ended. One `kill` report per worker: gone, or not yet (stuck). A worker never handed to Slurm
@@ -1093,8 +1108,9 @@ jobtpu_slurm_report() {
 jobtpu_slurm_kill() {
   local r=${1/#-/./-} grace=$2 steps=$3 b id s i
   shift 4
-  while [ $# -ge 3 ]; do
+  while [ $# -ge 4 ]; do
     b=$r/meta/$1/$2.$3 id=""
+    [[ $4 =~ ^[0-9]+(_[0-9]+)?$ ]] && id=$4
     [ -s "$b.slurm" ] && read -r id _ < "$b.slurm"
     if [ -z "$id" ]; then
       if [ -e "$b.claim" ]; then s=claimed; else s=""; fi
@@ -1119,7 +1135,7 @@ jobtpu_slurm_kill() {
     else
       jobtpu_say kill n:job "$1" n:attempt "$2" n:worker "$3" b:gone 0
     fi
-    shift 3
+    shift 4
   done
 }
 
@@ -1127,7 +1143,8 @@ jobtpu_slurm_kill() {
 # UNKNOWN when Slurm does not answer (never taken for an ended job).
 jobtpu_slurm_state() {
   local out
-  if out=$(squeue --noheader --states=all --jobs="$1" --format=%T 2>&1); then
+  # --array: a member Slurm holds pending is one line of its own, not its array's folded line.
+  if out=$(squeue --noheader --states=all --array --jobs="$1" --format=%T 2>&1); then
     echo "${out%%$'\n'*}"
   elif [[ $out != *"Invalid job id"* ]]; then
     echo UNKNOWN

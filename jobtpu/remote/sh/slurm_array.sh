@@ -1,31 +1,34 @@
 # A sweep's members on a Slurm cluster as ONE job array (needs common.sh, wrapper.sh, launch.sh and
-# slurm.sh; docs/reference/machines-json.md §3.3.1). The handover at the login host is a few files and
-# one sbatch: each member's env file, a member table (one line each: its job, attempt, command...) and
-# one batch script every member shares. Each member makes its own claim and job folder (a copy of the
+# slurm.sh; docs/reference/machines-json.md §3.3.1). The handover at the login host is a few files
+# whatever the array's size, and one sbatch: a member table (one line each: its job, attempt, command,
+# environment...), one batch script every member shares and one record of the array's Slurm id. Each
+# member makes its own meta folder, env file, id record, claim and job folder (a copy of the
 # snapshot's checked tree) when Slurm starts it, on its node, by its SLURM_ARRAY_TASK_ID: a thousand
-# members cost the handover no thousand folder copies. The snapshot is checked (and its tree made)
-# once here, so a missing or damaged copy is still the launch's need-archive or bad-archive.
+# members cost the handover no thousand files. Only a member with secret values keeps an env file
+# written here, so a secret never lies in a table. The snapshot is checked (and its tree made) once
+# here, so a missing or damaged copy is still the launch's need-archive or bad-archive.
 
 # jobtpu_array root=ROOT home_id=ID token=TOKEN throttle=M -- JOB... : start a handover of members of
-# the given jobs, at most M running at once (empty: no cap). Every job's meta folder is made (one
-# mkdir) and checked (one find); the lease's fence is checked once for all.
+# the given jobs, at most M running at once (empty: no cap). The lease's fence is checked once for all.
+# An earlier table in meta/arrays means a handover may have been cut short after sbatch answered: its
+# members are then looked for in Slurm (jobtpu_array_seek), once, before any is submitted again.
 jobtpu_array() {
-  local root="" home_id="" token="" throttle="" r d bad=()
+  local root="" home_id="" token="" throttle="" r old
   jobtpu_named "root home_id token throttle" "$@" || return 1
   # shellcheck disable=SC2154 # set by jobtpu_named (common.sh)
   shift "$jobtpu_named_n"
   r=${root/#-/./-}
   jobtpu_array_home=$home_id jobtpu_array_throttle=$throttle jobtpu_array_problem="" jobtpu_array_list=""
-  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=() jobtpu_array_asked=""
-  declare -gA jobtpu_array_bad=() jobtpu_array_trees=() jobtpu_array_handed=()
+  jobtpu_array_table="" jobtpu_array_stems=() jobtpu_array_refs=() jobtpu_array_asked="" jobtpu_array_secret=()
+  declare -gA jobtpu_array_trees=() jobtpu_array_handed=()
   # The job's umask is the login's (jobtpu_job_umask), kept before this handover's files go private.
   jobtpu_array_umask=$(jobtpu_job_umask)
   umask 077
-  # The jobs' meta folders by a plain mkdir (the one folder each, EEXIST ignored), not mkdir -p: -p
-  # walks every path (three mkdirs and two chdirs each), a thousand members' worth of system calls.
   mkdir -p "$r/meta/arrays" "$r/jobs" "$r/archives" 2>/dev/null
-  [ $# -eq 0 ] || mkdir "${@/#/$r/meta/}" 2>/dev/null
   jobtpu_private_root "$r"
+  old=("$r/meta/arrays/"*)
+  jobtpu_array_earlier=""
+  [ -e "${old[0]}" ] && jobtpu_array_earlier=1
   if ! { jobtpu_array_root=$(cd "$r" && pwd -P) && jobtpu_own_folder "$r/meta/arrays" &&
     jobtpu_array_list=$(mktemp "$jobtpu_array_root/meta/arrays/XXXXXXXX"); }; then
     jobtpu_array_problem="fail cannot create the array's files in $r/meta/arrays"; return 0
@@ -33,14 +36,6 @@ jobtpu_array() {
   jobtpu_array_name="jobtpu-$home_id.array.${jobtpu_array_list##*/}"
   jobtpu_fence "$r" "$home_id" "$token" ||
     { jobtpu_array_problem="fail fenced: a runner with a newer lease token launches here"; return 0; }
-  # What jobtpu_own_folder asks of each, with one find for all of them.
-  for d; do
-    { [ ! -L "$r/meta/$d" ] && [ -d "$r/meta/$d" ] && [ -O "$r/meta/$d" ]; } || jobtpu_array_bad[$d]=1
-  done
-  if [ $# -gt 0 ]; then
-    mapfile -t bad < <(find "${@/#/$r/meta/}" -maxdepth 0 -perm /022 2>/dev/null)
-    for d in ${bad[@]+"${bad[@]}"}; do jobtpu_array_bad[${d##*/}]=1; done
-  fi
   return 0
 }
 
@@ -59,42 +54,42 @@ jobtpu_array_said() {
   else jobtpu_say launch n:job "$1" n:attempt "$2" n:worker "$3" s:outcome "$4"; fi
 }
 
-# jobtpu_array_member JOB ATTEMPT WORKER ARCHIVE FRESH COMMAND SIGNAL DELAY LIMIT GRACE [NAME MODE VALUE]... :
-# one member (jobtpu_launch's arguments, by position; its environment after them). Handed to Slurm
-# already: its `launch` report, ok, at once (a launch is never submitted twice, even when the handover
-# that submitted it was cut short before the id was written: its env file, written before sbatch, is
-# the trace jobtpu_array_seek follows). Otherwise its env file is written and it joins the table;
-# jobtpu_array_submit reports it.
+# jobtpu_array_member JOB ATTEMPT WORKER ARCHIVE FRESH COMMAND SIGNAL DELAY LIMIT GRACE SECRET [NAME MODE VALUE]... :
+# one member (jobtpu_launch's arguments, by position; SECRET 1 when a value of its environment, after
+# them, is a secret). Handed to Slurm already: its `launch` report, ok, at once (a launch is never
+# submitted twice, even when the handover that submitted it was cut short before its reports were
+# said: the table, written before sbatch, is the trace jobtpu_array_seek follows). Otherwise it joins
+# the table, its environment with it, or, SECRET, in its own env file (as jobtpu_launch's: only the
+# wrapper reads it, and deletes it); jobtpu_array_submit reports it.
 jobtpu_array_member() {
   local b="$jobtpu_array_root/meta/$1/$2.$3" row x id
   if [ -n "$jobtpu_array_problem" ]; then jobtpu_array_said "$1" "$2" "$3" "$jobtpu_array_problem"; return 0; fi
-  if [ -n "${jobtpu_array_bad[$1]:-}" ]; then
-    jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
-    return 0
-  fi
+  # An id recorded by the member itself (it started): no Slurm question.
   if [ -s "$b.slurm" ]; then read -r id _ < "$b.slurm"; jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
-  if [ -e "$b.env" ]; then
+  if [ -n "$jobtpu_array_earlier" ]; then
     jobtpu_array_seek || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
     id=${jobtpu_array_handed["$1 $2 $3"]:-}
-    if [ -n "$id" ]; then
-      jobtpu_batch_record "$b" "$id" || { jobtpu_array_said "$1" "$2" "$3" pending; return 0; }
-      jobtpu_array_ok "$1" "$2" "$3" "$id"
-      return 0
-    fi
+    if [ -n "$id" ]; then jobtpu_array_ok "$1" "$2" "$3" "$id"; return 0; fi
   fi
   # The snapshot, checked once per archive for the whole array.
   x=${jobtpu_array_trees[$4]-unset}
   if [ "$x" = unset ]; then jobtpu_array_tree "$4"; x=$jobtpu_array_got; jobtpu_array_trees[$4]=$x; fi
   if [ -n "$x" ]; then jobtpu_array_said "$1" "$2" "$3" "$x"; return 0; fi
+  if [ "${11}" = 1 ]; then
+    # Its meta folder made and checked here (jobtpu_own_folder), for its env file.
+    if ! { mkdir -p "$jobtpu_array_root/meta/$1" 2>/dev/null && jobtpu_own_folder "$jobtpu_array_root/meta/$1"; }; then
+      jobtpu_array_said "$1" "$2" "$3" "fail $jobtpu_array_root/meta/$1 is not a folder of this account's alone (a link, another account's, or writable by others)"
+      return 0
+    fi
+    printf '%s\0' "${@:12}" > "$b.env" 2>/dev/null ||
+      { rm -f "$b.env"; jobtpu_array_said "$1" "$2" "$3" "fail cannot write the env file $b.env"; return 0; }
+    jobtpu_array_secret+=("$b.env")
+    set -- "${@:1:11}"
+  fi
   # The table's line starts with the member's job, attempt and worker: jobtpu_array_seek finds it there.
   # Its line number is its index, so the member needs no file of its own saying which array it is in.
-  printf -v row '%q ' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}"
+  printf -v row '%q ' "$@"
   jobtpu_array_refs+=("$1" "$2" "$3")
-  shift 10
-  # The environment goes to a file only the wrapper reads (and deletes), as jobtpu_launch's.
-  if [ $# -gt 0 ]; then printf '%s\0' "$@" > "$b.env"; else : > "$b.env"; fi 2>/dev/null ||
-    { rm -f "$b.env"; jobtpu_array_said "${jobtpu_array_refs[@]: -3}" "fail cannot write the env file $b.env"
-      jobtpu_array_refs=("${jobtpu_array_refs[@]:0:${#jobtpu_array_refs[@]}-3}"); return 0; }
   jobtpu_array_stems+=("$b")
   jobtpu_array_table+=$row$'\n'
 }
@@ -147,8 +142,9 @@ jobtpu_array_tree() {
 }
 
 # jobtpu_array_submit : the table, the shared batch script and one sbatch --array of every member that
-# joined. One `launch` report per member: ok with its id <array id>_<i>, or, when sbatch refuses, fail
-# with sbatch's own words, each member's env file taken back (nothing is left half-made).
+# joined, then the array's id in one record beside the table (TABLE.slurm). One `launch` report per
+# member: ok with its id <array id>_<i>, or, when sbatch refuses, fail with sbatch's own words, the
+# table and every env file written taken back (nothing is left half-made).
 jobtpu_array_submit() {
   local list=$jobtpu_array_list n=${#jobtpu_array_stems[@]} out rc id i t="" said="" f=("${jobtpu_array_refs[@]}")
   [ "$n" -gt 0 ] || { [ -z "$list" ] || rm -f "$list"; return 0; }
@@ -162,22 +158,20 @@ jobtpu_array_submit() {
   id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
     out=${out//$'\n'/ }
-    rm -f "${jobtpu_array_stems[@]/%/.env}" "$list" "$list.sbatch"
+    rm -f ${jobtpu_array_secret[@]+"${jobtpu_array_secret[@]}"} "$list" "$list.sbatch"
     for i in "${!jobtpu_array_stems[@]}"; do
       jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "fail ${out:0:400}"
     done
     return 0
   fi
+  # The array's id, for people and tools; each member records its own when it starts, and the home
+  # keeps every member's from these reports. Slurm has them all: a failed write is no failed launch.
+  jobtpu_batch_record "$list" "$id" 2>/dev/null
   # The ok reports gathered and printed at once, not by jobtpu_say: a thousand members say this together.
   for i in "${!jobtpu_array_stems[@]}"; do
-    if printf '%s\n' "${id}_$i" > "${jobtpu_array_stems[$i]}.slurm"; then
-      printf -v out '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
-        "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "${id}_$i"
-      said+=$out
-    else
-      jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" \
-        "fail Slurm job ${id}_$i took the attempt, but its id could not be written to ${jobtpu_array_stems[$i]}.slurm"
-    fi
+    printf -v out '{"kind":"launch","job":%d,"attempt":%d,"worker":%d,"outcome":"ok","slurm":"%s"}\n' \
+      "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "${id}_$i"
+    said+=$out
   done
   printf '%s' "$said"
 }
@@ -193,7 +187,7 @@ jobtpu_array_script() {
   # shellcheck disable=SC2016 # written for the batch script, expanded there
   echo '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || exit 75'
   declare -p jobtpu_unpack_source
-  declare -f jobtpu_own_folder jobtpu_tree jobtpu_keep_tree jobtpu_array_folder jobtpu_array_run
+  declare -f jobtpu_own_folder jobtpu_tree jobtpu_keep_tree jobtpu_array_folder jobtpu_array_run jobtpu_array_refuse
   printf 'p=%q\n' "$program"
   # shellcheck disable=SC2016 # written for the batch script, expanded there
   printf 'jobtpu_array_run %q %q %q %q "$SLURM_ARRAY_JOB_ID" "$SLURM_ARRAY_TASK_ID" "$p"\n' \
@@ -201,10 +195,13 @@ jobtpu_array_script() {
 }
 
 # jobtpu_array_run TABLE ROOT HOME_ID UMASK ARRAY INDEX PROGRAM : (on the node, the batch step) member
-# INDEX of the array: its line of TABLE, its output appended to its own log, its Slurm id recorded,
-# its claim and job folder made (jobtpu_array_folder), then the wrapper PROGRAM in its place. A member
-# that cannot get its folder writes why in its log and exit code 1 in its exit record: the attempt
-# ends failed with that line in jobtpu, never as a silent Slurm FAILED.
+# INDEX of the array: its line of TABLE; its meta folder made and checked (jobtpu_own_folder), else it
+# refuses to run (jobtpu_array_refuse); its output appended to its own log, its Slurm id recorded, its
+# env file written from its line (unless the handover wrote it: a secret's), its claim and job folder
+# made (jobtpu_array_folder), then the wrapper PROGRAM in its place: the wrapper reads and deletes
+# the env file as on every machine. A member that cannot get its job folder writes why in its log and
+# exit code 1 in its exit record: the attempt ends failed with that line in jobtpu, never as a silent
+# Slurm FAILED.
 jobtpu_array_run() {
   local row m b d
   mapfile -t -s "$6" -n 1 row < "$1"
@@ -213,8 +210,17 @@ jobtpu_array_run() {
   eval "row=(${row[0]})"
   m=$2/meta/${row[0]} d=$2/jobs/${row[0]}
   b=$m/${row[1]}.${row[2]}
+  umask 077
+  mkdir "$m" 2> /dev/null
+  jobtpu_own_folder "$m" ||
+    jobtpu_array_refuse "$2" "$5_$6" "$m is not a folder of this account's alone (a link, another account's, or writable by others)"
   exec >> "$b.log" 2>&1
   [ -s "$b.slurm" ] || { echo "$5_$6" > "$b.slurm.tmp" && mv "$b.slurm.tmp" "$b.slurm"; }
+  if [ "${row[10]}" != 1 ]; then
+    { if [ ${#row[@]} -gt 11 ]; then printf '%s\0' "${row[@]:11}"; fi; } > "$b.env" ||
+      { echo "jobtpu: the job's environment file $b.env could not be written on $(hostname); the command was not started"
+        rm -f "$b.env"; echo 1 > "$b.exit.tmp" && mv "$b.exit.tmp" "$b.exit"; exit 1; }
+  fi
   mkdir "$b.claim" 2> /dev/null
   jobtpu_array_why=""
   if ! jobtpu_array_folder "$2" "${row[3]}" "${row[4]}" "$m/${row[1]}.reset" "$d" "${row[0]}.${row[2]}" || ! cd "$d"; then
@@ -225,6 +231,16 @@ jobtpu_array_run() {
   fi
   export JOBTPU_MARK="$3.${row[0]}.${row[1]}.${row[2]}"
   exec bash -c "$7" "jobtpu-${row[0]}" "$b" "${row[5]}" "${row[6]}" "${row[7]}" "$4" "${row[8]}" "${row[9]}" 3>&-
+}
+
+# jobtpu_array_refuse ROOT ID WHY : (on the node) a member whose meta folder is unsafe runs nothing and
+# writes nothing there: WHY goes to ROOT/meta/arrays/ID.log and exit code 1 to ID.exit (ID: its Slurm
+# id), where the probe reads a worker that recorded no id of its own (jobtpu_slurm_report).
+jobtpu_array_refuse() {
+  local s=$1/meta/arrays/$2
+  echo "jobtpu: $3 on $(hostname); the command was not started" >> "$s.log"
+  echo 1 > "$s.exit.tmp" && mv "$s.exit.tmp" "$s.exit"
+  exit 1
 }
 
 # jobtpu_array_folder ROOT ARCHIVE FRESH RESET FOLDER TAG : (on the node) the job's FOLDER from the
