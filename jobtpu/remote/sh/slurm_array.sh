@@ -96,15 +96,17 @@ jobtpu_array_member() {
 
 # jobtpu_array_seek : (once per handover) into jobtpu_array_handed, "JOB ATTEMPT WORKER" -> the Slurm id
 # <array id>_<line> of every member of this home's job arrays Slurm knows: one squeue for the account's
-# arrays named jobtpu-<home id>.array.<table>, then each such table read once. Only a member with an env
-# file and no id asks (a handover cut short after sbatch answered); fails when Slurm cannot be asked.
+# arrays named jobtpu-<home id>.array.<table>, then each such table read once. Asked when an earlier
+# table is there (a handover cut short after sbatch answered, or one sbatch got no answer from);
+# fails when Slurm cannot be asked. The old files of arrays Slurm forgot go with it.
 jobtpu_array_seek() {
-  local out name id n j a w
+  local out name id n j a w f base known=" "
   [ -n "$jobtpu_array_asked" ] && return 0
   out=$(squeue --noheader --user="$(id -un)" --states=all --format='%F %j' 2>/dev/null) || return 1
   jobtpu_array_asked=1
   declare -A seen=()
   while read -r id name; do
+    [[ $name == jobtpu-*.array.* ]] && known+="${name##*.array.} "  # any home's: roots may be shared
     [[ $id =~ ^[0-9]+$ && $name == "jobtpu-$jobtpu_array_home.array."* && -z ${seen[$name]:-} ]] || continue
     seen[$name]=1 n=0
     # A table's first three words are numbers (printf %q leaves them as they are).
@@ -113,6 +115,13 @@ jobtpu_array_seek() {
       n=$((n + 1))
     done < "$jobtpu_array_root/meta/arrays/${name##*.array.}" 2>/dev/null
   done <<< "$out"
+  # The files of arrays Slurm no longer knows (every member ended, and MinJobAge past), two days old
+  # and more, are taken away: a member reads its line only as it starts, and a pass reads a refusal
+  # within minutes. Tables would otherwise pile up, each holding its members' environment.
+  while IFS= read -r -d '' f; do
+    base=${f##*/}; base=${base%%.*}
+    [[ $known == *" $base "* ]] || rm -f -- "$f"
+  done < <(find "$jobtpu_array_root/meta/arrays" -maxdepth 1 -type f -mtime +1 -print0 2>/dev/null)
   return 0
 }
 
@@ -158,6 +167,15 @@ jobtpu_array_submit() {
   id=${out%%;*}
   if [ "$rc" != 0 ] || [[ ! $id =~ ^[0-9]+$ ]]; then
     out=${out//$'\n'/ }
+    if [ "$rc" != 0 ] && jobtpu_slurm_away "$out"; then
+      # No answer from Slurm's controller: it may have taken the array all the same. Nothing fails:
+      # every member is `pending`, the table stays, and the next handover finds the array by its name
+      # (jobtpu_array_seek) before it submits any member again, never twice.
+      for i in "${!jobtpu_array_stems[@]}"; do
+        jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "pending ${out:0:400}"
+      done
+      return 0
+    fi
     rm -f ${jobtpu_array_secret[@]+"${jobtpu_array_secret[@]}"} "$list" "$list.sbatch"
     for i in "${!jobtpu_array_stems[@]}"; do
       jobtpu_array_said "${f[3 * i]}" "${f[3 * i + 1]}" "${f[3 * i + 2]}" "fail ${out:0:400}"
