@@ -199,13 +199,15 @@ def test_a_sweep_s_members_on_a_cluster_go_as_one_array_even_when_one_is_left() 
 
     box = Machine(name="box", kind="ssh", hosts=("h",))
     jobs = [queued(1, sweep=7), queued(2, sweep=7), queued(3, sweep=8), queued(4, sweep=9, resume=True),
-            queued(5), queued(6, sweep=7)]
+            queued(5), queued(6, sweep=7), queued(7, sweep=7)]
     for j in jobs:
         j.status = Status.LAUNCHING
+        j.attempts = [model.Attempt(n=0, machine="m", slurm_after="afterok:9" if j.id == 7 else None)]
     pass_ = SimpleNamespace(state=SimpleNamespace(jobs=jobs), fleet=Fleet(machines={"m": cluster(), "box": box}))
     ready = [Launch(j.id, "box" if j.id == 6 else "m", 0, 1) for j in jobs]
     arrays, alone = array_groups(pass_, ready)  # type: ignore[arg-type]
-    assert [[a.job for a in group] for group in arrays] == [[1, 2], [3]]
+    # A member handed after another Slurm job (its --after) has other sbatch options: an array of its own.
+    assert [[a.job for a in group] for group in arrays] == [[1, 2], [3], [7]]
     assert sorted(a.job for a in alone) == [4, 5, 6]
 # ---- --after on a Slurm cluster (decide/slurm_after.py) -------------------------------------------
 

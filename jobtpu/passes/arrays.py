@@ -33,7 +33,7 @@ SpecsOf = Callable[[Job, Machine, list[Endpoint], int], list[Worker]]  # a job's
 def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list[Launch]]:
     """The launches that go as job arrays (the members of one sweep on one Slurm machine, one or
     more), and the rest, each launched alone."""
-    groups: dict[tuple[str, int], list[Launch]] = {}
+    groups: dict[tuple[str, int, str | None], list[Launch]] = {}
     rest: list[Launch] = []
     jobs = {job.id: job for job in p.state.jobs}  # one look-up each, not a scan of every job per launch
     for action in ready:
@@ -42,7 +42,9 @@ def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list
                 or job.sweep is None or job.resume or job.status is not Status.LAUNCHING):
             rest.append(action)
             continue
-        groups.setdefault((machine.name, job.sweep), []).append(action)
+        # One array, one set of sbatch options: members handed after other Slurm jobs (--after) go apart.
+        after = job.current.slurm_after if job.current is not None else None
+        groups.setdefault((machine.name, job.sweep, after), []).append(action)
     # A lone member goes as an array of one: a handover of its sweep cut short after sbatch answered
     # is found again only by the array path (by the array's name and table), never submitted twice.
     return list(groups.values()), rest
