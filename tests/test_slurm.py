@@ -285,19 +285,28 @@ def test_a_requeued_array_member_resumes_alone(cluster: tuple[SlurmCluster, SshF
     manage_until(home, lambda s: s[ids[1]]["status"] == "finished", "the other member to finish")
 
 
+def throttled_pair(home: Path, tmp_path: Path) -> list[int]:
+    """A sweep of two members that print their index and wait for their release, one running at a time."""
+    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
+              "--max-running", "1", in_process=True)[0]
+    return [int(n) for n in out.strip().split("-")]
+
+
+def wait_throttled(home: Path, ids: list[int]) -> None:
+    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
+                 "the first member to run and the second to wait for the throttle")
+
+
 def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
-              "--max-running", "1", in_process=True)[0]
-    ids = [int(n) for n in out.strip().split("-")]
+    ids = throttled_pair(home, tmp_path)
     manage(home)  # one pass hands both over, each member's report naming its own job
     handed = [attempts(home, i)[0].get("slurm_job") for i in ids]
     assert handed == [f"{str(handed[0]).split('_')[0]}_{n}" for n in range(2)], handed
-    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
-                 "the first member to run and the second to wait for the throttle")
+    wait_throttled(home, ids)
     # The handover made no folder: a member makes its own when Slurm starts it (docs/reference/machines-json.md §3.3.1).
     root = fm.home / "jobtpu"
     assert (root / "jobs" / str(ids[0])).is_dir() and not (root / "jobs" / str(ids[1])).exists()
@@ -542,12 +551,8 @@ def test_a_member_whose_meta_folder_is_unsafe_refuses_to_run_and_says_why(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
-              "--max-running", "1", in_process=True)[0]
-    ids = [int(n) for n in out.strip().split("-")]
-    manage_until(home, lambda s: "index=0" in log(home, ids[0]) and "JobArrayTaskLimit" in (s[ids[1]].get("last_line") or ""),
-                 "the first member to run and the second to wait for the throttle")
+    ids = throttled_pair(home, tmp_path)
+    wait_throttled(home, ids)
     # The second member's meta folder, made before it starts, writable by the group.
     folder = fm.home / "jobtpu" / "meta" / str(ids[1])
     folder.mkdir()
