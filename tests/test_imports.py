@@ -147,6 +147,8 @@ def test_submit_loads_msgspec_without_typing_extensions(tmp_path: Path) -> None:
     assert "hashlib" not in loaded[1]
     # PyNaCl seals a shared home's requests (docs/design.md §7): a private home's submit never loads it.
     assert [m for m in loaded[0] | loaded[1] if m == "nacl" or m.startswith("nacl.")] == []
+    # Nor the runner's lease (a submit holds none), a gang's planning (one slice), or socket.
+    assert {"jobtpu.home.lease", "jobtpu.home.lease_rules", "jobtpu.decide.gang", "socket"} & (loaded[0] | loaded[1]) == set()
 
 
 @pytest.mark.parametrize("program", [

@@ -106,15 +106,17 @@ def check_class(fleet: "Fleet", name: str | None, user: str) -> None:
 def check_slices(slices: int, pin: str | None, fitting: "list[Machine]") -> None:
     """--slices: at least one, no --machine with more than one, and no more than the machines of one
     kind that fit the request (a gang is all of one kind: decide/gang.py)."""
-    from jobtpu.decide.gang import kinds, largest_gang
-
     if slices < 1:
         raise JobtpuError(f"--slices {slices}: a job runs on at least one slice", hint="give --slices 1 or more")
     if slices > 1 and pin is not None:
         raise JobtpuError(f"--machine {pin} names one machine, and --slices {slices} asks for {slices}",
                           hint="leave out --machine; --req picks the kind of machine for every slice")
-    most = largest_gang(fitting) if slices > 1 else 1  # one slice: any machine that fits, the local one too
-    if slices > most:
+    if slices == 1:  # one slice: any machine that fits, the local one too
+        return
+    # Imported late: a submit of one slice needs none of it.
+    from jobtpu.decide.gang import kinds, largest_gang
+
+    if slices > largest_gang(fitting):
         have = ", ".join(f"{len(group)} of {accel or 'no accelerator'}" for (accel, _), group in kinds(fitting).items())
         raise JobtpuError(f"--slices {slices}: the fleet could never form that gang (machines of one kind that fit: "
                           f"{have})", hint="ask fewer slices, or add machines of that kind to machines.json")

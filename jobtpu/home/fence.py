@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
 from jobtpu import timing
 from jobtpu.errors import JobtpuError
-from jobtpu.home import lease
 from jobtpu.home.layout import NEVER_MADE, Home
-from jobtpu.home.lease_rules import Held, Lease, judge, watched
-from jobtpu.schema.events import Event
+
+if TYPE_CHECKING:  # the lease's modules are imported by a runner's round: a command holding none never needs them
+    from jobtpu.home.lease_rules import Held
+    from jobtpu.schema.events import Event
 
 RUNNER_TAKEOVER = "runner_takeover"  # an event kind (decide/events.py lists it)
 
@@ -58,6 +60,10 @@ def round_(home: Home, standby: bool, interval: float | None) -> tuple[bool, lis
     """Take, renew or wait for the lease before a round; (whether this process may run the round,
     lines to say). A home without lease/ and a runner that is no standby: no lease, as before.
     Raises Fenced when this process lost its lease; OSError when the home cannot be read."""
+    from jobtpu.home import lease
+    from jobtpu.home.lease_rules import Held, Lease, judge, watched
+    from jobtpu.schema.events import Event
+
     standby = standby or str(home.root) in _handed_over
     if not standby and not lease.in_use(home) and holding(home) is None:
         return True, []
@@ -126,6 +132,8 @@ def check(home: Home) -> int | None:
     held = holding(home)
     if held is None:
         return None
+    from jobtpu.home import lease
+
     now = time.monotonic()
     top = lease.tokens(home)
     step_line = ""

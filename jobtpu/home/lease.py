@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import pwd
-import socket
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def in_use(home: Home) -> bool:
 
 def box_name() -> str:
     """This box's name: $JOBTPU_BOX (two runners on one machine, as tests run them), else the host name."""
-    return os.environ.get("JOBTPU_BOX") or socket.gethostname()
+    return os.environ.get("JOBTPU_BOX") or os.uname().nodename  # gethostname's, without importing socket
 
 
 def me() -> Me:
