@@ -5,6 +5,8 @@ a requeue is a preemption the job resumes from, sbatch's refusal is one line (do
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -150,6 +152,12 @@ def test_exec_and_ssh_of_a_job_reach_its_node_through_the_login_host(cluster: tu
     assert (code, out) == (0, f"[0] job={slurm_id} step=0 in={fm.home}/jobtpu/jobs/{job}\n"), err
     done = helpers.jobtpu(home, "ssh", str(job), "--", show, check=False)
     assert (done.returncode, done.stdout) == (0, f"job={slurm_id} step=1 in={fm.home}/jobtpu/jobs/{job}\n"), done
+    # Without a command: an interactive shell in a step of the job, over ssh -t to the login host and
+    # srun --pty there, on the terminal `script` gives.
+    shell = subprocess.run(["script", "-qec", shlex.join([*helpers.JOBTPU, "--home", str(home), "ssh", str(job)]),
+                            "/dev/null"], input='echo "in=$SLURM_JOB_ID.$SLURM_STEP_ID:$(pwd -P)"\nexit 5\n',
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "JOBTPU_USER": "tester"})
+    assert shell.returncode == 5 and f"in={slurm_id}.2:{fm.home}/jobtpu/jobs/{job}" in shell.stdout, shell
     (fm.home / f"release-{job}").touch()
 
 
