@@ -81,3 +81,16 @@ def test_a_group_under_a_reused_pid_is_none_of_the_jobs(tmp_path: Path) -> None:
     finally:
         foreign.kill()
         foreign.wait()
+
+
+def test_a_launch_gone_before_the_wrappers_word_leaves_the_job_running(tmp_path: Path) -> None:
+    """The wrapper tells its launch on fd 3 that its pid is recorded (jobtpu/remote/sh/launch.sh). A
+    launch killed meanwhile (its pass shot) has closed the pipe's other end: the word is lost, never
+    the job, which a SIGPIPE would have taken with it (seen in tests/test_crash.py)."""
+    body = ('exec {k}<> <(:); exec 3> "/proc/self/fd/$k"; exec {k}>&-\n'  # fd 3: a pipe nobody reads
+            ': > "$PWD/stem.env"\n'
+            'jobtpu_wrapper "$PWD/stem" "echo ran > $PWD/ran" "" 0 0022 "" 5\n')
+    done = subprocess.run(["setsid", "bash", "-c", program(body)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "JOBTPU_MARK": MARK}, timeout=60)
+    assert (tmp_path / "ran").read_text() == "ran\n", done
+    assert (tmp_path / "stem.exit").read_text().strip() == "0", done

@@ -418,8 +418,9 @@ jobtpu_wrapper() {
     exit "$JOBTPU_NO_PID_RECORD"
   fi
   # The launch waits on fd 3 for this word (jobtpu_launch; a batch step starts the wrapper with fd 3
-  # closed); closed at once, so that neither the job nor a watch holds it open.
-  { echo up >&3; } 2>/dev/null; exec 3>&-
+  # closed); closed at once, so that neither the job nor a watch holds it open. SIGPIPE is ignored
+  # for the word alone: a launch that died meanwhile (its pass killed) must not take the job with it.
+  trap '' PIPE; { echo up >&3; } 2>/dev/null; trap - PIPE; exec 3>&-
   JOBTPU_w_n=(); JOBTPU_w_m=(); JOBTPU_w_v=()
   JOBTPU_w_load "$1.env"; JOBTPU_w_read=$?; rm -f "$1.env"
   if [ "$JOBTPU_w_read" != 0 ] || [ -e "$1.env" ]; then
