@@ -19,45 +19,28 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from manage_scaling import jobtpu  # noqa: E402  bench/manage_scaling.py (benches run as scripts)
-
-from tests.slurmcluster import SlurmCluster  # noqa: E402
-from tests.sshfleet import FleetMachine, SshFleet  # noqa: E402
+from manage_scaling import jobtpu  # bench/manage_scaling.py (benches run as scripts)
+from slurm_login import Login, slurm_login  # bench/slurm_login.py
 
 HANDED_TIMEOUT = 600.0
 
 
-def bare_array(fm: FleetMachine, identity: Path, known_hosts: Path, n: int) -> None:
-    """The floor's Slurm part: one ssh to the login host running one sbatch --array of n members."""
-    h = fm.hosts[0]
-    subprocess.run(["ssh", "-i", str(identity), "-p", str(h.port), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-                    "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                    f"{h.user}@{h.addr}", f"sbatch --parsable --output=/dev/null --array=0-{n - 1} --wrap='sleep 600'"],
-                   stdout=subprocess.DEVNULL, check=True)
-
-
-def new_home(base: Path, fleet: SshFleet, fm: FleetMachine, name: str, archive: Path | None = None) -> Path:
-    home = base / name
+def new_home(login: Login, name: str, archive: Path | None = None) -> Path:
+    home = login.base / name
     home.mkdir()
     # A root of its own: a root belongs to one home (machines-json.md), and a round that met the last
     # round's Slurm id records would find every member handed over already and submit nothing.
-    machine = {"kind": "slurm", "host": fm.hosts[0].address(), "user": fm.user, "root": f"jobtpu-{name}",
-               "identity_file": str(fleet.identity), "connect_timeout": 20}
+    machine = {**login.entry(), "root": f"jobtpu-{name}"}
     (home / "machines.json").write_text(json.dumps({"machines": {"hpc": machine}}))
     if archive is not None:  # the snapshot on the cluster already, the login user's as jobtpu keeps it
-        kept = fm.home / f"jobtpu-{name}" / "archives"
+        kept = login.fm.home / f"jobtpu-{name}" / "archives"
         kept.mkdir(parents=True)
         shutil.copy2(archive, kept / archive.name)
         for path in (kept.parent, kept, kept / archive.name):
-            shutil.chown(path, fm.user, fm.user)
+            shutil.chown(path, login.fm.user, login.fm.user)
             path.chmod(0o600 if path.is_file() else 0o700)
     return home
 
@@ -80,23 +63,22 @@ def hand_over(home: Path) -> int:
             raise SystemExit(f"the sweep was not all handed over: {[(j['id'], j['status']) for j in jobs][:5]}")
 
 
-def measure(base: Path, cluster: SlurmCluster, fleet: SshFleet, fm: FleetMachine, src: Path, n: int,
-            rounds: int) -> tuple[float, float, int]:
-    known = base / "known_hosts"
-    known.write_text(fm.hosts[0].known_hosts_line() + "\n")
+def measure(login: Login, n: int, rounds: int) -> tuple[float, float, int]:
+    cluster, fm, src = login.cluster, login.fm, login.src
     ours, floor, passes = [], [], 0
-    warm = new_home(base, fleet, fm, f"warm-{n}")  # sends the snapshot once, untimed
+    warm = new_home(login, f"warm-{n}")  # sends the snapshot once, untimed
     sweep(warm, src, 1)
     hand_over(warm)
     cluster.cancel_all(fm.user)
     archive = next((fm.home / f"jobtpu-warm-{n}" / "archives").glob("*.tar.gz"))
     for r in range(rounds):
         t = time.perf_counter()
-        bare_array(fm, fleet.identity, known, n)
-        sweep(new_home(base, fleet, fm, f"floor-{n}-{r}"), src, 1)  # the floor's one jobtpu submit
+        # The floor: one bare sbatch --array of n members at the login host, and one jobtpu submit.
+        login.ssh(f"sbatch --parsable --output=/dev/null --array=0-{n - 1} --wrap='sleep 600'")
+        sweep(new_home(login, f"floor-{n}-{r}"), src, 1)
         floor.append(time.perf_counter() - t)
         cluster.cancel_all(fm.user)
-        home = new_home(base, fleet, fm, f"home-{n}-{r}", archive)
+        home = new_home(login, f"home-{n}-{r}", archive)
         t = time.perf_counter()
         sweep(home, src, n)
         passes = hand_over(home)
@@ -110,25 +92,11 @@ def main() -> None:
     parser.add_argument("--members", default="100,1000")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cluster = SlurmCluster()
-    base = Path(tempfile.mkdtemp(prefix="jobtpu-bench-slurm-sweep-"))
-    fleet = SshFleet(base / "fleet")
-    fleet.extra_conf = f"SetEnv SLURM_CONF={cluster.conf}\n"
-    try:
-        fm = fleet.add_machine("hpc")
-        src = base / "code"
-        src.mkdir()
-        (src / "train.py").write_text("print('hello')\n")
+    with slurm_login("jobtpu-bench-slurm-sweep-") as login:
         print(f"{'members':>8} {'jobtpu s':>9} {'floor s':>8} {'ratio':>6} {'passes':>7}")
         for n in (int(x) for x in args.members.split(",")):
-            ours, floor, passes = measure(base, cluster, fleet, fm, src, n, args.rounds)
+            ours, floor, passes = measure(login, n, args.rounds)
             print(f"{n:>8} {ours:>9.3f} {floor:>8.3f} {ours / floor:>6.2f} {passes:>7}")
-    finally:
-        try:
-            cluster.cancel_all()  # an account whose jobs still run cannot be removed
-            fleet.close()
-        finally:
-            cluster.close()
 
 
 if __name__ == "__main__":

@@ -334,14 +334,20 @@ def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
     assert "index=1" not in log(home, ids[1])
 
 
+def finished_sweep(home: Path, tmp_path: Path, fm: FleetMachine) -> tuple[list[int], str]:
+    """A sweep of two members of `true`, run to its end: their ids and the snapshot on the cluster, for
+    a later attempt's handover run by hand."""
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
+    ids = [int(n) for n in out.strip().split("-")]
+    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
+    return ids, next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+
+
 def test_an_array_handover_cut_short_after_sbatch_is_found_again_and_never_submitted_twice(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
-    ids = [int(n) for n in out.strip().split("-")]
-    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
-    archive = next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+    ids, archive = finished_sweep(home, tmp_path, fm)
     # A later attempt of each member, held by Slurm so no member starts and records its own id.
     specs = [LaunchSpec(WorkerRef(i, 5, 0), root="jobtpu", archive=archive, command="true", env={"K": "v"},
                         home_id="cut", grace=5.0, batch=("--hold",)) for i in ids]
@@ -526,10 +532,7 @@ def test_an_array_handover_writes_no_members_file_but_a_secrets_env_file(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "true", "--sweep", "k=a,b", in_process=True)[0]
-    ids = [int(n) for n in out.strip().split("-")]
-    manage_until(home, lambda s: all(s[i]["status"] == "finished" for i in ids), "the sweep to finish")
-    archive = next(p.name for p in (fm.home / "jobtpu" / "archives").glob("*.tar.gz"))
+    ids, archive = finished_sweep(home, tmp_path, fm)
     # Held by Slurm until the handover's files are looked at; the second member's TOKEN is a secret.
     specs = [LaunchSpec(WorkerRef(i, 5, 0), root="jobtpu", archive=archive, command='echo "got=$K$TOKEN"',
                         env={"K": f"plain{i}", **({"TOKEN": "s3cr=t"} if n else {})}, secret=frozenset({"TOKEN"}),
