@@ -209,6 +209,33 @@ def test_a_sweep_s_members_on_a_cluster_go_as_one_array_even_when_one_is_left() 
     # A member handed after another Slurm job (its --after) has other sbatch options: an array of its own.
     assert [[a.job for a in group] for group in arrays] == [[1, 2], [3], [7]]
     assert sorted(a.job for a in alone) == [4, 5, 6]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_sweep_on_a_cluster_here_goes_as_an_array_only_in_a_home_of_this_accounts_alone(
+        tmp_path: Path, shared: bool) -> None:
+    """On the login node a job runs as this account: where state.json is not this account's alone,
+    each member is checked against its spec as it starts and takes only the secrets it allows
+    (passes/act.py), so none goes in an array, which that check does not see."""
+    from types import SimpleNamespace
+
+    from jobtpu.decide.observation import Launch
+    from jobtpu.passes.arrays import array_groups
+    from jobtpu.schema.fleet import Fleet
+
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o770 if shared else 0o700)  # group-writable: a home several accounts share
+    jobs = [queued(1, sweep=7), queued(2, sweep=7)]
+    for j in jobs:
+        j.status = Status.LAUNCHING
+    here = Machine(name="m", kind="slurm", resources={"gpu": 8})
+    pass_ = SimpleNamespace(state=SimpleNamespace(jobs=jobs), fleet=Fleet(machines={"m": here}), home=Home(home))
+    arrays, alone = array_groups(pass_, [Launch(j.id, "m", 0, 1) for j in jobs])  # type: ignore[arg-type]
+    grouped = ([[a.job for a in g] for g in arrays], [a.job for a in alone])
+    assert grouped == (([], [1, 2]) if shared else ([[1, 2]], []))
+
+
 # ---- --after on a Slurm cluster (decide/slurm_after.py) -------------------------------------------
 
 def on_slurm(job_id: int, slurm_job: int | str | None = None, machine: str = "m", status: Status = Status.RUNNING) -> Job:

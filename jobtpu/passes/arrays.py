@@ -17,6 +17,7 @@ from jobtpu.decide.settle import LaunchDone
 from jobtpu.decide.workers import LaunchOutcome, LaunchResult, LaunchSpec, WorkerRef
 from jobtpu.errors import RemoteError, UnreachableError, message_of
 from jobtpu.home import fence
+from jobtpu.home.specs import records_trusted
 from jobtpu.passes.peercopy import ARCHIVE_OUTCOMES, Worker
 from jobtpu.remote.scripts import parse_launch
 from jobtpu.schema.fleet import Machine
@@ -36,12 +37,18 @@ def array_groups(p: Pass, ready: list[Launch]) -> tuple[list[list[Launch]], list
     groups: dict[tuple[str, int, str | None], list[Launch]] = {}
     rest: list[Launch] = []
     jobs = {job.id: job for job in p.state.jobs}  # one look-up each, not a scan of every job per launch
+    trusted: bool | None = None  # whether state.json is this account's alone: looked up once, when asked
     for action in ready:
         job, machine = jobs.get(action.job), p.fleet.get(action.machine)
         if (job is None or machine is None or not machine.scheduled or action.gang or action.workers != 1
                 or job.sweep is None or job.resume or job.status is not Status.LAUNCHING):
             rest.append(action)
             continue
+        if machine.runs_as_this_account:
+            trusted = records_trusted(p.home) if trusted is None else trusted
+            if not trusted:  # each job's spec checked as it starts, its allowed secrets alone (act.py): alone
+                rest.append(action)
+                continue
         # One array, one set of sbatch options: members handed after other Slurm jobs (--after) go apart.
         after = job.current.slurm_after if job.current is not None else None
         groups.setdefault((machine.name, job.sweep, after), []).append(action)
