@@ -18,7 +18,7 @@ from typing import Any
 
 from jobtpu.home import safefs
 from jobtpu.home.layout import Home, is_shared
-from jobtpu.home.trust import account_name, why_untrusted
+from jobtpu.home.trust import account_name, folder_is_own, why_untrusted
 from jobtpu.schema.job_fields import LAUNCH_FIELDS
 from jobtpu.schema.job_spec import JobSpec, read_spec
 from jobtpu.schema.msgspec_lib import msgspec
@@ -114,7 +114,16 @@ def records_trusted(home: Home) -> bool:
         st = os.stat(home.state_file, follow_symlinks=False)
     except FileNotFoundError:
         return True
-    return why_untrusted(st, os.geteuid()) is None
+    euid = os.geteuid()
+    # Every save keeps the file it replaces as state.json.bak through a hard link (store.py), so
+    # state.json has two links while any save runs, and until the next save after a save killed
+    # there. Read without the state lock, that second link is ours whenever nobody else can make a
+    # name in the home's folder.
+    try:
+        own = folder_is_own(os.stat(home.root), euid)
+    except OSError:
+        own = False
+    return why_untrusted(st, euid, links_count=not own) is None
 
 
 def local_verdict(home: Home, job: Job, runs_for_team: bool, one_writer: bool | None = None) -> Verdict:

@@ -33,18 +33,26 @@ def account_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def why_untrusted(st: os.stat_result, euid: int) -> str | None:
+def why_untrusted(st: os.stat_result, euid: int, links_count: bool = True) -> str | None:
     """None when the file whose stat this is carries the consent of account `euid`, else why not
-    (the end of a sentence "NAME ..."). Pure: a function of the stat result and the account."""
+    (the end of a sentence "NAME ..."). Pure: a function of the stat result and the account.
+    `links_count` False: a second hard link is no sign against it (its folder is `euid`'s alone to
+    write, so no other account can have made the name, folder_is_own)."""
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
     if st.st_uid != euid:
         return f"is {account_name(st.st_uid)}'s, not {account_name(euid)}'s"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return "is writable by its group or by everyone"
-    if st.st_nlink != 1:
+    if links_count and st.st_nlink != 1:
         return "has other hard links"
     return None
+
+
+def folder_is_own(st: os.stat_result, euid: int) -> bool:
+    """Pure: whether names in the folder whose stat this is can only have been made by account `euid`
+    (its folder, which neither its group nor others may write)."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == euid and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def read_checked(root: Path, rel: str, limit: int = MAX_RUNNER_BYTES) -> tuple[bytes, os.stat_result] | None:

@@ -173,7 +173,10 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     if machine.runs_as_this_account and not records_trusted(p.home):  # checked again as it starts (design §7)
         team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
         verdict = local_verdict(p.home, job, team)
-        if verdict.kind != "ok":
+        if verdict.kind == "foreign":  # another account's to run: back to the queue, nothing started
+            back: dict[int, LaunchReport] = {ep.index: NoAnswer(verdict.why, unreachable=True) for ep in eps}
+            return LaunchDone(job.id, machine, back)
+        if verdict.kind != "ok":  # its record was rewritten: never run what its spec does not say
             refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=verdict.why)
                        for ep in eps}
             return LaunchDone(job.id, machine, dict(refused))
