@@ -13,7 +13,7 @@ from pathlib import Path
 from jobtpu.errors import RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import create_temp, make_dirs, regular_fd, rename_synced
-from jobtpu.remote.scripts import RUN_SCRIPT
+from jobtpu.remote.scripts import RUN_SCRIPT, whole
 from jobtpu.transport.base import Endpoint, Result
 
 # The run root's containers (docs/design.md §4): in a shared home of the old layout setgid and sticky,
@@ -122,7 +122,7 @@ class LocalTransport:
         # A login's environment, not the pass's: whoever runs manage lends its jobs nothing of its own
         # (an ssh agent, cloud keys, JOBTPU_HOME), even when the job is another member's.
         try:
-            done = subprocess.run(RUN_SCRIPT, shell=True, input=(self.umask + script).encode(), capture_output=True,
+            done = subprocess.run(RUN_SCRIPT, shell=True, input=whole(self.umask + script).encode(), capture_output=True,
                                   env=job_environment(self.passed),
                                   timeout=timeout, cwd=os.path.expanduser("~"), start_new_session=True)
         except subprocess.TimeoutExpired:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.home.layout import Home
-from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT
+from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, whole
 from jobtpu.schema.fleet import Machine
 from jobtpu.transport._paramiko import paramiko
 from jobtpu.transport.base import Endpoint, Result
@@ -52,7 +52,7 @@ class SshTransport:
         return self.login.connect()
 
     def run(self, script: str, timeout: float | None = None) -> Result:
-        script = PRIVATE_PREAMBLE + script
+        script = whole(PRIVATE_PREAMBLE + script)
         # Until the script is sent, a failure means nothing ran there: say so (UnreachableError),
         # so a launch that never happened can go to another machine.
         try:
