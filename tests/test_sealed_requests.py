@@ -10,11 +10,13 @@ import base64
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
-from jobtpu.home.sealing import public_of, why_not_private_key, why_not_public_key
+from jobtpu.errors import JobtpuError
+from jobtpu.home.sealing import public_of, reply_key, why_not_private_key, why_not_public_key
 from tests.accounts import Team
 from tests.helpers import wait_for
 from tests.test_shared_home import init_shared, old_layout, rows, source_of, write_as_runner
@@ -212,6 +214,44 @@ def test_which_key_files_are_used(mode: int, uid: int, links: int, size: int, pr
     st = os.stat_result((mode, 0, 0, links, uid, 0, size, 0, 0, 0))
     assert why_not_private_key(st, 7) == private
     assert why_not_public_key(st, 7) == public
+    # In a folder of its own a second link is its maker's (reply_key links it in, then drops the name).
+    assert why_not_private_key(st, 7, links_count=False) == (None if private == "has other hard links" else private)
+
+
+@pytest.mark.fast
+def test_commands_making_the_reply_key_at_once_all_get_the_one_key(tmp_path: Path) -> None:
+    """Two requests of one member at once (a script submitting a sweep in parallel): the second saw the
+    first one's key with its temporary second link and refused it (1 in 10 rounds of 8 at once)."""
+    def make(folder: Path, start: threading.Barrier, got: list[bytes | str]) -> None:
+        start.wait()
+        try:
+            got.append(reply_key(folder))
+        except JobtpuError as e:
+            got.append(e.message)
+
+    for round_no in range(100):
+        folder = tmp_path / f"cache{round_no}"
+        folder.mkdir(mode=0o700)
+        start, got = threading.Barrier(8), []
+        threads = [threading.Thread(target=make, args=(folder, start, got)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(got)) == 1 and isinstance(got[0], bytes), (round_no, set(got))
+        assert [p.name for p in folder.iterdir()] == ["reply.key"]
+
+
+def test_a_reply_key_left_with_its_makers_temporary_link_is_still_used(tmp_path: Path) -> None:
+    """Its maker killed between the link and the removal of its temporary name."""
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    key = reply_key(folder)
+    os.link(folder / "reply.key", folder / ".reply.key.left.tmp")
+    assert reply_key(folder) == key
+    folder.chmod(0o770)  # its group could have made that name: refused
+    with pytest.raises(JobtpuError, match="has other hard links"):
+        reply_key(folder)
 
 
 def test_a_folder_where_the_runner_key_goes_is_one_line_at_each_pass(team: Team) -> None:

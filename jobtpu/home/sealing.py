@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from jobtpu.errors import JobtpuError
 from jobtpu.home import safefs
+from jobtpu.home.trust import folder_is_own
 
 if TYPE_CHECKING:
     from jobtpu.schema.spool import Reply
@@ -34,14 +35,15 @@ KEY_BYTES = 32  # a Curve25519 key, raw
 
 # ---- pure: which key file may be used -------------------------------------------------------------
 
-def why_not_private_key(st: os.stat_result, me: int) -> str | None:
+def why_not_private_key(st: os.stat_result, me: int, links_count: bool = True) -> str | None:
     """Pure: why a private key file is not one to use (None: it is): this account's regular file
-    with one link, 32 bytes, readable by nobody else."""
+    with one link, 32 bytes, readable by nobody else. `links_count` False: a second link is no sign
+    against it (its folder is this account's alone, trust.folder_is_own)."""
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
     if st.st_uid != me:
         return "is another account's"
-    if st.st_nlink != 1:
+    if links_count and st.st_nlink != 1:
         return "has other hard links"
     if st.st_mode & 0o077:
         return "is readable or writable by other accounts"
@@ -203,7 +205,11 @@ def _reply_key(folder: Path, create: bool) -> bytes | None:
             finally:
                 os.unlink(tmp, dir_fd=fd)
         st = safefs.lstat_in(fd, REPLY_KEY)
-        why = "is missing" if st is None else why_not_private_key(st, os.geteuid())
+        # Its maker links it in from a temporary name it then removes, so another command of ours sees
+        # two links for a moment (and for good where the maker was killed between): in a folder nobody
+        # else can write, that second name is ours too.
+        own = folder_is_own(os.fstat(fd), os.geteuid())
+        why = "is missing" if st is None else why_not_private_key(st, os.geteuid(), links_count=not own)
         if why is not None:
             raise JobtpuError(f"{folder.parent.name}/{folder.name}/{REPLY_KEY} {why}",
                               hint="remove it: your next request makes a new one (answers sealed to the old one "
