@@ -1,4 +1,4 @@
-"""A script cut short on its way runs nothing (remote/scripts.py, `whole`): a pass killed while it
+"""A script cut short on its way runs nothing (transport/base.py, `whole`): a pass killed while it
 wrote a script to bash's stdin, or a connection dropped mid-send, used to leave bash a prefix, which
 `eval "$(cat)"` ran: its complete commands, and a last one with its words cut (a job id 12 read as 1).
 Real bash, fed every kind of prefix, through both ways scripts reach a shell."""
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobtpu.remote.scripts import RUN_SCRIPT, call, render, serve_script, whole
+from jobtpu.remote.scripts import RUN_SCRIPT, call, render, serve_script
+from jobtpu.transport.base import whole
 
 
 def _script(out: Path) -> str:

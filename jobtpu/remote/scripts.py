@@ -48,14 +48,6 @@ from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
 
 
-def whole(script: str) -> str:
-    """`script` as one brace group, the form every transport sends: bash parses a group whole before
-    it runs any of it, so a script cut short on its way (the pass that wrote it killed mid-write, a
-    connection dropped) runs nothing, instead of its first commands and a last one whose words were
-    cut (a job id 12 read as 1)."""
-    return "{\n" + script + "\n}\n"
-
-
 # What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
 # job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
 # umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,

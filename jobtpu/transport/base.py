@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from jobtpu.schema.state import State
 
 
+def whole(script: str) -> str:
+    """`script` as one brace group, the form every transport sends: bash parses a group whole before
+    it runs any of it, so a script cut short on its way (the pass that wrote it killed mid-write, a
+    connection dropped) runs nothing, instead of its first commands and a last one whose words were
+    cut (a job id 12 read as 1)."""
+    return "{\n" + script + "\n}\n"
+
+
 class Result(msgspec.Struct, frozen=True):
     """What a script did on a worker: its exit code and its output, as values (like invoke's Result)."""
 

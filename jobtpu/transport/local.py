@@ -13,8 +13,8 @@ from pathlib import Path
 from jobtpu.errors import RemoteError
 from jobtpu.home import safefs
 from jobtpu.home.layout import create_temp, make_dirs, regular_fd, rename_synced
-from jobtpu.remote.scripts import RUN_SCRIPT, whole
-from jobtpu.transport.base import Endpoint, Result
+from jobtpu.remote.scripts import RUN_SCRIPT
+from jobtpu.transport.base import Endpoint, Result, whole
 
 # The run root's containers (docs/design.md §4): in a shared home of the old layout setgid and sticky,
 # so every member may add a job's folder (or a stop request, in stop/: §7) and nobody may rename or

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from jobtpu.errors import RemoteError, UnreachableError
 from jobtpu.home.layout import Home
-from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT, whole
+from jobtpu.remote.scripts import PRIVATE_PREAMBLE, RUN_SCRIPT
 from jobtpu.schema.fleet import Machine
 from jobtpu.transport._paramiko import paramiko
-from jobtpu.transport.base import Endpoint, Result
+from jobtpu.transport.base import Endpoint, Result, whole
 from jobtpu.transport.keptshell import KeptShell
 from jobtpu.transport.rsync import Rsync
 from jobtpu.transport.sshlogin import SshLogin
