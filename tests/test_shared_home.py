@@ -57,10 +57,25 @@ def rows(team: Team, home: Path, account: str | None = None) -> dict[int, dict[s
 def file_table_breaches(home: Path, runner_uid: int, gid: int) -> list[str]:
     """What in the home breaks its file table (docs/reference/home-files.md §1.2): every path the
     runner's and not group-writable, except the member folders (3770) whose entries are their makers'
-    and not group-writable; everything the group's; nothing the world's."""
+    and not group-writable; everything the group's; nothing the world's. A path gone between the
+    listing and its look (a running job's wrapper renames its temporary exit record) has the walk
+    made again, until one sees every path it lists."""
+    while (bad := _breaches(home, runner_uid, gid)) is None:
+        pass
+    return bad
+
+
+def _breaches(home: Path, runner_uid: int, gid: int) -> list[str] | None:
     bad = []
-    for path in [home, *home.rglob("*")]:
-        st = path.lstat()
+    try:
+        paths = [home, *home.rglob("*")]
+    except FileNotFoundError:
+        return None
+    for path in paths:
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return None
         rel = str(path.relative_to(home))
         if stat.S_ISLNK(st.st_mode):
             bad.append(f"{rel}: a link")

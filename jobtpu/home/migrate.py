@@ -109,6 +109,8 @@ def _walk(dir_fd: int, rel: str, gid: int, lines: list[str]) -> None:
         path = f"{rel}/{name}" if rel else name
         try:
             _take_over(dir_fd, name, path, rel, gid, lines)
+        except FileNotFoundError:
+            continue  # gone since the listing (a running job's wrapper renamed its temporary file): nothing to take
         except OSError as e:  # root's, or another's not shared with the group: said, and left
             lines.append(f"{path}: cannot take it over ({e.strerror or e}); move it away by hand")
 
