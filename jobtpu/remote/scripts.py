@@ -46,8 +46,6 @@ from jobtpu.snapshot.unpack import BAD_ARCHIVE_EXIT
 
 # Every script is read whole before it runs: a command inside that reads stdin cannot eat the script.
 RUN_SCRIPT = """bash -c 'eval "$(cat)"'"""
-
-
 # What every script sent to a remote machine begins with: what jobtpu makes there (the root, archives,
 # job trees, meta logs, pid files) is the remote user's alone whatever the login umask; the login
 # umask is kept for the job's own command and a machine's setup commands (jobtpu_wrapper,
