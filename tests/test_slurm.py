@@ -410,7 +410,8 @@ def test_an_after_job_whose_dependency_fails_fails_by_jobtpus_rule_and_is_cancel
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}; exit 3")
+    # --rule pass: no attempt follows its running one, so an --after-any dependent may go to Slurm too.
+    dep = submit(home, tmp_path / "code", f"echo first; {WAIT_RELEASE}; exit 3", "--rule", "pass")
     after = submit(home, tmp_path / "code", "echo never", "--after", str(dep))
     either = submit(home, tmp_path / "code", "echo anyway", "--after-any", str(dep))
     manage_until(home, lambda s: handed(home, after) is not None and handed(home, either) is not None,
@@ -434,11 +435,18 @@ def test_a_dependency_resumed_as_a_new_slurm_job_hands_its_dependent_back_then_a
     dep = submit(home, tmp_path / "code", f'echo "resume=$JOBTPU_RESUME"; [ "$JOBTPU_RESUME" = 1 ] || {{ {WAIT_RELEASE}; }}')
     manage_until(home, lambda s: "resume=0" in log(home, dep), "the dependency to run")
     after = submit(home, tmp_path / "code", "echo second", "--after", str(dep))
-    manage_until(home, lambda s: handed(home, after) is not None, "the dependent to be handed to Slurm")
+    # Slurm's afterany would start this one when the requeued Slurm job ends, while the job runs again:
+    # under the cluster's default rule (pre) another attempt may follow, so it waits in jobtpu.
+    either = submit(home, tmp_path / "code", "echo any", "--after-any", str(dep))
+    state = manage_until(home, lambda s: handed(home, after) is not None, "the dependent to be handed to Slurm")
+    assert state[either]["status"] == "queued" and attempts(home, either) == []
     first_after = str((handed(home, after) or {})["slurm_job"])
     assert slurm.run("scontrol", "requeue", str(attempts(home, dep)[0]["slurm_job"])).returncode == 0
-    state = manage_until(home, lambda s: s[after]["status"] == "finished", "both jobs to finish")
+    state = manage_until(home, lambda s: s[after]["status"] == "finished" and s[either]["status"] == "finished",
+                         "all three jobs to finish")
     assert state[dep]["status"] == "finished" and log(home, after, 1).endswith("second\n")
+    assert len(attempts(home, either)) == 1 and log(home, either).endswith("any\n")
+    assert attempts(home, either)[0]["started"] >= attempts(home, dep)[-1]["ended"]
     # Its first Slurm job waited on the requeued one: cancelled unrun, the job waited in jobtpu, then went
     # to Slurm after the dependency's new Slurm job.
     dep_new = str(attempts(home, dep)[1]["slurm_job"])

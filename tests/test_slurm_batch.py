@@ -238,11 +238,17 @@ def test_a_sweep_on_a_cluster_here_goes_as_an_array_only_in_a_home_of_this_accou
 
 # ---- --after on a Slurm cluster (decide/slurm_after.py) -------------------------------------------
 
-def on_slurm(job_id: int, slurm_job: int | str | None = None, machine: str = "m", status: Status = Status.RUNNING) -> Job:
+def on_slurm(job_id: int, slurm_job: int | str | None = None, machine: str = "m", status: Status = Status.RUNNING,
+             **fields: Any) -> Job:
     dep = active(job_id, status=status, machine=machine)
     assert dep.current is not None
     dep.current.slurm_job = slurm_job
+    for name, value in fields.items():
+        setattr(dep, name, value)
     return dep
+
+
+LAST = {"rule": "pass"}  # nothing follows its running attempt (slurm_after.last_attempt)
 
 
 def ended(job_id: int, status: Status) -> Job:
@@ -257,7 +263,15 @@ def two_clusters() -> Any:
 
 @pytest.mark.parametrize(("after", "after_any", "deps", "handed"), [
     ([1], [], [on_slurm(1, 12)], ("m", "afterok:12")),
-    ([1, 2], [3], [on_slurm(1, 12), on_slurm(2, "40_3"), on_slurm(3, 14)], ("m", "afterok:12:40_3,afterany:14")),
+    ([1, 2], [3], [on_slurm(1, 12), on_slurm(2, "40_3"), on_slurm(3, 14, **LAST)], ("m", "afterok:12:40_3,afterany:14")),
+    # --after-any: Slurm's afterany would start it when an attempt ends that another then follows.
+    ([], [3], [on_slurm(3, 14)], None),  # a cluster's default rule (pre) resumes a preempted attempt
+    ([], [3], [on_slurm(3, 14, rule="pass", retries=2, retried=1)], None),  # a retry is left
+    ([], [3], [on_slurm(3, 14, rule="pass", retries=2, retried=2)], ("m", "afterany:14")),
+    ([], [3], [on_slurm(3, 14, rule="pre", recoveries=3, max_recoveries=3)], None),  # preemptions unlimited
+    ([], [3], [on_slurm(3, 14, rule="pre", recoveries=3, max_recoveries=3, preemptions=1, max_preemptions=1)],
+     ("m", "afterany:14")),  # both budgets spent
+    ([1], [3], [on_slurm(1, 12), on_slurm(3, 14)], None),  # all in Slurm, or all in jobtpu
     ([1], [1], [on_slurm(1, 12)], ("m", "afterok:12")),  # --after wins
     # Those already ended as jobtpu's rule lets it go are not waited for in Slurm.
     ([1, 2], [3], [ended(1, Status.FINISHED), on_slurm(2, 13), ended(3, Status.FAILED)], ("m", "afterok:13")),

@@ -10,12 +10,19 @@ id, or was retried), the dependent is handed back to waiting in jobtpu: its Slur
 (it never ran) and a later pass hands it again after the new id, or keeps it waiting. It is not
 moved onto the new id with `scontrol update`: the new attempt may go to another machine or wait in
 jobtpu with no Slurm id at all, and the old id may already have released it in Slurm; handing back
-is right in every case, and costs nothing but a Slurm job that never ran."""
+is right in every case, and costs nothing but a Slurm job that never ran.
+
+Slurm's afterany is about one Slurm job, jobtpu's --after-any about the job: it waits until the job
+ended, however it ended, and an attempt its rule or --retries follows with another is no such end.
+Slurm starts an afterany dependent the moment the Slurm job ends, before any pass could hand it
+back, so an --after-any dependency is handed to Slurm only while its running attempt is its last
+(`last_attempt`); otherwise the dependent waits in jobtpu for the job's own end."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobtpu.decide.observation import rule_of
 from jobtpu.schema.fleet import Fleet
 from jobtpu.schema.state import Job, Status
 
@@ -26,6 +33,15 @@ NEVER = "DependencyNeverSatisfied"  # Slurm's pending reason when a job it waits
 def _satisfied(dep: Job, ok: bool) -> bool:
     """Whether jobtpu's rule lets the dependent go as far as `dep` is concerned."""
     return dep.ended and (dep.status is Status.FINISHED or not ok)
+
+
+def last_attempt(dep: Job, fleet: Fleet) -> bool:
+    """Whether no attempt of `dep` can follow the running one, however it ends: its rule recovers
+    nothing (`pass`, or each budget a recovery spends is used up) and no --retries are left."""
+    rule = rule_of(dep, fleet.get(dep.machine) if dep.machine else None)
+    recovers = rule != "pass" and any(limit is None or used < limit for used, limit in (
+        (dep.recoveries, dep.max_recoveries), (dep.preemptions, dep.max_preemptions)))
+    return not recovers and dep.retried >= dep.retries
 
 
 def _handed_id(dep: Job, fleet: Fleet, stopping: bool = False) -> tuple[str, str] | None:
@@ -50,7 +66,8 @@ def _kinds(job: Job) -> list[tuple[int, bool]]:
 def handover(job: Job, by_id: Mapping[int, Job], fleet: Fleet) -> tuple[str, str] | None:
     """(machine, sbatch's --dependency value) when every dependency the job still waits for runs
     handed to that one Slurm cluster: "afterok:12:13_4", "afterok:12,afterany:14". None when it must
-    wait in jobtpu (a dependency elsewhere, not yet handed, or none left to wait for)."""
+    wait in jobtpu (a dependency elsewhere, not yet handed, an --after-any one whose running attempt
+    another may follow, or none left to wait for)."""
     machine: str | None = None
     ok: list[str] = []
     any_: list[str] = []
@@ -59,7 +76,7 @@ def handover(job: Job, by_id: Mapping[int, Job], fleet: Fleet) -> tuple[str, str
         if dep is None or _satisfied(dep, must_finish):
             continue
         handed = _handed_id(dep, fleet)
-        if handed is None or machine not in (None, handed[0]):
+        if handed is None or machine not in (None, handed[0]) or not (must_finish or last_attempt(dep, fleet)):
             return None
         machine = handed[0]
         (ok if must_finish else any_).append(handed[1])
