@@ -8,13 +8,17 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from jobtpu.decide.outcomes import refused_at_start
+from jobtpu.decide.settle import LaunchDone, settle
 from jobtpu.home.layout import Home
 from jobtpu.home.specs import records_trusted
 from jobtpu.home.trust import folder_is_own, why_untrusted
+from jobtpu.schema import state as model
+from jobtpu.schema.fleet import Machine
+from jobtpu.schema.state import Attempt, Job, State, Status
 from tests.helpers import make_home, manage, manage_until, submit
 
 ME = os.geteuid()
@@ -86,23 +90,19 @@ def test_a_local_job_runs_after_a_save_was_killed_at_its_backup_link(tmp_path: P
     assert final[job]["status"] == "finished", final[job]
 
 
-def test_a_job_another_account_must_run_goes_back_to_the_queue_when_refused_as_it_starts(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launch's own look at the spec (passes/act.py) may find what the pass's first look did not:
-    a job that is another account's to run waits; it never fails, as nothing started."""
-    from jobtpu.decide.outcomes import NoAnswer
-    from jobtpu.home.specs import Verdict
-    from jobtpu.passes import act
-
-    monkeypatch.setattr(act, "records_trusted", lambda home: False)
-    monkeypatch.setattr(act, "local_verdict", lambda home, job, team: Verdict("foreign", "waits for bob's pass"))
-    monkeypatch.setattr(act.fence, "check", lambda home: 0)
-    job = SimpleNamespace(status=act.Status.LAUNCHING, id=7, attempt=0)
-    machine = SimpleNamespace(runs_as_this_account=True)
-    ep = SimpleNamespace(index=0)
-    p = SimpleNamespace(state=SimpleNamespace(job=lambda i: job), fleet=SimpleNamespace(get=lambda n: machine, runner=None),
-                        home=None, endpoints=lambda m: [ep])
-    monkeypatch.setattr(act, "SecretStore", lambda home: SimpleNamespace(get=lambda i: {}))
-    done = act._launch(p, SimpleNamespace(job=7, machine="local", gang=(), workers=1))  # type: ignore[arg-type]
-    assert done is not None
-    assert done.reports == {0: NoAnswer("waits for bob's pass", unreachable=True)}
+@pytest.mark.parametrize(("kind", "status", "reason", "line"), [
+    # another account's to run: nothing started, it waits again
+    ("foreign", Status.QUEUED, None, "could not launch: why"),
+    # never run what its spec does not say
+    ("tampered", Status.FAILED, model.LAUNCH_FAILED, "launch failed on worker 0: why"),
+])
+def test_a_launch_its_spec_refuses_as_it_starts_queues_or_fails_its_job(kind: str, status: Status,
+                                                                        reason: str | None, line: str) -> None:
+    """The launch's own look at the spec (passes/act.py) may find what the pass's first look did not;
+    a job another account must run used to fail as launch_failed."""
+    box = Machine(name="local", kind="local")
+    job = Job(id=7, user="bob", cmd="true", archive="a.tar.gz", created=0.0, machine="local", status=Status.LAUNCHING,
+              attempts=[Attempt(n=0, machine="local", started=1.0)])
+    state = State(jobs=[job])
+    settle(state, [LaunchDone(7, box, refused_at_start(job, [0], kind, "why"))], 2.0).apply_to(state)
+    assert (job.status, job.reason, job.last_line) == (status, reason, line)

@@ -7,6 +7,8 @@ whoever holds the plan applies it (`Plan.apply_to`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from jobtpu import timing
 from jobtpu.decide.core import apply_ending, lost_machine, wants_recreate
 from jobtpu.decide.gang import kills
@@ -27,6 +29,15 @@ class NoAnswer(msgspec.Struct, frozen=True):
 
 
 LaunchReport = LaunchResult | NoAnswer
+
+
+def refused_at_start(job: Job, workers: Iterable[int], kind: str, why: str) -> dict[int, LaunchReport]:
+    """Each worker's report of a launch that the job's spec refused as it started (specs.Verdict
+    `kind`, docs/design.md §7): another account's to run ("foreign") goes back to the queue, nothing
+    having started; a record that differs from its spec fails."""
+    if kind == "foreign":
+        return {w: NoAnswer(why, unreachable=True) for w in workers}
+    return {w: LaunchResult(WorkerRef(job.id, job.attempt, w), LaunchOutcome.FAIL, detail=why) for w in workers}
 
 
 def launched(job: Job, machine: Machine, reports: dict[int, LaunchReport], now: float, plan: Plan) -> list[Kill]:

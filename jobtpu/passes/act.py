@@ -12,7 +12,7 @@ from collections.abc import Callable
 from jobtpu import timing
 from jobtpu.decide.gang import per_slice
 from jobtpu.decide.observation import Kill, Launch, Observation, Plan, elsewhere
-from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked
+from jobtpu.decide.outcomes import LaunchReport, NoAnswer, kill_asked, refused_at_start
 from jobtpu.decide.placement import Place, gang_env, on_resume_words, place_env
 from jobtpu.decide.saving import checkpoint_copy, resume_env
 from jobtpu.decide.settle import ActReport, LaunchDone, LaunchHeld, StopDone, held_by_setup, settle
@@ -173,13 +173,8 @@ def _launch(p: Pass, action: Launch) -> LaunchDone | None:
     if machine.runs_as_this_account and not records_trusted(p.home):  # checked again as it starts (design §7)
         team = p.fleet.runner is not None and p.fleet.runner.runs_for_team(os.geteuid())
         verdict = local_verdict(p.home, job, team)
-        if verdict.kind == "foreign":  # another account's to run: back to the queue, nothing started
-            back: dict[int, LaunchReport] = {ep.index: NoAnswer(verdict.why, unreachable=True) for ep in eps}
-            return LaunchDone(job.id, machine, back)
-        if verdict.kind != "ok":  # its record was rewritten: never run what its spec does not say
-            refused = {ep.index: LaunchResult(WorkerRef(job.id, job.attempt, ep.index), LaunchOutcome.FAIL, detail=verdict.why)
-                       for ep in eps}
-            return LaunchDone(job.id, machine, dict(refused))
+        if verdict.kind != "ok":
+            return LaunchDone(job.id, machine, refused_at_start(job, (ep.index for ep in eps), verdict.kind, verdict.why))
         secrets = {k: v for k, v in secrets.items() if verdict.secrets is None or k in verdict.secrets}
 
     place = place_of(p, machine, eps)
