@@ -130,3 +130,44 @@ def test_what_sacct_says_of_forgotten_jobs(tmp_path: Path, awk: str) -> None:
     lines = report(tmp_path, awk, SACCT, "acct", [8, 6, 15])
     assert workers(lines) == SAID_ACCT and unsubmitted(lines) == [15]
     assert [ln for ln in lines if not ln.startswith("{")] == ["=unsub 15 0 0"]
+
+
+def test_a_probe_of_more_jobs_than_one_command_line_holds_still_reads_every_workers_files(tmp_path: Path) -> None:
+    """The files of every job's folder are listed by find; one find for all of them outgrew the kernel's
+    limit on a command line (a quarter of the stack limit, at least 128 KiB; about 50,000 folders at
+    the usual 8 MiB) and said nothing, so every worker looked as if it had no pid. The stack limit is
+    lowered here so that 4,000 folders cross it."""
+    root = tmp_path / "root"
+    jobs = range(1, 4001)
+    for job in jobs:
+        folder = root / "meta" / str(job)
+        folder.mkdir(parents=True)
+        (folder / "0.0.slurm").write_text(f"{job}\n")
+        (folder / "0.0.pid").write_text(f"{job + 10}\n")
+    (root / "meta" / "arrays").mkdir()
+    squeue = "\n".join(f"{job}|RUNNING|None|0|jobtpu-h.{job}.0.0|" for job in jobs)
+    args = [n for job in jobs for n in (job, 0, 0, 0, "-")]
+    script = render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_report", str(root), squeue, "", *args)])
+    assert len(" ".join(str(root / "meta" / str(job)) for job in jobs)) > 128 * 1024
+    done = subprocess.run(["bash"], input="ulimit -s 256\n" + script, capture_output=True, text=True, check=True,
+                          env={**os.environ, "chunk": "1024"})  # on stdin, as a probe goes: no argument holds it
+    said = workers(done.stdout.splitlines())
+    assert said == {job: (job + 10, True, None, 0, False, False, False, "") for job in jobs}
+
+
+def test_sacct_is_asked_of_forgotten_jobs_a_thousand_at_a_time(tmp_path: Path) -> None:
+    """One argument holds at most 128 KiB: 2,500 ids go as three sacct calls, their lines kept whole."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    calls = tmp_path / "calls"
+    (shim / "sacct").write_text(f'#!/bin/bash\nfor a; do case $a in --jobs=*) ids=${{a#--jobs=}};; esac; done\n'
+                                f'echo "$ids" >> {calls}\nfor id in ${{ids//,/ }}; do echo "$id|COMPLETED|0:0|n"; done\n')
+    (shim / "sacct").chmod(0o755)
+    root = tmp_path / "root"
+    args = [n for job in range(1, 2501) for n in (job, 0, 0, 0, str(job + 100))]
+    script = render(("common.sh", "slurm.sh"), [call("jobtpu_slurm_acct", str(root), *args),
+                                                'printf "%s\\n" "$jobtpu_acct"'])
+    done = subprocess.run(["bash"], input=script, capture_output=True, text=True, check=True,
+                          env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"})
+    assert done.stdout.splitlines() == [f"{job + 100}|COMPLETED|0:0|n" for job in range(1, 2501)]
+    assert [len(line.split(",")) for line in calls.read_text().splitlines()] == [1000, 1000, 500]

@@ -216,24 +216,37 @@ jobtpu_slurm_split() {
 # accounting is disabled (as where it is not set up: nothing more is known); fails, the probe with it,
 # when sacct does not answer otherwise (slurmdbd away): the next pass asks again, nothing is taken for lost.
 jobtpu_slurm_acct() {
-  local r=$1 ids="" id out
+  local r=$1 ids=() id out i
   shift
   jobtpu_acct=""
   while [ $# -ge 5 ]; do
     id=$5
     [ -s "$r/meta/$1/$2.$3.slurm" ] && read -r id _ < "$r/meta/$1/$2.$3.slurm"
-    [[ $id =~ ^[0-9]+(_[0-9]+)?$ ]] && ids+=${ids:+,}$id
+    [[ $id =~ ^[0-9]+(_[0-9]+)?$ ]] && ids+=("$id")
     shift 5
   done
-  [ -n "$ids" ] || return 0
-  if out=$(sacct -X -n -P --format=JobID,State,ExitCode,JobName --jobs="$ids" 2>&1); then
-    jobtpu_acct=$out
-  elif [[ $out == *"accounting storage is disabled"* ]]; then
-    return 0
-  else
-    echo "sacct failed: ${out:0:300}" >&2
-    return 1
-  fi
+  # A thousand ids a call: one argument may hold no more than 128 KiB.
+  for ((i = 0; i < ${#ids[@]}; i += 1000)); do
+    if out=$(IFS=,; sacct -X -n -P --format=JobID,State,ExitCode,JobName --jobs="${ids[*]:i:1000}" 2>&1); then
+      jobtpu_acct+=${jobtpu_acct:+$'\n'}$out
+    elif [[ $out == *"accounting storage is disabled"* ]]; then
+      jobtpu_acct=""
+      return 0
+    else
+      echo "sacct failed: ${out:0:300}" >&2
+      return 1
+    fi
+  done
+}
+
+# jobtpu_list_entries DIR... : each entry right under each DIR, a TYPE|SIZE|MTIME|PATH line. One find per
+# batch of folders, so that no command line outgrows the kernel's limit on one (at least 128 KiB; the
+# folders share their root, so a batch is sized by the first one's name, with room for a longer id).
+jobtpu_list_entries() {
+  local i per=$((100000 / (${#1} + 24)))
+  for ((i = 1; i <= $#; i += per)); do
+    find "${@:i:per}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null
+  done
 }
 
 # jobtpu_slurm_report ROOT SLURM ACCT [JOB ATTEMPT WORKER OFFSET ID]... : the `worker` report of each
@@ -340,7 +353,7 @@ jobtpu_slurm_report() {
       for (i = 1; i <= ntask; i++) print task[i]
       for (i = 1; i <= nlost; i++) print "=lost " lost[i]
     }' <(printf '%s\n' "$slurm") \
-      <(find "${dirs[@]}" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%p\n' 2> /dev/null) <(printf '%s %s %s %s %s\n' "$@")
+      <(jobtpu_list_entries "${dirs[@]}") <(printf '%s %s %s %s %s\n' "$@")
 }
 
 # jobtpu_slurm_kill ROOT GRACE STEPS -- [JOB ATTEMPT WORKER ID]... : stop each worker's Slurm job (its
