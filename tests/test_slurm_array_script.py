@@ -1,7 +1,7 @@
 """A sweep's handover script at a Slurm login host (jobtpu/remote/sh/slurm_array.sh) against stand-ins
 for `sbatch` and `squeue` that answer as Slurm does, run by bash over a real run root: what it says and
-leaves when the controller does not answer, and how the files of arrays Slurm forgot go away
-(docs/reference/machines-json.md §3.3.1). End to end against real Slurm: tests/test_slurm.py."""
+leaves when the controller does not answer, how the files of arrays Slurm forgot go away, and what
+a run Slurm requeued does, a member's or a lone job's (docs/reference/machines-json.md §3.3.1). End to end against real Slurm: tests/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobtpu.decide.workers import LaunchOutcome, LaunchSpec, WorkerRef
-from jobtpu.remote.scripts import parse_launch
+from jobtpu.remote.scripts import launch_script, parse_launch
 from jobtpu.slurm.scripts import array_launch_script
 from jobtpu.snapshot.archive import snapshot
 
@@ -22,9 +22,10 @@ pytestmark = pytest.mark.fast
 AWAY = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
 
 
-def handover(tmp_path: Path, sbatch: str, squeue: str) -> tuple[Path, dict[WorkerRef, LaunchOutcome], list[str]]:
+def handover(tmp_path: Path, sbatch: str, squeue: str, command: str = "true",
+             lone: bool = False) -> tuple[Path, dict[WorkerRef, LaunchOutcome], list[str]]:
     """One handover of a two-member sweep into tmp_path/root, `sbatch` and `squeue` the stand-ins' bodies
-    (sh); what each member's report said, with its detail."""
+    (sh); what each member's report said, with its detail. `lone`: one job, handed over alone."""
     root, shim = tmp_path / "root", tmp_path / "bin"
     shim.mkdir(exist_ok=True)
     for tool, body in (("sbatch", sbatch), ("squeue", squeue)):
@@ -34,9 +35,10 @@ def handover(tmp_path: Path, sbatch: str, squeue: str) -> tuple[Path, dict[Worke
     src.mkdir(exist_ok=True)
     (src / "train.py").write_text("print('hi')\n")
     archive = snapshot(src, root / "archives").name
-    specs = [LaunchSpec(WorkerRef(job, 0, 0), root=str(root), archive=archive, command="true", env={"K": "v"},
-                        home_id="h", grace=5.0, batch=("--partition=debug",)) for job in (1, 2)]
-    done = subprocess.run(["bash", "-s"], input=array_launch_script(specs, None), capture_output=True, text=True,
+    specs = [LaunchSpec(WorkerRef(job, 0, 0), root=str(root), archive=archive, command=command, env={"K": "v"},
+                        home_id="h", grace=5.0, batch=("--partition=debug",)) for job in ((1,) if lone else (1, 2))]
+    script = launch_script(specs) if lone else array_launch_script(specs, None)  # a lone job: one sbatch
+    done = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True,
                           check=True, env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"})
     said = parse_launch(done.stdout)
     return root, {s.ref: said[s.ref].outcome for s in specs}, [said[s.ref].detail or "" for s in specs]
@@ -76,3 +78,24 @@ def test_the_files_of_arrays_slurm_forgot_go_once_two_days_old(tmp_path: Path) -
     assert list(outcomes.values()) == [LaunchOutcome.OK] * 2
     left = sorted(p.name for p in arrays.iterdir() if p.name in files)
     assert left == ["BBBBBBBB", "BBBBBBBB.slurm", "CCCCCCCC"]
+
+
+@pytest.mark.parametrize("lone", [False, True])
+def test_a_run_slurm_requeued_does_nothing_and_ends_failed(tmp_path: Path, lone: bool) -> None:
+    """A requeued run (`scontrol requeue`, a preemption) never runs the command again under its attempt,
+    and exits 75, never 0: a job handed over after it with afterok must not start on a run that did no
+    work (docs/reference/machines-json.md §3.3.1). The batch script sbatch was given, run as Slurm runs
+    a member (or a lone job, `lone`): first as its first run, then as a requeued one."""
+    ran = tmp_path / "ran"
+    kept = tmp_path / "batch.sh"
+    root, outcomes, _ = handover(tmp_path, f'for a; do :; done; cp "$a" {kept}; echo 77', "exit 0",
+                                 command=f"echo run >> {ran}", lone=lone)
+    assert list(outcomes.values()) == [LaunchOutcome.OK] * (1 if lone else 2)
+
+    def member(restarts: int) -> int:
+        array = {} if lone else {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "0"}
+        env = {**os.environ, "SLURM_JOB_ID": "78", **array, "SLURM_RESTART_COUNT": str(restarts)}
+        return subprocess.run(["bash", str(kept)], env=env, capture_output=True, text=True).returncode
+
+    assert member(restarts=1) == 75 and not ran.exists()
+    assert member(restarts=0) == 0 and ran.read_text() == "run\n"
