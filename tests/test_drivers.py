@@ -37,19 +37,20 @@ def test_each_kind_finds_its_workers(machine: Machine, addresses: list[str] | No
     assert driver.endpoints(machine, driver.new_runtime(Fleet(machines={machine.name: machine}), state)) == expected
 
 
-@pytest.mark.parametrize(("machine", "remote", "this_account", "by_request", "frees"), [
-    (LOCAL, False, True, True, False),
-    (SSH, True, False, False, False),
-    (TPU, True, False, False, True),
-    (SLURM, True, False, False, False),
-    # sbatch on the login node hands the job over as this account: the local machine's rule holds.
-    (SLURM_HERE, True, True, False, False),
+@pytest.mark.parametrize(("machine", "remote", "this_account", "by_request", "frees", "ssh"), [
+    (LOCAL, False, True, True, False, False),
+    (SSH, True, False, False, False, True),
+    (TPU, True, False, False, True, True),
+    (SLURM, True, False, False, False, True),
+    # sbatch on the login node hands the job over as this account: the local machine's rule holds, and
+    # nothing goes over SSH (doctor asks for no rsync).
+    (SLURM_HERE, True, True, False, False, False),
 ])
 def test_how_a_launch_and_a_stop_go_on_each_kind(machine: Machine, remote: bool, this_account: bool,
-                                                 by_request: bool, frees: bool) -> None:
+                                                 by_request: bool, frees: bool, ssh: bool) -> None:
     driver = driver_for(machine)
-    assert (driver.remote, machine.runs_as_this_account, driver.stops_by_request, driver.frees_accelerator) == \
-        (remote, this_account, by_request, frees)
+    assert (driver.remote, machine.runs_as_this_account, driver.stops_by_request, driver.frees_accelerator,
+            driver.reached_over_ssh(machine)) == (remote, this_account, by_request, frees, ssh)
 
 
 @pytest.mark.parametrize(("machine", "reachable", "probes"), [

@@ -57,7 +57,7 @@ def _doctor(home: Home, fleet: Fleet, machine: Machine, fix: bool, report: Calla
             accelerator: bool = False) -> list[str]:
     lines: list[Line] = []
     # rsync copies to a machine reached over SSH: not to a Slurm cluster whose login node is this one.
-    if driver_for(machine).remote and not machine.runs_as_this_account and shutil.which("rsync") is None:
+    if driver_for(machine).reached_over_ssh(machine) and shutil.which("rsync") is None:
         lines.append(("here: problem: rsync is not installed on this machine; install it "
                       "(e.g. `sudo apt-get install -y rsync`)", True))
     session = Reach(home, fleet, Store(home).load())

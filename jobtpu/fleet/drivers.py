@@ -36,6 +36,10 @@ class Driver:
     # Its record's state comes from the TPU API: a pass's contacts with the workers never judge it.
     state_from_api: ClassVar[bool] = False
 
+    def reached_over_ssh(self, machine: Machine) -> bool:
+        """Whether its scripts and copies go over SSH (rsync copies to it), as its transport says."""
+        return self.remote
+
     def new_runtime(self, fleet: Fleet, state: State) -> Any:
         """What this kind keeps for one session (a pass, a command) while it runs, made when the
         session starts (fleet/reach.py `Reach.runtime`); None: nothing."""
@@ -324,6 +328,9 @@ class SlurmDriver(SshDriver):
 
     def endpoints(self, machine: Machine, runtime: Any) -> list[Endpoint]:
         return super().endpoints(machine, runtime) if machine.hosts else [Endpoint(machine.name, 0, None)]
+
+    def reached_over_ssh(self, machine: Machine) -> bool:
+        return bool(machine.hosts)  # without a login host, jobtpu runs on the login node
 
     def transport(self, machine: Machine, endpoint: Endpoint, home: Home, trusted: Iterable[str] = ()) -> Transport:
         if endpoint.addr is not None:
