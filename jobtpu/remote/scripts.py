@@ -55,7 +55,7 @@ LOG_CHUNK = 1 << 20  # bytes of new log pulled per worker per pass through the p
 TAIL_BYTES = 64 * 1024  # the end of a failed worker's log that its failure is classified from
 
 # The files in jobtpu/remote/sh/, in the order a script defines them.
-SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "probe.sh", "kill.sh", "clean.sh",
+SCRIPT_FILES = ("common.sh", "wrapper.sh", "tpu.sh", "launch.sh", "reports.sh", "probe.sh", "kill.sh", "clean.sh",
                 "doctor.sh", "setup.sh", "serve.sh", "peer.sh", "slurm.sh", "checkpoints.sh",
                 "slurm_array.sh")
 
@@ -235,7 +235,7 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
     Then for each (worker, --saved-marker path), a `saved` report when the attempt wrote its marker."""
     args = [int(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, offset)]
     saved = [call("jobtpu_probe_saved", root, r.job, r.attempt, r.worker, path) for r, path in markers]
-    return render(("common.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES,
+    return render(("common.sh", "reports.sh", "probe.sh"), [named("jobtpu_probe", {"root": root, "home_id": home_id, "chunk": int(chunk), "tail": TAIL_BYTES,
                                                                      "result": MAX_RESULT_BYTES}, *args), *saved])
 
 

@@ -36,7 +36,7 @@ def probe_script(root: str, workers: Iterable[tuple[WorkerRef, int]], chunk: int
     the home knows it, for an array member that has not started (it records its own when it does)."""
     known = ids or {}
     args = [str(n) for w, offset in workers for n in (w.job, w.attempt, w.worker, int(offset), _id(known.get(w)))]
-    return render(("common.sh", "slurm.sh"),
+    return render(("common.sh", "reports.sh", "slurm.sh"),
                   [named("jobtpu_slurm_probe", {"root": root, "chunk": int(chunk), "tail": TAIL_BYTES,
                                                        "result": MAX_RESULT_BYTES}, *args)])
 

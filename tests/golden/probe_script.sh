@@ -172,7 +172,37 @@ jobtpu_json_string() {
   jobtpu_json="\"$s\""
 }
 
-# Watching job workers (needs common.sh).
+# The reports that carry a worker's bytes, a probe's on every kind of machine (needs nothing else):
+# probe.sh's and slurm.sh's. The bytes go straight from base64 into their report's string (only
+# [A-Za-z0-9+/=]: nothing to escape), never held in a variable.
+
+# jobtpu_say_log JOB ATTEMPT WORKER OFFSET CHUNK LOG : a `log` report, at most CHUNK bytes of LOG from OFFSET.
+jobtpu_say_log() {
+  printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$1" "$2" "$3" "$4"
+  tail -c +$(($4 + 1)) "$6" | head -c "$5" | base64 -w0
+  printf '"}\n'
+}
+
+# jobtpu_say_log_end JOB ATTEMPT WORKER TAIL LOG : a `log-end` report, the last TAIL bytes of LOG.
+jobtpu_say_log_end() {
+  printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$1" "$2" "$3"
+  tail -c "$4" "$5" | base64 -w0
+  printf '"}\n'
+}
+
+# jobtpu_say_result JOB ATTEMPT WORKER SIZE LIMIT FILE : a `result` report of FILE, SIZE bytes: its bytes
+# when SIZE is at most LIMIT, else its size alone (the pass fetches it).
+jobtpu_say_result() {
+  if [ "$4" -gt "$5" ]; then
+    printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$1" "$2" "$3" "$4"
+  else
+    printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$1" "$2" "$3" "$4"
+    head -c "$5" "$6" | base64 -w0
+    printf '"}\n'
+  fi
+}
+
+# Watching job workers (needs common.sh and reports.sh).
 
 # jobtpu_probe root=ROOT home_id=HOME_ID chunk=CHUNK tail=TAIL result=RESULT -- [JOB ATTEMPT WORKER OFFSET]... (named
 # arguments, jobtpu_named, then the workers asked about) : first a `host` report (boot
@@ -224,29 +254,13 @@ jobtpu_probe_worker() {
   while [[ $rest == *" $id "* ]]; do n=$((n + 1)); rest=${rest#*" $id "}; rest=" $rest"; done
   jobtpu_say worker n:job "$5" n:attempt "$6" n:worker "$7" n:pid "$pid" b:alive "$alive" n:exit "$ex" \
     n:size "$size" b:claimed "$claim" n:at "$at" n:marked "$n" b:timedout "$timedout"
-  # The log bytes go straight from base64 into their report's string (only [A-Za-z0-9+/=]: nothing to
-  # escape), never held in a variable.
-  if [ "$size" -gt "$offset" ]; then
-    printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$5" "$6" "$7" "$offset"
-    tail -c +$((offset + 1)) "$b.log" | head -c "$chunk" | base64 -w0
-    printf '"}\n'
-  fi
-  if [ "$ex" != - ] && [ $((size - offset)) -gt "$chunk" ]; then
-    printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$5" "$6" "$7"
-    tail -c "$tail" "$b.log" | base64 -w0
-    printf '"}\n'
-  fi
+  if [ "$size" -gt "$offset" ]; then jobtpu_say_log "$5" "$6" "$7" "$offset" "$chunk" "$b.log"; fi
+  if [ "$ex" != - ] && [ $((size - offset)) -gt "$chunk" ]; then jobtpu_say_log_end "$5" "$6" "$7" "$tail" "$b.log"; fi
   # Once, with the report that brings the rest of the log: a finished job's value comes home with it.
   if [ "$7" = 0 ] && [ "$ex" != - ] && [ $((size - offset)) -le "$chunk" ] && [ -f "$b.result" ] &&
     [ ! -L "$b.result" ]; then
     rsize=$(stat -c %s "$b.result") || return 0
-    if [ "$rsize" -gt "$result" ]; then
-      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$5" "$6" "$7" "$rsize"
-    else
-      printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$5" "$6" "$7" "$rsize"
-      head -c "$result" "$b.result" | base64 -w0
-      printf '"}\n'
-    fi
+    jobtpu_say_result "$5" "$6" "$7" "$rsize" "$result" "$b.result"
   fi
 }
 

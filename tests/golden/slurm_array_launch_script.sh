@@ -675,10 +675,10 @@ jobtpu_launch() (
   else said fail "the wrapper could not start (exit $c): $(head -c 200 "$b.log" | tr '\n' ' ')"; fi
 )
 
-# A Slurm cluster's worker, reached at its login host (needs common.sh; launch.sh for the submit; a
-# sweep's job array is slurm_array.sh). The run root is on the cluster's shared filesystem: the login
-# host and every compute node see the same meta files, so the wrapper's pid, exit and log records are
-# written on the node and read at the login.
+# A Slurm cluster's worker, reached at its login host (needs common.sh; reports.sh for the probe;
+# launch.sh for the submit; a sweep's job array is slurm_array.sh). The run root is on the cluster's
+# shared filesystem: the login host and every compute node see the same meta files, so the wrapper's
+# pid, exit and log records are written on the node and read at the login.
 # STEM.slurm holds the attempt's Slurm job id (docs/reference/machines-json.md, "A Slurm cluster"); an
 # array member writes it when it starts, and until then the probe and the stop use the id the home
 # has from the launch's report (an ID word after each worker).
@@ -853,24 +853,11 @@ jobtpu_slurm_probe() {
     task=${stem:-$r/meta/$j/$a.$w}
     case $k in
       =unsub) rm -f "$task.slurm" && rmdir "$task.claim" 2> /dev/null ;;
-      =log)
-        printf '{"kind":"log","job":%d,"attempt":%d,"worker":%d,"offset":%d,"data":"' "$j" "$a" "$w" "$offset"
-        tail -c +$((offset + 1)) "$task.log" | head -c "$chunk" | base64 -w0
-        printf '"}\n' ;;
-      =end)
-        printf '{"kind":"log-end","job":%d,"attempt":%d,"worker":%d,"data":"' "$j" "$a" "$w"
-        tail -c "$tail" "$task.log" | base64 -w0
-        printf '"}\n' ;;
-      =result)
-        # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker
-        # 0's log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
-        if [ "$rsize" -gt "$result" ]; then
-          printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d}\n' "$j" "$a" "$w" "$rsize"
-        else
-          printf '{"kind":"result","job":%d,"attempt":%d,"worker":%d,"size":%d,"data":"' "$j" "$a" "$w" "$rsize"
-          head -c "$result" "$task.result" | base64 -w0
-          printf '"}\n'
-        fi ;;
+      =log) jobtpu_say_log "$j" "$a" "$w" "$offset" "$chunk" "$task.log" ;;
+      =end) jobtpu_say_log_end "$j" "$a" "$w" "$tail" "$task.log" ;;
+      # As on every machine (probe.sh): once, with the report that brings the rest of an ended worker
+      # 0's log, the value its job saved ($JOBTPU_RESULT, beside the log on the shared filesystem).
+      =result) jobtpu_say_result "$j" "$a" "$w" "$rsize" "$result" "$task.result" ;;
     esac
   done
 }
