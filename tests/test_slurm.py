@@ -250,11 +250,7 @@ def test_a_saved_result_comes_home_from_the_cluster(cluster: tuple[SlurmCluster,
 def test_a_sweep_is_one_job_array_that_slurm_throttles(cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX args=$*"; {WAIT_RELEASE}\n')
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b,c",
-              "--max-running", "1", in_process=True)[0]
-    first, _, last = out.strip().partition("-")
-    ids = list(range(int(first), int(last) + 1))
+    ids = throttled_sweep(home, tmp_path, "a,b,c", show='echo "index=$JOBTPU_SWEEP_INDEX args=$*"')
     # jobtpu hands every member over at once; Slurm keeps --max-running as the array's %1.
     state = manage_until(home, lambda s: "index=0" in log(home, ids[0]) and all(
         "Slurm holds it pending: JobArrayTaskLimit" in (s[i].get("last_line") or "") for i in ids[1:]),
@@ -293,12 +289,15 @@ def test_a_requeued_array_member_resumes_alone(cluster: tuple[SlurmCluster, SshF
     manage_until(home, lambda s: s[ids[1]]["status"] == "finished", "the other member to finish")
 
 
-def throttled_pair(home: Path, tmp_path: Path) -> list[int]:
-    """A sweep of two members that print their index and wait for their release, one running at a time."""
-    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX"; {WAIT_RELEASE}\n')
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b",
+def throttled_sweep(home: Path, tmp_path: Path, values: str = "a,b",
+                    show: str = 'echo "index=$JOBTPU_SWEEP_INDEX"') -> list[int]:
+    """A sweep over `values` whose members run `show` (print their index), then wait for their release,
+    one running at a time (--max-running 1): its job ids."""
+    (tmp_path / "code" / "show.sh").write_text(f"{show}; {WAIT_RELEASE}\n")
+    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", f"k={values}",
               "--max-running", "1", in_process=True)[0]
-    return [int(n) for n in out.strip().split("-")]
+    first, _, last = out.strip().partition("-")
+    return list(range(int(first), int(last or first) + 1))
 
 
 def wait_throttled(home: Path, ids: list[int]) -> None:
@@ -310,7 +309,7 @@ def test_an_array_member_makes_its_folder_when_it_starts_and_says_why_it_cannot(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    ids = throttled_pair(home, tmp_path)
+    ids = throttled_sweep(home, tmp_path)
     manage(home)  # one pass hands both over, each member's report naming its own job
     handed = [attempts(home, i)[0].get("slurm_job") for i in ids]
     assert handed == [f"{str(handed[0]).split('_')[0]}_{n}" for n in range(2)], handed
@@ -503,11 +502,7 @@ def test_a_member_slurm_holds_pending_is_probed_and_killed_by_the_homes_id(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    (tmp_path / "code" / "show.sh").write_text(f'echo "index=$JOBTPU_SWEEP_INDEX" > out.txt; cat out.txt; {WAIT_RELEASE}\n')
-    out = run(home, "submit", "--dir", str(tmp_path / "code"), "--cmd", "bash show.sh", "--sweep", "k=a,b,c",
-              "--max-running", "1", in_process=True)[0]
-    first, _, last = out.strip().partition("-")
-    ids = list(range(int(first), int(last) + 1))
+    ids = throttled_sweep(home, tmp_path, "a,b,c", show='echo "index=$JOBTPU_SWEEP_INDEX" > out.txt; cat out.txt')
     # The pending members have no file of their own yet (docs/reference/machines-json.md §3.3.1): the
     # probe asks Slurm by the id the home has, and they wait, never taken for lost.
     manage_until(home, lambda s: "index=0" in log(home, ids[0]) and all(
@@ -570,7 +565,7 @@ def test_a_member_whose_meta_folder_is_unsafe_refuses_to_run_and_says_why(
         cluster: tuple[SlurmCluster, SshFleet], tmp_path: Path) -> None:
     slurm, fleet = cluster
     home, fm = slurm_home(tmp_path, fleet)
-    ids = throttled_pair(home, tmp_path)
+    ids = throttled_sweep(home, tmp_path)
     wait_throttled(home, ids)
     # The second member's meta folder, made before it starts, writable by the group.
     folder = fm.home / "jobtpu" / "meta" / str(ids[1])
